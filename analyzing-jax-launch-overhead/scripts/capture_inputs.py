@@ -1,0 +1,128 @@
+"""Find the capture files a user means (standard library only).
+
+Accepted everywhere in this bundle:
+- a file: ``<host>.xplane.pb``, ``<host>.trace.json.gz`` or ``<host>.trace.json``;
+- a run folder: ``.../plugins/profile/<run>/`` holding one host's files;
+- a log folder: one with ``plugins/profile/<run>/`` below it (or the ``plugins/profile`` folder
+  itself). The newest run is taken, as XProf does (run names are timestamps
+  ``YYYY_MM_DD_HH_MM_SS``; other names sort after them by name), and the choice is said in
+  ``notes``; ``run=`` picks another.
+A run with several hosts is not guessed at: the error lists the hosts and says to pass ``host=``
+(``--host`` on the command line) or the file itself.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+XPLANE_SUFFIX = ".xplane.pb"
+TRACE_SUFFIXES = (".trace.json.gz", ".trace.json")
+RUN_NAME_RE = re.compile(r"^\d{4}_\d{2}_\d{2}_\d{2}_\d{2}_\d{2}$")
+
+
+class CaptureError(Exception):
+    """The path does not lead to one capture; the message says what to pass instead."""
+
+
+@dataclass
+class CaptureFiles:
+    run_dir: Path
+    host: str
+    xplane: Path | None
+    trace: Path | None
+    hosts: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def host_of(path: Path) -> str | None:
+    """The host part of a capture file name, or None when the name is not a capture file."""
+    name = path.name
+    for suffix in (XPLANE_SUFFIX, *TRACE_SUFFIXES):
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)]
+    return None
+
+
+def _hosts_in(run_dir: Path) -> dict[str, dict[str, Path]]:
+    hosts: dict[str, dict[str, Path]] = {}
+    for child in sorted(run_dir.iterdir()):
+        if not child.is_file():
+            continue
+        host = host_of(child)
+        if host is None:
+            continue
+        kind = "xplane" if child.name.endswith(XPLANE_SUFFIX) else "trace"
+        # Prefer the gzip trace when both a .json.gz and a .json exist.
+        if kind == "trace" and "trace" in hosts.get(host, {}) and child.name.endswith(".json"):
+            continue
+        hosts.setdefault(host, {})[kind] = child
+    return hosts
+
+
+def _run_sort_key(run: Path) -> tuple:
+    return (0, run.name) if RUN_NAME_RE.match(run.name) else (1, run.name)
+
+
+def _runs_under(folder: Path) -> list[Path]:
+    for base in (folder / "plugins" / "profile", folder):
+        if base.is_dir():
+            runs = [d for d in base.iterdir() if d.is_dir() and _hosts_in(d)]
+            if runs:
+                return sorted(runs, key=_run_sort_key)
+    return []
+
+
+def resolve(path, run: str | None = None, host: str | None = None) -> CaptureFiles:
+    """Resolve a user-given path to one host's capture files (either file may be missing)."""
+    p = Path(path)
+    notes: list[str] = []
+    if not p.exists():
+        raise CaptureError(f"{p} does not exist; pass a .xplane.pb, a .trace.json.gz, "
+                           "or the folder XProf wrote them in")
+    if p.is_file():
+        file_host = host_of(p)
+        if file_host is None:
+            raise CaptureError(f"{p.name} is not a capture file name; expected <host>.xplane.pb, "
+                               "<host>.trace.json.gz or <host>.trace.json")
+        files = _hosts_in(p.parent).get(file_host, {})
+        kind = "xplane" if p.name.endswith(XPLANE_SUFFIX) else "trace"
+        files[kind] = p
+        return CaptureFiles(p.parent, file_host, files.get("xplane"), files.get("trace"),
+                            sorted(_hosts_in(p.parent)), notes)
+    if not p.is_dir():
+        raise CaptureError(f"{p} is neither a file nor a folder")
+    hosts = _hosts_in(p)
+    if hosts:
+        run_dir = p
+        if run is not None and run != p.name:
+            raise CaptureError(f"{p} is a run folder ({p.name}); --run applies to a log folder")
+    else:
+        runs = _runs_under(p)
+        if not runs:
+            raise CaptureError(f"no capture under {p}: expected <host>.xplane.pb or "
+                               "<host>.trace.json.gz in it or in plugins/profile/<run>/")
+        names = [r.name for r in runs]
+        if run is None:
+            run_dir = runs[-1]
+            if len(runs) > 1:
+                notes.append(f"{p} holds {len(runs)} runs ({', '.join(names)}); took the newest, "
+                             f"{run_dir.name}; pass --run NAME to pick another")
+        else:
+            chosen = [r for r in runs if r.name == run]
+            if not chosen:
+                raise CaptureError(f"no run named {run!r} under {p}; runs: {', '.join(names)}")
+            run_dir = chosen[0]
+        hosts = _hosts_in(run_dir)
+    host_names = sorted(hosts)
+    if host is None:
+        if len(host_names) > 1:
+            raise CaptureError(
+                f"run {run_dir.name} holds captures from {len(host_names)} hosts "
+                f"({', '.join(host_names)}); pass one host's file or --host NAME")
+        host = host_names[0]
+    elif host not in hosts:
+        raise CaptureError(f"no host {host!r} in {run_dir}; hosts: {', '.join(host_names)}")
+    files = hosts[host]
+    return CaptureFiles(run_dir, host, files.get("xplane"), files.get("trace"), host_names, notes)

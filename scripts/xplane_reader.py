@@ -1,0 +1,192 @@
+"""Read a ``<host>.xplane.pb`` into plain Python values (needs only the protobuf runtime).
+
+- Planes are found by name (plane ids are not unique: the host planes all have id 0).
+- An event's stats are its event-metadata stats merged with its own (its own win); a string
+  stat stored as ``ref_value`` is resolved to the name of the stat-metadata entry it points at.
+  Where a key repeats on one event, the first value is kept and the event is counted in
+  ``Space.repeated_stat_events``.
+- Times are integer picoseconds from the profile start:
+  ``line.timestamp_ns * 1000 + event.offset_ps``.
+- ``/host:metadata`` holds one serialized ``xla.HloProto`` per program, keyed by program id.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import xprotos
+
+GPU_PLANE_RE = re.compile(r"^/device:GPU:(\d+)$")
+HOST_CPU_PLANE = "/host:CPU"
+METADATA_PLANE = "/host:metadata"
+TASK_ENV_PLANE = "Task Environment"
+
+
+class XPlaneError(Exception):
+    """The file is not a readable XSpace."""
+
+
+@dataclass(slots=True)
+class Event:
+    name: str
+    start_ps: int
+    duration_ps: int
+    stats: dict
+
+    @property
+    def end_ps(self) -> int:
+        return self.start_ps + self.duration_ps
+
+
+@dataclass
+class Line:
+    id: int
+    display_id: int
+    name: str
+    display_name: str
+    timestamp_ns: int
+    plane: "Plane" = field(repr=False)
+    _proto: object = field(repr=False)
+
+    def __len__(self) -> int:
+        return len(self._proto.events)
+
+    def events(self) -> Iterator[Event]:
+        """Decode this line's events one by one (nothing is cached)."""
+        plane = self.plane
+        names = plane.event_names
+        meta_stats = plane.metadata_stats
+        decode = plane.decode_stats
+        base_ps = self.timestamp_ns * 1000
+        for ev in self._proto.events:
+            mid = ev.metadata_id
+            own = decode(ev.stats) if ev.stats else None
+            shared = meta_stats.get(mid)
+            if shared and own:
+                stats = dict(shared)
+                stats.update(own)
+            else:
+                stats = dict(own or shared or ())
+            yield Event(names.get(mid, ""), base_ps + ev.offset_ps, ev.duration_ps, stats)
+
+
+class Plane:
+    def __init__(self, proto, space: "Space"):
+        self._proto = proto
+        self._space = space
+        self.id = proto.id
+        self.name = proto.name
+        self.stat_names = {k: v.name for k, v in proto.stat_metadata.items()}
+        self.event_names = {k: v.name for k, v in proto.event_metadata.items()}
+        self.metadata_stats = {}
+        for k, md in proto.event_metadata.items():
+            if md.stats:
+                self.metadata_stats[k] = self.decode_stats(md.stats)
+        self.stats = self.decode_stats(proto.stats)
+        self.lines = [
+            Line(ln.id, ln.display_id, ln.name, ln.display_name, ln.timestamp_ns, self, ln)
+            for ln in proto.lines
+        ]
+
+    def __repr__(self) -> str:
+        return f"Plane({self.name!r}, lines={len(self.lines)})"
+
+    def decode_stats(self, stats) -> dict:
+        names = self.stat_names
+        out = {}
+        for st in stats:
+            key = names.get(st.metadata_id, str(st.metadata_id))
+            kind = st.WhichOneof("value")
+            if kind == "ref_value":
+                value = names.get(st.ref_value, "")
+            elif kind is None:
+                value = None
+            else:
+                value = getattr(st, kind)
+            if key in out:
+                self._space.repeated_stat_events += 1
+                continue
+            out[key] = value
+        return out
+
+    def event_count(self) -> int:
+        return sum(len(ln) for ln in self.lines)
+
+    @property
+    def gpu_ordinal(self) -> int | None:
+        m = GPU_PLANE_RE.match(self.name)
+        return int(m.group(1)) if m else None
+
+    def event_metadata_items(self) -> Iterator[tuple[int, str, dict]]:
+        """(id, name, merged stats) for each event-metadata entry, in id order."""
+        for k in sorted(self._proto.event_metadata):
+            md = self._proto.event_metadata[k]
+            yield k, md.name, self.metadata_stats.get(k, {})
+
+
+class Space:
+    def __init__(self, proto, path: Path):
+        self.path = path
+        self.repeated_stat_events = 0
+        self.hostnames = list(proto.hostnames)
+        self.errors = list(proto.errors)
+        self.warnings = list(proto.warnings)
+        self.planes = [Plane(p, self) for p in proto.planes]
+
+    def plane(self, name: str) -> Plane | None:
+        for p in self.planes:
+            if p.name == name:
+                return p
+        return None
+
+    def gpu_planes(self) -> list[Plane]:
+        """``/device:GPU:n`` planes sorted by ordinal (idle GPUs included, with no lines)."""
+        gpus = [p for p in self.planes if p.gpu_ordinal is not None]
+        return sorted(gpus, key=lambda p: p.gpu_ordinal)
+
+    def hlo_protos(self) -> dict[int, tuple[str, bytes]]:
+        """program id -> (``<module>(<id>)`` entry name, serialized ``xla.HloProto``)."""
+        md = self.plane(METADATA_PLANE)
+        out = {}
+        if md is None:
+            return out
+        for mid, name, stats in md.event_metadata_items():
+            blob = stats.get("Hlo Proto")
+            if isinstance(blob, bytes) and blob:
+                out[mid] = (name, blob)
+        return out
+
+    def profile_times_ns(self) -> tuple[int | None, int | None]:
+        env = self.plane(TASK_ENV_PLANE)
+        if env is None:
+            return None, None
+        return env.stats.get("profile_start_time"), env.stats.get("profile_stop_time")
+
+
+def load_space(path) -> Space:
+    """Parse an xplane.pb file; raise XPlaneError with one sentence when it cannot be read."""
+    path = Path(path)
+    classes = xprotos.classes()
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise XPlaneError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    if not data:
+        raise XPlaneError(f"{path} is empty; expected a serialized XSpace from XProf")
+    try:
+        proto = classes["XSpace"].FromString(data)
+    except Exception as exc:  # the runtime raises DecodeError or RuntimeError by backend
+        raise XPlaneError(
+            f"{path} is not a readable XSpace protobuf (truncated or another format): {exc}"
+        ) from exc
+    if not proto.planes:
+        raise XPlaneError(f"{path} parsed but holds no planes; expected XProf's xplane.pb")
+    return Space(proto, path)
+
+
+def parse_hlo(blob: bytes):
+    """Parse a serialized ``xla.HloProto`` and return its ``HloModuleProto``."""
+    return xprotos.classes()["HloProto"].FromString(blob).hlo_module

@@ -1,0 +1,280 @@
+"""The two protobuf schemas a capture needs, declared here because no package ships them.
+
+- ``tensorflow.profiler.XSpace`` (XLA's ``tsl/profiler/protobuf/xplane.proto``): the whole
+  ``<host>.xplane.pb`` file.
+- A subset of ``xla.HloProto`` (XLA's ``service/hlo.proto`` and ``xla_data.proto``): the programs
+  stored on the ``/host:metadata`` plane. Only the fields this bundle reads are declared; the
+  protobuf runtime keeps the others as unknown fields, so nothing is lost by parsing a subset.
+
+Field numbers are XLA's. The descriptors live in a private pool, so they never clash with another
+package that registers the same message names.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+# (field name, number, type, label). type is a scalar name or a message name; label is
+# "opt", "rep" or ("map", key type, value type).
+_XPLANE = {
+    "XSpace": [
+        ("planes", 1, "XPlane", "rep"),
+        ("errors", 2, "string", "rep"),
+        ("warnings", 3, "string", "rep"),
+        ("hostnames", 4, "string", "rep"),
+    ],
+    "XPlane": [
+        ("id", 1, "int64", "opt"),
+        ("name", 2, "string", "opt"),
+        ("lines", 3, "XLine", "rep"),
+        ("event_metadata", 4, None, ("map", "int64", "XEventMetadata")),
+        ("stat_metadata", 5, None, ("map", "int64", "XStatMetadata")),
+        ("stats", 6, "XStat", "rep"),
+    ],
+    "XLine": [
+        ("id", 1, "int64", "opt"),
+        ("display_id", 10, "int64", "opt"),
+        ("name", 2, "string", "opt"),
+        ("display_name", 11, "string", "opt"),
+        ("timestamp_ns", 3, "int64", "opt"),
+        ("duration_ps", 9, "int64", "opt"),
+        ("events", 4, "XEvent", "rep"),
+    ],
+    "XEvent": [
+        ("metadata_id", 1, "int64", "opt"),
+        ("offset_ps", 2, "int64", ("oneof", "data")),
+        ("num_occurrences", 5, "int64", ("oneof", "data")),
+        ("duration_ps", 3, "int64", "opt"),
+        ("stats", 4, "XStat", "rep"),
+    ],
+    "XStat": [
+        ("metadata_id", 1, "int64", "opt"),
+        ("double_value", 2, "double", ("oneof", "value")),
+        ("uint64_value", 3, "uint64", ("oneof", "value")),
+        ("int64_value", 4, "int64", ("oneof", "value")),
+        ("str_value", 5, "string", ("oneof", "value")),
+        ("bytes_value", 6, "bytes", ("oneof", "value")),
+        ("ref_value", 7, "uint64", ("oneof", "value")),
+    ],
+    "XEventMetadata": [
+        ("id", 1, "int64", "opt"),
+        ("name", 2, "string", "opt"),
+        ("display_name", 4, "string", "opt"),
+        ("metadata", 3, "bytes", "opt"),
+        ("stats", 5, "XStat", "rep"),
+        ("child_id", 6, "int64", "rep"),
+    ],
+    "XStatMetadata": [
+        ("id", 1, "int64", "opt"),
+        ("name", 2, "string", "opt"),
+        ("description", 3, "string", "opt"),
+    ],
+}
+
+_HLO = {
+    "HloProto": [("hlo_module", 1, "HloModuleProto", "opt")],
+    "HloModuleProto": [
+        ("name", 1, "string", "opt"),
+        ("entry_computation_name", 2, "string", "opt"),
+        ("computations", 3, "HloComputationProto", "rep"),
+        ("id", 5, "int64", "opt"),
+        ("entry_computation_id", 6, "int64", "opt"),
+        ("schedule", 7, "HloScheduleProto", "opt"),
+        ("stack_frame_index", 17, "StackFrameIndexProto", "opt"),
+    ],
+    "HloComputationProto": [
+        ("name", 1, "string", "opt"),
+        ("instructions", 2, "HloInstructionProto", "rep"),
+        ("id", 5, "int64", "opt"),
+        ("root_id", 6, "int64", "opt"),
+        ("is_fusion_computation", 7, "bool", "opt"),
+        ("execution_thread", 8, "string", "opt"),
+    ],
+    "HloInstructionProto": [
+        ("name", 1, "string", "opt"),
+        ("opcode", 2, "string", "opt"),
+        ("shape", 3, "ShapeProto", "opt"),
+        ("metadata", 7, "OpMetadata", "opt"),
+        ("parameter_number", 9, "int64", "opt"),
+        ("fusion_kind", 11, "string", "opt"),
+        ("tuple_index", 13, "int64", "opt"),
+        ("dimensions", 14, "int64", "rep"),
+        ("window", 15, "Window", "opt"),
+        ("convolution_dimension_numbers", 16, "ConvolutionDimensionNumbers", "opt"),
+        ("channel_id", 26, "int64", "opt"),
+        ("custom_call_target", 28, "string", "opt"),
+        ("dot_dimension_numbers", 30, "DotDimensionNumbers", "opt"),
+        ("id", 35, "int64", "opt"),
+        ("operand_ids", 36, "int64", "rep"),
+        ("control_predecessor_ids", 37, "int64", "rep"),
+        ("called_computation_ids", 38, "int64", "rep"),
+        ("backend_config", 43, "bytes", "opt"),
+        ("feature_group_count", 50, "int64", "opt"),
+        ("batch_group_count", 58, "int64", "opt"),
+        ("async_execution_thread", 79, "string", "opt"),
+    ],
+    "HloScheduleProto": [
+        ("sequences", 1, None, ("map", "int64", "InstructionSequence")),
+    ],
+    "InstructionSequence": [("instruction_ids", 1, "int64", "rep")],
+    "StackFrameIndexProto": [
+        ("file_names", 1, "string", "rep"),
+        ("function_names", 2, "string", "rep"),
+        ("file_locations", 3, "FileLocation", "rep"),
+        ("stack_frames", 4, "StackFrame", "rep"),
+    ],
+    "FileLocation": [
+        ("file_name_id", 1, "int32", "opt"),
+        ("function_name_id", 2, "int32", "opt"),
+        ("line", 3, "int32", "opt"),
+        ("column", 4, "int32", "opt"),
+        ("end_line", 5, "int32", "opt"),
+        ("end_column", 6, "int32", "opt"),
+    ],
+    "StackFrame": [
+        ("file_location_id", 1, "int32", "opt"),
+        ("parent_frame_id", 2, "int32", "opt"),
+    ],
+    "OpMetadata": [
+        ("op_type", 1, "string", "opt"),
+        ("op_name", 2, "string", "opt"),
+        ("source_file", 3, "string", "opt"),
+        ("source_line", 4, "int32", "opt"),
+        ("deduplicated_name", 12, "string", "opt"),
+        ("stack_frame_id", 15, "int32", "opt"),
+        ("scheduling_name", 16, "string", "opt"),
+        ("source_end_line", 17, "int32", "opt"),
+        ("source_column", 18, "int32", "opt"),
+        ("source_end_column", 19, "int32", "opt"),
+    ],
+    # element_type is the PrimitiveType enum on the wire (a varint): read here as int32 so that
+    # values newer than this file stay readable. Names: PRIMITIVE_TYPES below.
+    "ShapeProto": [
+        ("element_type", 2, "int32", "opt"),
+        ("dimensions", 3, "int64", "rep"),
+        ("tuple_shapes", 4, "ShapeProto", "rep"),
+        ("is_dynamic_dimension", 6, "bool", "rep"),
+    ],
+    "DotDimensionNumbers": [
+        ("lhs_contracting_dimensions", 1, "int64", "rep"),
+        ("rhs_contracting_dimensions", 2, "int64", "rep"),
+        ("lhs_batch_dimensions", 3, "int64", "rep"),
+        ("rhs_batch_dimensions", 4, "int64", "rep"),
+    ],
+    "ConvolutionDimensionNumbers": [
+        ("kernel_input_feature_dimension", 3, "int64", "opt"),
+        ("kernel_output_feature_dimension", 4, "int64", "opt"),
+        ("kernel_spatial_dimensions", 6, "int64", "rep"),
+        ("input_batch_dimension", 7, "int64", "opt"),
+        ("input_feature_dimension", 8, "int64", "opt"),
+        ("output_batch_dimension", 9, "int64", "opt"),
+        ("output_feature_dimension", 10, "int64", "opt"),
+        ("input_spatial_dimensions", 11, "int64", "rep"),
+        ("output_spatial_dimensions", 12, "int64", "rep"),
+    ],
+    "Window": [("dimensions", 1, "WindowDimension", "rep")],
+    "WindowDimension": [
+        ("size", 1, "int64", "opt"),
+        ("stride", 2, "int64", "opt"),
+        ("padding_low", 3, "int64", "opt"),
+        ("padding_high", 4, "int64", "opt"),
+        ("window_dilation", 5, "int64", "opt"),
+        ("base_dilation", 6, "int64", "opt"),
+        ("window_reversal", 7, "bool", "opt"),
+    ],
+}
+
+# xla.PrimitiveType numbers -> names (xla_data.proto).
+PRIMITIVE_TYPES = {
+    0: "invalid", 1: "pred", 2: "s8", 3: "s16", 4: "s32", 5: "s64", 6: "u8", 7: "u16",
+    8: "u32", 9: "u64", 10: "f16", 11: "f32", 12: "f64", 13: "tuple", 14: "opaque",
+    15: "c64", 16: "bf16", 17: "token", 18: "c128", 19: "f8e5m2", 20: "f8e4m3fn", 21: "s4",
+    22: "u4", 23: "f8e4m3b11fnuz", 24: "f8e5m2fnuz", 25: "f8e4m3fnuz", 26: "s2", 27: "u2",
+    28: "f8e4m3", 29: "f8e3m4", 30: "s1", 31: "u1", 32: "f4e2m1fn", 33: "f8e8m0fnu",
+    34: "buffer",
+}
+
+# Bits per element of each array type (for byte counts from shapes); tuple/token/opaque: none.
+PRIMITIVE_BITS = {
+    "pred": 8, "s1": 1, "u1": 1, "s2": 2, "u2": 2, "s4": 4, "u4": 4, "s8": 8, "u8": 8,
+    "s16": 16, "u16": 16, "s32": 32, "u32": 32, "s64": 64, "u64": 64, "f16": 16, "bf16": 16,
+    "f32": 32, "f64": 64, "c64": 64, "c128": 128, "f8e5m2": 8, "f8e4m3fn": 8,
+    "f8e4m3b11fnuz": 8, "f8e5m2fnuz": 8, "f8e4m3fnuz": 8, "f8e4m3": 8, "f8e3m4": 8,
+    "f4e2m1fn": 4, "f8e8m0fnu": 8,
+}
+
+
+class MissingDependency(Exception):
+    """The protobuf runtime is not installed."""
+
+
+def _build(pool, descriptor_pb2, package: str, messages: dict) -> None:
+    fd = descriptor_pb2.FileDescriptorProto(name=f"{package}.subset.proto", package=package,
+                                            syntax="proto3")
+    scalar = {
+        "int64": descriptor_pb2.FieldDescriptorProto.TYPE_INT64,
+        "int32": descriptor_pb2.FieldDescriptorProto.TYPE_INT32,
+        "uint64": descriptor_pb2.FieldDescriptorProto.TYPE_UINT64,
+        "double": descriptor_pb2.FieldDescriptorProto.TYPE_DOUBLE,
+        "string": descriptor_pb2.FieldDescriptorProto.TYPE_STRING,
+        "bytes": descriptor_pb2.FieldDescriptorProto.TYPE_BYTES,
+        "bool": descriptor_pb2.FieldDescriptorProto.TYPE_BOOL,
+    }
+    optional = descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL
+    repeated = descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED
+
+    def set_type(field, type_name):
+        if type_name in scalar:
+            field.type = scalar[type_name]
+        else:
+            field.type = descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE
+            field.type_name = f".{package}.{type_name}"
+
+    for msg_name, fields in messages.items():
+        msg = fd.message_type.add(name=msg_name)
+        oneofs: dict[str, int] = {}
+        for name, number, type_name, label in fields:
+            field = msg.field.add(name=name, number=number)
+            if isinstance(label, tuple) and label[0] == "map":
+                _, key_type, value_type = label
+                entry_name = "".join(p.capitalize() for p in name.split("_")) + "Entry"
+                entry = msg.nested_type.add(name=entry_name)
+                entry.options.map_entry = True
+                key = entry.field.add(name="key", number=1, label=optional)
+                set_type(key, key_type)
+                value = entry.field.add(name="value", number=2, label=optional)
+                set_type(value, value_type)
+                field.label = repeated
+                field.type = descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE
+                field.type_name = f".{package}.{msg_name}.{entry_name}"
+                continue
+            set_type(field, type_name)
+            if label == "rep":
+                field.label = repeated
+            else:
+                field.label = optional
+                if isinstance(label, tuple) and label[0] == "oneof":
+                    if label[1] not in oneofs:
+                        oneofs[label[1]] = len(msg.oneof_decl)
+                        msg.oneof_decl.add(name=label[1])
+                    field.oneof_index = oneofs[label[1]]
+    pool.Add(fd)
+
+
+@lru_cache(maxsize=None)
+def classes():
+    """Return a dict of message name -> generated class (XSpace and the HLO subset)."""
+    try:
+        from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+    except ImportError as exc:  # pragma: no cover - exercised by the exit-code test
+        raise MissingDependency(
+            "the protobuf package is not installed: pip install -r requirements.txt") from exc
+    pool = descriptor_pool.DescriptorPool()
+    _build(pool, descriptor_pb2, "tensorflow.profiler", _XPLANE)
+    _build(pool, descriptor_pb2, "xla", _HLO)
+    out = {}
+    for package, messages in (("tensorflow.profiler", _XPLANE), ("xla", _HLO)):
+        for name in messages:
+            out[name] = message_factory.GetMessageClass(
+                pool.FindMessageTypeByName(f"{package}.{name}"))
+    return out
