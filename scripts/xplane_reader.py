@@ -13,9 +13,9 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 import xprotos
 
@@ -48,7 +48,7 @@ class Line:
     name: str
     display_name: str
     timestamp_ns: int
-    plane: "Plane" = field(repr=False)
+    plane: Plane = field(repr=False)
     _proto: object = field(repr=False)
 
     def __len__(self) -> int:
@@ -74,7 +74,7 @@ class Line:
 
 
 class Plane:
-    def __init__(self, proto, space: "Space"):
+    def __init__(self, proto, space: Space):
         self._proto = proto
         self._space = space
         self.id = proto.id

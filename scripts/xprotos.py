@@ -12,7 +12,7 @@ package that registers the same message names.
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 # (field name, number, type, label). type is a scalar name or a message name; label is
 # "opt", "rep" or ("map", key type, value type).
@@ -261,7 +261,7 @@ def _build(pool, descriptor_pb2, package: str, messages: dict) -> None:
     pool.Add(fd)
 
 
-@lru_cache(maxsize=None)
+@cache
 def classes():
     """Return a dict of message name -> generated class (XSpace and the HLO subset)."""
     try:
