@@ -1,0 +1,58 @@
+"""Shared test set-up: paths to the bundle's script folders and to ../shared/captures/."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+ROOT_SCRIPTS = REPO / "scripts"
+SIBLING_SCRIPTS = REPO / "analyzing-jax-launch-overhead" / "scripts"
+SHARED_CAPTURES = REPO.parent / "shared" / "captures"
+REQUIRE_SHARED = os.environ.get("JAXTRACE_REQUIRE_SHARED") == "1"
+
+for p in (ROOT_SCRIPTS, SIBLING_SCRIPTS, REPO / "tests"):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+
+def shared_manifest() -> dict | None:
+    path = SHARED_CAPTURES / "manifest.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def manifest_captures() -> list[dict]:
+    m = shared_manifest()
+    return m["captures"] if m else []
+
+
+def capture_id(c: dict) -> str:
+    return c["path"].split("/")[1]
+
+
+@pytest.fixture
+def shared():
+    """The shared captures folder; skip where absent, fail under CI."""
+    if not (SHARED_CAPTURES / "manifest.json").is_file():
+        msg = f"{SHARED_CAPTURES} is absent (a user's clone has no ../shared)"
+        if REQUIRE_SHARED:
+            pytest.fail(msg + "; JAXTRACE_REQUIRE_SHARED=1 demands it")
+        pytest.skip(msg)
+    return SHARED_CAPTURES
+
+
+def pytest_generate_tests(metafunc):
+    if "capture" in metafunc.fixturenames:
+        caps = manifest_captures()
+        if not caps:
+            if REQUIRE_SHARED:
+                raise RuntimeError(f"{SHARED_CAPTURES}/manifest.json is missing; "
+                                   "JAXTRACE_REQUIRE_SHARED=1 demands it")
+            metafunc.parametrize("capture", [pytest.param(None, marks=pytest.mark.skip(
+                reason=f"{SHARED_CAPTURES} is absent (a user's clone has no ../shared)"))])
+        else:
+            metafunc.parametrize("capture", caps, ids=[capture_id(c) for c in caps])
