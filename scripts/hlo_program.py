@@ -2,8 +2,9 @@
 schedule order, while-loop trip counts, and each instruction's Python source frames.
 
 Source frames come from whichever the program fills (handle every combination):
-- ``OpMetadata.stack_frame_id`` through the module's ``stack_frame_index`` (jax 0.10.2 fills only
-  this): a chain from the innermost frame outward via ``parent_frame_id``; ids are 1-based, 0 = none;
+- ``OpMetadata.stack_frame_id`` through the module's ``stack_frame_index`` (jax 0.10.2 fills
+  only this): a chain from the innermost frame outward via ``parent_frame_id``; ids are 1-based,
+  0 = none;
 - ``OpMetadata.source_file`` / ``source_line`` (older jax): one frame;
 - a fusion whose own metadata is empty takes its frames from its fused instructions.
 """

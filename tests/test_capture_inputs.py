@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from capture_inputs import CaptureError, resolve
 
 

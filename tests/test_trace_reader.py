@@ -6,6 +6,7 @@ import gzip
 import json
 
 import pytest
+
 import trace_reader
 
 

@@ -1,0 +1,155 @@
+"""Every script runs under `python3 -P` from a checkout and from an install, in a scratch folder;
+the installed skills are named after their folders; bad input gives one sentence, never a trace."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO, SHARED_CAPTURES
+
+SKILL_DIRS = {"investigating-jax-traces": REPO,
+              "analyzing-jax-launch-overhead": REPO / "analyzing-jax-launch-overhead",
+              "writing-trace-report-pages": REPO / "writing-trace-report-pages"}
+GEMM_RUN = ("tracelens-amd-rocm/mi300x-jax0.8-gemm/plugins/profile/2026_02_20_13_54_10")
+
+
+def _run(args, cwd, python=sys.executable, flags=("-P",)):
+    return subprocess.run([python, *flags, *map(str, args)], cwd=cwd, capture_output=True,
+                          text=True, timeout=120)
+
+
+def _install(tmp_path, link):
+    dest = tmp_path / ("links" if link else "copies")
+    r = _run([REPO / "install_skills.py", dest] + (["--link"] if link else []), tmp_path)
+    assert r.returncode == 0, r.stderr
+    return dest
+
+
+def _frontmatter(skill_md: Path) -> dict:
+    text = skill_md.read_text()
+    m = re.match(r"^---\n(.*?)\n---\n", text, re.S)
+    assert m, f"{skill_md} has no frontmatter"
+    out = {}
+    for line in m.group(1).splitlines():
+        key, _, value = line.partition(":")
+        out[key.strip()] = value.strip()
+    return out
+
+
+@pytest.mark.parametrize("link", [False, True], ids=["copies", "links"])
+def test_install_places_three_skills_named_after_their_folders(tmp_path, link):
+    dest = _install(tmp_path, link)
+    assert sorted(p.name for p in dest.iterdir()) == sorted(SKILL_DIRS)
+    for name in SKILL_DIRS:
+        fm = _frontmatter(dest / name / "SKILL.md")
+        assert fm["name"] == name
+        assert set(fm) <= {"name", "description", "license", "compatibility", "metadata",
+                           "allowed-tools"}
+        assert 0 < len(fm["description"]) <= 1024 and "Use when" in fm["description"]
+        assert len((dest / name / "SKILL.md").read_text().splitlines()) < 500
+    root = dest / "investigating-jax-traces"
+    assert (root / "scripts" / "capture_info.py").is_file()
+    assert (root / "references" / "scratch-layout.md").is_file()
+    assert not (root / "tests").exists() and not (root / "analyzing-jax-launch-overhead").exists()
+    # the spec's cross-skill path resolves in the install
+    assert (root / ".." / "analyzing-jax-launch-overhead" / "scripts" / "trace_reader.py").is_file()
+    # a second install refuses to overwrite, --force replaces
+    r = _run([REPO / "install_skills.py", dest], tmp_path)
+    assert r.returncode == 1 and "pass --force" in r.stderr
+    r = _run([REPO / "install_skills.py", dest, "--force"], tmp_path)
+    assert r.returncode == 0
+
+
+def test_checkout_skill_md_names_match_folders():
+    for name, folder in SKILL_DIRS.items():
+        if folder != REPO:
+            assert _frontmatter(folder / "SKILL.md")["name"] == folder.name == name
+    assert _frontmatter(REPO / "SKILL.md")["name"] == "investigating-jax-traces"
+
+
+def _capture_info_paths(tmp_path):
+    yield "checkout", REPO / "scripts" / "capture_info.py"
+    for link in (False, True):
+        dest = _install(tmp_path, link)
+        yield ("links" if link else "copies"), \
+            dest / "investigating-jax-traces" / "scripts" / "capture_info.py"
+
+
+def test_capture_info_runs_from_checkout_and_installs(tmp_path, shared):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    run = shared / GEMM_RUN
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in run.iterdir())
+    outputs = {}
+    for where, script in _capture_info_paths(tmp_path):
+        r = _run([script, run], scratch)
+        assert r.returncode == 0, (where, r.stderr)
+        outputs[where] = r.stdout
+    assert len(set(outputs.values())) == 1
+    out = outputs["checkout"]
+    assert "GPU 0: 2 lines, 54 events in the xplane; 54 events in the trace; agree" in out
+    assert "  line 16 'Stream #16(Kernel)': 42 events" in out
+    assert "host: 5 lines, 3728 events in the xplane; 3566 in the trace" in out
+    assert "programs: 16" in out
+    assert "  jit_dot(5): module jit_dot, 4 computations, 10 instructions" in out
+    assert list(scratch.iterdir()) == []  # capture_info writes nothing
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in run.iterdir()) == before
+
+
+def test_capture_info_without_hlo_says_attribution_is_impossible(shared):
+    run = shared / "tf-profiler-demo-v100/tf2.4-bert-multiworker-8xv100"
+    r = _run([REPO / "scripts" / "capture_info.py", run], REPO)
+    assert r.returncode == 0, r.stderr
+    assert "programs: none (no /host:metadata HLO)" in r.stdout
+    assert "GPU 4: 7 lines, 3875 events in the xplane; 3875 events in the trace; agree" in r.stdout
+
+
+def test_sibling_readers_need_only_the_standard_library(tmp_path, shared):
+    """A bare interpreter (-I: isolated, -S: no site-packages) reads a trace and finds files."""
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]);"
+        "import capture_inputs, trace_reader;"
+        "f = capture_inputs.resolve(sys.argv[2]);"
+        "t = trace_reader.load_trace(f.trace);"
+        "print(f.host, len(t.events), sorted(t.gpu_pids()))"
+    )
+    base = getattr(sys, "_base_executable", sys.executable)
+    r = subprocess.run([base, "-I", "-S", "-c", code,
+                        str(REPO / "analyzing-jax-launch-overhead" / "scripts"),
+                        str(shared / GEMM_RUN)], cwd=tmp_path, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "tw003 3620 [0, 1, 2, 3, 4, 5, 6, 7]"
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda p: p / "nothing-here", "does not exist"),
+    (lambda p: _write(p / "h.xplane.pb", b"\x0a\xff\xff\xff"), "nothing readable"),
+    (lambda p: _write(p / "h.trace.json.gz", b"not gzip"), "nothing readable"),
+])
+def test_capture_info_bad_input_exit_1_one_sentence(tmp_path, make, words):
+    r = _run([REPO / "scripts" / "capture_info.py", make(tmp_path)], tmp_path)
+    assert r.returncode == 1
+    assert words in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+    assert r.stdout == ""
+
+
+def test_capture_info_usage_error_exit_2(tmp_path):
+    r = _run([REPO / "scripts" / "capture_info.py"], tmp_path)
+    assert r.returncode == 2
+
+
+def _write(path, data):
+    path.write_bytes(data)
+    return path
+
+
+def test_shared_folder_is_never_written(shared):
+    """The tests above ran the scripts on shared captures; nothing new appeared there."""
+    allowed = re.compile(r"\.(xplane\.pb|trace\.json\.gz)$")
+    for run in SHARED_CAPTURES.glob("*/*/plugins/profile/*"):
+        assert all(allowed.search(p.name) for p in run.iterdir()), run
