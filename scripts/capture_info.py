@@ -125,10 +125,14 @@ def render(files, space, trace, programs, xplane_error, trace_error) -> list[str
     if space:
         host = space.plane("/host:CPU")
         if host:
-            out.append(f"host: {len(host.lines)} lines, {host.event_count()} events in the xplane"
-                       + (f"; {sum(1 for e in trace.events if e.get('pid') in trace.host_pids())}"
-                          " in the trace (the exporter drops memory-allocation events)"
-                          if trace else ""))
+            line = f"host: {len(host.lines)} lines, {host.event_count()} events in the xplane"
+            if trace:
+                pids = set(trace.host_pids())
+                n = sum(1 for e in trace.events if e.get("pid") in pids)
+                line += f"; {n} in the trace"
+                if n != host.event_count():
+                    line += " (the exporter drops memory-allocation events)"
+            out.append(line)
         start, stop = space.profile_times_ns()
         if start and stop:
             out.append(f"profile: {(stop - start) / 1e6:.3f} ms wall clock")

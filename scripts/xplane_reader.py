@@ -23,6 +23,7 @@ GPU_PLANE_RE = re.compile(r"^/device:GPU:(\d+)$")
 HOST_CPU_PLANE = "/host:CPU"
 METADATA_PLANE = "/host:metadata"
 TASK_ENV_PLANE = "Task Environment"
+PROGRAM_NAME_RE = re.compile(r"^(.*)\((\d+)\)$")
 
 
 class XPlaneError(Exception):
@@ -148,7 +149,11 @@ class Space:
         return sorted(gpus, key=lambda p: p.gpu_ordinal)
 
     def hlo_protos(self) -> dict[int, tuple[str, bytes]]:
-        """program id -> (``<module>(<id>)`` entry name, serialized ``xla.HloProto``)."""
+        """program id -> (``<module>(<id>)`` entry name, serialized ``xla.HloProto``).
+
+        The program id is the ``(<id>)`` of the entry's name. The entry's own metadata id equals
+        it in the ROCm captures but not in jax 0.10.2 CPU captures (there it counts 1, 2, ...),
+        so it is used only when the name carries no id."""
         md = self.plane(METADATA_PLANE)
         out = {}
         if md is None:
@@ -156,8 +161,9 @@ class Space:
         for mid, name, stats in md.event_metadata_items():
             blob = stats.get("Hlo Proto")
             if isinstance(blob, bytes) and blob:
-                out[mid] = (name, blob)
-        return out
+                m = PROGRAM_NAME_RE.match(name)
+                out[int(m.group(2)) if m else mid] = (name, blob)
+        return dict(sorted(out.items()))
 
     def profile_times_ns(self) -> tuple[int | None, int | None]:
         env = self.plane(TASK_ENV_PLANE)

@@ -153,3 +153,15 @@ def test_shared_folder_is_never_written(shared):
     allowed = re.compile(r"\.(xplane\.pb|trace\.json\.gz)$")
     for run in SHARED_CAPTURES.glob("*/*/plugins/profile/*"):
         assert all(allowed.search(p.name) for p in run.iterdir()), run
+
+
+def test_bench_command_measures_every_item(shared, tmp_path):
+    """The benchmark runs (its numbers are recorded in bench/RESULTS.md, never asserted)."""
+    r = subprocess.run([sys.executable, str(REPO / "bench" / "run.py"), str(shared / GEMM_RUN),
+                        "--script", str(REPO / "scripts" / "capture_info.py"), "--repeat", "1",
+                        "--xprof", "kernel_stats", "--no-append"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    items = [line.split(" | ")[4] for line in r.stdout.splitlines() if line.startswith("| ")]
+    assert items == ["script capture_info.py", "floor json.load", "floor xplane parse",
+                     "xprof kernel_stats"]

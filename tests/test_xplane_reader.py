@@ -127,3 +127,13 @@ def test_truncated_real_shape_is_refused(tmp_path):
     path.write_bytes(data[: len(data) // 2])
     with pytest.raises(xplane_reader.XPlaneError):
         xplane_reader.load_space(path)
+
+
+def test_program_id_comes_from_the_entry_name_not_the_metadata_id(tmp_path):
+    """jax 0.10.2 CPU captures number the /host:metadata entries 1, 2, ...: `jit_f(52)` is 52."""
+    C = xprotos.classes()
+    b = XSpaceBuilder()
+    b.hlo_program(C["HloModuleProto"](name="jit_f", id=52), metadata_id=1)
+    b.hlo_program(C["HloModuleProto"](name="jit_stage", id=0), metadata_id=2)
+    protos = _load(tmp_path, b).hlo_protos()
+    assert {k: v[0] for k, v in protos.items()} == {0: "jit_stage(0)", 52: "jit_f(52)"}

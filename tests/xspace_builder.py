@@ -99,7 +99,7 @@ class XSpaceBuilder:
             plane.add_stats(p.stats, stats)
         return plane
 
-    def hlo_program(self, module) -> None:
+    def hlo_program(self, module, metadata_id: int | None = None) -> None:
         """Store an HloModuleProto on /host:metadata as XLA does: `<name>(<id>)` -> `Hlo Proto`."""
         md = next((p for p in self.proto.planes if p.name == "/host:metadata"), None)
         plane = _Plane(md) if md is not None else self.plane("/host:metadata")
@@ -108,7 +108,8 @@ class XSpaceBuilder:
         hlo = xprotos.classes()["HloProto"]()
         hlo.hlo_module.CopyFrom(module)
         plane.event_metadata(f"{module.name}({module.id})", stats={
-            "Hlo Proto": hlo.SerializeToString()}, metadata_id=module.id)
+            "Hlo Proto": hlo.SerializeToString()},
+            metadata_id=module.id if metadata_id is None else metadata_id)
 
     def serialize(self) -> bytes:
         return self.proto.SerializeToString()

@@ -1,0 +1,190 @@
+#!/usr/bin/env python3
+"""Time a script of this bundle over one capture, next to its floors and XProf's own conversions.
+
+Usage:
+    python3 bench/run.py CAPTURE [--script PATH] [--args "..."] [--repeat N]
+                         [--xprof TOOL[,TOOL...]] [--no-floors] [--no-append] [--note TEXT]
+
+Example:
+    .venv/bin/python bench/run.py ../shared/captures/tracelens-amd-rocm/mi300x-jax0.8-gemm \\
+        --script scripts/capture_info.py --xprof hlo_stats,kernel_stats
+
+Each item runs N times (default 5) as a fresh process; the median, min and max wall time and the
+process's peak resident memory (from the kernel's rusage of that child) are reported:
+- `script`: `python -P SCRIPT CAPTURE ARGS` run in an empty scratch folder;
+- `floor json.load`: a bare `json.load` of the trace (gzip included), the least any trace tool does;
+- `floor xplane parse`: a bare protobuf parse of the xplane with this bundle's schema;
+- `xprof TOOL`: `xprof.convert.raw_to_tool_data.xspace_to_tool_data` on a fresh copy of the
+  xplane (no cached results), the incumbent's own conversion.
+Rows are printed and appended to bench/RESULTS.md with the machine they ran on. Timing is never
+asserted anywhere: this file is where speed and memory are measured and recorded.
+
+Exit codes: 0 done; 1 the capture cannot be found or an item failed; 2 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import platform
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO / "analyzing-jax-launch-overhead" / "scripts")]
+import capture_inputs  # noqa: E402
+
+RESULTS = REPO / "bench" / "RESULTS.md"
+HEADER = ("| date | machine | capture | size | item | runs | median_s | min_s | max_s | "
+          "peak_rss_mib | vs floor | note |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+
+FLOOR_JSON = "import gzip, json, sys\nf = sys.argv[1]\n" \
+    "o = gzip.open if open(f, 'rb').read(2) == b'\\x1f\\x8b' else open\n" \
+    "with o(f, 'rb') as fh:\n    d = json.load(fh)\nprint(len(d['traceEvents']))\n"
+FLOOR_XPLANE = "import sys\nsys.path.insert(0, sys.argv[2])\nimport xprotos\n" \
+    "s = xprotos.classes()['XSpace'].FromString(open(sys.argv[1], 'rb').read())\n" \
+    "print(sum(len(ln.events) for p in s.planes for ln in p.lines))\n"
+XPROF = "import sys\nfrom xprof.convert import raw_to_tool_data as r\n" \
+    "out = r.xspace_to_tool_data([sys.argv[1]], sys.argv[2], {'use_saved_result': False})\n" \
+    "data = out[0] if isinstance(out, tuple) else out\nprint(len(data or b''))\n"
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = ""
+    try:
+        kb = int(Path("/proc/meminfo").read_text().split()[1])
+        mem = f", {kb / 2**20:.0f} GiB"
+    except (OSError, ValueError, IndexError):
+        pass
+    return f"{cpu}, {os.cpu_count()} cores{mem}, Python {platform.python_version()}"
+
+
+def run_once(cmd: list[str], cwd: Path) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MiB) of one fresh process."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    err = proc.stderr.read().decode(errors="replace")
+    proc.stderr.close()
+    if proc.returncode != 0:
+        tail = err.strip().splitlines()[-1:] or ["(no message)"]
+        raise RuntimeError(f"{shlex.join(cmd)} exited {proc.returncode}: {tail[0]}")
+    return wall, usage.ru_maxrss / 1024  # Linux reports KiB
+
+
+def measure(name, make_cmd, repeat, prepare=None) -> dict:
+    walls, peaks = [], []
+    for _ in range(repeat):
+        with tempfile.TemporaryDirectory(prefix="jaxtrace-bench-") as tmp:
+            tmp = Path(tmp)
+            extra = prepare(tmp) if prepare else None
+            wall, peak = run_once(make_cmd(tmp, extra), tmp)
+        walls.append(wall)
+        peaks.append(peak)
+    return {"item": name, "runs": repeat, "median_s": statistics.median(walls),
+            "min_s": min(walls), "max_s": max(walls), "peak_rss_mib": max(peaks)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="\n".join(__doc__.splitlines()[1:]))
+    ap.add_argument("capture")
+    ap.add_argument("--script", type=Path, help="a script of this bundle to time")
+    ap.add_argument("--args", default="", help="extra arguments for the script (one string)")
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--xprof", default="", help="XProf tools to time, comma-separated")
+    ap.add_argument("--no-floors", action="store_true")
+    ap.add_argument("--no-append", action="store_true", help="print only")
+    ap.add_argument("--note", default="")
+    args = ap.parse_args(argv)
+    if args.repeat < 1:
+        ap.error("--repeat must be at least 1")
+    try:
+        files = capture_inputs.resolve(Path(args.capture).resolve())
+    except capture_inputs.CaptureError as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        return 1
+    py = sys.executable
+    items = []
+    try:
+        if args.script:
+            script = args.script.resolve()
+            target = str(files.xplane or files.trace) if "attribute" in script.name or \
+                not files.trace else str(files.trace)
+            if script.name == "capture_info.py":
+                target = str(files.run_dir)
+            extra = shlex.split(args.args)
+            items.append(measure(f"script {script.name}",
+                                 lambda tmp, _: [py, "-P", str(script), target, *extra],
+                                 args.repeat))
+        if not args.no_floors and files.trace:
+            items.append(measure("floor json.load", lambda tmp, _: [
+                py, "-c", FLOOR_JSON, str(files.trace)], args.repeat))
+        if not args.no_floors and files.xplane:
+            items.append(measure("floor xplane parse", lambda tmp, _: [
+                py, "-c", FLOOR_XPLANE, str(files.xplane), str(REPO / "scripts")], args.repeat))
+        for tool in filter(None, args.xprof.split(",")):
+            if not files.xplane:
+                raise RuntimeError("XProf's conversions need the xplane.pb")
+
+            def copy(tmp, _x=files.xplane):
+                dst = tmp / "xplane" / _x.name
+                dst.parent.mkdir()
+                shutil.copy2(_x, dst)
+                return dst
+            items.append(measure(f"xprof {tool}", lambda tmp, dst, _t=tool: [
+                py, "-c", XPROF, str(dst), _t], args.repeat, prepare=copy))
+    except RuntimeError as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        return 1
+    floors = {i["item"]: i for i in items if i["item"].startswith("floor")}
+    size = sum(p.stat().st_size for p in (files.xplane, files.trace) if p)
+    try:
+        cap_name = str(files.run_dir.relative_to(REPO.parent))
+    except ValueError:
+        cap_name = str(files.run_dir)
+    today = dt.date.today().isoformat()
+    host = machine()
+    rows = []
+    for it in items:
+        floor = floors.get("floor json.load") or floors.get("floor xplane parse")
+        if it["item"].startswith("script") and "attribute" in it["item"]:
+            floor = floors.get("floor xplane parse") or floor
+        vs = "" if floor is None or it is floor else \
+            f"{it['median_s'] / floor['median_s']:.2f}x time, " \
+            f"{it['peak_rss_mib'] / floor['peak_rss_mib']:.2f}x memory of {floor['item']}"
+        rows.append(f"| {today} | {host} | {cap_name} | {size / 2**20:.1f} MiB | {it['item']} | "
+                    f"{it['runs']} | {it['median_s']:.3f} | {it['min_s']:.3f} | "
+                    f"{it['max_s']:.3f} | {it['peak_rss_mib']:.0f} | {vs} | {args.note} |")
+    print("\n".join(rows))
+    if not args.no_append:
+        if not RESULTS.exists():
+            RESULTS.write_text("# Benchmark results\n\nAppended by `bench/run.py`; each row is "
+                               "one item timed over one capture (fresh process per run, wall "
+                               "time includes interpreter start).\n\n" + HEADER)
+        with RESULTS.open("a") as fh:
+            fh.write("\n".join(rows) + "\n")
+        print(f"wrote {RESULTS} ({len(rows)} rows)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
