@@ -12,11 +12,13 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+
 import trace_reader
 import xplane_reader
 from hlo_program import Program
 
-RUN = Path(__file__).parent / "data" / "minigpt-cpu" / "plugins" / "profile" / "2026_01_01_00_00_00"
+RUN = Path(__file__).parent / "data" / "minigpt-cpu" / "plugins" / "profile" / \
+    "2026_01_01_00_00_00"
 MODEL = Path(__file__).parent / "fixtures" / "minigpt.py"
 TRAIN_STEP = 52
 

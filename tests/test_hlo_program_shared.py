@@ -5,9 +5,8 @@ fills only `stack_frame_id` (capture-format.md). Both must give the same kind of
 
 from __future__ import annotations
 
-from hlo_program import Program
-
 import xplane_reader
+from hlo_program import Program
 
 RUNS = {
     "gemm": "mi300x-jax0.8-gemm/plugins/profile/2026_02_20_13_54_10/tw003.xplane.pb",

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from conftest import REPO, SHARED_CAPTURES
 
 SKILL_DIRS = {"investigating-jax-traces": REPO,

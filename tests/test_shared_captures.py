@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from conftest import SHARED_CAPTURES
-
 import trace_reader
 import xplane_reader
+from conftest import SHARED_CAPTURES
 
 
 def _space(capture):

@@ -5,11 +5,11 @@ from __future__ import annotations
 import gzip
 
 import pytest
-from hlo_program import Program
-from xspace_builder import XSpaceBuilder
 
 import xplane_reader
 import xprotos
+from hlo_program import Program
+from xspace_builder import XSpaceBuilder
 
 
 def _load(tmp_path, builder):
