@@ -66,3 +66,22 @@ def test_source_frames_point_into_the_model():
     assert {"layer_norm", "attention", "mlp", "forward", "loss_fn"} <= functions
     qkv = [i for i, f in with_user if i.name.startswith("gemm_fusion_dot") and f.line == 53]
     assert qkv, "the attention's `x @ w_qkv` (minigpt.py:53) is a Triton GEMM fusion"
+
+
+MAXTEXT = ("other-formats/nvidia-jax-toolbox-nsys-jax/maxtext-fsdp4-h100/dump/"
+           "module_0016.jit_train_step.sm_9.0_gpu_after_optimizations.hlo.pb.xz")
+
+
+def test_maxtext_h100_program_read_in_place(shared):
+    """The large real case: an optimized MaxText step (xla.HloProto) read from ../shared."""
+    blob = lzma.decompress((shared / MAXTEXT).read_bytes())
+    p = Program(xprotos.classes()["HloProto"].FromString(blob).hlo_module)
+    assert (p.name, p.id, len(p.computations), len(p.instructions)) == \
+        ("jit_train_step", 16, 564, 7757)
+    ops = Counter(i.opcode for i in p.instructions.values())
+    assert (ops["all-gather-start"], ops["all-reduce-start"], ops["async-start"]) == (7, 8, 7)
+    assert Counter(i.custom_call_target for i in p.instructions.values()
+                   if i.opcode == "custom-call") == {"__cublas$gemm": 159}
+    assert sorted((i.name, Program.trip_count(i)) for i in p.instructions.values()
+                  if i.opcode == "while") == [("while.5.0", 3), ("while.7.0", 2)]
+    assert sum(1 for i in p.instructions.values() if p.frames(i)) == 3648
