@@ -122,8 +122,15 @@ def render(files, space, trace, programs, xplane_error, trace_error) -> list[str
             out.append(f"  device: {desc or 'no device stats'}")
             for lid, (lname, n) in sorted(x["lines"].items()):
                 out.append(f"  line {lid} {lname!r}: {n} events")
+    if not xg and not tg:
+        out.append("GPUs: none in this capture")
     if space:
         host = space.plane("/host:CPU")
+        if host and not xg:
+            thunks = sum(1 for ln in host.lines for e in ln.events() if "hlo_op" in e.stats)
+            if thunks:
+                out.append(f"CPU: {thunks} XLA:CPU thunk events carry hlo_op on /host:CPU "
+                           "(they are this capture's kernels)")
         if host:
             line = f"host: {len(host.lines)} lines, {host.event_count()} events in the xplane"
             if trace:

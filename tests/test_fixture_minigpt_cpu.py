@@ -122,3 +122,16 @@ def test_trace_json_matches_the_xplane_host_side(space):
                           if "hlo_op" in e.stats)
     assert from_trace == from_xplane and sum(from_trace.values()) == 978
     assert trace.gpu_pids() == {}
+
+
+def test_capture_info_on_the_cpu_capture():
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-P", str(Path(__file__).parent.parent / "scripts" /
+                                                  "capture_info.py"), str(RUN)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "GPUs: none in this capture" in r.stdout
+    assert "CPU: 978 XLA:CPU thunk events carry hlo_op on /host:CPU" in r.stdout
+    assert ("  jit_train_step(52): module jit_train_step, 206 computations, 2078 instructions, "
+            "while loops with trip counts [2, 2]") in r.stdout
