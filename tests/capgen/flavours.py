@@ -1,0 +1,206 @@
+"""What each vendor's tracer writes, for the generator.
+
+ROCm items follow the real AMD captures in ../shared/captures/ (seen). NVIDIA items rest on reading
+XLA's CUPTI collector source (`xla/backends/profiler/gpu/cupti_collector.cc`,
+`cupti_buffer_events.h`, `cupti_tracer.cc`), not on a real capture; each is marked [source]:
+- [source] stream lines are `Stream #<id>(<kinds>)` with kernels listed as `Compute` (the V100
+  TensorFlow capture agrees: `Stream #134(Compute)`);
+- [source] kernel stats: `correlation_id` (uint64), `scope_range_id` (int64), `context_id` (str
+  `$$<n>`), `cuda_graph_id`/`cuda_graph_node_id` (uint64, graph kernels only),
+  `theoretical_occupancy_pct` (double), `occupancy_min_grid_size`/`occupancy_suggested_block_size`
+  (int64), `kernel_details` (ref, `regs:… static_shared:… dynamic_shared:… grid:… block:…
+  occ_pct:…`), `tf_op` (ref), then `hlo_op`, `hlo_module` (ref), `program_id` (int64);
+- [source] host launch events are named after the kernel, carry `device_id` (uint64, the
+  ordinal), `correlation_id`, `scope_range_id`, `context_id` and no `hlo_*` stats; graph launches
+  are `cuGraphLaunch (CudaGraph:<exec id>)` with `cuda_graph_id`;
+- [source] memcpys are device events `MemcpyD2D` with `memcpy_details`
+  `kind_src:device kind_dst:device size:<n> dest:<dev> async:1`;
+- [source] the host API events sit on `Host Threads/<tid>` lines of `/host:CPU` (merged there from
+  `/host:CUPTI` by line id), apart from the TraceMe lines, as on ROCm;
+- [source] device plane stats add `gpu_device_name` to ROCm's set, with `device_vendor` "Nvidia".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+REF, STR, I64, U64, F64 = "ref", "str", "int64", "uint64", "double"
+
+
+@dataclass(frozen=True)
+class Device:
+    vendor: str
+    name: str
+    clock_rate_khz: int
+    cores: int
+    memory_bandwidth: int
+    memory_size: int
+    cc: tuple[int, int]
+    peak_flops: float     # for the generator's cost model only
+    hbm_bytes_per_s: float
+
+
+MI300X = Device("AMD", "", 2_100_000, 304, 2_662_400_000_000, 206_141_652_992, (9, 4),
+                650e12, 4.0e12)
+H100 = Device("Nvidia", "NVIDIA H100 80GB HBM3", 1_980_000, 132, 3_352_320_000_000,
+              84_929_216_512, (9, 0), 700e12, 2.8e12)
+
+
+class Rocm:
+    name = "rocm"
+    device = MI300X
+    stream_suffix = "(Kernel)"
+    copy_kernel = "__amd_rocclr_copyBuffer.kd"
+    launch_thread_base = 583
+    agent_base = 47645   # device_id on host events is an agent number, not the ordinal
+
+    @staticmethod
+    def kernel_name(spec, index: int) -> str:
+        if spec.role == "gemm":
+            return ("Cijk_Ailk_Bljk_BBS_BH_MT128x128x32_MI32x32x8x1_SN_1LDSB0_"
+                    f"GRVW8_K1_WG32_8_1_{index % 4}")
+        if spec.role == "collective":
+            return "ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)"
+        if spec.role == "copy":
+            return Rocm.copy_kernel
+        if spec.name == "im2col":
+            return "Im3d2Col.kd"
+        return spec.name + ".kd"
+
+    @staticmethod
+    def launch_name(spec) -> str:
+        if spec.role == "gemm":
+            return "hipExtModuleLaunchKernel"
+        if spec.role == "copy":
+            return "hipMemcpyDtoDAsync"
+        if spec.role == "collective":
+            return "hipLaunchKernel"
+        return "hipModuleLaunchKernel"
+
+    graph_launch_name = "hipGraphLaunch"
+
+    @staticmethod
+    def kernel_details(spec) -> str:
+        return " grid:256,1,1 block:256,1,1 private_mem:0 group_mem:0 occ_pct:0"
+
+    @staticmethod
+    def device_id(ordinal: int) -> int:
+        return Rocm.agent_base + ordinal
+
+    @staticmethod
+    def device_stats(dev: Device) -> list:
+        return [("clock_rate", I64, dev.clock_rate_khz), ("compute_cap_major", I64, dev.cc[0]),
+                ("compute_cap_minor", I64, dev.cc[1]), ("core_count", I64, dev.cores),
+                ("device_vendor", STR, dev.vendor),
+                ("memory_bandwidth", U64, dev.memory_bandwidth),
+                ("memory_size", U64, dev.memory_size)]
+
+    @staticmethod
+    def gpu_kernel_stats(k, labels: bool) -> list:
+        """Stats of a kernel event; k is the generator's planted kernel."""
+        out = [("correlation_id", U64, k.correlation_id),
+               ("kernel_details", REF, Rocm.kernel_details(k.spec))]
+        if labels:
+            out += [("hlo_module", REF, k.module), ("hlo_op", REF, k.hlo_op_label),
+                    ("name", REF, k.op_name or "kernel"), ("program_id", I64, k.program_id),
+                    ("tf_op", REF, "XlaModule:")]
+        return out
+
+    @staticmethod
+    def launch_stats(k, labels: bool, ordinal: int) -> list:
+        out = [("correlation_id", U64, k.correlation_id), ("device_id", U64,
+                                                            Rocm.device_id(ordinal))]
+        if k.spec.role == "copy":
+            out.append(("memcpy_details", REF, "kind:Unknown size:0 dest:512 async:1"))
+        if labels:
+            out += [("hlo_module", REF, k.module), ("hlo_op", REF, k.hlo_op_label),
+                    ("name", REF, k.op_name or "kernel"), ("program_id", I64, k.program_id),
+                    ("tf_op", REF, "XlaModule:")]
+        return out
+
+    @staticmethod
+    def graph_stats(graph_id: int) -> list:
+        return []
+
+    memcpy_as_event = False
+
+
+class Nvidia:
+    name = "nvidia"
+    device = H100
+    stream_suffix = "(Compute,MemcpyD2D)"
+    launch_thread_base = 91500
+    graph_launch_name = "cuGraphLaunch"
+
+    @staticmethod
+    def kernel_name(spec, index: int) -> str:
+        if spec.role == "gemm" and not spec.name.startswith(("gemm_fusion", "triton")):
+            return ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1"
+                    "_execute_segment_k_off_kernel__5x_cublas")
+        if spec.role == "collective":
+            return "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
+        if spec.role == "copy":
+            return "MemcpyD2D"
+        if spec.name == "im2col":
+            return "im2col4d_kernel"
+        return spec.name
+
+    @staticmethod
+    def launch_name(spec) -> str:
+        return Nvidia.kernel_name(spec, 0) if spec.role != "copy" else "MemcpyD2D"
+
+    @staticmethod
+    def kernel_details(spec) -> str:
+        return ("regs:64 static_shared:0 dynamic_shared:49152 grid:132,1,1 block:256,1,1 "
+                "occ_pct:50")
+
+    @staticmethod
+    def device_id(ordinal: int) -> int:
+        return ordinal
+
+    @staticmethod
+    def device_stats(dev: Device) -> list:
+        return [("clock_rate", I64, dev.clock_rate_khz), ("compute_cap_major", I64, dev.cc[0]),
+                ("compute_cap_minor", I64, dev.cc[1]), ("core_count", I64, dev.cores),
+                ("device_vendor", STR, dev.vendor), ("gpu_device_name", STR, dev.name),
+                ("memory_bandwidth", U64, dev.memory_bandwidth),
+                ("memory_size", U64, dev.memory_size)]
+
+    @staticmethod
+    def gpu_kernel_stats(k, labels: bool) -> list:
+        out = [("correlation_id", U64, k.correlation_id),
+               ("scope_range_id", I64, k.scope_range_id), ("context_id", STR, "$$1")]
+        if k.graph_id:
+            out += [("cuda_graph_id", U64, k.graph_id), ("cuda_graph_node_id", U64,
+                                                           k.graph_node)]
+        if k.spec.role == "copy":
+            out.append(("memcpy_details", REF,
+                        f"kind_src:device kind_dst:device size:{int(k.spec.bytes) // 2} "
+                        f"dest:{k.device} async:1"))
+        else:
+            out += [("theoretical_occupancy_pct", F64, 50.0),
+                    ("occupancy_min_grid_size", I64, 264),
+                    ("occupancy_suggested_block_size", I64, 256),
+                    ("kernel_details", REF, Nvidia.kernel_details(k.spec))]
+        if labels:
+            out += [("tf_op", REF, "XlaModule:"), ("hlo_op", REF, k.hlo_op_label),
+                    ("hlo_module", REF, k.module), ("program_id", I64, k.program_id)]
+        return out
+
+    @staticmethod
+    def launch_stats(k, labels: bool, ordinal: int) -> list:
+        out = [("device_id", U64, ordinal), ("correlation_id", U64, k.correlation_id),
+               ("scope_range_id", I64, k.scope_range_id), ("context_id", STR, "$$1")]
+        if k.spec.role == "copy":
+            out.append(("memcpy_details", REF,
+                        "kind_src:unknown kind_dst:unknown size:0 dest:0 async:1"))
+        return out
+
+    @staticmethod
+    def graph_stats(graph_id: int) -> list:
+        return [("cuda_graph_id", U64, graph_id)]
+
+    memcpy_as_event = True
+
+
+FLAVOURS = {"rocm": Rocm, "nvidia": Nvidia}

@@ -1,0 +1,759 @@
+"""Generate a capture as XLA would write it from a real GPU program, with its ground truth.
+
+    from capgen.generate import Scenario, generate
+    result = generate(Scenario(name="rocm-off"), out_dir)
+
+writes `out_dir/plugins/profile/2026_01_01_00_00_00/<host>.xplane.pb` and `<host>.trace.json.gz`
+(the json made from that xplane by jaxlib's own exporter, so it is exactly what XLA writes) and
+`out_dir/truth/` (kernels.csv, steps.csv, defects.csv, scenario.json; schema in tests/README.md).
+
+The simulation: each step runs the program's thunks (programs.expand) on every GPU. A host thread
+per GPU issues launches (TraceMe per thunk, a launch event inside it on the GPU's `Host Threads`
+line); kernels start when both their launch has ended (plus a queue latency) and their stream is
+free; collectives run on their own stream and finish together on all GPUs, so a GPU that arrives
+early waits inside the collective kernel; `*-done` makes the compute stream wait for its
+collective. Command buffers group thunks into graphs: one launch, one correlation id, kernels
+back to back, `hlo_op` = the command buffer's label. Deterministic for a seed.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import random
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import xprotos
+from capgen import flavours
+from capgen.programs import KernelSpec, Thunk, expand, load_program
+
+RUN = "2026_01_01_00_00_00"
+US = 1_000_000  # picoseconds per microsecond
+PROFILE_EPOCH_NS = 1_790_000_000_000_000_000
+
+
+@dataclass
+class Scenario:
+    name: str
+    program: str = "minigpt-1gpu"
+    vendor: str = "rocm"
+    gpus: int = 1
+    steps: int = 4
+    step_annotations: bool = True
+    command_buffers: str = "off"   # off | partial | all | while_bodies | profiling_fallback
+    graph_label: str = "command_buffer"  # graph kernels' hlo_op: command_buffer_<k> or call.<k>
+    program_id: int = 17
+    host: str = "gen-host"
+    seed: int = 0
+    # host costs (picoseconds)
+    launch_ps: int = 4 * US           # one launch API call
+    thunk_host_ps: int = 2 * US       # host work per thunk besides its launches
+    step_python_ps: int = 60 * US     # Python between steps, on the python thread
+    queue_latency_ps: int = 2 * US    # launch end -> earliest kernel start
+    # device costs
+    work_scale: float = 1.0           # multiplies every kernel's duration
+    straggler_gpu: int | None = None
+    straggler_factor: float = 1.5
+    # program variations
+    kernel_reuse: float = 0.0         # share of fusions that run another fusion's kernel
+    split_k: float = 0.0              # share of GEMMs that add a split-K reduction kernel
+    collective_label: str = "instruction"  # or "pre_async": label absent from the saved HLO
+    duplicate_program_id: int | None = None  # first step runs under this second id
+    same_name_programs: int = 0       # extra programs sharing the main module's name
+    argument_copies: int = 1          # H2D argument copies before each execution (no hlo_op)
+    # planted defects
+    drop_graph_kernels: int = 0       # graph replays under-recorded
+    json_drop_gpu_events: int = 0     # the json disagrees with its xplane
+    non_launch_correlations: int = 0  # kernels whose id joins a hipStreamWaitEvent
+    expected_verdict: str = ""
+
+
+@dataclass(slots=True)
+class Planted:
+    device: int
+    stream: int
+    correlation_id: int
+    start_ps: int
+    dur_ps: int
+    kernel: str
+    spec: KernelSpec
+    program_id: int
+    module: str
+    instruction: str
+    hlo_op_label: str | None
+    op_name: str
+    graph_id: int = 0
+    graph_node: int = 0
+    scope_range_id: int = 0
+    step: int | None = None
+    launch_start_ps: int | None = None
+    launch_end_ps: int | None = None
+
+
+@dataclass
+class HostEvent:
+    line: str
+    name: str
+    start_ps: int
+    dur_ps: int
+    stats: list = field(default_factory=list)
+
+
+@dataclass
+class Result:
+    run_dir: Path
+    xplane: Path
+    trace: Path
+    truth_dir: Path
+    kernels: list
+    steps: list
+    defects: list
+
+
+class _Sim:
+    def __init__(self, sc: Scenario):
+        self.sc = sc
+        self.fl = flavours.FLAVOURS[sc.vendor]
+        self.rng = random.Random(sc.seed)
+        self.program = load_program(sc.program)
+        self.module = self.program.name
+        self.thunks = expand(self.program)
+        self.kernels: list[Planted] = []
+        self.host: list[HostEvent] = []
+        self.correlation = 1000
+        self.scope = 1
+        self.labels: dict[tuple, str] = {}
+        self.graph_ids: dict[str, int] = {}
+        self.steps = []
+        self.compute_stream = {g: 13 + 4 * g for g in range(sc.gpus)}
+        self.collective_stream = {g: 14 + 4 * g for g in range(sc.gpus)}
+        self.copy_stream = {g: 15 + 4 * g for g in range(sc.gpus)}
+        self._reuse = self._plan_reuse()
+        self._split = {t.instruction for t in self.thunks
+                       if any(k.role == "gemm" for k in t.kernels)
+                       and self._chance("split", t.instruction, sc.split_k)}
+        self.segments = self._plan_graphs()
+
+    # -- deterministic choices keyed on names, so every step makes the same ones
+    def _chance(self, what: str, key: str, p: float) -> bool:
+        return p > 0 and random.Random(f"{self.sc.seed}/{what}/{key}").random() < p
+
+    def _plan_reuse(self) -> dict[str, str]:
+        out = {}
+        seen: dict[str, str] = {}
+        for t in self.thunks:
+            if t.opcode != "fusion" or not t.kernels or t.kernels[0].role != "compute":
+                continue
+            kind = t.instruction.split("_")[0]
+            if kind in seen and seen[kind] != t.instruction and \
+                    self._chance("reuse", t.instruction, self.sc.kernel_reuse):
+                out[t.instruction] = seen[kind]
+            seen.setdefault(kind, t.instruction)
+        return out
+
+    def _plan_graphs(self) -> list[int | None]:
+        """Segment number of each thunk (None: launched op by op)."""
+        mode = self.sc.command_buffers
+        n = len(self.thunks)
+        seg: list[int | None] = [None] * n
+        if mode in ("off", "profiling_fallback"):
+            return seg
+        k = 0
+        if mode == "all":
+            i = 0
+            while i < n:
+                if not self.thunks[i].kernels:
+                    i += 1
+                    continue
+                while i < n and self.thunks[i].kernels:
+                    seg[i] = k
+                    i += 1
+                k += 1
+            return seg
+        if mode == "while_bodies":
+            prev = None
+            for i, t in enumerate(self.thunks):
+                if t.loop and t.kernels and not t.collective:
+                    key = t.loop
+                    if key != prev:
+                        k += 1
+                        prev = key
+                    seg[i] = k
+                else:
+                    prev = None
+            return seg
+        if mode == "partial":
+            i = 0
+            while i < n:
+                j = i
+                while j < n and self.thunks[j].opcode == "fusion" and \
+                        self.thunks[j].loop == self.thunks[i].loop:
+                    j += 1
+                if j - i >= 3:
+                    for x in range(i, j):
+                        seg[x] = k
+                    k += 1
+                i = max(j, i + 1)
+            return seg
+        raise ValueError(f"unknown command-buffer mode {mode!r}")
+
+    def _label(self, thunk_names: tuple) -> str:
+        if thunk_names not in self.labels:
+            k = len(self.labels)
+            self.labels[thunk_names] = (f"call.{k}" if self.sc.graph_label == "call"
+                                        else f"command_buffer_{k}")
+        return self.labels[thunk_names]
+
+    def _duration(self, spec: KernelSpec, g: int) -> int:
+        dev = self.fl.device
+        seconds = 1.5e-6 + spec.bytes / dev.hbm_bytes_per_s + spec.flops / dev.peak_flops
+        if spec.role == "collective":
+            seconds = 8e-6 + spec.bytes / 50e9
+        factor = self.sc.work_scale * (self.sc.straggler_factor if g == self.sc.straggler_gpu
+                                       else 1.0)
+        return max(1000, int(seconds * 1e12 * factor * self.rng.uniform(0.97, 1.03)))
+
+    def _hlo_label(self, t: Thunk) -> str:
+        if t.collective and self.sc.collective_label == "pre_async":
+            base = t.instruction.replace("-start", "")
+            label = base if base != t.instruction else t.instruction + ".pre"
+            while label in self.program.by_name:
+                label += "_"
+            return label
+        return t.instruction
+
+    def _op_name(self, instruction: str) -> str:
+        ins = self.program.by_name.get(instruction)
+        return ins.metadata.op_name if ins is not None else ""
+
+    def run(self):
+        sc = self.sc
+        t = 1_000 * US  # the first step begins 1 ms into the profile
+        self._run_extra_programs(t)
+        t += 400 * US
+        for step in range(sc.steps):
+            pid = sc.duplicate_program_id if (sc.duplicate_program_id and step == 0) \
+                else sc.program_id
+            t = self._run_step(step, t, pid)
+        self.end_ps = t + 100 * US
+
+    def _run_extra_programs(self, t: int) -> None:
+        """Small programs sharing the main module's name, run once before the steps."""
+        self.extra = []
+        for i in range(self.sc.same_name_programs):
+            pid = self.sc.program_id + 100 + i
+            self.extra.append(pid)
+            g = 0
+            start = t + i * 50 * US
+            corr = self._next_corr()
+            spec = KernelSpec("wrapped_broadcast", "compute", 0.0, 4096.0)
+            launch_line = f"Host Threads/{self.fl.launch_thread_base + g}"
+            k = Planted(g, self.compute_stream[g], corr, start + 10 * US, 2 * US,
+                        self.fl.kernel_name(spec, 0), spec, pid, self.module,
+                        "wrapped_broadcast", "wrapped_broadcast", "",
+                        scope_range_id=self._next_scope(),
+                        launch_start_ps=start, launch_end_ps=start + self.sc.launch_ps)
+            self.kernels.append(k)
+            self.host.append(HostEvent(launch_line, self.fl.launch_name(spec), start,
+                                       self.sc.launch_ps, self.fl.launch_stats(k, True, g)))
+
+    def _next_corr(self) -> int:
+        self.correlation += 1
+        return self.correlation
+
+    def _next_scope(self) -> int:
+        self.scope += 1
+        return self.scope
+
+    def _run_step(self, step: int, t0: int, program_id: int) -> int:
+        sc, fl = self.sc, self.fl
+        gpus = range(sc.gpus)
+        python = "python"
+        # Python work before dispatch (the launch-bound scenario makes this long)
+        busy = [HostEvent(python, f"$minigpt.py:{120 + i} {n}", t0 + i * sc.step_python_ps // 3,
+                          sc.step_python_ps // 3 - 1000)
+                for i, n in enumerate(("batch", "shard_batch", "train_loop"))]
+        self.host.extend(busy)
+        dispatch = t0 + sc.step_python_ps
+        exec_line = {g: python if sc.gpus == 1 else f"py_xla_execute/{-7_000_000_000 - 97 * g}"
+                     for g in gpus}
+        cursor = {g: dispatch + 12 * US + g * 3 * US for g in gpus}
+        compute_free = {g: 0 for g in gpus}
+        coll_free = {g: 0 for g in gpus}
+        coll_end: dict[tuple, int] = {}
+        first_launch = {}
+        step_kernels: list[Planted] = []
+        chain_start = dict(cursor)
+        # argument copies (host to device, outside the program: no hlo_op)
+        for g in gpus:
+            for _ in range(sc.argument_copies):
+                corr = self._next_corr()
+                ls = cursor[g]
+                spec = KernelSpec("copy", "copy", 0.0, 65536.0)
+                start = max(ls + sc.launch_ps + sc.queue_latency_ps, compute_free[g])
+                dur = self._duration(spec, g)
+                k = Planted(g, self.copy_stream[g], corr, start, dur, fl.kernel_name(spec, 0),
+                            spec, program_id, self.module, "", None, "",
+                            scope_range_id=self._next_scope(), step=step, launch_start_ps=ls,
+                            launch_end_ps=ls + sc.launch_ps)
+                self.kernels.append(k)
+                step_kernels.append(k)
+                stats = fl.launch_stats(k, False, g)
+                self.host.append(HostEvent(f"Host Threads/{fl.launch_thread_base + 40 + g}",
+                                           "hipMemcpyHtoDAsync" if fl.name == "rocm"
+                                           else "MemcpyH2D", ls, sc.launch_ps, stats))
+                cursor[g] = ls + sc.launch_ps + US
+        module_start = {g: cursor[g] for g in gpus}
+        for g in gpus:
+            cursor[g] += 3 * US
+        i = 0
+        n = len(self.thunks)
+        while i < n:
+            th = self.thunks[i]
+            seg = self.segments[i]
+            if seg is not None:
+                j = i
+                while j < n and self.segments[j] == seg:
+                    j += 1
+                group = self.thunks[i:j]
+                label = self._label(tuple(x.instruction for x in group))
+                for g in gpus:
+                    self._graph_launch(g, group, label, step, program_id, cursor, compute_free,
+                                       exec_line[g], step_kernels, first_launch)
+                i = j
+                continue
+            if th.wait_for is not None:
+                for g in gpus:
+                    end = coll_end.get((g, th.wait_for))
+                    if end is not None:
+                        compute_free[g] = max(compute_free[g], end)
+                    self.host.append(HostEvent(exec_line[g], th.instruction, cursor[g], US // 2))
+                    cursor[g] += US
+                i += 1
+                continue
+            if th.collective:
+                starts = {}
+                for g in gpus:
+                    ls = cursor[g] + sc.thunk_host_ps
+                    starts[g] = max(ls + sc.launch_ps + sc.queue_latency_ps, coll_free[g],
+                                    compute_free[g])
+                transfer = max(self._duration(k, 0) for k in th.kernels)
+                end = max(starts.values()) + transfer
+                for g in gpus:
+                    ls = cursor[g] + sc.thunk_host_ps
+                    self._op_launch(g, th, th.kernels[0], ls, starts[g], end - starts[g],
+                                    self.collective_stream[g], step, program_id, exec_line[g],
+                                    step_kernels, first_launch)
+                    coll_free[g] = end
+                    coll_end[(g, th.instruction)] = end
+                    cursor[g] = ls + sc.launch_ps + US
+                i += 1
+                continue
+            for g in gpus:
+                ls = cursor[g] + sc.thunk_host_ps
+                trace_start = cursor[g]
+                specs = list(th.kernels)
+                if th.instruction in self._split:
+                    specs.append(KernelSpec("splitk_reduce", "compute", 0.0, specs[0].bytes / 4))
+                corr_scope = self._next_scope()
+                for spec in specs:
+                    start = max(ls + sc.launch_ps + sc.queue_latency_ps, compute_free[g])
+                    dur = self._duration(spec, g)
+                    self._op_launch(g, th, spec, ls, start, dur, self.compute_stream[g], step,
+                                    program_id, None, step_kernels, first_launch, corr_scope)
+                    compute_free[g] = start + dur
+                    ls += sc.launch_ps + US // 2
+                self.host.append(HostEvent(exec_line[g], th.instruction, trace_start,
+                                           ls - trace_start))
+                cursor[g] = ls + US // 2
+            i += 1
+        # the execution chain around the thunks, per GPU
+        step_end = max(k.start_ps + k.dur_ps for k in step_kernels)
+        for g in gpus:
+            line = exec_line[g]
+            end = cursor[g] + 2 * US
+            self.host.append(HostEvent(line, "PjRtStreamExecutorLoadedExecutable::Execute",
+                                       chain_start[g] - 4 * US, end - chain_start[g] + 8 * US))
+            self.host.append(HostEvent(line, "GpuExecutable::ExecuteThunks", module_start[g],
+                                       end - module_start[g] + US,
+                                       [("module_name", flavours.REF, self.module)]))
+            self.host.append(HostEvent(line, f"{self.module}:XLA GPU module",
+                                       module_start[g] + US // 2, end - module_start[g]))
+        pjit_end = max(cursor.values()) + 10 * US
+        self.host.append(HostEvent(python, "PjitFunction(train_step)", dispatch,
+                                   pjit_end - dispatch))
+        sync_end = max(step_end, pjit_end) + 5 * US
+        self.host.append(HostEvent(python, "CommonPjRtBuffer::Await", pjit_end + US,
+                                   sync_end - pjit_end - US))
+        if sc.step_annotations:
+            self.host.append(HostEvent(python, "train", t0, sync_end - t0 + US,
+                                       [("step_num", flavours.I64, step)]))
+        self._truth_steps(step, t0, step_kernels)
+        return sync_end + 20 * US
+
+    def _op_launch(self, g, th: Thunk, spec: KernelSpec, ls, start, dur, stream, step,
+                   program_id, trace_line, step_kernels, first_launch, scope=None):
+        sc, fl = self.sc, self.fl
+        corr = self._next_corr()
+        kernel_spec = spec
+        if th.instruction in self._reuse and spec.role == "compute":
+            kernel_spec = KernelSpec(self._reuse[th.instruction].replace(".", "_").replace(
+                "-", "_"), spec.role, spec.flops, spec.bytes)
+        k = Planted(g, stream, corr, start, dur, fl.kernel_name(kernel_spec, len(self.kernels)),
+                    spec, program_id, self.module, th.instruction, self._hlo_label(th),
+                    self._op_name(th.instruction), scope_range_id=scope or self._next_scope(),
+                    step=step, launch_start_ps=ls, launch_end_ps=ls + sc.launch_ps)
+        self.kernels.append(k)
+        step_kernels.append(k)
+        self.host.append(HostEvent(f"Host Threads/{fl.launch_thread_base + g}",
+                                   fl.launch_name(kernel_spec), ls, sc.launch_ps,
+                                   fl.launch_stats(k, True, g)))
+        if trace_line is not None:
+            self.host.append(HostEvent(trace_line, th.instruction, ls - sc.thunk_host_ps,
+                                       sc.thunk_host_ps + sc.launch_ps + US // 2))
+
+    def _graph_launch(self, g, group, label, step, program_id, cursor, compute_free,
+                      trace_line, step_kernels, first_launch):
+        sc, fl = self.sc, self.fl
+        corr = self._next_corr()
+        gid = self.graph_ids.setdefault(label, 4000 + len(self.graph_ids))
+        ls = cursor[g] + sc.thunk_host_ps
+        t = max(ls + sc.launch_ps + sc.queue_latency_ps, compute_free[g])
+        node = 0
+        for th in group:
+            for spec in th.kernels:
+                node += 1
+                dur = self._duration(spec, g)
+                kernel_spec = spec
+                if th.instruction in self._reuse and spec.role == "compute":
+                    kernel_spec = KernelSpec(self._reuse[th.instruction].replace(".", "_")
+                                             .replace("-", "_"), spec.role, spec.flops,
+                                             spec.bytes)
+                stream = self.collective_stream[g] if spec.role == "collective" else \
+                    self.compute_stream[g]
+                k = Planted(g, stream, corr, t, dur, fl.kernel_name(kernel_spec, node), spec,
+                            program_id, self.module, th.instruction, label, "", gid, node,
+                            self._next_scope(), step, None, None)
+                self.kernels.append(k)
+                step_kernels.append(k)
+                t += dur + 300_000  # 0.3 us between graph nodes
+        compute_free[g] = t
+        name = fl.graph_launch_name if fl.name == "rocm" else \
+            f"{fl.graph_launch_name} (CudaGraph:{gid})"
+        stub = Planted(g, 0, corr, 0, 0, "", KernelSpec("graph", "compute", 0, 0), program_id,
+                       self.module, "", label, "", gid)
+        stats = fl.launch_stats(stub, True, g) + fl.graph_stats(gid)
+        self.host.append(HostEvent(f"Host Threads/{fl.launch_thread_base + g}", name, ls,
+                                   sc.launch_ps, stats))
+        self.host.append(HostEvent(trace_line, label, cursor[g], sc.thunk_host_ps +
+                                   sc.launch_ps + US // 2))
+        cursor[g] = ls + sc.launch_ps + US
+
+    def _truth_steps(self, step, t0, step_kernels):
+        for g in range(self.sc.gpus):
+            mine = sorted((k for k in step_kernels if k.device == g), key=lambda k: k.start_ps)
+            end = max(k.start_ps + k.dur_ps for k in mine)
+            busy = _union((k.start_ps, k.start_ps + k.dur_ps) for k in mine)
+            crit = [k for k in mine if k.stream == self.compute_stream[g]]
+            host_wait = 0
+            prev_end = t0
+            for k in crit:
+                if k.start_ps > prev_end:
+                    ready = (k.launch_end_ps + self.sc.queue_latency_ps) if k.launch_end_ps \
+                        is not None else None
+                    # graph kernels after the first of their launch run back to back
+                    if ready is None or ready >= k.start_ps:
+                        host_wait += k.start_ps - prev_end
+                prev_end = max(prev_end, k.start_ps + k.dur_ps)
+            self.steps.append({"step": step, "device": g, "start_ps": t0, "end_ps": end,
+                               "busy_ps": busy, "idle_ps": end - t0 - busy,
+                               "host_ps": host_wait, "device_ps": end - t0 - host_wait,
+                               "critical_stream": self.compute_stream[g]})
+
+
+def _union(intervals) -> int:
+    total = 0
+    cur_s = cur_e = None
+    for s, e in sorted(intervals):
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                total += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    if cur_e is not None:
+        total += cur_e - cur_s
+    return total
+
+
+# ---------------------------------------------------------------- writing the XSpace
+
+class _PlaneWriter:
+    def __init__(self, plane):
+        self.plane = plane
+        self.stat_ids: dict[str, int] = {}
+        self.event_ids: dict[str, int] = {}
+
+    def stat_id(self, name: str) -> int:
+        sid = self.stat_ids.get(name)
+        if sid is None:
+            sid = len(self.stat_ids) + 1
+            self.stat_ids[name] = sid
+            md = self.plane.stat_metadata[sid]
+            md.id = sid
+            md.name = name
+        return sid
+
+    def event_id(self, name: str) -> int:
+        eid = self.event_ids.get(name)
+        if eid is None:
+            eid = len(self.event_ids) + 1
+            self.event_ids[name] = eid
+            md = self.plane.event_metadata[eid]
+            md.id = eid
+            md.name = name
+        return eid
+
+    def add_stats(self, target, stats) -> None:
+        for key, kind, value in stats:
+            st = target.add()
+            st.metadata_id = self.stat_id(key)
+            if kind == flavours.REF:
+                st.ref_value = self.stat_id(value)
+            elif kind == flavours.U64:
+                st.uint64_value = value
+            elif kind == flavours.I64:
+                st.int64_value = value
+            elif kind == flavours.F64:
+                st.double_value = value
+            elif kind == "bytes":
+                st.bytes_value = value
+            else:
+                st.str_value = value
+
+    def line(self, line_id: int, name: str, events) -> None:
+        """events: (name, start_ps, dur_ps, stats) sorted by start."""
+        if not events:
+            return
+        ln = self.plane.lines.add()
+        ln.id = line_id
+        ln.name = name
+        ln.display_name = name if name.startswith("Host Threads") else ""
+        base_ns = events[0][1] // 1000
+        ln.timestamp_ns = base_ns
+        base_ps = base_ns * 1000
+        for ev_name, start, dur, stats in events:
+            ev = ln.events.add()
+            ev.metadata_id = self.event_id(ev_name)
+            ev.offset_ps = start - base_ps
+            ev.duration_ps = dur
+            if stats:
+                self.add_stats(ev.stats, stats)
+
+
+def _write_xspace(sim: _Sim, sc: Scenario, kernels: list[Planted]) -> bytes:
+    cls = xprotos.classes()
+    space = cls["XSpace"]()
+    space.hostnames.append(sc.host)
+    fl = sim.fl
+    # /host:metadata: the program (and its second id / same-name programs)
+    md = _PlaneWriter(space.planes.add())
+    md.plane.name = "/host:metadata"
+    hlo = cls["HloProto"]()
+    hlo.hlo_module.CopyFrom(sim.program.module)
+    ids = [sc.program_id] + ([sc.duplicate_program_id] if sc.duplicate_program_id else [])
+    blobs = {}
+    for pid in ids:
+        hlo.hlo_module.id = pid
+        blobs[pid] = hlo.SerializeToString()
+    for pid in getattr(sim, "extra", []):
+        blobs[pid] = _tiny_program(sim.module, pid).SerializeToString()
+    for pid, blob in sorted(blobs.items()):
+        em = md.plane.event_metadata[pid]
+        em.id = pid
+        em.name = f"{sim.module}({pid})"
+        md.add_stats(em.stats, [("Hlo Proto", "bytes", blob)])
+    # GPU planes: all 8 ordinals exist, as in the real captures; idle ones have no lines
+    by_device: dict[int, dict[int, list]] = {}
+    for k in kernels:
+        by_device.setdefault(k.device, {}).setdefault(k.stream, []).append(k)
+    for ordinal in range(max(8, sc.gpus)):
+        pw = _PlaneWriter(space.planes.add())
+        pw.plane.name = f"/device:GPU:{ordinal}"
+        pw.plane.id = ordinal
+        if ordinal in by_device or ordinal < sc.gpus:
+            pw.add_stats(pw.plane.stats, fl.device_stats(fl.device))
+        for stream, ks in sorted(by_device.get(ordinal, {}).items()):
+            ks.sort(key=lambda k: k.start_ps)
+            events = [(k.kernel, k.start_ps, k.dur_ps,
+                       fl.gpu_kernel_stats(k, k.hlo_op_label is not None)) for k in ks]
+            pw.line(stream, f"Stream #{stream}{fl.stream_suffix}", events)
+    # /host:CPU
+    hp = _PlaneWriter(space.planes.add())
+    hp.plane.name = "/host:CPU"
+    lines: dict[str, list] = {}
+    for e in sim.host:
+        lines.setdefault(e.line, []).append((e.name, e.start_ps, e.dur_ps, e.stats))
+    for name in sorted(lines):
+        evs = sorted(lines[name], key=lambda e: (e[1], -e[2]))
+        if name.startswith("Host Threads/"):
+            line_id = int(name.split("/")[1])
+        elif name.startswith("py_xla_execute/"):
+            line_id = int(name.split("/")[1])
+        else:
+            line_id = 6_300_611_701_581_713_424
+        hp.line(line_id, name, evs)
+    env = _PlaneWriter(space.planes.add())
+    env.plane.name = "Task Environment"
+    env.add_stats(env.plane.stats, [
+        ("profile_start_time", flavours.U64, PROFILE_EPOCH_NS),
+        ("profile_stop_time", flavours.U64, PROFILE_EPOCH_NS + sim.end_ps // 1000)])
+    return space.SerializeToString()
+
+
+def _tiny_program(module_name: str, pid: int):
+    """A one-fusion program named like the main one (several programs sharing a module name)."""
+    cls = xprotos.classes()
+    hlo = cls["HloProto"]()
+    m = hlo.hlo_module
+    m.name = module_name
+    m.id = pid
+    m.entry_computation_id = 1
+    fused = m.computations.add(name="fused_broadcast", id=2)
+    c = fused.instructions.add(name="constant.1", opcode="constant", id=10)
+    c.shape.element_type = 11
+    b = fused.instructions.add(name="broadcast.1", opcode="broadcast", id=11, operand_ids=[10])
+    b.shape.element_type = 11
+    b.shape.dimensions.extend([1024])
+    fused.root_id = 11
+    entry = m.computations.add(name="main", id=1)
+    f = entry.instructions.add(name="wrapped_broadcast", opcode="fusion", id=1,
+                               called_computation_ids=[2], fusion_kind="kLoop")
+    f.shape.element_type = 11
+    f.shape.dimensions.extend([1024])
+    entry.root_id = 1
+    m.entry_computation_id = 1
+    m.schedule.sequences[1].instruction_ids.append(1)
+    return hlo
+
+
+def export_trace_json(xspace_bytes: bytes) -> bytes:
+    """jaxlib's own converter: the same code jax.profiler uses to write <host>.trace.json.gz."""
+    from jax._src.lib import _profiler
+    with tempfile.TemporaryDirectory() as tmp:
+        _profiler.ProfilerSession().export(xspace_bytes, tmp)
+        (json_gz,) = Path(tmp).glob("plugins/profile/*/*.trace.json.gz")
+        return json_gz.read_bytes()
+
+
+def _apply_json_defect(json_gz: bytes, drop: int, ordinal: int = 0) -> bytes:
+    doc = json.loads(gzip.decompress(json_gz))
+    pid = next(e["pid"] for e in doc["traceEvents"] if e.get("ph") == "M" and
+               e.get("name") == "process_name" and e["args"]["name"] == f"/device:GPU:{ordinal}")
+    kept, dropped = [], 0
+    for e in doc["traceEvents"]:
+        if dropped < drop and e.get("ph") == "X" and e.get("pid") == pid:
+            dropped += 1
+            continue
+        kept.append(e)
+    doc["traceEvents"] = kept
+    return gzip.compress(json.dumps(doc, separators=(",", ":")).encode(), mtime=0)
+
+
+def generate(sc: Scenario, out_dir) -> Result:
+    out_dir = Path(out_dir)
+    sim = _Sim(sc)
+    sim.run()
+    defects = []
+    kernels = list(sim.kernels)
+    if sc.drop_graph_kernels:
+        graph = [k for k in kernels if k.graph_id]
+        victims = set(id(k) for k in random.Random(sc.seed).sample(
+            graph, min(sc.drop_graph_kernels, len(graph))))
+        kernels = [k for k in kernels if id(k) not in victims]
+        defects.append({"defect_id": "D1", "kind": "graph_replay_missing", "device": "",
+                        "stream": "", "correlation_id": "", "count": len(victims),
+                        "description": "graph kernels absent from the capture"})
+    if sc.non_launch_correlations:
+        cands = [k for k in kernels if k.launch_start_ps is not None and k.device == 0 and
+                 k.hlo_op_label is not None and k.spec.role == "compute"]
+        for n, k in enumerate(cands[:sc.non_launch_correlations]):
+            for e in sim.host:
+                if e.stats and e.stats[0][2] == k.correlation_id or any(
+                        s[0] == "correlation_id" and s[2] == k.correlation_id for s in e.stats):
+                    e.name = "hipStreamWaitEvent" if sc.vendor == "rocm" else \
+                        "cuStreamWaitEvent"
+                    e.stats = [s for s in e.stats if s[0] in ("correlation_id", "device_id")]
+            k.hlo_op_label = None
+            defects.append({"defect_id": f"D{2 + n}", "kind": "correlation_joins_non_launch",
+                            "device": 0, "stream": k.stream, "correlation_id": k.correlation_id,
+                            "count": 1, "description": "the kernel's correlation id belongs to "
+                            "a stream-wait host event, not a launch"})
+    if sc.straggler_gpu is not None:
+        defects.append({"defect_id": "S1", "kind": "straggler", "device": sc.straggler_gpu,
+                        "stream": "", "correlation_id": "", "count": "",
+                        "description": f"kernels {sc.straggler_factor}x slower"})
+    if sc.expected_verdict in ("launch-bound", "device-bound"):
+        defects.append({"defect_id": "V1", "kind": sc.expected_verdict.replace("-", "_"),
+                        "device": "", "stream": "", "correlation_id": "", "count": "",
+                        "description": "planted by the scenario's host and device costs"})
+    xspace = _write_xspace(sim, sc, kernels)
+    json_gz = export_trace_json(xspace)
+    if sc.json_drop_gpu_events:
+        json_gz = _apply_json_defect(json_gz, sc.json_drop_gpu_events)
+        defects.append({"defect_id": "J1", "kind": "json_disagrees", "device": 0, "stream": "",
+                        "correlation_id": "", "count": sc.json_drop_gpu_events,
+                        "description": "GPU events dropped from the trace json only"})
+    run_dir = out_dir / "plugins" / "profile" / RUN
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True)
+    xplane = run_dir / f"{sc.host}.xplane.pb"
+    xplane.write_bytes(xspace)
+    trace = run_dir / f"{sc.host}.trace.json.gz"
+    trace.write_bytes(json_gz)
+    truth = out_dir / "truth"
+    truth.mkdir(exist_ok=True)
+    kernel_rows = _truth_kernels(sim, kernels)
+    _write_csv(truth / "kernels.csv", kernel_rows)
+    _write_csv(truth / "steps.csv", sim.steps)
+    _write_csv(truth / "defects.csv", defects, ["defect_id", "kind", "device", "stream",
+                                                "correlation_id", "count", "description"])
+    meta = asdict(sc)
+    meta.update({"module": sim.module, "labels": {v: list(k) for k, v in sim.labels.items()},
+                 "extra_program_ids": getattr(sim, "extra", []),
+                 "compute_streams": sim.compute_stream,
+                 "collective_streams": sim.collective_stream})
+    (truth / "scenario.json").write_text(json.dumps(meta, indent=1, sort_keys=True, default=str))
+    return Result(run_dir, xplane, trace, truth, kernel_rows, sim.steps, defects)
+
+
+def _truth_kernels(sim: _Sim, kernels: list[Planted]) -> list[dict]:
+    rows = []
+    frames: dict[str, tuple[str, str]] = {}
+    for k in sorted(kernels, key=lambda k: (k.device, k.stream, k.start_ps)):
+        if k.instruction not in frames:
+            ins = sim.program.by_name.get(k.instruction)
+            fr = sim.program.frames(ins) if ins is not None else []
+            user = sim.program.user_frame(ins) if ins is not None else None
+            frames[k.instruction] = (str(fr[0]) if fr else "",
+                                     f"{user} {user.function}" if user else "")
+        source, user = frames[k.instruction]
+        rows.append({"device": k.device, "stream": k.stream, "correlation_id": k.correlation_id,
+                     "start_ps": k.start_ps, "dur_ps": k.dur_ps, "kernel": k.kernel,
+                     "program_id": k.program_id, "instruction": k.instruction,
+                     "source": source, "user_frame": user, "graph": 1 if k.graph_id else 0,
+                     "step": "" if k.step is None else k.step})
+    return rows
+
+
+def _write_csv(path: Path, rows: list[dict], columns: list[str] | None = None) -> None:
+    columns = columns or (list(rows[0]) if rows else [])
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=columns, lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
