@@ -65,6 +65,8 @@ class Rocm:
             return Rocm.copy_kernel
         if spec.name == "im2col":
             return "Im3d2Col.kd"
+        if spec.name == "splitk_reduce":
+            return "Cijk_Ailk_Bljk_BBS_BH_MT128x128x32_PostGSU8_VW1"
         return spec.name + ".kd"
 
     @staticmethod
@@ -96,15 +98,20 @@ class Rocm:
                 ("memory_size", U64, dev.memory_size)]
 
     @staticmethod
+    def labels(k) -> list:
+        """The annotation's stats; a copy's carries `prefix` instead of `name` (gemm capture)."""
+        out = [("hlo_module", REF, k.module), ("hlo_op", REF, k.hlo_op_label),
+               ("program_id", I64, k.program_id), ("tf_op", REF, "XlaModule:")]
+        if k.spec.role == "copy":
+            return out + [("prefix", REF, "args[0]")]
+        return out + [("name", REF, k.op_name or "kernel")]
+
+    @staticmethod
     def gpu_kernel_stats(k, labels: bool) -> list:
         """Stats of a kernel event; k is the generator's planted kernel."""
         out = [("correlation_id", U64, k.correlation_id),
                ("kernel_details", REF, Rocm.kernel_details(k.spec))]
-        if labels:
-            out += [("hlo_module", REF, k.module), ("hlo_op", REF, k.hlo_op_label),
-                    ("name", REF, k.op_name or "kernel"), ("program_id", I64, k.program_id),
-                    ("tf_op", REF, "XlaModule:")]
-        return out
+        return out + (Rocm.labels(k) if labels else [])
 
     @staticmethod
     def launch_stats(k, labels: bool, ordinal: int) -> list:
@@ -112,11 +119,7 @@ class Rocm:
                                                             Rocm.device_id(ordinal))]
         if k.spec.role == "copy":
             out.append(("memcpy_details", REF, "kind:Unknown size:0 dest:512 async:1"))
-        if labels:
-            out += [("hlo_module", REF, k.module), ("hlo_op", REF, k.hlo_op_label),
-                    ("name", REF, k.op_name or "kernel"), ("program_id", I64, k.program_id),
-                    ("tf_op", REF, "XlaModule:")]
-        return out
+        return out + (Rocm.labels(k) if labels else [])
 
     @staticmethod
     def graph_stats(graph_id: int) -> list:
@@ -143,6 +146,9 @@ class Nvidia:
             return "MemcpyD2D"
         if spec.name == "im2col":
             return "im2col4d_kernel"
+        if spec.name == "splitk_reduce":
+            return ("void cublasLt::splitKreduce_kernel<32, 16, int, float, __nv_bfloat16, float, "
+                    "__nv_bfloat16, false, true, false>(cublasLt::cublasSplitKParams<float>)")
         return spec.name
 
     @staticmethod

@@ -377,7 +377,13 @@ class _Sim:
             line = exec_line[g]
             end = cursor[g] + 2 * US
             self.host.append(HostEvent(line, "PjRtStreamExecutorLoadedExecutable::Execute",
-                                       chain_start[g] - 4 * US, end - chain_start[g] + 8 * US))
+                                       chain_start[g] - 4 * US, end - chain_start[g] + 8 * US,
+                                       [("_pt", flavours.I64, 5),
+                                        ("_p", flavours.I64, 200 + 8 * step + g)]))
+            self.host.append(HostEvent(line, "Thunks::Prepare", module_start[g] + US,
+                                       US // 2))
+            self.host.append(HostEvent(line, "Thunks::Initialize", module_start[g] + 2 * US,
+                                       US // 2))
             self.host.append(HostEvent(line, "GpuExecutable::ExecuteThunks", module_start[g],
                                        end - module_start[g] + US,
                                        [("module_name", flavours.REF, self.module)]))
@@ -425,7 +431,10 @@ class _Sim:
         t = max(ls + sc.launch_ps + sc.queue_latency_ps, compute_free[g])
         node = 0
         for th in group:
-            for spec in th.kernels:
+            specs = list(th.kernels)
+            if th.instruction in self._split:
+                specs.append(KernelSpec("splitk_reduce", "compute", 0.0, specs[0].bytes / 4))
+            for spec in specs:
                 node += 1
                 dur = self._duration(spec, g)
                 kernel_spec = spec
@@ -542,7 +551,7 @@ class _PlaneWriter:
         ln = self.plane.lines.add()
         ln.id = line_id
         ln.name = name
-        ln.display_name = name if name.startswith("Host Threads") else ""
+        ln.display_name = name if self.plane.name.startswith("/host") else ""
         base_ns = events[0][1] // 1000
         ln.timestamp_ns = base_ns
         base_ps = base_ns * 1000

@@ -58,7 +58,19 @@ class Thunk:
     collective: bool = False
 
 
+# Programs read from a real capture's /host:metadata: name -> (capture file, program id)
+CAPTURE_PROGRAMS = {
+    "conv3d-mi300x": (SHARED / "tracelens-amd-rocm" / "mi300x-jax0.8-conv3d-8gpu" / "plugins" /
+                      "profile" / "2026_02_20_13_53_59" / "tw003.xplane.pb", 15),
+}
+
+
 def load_program(name: str) -> Program:
+    if name in CAPTURE_PROGRAMS:
+        import xplane_reader
+        path, program_id = CAPTURE_PROGRAMS[name]
+        _, blob = xplane_reader.load_space(path).hlo_protos()[program_id]
+        return Program(xplane_reader.parse_hlo(blob), program_id)
     path = PROGRAM_FILES[name]
     blob = lzma.decompress(path.read_bytes())
     cls = xprotos.classes()
