@@ -444,9 +444,10 @@ class _Sim:
                                              spec.bytes)
                 stream = self.collective_stream[g] if spec.role == "collective" else \
                     self.compute_stream[g]
+                # the truth keeps the graph launch's times: every node was queued by it
                 k = Planted(g, stream, corr, t, dur, fl.kernel_name(kernel_spec, node), spec,
                             program_id, self.module, th.instruction, label, "", gid, node,
-                            self._next_scope(), step, None, None)
+                            self._next_scope(), step, ls, ls + sc.launch_ps)
                 self.kernels.append(k)
                 step_kernels.append(k)
                 t += dur + 300_000  # 0.3 us between graph nodes
@@ -474,7 +475,6 @@ class _Sim:
                 if k.start_ps > prev_end:
                     ready = (k.launch_end_ps + self.sc.queue_latency_ps) if k.launch_end_ps \
                         is not None else None
-                    # graph kernels after the first of their launch run back to back
                     if ready is None or ready >= k.start_ps:
                         host_wait += k.start_ps - prev_end
                 prev_end = max(prev_end, k.start_ps + k.dur_ps)
@@ -689,6 +689,7 @@ def generate(sc: Scenario, out_dir) -> Result:
                         "description": "graph kernels absent from the capture"})
     if sc.non_launch_correlations:
         cands = [k for k in kernels if k.launch_start_ps is not None and k.device == 0 and
+                 not k.graph_id and
                  k.hlo_op_label is not None and k.spec.role == "compute"]
         for n, k in enumerate(cands[:sc.non_launch_correlations]):
             for e in sim.host:

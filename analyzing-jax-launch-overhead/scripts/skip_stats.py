@@ -1,0 +1,791 @@
+#!/usr/bin/env python3
+"""Is the GPU step bound by the host's launches, by the device, or by GPUs waiting on each other?
+
+Usage:
+    python3 -P skip_stats.py <trace.json.gz | trace.json | run folder | log folder>
+                             [--out DIR] [--run NAME] [--host NAME]
+
+Example:
+    python3 -P $S/scripts/skip_stats.py ~/logs/plugins/profile/2026_02_20_13_54_10
+
+Reads only the trace (standard library only) and writes into the current directory (or --out):
+    summary.txt  the verdict in one line, the rule that produced it, key figures with ranges
+    rows.csv     every GPU event joined to its host launch call by correlation id
+    streams.csv  per GPU x stream: span and compute/collective/memcpy/idle time and shares
+    steps.csv    per step x GPU: start, end, busy, idle, critical stream, SKIP metrics
+    gaps.csv     idle gaps on each GPU's critical stream, classified, with the host events in them
+Columns and units: references/scratch-layout.md of the investigating-jax-traces skill.
+What cannot be computed (no GPU events, no launch events, graph-launched kernels, one partial
+step) is said in summary.txt under "cannot compute"; the rest is still written.
+
+Exit codes: 0 done (refusals included); 1 the input cannot be read or is not a trace; 2 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import csv
+import os
+import re
+import statistics
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import capture_inputs  # noqa: E402
+import trace_reader  # noqa: E402
+
+# ---------------------------------------------------------------- named thresholds and patterns
+
+# Verdict thresholds, applied on the GPU that finishes each step last, on its critical stream.
+# Launch-bound: the stream waits on the host for at least this share of the step. 25% is where
+# removing the wait would shorten the step by a quarter: big enough to be the first thing to fix.
+LAUNCH_BOUND_HOST_SHARE = 0.25
+# Device-bound: the critical stream is busy (or has work queued) for at least this share of the
+# step and the host share stays under HOST_SHARE_NEGLIGIBLE: the GPU, not the host, sets the pace.
+DEVICE_BOUND_BUSY_SHARE = 0.75
+HOST_SHARE_NEGLIGIBLE = 0.10
+# Collective/straggler-bound: collective kernels (which include waiting for peers) cover at least
+# this share of the step on the bounding GPU, with more than one GPU in the capture.
+COLLECTIVE_BOUND_SHARE = 0.25
+# A gap shorter than this on the critical stream is back-to-back execution, not idleness worth a
+# row: launch latency alone is a few microseconds.
+MIN_GAP_PS = 1_000_000
+# A step is partial (skipped) when its kernel count differs from the most common count and it is
+# the first or last step: the profile started or stopped inside it.
+PROGRESS_EVENTS = 500_000  # report progress on stderr above this many events
+
+# Category patterns (tested on the shared captures; listed in the sibling SKILL.md).
+COLLECTIVE_KERNEL_RE = re.compile(
+    r"nccl|rccl|NCCL|RCCL|AllReduce|AllGather|ReduceScatter|AllToAll|SendRecv")
+COLLECTIVE_HLO_RE = re.compile(
+    r"^(all-reduce|all-gather|reduce-scatter|all-to-all|ragged-all-to-all|collective-permute|"
+    r"collective-broadcast|send|recv)\b")
+MEMCPY_KERNEL_RE = re.compile(
+    r"^(Memcpy|Memset|memcpy|memset)|__amd_rocclr_(copy|fill)|copyBuffer|fillBuffer")
+GRAPH_LAUNCH_RE = re.compile(r"GraphLaunch|CudaGraph|graph_launch", re.I)
+NON_LAUNCH_RE = re.compile(
+    r"StreamWaitEvent|LaunchHostFunc|EventRecord|EventSynchronize|StreamSynchronize|"
+    r"EventQuery|StreamQuery|CtxSynchronize|DeviceSynchronize", re.I)
+LAUNCH_RE = re.compile(r"Launch|Memcpy|Memset|memcpy|memset", re.I)
+# Host events that frame an execution rather than cause a gap: never reported as gap causes.
+CONTAINER_RE = re.compile(r"^(PjitFunction|PJRT_|PjRt|GpuExecutable::|Thunks::)|"
+                          r":XLA GPU module$|^ExecutorState::|^ThunkExecutor")
+EXECUTION_RE = re.compile(r"^(GpuExecutable::ExecuteThunks|.+:XLA GPU module)$")
+
+
+# ---------------------------------------------------------------- model
+
+@dataclass(slots=True)
+class GpuEvent:
+    device: int
+    stream: int
+    name: str
+    start: int
+    dur: int
+    args: dict
+    category: str = "compute"
+    join: str = "none"
+    launch: dict | None = None
+    graph: bool = False
+    step: int | None = None
+
+    @property
+    def end(self) -> int:
+        return self.start + self.dur
+
+
+@dataclass
+class Step:
+    number: int
+    start: int
+    end: int
+    source: str
+    partial: bool = False
+
+
+@dataclass
+class Analysis:
+    events: list
+    steps: list
+    step_source: str
+    analysed: list
+    per_gpu: dict = field(default_factory=dict)
+    refusals: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
+
+
+# ---------------------------------------------------------------- load
+
+def categorize(name: str, args: dict, stream_name: str) -> str:
+    hlo = args.get("hlo_op", "")
+    if COLLECTIVE_KERNEL_RE.search(name) or (hlo and COLLECTIVE_HLO_RE.match(hlo)):
+        return "collective"
+    if MEMCPY_KERNEL_RE.search(name) or "memcpy_details" in args:
+        return "memcpy"
+    return "compute"
+
+
+def join_kind(host_name: str, kernel_name: str) -> str:
+    if GRAPH_LAUNCH_RE.search(host_name):
+        return "graph_launch"
+    if NON_LAUNCH_RE.search(host_name):
+        return "other"
+    if LAUNCH_RE.search(host_name) or host_name == kernel_name:
+        return "launch"
+    return "other"
+
+
+def collect(trace):
+    """GPU stream events, host events by thread, host events by correlation id."""
+    gpu_pid = {pid: o for o, pid in trace.gpu_pids().items()}
+    host_pids = set(trace.host_pids())
+    ps = trace_reader.ps
+    gpu, other_gpu_lines = [], 0
+    host_threads: dict[tuple, list] = {}
+    by_corr: dict[str, list] = {}
+    n = len(trace.events)
+    for i, ev in enumerate(trace.events):
+        if n > PROGRESS_EVENTS and i and i % PROGRESS_EVENTS == 0:
+            print(f"skip_stats: {i:,} of {n:,} events read", file=sys.stderr)
+        pid = ev.get("pid")
+        o = gpu_pid.get(pid)
+        if o is not None:
+            tname = trace.threads.get((pid, ev.get("tid")), "")
+            if not tname.startswith("Stream #"):
+                other_gpu_lines += 1
+                continue
+            args = ev.get("args") or {}
+            gpu.append(GpuEvent(o, ev.get("tid"), ev.get("name", ""), ps(ev["ts"]),
+                                ps(ev.get("dur", 0)), args,
+                                categorize(ev.get("name", ""), args, tname)))
+        elif pid in host_pids:
+            key = (pid, ev.get("tid"))
+            h = {"name": ev.get("name", ""), "start": ps(ev["ts"]), "dur": ps(ev.get("dur", 0)),
+                 "thread": key, "args": ev.get("args") or {}}
+            host_threads.setdefault(key, []).append(h)
+            cid = h["args"].get("correlation_id")
+            if cid is not None:
+                by_corr.setdefault(cid, []).append(h)
+    return gpu, other_gpu_lines, host_threads, by_corr
+
+
+# ---------------------------------------------------------------- analyses
+
+def join_events(gpu, by_corr, threads) -> dict:
+    """Join each GPU event to its host call by correlation id; say what the id joined."""
+    counts = {"launch": 0, "graph_launch": 0, "other": 0, "none": 0, "ambiguous": 0,
+              "no_correlation_id": 0}
+    # device_id on host events may be an agent number: learn its map to ordinals from
+    # unambiguous joins, and use it only to break ties.
+    agent_votes: dict[str, dict[int, int]] = {}
+    for ev in gpu:
+        hs = by_corr.get(ev.args.get("correlation_id"), ())
+        if len(hs) == 1 and "device_id" in hs[0]["args"]:
+            v = agent_votes.setdefault(hs[0]["args"]["device_id"], {})
+            v[ev.device] = v.get(ev.device, 0) + 1
+    agent = {a: max(v, key=v.get) for a, v in agent_votes.items()}
+    shared: dict[tuple, int] = {}
+    for ev in gpu:
+        cid = ev.args.get("correlation_id")
+        if cid is None:
+            counts["no_correlation_id"] += 1
+            ev.join = "none"
+            continue
+        hs = by_corr.get(cid, [])
+        if len(hs) > 1:
+            hs = [h for h in hs if agent.get(h["args"].get("device_id")) == ev.device] or hs
+        if not hs:
+            ev.join = "none"
+        elif len(hs) > 1:
+            ev.join = "ambiguous"
+        else:
+            ev.launch = hs[0]
+            ev.join = join_kind(hs[0]["name"], ev.name)
+        counts[ev.join] += 1
+        shared[(ev.device, cid)] = shared.get((ev.device, cid), 0) + 1
+    for ev in gpu:
+        ev.graph = ev.join == "graph_launch"
+    counts["shared_ids_without_graph_launch"] = sum(
+        n for (d, cid), n in shared.items() if n > 1 and not any(
+            h for h in by_corr.get(cid, []) if GRAPH_LAUNCH_RE.search(h["name"])))
+    return counts
+
+
+def find_steps(gpu, host_threads, trace_end) -> tuple[list, str, list]:
+    notes = []
+    marks: dict[int, list] = {}
+    for events in host_threads.values():
+        for h in events:
+            sn = h["args"].get("step_num")
+            if sn is not None:
+                try:
+                    marks.setdefault(int(sn), []).append(h)
+                except ValueError:
+                    continue
+    if marks:
+        steps = [Step(n, min(h["start"] for h in hs), max(h["start"] + h["dur"] for h in hs),
+                      "annotation") for n, hs in sorted(marks.items())]
+        return steps, "StepTraceAnnotation (step_num)", notes
+    # executions of the program (module name) with the most GPU time
+    gpu_time: dict[str, int] = {}
+    for ev in gpu:
+        m = ev.args.get("hlo_module")
+        if m:
+            gpu_time[m] = gpu_time.get(m, 0) + ev.dur
+    if not gpu_time:
+        if gpu:
+            start = min(e.start for e in gpu)
+            end = max(e.end for e in gpu)
+            notes.append("no StepTraceAnnotation and no hlo_module labels: the whole capture is "
+                         "analysed as one window")
+            return [Step(0, start, end, "capture", partial=True)], "the whole capture", notes
+        return [], "none", notes
+    module = max(gpu_time, key=gpu_time.get)
+    execs: dict[tuple, list] = {}
+    for key, events in host_threads.items():
+        for h in events:
+            if h["name"] == f"{module}:XLA GPU module" or (
+                    h["name"] == "GpuExecutable::ExecuteThunks" and
+                    h["args"].get("module_name") == module):
+                execs.setdefault(key, []).append(h)
+    # one execution per thread per step: prefer the module events, else ExecuteThunks
+    per_thread = []
+    for hs in execs.values():
+        mods = [h for h in hs if h["name"].endswith(":XLA GPU module")] or hs
+        per_thread.append(sorted(mods, key=lambda h: h["start"]))
+    if not per_thread:
+        start = min(e.start for e in gpu)
+        notes.append(f"no host execution events of {module}: the whole capture is one window")
+        return [Step(0, start, max(e.end for e in gpu), "capture", partial=True)], \
+            "the whole capture", notes
+    k = max(len(x) for x in per_thread)
+    starts = []
+    for i in range(k):
+        s = [x[i]["start"] for x in per_thread if i < len(x)]
+        starts.append(min(s))
+    steps = []
+    for i, s in enumerate(starts):
+        end = starts[i + 1] if i + 1 < len(starts) else trace_end
+        steps.append(Step(i, s, end, f"program:{module}"))
+    others = len([m for m in gpu_time if m != module])
+    if others:
+        notes.append(f"{others} other module name(s) also ran on the GPUs; steps follow "
+                     f"{module}, the one with the most GPU time")
+    return steps, f"executions of {module} (the module with the most GPU time; the trace has "\
+        "no program ids, so programs sharing this name count together)", notes
+
+
+def assign_steps(gpu, steps) -> None:
+    starts = [s.start for s in steps]
+    for ev in gpu:
+        t = ev.launch["start"] if ev.join == "launch" and ev.launch else ev.start
+        i = bisect.bisect_right(starts, t) - 1
+        if i >= 0 and t <= steps[i].end or (i >= 0 and steps[i].source != "annotation"):
+            ev.step = steps[i].number
+        else:
+            ev.step = None
+
+
+def mark_partial(gpu, steps) -> list:
+    counts = {}
+    for ev in gpu:
+        if ev.step is not None:
+            counts[ev.step] = counts.get(ev.step, 0) + 1
+    if not steps:
+        return []
+    values = [counts.get(s.number, 0) for s in steps]
+    common = max(set(values), key=values.count) if values else 0
+    for pos in (0, len(steps) - 1):
+        s = steps[pos]
+        if len(steps) > 1 and counts.get(s.number, 0) != common:
+            s.partial = True
+    return [s for s in steps if not s.partial]
+
+
+def union_ps(intervals) -> int:
+    total, cur_s, cur_e = 0, None, None
+    for s, e in sorted(intervals):
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                total += cur_e - cur_s
+            cur_s, cur_e = s, e
+        elif e > cur_e:
+            cur_e = e
+    if cur_e is not None:
+        total += cur_e - cur_s
+    return total
+
+
+def stream_budget(events, start, end) -> dict:
+    """Partition [start, end) of one stream into category time and idle, exactly."""
+    out = {"compute": 0, "collective": 0, "memcpy": 0}
+    covered = start
+    for ev in sorted(events, key=lambda e: (e.start, -e.dur)):
+        s, e = max(ev.start, covered), min(ev.end, end)
+        if e > s:
+            out[ev.category] += e - s
+            covered = e
+    out["idle"] = (end - start) - sum(out.values())
+    return out
+
+
+def launch_threads_to_exec(gpu, host_threads) -> dict:
+    """Map each launching thread to the thread that ran the execution (by the per-instruction
+    TraceMe that holds the launch in time and carries the same instruction name)."""
+    index: dict[str, list] = {}
+    for key, events in host_threads.items():
+        for h in events:
+            index.setdefault(h["name"], []).append((h["start"], h["start"] + h["dur"], key))
+    for v in index.values():
+        v.sort()
+    votes: dict[tuple, dict] = {}
+    for ev in gpu:
+        if ev.join != "launch" or not ev.launch:
+            continue
+        L = ev.launch
+        label = L["args"].get("hlo_op") or ev.args.get("hlo_op")
+        if not label:
+            continue
+        cands = {key for s, e, key in index.get(label, ()) if s <= L["start"] <= e
+                 and key != L["thread"]}
+        if len(cands) == 1:
+            v = votes.setdefault(L["thread"], {})
+            c = cands.pop()
+            v[c] = v.get(c, 0) + 1
+    return {t: max(v, key=v.get) for t, v in votes.items()}
+
+
+def analyse(trace) -> tuple[Analysis, dict]:
+    gpu, other_gpu_lines, host_threads, by_corr = collect(trace)
+    refusals, notes = [], []
+    if other_gpu_lines:
+        notes.append(f"{other_gpu_lines} events on GPU lines that are not streams (derived lines "
+                     "such as Steps or TensorFlow Ops) were left out")
+    joins = join_events(gpu, by_corr, host_threads)
+    trace_end = max([e.end for e in gpu] + [h["start"] + h["dur"] for hs in
+                                            host_threads.values() for h in hs] or [0])
+    steps, source, step_notes = find_steps(gpu, host_threads, trace_end)
+    notes += step_notes
+    assign_steps(gpu, steps)
+    analysed = mark_partial(gpu, steps)
+    if not gpu:
+        refusals.append("no GPU events: this trace has no /device:GPU stream events (a CPU "
+                        "capture?); nothing about GPU time can be computed")
+    if gpu and not by_corr:
+        refusals.append("no launch events: no host event carries a correlation_id, so queue "
+                        "delay, TKLQT and the host/device classification of gaps are unknown")
+    graph = sum(1 for e in gpu if e.graph)
+    if graph:
+        refusals.append(f"{graph} GPU events were launched by graphs (command buffers): they "
+                        "have no launch call of their own, so launch delay and TKLQT exclude "
+                        "them and gaps before them are 'unknown'")
+    if gpu and not analysed:
+        refusals.append("only partial steps: the capture holds no complete step, so per-step "
+                        "figures describe a fragment")
+        analysed = [s for s in steps]
+    a = Analysis(gpu, steps, source, analysed, refusals=refusals, notes=notes)
+    a.joins = joins
+    a.exec_of = launch_threads_to_exec(gpu, host_threads)
+    a.host_threads = host_threads
+    a.thread_names = trace.threads
+    return a, joins
+
+
+def per_step_rows(a: Analysis) -> tuple[list, list, list, dict]:
+    """steps.csv rows, streams.csv rows, gaps.csv rows, and the verdict's inputs."""
+    analysed = {s.number: s for s in a.analysed}
+    by_gpu_step: dict[tuple, list] = {}
+    for ev in a.events:
+        if ev.step in analysed:
+            by_gpu_step.setdefault((ev.device, ev.step), []).append(ev)
+    devices = sorted({ev.device for ev in a.events})
+    # critical stream per GPU: the stream with the most kernel-busy time over the analysed steps
+    busy_by_stream: dict[tuple, int] = {}
+    for (d, _), evs in by_gpu_step.items():
+        per_stream: dict[int, list] = {}
+        for ev in evs:
+            per_stream.setdefault(ev.stream, []).append((ev.start, ev.end))
+        for s, iv in per_stream.items():
+            busy_by_stream[(d, s)] = busy_by_stream.get((d, s), 0) + union_ps(iv)
+    critical = {}
+    for d in devices:
+        cands = {s: b for (dd, s), b in busy_by_stream.items() if dd == d}
+        if cands:
+            critical[d] = max(sorted(cands), key=lambda s: cands[s])
+    step_rows, gap_rows = [], []
+    stream_acc: dict[tuple, dict] = {}
+    verdict_in = []
+    for num, st in sorted(analysed.items()):
+        ends = {}
+        for d in devices:
+            evs = by_gpu_step.get((d, num), [])
+            if not evs:
+                continue
+            end = max(e.end for e in evs)
+            ends[d] = end
+            start = st.start
+            dur = end - start
+            busy = union_ps((max(e.start, start), e.end) for e in evs if e.end > start)
+            kernel_sum = sum(e.dur for e in evs)
+            launched = [e for e in evs if e.join == "launch" and e.launch]
+            tklqt = sum(e.start - e.launch["start"] for e in launched)
+            crit = critical.get(d)
+            crit_evs = sorted((e for e in evs if e.stream == crit), key=lambda e: e.start)
+            host_late, device_wait, unknown, gaps = classify_gaps(a, crit_evs, start, d, num)
+            gap_rows.extend(gaps)
+            coll = union_ps((e.start, e.end) for e in evs if e.category == "collective")
+            step_rows.append({
+                "step": num, "device": d, "source": st.source, "start_ps": start, "end_ps": end,
+                "dur_ps": dur, "kernels": len(evs), "busy_ps": busy, "idle_ps": dur - busy,
+                "critical_stream": crit, "tklqt_ps": tklqt if launched else None,
+                "akd_ps": kernel_sum / len(evs), "il_ps": dur, "il_idle_ps": dur - kernel_sum,
+                "union_idle_ps": dur - busy, "host_late_ps": host_late,
+                "device_wait_ps": device_wait, "unknown_gap_ps": unknown,
+                "collective_ps": coll, "launched": len(launched)})
+            per_stream: dict[int, list] = {}
+            for e in evs:
+                per_stream.setdefault(e.stream, []).append(e)
+            for s, sevs in per_stream.items():
+                b = stream_budget(sevs, start, end)
+                acc = stream_acc.setdefault((d, s), {"span": 0, "compute": 0, "collective": 0,
+                                                     "memcpy": 0, "idle": 0, "events": 0})
+                acc["span"] += end - start
+                for k in ("compute", "collective", "memcpy", "idle"):
+                    acc[k] += b[k]
+                acc["events"] += len(sevs)
+        if ends:
+            verdict_in.append((num, ends))
+    return step_rows, stream_acc, gap_rows, {"critical": critical, "ends": verdict_in}
+
+
+def classify_gaps(a: Analysis, crit_evs, step_start, device, step):
+    """Gaps on the critical stream: host_late (the next kernel's launch call had not ended when
+    the stream went idle), device_wait (it was launched before and waited on the device), or
+    unknown (graph kernels, no launch event)."""
+    host_late = device_wait = unknown = 0
+    rows = []
+    prev_end, prev_name = step_start, ""
+    for ev in crit_evs:
+        if ev.start > prev_end:
+            gap = ev.start - prev_end
+            if ev.join in ("launch", "graph_launch") and ev.launch:
+                # a graph's kernels were all queued by its one launch call
+                lend = ev.launch["start"] + ev.launch["dur"]
+                cause = "host_late" if lend > prev_end else "device_wait"
+            else:
+                cause = "unknown"
+            if cause == "host_late":
+                host_late += gap
+            elif cause == "device_wait":
+                device_wait += gap
+            else:
+                unknown += gap
+            if gap >= MIN_GAP_PS:
+                thread, events = gap_host_events(a, ev, prev_end, ev.start)
+                rows.append({"device": device, "stream": ev.stream, "step": step,
+                             "start_ps": prev_end, "end_ps": ev.start, "dur_ps": gap,
+                             "kernel_before": prev_name, "kernel_after": ev.name,
+                             "cause": cause, "launch_thread": thread, "host_events": events})
+        if ev.end > prev_end:
+            prev_end, prev_name = ev.end, ev.name
+    return host_late, device_wait, unknown, rows
+
+
+def gap_host_events(a: Analysis, ev, start, end) -> tuple[str, str]:
+    if ev.join != "launch" or not ev.launch:
+        return "", ""
+    launch_thread = ev.launch["thread"]
+    thread = a.exec_of.get(launch_thread)
+    if thread is None:
+        own = a.host_threads.get(launch_thread, [])
+        if any(not LAUNCH_RE.search(h["name"]) for h in own):
+            thread = launch_thread  # launches sit on the thread that did the work
+        else:
+            return a.thread_names.get(launch_thread, "") + " (unknown: no execution thread " \
+                "holds its launches)", ""
+    overlap: dict[str, int] = {}
+    for h in a.host_threads.get(thread, []):
+        s, e = max(h["start"], start), min(h["start"] + h["dur"], end)
+        if e > s and not CONTAINER_RE.search(h["name"]) and "step_num" not in h["args"]:
+            overlap[h["name"]] = overlap.get(h["name"], 0) + e - s
+    top = sorted(overlap.items(), key=lambda kv: (-kv[1], kv[0]))[:8]
+    return a.thread_names.get(thread, str(thread)), " | ".join(
+        f"{n}={v / 1e6:.3f}" for n, v in top)
+
+
+def verdict(a: Analysis, step_rows, info) -> tuple[str, list, dict]:
+    """Apply the named thresholds on the GPU that finishes each step last."""
+    if not step_rows:
+        return "not computable", ["no analysed step has GPU events"], {}
+    by = {(r["step"], r["device"]): r for r in step_rows}
+    bound = []
+    for num, ends in info["ends"]:
+        last = max(sorted(ends), key=lambda d: ends[d])
+        bound.append(by[(num, last)])
+    host = [r["host_late_ps"] / r["dur_ps"] for r in bound if r["dur_ps"]]
+    busy = [(r["dur_ps"] - r["host_late_ps"] - r["unknown_gap_ps"]) / r["dur_ps"]
+            for r in bound if r["dur_ps"]]
+    coll = [r["collective_ps"] / r["dur_ps"] for r in bound if r["dur_ps"]]
+    unknown = [r["unknown_gap_ps"] / r["dur_ps"] for r in bound if r["dur_ps"]]
+    gpus = len({r["device"] for r in step_rows})
+    h, b, c, u = (statistics.median(x) for x in (host, busy, coll, unknown))
+    # GPUs that wait for a straggler spend it inside collective kernels: take the GPU that
+    # spends the most step time in collectives, not only the bounding one
+    coll_all = [r["collective_ps"] / r["dur_ps"] for r in step_rows if r["dur_ps"]]
+    c_max = max(coll_all) if coll_all else 0.0
+    figures = {"host_share": host, "busy_share": busy, "collective_share": coll,
+               "unknown_share": unknown}
+    rule = (f"on the GPU that finishes each step last, critical stream: host-late share "
+            f"{h:.1%}, busy-or-queued share {b:.1%}, collective share {c:.1%}, unknown gap "
+            f"share {u:.1%} (medians over {len(bound)} steps)")
+    fired = []
+    if gpus > 1 and max(c, c_max) >= COLLECTIVE_BOUND_SHARE:
+        fired.append(f"collective share up to {max(c, c_max):.1%} of a step on one GPU >= "
+                     f"COLLECTIVE_BOUND_SHARE {COLLECTIVE_BOUND_SHARE:.0%} with {gpus} GPUs")
+        name = "collective/straggler-bound"
+    elif h >= LAUNCH_BOUND_HOST_SHARE:
+        fired.append(f"host-late share {h:.1%} >= LAUNCH_BOUND_HOST_SHARE "
+                     f"{LAUNCH_BOUND_HOST_SHARE:.0%}")
+        name = "launch-bound"
+    elif b >= DEVICE_BOUND_BUSY_SHARE and h < HOST_SHARE_NEGLIGIBLE:
+        fired.append(f"busy-or-queued share {b:.1%} >= DEVICE_BOUND_BUSY_SHARE "
+                     f"{DEVICE_BOUND_BUSY_SHARE:.0%} and host-late share {h:.1%} < "
+                     f"HOST_SHARE_NEGLIGIBLE {HOST_SHARE_NEGLIGIBLE:.0%}")
+        name = "device-bound"
+    else:
+        fired.append("no threshold fired alone")
+        name = "mixed"
+    if u > HOST_SHARE_NEGLIGIBLE:
+        fired.append(f"caution: {u:.1%} of the bounding stream's step is gaps of unknown cause "
+                     "(graph kernels or unjoined events)")
+    return name, [rule] + fired, figures
+
+
+# ---------------------------------------------------------------- writers
+
+def us(v) -> str:
+    return "" if v is None else f"{v / 1e6:.3f}"
+
+
+def pct(num, den) -> str:
+    return f"{100.0 * num / den:.2f}" if den else ""
+
+
+ROW_COLUMNS = ["device", "stream", "stream_name", "kernel", "category", "start_us", "dur_us",
+               "end_us", "correlation_id", "join", "launch_name", "launch_thread",
+               "launch_start_us", "launch_dur_us", "queue_us", "launch_to_start_us", "hlo_op",
+               "hlo_module", "graph", "step"]
+
+
+def write_rows(path, a: Analysis) -> int:
+    names = a.thread_names
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh, lineterminator="\n")
+        w.writerow(ROW_COLUMNS)
+        n = 0
+        for ev in sorted(a.events, key=lambda e: (e.device, e.stream, e.start)):
+            L = ev.launch if ev.join in ("launch", "graph_launch", "other") else None
+            launched = ev.join == "launch" and L is not None
+            w.writerow([
+                ev.device, ev.stream, _stream_name(a, ev), ev.name, ev.category, us(ev.start),
+                us(ev.dur), us(ev.end), ev.args.get("correlation_id", ""), ev.join,
+                L["name"] if L else "", names.get(L["thread"], "") if L else "",
+                us(L["start"]) if L else "", us(L["dur"]) if L else "",
+                us(ev.start - L["start"] - L["dur"]) if launched else "",
+                us(ev.start - L["start"]) if launched else "",
+                ev.args.get("hlo_op", ""), ev.args.get("hlo_module", ""), int(ev.graph),
+                "" if ev.step is None else ev.step])
+            n += 1
+    return n
+
+
+def _stream_name(a: Analysis, ev) -> str:
+    return a.stream_names.get((ev.device, ev.stream), "")
+
+
+def write_csv(path, columns, rows) -> int:
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh, lineterminator="\n")
+        w.writerow(columns)
+        for r in rows:
+            w.writerow(r)
+    return len(rows)
+
+
+def summary_lines(a: Analysis, joins, name, rule, figures, step_rows, info) -> list[str]:
+    out = [f"verdict: {name}"]
+    out += [f"rule: {r}" for r in rule]
+    analysed = {s.number for s in a.analysed}
+    skipped = [s.number for s in a.steps if s.partial and s.number not in analysed]
+    kept_partial = [s.number for s in a.analysed if s.partial]
+    out.append(f"steps: from {a.step_source}; {len(a.analysed)} analysed "
+               f"({', '.join(str(s.number) for s in a.analysed) or 'none'})"
+               + (f"; skipped as partial: {', '.join(map(str, skipped))}" if skipped else "")
+               + (f"; partial but analysed for want of a complete one: "
+                  f"{', '.join(map(str, kept_partial))}" if kept_partial else ""))
+    total = len(a.events)
+    out.append("joins: " + ", ".join(
+        f"{k} {joins.get(k, 0)}" for k in ("launch", "graph_launch", "other", "none",
+                                          "ambiguous", "no_correlation_id"))
+        + f" (of {total} GPU events; join rate to a launch call "
+        f"{100.0 * joins.get('launch', 0) / total if total else 0:.1f}%)")
+    if joins.get("other"):
+        out.append(f"note: {joins['other']} GPU events carry a correlation id that belongs to a "
+                   "host event that is not a launch (e.g. a stream wait): they are not joined "
+                   "to a launch")
+    if joins.get("shared_ids_without_graph_launch"):
+        out.append(f"note: {joins['shared_ids_without_graph_launch']} GPU events share a "
+                   "correlation id with another on the same GPU without a graph launch")
+
+    def rng(values, fmt):
+        values = [v for v in values if v is not None]
+        if not values:
+            return "n/a"
+        return f"{fmt(statistics.median(values))} ({fmt(min(values))}-{fmt(max(values))})"
+    if step_rows:
+        f_us = lambda v: f"{v / 1e6:,.1f} us"  # noqa: E731
+        f_pct = lambda v: f"{100 * v:.1f}%"  # noqa: E731
+        out.append("figures: median (min-max) across analysed steps and GPUs")
+        out.append(f"  step duration: {rng([r['dur_ps'] for r in step_rows], f_us)}")
+        out.append(f"  kernels per step per GPU: "
+                   f"{rng([r['kernels'] for r in step_rows], lambda v: f'{v:.0f}')}")
+        out.append(f"  busy (union of all streams): {rng([r['busy_ps'] for r in step_rows], f_us)}")
+        out.append(f"  idle from the union (IL - union busy): "
+                   f"{rng([r['union_idle_ps'] for r in step_rows], f_us)}")
+        out.append(f"  idle as the SKIP paper computes it (IL - sum of kernel time; double-counts "
+                   f"overlapping streams): {rng([r['il_idle_ps'] for r in step_rows], f_us)}")
+        out.append(f"  TKLQT (sum of kernel start - launch start): "
+                   f"{rng([r['tklqt_ps'] for r in step_rows], f_us)}")
+        out.append(f"  AKD (mean kernel duration): {rng([r['akd_ps'] for r in step_rows], f_us)}")
+        out.append(f"  IL (first host op of the step to its last kernel's end): "
+                   f"{rng([r['il_ps'] for r in step_rows], f_us)}")
+        for k, label in (("host_share", "host-late share of the step (bounding GPU)"),
+                         ("busy_share", "busy-or-queued share (bounding GPU)"),
+                         ("collective_share", "collective share (bounding GPU)")):
+            out.append(f"  {label}: {rng(figures.get(k, []), f_pct)}")
+        host = sum(r["host_late_ps"] for r in step_rows)
+        span = sum(r["dur_ps"] for r in step_rows)
+        out.append(f"  host/device split on the critical streams: host {100 * host / span:.2f}%"
+                   f", device {100 - 100 * host / span:.2f}% of step time")
+        gpus = sorted({r["device"] for r in step_rows})
+        if len(gpus) > 1:
+            spreads, lasts = [], []
+            for _, ends in info["ends"]:
+                spreads.append(max(ends.values()) - min(ends.values()))
+                lasts.append(max(sorted(ends), key=lambda d: ends[d]))
+            last = max(set(lasts), key=lasts.count)
+            coll = {}
+            for r in step_rows:
+                coll.setdefault(r["device"], []).append(r["collective_ps"])
+            med = {d: statistics.median(v) for d, v in coll.items()}
+            least = min(sorted(med), key=lambda d: med[d])
+            out.append(f"straggler: GPU {last} finishes last in {lasts.count(last)} of "
+                       f"{len(lasts)} steps; spread of step end times {rng(spreads, f_us)}")
+            if any(med.values()):
+                out.append(f"  collective time per step: GPU {least} has the least "
+                           f"({med[least] / 1e6:,.1f} us, others up to "
+                           f"{max(med.values()) / 1e6:,.1f} us): collective kernels include "
+                           f"waiting for peers, so the GPU that waits least is the one the others "
+                           f"wait for")
+    out += [f"note: {n}" for n in a.notes]
+    for r in a.refusals:
+        out.append(f"cannot compute: {r}")
+    out.append("needs a new capture: how the step time moves with batch size (the SKIP "
+               "paper's CPU-bound vs GPU-bound test needs a batch-size sweep, not one capture)")
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="\n".join(__doc__.splitlines()[1:]))
+    ap.add_argument("capture")
+    ap.add_argument("--out", type=Path, default=Path("."))
+    ap.add_argument("--run")
+    ap.add_argument("--host")
+    args = ap.parse_args(argv)
+    try:
+        files = capture_inputs.resolve(args.capture, run=args.run, host=args.host)
+        if files.trace is None:
+            raise capture_inputs.CaptureError(
+                f"no <host>.trace.json.gz for host {files.host} in {files.run_dir}; "
+                "skip_stats.py reads the trace, which jax.profiler writes beside the xplane.pb")
+        trace = trace_reader.load_trace(files.trace)
+    except (capture_inputs.CaptureError, trace_reader.TraceError) as exc:
+        print(f"skip_stats: {exc}", file=sys.stderr)
+        return 1
+    for n in files.notes:
+        print(f"skip_stats: {n}", file=sys.stderr)
+    a, joins = analyse(trace)
+    a.stream_names = {}
+    gpu_pid = {pid: o for o, pid in trace.gpu_pids().items()}
+    for (pid, tid), name in trace.threads.items():
+        if pid in gpu_pid:
+            a.stream_names[(gpu_pid[pid], tid)] = name
+    del trace
+    step_rows, stream_acc, gap_rows, info = per_step_rows(a)
+    name, rule, figures = verdict(a, step_rows, info) if a.events else \
+        ("not computable", ["no GPU events"], {})
+    critical = info["critical"]
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".skip_stats-", dir=out))
+    try:
+        written = []
+        n = write_rows(tmp / "rows.csv", a)
+        written.append(("rows.csv", n))
+        stream_rows = []
+        for (d, s), acc in sorted(stream_acc.items()):
+            span = acc["span"]
+            stream_rows.append([d, s, a.stream_names.get((d, s), ""), us(span),
+                                us(acc["compute"]), us(acc["collective"]), us(acc["memcpy"]),
+                                us(acc["idle"]), pct(acc["compute"], span),
+                                pct(acc["collective"], span), pct(acc["memcpy"], span),
+                                pct(acc["idle"], span), acc["events"],
+                                int(critical.get(d) == s)])
+        written.append(("streams.csv", write_csv(tmp / "streams.csv", [
+            "device", "stream", "stream_name", "span_us", "compute_us", "collective_us",
+            "memcpy_us", "idle_us", "compute_pct", "collective_pct", "memcpy_pct", "idle_pct",
+            "events", "critical"], stream_rows)))
+        written.append(("steps.csv", write_csv(tmp / "steps.csv", [
+            "step", "device", "source", "start_us", "end_us", "dur_us", "kernels", "busy_us",
+            "idle_us", "idle_pct", "critical_stream", "tklqt_us", "akd_us", "il_us",
+            "il_idle_us", "union_idle_us", "host_late_us", "device_wait_us", "unknown_gap_us"],
+            [[r["step"], r["device"], r["source"], us(r["start_ps"]), us(r["end_ps"]),
+              us(r["dur_ps"]), r["kernels"], us(r["busy_ps"]), us(r["idle_ps"]),
+              pct(r["idle_ps"], r["dur_ps"]), r["critical_stream"], us(r["tklqt_ps"]),
+              us(r["akd_ps"]), us(r["il_ps"]), us(r["il_idle_ps"]), us(r["union_idle_ps"]),
+              us(r["host_late_ps"]), us(r["device_wait_ps"]), us(r["unknown_gap_ps"])]
+             for r in step_rows])))
+        written.append(("gaps.csv", write_csv(tmp / "gaps.csv", [
+            "device", "stream", "step", "start_us", "end_us", "dur_us", "kernel_before",
+            "kernel_after", "cause", "launch_thread", "host_events"],
+            [[g["device"], g["stream"], g["step"], us(g["start_ps"]), us(g["end_ps"]),
+              us(g["dur_ps"]), g["kernel_before"], g["kernel_after"], g["cause"],
+              g["launch_thread"], g["host_events"]]
+             for g in sorted(gap_rows, key=lambda g: (g["device"], g["start_ps"]))])))
+        lines = summary_lines(a, joins, name, rule, figures, step_rows, info)
+        (tmp / "summary.txt").write_text("\n".join(lines) + "\n")
+        written.insert(0, ("summary.txt", len(lines)))
+        for fname, _ in written:
+            os.replace(tmp / fname, out / fname)
+    finally:
+        for f in tmp.iterdir():
+            f.unlink()
+        tmp.rmdir()
+    for fname, n in written:
+        print(f"wrote {out / fname} ({n} {'lines' if fname.endswith('.txt') else 'rows'})")
+    print(lines[0])
+    print("Next: read summary.txt, then check streams.csv shares and gaps.csv causes "
+          "(the analyzing-jax-launch-overhead skill explains each).")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

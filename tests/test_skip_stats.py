@@ -1,0 +1,239 @@
+"""skip_stats.py: verdicts and the host/device split against the generator's truth, joins on the
+real captures, exact stream budgets, refusals, bad input, and a bare interpreter."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from capgen.generate import generate
+from capgen.scenarios import SCENARIOS
+from conftest import REPO, SHARED_CAPTURES
+
+SCRIPT = REPO / "analyzing-jax-launch-overhead" / "scripts" / "skip_stats.py"
+BARE = getattr(sys, "_base_executable", sys.executable)
+OUTPUTS = ("summary.txt", "rows.csv", "streams.csv", "steps.csv", "gaps.csv")
+
+
+def run(capture, out, python=BARE, flags=("-I", "-S", "-P")):
+    """Run as a user would, in a bare interpreter (no site-packages) unless told otherwise."""
+    return subprocess.run([python, *flags, str(SCRIPT), str(capture), "--out", str(out)],
+                          capture_output=True, text=True, timeout=600)
+
+
+def read(path):
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    made = {}
+
+    def get(name):
+        if name not in made:
+            base = tmp_path_factory.mktemp(name)
+            r = generate(SCENARIOS[name], base / "capture")
+            p = run(r.run_dir, base / "out")
+            assert p.returncode == 0, p.stderr
+            made[name] = (r, base / "out")
+        return made[name]
+    return get
+
+
+@pytest.mark.parametrize("name, verdict", [
+    ("nvidia-launch-bound", "launch-bound"),
+    ("rocm-off", "launch-bound"),
+    ("nvidia-device-bound", "device-bound"),
+    ("rocm-8gpu-straggler", "collective/straggler-bound"),
+])
+def test_verdict_and_host_device_split_match_the_truth(corpus, name, verdict):
+    r, out = corpus(name)
+    summary = (out / "summary.txt").read_text().splitlines()
+    assert summary[0] == f"verdict: {verdict}"
+    assert summary[1].startswith("rule: on the GPU that finishes each step last")
+    steps = read(out / "steps.csv")
+    assert len(steps) == len(r.steps)
+    ours = sum(float(s["host_late_us"]) for s in steps) / sum(float(s["dur_us"]) for s in steps)
+    truth = sum(s["host_ps"] for s in r.steps) / sum(s["end_ps"] - s["start_ps"] for s in r.steps)
+    assert abs(ours - truth) <= 0.01
+    # per step and GPU, start/end/busy agree with the truth to the nanosecond
+    by = {(s["step"], s["device"]): s for s in r.steps}
+    for s in steps:
+        t = by[(int(s["step"]), int(s["device"]))]
+        assert abs(float(s["start_us"]) * 1e6 - t["start_ps"]) < 1000
+        assert abs(float(s["end_us"]) * 1e6 - t["end_ps"]) < 1000
+        assert abs(float(s["busy_us"]) * 1e6 - t["busy_ps"]) < 2000
+        assert int(s["critical_stream"]) == t["critical_stream"]
+
+
+def test_straggler_is_named(corpus):
+    _, out = corpus("rocm-8gpu-straggler")
+    text = (out / "summary.txt").read_text()
+    assert "straggler: GPU 5 finishes last in 4 of 4 steps" in text
+    assert "collective time per step: GPU 5 has the least" in text
+
+
+def test_rows_join_every_event_and_say_what_the_id_joined(corpus):
+    r, out = corpus("rocm-non-launch-correlation")
+    rows = read(out / "rows.csv")
+    assert len(rows) == len(r.kernels)
+    joins = {}
+    for row in rows:
+        joins[row["join"]] = joins.get(row["join"], 0) + 1
+    assert joins == {"launch": len(r.kernels) - 2, "other": 2}
+    other = [row for row in rows if row["join"] == "other"]
+    assert {row["launch_name"] for row in other} == {"hipStreamWaitEvent"}
+    assert all(row["queue_us"] == "" for row in other)
+    summary = (out / "summary.txt").read_text()
+    assert "joins: launch 1022, graph_launch 0, other 2, none 0" in summary
+
+
+def test_graph_kernels_are_marked_and_refused_for_launch_delay(corpus):
+    r, out = corpus("nvidia-cb-all")
+    rows = read(out / "rows.csv")
+    graph = [row for row in rows if row["graph"] == "1"]
+    assert len(graph) == sum(k["graph"] for k in r.kernels) == 1020
+    assert all(row["join"] == "graph_launch" and row["launch_name"].startswith("cuGraphLaunch")
+               and row["queue_us"] == "" for row in graph)
+    summary = (out / "summary.txt").read_text()
+    assert "cannot compute: 1020 GPU events were launched by graphs" in summary
+
+
+def test_stream_budgets_add_up_to_the_span(corpus):
+    _, out = corpus("rocm-8gpu-straggler")
+    streams = read(out / "streams.csv")
+    # per GPU: the compute stream (critical), the collective stream, the argument-copy stream
+    assert len(streams) == 24 and sum(int(s["critical"]) for s in streams) == 8
+    for s in streams:
+        parts = sum(float(s[k]) for k in ("compute_us", "collective_us", "memcpy_us", "idle_us"))
+        assert abs(parts - float(s["span_us"])) <= 0.002  # each value rounded to the ns
+        shares = sum(float(s[k]) for k in ("compute_pct", "collective_pct", "memcpy_pct",
+                                           "idle_pct"))
+        assert abs(shares - 100.0) <= 0.02
+    coll = [s for s in streams if float(s["collective_us"]) > 0]
+    assert len(coll) == 8
+    assert all(s["critical"] == "0" and float(s["compute_us"]) == 0 for s in coll)
+    copies = [s for s in streams if float(s["compute_us"]) == 0 and
+              float(s["collective_us"]) == 0]
+    assert len(copies) == 8 and all(float(s["memcpy_us"]) > 0 for s in copies)
+
+
+def test_stream_budget_partition_is_exact_in_picoseconds():
+    sys.path.insert(0, str(SCRIPT.parent))
+    import skip_stats
+    E = skip_stats.GpuEvent
+    evs = [E(0, 1, "a", 100, 50, {}, "compute"), E(0, 1, "b", 120, 100, {}, "collective"),
+           E(0, 1, "c", 400, 7, {}, "memcpy"), E(0, 1, "d", 405, 1000, {}, "compute")]
+    b = skip_stats.stream_budget(evs, 90, 500)
+    # overlaps go to the event that started first: b gets 150-220, d gets 407-500
+    assert b == {"compute": 50 + 93, "collective": 70, "memcpy": 7, "idle": 10 + 180}
+    assert sum(b.values()) == 410
+
+
+def test_gaps_name_the_host_events_on_the_execution_thread(corpus):
+    _, out = corpus("nvidia-launch-bound")
+    gaps = read(out / "gaps.csv")
+    assert gaps and {g["cause"] for g in gaps} == {"host_late"}
+    assert {g["launch_thread"] for g in gaps} == {"python"}  # launches are on Host Threads/N
+    first = [g for g in gaps if g["kernel_before"] == ""]
+    assert first and all("$minigpt.py:" in g["host_events"] for g in first)
+
+
+def test_steps_without_annotations_come_from_program_executions(corpus):
+    _, out = corpus("rocm-no-steps")
+    summary = (out / "summary.txt").read_text()
+    assert "steps: from executions of jit_train_step" in summary
+    steps = read(out / "steps.csv")
+    assert {s["source"] for s in steps} == {"program:jit_train_step"}
+    assert {s["kernels"] for s in steps} == {"256"}
+
+
+REAL = {  # capture -> (GPU events, joins to a launch, joins to another host event)
+    "tracelens-amd-rocm/mi300x-jax0.8-conv3d-8gpu": (235, 231, 4),
+    "tracelens-amd-rocm/mi300x-jax0.8-elementwise": (75, 75, 0),
+    "tracelens-amd-rocm/mi300x-jax0.8-gemm": (54, 54, 0),
+    "tracelens-amd-rocm/mi355x-jax-te-fused-attn": (150, 150, 0),
+    "tf-profiler-demo-v100/tf2.4-bert-multiworker-8xv100": (1556, 1556, 0),
+}
+
+
+@pytest.mark.parametrize("real", sorted(REAL))
+def test_real_captures_join_and_report(shared, tmp_path, real):
+    p = run(shared / real, tmp_path)
+    assert p.returncode == 0, p.stderr
+    rows = read(tmp_path / "rows.csv")
+    total, launch, other = REAL[real]
+    assert len(rows) == total
+    assert sum(r["join"] == "launch" for r in rows) == launch
+    assert sum(r["join"] == "other" for r in rows) == other
+    summary = (tmp_path / "summary.txt").read_text()
+    rate = 100.0 * launch / total
+    assert f"join rate to a launch call {rate:.1f}%" in summary
+    if other:
+        hosts = {r["launch_name"] for r in rows if r["join"] == "other"}
+        assert "hipStreamWaitEvent" in hosts
+
+
+def test_conv3d_stream_wait_kernels_are_the_known_anomaly(shared, tmp_path):
+    run(shared / "tracelens-amd-rocm/mi300x-jax0.8-conv3d-8gpu", tmp_path)
+    rows = read(tmp_path / "rows.csv")
+    odd = sorted((r["device"], r["kernel"]) for r in rows if r["correlation_id"] == "477")
+    assert odd == [("0", "Im3d2Col.kd"), ("0", "input_transpose_fusion_1.kd")]
+    assert {r["join"] for r in rows if r["correlation_id"] == "477"} == {"other"}
+
+
+def test_cpu_capture_is_refused_not_an_error(tmp_path):
+    p = run(REPO / "tests" / "data" / "minigpt-cpu", tmp_path)
+    assert p.returncode == 0, p.stderr
+    summary = (tmp_path / "summary.txt").read_text()
+    assert summary.splitlines()[0] == "verdict: not computable"
+    assert "cannot compute: no GPU events" in summary
+    assert read(tmp_path / "rows.csv") == []
+
+
+def _write(path, data):
+    path.write_bytes(data)
+    return path
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda p: _write(p / "h.trace.json.gz", b"plain text, not gzip"), "not gzip"),
+    (lambda p: _write(p / "h.trace.json.gz", gzip.compress(b'{"traceEvents": []}')[:-12]),
+     "not a complete gzip"),
+    (lambda p: _write(p / "h.trace.json", b'{"traceEvents": [{"ph": "X", '), "not valid JSON"),
+    (lambda p: _write(p / "h.trace.json", json.dumps({"schemaVersion": 1, "spans": []}).encode()),
+     "without a traceEvents list"),
+    (lambda p: _write(p / "h.trace.json.gz", b""), "is empty"),
+    (lambda p: _write(p / "h.xplane.pb", b"\x0a\x00"), "no <host>.trace.json.gz"),
+    (lambda p: p / "missing.trace.json.gz", "does not exist"),
+])
+def test_bad_input_one_sentence_exit_1_no_outputs(tmp_path, make, words):
+    src = tmp_path / "in"
+    src.mkdir()
+    out = tmp_path / "out"
+    p = run(make(src), out)
+    assert p.returncode == 1
+    assert words in p.stderr and "Traceback" not in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_writes_into_the_current_directory_by_default(tmp_path, corpus):
+    r, _ = corpus("rocm-off")
+    p = subprocess.run([BARE, "-I", "-S", "-P", str(SCRIPT), str(r.trace)], cwd=tmp_path,
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert sorted(f.name for f in tmp_path.iterdir()) == sorted(OUTPUTS)
+    assert p.stdout.splitlines()[0] == f"wrote {Path('.') / 'summary.txt'} " \
+        f"({len((tmp_path / 'summary.txt').read_text().splitlines())} lines)"
+
+
+def test_shared_path_constant():
+    assert SHARED_CAPTURES.name == "captures"
