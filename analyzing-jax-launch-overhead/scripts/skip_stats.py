@@ -26,6 +26,8 @@ from __future__ import annotations
 import argparse
 import bisect
 import csv
+import gc
+import operator
 import os
 import re
 import statistics
@@ -59,6 +61,11 @@ MIN_GAP_PS = 1_000_000
 # A step is partial (skipped) when its kernel count differs from the most common count and it is
 # the first or last step: the profile started or stopped inside it.
 PROGRESS_EVENTS = 500_000  # report progress on stderr above this many events
+# Launch-thread -> execution-thread mapping: after this many unambiguous matches for one
+# launching thread, the majority cannot change in any capture seen; stop counting.
+VOTES_ENOUGH = 200
+# XLA's trace exporter (jaxlib 0.10.2) keeps at most this many events and drops the rest by time.
+EXPORTER_EVENT_CAP = 1_000_000
 
 # Category patterns (tested on the shared captures; listed in the sibling SKILL.md).
 COLLECTIVE_KERNEL_RE = re.compile(
@@ -81,23 +88,24 @@ EXECUTION_RE = re.compile(r"^(GpuExecutable::ExecuteThunks|.+:XLA GPU module)$")
 
 # ---------------------------------------------------------------- model
 
-@dataclass(slots=True)
 class GpuEvent:
-    device: int
-    stream: int
-    name: str
-    start: int
-    dur: int
-    args: dict
-    category: str = "compute"
-    join: str = "none"
-    launch: dict | None = None
-    graph: bool = False
-    step: int | None = None
+    """One GPU stream event (kernel, memcpy, memset); times in integer picoseconds."""
+    __slots__ = ("device", "stream", "name", "start", "dur", "end", "args", "category", "join",
+                 "launch", "graph", "step")
 
-    @property
-    def end(self) -> int:
-        return self.start + self.dur
+    def __init__(self, device, stream, name, start, dur, args, category="compute"):
+        self.device = device
+        self.stream = stream
+        self.name = name
+        self.start = start
+        self.dur = dur
+        self.end = start + dur
+        self.args = args
+        self.category = category
+        self.join = "none"
+        self.launch = None
+        self.graph = False
+        self.step = None
 
 
 @dataclass
@@ -122,56 +130,93 @@ class Analysis:
 
 # ---------------------------------------------------------------- load
 
-def categorize(name: str, args: dict, stream_name: str) -> str:
-    hlo = args.get("hlo_op", "")
-    if COLLECTIVE_KERNEL_RE.search(name) or (hlo and COLLECTIVE_HLO_RE.match(hlo)):
-        return "collective"
-    if MEMCPY_KERNEL_RE.search(name) or "memcpy_details" in args:
-        return "memcpy"
-    return "compute"
+_CATEGORY: dict[tuple, str] = {}
+_JOIN_KIND: dict[tuple, str] = {}
+_CONTAINER: dict[str, bool] = {}
+
+
+def categorize(name: str, args: dict) -> str:
+    """compute | collective | memcpy, from the kernel name, its hlo_op and memcpy details."""
+    key = (name, args.get("hlo_op", ""), "memcpy_details" in args)
+    cat = _CATEGORY.get(key)
+    if cat is None:
+        hlo = key[1]
+        if COLLECTIVE_KERNEL_RE.search(name) or (hlo and COLLECTIVE_HLO_RE.match(hlo)):
+            cat = "collective"
+        elif MEMCPY_KERNEL_RE.search(name) or key[2]:
+            cat = "memcpy"
+        else:
+            cat = "compute"
+        _CATEGORY[key] = cat
+    return cat
 
 
 def join_kind(host_name: str, kernel_name: str) -> str:
-    if GRAPH_LAUNCH_RE.search(host_name):
-        return "graph_launch"
-    if NON_LAUNCH_RE.search(host_name):
-        return "other"
-    if LAUNCH_RE.search(host_name) or host_name == kernel_name:
-        return "launch"
-    return "other"
+    """What a correlation id joined: launch, graph_launch, or other (not a launch call)."""
+    key = (host_name, kernel_name)
+    kind = _JOIN_KIND.get(key)
+    if kind is None:
+        if GRAPH_LAUNCH_RE.search(host_name):
+            kind = "graph_launch"
+        elif NON_LAUNCH_RE.search(host_name):
+            kind = "other"
+        elif LAUNCH_RE.search(host_name) or host_name == kernel_name:
+            kind = "launch"
+        else:
+            kind = "other"
+        _JOIN_KIND[key] = kind
+    return kind
+
+
+def is_container(name: str) -> bool:
+    c = _CONTAINER.get(name)
+    if c is None:
+        c = _CONTAINER[name] = CONTAINER_RE.search(name) is not None
+    return c
 
 
 def collect(trace):
     """GPU stream events, host events by thread, host events by correlation id."""
     gpu_pid = {pid: o for o, pid in trace.gpu_pids().items()}
     host_pids = set(trace.host_pids())
-    ps = trace_reader.ps
+    stream_threads = {k for k, name in trace.threads.items() if name.startswith("Stream #")}
     gpu, other_gpu_lines = [], 0
+    append_gpu = gpu.append
     host_threads: dict[tuple, list] = {}
     by_corr: dict[str, list] = {}
     n = len(trace.events)
+    empty: dict = {}
     for i, ev in enumerate(trace.events):
         if n > PROGRESS_EVENTS and i and i % PROGRESS_EVENTS == 0:
             print(f"skip_stats: {i:,} of {n:,} events read", file=sys.stderr)
         pid = ev.get("pid")
         o = gpu_pid.get(pid)
         if o is not None:
-            tname = trace.threads.get((pid, ev.get("tid")), "")
-            if not tname.startswith("Stream #"):
+            tid = ev.get("tid")
+            if (pid, tid) not in stream_threads:
                 other_gpu_lines += 1
                 continue
-            args = ev.get("args") or {}
-            gpu.append(GpuEvent(o, ev.get("tid"), ev.get("name", ""), ps(ev["ts"]),
-                                ps(ev.get("dur", 0)), args,
-                                categorize(ev.get("name", ""), args, tname)))
+            args = ev.get("args") or empty
+            name = ev.get("name", "")
+            append_gpu(GpuEvent(o, tid, name, round(ev["ts"] * 1_000_000),
+                                round(ev.get("dur", 0) * 1_000_000), args,
+                                categorize(name, args)))
         elif pid in host_pids:
             key = (pid, ev.get("tid"))
-            h = {"name": ev.get("name", ""), "start": ps(ev["ts"]), "dur": ps(ev.get("dur", 0)),
-                 "thread": key, "args": ev.get("args") or {}}
-            host_threads.setdefault(key, []).append(h)
-            cid = h["args"].get("correlation_id")
+            args = ev.get("args") or empty
+            h = {"name": ev.get("name", ""), "start": round(ev["ts"] * 1_000_000),
+                 "dur": round(ev.get("dur", 0) * 1_000_000), "thread": key, "args": args}
+            lst = host_threads.get(key)
+            if lst is None:
+                lst = host_threads[key] = []
+            lst.append(h)
+            cid = args.get("correlation_id")
             if cid is not None:
-                by_corr.setdefault(cid, []).append(h)
+                c = by_corr.get(cid)
+                if c is None:
+                    by_corr[cid] = [h]
+                else:
+                    c.append(h)
     return gpu, other_gpu_lines, host_threads, by_corr
 
 
@@ -184,11 +229,12 @@ def join_events(gpu, by_corr, threads) -> dict:
     # device_id on host events may be an agent number: learn its map to ordinals from
     # unambiguous joins, and use it only to break ties.
     agent_votes: dict[str, dict[int, int]] = {}
-    for ev in gpu:
-        hs = by_corr.get(ev.args.get("correlation_id"), ())
-        if len(hs) == 1 and "device_id" in hs[0]["args"]:
-            v = agent_votes.setdefault(hs[0]["args"]["device_id"], {})
-            v[ev.device] = v.get(ev.device, 0) + 1
+    if any(len(hs) > 1 for hs in by_corr.values()):
+        for ev in gpu:
+            hs = by_corr.get(ev.args.get("correlation_id"), ())
+            if len(hs) == 1 and "device_id" in hs[0]["args"]:
+                v = agent_votes.setdefault(hs[0]["args"]["device_id"], {})
+                v[ev.device] = v.get(ev.device, 0) + 1
     agent = {a: max(v, key=v.get) for a, v in agent_votes.items()}
     shared: dict[tuple, int] = {}
     for ev in gpu:
@@ -338,27 +384,65 @@ def stream_budget(events, start, end) -> dict:
 def launch_threads_to_exec(gpu, host_threads) -> dict:
     """Map each launching thread to the thread that ran the execution (by the per-instruction
     TraceMe that holds the launch in time and carries the same instruction name)."""
-    index: dict[str, list] = {}
-    for key, events in host_threads.items():
-        for h in events:
-            index.setdefault(h["name"], []).append((h["start"], h["start"] + h["dur"], key))
-    for v in index.values():
-        v.sort()
-    votes: dict[tuple, dict] = {}
+    # a sample of launches per launching thread is enough for the majority
+    sample: dict[tuple, list] = {}
     for ev in gpu:
         if ev.join != "launch" or not ev.launch:
             continue
-        L = ev.launch
-        label = L["args"].get("hlo_op") or ev.args.get("hlo_op")
-        if not label:
+        lst = sample.setdefault(ev.launch["thread"], [])
+        if len(lst) < 4 * VOTES_ENOUGH:
+            label = ev.launch["args"].get("hlo_op") or ev.args.get("hlo_op")
+            if label:
+                lst.append((ev.launch, label))
+    labels = {label for lst in sample.values() for _, label in lst}
+    # label -> thread -> (sorted starts, ends): one bisect per thread that has the name
+    index: dict[str, dict] = {}
+    for key, events in host_threads.items():
+        for h in events:
+            if h["name"] in labels:
+                index.setdefault(h["name"], {}).setdefault(key, []).append(
+                    (h["start"], h["start"] + h["dur"]))
+    for per_thread in index.values():
+        for key, iv in per_thread.items():
+            iv.sort()
+            per_thread[key] = ([s for s, _ in iv], [e for _, e in iv])
+    votes: dict[tuple, dict] = {}
+    decided: dict[tuple, int] = {}
+    for L, label in (x for lst in sample.values() for x in lst):
+        if decided.get(L["thread"], 0) >= VOTES_ENOUGH:
             continue
-        cands = {key for s, e, key in index.get(label, ()) if s <= L["start"] <= e
-                 and key != L["thread"]}
+        t = L["start"]
+        cands = []
+        for key, (starts, ends) in index.get(label, {}).items():
+            if key == L["thread"]:
+                continue
+            i = bisect.bisect_right(starts, t) - 1
+            if i >= 0 and ends[i] >= t:
+                cands.append(key)
         if len(cands) == 1:
             v = votes.setdefault(L["thread"], {})
-            c = cands.pop()
-            v[c] = v.get(c, 0) + 1
+            v[cands[0]] = v.get(cands[0], 0) + 1
+            decided[L["thread"]] = decided.get(L["thread"], 0) + 1
     return {t: max(v, key=v.get) for t, v in votes.items()}
+
+
+class GapIndex:
+    """Per thread, built on first use: the events that can explain a gap (not containers, not
+    step markers), sorted by start, with the longest duration, so that a gap's overlaps are found
+    by bisection."""
+
+    def __init__(self, host_threads):
+        self.host_threads = host_threads
+        self.built: dict = {}
+
+    def get(self, key, default):
+        if key not in self.built:
+            evs = sorted((h["start"], h["start"] + h["dur"], h["name"])
+                         for h in self.host_threads.get(key, ())
+                         if not is_container(h["name"]) and "step_num" not in h["args"])
+            self.built[key] = ([e[0] for e in evs], evs, max(e[1] - e[0] for e in evs)) \
+                if evs else None
+        return self.built[key] or default
 
 
 def analyse(trace) -> tuple[Analysis, dict]:
@@ -393,6 +477,7 @@ def analyse(trace) -> tuple[Analysis, dict]:
     a.joins = joins
     a.exec_of = launch_threads_to_exec(gpu, host_threads)
     a.host_threads = host_threads
+    a.gap_events = GapIndex(host_threads)
     a.thread_names = trace.threads
     return a, joins
 
@@ -510,10 +595,14 @@ def gap_host_events(a: Analysis, ev, start, end) -> tuple[str, str]:
             return a.thread_names.get(launch_thread, "") + " (unknown: no execution thread " \
                 "holds its launches)", ""
     overlap: dict[str, int] = {}
-    for h in a.host_threads.get(thread, []):
-        s, e = max(h["start"], start), min(h["start"] + h["dur"], end)
-        if e > s and not CONTAINER_RE.search(h["name"]) and "step_num" not in h["args"]:
-            overlap[h["name"]] = overlap.get(h["name"], 0) + e - s
+    starts, evs, longest = a.gap_events.get(thread, ([], [], 0))
+    i = bisect.bisect_left(starts, start - longest)
+    while i < len(evs) and evs[i][0] < end:
+        hs, he, name = evs[i]
+        s, e = max(hs, start), min(he, end)
+        if e > s:
+            overlap[name] = overlap.get(name, 0) + e - s
+        i += 1
     top = sorted(overlap.items(), key=lambda kv: (-kv[1], kv[0]))[:8]
     return a.thread_names.get(thread, str(thread)), " | ".join(
         f"{n}={v / 1e6:.3f}" for n, v in top)
@@ -583,25 +672,63 @@ ROW_COLUMNS = ["device", "stream", "stream_name", "kernel", "category", "start_u
                "hlo_module", "graph", "step"]
 
 
+def _quote(value: str) -> str:
+    """A CSV cell for a string, quoted when it holds a comma, quote or newline."""
+    if any(c in value for c in ',"\n\r'):
+        return '"' + value.replace('"', '""') + '"'
+    return value
+
+
 def write_rows(path, a: Analysis) -> int:
+    """One line per GPU event, streamed to the file. This is the hot loop of a large trace:
+    strings repeat (kernel, stream, op names), so each is quoted once and looked up after."""
     names = a.thread_names
+    quoted: dict[str, str] = {}
+
+    def q(v):
+        r = quoted.get(v)
+        if r is None:
+            r = quoted[v] = _quote(v)
+        return r
+    streams = {k: q(v) for k, v in a.stream_names.items()}
+    threads = {k: q(v) for k, v in names.items()}
+    n = 0
+    events = sorted(a.events, key=operator.attrgetter("device", "stream", "start"))
     with open(path, "w", newline="") as fh:
-        w = csv.writer(fh, lineterminator="\n")
-        w.writerow(ROW_COLUMNS)
-        n = 0
-        for ev in sorted(a.events, key=lambda e: (e.device, e.stream, e.start)):
-            L = ev.launch if ev.join in ("launch", "graph_launch", "other") else None
-            launched = ev.join == "launch" and L is not None
-            w.writerow([
-                ev.device, ev.stream, _stream_name(a, ev), ev.name, ev.category, us(ev.start),
-                us(ev.dur), us(ev.end), ev.args.get("correlation_id", ""), ev.join,
-                L["name"] if L else "", names.get(L["thread"], "") if L else "",
-                us(L["start"]) if L else "", us(L["dur"]) if L else "",
-                us(ev.start - L["start"] - L["dur"]) if launched else "",
-                us(ev.start - L["start"]) if launched else "",
-                ev.args.get("hlo_op", ""), ev.args.get("hlo_module", ""), int(ev.graph),
-                "" if ev.step is None else ev.step])
+        fh.write(",".join(ROW_COLUMNS) + "\n")
+        buf = []
+        for ev in events:
+            join = ev.join
+            L = ev.launch
+            start = ev.start
+            if L is not None and join != "ambiguous":
+                ls, ld = L["start"], L["dur"]
+                lname = quoted.get(L["name"]) or q(L["name"])
+                if join == "launch":
+                    launch = (f"{lname},{threads.get(L['thread'], '')},{ls / 1e6:.3f},"
+                              f"{ld / 1e6:.3f},{(start - ls - ld) / 1e6:.3f},"
+                              f"{(start - ls) / 1e6:.3f}")
+                else:
+                    launch = (f"{lname},{threads.get(L['thread'], '')},{ls / 1e6:.3f},"
+                              f"{ld / 1e6:.3f},,")
+            else:
+                launch = ",,,,,"
+            args = ev.args
+            hlo_op = args.get("hlo_op", "")
+            hlo_module = args.get("hlo_module", "")
+            step = ev.step
+            buf.append(
+                f"{ev.device},{ev.stream},{streams.get((ev.device, ev.stream), '')},"
+                f"{quoted.get(ev.name) or q(ev.name)},{ev.category},{start / 1e6:.3f},"
+                f"{ev.dur / 1e6:.3f},{ev.end / 1e6:.3f},{args.get('correlation_id', '')},"
+                f"{join},{launch},{quoted.get(hlo_op) or q(hlo_op)},"
+                f"{quoted.get(hlo_module) or q(hlo_module)},{1 if ev.graph else 0},"
+                f"{'' if step is None else step}\n")
             n += 1
+            if len(buf) >= 10_000:
+                fh.write("".join(buf))
+                buf.clear()
+        fh.write("".join(buf))
     return n
 
 
@@ -710,6 +837,9 @@ def main(argv=None) -> int:
     ap.add_argument("--run")
     ap.add_argument("--host")
     args = ap.parse_args(argv)
+    # Millions of small objects and no reference cycles: the cyclic collector would only rescan
+    # the growing heap again and again (it doubled the run time on a 1M-event trace).
+    gc.disable()
     try:
         files = capture_inputs.resolve(args.capture, run=args.run, host=args.host)
         if files.trace is None:
