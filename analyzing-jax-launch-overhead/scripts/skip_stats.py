@@ -448,6 +448,10 @@ class GapIndex:
 def analyse(trace) -> tuple[Analysis, dict]:
     gpu, other_gpu_lines, host_threads, by_corr = collect(trace)
     refusals, notes = [], []
+    if len(trace.events) == EXPORTER_EVENT_CAP:
+        notes.append(f"the trace holds exactly {EXPORTER_EVENT_CAP:,} complete events, the trace "
+                     "exporter's cap: events after its last time are missing (the xplane has "
+                     "them), so the last step is cut")
     if other_gpu_lines:
         notes.append(f"{other_gpu_lines} events on GPU lines that are not streams (derived lines "
                      "such as Steps or TensorFlow Ops) were left out")
