@@ -237,3 +237,19 @@ def test_writes_into_the_current_directory_by_default(tmp_path, corpus):
 
 def test_shared_path_constant():
     assert SHARED_CAPTURES.name == "captures"
+
+
+def test_a_trace_cut_at_the_exporter_cap_is_said(corpus, monkeypatch):
+    """The exporter keeps 1,000,000 events; tested on a small trace by moving the cap."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    import skip_stats
+
+    import trace_reader
+    r, _ = corpus("rocm-off")
+    trace = trace_reader.load_trace(r.trace)
+    monkeypatch.setattr(skip_stats, "EXPORTER_EVENT_CAP", len(trace.events))
+    a, _ = skip_stats.analyse(trace)
+    assert any("the trace exporter's cap" in n for n in a.notes)
+    monkeypatch.setattr(skip_stats, "EXPORTER_EVENT_CAP", len(trace.events) + 1)
+    a, _ = skip_stats.analyse(trace)
+    assert not any("cap" in n for n in a.notes)
