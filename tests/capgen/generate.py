@@ -688,21 +688,30 @@ def generate(sc: Scenario, out_dir) -> Result:
                         "stream": "", "correlation_id": "", "count": len(victims),
                         "description": "graph kernels absent from the capture"})
     if sc.non_launch_correlations:
+        # As in the real conv3d capture: consecutive kernels of one step, without hlo_op, share
+        # one correlation id, which belongs to a stream-wait host event, not a launch.
         cands = [k for k in kernels if k.launch_start_ps is not None and k.device == 0 and
-                 not k.graph_id and
+                 not k.graph_id and k.step == 0 and
                  k.hlo_op_label is not None and k.spec.role == "compute"]
-        for n, k in enumerate(cands[:sc.non_launch_correlations]):
+        group = cands[2:2 + sc.non_launch_correlations]
+        if group:
+            cid = group[0].correlation_id
+            dropped = {k.correlation_id for k in group[1:]}
             for e in sim.host:
-                if e.stats and e.stats[0][2] == k.correlation_id or any(
-                        s[0] == "correlation_id" and s[2] == k.correlation_id for s in e.stats):
+                ids = [st[2] for st in e.stats if st[0] == "correlation_id"]
+                if ids and ids[0] == cid:
                     e.name = "hipStreamWaitEvent" if sc.vendor == "rocm" else \
                         "cuStreamWaitEvent"
-                    e.stats = [s for s in e.stats if s[0] in ("correlation_id", "device_id")]
-            k.hlo_op_label = None
-            defects.append({"defect_id": f"D{2 + n}", "kind": "correlation_joins_non_launch",
-                            "device": 0, "stream": k.stream, "correlation_id": k.correlation_id,
-                            "count": 1, "description": "the kernel's correlation id belongs to "
-                            "a stream-wait host event, not a launch"})
+                    e.stats = [st for st in e.stats if st[0] in ("correlation_id", "device_id")]
+            sim.host = [e for e in sim.host if not any(
+                st[0] == "correlation_id" and st[2] in dropped for st in e.stats)]
+            for k in group:
+                k.hlo_op_label = None
+                k.correlation_id = cid
+            defects.append({"defect_id": "D2", "kind": "correlation_joins_non_launch",
+                            "device": 0, "stream": group[0].stream, "correlation_id": cid,
+                            "count": len(group), "description": "kernels without hlo_op whose "
+                            "shared correlation id belongs to a stream-wait host event"})
     if sc.straggler_gpu is not None:
         defects.append({"defect_id": "S1", "kind": "straggler", "device": sc.straggler_gpu,
                         "stream": "", "correlation_id": "", "count": "",
