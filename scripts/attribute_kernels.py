@@ -1,0 +1,532 @@
+#!/usr/bin/env python3
+"""Every GPU kernel -> HLO instruction -> op_name -> Python line, command buffers included.
+
+Usage:
+    python3 -P attribute_kernels.py <xplane.pb | run folder | log folder>
+                                    [--program ID] [--user-re REGEX] [--no-xprof]
+                                    [--out DIR] [--run NAME] [--host NAME]
+
+Example:
+    python3 -P $B/scripts/attribute_kernels.py ~/logs/plugins/profile/2026_02_20_13_54_10
+
+Reads only the .xplane.pb. It first copies it to ./attribution/xplane/ and has XProf write the
+`<module>(<id>).hlo_proto.pb` files beside the copy (the capture folder is never written to).
+Writes into ./attribution/ (or DIR/attribution/):
+    kernels.csv  every GPU kernel: its instruction, match class, op_name, source, user frame
+    ops.csv      per instruction of the chosen program: kernels, GPU time and share
+    lines.csv    per Python line (user frame): GPU time and share, kernels, instructions
+    how.csv      per program and match class (then all): kernels, GPU time, share
+    summary.txt  the program chosen and why, class shares, XProf's coverage next to ours
+    <module>(<id>).hlo.txt  the chosen program's HLO text
+The program with the most GPU time is chosen unless --program names one; every kernel is still
+listed. Match classes: exact, name, order, none (SKILL.md step 4). --user-re picks the frame that
+counts as user code (default: the first frame outside site-packages and jax). --no-xprof skips
+the XProf coverage cross-check (and reads the HLO from the capture directly).
+A CPU capture is not an error: its XLA:CPU thunk events are the kernels of device "CPU".
+
+Exit codes: 0 done; 1 the input cannot be used (one sentence says why); 2 usage;
+3 a missing package (jax, xprof or protobuf; the message has the install line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SIBLING = next((p for p in (HERE.parent / "analyzing-jax-launch-overhead" / "scripts",
+                            HERE.parent.parent / "analyzing-jax-launch-overhead" / "scripts")
+                if (p / "capture_inputs.py").is_file()), None)
+sys.path[:0] = [str(HERE)] + ([str(SIBLING)] if SIBLING else [])
+
+import capture_inputs  # noqa: E402  (sibling skill)
+
+INSTALL = "pip install -r requirements.txt (jax, jaxlib, xprof, protobuf)"
+PROGRAM_FILE_RE = re.compile(r"^(.*)\((\d+)\)\.hlo_proto\.pb$")
+CONTROL_OPCODES = frozenset({"while", "call", "conditional"})
+
+
+class UsageError(Exception):
+    """The input cannot be attributed; the message is one sentence."""
+
+
+class MissingPackage(Exception):
+    pass
+
+
+# ---------------------------------------------------------------- load
+
+def copy_and_convert(xplane: Path, out: Path, use_xprof: bool) -> tuple[Path, dict, float]:
+    """Copy the xplane to out/attribution/xplane/ and have XProf write the HLO protos there.
+    Returns the copy, {program id: (module name, HloModuleProto bytes)} and XProf's seconds."""
+    dest = out / "attribution" / "xplane"
+    if dest.exists():
+        shutil.rmtree(dest)  # stale protos of another capture would be reused by XProf
+    dest.mkdir(parents=True)
+    copy = dest / xplane.name
+    shutil.copy2(xplane, copy)
+    protos: dict[int, tuple[str, bytes]] = {}
+    seconds = 0.0
+    if use_xprof:
+        try:
+            from xprof.convert import raw_to_tool_data
+        except ImportError as exc:
+            raise MissingPackage(f"the xprof package is not installed ({exc}); {INSTALL}") \
+                from exc
+        t = time.perf_counter()
+        try:
+            raw_to_tool_data.xspace_to_tool_names([str(copy)])
+        except Exception as exc:  # noqa: BLE001 - XProf's own failure, said in one sentence
+            raise UsageError(f"XProf could not read {xplane.name}: {exc}") from exc
+        seconds = time.perf_counter() - t
+        import xprotos
+        hlo_cls = xprotos.classes()["HloProto"]
+        for f in sorted(dest.glob("*.hlo_proto.pb")):
+            m = PROGRAM_FILE_RE.match(f.name)
+            if m:
+                module = hlo_cls.FromString(f.read_bytes()).hlo_module
+                protos[int(m.group(2))] = (m.group(1), module)
+    return copy, protos, seconds
+
+
+def load(copy: Path, protos: dict):
+    import xplane_reader
+    space = xplane_reader.load_space(copy)
+    if not protos:
+        for pid, (name, blob) in space.hlo_protos().items():
+            protos[pid] = (name.rsplit("(", 1)[0], xplane_reader.parse_hlo(blob))
+    return space, protos
+
+
+class KernelRow:
+    __slots__ = ("device", "stream", "start", "dur", "name", "corr", "hlo_op", "program_id",
+                 "own_program", "category", "graph", "instruction", "match", "cpu")
+
+    def __init__(self, device, stream, start, dur, name, stats, cpu=False):
+        self.device = device
+        self.stream = stream
+        self.start = start
+        self.dur = dur
+        self.name = name
+        self.corr = stats.get("correlation_id")
+        self.hlo_op = stats.get("hlo_op")
+        pid = stats.get("program_id")
+        self.own_program = pid is not None
+        self.program_id = pid
+        self.graph = "cuda_graph_id" in stats
+        self.category = "memcpy" if "memcpy_details" in stats else ""
+        self.instruction = ""
+        self.match = "none"
+        self.cpu = cpu
+
+
+def collect_kernels(space) -> tuple[list, bool, int]:
+    """GPU stream events; for a CPU capture, XLA:CPU thunk events (control thunks left out)."""
+    kernels = []
+    for plane in space.gpu_planes():
+        for line in plane.lines:
+            if not line.name.startswith("Stream #"):
+                continue
+            for ev in line.events():
+                kernels.append(KernelRow(plane.gpu_ordinal, line.id, ev.start_ps,
+                                         ev.duration_ps, ev.name, ev.stats))
+    if kernels:
+        return kernels, False, 0
+    host = space.plane("/host:CPU")
+    if host is None:
+        return [], False, 0
+    for line in host.lines:
+        for ev in line.events():
+            if "hlo_op" in ev.stats and "program_id" in ev.stats:
+                kernels.append(KernelRow("CPU", line.id, ev.start_ps, ev.duration_ps, ev.name,
+                                         ev.stats, cpu=True))
+    return kernels, True, 0
+
+
+# ---------------------------------------------------------------- analyses
+
+def module_fingerprint(module) -> bytes:
+    """The module's bytes with its id cleared: equal for one program saved under two ids."""
+    copy = type(module)()
+    copy.CopyFrom(module)
+    copy.id = 0
+    return copy.SerializeToString(deterministic=True)
+
+
+def choose_program(kernels, programs, requested) -> tuple[int, list[str], dict]:
+    gpu_time: dict[int, int] = {}
+    for k in kernels:
+        if k.own_program and k.program_id in programs:
+            gpu_time[k.program_id] = gpu_time.get(k.program_id, 0) + k.dur
+    notes = []
+    groups: dict[bytes, list[int]] = {}
+    for pid, (_, module) in programs.items():
+        groups.setdefault(module_fingerprint(module), []).append(pid)
+    same = {pid: sorted(g) for g in groups.values() if len(g) > 1 for pid in g}
+    if requested is not None:
+        if requested not in programs:
+            ids = ", ".join(f"{n}({i})" for i, (n, _) in sorted(programs.items()))
+            raise UsageError(f"--program {requested} is not a program of this capture; "
+                             f"programs: {ids}")
+        chosen = requested
+        notes.append(f"{programs[chosen][0]}({chosen}) chosen by --program")
+    elif gpu_time:
+        chosen = max(sorted(gpu_time), key=lambda p: gpu_time[p])
+        total = sum(k.dur for k in kernels)
+        notes.append(f"{programs[chosen][0]}({chosen}) chosen: the most GPU time, "
+                     f"{100.0 * gpu_time[chosen] / total:.1f}% of all kernel time")
+    else:
+        chosen = max(programs, key=lambda p: sum(len(c.instructions)
+                                                 for c in programs[p][1].computations))
+        notes.append(f"no kernel carries a program id: program {programs[chosen][0]}({chosen}), "
+                     "the largest, is used for every kernel")
+    if chosen in same:
+        others = [p for p in same[chosen] if p != chosen]
+        notes.append(f"program {chosen} is saved under several ids ({', '.join(map(str, same[chosen]))}"
+                     f", identical HLO); {chosen} has the most GPU time; kernels of "
+                     f"{', '.join(map(str, others))} are matched within their own id")
+    return chosen, notes, gpu_time
+
+
+def attribute(kernels, programs, chosen, user_re) -> dict:
+    """Match every kernel; return per-program lookups of instruction source."""
+    import kernel_match as km
+
+    from hlo_program import Program
+    wrapped = {}
+    for k in kernels:
+        if k.program_id not in programs:
+            k.program_id = chosen
+    by: dict[tuple, list] = {}
+    for k in kernels:
+        by.setdefault((k.device, k.program_id), []).append(k)
+    for (_, pid), ks in sorted(by.items(), key=lambda kv: str(kv[0])):
+        if pid not in wrapped:
+            wrapped[pid] = Program(programs[pid][1], pid)
+        prog = wrapped[pid]
+        if ks[0].cpu:
+            for k in ks:
+                ins = prog.by_name.get(k.hlo_op)
+                if ins is not None:
+                    k.instruction, k.match = k.hlo_op, "exact"
+                    k.category = "compute"
+            continue
+        shared: dict = {}
+        for k in ks:
+            if k.corr is not None:
+                shared[k.corr] = shared.get(k.corr, 0) + 1
+        ks.sort(key=lambda k: (_as_int(k.corr), k.start))
+        items = []
+        for i, k in enumerate(ks):
+            kind = km.kernel_kind(k.name, k.category)
+            k.category = {"collective": "collective", "copy": "memcpy"}.get(kind, "compute")
+            group = k.graph or (k.corr is not None and shared[k.corr] > 1)
+            k.graph = k.graph or group
+            items.append(km.Kernel(i, k.name, kind, k.hlo_op, group))
+        slots = km.expand(prog)
+        km.match(slots, items, km.launching(prog))
+        for it, k in zip(items, ks, strict=True):
+            k.instruction, k.match = it.instruction, it.match
+    for pid in programs:
+        if pid not in wrapped:
+            wrapped[pid] = Program(programs[pid][1], pid)
+    return wrapped
+
+
+def _as_int(v) -> int:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return -1
+
+
+class Sources:
+    """op_name, innermost source and user frame per (program, instruction), cached."""
+
+    def __init__(self, programs, user_re):
+        self.programs = programs
+        self.user_re = user_re
+        self.cache: dict = {}
+
+    def get(self, pid, instruction) -> tuple[str, str, str]:
+        key = (pid, instruction)
+        out = self.cache.get(key)
+        if out is None:
+            prog = self.programs.get(pid)
+            ins = prog.by_name.get(instruction) if prog and instruction else None
+            if ins is None:
+                out = ("", "", "")
+            else:
+                frames = prog.frames(ins)
+                user = prog.user_frame(ins, self.user_re)
+                out = (op_name(prog, ins), str(frames[0]) if frames else "",
+                       f"{user} {user.function}".strip() if user else "")
+            self.cache[key] = out
+        return out
+
+
+def op_name(prog, ins) -> str:
+    if ins.metadata.op_name:
+        return ins.metadata.op_name
+    for cid in ins.called_computation_ids:
+        comp = prog.computations.get(cid)
+        if comp is None:
+            continue
+        for inner in reversed(comp.instructions):
+            if inner.metadata.op_name:
+                return inner.metadata.op_name
+    return ""
+
+
+def xprof_coverage(copy: Path) -> tuple[float | None, float, str]:
+    """XProf's hlo_stats total self time (us) on this capture, and its seconds."""
+    import json
+
+    from xprof.convert import raw_to_tool_data
+    t = time.perf_counter()
+    try:
+        out = raw_to_tool_data.xspace_to_tool_data([str(copy)], "hlo_stats",
+                                                   {"use_saved_result": False})
+    except Exception as exc:  # noqa: BLE001 - reported, not fatal
+        return None, time.perf_counter() - t, f"XProf's hlo_stats failed: {exc}"
+    seconds = time.perf_counter() - t
+    data = out[0] if isinstance(out, tuple) else out
+    try:
+        table = json.loads(data)
+        cols = [c["id"] for c in table["cols"]]
+        i = cols.index("total_self_time")
+        total = sum(float(r["c"][i]["v"] or 0) for r in table["rows"])
+    except (ValueError, KeyError, TypeError, IndexError) as exc:
+        return None, seconds, f"XProf's hlo_stats had an unexpected shape: {exc}"
+    return total, seconds, ""
+
+
+# ---------------------------------------------------------------- writers
+
+def _q(v) -> str:
+    v = "" if v is None else str(v)
+    if any(c in v for c in ',"\n\r'):
+        return '"' + v.replace('"', '""') + '"'
+    return v
+
+
+def write_csv(path: Path, columns, rows) -> int:
+    with open(path, "w", newline="") as fh:
+        fh.write(",".join(columns) + "\n")
+        n = 0
+        buf = []
+        for r in rows:
+            buf.append(",".join(_q(v) for v in r) + "\n")
+            n += 1
+            if len(buf) >= 10_000:
+                fh.write("".join(buf))
+                buf.clear()
+        fh.write("".join(buf))
+    return n
+
+
+def us(ps) -> str:
+    return f"{ps / 1e6:.3f}"
+
+
+def pct(a, b) -> str:
+    return f"{100.0 * a / b:.2f}" if b else ""
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="\n".join(__doc__.splitlines()[1:]))
+    ap.add_argument("capture")
+    ap.add_argument("--program", type=int)
+    ap.add_argument("--user-re", help="regular expression: frames whose file matches are user "
+                    "code (default: the first frame outside site-packages and jax)")
+    ap.add_argument("--no-xprof", action="store_true",
+                    help="skip XProf (its HLO protos and its coverage cross-check)")
+    ap.add_argument("--out", type=Path, default=Path("."))
+    ap.add_argument("--run")
+    ap.add_argument("--host")
+    args = ap.parse_args(argv)
+    try:
+        user_re = re.compile(args.user_re) if args.user_re else None
+    except re.error as exc:
+        ap.error(f"--user-re is not a regular expression: {exc}")
+    gc.disable()  # many small objects, no cycles (see skip_stats.py)
+    t0 = time.perf_counter()
+    try:
+        files = capture_inputs.resolve(args.capture, run=args.run, host=args.host)
+        if files.xplane is None:
+            raise UsageError(f"no <host>.xplane.pb for host {files.host} in {files.run_dir}; "
+                             "attribution reads the xplane (the trace.json has no HLO)")
+        copy, protos, xprof_names_s = copy_and_convert(files.xplane, args.out,
+                                                        not args.no_xprof)
+        space, protos = load(copy, protos)
+        kernels, cpu, _ = collect_kernels(space)
+        if not protos:
+            raise UsageError(f"{files.xplane.name} holds no HLO programs (no /host:metadata): "
+                             "kernels cannot be attributed to instructions or lines")
+        if not kernels:
+            raise UsageError(f"{files.xplane.name} has no GPU stream events and no XLA:CPU "
+                             "thunk events: there are no kernels to attribute")
+        chosen, notes, gpu_time = choose_program(kernels, protos, args.program)
+    except (capture_inputs.CaptureError, UsageError) as exc:
+        print(f"attribute_kernels: {exc}", file=sys.stderr)
+        return 1
+    except MissingPackage as exc:
+        print(f"attribute_kernels: {exc}", file=sys.stderr)
+        return 3
+    except ImportError as exc:
+        print(f"attribute_kernels: a package is missing ({exc}); {INSTALL}", file=sys.stderr)
+        return 3
+    except Exception as exc:  # noqa: BLE001 - reader errors are one sentence
+        import xplane_reader
+        import xprotos
+        if isinstance(exc, xprotos.MissingDependency):
+            print(f"attribute_kernels: {exc}", file=sys.stderr)
+            return 3
+        if isinstance(exc, xplane_reader.XPlaneError):
+            print(f"attribute_kernels: {exc}", file=sys.stderr)
+            return 1
+        raise
+    for n in files.notes:
+        print(f"attribute_kernels: {n}", file=sys.stderr)
+    programs = attribute(kernels, protos, chosen, user_re)
+    sources = Sources(programs, user_re)
+    t_match = time.perf_counter() - t0
+    out = args.out / "attribution"
+    written = []
+    # kernels.csv
+    kernels.sort(key=lambda k: (str(k.device), k.stream, k.start))
+    rows = []
+    for k in kernels:
+        opn, src, user = sources.get(k.program_id, k.instruction)
+        rows.append((k.device, k.stream, us(k.start), us(k.dur), k.name,
+                     "" if k.corr is None else k.corr, k.hlo_op or "", k.program_id,
+                     k.instruction, k.match, opn, src, user, k.category, int(k.graph)))
+    written.append(("kernels.csv", write_csv(out / "kernels.csv", [
+        "device", "stream", "start_us", "dur_us", "kernel", "correlation_id", "hlo_op",
+        "program_id", "instruction", "match", "op_name", "source", "user_frame", "category",
+        "graph"], rows)))
+    del rows
+    # ops.csv and lines.csv: the chosen program's attributed kernels
+    mine = [k for k in kernels if k.program_id == chosen and k.instruction]
+    attributed = sum(k.dur for k in mine)
+    ops: dict[str, list] = {}
+    for k in mine:
+        o = ops.setdefault(k.instruction, [0, 0, k.category])
+        o[0] += 1
+        o[1] += k.dur
+    prog = programs[chosen]
+    op_rows = []
+    for name, (n, t, cat) in sorted(ops.items(), key=lambda kv: (-kv[1][1], kv[0])):
+        opn, src, user = sources.get(chosen, name)
+        op_rows.append((chosen, name, prog.by_name[name].opcode if name in prog.by_name else "",
+                        cat, n, us(t), pct(t, attributed), opn, src, user))
+    written.append(("ops.csv", write_csv(out / "ops.csv", [
+        "program_id", "instruction", "opcode", "category", "kernels", "gpu_us", "gpu_pct",
+        "op_name", "source", "user_frame"], op_rows)))
+    lines: dict[str, list] = {}
+    for k in mine:
+        user = sources.get(chosen, k.instruction)[2]
+        entry = lines.setdefault(user, [0, 0, set()])
+        entry[0] += 1
+        entry[1] += k.dur
+        entry[2].add(k.instruction)
+    line_rows = [(u, us(t), pct(t, attributed), n, len(ins))
+                 for u, (n, t, ins) in sorted(lines.items(), key=lambda kv: (-kv[1][1], kv[0]))]
+    written.append(("lines.csv", write_csv(out / "lines.csv", [
+        "user_frame", "gpu_us", "gpu_pct", "kernels", "instructions"], line_rows)))
+    # how.csv
+    classes = ("exact", "name", "order", "none")
+    how_rows = []
+    groups: dict = {}
+    for k in kernels:
+        for key in (k.program_id, "all"):
+            g = groups.setdefault(key, {c: [0, 0] for c in classes})
+            g[k.match][0] += 1
+            g[k.match][1] += k.dur
+    for key in sorted((g for g in groups if g != "all"), key=str) + ["all"]:
+        g = groups[key]
+        total = sum(v[1] for v in g.values())
+        for c in classes:
+            how_rows.append((key, c, g[c][0], us(g[c][1]), pct(g[c][1], total)))
+    written.append(("how.csv", write_csv(out / "how.csv", [
+        "program_id", "match", "kernels", "gpu_us", "gpu_pct"], how_rows)))
+    # the chosen program's HLO text
+    name = protos[chosen][0]
+    hlo_txt = out / f"{name}({chosen}).hlo.txt"
+    try:
+        from jax._src.lib import xla_client
+        text = xla_client.hlo.HloModule.from_serialized_hlo_module_proto(
+            protos[chosen][1].SerializeToString()).to_string()
+        hlo_txt.write_text(text)
+        written.append((hlo_txt.name, text.count("\n")))
+    except Exception as exc:  # noqa: BLE001 - the text is a convenience; say why it is missing
+        notes.append(f"the HLO text was not written: jaxlib could not print the program ({exc})")
+    # summary
+    total = sum(k.dur for k in kernels)
+    coverage = None
+    xprof_s = 0.0
+    if not args.no_xprof:
+        coverage, xprof_s, err = xprof_coverage(copy)
+        if err:
+            notes.append(err)
+    g = groups["all"]
+    s = [f"program: {n}" for n in notes]
+    if cpu:
+        s.append(f"device: CPU capture: {len(kernels)} XLA:CPU thunk events (with hlo_op and "
+                 "program_id) on /host:CPU are the kernels; control thunks (while, call, "
+                 "conditional) contain others and are not counted")
+    s.append(f"kernels: {len(kernels)} on {len({k.device for k in kernels})} device(s), "
+             f"{total / 1e6:,.1f} us of kernel time; {sum(1 for k in kernels if k.graph)} "
+             "launched inside graphs (command buffers) or sharing a launch")
+    s.append("match classes (all programs): " + ", ".join(
+        f"{c} {g[c][0]} kernels {pct(g[c][1], total)}% of time" for c in classes))
+    cg = groups.get(chosen)
+    if cg:
+        ct = sum(v[1] for v in cg.values())
+        s.append(f"match classes ({name}({chosen})): " + ", ".join(
+            f"{c} {cg[c][0]} kernels {pct(cg[c][1], ct)}% of time" for c in classes))
+    none = [k for k in kernels if k.match == "none"]
+    if none:
+        top: dict[str, list] = {}
+        for k in none:
+            e = top.setdefault(k.name, [0, 0])
+            e[0] += 1
+            e[1] += k.dur
+        s.append(f"no candidate: {len(none)} kernels, {sum(k.dur for k in none) / 1e6:,.1f} us; "
+                 "largest: " + "; ".join(f"{n} x{c} {t / 1e6:,.1f} us" for n, (c, t) in sorted(
+                     top.items(), key=lambda kv: -kv[1][1])[:5]))
+    nosrc = [k for k in mine if not sources.get(chosen, k.instruction)[2]]
+    s.append(f"source: {len(mine) - len(nosrc)} of {len(mine)} attributed kernels of "
+             f"{name}({chosen}) have a user frame; {len(nosrc)} kernels "
+             f"({pct(sum(k.dur for k in nosrc), attributed) or '0'}% of its attributed time) have "
+             "no source in the HLO (counted, not guessed)")
+    ours = pct(total - g["none"][1], total)
+    if coverage is not None and total:
+        s.append(f"coverage: XProf's hlo_stats attributes {100.0 * coverage * 1e6 / total:.1f}% "
+                 f"of this capture's kernel time to HLO ops; this script attributes {ours}% to "
+                 "an instruction (exact + name + order)")
+    elif args.no_xprof:
+        s.append(f"coverage: this script attributes {ours}% of kernel time to an instruction; "
+                 "XProf's hlo_stats cross-check skipped (--no-xprof)")
+    s.append(f"timing: matching {t_match:.2f} s (XProf's HLO extraction {xprof_names_s:.2f} s of "
+             f"it); XProf hlo_stats cross-check {xprof_s:.2f} s")
+    s.append(f"hlo text: {hlo_txt.name}")
+    (out / "summary.txt").write_text("\n".join(s) + "\n")
+    written.insert(0, ("summary.txt", len(s)))
+    for f, n in written:
+        print(f"wrote {out / f} ({n} {'lines' if f.endswith('.txt') else 'rows'})")
+    print(s[0])
+    print("Next: how.csv for the class shares, then ops.csv and lines.csv for the top "
+          "instructions and Python lines (SKILL.md step 4).")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
