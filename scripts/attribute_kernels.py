@@ -31,10 +31,13 @@ Exit codes: 0 done; 1 the input cannot be used (one sentence says why); 2 usage;
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
+import os
 import re
 import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -61,6 +64,21 @@ class MissingPackage(Exception):
 
 # ---------------------------------------------------------------- load
 
+@contextlib.contextmanager
+def quiet_stderr():
+    """XProf's C++ code logs to file descriptor 2; keep its lines out of the user's terminal."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
 def copy_and_convert(xplane: Path, out: Path, use_xprof: bool) -> tuple[Path, dict, float]:
     """Copy the xplane to out/attribution/xplane/ and have XProf write the HLO protos there.
     Returns the copy, {program id: (module name, HloModuleProto bytes)} and XProf's seconds."""
@@ -80,7 +98,8 @@ def copy_and_convert(xplane: Path, out: Path, use_xprof: bool) -> tuple[Path, di
                 from exc
         t = time.perf_counter()
         try:
-            raw_to_tool_data.xspace_to_tool_names([str(copy)])
+            with quiet_stderr():
+                raw_to_tool_data.xspace_to_tool_names([str(copy)])
         except Exception as exc:  # noqa: BLE001 - XProf's own failure, said in one sentence
             raise UsageError(f"XProf could not read {xplane.name}: {exc}") from exc
         seconds = time.perf_counter() - t
@@ -178,7 +197,7 @@ def choose_program(kernels, programs, requested) -> tuple[int, list[str], dict]:
     elif gpu_time:
         chosen = max(sorted(gpu_time), key=lambda p: gpu_time[p])
         total = sum(k.dur for k in kernels)
-        notes.append(f"{programs[chosen][0]}({chosen}) chosen: the most GPU time, "
+        notes.append(f"{programs[chosen][0]}({chosen}) chosen: the most kernel time, "
                      f"{100.0 * gpu_time[chosen] / total:.1f}% of all kernel time")
     else:
         chosen = max(programs, key=lambda p: sum(len(c.instructions)
@@ -187,8 +206,9 @@ def choose_program(kernels, programs, requested) -> tuple[int, list[str], dict]:
                      "the largest, is used for every kernel")
     if chosen in same:
         others = [p for p in same[chosen] if p != chosen]
-        notes.append(f"program {chosen} is saved under several ids ({', '.join(map(str, same[chosen]))}"
-                     f", identical HLO); {chosen} has the most GPU time; kernels of "
+        ids = ", ".join(map(str, same[chosen]))
+        notes.append(f"program {chosen} is saved under several ids ({ids}, identical HLO); "
+                     f"{chosen} has the most kernel time; kernels of "
                      f"{', '.join(map(str, others))} are matched within their own id")
     return chosen, notes, gpu_time
 
@@ -212,9 +232,11 @@ def attribute(kernels, programs, chosen, user_re) -> dict:
         if ks[0].cpu:
             for k in ks:
                 ins = prog.by_name.get(k.hlo_op)
-                if ins is not None:
+                k.category = "compute"
+                if ins is not None and ins.opcode in CONTROL_OPCODES:
+                    k.match = "control"  # a while/call thunk: its body's thunks are counted
+                elif ins is not None:
                     k.instruction, k.match = k.hlo_op, "exact"
-                    k.category = "compute"
             continue
         shared: dict = {}
         for k in ks:
@@ -290,8 +312,9 @@ def xprof_coverage(copy: Path) -> tuple[float | None, float, str]:
     from xprof.convert import raw_to_tool_data
     t = time.perf_counter()
     try:
-        out = raw_to_tool_data.xspace_to_tool_data([str(copy)], "hlo_stats",
-                                                   {"use_saved_result": False})
+        with quiet_stderr():
+            out = raw_to_tool_data.xspace_to_tool_data([str(copy)], "hlo_stats",
+                                                       {"use_saved_result": False})
     except Exception as exc:  # noqa: BLE001 - reported, not fatal
         return None, time.perf_counter() - t, f"XProf's hlo_stats failed: {exc}"
     seconds = time.perf_counter() - t
@@ -396,6 +419,8 @@ def main(argv=None) -> int:
     for n in files.notes:
         print(f"attribute_kernels: {n}", file=sys.stderr)
     programs = attribute(kernels, protos, chosen, user_re)
+    control = sum(1 for k in kernels if k.match == "control")
+    kernels = [k for k in kernels if k.match != "control"]
     sources = Sources(programs, user_re)
     t_match = time.perf_counter() - t0
     out = args.out / "attribution"
@@ -480,8 +505,9 @@ def main(argv=None) -> int:
     s = [f"program: {n}" for n in notes]
     if cpu:
         s.append(f"device: CPU capture: {len(kernels)} XLA:CPU thunk events (with hlo_op and "
-                 "program_id) on /host:CPU are the kernels; control thunks (while, call, "
-                 "conditional) contain others and are not counted")
+                 "program_id) on /host:CPU are the kernels; "
+                 f"{control} thunks of control instructions (while, call, conditional) contain "
+                 "others and are left out")
     s.append(f"kernels: {len(kernels)} on {len({k.device for k in kernels})} device(s), "
              f"{total / 1e6:,.1f} us of kernel time; {sum(1 for k in kernels if k.graph)} "
              "launched inside graphs (command buffers) or sharing a launch")

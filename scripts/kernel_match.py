@@ -240,7 +240,12 @@ def match(slots: list[Slot], kernels: list[Kernel], launchers: set[str]) -> None
             continue
         j = next_exact[i]
         a = p if filled < len(slots[p % n].kinds) else p + 1
-        end = next_pos(kernels[j].hlo_op, a) if j is not None else a + n
+        if j is not None:
+            end = next_pos(kernels[j].hlo_op, a)
+            if len(slots[end % n].kinds) > 1:
+                end += 1  # its other kernels (a convolution's im2col) may come first
+        else:
+            end = a + n
         norm = normalize_kernel_name(k.name)
         first = _first_accepting(slots, n, a, end, p, filled, k.kind)
         named = _named_in_window(names.get(norm, ()), n, a, end)
