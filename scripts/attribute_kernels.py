@@ -144,23 +144,28 @@ class KernelRow:
         self.cpu = cpu
 
 
+KERNEL_STATS = frozenset({"correlation_id", "hlo_op", "program_id", "cuda_graph_id",
+                          "memcpy_details"})
+
+
 def collect_kernels(space) -> tuple[list, bool, int]:
     """GPU stream events; for a CPU capture, XLA:CPU thunk events (control thunks left out)."""
     kernels = []
     for plane in space.gpu_planes():
+        ordinal = plane.gpu_ordinal
         for line in plane.lines:
             if not line.name.startswith("Stream #"):
                 continue
-            for ev in line.events():
-                kernels.append(KernelRow(plane.gpu_ordinal, line.id, ev.start_ps,
-                                         ev.duration_ps, ev.name, ev.stats))
+            lid = line.id
+            kernels.extend(KernelRow(ordinal, lid, ev.start_ps, ev.duration_ps, ev.name,
+                                     ev.stats) for ev in line.events(KERNEL_STATS))
     if kernels:
         return kernels, False, 0
     host = space.plane("/host:CPU")
     if host is None:
         return [], False, 0
     for line in host.lines:
-        for ev in line.events():
+        for ev in line.events(KERNEL_STATS):
             if "hlo_op" in ev.stats and "program_id" in ev.stats:
                 kernels.append(KernelRow("CPU", line.id, ev.start_ps, ev.duration_ps, ev.name,
                                          ev.stats, cpu=True))
@@ -353,6 +358,37 @@ def write_csv(path: Path, columns, rows) -> int:
     return n
 
 
+def write_kernels(path: Path, kernels, sources) -> int:
+    """kernels.csv, the large table: strings repeat, so each is quoted once."""
+    quoted: dict = {}
+
+    def q(v):
+        r = quoted.get(v)
+        if r is None:
+            r = quoted[v] = _q(v)
+        return r
+    src: dict = {}
+    with open(path, "w", newline="") as fh:
+        fh.write("device,stream,start_us,dur_us,kernel,correlation_id,hlo_op,program_id,"
+                 "instruction,match,op_name,source,user_frame,category,graph\n")
+        buf = []
+        for k in kernels:
+            key = (k.program_id, k.instruction)
+            tail = src.get(key)
+            if tail is None:
+                opn, source, user = sources.get(k.program_id, k.instruction)
+                tail = src[key] = (f"{q(k.instruction)},", f",{q(opn)},{q(source)},{q(user)}")
+            buf.append(f"{k.device},{k.stream},{k.start / 1e6:.3f},{k.dur / 1e6:.3f},"
+                       f"{quoted.get(k.name) or q(k.name)},{'' if k.corr is None else k.corr},"
+                       f"{quoted.get(k.hlo_op or '') or q(k.hlo_op or '')},{k.program_id},"
+                       f"{tail[0]}{k.match}{tail[1]},{k.category},{1 if k.graph else 0}\n")
+            if len(buf) >= 10_000:
+                fh.write("".join(buf))
+                buf.clear()
+        fh.write("".join(buf))
+    return len(kernels)
+
+
 def us(ps) -> str:
     return f"{ps / 1e6:.3f}"
 
@@ -427,17 +463,7 @@ def main(argv=None) -> int:
     written = []
     # kernels.csv
     kernels.sort(key=lambda k: (str(k.device), k.stream, k.start))
-    rows = []
-    for k in kernels:
-        opn, src, user = sources.get(k.program_id, k.instruction)
-        rows.append((k.device, k.stream, us(k.start), us(k.dur), k.name,
-                     "" if k.corr is None else k.corr, k.hlo_op or "", k.program_id,
-                     k.instruction, k.match, opn, src, user, k.category, int(k.graph)))
-    written.append(("kernels.csv", write_csv(out / "kernels.csv", [
-        "device", "stream", "start_us", "dur_us", "kernel", "correlation_id", "hlo_op",
-        "program_id", "instruction", "match", "op_name", "source", "user_frame", "category",
-        "graph"], rows)))
-    del rows
+    written.append(("kernels.csv", write_kernels(out / "kernels.csv", kernels, sources)))
     # ops.csv and lines.csv: the chosen program's attributed kernels
     mine = [k for k in kernels if k.program_id == chosen and k.instruction]
     attributed = sum(k.dur for k in mine)
@@ -472,7 +498,9 @@ def main(argv=None) -> int:
     groups: dict = {}
     for k in kernels:
         for key in (k.program_id, "all"):
-            g = groups.setdefault(key, {c: [0, 0] for c in classes})
+            g = groups.get(key)
+            if g is None:
+                g = groups[key] = {c: [0, 0] for c in classes}
             g[k.match][0] += 1
             g[k.match][1] += k.dur
     for key in sorted((g for g in groups if g != "all"), key=str) + ["all"]:
@@ -528,11 +556,16 @@ def main(argv=None) -> int:
         s.append(f"no candidate: {len(none)} kernels, {sum(k.dur for k in none) / 1e6:,.1f} us; "
                  "largest: " + "; ".join(f"{n} x{c} {t / 1e6:,.1f} us" for n, (c, t) in sorted(
                      top.items(), key=lambda kv: -kv[1][1])[:5]))
-    nosrc = [k for k in mine if not sources.get(chosen, k.instruction)[2]]
-    s.append(f"source: {len(mine) - len(nosrc)} of {len(mine)} attributed kernels of "
-             f"{name}({chosen}) have a user frame; {len(nosrc)} kernels "
-             f"({pct(sum(k.dur for k in nosrc), attributed) or '0'}% of its attributed time) have "
-             "no source in the HLO (counted, not guessed)")
+    nouser = [k for k in mine if not sources.get(chosen, k.instruction)[2]]
+    noframe = [k for k in nouser if not sources.get(chosen, k.instruction)[1]]
+    t_noframe = sum(k.dur for k in noframe)
+    t_library = sum(k.dur for k in nouser) - t_noframe
+    s.append(f"source: {len(mine) - len(nouser)} of {len(mine)} attributed kernels of "
+             f"{name}({chosen}) have a user frame; {len(noframe)} kernels "
+             f"({pct(t_noframe, attributed) or '0'}% of its attributed time) belong to "
+             "instructions with no source in the HLO, and "
+             f"{len(nouser) - len(noframe)} ({pct(t_library, attributed) or '0'}%) have frames "
+             "but none that counts as user code (see --user-re); counted, not guessed")
     ours = pct(total - g["none"][1], total)
     if coverage is not None and total:
         s.append(f"coverage: XProf's hlo_stats attributes {100.0 * coverage * 1e6 / total:.1f}% "

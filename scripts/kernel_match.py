@@ -72,8 +72,19 @@ def sanitize(name: str) -> str:
     return name.replace(".", "_").replace("-", "_")
 
 
+_NORMALIZED: dict[str, str] = {}
+_KINDS: dict[tuple, str] = {}
+
+
 def normalize_kernel_name(name: str) -> str:
     """A kernel symbol as XLA would have named it: no vendor suffix, no signature."""
+    out = _NORMALIZED.get(name)
+    if out is None:
+        out = _NORMALIZED[name] = _normalize(name)
+    return out
+
+
+def _normalize(name: str) -> str:
     n = VENDOR_SUFFIX_RE.sub("", name)
     if n.startswith("void "):
         n = n[5:]
@@ -85,6 +96,15 @@ def normalize_kernel_name(name: str) -> str:
 
 
 def kernel_kind(name: str, category: str = "") -> str:
+    """gemm, gemm_aux (a split-K reduction), collective, copy or compute, from the name."""
+    key = (name, category)
+    out = _KINDS.get(key)
+    if out is None:
+        out = _KINDS[key] = _kind(name, category)
+    return out
+
+
+def _kind(name: str, category: str) -> str:
     if category == "collective" or COLLECTIVE_KERNEL_RE.search(name):
         return "collective"
     if category == "memcpy" or COPY_KERNEL_RE.search(name):

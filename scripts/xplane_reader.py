@@ -55,16 +55,22 @@ class Line:
     def __len__(self) -> int:
         return len(self._proto.events)
 
-    def events(self) -> Iterator[Event]:
-        """Decode this line's events one by one (nothing is cached)."""
+    def events(self, only: frozenset | None = None) -> Iterator[Event]:
+        """Decode this line's events one by one (nothing is cached). `only`: the stat names to
+        decode (others are skipped unread: much faster on large captures)."""
         plane = self.plane
         names = plane.event_names
         meta_stats = plane.metadata_stats
         decode = plane.decode_stats
+        ids = None
+        if only is not None:
+            ids = frozenset(k for k, n in plane.stat_names.items() if n in only)
+            meta_stats = {m: {k: v for k, v in st.items() if k in only}
+                          for m, st in meta_stats.items()}
         base_ps = self.timestamp_ns * 1000
         for ev in self._proto.events:
             mid = ev.metadata_id
-            own = decode(ev.stats) if ev.stats else None
+            own = decode(ev.stats, ids) if ev.stats else None
             shared = meta_stats.get(mid)
             if shared and own:
                 stats = dict(shared)
@@ -95,10 +101,12 @@ class Plane:
     def __repr__(self) -> str:
         return f"Plane({self.name!r}, lines={len(self.lines)})"
 
-    def decode_stats(self, stats) -> dict:
+    def decode_stats(self, stats, ids: frozenset | None = None) -> dict:
         names = self.stat_names
         out = {}
         for st in stats:
+            if ids is not None and st.metadata_id not in ids:
+                continue
             key = names.get(st.metadata_id, str(st.metadata_id))
             kind = st.WhichOneof("value")
             if kind == "ref_value":

@@ -149,6 +149,27 @@ def _write(path, data):
     return path
 
 
+def test_every_script_runs_under_P_from_a_checkout_and_installs(tmp_path):
+    """skip_stats.py and attribute_kernels.py, run from an empty scratch folder, from the
+    checkout and from copied and linked installs, give the same outputs."""
+    cap = REPO / "tests" / "data" / "minigpt-cpu"
+    roots = {"checkout": (REPO / "analyzing-jax-launch-overhead", REPO)}
+    for link in (False, True):
+        dest = _install(tmp_path, link)
+        roots["links" if link else "copies"] = (dest / "analyzing-jax-launch-overhead",
+                                                dest / "investigating-jax-traces")
+    results = {}
+    for where, (sib, root) in roots.items():
+        scratch = tmp_path / f"scratch-{where}"
+        scratch.mkdir()
+        r1 = _run([sib / "scripts" / "skip_stats.py", cap], scratch)
+        r2 = _run([root / "scripts" / "attribute_kernels.py", cap, "--no-xprof"], scratch)
+        assert r1.returncode == 0 and r2.returncode == 0, (where, r1.stderr, r2.stderr)
+        results[where] = ((scratch / "summary.txt").read_text(),
+                          (scratch / "attribution" / "kernels.csv").read_text())
+    assert len(set(results.values())) == 1
+
+
 def test_shared_folder_is_never_written(shared):
     """The tests above ran the scripts on shared captures; nothing new appeared there."""
     allowed = re.compile(r"\.(xplane\.pb|trace\.json\.gz)$")
