@@ -116,8 +116,8 @@ def test_ops_and_lines_tables(corpus):
     assert sum(int(o["kernels"]) for o in ops) == sum(int(row["kernels"]) for row in lines)
     assert [float(o["gpu_us"]) for o in ops] == sorted((float(o["gpu_us"]) for o in ops),
                                                         reverse=True)
-    assert any(row["user_frame"].startswith(str(REPO / "tests" / "fixtures" / "minigpt.py"))
-               for row in lines)
+    # the H100 fixture was compiled from a checkout elsewhere: compare the path's tail
+    assert any("tests/fixtures/minigpt.py:" in row["user_frame"] for row in lines)
     text = next(out.glob("jit_train_step(17).hlo.txt")).read_text()
     assert text.startswith("HloModule jit_train_step")
 
