@@ -225,10 +225,13 @@ def attribute(kernels, programs, chosen, user_re) -> dict:
     from hlo_program import Program
     wrapped = {}
     for k in kernels:
-        if k.program_id not in programs:
+        if k.program_id is None:
             k.program_id = chosen
     by: dict[tuple, list] = {}
     for k in kernels:
+        if k.program_id not in programs:
+            k.match = "none"  # its program's HLO is not in the capture: nothing to match against
+            continue
         by.setdefault((k.device, k.program_id), []).append(k)
     for (_, pid), ks in sorted(by.items(), key=lambda kv: str(kv[0])):
         if pid not in wrapped:
@@ -546,6 +549,11 @@ def main(argv=None) -> int:
         ct = sum(v[1] for v in cg.values())
         s.append(f"match classes ({name}({chosen})): " + ", ".join(
             f"{c} {cg[c][0]} kernels {pct(cg[c][1], ct)}% of time" for c in classes))
+    unsaved = [k for k in kernels if k.program_id not in protos]
+    if unsaved:
+        s.append(f"no HLO: {len(unsaved)} kernels ({pct(sum(k.dur for k in unsaved), total)}% of "
+                 f"kernel time) belong to programs {sorted({k.program_id for k in unsaved})} "
+                 "whose HLO the capture does not hold: class none")
     none = [k for k in kernels if k.match == "none"]
     if none:
         top: dict[str, list] = {}

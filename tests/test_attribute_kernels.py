@@ -258,3 +258,26 @@ def test_kernel_name_normalization():
     assert Counter(km.kernel_kind(n) for n in ("gemm_fusion_dot_3", "sm90_xmma_gemm_bf16")) == \
         {"gemm": 2}
     assert Path(km.__file__).parent == REPO / "scripts"
+
+
+def test_kernels_of_a_program_without_saved_hlo_are_none(tmp_path):
+    from capgen.generate import _tiny_program
+    b = XSpaceBuilder()
+    b.hlo_program(_tiny_program("jit_f", 3).hlo_module)
+    gpu = b.plane("/device:GPU:0", stats={"device_vendor": "Nvidia"})
+    line = gpu.line(7, "Stream #7(Compute)")
+    line.event("wrapped_broadcast", 0, 5_000_000, stats={
+        "correlation_id": ("uint", 1), "hlo_op": ("ref", "wrapped_broadcast"), "program_id": 3})
+    line.event("fusion_9", 9_000_000, 1_000_000, stats={
+        "correlation_id": ("uint", 2), "hlo_op": ("ref", "fusion.9"), "program_id": 99})
+    src = tmp_path / "in"
+    src.mkdir()
+    b.write(src / "h.xplane.pb")
+    p = run(src / "h.xplane.pb", tmp_path / "out")
+    assert p.returncode == 0, p.stderr
+    rows = {r["kernel"]: r for r in read(tmp_path / "out" / "attribution" / "kernels.csv")}
+    assert (rows["wrapped_broadcast"]["match"], rows["wrapped_broadcast"]["instruction"]) == \
+        ("exact", "wrapped_broadcast")
+    assert (rows["fusion_9"]["match"], rows["fusion_9"]["program_id"]) == ("none", "99")
+    summary = (tmp_path / "out" / "attribution" / "summary.txt").read_text()
+    assert "no HLO: 1 kernels (16.67% of kernel time) belong to programs [99]" in summary
