@@ -211,6 +211,10 @@ def _write(path, data):
     (lambda p: _write(p / "h.trace.json", json.dumps({"schemaVersion": 1, "spans": []}).encode()),
      "without a traceEvents list"),
     (lambda p: _write(p / "h.trace.json.gz", b""), "is empty"),
+    (lambda p: _write(p / "h.trace.json", json.dumps({"traceEvents": [
+        {"ph": "M", "pid": 7, "name": "process_name", "args": {"name": "/host:CPU"}},
+        {"ph": "X", "pid": 7, "tid": 1, "name": "launch", "dur": 1}]}).encode()),
+     "has a complete event without 'ts'"),
     (lambda p: _write(p / "h.xplane.pb", b"\x0a\x00"), "no <host>.trace.json.gz"),
     (lambda p: p / "missing.trace.json.gz", "does not exist"),
 ])

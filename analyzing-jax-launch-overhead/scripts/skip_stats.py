@@ -177,6 +177,15 @@ def is_container(name: str) -> bool:
 
 def collect(trace):
     """GPU stream events, host events by thread, host events by correlation id."""
+    try:
+        return _collect(trace)
+    except (KeyError, TypeError) as exc:
+        raise trace_reader.TraceError(
+            f"{trace.path} has a complete event without {exc} (pid, tid, ts, dur and name are "
+            "always there in XLA's traces)") from exc
+
+
+def _collect(trace):
     gpu_pid = {pid: o for o, pid in trace.gpu_pids().items()}
     host_pids = set(trace.host_pids())
     stream_threads = {k for k, name in trace.threads.items() if name.startswith("Stream #")}
@@ -184,39 +193,40 @@ def collect(trace):
     append_gpu = gpu.append
     host_threads: dict[tuple, list] = {}
     by_corr: dict[str, list] = {}
-    n = len(trace.events)
+    events = trace.events
+    n = len(events)
     empty: dict = {}
-    for i, ev in enumerate(trace.events):
-        if n > PROGRESS_EVENTS and i and i % PROGRESS_EVENTS == 0:
-            print(f"skip_stats: {i:,} of {n:,} events read", file=sys.stderr)
-        pid = ev.get("pid")
-        o = gpu_pid.get(pid)
-        if o is not None:
-            tid = ev.get("tid")
-            if (pid, tid) not in stream_threads:
-                other_gpu_lines += 1
-                continue
-            args = ev.get("args") or empty
-            name = ev.get("name", "")
-            append_gpu(GpuEvent(o, tid, name, round(ev["ts"] * 1_000_000),
-                                round(ev.get("dur", 0) * 1_000_000), args,
-                                categorize(name, args)))
-        elif pid in host_pids:
-            key = (pid, ev.get("tid"))
-            args = ev.get("args") or empty
-            h = {"name": ev.get("name", ""), "start": round(ev["ts"] * 1_000_000),
-                 "dur": round(ev.get("dur", 0) * 1_000_000), "thread": key, "args": args}
-            lst = host_threads.get(key)
-            if lst is None:
-                lst = host_threads[key] = []
-            lst.append(h)
-            cid = args.get("correlation_id")
-            if cid is not None:
-                c = by_corr.get(cid)
-                if c is None:
-                    by_corr[cid] = [h]
-                else:
-                    c.append(h)
+    for start in range(0, n, PROGRESS_EVENTS):
+        if start:
+            print(f"skip_stats: {start:,} of {n:,} events read", file=sys.stderr)
+        for ev in events[start:start + PROGRESS_EVENTS]:
+            pid = ev["pid"]
+            o = gpu_pid.get(pid)
+            if o is not None:
+                tid = ev["tid"]
+                if (pid, tid) not in stream_threads:
+                    other_gpu_lines += 1
+                    continue
+                args = ev.get("args", empty)
+                name = ev["name"]
+                append_gpu(GpuEvent(o, tid, name, round(ev["ts"] * 1_000_000),
+                                    round(ev["dur"] * 1_000_000), args, categorize(name, args)))
+            elif pid in host_pids:
+                key = (pid, ev["tid"])
+                args = ev.get("args", empty)
+                h = {"name": ev["name"], "start": round(ev["ts"] * 1_000_000),
+                     "dur": round(ev["dur"] * 1_000_000), "thread": key, "args": args}
+                lst = host_threads.get(key)
+                if lst is None:
+                    lst = host_threads[key] = []
+                lst.append(h)
+                cid = args.get("correlation_id")
+                if cid is not None:
+                    c = by_corr.get(cid)
+                    if c is None:
+                        by_corr[cid] = [h]
+                    else:
+                        c.append(h)
     return gpu, other_gpu_lines, host_threads, by_corr
 
 
@@ -856,7 +866,11 @@ def main(argv=None) -> int:
         return 1
     for n in files.notes:
         print(f"skip_stats: {n}", file=sys.stderr)
-    a, joins = analyse(trace)
+    try:
+        a, joins = analyse(trace)
+    except trace_reader.TraceError as exc:
+        print(f"skip_stats: {exc}", file=sys.stderr)
+        return 1
     a.stream_names = {}
     gpu_pid = {pid: o for o, pid in trace.gpu_pids().items()}
     for (pid, tid), name in trace.threads.items():
