@@ -225,3 +225,17 @@ def test_rocm_flavour_has_the_structure_of_the_real_amd_captures(corpus, shared)
 def test_shared_captures_path_is_what_the_generator_reads():
     from capgen import programs
     assert programs.SHARED == SHARED_CAPTURES
+
+
+def test_capture_info_says_differ_when_the_json_disagrees(corpus):
+    """Step 2's first check on a planted disagreement: capture_info names the GPU."""
+    import subprocess
+    import sys
+
+    from conftest import REPO
+    r = corpus("rocm-json-disagrees")
+    p = subprocess.run([sys.executable, "-P", str(REPO / "scripts" / "capture_info.py"),
+                        str(r.run_dir)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert "GPU 0: 2 lines, 1024 events in the xplane; 1019 events in the trace; DIFFER" \
+        in p.stdout
