@@ -254,7 +254,8 @@ def attribute(kernels, programs, chosen, user_re) -> dict:
         items = []
         for i, k in enumerate(ks):
             kind = km.kernel_kind(k.name, k.category)
-            k.category = {"collective": "collective", "copy": "memcpy"}.get(kind, "compute")
+            k.category = {"collective": "collective", "copy": "memcpy",
+                          "memset": "memcpy"}.get(kind, "compute")
             group = k.graph or (k.corr is not None and shared[k.corr] > 1)
             k.graph = k.graph or group
             items.append(km.Kernel(i, k.name, kind, k.hlo_op, group))

@@ -43,8 +43,9 @@ GEMM_KERNEL_RE = re.compile(r"^(Cijk_|sm\d+_xmma|cutlass|nvjet|ampere_|volta_|tu
                             r"void cutlass|void gemm|gemm|.*_gemm_|.*xmma_gemm)")
 GEMM_AUX_RE = re.compile(r"splitKreduce|PostGSU|gemv2T_kernel|_reduce_kernel")
 COLLECTIVE_KERNEL_RE = re.compile(r"nccl|rccl|NCCL|RCCL")
-COPY_KERNEL_RE = re.compile(r"^(Memcpy|Memset|memcpy|memset)|__amd_rocclr_(copy|fill)|"
-                            r"copyBuffer|fillBuffer")
+COPY_KERNEL_RE = re.compile(r"^(Memcpy|memcpy)|__amd_rocclr_copy|copyBuffer")
+MEMSET_KERNEL_RE = re.compile(r"^(Memset|memset)|__amd_rocclr_fill|fillBuffer")
+REDUCING_OPCODES = frozenset({"reduce", "reduce-window", "scatter", "select-and-scatter"})
 VENDOR_SUFFIX_RE = re.compile(r"\.kd$")
 
 
@@ -107,6 +108,8 @@ def kernel_kind(name: str, category: str = "") -> str:
 def _kind(name: str, category: str) -> str:
     if category == "collective" or COLLECTIVE_KERNEL_RE.search(name):
         return "collective"
+    if MEMSET_KERNEL_RE.search(name):
+        return "memset"
     if category == "memcpy" or COPY_KERNEL_RE.search(name):
         return "copy"
     if GEMM_AUX_RE.search(name):
@@ -137,7 +140,18 @@ def slot_for(program: Program, ins) -> Slot:
         return Slot(ins.name, op, ("copy",), "")
     if op == "fusion" and ins.name.startswith(("gemm_fusion", "triton_gemm", "cublas")):
         return Slot(ins.name, op, ("gemm",), sanitize(ins.name))
+    if op == "fusion" and _reduces(program, ins):
+        # a reduction may zero its output first: an optional memset before its kernel
+        return Slot(ins.name, op, ("memset?", "compute"), sanitize(ins.name))
     return Slot(ins.name, op, ("compute",), sanitize(ins.name))
+
+
+def _reduces(program: Program, ins) -> bool:
+    for cid in ins.called_computation_ids:
+        comp = program.computations.get(cid)
+        if comp is not None and any(i.opcode in REDUCING_OPCODES for i in comp.instructions):
+            return True
+    return False
 
 
 def _is_condition(program: Program, comp_id: int) -> bool:
@@ -195,14 +209,26 @@ def launching(program: Program) -> set[str]:
             and ins.opcode not in CONTROL_OPCODES}
 
 
+def _accept_index(slot_kinds: tuple, filled: int, kind: str) -> int | None:
+    """The index of the slot's expected kernel that this kernel fills, from `filled` on;
+    optional kinds (ending in `?`, e.g. a reduction's initializing memset) may be skipped."""
+    i = filled
+    while i < len(slot_kinds):
+        want = slot_kinds[i]
+        base = want.rstrip("?")
+        if base == kind:
+            return i
+        # A GEMM written as a (Triton) fusion may run under a library GEMM name and vice versa.
+        if {base, kind} == {"gemm", "compute"} and len(slot_kinds) - i == 1:
+            return i
+        if not want.endswith("?"):
+            return None
+        i += 1
+    return None
+
+
 def _accepts(slot_kinds: tuple, filled: int, kind: str) -> bool:
-    if filled >= len(slot_kinds):
-        return False
-    want = slot_kinds[filled]
-    if want == kind:
-        return True
-    # A GEMM written as a (Triton) fusion may run under a library GEMM name and vice versa.
-    return {want, kind} == {"gemm", "compute"} and filled == 0 and len(slot_kinds) == 1
+    return _accept_index(slot_kinds, filled, kind) is not None
 
 
 def match(slots: list[Slot], kernels: list[Kernel], launchers: set[str]) -> None:
@@ -248,7 +274,8 @@ def match(slots: list[Slot], kernels: list[Kernel], launchers: set[str]) -> None
                 p = next_pos(k.hlo_op, p + (1 if filled else 0))
                 filled = 0
             k.instruction, k.match = k.hlo_op, "exact"
-            filled += 1
+            idx = _accept_index(slots[p % n].kinds, filled, k.kind)
+            filled = (idx if idx is not None else filled) + 1
             if k.kind == "gemm":
                 last_gemm = p
             continue
@@ -262,8 +289,8 @@ def match(slots: list[Slot], kernels: list[Kernel], launchers: set[str]) -> None
         a = p if filled < len(slots[p % n].kinds) else p + 1
         if j is not None:
             end = next_pos(kernels[j].hlo_op, a)
-            if len(slots[end % n].kinds) > 1:
-                end += 1  # its other kernels (a convolution's im2col) may come first
+            if len(slots[end % n].kinds) > 1 and k.kind != kernels[j].kind:
+                end += 1  # its other kernels (an im2col, an initializing memset) come first
         else:
             end = a + n
         norm = normalize_kernel_name(k.name)
@@ -292,7 +319,8 @@ def match(slots: list[Slot], kernels: list[Kernel], launchers: set[str]) -> None
         if chosen != p:
             p, filled = chosen, 0
         k.instruction, k.match = slots[p % n].instruction, cls
-        filled += 1
+        idx = _accept_index(slots[p % n].kinds, filled, k.kind)
+        filled = (idx if idx is not None else filled) + 1
         if k.kind == "gemm":
             last_gemm = p
 

@@ -281,3 +281,14 @@ def test_kernels_of_a_program_without_saved_hlo_are_none(tmp_path):
     assert (rows["fusion_9"]["match"], rows["fusion_9"]["program_id"]) == ("none", "99")
     summary = (tmp_path / "out" / "attribution" / "summary.txt").read_text()
     assert "no HLO: 1 kernels (16.67% of kernel time) belong to programs [99]" in summary
+
+
+def test_reduction_initializers_join_their_reduction(corpus):
+    """A reduction fusion that zeroes its output launches a memset first; inside a graph the
+    memset (no label) must land on the reduction, not on a copy instruction."""
+    _, out = corpus("nvidia-reduce-init-cb")
+    rows = read(out / "kernels.csv")
+    memsets = [r for r in rows if r["kernel"] == "Memset 1"]
+    assert memsets and {r["category"] for r in memsets} == {"memcpy"}
+    assert all("reduce" in r["instruction"] for r in memsets)
+    assert {r["match"] for r in memsets} >= {"order"}

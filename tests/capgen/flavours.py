@@ -63,6 +63,8 @@ class Rocm:
             return "ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)"
         if spec.role == "copy":
             return Rocm.copy_kernel
+        if spec.role == "memset":
+            return "__amd_rocclr_fillBufferAligned.kd"
         if spec.name == "im2col":
             return "Im3d2Col.kd"
         if spec.name == "splitk_reduce":
@@ -75,6 +77,8 @@ class Rocm:
             return "hipExtModuleLaunchKernel"
         if spec.role == "copy":
             return "hipMemcpyDtoDAsync"
+        if spec.role == "memset":
+            return "hipMemsetAsync"
         if spec.role == "collective":
             return "hipLaunchKernel"
         return "hipModuleLaunchKernel"
@@ -144,6 +148,8 @@ class Nvidia:
             return "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
         if spec.role == "copy":
             return "MemcpyD2D"
+        if spec.role == "memset":
+            return "Memset 1"  # [source] "Memset <memory kind>", the device event of a memset
         if spec.name == "im2col":
             return "im2col4d_kernel"
         if spec.name == "splitk_reduce":
@@ -153,7 +159,11 @@ class Nvidia:
 
     @staticmethod
     def launch_name(spec) -> str:
-        return Nvidia.kernel_name(spec, 0) if spec.role != "copy" else "MemcpyD2D"
+        if spec.role == "copy":
+            return "MemcpyD2D"
+        if spec.role == "memset":
+            return "Memset"  # [source] API calls without a kernel take their type's name
+        return Nvidia.kernel_name(spec, 0)
 
     @staticmethod
     def kernel_details(spec) -> str:
@@ -183,6 +193,9 @@ class Nvidia:
             out.append(("memcpy_details", REF,
                         f"kind_src:device kind_dst:device size:{int(k.spec.bytes) // 2} "
                         f"dest:{k.device} async:1"))
+        elif k.spec.role == "memset":
+            out.append(("Memset_details", REF,
+                        f"kind:device num_bytes:{int(k.spec.bytes)} async:1"))
         else:
             out += [("theoretical_occupancy_pct", F64, 50.0),
                     ("occupancy_min_grid_size", I64, 264),

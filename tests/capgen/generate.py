@@ -61,6 +61,7 @@ class Scenario:
     # program variations
     kernel_reuse: float = 0.0         # share of fusions that run another fusion's kernel
     split_k: float = 0.0              # share of GEMMs that add a split-K reduction kernel
+    reduce_init: float = 0.0          # share of reduction fusions that memset their output first
     collective_label: str = "instruction"  # or "pre_async": label absent from the saved HLO
     duplicate_program_id: int | None = None  # first step runs under this second id
     same_name_programs: int = 0       # extra programs sharing the main module's name
@@ -136,7 +137,25 @@ class _Sim:
         self._split = {t.instruction for t in self.thunks
                        if any(k.role == "gemm" for k in t.kernels)
                        and self._chance("split", t.instruction, sc.split_k)}
+        self._init = {t.instruction for t in self.thunks
+                      if t.opcode == "fusion" and self._reduces(t.instruction)
+                      and self._chance("init", t.instruction, sc.reduce_init)}
         self.segments = self._plan_graphs()
+
+    def _reduces(self, name: str) -> bool:
+        ins = self.program.by_name[name]
+        return any(i.opcode in ("reduce", "reduce-window", "scatter")
+                   for c in ins.called_computation_ids
+                   for i in self.program.computations[c].instructions)
+
+    def _specs(self, th: Thunk) -> list[KernelSpec]:
+        """The kernels one thunk launches, with the scenario's extra kernels."""
+        specs = list(th.kernels)
+        if th.instruction in self._split:
+            specs.append(KernelSpec("splitk_reduce", "compute", 0.0, specs[0].bytes / 4))
+        if th.instruction in self._init:
+            specs.insert(0, KernelSpec("memset", "memset", 0.0, specs[0].bytes / 8))
+        return specs
 
     # -- deterministic choices keyed on names, so every step makes the same ones
     def _chance(self, what: str, key: str, p: float) -> bool:
@@ -356,9 +375,7 @@ class _Sim:
             for g in gpus:
                 ls = cursor[g] + sc.thunk_host_ps
                 trace_start = cursor[g]
-                specs = list(th.kernels)
-                if th.instruction in self._split:
-                    specs.append(KernelSpec("splitk_reduce", "compute", 0.0, specs[0].bytes / 4))
+                specs = self._specs(th)
                 corr_scope = self._next_scope()
                 for spec in specs:
                     start = max(ls + sc.launch_ps + sc.queue_latency_ps, compute_free[g])
@@ -431,10 +448,7 @@ class _Sim:
         t = max(ls + sc.launch_ps + sc.queue_latency_ps, compute_free[g])
         node = 0
         for th in group:
-            specs = list(th.kernels)
-            if th.instruction in self._split:
-                specs.append(KernelSpec("splitk_reduce", "compute", 0.0, specs[0].bytes / 4))
-            for spec in specs:
+            for spec in self._specs(th):
                 node += 1
                 dur = self._duration(spec, g)
                 kernel_spec = spec

@@ -26,6 +26,10 @@ SCENARIOS = {s.name: s for s in [
     Scenario("nvidia-reuse-splitk-cb", vendor="nvidia", kernel_reuse=0.3, split_k=0.5,
              command_buffers="partial"),
     Scenario("rocm-conv", vendor="rocm", program="conv3d-mi300x"),
+    # reductions that zero their output with a memset first, op by op and inside graphs
+    Scenario("rocm-reduce-init", vendor="rocm", reduce_init=1.0),
+    Scenario("nvidia-reduce-init-cb", vendor="nvidia", reduce_init=0.7,
+             command_buffers="partial"),
     # 8 GPUs with async collectives: labels kept / absent from the saved HLO; a straggler
     Scenario("rocm-8gpu", vendor="rocm", program="minigpt-8gpu", gpus=8),
     Scenario("nvidia-8gpu-prelabels", vendor="nvidia", program="minigpt-8gpu", gpus=8,
