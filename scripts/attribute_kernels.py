@@ -157,8 +157,8 @@ def collect_kernels(space) -> tuple[list, bool, int]:
             if not line.name.startswith("Stream #"):
                 continue
             lid = line.id
-            kernels.extend(KernelRow(ordinal, lid, ev.start_ps, ev.duration_ps, ev.name,
-                                     ev.stats) for ev in line.events(KERNEL_STATS))
+            kernels.extend(KernelRow(ordinal, lid, start, dur, name, stats)
+                           for name, start, dur, stats in line.tuples(KERNEL_STATS))
     if kernels:
         return kernels, False, 0
     host = space.plane("/host:CPU")

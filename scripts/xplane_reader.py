@@ -80,6 +80,33 @@ class Line:
             yield Event(names.get(mid, ""), base_ps + ev.offset_ps, ev.duration_ps, stats)
 
 
+    def tuples(self, only: frozenset) -> Iterator[tuple]:
+        """(name, start_ps, duration_ps, stats) per event, decoding only the stats named in
+        `only`: the fast path for large captures (no Event objects, no merging of unneeded
+        metadata stats)."""
+        plane = self.plane
+        names = plane.event_names
+        stat_names = plane.stat_names
+        ids = {k: n for k, n in stat_names.items() if n in only}
+        meta = {m: {k: v for k, v in st.items() if k in only}
+                for m, st in plane.metadata_stats.items()}
+        meta = {m: st for m, st in meta.items() if st}
+        base_ps = self.timestamp_ns * 1000
+        for ev in self._proto.events:
+            mid = ev.metadata_id
+            own = {}
+            for st in ev.stats:
+                key = ids.get(st.metadata_id)
+                if key is None or key in own:  # a repeated key: the first value is kept
+                    continue
+                kind = st.WhichOneof("value")
+                own[key] = stat_names.get(st.ref_value, "") if kind == "ref_value" else \
+                    getattr(st, kind) if kind else None
+            shared = meta.get(mid)
+            yield (names.get(mid, ""), base_ps + ev.offset_ps, ev.duration_ps,
+                   {**shared, **own} if shared else own)
+
+
 class Plane:
     def __init__(self, proto, space: Space):
         self._proto = proto

@@ -137,3 +137,20 @@ def test_program_id_comes_from_the_entry_name_not_the_metadata_id(tmp_path):
     b.hlo_program(C["HloModuleProto"](name="jit_stage", id=0), metadata_id=2)
     protos = _load(tmp_path, b).hlo_protos()
     assert {k: v[0] for k, v in protos.items()} == {0: "jit_stage(0)", 52: "jit_f(52)"}
+
+
+def test_tuples_fast_path_equals_events(tmp_path):
+    b = XSpaceBuilder()
+    gpu = b.plane("/device:GPU:0")
+    gpu.event_metadata("k", stats={"kernel_details": "x", "hlo_op": ("ref", "meta-op")})
+    line = gpu.line(3, "Stream #3", timestamp_ns=7)
+    line.event("k", 5, 9, stats=[("hlo_op", ("ref", "own-op")), ("correlation_id", ("uint", 4)),
+                                 ("correlation_id", ("uint", 5)), ("other", 1)])
+    line.event("k", 20, 1)
+    (ln,) = _load(tmp_path, b).gpu_planes()[0].lines
+    only = frozenset({"hlo_op", "correlation_id", "kernel_details"})
+    fast = list(ln.tuples(only))
+    slow = [(e.name, e.start_ps, e.duration_ps, {k: v for k, v in e.stats.items() if k in only})
+            for e in ln.events()]
+    assert fast == slow
+    assert fast[0][3] == {"kernel_details": "x", "hlo_op": "own-op", "correlation_id": 4}
