@@ -257,3 +257,15 @@ def test_a_trace_cut_at_the_exporter_cap_is_said(corpus, monkeypatch):
     monkeypatch.setattr(skip_stats, "EXPORTER_EVENT_CAP", len(trace.events) + 1)
     a, _ = skip_stats.analyse(trace)
     assert not any("cap" in n for n in a.notes)
+
+
+def test_rocm_launch_threads_map_to_their_execution_threads(shared, tmp_path):
+    """Real MI300X conv3d: launches sit on `Host Threads/<tid>` lines; gaps name the execution
+    thread that held them and what it was doing, or say "unknown" for copy threads."""
+    p = run(shared / "tracelens-amd-rocm/mi300x-jax0.8-conv3d-8gpu", tmp_path)
+    assert p.returncode == 0, p.stderr
+    gaps = read(tmp_path / "gaps.csv")
+    threads = {g["launch_thread"] for g in gaps if g["device"] == "0" and g["launch_thread"]}
+    assert any(t.startswith("py_xla_execute/") for t in threads)
+    assert any(t.startswith("Host Threads/") and "(unknown:" in t for t in threads)
+    assert any("Build buffer allocations=" in g["host_events"] for g in gaps)

@@ -80,6 +80,9 @@ NON_LAUNCH_RE = re.compile(
     r"StreamWaitEvent|LaunchHostFunc|EventRecord|EventSynchronize|StreamSynchronize|"
     r"EventQuery|StreamQuery|CtxSynchronize|DeviceSynchronize", re.I)
 LAUNCH_RE = re.compile(r"Launch|Memcpy|Memset|memcpy|memset", re.I)
+# Runtime API calls (what a tracer's own launch lines hold): a thread with nothing else did no
+# host work of its own that could explain a gap.
+RUNTIME_API_RE = re.compile(r"^(hip|cu[A-Z]|cuda|Memcpy|Memset)")
 # Host events that frame an execution rather than cause a gap: never reported as gap causes.
 CONTAINER_RE = re.compile(r"^(PjitFunction|PJRT_|PjRt|GpuExecutable::|Thunks::)|"
                           r":XLA GPU module$|^ExecutorState::|^ThunkExecutor")
@@ -603,7 +606,7 @@ def gap_host_events(a: Analysis, ev, start, end) -> tuple[str, str]:
     thread = a.exec_of.get(launch_thread)
     if thread is None:
         own = a.host_threads.get(launch_thread, [])
-        if any(not LAUNCH_RE.search(h["name"]) for h in own):
+        if any(not RUNTIME_API_RE.search(h["name"]) for h in own):
             thread = launch_thread  # launches sit on the thread that did the work
         else:
             return a.thread_names.get(launch_thread, "") + " (unknown: no execution thread " \
