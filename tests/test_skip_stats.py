@@ -155,12 +155,12 @@ def test_steps_without_annotations_come_from_program_executions(corpus):
     assert {s["kernels"] for s in steps} == {"256"}
 
 
-REAL = {  # capture -> (GPU events, joins to a launch, joins to another host event)
-    "tracelens-amd-rocm/mi300x-jax0.8-conv3d-8gpu": (235, 231, 4),
-    "tracelens-amd-rocm/mi300x-jax0.8-elementwise": (75, 75, 0),
-    "tracelens-amd-rocm/mi300x-jax0.8-gemm": (54, 54, 0),
-    "tracelens-amd-rocm/mi355x-jax-te-fused-attn": (150, 150, 0),
-    "tf-profiler-demo-v100/tf2.4-bert-multiworker-8xv100": (1556, 1556, 0),
+REAL = {  # capture -> (GPU events, joins to a launch, joins to another host event, memcpy)
+    "tracelens-amd-rocm/mi300x-jax0.8-conv3d-8gpu": (235, 231, 4, 35),
+    "tracelens-amd-rocm/mi300x-jax0.8-elementwise": (75, 75, 0, 10),
+    "tracelens-amd-rocm/mi300x-jax0.8-gemm": (54, 54, 0, 24),
+    "tracelens-amd-rocm/mi355x-jax-te-fused-attn": (150, 150, 0, 20),
+    "tf-profiler-demo-v100/tf2.4-bert-multiworker-8xv100": (1556, 1556, 0, 226),
 }
 
 
@@ -169,8 +169,12 @@ def test_real_captures_join_and_report(shared, tmp_path, real):
     p = run(shared / real, tmp_path)
     assert p.returncode == 0, p.stderr
     rows = read(tmp_path / "rows.csv")
-    total, launch, other = REAL[real]
+    total, launch, other, memcpy = REAL[real]
     assert len(rows) == total
+    # the category table: copy kernels (ROCm) and memcpy events (CUPTI) are memcpy, no
+    # collectives in these single-program captures, the rest compute
+    cats = {c: sum(r["category"] == c for r in rows) for c in ("compute", "collective", "memcpy")}
+    assert cats == {"compute": total - memcpy, "collective": 0, "memcpy": memcpy}
     assert sum(r["join"] == "launch" for r in rows) == launch
     assert sum(r["join"] == "other" for r in rows) == other
     summary = (tmp_path / "summary.txt").read_text()
@@ -269,3 +273,29 @@ def test_rocm_launch_threads_map_to_their_execution_threads(shared, tmp_path):
     assert any(t.startswith("py_xla_execute/") for t in threads)
     assert any(t.startswith("Host Threads/") and "(unknown:" in t for t in threads)
     assert any("Build buffer allocations=" in g["host_events"] for g in gaps)
+
+
+def test_v100_capture_without_steps_is_one_partial_window(shared, tmp_path):
+    run(shared / "tf-profiler-demo-v100/tf2.4-bert-multiworker-8xv100", tmp_path)
+    summary = (tmp_path / "summary.txt").read_text()
+    assert "steps: from the whole capture; 1 analysed (0)" in summary
+    assert "cannot compute: only partial steps" in summary
+    assert "events on GPU lines that are not streams" in summary
+
+
+def test_no_launch_events_is_a_refusal(tmp_path):
+    doc = {"displayTimeUnit": "ns", "traceEvents": [
+        {"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "/device:GPU:0"}},
+        {"ph": "M", "pid": 1, "tid": 5, "name": "thread_name", "args": {"name": "Stream #5"}},
+        {"ph": "X", "pid": 1, "tid": 5, "ts": 10.0, "dur": 2.0, "name": "fusion_1",
+         "args": {"hlo_module": "jit_f", "hlo_op": "fusion.1"}},
+        {"ph": "X", "pid": 1, "tid": 5, "ts": 20.0, "dur": 2.0, "name": "fusion_2",
+         "args": {"hlo_module": "jit_f", "hlo_op": "fusion.2"}}, {}]}
+    src = tmp_path / "h.trace.json"
+    src.write_text(json.dumps(doc))
+    p = run(src, tmp_path / "out")
+    assert p.returncode == 0, p.stderr
+    summary = (tmp_path / "out" / "summary.txt").read_text()
+    assert "cannot compute: no launch events" in summary
+    assert "joins: launch 0, graph_launch 0, other 0, none 0, ambiguous 0, " \
+        "no_correlation_id 2" in summary
