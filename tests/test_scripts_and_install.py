@@ -187,3 +187,15 @@ def test_bench_command_measures_every_item(shared, tmp_path):
     items = [line.split(" | ")[4] for line in r.stdout.splitlines() if line.startswith("| ")]
     assert items == ["script capture_info.py", "floor json.load", "floor xplane parse",
                      "xprof kernel_stats"]
+
+
+def test_installed_skills_pass_the_agentskills_validator(tmp_path):
+    """The agentskills specification's reference validator (skills-ref) accepts all three."""
+    validator = Path(sys.executable).parent / "agentskills"
+    assert validator.is_file(), "skills-ref is in requirements-test.txt"
+    dest = _install(tmp_path, link=False)
+    for name in SKILL_DIRS:
+        r = subprocess.run([str(validator), "validate", str(dest / name)], capture_output=True,
+                           text=True)
+        assert r.returncode == 0 and r.stdout.startswith("Valid skill"), (name, r.stdout,
+                                                                         r.stderr)
