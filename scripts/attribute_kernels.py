@@ -124,7 +124,7 @@ def load(copy: Path, protos: dict):
 
 class KernelRow:
     __slots__ = ("device", "stream", "start", "dur", "name", "corr", "hlo_op", "program_id",
-                 "own_program", "category", "graph", "instruction", "match", "cpu")
+                 "own_program", "category", "graph", "instruction", "match", "cpu", "why")
 
     def __init__(self, device, stream, start, dur, name, stats, cpu=False):
         self.device = device
@@ -141,6 +141,7 @@ class KernelRow:
         self.category = "memcpy" if "memcpy_details" in stats else ""
         self.instruction = ""
         self.match = "none"
+        self.why = ""
         self.cpu = cpu
 
 
@@ -230,7 +231,7 @@ def attribute(kernels, programs, chosen, user_re) -> dict:
     by: dict[tuple, list] = {}
     for k in kernels:
         if k.program_id not in programs:
-            k.match = "none"  # its program's HLO is not in the capture: nothing to match against
+            k.match, k.why = "none", "no hlo"  # its program's HLO is not in the capture
             continue
         by.setdefault((k.device, k.program_id), []).append(k)
     for (_, pid), ks in sorted(by.items(), key=lambda kv: str(kv[0])):
@@ -262,7 +263,7 @@ def attribute(kernels, programs, chosen, user_re) -> dict:
         slots = km.expand(prog)
         km.match(slots, items, km.launching(prog))
         for it, k in zip(items, ks, strict=True):
-            k.instruction, k.match = it.instruction, it.match
+            k.instruction, k.match, k.why = it.instruction, it.match, it.why
     for pid in programs:
         if pid not in wrapped:
             wrapped[pid] = Program(programs[pid][1], pid)
@@ -555,14 +556,19 @@ def main(argv=None) -> int:
         s.append(f"no HLO: {len(unsaved)} kernels ({pct(sum(k.dur for k in unsaved), total)}% of "
                  f"kernel time) belong to programs {sorted({k.program_id for k in unsaved})} "
                  "whose HLO the capture does not hold: class none")
-    none = [k for k in kernels if k.match == "none"]
-    if none:
+    for why, label in (("outside", "launched outside any instruction (no hlo_op, a launch of "
+                                   "their own: argument copies and the like)"),
+                       ("no slot", "no candidate left in their window"),
+                       ("", "not matched")):
+        none = [k for k in kernels if k.match == "none" and k.why == why]
+        if not none:
+            continue
         top: dict[str, list] = {}
         for k in none:
             e = top.setdefault(k.name, [0, 0])
             e[0] += 1
             e[1] += k.dur
-        s.append(f"no candidate: {len(none)} kernels, {sum(k.dur for k in none) / 1e6:,.1f} us; "
+        s.append(f"none: {len(none)} kernels, {sum(k.dur for k in none) / 1e6:,.1f} us, {label}; "
                  "largest: " + "; ".join(f"{n} x{c} {t / 1e6:,.1f} us" for n, (c, t) in sorted(
                      top.items(), key=lambda kv: -kv[1][1])[:5]))
     nouser = [k for k in mine if not sources.get(chosen, k.instruction)[2]]

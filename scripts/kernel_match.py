@@ -67,6 +67,7 @@ class Kernel:
     group: bool           # shares its correlation id with other kernels (a graph launch)
     instruction: str = ""
     match: str = "none"
+    why: str = ""         # for none: "outside" (own launch, no label) or "no slot"
 
 
 def sanitize(name: str) -> str:
@@ -280,7 +281,7 @@ def match(slots: list[Slot], kernels: list[Kernel], launchers: set[str]) -> None
                 last_gemm = p
             continue
         if k.hlo_op is None and not k.group:
-            k.match = "none"  # launched on its own outside any instruction: an argument copy
+            k.match, k.why = "none", "outside"  # its own launch, no label: an argument copy
             continue
         if k.kind == "gemm_aux" and last_gemm is not None:
             k.instruction, k.match = slots[last_gemm % n].instruction, "order"
@@ -314,7 +315,7 @@ def match(slots: list[Slot], kernels: list[Kernel], launchers: set[str]) -> None
         elif first is not None:
             chosen, cls = first, "order"
         if chosen is None:
-            k.match = "none"
+            k.match, k.why = "none", "no slot"
             continue
         if chosen != p:
             p, filled = chosen, 0
