@@ -118,6 +118,8 @@ def test_ops_and_lines_tables(corpus):
                                                         reverse=True)
     # the H100 fixture was compiled from a checkout elsewhere: compare the path's tail
     assert any("tests/fixtures/minigpt.py:" in row["user_frame"] for row in lines)
+    summary = (out / "summary.txt").read_text()
+    assert re.search(r"none: 4 kernels, [\d.]+ us, launched outside any instruction", summary)
     text = next(out.glob("jit_train_step(17).hlo.txt")).read_text()
     assert text.startswith("HloModule jit_train_step")
 
