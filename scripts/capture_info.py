@@ -27,7 +27,6 @@ Exit codes: 0 done; 1 the input cannot be read or is not a capture; 2 usage;
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -71,18 +70,9 @@ def program_rows(space, parse_hlo) -> list[dict]:
     for pid, (name, blob) in sorted(space.hlo_protos().items()):
         module = parse_hlo(blob)
         instructions = sum(len(c.instructions) for c in module.computations)
-        loops = []
-        for comp in module.computations:
-            for ins in comp.instructions:
-                if ins.opcode == "while":
-                    trip = None
-                    if ins.backend_config:
-                        try:
-                            cfg = json.loads(ins.backend_config)
-                            trip = int(cfg.get("known_trip_count", {}).get("n"))
-                        except (ValueError, TypeError, AttributeError):
-                            trip = None
-                    loops.append(trip)
+        from hlo_program import Program
+        loops = [Program.trip_count(ins) for comp in module.computations
+                 for ins in comp.instructions if ins.opcode == "while"]
         rows.append({"program_id": pid, "entry": name, "module": module.name,
                      "computations": len(module.computations), "instructions": instructions,
                      "while_loops": loops})
