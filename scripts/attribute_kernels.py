@@ -149,7 +149,7 @@ KERNEL_STATS = frozenset({"correlation_id", "hlo_op", "program_id", "cuda_graph_
                           "memcpy_details"})
 
 
-def collect_kernels(space) -> tuple[list, bool, int]:
+def collect_kernels(space) -> tuple[list, bool]:
     """GPU stream events; for a CPU capture, XLA:CPU thunk events (control thunks left out)."""
     kernels = []
     for plane in space.gpu_planes():
@@ -161,16 +161,16 @@ def collect_kernels(space) -> tuple[list, bool, int]:
             kernels.extend(KernelRow(ordinal, lid, start, dur, name, stats)
                            for name, start, dur, stats in line.tuples(KERNEL_STATS))
     if kernels:
-        return kernels, False, 0
+        return kernels, False
     host = space.plane("/host:CPU")
     if host is None:
-        return [], False, 0
+        return [], False
     for line in host.lines:
         for ev in line.events(KERNEL_STATS):
             if "hlo_op" in ev.stats and "program_id" in ev.stats:
                 kernels.append(KernelRow("CPU", line.id, ev.start_ps, ev.duration_ps, ev.name,
                                          ev.stats, cpu=True))
-    return kernels, True, 0
+    return kernels, True
 
 
 # ---------------------------------------------------------------- analyses
@@ -430,7 +430,7 @@ def main(argv=None) -> int:
         copy, protos, xprof_names_s = copy_and_convert(files.xplane, args.out,
                                                         not args.no_xprof)
         space, protos = load(copy, protos)
-        kernels, cpu, _ = collect_kernels(space)
+        kernels, cpu = collect_kernels(space)
         if not protos:
             raise UsageError(f"{files.xplane.name} holds no HLO programs (no /host:metadata): "
                              "kernels cannot be attributed to instructions or lines")

@@ -86,7 +86,6 @@ RUNTIME_API_RE = re.compile(r"^(hip|cu[A-Z]|cuda|Memcpy|Memset)")
 # Host events that frame an execution rather than cause a gap: never reported as gap causes.
 CONTAINER_RE = re.compile(r"^(PjitFunction|PJRT_|PjRt|GpuExecutable::|Thunks::)|"
                           r":XLA GPU module$|^ExecutorState::|^ThunkExecutor")
-EXECUTION_RE = re.compile(r"^(GpuExecutable::ExecuteThunks|.+:XLA GPU module)$")
 
 
 # ---------------------------------------------------------------- model
@@ -748,9 +747,6 @@ def write_rows(path, a: Analysis) -> int:
         fh.write("".join(buf))
     return n
 
-
-def _stream_name(a: Analysis, ev) -> str:
-    return a.stream_names.get((ev.device, ev.stream), "")
 
 
 def write_csv(path, columns, rows) -> int:
