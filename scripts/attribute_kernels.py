@@ -52,6 +52,7 @@ import capture_inputs  # noqa: E402  (sibling skill)
 INSTALL = "pip install -r requirements.txt (jax, jaxlib, xprof, protobuf)"
 PROGRAM_FILE_RE = re.compile(r"^(.*)\((\d+)\)\.hlo_proto\.pb$")
 CONTROL_OPCODES = frozenset({"while", "call", "conditional"})
+CATEGORY_OF_KIND = {"collective": "collective", "copy": "memcpy", "memset": "memcpy"}
 
 
 class UsageError(Exception):
@@ -124,7 +125,8 @@ def load(copy: Path, protos: dict):
 
 class KernelRow:
     __slots__ = ("device", "stream", "start", "dur", "name", "corr", "hlo_op", "program_id",
-                 "own_program", "category", "graph", "instruction", "match", "cpu", "why")
+                 "own_program", "category", "graph", "instruction", "match", "cpu", "why",
+                 "inner", "confidence")
 
     def __init__(self, device, stream, start, dur, name, stats, cpu=False):
         self.device = device
@@ -142,6 +144,8 @@ class KernelRow:
         self.instruction = ""
         self.match = "none"
         self.why = ""
+        self.inner = ""
+        self.confidence = 0.0
         self.cpu = cpu
 
 
@@ -225,6 +229,7 @@ def attribute(kernels, programs, chosen, user_re) -> dict:
 
     from hlo_program import Program
     wrapped = {}
+    plans: dict = {}
     for k in kernels:
         if k.program_id is None:
             k.program_id = chosen
@@ -245,7 +250,7 @@ def attribute(kernels, programs, chosen, user_re) -> dict:
                 if ins is not None and ins.opcode in CONTROL_OPCODES:
                     k.match = "control"  # a while/call thunk: its body's thunks are counted
                 elif ins is not None:
-                    k.instruction, k.match = k.hlo_op, "exact"
+                    k.instruction, k.match, k.confidence = k.hlo_op, "exact", 1.0
             continue
         shared: dict = {}
         for k in ks:
@@ -255,15 +260,17 @@ def attribute(kernels, programs, chosen, user_re) -> dict:
         items = []
         for i, k in enumerate(ks):
             kind = km.kernel_kind(k.name, k.category)
-            k.category = {"collective": "collective", "copy": "memcpy",
-                          "memset": "memcpy"}.get(kind, "compute")
+            k.category = CATEGORY_OF_KIND.get(kind, "compute")
             group = k.graph or (k.corr is not None and shared[k.corr] > 1)
             k.graph = k.graph or group
-            items.append(km.Kernel(i, k.name, kind, k.hlo_op, group))
-        slots = km.expand(prog)
-        km.match(slots, items, km.launching(prog))
+            items.append(km.Kernel(i, k.name, kind, k.hlo_op, group, k.corr))
+        plan = plans.get(pid)
+        if plan is None:
+            plan = plans[pid] = km.Plan(prog)
+        km.match(plan, items)
         for it, k in zip(items, ks, strict=True):
             k.instruction, k.match, k.why = it.instruction, it.match, it.why
+            k.inner, k.confidence = it.inner, it.confidence
     for pid in programs:
         if pid not in wrapped:
             wrapped[pid] = Program(programs[pid][1], pid)
@@ -375,7 +382,8 @@ def write_kernels(path: Path, kernels, sources) -> int:
     src: dict = {}
     with open(path, "w", newline="") as fh:
         fh.write("device,stream,start_us,dur_us,kernel,correlation_id,hlo_op,program_id,"
-                 "instruction,match,op_name,source,user_frame,category,graph\n")
+                 "instruction,inner_instruction,match,confidence,op_name,source,user_frame,"
+                 "category,graph\n")
         buf = []
         for k in kernels:
             key = (k.program_id, k.instruction)
@@ -383,10 +391,12 @@ def write_kernels(path: Path, kernels, sources) -> int:
             if tail is None:
                 opn, source, user = sources.get(k.program_id, k.instruction)
                 tail = src[key] = (f"{q(k.instruction)},", f",{q(opn)},{q(source)},{q(user)}")
+            conf = f"{k.confidence:.3f}" if k.instruction else "0"
             buf.append(f"{k.device},{k.stream},{k.start / 1e6:.3f},{k.dur / 1e6:.3f},"
                        f"{quoted.get(k.name) or q(k.name)},{'' if k.corr is None else k.corr},"
                        f"{quoted.get(k.hlo_op or '') or q(k.hlo_op or '')},{k.program_id},"
-                       f"{tail[0]}{k.match}{tail[1]},{k.category},{1 if k.graph else 0}\n")
+                       f"{tail[0]}{q(k.inner)},{k.match},{conf}{tail[1]},{k.category},"
+                       f"{1 if k.graph else 0}\n")
             if len(buf) >= 10_000:
                 fh.write("".join(buf))
                 buf.clear()

@@ -1,30 +1,43 @@
-"""Match GPU kernels to the HLO instructions that launched them, command buffers included.
+"""Match GPU events (kernels, memcpys, memsets) to the HLO instructions that launched them,
+command buffers (CUDA/HIP graphs) included.
 
-The program's schedule is expanded into slots, one per launching instruction execution, in the
-order XLA's runtime runs them (while loops by their known trip count, `call`/`conditional`
-followed, instructions that launch nothing skipped). Each slot expects kernels of some kinds
-(a fusion one compute kernel, a convolution im2col + GEMM, a collective one collective kernel).
+The model (one per program, `Plan`):
+- the schedule expanded as the runtime runs it: while loops by their known trip count (an
+  unknown one runs its condition each iteration), `call`/`conditional` followed, instructions that
+  launch nothing skipped. Each launching instruction execution is a *slot*; each slot expects
+  GPU events of given kinds, some optional, some repeatable (`expected_events`);
+- each fusion's kernel name is predicted, kernel reuse included: fusions whose fused computations
+  are identical (instructions, shapes, layouts, operand wiring and attributes, names aside) and
+  whose arguments have the same shapes share one compiled kernel, named after the first of them in
+  emission order (XLA: xla/service/gpu/kernel_reuse_cache.cc keys on the fused computation's
+  fingerprint, the kernel arguments and a discriminator);
+- every instruction name of the module resolves to the scheduled instruction that launched it: an
+  `hlo_op` naming an instruction inside a fusion (a memcpy fusion's `copy`, a dynamic-slice
+  fusion's library hero), inside an async computation or a reduction's region, lands on its
+  fusion or `*-start`.
 
-Kernels of one device and program, in launch order (correlation id, then start), are aligned
-with the slots by a pointer that only moves forward (wrapping to the next execution):
-- exact: the kernel's own `hlo_op` names a launching instruction: the pointer jumps to that
-  instruction's next slot;
-- name: a kernel without such a label (a graph kernel, a kernel with a label that is not an
-  instruction) whose name, sanitized as XLA names kernels (`.`/`-` -> `_`, vendor suffix such as
-  `.kd` removed), is the expected name of exactly one slot in its window;
-- order: otherwise the next slot in the window whose expected kinds accept the kernel's kind
-  (library GEMMs, copies, collectives, kernels reused under another fusion's name);
-- none: no slot in the window accepts it, or it was launched outside any instruction (no
-  `hlo_op`, its own launch: an argument copy).
-A window runs from the pointer to the next exact kernel's slot; with no exact kernel ahead, one
-whole execution of the schedule.
+The matching, per device and program, events in launch order (correlation id, then start):
+- exact: the event's `hlo_op` resolves to a launching instruction; it anchors the alignment;
+- every other run of events sharing one launch (a graph launch, or a lone event whose label names
+  no launching instruction) is aligned with the expected events between the previous anchor and the
+  next one by a global alignment (edit distance, `align`): an event of the right kind and predicted
+  name costs 0, of the right kind under another name `MISMATCH`, an unexpected event `INSERT`, a
+  missing required event `DELETE`; kinds that do not fit never pair. An event the schedule did not
+  predict costs one event, never the rest of the window. Aligned events are class `name` (their
+  name is the predicted one) or `order` (placed by kind and position: library kernels, memcpys,
+  kernels under another name);
+- none: no slot accepts it (`why` says: launched outside any instruction, or no slot).
+Each event gets a confidence in [0, 1] (`confidence`): exact 1; aligned events by their own fit
+and their neighbours' in the same launch.
 """
 
 from __future__ import annotations
 
-import bisect
+import json
 import re
 from dataclasses import dataclass
+
+import numpy as np
 
 from hlo_program import NO_LAUNCH_OPCODES, Program
 
@@ -33,11 +46,20 @@ WAIT_OPCODES = frozenset({
     "copy-done", "send-done", "recv-done", "async-update",
 })
 CONTROL_OPCODES = frozenset({"while", "call", "conditional"})
+# partition-id / replica-id write one 4-byte value: a memset at run time.
+MEMSET_OPCODES = frozenset({"partition-id", "replica-id"})
 COLLECTIVE_OPCODES = frozenset({
     "all-reduce", "all-reduce-start", "all-gather", "all-gather-start", "reduce-scatter",
     "all-to-all", "collective-permute", "collective-permute-start", "collective-broadcast",
     "ragged-all-to-all", "send", "recv",
 })
+REDUCING_OPCODES = frozenset({"reduce", "reduce-window", "scatter", "select-and-scatter"})
+# What a memcpy-like fused computation may hold besides its copy.
+COPY_BODY_OPCODES = frozenset({"parameter", "constant", "bitcast", "copy", "dynamic-slice",
+                               "dynamic-update-slice", "slice", "subtract", "add", "clamp",
+                               "compare", "select", "convert", "tuple", "get-tuple-element"})
+LAUNCH_NOTHING = NO_LAUNCH_OPCODES - MEMSET_OPCODES
+
 # Kernel kinds from names (vendor libraries); anything else is "compute".
 GEMM_KERNEL_RE = re.compile(r"^(Cijk_|sm\d+_xmma|cutlass|nvjet|ampere_|volta_|turing_|hopper_|"
                             r"void cutlass|void gemm|gemm|.*_gemm_|.*xmma_gemm)")
@@ -45,30 +67,81 @@ GEMM_AUX_RE = re.compile(r"splitKreduce|PostGSU|gemv2T_kernel|_reduce_kernel")
 COLLECTIVE_KERNEL_RE = re.compile(r"nccl|rccl|NCCL|RCCL")
 COPY_KERNEL_RE = re.compile(r"^(Memcpy|memcpy)|__amd_rocclr_copy|copyBuffer")
 MEMSET_KERNEL_RE = re.compile(r"^(Memset|memset)|__amd_rocclr_fill|fillBuffer")
-REDUCING_OPCODES = frozenset({"reduce", "reduce-window", "scatter", "select-and-scatter"})
 VENDOR_SUFFIX_RE = re.compile(r"\.kd$")
+
+KINDS = ("compute", "gemm", "gemm_aux", "collective", "copy", "memset")
+KIND_ID = {k: i for i, k in enumerate(KINDS)}
+# Expected kinds: the observed kinds each accepts (a GEMM written as a Triton fusion may run
+# under either name; a fusion that is a memcpy at run time on one XLA version is a kernel on
+# another: "copyish" accepts both).
+ACCEPTS = {
+    "compute": {"compute", "gemm"},
+    "gemm": {"gemm", "compute"},
+    "gemm_aux": {"gemm_aux"},
+    "collective": {"collective"},
+    "copy": {"copy"},
+    "memset": {"memset"},
+    "copyish": {"copy", "compute"},
+}
+EXP_KINDS = tuple(ACCEPTS)
+EXP_KIND_ID = {k: i for i, k in enumerate(EXP_KINDS)}
+
+# Alignment costs (integers, so that the traceback can compare exactly).
+MATCH_LIBRARY = 0      # right kind, the expected name is a library's (unknown)
+OWN_NAME = 5           # the slot's own name where reuse under another name was predicted
+MISMATCH = 60          # right kind, another name (a reused kernel we did not predict)
+KIND_SWAP = 30         # added when gemm <-> compute pair up (an XLA kernel in a library slot)
+INSERT = 100           # an event the schedule did not predict
+REPEAT = 80           # one more event of a slot that may launch several of that kind (below INSERT,
+                      # far above a match: it never beats placing an event by name)
+DELETE = 100           # a required expected event not seen (missing replay, dropped event)
+LEAD = 1               # per expected event skipped before a launch's first event
+INF = 1 << 40
+WINDOW_CAP_EXTRA = 64  # expected events beyond one execution that a window may span
+
+# Confidence: a placed event's own fit, averaged with its neighbours' in the same launch.
+OWN_FIT = {"name": 1.0, "library": 0.85, "mismatch": 0.4, "repeat": 0.5, "repair": 0.3}
+NEIGHBOURS = 5         # events each side whose fit supports a placement
+LOW_CONFIDENCE = 0.6   # below this a placement rests on weak evidence (reported as a share)
 
 
 @dataclass(slots=True)
 class Slot:
     instruction: str
     opcode: str
-    kinds: tuple          # expected kernel kinds, in order
-    name: str             # the kernel name XLA would give it ("" when a library names it)
+    scope: tuple          # enclosing control instructions (while / call / conditional), outer first
+    start: int = 0        # index of its first expected event in the execution
+    count: int = 0        # number of expected events
+
+
+@dataclass(slots=True)
+class Expect:
+    slot: int
+    kind: str             # one of EXP_KINDS
+    name: str             # predicted kernel name ("" where a library names it)
+    own: str = ""         # the slot's own sanitized name, where reuse predicts another
+    optional: bool = False
+    repeat: bool = False  # the slot may launch more events of this kind
 
 
 @dataclass(slots=True)
 class Kernel:
-    """What the matcher needs of a kernel; `instruction` and `match` are its answer."""
+    """What the matcher needs of an event; `instruction`, `match`, `inner`, `confidence` and
+    `why` are its answer."""
     index: int
     name: str
     kind: str
     hlo_op: str | None
-    group: bool           # shares its correlation id with other kernels (a graph launch)
+    group: bool           # shares its correlation id with other events (a graph launch)
+    corr: object = None
     instruction: str = ""
+    inner: str = ""       # the instruction the label named, where it is inside `instruction`
     match: str = "none"
     why: str = ""         # for none: "outside" (own launch, no label) or "no slot"
+    confidence: float = 0.0
 
+
+# ------------------------------------------------------------------------------- names, kinds
 
 def sanitize(name: str) -> str:
     return name.replace(".", "_").replace("-", "_")
@@ -98,7 +171,7 @@ def _normalize(name: str) -> str:
 
 
 def kernel_kind(name: str, category: str = "") -> str:
-    """gemm, gemm_aux (a split-K reduction), collective, copy or compute, from the name."""
+    """gemm, gemm_aux (a split-K reduction), collective, copy, memset or compute."""
     key = (name, category)
     out = _KINDS.get(key)
     if out is None:
@@ -120,39 +193,300 @@ def _kind(name: str, category: str) -> str:
     return "compute"
 
 
-def slot_for(program: Program, ins) -> Slot:
-    op = ins.opcode
-    if op in COLLECTIVE_OPCODES:
-        return Slot(ins.name, op, ("collective",), "")
-    if op == "async-start":
+# ------------------------------------------------------------------------------- the plan
+
+_VOLATILE_FIELDS = ("name", "id", "operand_ids", "called_computation_ids", "metadata",
+                    "control_predecessor_ids")
+
+
+def _backend(ins) -> dict:
+    if not ins.backend_config:
+        return {}
+    try:
+        cfg = json.loads(ins.backend_config)
+    except (ValueError, UnicodeDecodeError):
+        return {}
+    return cfg if isinstance(cfg, dict) else {}
+
+
+class Plan:
+    """One program's expected GPU events per execution, kernel names, and label resolution."""
+
+    def __init__(self, program: Program, unknown_trip_count: int = 1):
+        self.program = program
+        self.unknown_trip_count = unknown_trip_count
+        self._fp_memo: dict[int, bytes] = {}
+        self.scheduled_comps = self._scheduled_computations()
+        self.launcher = self._resolution()
+        self.slots: list[Slot] = []
+        self.events: list[Expect] = []
+        self.kernel_name: dict[str, str] = {}   # fusion -> predicted kernel name
+        self._fingerprints: dict[bytes, str] = {}
+        self._expand()
+        self.positions: dict[str, list[int]] = {}
+        for s in self.slots:
+            self.positions.setdefault(s.instruction, []).append(s.start)
+        self.slot_count = {s.instruction: s.count for s in self.slots}
+        names: dict[str, int] = {}
+        for e in self.events:
+            if e.name:
+                names[e.name] = names.get(e.name, 0) + 1
+        self.name_counts = names
+        self._arrays()
+        self._scope_masks: dict[str, np.ndarray] = {}
+
+    # -- structure
+    def _scheduled_computations(self) -> set[int]:
+        """Computations whose instructions are thunks of their own: the entry, while bodies and
+        conditions, call targets, conditional branches (followed from the entry)."""
+        prog = self.program
+        out: set[int] = set()
+        todo = [prog.entry_id]
+        while todo:
+            cid = todo.pop()
+            if cid in out or cid not in prog.computations:
+                continue
+            out.add(cid)
+            for ins in prog.computations[cid].instructions:
+                if ins.opcode in CONTROL_OPCODES:
+                    todo.extend(ins.called_computation_ids)
+        return out
+
+    def _resolution(self) -> dict[str, str]:
+        """Every instruction name -> the scheduled instruction that launched it ("" where the
+        computation holding it has several callers resolving differently)."""
+        prog = self.program
+        callers: dict[int, list] = {}
+        for ins in prog.instructions.values():
+            for cid in ins.called_computation_ids:
+                callers.setdefault(cid, []).append(ins)
+        comp_launcher: dict[int, str] = {}
+
+        def launcher_of_comp(cid: int, depth: int = 0) -> str:
+            if cid in comp_launcher:
+                return comp_launcher[cid]
+            comp_launcher[cid] = ""  # guards against cycles
+            found = {launcher_of_ins(c, depth + 1) for c in callers.get(cid, ())}
+            found.discard("")
+            out = found.pop() if len(found) == 1 else ""
+            comp_launcher[cid] = out
+            return out
+
+        def launcher_of_ins(ins, depth: int = 0) -> str:
+            comp = prog.computation_of.get(ins.id)
+            if comp in self.scheduled_comps:
+                return ins.name
+            if depth > 64 or comp is None:
+                return ""
+            return launcher_of_comp(comp, depth)
+
+        out = {}
+        for ins in prog.instructions.values():
+            r = launcher_of_ins(ins)
+            if r:
+                out[ins.name] = r
+        return out
+
+    def fingerprint(self, comp_id: int) -> bytes:
+        """A computation's structure with names and ids left out (operands by position)."""
+        memo = self._fp_memo.get(comp_id)
+        if memo is not None:
+            return memo
+        self._fp_memo[comp_id] = b"cycle"
+        comp = self.program.computations.get(comp_id)
+        if comp is None:
+            return b""
+        pos = {ins.id: i for i, ins in enumerate(comp.instructions)}
+        parts = []
+        for ins in comp.instructions:
+            c = type(ins)()
+            c.CopyFrom(ins)
+            for f in _VOLATILE_FIELDS:
+                c.ClearField(f)
+            parts.append(c.SerializeToString(deterministic=True))
+            parts.append(repr([pos.get(o, -1) for o in ins.operand_ids]).encode())
+            parts.append(b"|".join(self.fingerprint(cc) for cc in ins.called_computation_ids))
+            parts.append(b"R" if ins.id == comp.root_id else b"-")
+        out = b"\x00".join(parts)
+        self._fp_memo[comp_id] = out
+        return out
+
+    def _fusion_key(self, ins) -> bytes:
+        prog = self.program
+        fcfg = _backend(ins).get("fusion_backend_config", {})
+        operands = [prog.instructions[o].shape.SerializeToString(deterministic=True)
+                    for o in ins.operand_ids if o in prog.instructions]
+        return b"\x01".join([
+            ins.fusion_kind.encode(), json.dumps(fcfg, sort_keys=True).encode(),
+            ins.shape.SerializeToString(deterministic=True), b"".join(operands),
+            b"|".join(self.fingerprint(c) for c in ins.called_computation_ids)])
+
+    def _predicted_name(self, ins) -> str:
+        """The kernel name a fusion launches: its own, or that of the first identical fusion."""
+        name = self.kernel_name.get(ins.name)
+        if name is None:
+            key = self._fusion_key(ins)
+            first = self._fingerprints.setdefault(key, ins.name)
+            name = self.kernel_name[ins.name] = sanitize(first)
+        return name
+
+    def _inner(self, ins) -> list:
+        out = []
         for cid in ins.called_computation_ids:
-            comp = program.computations.get(cid)
-            if comp is not None and any(i.opcode in COLLECTIVE_OPCODES for i in comp.instructions):
-                return Slot(ins.name, op, ("collective",), "")
-        return Slot(ins.name, op, ("compute",), sanitize(ins.name))
-    if op == "custom-call":
-        target = ins.custom_call_target
-        if "gemm" in target or "matmul" in target:
-            return Slot(ins.name, op, ("gemm",), "")
-        if "conv" in target:
-            return Slot(ins.name, op, ("compute", "gemm"), "")
-        return Slot(ins.name, op, ("compute",), "")
-    if op in ("copy", "copy-start"):
-        return Slot(ins.name, op, ("copy",), "")
-    if op == "fusion" and ins.name.startswith(("gemm_fusion", "triton_gemm", "cublas")):
-        return Slot(ins.name, op, ("gemm",), sanitize(ins.name))
-    if op == "fusion" and _reduces(program, ins):
-        # a reduction may zero its output first: an optional memset before its kernel
-        return Slot(ins.name, op, ("memset?", "compute"), sanitize(ins.name))
-    return Slot(ins.name, op, ("compute",), sanitize(ins.name))
+            comp = self.program.computations.get(cid)
+            if comp is not None:
+                out.extend(comp.instructions)
+        return out
 
+    def expected_events(self, ins) -> list[Expect]:
+        """The GPU events one execution of a launching instruction produces, in order."""
+        op = ins.opcode
+        if op in MEMSET_OPCODES:
+            return [Expect(0, "memset", "")]
+        if op in COLLECTIVE_OPCODES:
+            return [Expect(0, "collective", "", repeat=True)]
+        if op in ("copy", "copy-start"):
+            return [Expect(0, "copy", "")]
+        if op == "async-start":
+            inner = [i for i in self._inner(ins) if i.opcode not in LAUNCH_NOTHING]
+            if any(i.opcode in COLLECTIVE_OPCODES for i in inner):
+                return [Expect(0, "collective", "", repeat=True)]
+            if len(inner) == 1 and inner[0].opcode != "async-start":
+                return self.expected_events(inner[0])
+            return [Expect(0, "compute", sanitize(ins.name), optional=True, repeat=True)]
+        if op == "custom-call":
+            return self._custom_call_events(ins.custom_call_target)
+        if op == "fusion":
+            return self._fusion_events(ins)
+        return [Expect(0, "compute", sanitize(ins.name), repeat=True)]
 
-def _reduces(program: Program, ins) -> bool:
-    for cid in ins.called_computation_ids:
-        comp = program.computations.get(cid)
-        if comp is not None and any(i.opcode in REDUCING_OPCODES for i in comp.instructions):
-            return True
-    return False
+    def _custom_call_events(self, target: str) -> list[Expect]:
+        t = target.lower()
+        if "gemm" in t or "matmul" in t or "blas" in t:
+            return [Expect(0, "gemm", "", repeat=True), Expect(0, "gemm_aux", "", optional=True)]
+        if "conv" in t:
+            # im2col (or another transform) + GEMM, as many as the library chooses
+            return [Expect(0, "compute", "", optional=True, repeat=True),
+                    Expect(0, "gemm", "", repeat=True)]
+        # attention kernels, FFI, Triton, ...: one or more kernels, or none
+        return [Expect(0, "compute", "", optional=True, repeat=True)]
+
+    def _fusion_events(self, ins) -> list[Expect]:
+        fcfg = _backend(ins).get("fusion_backend_config", {})
+        kind = fcfg.get("kind", "") if isinstance(fcfg, dict) else ""
+        inner = self._inner(ins)
+        inner_ops = {i.opcode for i in inner}
+        if kind == "__custom_fusion":
+            hero = [i for i in inner if i.opcode == "custom-call"]
+            if hero:
+                return self._custom_call_events(hero[0].custom_call_target)
+            if inner_ops & COLLECTIVE_OPCODES:
+                return [Expect(0, "collective", "", repeat=True)]
+            if "copy" in inner_ops and inner_ops <= COPY_BODY_OPCODES:
+                # a dynamic-slice fusion around a copy: a memcpy (a kernel on other versions)
+                return [Expect(0, "copyish", sanitize(ins.name))]
+            return [Expect(0, "gemm", sanitize(ins.name), repeat=True)]
+        if "memcpy" in kind.lower():
+            return [Expect(0, "copyish", sanitize(ins.name))]
+        name = self._predicted_name(ins)
+        own = sanitize(ins.name)
+        events = self._fusion_kernel_events(ins, kind, name, inner_ops)
+        if own != name:
+            for e in events:
+                if e.name == name:
+                    e.own = own
+        return events
+
+    def _fusion_kernel_events(self, ins, kind, name, inner_ops) -> list[Expect]:
+        if kind.startswith(("__triton_gemm", "__triton_nested_gemm", "__cublas")) or \
+                ins.name.startswith(("gemm_fusion", "triton_gemm", "cublas")):
+            # a split-K GEMM may finish with a reduction kernel of its own
+            return [Expect(0, "gemm", name, repeat=True), Expect(0, "gemm_aux", "", optional=True)]
+        if "copy" in inner_ops and inner_ops <= COPY_BODY_OPCODES and \
+                not inner_ops & {"dynamic-update-slice"}:
+            return [Expect(0, "copyish", name)]
+        if inner_ops & REDUCING_OPCODES:
+            # a reduction may initialize its output first (a memset or an init kernel)
+            return [Expect(0, "memset", "", optional=True),
+                    Expect(0, "compute", name, repeat=True)]
+        return [Expect(0, "compute", name, repeat=True)]
+
+    def _expand(self) -> None:
+        prog = self.program
+
+        def walk(comp_id: int, scope: tuple, depth: int) -> None:
+            if depth > 64 or comp_id not in prog.computations:
+                return
+            for ins in prog.schedule(comp_id):
+                op = ins.opcode
+                if op in LAUNCH_NOTHING or op in WAIT_OPCODES:
+                    continue
+                if op == "while":
+                    called = list(ins.called_computation_ids)
+                    cond = [c for c in called if _is_condition(prog, c)]
+                    body = [c for c in called if c not in cond]
+                    n = Program.trip_count(ins)
+                    inner = scope + (ins.name,)
+                    for _ in range(n if n is not None else self.unknown_trip_count):
+                        if n is None:
+                            for c in cond:
+                                walk(c, inner, depth + 1)
+                        for b in body:
+                            walk(b, inner, depth + 1)
+                    if n is None:
+                        for c in cond:
+                            walk(c, inner, depth + 1)
+                    continue
+                if op == "call":
+                    for c in ins.called_computation_ids:
+                        walk(c, scope + (ins.name,), depth + 1)
+                    continue
+                if op == "conditional":
+                    if ins.called_computation_ids:
+                        walk(ins.called_computation_ids[0], scope + (ins.name,), depth + 1)
+                    continue
+                slot = Slot(ins.name, op, scope, len(self.events))
+                idx = len(self.slots)
+                for e in self.expected_events(ins):
+                    e.slot = idx
+                    self.events.append(e)
+                slot.count = len(self.events) - slot.start
+                self.slots.append(slot)
+
+        walk(prog.entry_id, (), 0)
+
+    def _arrays(self) -> None:
+        self.name_ids: dict[str, int] = {"": 0}
+        for e in self.events:
+            for nm in (e.name, e.own):
+                if nm and nm not in self.name_ids:
+                    self.name_ids[nm] = len(self.name_ids)
+        ev = self.events
+        self.e_kind = np.array([EXP_KIND_ID[e.kind] for e in ev], dtype=np.int64)
+        self.e_name = np.array([self.name_ids[e.name] for e in ev], dtype=np.int64)
+        self.e_own = np.array([self.name_ids[e.own] if e.own else -1 for e in ev],
+                              dtype=np.int64)
+        self.e_del = np.array([0 if e.optional else DELETE for e in ev], dtype=np.int64)
+        self.e_repeat = np.array([e.repeat for e in ev], dtype=bool)
+        # accept[observed kind][expected kind]
+        self.accept = np.zeros((len(KINDS), len(EXP_KINDS)), dtype=bool)
+        self.kind_swap = np.zeros((len(KINDS), len(EXP_KINDS)), dtype=np.int64)
+        for ek, obs in ACCEPTS.items():
+            for ok in obs:
+                self.accept[KIND_ID[ok], EXP_KIND_ID[ek]] = True
+                base = "compute" if ek == "copyish" else ek
+                if ok != base and ek != "copyish":
+                    self.kind_swap[KIND_ID[ok], EXP_KIND_ID[ek]] = KIND_SWAP
+
+    def scope_mask(self, control: str) -> np.ndarray:
+        m = self._scope_masks.get(control)
+        if m is None:
+            m = self._scope_masks[control] = np.array(
+                [control in self.slots[e.slot].scope for e in self.events], dtype=bool)
+        return m
+
+    def is_launching(self, name: str) -> bool:
+        return name in self.positions
 
 
 def _is_condition(program: Program, comp_id: int) -> bool:
@@ -163,203 +497,224 @@ def _is_condition(program: Program, comp_id: int) -> bool:
     return root.shape.element_type == 1 and not root.shape.dimensions  # a scalar pred
 
 
-def expand(program: Program, unknown_trip_count: int = 1) -> list[Slot]:
-    """The launching slots of one execution of the program, in execution order."""
-    out: list[Slot] = []
+# ------------------------------------------------------------------------------- alignment
 
-    def walk(comp_id: int, depth: int) -> None:
-        if depth > 64:  # a malformed program calling itself: stop rather than recurse forever
-            return
-        for ins in program.schedule(comp_id):
-            op = ins.opcode
-            if op in NO_LAUNCH_OPCODES or op in WAIT_OPCODES:
-                continue
-            if op == "while":
-                called = list(ins.called_computation_ids)
-                cond = [c for c in called if _is_condition(program, c)]
-                body = [c for c in called if c not in cond]
-                n = Program.trip_count(ins)
-                for _ in range(n if n is not None else unknown_trip_count):
-                    if n is None:
-                        for c in cond:
-                            walk(c, depth + 1)
-                    for b in body:
-                        walk(b, depth + 1)
-                if n is None:
-                    for c in cond:
-                        walk(c, depth + 1)
-                continue
-            if op == "call":
-                for c in ins.called_computation_ids:
-                    walk(c, depth + 1)
-                continue
-            if op == "conditional":
-                if ins.called_computation_ids:
-                    walk(ins.called_computation_ids[0], depth + 1)
-                continue
-            out.append(slot_for(program, ins))
+@dataclass(slots=True)
+class Placement:
+    """The alignment of one launch's events: for each event its expected position relative to
+    the window start (-1: unplaced) and its fit; `end` is where the next launch's window starts."""
+    where: list
+    fit: list
+    end: int
 
-    walk(program.entry_id, 0)
+
+def align(plan: Plan, obs_kind: list[int], obs_name: list[int], masks: list,
+          a: int, width: int) -> Placement:
+    """Semi-global alignment of m observed events with the expected events at absolute positions
+    a .. a+width-1 (modulo one execution): all observed events are consumed, expected events
+    before the first placed one cost LEAD each, after the last nothing."""
+    n = len(plan.events)
+    m = len(obs_kind)
+    cols = (np.arange(a, a + width) % n) if n else np.zeros(0, dtype=np.int64)
+    ek = plan.e_kind[cols]
+    en = plan.e_name[cols]
+    eown = plan.e_own[cols]
+    edel = plan.e_del[cols]
+    erep = plan.e_repeat[cols]
+    C = np.zeros(width + 1, dtype=np.int64)
+    np.cumsum(edel, out=C[1:])
+    D = np.empty((m + 1, width + 1), dtype=np.int64)
+    D[0] = np.arange(width + 1, dtype=np.int64) * LEAD
+    subs = []
+    inss = []
+    for i in range(m):
+        k, nm = obs_kind[i], obs_name[i]
+        ok = plan.accept[k][ek]
+        swap = plan.kind_swap[k][ek]
+        if nm:
+            sub = np.where(en == nm, 0, np.where(eown == nm, OWN_NAME, np.where(
+                (en == 0) & (swap == 0), MATCH_LIBRARY, MISMATCH + swap)))
+        else:
+            sub = np.where(en == 0, MATCH_LIBRARY + swap, MISMATCH + swap)
+        sub = np.where(ok, sub, INF)
+        if masks[i] is not None:
+            sub = np.where(masks[i][cols], sub, INF)
+        ins = np.full(width + 1, INSERT, dtype=np.int64)
+        ins[1:] = np.where(erep & ok, REPEAT, INSERT)
+        prev = D[i]
+        cur = prev + ins
+        np.minimum(cur[1:], prev[:-1] + sub, out=cur[1:])
+        D[i + 1] = C + np.minimum.accumulate(cur - C)
+        subs.append(sub)
+        inss.append(ins)
+    end = int(np.argmin(D[m]))
+    where = [-1] * m
+    fit = [""] * m
+    i, j = m, end
+    while i > 0:
+        v = D[i, j]
+        if j > 0 and v == D[i - 1, j - 1] + subs[i - 1][j - 1]:
+            s = int(subs[i - 1][j - 1])
+            where[i - 1] = j - 1
+            nm = obs_name[i - 1]
+            fit[i - 1] = "name" if s <= OWN_NAME and nm != 0 else (
+                "library" if s < MISMATCH else "mismatch")
+            i -= 1
+            j -= 1
+        elif v == D[i - 1, j] + inss[i - 1][j]:
+            if j > 0 and inss[i - 1][j] == REPEAT:
+                where[i - 1] = j - 1
+                fit[i - 1] = "repeat"
+            i -= 1
+        else:
+            j -= 1
+    return Placement(where, fit, end)
+
+
+def _repair(plan: Plan, pl: Placement, obs_kind, obs_name, a: int) -> None:
+    """Pair events left unplaced with required expected events left unfilled inside the span the
+    launch covers (events reordered across streams), by name first, then by kind in order."""
+    missing = [i for i, w in enumerate(pl.where) if w < 0]
+    if not missing:
+        return
+    placed = [w for w in pl.where if w >= 0]
+    lo = 0
+    hi = max(placed) + 1 if placed else pl.end
+    used = set(placed)
+    n = len(plan.events)
+    free = [j for j in range(lo, max(hi, pl.end)) if j not in used and
+            not plan.events[(a + j) % n].optional]
+    for by_name in (True, False):
+        for i in missing:
+            if pl.where[i] >= 0:
+                continue
+            for j in free:
+                e = (a + j) % n
+                if not plan.accept[obs_kind[i]][plan.e_kind[e]]:
+                    continue
+                if by_name and (obs_name[i] == 0 or plan.e_name[e] != obs_name[i]):
+                    continue
+                pl.where[i] = j
+                pl.fit[i] = "repair"
+                free.remove(j)
+                break
+
+
+def _confidence(fits: list[str]) -> list[float]:
+    own = [OWN_FIT.get(f, 0.0) for f in fits]
+    out = []
+    m = len(own)
+    for i in range(m):
+        lo, hi = max(0, i - NEIGHBOURS), min(m, i + NEIGHBOURS + 1)
+        nb = [own[x] for x in range(lo, hi) if x != i]
+        support = sum(nb) / len(nb) if nb else own[i]
+        out.append(round(0.5 * own[i] + 0.5 * support, 3) if own[i] else 0.0)
     return out
 
 
-def launching(program: Program) -> set[str]:
-    """Names of the instructions that launch kernels themselves."""
-    return {ins.name for ins in program.instructions.values()
-            if ins.opcode not in NO_LAUNCH_OPCODES and ins.opcode not in WAIT_OPCODES
-            and ins.opcode not in CONTROL_OPCODES}
-
-
-def _accept_index(slot_kinds: tuple, filled: int, kind: str) -> int | None:
-    """The index of the slot's expected kernel that this kernel fills, from `filled` on;
-    optional kinds (ending in `?`, e.g. a reduction's initializing memset) may be skipped."""
-    i = filled
-    while i < len(slot_kinds):
-        want = slot_kinds[i]
-        base = want.rstrip("?")
-        if base == kind:
-            return i
-        # A GEMM written as a (Triton) fusion may run under a library GEMM name and vice versa.
-        if {base, kind} == {"gemm", "compute"} and len(slot_kinds) - i == 1:
-            return i
-        if not want.endswith("?"):
-            return None
-        i += 1
-    return None
-
-
-def _accepts(slot_kinds: tuple, filled: int, kind: str) -> bool:
-    return _accept_index(slot_kinds, filled, kind) is not None
-
-
-def match(slots: list[Slot], kernels: list[Kernel], launchers: set[str]) -> None:
-    """Fill each kernel's `instruction` and `match` (kernels in launch order)."""
-    n = len(slots)
+def match(plan: Plan, kernels: list[Kernel]) -> None:
+    """Fill each event's answer; `kernels` are one device's events of one program, in launch
+    order (correlation id, then start)."""
+    n = len(plan.events)
+    name_id = plan.name_ids
+    obs_kind = [KIND_ID[k.kind] for k in kernels]
+    obs_name = [name_id.get(normalize_kernel_name(k.name), 0) for k in kernels]
+    # exact: the label resolves to a launching instruction
+    exact = []
+    for k in kernels:
+        r = plan.launcher.get(k.hlo_op) if k.hlo_op else None
+        if r is not None and plan.is_launching(r):
+            k.instruction, k.match, k.confidence = r, "exact", 1.0
+            if r != k.hlo_op:
+                k.inner = k.hlo_op
+            exact.append(True)
+        else:
+            exact.append(False)
     if not n:
+        for k, ex in zip(kernels, exact, strict=True):
+            if not ex:
+                k.match, k.why = "none", "no slot"
         return
-    positions: dict[str, list[int]] = {}
-    for i, s in enumerate(slots):
-        positions.setdefault(s.instruction, []).append(i)
-    names: dict[str, list[int]] = {}
-    for i, s in enumerate(slots):
-        if s.name:
-            names.setdefault(s.name, []).append(i)
-
-    def next_pos(instr: str, p_abs: int) -> int:
-        """Absolute position of the instruction's next slot at or after p_abs."""
-        pos = positions[instr]
-        base, off = divmod(p_abs, n)
-        i = bisect.bisect_left(pos, off)
-        return base * n + pos[i] if i < len(pos) else (base + 1) * n + pos[0]
-
-    exact = [k.hlo_op is not None and k.hlo_op in launchers and k.hlo_op in positions
-             for k in kernels]
-    # the index of the next exact kernel after each kernel (for windows)
     next_exact = [None] * len(kernels)
     nxt = None
     for i in range(len(kernels) - 1, -1, -1):
         next_exact[i] = nxt
         if exact[i]:
             nxt = i
-    p = 0                  # absolute slot position of the slot being filled
-    filled = 0             # kernels already matched to slot p
-    last_gemm = None       # the slot of the last GEMM kernel, for split-K reductions
-    for i, k in enumerate(kernels):
+    cache: dict = {}
+    p = 0                    # absolute expected position: the next event to fill
+    last_slot = None         # (instruction, start) of the last exact anchor
+    filled = 0
+    i = 0
+    total = len(kernels)
+    while i < total:
+        k = kernels[i]
         if exact[i]:
-            if filled and slots[p % n].instruction == k.hlo_op and \
-                    filled < len(slots[p % n].kinds):
-                pass  # another kernel of the same launching instruction
-            elif filled and slots[p % n].instruction == k.hlo_op:
-                pass  # more kernels than expected (an op with an initializer, a library call)
+            r = k.instruction
+            if last_slot is not None and last_slot[0] == r and filled < max(plan.slot_count[r], 1):
+                filled += 1
             else:
-                p = next_pos(k.hlo_op, p + (1 if filled else 0))
-                filled = 0
-            k.instruction, k.match = k.hlo_op, "exact"
-            idx = _accept_index(slots[p % n].kinds, filled, k.kind)
-            filled = (idx if idx is not None else filled) + 1
-            if k.kind == "gemm":
-                last_gemm = p
+                start = _next_position(plan, r, p - plan.slot_count[r] + 1) \
+                    if plan.slot_count[r] > 1 else _next_position(plan, r, p)
+                last_slot, filled = (r, start), 1
+            p_next = last_slot[1] + min(filled, plan.slot_count[r])
+            p = max(p, p_next)
+            i += 1
             continue
         if k.hlo_op is None and not k.group:
             k.match, k.why = "none", "outside"  # its own launch, no label: an argument copy
+            i += 1
             continue
-        if k.kind == "gemm_aux" and last_gemm is not None:
-            k.instruction, k.match = slots[last_gemm % n].instruction, "order"
-            continue
-        j = next_exact[i]
-        a = p if filled < len(slots[p % n].kinds) else p + 1
-        if j is not None:
-            end = next_pos(kernels[j].hlo_op, a)
-            if len(slots[end % n].kinds) > 1 and k.kind != kernels[j].kind:
-                end += 1  # its other kernels (an im2col, an initializing memset) come first
+        # one launch: the events sharing this correlation id (non-exact ones), in order
+        j = i + 1
+        if k.group:
+            while j < total and kernels[j].group and kernels[j].corr == k.corr and not exact[j] \
+                    and kernels[j].hlo_op == k.hlo_op:
+                j += 1
+        idx = list(range(i, j))
+        ne = next_exact[j - 1]
+        if ne is not None:
+            r = kernels[ne].instruction
+            # up to the anchor's slot, and its other events (an im2col before a labelled GEMM)
+            b = _next_position(plan, r, p) + max(plan.slot_count[r] - 1, 0)
+            width = min(b - p, n + len(idx) + WINDOW_CAP_EXTRA)
         else:
-            end = a + n
-        norm = normalize_kernel_name(k.name)
-        first = _first_accepting(slots, n, a, end, p, filled, k.kind)
-        named = _named_in_window(names.get(norm, ()), n, a, end)
-        chosen = cls = None
-        unique = len(named) == 1
-        if first is not None and slots[first % n].name == norm:
-            chosen, cls = first, ("name" if unique else "order")
-        elif named and first is not None:
-            # the next slot expects another name: a reused kernel (stay) or missing kernels
-            # before the nearest slot of this name (skip)? The next few kernels decide.
-            b = min(x for x in named if x > first) if any(x > first for x in named) else None
-            if b is not None and _score(slots, n, kernels, exact, i, b, end) > \
-                    _score(slots, n, kernels, exact, i, first, end):
-                chosen, cls = b, ("name" if unique else "order")
-            else:
-                chosen, cls = first, "order"
-        elif named:
-            chosen, cls = min(named), ("name" if unique else "order")
-        elif first is not None:
-            chosen, cls = first, "order"
-        if chosen is None:
-            k.match, k.why = "none", "no slot"
-            continue
-        if chosen != p:
-            p, filled = chosen, 0
-        k.instruction, k.match = slots[p % n].instruction, cls
-        idx = _accept_index(slots[p % n].kinds, filled, k.kind)
-        filled = (idx if idx is not None else filled) + 1
-        if k.kind == "gemm":
-            last_gemm = p
+            width = n + len(idx) + WINDOW_CAP_EXTRA
+        width = max(width, 1)
+        control = plan.launcher.get(k.hlo_op) if k.hlo_op else None
+        mask = plan.scope_mask(control) if control and not plan.is_launching(control) else None
+        ok = tuple(obs_kind[x] for x in idx)
+        on = tuple(obs_name[x] for x in idx)
+        key = (ok, on, control, p % n, width)
+        pl = cache.get(key)
+        if pl is None:
+            pl = align(plan, list(ok), list(on), [mask] * len(idx), p, width)
+            _repair(plan, pl, list(ok), list(on), p)
+            cache[key] = pl
+        conf = _confidence(pl.fit)
+        for x, w, f, c in zip(idx, pl.where, pl.fit, conf, strict=True):
+            kk = kernels[x]
+            if w < 0:
+                kk.match, kk.why = "none", "no slot"
+                continue
+            e = plan.events[(p + w) % n]
+            kk.instruction = plan.slots[e.slot].instruction
+            kk.match = "name" if f == "name" else "order"
+            kk.confidence = c
+            if kk.hlo_op and kk.hlo_op != kk.instruction and kk.hlo_op in plan.launcher and \
+                    plan.launcher[kk.hlo_op] == kk.instruction:
+                kk.inner = kk.hlo_op
+        p = p + pl.end
+        last_slot = None
+        i = j
 
 
-def _first_accepting(slots, n, a, end, p, filled, kind):
-    x = a
-    while x < end:
-        if _accepts(slots[x % n].kinds, filled if x == p else 0, kind):
-            return x
-        x += 1
-    return None
-
-
-def _named_in_window(cands, n, a, end) -> list[int]:
-    out = []
-    for base in range(a // n, end // n + 1):
-        for c in cands:
-            x = base * n + c
-            if a <= x < end:
-                out.append(x)
-    return out
-
-
-LOOKAHEAD = 6  # kernels compared when deciding between "reused kernel" and "missing kernels"
-
-
-def _score(slots, n, kernels, exact, i, x, end) -> int:
-    """How many of the next non-exact kernels name the slots that follow slot x, in order."""
-    score = 0
-    q = x + 1
-    for idx in range(i + 1, min(len(kernels), i + 1 + LOOKAHEAD)):
-        kk = kernels[idx]
-        if exact[idx] or (kk.hlo_op is None and not kk.group):
-            break
-        y = _first_accepting(slots, n, q, end + n, -1, 0, kk.kind)
-        if y is None:
-            break
-        if slots[y % n].name == normalize_kernel_name(kk.name):
-            score += 1
-        q = y + 1
-    return score
+def _next_position(plan: Plan, instruction: str, p: int) -> int:
+    """The absolute position of the instruction's next slot start at or after p."""
+    n = len(plan.events)
+    pos = plan.positions[instruction]
+    base, off = divmod(p, n) if n else (0, 0)
+    for s in pos:
+        if s >= off:
+            return base * n + s
+    return (base + 1) * n + pos[0]
