@@ -506,6 +506,7 @@ class Placement:
     where: list
     fit: list
     end: int
+    confidence: list | None = None
 
 
 def align(plan: Plan, obs_kind: list[int], obs_name: list[int], masks: list,
@@ -690,9 +691,9 @@ def match(plan: Plan, kernels: list[Kernel]) -> None:
         if pl is None:
             pl = align(plan, list(ok), list(on), [mask] * len(idx), p, width)
             _repair(plan, pl, list(ok), list(on), p)
+            pl.confidence = _confidence(pl.fit)
             cache[key] = pl
-        conf = _confidence(pl.fit)
-        for x, w, f, c in zip(idx, pl.where, pl.fit, conf, strict=True):
+        for x, w, f, c in zip(idx, pl.where, pl.fit, pl.confidence, strict=True):
             kk = kernels[x]
             if w < 0:
                 kk.match, kk.why = "none", "no slot"
