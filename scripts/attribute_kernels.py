@@ -607,13 +607,13 @@ def main(argv=None) -> int:
     name = protos[chosen][0]
     hlo_txt = out / f"{name}({chosen}).hlo.txt"
     try:
-        from jax._src.lib import xla_client
-        text = xla_client.hlo.HloModule.from_serialized_hlo_module_proto(
-            protos[chosen][1].SerializeToString()).to_string()
-        hlo_txt.write_text(text)
-        written.append((hlo_txt.name, text.count("\n")))
-    except Exception as exc:  # noqa: BLE001 - the text is a convenience; say why it is missing
-        notes.append(f"the HLO text was not written: jaxlib could not print the program ({exc})")
+        import hlo_text
+        n_lines = hlo_text.write_hlo_text(protos[chosen][1], hlo_txt)
+        written.append((hlo_txt.name, n_lines))
+    except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:
+        hlo_txt.unlink(missing_ok=True)
+        hlo_txt = None
+        notes.append(f"the HLO text was not written: the program could not be printed ({exc})")
     # summary
     total = sum(k.dur for k in kernels)
     coverage = None
@@ -690,7 +690,8 @@ def main(argv=None) -> int:
                  "XProf's hlo_stats cross-check skipped (--no-xprof)")
     s.append(f"timing: matching {t_match:.2f} s (XProf's HLO extraction {xprof_names_s:.2f} s of "
              f"it); XProf hlo_stats cross-check {xprof_s:.2f} s")
-    s.append(f"hlo text: {hlo_txt.name}")
+    s.append(f"hlo text: {hlo_txt.name}" if hlo_txt is not None else
+             "hlo text: not written (see the program: lines)")
     (out / "summary.txt").write_text("\n".join(s) + "\n")
     written.insert(0, ("summary.txt", len(s)))
     for f, n in written:
