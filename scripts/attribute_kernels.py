@@ -241,7 +241,7 @@ def choose_program(kernels, programs, requested) -> tuple[int, list[str], dict]:
     return chosen, notes, gpu_time
 
 
-def attribute(kernels, programs, chosen, user_re) -> dict:
+def attribute(kernels, programs, chosen, notes: list) -> dict:
     """Match every kernel; return per-program lookups of instruction source."""
     from hlo_program import Program
     wrapped = {}
@@ -282,7 +282,24 @@ def attribute(kernels, programs, chosen, user_re) -> dict:
             items.append(km.Kernel(i, k.name, kind, k.hlo_op, group, k.corr))
         plan = plans.get(pid)
         if plan is None:
-            plan = plans[pid] = km.Plan(prog)
+            labels: dict[str, int] = {}
+            placed = 0  # events launched by the program (argument copies left out)
+            for (_, p2), ks2 in by.items():
+                if p2 != pid:
+                    continue
+                ids: dict = {}
+                for k2 in ks2:
+                    ids[k2.corr] = ids.get(k2.corr, 0) + 1
+                for k2 in ks2:
+                    if k2.hlo_op:
+                        labels[k2.hlo_op] = labels.get(k2.hlo_op, 0) + 1
+                        placed += 1
+                    elif k2.graph or (k2.corr is not None and ids[k2.corr] > 1):
+                        placed += 1
+            plan = plans[pid] = km.Plan(prog, labels, placed)
+            for w, n in sorted(plan.inferred_trips.items()):
+                notes.append(f"program {pid}: while loop {w} has no known trip count; "
+                             f"{n} iterations per execution inferred from the labels")
         km.match(plan, items)
         for it, k in zip(items, ks, strict=True):
             k.instruction, k.match, k.why = it.instruction, it.match, it.why
@@ -535,7 +552,7 @@ def main(argv=None) -> int:
         raise
     for n in files.notes:
         print(f"attribute_kernels: {n}", file=sys.stderr)
-    programs = attribute(kernels, protos, chosen, user_re)
+    programs = attribute(kernels, protos, chosen, notes)
     control = sum(1 for k in kernels if k.match == "control")
     kernels = [k for k in kernels if k.match != "control"]
     sources = Sources(programs, user_re)

@@ -97,6 +97,7 @@ REPEAT = 80           # one more event of a slot that may launch several of that
 DELETE = 100           # a required expected event not seen (missing replay, dropped event)
 LEAD = 1               # per expected event skipped before a launch's first event
 INF = 1 << 40
+MAX_TRIPS = 4096       # iterations expanded for a loop whose trip count is inferred (memory bound)
 WINDOW_CAP_EXTRA = 64  # expected events beyond one execution that a window may span
 
 # Confidence: a placed event's own fit, averaged with its neighbours' in the same launch.
@@ -212,17 +213,29 @@ def _backend(ins) -> dict:
 class Plan:
     """One program's expected GPU events per execution, kernel names, and label resolution."""
 
-    def __init__(self, program: Program, unknown_trip_count: int = 1):
+    def __init__(self, program: Program, label_counts: dict | None = None,
+                 event_total: int = 0, unknown_trip_count: int = 1):
         self.program = program
         self.unknown_trip_count = unknown_trip_count
         self._fp_memo: dict[int, bytes] = {}
         self.scheduled_comps = self._scheduled_computations()
         self.launcher = self._resolution()
+        # events per launching instruction, from the labels (for loops of unknown trip count)
+        self.label_counts: dict[str, int] = {}
+        for label, c in (label_counts or {}).items():
+            r = self.launcher.get(label)
+            if r:
+                self.label_counts[r] = self.label_counts.get(r, 0) + c
+        self.event_total = event_total
+        self.inferred_trips: dict[str, int] = {}
+        self._fixed_trips: dict[str, int] | None = None
         self.slots: list[Slot] = []
         self.events: list[Expect] = []
         self.kernel_name: dict[str, str] = {}   # fusion -> predicted kernel name
         self._fingerprints: dict[bytes, str] = {}
         self._expand()
+        if self.inferred_trips and any(v is None for v in self.inferred_trips.values()):
+            self._solve_trips()
         self.positions: dict[str, list[int]] = {}
         for s in self.slots:
             self.positions.setdefault(s.instruction, []).append(s.start)
@@ -402,8 +415,11 @@ class Plan:
                 ins.name.startswith(("gemm_fusion", "triton_gemm", "cublas")):
             # a split-K GEMM may finish with a reduction kernel of its own
             return [Expect(0, "gemm", name, repeat=True), Expect(0, "gemm_aux", "", optional=True)]
-        if "copy" in inner_ops and inner_ops <= COPY_BODY_OPCODES and \
-                not inner_ops & {"dynamic-update-slice"}:
+        if ("copy" in inner_ops and inner_ops <= COPY_BODY_OPCODES and
+                not inner_ops & {"dynamic-update-slice"}) or \
+                ("slice" in inner_ops and inner_ops <= {"parameter", "slice", "bitcast"}):
+            # a fusion that only copies (or takes a static slice of a parameter): a memcpy on
+            # newer XLA versions, a kernel on older ones
             return [Expect(0, "copyish", name)]
         if inner_ops & REDUCING_OPCODES:
             # a reduction may initialize its output first (a memset or an init kernel)
@@ -427,15 +443,25 @@ class Plan:
                     body = [c for c in called if c not in cond]
                     n = Program.trip_count(ins)
                     inner = scope + (ins.name,)
-                    for _ in range(n if n is not None else self.unknown_trip_count):
-                        if n is None:
-                            for c in cond:
-                                walk(c, inner, depth + 1)
-                        for b in body:
-                            walk(b, inner, depth + 1)
-                    if n is None:
+                    if n is not None:
+                        for _ in range(n):
+                            for b in body:
+                                walk(b, inner, depth + 1)
+                        continue
+                    # Unknown trip count: before every iteration and at the exit the condition
+                    # runs and its predicate is copied to the host (a small D2H memcpy labelled
+                    # with the while; xla/backends/gpu/runtime/while_thunk.cc).
+                    if self._fixed_trips is not None:
+                        trips = self._fixed_trips.get(ins.name, 0)
+                    else:
+                        trips = self._trips(ins, body, comp_id)
+                    for it in range(trips + 1):
                         for c in cond:
                             walk(c, inner, depth + 1)
+                        self._add_slot(ins, scope, [Expect(0, "copy", "", optional=True)])
+                        if it < trips:
+                            for b in body:
+                                walk(b, inner, depth + 1)
                     continue
                 if op == "call":
                     for c in ins.called_computation_ids:
@@ -445,15 +471,76 @@ class Plan:
                     if ins.called_computation_ids:
                         walk(ins.called_computation_ids[0], scope + (ins.name,), depth + 1)
                     continue
-                slot = Slot(ins.name, op, scope, len(self.events))
-                idx = len(self.slots)
-                for e in self.expected_events(ins):
-                    e.slot = idx
-                    self.events.append(e)
-                slot.count = len(self.events) - slot.start
-                self.slots.append(slot)
+                self._add_slot(ins, scope, self.expected_events(ins))
 
         walk(prog.entry_id, (), 0)
+
+    def _add_slot(self, ins, scope: tuple, events: list[Expect]) -> None:
+        slot = Slot(ins.name, ins.opcode, scope, len(self.events))
+        idx = len(self.slots)
+        for e in events:
+            e.slot = idx
+            self.events.append(e)
+        slot.count = len(self.events) - slot.start
+        self.slots.append(slot)
+
+    def _trips(self, ins, body: list[int], parent: int) -> int:
+        """Iterations of a while loop whose trip count the HLO does not give, from the labels:
+        its predicate copies run once more than its body; else the body's events against those
+        of the computation around the loop; else `unknown_trip_count`."""
+        counts = self.label_counts
+        prog = self.program
+        in_body = [counts.get(i.name, 0) for b in body if b in prog.computations
+                   for i in prog.computations[b].instructions]
+        per_body = max(in_body, default=0)
+        n = None
+        own = counts.get(ins.name, 0)
+        if per_body and own > per_body:
+            n = per_body / (own - per_body)
+        elif per_body:
+            around = max((counts.get(i.name, 0) for i in prog.computations[parent].instructions
+                          if i.opcode not in CONTROL_OPCODES), default=0)
+            if around:
+                n = per_body / around
+        if n is None:
+            self.inferred_trips[ins.name] = None  # solved from the event count, or the default
+            return self.unknown_trip_count
+        trips = max(1, min(round(n), MAX_TRIPS))
+        self.inferred_trips[ins.name] = trips
+        return trips
+
+    def _required(self, trips: dict) -> int:
+        self._fixed_trips = trips
+        self.slots, self.events = [], []
+        self._expand()
+        return sum(1 for e in self.events if not e.optional) + sum(
+            1 for s in self.slots if s.instruction in trips)  # predicate copies
+
+    def _solve_trips(self) -> None:
+        """Loops whose iterations no label counts (their bodies inside graphs): the predicate
+        copies of loop j run executions x (n_j + 1) times and the program's events add up to
+        executions x E0 + sum_j executions x n_j x D_j (E0: events with every unknown loop at
+        zero iterations, D_j: events one iteration of loop j adds). Solve for the executions,
+        then each n_j; where that cannot be done, keep the default."""
+        known = {w: n for w, n in self.inferred_trips.items() if n is not None}
+        unknown = [w for w, n in self.inferred_trips.items() if n is None]
+        base = dict(known, **{w: 0 for w in unknown})
+        e0 = self._required(base)
+        d = {w: self._required(dict(base, **{w: 1})) - e0 for w in unknown}
+        own = {w: self.label_counts.get(w, 0) for w in unknown}
+        solved = dict(base)
+        denom = e0 - sum(d.values())
+        if self.event_total and all(own.values()) and denom:
+            execs = (self.event_total - sum(own[w] * d[w] for w in unknown)) / denom
+            if execs >= 1:
+                for w in unknown:
+                    solved[w] = max(0, min(round(own[w] / execs - 1), MAX_TRIPS))
+        for w in unknown:
+            if w not in solved or (solved[w] == 0 and not own[w]):
+                solved[w] = self.unknown_trip_count
+        self._required(solved)
+        self.inferred_trips.update({w: solved[w] for w in unknown})
+        self._fixed_trips = None
 
     def _arrays(self) -> None:
         self.name_ids: dict[str, int] = {"": 0}
