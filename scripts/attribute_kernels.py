@@ -144,26 +144,28 @@ def load(copy: Path, protos: dict):
 class KernelRow:
     __slots__ = ("device", "stream", "start", "dur", "name", "corr", "hlo_op", "program_id",
                  "own_program", "category", "graph", "instruction", "match", "cpu", "why",
-                 "inner", "confidence")
+                 "inner", "confidence", "kind", "group")
 
-    def __init__(self, device, stream, start, dur, name, stats, cpu=False):
+    def __init__(self, device, stream, start, dur, name, corr, hlo_op, program_id, graph,
+                 memcpy, cpu=False):
         self.device = device
         self.stream = stream
         self.start = start
         self.dur = dur
         self.name = name
-        self.corr = stats.get("correlation_id")
-        self.hlo_op = stats.get("hlo_op")
-        pid = stats.get("program_id")
-        self.own_program = pid is not None
-        self.program_id = pid
-        self.graph = "cuda_graph_id" in stats
-        self.category = "memcpy" if "memcpy_details" in stats else ""
+        self.corr = corr
+        self.hlo_op = hlo_op
+        self.own_program = program_id is not None
+        self.program_id = program_id
+        self.graph = graph
+        self.category = "memcpy" if memcpy else ""
         self.instruction = ""
         self.match = "none"
         self.why = ""
         self.inner = ""
         self.confidence = 0.0
+        self.kind = ""
+        self.group = False
         self.cpu = cpu
 
 
@@ -171,17 +173,18 @@ KERNEL_STATS = frozenset({"correlation_id", "hlo_op", "program_id", "cuda_graph_
                           "memcpy_details"})
 
 
+def _flat(ordinal, line) -> list[tuple]:
+    """One stream's events as the tuples KernelRow takes (without `cpu`)."""
+    lid = line.id
+    return [(ordinal, lid, start, dur, name, st.get("correlation_id"), st.get("hlo_op"),
+             st.get("program_id"), "cuda_graph_id" in st, "memcpy_details" in st)
+            for name, start, dur, st in line.tuples(KERNEL_STATS)]
+
+
 def collect_kernels(space) -> tuple[list, bool]:
     """GPU stream events; for a CPU capture, XLA:CPU thunk events (control thunks left out)."""
-    kernels = []
-    for plane in space.gpu_planes():
-        ordinal = plane.gpu_ordinal
-        for line in plane.lines:
-            if not line.name.startswith("Stream #"):
-                continue
-            lid = line.id
-            kernels.extend(KernelRow(ordinal, lid, start, dur, name, stats)
-                           for name, start, dur, stats in line.tuples(KERNEL_STATS))
+    kernels = [KernelRow(*t) for plane in space.gpu_planes() for line in plane.lines
+               if line.name.startswith("Stream #") for t in _flat(plane.gpu_ordinal, line)]
     if kernels:
         return kernels, False
     host = space.plane("/host:CPU")
@@ -189,9 +192,12 @@ def collect_kernels(space) -> tuple[list, bool]:
         return [], False
     for line in host.lines:
         for ev in line.events(KERNEL_STATS):
-            if "hlo_op" in ev.stats and "program_id" in ev.stats:
+            st = ev.stats
+            if "hlo_op" in st and "program_id" in st:
                 kernels.append(KernelRow("CPU", line.id, ev.start_ps, ev.duration_ps, ev.name,
-                                         ev.stats, cpu=True))
+                                         st.get("correlation_id"), st.get("hlo_op"),
+                                         st.get("program_id"), "cuda_graph_id" in st,
+                                         "memcpy_details" in st, cpu=True))
     return kernels, True
 
 
@@ -273,13 +279,11 @@ def attribute(kernels, programs, chosen, notes: list) -> dict:
             if k.corr is not None:
                 shared[k.corr] = shared.get(k.corr, 0) + 1
         ks.sort(key=lambda k: (_as_int(k.corr), k.start))
-        items = []
-        for i, k in enumerate(ks):
-            kind = km.kernel_kind(k.name, k.category)
+        kind_of = km.kernel_kind
+        for k in ks:  # the fields the matcher reads (see kernel_match.Kernel)
+            k.kind = kind = kind_of(k.name, k.category)
             k.category = CATEGORY_OF_KIND.get(kind, "compute")
-            group = k.graph or (k.corr is not None and shared[k.corr] > 1)
-            k.graph = k.graph or group
-            items.append(km.Kernel(i, k.name, kind, k.hlo_op, group, k.corr))
+            k.group = k.graph = k.graph or (k.corr is not None and shared[k.corr] > 1)
         plan = plans.get(pid)
         if plan is None:
             labels: dict[str, int] = {}
@@ -300,10 +304,7 @@ def attribute(kernels, programs, chosen, notes: list) -> dict:
             for w, n in sorted(plan.inferred_trips.items()):
                 notes.append(f"program {pid}: while loop {w} has no known trip count; "
                              f"{n} iterations per execution inferred from the labels")
-        km.match(plan, items)
-        for it, k in zip(items, ks, strict=True):
-            k.instruction, k.match, k.why = it.instruction, it.match, it.why
-            k.inner, k.confidence = it.inner, it.confidence
+        km.match(plan, ks)
     for pid in programs:
         if pid not in wrapped:
             wrapped[pid] = Program(programs[pid][1], pid)
@@ -580,12 +581,12 @@ def main(argv=None) -> int:
         "program_id", "instruction", "opcode", "category", "kernels", "gpu_us", "gpu_pct",
         "op_name", "source", "user_frame"], op_rows)))
     lines: dict[str, list] = {}
-    for k in mine:
-        user = sources.get(chosen, k.instruction)[2]
+    for ins_name, (n, t, _) in ops.items():  # per instruction, then per line
+        user = sources.get(chosen, ins_name)[2]
         entry = lines.setdefault(user, [0, 0, set()])
-        entry[0] += 1
-        entry[1] += k.dur
-        entry[2].add(k.instruction)
+        entry[0] += n
+        entry[1] += t
+        entry[2].add(ins_name)
     line_rows = [(u, us(t), pct(t, attributed), n, len(ins))
                  for u, (n, t, ins) in sorted(lines.items(), key=lambda kv: (-kv[1][1], kv[0]))]
     written.append(("lines.csv", write_csv(out / "lines.csv", [
@@ -684,15 +685,21 @@ def main(argv=None) -> int:
              "rest on placements below confidence "
              f"{km.LOW_CONFIDENCE} (weak local agreement with the schedule; kernels.csv "
              "column confidence)")
-    nouser = [k for k in mine if not sources.get(chosen, k.instruction)[2]]
-    noframe = [k for k in nouser if not sources.get(chosen, k.instruction)[1]]
-    t_noframe = sum(k.dur for k in noframe)
-    t_library = sum(k.dur for k in nouser) - t_noframe
-    s.append(f"source: {len(mine) - len(nouser)} of {len(mine)} attributed kernels of "
-             f"{name}({chosen}) have a user frame; {len(noframe)} kernels "
+    n_nouser = n_noframe = t_nouser = t_noframe = 0
+    for ins_name, (n, t, _) in ops.items():
+        _, src, user = sources.get(chosen, ins_name)
+        if not user:
+            n_nouser += n
+            t_nouser += t
+            if not src:
+                n_noframe += n
+                t_noframe += t
+    t_library = t_nouser - t_noframe
+    s.append(f"source: {len(mine) - n_nouser} of {len(mine)} attributed kernels of "
+             f"{name}({chosen}) have a user frame; {n_noframe} kernels "
              f"({pct(t_noframe, attributed) or '0'}% of its attributed time) belong to "
              "instructions with no source in the HLO, and "
-             f"{len(nouser) - len(noframe)} ({pct(t_library, attributed) or '0'}%) have frames "
+             f"{n_nouser - n_noframe} ({pct(t_library, attributed) or '0'}%) have frames "
              "but none that counts as user code (see --user-re); counted, not guessed")
     ours = pct(total - g["none"][1], total)
     if coverage is not None and total:

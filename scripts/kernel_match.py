@@ -705,16 +705,19 @@ def match(plan: Plan, kernels: list[Kernel]) -> None:
     order (correlation id, then start)."""
     n = len(plan.events)
     name_id = plan.name_ids
-    obs_kind = [KIND_ID[k.kind] for k in kernels]
-    obs_name = [name_id.get(normalize_kernel_name(k.name), 0) for k in kernels]
+    launcher = plan.launcher
+    positions = plan.positions
     # exact: the label resolves to a launching instruction
     exact = []
     for k in kernels:
-        r = plan.launcher.get(k.hlo_op) if k.hlo_op else None
-        if r is not None and plan.is_launching(r):
-            k.instruction, k.match, k.confidence = r, "exact", 1.0
-            if r != k.hlo_op:
-                k.inner = k.hlo_op
+        op = k.hlo_op
+        r = launcher.get(op) if op else None
+        if r is not None and r in positions:
+            k.instruction = r
+            k.match = "exact"
+            k.confidence = 1.0
+            if r != op:
+                k.inner = op
             exact.append(True)
         else:
             exact.append(False)
@@ -771,8 +774,8 @@ def match(plan: Plan, kernels: list[Kernel]) -> None:
         width = max(width, 1)
         control = plan.launcher.get(k.hlo_op) if k.hlo_op else None
         mask = plan.scope_mask(control) if control and not plan.is_launching(control) else None
-        ok = tuple(obs_kind[x] for x in idx)
-        on = tuple(obs_name[x] for x in idx)
+        ok = tuple(KIND_ID[kernels[x].kind] for x in idx)
+        on = tuple(name_id.get(normalize_kernel_name(kernels[x].name), 0) for x in idx)
         key = (ok, on, control, p % n, width)
         pl = cache.get(key)
         if pl is None:
