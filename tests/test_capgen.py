@@ -18,7 +18,7 @@ from capgen.generate import Scenario, generate
 from capgen.scenarios import SCENARIOS
 from conftest import SHARED_CAPTURES
 
-NEEDS_SHARED = {"nvidia-maxtext-8gpu", "rocm-conv"}
+NEEDS_SHARED = {n for n, s in SCENARIOS.items() if s.program in ("maxtext-h100", "conv3d-mi300x")}
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +106,7 @@ def test_truth_is_consistent_with_the_capture(name, corpus, request):
             assert hev.end_ps <= e.start_ps  # a kernel starts after its launch call ends
     truth_graph = sum(int(t["graph"]) for t in truth)
     assert kinds["graph"] == truth_graph
-    assert (truth_graph > 0) == (sc.command_buffers in ("partial", "all", "while_bodies"))
+    assert (truth_graph > 0) == (sc.command_buffers in ("partial", "all", "while_bodies", "xla"))
     if sc.command_buffers == "all":
         assert kinds["launch"] == sum(1 for t in truth if t["instruction"] == "")  # arg copies
     assert kinds["wait"] == sc.non_launch_correlations
@@ -131,8 +131,10 @@ def test_truth_is_consistent_with_the_capture(name, corpus, request):
             assert t["instruction"] == "" or kinds["wait"]  # argument copies, planted waits
         elif sc.collective_label == "pre_async" and "-start" in t["instruction"]:
             assert label not in names[int(t["program_id"])]
-        else:
-            assert label == t["instruction"]
+        else:  # the instruction, or the instruction inside its fusion that the label names
+            assert label == (t["inner_instruction"] or t["instruction"])
+        if t["inner_instruction"]:
+            assert t["inner_instruction"] in names[int(t["program_id"])]
 
     # 5. steps: annotations where planted; per step and GPU the same kernels
     steps = _read_csv(r.truth_dir / "steps.csv")
@@ -239,3 +241,281 @@ def test_capture_info_says_differ_when_the_json_disagrees(corpus):
     assert p.returncode == 0, p.stderr
     assert "GPU 0: 2 lines, 1024 events in the xplane; 1019 events in the trace; DIFFER" \
         in p.stdout
+
+
+# ---------------------------------------------------------------- XLA runtime behaviours
+# Each test reads a generated capture back through the project's readers and checks one behaviour
+# the generator models from XLA's source (tests/capgen/programs.py and flavours.py cite it).
+
+def _capture(r):
+    """(space, [(truth row, its GPU event)], programs by id, scenario.json) of a generated run."""
+    space = xplane_reader.load_space(r.xplane)
+    events = {(d, s, e.start_ps): e for d, s, e in _xplane_gpu_events(space)}
+    rows = [(t, events[(int(t["device"]), int(t["stream"]), int(t["start_ps"]))])
+            for t in _read_csv(r.truth_dir / "kernels.csv")]
+    programs = {pid: xplane_reader.parse_hlo(blob) for pid, (_, blob) in
+                space.hlo_protos().items()}
+    meta = json.loads((r.truth_dir / "scenario.json").read_text())
+    _INDEX.update({id(m): _instructions(m) for m in programs.values()})
+    return space, rows, programs, meta
+
+
+_INDEX: dict = {}  # id(module) -> its instructions by name, filled by _capture
+
+
+def _ins(programs, t) -> dict:
+    """The instructions by name of the program that ran truth row t."""
+    return _INDEX[id(programs[int(t["program_id"])])]
+
+
+def _instructions(module) -> dict:
+    return {i.name: i for c in module.computations for i in c.instructions}
+
+
+def _fused_root(module, fusion):
+    comp = next(c for c in module.computations if c.id == fusion.called_computation_ids[0])
+    by_id = {i.id: i for i in comp.instructions}
+    return comp, by_id, by_id[comp.root_id]
+
+
+def _fusion_config(ins) -> dict:
+    return json.loads(ins.backend_config or b"{}").get("fusion_backend_config", {})
+
+
+def _sanitized(name: str) -> str:
+    return name.replace(".", "_").replace("-", "_")
+
+
+def _only_host_event(host, event):
+    matches = host[event.stats["correlation_id"]]
+    assert len(matches) == 1
+    return matches[0][1]
+
+
+def test_copy_runs_as_a_device_to_device_memcpy(corpus):
+    """NVIDIA: a `copy` is a MemcpyD2D event with memcpy_details and a launch of its own with the
+    same correlation id; inside a graph a memcpy node with the graph launch's id and label. ROCm:
+    a copyBuffer kernel, as in the real AMD captures."""
+    for name, launch in (("nvidia-off", "MemcpyD2D"), ("nvidia-ids-memset", "cuMemcpyDtoDAsync_v2"),
+                         ("nvidia-copy-xla-cb", None), ("rocm-off", "hipMemcpyDtoDAsync")):
+        space, rows, programs, meta = _capture(corpus(name))
+        host = _host_by_correlation(space)
+        copies = [(t, e) for t, e in rows if t["instruction"] and
+                  _ins(programs, t)[t["instruction"]].opcode == "copy"]
+        assert copies, name
+        for t, e in copies:
+            launch_ev = _only_host_event(host, e)
+            if name.startswith("rocm"):
+                assert e.name == "__amd_rocclr_copyBuffer.kd" and launch_ev.name == launch
+                continue
+            assert e.name == "MemcpyD2D"
+            assert e.stats["memcpy_details"].startswith("kind_src:device kind_dst:device size:")
+            if launch is None:  # a memcpy node of a graph: no launch of its own
+                assert t["graph"] == "1" and launch_ev.name.startswith("cuGraphLaunch")
+                assert e.stats["hlo_op"] in meta["labels"]
+                assert t["instruction"] in meta["labels"][e.stats["hlo_op"]]
+            else:
+                assert t["graph"] == "0" and e.stats["hlo_op"] == t["instruction"]
+                assert launch_ev.name == launch and "memcpy_details" in launch_ev.stats
+
+
+def test_fusions_that_only_copy_run_as_memcpys(corpus, shared):
+    """Memcpy fusions (every root a copy of a parameter), static-slice copies (newest XLA),
+    `__dynamic_memcpy` fusions and copy-hero dynamic-slice fusions each run as one memcpy, labelled
+    with the fusion or with the copy inside; dynamic-memcpy fusions are not graph commands."""
+    # memcpy fusions and static slices (MaxText): one MemcpyD2D per execution, hlo_op = fusion
+    _, rows, programs, _ = _capture(corpus("nvidia-memcpy-fusions"))
+    kinds = Counter()
+    for t, e in rows:
+        ins = _ins(programs, t).get(t["instruction"])
+        if ins is None or ins.opcode != "fusion":
+            continue
+        module = programs[int(t["program_id"])]
+        _, by_id, root = _fused_root(module, ins)
+        if root.opcode == "copy" and by_id[root.operand_ids[0]].opcode == "parameter":
+            kinds["memcpy"] += 1
+            assert e.name == "MemcpyD2D" and e.stats["hlo_op"] == t["instruction"]
+        elif _fusion_config(ins).get("custom_fusion_config", {}).get("name", "").endswith(
+                "address_computation"):
+            kinds["dsf_gemm"] += 1  # the cuBLAS GEMM inside, labelled with the fusion
+            assert "gemm" in e.name and e.stats["hlo_op"] == t["instruction"]
+        elif root.opcode == "slice" and e.name == "MemcpyD2D":
+            kinds["slice"] += 1
+    assert kinds["memcpy"] and kinds["dsf_gemm"] and kinds["slice"]
+    # copy-hero dynamic-slice fusions: labelled with the fusion, or (other XLA versions) the copy
+    for name, hero in (("nvidia-off", False), ("nvidia-dsf-copy-hero", True)):
+        _, rows, programs, _ = _capture(corpus(name))
+        seen = 0
+        for t, e in rows:
+            ins = _ins(programs, t).get(t["instruction"])
+            if ins is None or _fusion_config(ins).get("custom_fusion_config", {}).get(
+                    "name") != "dynamic_slice_fusion":
+                continue
+            seen += 1
+            assert e.name == "MemcpyD2D"
+            if hero:
+                inner = _ins(programs, t)[t["inner_instruction"]]
+                assert inner.opcode == "copy" and e.stats["hlo_op"] == inner.name
+                comp, _, _ = _fused_root(programs[int(t["program_id"])], ins)
+                assert inner.name in {i.name for i in comp.instructions}
+            else:
+                assert e.stats["hlo_op"] == t["instruction"] and t["inner_instruction"] == ""
+        assert seen, name
+    # __dynamic_memcpy fusions: memcpys launched on their own between graphs
+    _, rows, programs, meta = _capture(corpus("nvidia-dynamic-memcpy-xla-cb"))
+    members = set().union(*map(set, meta["labels"].values()))
+    dynamic = [(t, e) for t, e in rows if t["instruction"] and
+               _fusion_config(_ins(programs, t)[t["instruction"]]).get("kind") ==
+               "__dynamic_memcpy"]
+    assert dynamic and any(t["graph"] == "1" for t, _ in rows)
+    for t, e in dynamic:
+        assert e.name == "MemcpyD2D" and t["graph"] == "0" and t["instruction"] not in members
+        assert e.stats["hlo_op"] == t["instruction"]
+
+
+def test_partition_and_replica_ids_are_memsets(corpus):
+    """`partition-id` / `replica-id` write their id with a 4-byte memset; an AllocateBuffer custom
+    call launches nothing at all."""
+    space, rows, programs, _ = _capture(corpus("nvidia-ids-memset"))
+    host = _host_by_correlation(space)
+    ins = _instructions(programs[SCENARIOS["nvidia-ids-memset"].program_id])
+    assert {"partition-id.1", "replica-id.1", "custom-call.nop"} <= set(ins)
+    ids = [(t, e) for t, e in rows if t["instruction"] in ("partition-id.1", "replica-id.1")]
+    assert len(ids) == 2 * 8 * 2  # two instructions, 8 GPUs, 2 steps
+    for t, e in ids:
+        assert e.name.startswith("Memset") and "num_bytes:4 " in e.stats["Memset_details"]
+        assert e.stats["hlo_op"] == t["instruction"]
+        assert _only_host_event(host, e).name == "cuMemsetD32Async"
+    assert not [t for t, _ in rows if t["instruction"] == "custom-call.nop"]
+    assert not [ev for ln in space.plane("/host:CPU").lines for ev in ln.events()
+                if ev.name == "custom-call.nop"]
+    # ROCm: a fill kernel; a FUSION command, so inside the graph
+    _, rows, _, _ = _capture(corpus("rocm-ids-memset-xla-cb"))
+    ids = [(t, e) for t, e in rows if t["instruction"] in ("partition-id.1", "replica-id.1")]
+    assert ids and all(e.name == "__amd_rocclr_fillBufferAligned.kd" and t["graph"] == "1"
+                       for t, e in ids)
+
+
+def _fingerprint(module, fusion) -> tuple:
+    """The fused computation without names, ids, metadata and backend configs (operands by
+    position, called computations by their own fingerprint), and which operands repeat."""
+    comps = {c.id: c for c in module.computations}
+
+    def comp_key(cid):
+        comp = comps[cid]
+        pos = {i.id: k for k, i in enumerate(comp.instructions)}
+        out = []
+        for i in comp.instructions:
+            c = type(i)()
+            c.CopyFrom(i)
+            for f in ("name", "id", "operand_ids", "called_computation_ids", "metadata",
+                      "backend_config", "control_predecessor_ids"):
+                c.ClearField(f)
+            c.DiscardUnknownFields()
+            out.append((c.SerializeToString(deterministic=True),
+                        tuple(pos[o] for o in i.operand_ids),
+                        tuple(comp_key(x) for x in i.called_computation_ids),
+                        i.id == comp.root_id))
+        return tuple(out)
+
+    first: dict = {}
+    repeats = tuple(first.setdefault(o, k) for k, o in enumerate(fusion.operand_ids))
+    return comp_key(fusion.called_computation_ids[0]), repeats
+
+
+def test_kernel_reuse_names_the_first_identical_fusion(corpus, shared):
+    """Fusions whose fused computations are identical launch one kernel, named after one of them;
+    fusions that differ never share a kernel. The MaxText double-buffered loop reuses kernels
+    across its clones and peeled copies."""
+    for name in ("nvidia-off", "rocm-reuse-cache", "nvidia-maxtext-double-buffer"):
+        _, rows, programs, _ = _capture(corpus(name))
+        groups: dict = {}
+        by_name = {pid: _instructions(m) for pid, m in programs.items()}
+        fusions = {pid: {_sanitized(n) for n, i in ins.items() if i.opcode == "fusion"}
+                   for pid, ins in by_name.items()}
+        prints: dict = {}
+        for t, e in rows:
+            pid = int(t["program_id"])
+            ins = by_name[pid].get(t["instruction"])
+            kernel = e.name.removesuffix(".kd")
+            if ins is None or ins.opcode != "fusion" or kernel not in fusions[pid]:
+                continue  # not a kernel XLA generated for a fusion
+            if (pid, ins.name) not in prints:
+                prints[(pid, ins.name)] = _fingerprint(programs[pid], ins)
+            groups.setdefault(prints[(pid, ins.name)], {}).setdefault(kernel, set()).add(
+                t["instruction"])
+        kernels = [k for g in groups.values() for k in g]
+        assert len(kernels) == len(set(kernels)), name  # one fingerprint per kernel
+        shared_kernels = 0
+        for g in groups.values():
+            assert len(g) == 1, (name, g)   # identical computations: one kernel
+            (kernel, members), = g.items()
+            assert kernel in {_sanitized(m) for m in members}, (name, kernel, members)
+            shared_kernels += len(members) > 1
+        assert shared_kernels, name
+    # the double-buffered loop: clones run a kernel named after another instance of their fusion
+    _, rows, _, _ = _capture(corpus("nvidia-maxtext-double-buffer"))
+    clones = {t["instruction"]: e.name for t, e in rows
+              if t["instruction"].endswith(".double_buffer_clone") and
+              e.name.startswith(("loop_", "input_"))}
+    assert clones and any(k != _sanitized(i) for i, k in clones.items())
+
+
+def test_collectives_in_graphs_and_custom_calls(corpus):
+    """With COLLECTIVES recorded into command buffers the NCCL kernels are graph nodes: the graph
+    launch's correlation id and label, no launch of their own."""
+    space, rows, programs, meta = _capture(corpus("nvidia-8gpu-cb-collectives"))
+    host = _host_by_correlation(space)
+    nccl = [(t, e) for t, e in rows if e.name.startswith("ncclDevKernel_AllReduce_Sum")]
+    assert nccl
+    for t, e in nccl:
+        assert t["instruction"].startswith("all-reduce-start") and t["graph"] == "1"
+        assert e.stats["hlo_op"] in meta["labels"] and \
+            t["instruction"] in meta["labels"][e.stats["hlo_op"]]
+        assert _only_host_event(host, e).name.startswith("cuGraphLaunch")
+
+
+def test_unknown_trip_count_runs_the_condition_every_iteration(corpus):
+    """A while without known_trip_count runs its condition before every iteration and at the
+    exit, each followed by a one-byte copy of the predicate to the host that the host waits for;
+    the condition is launched op by op even where the body runs as graphs."""
+    space, rows, programs, _ = _capture(corpus("nvidia-unknown-trip-count-xla-cb"))
+    module = programs[SCENARIOS["nvidia-unknown-trip-count-xla-cb"].program_id]
+    comps = {c.id: c for c in module.computations}
+    whiles = [i for c in module.computations for i in c.instructions if i.opcode == "while"]
+    assert whiles and all(b"known_trip_count" not in w.backend_config for w in whiles)
+    host = _host_by_correlation(space)
+    launch_lines = {ln.name: sorted(ev.start_ps for ev in ln.events())
+                    for ln in space.plane("/host:CPU").lines if ln.name.startswith("Host Threads/")}
+    for w in whiles:
+        cond = next(comps[c] for c in w.called_computation_ids if any(  # root: a scalar pred
+            i.id == comps[c].root_id and i.shape.element_type == 1 and not i.shape.dimensions
+            for i in comps[c].instructions))
+        cond_names = {i.name for i in cond.instructions}
+        cond_rows = [(t, e) for t, e in rows if t["instruction"] in cond_names]
+        preds = [(t, e) for t, e in rows if t["instruction"] == w.name]
+        assert cond_rows and len(preds) == len(cond_rows)
+        per_step = Counter(t["step"] for t, _ in preds)
+        assert len(set(per_step.values())) == 1 and min(per_step.values()) >= 2
+        for t, e in cond_rows:
+            assert t["graph"] == "0" and e.stats["hlo_op"] == t["instruction"]
+        for t, e in preds:
+            assert e.name == "MemcpyD2H" and e.stats["hlo_op"] == w.name and t["graph"] == "0"
+            assert "kind_dst:pinned size:1 " in e.stats["memcpy_details"]
+            (line, launch_ev), = host[e.stats["correlation_id"]]
+            assert launch_ev.name == "MemcpyD2H"
+            later = [s for s in launch_lines[line] if s > launch_ev.start_ps]
+            assert not later or later[0] >= e.end_ps  # the host waited for the predicate
+    assert any(t["graph"] == "1" for t, _ in rows)
+
+
+def test_double_buffered_loops_keep_their_clone_names(corpus, shared):
+    """MaxText's peeled and double-buffered loop instructions launch under their own names."""
+    _, rows, programs, _ = _capture(corpus("nvidia-maxtext-double-buffer"))
+    names = set(_instructions(programs[SCENARIOS["nvidia-maxtext-double-buffer"].program_id]))
+    for suffix in (".double_buffer_clone", ".peeled_double_buffer"):
+        mine = [(t, e) for t, e in rows if t["instruction"].endswith(suffix)]
+        assert mine, suffix
+        assert all(t["instruction"] in names and e.stats["hlo_op"] == t["instruction"]
+                   for t, e in mine)
+        assert len({t["step"] for t, _ in mine}) == SCENARIOS["nvidia-maxtext-double-buffer"].steps

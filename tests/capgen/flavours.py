@@ -13,8 +13,26 @@ XLA's CUPTI collector source (`xla/backends/profiler/gpu/cupti_collector.cc`,
 - [source] host launch events are named after the kernel, carry `device_id` (uint64, the
   ordinal), `correlation_id`, `scope_range_id`, `context_id` and no `hlo_*` stats; graph launches
   are `cuGraphLaunch (CudaGraph:<exec id>)` with `cuda_graph_id`;
-- [source] memcpys are device events `MemcpyD2D` with `memcpy_details`
-  `kind_src:device kind_dst:device size:<n> dest:<dev> async:1`;
+- [source] memcpys are device events named after their kind (`MemcpyD2D`, `MemcpyD2H`,
+  `MemcpyH2D`: cupti_buffer_events.cc AddMemcpyActivityEvent) with `memcpy_details`
+  `kind_src:<kind> kind_dst:<kind> size:<n> dest:<device> async:1` (cupti_collector.cc
+  CreateXEvent; kinds from GetMemoryKindName: device, pinned, ...), and the annotation's stats
+  like kernels (looked up by correlation id);
+- [source] the host side of a memcpy/memset is the driver-API callback event: the tracer gives it
+  no name (cupti_tracer.cc SetNormalMemcpyEventUponApiExit / SetCuMemsetEventUponApiExit), so the
+  collector names it after its type (`MemcpyD2D`, `Memset`: GetTraceEventTypeName), with
+  `memcpy_details` `kind_src:unknown kind_dst:unknown size:<n> dest:<ordinal> async:1` (memory
+  kinds are not decoded on the API side) or `Memset_details` `kind:unknown num_bytes:<n> async:1`;
+  `Scenario.api_launch_names` names them after the driver call instead
+  (`cuMemcpyDtoDAsync_v2`, ...), as other CUPTI tracers show them: not what XLA writes;
+- [source] a memset's device event is `Memset <CUpti_ActivityMemoryKind number>`
+  (cupti_buffer_events.cc AddMemsetActivityEvent) with `Memset_details`; the generator writes
+  `Memset 1` (CUPTI's number for pageable memory) where device memory would be 3: kept as the
+  existing corpus and its consumers have it;
+- [source] a stream line is named `Stream #<id>(<kinds>)`, the kinds of the events on it
+  (cupti_collector.cc GetDeviceXLineName; kernels are `Compute`);
+- [source] NCCL kernels are named by NCCL after the collective, its reduction and type
+  (`ncclDevKernel_AllReduce_Sum_f32_RING_LL`, ...): NCCL's naming, not XLA's;
 - [source] the host API events sit on `Host Threads/<tid>` lines of `/host:CPU` (merged there from
   `/host:CUPTI` by line id), apart from the TraceMe lines, as on ROCm;
 - [source] device plane stats add `gpu_device_name` to ROCm's set, with `device_vendor` "Nvidia".
@@ -25,6 +43,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 REF, STR, I64, U64, F64 = "ref", "str", "int64", "uint64", "double"
+COPY_ROLES = frozenset({"copy", "copy_d2h", "copy_h2d"})
 
 
 @dataclass(frozen=True)
@@ -55,13 +74,17 @@ class Rocm:
     agent_base = 47645   # device_id on host events is an agent number, not the ordinal
 
     @staticmethod
+    def stream_name(stream: int, roles) -> str:
+        return f"Stream #{stream}{Rocm.stream_suffix}"
+
+    @staticmethod
     def kernel_name(spec, index: int) -> str:
         if spec.role == "gemm":
             return ("Cijk_Ailk_Bljk_BBS_BH_MT128x128x32_MI32x32x8x1_SN_1LDSB0_"
                     f"GRVW8_K1_WG32_8_1_{index % 4}")
         if spec.role == "collective":
             return "ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)"
-        if spec.role == "copy":
+        if spec.role in COPY_ROLES:
             return Rocm.copy_kernel
         if spec.role == "memset":
             return "__amd_rocclr_fillBufferAligned.kd"
@@ -72,11 +95,15 @@ class Rocm:
         return spec.name + ".kd"
 
     @staticmethod
-    def launch_name(spec) -> str:
+    def launch_name(spec, api_names: bool = False) -> str:
         if spec.role == "gemm":
             return "hipExtModuleLaunchKernel"
         if spec.role == "copy":
             return "hipMemcpyDtoDAsync"
+        if spec.role == "copy_d2h":
+            return "hipMemcpyDtoHAsync"
+        if spec.role == "copy_h2d":
+            return "hipMemcpyHtoDAsync"
         if spec.role == "memset":
             return "hipMemsetAsync"
         if spec.role == "collective":
@@ -106,7 +133,7 @@ class Rocm:
         """The annotation's stats; a copy's carries `prefix` instead of `name` (gemm capture)."""
         out = [("hlo_module", REF, k.module), ("hlo_op", REF, k.hlo_op_label),
                ("program_id", I64, k.program_id), ("tf_op", REF, "XlaModule:")]
-        if k.spec.role == "copy":
+        if k.spec.role in COPY_ROLES:
             return out + [("prefix", REF, "args[0]")]
         return out + [("name", REF, k.op_name or "kernel")]
 
@@ -121,7 +148,7 @@ class Rocm:
     def launch_stats(k, labels: bool, ordinal: int) -> list:
         out = [("correlation_id", U64, k.correlation_id), ("device_id", U64,
                                                             Rocm.device_id(ordinal))]
-        if k.spec.role == "copy":
+        if k.spec.role in COPY_ROLES:
             out.append(("memcpy_details", REF, "kind:Unknown size:0 dest:512 async:1"))
         return out + (Rocm.labels(k) if labels else [])
 
@@ -132,12 +159,38 @@ class Rocm:
     memcpy_as_event = False
 
 
+# NVIDIA's names of the device events that are not kernels, by the generator's role
+# (cupti_buffer_events.cc AddMemcpyActivityEvent / GetTraceEventTypeName), and of their host API
+# callbacks: type-named as XLA's tracer writes them, or driver-call-named (api_launch_names).
+NV_MEMCPY = {"copy": "MemcpyD2D", "copy_d2h": "MemcpyD2H", "copy_h2d": "MemcpyH2D"}
+NV_API = {"copy": "cuMemcpyDtoDAsync_v2", "copy_d2h": "cuMemcpyDtoHAsync_v2",
+          "copy_h2d": "cuMemcpyHtoDAsync_v2", "memset": "cuMemsetD32Async"}
+# cupti_collector.cc GetMemoryKindName, for the activity side of each memcpy role: the while
+# loop's predicate lands in pinned host memory (while_thunk.cc HostMemoryPool), argument copies
+# come from pinned staging buffers.
+NV_KINDS = {"copy": ("device", "device"), "copy_d2h": ("device", "pinned"),
+            "copy_h2d": ("pinned", "device")}
+NCCL_KERNELS = {  # NCCL's device kernel names by collective (NCCL's naming)
+    "all-reduce": "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+    "all-gather": "ncclDevKernel_AllGather_RING_LL",
+    "reduce-scatter": "ncclDevKernel_ReduceScatter_Sum_f32_RING_LL",
+}
+
+
 class Nvidia:
     name = "nvidia"
     device = H100
-    stream_suffix = "(Compute,MemcpyD2D)"
     launch_thread_base = 91500
     graph_launch_name = "cuGraphLaunch"
+
+    @staticmethod
+    def stream_name(stream: int, roles) -> str:
+        """cupti_collector.cc GetDeviceXLineName: the event types seen on the line (a hash set,
+        so their order is unspecified; here kernels first)."""
+        kinds = {"Compute" if r not in COPY_ROLES and r != "memset" else
+                 NV_MEMCPY.get(r, "Memset") for r in roles}
+        order = sorted(kinds, key=lambda x: (x != "Compute", x))
+        return f"Stream #{stream}({','.join(order)})"
 
     @staticmethod
     def kernel_name(spec, index: int) -> str:
@@ -145,9 +198,10 @@ class Nvidia:
             return ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1"
                     "_execute_segment_k_off_kernel__5x_cublas")
         if spec.role == "collective":
-            return "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
-        if spec.role == "copy":
-            return "MemcpyD2D"
+            base = NCCL_KERNELS.get(spec.name, "ncclDevKernel_SendRecv")
+            return f"{base}(ncclDevComm*, unsigned long, ncclWork*)"
+        if spec.role in COPY_ROLES:
+            return NV_MEMCPY[spec.role]
         if spec.role == "memset":
             return "Memset 1"  # [source] "Memset <memory kind>", the device event of a memset
         if spec.name == "im2col":
@@ -158,9 +212,11 @@ class Nvidia:
         return spec.name
 
     @staticmethod
-    def launch_name(spec) -> str:
-        if spec.role == "copy":
-            return "MemcpyD2D"
+    def launch_name(spec, api_names: bool = False) -> str:
+        if api_names and spec.role in NV_API:
+            return NV_API[spec.role]
+        if spec.role in COPY_ROLES:
+            return NV_MEMCPY[spec.role]
         if spec.role == "memset":
             return "Memset"  # [source] API calls without a kernel take their type's name
         return Nvidia.kernel_name(spec, 0)
@@ -189,13 +245,14 @@ class Nvidia:
         if k.graph_id:
             out += [("cuda_graph_id", U64, k.graph_id), ("cuda_graph_node_id", U64,
                                                            k.graph_node)]
-        if k.spec.role == "copy":
+        if k.spec.role in COPY_ROLES:
+            src, dst = NV_KINDS[k.spec.role]
             out.append(("memcpy_details", REF,
-                        f"kind_src:device kind_dst:device size:{int(k.spec.bytes) // 2} "
+                        f"kind_src:{src} kind_dst:{dst} size:{_size(k.spec)} "
                         f"dest:{k.device} async:1"))
         elif k.spec.role == "memset":
             out.append(("Memset_details", REF,
-                        f"kind:device num_bytes:{int(k.spec.bytes)} async:1"))
+                        f"kind:device num_bytes:{_size(k.spec, memset=True)} async:1"))
         else:
             out += [("theoretical_occupancy_pct", F64, 50.0),
                     ("occupancy_min_grid_size", I64, 264),
@@ -210,9 +267,12 @@ class Nvidia:
     def launch_stats(k, labels: bool, ordinal: int) -> list:
         out = [("device_id", U64, ordinal), ("correlation_id", U64, k.correlation_id),
                ("scope_range_id", I64, k.scope_range_id), ("context_id", STR, "$$1")]
-        if k.spec.role == "copy":
-            out.append(("memcpy_details", REF,
-                        "kind_src:unknown kind_dst:unknown size:0 dest:0 async:1"))
+        if k.spec.role in COPY_ROLES:
+            out.append(("memcpy_details", REF, f"kind_src:unknown kind_dst:unknown "
+                        f"size:{_size(k.spec)} dest:{ordinal} async:1"))
+        elif k.spec.role == "memset":
+            out.append(("Memset_details", REF,
+                        f"kind:unknown num_bytes:{_size(k.spec, memset=True)} async:1"))
         return out
 
     @staticmethod
@@ -220,6 +280,13 @@ class Nvidia:
         return [("cuda_graph_id", U64, graph_id)]
 
     memcpy_as_event = True
+
+
+def _size(spec, memset: bool = False) -> int:
+    """Bytes a memcpy moves / a memset writes (older specs carry only a cost in bytes)."""
+    if spec.size:
+        return spec.size
+    return int(spec.bytes) if memset else int(spec.bytes) // 2
 
 
 FLAVOURS = {"rocm": Rocm, "nvidia": Nvidia}

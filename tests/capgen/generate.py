@@ -13,7 +13,9 @@ line); kernels start when both their launch has ended (plus a queue latency) and
 free; collectives run on their own stream and finish together on all GPUs, so a GPU that arrives
 early waits inside the collective kernel; `*-done` makes the compute stream wait for its
 collective. Command buffers group thunks into graphs: one launch, one correlation id, kernels
-back to back, `hlo_op` = the command buffer's label. Deterministic for a seed.
+back to back, `hlo_op` = the command buffer's label; only thunks XLA can record as commands join a
+graph (programs.command_type). Fusions with identical fused computations launch the kernel of the
+first of them (XLA's kernel reuse cache, programs.kernel_reuse_names). Deterministic for a seed.
 """
 
 from __future__ import annotations
@@ -24,16 +26,28 @@ import json
 import random
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import xprotos
 from capgen import flavours
-from capgen.programs import KernelSpec, Thunk, expand, load_program
+from capgen.programs import (
+    KernelSpec,
+    Options,
+    Thunk,
+    expand,
+    kernel_reuse_names,
+    load_program,
+    sanitize,
+    variant,
+)
 
 RUN = "2026_01_01_00_00_00"
 US = 1_000_000  # picoseconds per microsecond
 PROFILE_EPOCH_NS = 1_790_000_000_000_000_000
+# The command types XLA records into command buffers by default (xla/debug_options_flags.cc, the
+# default DebugOptions: FUSION, CUBLAS, CUBLASLT, CUSTOM_CALL, CUDNN; graph min size 5).
+DEFAULT_COMMANDS = frozenset({"FUSION", "CUBLAS", "CUBLASLT", "CUSTOM_CALL", "CUDNN"})
 
 
 @dataclass
@@ -44,7 +58,9 @@ class Scenario:
     gpus: int = 1
     steps: int = 4
     step_annotations: bool = True
-    command_buffers: str = "off"   # off | partial | all | while_bodies | profiling_fallback
+    # off | partial | all | while_bodies | profiling_fallback | xla (runs of commands, as XLA's
+    # command_buffer_scheduling pass forms them: same computation, >= graph_min_size commands)
+    command_buffers: str = "off"
     graph_label: str = "command_buffer"  # graph kernels' hlo_op: command_buffer_<k> or call.<k>
     program_id: int = 17
     host: str = "gen-host"
@@ -59,13 +75,25 @@ class Scenario:
     straggler_gpu: int | None = None
     straggler_factor: float = 1.5
     # program variations
-    kernel_reuse: float = 0.0         # share of fusions that run another fusion's kernel
+    kernel_reuse: float = 0.0         # share of fusions that run another fusion's kernel (random)
+    # XLA's kernel reuse cache: fusions with identical fused computations launch the first one's
+    # kernel. None: on for nvidia unless kernel_reuse > 0, off for rocm.
+    kernel_reuse_cache: bool | None = None
     split_k: float = 0.0              # share of GEMMs that add a split-K reduction kernel
     reduce_init: float = 0.0          # share of reduction fusions that memset their output first
     collective_label: str = "instruction"  # or "pre_async": label absent from the saved HLO
     duplicate_program_id: int | None = None  # first step runs under this second id
     same_name_programs: int = 0       # extra programs sharing the main module's name
     argument_copies: int = 1          # H2D argument copies before each execution (no hlo_op)
+    # XLA versions and flags (programs.Options, programs.variant, programs.command_type)
+    dsf_copy_label: str = "fusion"    # hlo_op of a copy-hero dynamic-slice fusion: fusion | hero
+    static_slice_memcpy: bool = False  # newest XLA: static-slice fusions run as memcpys
+    dynamic_memcpy_fusions: bool = False  # older XLA: `__dynamic_memcpy` loop fusions
+    unknown_trip_counts: bool = False  # while loops without known_trip_count
+    plant_ids: bool = False           # partition-id, replica-id and a no-op custom call
+    graph_commands: tuple = ()        # command types enabled besides DEFAULT_COMMANDS
+    graph_min_size: int = 5           # xla_gpu_graph_min_graph_size (command_buffers="xla")
+    api_launch_names: bool = False    # memcpy/memset host events named after the driver call
     # planted defects
     drop_graph_kernels: int = 0       # graph replays under-recorded
     json_drop_gpu_events: int = 0     # the json disagrees with its xplane
@@ -93,6 +121,7 @@ class Planted:
     step: int | None = None
     launch_start_ps: int | None = None
     launch_end_ps: int | None = None
+    inner: str = ""  # the instruction inside the fusion that hlo_op names (truth)
 
 
 @dataclass
@@ -120,9 +149,19 @@ class _Sim:
         self.sc = sc
         self.fl = flavours.FLAVOURS[sc.vendor]
         self.rng = random.Random(sc.seed)
-        self.program = load_program(sc.program)
+        trips: dict = {}
+        if sc.unknown_trip_counts or sc.plant_ids or sc.dynamic_memcpy_fusions:
+            self.program, trips = variant(sc.program, unknown_trip_counts=sc.unknown_trip_counts,
+                                          plant_ids=sc.plant_ids,
+                                          dynamic_memcpy=sc.dynamic_memcpy_fusions)
+        else:
+            self.program = load_program(sc.program)
+        self.options = Options(dsf_copy_label=sc.dsf_copy_label,
+                               static_slice_memcpy=sc.static_slice_memcpy, trip_counts=trips)
         self.module = self.program.name
-        self.thunks = expand(self.program)
+        self.thunks = expand(self.program, options=self.options)
+        self.enabled = DEFAULT_COMMANDS | set(sc.graph_commands) | (
+            {"COLLECTIVES"} if sc.command_buffers == "all" else set())
         self.kernels: list[Planted] = []
         self.host: list[HostEvent] = []
         self.correlation = 1000
@@ -162,6 +201,11 @@ class _Sim:
         return p > 0 and random.Random(f"{self.sc.seed}/{what}/{key}").random() < p
 
     def _plan_reuse(self) -> dict[str, str]:
+        cache = self.sc.kernel_reuse_cache
+        if cache is None:
+            cache = self.sc.vendor == "nvidia" and self.sc.kernel_reuse == 0
+        if cache:
+            return kernel_reuse_names(self.program, self.options)
         out = {}
         seen: dict[str, str] = {}
         for t in self.thunks:
@@ -174,6 +218,12 @@ class _Sim:
             seen.setdefault(kind, t.instruction)
         return out
 
+    def _graphable(self, t: Thunk) -> bool:
+        """Whether XLA can record this thunk into a command buffer under the scenario's flags.
+        A while condition evaluated by the host loop never is: only a WHILE command puts it in a
+        graph, and WHILE is not enabled by default (xla/debug_options_flags.cc)."""
+        return not t.condition and t.cmd is not None and t.cmd in self.enabled
+
     def _plan_graphs(self) -> list[int | None]:
         """Segment number of each thunk (None: launched op by op)."""
         mode = self.sc.command_buffers
@@ -181,14 +231,15 @@ class _Sim:
         seg: list[int | None] = [None] * n
         if mode in ("off", "profiling_fallback"):
             return seg
+        ok = [bool(t.kernels) and self._graphable(t) for t in self.thunks]
         k = 0
         if mode == "all":
             i = 0
             while i < n:
-                if not self.thunks[i].kernels:
+                if not ok[i]:
                     i += 1
                     continue
-                while i < n and self.thunks[i].kernels:
+                while i < n and ok[i]:
                     seg[i] = k
                     i += 1
                 k += 1
@@ -196,7 +247,7 @@ class _Sim:
         if mode == "while_bodies":
             prev = None
             for i, t in enumerate(self.thunks):
-                if t.loop and t.kernels and not t.collective:
+                if t.loop and ok[i] and not t.collective:
                     key = t.loop
                     if key != prev:
                         k += 1
@@ -209,7 +260,7 @@ class _Sim:
             i = 0
             while i < n:
                 j = i
-                while j < n and self.thunks[j].opcode == "fusion" and \
+                while j < n and self.thunks[j].opcode == "fusion" and ok[j] and \
                         self.thunks[j].loop == self.thunks[i].loop:
                     j += 1
                 if j - i >= 3:
@@ -218,7 +269,55 @@ class _Sim:
                     k += 1
                 i = max(j, i + 1)
             return seg
+        if mode == "xla":
+            return self._plan_xla_graphs(ok)
         raise ValueError(f"unknown command-buffer mode {mode!r}")
+
+    def _plan_xla_graphs(self, ok: list[bool]) -> list[int | None]:
+        """Runs of consecutive commands of one computation (one loop iteration), kept when they
+        hold at least graph_min_size commands; an async collective joins only with everything up
+        to its done (xla/service/gpu/transforms/command_buffer_scheduling.cc
+        CollectCommandBufferSequences: collect_async_region / check_async_region)."""
+        th = self.thunks
+        n = len(th)
+        seg: list[int | None] = [None] * n
+        run: list[int] = []
+        k = 0
+
+        def flush() -> None:
+            nonlocal k
+            if sum(1 for x in run if th[x].kernels) >= max(1, self.sc.graph_min_size):
+                for x in run:
+                    seg[x] = k
+                k += 1
+            run.clear()
+
+        i = 0
+        while i < n:
+            t = th[i]
+            if run and (t.comp, t.loop) != (th[run[0]].comp, th[run[0]].loop):
+                flush()
+            if t.wait_for is not None or not ok[i]:
+                flush()
+                i += 1
+                continue
+            if t.collective and t.opcode.endswith("start"):
+                j = next((x for x in range(i + 1, n) if th[x].wait_for == t.instruction and
+                          th[x].loop == t.loop), None)
+                region = range(i, j + 1) if j is not None else range(0)
+                if j is not None and all(
+                        (ok[x] or (th[x].wait_for is not None and "COLLECTIVES" in self.enabled))
+                        and (th[x].comp, th[x].loop) == (t.comp, t.loop) for x in region):
+                    run.extend(region)
+                    i = j + 1
+                    continue
+                flush()
+                i += 1
+                continue
+            run.append(i)
+            i += 1
+        flush()
+        return seg
 
     def _label(self, thunk_names: tuple) -> str:
         if thunk_names not in self.labels:
@@ -244,6 +343,15 @@ class _Sim:
                 label += "_"
             return label
         return t.instruction
+
+    def _kernel_spec(self, th: Thunk, spec: KernelSpec) -> KernelSpec:
+        """The spec named as the kernel that really runs: a fusion whose kernel was reused runs
+        the kernel named after the first fusion of its kind."""
+        first = self._reuse.get(th.instruction)
+        if first is not None and spec.role in ("compute", "gemm") and \
+                spec.name == sanitize(th.instruction):
+            return replace(spec, name=sanitize(first))
+        return spec
 
     def _op_name(self, instruction: str) -> str:
         ins = self.program.by_name.get(instruction)
@@ -312,7 +420,7 @@ class _Sim:
             for _ in range(sc.argument_copies):
                 corr = self._next_corr()
                 ls = cursor[g]
-                spec = KernelSpec("copy", "copy", 0.0, 65536.0)
+                spec = KernelSpec("copy", "copy_h2d", 0.0, 65536.0, size=65536)
                 start = max(ls + sc.launch_ps + sc.queue_latency_ps, compute_free[g])
                 dur = self._duration(spec, g)
                 k = Planted(g, self.copy_stream[g], corr, start, dur, fl.kernel_name(spec, 0),
@@ -323,8 +431,8 @@ class _Sim:
                 step_kernels.append(k)
                 stats = fl.launch_stats(k, False, g)
                 self.host.append(HostEvent(f"Host Threads/{fl.launch_thread_base + 40 + g}",
-                                           "hipMemcpyHtoDAsync" if fl.name == "rocm"
-                                           else "MemcpyH2D", ls, sc.launch_ps, stats))
+                                           fl.launch_name(spec, sc.api_launch_names), ls,
+                                           sc.launch_ps, stats))
                 cursor[g] = ls + sc.launch_ps + US
         module_start = {g: cursor[g] for g in gpus}
         for g in gpus:
@@ -382,8 +490,17 @@ class _Sim:
                     dur = self._duration(spec, g)
                     self._op_launch(g, th, spec, ls, start, dur, self.compute_stream[g], step,
                                     program_id, None, step_kernels, first_launch, corr_scope)
+                    if spec.inner:
+                        # the embedded thunk's own TraceMe, inside the fusion's
+                        # (xla/backends/gpu/runtime/thunk_executor.cc)
+                        self.host.append(HostEvent(exec_line[g], spec.inner, ls - US // 4,
+                                                   sc.launch_ps + US // 2))
                     compute_free[g] = start + dur
                     ls += sc.launch_ps + US // 2
+                    if th.host_sync:
+                        # the while loop waits for its predicate on the host
+                        # (while_thunk.cc: stream.BlockHostUntilDone after the copy)
+                        ls = max(ls, start + dur + US // 2)
                 self.host.append(HostEvent(exec_line[g], th.instruction, trace_start,
                                            ls - trace_start))
                 cursor[g] = ls + US // 2
@@ -422,19 +539,17 @@ class _Sim:
                    program_id, trace_line, step_kernels, first_launch, scope=None):
         sc, fl = self.sc, self.fl
         corr = self._next_corr()
-        kernel_spec = spec
-        if th.instruction in self._reuse and spec.role == "compute":
-            kernel_spec = KernelSpec(self._reuse[th.instruction].replace(".", "_").replace(
-                "-", "_"), spec.role, spec.flops, spec.bytes)
+        kernel_spec = self._kernel_spec(th, spec)
         k = Planted(g, stream, corr, start, dur, fl.kernel_name(kernel_spec, len(self.kernels)),
-                    spec, program_id, self.module, th.instruction, self._hlo_label(th),
-                    self._op_name(th.instruction), scope_range_id=scope or self._next_scope(),
+                    spec, program_id, self.module, th.instruction,
+                    spec.inner or self._hlo_label(th), self._op_name(th.instruction),
+                    inner=spec.inner, scope_range_id=scope or self._next_scope(),
                     step=step, launch_start_ps=ls, launch_end_ps=ls + sc.launch_ps)
         self.kernels.append(k)
         step_kernels.append(k)
         self.host.append(HostEvent(f"Host Threads/{fl.launch_thread_base + g}",
-                                   fl.launch_name(kernel_spec), ls, sc.launch_ps,
-                                   fl.launch_stats(k, True, g)))
+                                   fl.launch_name(kernel_spec, sc.api_launch_names), ls,
+                                   sc.launch_ps, fl.launch_stats(k, True, g)))
         if trace_line is not None:
             self.host.append(HostEvent(trace_line, th.instruction, ls - sc.thunk_host_ps,
                                        sc.thunk_host_ps + sc.launch_ps + US // 2))
@@ -451,11 +566,7 @@ class _Sim:
             for spec in self._specs(th):
                 node += 1
                 dur = self._duration(spec, g)
-                kernel_spec = spec
-                if th.instruction in self._reuse and spec.role == "compute":
-                    kernel_spec = KernelSpec(self._reuse[th.instruction].replace(".", "_")
-                                             .replace("-", "_"), spec.role, spec.flops,
-                                             spec.bytes)
+                kernel_spec = self._kernel_spec(th, spec)
                 stream = self.collective_stream[g] if spec.role == "collective" else \
                     self.compute_stream[g]
                 # the truth keeps the graph launch's times: every node was queued by it
@@ -614,7 +725,7 @@ def _write_xspace(sim: _Sim, sc: Scenario, kernels: list[Planted]) -> bytes:
             ks.sort(key=lambda k: k.start_ps)
             events = [(k.kernel, k.start_ps, k.dur_ps,
                        fl.gpu_kernel_stats(k, k.hlo_op_label is not None)) for k in ks]
-            pw.line(stream, f"Stream #{stream}{fl.stream_suffix}", events)
+            pw.line(stream, fl.stream_name(stream, {k.spec.role for k in ks}), events)
     # /host:CPU
     hp = _PlaneWriter(space.planes.add())
     hp.plane.name = "/host:CPU"
@@ -780,7 +891,7 @@ def _truth_kernels(sim: _Sim, kernels: list[Planted]) -> list[dict]:
                      "start_ps": k.start_ps, "dur_ps": k.dur_ps, "kernel": k.kernel,
                      "program_id": k.program_id, "instruction": k.instruction,
                      "source": source, "user_frame": user, "graph": 1 if k.graph_id else 0,
-                     "step": "" if k.step is None else k.step})
+                     "step": "" if k.step is None else k.step, "inner_instruction": k.inner})
     return rows
 
 

@@ -51,6 +51,35 @@ SCENARIOS = {s.name: s for s in [
              drop_graph_kernels=7),
     Scenario("rocm-json-disagrees", vendor="rocm", json_drop_gpu_events=5),
     Scenario("rocm-non-launch-correlation", vendor="rocm", non_launch_correlations=2),
+    # XLA runtime behaviours read in XLA's source (programs.py, flavours.py cite the files)
+    # `copy` as a device-to-device memcpy: its own launch op by op, a memcpy node in graphs
+    Scenario("nvidia-copy-xla-cb", vendor="nvidia", command_buffers="xla"),
+    # fusions that run as memcpys: memcpy fusions (MaxText's wrapped_copy), newest XLA's
+    # static-slice copies, dynamic-slice fusions around cuBLAS GEMMs
+    Scenario("nvidia-memcpy-fusions", vendor="nvidia", program="maxtext-h100", steps=2,
+             static_slice_memcpy=True),
+    # copy-hero dynamic-slice fusions whose memcpy is labelled with the copy inside
+    Scenario("nvidia-dsf-copy-hero", vendor="nvidia", dsf_copy_label="hero"),
+    # older XLA's __dynamic_memcpy fusions: not commands, so they split the graphs
+    Scenario("nvidia-dynamic-memcpy-xla-cb", vendor="nvidia", dynamic_memcpy_fusions=True,
+             command_buffers="xla"),
+    # partition-id / replica-id as 4-byte memsets, a no-op custom call launching nothing; host
+    # memcpy/memset events named after the driver call
+    Scenario("nvidia-ids-memset", vendor="nvidia", program="minigpt-8gpu", gpus=8, steps=2,
+             plant_ids=True, api_launch_names=True),
+    Scenario("rocm-ids-memset-xla-cb", vendor="rocm", plant_ids=True, command_buffers="xla"),
+    # XLA's kernel reuse cache on ROCm too (on by default for NVIDIA)
+    Scenario("rocm-reuse-cache", vendor="rocm", kernel_reuse_cache=True),
+    # collectives recorded into graphs (COLLECTIVES enabled): NCCL kernels with the graph's label
+    Scenario("nvidia-8gpu-cb-collectives", vendor="nvidia", program="minigpt-8gpu", gpus=8,
+             steps=2, command_buffers="xla", graph_commands=("COLLECTIVES",)),
+    # while loops whose trip count XLA does not know: condition kernels and a predicate copy to
+    # the host every iteration, outside the graphs
+    Scenario("nvidia-unknown-trip-count-xla-cb", vendor="nvidia", unknown_trip_counts=True,
+             command_buffers="xla"),
+    # double-buffered loops: `*.double_buffer_clone` and `*.peeled_double_buffer` instructions of
+    # the real MaxText program, and the kernels they share
+    Scenario("nvidia-maxtext-double-buffer", vendor="nvidia", program="maxtext-h100", steps=2),
     # the large case: the real MaxText H100 program on 8 GPUs
     Scenario("nvidia-maxtext-8gpu", vendor="nvidia", program="maxtext-h100", gpus=8, steps=3,
              command_buffers="partial"),
