@@ -419,8 +419,11 @@ class Plan:
                 not inner_ops & {"dynamic-update-slice"}) or \
                 ("slice" in inner_ops and inner_ops <= {"parameter", "slice", "bitcast"}):
             # a fusion that only copies (or takes a static slice of a parameter): a memcpy on
-            # newer XLA versions, a kernel on older ones
-            return [Expect(0, "copyish", name)]
+            # newer XLA versions, a kernel on older ones; a multi-output one, one memcpy per
+            # output
+            outputs = max(1, sum(1 for i in self._inner(ins) if i.opcode in ("copy", "slice")))
+            return [Expect(0, "copyish", name)] + [
+                Expect(0, "copy", "", optional=True) for _ in range(outputs - 1)]
         if inner_ops & REDUCING_OPCODES:
             # a reduction may initialize its output first (a memset or an init kernel)
             return [Expect(0, "memset", "", optional=True),

@@ -18,7 +18,8 @@ from capgen.generate import Scenario, generate
 from capgen.scenarios import SCENARIOS
 from conftest import SHARED_CAPTURES
 
-NEEDS_SHARED = {n for n, s in SCENARIOS.items() if s.program in ("maxtext-h100", "conv3d-mi300x")}
+NEEDS_SHARED = {n for n, s in SCENARIOS.items()
+                if s.program in ("maxtext-h100", "conv3d-mi300x", "pax-a100")}
 
 
 @pytest.fixture(scope="module")

@@ -26,9 +26,8 @@ XLA's CUPTI collector source (`xla/backends/profiler/gpu/cupti_collector.cc`,
   `Scenario.api_launch_names` names them after the driver call instead
   (`cuMemcpyDtoDAsync_v2`, ...), as other CUPTI tracers show them: not what XLA writes;
 - [source] a memset's device event is `Memset <CUpti_ActivityMemoryKind number>`
-  (cupti_buffer_events.cc AddMemsetActivityEvent) with `Memset_details`; the generator writes
-  `Memset 1` (CUPTI's number for pageable memory) where device memory would be 3: kept as the
-  existing corpus and its consumers have it;
+  (cupti_buffer_events.cc AddMemsetActivityEvent) with `Memset_details`; device memory is
+  CUPTI's kind 3, so the generator writes `Memset 3`;
 - [source] a stream line is named `Stream #<id>(<kinds>)`, the kinds of the events on it
   (cupti_collector.cc GetDeviceXLineName; kernels are `Compute`);
 - [source] NCCL kernels are named by NCCL after the collective, its reduction and type
@@ -203,7 +202,7 @@ class Nvidia:
         if spec.role in COPY_ROLES:
             return NV_MEMCPY[spec.role]
         if spec.role == "memset":
-            return "Memset 1"  # [source] "Memset <memory kind>", the device event of a memset
+            return "Memset 3"  # [source] "Memset <memory kind>" (3: device), a memset's event
         if spec.name == "im2col":
             return "im2col4d_kernel"
         if spec.name == "splitk_reduce":

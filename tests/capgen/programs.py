@@ -33,6 +33,10 @@ PROGRAM_FILES = {
     "maxtext-h100": SHARED / "other-formats" / "nvidia-jax-toolbox-nsys-jax" /
     "maxtext-fsdp4-h100" / "dump" /
     "module_0016.jit_train_step.sm_9.0_gpu_after_optimizations.hlo.pb.xz",
+    # the real PAX FSDP step for A100 (6.5 MB HloProto, 37,026 instructions, no while loops)
+    "pax-a100": SHARED / "other-formats" / "nvidia-jax-toolbox-nsys-jax" /
+    "pax-fsdp4-a100-proc0" / "dump" /
+    "module_0040.pjit__wrapped_step_fn.sm_8.0_gpu_after_optimizations.hlo.pb.xz",
 }
 
 COLLECTIVE_OPCODES = frozenset({
@@ -119,7 +123,7 @@ def load_program(name: str) -> Program:
     path = PROGRAM_FILES[name]
     blob = lzma.decompress(path.read_bytes())
     cls = xprotos.classes()
-    if name.startswith("maxtext"):
+    if name.startswith(("maxtext", "pax")):
         module = cls["HloProto"].FromString(blob).hlo_module
     else:
         module = cls["HloModuleProto"].FromString(blob)

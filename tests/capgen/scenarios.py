@@ -81,6 +81,9 @@ SCENARIOS = {s.name: s for s in [
     # the real MaxText program, and the kernels they share
     Scenario("nvidia-maxtext-double-buffer", vendor="nvidia", program="maxtext-h100", steps=2),
     # the large case: the real MaxText H100 program on 8 GPUs
+    # the real PAX step (a 6.5 MB program) with command buffers as XLA forms them
+    Scenario("nvidia-pax-cb", vendor="nvidia", program="pax-a100", steps=1,
+             command_buffers="xla"),
     Scenario("nvidia-maxtext-8gpu", vendor="nvidia", program="maxtext-h100", gpus=8, steps=3,
              command_buffers="partial"),
 ]}
