@@ -56,6 +56,7 @@ class Program:
         self._functions = list(sfi.function_names)
         self._locations = list(sfi.file_locations)
         self._frames = list(sfi.stack_frames)
+        self._stacks: dict[int, list[Frame]] = {}
 
     def schedule(self, computation_id: int) -> list:
         """Instructions of a computation in execution order (the schedule), else stored order."""
@@ -80,7 +81,14 @@ class Program:
         return PRIMITIVE_TYPES.get(ins.shape.element_type, f"type{ins.shape.element_type}")
 
     def stack(self, frame_id: int) -> list[Frame]:
-        """The frames from ``frame_id`` outward (innermost first); [] when none."""
+        """The frames from ``frame_id`` outward (innermost first); [] when none (memoized:
+        instructions share frames)."""
+        memo = self._stacks.get(frame_id)
+        if memo is None:
+            memo = self._stacks[frame_id] = self._stack(frame_id)
+        return memo
+
+    def _stack(self, frame_id: int) -> list[Frame]:
         out = []
         seen = set()
         while 0 < frame_id <= len(self._frames) and frame_id not in seen:
