@@ -12,16 +12,21 @@ Example:
 Reads only the .xplane.pb. It first copies it to ./attribution/xplane/ and has XProf write the
 `<module>(<id>).hlo_proto.pb` files beside the copy (the capture folder is never written to).
 Writes into ./attribution/ (or DIR/attribution/):
-    kernels.csv  every GPU kernel: its instruction, match class, op_name, source, user frame
+    kernels.csv  every GPU event (kernels, memcpys, memsets): its instruction, the inner
+                 instruction its label named, match class, confidence, op_name, source, user frame
     ops.csv      per instruction of the chosen program: kernels, GPU time and share
     lines.csv    per Python line (user frame): GPU time and share, kernels, instructions
-    how.csv      per program and match class (then all): kernels, GPU time, share
-    summary.txt  the program chosen and why, class shares, XProf's coverage next to ours
-    <module>(<id>).hlo.txt  the chosen program's HLO text
+    how.csv      per program and match class (then all): kernels, GPU time, share, and how much
+                 of it rests on low-confidence placements
+    kernel_names.csv  per kernel name (no matching involved): family, kernels, GPU time, share
+    summary.txt  the program chosen and why, class shares, confidence, XProf's coverage next to
+                 ours (and whether ours is lower)
+    <module>(<id>).hlo.txt  the chosen program's HLO text, printed from the proto
 The program with the most GPU time is chosen unless --program names one; every kernel is still
-listed. Match classes: exact, name, order, none (SKILL.md step 4). --user-re picks the frame that
-counts as user code (default: the first frame outside site-packages and jax). --no-xprof skips
-the XProf coverage cross-check (and reads the HLO from the capture directly).
+listed. Match classes: exact, name, order, none (SKILL.md step 4; references/attribution.md).
+--user-re picks the frame that counts as user code (default: the first frame outside
+site-packages and jax). --no-xprof skips the XProf coverage cross-check (and reads the HLO from
+the capture directly).
 A CPU capture is not an error: its XLA:CPU thunk events are the kernels of device "CPU".
 
 Exit codes: 0 done; 1 the input cannot be used (one sentence says why); 2 usage;
