@@ -52,6 +52,9 @@ SIBLING = next((p for p in (HERE.parent / "analyzing-jax-launch-overhead" / "scr
                 if (p / "capture_inputs.py").is_file()), None)
 sys.path[:0] = [str(HERE)] + ([str(SIBLING)] if SIBLING else [])
 
+import trace_rules as rules  # noqa: E402  (sibling skill: the classification rules)
+from trace_rules import CONTROL_OPCODES, pct, us, write_csv  # noqa: E402
+
 import capture_inputs  # noqa: E402  (sibling skill)
 
 try:
@@ -65,8 +68,6 @@ INSTALL = "pip install -r requirements.txt (jax, jaxlib, xprof, protobuf, numpy)
 # rounding, not coverage.
 COVERAGE_TOLERANCE_PCT = 0.01
 PROGRAM_FILE_RE = re.compile(r"^(.*)\((\d+)\)\.hlo_proto\.pb$")
-CONTROL_OPCODES = frozenset({"while", "call", "conditional"})
-CATEGORY_OF_KIND = {"collective": "collective", "copy": "memcpy", "memset": "memcpy"}
 
 
 FAMILIES = (  # kernel families by name, first match wins (kind from kernel_match first)
@@ -174,22 +175,42 @@ class KernelRow:
         self.cpu = cpu
 
 
-KERNEL_STATS = frozenset({"correlation_id", "hlo_op", "program_id", "cuda_graph_id",
-                          "memcpy_details"})
+KERNEL_STATS = frozenset({"correlation_id", "hlo_op", "program_id", "memcpy_details"}) | \
+    rules.GRAPH_ID_STATS
 
 
 def _flat(ordinal, line) -> list[tuple]:
     """One stream's events as the tuples KernelRow takes (without `cpu`)."""
     lid = line.id
+    graph_ids = rules.GRAPH_ID_STATS
     return [(ordinal, lid, start, dur, name, st.get("correlation_id"), st.get("hlo_op"),
-             st.get("program_id"), "cuda_graph_id" in st, "memcpy_details" in st)
+             st.get("program_id"), not graph_ids.isdisjoint(st), "memcpy_details" in st)
             for name, start, dur, st in line.tuples(KERNEL_STATS)]
+
+
+def graph_launch_ids(space) -> set:
+    """Correlation ids of the host's graph-launch calls (cuGraphLaunch, hipGraphLaunch)."""
+    out: set = set()
+    for plane in space.planes:
+        if plane.name != "/host:CPU":
+            continue
+        mids = frozenset(m for m, n in plane.event_names.items() if rules.is_graph_launch(n))
+        for line in plane.lines:
+            for _, _, _, st in line.select(mids, frozenset({"correlation_id"})):
+                if "correlation_id" in st:
+                    out.add(st["correlation_id"])
+    return out
 
 
 def collect_kernels(space) -> tuple[list, bool]:
     """GPU stream events; for a CPU capture, XLA:CPU thunk events (control thunks left out)."""
     kernels = [KernelRow(*t) for plane in space.gpu_planes() for line in plane.lines
                if line.name.startswith("Stream #") for t in _flat(plane.gpu_ordinal, line)]
+    if kernels:
+        launched = graph_launch_ids(space)
+        if launched:
+            for k in kernels:
+                k.graph = rules.in_graph(k.graph, k.corr in launched)
     if kernels:
         return kernels, False
     host = space.plane("/host:CPU")
@@ -284,11 +305,12 @@ def attribute(kernels, programs, chosen, notes: list) -> dict:
             if k.corr is not None:
                 shared[k.corr] = shared.get(k.corr, 0) + 1
         ks.sort(key=lambda k: (_as_int(k.corr), k.start))
-        kind_of = km.kernel_kind
+        kind_of = rules.kernel_kind
         for k in ks:  # the fields the matcher reads (see kernel_match.Kernel)
-            k.kind = kind = kind_of(k.name, k.category)
-            k.category = CATEGORY_OF_KIND.get(kind, "compute")
-            k.group = k.graph = k.graph or (k.corr is not None and shared[k.corr] > 1)
+            k.kind = kind = kind_of(k.name, k.hlo_op, k.category == "memcpy")
+            k.category = rules.CATEGORY_OF_KIND.get(kind, "compute")
+            # one launch for the matcher: a graph, or events sharing a correlation id
+            k.group = k.graph or (k.corr is not None and shared[k.corr] > 1)
         plan = plans.get(pid)
         if plan is None:
             labels: dict[str, int] = {}
@@ -387,7 +409,7 @@ def xprof_coverage(copy: Path) -> tuple[float | None, float, str]:
 
 def kernel_family(name: str, xla_names: set) -> str:
     """What kind of code a kernel name says it is (no matching involved)."""
-    kind = km.kernel_kind(name)
+    kind = rules.kernel_kind(name)
     for k, fam in FAMILIES:
         if kind == k:
             return fam
@@ -433,28 +455,6 @@ def kernel_name_rows(kernels, xla_names: set) -> list[tuple]:
 
 # ---------------------------------------------------------------- writers
 
-def _q(v) -> str:
-    v = "" if v is None else str(v)
-    if any(c in v for c in ',"\n\r'):
-        return '"' + v.replace('"', '""') + '"'
-    return v
-
-
-def write_csv(path: Path, columns, rows) -> int:
-    with open(path, "w", newline="") as fh:
-        fh.write(",".join(columns) + "\n")
-        n = 0
-        buf = []
-        for r in rows:
-            buf.append(",".join(_q(v) for v in r) + "\n")
-            n += 1
-            if len(buf) >= 10_000:
-                fh.write("".join(buf))
-                buf.clear()
-        fh.write("".join(buf))
-    return n
-
-
 def write_kernels(path: Path, kernels, sources) -> int:
     """kernels.csv, the large table: strings repeat, so each is quoted once."""
     quoted: dict = {}
@@ -462,7 +462,7 @@ def write_kernels(path: Path, kernels, sources) -> int:
     def q(v):
         r = quoted.get(v)
         if r is None:
-            r = quoted[v] = _q(v)
+            r = quoted[v] = rules.quote(v)
         return r
     src: dict = {}
     with open(path, "w", newline="") as fh:
@@ -487,14 +487,6 @@ def write_kernels(path: Path, kernels, sources) -> int:
                 buf.clear()
         fh.write("".join(buf))
     return len(kernels)
-
-
-def us(ps) -> str:
-    return f"{ps / 1e6:.3f}"
-
-
-def pct(a, b) -> str:
-    return f"{100.0 * a / b:.2f}" if b else ""
 
 
 def main(argv=None) -> int:
@@ -654,7 +646,7 @@ def main(argv=None) -> int:
                  "others and are left out")
     s.append(f"kernels: {len(kernels)} on {len({k.device for k in kernels})} device(s), "
              f"{total / 1e6:,.1f} us of kernel time; {sum(1 for k in kernels if k.graph)} "
-             "launched inside graphs (command buffers) or sharing a launch")
+             "launched inside graphs (command buffers)")
     s.append("match classes (all programs): " + ", ".join(
         f"{c} {g[c][0]} kernels {pct(g[c][1], total)}% of time" for c in classes))
     cg = groups.get(chosen)

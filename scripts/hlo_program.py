@@ -15,13 +15,9 @@ import json
 import re
 from dataclasses import dataclass
 
-from xprotos import PRIMITIVE_TYPES
+from trace_rules import NO_LAUNCH_OPCODES  # noqa: E402,F401  (re-exported: one home)
 
-# Opcodes that never launch device work: they only name, reshape views of, or order values.
-NO_LAUNCH_OPCODES = frozenset({
-    "parameter", "constant", "tuple", "get-tuple-element", "bitcast", "add-dependency",
-    "after-all", "partition-id", "replica-id", "opt-barrier", "domain",
-})
+from xprotos import PRIMITIVE_TYPES
 
 # The default "user code" frame: the first frame outside site-packages and jax itself.
 LIBRARY_FRAME_RE = re.compile(r"(site-packages|dist-packages)/|/jax/|/jaxlib/|^<frozen ")

@@ -38,38 +38,26 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
+from trace_rules import (
+    COLLECTIVE_OPCODES,
+    CONTROL_OPCODES,
+    KINDS,
+    MEMSET_OPCODES,
+    NO_LAUNCH_OPCODES,
+    WAIT_OPCODES,
+    kernel_kind,
+)
 
-from hlo_program import NO_LAUNCH_OPCODES, Program
+from hlo_program import Program
 
-WAIT_OPCODES = frozenset({
-    "all-reduce-done", "all-gather-done", "collective-permute-done", "async-done",
-    "copy-done", "send-done", "recv-done", "async-update",
-})
-CONTROL_OPCODES = frozenset({"while", "call", "conditional"})
-# partition-id / replica-id write one 4-byte value: a memset at run time.
-MEMSET_OPCODES = frozenset({"partition-id", "replica-id"})
-COLLECTIVE_OPCODES = frozenset({
-    "all-reduce", "all-reduce-start", "all-gather", "all-gather-start", "reduce-scatter",
-    "all-to-all", "collective-permute", "collective-permute-start", "collective-broadcast",
-    "ragged-all-to-all", "send", "recv",
-})
 REDUCING_OPCODES = frozenset({"reduce", "reduce-window", "scatter", "select-and-scatter"})
 # What a memcpy-like fused computation may hold besides its copy.
 COPY_BODY_OPCODES = frozenset({"parameter", "constant", "bitcast", "copy", "dynamic-slice",
                                "dynamic-update-slice", "slice", "subtract", "add", "clamp",
                                "compare", "select", "convert", "tuple", "get-tuple-element"})
-LAUNCH_NOTHING = NO_LAUNCH_OPCODES - MEMSET_OPCODES
-
-# Kernel kinds from names (vendor libraries); anything else is "compute".
-GEMM_KERNEL_RE = re.compile(r"^(Cijk_|sm\d+_xmma|cutlass|nvjet|ampere_|volta_|turing_|hopper_|"
-                            r"void cutlass|void gemm|gemm|.*_gemm_|.*xmma_gemm)")
-GEMM_AUX_RE = re.compile(r"splitKreduce|PostGSU|gemv2T_kernel|_reduce_kernel")
-COLLECTIVE_KERNEL_RE = re.compile(r"nccl|rccl|NCCL|RCCL")
-COPY_KERNEL_RE = re.compile(r"^(Memcpy|memcpy)|__amd_rocclr_copy|copyBuffer")
-MEMSET_KERNEL_RE = re.compile(r"^(Memset|memset)|__amd_rocclr_fill|fillBuffer")
+LAUNCH_NOTHING = NO_LAUNCH_OPCODES
 VENDOR_SUFFIX_RE = re.compile(r"\.kd$")
 
-KINDS = ("compute", "gemm", "gemm_aux", "collective", "copy", "memset")
 KIND_ID = {k: i for i, k in enumerate(KINDS)}
 # Expected kinds: the observed kinds each accepts (a GEMM written as a Triton fusion may run
 # under either name; a fusion that is a memcpy at run time on one XLA version is a kernel on
@@ -149,7 +137,6 @@ def sanitize(name: str) -> str:
 
 
 _NORMALIZED: dict[str, str] = {}
-_KINDS: dict[tuple, str] = {}
 
 
 def normalize_kernel_name(name: str) -> str:
@@ -171,27 +158,7 @@ def _normalize(name: str) -> str:
     return n
 
 
-def kernel_kind(name: str, category: str = "") -> str:
-    """gemm, gemm_aux (a split-K reduction), collective, copy, memset or compute."""
-    key = (name, category)
-    out = _KINDS.get(key)
-    if out is None:
-        out = _KINDS[key] = _kind(name, category)
-    return out
-
-
-def _kind(name: str, category: str) -> str:
-    if category == "collective" or COLLECTIVE_KERNEL_RE.search(name):
-        return "collective"
-    if MEMSET_KERNEL_RE.search(name):
-        return "memset"
-    if category == "memcpy" or COPY_KERNEL_RE.search(name):
-        return "copy"
-    if GEMM_AUX_RE.search(name):
-        return "gemm_aux"
-    if GEMM_KERNEL_RE.match(name):
-        return "gemm"
-    return "compute"
+__all__ = ["Kernel", "Plan", "kernel_kind", "match", "normalize_kernel_name", "sanitize"]
 
 
 # ------------------------------------------------------------------------------- the plan

@@ -107,6 +107,26 @@ class Line:
                    {**shared, **own} if shared else own)
 
 
+    def select(self, metadata_ids: frozenset, only: frozenset) -> Iterator[tuple]:
+        """`tuples()` for the events whose metadata id is in `metadata_ids` only (the others
+        are skipped without decoding a stat)."""
+        if not metadata_ids:
+            return
+        plane = self.plane
+        names = plane.event_names
+        decode = plane.decode_stats
+        ids = frozenset(k for k, n in plane.stat_names.items() if n in only)
+        meta = plane.metadata_stats
+        base_ps = self.timestamp_ns * 1000
+        for ev in self._proto.events:
+            mid = ev.metadata_id
+            if mid not in metadata_ids:
+                continue
+            stats = {k: v for k, v in meta.get(mid, {}).items() if k in only}
+            stats.update(decode(ev.stats, ids))
+            yield names.get(mid, ""), base_ps + ev.offset_ps, ev.duration_ps, stats
+
+
 class Plane:
     def __init__(self, proto, space: Space):
         self._proto = proto

@@ -426,7 +426,8 @@ def _matcher_inputs(xplane: Path, out: Path):
         rs = sorted(by_dev[dev], key=lambda r: (int(r["correlation_id"] or -1),
                                                 float(r["start_us"])))
         shared_ids = Counter(r["correlation_id"] for r in rs)
-        items = [km.Kernel(i, r["kernel"], km.kernel_kind(r["kernel"], r["category"]),
+        items = [km.Kernel(i, r["kernel"],
+                           km.kernel_kind(r["kernel"], r["hlo_op"], r["category"] == "memcpy"),
                            r["hlo_op"] or None, shared_ids[r["correlation_id"]] > 1,
                            r["correlation_id"]) for i, r in enumerate(rs)]
         out_devs.append((items, [r["instruction"] for r in rs]))
@@ -521,3 +522,48 @@ def test_summary_says_when_the_hlo_text_could_not_be_written(tmp_path, monkeypat
     assert "hlo text: not written" in summary
     assert "the HLO text was not written: the program could not be printed (a field" in summary
     assert not list(out.glob("*.hlo.txt"))
+
+
+# ------------------------------------------------------------------ one rule, two tables
+
+SKIP_STATS = REPO / "analyzing-jax-launch-overhead" / "scripts" / "skip_stats.py"
+
+
+def _joined_tables(run_dir: Path, out: Path) -> list[tuple[dict, dict]]:
+    p = subprocess.run([sys.executable, "-P", str(SKIP_STATS), str(run_dir), "--out", str(out)],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    p = run(run_dir, out)
+    assert p.returncode == 0, p.stderr
+    rows = {(r["device"], r["stream"], r["start_us"]): r for r in read(out / "rows.csv")}
+    kernels = read(out / "attribution" / "kernels.csv")
+    assert len(rows) == len(kernels)
+    return [(rows[(k["device"], k["stream"], k["start_us"])], k) for k in kernels]
+
+
+def _assert_same_category_and_graph(pairs):
+    bad = [(r["kernel"], r["category"], k["category"], r["graph"], k["graph"])
+           for r, k in pairs if (r["category"], r["graph"]) != (k["category"], k["graph"])]
+    assert not bad, bad[:5]
+
+
+@pytest.mark.parametrize("case", [
+    "tracelens-amd-rocm/mi300x-jax0.8-conv3d-8gpu", "tracelens-amd-rocm/mi300x-jax0.8-elementwise",
+    "tracelens-amd-rocm/mi300x-jax0.8-gemm", "tracelens-amd-rocm/mi355x-jax-te-fused-attn",
+    "independent-generator/minigpt-h100-cb-off", "independent-generator/minigpt-h100-cb-on"])
+def test_rows_and_kernels_agree_on_category_and_graph(shared, tmp_path, case):
+    (run_dir,) = (shared / case).glob("plugins/profile/*")
+    pairs = _joined_tables(run_dir, tmp_path)
+    _assert_same_category_and_graph(pairs)
+    if case.endswith("conv3d-8gpu"):  # the stream-wait pair shares an id but is no graph
+        assert {k["graph"] for r, k in pairs if k["correlation_id"] == "477"} == {"0"}
+    if case.endswith("cb-on"):
+        assert sum(k["graph"] == "1" for _, k in pairs) == 1936
+
+
+@pytest.mark.parametrize("name", ["nvidia-cb-partial", "rocm-cb-all-call-labels",
+                                  "nvidia-8gpu-cb-collectives", "rocm-non-launch-correlation",
+                                  "nvidia-ids-memset"])
+def test_rows_and_kernels_agree_on_the_corpus(tmp_path, name):
+    r = generate(SCENARIOS[name], tmp_path / "capture")
+    _assert_same_category_and_graph(_joined_tables(r.run_dir, tmp_path / "out"))

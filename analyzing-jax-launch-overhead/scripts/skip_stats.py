@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import bisect
-import csv
 import gc
 import operator
 import os
@@ -38,6 +37,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+
+import trace_rules as rules  # noqa: E402
+from trace_rules import pct, us, write_csv  # noqa: E402
 
 import capture_inputs  # noqa: E402
 import trace_reader  # noqa: E402
@@ -67,19 +69,7 @@ VOTES_ENOUGH = 200
 # XLA's trace exporter (jaxlib 0.10.2) keeps at most this many events and drops the rest by time.
 EXPORTER_EVENT_CAP = 1_000_000
 
-# Category patterns (tested on the shared captures; listed in the sibling SKILL.md).
-COLLECTIVE_KERNEL_RE = re.compile(
-    r"nccl|rccl|NCCL|RCCL|AllReduce|AllGather|ReduceScatter|AllToAll|SendRecv")
-COLLECTIVE_HLO_RE = re.compile(
-    r"^(all-reduce|all-gather|reduce-scatter|all-to-all|ragged-all-to-all|collective-permute|"
-    r"collective-broadcast|send|recv)\b")
-MEMCPY_KERNEL_RE = re.compile(
-    r"^(Memcpy|Memset|memcpy|memset)|__amd_rocclr_(copy|fill)|copyBuffer|fillBuffer")
-GRAPH_LAUNCH_RE = re.compile(r"GraphLaunch|CudaGraph|graph_launch", re.I)
-NON_LAUNCH_RE = re.compile(
-    r"StreamWaitEvent|LaunchHostFunc|EventRecord|EventSynchronize|StreamSynchronize|"
-    r"EventQuery|StreamQuery|CtxSynchronize|DeviceSynchronize", re.I)
-LAUNCH_RE = re.compile(r"Launch|Memcpy|Memset|memcpy|memset", re.I)
+# Category, launch and graph rules: trace_rules.py (one home for the bundle).
 # Runtime API calls (what a tracer's own launch lines hold): a thread with nothing else did no
 # host work of its own that could explain a gap.
 RUNTIME_API_RE = re.compile(r"^(hip|cu[A-Z]|cuda|Memcpy|Memset)")
@@ -138,35 +128,20 @@ _CONTAINER: dict[str, bool] = {}
 
 
 def categorize(name: str, args: dict) -> str:
-    """compute | collective | memcpy, from the kernel name, its hlo_op and memcpy details."""
+    """compute | collective | memcpy (trace_rules.category), memoized."""
     key = (name, args.get("hlo_op", ""), "memcpy_details" in args)
     cat = _CATEGORY.get(key)
     if cat is None:
-        hlo = key[1]
-        if COLLECTIVE_KERNEL_RE.search(name) or (hlo and COLLECTIVE_HLO_RE.match(hlo)):
-            cat = "collective"
-        elif MEMCPY_KERNEL_RE.search(name) or key[2]:
-            cat = "memcpy"
-        else:
-            cat = "compute"
-        _CATEGORY[key] = cat
+        cat = _CATEGORY[key] = rules.category(*key)
     return cat
 
 
 def join_kind(host_name: str, kernel_name: str) -> str:
-    """What a correlation id joined: launch, graph_launch, or other (not a launch call)."""
+    """What a correlation id joined: launch, graph_launch, or other (trace_rules.join_kind)."""
     key = (host_name, kernel_name)
     kind = _JOIN_KIND.get(key)
     if kind is None:
-        if GRAPH_LAUNCH_RE.search(host_name):
-            kind = "graph_launch"
-        elif NON_LAUNCH_RE.search(host_name):
-            kind = "other"
-        elif LAUNCH_RE.search(host_name) or host_name == kernel_name:
-            kind = "launch"
-        else:
-            kind = "other"
-        _JOIN_KIND[key] = kind
+        kind = _JOIN_KIND[key] = rules.join_kind(host_name, kernel_name)
     return kind
 
 
@@ -267,11 +242,12 @@ def join_events(gpu, by_corr, threads) -> dict:
             ev.join = join_kind(hs[0]["name"], ev.name)
         counts[ev.join] += 1
         shared[(ev.device, cid)] = shared.get((ev.device, cid), 0) + 1
+    graph_ids = rules.GRAPH_ID_STATS
     for ev in gpu:
-        ev.graph = ev.join == "graph_launch"
+        ev.graph = rules.in_graph(not graph_ids.isdisjoint(ev.args), ev.join == "graph_launch")
     counts["shared_ids_without_graph_launch"] = sum(
         n for (d, cid), n in shared.items() if n > 1 and not any(
-            h for h in by_corr.get(cid, []) if GRAPH_LAUNCH_RE.search(h["name"])))
+            h for h in by_corr.get(cid, []) if rules.is_graph_launch(h["name"])))
     return counts
 
 
@@ -674,25 +650,10 @@ def verdict(a: Analysis, step_rows, info) -> tuple[str, list, dict]:
 
 # ---------------------------------------------------------------- writers
 
-def us(v) -> str:
-    return "" if v is None else f"{v / 1e6:.3f}"
-
-
-def pct(num, den) -> str:
-    return f"{100.0 * num / den:.2f}" if den else ""
-
-
 ROW_COLUMNS = ["device", "stream", "stream_name", "kernel", "category", "start_us", "dur_us",
                "end_us", "correlation_id", "join", "launch_name", "launch_thread",
                "launch_start_us", "launch_dur_us", "queue_us", "launch_to_start_us", "hlo_op",
                "hlo_module", "graph", "step"]
-
-
-def _quote(value: str) -> str:
-    """A CSV cell for a string, quoted when it holds a comma, quote or newline."""
-    if any(c in value for c in ',"\n\r'):
-        return '"' + value.replace('"', '""') + '"'
-    return value
 
 
 def write_rows(path, a: Analysis) -> int:
@@ -704,7 +665,7 @@ def write_rows(path, a: Analysis) -> int:
     def q(v):
         r = quoted.get(v)
         if r is None:
-            r = quoted[v] = _quote(v)
+            r = quoted[v] = rules.quote(v)
         return r
     streams = {k: q(v) for k, v in a.stream_names.items()}
     threads = {k: q(v) for k, v in names.items()}
@@ -747,15 +708,6 @@ def write_rows(path, a: Analysis) -> int:
         fh.write("".join(buf))
     return n
 
-
-
-def write_csv(path, columns, rows) -> int:
-    with open(path, "w", newline="") as fh:
-        w = csv.writer(fh, lineterminator="\n")
-        w.writerow(columns)
-        for r in rows:
-            w.writerow(r)
-    return len(rows)
 
 
 def summary_lines(a: Analysis, joins, name, rule, figures, step_rows, info) -> list[str]:

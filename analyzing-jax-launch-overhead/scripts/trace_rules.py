@@ -1,0 +1,179 @@
+"""The bundle's classification rules and output conventions, each in one place (standard library
+only: the launch-overhead skill runs where nothing is installed; the root skill imports this
+module from here, never the reverse).
+
+- GPU event kinds and categories from the event's name, its `hlo_op` label and its memcpy
+  details: `kernel_kind` (what a matcher needs: gemm, gemm_aux, collective, copy, memset,
+  compute) and `category` (what a budget needs: compute, collective, memcpy).
+- Graph membership (`in_graph`): an event was launched inside a graph (a command buffer) when it
+  carries a graph id, or when its correlation id joins a graph-launch host call. A correlation id
+  merely shared by several events is not enough: the MI300X conv3d capture has two kernels
+  sharing the id of a `hipStreamWaitEvent`.
+- Host calls: graph launches, launches, and calls that launch nothing.
+- HLO opcode sets: what launches nothing, what waits, what controls, what communicates.
+- Units and formatting (`us`, `pct`), CSV writing (`write_csv`), and atomic output folders
+  (`atomic_folder`): a failed run leaves no half-written table.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+# ---------------------------------------------------------------- GPU events
+
+COLLECTIVE_KERNEL_RE = re.compile(
+    r"nccl|rccl|NCCL|RCCL|AllReduce|AllGather|ReduceScatter|AllToAll|SendRecv")
+COLLECTIVE_HLO_RE = re.compile(
+    r"^(all-reduce|all-gather|reduce-scatter|all-to-all|ragged-all-to-all|collective-permute|"
+    r"collective-broadcast|send|recv)\b")
+COPY_KERNEL_RE = re.compile(r"^(Memcpy|memcpy)|__amd_rocclr_copy|copyBuffer")
+MEMSET_KERNEL_RE = re.compile(r"^(Memset|memset)|__amd_rocclr_fill|fillBuffer")
+GEMM_KERNEL_RE = re.compile(r"^(Cijk_|sm\d+_xmma|cutlass|nvjet|ampere_|volta_|turing_|hopper_|"
+                            r"void cutlass|void gemm|gemm|.*_gemm_|.*xmma_gemm)")
+GEMM_AUX_RE = re.compile(r"splitKreduce|PostGSU|gemv2T_kernel|_reduce_kernel")
+
+KINDS = ("compute", "gemm", "gemm_aux", "collective", "copy", "memset")
+CATEGORY_OF_KIND = {"collective": "collective", "copy": "memcpy", "memset": "memcpy"}
+
+_KIND: dict[tuple, str] = {}
+
+
+def kernel_kind(name: str, hlo_op: str | None = None, memcpy: bool = False) -> str:
+    """gemm, gemm_aux (a split-K reduction), collective, copy, memset or compute."""
+    key = (name, hlo_op, memcpy)
+    out = _KIND.get(key)
+    if out is None:
+        out = _KIND[key] = _kind(name, hlo_op or "", memcpy)
+    return out
+
+
+def _kind(name: str, hlo_op: str, memcpy: bool) -> str:
+    if COLLECTIVE_KERNEL_RE.search(name) or (hlo_op and COLLECTIVE_HLO_RE.match(hlo_op)):
+        return "collective"
+    if MEMSET_KERNEL_RE.search(name):
+        return "memset"
+    if memcpy or COPY_KERNEL_RE.search(name):
+        return "copy"
+    if GEMM_AUX_RE.search(name):
+        return "gemm_aux"
+    if GEMM_KERNEL_RE.match(name):
+        return "gemm"
+    return "compute"
+
+
+def category(name: str, hlo_op: str | None = None, memcpy: bool = False) -> str:
+    """compute, collective or memcpy (memcpys and memsets)."""
+    return CATEGORY_OF_KIND.get(kernel_kind(name, hlo_op, memcpy), "compute")
+
+
+# ---------------------------------------------------------------- host calls and graphs
+
+GRAPH_LAUNCH_RE = re.compile(r"GraphLaunch|CudaGraph|graph_launch", re.I)
+NON_LAUNCH_RE = re.compile(
+    r"StreamWaitEvent|LaunchHostFunc|EventRecord|EventSynchronize|StreamSynchronize|"
+    r"EventQuery|StreamQuery|CtxSynchronize|DeviceSynchronize", re.I)
+LAUNCH_RE = re.compile(r"Launch|Memcpy|Memset|memcpy|memset", re.I)
+GRAPH_ID_STATS = frozenset({"cuda_graph_id", "hip_graph_id", "graph_id"})
+
+
+def is_graph_launch(host_name: str) -> bool:
+    return bool(GRAPH_LAUNCH_RE.search(host_name))
+
+
+def join_kind(host_name: str, kernel_name: str) -> str:
+    """What a correlation id joined: launch, graph_launch, or other (not a launch call)."""
+    if GRAPH_LAUNCH_RE.search(host_name):
+        return "graph_launch"
+    if NON_LAUNCH_RE.search(host_name):
+        return "other"
+    if LAUNCH_RE.search(host_name) or host_name == kernel_name:
+        return "launch"
+    return "other"
+
+
+def in_graph(has_graph_id: bool, joins_graph_launch: bool) -> bool:
+    """The one rule for the `graph` column of every table."""
+    return has_graph_id or joins_graph_launch
+
+
+# ---------------------------------------------------------------- HLO opcodes
+
+# Opcodes that never launch device work: they only name, reshape views of, or order values.
+# (partition-id / replica-id are not here: they run as a 4-byte memset.)
+NO_LAUNCH_OPCODES = frozenset({
+    "parameter", "constant", "tuple", "get-tuple-element", "bitcast", "add-dependency",
+    "after-all", "opt-barrier", "domain",
+})
+MEMSET_OPCODES = frozenset({"partition-id", "replica-id"})
+WAIT_OPCODES = frozenset({
+    "all-reduce-done", "all-gather-done", "collective-permute-done", "async-done",
+    "copy-done", "send-done", "recv-done", "async-update",
+})
+CONTROL_OPCODES = frozenset({"while", "call", "conditional"})
+COLLECTIVE_OPCODES = frozenset({
+    "all-reduce", "all-reduce-start", "all-gather", "all-gather-start", "reduce-scatter",
+    "all-to-all", "collective-permute", "collective-permute-start", "collective-broadcast",
+    "ragged-all-to-all", "send", "recv",
+})
+
+# ---------------------------------------------------------------- units and files
+
+
+def us(ps) -> str:
+    """Picoseconds as microseconds with three decimals (nanosecond resolution); empty for
+    None (a figure that does not apply)."""
+    return "" if ps is None else f"{ps / 1e6:.3f}"
+
+
+def pct(num, den) -> str:
+    """A share in percent with two decimals; empty when the whole is zero."""
+    return f"{100.0 * num / den:.2f}" if den else ""
+
+
+def quote(value) -> str:
+    v = "" if value is None else str(value)
+    if any(c in v for c in ',"\n\r'):
+        return '"' + v.replace('"', '""') + '"'
+    return v
+
+
+def write_csv(path, columns, rows) -> int:
+    """One CSV table: a header, then the rows (streamed in blocks); returns the row count."""
+    n = 0
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        fh.write(",".join(columns) + "\n")
+        buf = []
+        for r in rows:
+            buf.append(",".join(quote(v) for v in r) + "\n")
+            n += 1
+            if len(buf) >= 10_000:
+                fh.write("".join(buf))
+                buf.clear()
+        fh.write("".join(buf))
+    return n
+
+
+@contextlib.contextmanager
+def atomic_folder(final: Path):
+    """Yield a temporary folder beside `final`; on success it replaces `final` whole, on any
+    failure it is removed and `final` is left as it was."""
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    old = None
+    if final.exists():
+        old = final.with_name(f".{final.name}.old.{os.getpid()}")
+        os.replace(final, old)
+    os.replace(tmp, final)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
