@@ -37,7 +37,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import gc
+import json
 import os
 import re
 import shutil
@@ -104,10 +106,10 @@ def quiet_stderr():
             os.close(saved)
 
 
-def copy_and_convert(xplane: Path, out: Path, use_xprof: bool) -> tuple[Path, dict, float]:
-    """Copy the xplane to out/attribution/xplane/ and have XProf write the HLO protos there.
+def copy_and_convert(xplane: Path, folder: Path, use_xprof: bool) -> tuple[Path, dict, float]:
+    """Copy the xplane to folder/xplane/ and have XProf write the HLO protos there.
     Returns the copy, {program id: (module name, HloModuleProto bytes)} and XProf's seconds."""
-    dest = out / "attribution" / "xplane"
+    dest = folder / "xplane"
     if dest.exists():
         shutil.rmtree(dest)  # stale protos of another capture would be reused by XProf
     dest.mkdir(parents=True)
@@ -489,6 +491,313 @@ def write_kernels(path: Path, kernels, sources) -> int:
     return len(kernels)
 
 
+CLASSES = ("exact", "name", "order", "none")
+NONE_REASONS = (("outside", "launched outside any instruction (no hlo_op, a launch of their own: "
+                 "argument copies and the like)"),
+                ("no slot", "no candidate left in their window"),
+                ("", "not matched"))
+RESULT_FILE = "attribute_kernels.json"
+
+
+@dataclasses.dataclass
+class Options:
+    program: int | None = None
+    user_re: re.Pattern | None = None
+    use_xprof: bool = True
+
+
+def figure(value, unit: str, label: str) -> dict:
+    """One figure a report may quote: its value, unit and how it is known."""
+    return {"value": value, "unit": unit, "label": label}
+
+
+def run(files, out: Path, opts: Options) -> tuple[dict, list]:
+    """Step 4 on a resolved capture: writes out/attribution/ whole or not at all; returns the
+    result (also written as attribute_kernels.json) and the (file, rows) written."""
+    t0 = time.perf_counter()
+    with rules.atomic_folder(out / "attribution") as tmp:
+        copy, protos, xprof_names_s = copy_and_convert(files.xplane, tmp, opts.use_xprof)
+        space, protos = load(copy, protos)
+        kernels, cpu = collect_kernels(space)
+        if not protos:
+            raise UsageError(f"{files.xplane.name} holds no HLO programs (no /host:metadata): "
+                             "kernels cannot be attributed to instructions or lines")
+        if not kernels:
+            raise UsageError(f"{files.xplane.name} has no GPU stream events and no XLA:CPU "
+                             "thunk events: there are no kernels to attribute")
+        chosen, notes, _ = choose_program(kernels, protos, opts.program)
+        programs = attribute(kernels, protos, chosen, notes)
+        control = sum(1 for k in kernels if k.match == "control")
+        kernels = [k for k in kernels if k.match != "control"]
+        sources = Sources(programs, opts.user_re)
+        t_match = time.perf_counter() - t0
+        kernels.sort(key=lambda k: (str(k.device), k.stream, k.start))
+        written = [("kernels.csv", write_kernels(tmp / "kernels.csv", kernels, sources))]
+        ops = op_totals(kernels, chosen)
+        written += write_op_and_line_tables(tmp, ops, chosen, programs[chosen], sources)
+        groups = class_totals(kernels)
+        written.append(("how.csv", write_csv(tmp / "how.csv", [
+            "program_id", "match", "kernels", "gpu_us", "gpu_pct", "low_confidence_kernels",
+            "low_confidence_us", "low_confidence_pct"], how_rows(groups))))
+        written.append(("kernel_names.csv", write_csv(tmp / "kernel_names.csv", [
+            "kernel", "family", "kernels", "gpu_us", "gpu_pct", "gpus", "kernels_per_gpu",
+            "gpu_us_per_gpu"], kernel_name_rows(kernels, plans_names(programs)))))
+        name = protos[chosen][0]
+        hlo_name = f"{name}({chosen}).hlo.txt"
+        refusals = []
+        try:
+            import hlo_text
+            written.append((hlo_name, hlo_text.write_hlo_text(protos[chosen][1],
+                                                              tmp / hlo_name)))
+        except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:
+            (tmp / hlo_name).unlink(missing_ok=True)
+            hlo_name = None
+            notes.append(f"the HLO text was not written: the program could not be printed "
+                         f"({exc})")
+            refusals.append(f"cannot write the HLO text of {name}({chosen}) because the program "
+                            f"could not be printed ({exc})")
+        coverage, xprof_s = None, 0.0
+        if opts.use_xprof:
+            coverage, xprof_s, err = xprof_coverage(copy)
+            if err:
+                notes.append(err)
+        result = build_result(
+            files=files, kernels=kernels, cpu=cpu, control=control, chosen=chosen, name=name,
+            notes=notes, protos=protos, groups=groups, ops=ops, sources=sources,
+            coverage=coverage, opts=opts, hlo_name=hlo_name, refusals=refusals,
+            timing={"matching": round(t_match, 3), "xprof_extraction": round(xprof_names_s, 3),
+                    "xprof_hlo_stats": round(xprof_s, 3)})
+        result["tables"] = {f: n for f, n in written}
+        lines = render_summary(result)
+        (tmp / "summary.txt").write_text("\n".join(lines) + "\n")
+        (tmp / RESULT_FILE).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+        written[:0] = [("summary.txt", len(lines)), (RESULT_FILE, 1)]
+    return result, written
+
+
+def op_totals(kernels, chosen) -> dict:
+    """instruction -> [kernels, GPU ps, category] over the chosen program's attributed kernels."""
+    ops: dict[str, list] = {}
+    for k in kernels:
+        if k.program_id == chosen and k.instruction:
+            o = ops.get(k.instruction)
+            if o is None:
+                o = ops[k.instruction] = [0, 0, k.category]
+            o[0] += 1
+            o[1] += k.dur
+    return ops
+
+
+def write_op_and_line_tables(folder: Path, ops: dict, chosen, prog, sources) -> list:
+    attributed = sum(t for _, t, _ in ops.values())
+    op_rows = []
+    for name, (n, t, cat) in sorted(ops.items(), key=lambda kv: (-kv[1][1], kv[0])):
+        opn, src, user = sources.get(chosen, name)
+        op_rows.append((chosen, name, prog.by_name[name].opcode if name in prog.by_name else "",
+                        cat, n, us(t), pct(t, attributed), opn, src, user))
+    lines: dict[str, list] = {}
+    for ins_name, (n, t, _) in ops.items():  # per instruction, then per line
+        entry = lines.setdefault(sources.get(chosen, ins_name)[2], [0, 0, set()])
+        entry[0] += n
+        entry[1] += t
+        entry[2].add(ins_name)
+    line_rows = [(u, us(t), pct(t, attributed), n, len(ins))
+                 for u, (n, t, ins) in sorted(lines.items(), key=lambda kv: (-kv[1][1], kv[0]))]
+    return [
+        ("ops.csv", write_csv(folder / "ops.csv", [
+            "program_id", "instruction", "opcode", "category", "kernels", "gpu_us", "gpu_pct",
+            "op_name", "source", "user_frame"], op_rows)),
+        ("lines.csv", write_csv(folder / "lines.csv", [
+            "user_frame", "gpu_us", "gpu_pct", "kernels", "instructions"], line_rows))]
+
+
+def class_totals(kernels) -> dict:
+    """program id (and "all") -> class -> [kernels, ps, low-confidence kernels, their ps]."""
+    groups: dict = {}
+    low_conf = km.LOW_CONFIDENCE
+    for k in kernels:
+        low = bool(k.instruction) and k.confidence < low_conf
+        for key in (k.program_id, "all"):
+            g = groups.get(key)
+            if g is None:
+                g = groups[key] = {c: [0, 0, 0, 0] for c in CLASSES}
+            e = g[k.match]
+            e[0] += 1
+            e[1] += k.dur
+            if low:
+                e[2] += 1
+                e[3] += k.dur
+    return groups
+
+
+def how_rows(groups) -> list[tuple]:
+    rows = []
+    for key in sorted((g for g in groups if g != "all"), key=str) + ["all"]:
+        g = groups[key]
+        total = sum(v[1] for v in g.values())
+        for c in CLASSES:
+            rows.append((key, c, g[c][0], us(g[c][1]), pct(g[c][1], total), g[c][2],
+                         us(g[c][3]), pct(g[c][3], total)))
+    return rows
+
+
+def _classes_json(g) -> dict:
+    total = sum(v[1] for v in g.values())
+    return {c: {"kernels": g[c][0], "gpu_us": round(g[c][1] / 1e6, 3),
+                "gpu_pct": round(100.0 * g[c][1] / total, 2) if total else 0.0}
+            for c in CLASSES}
+
+
+def build_result(*, files, kernels, cpu, control, chosen, name, notes, protos, groups, ops,
+                 sources, coverage, opts, hlo_name, refusals, timing) -> dict:
+    """Everything summary.txt says, and more, as data (fields: references/scratch-layout.md)."""
+    total = sum(k.dur for k in kernels)
+    g = groups["all"]
+    none_ps = g["none"][1]
+    ours = round(100.0 * (total - none_ps) / total, 2) if total else 0.0
+    fig = {
+        "kernels": figure(len(kernels), "count", "measured"),
+        "devices": figure(len({k.device for k in kernels}), "count", "measured"),
+        "kernel_time_us": figure(round(total / 1e6, 3), "us", "measured"),
+        "graph_kernels": figure(sum(1 for k in kernels if k.graph), "count", "measured"),
+        "attributed_pct": figure(ours, "pct", "inferred"),
+    }
+    attributed_all = [k for k in kernels if k.instruction]
+    t_att = sum(k.dur for k in attributed_all)
+    low = [k for k in attributed_all if k.confidence < km.LOW_CONFIDENCE]
+    fig["low_confidence_kernels"] = figure(len(low), "count", "inferred")
+    fig["low_confidence_pct"] = figure(
+        round(100.0 * sum(k.dur for k in low) / t_att, 2) if t_att else 0.0, "pct", "inferred")
+    none = []
+    for why, label in NONE_REASONS:
+        ks = [k for k in kernels if k.match == "none" and k.why == why]
+        if not ks:
+            continue
+        top: dict[str, list] = {}
+        for k in ks:
+            e = top.setdefault(k.name, [0, 0])
+            e[0] += 1
+            e[1] += k.dur
+        none.append({"why": why or "unmatched", "label": label, "kernels": len(ks),
+                     "gpu_us": round(sum(k.dur for k in ks) / 1e6, 3),
+                     "largest": [{"kernel": n, "count": c, "gpu_us": round(t / 1e6, 3)}
+                                 for n, (c, t) in sorted(top.items(),
+                                                         key=lambda kv: -kv[1][1])[:5]]})
+    unsaved = [k for k in kernels if k.program_id not in protos]
+    attributed = sum(t for _, t, _ in ops.values())
+    n_nouser = n_noframe = t_nouser = t_noframe = 0
+    for ins_name, (n, t, _) in ops.items():
+        _, src, user = sources.get(chosen, ins_name)
+        if not user:
+            n_nouser += n
+            t_nouser += t
+            if not src:
+                n_noframe += n
+                t_noframe += t
+    n_mine = sum(n for n, _, _ in ops.values())
+    checks = []
+    cov = {"ours_pct": ours, "xprof_pct": None, "verdict": None}
+    if coverage is not None and total:
+        theirs = round(100.0 * coverage * 1e6 / total, 2)
+        lower = ours + COVERAGE_TOLERANCE_PCT < theirs
+        cov.update(xprof_pct=theirs, verdict=(
+            f"OURS IS LOWER by {theirs - ours:.2f} points: see the none lines" if lower
+            else "ours is not lower"))
+        fig["xprof_hlo_stats_pct"] = figure(theirs, "pct", "read")
+        checks.append({"name": "coverage at least XProf's hlo_stats",
+                       "status": "fail" if lower else "pass",
+                       "detail": f"ours {ours:.2f}%, XProf's {theirs:.2f}%"})
+    else:
+        checks.append({"name": "coverage at least XProf's hlo_stats", "status": "not checkable",
+                       "detail": "--no-xprof" if not opts.use_xprof else
+                       "XProf's hlo_stats gave no figure"})
+    if unsaved:
+        refusals.append(f"cannot attribute {len(unsaved)} kernels because their programs "
+                        f"{sorted({k.program_id for k in unsaved})} have no HLO in the capture")
+    return {
+        "step": "attribute_kernels", "status": "done",
+        "capture": {"xplane": str(files.xplane), "host": files.host, "run": files.run_dir.name},
+        "program": {"id": chosen, "name": name, "notes": notes},
+        "device": "CPU" if cpu else "GPU", "control_thunks_left_out": control,
+        "figures": fig,
+        "classes": {"all": _classes_json(g),
+                    **({str(chosen): _classes_json(groups[chosen])} if chosen in groups else {})},
+        "none": none,
+        "no_hlo": {"kernels": len(unsaved),
+                   "pct": round(100.0 * sum(k.dur for k in unsaved) / total, 2) if total else 0,
+                   "programs": sorted({k.program_id for k in unsaved})} if unsaved else None,
+        "source": {"kernels": n_mine, "with_user_frame": n_mine - n_nouser,
+                   "no_source_kernels": n_noframe,
+                   "no_source_pct": round(100.0 * t_noframe / attributed, 2) if attributed else 0,
+                   "library_only_kernels": n_nouser - n_noframe,
+                   "library_only_pct": round(100.0 * (t_nouser - t_noframe) / attributed, 2)
+                   if attributed else 0},
+        "coverage": cov, "checks": checks, "refusals": refusals,
+        "low_confidence_below": km.LOW_CONFIDENCE,
+        "timing_s": timing, "hlo_text": hlo_name,
+    }
+
+
+def _p(v) -> str:
+    return f"{v:.2f}"
+
+
+def render_summary(r: dict) -> list[str]:
+    """summary.txt: a rendering of the result, nothing computed here."""
+    f = r["figures"]
+    prog = f"{r['program']['name']}({r['program']['id']})"
+    s = [f"program: {n}" for n in r["program"]["notes"]]
+    if r["device"] == "CPU":
+        s.append(f"device: CPU capture: {f['kernels']['value']} XLA:CPU thunk events (with "
+                 "hlo_op and program_id) on /host:CPU are the kernels; "
+                 f"{r['control_thunks_left_out']} thunks of control instructions (while, call, "
+                 "conditional) contain others and are left out")
+    s.append(f"kernels: {f['kernels']['value']} on {f['devices']['value']} device(s), "
+             f"{f['kernel_time_us']['value']:,.1f} us of kernel time; "
+             f"{f['graph_kernels']['value']} launched inside graphs (command buffers)")
+    for key, label in (("all", "all programs"), (str(r["program"]["id"]), prog)):
+        c = r["classes"].get(key)
+        if c:
+            s.append(f"match classes ({label}): " + ", ".join(
+                f"{k} {c[k]['kernels']} kernels {_p(c[k]['gpu_pct'])}% of time"
+                for k in CLASSES))
+    nh = r["no_hlo"]
+    if nh:
+        s.append(f"no HLO: {nh['kernels']} kernels ({_p(nh['pct'])}% of kernel time) belong to "
+                 f"programs {nh['programs']} whose HLO the capture does not hold: class none")
+    for n in r["none"]:
+        s.append(f"none: {n['kernels']} kernels, {n['gpu_us']:,.1f} us, {n['label']}; "
+                 "largest: " + "; ".join(f"{e['kernel']} x{e['count']} {e['gpu_us']:,.1f} us"
+                                         for e in n["largest"]))
+    s.append(f"confidence: {f['low_confidence_kernels']['value']} attributed kernels, "
+             f"{_p(f['low_confidence_pct']['value'])}% of attributed GPU time, rest on "
+             f"placements below confidence {r['low_confidence_below']} (weak local agreement "
+             "with the schedule; kernels.csv column confidence)")
+    src = r["source"]
+    s.append(f"source: {src['with_user_frame']} of {src['kernels']} attributed kernels of "
+             f"{prog} have a user frame; {src['no_source_kernels']} kernels "
+             f"({_p(src['no_source_pct'])}% of its attributed time) belong to instructions with "
+             f"no source in the HLO, and {src['library_only_kernels']} "
+             f"({_p(src['library_only_pct'])}%) have frames but none that counts as user code "
+             "(see --user-re); counted, not guessed")
+    cov = r["coverage"]
+    if cov["xprof_pct"] is not None:
+        s.append(f"coverage: XProf's hlo_stats attributes {_p(cov['xprof_pct'])}% of this "
+                 f"capture's kernel time to HLO ops; this script attributes "
+                 f"{_p(cov['ours_pct'])}% to an instruction (exact + name + order); "
+                 f"{cov['verdict']}")
+    else:
+        s.append(f"coverage: this script attributes {_p(cov['ours_pct'])}% of kernel time to an "
+                 "instruction; XProf's hlo_stats cross-check skipped (--no-xprof)")
+    t = r["timing_s"]
+    s.append(f"timing: matching {t['matching']:.2f} s (XProf's HLO extraction "
+             f"{t['xprof_extraction']:.2f} s of it); XProf hlo_stats cross-check "
+             f"{t['xprof_hlo_stats']:.2f} s")
+    s.append(f"hlo text: {r['hlo_text']}" if r["hlo_text"] else
+             "hlo text: not written (see the program: lines)")
+    return s
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -512,23 +821,15 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 3
     gc.disable()  # many small objects, no cycles (see skip_stats.py)
-    t0 = time.perf_counter()
     try:
         files = capture_inputs.resolve(args.capture, run=args.run, host=args.host)
         if files.xplane is None:
             raise UsageError(f"no <host>.xplane.pb for host {files.host} in {files.run_dir}; "
                              "attribution reads the xplane (the trace.json has no HLO)")
-        copy, protos, xprof_names_s = copy_and_convert(files.xplane, args.out,
-                                                        not args.no_xprof)
-        space, protos = load(copy, protos)
-        kernels, cpu = collect_kernels(space)
-        if not protos:
-            raise UsageError(f"{files.xplane.name} holds no HLO programs (no /host:metadata): "
-                             "kernels cannot be attributed to instructions or lines")
-        if not kernels:
-            raise UsageError(f"{files.xplane.name} has no GPU stream events and no XLA:CPU "
-                             "thunk events: there are no kernels to attribute")
-        chosen, notes, gpu_time = choose_program(kernels, protos, args.program)
+        for n in files.notes:
+            print(f"attribute_kernels: {n}", file=sys.stderr)
+        result, written = run(files, args.out, Options(args.program, user_re,
+                                                        not args.no_xprof))
     except (capture_inputs.CaptureError, UsageError) as exc:
         print(f"attribute_kernels: {exc}", file=sys.stderr)
         return 1
@@ -548,176 +849,10 @@ def main(argv=None) -> int:
             print(f"attribute_kernels: {exc}", file=sys.stderr)
             return 1
         raise
-    for n in files.notes:
-        print(f"attribute_kernels: {n}", file=sys.stderr)
-    programs = attribute(kernels, protos, chosen, notes)
-    control = sum(1 for k in kernels if k.match == "control")
-    kernels = [k for k in kernels if k.match != "control"]
-    sources = Sources(programs, user_re)
-    t_match = time.perf_counter() - t0
     out = args.out / "attribution"
-    written = []
-    # kernels.csv
-    kernels.sort(key=lambda k: (str(k.device), k.stream, k.start))
-    written.append(("kernels.csv", write_kernels(out / "kernels.csv", kernels, sources)))
-    # ops.csv and lines.csv: the chosen program's attributed kernels
-    mine = [k for k in kernels if k.program_id == chosen and k.instruction]
-    attributed = sum(k.dur for k in mine)
-    ops: dict[str, list] = {}
-    for k in mine:
-        o = ops.setdefault(k.instruction, [0, 0, k.category])
-        o[0] += 1
-        o[1] += k.dur
-    prog = programs[chosen]
-    op_rows = []
-    for name, (n, t, cat) in sorted(ops.items(), key=lambda kv: (-kv[1][1], kv[0])):
-        opn, src, user = sources.get(chosen, name)
-        op_rows.append((chosen, name, prog.by_name[name].opcode if name in prog.by_name else "",
-                        cat, n, us(t), pct(t, attributed), opn, src, user))
-    written.append(("ops.csv", write_csv(out / "ops.csv", [
-        "program_id", "instruction", "opcode", "category", "kernels", "gpu_us", "gpu_pct",
-        "op_name", "source", "user_frame"], op_rows)))
-    lines: dict[str, list] = {}
-    for ins_name, (n, t, _) in ops.items():  # per instruction, then per line
-        user = sources.get(chosen, ins_name)[2]
-        entry = lines.setdefault(user, [0, 0, set()])
-        entry[0] += n
-        entry[1] += t
-        entry[2].add(ins_name)
-    line_rows = [(u, us(t), pct(t, attributed), n, len(ins))
-                 for u, (n, t, ins) in sorted(lines.items(), key=lambda kv: (-kv[1][1], kv[0]))]
-    written.append(("lines.csv", write_csv(out / "lines.csv", [
-        "user_frame", "gpu_us", "gpu_pct", "kernels", "instructions"], line_rows)))
-    # how.csv
-    classes = ("exact", "name", "order", "none")
-    how_rows = []
-    groups: dict = {}
-    for k in kernels:
-        low = bool(k.instruction) and k.confidence < km.LOW_CONFIDENCE
-        for key in (k.program_id, "all"):
-            g = groups.get(key)
-            if g is None:
-                g = groups[key] = {c: [0, 0, 0, 0] for c in classes}
-            e = g[k.match]
-            e[0] += 1
-            e[1] += k.dur
-            if low:
-                e[2] += 1
-                e[3] += k.dur
-    for key in sorted((g for g in groups if g != "all"), key=str) + ["all"]:
-        g = groups[key]
-        total = sum(v[1] for v in g.values())
-        for c in classes:
-            how_rows.append((key, c, g[c][0], us(g[c][1]), pct(g[c][1], total), g[c][2],
-                             us(g[c][3]), pct(g[c][3], total)))
-    written.append(("how.csv", write_csv(out / "how.csv", [
-        "program_id", "match", "kernels", "gpu_us", "gpu_pct", "low_confidence_kernels",
-        "low_confidence_us", "low_confidence_pct"], how_rows)))
-    # kernel_names.csv: by kernel name alone, no matching involved
-    name_rows = kernel_name_rows(kernels, plans_names(programs))
-    written.append(("kernel_names.csv", write_csv(out / "kernel_names.csv", [
-        "kernel", "family", "kernels", "gpu_us", "gpu_pct", "gpus", "kernels_per_gpu",
-        "gpu_us_per_gpu"], name_rows)))
-    # the chosen program's HLO text
-    name = protos[chosen][0]
-    hlo_txt = out / f"{name}({chosen}).hlo.txt"
-    try:
-        import hlo_text
-        n_lines = hlo_text.write_hlo_text(protos[chosen][1], hlo_txt)
-        written.append((hlo_txt.name, n_lines))
-    except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:
-        hlo_txt.unlink(missing_ok=True)
-        hlo_txt = None
-        notes.append(f"the HLO text was not written: the program could not be printed ({exc})")
-    # summary
-    total = sum(k.dur for k in kernels)
-    coverage = None
-    xprof_s = 0.0
-    if not args.no_xprof:
-        coverage, xprof_s, err = xprof_coverage(copy)
-        if err:
-            notes.append(err)
-    g = groups["all"]
-    s = [f"program: {n}" for n in notes]
-    if cpu:
-        s.append(f"device: CPU capture: {len(kernels)} XLA:CPU thunk events (with hlo_op and "
-                 "program_id) on /host:CPU are the kernels; "
-                 f"{control} thunks of control instructions (while, call, conditional) contain "
-                 "others and are left out")
-    s.append(f"kernels: {len(kernels)} on {len({k.device for k in kernels})} device(s), "
-             f"{total / 1e6:,.1f} us of kernel time; {sum(1 for k in kernels if k.graph)} "
-             "launched inside graphs (command buffers)")
-    s.append("match classes (all programs): " + ", ".join(
-        f"{c} {g[c][0]} kernels {pct(g[c][1], total)}% of time" for c in classes))
-    cg = groups.get(chosen)
-    if cg:
-        ct = sum(v[1] for v in cg.values())
-        s.append(f"match classes ({name}({chosen})): " + ", ".join(
-            f"{c} {cg[c][0]} kernels {pct(cg[c][1], ct)}% of time" for c in classes))
-    unsaved = [k for k in kernels if k.program_id not in protos]
-    if unsaved:
-        s.append(f"no HLO: {len(unsaved)} kernels ({pct(sum(k.dur for k in unsaved), total)}% of "
-                 f"kernel time) belong to programs {sorted({k.program_id for k in unsaved})} "
-                 "whose HLO the capture does not hold: class none")
-    for why, label in (("outside", "launched outside any instruction (no hlo_op, a launch of "
-                                   "their own: argument copies and the like)"),
-                       ("no slot", "no candidate left in their window"),
-                       ("", "not matched")):
-        none = [k for k in kernels if k.match == "none" and k.why == why]
-        if not none:
-            continue
-        top: dict[str, list] = {}
-        for k in none:
-            e = top.setdefault(k.name, [0, 0])
-            e[0] += 1
-            e[1] += k.dur
-        s.append(f"none: {len(none)} kernels, {sum(k.dur for k in none) / 1e6:,.1f} us, {label}; "
-                 "largest: " + "; ".join(f"{n} x{c} {t / 1e6:,.1f} us" for n, (c, t) in sorted(
-                     top.items(), key=lambda kv: -kv[1][1])[:5]))
-    attributed_all = [k for k in kernels if k.instruction]
-    t_att = sum(k.dur for k in attributed_all)
-    low = [k for k in attributed_all if k.confidence < km.LOW_CONFIDENCE]
-    t_low = pct(sum(k.dur for k in low), t_att) or "0"
-    s.append(f"confidence: {len(low)} attributed kernels, {t_low}% of attributed GPU time, "
-             "rest on placements below confidence "
-             f"{km.LOW_CONFIDENCE} (weak local agreement with the schedule; kernels.csv "
-             "column confidence)")
-    n_nouser = n_noframe = t_nouser = t_noframe = 0
-    for ins_name, (n, t, _) in ops.items():
-        _, src, user = sources.get(chosen, ins_name)
-        if not user:
-            n_nouser += n
-            t_nouser += t
-            if not src:
-                n_noframe += n
-                t_noframe += t
-    t_library = t_nouser - t_noframe
-    s.append(f"source: {len(mine) - n_nouser} of {len(mine)} attributed kernels of "
-             f"{name}({chosen}) have a user frame; {n_noframe} kernels "
-             f"({pct(t_noframe, attributed) or '0'}% of its attributed time) belong to "
-             "instructions with no source in the HLO, and "
-             f"{n_nouser - n_noframe} ({pct(t_library, attributed) or '0'}%) have frames "
-             "but none that counts as user code (see --user-re); counted, not guessed")
-    ours = pct(total - g["none"][1], total)
-    if coverage is not None and total:
-        theirs = 100.0 * coverage * 1e6 / total
-        verdict = ("ours is not lower" if float(ours) + COVERAGE_TOLERANCE_PCT >= theirs else
-                   f"OURS IS LOWER by {theirs - float(ours):.2f} points: see the none lines")
-        s.append(f"coverage: XProf's hlo_stats attributes {theirs:.2f}% of this capture's "
-                 f"kernel time to HLO ops; this script attributes {ours}% to an instruction "
-                 f"(exact + name + order); {verdict}")
-    elif args.no_xprof:
-        s.append(f"coverage: this script attributes {ours}% of kernel time to an instruction; "
-                 "XProf's hlo_stats cross-check skipped (--no-xprof)")
-    s.append(f"timing: matching {t_match:.2f} s (XProf's HLO extraction {xprof_names_s:.2f} s of "
-             f"it); XProf hlo_stats cross-check {xprof_s:.2f} s")
-    s.append(f"hlo text: {hlo_txt.name}" if hlo_txt is not None else
-             "hlo text: not written (see the program: lines)")
-    (out / "summary.txt").write_text("\n".join(s) + "\n")
-    written.insert(0, ("summary.txt", len(s)))
     for f, n in written:
         print(f"wrote {out / f} ({n} {'lines' if f.endswith('.txt') else 'rows'})")
-    print(s[0])
+    print(f"program: {result['program']['notes'][0]}")
     print("Next: how.csv for the class shares, then ops.csv and lines.csv for the top "
           "instructions and Python lines (SKILL.md step 4).")
     return 0

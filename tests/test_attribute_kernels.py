@@ -567,3 +567,48 @@ def test_rows_and_kernels_agree_on_category_and_graph(shared, tmp_path, case):
 def test_rows_and_kernels_agree_on_the_corpus(tmp_path, name):
     r = generate(SCENARIOS[name], tmp_path / "capture")
     _assert_same_category_and_graph(_joined_tables(r.run_dir, tmp_path / "out"))
+
+
+# ------------------------------------------------------------------ the result as data
+
+RESULT_FIELDS = {"step", "status", "capture", "program", "device", "control_thunks_left_out",
+                 "figures", "classes", "none", "no_hlo", "source", "coverage", "checks",
+                 "refusals", "low_confidence_below", "timing_s", "hlo_text", "tables"}
+FIGURES = {"kernels", "devices", "kernel_time_us", "graph_kernels", "attributed_pct",
+           "low_confidence_kernels", "low_confidence_pct"}
+
+
+@pytest.mark.parametrize("name", ["nvidia-cb-partial", "rocm-duplicate-program-id"])
+def test_result_json_has_its_documented_fields_and_summary_renders_it(corpus, name):
+    import json
+
+    import attribute_kernels
+    _, out = corpus(name)
+    result = json.loads((out / "attribute_kernels.json").read_text())
+    assert set(result) == RESULT_FIELDS
+    assert FIGURES <= set(result["figures"])
+    for f in result["figures"].values():
+        assert set(f) == {"value", "unit", "label"}
+        assert f["label"] in {"measured", "read", "inferred"}
+    for c in result["checks"]:
+        assert c["status"] in {"pass", "fail", "not checkable"}
+    assert result["tables"]["kernels.csv"] == len(read(out / "kernels.csv"))
+    assert sum(v["gpu_pct"] for v in result["classes"]["all"].values()) == \
+        pytest.approx(100, abs=0.02)
+    # every figure of summary.txt comes from the JSON: rendering it gives the file back
+    assert attribute_kernels.render_summary(result) == \
+        (out / "summary.txt").read_text().splitlines()
+    documented = (REPO / "references" / "scratch-layout.md").read_text()
+    assert all(f"`{k}`" in documented for k in RESULT_FIELDS | FIGURES)
+
+
+def test_a_failed_run_leaves_the_previous_tables_whole(tmp_path):
+    cap = REPO / "tests" / "data" / "minigpt-cpu"
+    assert run(cap, tmp_path).returncode == 0
+    before = {f.name: f.read_bytes() for f in (tmp_path / "attribution").iterdir()
+              if f.is_file()}
+    p = run(cap, tmp_path, "--program", "999")
+    assert p.returncode == 1
+    after = {f.name: f.read_bytes() for f in (tmp_path / "attribution").iterdir() if f.is_file()}
+    assert after == before
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["attribution"]  # no temporary left
