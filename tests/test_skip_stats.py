@@ -18,7 +18,7 @@ from conftest import REPO, SHARED_CAPTURES
 
 SCRIPT = REPO / "analyzing-jax-launch-overhead" / "scripts" / "skip_stats.py"
 BARE = getattr(sys, "_base_executable", sys.executable)
-OUTPUTS = ("summary.txt", "rows.csv", "streams.csv", "steps.csv", "gaps.csv")
+OUTPUTS = ("summary.txt", "skip_stats.json", "rows.csv", "streams.csv", "steps.csv", "gaps.csv")
 
 
 def run(capture, out, python=BARE, flags=("-I", "-S", "-P")):
@@ -186,7 +186,8 @@ def test_real_captures_join_and_report(shared, tmp_path, real):
 
 
 def test_conv3d_stream_wait_kernels_are_the_known_anomaly(shared, tmp_path):
-    run(shared / "tracelens-amd-rocm/mi300x-jax0.8-conv3d-8gpu", tmp_path)
+    p = run(shared / "tracelens-amd-rocm/mi300x-jax0.8-conv3d-8gpu", tmp_path)
+    assert p.returncode == 0, p.stderr
     rows = read(tmp_path / "rows.csv")
     odd = sorted((r["device"], r["kernel"]) for r in rows if r["correlation_id"] == "477")
     assert odd == [("0", "Im3d2Col.kd"), ("0", "input_transpose_fusion_1.kd")]
@@ -276,7 +277,8 @@ def test_rocm_launch_threads_map_to_their_execution_threads(shared, tmp_path):
 
 
 def test_v100_capture_without_steps_is_one_partial_window(shared, tmp_path):
-    run(shared / "tf-profiler-demo-v100/tf2.4-bert-multiworker-8xv100", tmp_path)
+    p = run(shared / "tf-profiler-demo-v100/tf2.4-bert-multiworker-8xv100", tmp_path)
+    assert p.returncode == 0, p.stderr
     summary = (tmp_path / "summary.txt").read_text()
     assert "steps: from the whole capture; 1 analysed (0)" in summary
     assert "cannot compute: only partial steps" in summary
@@ -299,3 +301,27 @@ def test_no_launch_events_is_a_refusal(tmp_path):
     assert "cannot compute: no launch events" in summary
     assert "joins: launch 0, graph_launch 0, other 0, none 0, ambiguous 0, " \
         "no_correlation_id 2" in summary
+
+
+RESULT_FIELDS = {"step", "status", "verdict", "rule", "steps", "joins", "gpu_events",
+                 "join_rate_pct", "figures", "host_device_split", "straggler", "notes",
+                 "refusals", "needs_new_capture", "tables"}
+
+
+@pytest.mark.parametrize("name", ["rocm-8gpu-straggler", "nvidia-cb-partial", "rocm-no-steps"])
+def test_result_json_has_its_documented_fields_and_summary_renders_it(corpus, name):
+    import json
+    sys.path.insert(0, str(SCRIPT.parent))
+    import skip_stats
+    _, out = corpus(name)
+    result = json.loads((out / "skip_stats.json").read_text())
+    assert set(result) == RESULT_FIELDS
+    assert result["tables"]["rows.csv"] == len(read(out / "rows.csv"))
+    for f in result["figures"].values():
+        assert f is None or ({"value", "min", "max", "unit", "label"} == set(f) and
+                             f["min"] <= f["value"] <= f["max"])
+    assert (result["straggler"] is not None) == (name == "rocm-8gpu-straggler")
+    # every figure in summary.txt comes from the JSON: rendering it gives the file back
+    assert skip_stats.render_summary(result) == (out / "summary.txt").read_text().splitlines()
+    documented = (REPO / "references" / "scratch-layout.md").read_text()
+    assert all(f"`{k}`" in documented for k in RESULT_FIELDS | set(result["figures"]))

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import gc
+import json
 import operator
 import os
 import re
@@ -710,87 +711,218 @@ def write_rows(path, a: Analysis) -> int:
 
 
 
-def summary_lines(a: Analysis, joins, name, rule, figures, step_rows, info) -> list[str]:
-    out = [f"verdict: {name}"]
-    out += [f"rule: {r}" for r in rule]
+RESULT_FILE = "skip_stats.json"
+JOIN_KEYS = ("launch", "graph_launch", "other", "none", "ambiguous", "no_correlation_id")
+NEEDS_NEW_CAPTURE = ("how the step time moves with batch size (the SKIP paper's CPU-bound vs "
+                     "GPU-bound test needs a batch-size sweep, not one capture)")
+
+
+def spread(values, unit: str, label: str, scale: float = 1.0) -> dict | None:
+    """A figure across steps and GPUs: median, min, max (None where nothing was measured)."""
+    values = [v * scale for v in values if v is not None]
+    if not values:
+        return None
+    return {"value": statistics.median(values), "min": min(values), "max": max(values),
+            "unit": unit, "label": label}
+
+
+def build_result(a: Analysis, joins, name, rule, figures, step_rows, info) -> dict:
+    """Everything summary.txt says, as data (fields: references/scratch-layout.md)."""
     analysed = {s.number for s in a.analysed}
-    skipped = [s.number for s in a.steps if s.partial and s.number not in analysed]
-    kept_partial = [s.number for s in a.analysed if s.partial]
-    out.append(f"steps: from {a.step_source}; {len(a.analysed)} analysed "
-               f"({', '.join(str(s.number) for s in a.analysed) or 'none'})"
-               + (f"; skipped as partial: {', '.join(map(str, skipped))}" if skipped else "")
-               + (f"; partial but analysed for want of a complete one: "
-                  f"{', '.join(map(str, kept_partial))}" if kept_partial else ""))
     total = len(a.events)
-    out.append("joins: " + ", ".join(
-        f"{k} {joins.get(k, 0)}" for k in ("launch", "graph_launch", "other", "none",
-                                          "ambiguous", "no_correlation_id"))
-        + f" (of {total} GPU events; join rate to a launch call "
-        f"{100.0 * joins.get('launch', 0) / total if total else 0:.1f}%)")
-    if joins.get("other"):
-        out.append(f"note: {joins['other']} GPU events carry a correlation id that belongs to a "
+    result = {
+        "step": "skip_stats", "status": "done" if a.events else "not computable",
+        "verdict": name, "rule": rule,
+        "steps": {"source": a.step_source, "analysed": [s.number for s in a.analysed],
+                  "skipped_partial": [s.number for s in a.steps
+                                      if s.partial and s.number not in analysed],
+                  "partial_analysed": [s.number for s in a.analysed if s.partial]},
+        "joins": {k: joins.get(k, 0) for k in JOIN_KEYS + ("shared_ids_without_graph_launch",)},
+        "gpu_events": total,
+        "join_rate_pct": 100.0 * joins.get("launch", 0) / total if total else 0.0,
+        "figures": {}, "host_device_split": None, "straggler": None,
+        "notes": list(a.notes), "refusals": list(a.refusals),
+        "needs_new_capture": [NEEDS_NEW_CAPTURE],
+    }
+    if not step_rows:
+        return result
+    us_ = 1e-6
+    fig = result["figures"]
+    for key, col, unit, label in (
+            ("step_duration_us", "dur_ps", "us", "measured"),
+            ("kernels_per_step_per_gpu", "kernels", "count", "measured"),
+            ("busy_us", "busy_ps", "us", "measured"),
+            ("union_idle_us", "union_idle_ps", "us", "measured"),
+            ("il_idle_us", "il_idle_ps", "us", "measured"),
+            ("tklqt_us", "tklqt_ps", "us", "measured"),
+            ("akd_us", "akd_ps", "us", "measured"),
+            ("il_us", "il_ps", "us", "measured")):
+        fig[key] = spread([r[col] for r in step_rows], unit, label,
+                          us_ if unit == "us" else 1.0)
+    for key in ("host_share", "busy_share", "collective_share"):
+        fig[key + "_pct"] = spread(figures.get(key, []), "pct", "inferred", 100.0)
+    host = sum(r["host_late_ps"] for r in step_rows)
+    span = sum(r["dur_ps"] for r in step_rows)
+    result["host_device_split"] = {"host_pct": 100 * host / span,
+                                   "device_pct": 100 - 100 * host / span, "label": "inferred"}
+    gpus = sorted({r["device"] for r in step_rows})
+    if len(gpus) > 1:
+        spreads, lasts = [], []
+        for _, ends in info["ends"]:
+            spreads.append(max(ends.values()) - min(ends.values()))
+            lasts.append(max(sorted(ends), key=lambda d: ends[d]))
+        last = max(set(lasts), key=lasts.count)
+        coll: dict = {}
+        for r in step_rows:
+            coll.setdefault(r["device"], []).append(r["collective_ps"])
+        med = {d: statistics.median(v) for d, v in coll.items()}
+        least = min(sorted(med), key=lambda d: med[d])
+        result["straggler"] = {
+            "gpu": last, "steps_last": lasts.count(last), "steps": len(lasts),
+            "end_spread_us": spread(spreads, "us", "measured", us_),
+            "least_collective_gpu": least if any(med.values()) else None,
+            "least_collective_us": med[least] * us_,
+            "most_collective_us": max(med.values()) * us_}
+    return result
+
+
+def _rng(f: dict | None, fmt) -> str:
+    if f is None:
+        return "n/a"
+    return f"{fmt(f['value'])} ({fmt(f['min'])}-{fmt(f['max'])})"
+
+
+def render_summary(r: dict) -> list[str]:
+    """summary.txt: a rendering of the result, nothing computed here."""
+    out = [f"verdict: {r['verdict']}"]
+    out += [f"rule: {x}" for x in r["rule"]]
+    st = r["steps"]
+    out.append(f"steps: from {st['source']}; {len(st['analysed'])} analysed "
+               f"({', '.join(map(str, st['analysed'])) or 'none'})"
+               + (f"; skipped as partial: {', '.join(map(str, st['skipped_partial']))}"
+                  if st["skipped_partial"] else "")
+               + (f"; partial but analysed for want of a complete one: "
+                  f"{', '.join(map(str, st['partial_analysed']))}"
+                  if st["partial_analysed"] else ""))
+    j = r["joins"]
+    out.append("joins: " + ", ".join(f"{k} {j[k]}" for k in JOIN_KEYS)
+               + f" (of {r['gpu_events']} GPU events; join rate to a launch call "
+               f"{r['join_rate_pct']:.1f}%)")
+    if j["other"]:
+        out.append(f"note: {j['other']} GPU events carry a correlation id that belongs to a "
                    "host event that is not a launch (e.g. a stream wait): they are not joined "
                    "to a launch")
-    if joins.get("shared_ids_without_graph_launch"):
-        out.append(f"note: {joins['shared_ids_without_graph_launch']} GPU events share a "
+    if j["shared_ids_without_graph_launch"]:
+        out.append(f"note: {j['shared_ids_without_graph_launch']} GPU events share a "
                    "correlation id with another on the same GPU without a graph launch")
-
-    def rng(values, fmt):
-        values = [v for v in values if v is not None]
-        if not values:
-            return "n/a"
-        return f"{fmt(statistics.median(values))} ({fmt(min(values))}-{fmt(max(values))})"
-    if step_rows:
-        f_us = lambda v: f"{v / 1e6:,.1f} us"  # noqa: E731
-        f_pct = lambda v: f"{100 * v:.1f}%"  # noqa: E731
+    f = r["figures"]
+    if f:
+        f_us = lambda v: f"{v:,.1f} us"  # noqa: E731
+        f_pct = lambda v: f"{v:.1f}%"  # noqa: E731
         out.append("figures: median (min-max) across analysed steps and GPUs")
-        out.append(f"  step duration: {rng([r['dur_ps'] for r in step_rows], f_us)}")
-        out.append(f"  kernels per step per GPU: "
-                   f"{rng([r['kernels'] for r in step_rows], lambda v: f'{v:.0f}')}")
-        out.append(f"  busy (union of all streams): {rng([r['busy_ps'] for r in step_rows], f_us)}")
-        out.append(f"  idle from the union (IL - union busy): "
-                   f"{rng([r['union_idle_ps'] for r in step_rows], f_us)}")
-        out.append(f"  idle as the SKIP paper computes it (IL - sum of kernel time; double-counts "
-                   f"overlapping streams): {rng([r['il_idle_ps'] for r in step_rows], f_us)}")
-        out.append(f"  TKLQT (sum of kernel start - launch start): "
-                   f"{rng([r['tklqt_ps'] for r in step_rows], f_us)}")
-        out.append(f"  AKD (mean kernel duration): {rng([r['akd_ps'] for r in step_rows], f_us)}")
-        out.append(f"  IL (first host op of the step to its last kernel's end): "
-                   f"{rng([r['il_ps'] for r in step_rows], f_us)}")
-        for k, label in (("host_share", "host-late share of the step (bounding GPU)"),
-                         ("busy_share", "busy-or-queued share (bounding GPU)"),
-                         ("collective_share", "collective share (bounding GPU)")):
-            out.append(f"  {label}: {rng(figures.get(k, []), f_pct)}")
-        host = sum(r["host_late_ps"] for r in step_rows)
-        span = sum(r["dur_ps"] for r in step_rows)
-        out.append(f"  host/device split on the critical streams: host {100 * host / span:.2f}%"
-                   f", device {100 - 100 * host / span:.2f}% of step time")
-        gpus = sorted({r["device"] for r in step_rows})
-        if len(gpus) > 1:
-            spreads, lasts = [], []
-            for _, ends in info["ends"]:
-                spreads.append(max(ends.values()) - min(ends.values()))
-                lasts.append(max(sorted(ends), key=lambda d: ends[d]))
-            last = max(set(lasts), key=lasts.count)
-            coll = {}
-            for r in step_rows:
-                coll.setdefault(r["device"], []).append(r["collective_ps"])
-            med = {d: statistics.median(v) for d, v in coll.items()}
-            least = min(sorted(med), key=lambda d: med[d])
-            out.append(f"straggler: GPU {last} finishes last in {lasts.count(last)} of "
-                       f"{len(lasts)} steps; spread of step end times {rng(spreads, f_us)}")
-            if any(med.values()):
-                out.append(f"  collective time per step: GPU {least} has the least "
-                           f"({med[least] / 1e6:,.1f} us, others up to "
-                           f"{max(med.values()) / 1e6:,.1f} us): collective kernels include "
-                           f"waiting for peers, so the GPU that waits least is the one the others "
-                           f"wait for")
-    out += [f"note: {n}" for n in a.notes]
-    for r in a.refusals:
-        out.append(f"cannot compute: {r}")
-    out.append("needs a new capture: how the step time moves with batch size (the SKIP "
-               "paper's CPU-bound vs GPU-bound test needs a batch-size sweep, not one capture)")
+        out.append(f"  step duration: {_rng(f['step_duration_us'], f_us)}")
+        out.append("  kernels per step per GPU: "
+                   f"{_rng(f['kernels_per_step_per_gpu'], lambda v: f'{v:.0f}')}")
+        out.append(f"  busy (union of all streams): {_rng(f['busy_us'], f_us)}")
+        out.append(f"  idle from the union (IL - union busy): {_rng(f['union_idle_us'], f_us)}")
+        out.append("  idle as the SKIP paper computes it (IL - sum of kernel time; double-counts "
+                   f"overlapping streams): {_rng(f['il_idle_us'], f_us)}")
+        out.append(f"  TKLQT (sum of kernel start - launch start): {_rng(f['tklqt_us'], f_us)}")
+        out.append(f"  AKD (mean kernel duration): {_rng(f['akd_us'], f_us)}")
+        out.append("  IL (first host op of the step to its last kernel's end): "
+                   f"{_rng(f['il_us'], f_us)}")
+        for k, label in (("host_share_pct", "host-late share of the step (bounding GPU)"),
+                         ("busy_share_pct", "busy-or-queued share (bounding GPU)"),
+                         ("collective_share_pct", "collective share (bounding GPU)")):
+            out.append(f"  {label}: {_rng(f[k], f_pct)}")
+        hd = r["host_device_split"]
+        out.append(f"  host/device split on the critical streams: host {hd['host_pct']:.2f}%"
+                   f", device {hd['device_pct']:.2f}% of step time")
+    sg = r["straggler"]
+    if sg:
+        out.append(f"straggler: GPU {sg['gpu']} finishes last in {sg['steps_last']} of "
+                   f"{sg['steps']} steps; spread of step end times "
+                   f"{_rng(sg['end_spread_us'], lambda v: f'{v:,.1f} us')}")
+        if sg["least_collective_gpu"] is not None:
+            out.append(f"  collective time per step: GPU {sg['least_collective_gpu']} has the "
+                       f"least ({sg['least_collective_us']:,.1f} us, others up to "
+                       f"{sg['most_collective_us']:,.1f} us): collective kernels include "
+                       "waiting for peers, so the GPU that waits least is the one the others "
+                       "wait for")
+    out += [f"note: {n}" for n in r["notes"]]
+    out += [f"cannot compute: {x}" for x in r["refusals"]]
+    out += [f"needs a new capture: {x}" for x in r["needs_new_capture"]]
     return out
+
+
+def run(trace, out: Path) -> tuple[dict, list]:
+    """Step 1 on a trace (a trace_reader.Trace, or a path to load: then it is freed before the
+    tables are written): the tables, skip_stats.json and summary.txt in `out`, each file
+    replaced whole (written to a temporary folder first); returns the result and the (file,
+    rows) written. Raises trace_reader.TraceError on a malformed trace."""
+    if not isinstance(trace, trace_reader.Trace):
+        trace = trace_reader.load_trace(trace)
+    a, joins = analyse(trace)
+    a.stream_names = {}
+    gpu_pid = {pid: o for o, pid in trace.gpu_pids().items()}
+    for (pid, tid), name in trace.threads.items():
+        if pid in gpu_pid:
+            a.stream_names[(gpu_pid[pid], tid)] = name
+    del trace  # the analysis holds what it needs; free the parsed json before writing
+    step_rows, stream_acc, gap_rows, info = per_step_rows(a)
+    name, rule, figures = verdict(a, step_rows, info) if a.events else \
+        ("not computable", ["no GPU events"], {})
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".skip_stats-", dir=out))
+    try:
+        written = write_tables(tmp, a, stream_acc, info["critical"], step_rows, gap_rows)
+        result = build_result(a, joins, name, rule, figures, step_rows, info)
+        result["tables"] = {f: n for f, n in written}
+        lines = render_summary(result)
+        (tmp / "summary.txt").write_text("\n".join(lines) + "\n")
+        (tmp / RESULT_FILE).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+        written[:0] = [("summary.txt", len(lines)), (RESULT_FILE, 1)]
+        for fname, _ in written:
+            os.replace(tmp / fname, out / fname)
+    finally:
+        for f in tmp.iterdir():
+            f.unlink()
+        tmp.rmdir()
+    return result, written
+
+
+def write_tables(tmp: Path, a: Analysis, stream_acc, critical, step_rows, gap_rows) -> list:
+    written = [("rows.csv", write_rows(tmp / "rows.csv", a))]
+    stream_rows = []
+    for (d, s), acc in sorted(stream_acc.items()):
+        span = acc["span"]
+        stream_rows.append([d, s, a.stream_names.get((d, s), ""), us(span),
+                            us(acc["compute"]), us(acc["collective"]), us(acc["memcpy"]),
+                            us(acc["idle"]), pct(acc["compute"], span),
+                            pct(acc["collective"], span), pct(acc["memcpy"], span),
+                            pct(acc["idle"], span), acc["events"], int(critical.get(d) == s)])
+    written.append(("streams.csv", write_csv(tmp / "streams.csv", [
+        "device", "stream", "stream_name", "span_us", "compute_us", "collective_us",
+        "memcpy_us", "idle_us", "compute_pct", "collective_pct", "memcpy_pct", "idle_pct",
+        "events", "critical"], stream_rows)))
+    written.append(("steps.csv", write_csv(tmp / "steps.csv", [
+        "step", "device", "source", "start_us", "end_us", "dur_us", "kernels", "busy_us",
+        "idle_us", "idle_pct", "critical_stream", "tklqt_us", "akd_us", "il_us",
+        "il_idle_us", "union_idle_us", "host_late_us", "device_wait_us", "unknown_gap_us"],
+        [[r["step"], r["device"], r["source"], us(r["start_ps"]), us(r["end_ps"]),
+          us(r["dur_ps"]), r["kernels"], us(r["busy_ps"]), us(r["idle_ps"]),
+          pct(r["idle_ps"], r["dur_ps"]), r["critical_stream"], us(r["tklqt_ps"]),
+          us(r["akd_ps"]), us(r["il_ps"]), us(r["il_idle_ps"]), us(r["union_idle_ps"]),
+          us(r["host_late_ps"]), us(r["device_wait_ps"]), us(r["unknown_gap_ps"])]
+         for r in step_rows])))
+    written.append(("gaps.csv", write_csv(tmp / "gaps.csv", [
+        "device", "stream", "step", "start_us", "end_us", "dur_us", "kernel_before",
+        "kernel_after", "cause", "launch_thread", "host_events"],
+        [[g["device"], g["stream"], g["step"], us(g["start_ps"]), us(g["end_ps"]),
+          us(g["dur_ps"]), g["kernel_before"], g["kernel_after"], g["cause"],
+          g["launch_thread"], g["host_events"]]
+         for g in sorted(gap_rows, key=lambda g: (g["device"], g["start_ps"]))])))
+    return written
 
 
 def main(argv=None) -> int:
@@ -811,76 +943,15 @@ def main(argv=None) -> int:
             raise capture_inputs.CaptureError(
                 f"no <host>.trace.json.gz for host {files.host} in {files.run_dir}; "
                 "skip_stats.py reads the trace, which jax.profiler writes beside the xplane.pb")
-        trace = trace_reader.load_trace(files.trace)
+        for n in files.notes:
+            print(f"skip_stats: {n}", file=sys.stderr)
+        result, written = run(files.trace, args.out)
     except (capture_inputs.CaptureError, trace_reader.TraceError) as exc:
         print(f"skip_stats: {exc}", file=sys.stderr)
         return 1
-    for n in files.notes:
-        print(f"skip_stats: {n}", file=sys.stderr)
-    try:
-        a, joins = analyse(trace)
-    except trace_reader.TraceError as exc:
-        print(f"skip_stats: {exc}", file=sys.stderr)
-        return 1
-    a.stream_names = {}
-    gpu_pid = {pid: o for o, pid in trace.gpu_pids().items()}
-    for (pid, tid), name in trace.threads.items():
-        if pid in gpu_pid:
-            a.stream_names[(gpu_pid[pid], tid)] = name
-    del trace
-    step_rows, stream_acc, gap_rows, info = per_step_rows(a)
-    name, rule, figures = verdict(a, step_rows, info) if a.events else \
-        ("not computable", ["no GPU events"], {})
-    critical = info["critical"]
-    out = args.out
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".skip_stats-", dir=out))
-    try:
-        written = []
-        n = write_rows(tmp / "rows.csv", a)
-        written.append(("rows.csv", n))
-        stream_rows = []
-        for (d, s), acc in sorted(stream_acc.items()):
-            span = acc["span"]
-            stream_rows.append([d, s, a.stream_names.get((d, s), ""), us(span),
-                                us(acc["compute"]), us(acc["collective"]), us(acc["memcpy"]),
-                                us(acc["idle"]), pct(acc["compute"], span),
-                                pct(acc["collective"], span), pct(acc["memcpy"], span),
-                                pct(acc["idle"], span), acc["events"],
-                                int(critical.get(d) == s)])
-        written.append(("streams.csv", write_csv(tmp / "streams.csv", [
-            "device", "stream", "stream_name", "span_us", "compute_us", "collective_us",
-            "memcpy_us", "idle_us", "compute_pct", "collective_pct", "memcpy_pct", "idle_pct",
-            "events", "critical"], stream_rows)))
-        written.append(("steps.csv", write_csv(tmp / "steps.csv", [
-            "step", "device", "source", "start_us", "end_us", "dur_us", "kernels", "busy_us",
-            "idle_us", "idle_pct", "critical_stream", "tklqt_us", "akd_us", "il_us",
-            "il_idle_us", "union_idle_us", "host_late_us", "device_wait_us", "unknown_gap_us"],
-            [[r["step"], r["device"], r["source"], us(r["start_ps"]), us(r["end_ps"]),
-              us(r["dur_ps"]), r["kernels"], us(r["busy_ps"]), us(r["idle_ps"]),
-              pct(r["idle_ps"], r["dur_ps"]), r["critical_stream"], us(r["tklqt_ps"]),
-              us(r["akd_ps"]), us(r["il_ps"]), us(r["il_idle_ps"]), us(r["union_idle_ps"]),
-              us(r["host_late_ps"]), us(r["device_wait_ps"]), us(r["unknown_gap_ps"])]
-             for r in step_rows])))
-        written.append(("gaps.csv", write_csv(tmp / "gaps.csv", [
-            "device", "stream", "step", "start_us", "end_us", "dur_us", "kernel_before",
-            "kernel_after", "cause", "launch_thread", "host_events"],
-            [[g["device"], g["stream"], g["step"], us(g["start_ps"]), us(g["end_ps"]),
-              us(g["dur_ps"]), g["kernel_before"], g["kernel_after"], g["cause"],
-              g["launch_thread"], g["host_events"]]
-             for g in sorted(gap_rows, key=lambda g: (g["device"], g["start_ps"]))])))
-        lines = summary_lines(a, joins, name, rule, figures, step_rows, info)
-        (tmp / "summary.txt").write_text("\n".join(lines) + "\n")
-        written.insert(0, ("summary.txt", len(lines)))
-        for fname, _ in written:
-            os.replace(tmp / fname, out / fname)
-    finally:
-        for f in tmp.iterdir():
-            f.unlink()
-        tmp.rmdir()
     for fname, n in written:
-        print(f"wrote {out / fname} ({n} {'lines' if fname.endswith('.txt') else 'rows'})")
-    print(lines[0])
+        print(f"wrote {args.out / fname} ({n} {'lines' if fname.endswith('.txt') else 'rows'})")
+    print(f"verdict: {result['verdict']}")
     print("Next: read summary.txt, then check streams.csv shares and gaps.csv causes "
           "(the analyzing-jax-launch-overhead skill explains each).")
     return 0
