@@ -3,12 +3,13 @@
 
 Usage:
     python3 -P capture_info.py <xplane.pb | trace.json.gz | run folder | log folder>
-                               [--run NAME] [--host NAME]
+                               [--run NAME] [--host NAME] [--out DIR]
 
 Example:
     python3 -P $B/scripts/capture_info.py ~/logs/plugins/profile/2026_02_20_13_54_10
 
-Prints (stdout, nothing written to disk):
+Prints (stdout) and writes the same as data to ./capture_info.json (or DIR/capture_info.json
+with --out DIR; fields in references/scratch-layout.md):
 - which run and host were taken, and the files found;
 - each GPU plane's device stats (vendor, cores, clock, memory, compute capability) and, per
   GPU, its streams and event count in the xplane and in the trace, with the verdict
@@ -27,6 +28,8 @@ Exit codes: 0 done; 1 the input cannot be read or is not a capture; 2 usage;
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 from pathlib import Path
 
@@ -40,6 +43,7 @@ sys.path[:0] = [str(HERE)] + ([str(SIBLING)] if SIBLING else [])
 import capture_inputs  # noqa: E402  (sibling skill)
 import trace_reader  # noqa: E402  (sibling skill)
 
+RESULT_FILE = "capture_info.json"
 DEVICE_STATS = ("device_vendor", "core_count", "clock_rate", "memory_size", "memory_bandwidth",
                 "compute_cap_major", "compute_cap_minor")
 
@@ -66,76 +70,132 @@ def gpu_counts_trace(trace) -> dict[int, dict]:
 
 
 def program_rows(space, parse_hlo) -> list[dict]:
+    """One row per program in /host:metadata; a program whose HLO cannot be read gets an
+    `error` (a refusal for that program, not the loss of the whole xplane)."""
+    from hlo_program import Program
     rows = []
     for pid, (name, blob) in sorted(space.hlo_protos().items()):
-        module = parse_hlo(blob)
+        try:
+            module = parse_hlo(blob)
+        except Exception as exc:  # noqa: BLE001 - the runtime raises DecodeError or others
+            rows.append({"program_id": pid, "entry": name, "error": str(exc) or type(exc).__name__})
+            continue
         instructions = sum(len(c.instructions) for c in module.computations)
-        from hlo_program import Program
         loops = [Program.trip_count(ins) for comp in module.computations
                  for ins in comp.instructions if ins.opcode == "while"]
         rows.append({"program_id": pid, "entry": name, "module": module.name,
                      "computations": len(module.computations), "instructions": instructions,
-                     "while_loops": loops})
+                     "while_loops": loops, "error": None})
     return rows
 
 
-def render(files, space, trace, programs, xplane_error, trace_error) -> list[str]:
-    out = [f"capture: {files.run_dir} host {files.host}"]
-    out += [f"note: {n}" for n in files.notes]
-    if len(files.hosts) > 1:
-        out.append(f"note: this run has {len(files.hosts)} hosts ({', '.join(files.hosts)}); "
-                   f"this inventory covers {files.host} only")
-    out.append(f"xplane: {files.xplane.name if files.xplane else 'MISSING'}"
-               + (f" (unreadable: {xplane_error})" if xplane_error else ""))
-    out.append(f"trace: {files.trace.name if files.trace else 'MISSING'}"
-               + (f" (unreadable: {trace_error})" if trace_error else ""))
+def build_inventory(files, space, trace, programs, xplane_error, trace_error) -> dict:
+    """The inventory as data (capture_info.json; fields: references/scratch-layout.md)."""
     xg = gpu_counts_xplane(space) if space else {}
     tg = gpu_counts_trace(trace) if trace else {}
+    gpus, checks, refusals = [], [], []
     for o in sorted(set(xg) | set(tg)):
         x, t = xg.get(o), tg.get(o)
-        if (x is None or not x["lines"]) and (t is None or t["events"] == 0):
-            out.append(f"GPU {o}: idle (no events)")
-            continue
-        parts = [f"GPU {o}:"]
-        if x:
-            st = x["stats"]
-            desc = ", ".join(f"{k}={st[k]}" for k in DEVICE_STATS if k in st)
-            parts.append(f"{len(x['lines'])} lines, {x['events']} events in the xplane;")
-        if t:
-            parts.append(f"{t['events']} events in the trace;")
-        if x and t:
-            parts.append("agree" if x["events"] == t["events"] else "DIFFER")
-        else:
-            parts.append("(one file only: nothing to compare)")
-        out.append(" ".join(parts))
-        if x:
-            out.append(f"  device: {desc or 'no device stats'}")
-            for lid, (lname, n) in sorted(x["lines"].items()):
-                out.append(f"  line {lid} {lname!r}: {n} events")
-    if not xg and not tg:
-        out.append("GPUs: none in this capture")
+        idle = (x is None or not x["lines"]) and (t is None or t["events"] == 0)
+        g = {"ordinal": o, "idle": idle,
+             "xplane_events": x["events"] if x else None,
+             "trace_events": t["events"] if t else None,
+             "device": {k: x["stats"][k] for k in DEVICE_STATS if x and k in x["stats"]},
+             "lines": [{"id": lid, "name": lname, "events": n}
+                       for lid, (lname, n) in sorted(x["lines"].items())] if x else [],
+             "agree": None}
+        if not idle:
+            if x and t:
+                g["agree"] = x["events"] == t["events"]
+            checks.append({"name": "GPU events per device: json = xplane", "device": o,
+                           "status": "not checkable" if g["agree"] is None else
+                           ("pass" if g["agree"] else "fail"),
+                           "xplane": g["xplane_events"], "trace": g["trace_events"]})
+        gpus.append(g)
+    result = {"step": "capture_info", "status": "done",
+              "capture": {"run_dir": str(files.run_dir), "host": files.host,
+                          "hosts": list(files.hosts), "notes": list(files.notes)},
+              "xplane": {"file": files.xplane.name if files.xplane else None,
+                         "error": xplane_error},
+              "trace": {"file": files.trace.name if files.trace else None, "error": trace_error},
+              "gpus": gpus, "cpu_thunk_events": None, "host": None, "profile_ms": None,
+              "repeated_stat_events": space.repeated_stat_events if space else 0,
+              "programs": programs, "checks": checks, "refusals": refusals}
     if space:
         host = space.plane("/host:CPU")
         if host and not xg:
-            thunks = sum(1 for ln in host.lines for e in ln.events() if "hlo_op" in e.stats)
-            if thunks:
-                out.append(f"CPU: {thunks} XLA:CPU thunk events carry hlo_op on /host:CPU "
-                           "(they are this capture's kernels)")
+            result["cpu_thunk_events"] = sum(1 for ln in host.lines for e in ln.events()
+                                             if "hlo_op" in e.stats)
         if host:
-            line = f"host: {len(host.lines)} lines, {host.event_count()} events in the xplane"
+            h = {"lines": len(host.lines), "xplane_events": host.event_count(),
+                 "trace_events": None}
             if trace:
                 pids = set(trace.host_pids())
-                n = sum(1 for e in trace.events if e.get("pid") in pids)
-                line += f"; {n} in the trace"
-                if n != host.event_count():
-                    line += " (the exporter drops memory-allocation events)"
-            out.append(line)
+                h["trace_events"] = sum(1 for e in trace.events if e.get("pid") in pids)
+            result["host"] = h
         start, stop = space.profile_times_ns()
         if start and stop:
-            out.append(f"profile: {(stop - start) / 1e6:.3f} ms wall clock")
-        if space.repeated_stat_events:
-            out.append(f"note: {space.repeated_stat_events} stats repeated a key on one event; "
-                       "the first value was kept")
+            result["profile_ms"] = (stop - start) / 1e6
+        result["repeated_stat_events"] = space.repeated_stat_events  # after every decode
+    if programs is not None and not programs:
+        refusals.append("cannot attribute kernels to instructions or source lines because the "
+                        "xplane holds no HLO (/host:metadata)")
+    for r in programs or ():
+        if r["error"]:
+            refusals.append(f"cannot read program {r['entry']} because its HLO proto does not "
+                            f"parse ({r['error']})")
+    return result
+
+
+def render(r: dict) -> list[str]:
+    """The inventory as text: a rendering of the result, nothing computed here."""
+    c = r["capture"]
+    out = [f"capture: {c['run_dir']} host {c['host']}"]
+    out += [f"note: {n}" for n in c["notes"]]
+    if len(c["hosts"]) > 1:
+        out.append(f"note: this run has {len(c['hosts'])} hosts ({', '.join(c['hosts'])}); "
+                   f"this inventory covers {c['host']} only")
+    for key in ("xplane", "trace"):
+        f = r[key]
+        out.append(f"{key}: {f['file'] or 'MISSING'}"
+                   + (f" (unreadable: {f['error']})" if f["error"] else ""))
+    for g in r["gpus"]:
+        o = g["ordinal"]
+        if g["idle"]:
+            out.append(f"GPU {o}: idle (no events)")
+            continue
+        parts = [f"GPU {o}:"]
+        if g["xplane_events"] is not None:
+            parts.append(f"{len(g['lines'])} lines, {g['xplane_events']} events in the xplane;")
+        if g["trace_events"] is not None:
+            parts.append(f"{g['trace_events']} events in the trace;")
+        parts.append("(one file only: nothing to compare)" if g["agree"] is None else
+                     ("agree" if g["agree"] else "DIFFER"))
+        out.append(" ".join(parts))
+        if g["xplane_events"] is not None:
+            desc = ", ".join(f"{k}={v}" for k, v in g["device"].items())
+            out.append(f"  device: {desc or 'no device stats'}")
+            for ln in g["lines"]:
+                out.append(f"  line {ln['id']} {ln['name']!r}: {ln['events']} events")
+    if not r["gpus"]:
+        out.append("GPUs: none in this capture")
+    if r["cpu_thunk_events"]:
+        out.append(f"CPU: {r['cpu_thunk_events']} XLA:CPU thunk events carry hlo_op on "
+                   "/host:CPU (they are this capture's kernels)")
+    h = r["host"]
+    if h:
+        line = f"host: {h['lines']} lines, {h['xplane_events']} events in the xplane"
+        if h["trace_events"] is not None:
+            line += f"; {h['trace_events']} in the trace"
+            if h["trace_events"] != h["xplane_events"]:
+                line += " (the exporter drops memory-allocation events)"
+        out.append(line)
+    if r["profile_ms"]:
+        out.append(f"profile: {r['profile_ms']:.3f} ms wall clock")
+    if r["repeated_stat_events"]:
+        out.append(f"note: {r['repeated_stat_events']} stats repeated a key on one event; "
+                   "the first value was kept")
+    programs = r["programs"]
     if programs is None:
         out.append("programs: not read (no readable xplane)")
     elif not programs:
@@ -143,12 +203,26 @@ def render(files, space, trace, programs, xplane_error, trace_error) -> list[str
                    "attribution is impossible for this capture")
     else:
         out.append(f"programs: {len(programs)}")
-        for r in programs:
-            loops = ", ".join("?" if n is None else str(n) for n in r["while_loops"])
-            out.append(f"  {r['entry']}: module {r['module']}, {r['computations']} computations, "
-                       f"{r['instructions']} instructions"
+        for p in programs:
+            if p["error"]:
+                out.append(f"  {p['entry']}: UNREADABLE HLO ({p['error']})")
+                continue
+            loops = ", ".join("?" if n is None else str(n) for n in p["while_loops"])
+            out.append(f"  {p['entry']}: module {p['module']}, {p['computations']} "
+                       f"computations, {p['instructions']} instructions"
                        + (f", while loops with trip counts [{loops}]" if loops else ""))
     return out
+
+
+def write_json(path: Path, data: dict) -> None:
+    """Write a JSON file whole or not at all (a temporary file, then a rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def main(argv=None) -> int:
@@ -158,6 +232,8 @@ def main(argv=None) -> int:
     ap.add_argument("capture")
     ap.add_argument("--run", help="run name, when a log folder holds several runs")
     ap.add_argument("--host", help="host name, when a run holds several hosts")
+    ap.add_argument("--out", type=Path, default=Path("."),
+                    help="folder for capture_info.json (default: the current folder)")
     args = ap.parse_args(argv)
     try:
         files = capture_inputs.resolve(args.capture, run=args.run, host=args.host)
@@ -187,7 +263,15 @@ def main(argv=None) -> int:
         print(f"capture_info: nothing readable in {files.run_dir}: "
               f"{xplane_error or trace_error or 'no files'}", file=sys.stderr)
         return 3 if missing_dependency and not trace_error else 1
-    print("\n".join(render(files, space, trace, programs, xplane_error, trace_error)))
+    result = build_inventory(files, space, trace, programs, xplane_error, trace_error)
+    print("\n".join(render(result)))
+    path = args.out / RESULT_FILE
+    try:
+        write_json(path, result)
+    except OSError as exc:
+        print(f"capture_info: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    print(f"wrote {path}")
     return 0
 
 

@@ -230,7 +230,7 @@ def test_shared_captures_path_is_what_the_generator_reads():
     assert programs.SHARED == SHARED_CAPTURES
 
 
-def test_capture_info_says_differ_when_the_json_disagrees(corpus):
+def test_capture_info_says_differ_when_the_json_disagrees(corpus, tmp_path):
     """Step 2's first check on a planted disagreement: capture_info names the GPU."""
     import subprocess
     import sys
@@ -238,10 +238,14 @@ def test_capture_info_says_differ_when_the_json_disagrees(corpus):
     from conftest import REPO
     r = corpus("rocm-json-disagrees")
     p = subprocess.run([sys.executable, "-P", str(REPO / "scripts" / "capture_info.py"),
-                        str(r.run_dir)], capture_output=True, text=True)
+                        str(r.run_dir), "--out", str(tmp_path)], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     assert "GPU 0: 2 lines, 1024 events in the xplane; 1019 events in the trace; DIFFER" \
         in p.stdout
+    import json
+    checks = json.loads((tmp_path / "capture_info.json").read_text())["checks"]
+    assert [(c["device"], c["status"], c["xplane"], c["trace"]) for c in checks] == [
+        (0, "fail", 1024, 1019)]
 
 
 # ---------------------------------------------------------------- XLA runtime behaviours

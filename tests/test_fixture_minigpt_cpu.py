@@ -124,12 +124,12 @@ def test_trace_json_matches_the_xplane_host_side(space):
     assert trace.gpu_pids() == {}
 
 
-def test_capture_info_on_the_cpu_capture():
+def test_capture_info_on_the_cpu_capture(tmp_path):
     import subprocess
     import sys
     r = subprocess.run([sys.executable, "-P", str(Path(__file__).parent.parent / "scripts" /
                                                   "capture_info.py"), str(RUN)],
-                       capture_output=True, text=True)
+                       capture_output=True, text=True, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "GPUs: none in this capture" in r.stdout
     assert "CPU: 978 XLA:CPU thunk events carry hlo_op on /host:CPU" in r.stdout

@@ -97,16 +97,27 @@ def test_capture_info_runs_from_checkout_and_installs(tmp_path, shared):
     assert "host: 5 lines, 3728 events in the xplane; 3566 in the trace" in out
     assert "programs: 16" in out
     assert "  jit_dot(5): module jit_dot, 4 computations, 10 instructions" in out
-    assert list(scratch.iterdir()) == []  # capture_info writes nothing
+    # capture_info writes its inventory as data, and nothing else
+    assert [p.name for p in scratch.iterdir()] == ["capture_info.json"]
+    import json
+    inv = json.loads((scratch / "capture_info.json").read_text())
+    assert inv["checks"] == [{"name": "GPU events per device: json = xplane", "device": 0,
+                              "status": "pass", "xplane": 54, "trace": 54}]
+    assert len(inv["programs"]) == 16 and inv["refusals"] == []
     assert sorted((p.name, p.stat().st_mtime_ns) for p in run.iterdir()) == before
 
 
-def test_capture_info_without_hlo_says_attribution_is_impossible(shared):
+def test_capture_info_without_hlo_says_attribution_is_impossible(shared, tmp_path):
     run = shared / "tf-profiler-demo-v100/tf2.4-bert-multiworker-8xv100"
-    r = _run([REPO / "scripts" / "capture_info.py", run], REPO)
+    r = _run([REPO / "scripts" / "capture_info.py", run], tmp_path)
     assert r.returncode == 0, r.stderr
     assert "programs: none (no /host:metadata HLO)" in r.stdout
     assert "GPU 4: 7 lines, 3875 events in the xplane; 3875 events in the trace; agree" in r.stdout
+    import json
+    inv = json.loads((tmp_path / "capture_info.json").read_text())
+    assert inv["programs"] == [] and inv["refusals"] == [
+        "cannot attribute kernels to instructions or source lines because the xplane holds no "
+        "HLO (/host:metadata)"]
 
 
 def test_sibling_readers_need_only_the_standard_library(tmp_path, shared):
@@ -199,3 +210,34 @@ def test_installed_skills_pass_the_agentskills_validator(tmp_path):
                            text=True)
         assert r.returncode == 0 and r.stdout.startswith("Valid skill"), (name, r.stdout,
                                                                          r.stderr)
+
+
+def test_capture_info_one_unreadable_program_is_a_refusal_for_it_alone(tmp_path):
+    """A program whose HLO proto does not parse is refused by name; the rest of the xplane and
+    the other programs are still inventoried."""
+    import json
+
+    import xprotos
+    from xspace_builder import XSpaceBuilder
+    b = XSpaceBuilder()
+    b.hlo_program(xprotos.classes()["HloModuleProto"](name="jit_good", id=3))
+    md = next(p for p in b.proto.planes if p.name == "/host:metadata")
+    from xspace_builder import _Plane
+    plane = _Plane(md)
+    plane._stat_ids = {m.name: k for k, m in md.stat_metadata.items()}
+    plane.event_metadata("jit_bad(4)", stats={"Hlo Proto": b"\x0a\xff\xff\xff\xff"},
+                         metadata_id=4)
+    gpu = b.plane("/device:GPU:0", stats={"device_vendor": "Nvidia"})
+    gpu.line(7, "Stream #7(Kernel)").event("k", 0, 1000, stats={"correlation_id": ("uint", 1)})
+    src = tmp_path / "in"
+    src.mkdir()
+    b.write(src / "h.xplane.pb")
+    r = _run([REPO / "scripts" / "capture_info.py", src / "h.xplane.pb", "--out", tmp_path],
+             tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "  jit_good(3): module jit_good, 0 computations, 0 instructions" in r.stdout
+    assert "  jit_bad(4): UNREADABLE HLO (" in r.stdout
+    inv = json.loads((tmp_path / "capture_info.json").read_text())
+    assert [p["entry"] for p in inv["programs"] if p["error"]] == ["jit_bad(4)"]
+    assert len(inv["refusals"]) == 1 and inv["refusals"][0].startswith(
+        "cannot read program jit_bad(4) because its HLO proto does not parse")
