@@ -140,9 +140,11 @@ def copy_and_convert(xplane: Path, folder: Path, use_xprof: bool) -> tuple[Path,
     return copy, protos, seconds
 
 
-def load(copy: Path, protos: dict):
+def load(capture, protos: dict):
+    """The capture's xplane (decoded once per process) and its programs: XProf's protos where it
+    wrote them, else the capture's own /host:metadata."""
     import xplane_reader
-    space = xplane_reader.load_space(copy)
+    space = xplane_reader.space_of(capture)
     if not protos:
         for pid, (name, blob) in space.hlo_protos().items():
             protos[pid] = (name.rsplit("(", 1)[0], xplane_reader.parse_hlo(blob))
@@ -511,13 +513,18 @@ def figure(value, unit: str, label: str) -> dict:
     return {"value": value, "unit": unit, "label": label}
 
 
-def run(files, out: Path, opts: Options) -> tuple[dict, list]:
-    """Step 4 on a resolved capture: writes out/attribution/ whole or not at all; returns the
-    result (also written as attribute_kernels.json) and the (file, rows) written."""
+def run(capture, out: Path, opts: Options) -> tuple[dict, list]:
+    """Step 4 on a capture (capture_inputs.Capture, shared with the other steps of this process):
+    writes out/attribution/ whole or not at all; returns the result (also written as
+    attribute_kernels.json) and the (file, rows) written."""
+    files = capture.files
+    if files.xplane is None:
+        raise UsageError(f"no <host>.xplane.pb for host {files.host} in {files.run_dir}; "
+                         "attribution reads the xplane (the trace.json has no HLO)")
     t0 = time.perf_counter()
     with rules.atomic_folder(out / "attribution") as tmp:
         copy, protos, xprof_names_s = copy_and_convert(files.xplane, tmp, opts.use_xprof)
-        space, protos = load(copy, protos)
+        space, protos = load(capture, protos)
         kernels, cpu = collect_kernels(space)
         if not protos:
             raise UsageError(f"{files.xplane.name} holds no HLO programs (no /host:metadata): "
@@ -822,14 +829,11 @@ def main(argv=None) -> int:
         return 3
     gc.disable()  # many small objects, no cycles (see skip_stats.py)
     try:
-        files = capture_inputs.resolve(args.capture, run=args.run, host=args.host)
-        if files.xplane is None:
-            raise UsageError(f"no <host>.xplane.pb for host {files.host} in {files.run_dir}; "
-                             "attribution reads the xplane (the trace.json has no HLO)")
-        for n in files.notes:
+        capture = capture_inputs.open_capture(args.capture, run=args.run, host=args.host)
+        for n in capture.files.notes:
             print(f"attribute_kernels: {n}", file=sys.stderr)
-        result, written = run(files, args.out, Options(args.program, user_re,
-                                                        not args.no_xprof))
+        result, written = run(capture, args.out, Options(args.program, user_re,
+                                                          not args.no_xprof))
     except (capture_inputs.CaptureError, UsageError) as exc:
         print(f"attribute_kernels: {exc}", file=sys.stderr)
         return 1

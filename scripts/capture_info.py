@@ -214,6 +214,46 @@ def render(r: dict) -> list[str]:
     return out
 
 
+class CaptureUnreadable(Exception):
+    """Neither file of the capture can be read; `code` is the exit code (1, or 3 for a missing
+    package)."""
+
+    def __init__(self, message: str, code: int):
+        super().__init__(message)
+        self.code = code
+
+
+def run(capture) -> dict:
+    """Step 0 on a capture (capture_inputs.Capture: each file read once per process, shared with
+    the later steps); the inventory as data. A file that cannot be read is said in the result;
+    CaptureUnreadable when neither can."""
+    files = capture.files
+    space = trace = programs = None
+    xplane_error = trace_error = None
+    missing_dependency = False
+    if files.xplane:
+        try:
+            import xplane_reader
+            space = xplane_reader.space_of(capture)
+            programs = program_rows(space, xplane_reader.parse_hlo)
+        except Exception as exc:  # noqa: BLE001 - each reported as one sentence
+            import xprotos
+            missing_dependency = isinstance(exc, (ImportError, xprotos.MissingDependency))
+            xplane_error = (f"{exc}" if not isinstance(exc, ImportError)
+                            else f"{exc}; pip install -r requirements.txt")
+            space = programs = None
+    if files.trace:
+        try:
+            trace = capture.trace
+        except trace_reader.TraceError as exc:
+            trace_error = str(exc)
+    if space is None and trace is None:
+        raise CaptureUnreadable(f"nothing readable in {files.run_dir}: "
+                                f"{xplane_error or trace_error or 'no files'}",
+                                3 if missing_dependency and not trace_error else 1)
+    return build_inventory(files, space, trace, programs, xplane_error, trace_error)
+
+
 def write_json(path: Path, data: dict) -> None:
     """Write a JSON file whole or not at all (a temporary file, then a rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -240,30 +280,12 @@ def main(argv=None) -> int:
     except capture_inputs.CaptureError as exc:
         print(f"capture_info: {exc}", file=sys.stderr)
         return 1
-    space = trace = programs = None
-    xplane_error = trace_error = None
-    missing_dependency = False
-    if files.xplane:
-        try:
-            import xplane_reader
-            space = xplane_reader.load_space(files.xplane)
-            programs = program_rows(space, xplane_reader.parse_hlo)
-        except Exception as exc:  # noqa: BLE001 - each reported as one sentence
-            import xprotos
-            missing_dependency = isinstance(exc, (ImportError, xprotos.MissingDependency))
-            xplane_error = (f"{exc}" if not isinstance(exc, ImportError)
-                            else f"{exc}; pip install -r requirements.txt")
-            space = programs = None
-    if files.trace:
-        try:
-            trace = trace_reader.load_trace(files.trace)
-        except trace_reader.TraceError as exc:
-            trace_error = str(exc)
-    if space is None and trace is None:
-        print(f"capture_info: nothing readable in {files.run_dir}: "
-              f"{xplane_error or trace_error or 'no files'}", file=sys.stderr)
-        return 3 if missing_dependency and not trace_error else 1
-    result = build_inventory(files, space, trace, programs, xplane_error, trace_error)
+    capture = capture_inputs.Capture(files)
+    try:
+        result = run(capture)
+    except CaptureUnreadable as exc:
+        print(f"capture_info: {exc}", file=sys.stderr)
+        return exc.code
     print("\n".join(render(result)))
     path = args.out / RESULT_FILE
     try:

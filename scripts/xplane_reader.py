@@ -248,6 +248,14 @@ def load_space(path) -> Space:
     return Space(proto, path)
 
 
+def space_of(capture) -> Space:
+    """The capture's xplane, decoded once per process (kept in `capture_inputs.Capture`)."""
+    if capture.files.xplane is None:
+        raise XPlaneError(f"no <host>.xplane.pb for host {capture.files.host} in "
+                          f"{capture.files.run_dir}")
+    return capture.cached("space", lambda: load_space(capture.files.xplane))
+
+
 def parse_hlo(blob: bytes):
     """Parse a serialized ``xla.HloProto`` and return its ``HloModuleProto``."""
     return xprotos.classes()["HloProto"].FromString(blob).hlo_module

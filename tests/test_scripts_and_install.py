@@ -241,3 +241,24 @@ def test_capture_info_one_unreadable_program_is_a_refusal_for_it_alone(tmp_path)
     assert [p["entry"] for p in inv["programs"] if p["error"]] == ["jit_bad(4)"]
     assert len(inv["refusals"]) == 1 and inv["refusals"][0].startswith(
         "cannot read program jit_bad(4) because its HLO proto does not parse")
+
+
+def test_three_steps_in_one_process_read_each_file_once(tmp_path, shared):
+    """A capture is loaded once per process: capture_info, skip_stats and attribute_kernels
+    share one capture_inputs.Capture; the xplane is decoded once and the trace read once."""
+    import gc
+
+    import attribute_kernels
+    import capture_info
+    import capture_inputs
+    import skip_stats
+    cap = capture_inputs.open_capture(shared / "independent-generator" / "minigpt-h100-cb-on")
+    inv = capture_info.run(cap)
+    try:
+        result, _ = skip_stats.run(cap, tmp_path)
+        att, _ = attribute_kernels.run(cap, tmp_path, attribute_kernels.Options(use_xprof=False))
+    finally:
+        gc.enable()  # the steps turn the collector off for their process
+    assert cap.loads == {"space": 1, "trace": 1}
+    assert [c["status"] for c in inv["checks"]] == ["pass", "pass"]
+    assert result["gpu_events"] == att["figures"]["kernels"]["value"] == 1960

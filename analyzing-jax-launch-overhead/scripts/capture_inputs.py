@@ -36,6 +36,42 @@ class CaptureFiles:
     notes: list[str] = field(default_factory=list)
 
 
+class Capture:
+    """One capture as the steps of one process share it: its files, and each file read once.
+    `trace` is loaded on first use (trace_reader.load_trace); readers of other files keep what
+    they decoded in `cache` (the root skill's xplane reader keeps its Space there), so no step
+    parses a file another step of the same process has parsed."""
+
+    def __init__(self, files: CaptureFiles):
+        self.files = files
+        self.cache: dict = {}
+        self.loads: dict[str, int] = {}  # file kind -> times read (a check for tests)
+
+    @property
+    def trace(self):
+        t = self.cache.get("trace")
+        if t is None:
+            import trace_reader
+            if self.files.trace is None:
+                raise CaptureError(f"no <host>.trace.json.gz for host {self.files.host} in "
+                                   f"{self.files.run_dir}; jax.profiler writes it beside the "
+                                   "xplane.pb")
+            t = self.cache["trace"] = trace_reader.load_trace(self.files.trace)
+            self.loads["trace"] = self.loads.get("trace", 0) + 1
+        return t
+
+    def cached(self, key: str, load):
+        """The value cached under `key`, computed once by `load()`."""
+        if key not in self.cache:
+            self.cache[key] = load()
+            self.loads[key] = self.loads.get(key, 0) + 1
+        return self.cache[key]
+
+
+def open_capture(path, run: str | None = None, host: str | None = None) -> Capture:
+    return Capture(resolve(path, run=run, host=host))
+
+
 def host_of(path: Path) -> str | None:
     """The host part of a capture file name, or None when the name is not a capture file."""
     name = path.name

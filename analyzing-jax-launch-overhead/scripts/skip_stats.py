@@ -856,11 +856,14 @@ def render_summary(r: dict) -> list[str]:
 
 
 def run(trace, out: Path) -> tuple[dict, list]:
-    """Step 1 on a trace (a trace_reader.Trace, or a path to load: then it is freed before the
-    tables are written): the tables, skip_stats.json and summary.txt in `out`, each file
-    replaced whole (written to a temporary folder first); returns the result and the (file,
-    rows) written. Raises trace_reader.TraceError on a malformed trace."""
-    if not isinstance(trace, trace_reader.Trace):
+    """Step 1 on a trace: a capture_inputs.Capture (its trace read once per process), a
+    trace_reader.Trace, or a path (loaded here and freed before the tables are written).
+    Writes the tables, skip_stats.json and summary.txt in `out`, each file replaced whole (a
+    temporary folder first); returns the result and the (file, rows) written. Raises
+    trace_reader.TraceError on a malformed trace."""
+    if isinstance(trace, capture_inputs.Capture):
+        trace = trace.trace  # read once per process, shared with the other steps
+    elif not isinstance(trace, trace_reader.Trace):
         trace = trace_reader.load_trace(trace)
     a, joins = analyse(trace)
     a.stream_names = {}
