@@ -197,6 +197,7 @@ def test_cpu_capture_lines_are_the_model_lines(tmp_path):
     assert "6 thunks of control instructions (while, call, conditional)" in summary
     # a user regex that matches nothing leaves every user frame empty
     p = run(REPO / "tests" / "data" / "minigpt-cpu", tmp_path / "none", "--user-re", "nomatch")
+    assert p.returncode == 0, p.stderr
     assert {r["user_frame"] for r in read(tmp_path / "none" / "attribution" / "lines.csv")} \
         == {""}
 

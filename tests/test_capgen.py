@@ -58,41 +58,60 @@ def _host_by_correlation(space):
     return by
 
 
-@pytest.mark.parametrize("name", sorted(SCENARIOS))
-def test_truth_is_consistent_with_the_capture(name, corpus, request):
+_LOADED: dict = {}
+
+
+def _loaded(name, corpus, request):
+    """One scenario's capture and truth, read once for the consistency tests below."""
     if name in NEEDS_SHARED:
         request.getfixturevalue("shared")
-    sc = SCENARIOS[name]
-    r = corpus(name)
-    space = xplane_reader.load_space(r.xplane)
-    truth = _read_csv(r.truth_dir / "kernels.csv")
-    meta = json.loads((r.truth_dir / "scenario.json").read_text())
-    defects = {d["kind"]: d for d in _read_csv(r.truth_dir / "defects.csv")}
+    if name not in _LOADED:
+        r = corpus(name)
+        space = xplane_reader.load_space(r.xplane)
+        _LOADED[name] = dict(
+            sc=SCENARIOS[name], r=r, space=space,
+            truth=_read_csv(r.truth_dir / "kernels.csv"),
+            meta=json.loads((r.truth_dir / "scenario.json").read_text()),
+            defects={d["kind"]: d for d in _read_csv(r.truth_dir / "defects.csv")},
+            events=_xplane_gpu_events(space),
+            programs={pid: xplane_reader.parse_hlo(blob)
+                      for pid, (_, blob) in space.hlo_protos().items()})
+    return _LOADED[name]
 
-    # 1. the GPU events written are exactly the truth's kernels
-    events = _xplane_gpu_events(space)
+
+SCENARIO_NAMES = sorted(SCENARIOS)
+
+
+@pytest.mark.parametrize("name", SCENARIO_NAMES)
+def test_truth_lists_exactly_the_gpu_events_written(name, corpus, request):
+    c = _loaded(name, corpus, request)
     got = Counter((d, s, e.start_ps, e.duration_ps, e.name, e.stats.get("correlation_id"))
-                  for d, s, e in events)
+                  for d, s, e in c["events"])
     want = Counter((int(t["device"]), int(t["stream"]), int(t["start_ps"]), int(t["dur_ps"]),
-                    t["kernel"], int(t["correlation_id"])) for t in truth)
-    assert got == want and len(truth) == len(r.kernels) > 0
+                    t["kernel"], int(t["correlation_id"])) for t in c["truth"])
+    assert got == want and len(c["truth"]) == len(c["r"].kernels) > 0
 
-    # 2. the trace json agrees with the xplane on GPU events, but for a planted disagreement
-    trace = trace_reader.load_trace(r.trace)
+
+@pytest.mark.parametrize("name", SCENARIO_NAMES)
+def test_trace_json_agrees_with_the_xplane_but_where_planted(name, corpus, request):
+    c = _loaded(name, corpus, request)
+    trace = trace_reader.load_trace(c["r"].trace)
     ordinal = {pid: o for o, pid in trace.gpu_pids().items()}
     from_json = Counter((ordinal[e["pid"]], e["tid"], trace_reader.ps(e["ts"]),
                          trace_reader.ps(e["dur"]), e["name"])
                         for e in trace.events if e["pid"] in ordinal)
-    from_xplane = Counter((d, s, e.start_ps, e.duration_ps, e.name) for d, s, e in events)
+    from_xplane = Counter((d, s, e.start_ps, e.duration_ps, e.name) for d, s, e in c["events"])
     missing = sum((from_xplane - from_json).values())
+    defects = c["defects"]
     assert missing == (int(defects["json_disagrees"]["count"]) if "json_disagrees" in defects
                        else 0)
     assert not from_json - from_xplane
 
-    # 3. joins: each kernel's correlation id belongs to exactly one host event, of the right kind
-    host = _host_by_correlation(space)
+
+def _join_kinds(c) -> Counter:
+    host = _host_by_correlation(c["space"])
     kinds = Counter()
-    for d, s, e in events:
+    for d, s, e in c["events"]:
         matches = host.get(e.stats["correlation_id"], [])
         assert len(matches) == 1, (d, s, e)
         line, hev = matches[0]
@@ -105,6 +124,14 @@ def test_truth_is_consistent_with_the_capture(name, corpus, request):
             kinds["launch"] += 1
         if hev.name not in ("hipStreamWaitEvent", "cuStreamWaitEvent"):
             assert hev.end_ps <= e.start_ps  # a kernel starts after its launch call ends
+    return kinds
+
+
+@pytest.mark.parametrize("name", SCENARIO_NAMES)
+def test_each_event_joins_one_host_call_of_the_right_kind(name, corpus, request):
+    c = _loaded(name, corpus, request)
+    sc, truth = c["sc"], c["truth"]
+    kinds = _join_kinds(c)
     truth_graph = sum(int(t["graph"]) for t in truth)
     assert kinds["graph"] == truth_graph
     assert (truth_graph > 0) == (sc.command_buffers in ("partial", "all", "while_bodies", "xla"))
@@ -112,14 +139,16 @@ def test_truth_is_consistent_with_the_capture(name, corpus, request):
         assert kinds["launch"] == sum(1 for t in truth if t["instruction"] == "")  # arg copies
     assert kinds["wait"] == sc.non_launch_correlations
 
-    # 4. labels: exact kernels name their instruction; graph kernels their command buffer
-    label_members = {k: set(v) for k, v in meta["labels"].items()}
-    by_key = {(int(t["device"]), int(t["stream"]), int(t["start_ps"])): t for t in truth}
-    programs = {pid: xplane_reader.parse_hlo(blob) for pid, (_, blob) in
-                space.hlo_protos().items()}
-    names = {pid: {i.name for c in m.computations for i in c.instructions}
+
+@pytest.mark.parametrize("name", SCENARIO_NAMES)
+def test_labels_name_the_instruction_or_the_command_buffer(name, corpus, request):
+    c = _loaded(name, corpus, request)
+    sc, programs = c["sc"], c["programs"]
+    label_members = {k: set(v) for k, v in c["meta"]["labels"].items()}
+    by_key = {(int(t["device"]), int(t["stream"]), int(t["start_ps"])): t for t in c["truth"]}
+    names = {pid: {i.name for comp in m.computations for i in comp.instructions}
              for pid, m in programs.items()}
-    for d, s, e in events:
+    for d, s, e in c["events"]:
         t = by_key[(d, s, e.start_ps)]
         label = e.stats.get("hlo_op")
         assert int(t["program_id"]) in programs
@@ -129,7 +158,7 @@ def test_truth_is_consistent_with_the_capture(name, corpus, request):
             assert label in label_members and t["instruction"] in label_members[label]
             assert label not in names[int(t["program_id"])]
         elif label is None:
-            assert t["instruction"] == "" or kinds["wait"]  # argument copies, planted waits
+            assert t["instruction"] == "" or sc.non_launch_correlations  # copies, planted waits
         elif sc.collective_label == "pre_async" and "-start" in t["instruction"]:
             assert label not in names[int(t["program_id"])]
         else:  # the instruction, or the instruction inside its fusion that the label names
@@ -137,15 +166,19 @@ def test_truth_is_consistent_with_the_capture(name, corpus, request):
         if t["inner_instruction"]:
             assert t["inner_instruction"] in names[int(t["program_id"])]
 
-    # 5. steps: annotations where planted; per step and GPU the same kernels
-    steps = _read_csv(r.truth_dir / "steps.csv")
+
+@pytest.mark.parametrize("name", SCENARIO_NAMES)
+def test_steps_add_up_and_repeat_the_same_kernels(name, corpus, request):
+    c = _loaded(name, corpus, request)
+    sc, truth = c["sc"], c["truth"]
+    steps = _read_csv(c["r"].truth_dir / "steps.csv")
     assert len(steps) == sc.steps * sc.gpus
     for row in steps:
         assert int(row["busy_ps"]) + int(row["idle_ps"]) == \
             int(row["end_ps"]) - int(row["start_ps"])
         assert int(row["host_ps"]) + int(row["device_ps"]) == \
             int(row["end_ps"]) - int(row["start_ps"])
-    annotations = [ev for ln in space.plane("/host:CPU").lines for ev in ln.events()
+    annotations = [ev for ln in c["space"].plane("/host:CPU").lines for ev in ln.events()
                    if "step_num" in ev.stats]
     if sc.step_annotations:
         starts = sorted({int(r_["start_ps"]) for r_ in steps})
@@ -154,16 +187,19 @@ def test_truth_is_consistent_with_the_capture(name, corpus, request):
     else:
         assert annotations == []
     per_step = Counter((t["step"], t["device"]) for t in truth if t["step"] != "")
-    if "graph_replay_missing" not in defects:
+    if "graph_replay_missing" not in c["defects"]:
         assert len(set(per_step.values())) == 1
 
-    # 6. programs: the ids written are the ones the truth uses
+
+@pytest.mark.parametrize("name", SCENARIO_NAMES)
+def test_program_ids_written_are_the_truths(name, corpus, request):
+    c = _loaded(name, corpus, request)
+    sc, meta, programs = c["sc"], c["meta"], c["programs"]
     ids = {sc.program_id} | ({sc.duplicate_program_id} if sc.duplicate_program_id else set()) \
         | set(meta["extra_program_ids"])
     assert set(programs) == ids
-    assert {int(t["program_id"]) for t in truth} == ids
-    modules = Counter(m.name for m in programs.values())
-    assert modules == {meta["module"]: len(ids)}
+    assert {int(t["program_id"]) for t in c["truth"]} == ids
+    assert Counter(m.name for m in programs.values()) == {meta["module"]: len(ids)}
 
 
 def test_planted_behaviours(corpus):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, SHARED_CAPTURES
+from conftest import REPO
 
 SKILL_DIRS = {"investigating-jax-traces": REPO,
               "analyzing-jax-launch-overhead": REPO / "analyzing-jax-launch-overhead",
@@ -161,9 +161,12 @@ def _write(path, data):
 
 
 def test_every_script_runs_under_P_from_a_checkout_and_installs(tmp_path):
-    """skip_stats.py and attribute_kernels.py, run from an empty scratch folder, from the
-    checkout and from copied and linked installs, give the same outputs."""
-    cap = REPO / "tests" / "data" / "minigpt-cpu"
+    """capture_info.py, skip_stats.py and attribute_kernels.py, run from an empty scratch folder
+    from the checkout and from copied and linked installs, give the same outputs on a GPU
+    capture with command buffers (so that each has something to compute)."""
+    from capgen.generate import generate
+    from capgen.scenarios import SCENARIOS
+    cap = generate(SCENARIOS["nvidia-cb-partial"], tmp_path / "capture").run_dir
     roots = {"checkout": (REPO / "analyzing-jax-launch-overhead", REPO)}
     for link in (False, True):
         dest = _install(tmp_path, link)
@@ -173,19 +176,39 @@ def test_every_script_runs_under_P_from_a_checkout_and_installs(tmp_path):
     for where, (sib, root) in roots.items():
         scratch = tmp_path / f"scratch-{where}"
         scratch.mkdir()
+        r0 = _run([root / "scripts" / "capture_info.py", cap], scratch)
         r1 = _run([sib / "scripts" / "skip_stats.py", cap], scratch)
         r2 = _run([root / "scripts" / "attribute_kernels.py", cap, "--no-xprof"], scratch)
-        assert r1.returncode == 0 and r2.returncode == 0, (where, r1.stderr, r2.stderr)
-        results[where] = ((scratch / "summary.txt").read_text(),
+        assert (r0.returncode, r1.returncode, r2.returncode) == (0, 0, 0), \
+            (where, r0.stderr, r1.stderr, r2.stderr)
+        summary = (scratch / "attribution" / "summary.txt").read_text()
+        results[where] = (r0.stdout, (scratch / "summary.txt").read_text(),
+                          re.sub(r"(?m)^timing: .*$", "", summary),
                           (scratch / "attribution" / "kernels.csv").read_text())
     assert len(set(results.values())) == 1
+    info, verdict, summary, _ = results["checkout"]
+    assert "agree" in info and "DIFFER" not in info
+    assert verdict.startswith("verdict: ") and "not computable" not in verdict.splitlines()[0]
+    assert "match classes (all programs): exact" in summary
 
 
-def test_shared_folder_is_never_written(shared):
-    """The tests above ran the scripts on shared captures; nothing new appeared there."""
-    allowed = re.compile(r"\.(xplane\.pb|trace\.json\.gz)$")
-    for run in SHARED_CAPTURES.glob("*/*/plugins/profile/*"):
-        assert all(allowed.search(p.name) for p in run.iterdir()), run
+def _snapshot(folder: Path) -> list:
+    return sorted((str(p.relative_to(folder)), p.stat().st_size, p.stat().st_mtime_ns)
+                  for p in folder.rglob("*"))
+
+
+def test_shared_folder_is_never_written(shared, tmp_path):
+    """Every script, on every shared capture (XProf included): the capture folders are left
+    exactly as they were (names, sizes, modification times)."""
+    runs = sorted(shared.glob("*/*/plugins/profile/*"))
+    before = {run: _snapshot(run) for run in runs}
+    for i, run in enumerate(runs):
+        out = tmp_path / str(i)
+        _run([REPO / "scripts" / "capture_info.py", run, "--out", out], tmp_path)
+        _run([REPO / "analyzing-jax-launch-overhead" / "scripts" / "skip_stats.py", run,
+              "--out", out], tmp_path)
+        _run([REPO / "scripts" / "attribute_kernels.py", run, "--out", out], tmp_path)
+    assert {run: _snapshot(run) for run in runs} == before
 
 
 def test_bench_command_measures_every_item(shared, tmp_path):
@@ -250,8 +273,9 @@ def test_three_steps_in_one_process_read_each_file_once(tmp_path, shared):
 
     import attribute_kernels
     import capture_info
-    import capture_inputs
     import skip_stats
+
+    import capture_inputs
     cap = capture_inputs.open_capture(shared / "independent-generator" / "minigpt-h100-cb-on")
     inv = capture_info.run(cap)
     try:

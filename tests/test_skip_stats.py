@@ -14,7 +14,7 @@ import pytest
 
 from capgen.generate import generate
 from capgen.scenarios import SCENARIOS
-from conftest import REPO, SHARED_CAPTURES
+from conftest import REPO
 
 SCRIPT = REPO / "analyzing-jax-launch-overhead" / "scripts" / "skip_stats.py"
 BARE = getattr(sys, "_base_executable", sys.executable)
@@ -242,10 +242,6 @@ def test_writes_into_the_current_directory_by_default(tmp_path, corpus):
     assert sorted(f.name for f in tmp_path.iterdir()) == sorted(OUTPUTS)
     assert p.stdout.splitlines()[0] == f"wrote {Path('.') / 'summary.txt'} " \
         f"({len((tmp_path / 'summary.txt').read_text().splitlines())} lines)"
-
-
-def test_shared_path_constant():
-    assert SHARED_CAPTURES.name == "captures"
 
 
 def test_a_trace_cut_at_the_exporter_cap_is_said(corpus, monkeypatch):
