@@ -776,10 +776,11 @@ def render_summary(r: dict) -> list[str]:
         s.append(f"none: {n['kernels']} kernels, {n['gpu_us']:,.1f} us, {n['label']}; "
                  "largest: " + "; ".join(f"{e['kernel']} x{e['count']} {e['gpu_us']:,.1f} us"
                                          for e in n["largest"]))
-    s.append(f"confidence: {f['low_confidence_kernels']['value']} attributed kernels, "
-             f"{_p(f['low_confidence_pct']['value'])}% of attributed GPU time, rest on "
-             f"placements below confidence {r['low_confidence_below']} (weak local agreement "
-             "with the schedule; kernels.csv column confidence)")
+    s.append(f"confidence: {f['low_confidence_kernels']['value']} attributed kernels "
+             f"({_p(f['low_confidence_pct']['value'])}% of the attributed GPU time) are placed "
+             f"with confidence below {r['low_confidence_below']} (weak local agreement with the "
+             "schedule; kernels.csv column confidence, how.csv low_confidence_*); the rest at "
+             "or above it")
     src = r["source"]
     s.append(f"source: {src['with_user_frame']} of {src['kernels']} attributed kernels of "
              f"{prog} have a user frame; {src['no_source_kernels']} kernels "

@@ -44,6 +44,10 @@ import capture_inputs  # noqa: E402  (sibling skill)
 import trace_reader  # noqa: E402  (sibling skill)
 
 RESULT_FILE = "capture_info.json"
+# Units of the device stats as the profiler writes them (printed beside each value).
+DEVICE_STAT_UNITS = {"clock_rate": " kHz", "memory_size": " bytes",
+                     "memory_bandwidth": " bytes/s (derived from the memory clock: not a "
+                                         "ceiling)"}
 DEVICE_STATS = ("device_vendor", "core_count", "clock_rate", "memory_size", "memory_bandwidth",
                 "compute_cap_major", "compute_cap_minor")
 
@@ -173,7 +177,8 @@ def render(r: dict) -> list[str]:
                      ("agree" if g["agree"] else "DIFFER"))
         out.append(" ".join(parts))
         if g["xplane_events"] is not None:
-            desc = ", ".join(f"{k}={v}" for k, v in g["device"].items())
+            desc = ", ".join(f"{k}={v}{DEVICE_STAT_UNITS.get(k, '')}"
+                             for k, v in g["device"].items())
             out.append(f"  device: {desc or 'no device stats'}")
             for ln in g["lines"]:
                 out.append(f"  line {ln['id']} {ln['name']!r}: {ln['events']} events")
