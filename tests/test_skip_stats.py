@@ -321,3 +321,14 @@ def test_result_json_has_its_documented_fields_and_summary_renders_it(corpus, na
     assert skip_stats.render_summary(result) == (out / "summary.txt").read_text().splitlines()
     documented = (REPO / "references" / "scratch-layout.md").read_text()
     assert all(f"`{k}`" in documented for k in RESULT_FIELDS | set(result["figures"]))
+
+
+def test_gaps_before_graph_kernels_name_the_graph_launch_thread(corpus):
+    """A gap before a graph kernel is judged by its graph's launch call: the launching thread
+    and the host events in the gap are given, as for a kernel with a launch of its own."""
+    _, out = corpus("nvidia-cb-partial")
+    rows = {(r["device"], r["stream"], r["start_us"]): r for r in read(out / "rows.csv")}
+    gaps = [g for g in read(out / "gaps.csv") if g["cause"] == "host_late"]
+    after_graph = [g for g in gaps
+                   if rows[(g["device"], g["stream"], g["end_us"])]["graph"] == "1"]
+    assert after_graph and all(g["launch_thread"] and g["host_events"] for g in after_graph)

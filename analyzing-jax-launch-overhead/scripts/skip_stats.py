@@ -461,7 +461,7 @@ def analyse(trace) -> tuple[Analysis, dict]:
     if graph:
         refusals.append(f"{graph} GPU events were launched by graphs (command buffers): they "
                         "have no launch call of their own, so launch delay and TKLQT exclude "
-                        "them and gaps before them are 'unknown'")
+                        "them; gaps before them are judged by their graph's one launch call")
     if gpu and not analysed:
         refusals.append("only partial steps: the capture holds no complete step, so per-step "
                         "figures describe a fragment")
@@ -545,7 +545,7 @@ def per_step_rows(a: Analysis) -> tuple[list, list, list, dict]:
 def classify_gaps(a: Analysis, crit_evs, step_start, device, step):
     """Gaps on the critical stream: host_late (the next kernel's launch call had not ended when
     the stream went idle), device_wait (it was launched before and waited on the device), or
-    unknown (graph kernels, no launch event)."""
+    unknown (no launch event joined: no correlation id, or one that joined another call)."""
     host_late = device_wait = unknown = 0
     rows = []
     prev_end, prev_name = step_start, ""
@@ -576,7 +576,9 @@ def classify_gaps(a: Analysis, crit_evs, step_start, device, step):
 
 
 def gap_host_events(a: Analysis, ev, start, end) -> tuple[str, str]:
-    if ev.join != "launch" or not ev.launch:
+    """The thread that launched the event after a gap (for a graph kernel, its graph's launch
+    call) and the host events that overlap the gap on it."""
+    if ev.join not in ("launch", "graph_launch") or not ev.launch:
         return "", ""
     launch_thread = ev.launch["thread"]
     thread = a.exec_of.get(launch_thread)
