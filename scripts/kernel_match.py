@@ -672,12 +672,44 @@ def _confidence(fits: list[str]) -> list[float]:
 
 def match(plan: Plan, kernels: list[Kernel]) -> None:
     """Fill each event's answer; `kernels` are one device's events of one program, in launch
-    order (correlation id, then start)."""
-    n = len(plan.events)
-    name_id = plan.name_ids
+    order (correlation id, then start): exact labels anchor, every other launch is aligned
+    between its neighbouring anchors."""
+    exact = mark_exact(plan, kernels)
+    if not plan.events:
+        for k, ex in zip(kernels, exact, strict=True):
+            if not ex:
+                k.match, k.why = "none", "no slot"
+        return
+    next_exact = [None] * len(kernels)
+    nxt = None
+    for i in range(len(kernels) - 1, -1, -1):
+        next_exact[i] = nxt
+        if exact[i]:
+            nxt = i
+    cache: dict = {}
+    anchor = _Anchor()
+    i = 0
+    total = len(kernels)
+    while i < total:
+        k = kernels[i]
+        if exact[i]:
+            anchor.advance(plan, k.instruction)
+            i += 1
+            continue
+        if k.hlo_op is None and not k.group:
+            k.match, k.why = "none", "outside"  # its own launch, no label: an argument copy
+            i += 1
+            continue
+        j = _launch_end(kernels, exact, i)
+        anchor.p += _place_launch(plan, kernels, i, j, anchor.p, next_exact[j - 1], cache)
+        anchor.last = None
+        i = j
+
+
+def mark_exact(plan: Plan, kernels: list[Kernel]) -> list[bool]:
+    """Class exact for every event whose label resolves to a launching instruction."""
     launcher = plan.launcher
     positions = plan.positions
-    # exact: the label resolves to a launching instruction
     exact = []
     for k in kernels:
         op = k.hlo_op
@@ -691,83 +723,79 @@ def match(plan: Plan, kernels: list[Kernel]) -> None:
             exact.append(True)
         else:
             exact.append(False)
-    if not n:
-        for k, ex in zip(kernels, exact, strict=True):
-            if not ex:
-                k.match, k.why = "none", "no slot"
-        return
-    next_exact = [None] * len(kernels)
-    nxt = None
-    for i in range(len(kernels) - 1, -1, -1):
-        next_exact[i] = nxt
-        if exact[i]:
-            nxt = i
-    cache: dict = {}
-    p = 0                    # absolute expected position: the next event to fill
-    last_slot = None         # (instruction, start) of the last exact anchor
-    filled = 0
-    i = 0
-    total = len(kernels)
-    while i < total:
-        k = kernels[i]
-        if exact[i]:
-            r = k.instruction
-            if last_slot is not None and last_slot[0] == r and filled < max(plan.slot_count[r], 1):
-                filled += 1
-            else:
-                start = _next_position(plan, r, p - plan.slot_count[r] + 1) \
-                    if plan.slot_count[r] > 1 else _next_position(plan, r, p)
-                last_slot, filled = (r, start), 1
-            p_next = last_slot[1] + min(filled, plan.slot_count[r])
-            p = max(p, p_next)
-            i += 1
-            continue
-        if k.hlo_op is None and not k.group:
-            k.match, k.why = "none", "outside"  # its own launch, no label: an argument copy
-            i += 1
-            continue
-        # one launch: the events sharing this correlation id (non-exact ones), in order
-        j = i + 1
-        if k.group:
-            while j < total and kernels[j].group and kernels[j].corr == k.corr and not exact[j] \
-                    and kernels[j].hlo_op == k.hlo_op:
-                j += 1
-        idx = list(range(i, j))
-        ne = next_exact[j - 1]
-        if ne is not None:
-            r = kernels[ne].instruction
-            # up to the anchor's slot, and its other events (an im2col before a labelled GEMM)
-            b = _next_position(plan, r, p) + max(plan.slot_count[r] - 1, 0)
-            width = min(b - p, n + len(idx) + WINDOW_CAP_EXTRA)
+    return exact
+
+
+class _Anchor:
+    """The alignment's position in the expected events (absolute: executions x events), moved
+    by exact events."""
+
+    def __init__(self):
+        self.p = 0            # the next expected event to fill
+        self.last = None      # (instruction, start) of the last exact anchor
+        self.filled = 0       # its events seen so far
+
+    def advance(self, plan: Plan, r: str) -> None:
+        count = plan.slot_count[r]
+        if self.last is not None and self.last[0] == r and self.filled < max(count, 1):
+            self.filled += 1  # another event of the same slot (an im2col, then its GEMM)
         else:
-            width = n + len(idx) + WINDOW_CAP_EXTRA
-        width = max(width, 1)
-        control = plan.launcher.get(k.hlo_op) if k.hlo_op else None
-        mask = plan.scope_mask(control) if control and not plan.is_launching(control) else None
-        ok = tuple(KIND_ID[kernels[x].kind] for x in idx)
-        on = tuple(name_id.get(normalize_kernel_name(kernels[x].name), 0) for x in idx)
-        key = (ok, on, control, p % n, width)
-        pl = cache.get(key)
-        if pl is None:
-            pl = align(plan, list(ok), list(on), [mask] * len(idx), p, width)
-            _repair(plan, pl, list(ok), list(on), p)
-            pl.confidence = _confidence(pl.fit)
-            cache[key] = pl
-        for x, w, f, c in zip(idx, pl.where, pl.fit, pl.confidence, strict=True):
-            kk = kernels[x]
-            if w < 0:
-                kk.match, kk.why = "none", "no slot"
-                continue
-            e = plan.events[(p + w) % n]
-            kk.instruction = plan.slots[e.slot].instruction
-            kk.match = "name" if f == "name" else "order"
-            kk.confidence = c
-            if kk.hlo_op and kk.hlo_op != kk.instruction and kk.hlo_op in plan.launcher and \
-                    plan.launcher[kk.hlo_op] == kk.instruction:
-                kk.inner = kk.hlo_op
-        p = p + pl.end
-        last_slot = None
-        i = j
+            start = _next_position(plan, r, self.p - count + 1) if count > 1 else \
+                _next_position(plan, r, self.p)
+            self.last, self.filled = (r, start), 1
+        self.p = max(self.p, self.last[1] + min(self.filled, count))
+
+
+def _launch_end(kernels, exact, i: int) -> int:
+    """One launch: the non-exact events from i sharing its correlation id and label."""
+    k = kernels[i]
+    j = i + 1
+    if k.group:
+        while j < len(kernels) and kernels[j].group and kernels[j].corr == k.corr and \
+                not exact[j] and kernels[j].hlo_op == k.hlo_op:
+            j += 1
+    return j
+
+
+def _place_launch(plan: Plan, kernels, i: int, j: int, p: int, ne, cache: dict) -> int:
+    """Align kernels[i:j] with the expected events from p up to the next anchor `ne` (an index
+    into kernels, or None); fill their answers; return how many expected events it consumed."""
+    n = len(plan.events)
+    m = j - i
+    if ne is not None:
+        r = kernels[ne].instruction
+        # up to the anchor's slot, and its other events (an im2col before a labelled GEMM)
+        b = _next_position(plan, r, p) + max(plan.slot_count[r] - 1, 0)
+        width = min(b - p, n + m + WINDOW_CAP_EXTRA)
+    else:
+        width = n + m + WINDOW_CAP_EXTRA
+    width = max(width, 1)
+    k = kernels[i]
+    control = plan.launcher.get(k.hlo_op) if k.hlo_op else None
+    mask = plan.scope_mask(control) if control and not plan.is_launching(control) else None
+    name_id = plan.name_ids
+    ok = tuple(KIND_ID[kernels[x].kind] for x in range(i, j))
+    on = tuple(name_id.get(normalize_kernel_name(kernels[x].name), 0) for x in range(i, j))
+    key = (ok, on, control, p % n, width)
+    pl = cache.get(key)
+    if pl is None:  # identical launches at the same place (steps, GPUs) are aligned once
+        pl = align(plan, list(ok), list(on), [mask] * m, p, width)
+        _repair(plan, pl, list(ok), list(on), p)
+        pl.confidence = _confidence(pl.fit)
+        cache[key] = pl
+    for x, w, f, c in zip(range(i, j), pl.where, pl.fit, pl.confidence, strict=True):
+        kk = kernels[x]
+        if w < 0:
+            kk.match, kk.why = "none", "no slot"
+            continue
+        e = plan.events[(p + w) % n]
+        kk.instruction = plan.slots[e.slot].instruction
+        kk.match = "name" if f == "name" else "order"
+        kk.confidence = c
+        if kk.hlo_op and kk.hlo_op != kk.instruction and \
+                plan.launcher.get(kk.hlo_op) == kk.instruction:
+            kk.inner = kk.hlo_op
+    return pl.end
 
 
 def _next_position(plan: Plan, instruction: str, p: int) -> int:
