@@ -177,8 +177,8 @@ def render(r: dict) -> list[str]:
                      ("agree" if g["agree"] else "DIFFER"))
         out.append(" ".join(parts))
         if g["xplane_events"] is not None:
-            desc = ", ".join(f"{k}={v}{DEVICE_STAT_UNITS.get(k, '')}"
-                             for k, v in g["device"].items())
+            desc = ", ".join(f"{k}={g['device'][k]}{DEVICE_STAT_UNITS.get(k, '')}"
+                             for k in DEVICE_STATS if k in g["device"])
             out.append(f"  device: {desc or 'no device stats'}")
             for ln in g["lines"]:
                 out.append(f"  line {ln['id']} {ln['name']!r}: {ln['events']} events")

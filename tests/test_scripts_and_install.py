@@ -286,3 +286,17 @@ def test_three_steps_in_one_process_read_each_file_once(tmp_path, shared):
     assert cap.loads == {"space": 1, "trace": 1}
     assert [c["status"] for c in inv["checks"]] == ["pass", "pass"]
     assert result["gpu_events"] == att["figures"]["kernels"]["value"] == 1960
+
+
+def test_capture_info_printout_is_a_rendering_of_its_json(shared, tmp_path):
+    import json
+
+    import capture_info
+    r = _run([REPO / "scripts" / "capture_info.py", shared / GEMM_RUN, "--out", tmp_path],
+             tmp_path)
+    assert r.returncode == 0, r.stderr
+    inv = json.loads((tmp_path / "capture_info.json").read_text())
+    printed = [ln for ln in r.stdout.splitlines() if not ln.startswith("wrote ")]
+    assert capture_info.render(inv) == printed
+    documented = (REPO / "references" / "scratch-layout.md").read_text()
+    assert all(f"`{k}`" in documented for k in inv)
