@@ -277,8 +277,10 @@ def choose_program(kernels, programs, requested) -> tuple[int, list[str], dict]:
     return chosen, notes, gpu_time
 
 
-def attribute(kernels, programs, chosen, notes: list) -> dict:
-    """Match every kernel; return per-program lookups of instruction source."""
+def attribute(kernels, programs, chosen, notes: list, executions: dict) -> dict:
+    """Match every kernel; return per-program lookups of instruction source. Fills
+    `executions`: per device, the chosen program's executions covered, its events, and the
+    events one execution expects (required only, and all)."""
     from hlo_program import Program
     wrapped = {}
     plans: dict = {}
@@ -335,7 +337,13 @@ def attribute(kernels, programs, chosen, notes: list) -> dict:
             for w, n in sorted(plan.inferred_trips.items()):
                 notes.append(f"program {pid}: while loop {w} has no known trip count; "
                              f"{n} iterations per execution inferred from the labels")
-        km.match(plan, ks)
+        covered = km.match(plan, ks)
+        if pid == chosen:
+            required = sum(1 for e in plan.events if not e.optional)
+            executions[ks[0].device] = {
+                "executions": round(covered),
+                "events": sum(1 for k in ks if k.why != "outside"),
+                "expected_min": required, "expected_max": len(plan.events)}
     for pid in programs:
         if pid not in wrapped:
             wrapped[pid] = Program(programs[pid][1], pid)
@@ -533,7 +541,8 @@ def run(capture, out: Path, opts: Options) -> tuple[dict, list]:
             raise UsageError(f"{files.xplane.name} has no GPU stream events and no XLA:CPU "
                              "thunk events: there are no kernels to attribute")
         chosen, notes, _ = choose_program(kernels, protos, opts.program)
-        programs = attribute(kernels, protos, chosen, notes)
+        executions: dict = {}
+        programs = attribute(kernels, protos, chosen, notes, executions)
         control = sum(1 for k in kernels if k.match == "control")
         kernels = [k for k in kernels if k.match != "control"]
         sources = Sources(programs, opts.user_re)
@@ -572,6 +581,7 @@ def run(capture, out: Path, opts: Options) -> tuple[dict, list]:
             files=files, kernels=kernels, cpu=cpu, control=control, chosen=chosen, name=name,
             notes=notes, protos=protos, groups=groups, ops=ops, sources=sources,
             coverage=coverage, opts=opts, hlo_name=hlo_name, refusals=refusals,
+            executions=executions,
             timing={"matching": round(t_match, 3), "xprof_extraction": round(xprof_names_s, 3),
                     "xprof_hlo_stats": round(xprof_s, 3)})
         result["tables"] = {f: n for f, n in written}
@@ -656,7 +666,7 @@ def _classes_json(g) -> dict:
 
 
 def build_result(*, files, kernels, cpu, control, chosen, name, notes, protos, groups, ops,
-                 sources, coverage, opts, hlo_name, refusals, timing) -> dict:
+                 sources, coverage, opts, hlo_name, refusals, timing, executions) -> dict:
     """Everything summary.txt says, and more, as data (fields: references/scratch-layout.md)."""
     total = sum(k.dur for k in kernels)
     g = groups["all"]
@@ -742,6 +752,7 @@ def build_result(*, files, kernels, cpu, control, chosen, name, notes, protos, g
         "coverage": cov, "checks": checks, "refusals": refusals,
         "low_confidence_below": km.LOW_CONFIDENCE,
         "timing_s": timing, "hlo_text": hlo_name,
+        "executions": {str(d): e for d, e in sorted(executions.items(), key=lambda kv: str(kv[0]))},
     }
 
 

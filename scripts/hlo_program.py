@@ -15,7 +15,16 @@ import json
 import re
 from dataclasses import dataclass
 
-from trace_rules import NO_LAUNCH_OPCODES  # noqa: E402,F401  (re-exported: one home)
+try:
+    from trace_rules import NO_LAUNCH_OPCODES  # noqa: F401  (re-exported: one home)
+except ImportError:  # imported without an entry script's path set-up: find the sibling skill
+    import sys
+    from pathlib import Path
+    _here = Path(__file__).resolve().parent
+    sys.path.extend(str(p) for p in (_here.parent / "analyzing-jax-launch-overhead" / "scripts",
+                                     _here.parent.parent / "analyzing-jax-launch-overhead" /
+                                     "scripts") if (p / "trace_rules.py").is_file())
+    from trace_rules import NO_LAUNCH_OPCODES  # noqa: F401
 
 from xprotos import PRIMITIVE_TYPES
 

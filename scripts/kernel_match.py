@@ -73,6 +73,8 @@ ACCEPTS = {
 }
 EXP_KINDS = tuple(ACCEPTS)
 EXP_KIND_ID = {k: i for i, k in enumerate(EXP_KINDS)}
+COPY_KIND = KIND_ID["copy"]
+COPYISH = EXP_KIND_ID["copyish"]
 
 # Alignment costs (integers, so that the traceback can compare exactly).
 MATCH_LIBRARY = 0      # right kind, the expected name is a library's (unknown)
@@ -594,6 +596,8 @@ def align(plan: Plan, obs_kind: list[int], obs_name: list[int], masks: list,
                 (en == 0) & (swap == 0), MATCH_LIBRARY, MISMATCH + swap)))
         else:
             sub = np.where(en == 0, MATCH_LIBRARY + swap, MISMATCH + swap)
+        if k == COPY_KIND:  # a memcpy in a copy-like slot is what that slot runs as
+            sub = np.where(ek == COPYISH, MATCH_LIBRARY, sub)
         sub = np.where(ok, sub, INF)
         if masks[i] is not None:
             sub = np.where(masks[i][cols], sub, INF)
@@ -670,16 +674,17 @@ def _confidence(fits: list[str]) -> list[float]:
     return out
 
 
-def match(plan: Plan, kernels: list[Kernel]) -> None:
+def match(plan: Plan, kernels: list[Kernel]) -> float:
     """Fill each event's answer; `kernels` are one device's events of one program, in launch
     order (correlation id, then start): exact labels anchor, every other launch is aligned
-    between its neighbouring anchors."""
+    between its neighbouring anchors. Returns the executions of the program the events covered
+    (the alignment's final position over the events one execution expects)."""
     exact = mark_exact(plan, kernels)
     if not plan.events:
         for k, ex in zip(kernels, exact, strict=True):
             if not ex:
                 k.match, k.why = "none", "no slot"
-        return
+        return 0.0
     next_exact = [None] * len(kernels)
     nxt = None
     for i in range(len(kernels) - 1, -1, -1):
@@ -704,6 +709,7 @@ def match(plan: Plan, kernels: list[Kernel]) -> None:
         anchor.p += _place_launch(plan, kernels, i, j, anchor.p, next_exact[j - 1], cache)
         anchor.last = None
         i = j
+    return anchor.p / len(plan.events)
 
 
 def mark_exact(plan: Plan, kernels: list[Kernel]) -> list[bool]:

@@ -573,6 +573,7 @@ def test_rows_and_kernels_agree_on_the_corpus(tmp_path, name):
 # ------------------------------------------------------------------ the result as data
 
 RESULT_FIELDS = {"step", "status", "capture", "program", "device", "control_thunks_left_out",
+                 "executions",
                  "figures", "classes", "none", "no_hlo", "source", "coverage", "checks",
                  "refusals", "low_confidence_below", "timing_s", "hlo_text", "tables"}
 FIGURES = {"kernels", "devices", "kernel_time_us", "graph_kernels", "attributed_pct",
