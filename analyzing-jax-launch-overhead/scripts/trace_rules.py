@@ -11,6 +11,8 @@ module from here, never the reverse).
   sharing the id of a `hipStreamWaitEvent`.
 - Host calls: graph launches, launches, and calls that launch nothing.
 - HLO opcode sets: what launches nothing, what waits, what controls, what communicates.
+- Streams and stragglers: a stream's role from its busy time per category (`stream_role`), and
+  which GPUs finish a step last, several within `STRAGGLER_TIE_PS` being a tie (`last_finishers`).
 - Units and formatting (`us`, `pct`), CSV writing (`write_csv`), and atomic output folders
   (`atomic_folder`): a failed run leaves no half-written table.
 """
@@ -177,3 +179,28 @@ def atomic_folder(final: Path):
     os.replace(tmp, final)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- streams and stragglers
+
+STREAM_ROLES = ("compute", "collective", "copy")
+# Several GPUs that finish a step within this much of the latest end are a tie, not one
+# straggler: 1 us is below the jitter of a single launch (a few us), so a smaller difference says
+# nothing about which GPU the others waited for.
+STRAGGLER_TIE_PS = 1_000_000
+
+
+def stream_role(compute, collective, memcpy) -> str:
+    """A stream's role from its busy time per category (any one unit): compute, collective or
+    copy (memcpys and memsets), the largest; equal times resolve in that order."""
+    times = (compute, collective, memcpy)
+    return STREAM_ROLES[max(range(3), key=lambda i: (times[i], -i))]
+
+
+def last_finishers(ends: dict, tie_ps: int = STRAGGLER_TIE_PS) -> list:
+    """The GPUs that finish last: every GPU whose end (picoseconds) is within `tie_ps` of the
+    latest, in ascending order. More than one is a tie; none when `ends` is empty."""
+    if not ends:
+        return []
+    latest = max(ends.values())
+    return sorted(d for d, e in ends.items() if latest - e <= tie_ps)

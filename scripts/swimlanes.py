@@ -1,0 +1,1095 @@
+#!/usr/bin/env python3
+"""Swimlanes of one step: every GPU x stream and each launching host thread on one time axis, and
+the GPU that finishes the step last, by how much, and what its last stretch was.
+
+Usage:
+    python3 -P swimlanes.py <xplane.pb | trace.json.gz | run folder | log folder>
+                            [--out DIR] [--step N] [--start US] [--end US]
+                            [--run NAME] [--host NAME]
+
+Example:
+    python3 -P $B/scripts/swimlanes.py ~/logs/plugins/profile/2026_02_20_13_54_10
+
+Reads step 1's tables in the current directory (or --out DIR): skip_stats.json, rows.csv,
+steps.csv, gaps.csv. Where one is missing it runs step 1 (skip_stats.py) first, in this process,
+and leaves its tables there. Where attribution/kernels.csv exists (step 4), each kernel's tooltip
+names its HLO instruction. Standard library only. Writes:
+    swimlanes.svg    the step: one lane per GPU x stream (GPU, stream name, role, critical stream)
+                     and per launching host thread; kernels coloured and patterned by kind; idle
+                     as gaps; the step's begin and end; the straggler marked; a tooltip on every
+                     bar. Opens in a browser as it is (no scripts, no external files).
+    stragglers.csv   per analysed step x GPU: end, lag behind the first GPU to finish, last
+                     kernel, and what its last stretch was
+    swimlanes.json   the result: the step chosen and why, window, lanes, merged bars, straggler,
+                     notes, refusals
+Columns and fields: references/scratch-layout.md.
+The step is the median-duration complete analysed step unless --step N names one. --start and
+--end (microseconds from the profile start, as in the tables) zoom into a window. Events narrower
+than one pixel are merged into one bar per lane and kind; the SVG says how many. A capture
+without steps (step 1 took the whole capture as one window) is drawn whole, and no straggler is
+named in it.
+
+Exit codes: 0 done (refusals included); 1 the input cannot be used (one sentence says why: no
+GPU events, no complete step, a step that was not analysed, a table that is not step 1's);
+2 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import gc
+import json
+import math
+import os
+import re
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SIBLING = next((p for p in (HERE.parent / "analyzing-jax-launch-overhead" / "scripts",
+                            HERE.parent.parent / "analyzing-jax-launch-overhead" / "scripts")
+                if (p / "capture_inputs.py").is_file()), None)
+sys.path[:0] = [str(HERE)] + ([str(SIBLING)] if SIBLING else [])
+
+import trace_rules as rules  # noqa: E402  (sibling skill: the classification rules)
+from trace_rules import write_csv  # noqa: E402
+
+import capture_inputs  # noqa: E402  (sibling skill)
+import trace_reader  # noqa: E402  (sibling skill)
+
+RESULT_FILE = "swimlanes.json"
+SVG_FILE = "swimlanes.svg"
+STRAGGLERS_FILE = "stragglers.csv"
+STEP1_FILES = ("skip_stats.json", "rows.csv", "steps.csv", "gaps.csv")
+ATTRIBUTION_FILE = Path("attribution") / "kernels.csv"
+STRAGGLER_COLUMNS = ["step", "device", "end_us", "lag_us", "last_kernel", "last_stretch",
+                     "stretch_start_us", "stretch_us", "finishes_last"]
+
+# ---------------------------------------------------------------- named constants
+
+WIDTH = 1600            # px, the SVG's width and viewBox width: a laptop browser window
+PLOT_X0 = 360           # px, left edge of the time axis; lane labels sit left of it
+PLOT_X1 = WIDTH - 20    # px, right edge of the time axis
+LANE_H = 14             # px, a lane's bar height
+LANE_PITCH = 18         # px, from one lane to the next
+GROUP_GAP = 8           # px, between GPUs (and between the host lanes and GPU 0)
+FONT_PX = 11            # px, label font size; CHAR_PX is its mean glyph width in sans-serif
+CHAR_PX = 6.2
+# Events narrower than this merge into one bar per lane and kind: narrower bars cannot be told
+# apart on screen, and drawing each one alone is what makes a 20,000-kernel step megabytes.
+MERGE_BELOW_PX = 1.0
+# At most this many bars (each with its tooltip, about 200 bytes) keep the SVG near 2 MB or under;
+# where a window holds more events at least a pixel wide, the merge width doubles until it fits
+# (up to MAX_MERGE_PX), and the SVG says so: --start/--end then shows them one by one.
+MAX_BARS = 8000
+MAX_MERGE_PX = 16.0
+MIN_BAR_PX = 0.5        # a bar's drawn width floor, so a sub-pixel bar stays visible
+BAR_LABEL_MIN_PX = 48   # a bar at least this wide carries its name as text inside it
+MARGIN_SHARE = 0.01     # of the step's span, drawn on each side of it
+NAME_CHARS = 240        # characters of a name kept in a tooltip (some kernel names are pages)
+HOST_GAP_EVENTS = 3     # host events named in a GPU-gap bar's tooltip line (largest first)
+
+KINDS = ("compute", "gemm", "collective", "copy", "memset")  # GPU bar kinds, drawing order
+KIND_CLASS = {"compute": "kc", "gemm": "kg", "gemm_aux": "kg", "collective": "kn", "copy": "km",
+              "memset": "ks", "launch": "hl", "graph_launch": "hg", "other": "ho"}
+HOST_KIND_OF_JOIN = {"launch": "launch", "graph_launch": "graph_launch", "other": "other"}
+KIND_WORDS = {"kc": "compute", "kg": "GEMM", "kn": "collective", "km": "memcpy", "ks": "memset",
+              "hl": "launch call", "hg": "graph launch", "ho": "other host call"}
+GAP_CLASS = {"host_late": "gl", "device_wait": "gw", "unknown": "gu"}
+# What a GPU's last stretch was, from what filled most of it; equal times resolve in this order.
+STRETCH_KINDS = ("host_late", "compute", "copy", "device_wait", "unknown", "idle")
+STRETCH_OF_CATEGORY = {"compute": "compute", "memcpy": "copy", "collective": "collective"}
+STRETCH_WORDS = {"collective": "a collective kernel", "host_late":
+                 "waiting for the host's launches (host_late gaps)", "compute": "compute",
+                 "copy": "copies (memcpy/memset)", "device_wait":
+                 "waiting on the device (device_wait gaps)", "unknown": "gaps of unknown cause",
+                 "idle": "idle time under 1 us per gap"}
+LEGEND = [("kc", "compute kernel"), ("kg", "GEMM"), ("kn", "collective (hatched)"),
+          ("km", "memcpy (dotted)"), ("ks", "memset (lined)"), ("hl", "launch call"),
+          ("hg", "graph launch (striped)"), ("ho", "other host call"),
+          ("hw", "host events during a GPU gap"), ("gr", "ran inside a graph"),
+          ("gl", "gap: host late"), ("gw", "gap: device wait"), ("gu", "gap: unknown")]
+
+STYLE = """
+.kc{fill:#9ecae1}.kg{fill:#08519c}.kn{fill:url(#pn)}.km{fill:url(#pm)}.ks{fill:url(#ps)}
+.hl{fill:#8c8c8c}.hg{fill:url(#pg)}.ho{fill:#d9d9d9;stroke:#737373;stroke-width:.5}
+.hw{fill:#fdbf6f;stroke:#b15928;stroke-width:.5}.gr{fill:#6a3d9a}
+.gl{fill:#e31a1c}.gw{fill:#969696}.gu{fill:#fff;stroke:#636363;stroke-width:.5}
+.bg{fill:#f4f4f4}.lane{fill:#fff;stroke:#e0e0e0;stroke-width:.5}
+.grid{stroke:#d9d9d9;stroke-width:.5}.axis{stroke:#000;stroke-width:1}
+.step{stroke:#000;stroke-width:1.2;stroke-dasharray:5 3}
+.gend{stroke:#000;stroke-width:2}
+.strag{fill:#c51b1b;font-weight:bold}.stragl{stroke:#c51b1b;stroke-width:2.5}
+.tie{fill:#b35806;font-weight:bold}.tiel{stroke:#b35806;stroke-width:2.5}
+.crit{font-weight:bold}.small{font-size:9px}.white{fill:#fff}.hd{font-size:13px}
+.title{font-size:16px;font-weight:bold}.note{font-size:11px;fill:#444}
+"""
+PATTERNS = (
+    '<pattern id="pn" width="6" height="6" patternUnits="userSpaceOnUse" '
+    'patternTransform="rotate(45)"><rect width="6" height="6" fill="#fd8d3c"/>'
+    '<rect width="2.2" height="6" fill="#7f2704"/></pattern>'
+    '<pattern id="pm" width="4" height="4" patternUnits="userSpaceOnUse">'
+    '<rect width="4" height="4" fill="#a1d99b"/><circle cx="2" cy="2" r="1" fill="#00441b"/>'
+    '</pattern>'
+    '<pattern id="ps" width="4" height="4" patternUnits="userSpaceOnUse">'
+    '<rect width="4" height="4" fill="#dadaeb"/><rect width="4" height="1.3" fill="#3f007d"/>'
+    '</pattern>'
+    '<pattern id="pg" width="4" height="4" patternUnits="userSpaceOnUse">'
+    '<rect width="4" height="4" fill="#bcbddc"/><rect width="1.5" height="4" fill="#3f007d"/>'
+    '</pattern>')
+
+
+class SwimlaneError(Exception):
+    """The input cannot be drawn; the message is one sentence."""
+
+
+class WindowError(SwimlaneError):
+    """--start/--end do not make a window (a usage error, exit 2)."""
+
+
+# ---------------------------------------------------------------- load
+
+def to_ps(us_text: str) -> int:
+    """A `_us` cell (three decimals) as integer picoseconds."""
+    return round(float(us_text) * 1_000_000)
+
+
+def us3(ps: int) -> float:
+    return round(ps / 1e6, 3)
+
+
+def ensure_step1(capture, out: Path) -> bool:
+    """Run step 1 into `out` where one of its tables is missing; True when it ran."""
+    if all((out / f).is_file() for f in STEP1_FILES):
+        return False
+    import skip_stats  # sibling skill, standard library only
+    skip_stats.run(capture, out)
+    return True
+
+
+def table(path: Path, columns):
+    """Yield each row of a CSV as a list of `columns`' cells; a missing column is an error."""
+    try:
+        fh = open(path, newline="", encoding="utf-8")
+    except OSError as exc:
+        raise SwimlaneError(f"cannot read {path}: {exc.strerror}") from exc
+    with fh:
+        reader = csv.reader(fh)
+        header = next(reader, None) or []
+        missing = [c for c in columns if c not in header]
+        if missing:
+            raise SwimlaneError(f"{path} is not step 1's table (it has no column {missing[0]}); "
+                                "run skip_stats.py into this folder again, or delete it")
+        idx = [header.index(c) for c in columns]
+        width = max(idx) + 1
+        for n, row in enumerate(reader, 2):
+            if len(row) < width:
+                raise SwimlaneError(f"{path} line {n} has {len(row)} cells where the header "
+                                    f"has {len(header)}: the table is cut or not step 1's")
+            yield [row[i] for i in idx]
+
+
+def read_step1(out: Path) -> tuple[dict, dict, list]:
+    """skip_stats.json, steps.csv as {step: {device: row}}, gaps.csv rows."""
+    try:
+        s1 = json.loads((out / "skip_stats.json").read_text(encoding="utf-8"))
+        s1["steps"]["analysed"]  # noqa: B018 - the field this step relies on
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise SwimlaneError(f"{out / 'skip_stats.json'} is not step 1's result ({exc}); run "
+                            "skip_stats.py into this folder again, or delete it") from exc
+    steps: dict[int, dict] = {}
+    try:
+        for step, dev, source, start, end, crit in table(out / "steps.csv", [
+                "step", "device", "source", "start_us", "end_us", "critical_stream"]):
+            steps.setdefault(int(step), {})[int(dev)] = {
+                "source": source, "start": to_ps(start), "end": to_ps(end),
+                "critical": int(crit) if crit else None}
+        gaps = []
+        for dev, stream, step, start, end, before, after, cause, thread, host in table(
+                out / "gaps.csv", ["device", "stream", "step", "start_us", "end_us",
+                                   "kernel_before", "kernel_after", "cause", "launch_thread",
+                                   "host_events"]):
+            gaps.append({"device": int(dev), "stream": int(stream), "step": int(step),
+                         "start": to_ps(start), "end": to_ps(end), "before": before,
+                         "after": after, "cause": cause, "thread": thread, "host": host})
+    except ValueError as exc:
+        raise SwimlaneError(f"a cell of steps.csv or gaps.csv in {out} is not a number ({exc}); "
+                            "run skip_stats.py into this folder again") from exc
+    return s1, steps, gaps
+
+
+ROW_COLUMNS = ["device", "stream", "stream_name", "kernel", "category", "start_us", "end_us",
+               "join", "launch_name", "launch_thread", "launch_start_us", "launch_dur_us",
+               "hlo_op", "graph", "step"]
+
+
+class Rows:
+    """What this step needs from rows.csv, read in one pass: per analysed step and GPU its events
+    (for stragglers.csv); the events and launch calls inside the window (for drawing); each
+    stream's name and its busy time per category in the chosen step (for its role)."""
+
+    def __init__(self, path: Path, analysed: set, chosen: int, v0: int, v1: int):
+        self.per_step_gpu: dict[tuple, list] = {}
+        self.lane_events: dict[tuple, list] = {}
+        self.stream_names: dict[tuple, str] = {}
+        self.step_streams: dict[tuple, list] = {}   # (device, stream) -> [compute, coll, memcpy]
+        self.host: dict[str, dict] = {}             # thread -> (start, name) -> launch call
+        self.step_threads: set = set()
+        self.span = None                            # (first start, last end) of all GPU events
+        cat_index = {"compute": 0, "collective": 1, "memcpy": 2}
+        first, last = None, None
+        try:
+            for (dev, stream, sname, name, cat, start_t, end_t, join, lname, lthread, lstart,
+                 ldur, hlo_op, graph, step) in table(path, ROW_COLUMNS):
+                d, s = int(dev), int(stream)
+                start, end = to_ps(start_t), to_ps(end_t)
+                first = start if first is None or start < first else first
+                last = end if last is None or end > last else last
+                key = (d, s)
+                if key not in self.stream_names:
+                    self.stream_names[key] = sname
+                n = int(step) if step else None
+                if n in analysed:
+                    self.per_step_gpu.setdefault((n, d), []).append((start, end, cat, name))
+                if n == chosen:
+                    acc = self.step_streams.setdefault(key, [0, 0, 0])
+                    acc[cat_index.get(cat, 0)] += end - start
+                if start < v1 and (end > v0 or start >= v0):
+                    kind = rules.kernel_kind(name, hlo_op, cat == "memcpy")
+                    self.lane_events.setdefault(key, []).append(
+                        (start, end, KIND_CLASS[kind], name, graph == "1", start_t))
+                hk = HOST_KIND_OF_JOIN.get(join)
+                if hk and lthread and lstart:
+                    ls = to_ps(lstart)
+                    le = ls + to_ps(ldur or "0")
+                    if n == chosen:
+                        self.step_threads.add(lthread)
+                    if ls < v1 and (le > v0 or ls >= v0):
+                        calls = self.host.setdefault(lthread, {})
+                        c = calls.get((ls, lname))
+                        if c is None:
+                            calls[(ls, lname)] = [ls, le, KIND_CLASS[hk], lname, {d}, 1]
+                        else:
+                            c[4].add(d)
+                            c[5] += 1
+        except ValueError as exc:
+            raise SwimlaneError(f"a cell of {path} is not a number ({exc}); run skip_stats.py "
+                                "into this folder again") from exc
+        if first is not None:
+            self.span = (first, last)
+
+
+def read_instructions(path: Path, keys: set) -> tuple[dict, str | None]:
+    """{(device, stream, start_us): (instruction, match)} for the given keys, from step 4's
+    kernels.csv; a note instead where the file lacks its columns."""
+    found: dict[tuple, tuple] = {}
+    try:
+        for dev, stream, start, ins, match in table(path, ["device", "stream", "start_us",
+                                                           "instruction", "match"]):
+            k = (dev, stream, start)
+            if k in keys:
+                found[k] = (ins, match)
+    except SwimlaneError as exc:
+        return {}, f"{exc}: tooltips name no instruction"
+    return found, None
+
+
+# ---------------------------------------------------------------- analyses
+
+def choose_step(s1: dict, steps: dict, requested: int | None) -> dict:
+    """The step to draw: --step N, else the median-duration complete analysed step."""
+    st = s1["steps"]
+    partial = set(st.get("partial_analysed", []))
+    whole = str(st.get("source", "")).startswith("the whole capture")
+    if s1.get("status") == "not computable" or not steps:
+        raise SwimlaneError("no GPU events in this capture (step 1 found none: a CPU capture?), "
+                            "so there are no GPU lanes to draw")
+    dur = {n: max(r["end"] for r in g.values()) - min(r["start"] for r in g.values())
+           for n, g in steps.items()}
+    complete = sorted(n for n in st["analysed"] if n not in partial and n in steps)
+    if requested is not None:
+        if requested not in steps:
+            skipped = st.get("skipped_partial", [])
+            raise SwimlaneError(
+                f"step {requested} was not analysed by step 1 (analysed: "
+                f"{', '.join(map(str, sorted(steps)))}"
+                + (f"; skipped as partial: {', '.join(map(str, skipped))}" if skipped else "")
+                + "); pass one of the analysed steps")
+        n = requested
+        why = f"step {n}, chosen by --step ({us3(dur[n]):,.3f} us)"
+        if n in partial:
+            why += "; it is partial (the profile started or stopped inside it)"
+    elif complete:
+        order = sorted(complete, key=lambda k: (dur[k], k))
+        n = order[(len(order) - 1) // 2]  # the lower median: a step that ran
+        lo, hi = dur[order[0]], dur[order[-1]]
+        why = (f"step {n}: the median-duration step of the {len(order)} complete analysed "
+               f"step(s) ({us3(dur[n]):,.3f} us; they range {us3(lo):,.3f} to {us3(hi):,.3f} us)")
+    elif whole:
+        n = min(steps)
+        why = ("the capture has no steps (no StepTraceAnnotation and no program executions), so "
+               f"step 1 took the whole capture as one window ({us3(dur[n]):,.3f} us): it is "
+               "drawn whole; it is not a step")
+    else:
+        raise SwimlaneError(
+            "no complete step: step 1 analysed only partial steps ("
+            f"{', '.join(map(str, sorted(steps)))}; the profile started or stopped inside "
+            "them); pass --step N to draw one anyway")
+    g = steps[n]
+    return {"number": n, "why": why, "partial": n in partial, "whole_capture": whole,
+            "source": st.get("source"), "start": min(r["start"] for r in g.values()),
+            "end": max(r["end"] for r in g.values()), "dur": dur[n]}
+
+
+def window(chosen: dict, start_us: float | None, end_us: float | None) -> tuple[int, int, bool]:
+    """The drawn window in picoseconds: the step with a margin, or --start/--end."""
+    pad = max(1, round((chosen["end"] - chosen["start"]) * MARGIN_SHARE))
+    v0 = chosen["start"] - pad if start_us is None else round(start_us * 1_000_000)
+    v1 = chosen["end"] + pad if end_us is None else round(end_us * 1_000_000)
+    if v1 <= v0:
+        raise WindowError(f"the window is empty: --start {us3(v0):,.3f} us is not before its "
+                          f"end {us3(v1):,.3f} us (step {chosen['number']} spans "
+                          f"{us3(chosen['start']):,.3f} to {us3(chosen['end']):,.3f} us)")
+    return v0, v1, start_us is not None or end_us is not None
+
+
+def last_stretch(evs: list, gaps: list, step_start: int) -> tuple:
+    """One GPU in one step: (last event, its stretch kind, stretch start). The stretch runs from
+    the end of the GPU's last collective (or the step's start) to its end; it is `collective`
+    when the GPU ends in a collective kernel, else whatever filled most of it: busy time by
+    category (all streams; the earlier-starting event owns an overlap), and the time no stream
+    was busy by the cause of the critical stream's gap there (gaps.csv), `idle` where no gap
+    of 1 us or more was recorded."""
+    last = max(evs, key=lambda e: (e[1], e[0]))
+    end = last[1]
+    if last[2] == "collective":
+        return last, "collective", last[0]
+    t0 = min(end, max([step_start] + [e[1] for e in evs if e[2] == "collective"]))
+    tally = dict.fromkeys(STRETCH_KINDS, 0)
+    covered, idle = t0, []
+    for s, e, cat, _ in sorted(evs, key=lambda e: (e[0], e[0] - e[1])):
+        if e <= covered:
+            continue
+        if s > covered:
+            idle.append((covered, s))
+        tally[STRETCH_OF_CATEGORY.get(cat, "compute")] += e - max(s, covered)
+        covered = e
+    for s, e in idle:
+        left = e - s
+        for g in gaps:
+            o = min(e, g["end"]) - max(s, g["start"])
+            if o > 0:
+                tally[g["cause"] if g["cause"] in tally else "unknown"] += o
+                left -= o
+        tally["idle"] += max(0, left)
+    kind = max(STRETCH_KINDS, key=lambda k: (tally[k], -STRETCH_KINDS.index(k)))
+    return last, kind, t0
+
+
+def straggler_rows(steps: dict, per_step_gpu: dict, gaps: list) -> list[dict]:
+    """stragglers.csv: one row per analysed step and GPU, by step then device."""
+    gaps_of: dict[tuple, list] = {}
+    for g in gaps:
+        gaps_of.setdefault((g["step"], g["device"]), []).append(g)
+    out = []
+    for n in sorted(steps):
+        g = steps[n]
+        ends = {d: r["end"] for d, r in g.items()}
+        first = min(ends.values())
+        lasts = set(rules.last_finishers(ends))
+        for d in sorted(g):
+            evs = per_step_gpu.get((n, d))
+            row = {"step": n, "device": d, "end": ends[d], "lag": ends[d] - first,
+                   "last_kernel": "", "last_stretch": "", "stretch_start": None,
+                   "stretch": None, "last_dur": None, "finishes_last": d in lasts}
+            if evs:
+                last, kind, t0 = last_stretch(evs, gaps_of.get((n, d), []), g[d]["start"])
+                row.update(last_kernel=last[3], last_stretch=kind, stretch_start=t0,
+                           stretch=last[1] - t0, last_dur=last[1] - last[0])
+            out.append(row)
+    return out
+
+
+def straggler_of(chosen: dict, rows: list[dict]) -> tuple[dict | None, list, list]:
+    """The chosen step's straggler (or tie) as data with its sentence; notes; refusals."""
+    n = chosen["number"]
+    mine = [r for r in rows if r["step"] == n]
+    if chosen["whole_capture"]:
+        return None, [], [f"cannot name a straggler because the capture has no steps: window "
+                          f"{n} is the whole capture, and the GPU whose last event is latest "
+                          "in it did not finish any step late"]
+    if len(mine) < 2:
+        return None, [f"one GPU ran step {n}: there is no straggler to name"], []
+    ends = {r["device"]: r["end"] for r in mine}
+    lasts = rules.last_finishers(ends)
+    first = min(ends, key=lambda d: (ends[d], d))
+    latest = max(ends.values())
+    others = [d for d in ends if d not in lasts]
+    nxt = max(others, key=lambda d: (ends[d], -d)) if others else None
+    by_dev = {r["device"]: r for r in mine}
+    gpus = [{"device": d, "end_us": us3(ends[d]), "last_kernel": by_dev[d]["last_kernel"],
+             "last_stretch": by_dev[d]["last_stretch"],
+             "stretch_start_us": None if by_dev[d]["stretch_start"] is None
+             else us3(by_dev[d]["stretch_start"]),
+             "stretch_us": None if by_dev[d]["stretch"] is None else us3(by_dev[d]["stretch"])}
+            for d in lasts]
+    lag = latest - ends[first]
+    margin = latest - ends[nxt] if nxt is not None else None
+    tie = len(lasts) > 1
+    after = (f"{us3(lag):,.3f} us after the other GPU (GPU {first})" if nxt == first else
+             f"{us3(lag):,.3f} us after the first GPU to finish (GPU {first}) and "
+             f"{us3(margin):,.3f} us after the next (GPU {nxt})") if nxt is not None else ""
+    if tie and nxt is None:
+        sentence = (f"no straggler in step {n}: all {len(lasts)} GPUs finish within "
+                    f"{us3(rules.STRAGGLER_TIE_PS):g} us of each other (a tie; "
+                    f"spread {us3(lag):,.3f} us)")
+    elif tie:
+        sentence = (f"GPUs {', '.join(map(str, lasts))} tie for last in step {n} (their ends "
+                    f"lie within {us3(rules.STRAGGLER_TIE_PS):g} us), {after}")
+    else:
+        g0 = gpus[0]
+        r = by_dev[lasts[0]]
+        if r["last_stretch"] == "collective":
+            how = (f"it ends in the collective kernel {r['last_kernel']} "
+                   f"({us3(r['last_dur']):,.3f} us)")
+        else:
+            frm = "its last collective" if r["stretch_start"] != chosen["start"] else \
+                "the step's start"
+            how = (f"its last stretch ({g0['stretch_us']:,.3f} us from {frm} to its end) is "
+                   f"mostly {STRETCH_WORDS.get(r['last_stretch'], r['last_stretch'])}; its last "
+                   f"kernel is {r['last_kernel']}")
+        sentence = f"GPU {lasts[0]} finishes step {n} last, {after}; {how}"
+    fig = lambda v: None if v is None else {"value": us3(v), "unit": "us",  # noqa: E731
+                                            "label": "measured"}
+    return {"gpus": gpus, "tie": tie, "first_gpu": first, "next_gpu": nxt, "lag_us": fig(lag),
+            "margin_us": fig(margin), "tie_within_us": us3(rules.STRAGGLER_TIE_PS),
+            "sentence": sentence}, [], []
+
+
+def lay_out(events, v0: int, v1: int, merge_ps: float) -> list[tuple]:
+    """Bars of one lane: (start, end, class, n, busy_ps, event). An event at least `merge_ps`
+    wide (in the window) is a bar alone (n = 1); narrower ones of one kind, each within
+    `merge_ps` of the previous, merge into one bar (n >= 2) that keeps its longest event."""
+    bars, pending = [], {}
+    append = bars.append
+    for ev in events:
+        s, e, cls = ev[0], ev[1], ev[2]
+        if s < v0:
+            s = v0
+        if e > v1:
+            e = v1
+        if e - s >= merge_ps:
+            append((s, e, cls, 1, e - s, ev))
+            continue
+        p = pending.get(cls)
+        if p is not None and s - p[1] <= merge_ps:
+            if e > p[1]:
+                p[1] = e
+            p[2] += 1
+            p[3] += e - s
+            if ev[1] - ev[0] > p[5]:
+                p[4], p[5] = ev, ev[1] - ev[0]
+            continue
+        if p is not None:
+            append((p[0], p[1], cls, p[2], p[3], p[4]))
+        pending[cls] = [s, e, 1, e - s, ev, ev[1] - ev[0]]
+    for cls, p in pending.items():
+        bars.append((p[0], p[1], cls, p[2], p[3], p[4]))
+    bars.sort(key=lambda b: (b[0], b[1]))
+    return bars
+
+
+def merge_spans(spans, gap_ps: float) -> list[tuple]:
+    """Intervals joined where they lie less than `gap_ps` apart (the graph strip)."""
+    out: list[list] = []
+    for s, e in sorted(spans):
+        if out and s - out[-1][1] <= gap_ps:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return [tuple(x) for x in out]
+
+
+def build_lanes(rows: Rows, steps: dict, chosen: dict, gaps: list, v0: int, v1: int) -> list:
+    """GPU lanes (every GPU x stream of the step, and any other with events in the window), by
+    device and stream, each GPU followed by the host lanes that serve it alone; then the host
+    lanes that serve several GPUs (or none in the window). A host lane is a launching thread of
+    the step or of the window, or a thread named by a gap's host events."""
+    n = chosen["number"]
+    crit = {}
+    for g in (steps[k] for k in sorted(steps, key=lambda k: (k != n, k))):
+        for d, r in g.items():
+            crit.setdefault(d, r["critical"])
+    keys = sorted(set(rows.step_streams) | set(rows.lane_events))
+    lanes = []
+    for d, s in keys:
+        acc = rows.step_streams.get((d, s))
+        if acc is None:
+            acc = [0, 0, 0]
+            for ev in rows.lane_events.get((d, s), ()):
+                acc[{"kn": 1, "km": 2, "ks": 2}.get(ev[2], 0)] += ev[1] - ev[0]
+        name = rows.stream_names.get((d, s)) or f"stream {s}"
+        lanes.append({"kind": "gpu", "device": d, "stream": s, "stream_name": name,
+                      "role": rules.stream_role(*acc), "critical": crit.get(d) == s,
+                      "in_step": (d, s) in rows.step_streams,
+                      "events": rows.lane_events.get((d, s), [])})
+    host_gaps: dict[str, list] = {}
+    for g in gaps:
+        if g["host"] and g["thread"] and g["start"] < v1 and g["end"] > v0:
+            host_gaps.setdefault(g["thread"], []).append(g)
+    threads = set(rows.step_threads) | set(rows.host) | set(host_gaps)
+    serves: dict[str, set] = {}
+    for t in threads:
+        serves[t] = {d for c in rows.host.get(t, {}).values() for d in c[4]} | \
+            {g["device"] for g in host_gaps.get(t, [])}
+    for t in sorted(threads):
+        calls = sorted(rows.host.get(t, {}).values(), key=lambda c: (c[0], c[1]))
+        role = " and ".join(x for x, has in (("launches", calls),
+                                             ("host work during GPU gaps", host_gaps.get(t)))
+                            if has) or "launches (none in the window)"
+        lanes.append({"kind": "host", "thread": t, "role": role,
+                      "devices": sorted(serves[t]), "events": calls,
+                      "gaps": sorted(host_gaps.get(t, []), key=lambda g: (g["start"],
+                                                                           g["device"]))})
+    # a thread that serves one GPU sits under that GPU's streams; the others after every GPU
+    for lane in lanes:
+        one = lane["kind"] == "host" and len(lane["devices"]) == 1
+        lane["group"] = lane["device"] if lane["kind"] == "gpu" else \
+            (lane["devices"][0] if one else None)
+    lanes.sort(key=lambda ln: (ln["group"] is None, ln["group"] or 0, ln["kind"] != "gpu",
+                               ln.get("stream", 0), ln.get("thread", "")))
+    return lanes
+
+
+# ---------------------------------------------------------------- the SVG
+
+_BAD_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def esc(value) -> str:
+    """Text from the capture, safe in XML content and in a quoted attribute (characters XML
+    cannot hold become U+FFFD)."""
+    return _BAD_XML.sub("\ufffd", str(value)).replace("&", "&amp;").replace(
+        "<", "&lt;").replace(">", "&gt;").replace('"', "&quot;").replace("'", "&#39;")
+
+
+def clip(text: str, px: float, font_px: float = FONT_PX) -> str:
+    """`text` cut to about `px` pixels wide, with an ellipsis where it was cut."""
+    n = max(0, int(px / (CHAR_PX * font_px / FONT_PX)))
+    return text if len(text) <= n else (text[:max(0, n - 1)] + "\u2026" if n else "")
+
+
+def short(name: str) -> str:
+    return name if len(name) <= NAME_CHARS else name[:NAME_CHARS - 1] + "\u2026"
+
+
+def nice_step(span: float, target: int = 10) -> float:
+    raw = span / target
+    mag = 10 ** math.floor(math.log10(raw))
+    return next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
+
+
+def fmt_us(v: float, step: float) -> str:
+    decimals = 0 if step >= 1 else min(3, -math.floor(math.log10(step)))
+    return f"{v:,.{decimals}f}"
+
+
+class Svg:
+    """Builds the SVG text. Coordinates: x from picoseconds by the window's scale."""
+
+    def __init__(self, v0: int, v1: int):
+        self.v0, self.v1 = v0, v1
+        self.scale = (PLOT_X1 - PLOT_X0) / (v1 - v0)
+        self.parts: list[str] = []
+        self.add = self.parts.append
+
+    def x(self, ps: int) -> float:
+        return PLOT_X0 + (ps - self.v0) * self.scale
+
+    def text(self, x, y, s, cls=None, anchor=None, tip=None, extra=""):
+        c = f' class="{cls}"' if cls else ""
+        a = f' text-anchor="{anchor}"' if anchor else ""
+        t = f"<title>{esc(tip)}</title>" if tip else ""
+        self.add(f'<text x="{x:.1f}" y="{y:.1f}"{c}{a}{extra}>{t}{esc(s)}</text>')
+
+    def bar(self, x0, w, y, h, cls, tip, extra=""):
+        self.add(f'<rect x="{x0:.1f}" y="{y:.1f}" width="{max(w, MIN_BAR_PX):.1f}" '
+                 f'height="{h}" class="{cls}"{extra}><title>{esc(tip)}</title></rect>')
+
+
+def kernel_tip(ev, lane, instructions) -> str:
+    start, end, cls, name, graph, start_t = ev
+    lines = [short(name)]
+    ins = instructions.get((str(lane["device"]), str(lane["stream"]), start_t))
+    if ins and ins[0]:
+        lines.append(f"instruction: {ins[0]} ({ins[1]})")
+    lines.append(f"{KIND_WORDS[cls]}, {(end - start) / 1e6:,.3f} us at {start / 1e6:,.3f} us"
+                 + (", inside a graph" if graph else ""))
+    return "\n".join(lines)
+
+
+def merged_tip(bar, where: str) -> str:
+    s, e, cls, n, busy, ev = bar
+    return (f"{n} events merged ({KIND_WORDS[cls]}, each narrower than a pixel): "
+            f"{busy / 1e6:,.3f} us busy over {(e - s) / 1e6:,.3f} us from {s / 1e6:,.3f} us; "
+            f"longest: {short(ev[3])} ({(ev[1] - ev[0]) / 1e6:,.3f} us)\n{where}")
+
+
+def merged_gap_tip(bar) -> str:
+    s, e, cls, n, idle, ev = bar
+    g = ev[3]
+    what = "GPU gaps whose host events are named" if cls == "hw" else \
+        f"gaps on the critical stream ({g['cause']})"
+    return (f"{n} {what}, each narrower than a pixel, merged: {idle / 1e6:,.3f} us idle in all "
+            f"from {s / 1e6:,.3f} to {e / 1e6:,.3f} us; the longest, "
+            f"{(g['end'] - g['start']) / 1e6:,.3f} us, is before {short(g['after'])}")
+
+
+def render_lines(result: dict) -> list[str]:
+    """The SVG's header and footer sentences: a rendering of the result, nothing computed."""
+    c, w, m, dr = result["chosen"], result["window"], result["merged"], result["drawn"]
+    out = [f"why this step: {c['why']}"]
+    sg = result["straggler"]
+    out.append(f"straggler: {sg['sentence']}" if sg else
+               "straggler: " + ("; ".join(result["refusals"] + result["notes"][:1]) or "none"))
+    out.append(f"window: {w['start_us']:,.3f} to {w['end_us']:,.3f} us from the profile start"
+               + (" (--start/--end)" if w["zoomed"] else
+                  " (the whole capture, with a 1% margin)" if c["whole_capture"] else
+                  " (the step, with a 1% margin)")
+               + f"; one pixel is {m['pixel_us']:,.3f} us")
+    narrower = "a pixel" if m["below_px"] == 1 else f"{m['below_px']:g} pixels"
+    out.append(f"drawn: {dr['gpu_events']} GPU events and {dr['host_calls']} host calls in the "
+               f"window; {m['events']} events narrower than {narrower} are merged into {m['bars']} "
+               f"bars (one per lane and kind; hover for the count); {dr['alone']} are drawn one "
+               f"by one; {dr['gaps']} gaps (critical streams, and GPU gaps with their host "
+               f"events on host lanes) are drawn as {dr['gap_bars']} bars")
+    return out
+
+
+def lay_out_lanes(lanes: list, v0: int, v1: int, merge_ps: float) -> dict:
+    """Each lane's bars (lane["bars"]: its events; lane["gap_bars"]: the critical stream's gaps
+    on a GPU lane, the GPU gaps whose host events a host lane shows), merged alike, and the
+    counts the SVG and the result state."""
+    counts = {"alone": 0, "merged_events": 0, "merged_bars": 0, "gpu_events": 0,
+              "host_calls": 0, "gaps": 0, "gap_bars": 0, "merged_gaps": 0}
+    for lane in lanes:
+        lane["bars"] = bars = lay_out(lane["events"], v0, v1, merge_ps)
+        counts["gpu_events" if lane["kind"] == "gpu" else "host_calls"] += len(lane["events"])
+        for b in bars:
+            if b[3] == 1:
+                counts["alone"] += 1
+            else:
+                counts["merged_events"] += b[3]
+                counts["merged_bars"] += 1
+        gpu = lane["kind"] == "gpu"
+        lane["gap_bars"] = gb = lay_out(
+            [(g["start"], g["end"], GAP_CLASS.get(g["cause"], "gu") if gpu else "hw", g)
+             for g in lane["gaps"]], v0, v1, merge_ps)
+        counts["gaps"] += len(lane["gaps"])
+        counts["gap_bars"] += len(gb)
+        counts["merged_gaps"] += sum(b[3] for b in gb if b[3] > 1)
+    return counts
+
+
+def name_lanes(lanes: list, straggler: dict | None) -> None:
+    """Each lane's label, SVG id and label class: GPU, stream name, role, critical stream and
+    the straggler (or tie) mark; a host lane's thread, role and the GPUs it serves."""
+    marked = {g["device"] for g in straggler["gpus"]} if straggler else set()
+    tie = bool(straggler and straggler["tie"])
+    for i, lane in enumerate(lanes):
+        if lane["kind"] == "gpu":
+            d = lane["device"]
+            mark = (" (tie for last)" if tie else " (last)") if d in marked else ""
+            lane["label"] = f"GPU {d}{mark} \u00b7 {lane['stream_name']} \u00b7 " \
+                f"{lane['role']}" + (" \u00b7 critical" if lane["critical"] else "")
+            lane["id"] = f"gpu{d}-s{lane['stream']}"
+            lane["cls"] = "lab crit" if lane["critical"] else "lab"
+            if d in marked:
+                lane["cls"] += " tie" if tie else " strag"
+        else:
+            lane["label"] = f"host \u00b7 {lane['thread']} \u00b7 {lane['role']}" + (
+                f" (GPU {', '.join(map(str, lane['devices']))})" if lane["devices"] else "")
+            lane["id"] = f"host{i}"
+            lane["cls"] = "lab"
+
+
+def render_svg(result: dict, lanes: list, v0: int, v1: int, chosen: dict, rows_strag: list,
+               instructions: dict, merge_ps: float) -> str:
+    """The SVG text: a rendering of the result and of the lanes' bars (lay_out_lanes)."""
+    svg = Svg(v0, v1)
+    add = svg.add
+    head = render_lines(result)
+    notes = [f"note: {x}" for x in result["notes"]] + \
+        [f"refused: {x}" for x in result["refusals"]]
+    y = 28
+    title = (f"Swimlanes: {result['capture']['run']} / {result['capture']['host']}, "
+             + ("the whole capture (no steps)" if chosen["whole_capture"] else
+                f"step {chosen['number']}"))
+    svg.text(16, y, title, "title")
+    y += 8
+    for line in head:
+        for part in textwrap.wrap(line, int((WIDTH - 32) / (CHAR_PX * 13 / FONT_PX)),
+                                  subsequent_indent="    ") or [""]:
+            y += 17
+            svg.text(16, y, part, "hd")
+    # legend
+    y += 22
+    lx = 16
+    for cls, label in LEGEND:
+        wpx = 22 + len(label) * CHAR_PX + 14
+        if lx + wpx > WIDTH - 16:
+            lx, y = 16, y + 18
+        add(f'<rect x="{lx}" y="{y - 10}" width="18" height="12" class="{cls}"/>')
+        svg.text(lx + 22, y, label)
+        lx += wpx
+    add(f'<text x="{lx:.0f}" y="{y}">critical stream: <tspan class="crit">bold label'
+        '</tspan></text>')
+    # axis
+    y += 34
+    axis_y = y
+    span_us = (v1 - v0) / 1e6
+    tick = nice_step(span_us)
+    t = math.ceil(v0 / 1e6 / tick) * tick
+    ticks = []
+    while t <= v1 / 1e6 + 1e-9:
+        ticks.append(t)
+        t += tick
+    # lane positions
+    y_cur = axis_y + 14
+    rows_y = []
+    prev_group = -1
+    for lane in lanes:
+        group = lane["group"]
+        if prev_group != -1 and group != prev_group:
+            y_cur += GROUP_GAP
+        rows_y.append(y_cur)
+        prev_group = group
+        y_cur += LANE_PITCH
+    bottom = y_cur + 4
+    add(f'<line x1="{PLOT_X0}" y1="{axis_y}" x2="{PLOT_X1}" y2="{axis_y}" class="axis"/>')
+    for t in ticks:
+        x = PLOT_X0 + (t * 1e6 - v0) * svg.scale
+        add(f'<line x1="{x:.1f}" y1="{axis_y - 5}" x2="{x:.1f}" y2="{axis_y}" class="axis"/>')
+        add(f'<line x1="{x:.1f}" y1="{axis_y}" x2="{x:.1f}" y2="{bottom}" class="grid"/>')
+        svg.text(x, axis_y - 8, fmt_us(t, tick), "small", "middle")
+    svg.text(8, axis_y - 8, f"time: us from the profile start (tick {fmt_us(tick, tick)} us)",
+             "small")
+    # GPU group backgrounds
+    spans: dict = {}
+    for lane, ly in zip(lanes, rows_y, strict=True):
+        g = lane["group"]
+        lo, hi = spans.get(g, (ly, ly))
+        spans[g] = (min(lo, ly), max(hi, ly + LANE_H))
+    for i, (_g, (lo, hi)) in enumerate(spans.items()):
+        if i % 2 == 0:
+            add(f'<rect x="0" y="{lo - 3}" width="{WIDTH}" height="{hi - lo + 6}" class="bg"/>')
+    strag = result["straggler"]
+    strag_devs = {g["device"] for g in strag["gpus"]} if strag else set()
+    tie = bool(strag and strag["tie"])
+    ends = {r["device"]: r for r in rows_strag if r["step"] == chosen["number"]}
+    # lanes
+    for lane, ly in zip(lanes, rows_y, strict=True):
+        label, lid, cls = lane["label"], lane["id"], lane["cls"]
+        room = PLOT_X0 - 16
+        shown = clip(label, room)
+        add(f'<g id="{lid}" class="lane-{lane["kind"]}">')
+        svg.text(8, ly + LANE_H - 3, shown, cls, tip=label if shown != label else None)
+        add(f'<rect x="{PLOT_X0}" y="{ly}" width="{PLOT_X1 - PLOT_X0}" height="{LANE_H}" '
+            'class="lane"/>')
+        where = f"lane: {label}"
+        if lane["kind"] == "gpu":
+            for b in lane["bars"]:
+                x0, w = svg.x(b[0]), (b[1] - b[0]) * svg.scale
+                if b[3] == 1:
+                    svg.bar(x0, w, ly, LANE_H, b[2], kernel_tip(b[5], lane, instructions))
+                    if w >= BAR_LABEL_MIN_PX:
+                        svg.text(x0 + 2, ly + LANE_H - 4, clip(b[5][3], w - 4, 9),
+                                 "small white" if b[2] == "kg" else "small")
+                else:
+                    svg.bar(x0, w, ly, LANE_H, b[2] + " mg", merged_tip(b, where))
+            graph = merge_spans(((max(e[0], v0), min(e[1], v1)) for e in lane["events"]
+                                 if e[4]), merge_ps)
+            for s, e in graph:
+                add(f'<rect x="{svg.x(s):.1f}" y="{ly - 1}" width='
+                    f'"{max((e - s) * svg.scale, MIN_BAR_PX):.1f}" height="2.5" class="gr"/>')
+            for b in lane["gap_bars"]:
+                g = b[5][3]
+                svg.bar(svg.x(b[0]), (b[1] - b[0]) * svg.scale, ly + LANE_H - 3, 3,
+                        b[2] if b[3] == 1 else b[2] + " mgap",
+                        f"idle {(g['end'] - g['start']) / 1e6:,.3f} us on the critical stream "
+                        f"({g['cause']}) from {g['start'] / 1e6:,.3f} us, after "
+                        f"{short(g['before']) or 'the step start'}, before {short(g['after'])}"
+                        if b[3] == 1 else merged_gap_tip(b))
+        else:
+            for b in lane["bars"]:
+                x0, w = svg.x(b[0]), (b[1] - b[0]) * svg.scale
+                if b[3] == 1:
+                    c = b[5]
+                    svg.bar(x0, w, ly, LANE_H, b[2],
+                            f"{short(c[3])}\n{KIND_WORDS[b[2]]}, {(c[1] - c[0]) / 1e6:,.3f} us "
+                            f"at {c[0] / 1e6:,.3f} us; launched {c[5]} GPU event(s) on GPU "
+                            f"{', '.join(map(str, sorted(c[4])))}\n{lane['thread']}")
+                else:
+                    svg.bar(x0, w, ly, LANE_H, b[2] + " mg", merged_tip(b, where))
+            for b in lane["gap_bars"]:
+                x0, w = svg.x(b[0]), (b[1] - b[0]) * svg.scale
+                g = b[5][3]
+                items = [x for x in g["host"].split(" | ") if x]
+                svg.bar(x0, w, ly + 3, LANE_H - 6, "hw" if b[3] == 1 else "hw mgap",
+                        f"GPU {g['device']} idle {(g['end'] - g['start']) / 1e6:,.3f} us "
+                        f"({g['cause']}) from {g['start'] / 1e6:,.3f} us, before "
+                        f"{short(g['after'])}; host events on {g['thread']} in that gap "
+                        f"(name=overlap us, largest first): "
+                        + "; ".join(short(x) for x in items[:HOST_GAP_EVENTS])
+                        + (f"; and {len(items) - HOST_GAP_EVENTS} more"
+                           if len(items) > HOST_GAP_EVENTS else "")
+                        if b[3] == 1 else merged_gap_tip(b))
+                if w >= BAR_LABEL_MIN_PX and items:
+                    svg.text(x0 + 2, ly + LANE_H - 4, clip(items[0], w - 4, 9), "small")
+        add("</g>")
+    # the step's begin and end
+    top, bot = axis_y, bottom
+    if not chosen["whole_capture"]:
+        for t, word in ((chosen["start"], "begins"), (chosen["end"], "ends")):
+            if v0 <= t <= v1:
+                x = svg.x(t)
+                add(f'<line x1="{x:.1f}" y1="{top - 22}" x2="{x:.1f}" y2="{bot}" class="step">'
+                    f'<title>step {chosen["number"]} {word} at {t / 1e6:,.3f} us</title></line>')
+                svg.text(x + (3 if word == "begins" else -3), top - 20,
+                         f"step {chosen['number']} {word}", "small",
+                         None if word == "begins" else "end")
+    # each GPU's end, and the straggler
+    gpu_rows: dict[int, list] = {}
+    for lane, ly in zip(lanes, rows_y, strict=True):
+        if lane["kind"] == "gpu":
+            gpu_rows.setdefault(lane["device"], []).append(ly)
+    for d, ys in sorted(gpu_rows.items()):
+        r = ends.get(d)
+        if r is None or not v0 <= r["end"] <= v1:
+            continue
+        x = svg.x(r["end"])
+        lo, hi = min(ys) - 2, max(ys) + LANE_H + 2
+        mark = d in strag_devs
+        cls = ("tiel" if tie else "stragl") if mark else "gend"
+        add(f'<line x1="{x:.1f}" y1="{lo}" x2="{x:.1f}" y2="{hi}" class="{cls}"><title>GPU {d} '
+            f'ends {"the window" if chosen["whole_capture"] else "step " + str(chosen["number"])}'
+            f' at {r["end"] / 1e6:,.3f} us, {r["lag"] / 1e6:,.3f} us after the first GPU; last '
+            f'kernel {esc(short(r["last_kernel"]))}; last stretch: {r["last_stretch"]}</title>'
+            '</line>')
+        if mark:
+            first_end = min(x["end"] for x in ends.values())
+            xf = svg.x(max(first_end, v0))
+            ym = (lo + hi) / 2
+            add(f'<line x1="{xf:.1f}" y1="{ym:.1f}" x2="{x:.1f}" y2="{ym:.1f}" class="{cls}"/>')
+            word = "tie for last" if tie else "last"
+            label = f"GPU {d} {word}: +{r['lag'] / 1e6:,.3f} us ({r['last_stretch']})"
+            wpx = len(label) * CHAR_PX + 6
+            right = x + 6 + wpx <= WIDTH
+            tx = x + 6 if right else x - 6 - wpx
+            add(f'<rect x="{tx - 3:.1f}" y="{lo - 14:.1f}" width="{wpx:.1f}" height="14" '
+                'fill="#fff" fill-opacity="0.85"/>')
+            svg.text(tx, lo - 3, label, "tie" if tie else "strag",
+                     extra=f' id="straggler-gpu{d}" data-device="{d}"')
+    # notes
+    y = bottom + 18
+    for line in notes:
+        svg.text(16, y, clip(line, WIDTH - 32), "note", tip=line if len(line) * CHAR_PX >
+                 WIDTH - 32 else None)
+        y += 15
+    height = int(y + 8)
+    head_xml = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
+                f'viewBox="0 0 {WIDTH} {height}" font-family="sans-serif" '
+                f'font-size="{FONT_PX}">'
+                f"<title>{esc(title)}</title><desc>{esc(' | '.join(head))}</desc>"
+                f"<style>{STYLE}</style><defs>{PATTERNS}</defs>"
+                f'<rect width="{WIDTH}" height="{height}" fill="#fff"/>')
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + head_xml + "".join(svg.parts) + "</svg>\n"
+
+
+# ---------------------------------------------------------------- the step
+
+def run(capture, out: Path, step: int | None = None, start_us: float | None = None,
+        end_us: float | None = None) -> tuple[dict, list]:
+    """Step 3 on a capture_inputs.Capture: draws the step into `out` (swimlanes.svg,
+    stragglers.csv, swimlanes.json, each written to a temporary name and renamed); runs step 1
+    first where its tables are missing. Returns the result and the (file, rows) written.
+    Raises SwimlaneError (WindowError for an empty window), capture_inputs.CaptureError and
+    trace_reader.TraceError."""
+    out = Path(out)
+    ran = ensure_step1(capture, out)
+    s1, steps, gaps = read_step1(out)
+    chosen = choose_step(s1, steps, step)
+    v0, v1, zoomed = window(chosen, start_us, end_us)
+    rows = Rows(out / "rows.csv", set(steps), chosen["number"], v0, v1)
+    if rows.span is None:
+        raise SwimlaneError(f"{out / 'rows.csv'} holds no GPU event, so there are no GPU lanes "
+                            "to draw")
+    if zoomed and (v1 <= rows.span[0] or v0 >= rows.span[1]):
+        raise SwimlaneError(f"the window {us3(v0):,.3f} to {us3(v1):,.3f} us holds no GPU "
+                            f"event: the capture's GPU events span {us3(rows.span[0]):,.3f} to "
+                            f"{us3(rows.span[1]):,.3f} us")
+    strag_rows = straggler_rows(steps, rows.per_step_gpu, gaps)
+    straggler, notes, refusals = straggler_of(chosen, strag_rows)
+    lanes = build_lanes(rows, steps, chosen, gaps, v0, v1)
+    crit_gaps: dict[tuple, list] = {}
+    for g in gaps:
+        if g["start"] < v1 and g["end"] > v0:
+            crit_gaps.setdefault((g["device"], g["stream"]), []).append(g)
+    for lane in lanes:
+        if lane["kind"] == "gpu":
+            lane["gaps"] = sorted(crit_gaps.get((lane["device"], lane["stream"]), []),
+                                  key=lambda g: g["start"])
+    pixel_ps = (v1 - v0) / (PLOT_X1 - PLOT_X0)
+    merge_px = MERGE_BELOW_PX
+    while True:
+        merge_ps = merge_px * pixel_ps
+        counts = lay_out_lanes(lanes, v0, v1, merge_ps)
+        if counts["alone"] + counts["merged_bars"] + counts["gap_bars"] <= MAX_BARS or \
+                merge_px >= MAX_MERGE_PX:
+            break
+        merge_px *= 2
+    if merge_px > MERGE_BELOW_PX:
+        notes.append(f"the window holds more events at least a pixel wide than {MAX_BARS:,} "
+                     f"bars can show: events narrower than {merge_px:g} pixels were merged; "
+                     "zoom with --start/--end to see them one by one")
+    # the kernels drawn alone: their tooltips name the instruction
+    instructions, attribution = {}, None
+    att = out / ATTRIBUTION_FILE
+    if att.is_file():
+        keys = {(str(lane["device"]), str(lane["stream"]), b[5][5]) for lane in lanes
+                if lane["kind"] == "gpu" for b in lane["bars"] if b[3] == 1}
+        instructions, why_not = read_instructions(att, keys)
+        if why_not:
+            notes.append(why_not)
+        attribution = {"file": str(ATTRIBUTION_FILE), "kernels_alone": len(keys),
+                       "joined": len(instructions)}
+        if keys and not instructions and not why_not:
+            notes.append(f"{ATTRIBUTION_FILE} is present but none of the kernels drawn alone "
+                         "joins it on (device, stream, start_us): is it another capture's?")
+    if ran:
+        notes.append("step 1's tables were missing here: skip_stats.py ran first and wrote them")
+    if zoomed and not (v0 < chosen["end"] and v1 > chosen["start"]):
+        notes.append(f"the window does not overlap step {chosen['number']}: its begin, end and "
+                     "straggler mark are outside it")
+    s1_strag = s1.get("straggler")
+    if s1_strag and not chosen["whole_capture"]:
+        notes.append(f"over all {s1_strag['steps']} analysed steps, step 1 finds GPU "
+                     f"{s1_strag['gpu']} finishing last in {s1_strag['steps_last']} of them "
+                     "(skip_stats.json straggler)")
+    result = {
+        "step": "swimlanes", "status": "done",
+        "capture": {"run": capture.files.run_dir.name, "host": capture.files.host},
+        "inputs": {"step1": "ran" if ran else "read", "attribution": attribution},
+        "chosen": {"step": chosen["number"], "why": chosen["why"], "source": chosen["source"],
+                   "partial": chosen["partial"], "whole_capture": chosen["whole_capture"],
+                   "start_us": us3(chosen["start"]), "end_us": us3(chosen["end"]),
+                   "duration_us": {"value": us3(chosen["dur"]), "unit": "us",
+                                   "label": "measured"}},
+        "window": {"start_us": us3(v0), "end_us": us3(v1), "zoomed": zoomed},
+        "lanes": [], "merged": {"events": counts["merged_events"], "bars": counts["merged_bars"],
+                                "pixel_us": round(pixel_ps / 1e6, 6), "below_px": merge_px},
+        "drawn": {k: counts[k] for k in ("gpu_events", "host_calls", "alone", "gaps",
+                                         "gap_bars")},
+        "straggler": straggler,
+        "steps_last": steps_last(strag_rows),
+        "notes": notes, "refusals": refusals, "tables": {},
+    }
+    name_lanes(lanes, straggler)
+    result["lanes"] = [lane_json(lane) for lane in lanes]
+    text = render_svg(result, lanes, v0, v1, chosen, strag_rows, instructions, merge_ps)
+    csv_rows = [[r["step"], r["device"], f"{r['end'] / 1e6:.3f}", f"{r['lag'] / 1e6:.3f}",
+                 r["last_kernel"], r["last_stretch"],
+                 "" if r["stretch_start"] is None else f"{r['stretch_start'] / 1e6:.3f}",
+                 "" if r["stretch"] is None else f"{r['stretch'] / 1e6:.3f}",
+                 int(r["finishes_last"])] for r in strag_rows]
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".swimlanes-", dir=out))
+    try:
+        (tmp / SVG_FILE).write_text(text, encoding="utf-8")
+        n = write_csv(tmp / STRAGGLERS_FILE, STRAGGLER_COLUMNS, csv_rows)
+        result["tables"] = {SVG_FILE: len(text.encode("utf-8")), STRAGGLERS_FILE: n}
+        (tmp / RESULT_FILE).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n",
+                                       encoding="utf-8")
+        written = [(SVG_FILE, len(text.encode("utf-8"))), (STRAGGLERS_FILE, n),
+                   (RESULT_FILE, 1)]
+        for fname, _ in written:
+            os.replace(tmp / fname, out / fname)
+    finally:
+        for f in tmp.iterdir():
+            f.unlink()
+        tmp.rmdir()
+    return result, written
+
+
+def steps_last(rows: list[dict]) -> list[dict]:
+    """Per analysed step: the GPUs that finish last (several: a tie) and the spread of ends."""
+    out = []
+    for n in sorted({r["step"] for r in rows}):
+        mine = [r for r in rows if r["step"] == n]
+        last = sorted(r["device"] for r in mine if r["finishes_last"])
+        out.append({"step": n, "gpus": last, "tie": len(last) > 1,
+                    "spread_us": us3(max(r["lag"] for r in mine))})
+    return out
+
+
+def lane_json(lane: dict) -> dict:
+    if lane["kind"] == "gpu":
+        return {"id": lane["id"], "kind": "gpu", "device": lane["device"],
+                "stream": lane["stream"], "stream_name": lane["stream_name"],
+                "role": lane["role"], "critical": lane["critical"], "in_step": lane["in_step"],
+                "events": len(lane["events"]), "label": lane["label"]}
+    return {"id": lane["id"], "kind": "host", "thread": lane["thread"], "role": lane["role"],
+            "devices": lane["devices"], "events": len(lane["events"]),
+            "gaps": len(lane["gaps"]), "label": lane["label"]}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="\n".join(__doc__.splitlines()[1:]))
+    ap.add_argument("capture")
+    ap.add_argument("--out", type=Path, default=Path("."))
+    ap.add_argument("--step", type=int, help="the step to draw (default: the median one)")
+    ap.add_argument("--start", type=float, metavar="US",
+                    help="window start, microseconds from the profile start")
+    ap.add_argument("--end", type=float, metavar="US",
+                    help="window end, microseconds from the profile start")
+    ap.add_argument("--run")
+    ap.add_argument("--host")
+    args = ap.parse_args(argv)
+    for v, flag in ((args.start, "--start"), (args.end, "--end")):
+        if v is not None and not math.isfinite(v):
+            ap.error(f"{flag} must be a finite number of microseconds")
+    if args.start is not None and args.end is not None and args.start >= args.end:
+        ap.error(f"--start {args.start} must be before --end {args.end}")
+    gc.disable()  # many small objects, no cycles (see skip_stats.py)
+    try:
+        capture = capture_inputs.open_capture(args.capture, run=args.run, host=args.host)
+        for n in capture.files.notes:
+            print(f"swimlanes: {n}", file=sys.stderr)
+        result, written = run(capture, args.out, args.step, args.start, args.end)
+    except WindowError as exc:
+        ap.error(str(exc))
+    except (capture_inputs.CaptureError, trace_reader.TraceError, SwimlaneError) as exc:
+        print(f"swimlanes: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"swimlanes: cannot write into {args.out}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    for fname, n in written:
+        unit = "bytes" if fname.endswith(".svg") else "rows"
+        print(f"wrote {args.out / fname} ({n} {unit})")
+    print(f"step: {result['chosen']['why']}")
+    sg = result["straggler"]
+    print(f"straggler: {sg['sentence']}" if sg else
+          "straggler: " + "; ".join(result["refusals"] + result["notes"][:1]))
+    print("Next: open swimlanes.svg in a browser (hover a bar for its kernel); quote the "
+          "straggler line and stragglers.csv (SKILL.md step 3).")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
