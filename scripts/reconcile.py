@@ -76,11 +76,16 @@ class UsageError(Exception):
     """The input cannot be reconciled; the message is one sentence."""
 
 
+def _num(v):
+    """A figure as written: whole numbers without a decimal point."""
+    return int(v) if isinstance(v, float) and v.is_integer() else v
+
+
 def row(check, device="", stream="", status="pass", a="", b="", unit="", what_a="",
         what_b="", sentence="") -> dict:
     return {"check": check, "device": device, "stream": stream, "status": status,
-            "figure_a": a, "figure_b": b, "unit": unit, "what_a": what_a, "what_b": what_b,
-            "trust_sentence": sentence}
+            "figure_a": _num(a), "figure_b": _num(b), "unit": unit, "what_a": what_a,
+            "what_b": what_b, "trust_sentence": sentence}
 
 
 # ---------------------------------------------------------------- check 1

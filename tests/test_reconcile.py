@@ -173,3 +173,83 @@ def test_bad_input_is_one_sentence_and_writes_nothing(tmp_path):
     p = run(empty, tmp_path / "out")
     assert p.returncode == 1 and len(p.stderr.strip().splitlines()) == 1
     assert "Traceback" not in p.stderr and not (tmp_path / "out").exists()
+
+
+# ------------------------------------------------------------------ a capture built here
+
+TINY_PASS = """\
+gpu_events_json_vs_xplane_count,0,7,pass,6,6,count,trace,xplane,
+gpu_events_json_vs_xplane_duration,0,7,pass,102.000,102.000,us,trace,xplane,
+gpu_events_json_vs_xplane_count,0,8,pass,3,3,count,trace,xplane,
+gpu_events_json_vs_xplane_duration,0,8,pass,55.000,55.000,us,trace,xplane,
+gpu_events_json_vs_xplane_count,1,7,pass,6,6,count,trace,xplane,
+gpu_events_json_vs_xplane_duration,1,7,pass,92.000,92.000,us,trace,xplane,
+gpu_events_json_vs_xplane_count,1,8,pass,3,3,count,trace,xplane,
+gpu_events_json_vs_xplane_duration,1,8,pass,50.500,50.500,us,trace,xplane,
+launch_join,0,,pass,9,9,count,events joined to a launch (0 graph launches),GPU events,
+launch_join,1,,pass,9,9,count,events joined to a launch (0 graph launches),GPU events,
+kernels_per_step,0,,pass,3,3,count,fewest events in a step,most events in a step,
+kernels_per_step,1,,pass,3,3,count,fewest events in a step,most events in a step,
+same_work_across_gpus_events,0,,pass,3,3,count,events per step (median),median over GPUs,
+same_work_across_gpus_time,0,,pass,47.000,47.250,us,GPU event time per step (median),\
+median over GPUs,
+same_work_across_gpus_events,1,,pass,3,3,count,events per step (median),median over GPUs,
+same_work_across_gpus_time,1,,pass,47.500,47.250,us,GPU event time per step (median),\
+median over GPUs,
+stream_budget,0,7,pass,170000000,170000000,ps,compute + collective + memcpy + idle,span,
+stream_budget,0,8,pass,170000000,170000000,ps,compute + collective + memcpy + idle,span,
+stream_budget,1,7,pass,170500000,170500000,ps,compute + collective + memcpy + idle,span,
+stream_budget,1,8,pass,170500000,170500000,ps,compute + collective + memcpy + idle,span,
+attribution,,,not checkable,,,,,,the attribution cannot be reconciled because step 4 \
+(attribute_kernels.py) has not run in this scratch folder
+"""
+
+
+def _tiny(folder):
+    """Two GPUs, three annotated steps, every kernel launched on its own (the swimlanes tests'
+    capture: its kernels and their times are listed there)."""
+    from test_swimlanes import build_capture
+    return build_capture(folder)
+
+
+def test_tiny_capture_exact_table(tmp_path):
+    """Figures by hand: GPU 0 stream 7 runs 20 + 10 + 2 + 20 + 20 + 30 us; its step windows
+    (annotation start to its last kernel's end) are 50 + 50 + 70 us; GPU event time per step on
+    GPU 0 is 45, 47, 65 us (median 47), on GPU 1 40, 47.5, 55 (median 47.5)."""
+    run_dir = _tiny(tmp_path / "capture")
+    p = run(run_dir, tmp_path / "out")
+    assert p.returncode == 0, p.stderr
+    text = (tmp_path / "out" / "reconciliation.csv").read_text()
+    assert text == ",".join(
+        ["check", "device", "stream", "status", "figure_a", "figure_b", "unit", "what_a",
+         "what_b", "trust_sentence"]) + "\n" + TINY_PASS
+
+
+def test_tiny_capture_a_dropped_event_and_a_lost_launch_fail_exactly(tmp_path):
+    """The trace loses GPU 1's 5 us kernel on stream 7 (json != xplane there) and the launch of
+    correlation id 3 (GPU 0's third kernel joins nothing): exactly those rows fail."""
+    import gzip
+    run_dir = _tiny(tmp_path / "capture")
+    (trace,) = run_dir.glob("*.trace.json.gz")
+    data = json.loads(gzip.decompress(trace.read_bytes()))
+    gpu1 = next(e["pid"] for e in data["traceEvents"] if e.get("ph") == "M" and
+                e.get("args", {}).get("name") == "/device:GPU:1")
+    dropped = [e for e in data["traceEvents"] if e.get("pid") == gpu1 and e.get("tid") == 7
+               and e.get("dur") == 5]
+    lost = [e for e in data["traceEvents"] if e.get("name") == "cuLaunchKernel" and
+            e.get("args", {}).get("correlation_id") == "3"]
+    assert len(dropped) == 1 and len(lost) == 1
+    data["traceEvents"] = [e for e in data["traceEvents"] if e not in dropped + lost]
+    trace.write_bytes(gzip.compress(json.dumps(data).encode()))
+    p = run(run_dir, tmp_path / "out")
+    assert p.returncode == 0, p.stderr
+    fails = [(r["check"], r["device"], r["stream"], r["figure_a"], r["figure_b"],
+              r["trust_sentence"]) for r in table(tmp_path / "out") if r["status"] == "fail"]
+    assert fails[:3] == [
+        ("gpu_events_json_vs_xplane_count", "1", "7", "5", "6",
+         "GPU 1 stream 7: the trace holds 5 events, the xplane 6"),
+        ("gpu_events_json_vs_xplane_duration", "1", "7", "87.000", "92.000",
+         "GPU 1 stream 7: summed event time differs, 87.000 us in the trace vs 92.000 us in "
+         "the xplane"),
+        ("launch_join", "0", "", "8", "9",
+         "GPU 0: 1 of 9 events join no launch call: none 1 (ids 3)")]
