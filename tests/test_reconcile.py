@@ -113,10 +113,16 @@ def test_a_non_launch_correlation_fails_the_join_check_with_its_ids(reconciled):
     assert fails and ids and all(i in " ".join(x["trust_sentence"] for x in fails) for i in ids)
 
 
-def test_the_straggler_differs_in_time_not_in_work(reconciled):
+def test_the_straggler_runs_the_same_work_slower(reconciled):
+    """GPU 5 is planted 1.6x slower: the same events per step, 1.6x their compute time, and
+    only that GPU fails the time check."""
     _, rows, _, _ = reconciled("rocm-8gpu-straggler")
     events = by_status(rows, "same_work_across_gpus_events")
     assert len(events) == 8 and {x["status"] for x in events.values()} == {"pass"}
+    time = by_status(rows, "same_work_across_gpus_time")
+    assert [d for d, x in sorted(time.items()) if x["status"] == "fail"] == [("5", "")]
+    ratio = float(time[("5", "")]["figure_a"]) / float(time[("5", "")]["figure_b"])
+    assert 1.5 < ratio < 1.7
     assert {x["status"] for x in by_status(rows, "stream_budget").values()} == {"pass"}
 
 
@@ -191,10 +197,10 @@ launch_join,1,,pass,9,9,count,events joined to a launch (0 graph launches),GPU e
 kernels_per_step,0,,pass,3,3,count,fewest events in a step,most events in a step,
 kernels_per_step,1,,pass,3,3,count,fewest events in a step,most events in a step,
 same_work_across_gpus_events,0,,pass,3,3,count,events per step (median),median over GPUs,
-same_work_across_gpus_time,0,,pass,47.000,47.250,us,GPU event time per step (median),\
+same_work_across_gpus_time,0,,pass,30.000,30.000,us,compute + memcpy time per step (median),\
 median over GPUs,
 same_work_across_gpus_events,1,,pass,3,3,count,events per step (median),median over GPUs,
-same_work_across_gpus_time,1,,pass,47.500,47.250,us,GPU event time per step (median),\
+same_work_across_gpus_time,1,,pass,30.000,30.000,us,compute + memcpy time per step (median),\
 median over GPUs,
 stream_budget,0,7,pass,170000000,170000000,ps,compute + collective + memcpy + idle,span,
 stream_budget,0,8,pass,170000000,170000000,ps,compute + collective + memcpy + idle,span,
@@ -214,8 +220,9 @@ def _tiny(folder):
 
 def test_tiny_capture_exact_table(tmp_path):
     """Figures by hand: GPU 0 stream 7 runs 20 + 10 + 2 + 20 + 20 + 30 us; its step windows
-    (annotation start to its last kernel's end) are 50 + 50 + 70 us; GPU event time per step on
-    GPU 0 is 45, 47, 65 us (median 47), on GPU 1 40, 47.5, 55 (median 47.5)."""
+    (annotation start to its last kernel's end) are 50 + 50 + 70 us; compute + memcpy time per
+    step (the all-reduces left out) on GPU 0 is 30, 22, 50 us (median 30), on GPU 1 30, 22, 40
+    (median 30)."""
     run_dir = _tiny(tmp_path / "capture")
     p = run(run_dir, tmp_path / "out")
     assert p.returncode == 0, p.stderr
