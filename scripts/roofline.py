@@ -1,0 +1,832 @@
+#!/usr/bin/env python3
+"""Step 5: a roofline per instruction, with per-dtype ceilings whose provenance is kept.
+
+Usage:
+    python3 -P roofline.py <xplane.pb | run folder | log folder> [--out DIR]
+                           [--run NAME] [--host NAME]
+
+Example:
+    python3 -P $B/scripts/attribute_kernels.py ~/logs/plugins/profile/2026_02_20_13_54_10
+    python3 -P $B/scripts/roofline.py ~/logs/plugins/profile/2026_02_20_13_54_10
+
+Needs step 4 first: reads ./attribution/ops.csv and attribute_kernels.json (or DIR/attribution/)
+for the measured GPU time per instruction and the executions counted, and the capture for the
+GPU (its device-plane stats) and the chosen program's HLO. Writes into ./ (or DIR):
+    roofline.csv   one row per instruction with kernel time: FLOPs and bytes from the HLO and how
+                   they were obtained (shapes / fused computation / backend config / not
+                   computable: why), the dtype that sets the ceiling, arithmetic intensity,
+                   achieved FLOP/s and B/s from the measured time, the binding ceiling at that
+                   intensity with its provenance tag, and the share of it reached
+    roofline.json  the GPU and the evidence it was identified by, the ceilings used with their
+                   tags, the GPU time whose FLOPs or bytes are not computable (for the trust list)
+    roofline.svg   log-log roofline, one per dtype present; points sized by GPU time
+Ceilings come from references/peaks.csv (transcribed from the shared peaks.md with each cell's tag:
+vendor, vendor-mirror, derived, secondary); an unconfirmed cell is no ceiling. A GPU that matches
+no row gets no ceiling: the rows are still written and the result says why. The capture's own
+memory_bandwidth stat is shown beside ours and never used (it reads ~half the datasheet on AMD).
+A trace measures time, not peaks: every ceiling here is read or derived, never measured.
+
+Exit codes: 0 done; 1 the input cannot be used (one sentence says why: e.g. step 4 has not run);
+2 usage; 3 a missing package (protobuf; the message has the install line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import html
+import json
+import math
+import os
+import re
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SIBLING = next((p for p in (HERE.parent / "analyzing-jax-launch-overhead" / "scripts",
+                            HERE.parent.parent / "analyzing-jax-launch-overhead" / "scripts")
+                if (p / "capture_inputs.py").is_file()), None)
+sys.path[:0] = [str(HERE)] + ([str(SIBLING)] if SIBLING else [])
+
+from trace_rules import (  # noqa: E402  (sibling skill: shared rules)
+    COLLECTIVE_OPCODES,
+    CONTROL_OPCODES,
+    NO_LAUNCH_OPCODES,
+    pct,
+    write_csv,
+)
+
+import capture_inputs  # noqa: E402  (sibling skill)
+
+PEAKS_CSV = HERE.parent / "references" / "peaks.csv"
+RESULT_FILE = "roofline.json"
+TABLE = "roofline.csv"
+PLOT = "roofline.svg"
+INSTALL = "pip install -r requirements.txt (protobuf)"
+
+COLUMNS = [
+    "program_id", "instruction", "opcode", "category", "kernels", "runs", "gpu_us",
+    "run_flops", "run_bytes", "total_flops", "total_bytes", "method", "dtype", "ceiling_dtype",
+    "intensity_flop_per_byte", "achieved_flop_per_s", "achieved_bytes_per_s",
+    "compute_ceiling_flop_per_s", "compute_tag", "compute_source",
+    "memory_ceiling_bytes_per_s", "memory_tag", "memory_source",
+    "binding", "attainable_flop_per_s", "ceiling_pct", "no_ceiling_why",
+]
+
+# memory_size differs by up to ~0.5% between drivers (peaks.md section 4: three A100 40GB
+# readings span 206 MB); a 2% band separates every pair in the table (the closest, H100 80GB vs
+# A100 80GB, differ in compute capability anyway) without an exact match.
+MEMORY_BAND = 0.02
+# clock_rate is the max SM/engine clock in kHz; 2% keeps MI355X (2.4 GHz) apart from MI350X
+# (2.2 GHz, same gfx950 and 256 CUs) while tolerating a driver's rounding.
+CLOCK_BAND = 0.02
+GIB = 2 ** 30
+
+# peaks.md section 4: vendor, (cc major, minor), core_count, clock_rate kHz, memory_size bytes,
+# and what the row rests on. Matched on every field; memory and clock within their bands.
+IDENTIFY = (
+    ("H100 SXM5 80GB", "nvidia", (9, 0), 132, 1_980_000, 84.935e9, "C2, X1 [source]"),
+    ("H100 PCIe 80GB", "nvidia", (9, 0), 114, 1_755_000, 84.94e9, "X1 [source]"),
+    ("H200 SXM 141GB", "nvidia", (9, 0), 132, 1_980_000, 151.40e9, "X1 [source]"),
+    ("A100 SXM4 80GB", "nvidia", (8, 0), 108, 1_410_000, 85.10e9, "X1 [source]"),
+    ("A100 SXM4 40GB", "nvidia", (8, 0), 108, 1_410_000, 42.40e9, "C2, X1 [source]"),
+    ("B200", "nvidia", (10, 0), 148, 1_965_000, 191.51e9, "X1 [source]"),
+    ("MI300X", "amd", (9, 4), 304, 2_100_000, 206_141_652_992, "C1 [seen]"),
+    ("MI325X", "amd", (9, 4), 304, 2_100_000, 256 * GIB,
+     "A2 (clock and memory expected, unconfirmed)"),
+    ("MI355X", "amd", (9, 5), 256, 2_400_000, 309_220_868_096, "C1 [seen]"),
+)
+
+# Element-wise opcodes counted as one FLOP per output element (transcendentals included, as one).
+FLOP_OPCODES = frozenset({
+    "add", "subtract", "multiply", "divide", "maximum", "minimum", "power", "remainder",
+    "atan2", "negate", "abs", "exponential", "exponential-minus-one", "log", "log-plus-one",
+    "logistic", "tanh", "sqrt", "rsqrt", "cbrt", "sine", "cosine", "tan", "erf", "sign",
+    "floor", "ceil", "round-nearest-afz", "round-nearest-even", "clamp",
+})
+# FLOPs are floating-point: index arithmetic (s32 scalars in slice fusions) is not counted.
+FLOAT_TYPES = frozenset({"f16", "bf16", "f32", "f64", "c64", "c128", "f8e5m2", "f8e4m3fn",
+                         "f8e4m3b11fnuz", "f8e5m2fnuz", "f8e4m3fnuz", "f8e4m3", "f8e3m4",
+                         "f4e2m1fn"})
+SLICE_OPCODES = frozenset({"slice", "dynamic-slice", "gather"})
+GEMM_TARGET_RE = re.compile(r"^__cublas\$|^__hipblas|gemm|matmul", re.IGNORECASE)
+CUDNN_CONV_RE = re.compile(r"^__cudnn\$conv|^__miopen\$conv", re.IGNORECASE)
+NO_WORK_CATEGORY = "control"
+ROW_CATEGORIES = ("compute", "collective", "memcpy")
+CATEGORY_COLOURS = {"compute": "#1f77b4", "collective": "#d62728", "memcpy": "#2ca02c"}
+DTYPE_COLOURS = ("#444444", "#9467bd", "#ff7f0e", "#8c564b", "#17becf", "#e377c2", "#bcbd22")
+LABELLED_POINTS = 8  # the instructions with the most GPU time get a text label on the plot
+
+
+class UsageError(Exception):
+    """The input cannot be used; the message is one sentence."""
+
+
+class MissingPackage(Exception):
+    pass
+
+
+# ---------------------------------------------------------------- ceilings and the GPU
+
+@dataclass(frozen=True)
+class Ceiling:
+    gpu: str
+    key: str
+    value: float | None  # FLOP/s or B/s; None = no ceiling (unconfirmed, none)
+    unit: str
+    tag: str
+    source: str
+    other_values: str
+
+
+def load_peaks(path: Path = PEAKS_CSV) -> dict[str, dict[str, Ceiling]]:
+    """peaks.csv -> {gpu: {ceiling key: Ceiling}}; TFLOP/s converted to FLOP/s (1 TFLOP/s =
+    1e12 FLOP/s). A cell without a value (unconfirmed, none) is kept with value None."""
+    out: dict[str, dict[str, Ceiling]] = {}
+    with open(path, newline="", encoding="utf-8") as fh:
+        for r in csv.DictReader(fh):
+            if r["ceiling"] == "hbm_bandwidth":
+                value = float(r["hbm_bytes_per_s"]) if r["hbm_bytes_per_s"] else None
+                unit = "B/s"
+            else:
+                tflops = r["dense_tflops"]
+                value = float(round(float(tflops) * 1e12)) if tflops else None
+                unit = "FLOP/s"
+            out.setdefault(r["gpu"], {})[r["ceiling"]] = Ceiling(
+                r["gpu"], r["ceiling"], value, unit, r["tag"], r["source"], r["other_values"])
+    return out
+
+
+def _near(a, b, band) -> bool:
+    return a is not None and b and abs(a - b) <= band * b
+
+
+def identify(stats: dict) -> dict:
+    """The GPU model from one device plane's stats (peaks.md section 4): `model` (None when no
+    row matches), `evidence` (the stats used), `basis`, `why` (a sentence when unrecognised)."""
+    vendor = stats.get("device_vendor")
+    cc = (stats.get("compute_cap_major"), stats.get("compute_cap_minor"))
+    cores, clock, memory = stats.get("core_count"), stats.get("clock_rate"), stats.get(
+        "memory_size")
+    evidence = {"device_vendor": vendor, "gpu_device_name": stats.get("gpu_device_name"),
+                "compute_cap": f"{cc[0]}.{cc[1]}" if cc[0] is not None else None,
+                "core_count": cores, "clock_rate_khz": clock, "memory_size_bytes": memory}
+    out = {"model": None, "evidence": evidence, "basis": None, "why": None}
+    if not vendor:
+        out["why"] = ("cannot identify the GPU because its device plane has no device_vendor stat"
+                      f" (compute capability {evidence['compute_cap']}, {cores} cores, clock "
+                      f"{clock} kHz, memory {memory} B), and peaks.md requires the vendor first: "
+                      "no ceiling is used")
+        return out
+    for model, v, want_cc, want_cores, want_clock, want_mem, basis in IDENTIFY:
+        if (str(vendor).lower() == v and cc == want_cc and cores == want_cores
+                and _near(clock, want_clock, CLOCK_BAND) and _near(memory, want_mem, MEMORY_BAND)):
+            out["model"], out["basis"] = model, basis
+            return out
+    out["why"] = (f"cannot identify the GPU because no row of peaks.md section 4 matches vendor "
+                  f"{vendor}, compute capability {evidence['compute_cap']}, {cores} cores, clock "
+                  f"{clock} kHz, memory {memory} B: no ceiling is used")
+    return out
+
+
+def identify_space(space) -> dict:
+    """Identify every GPU plane; one model for the capture, or none with why."""
+    # idle GPUs may carry device_vendor alone (the MI355X capture): identify by the planes
+    # that report the full set
+    planes = [p for p in space.gpu_planes() if p.stats.get("core_count")]
+    if not planes:
+        return {"model": None, "evidence": {}, "basis": None, "devices": 0,
+                "why": "cannot identify the GPU because the xplane has no GPU plane with device "
+                       "stats: no ceiling is used"}
+    ids = [identify(p.stats) for p in planes]
+    models = sorted({str(i["model"]) for i in ids})
+    first = dict(ids[0])
+    first["devices"] = len(planes)
+    first["xprof_memory_bandwidth_bytes_per_s"] = planes[0].stats.get("memory_bandwidth")
+    if len(models) > 1:
+        first["model"] = None
+        first["why"] = ("cannot use one ceiling because the GPU planes identify as different "
+                        f"models ({', '.join(models)}): no ceiling is used")
+    return first
+
+
+# ---------------------------------------------------------------- FLOPs and bytes from the HLO
+
+def _prod(xs) -> int:
+    n = 1
+    for x in xs:
+        n *= int(x)
+    return n
+
+
+def elements(shape) -> int:
+    if shape.tuple_shapes:
+        return sum(elements(s) for s in shape.tuple_shapes)
+    return _prod(shape.dimensions)
+
+
+def dtype_name(shape) -> str:
+    import xprotos
+    if shape.tuple_shapes:
+        return dtype_name(shape.tuple_shapes[0])
+    return xprotos.PRIMITIVE_TYPES.get(shape.element_type, f"type{shape.element_type}")
+
+
+def nbytes(shape) -> int:
+    """Bytes of an array (sum over a tuple); token/opaque count 0."""
+    import xprotos
+    if shape.tuple_shapes:
+        return sum(nbytes(s) for s in shape.tuple_shapes)
+    bits = xprotos.PRIMITIVE_BITS.get(dtype_name(shape))
+    return 0 if bits is None else (_prod(shape.dimensions) * bits + 7) // 8
+
+
+@dataclass
+class Cost:
+    flops: int | None = 0
+    bytes: int | None = 0
+    method: str = "shapes"
+    matrix_dtype: str | None = None   # operand dtype of a dot / convolution / GEMM
+    tf32_allowed: bool = False        # an f32 dot at DEFAULT precision may run as TF32
+    vector_f64: bool = False
+    why: str | None = None            # set when not computable
+    notes: list = field(default_factory=list)
+
+
+def dot_flops(out_shape, lhs_shape, lhs_contracting) -> int:
+    """2 x output elements x contracted size (batch dimensions are in the output)."""
+    k = _prod(lhs_shape.dimensions[d] for d in lhs_contracting)
+    return 2 * _prod(out_shape.dimensions) * k
+
+
+def conv_flops(out_shape, kernel_shape, dn) -> int:
+    """2 x output elements x kernel window x kernel input features (the per-group features:
+    feature_group_count is already in the kernel's shape)."""
+    window = _prod(kernel_shape.dimensions[d] for d in dn.kernel_spatial_dimensions)
+    return 2 * _prod(out_shape.dimensions) * window * int(
+        kernel_shape.dimensions[dn.kernel_input_feature_dimension])
+
+
+class Costs:
+    """FLOPs and bytes of one program's instructions."""
+
+    def __init__(self, program, group_size: int | None = None):
+        self.p = program
+        self.group_size = group_size  # GPUs taking part when a collective names no groups
+        self.users: dict[int, list] = {}
+        for ins in program.instructions.values():
+            for o in ins.operand_ids:
+                self.users.setdefault(o, []).append(ins)
+
+    def operand(self, ins, i):
+        return self.p.instructions[ins.operand_ids[i]]
+
+    # ---- FLOPs of one instruction (recursing into fused computations)
+    def _precision_tf32(self, ins) -> bool:
+        pc = ins.precision_config
+        return not any(pc.operand_precision) and not pc.algorithm
+
+    def add_flops(self, ins, c: Cost) -> None:
+        op = ins.opcode
+        if op == "dot":
+            lhs = self.operand(ins, 0).shape
+            c.flops += dot_flops(ins.shape, lhs,
+                                 ins.dot_dimension_numbers.lhs_contracting_dimensions)
+            c.matrix_dtype = c.matrix_dtype or dtype_name(lhs)
+            c.tf32_allowed = self._precision_tf32(ins)
+        elif op == "convolution":
+            c.flops += conv_flops(ins.shape, self.operand(ins, 1).shape,
+                                  ins.convolution_dimension_numbers)
+            c.matrix_dtype = c.matrix_dtype or dtype_name(self.operand(ins, 0).shape)
+            c.tf32_allowed = self._precision_tf32(ins)
+        elif op == "custom-call":
+            self.custom_call_flops(ins, c)
+        elif op in ("fusion", "call", "async-start"):
+            for cid in ins.called_computation_ids:
+                for inner in self.p.computations[cid].instructions:
+                    self.add_flops(inner, c)
+        elif op in ("reduce", "reduce-window"):
+            per = max(1, sum(1 for cid in ins.called_computation_ids
+                             for i in self.p.computations[cid].instructions
+                             if i.opcode in FLOP_OPCODES))
+            n_in = len(ins.operand_ids) // 2 or 1
+            out = elements(ins.shape) // n_in if ins.shape.tuple_shapes else elements(ins.shape)
+            if op == "reduce":
+                c.flops += max(0, elements(self.operand(ins, 0).shape) - out) * per
+            else:
+                c.flops += out * _prod(d.size for d in ins.window.dimensions) * per
+            self._mark_f64(ins, c)
+        elif op in FLOP_OPCODES and dtype_name(ins.shape) in FLOAT_TYPES:
+            c.flops += elements(ins.shape)
+            self._mark_f64(ins, c)
+
+    def _mark_f64(self, ins, c: Cost) -> None:
+        if dtype_name(ins.shape) == "f64":
+            c.vector_f64 = True
+
+    def custom_call_flops(self, ins, c: Cost) -> None:
+        target = ins.custom_call_target
+        out = ins.shape.tuple_shapes[0] if ins.shape.tuple_shapes else ins.shape
+        if GEMM_TARGET_RE.search(target):
+            try:
+                cfg = json.loads(ins.backend_config or b"{}")
+                dn = cfg.get("gemm_backend_config", cfg)["dot_dimension_numbers"]
+                contracting = [int(d) for d in dn["lhs_contracting_dimensions"]]
+            except (ValueError, KeyError, TypeError):
+                c.why = (f"custom call {target} has no dot_dimension_numbers in its backend "
+                         "config")
+                return
+            lhs = self.operand(ins, 0).shape
+            c.flops += dot_flops(out, lhs, contracting)
+            c.matrix_dtype = c.matrix_dtype or dtype_name(lhs)
+            c.tf32_allowed = True
+            c.method = "backend config"
+        elif CUDNN_CONV_RE.search(target):
+            dn = ins.convolution_dimension_numbers
+            a, b = self.operand(ins, 0).shape, self.operand(ins, 1).shape
+            if "BackwardInput" in target:
+                fwd_out, kernel = a, b
+            elif "BackwardFilter" in target:
+                fwd_out, kernel = b, out
+            else:
+                fwd_out, kernel = out, b
+            if not dn.kernel_spatial_dimensions and not dn.input_spatial_dimensions and \
+                    len(kernel.dimensions) > 2:
+                c.why = f"custom call {target} carries no convolution dimension numbers"
+                return
+            c.flops += conv_flops(fwd_out, kernel, dn)
+            c.matrix_dtype = c.matrix_dtype or dtype_name(a)
+            c.tf32_allowed = True
+            c.method = "backend config"
+        else:
+            c.why = f"custom call {target} has no cost model here"
+
+    # ---- bytes
+    def fusion_bytes(self, ins) -> int:
+        """Operands read plus results written. A parameter read only through slices counts
+        the slices; a buffer updated in place (dynamic-update-slice on a parameter) counts the
+        update, read and written."""
+        comp = self.p.computations[ins.called_computation_ids[0]]
+        params = {i.parameter_number: i for i in comp.instructions if i.opcode == "parameter"}
+        in_place = set()
+        root = self.p.instructions.get(comp.root_id) or comp.instructions[-1]
+        roots = ([self.p.instructions[o] for o in root.operand_ids] if root.opcode == "tuple"
+                 else [root])
+        written = 0
+        for r in roots:
+            if r.opcode == "dynamic-update-slice" and self.operand(r, 0).opcode == "parameter":
+                in_place.add(r.operand_ids[0])
+                written += nbytes(self.operand(r, 1).shape)
+            else:
+                written += nbytes(r.shape)
+        read = 0
+        for _n, prm in sorted(params.items()):
+            users = self.users.get(prm.id, [])
+            if prm.id in in_place:
+                others = [u for u in users if u.opcode != "dynamic-update-slice"]
+                read += sum(nbytes(u.shape) for u in others if u.opcode in SLICE_OPCODES)
+                if any(u.opcode not in SLICE_OPCODES for u in others):
+                    read += nbytes(prm.shape)
+            elif users and all(u.opcode in SLICE_OPCODES and u.operand_ids[0] == prm.id
+                               for u in users):
+                read += sum(nbytes(u.shape) for u in users)
+            else:
+                read += nbytes(prm.shape)
+        return read + written
+
+    def plain_bytes(self, ins) -> int:
+        seen = set()
+        total = nbytes(ins.shape)
+        for o in ins.operand_ids:
+            if o not in seen:
+                seen.add(o)
+                total += nbytes(self.p.instructions[o].shape)
+        return total
+
+    def collective(self, ins) -> Cost:
+        op = ins.opcode
+        if op == "async-start":
+            inner = [i for cid in ins.called_computation_ids
+                     for i in self.p.computations[cid].instructions]
+            op = next((i.opcode for i in inner if i.opcode in COLLECTIVE_OPCODES), op)
+        base = op.removesuffix("-start")
+        groups = [len(g.replica_ids) for g in ins.replica_groups if g.replica_ids]
+        n = groups[0] if groups else self.group_size
+        size = sum(nbytes(self.p.instructions[o].shape) for o in ins.operand_ids)
+        if base in ("collective-permute", "send", "recv", "collective-broadcast"):
+            moved, rule = size, "operand bytes sent"
+        elif not n:
+            return Cost(None, None, "not computable",
+                        why=f"{op} names no replica groups and the GPU count is unknown")
+        elif base == "all-reduce":
+            moved = 2 * (n - 1) * size // n
+            rule = f"ring all-reduce 2(n-1)/n x operand bytes, n={n}"
+        elif base == "all-gather":
+            moved, rule = (n - 1) * size, f"ring all-gather (n-1) x operand bytes, n={n}"
+        elif base in ("reduce-scatter", "all-to-all", "ragged-all-to-all"):
+            moved, rule = (n - 1) * size // n, f"ring {base} (n-1)/n x operand bytes, n={n}"
+        else:
+            return Cost(None, None, "not computable", why=f"{op} has no byte model here")
+        return Cost(0, moved, f"shapes (collective: {rule}, per GPU)")
+
+    def cost(self, ins) -> Cost:
+        """FLOPs and bytes of one run of a scheduled instruction, and how they were obtained."""
+        op = ins.opcode
+        if op in COLLECTIVE_OPCODES or (op == "async-start" and any(
+                i.opcode in COLLECTIVE_OPCODES for cid in ins.called_computation_ids
+                for i in self.p.computations[cid].instructions)):
+            return self.collective(ins)
+        if op in CONTROL_OPCODES or op in NO_LAUNCH_OPCODES:
+            return Cost(None, None, "not computable",
+                        why=f"{op} is control flow; its work is in the instructions it runs")
+        c = Cost()
+        if op in ("copy", "copy-start"):
+            src = nbytes(self.operand(ins, 0).shape)
+            c.bytes, c.method = 2 * src, "shapes (copy: read + write)"
+            return c
+        self.add_flops(ins, c)
+        if c.why:
+            return Cost(None, None, "not computable", why=c.why)
+        if op == "fusion":
+            c.bytes = self.fusion_bytes(ins)
+            if c.method == "shapes":
+                c.method = "fused computation"
+        else:
+            c.bytes = self.plain_bytes(ins) if op != "custom-call" else (
+                sum(nbytes(self.p.instructions[o].shape) for o in ins.operand_ids)
+                + nbytes(ins.shape.tuple_shapes[0] if ins.shape.tuple_shapes else ins.shape))
+        return c
+
+    # ---- how often an instruction runs per execution of the program
+    def runs_per_execution(self, ins) -> int | None:
+        """Product of the known trip counts of the while loops around the instruction; None when
+        one is unknown."""
+        callers: dict[int, object] = getattr(self, "_callers", None)
+        if callers is None:
+            callers = self._callers = {}
+            for i in self.p.instructions.values():
+                for cid in i.called_computation_ids:
+                    callers.setdefault(cid, i)
+        mult, comp, seen = 1, self.p.computation_of.get(ins.id), set()
+        while comp is not None and comp != self.p.entry_id and comp not in seen:
+            seen.add(comp)
+            caller = callers.get(comp)
+            if caller is None:
+                return mult
+            if caller.opcode == "while":
+                trips = self.p.trip_count(caller)
+                if trips is None:
+                    return None
+                mult *= trips
+            comp = self.p.computation_of.get(caller.id)
+        return mult
+
+
+def ceiling_key(c: Cost, flops: int, gpu_ceilings: dict) -> str | None:
+    """The peaks.csv row that bounds an instruction's arithmetic: its matrix operand's dtype
+    (an f32 dot at DEFAULT precision may run as TF32: the higher ceiling), else the vector
+    FP32 (FP64 for f64 arithmetic). None when it does no arithmetic."""
+    if not flops:
+        return None
+    d = c.matrix_dtype
+    if d is None:
+        return "fp64_vector" if c.vector_f64 else "fp32_vector"
+    if d == "f64":
+        return "fp64_matrix"
+    if d == "f32":
+        if c.tf32_allowed:
+            return "tf32_matrix"
+        return "fp32_matrix" if "fp32_matrix" in gpu_ceilings else "fp32_vector"
+    if d in ("bf16", "f16"):
+        return "bf16_fp16_matrix"
+    if d.startswith("f8"):
+        return "fp8_matrix"
+    if d == "f4e2m1fn":
+        return "fp4_matrix" if "fp4_matrix" in gpu_ceilings else "fp6_fp4_matrix"
+    return f"{d}_matrix"  # not in the table: said as no ceiling
+
+
+# ---------------------------------------------------------------- the analysis
+
+def _g(x) -> str:
+    return "" if x is None else f"{x:.6g}"
+
+
+def read_attribution(out: Path, capture) -> tuple[list[dict], dict]:
+    folder = out / "attribution"
+    ops, result = folder / "ops.csv", folder / "attribute_kernels.json"
+    if not ops.is_file() or not result.is_file():
+        raise UsageError(
+            f"cannot build the roofline because {ops} is missing; run step 4 first: python3 -P "
+            f"scripts/attribute_kernels.py {capture.files.xplane or capture.files.run_dir} "
+            f"--out {out}")
+    try:
+        res = json.loads(result.read_text(encoding="utf-8"))
+        with open(ops, newline="", encoding="utf-8") as fh:
+            rows = list(csv.DictReader(fh))
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot read step 4's tables in {folder}: {exc}") from exc
+    was = (res.get("capture") or {}).get("xplane")
+    if was and capture.files.xplane and Path(was).resolve() != Path(
+            capture.files.xplane).resolve():
+        raise UsageError(f"cannot build the roofline because {folder} was written for {was}, "
+                         f"not {capture.files.xplane}; rerun attribute_kernels.py on this capture")
+    return rows, res
+
+
+def analyse(rows, res, program, gpu: dict, peaks: dict) -> tuple[list[list], dict]:
+    """roofline.csv rows and the figures of the result."""
+    devices = (res.get("figures", {}).get("devices") or {}).get("value")
+    executions = sum(int(e.get("executions") or 0) for e in (res.get("executions") or {}).values())
+    costs = Costs(program, group_size=devices if devices and devices > 1 else None)
+    gpu_ceilings = peaks.get(gpu["model"] or "", {})
+    hbm = gpu_ceilings.get("hbm_bandwidth")
+    out_rows, used, no_cost_ps, no_ceiling_ps, total_ps = [], {}, 0, 0, 0
+    no_cost = []
+    for r in rows:
+        ps = round(float(r["gpu_us"] or 0) * 1e6)
+        total_ps += ps
+        ins = program.by_name.get(r["instruction"])
+        if ins is None:
+            c = Cost(None, None, "not computable",
+                     why=f"instruction {r['instruction']} is not in program {program.id}")
+        else:
+            c = costs.cost(ins)
+        per_exec = costs.runs_per_execution(ins) if ins is not None else None
+        runs = per_exec * executions if per_exec is not None and executions else None
+        if c.why is None and runs is None:
+            c = Cost(None, None, "not computable", why=(
+                "a while loop around it has no known trip count" if per_exec is None
+                else "step 4 counted no executions of the program"))
+        why_ceiling = None
+        key = comp_c = None
+        total_flops = total_bytes = intensity = ach_f = ach_b = attainable = share = None
+        binding = ""
+        if c.why is not None:
+            method = f"not computable: {c.why}"
+            no_cost_ps += ps
+            no_cost.append((ps, r["instruction"], c.why))
+            why_ceiling = "FLOPs or bytes not computable"
+        else:
+            method = c.method
+            total_flops, total_bytes = c.flops * runs, c.bytes * runs
+            secs = ps / 1e12
+            intensity = c.flops / c.bytes if c.bytes else None
+            ach_f = total_flops / secs if secs else None
+            ach_b = total_bytes / secs if secs else None
+            key = ceiling_key(c, c.flops, gpu_ceilings)
+            comp_c = gpu_ceilings.get(key) if key else None
+            if not gpu["model"]:
+                why_ceiling = "GPU not identified"
+            elif r["category"] == "collective":
+                why_ceiling = "collectives are bound by the interconnect, which has no ceiling here"
+            elif not secs:
+                why_ceiling = "no measured time"
+            elif hbm is None or hbm.value is None:
+                why_ceiling = f"HBM bandwidth of {gpu['model']} is {hbm.tag if hbm else 'absent'}"
+            elif key and (comp_c is None or comp_c.value is None):
+                why_ceiling = (f"{key} of {gpu['model']} is "
+                               f"{comp_c.tag if comp_c else 'not in peaks.csv'}")
+            elif not key:
+                binding, attainable = "memory", None
+                share = 100.0 * ach_b / hbm.value
+                used[hbm.key] = hbm
+            else:
+                mem_roof = intensity * hbm.value if intensity is not None else math.inf
+                attainable = min(comp_c.value, mem_roof)
+                binding = "compute" if comp_c.value <= mem_roof else "memory"
+                share = 100.0 * ach_f / attainable
+                used[hbm.key], used[comp_c.key] = hbm, comp_c
+        if why_ceiling:
+            no_ceiling_ps += ps
+        show_c = comp_c if comp_c is not None and comp_c.value is not None else None
+        out_rows.append([
+            r["program_id"], r["instruction"], r["opcode"], r["category"], r["kernels"],
+            runs if runs is not None else "", r["gpu_us"],
+            c.flops if c.flops is not None else "", c.bytes if c.bytes is not None else "",
+            total_flops if total_flops is not None else "",
+            total_bytes if total_bytes is not None else "", method,
+            c.matrix_dtype or (dtype_name(ins.shape) if ins is not None else ""), key or "",
+            _g(intensity), _g(ach_f), _g(ach_b),
+            _g(show_c.value) if show_c else "", comp_c.tag if comp_c else "",
+            comp_c.source if comp_c else "",
+            _g(hbm.value) if hbm and hbm.value else "", hbm.tag if hbm else "",
+            hbm.source if hbm else "", binding, _g(attainable),
+            f"{share:.2f}" if share is not None else "", why_ceiling or "",
+        ])
+    figures = {
+        "gpu_time_us": {"value": round(total_ps / 1e6, 3), "unit": "us", "label": "measured"},
+        "not_computable_us": {"value": round(no_cost_ps / 1e6, 3), "unit": "us",
+                              "label": "measured"},
+        "not_computable_pct": {"value": float(pct(no_cost_ps, total_ps) or 0), "unit": "pct",
+                               "label": "inferred"},
+        "no_ceiling_us": {"value": round(no_ceiling_ps / 1e6, 3), "unit": "us",
+                          "label": "measured"},
+        "executions": {"value": executions, "unit": "count", "label": "measured"},
+    }
+    trust = []
+    if no_cost_ps:
+        top = ", ".join(f"{n} ({w})" for _, n, w in sorted(no_cost, reverse=True)[:3])
+        trust.append(f"FLOPs or bytes are not computable for {len(no_cost)} instructions with "
+                     f"{no_cost_ps / 1e6:.3f} us of GPU time ({pct(no_cost_ps, total_ps)}% of "
+                     f"the program's attributed time); largest: {top}.")
+    return out_rows, {"figures": figures, "trust": trust, "used": used}
+
+
+def run(capture, out: Path) -> tuple[dict, list[tuple[str, int]]]:
+    out = Path(out)
+    rows, res = read_attribution(out, capture)
+    try:
+        import xplane_reader
+        import xprotos
+        space = xplane_reader.space_of(capture)
+    except ImportError as exc:
+        raise MissingPackage(f"{exc}; {INSTALL}") from exc
+    except xplane_reader.XPlaneError as exc:
+        raise UsageError(str(exc)) from exc
+    except xprotos.MissingDependency as exc:
+        raise MissingPackage(f"{exc}") from exc
+    from hlo_program import Program
+    pid = int((res.get("program") or {}).get("id"))
+    protos = space.hlo_protos()
+    if pid not in protos:
+        raise UsageError(f"cannot build the roofline because the capture holds no HLO for "
+                         f"program {pid} (the one step 4 chose)")
+    program = Program(xplane_reader.parse_hlo(protos[pid][1]), pid)
+    gpu = identify_space(space)
+    peaks = load_peaks()
+    table, a = analyse(rows, res, program, gpu, peaks)
+    refusals = [gpu["why"]] if gpu["why"] else []
+    used = a["used"]
+    result = {
+        "step": "roofline", "status": "done",
+        "capture": {"xplane": str(capture.files.xplane), "host": capture.files.host,
+                    "run": Path(capture.files.run_dir).name if capture.files.run_dir else None},
+        "program": {"id": pid, "name": program.name},
+        "gpu": {"model": gpu["model"], "basis": gpu["basis"], "devices": gpu.get("devices"),
+                "evidence": gpu["evidence"], "why": gpu["why"], "label": "inferred"},
+        "ceilings": [{"ceiling": c.key, "value": c.value, "unit": c.unit, "tag": c.tag,
+                      "source": c.source, "other_values": c.other_values,
+                      "label": "read" if c.tag in ("vendor", "vendor-mirror", "secondary")
+                      else "derived"} for c in sorted(used.values(), key=lambda c: c.key)],
+        "xprof_ceiling": {
+            "memory_bandwidth_bytes_per_s": gpu.get("xprof_memory_bandwidth_bytes_per_s"),
+            "label": "read",
+            "note": "the capture's memory_bandwidth stat (2 x memory clock x bus width / 8), "
+                    "XProf's memory ceiling; never used (about half the datasheet on AMD)"},
+        "figures": a["figures"],
+        "trust_list": a["trust"] + refusals,
+        "refusals": refusals,
+        "notes": ["FLOPs: dots and convolutions 2 x output elements x contracted size; other "
+                  "arithmetic one FLOP per output element (transcendentals as one).",
+                  "Bytes: operands read plus results written; slices count as sliced, in-place "
+                  "updates as the update; collectives as ring-algorithm bytes per GPU."],
+        "tables": {TABLE: len(table)},
+    }
+    svg = render_svg(table, result)
+    written = _write_all(out, table, result, svg)
+    return result, written
+
+
+def _write_all(out: Path, table, result, svg) -> list[tuple[str, int]]:
+    """Each file to a temporary name in `out`, then renamed: whole or not at all."""
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".roofline.", dir=out))
+    try:
+        n = write_csv(tmp / TABLE, COLUMNS, table)
+        (tmp / RESULT_FILE).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n",
+                                       encoding="utf-8")
+        (tmp / PLOT).write_text(svg, encoding="utf-8")
+        for f in (TABLE, PLOT, RESULT_FILE):
+            os.replace(tmp / f, out / f)
+    finally:
+        for f in tmp.iterdir():
+            f.unlink()
+        tmp.rmdir()
+    return [(TABLE, n), (PLOT, 1), (RESULT_FILE, 1)]
+
+
+# ---------------------------------------------------------------- the plot
+
+W, H, LEFT, RIGHT, TOP, BOTTOM = 900, 620, 90, 30, 40, 150
+
+
+def render_svg(table, result) -> str:
+    col = {c: i for i, c in enumerate(COLUMNS)}
+    pts = []
+    for r in table:
+        f, i, t = r[col["achieved_flop_per_s"]], r[col["intensity_flop_per_byte"]], r[
+            col["gpu_us"]]
+        if f and i and float(f) > 0 and float(i) > 0:
+            pts.append((float(i), float(f), float(t), r[col["category"]], r[col["instruction"]]))
+    ceilings = {c["ceiling"]: c for c in result["ceilings"]}
+    hbm = ceilings.get("hbm_bandwidth")
+    computes = [c for k, c in sorted(ceilings.items()) if k != "hbm_bandwidth"]
+    xs = [p[0] for p in pts] + ([c["value"] / hbm["value"] for c in computes] if hbm else [])
+    ys = [p[1] for p in pts] + [c["value"] for c in computes]
+    xlo = 10 ** math.floor(math.log10(min(xs))) if xs else 1e-2
+    xhi = 10 ** math.ceil(math.log10(max(xs) * 10)) if xs else 1e4
+    ylo = 10 ** math.floor(math.log10(min(ys) / 10)) if ys else 1e9
+    yhi = 10 ** math.ceil(math.log10(max(ys) * 2)) if ys else 1e16
+
+    def X(v):
+        return LEFT + (math.log10(v) - math.log10(xlo)) / (
+            math.log10(xhi) - math.log10(xlo)) * (W - LEFT - RIGHT)
+
+    def Y(v):
+        return H - BOTTOM - (math.log10(v) - math.log10(ylo)) / (
+            math.log10(yhi) - math.log10(ylo)) * (H - TOP - BOTTOM)
+
+    e = html.escape
+    title = f"Roofline: {result['program']['name']} ({result['program']['id']})"
+    s = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" '
+         f'font-family="sans-serif" font-size="11">',
+         f'<rect width="{W}" height="{H}" fill="white"/>',
+         f'<text x="{W / 2}" y="20" text-anchor="middle" font-size="14">'
+         f'{e(title)}'
+         '</text>']
+    for k in range(round(math.log10(xlo)), round(math.log10(xhi)) + 1):
+        x = X(10 ** k)
+        s.append(f'<line x1="{x:.1f}" y1="{TOP}" x2="{x:.1f}" y2="{H - BOTTOM}" stroke="#eee"/>'
+                 f'<text x="{x:.1f}" y="{H - BOTTOM + 15}" text-anchor="middle">1e{k}</text>')
+    for k in range(round(math.log10(ylo)), round(math.log10(yhi)) + 1):
+        y = Y(10 ** k)
+        s.append(f'<line x1="{LEFT}" y1="{y:.1f}" x2="{W - RIGHT}" y2="{y:.1f}" stroke="#eee"/>'
+                 f'<text x="{LEFT - 5}" y="{y + 4:.1f}" text-anchor="end">1e{k}</text>')
+    s.append(f'<text x="{(LEFT + W - RIGHT) / 2}" y="{H - BOTTOM + 35}" text-anchor="middle">'
+             'arithmetic intensity (FLOP/byte, log)</text>'
+             f'<text transform="translate(20,{(TOP + H - BOTTOM) / 2}) rotate(-90)" '
+             'text-anchor="middle">achieved FLOP/s (log)</text>')
+    if hbm:
+        for n, c in enumerate(computes):
+            colour = DTYPE_COLOURS[n % len(DTYPE_COLOURS)]
+            ridge = c["value"] / hbm["value"]
+            x0 = max(xlo, ylo / hbm["value"])
+            s.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="'
+                     f'{X(x0):.1f},{Y(x0 * hbm["value"]):.1f} {X(ridge):.1f},{Y(c["value"]):.1f} '
+                     f'{X(xhi):.1f},{Y(c["value"]):.1f}"/>'
+                     f'<circle cx="{X(ridge):.1f}" cy="{Y(c["value"]):.1f}" r="3" '
+                     f'fill="{colour}"/>'
+                     f'<text x="{X(xhi) - 4:.1f}" y="{Y(c["value"]) - 4:.1f}" text-anchor="end" '
+                     f'fill="{colour}">{e(c["ceiling"])} {c["value"] / 1e12:.1f} TFLOP/s '
+                     f'[{e(c["tag"])}], ridge {ridge:.0f} FLOP/B</text>')
+    tmax = max((p[2] for p in pts), default=1) or 1
+    for i, f, t, cat, name in sorted(pts, key=lambda p: -p[2]):
+        r = 2 + 14 * math.sqrt(t / tmax)
+        s.append(f'<circle cx="{X(i):.1f}" cy="{Y(f):.1f}" r="{r:.1f}" fill-opacity="0.6" '
+                 f'fill="{CATEGORY_COLOURS.get(cat, "#7f7f7f")}"><title>{e(name)}: '
+                 f'{t:.3f} us, {i:.3g} FLOP/B, {f:.3g} FLOP/s</title></circle>')
+    for i, f, _t, _cat, name in sorted(pts, key=lambda p: -p[2])[:LABELLED_POINTS]:
+        s.append(f'<text x="{X(i) + 6:.1f}" y="{Y(f) - 6:.1f}">{e(name)}</text>')
+    g = result["gpu"]
+    lines = [f"GPU: {g['model'] or 'not identified'} ({g['basis'] or g['why']})",
+             "evidence: " + ", ".join(f"{k}={v}" for k, v in g["evidence"].items()
+                                      if v is not None)]
+    lines += [f"{c['ceiling']}: {c['value']:.4g} {c['unit']} [{c['tag']} {c['source']}]"
+              for c in result["ceilings"]]
+    lines.append("ceilings from references/peaks.csv (shared peaks.md); times measured; FLOPs "
+                 "and bytes read from the HLO. Points: size = GPU time; colour = category "
+                 "(blue compute, red collective, green memcpy).")
+    if len(pts) < len(table):
+        lines.append(f"{len(table) - len(pts)} instructions without FLOPs or time are not drawn.")
+    for n, line in enumerate(lines):
+        s.append(f'<text x="{LEFT}" y="{H - BOTTOM + 58 + 13 * n}">{e(line)}</text>')
+    s.append("</svg>\n")
+    return "\n".join(s)
+
+
+# ---------------------------------------------------------------- main
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="\n".join(__doc__.splitlines()[1:]))
+    ap.add_argument("capture")
+    ap.add_argument("--out", type=Path, default=Path("."))
+    ap.add_argument("--run")
+    ap.add_argument("--host")
+    args = ap.parse_args(argv)
+    try:
+        capture = capture_inputs.open_capture(args.capture, run=args.run, host=args.host)
+        result, written = run(capture, args.out)
+    except (capture_inputs.CaptureError, UsageError) as exc:
+        print(f"roofline: {exc}", file=sys.stderr)
+        return 1
+    except MissingPackage as exc:
+        print(f"roofline: a package is missing ({exc})", file=sys.stderr)
+        return 3
+    for f, n in written:
+        print(f"wrote {args.out / f}" + (f" ({n} rows)" if f.endswith(".csv") else ""))
+    g = result["gpu"]
+    print(f"GPU: {g['model'] or 'not identified: ' + g['why']}")
+    for line in result["trust_list"]:
+        print(f"trust list: {line}")
+    print("Next: read roofline.csv top rows by gpu_us; quote ceilings with their tag (SKILL.md "
+          "step 5).")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

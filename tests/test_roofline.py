@@ -1,0 +1,293 @@
+"""roofline.py: FLOPs and bytes against hand-computed values (HloModuleProtos built inline with
+xprotos' classes), the GPU identified on every shared capture, an end-to-end run on a generated
+capture after step 4, and bad input."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+
+import pytest
+import roofline
+
+import xplane_reader
+import xprotos
+from capgen.generate import generate
+from capgen.scenarios import SCENARIOS
+from conftest import REPO
+from hlo_program import Program
+
+SCRIPT = REPO / "scripts" / "roofline.py"
+STEP4 = REPO / "scripts" / "attribute_kernels.py"
+F32, BF16 = 11, 16
+
+
+class Hlo:
+    """A tiny HloModuleProto: computations of instructions, ids handed out in order."""
+
+    def __init__(self):
+        self.C = xprotos.classes()
+        self.m = self.C["HloModuleProto"](name="m", id=1)
+        self.next = 1
+
+    def comp(self, name):
+        c = self.m.computations.add(name=name, id=100 + len(self.m.computations))
+        return c
+
+    def ins(self, comp, opcode, dims, etype=F32, operands=(), name=None, **kw):
+        i = comp.instructions.add(name=name or f"{opcode}.{self.next}", opcode=opcode,
+                                  id=self.next, operand_ids=[o.id for o in operands], **kw)
+        i.shape.element_type = etype
+        i.shape.dimensions.extend(dims)
+        self.next += 1
+        comp.root_id = i.id
+        return i
+
+    def program(self, entry):
+        self.m.entry_computation_id = entry.id
+        return Program(self.m)
+
+
+def cost(h, entry, ins):
+    return roofline.Costs(h.program(entry)).cost(ins)
+
+
+def test_dot():
+    h = Hlo()
+    e = h.comp("e")
+    a, b = h.ins(e, "parameter", [64, 32]), h.ins(e, "parameter", [32, 16])
+    d = h.ins(e, "dot", [64, 16], operands=(a, b))
+    d.dot_dimension_numbers.lhs_contracting_dimensions.append(1)
+    d.dot_dimension_numbers.rhs_contracting_dimensions.append(0)
+    c = cost(h, e, d)
+    assert (c.flops, c.bytes, c.method) == (2 * 64 * 16 * 32, 4 * (64 * 32 + 32 * 16 + 64 * 16),
+                                            "shapes")
+    assert roofline.ceiling_key(c, c.flops, {}) == "tf32_matrix"  # f32 at DEFAULT precision
+
+
+def test_batched_dot_bf16():
+    h = Hlo()
+    e = h.comp("e")
+    a, b = h.ins(e, "parameter", [8, 64, 32], BF16), h.ins(e, "parameter", [8, 32, 16], BF16)
+    d = h.ins(e, "dot", [8, 64, 16], BF16, operands=(a, b))
+    dn = d.dot_dimension_numbers
+    dn.lhs_contracting_dimensions.append(2)
+    dn.rhs_contracting_dimensions.append(1)
+    dn.lhs_batch_dimensions.append(0)
+    dn.rhs_batch_dimensions.append(0)
+    c = cost(h, e, d)
+    assert c.flops == 2 * 8 * 64 * 16 * 32
+    assert c.bytes == 2 * (8 * 64 * 32 + 8 * 32 * 16 + 8 * 64 * 16)
+    assert roofline.ceiling_key(c, c.flops, {}) == "bf16_fp16_matrix"
+
+
+def test_convolution():
+    # NHWC input 1x8x8x3, HWIO kernel 3x3x3x16, valid padding -> 1x6x6x16
+    h = Hlo()
+    e = h.comp("e")
+    x, k = h.ins(e, "parameter", [1, 8, 8, 3]), h.ins(e, "parameter", [3, 3, 3, 16])
+    cv = h.ins(e, "convolution", [1, 6, 6, 16], operands=(x, k))
+    dn = cv.convolution_dimension_numbers
+    dn.input_batch_dimension, dn.input_feature_dimension = 0, 3
+    dn.input_spatial_dimensions.extend([1, 2])
+    dn.kernel_spatial_dimensions.extend([0, 1])
+    dn.kernel_input_feature_dimension, dn.kernel_output_feature_dimension = 2, 3
+    dn.output_batch_dimension, dn.output_feature_dimension = 0, 3
+    dn.output_spatial_dimensions.extend([1, 2])
+    c = cost(h, e, cv)
+    assert c.flops == 2 * (6 * 6 * 16) * (3 * 3 * 3)  # 31,104
+    assert c.bytes == 4 * (8 * 8 * 3 + 3 * 3 * 3 * 16 + 6 * 6 * 16)
+
+
+def test_cublas_custom_call():
+    h = Hlo()
+    e = h.comp("e")
+    a, b = h.ins(e, "parameter", [128, 256], BF16), h.ins(e, "parameter", [256, 64], BF16)
+    cfg = {"gemm_backend_config": {"dot_dimension_numbers": {
+        "lhs_contracting_dimensions": ["1"], "rhs_contracting_dimensions": ["0"],
+        "lhs_batch_dimensions": [], "rhs_batch_dimensions": []}, "alpha_real": 1}}
+    g = h.ins(e, "custom-call", [], operands=(a, b), custom_call_target="__cublas$gemm",
+              backend_config=json.dumps(cfg).encode())
+    g.shape.element_type = 13  # tuple (result, workspace)
+    r = g.shape.tuple_shapes.add(element_type=BF16)
+    r.dimensions.extend([128, 64])
+    g.shape.tuple_shapes.add(element_type=6).dimensions.append(4096)
+    c = cost(h, e, g)
+    assert (c.flops, c.method) == (2 * 128 * 64 * 256, "backend config")
+    assert c.bytes == 2 * (128 * 256 + 256 * 64 + 128 * 64)  # the workspace is not data
+
+
+def _fusion(h, e, fused, operands, dims):
+    f = h.ins(e, "fusion", dims, operands=operands, fusion_kind="kLoop")
+    f.called_computation_ids.append(fused.id)
+    return f
+
+
+def test_loop_fusion():
+    h = Hlo()
+    fc = h.comp("fused_add_mul")
+    p0, p1 = (h.ins(fc, "parameter", [4, 8], parameter_number=n) for n in (0, 1))
+    add = h.ins(fc, "add", [4, 8], operands=(p0, p1))
+    h.ins(fc, "multiply", [4, 8], operands=(add, p1))
+    e = h.comp("e")
+    a, b = h.ins(e, "parameter", [4, 8]), h.ins(e, "parameter", [4, 8])
+    f = _fusion(h, e, fc, (a, b), [4, 8])
+    c = cost(h, e, f)
+    assert (c.flops, c.bytes, c.method) == (2 * 32, 3 * 32 * 4, "fused computation")
+    assert roofline.ceiling_key(c, c.flops, {}) == "fp32_vector"
+
+
+def test_reduction_fusion():
+    h = Hlo()
+    red = h.comp("sum")
+    x, y = h.ins(red, "parameter", [], parameter_number=0), h.ins(red, "parameter", [],
+                                                                   parameter_number=1)
+    h.ins(red, "add", [], operands=(x, y))
+    fc = h.comp("fused_reduce")
+    p0 = h.ins(fc, "parameter", [16, 32], parameter_number=0)
+    zero = h.ins(fc, "constant", [])
+    r = h.ins(fc, "reduce", [16], operands=(p0, zero), dimensions=[1])
+    r.called_computation_ids.append(red.id)
+    e = h.comp("e")
+    a = h.ins(e, "parameter", [16, 32])
+    f = _fusion(h, e, fc, (a,), [16])
+    c = cost(h, e, f)
+    assert c.flops == 16 * 32 - 16  # 31 adds per output element
+    assert c.bytes == 4 * (16 * 32 + 16)
+
+
+def test_slice_and_in_place_update_bytes():
+    h = Hlo()
+    fc = h.comp("fused_dus")
+    buf = h.ins(fc, "parameter", [10, 64], parameter_number=0)
+    upd = h.ins(fc, "parameter", [1, 64], parameter_number=1)
+    i = h.ins(fc, "parameter", [], 4, parameter_number=2)
+    h.ins(fc, "dynamic-update-slice", [10, 64], operands=(buf, upd, i, i))
+    e = h.comp("e")
+    args = [h.ins(e, "parameter", [10, 64]), h.ins(e, "parameter", [1, 64]),
+            h.ins(e, "parameter", [], 4)]
+    c = cost(h, e, _fusion(h, e, fc, args, [10, 64]))
+    assert (c.flops, c.bytes) == (0, 64 * 4 + 4 + 64 * 4)  # update read, index, update written
+
+
+# ---------------------------------------------------------------- GPU identification
+
+EXPECTED = {"mi300x": ("MI300X", "vendor"), "mi355x": ("MI355X", "derived")}
+
+
+def test_identify_shared_captures(shared):
+    seen = set()
+    for x in sorted(shared.rglob("*.xplane.pb")):
+        if "other-formats" in x.parts:
+            continue
+        gpu = roofline.identify_space(xplane_reader.load_space(x))
+        name = x.parts[len(shared.parts)]
+        if name == "tracelens-amd-rocm":
+            key = x.parts[len(shared.parts) + 1].split("-")[0]
+            model, compute_tag = EXPECTED[key]
+            assert gpu["model"] == model and gpu["why"] is None, x
+            peaks = roofline.load_peaks()[model]
+            assert peaks["hbm_bandwidth"].tag in ("vendor", "secondary")
+            assert peaks["bf16_fp16_matrix"].tag == compute_tag
+            seen.add(model)
+        elif name == "tf-profiler-demo-v100":
+            assert gpu["model"] is None
+            assert "no device_vendor stat" in gpu["why"] and "7.0" in gpu["why"]
+            seen.add("V100")
+        elif name == "independent-generator":
+            assert gpu["model"] == "H100 SXM5 80GB"
+    assert seen == {"MI300X", "MI355X", "V100"}
+    assert roofline.load_peaks()["MI300X"]["hbm_bandwidth"].value == 5.3e12  # not 2.6624e12
+
+
+def test_identify_unknown_is_no_guess():
+    stats = {"device_vendor": "Nvidia", "compute_cap_major": 9, "compute_cap_minor": 0,
+             "core_count": 132, "clock_rate": 1_980_000, "memory_size": 120e9}
+    g = roofline.identify(stats)
+    assert g["model"] is None and g["why"].startswith("cannot identify the GPU")
+    stats["memory_size"] = 151_397_597_184
+    assert roofline.identify(stats)["model"] == "H200 SXM 141GB"
+
+
+def test_peaks_table():
+    peaks = roofline.load_peaks()
+    for gpu in ("H100 SXM5 80GB", "H100 PCIe 80GB", "H200 SXM 141GB", "A100 SXM4 80GB",
+                "A100 SXM4 40GB", "B200", "MI300X", "MI325X", "MI355X"):
+        assert "hbm_bandwidth" in peaks[gpu] and "bf16_fp16_matrix" in peaks[gpu]
+    assert peaks["B200"]["hbm_bandwidth"].value is None  # unconfirmed: no ceiling
+    assert peaks["MI355X"]["tf32_matrix"].value is None
+    assert peaks["H100 SXM5 80GB"]["bf16_fp16_matrix"].value == 989.4e12
+    assert {c.tag for g in peaks.values() for c in g.values()} <= {
+        "vendor", "vendor-mirror", "derived", "secondary", "unconfirmed", "none"}
+
+
+# ---------------------------------------------------------------- end to end
+
+def _run(script, capture, out, *extra):
+    return subprocess.run([sys.executable, "-P", str(script), str(capture), "--out", str(out),
+                           *extra], capture_output=True, text=True, timeout=600)
+
+
+def test_end_to_end_generated(tmp_path):
+    r = generate(SCENARIOS["nvidia-off"], tmp_path / "capture")
+    out = tmp_path / "out"
+    p = _run(SCRIPT, r.run_dir, out)
+    assert p.returncode == 1 and "attribute_kernels.py" in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
+    assert _run(STEP4, r.run_dir, out, "--no-xprof").returncode == 0
+    p = _run(SCRIPT, r.run_dir, out)
+    assert p.returncode == 0, p.stderr
+    with open(out / "roofline.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert list(rows[0]) == roofline.COLUMNS
+    with open(out / "attribution" / "ops.csv", newline="") as fh:
+        ops = list(csv.DictReader(fh))
+    assert [x["instruction"] for x in rows] == [x["instruction"] for x in ops]
+    res = json.loads((out / "roofline.json").read_text())
+    assert res["gpu"]["model"] == "H100 SXM5 80GB"
+    assert res["gpu"]["evidence"]["gpu_device_name"] == "NVIDIA H100 80GB HBM3"
+    used = {c["ceiling"]: c for c in res["ceilings"]}
+    assert used["hbm_bandwidth"]["value"] == 3.35e12
+    assert used["hbm_bandwidth"]["tag"] == "secondary"
+    assert res["xprof_ceiling"]["memory_bandwidth_bytes_per_s"] == 3_352_320_000_000
+    # every row: a method; computable rows hold FLOPs = per-run x runs and a tagged ceiling
+    gemm = positive = 0
+    for x in rows:
+        assert x["method"]
+        if x["method"].startswith("not computable"):
+            assert x["no_ceiling_why"]
+            continue
+        assert int(x["total_flops"]) == int(x["run_flops"]) * int(x["runs"])
+        assert x["memory_tag"] == "secondary" and x["binding"] in ("compute", "memory")
+        assert 0 <= float(x["ceiling_pct"]) < 100
+        positive += float(x["ceiling_pct"]) > 0
+        secs = float(x["gpu_us"]) / 1e6
+        assert float(x["achieved_bytes_per_s"]) == pytest.approx(
+            int(x["total_bytes"]) / secs, rel=1e-5)
+        if x["instruction"].startswith("gemm_fusion"):
+            gemm += 1
+            assert x["ceiling_dtype"] in ("tf32_matrix", "bf16_fp16_matrix")
+            assert x["compute_tag"] == "secondary" and int(x["run_flops"]) > 0
+    assert gemm and positive
+    total = sum(float(x["gpu_us"]) for x in rows)
+    assert res["figures"]["gpu_time_us"]["value"] == pytest.approx(total, abs=1e-3)
+    svg = (out / "roofline.svg").read_text()
+    assert "<script" not in svg and "FLOP/byte" in svg and "H100 SXM5 80GB" in svg
+    assert "[secondary S1]" in svg
+
+
+def test_bad_input_one_sentence(tmp_path):
+    bad = tmp_path / "x.xplane.pb"
+    bad.write_bytes(b"not a proto")
+    (tmp_path / "out" / "attribution").mkdir(parents=True)
+    (tmp_path / "out" / "attribution" / "ops.csv").write_text("program_id\n")
+    (tmp_path / "out" / "attribution" / "attribute_kernels.json").write_text(
+        json.dumps({"program": {"id": 1}, "capture": {}}))
+    p = _run(SCRIPT, bad, tmp_path / "out")
+    assert p.returncode == 1
+    assert len(p.stderr.strip().splitlines()) == 1 and "XSpace" in p.stderr
+    assert not (tmp_path / "out" / "roofline.csv").exists()
+    p = _run(SCRIPT, tmp_path / "missing", tmp_path / "out")
+    assert p.returncode == 1 and len(p.stderr.strip().splitlines()) == 1
