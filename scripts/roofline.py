@@ -73,7 +73,13 @@ COLUMNS = [
     "compute_ceiling_flop_per_s", "compute_tag", "compute_source",
     "memory_ceiling_bytes_per_s", "memory_tag", "memory_source",
     "binding", "attainable_flop_per_s", "ceiling_pct", "no_ceiling_why",
+    "xprof_run_flops", "xprof_run_bytes", "xprof_flops_diff_pct", "xprof_bytes_diff_pct",
 ]
+# XProf's hlo_stats gives per op a FLOP rate in GFLOP/s and a memory bandwidth in GiB/s (found
+# by comparison: its bytes came out 6.9% = 1 - 1e9/2^30 under ours on every row) over its
+# average self time in us: per run, FLOPs = rate x time x 1e3, bytes = bandwidth x time x 2^30/1e6.
+XPROF_FLOP_SCALE = 1e3
+XPROF_BYTE_SCALE = 2 ** 30 / 1e6
 
 # memory_size differs by up to ~0.5% between drivers (peaks.md section 4: three A100 40GB
 # readings span 206 MB); a 2% band separates every pair in the table (the closest, H100 80GB vs
@@ -635,7 +641,77 @@ def analyse(rows, res, program, gpu: dict, peaks: dict) -> tuple[list[list], dic
     return out_rows, {"figures": figures, "trust": trust, "used": used}
 
 
-def run(capture, out: Path) -> tuple[dict, list[tuple[str, int]]]:
+def xprof_costs(out: Path) -> tuple[dict, str]:
+    """(program id, instruction) -> (FLOPs, bytes) per run as XProf's hlo_stats computes them,
+    from the xplane copy step 4 left in out/attribution/xplane/ (the capture is never touched);
+    and a note saying why there are none."""
+    copies = sorted((out / "attribution" / "xplane").glob("*.xplane.pb"))
+    if not copies:
+        return {}, "XProf's figures not shown: step 4 left no xplane copy in attribution/xplane/"
+    try:
+        from xprof.convert import raw_to_tool_data
+        with _quiet_fd2():
+            raw_to_tool_data.xspace_to_tool_names([str(copies[0])])
+            data = raw_to_tool_data.xspace_to_tool_data([str(copies[0])], "hlo_stats",
+                                                         {"use_saved_result": False})
+        data = data[0] if isinstance(data, tuple) else data
+        table = json.loads(data)
+        cols = [c["id"] for c in table["cols"]]
+        at = {k: cols.index(k) for k in ("program_id", "hlo_op_name", "avg_self_time",
+                                         "model_flop_rate", "measured_memory_bw")}
+    except Exception as exc:  # noqa: BLE001 - XProf's own failure, said in the note
+        return {}, f"XProf's figures not shown: its hlo_stats could not be read ({exc})"
+    out_costs = {}
+    for r in table["rows"]:
+        v = [c.get("v") if isinstance(c, dict) else None for c in r["c"]]
+        try:
+            t = float(v[at["avg_self_time"]] or 0)
+            out_costs[(str(v[at["program_id"]]), str(v[at["hlo_op_name"]]))] = (
+                float(v[at["model_flop_rate"]] or 0) * t * XPROF_FLOP_SCALE,
+                float(v[at["measured_memory_bw"]] or 0) * t * XPROF_BYTE_SCALE)
+        except (TypeError, ValueError, IndexError):
+            continue
+    return out_costs, ""
+
+
+class _quiet_fd2:
+    """XProf's C++ code logs to file descriptor 2: keep it off the user's terminal."""
+
+    def __enter__(self):
+        import os
+        sys.stderr.flush()
+        self.saved = os.dup(2)
+        self.sink = tempfile.TemporaryFile()
+        os.dup2(self.sink.fileno(), 2)
+
+    def __exit__(self, *exc):
+        import os
+        sys.stderr.flush()
+        os.dup2(self.saved, 2)
+        os.close(self.saved)
+        self.sink.close()
+
+
+def add_xprof(table: list[list], costs: dict) -> int:
+    """XProf's FLOPs and bytes per run beside ours, and the differences in percent; returns
+    the rows that got them."""
+    col = {c: i for i, c in enumerate(COLUMNS)}
+    n = 0
+    for row in table:
+        x = costs.get((str(row[col["program_id"]]), row[col["instruction"]]))
+        if x is None:
+            row.extend(["", "", "", ""])
+            continue
+        n += 1
+        diffs = []
+        for ours, theirs in ((row[col["run_flops"]], x[0]), (row[col["run_bytes"]], x[1])):
+            diffs.append(f"{100.0 * (theirs - ours) / ours:.1f}"
+                         if isinstance(ours, int) and ours else "")
+        row.extend([_g(x[0]), _g(x[1]), *diffs])
+    return n
+
+
+def run(capture, out: Path, use_xprof: bool = True) -> tuple[dict, list[tuple[str, int]]]:
     out = Path(out)
     rows, res = read_attribution(out, capture)
     try:
@@ -658,6 +734,9 @@ def run(capture, out: Path) -> tuple[dict, list[tuple[str, int]]]:
     gpu = identify_space(space)
     peaks = load_peaks()
     table, a = analyse(rows, res, program, gpu, peaks)
+    xcosts, xnote = xprof_costs(out) if use_xprof else ({}, "XProf's figures skipped "
+                                                          "(--no-xprof)")
+    with_xprof = add_xprof(table, xcosts)
     refusals = [gpu["why"]] if gpu["why"] else []
     used = a["used"]
     result = {
@@ -684,6 +763,7 @@ def run(capture, out: Path) -> tuple[dict, list[tuple[str, int]]]:
                   "Bytes: operands read plus results written; slices count as sliced, in-place "
                   "updates as the update; collectives as ring-algorithm bytes per GPU."],
         "tables": {TABLE: len(table)},
+        "xprof": {"rows_with_xprof": with_xprof, "note": xnote or None},
     }
     svg = render_svg(table, result)
     written = _write_all(out, table, result, svg)
@@ -805,12 +885,14 @@ def main(argv=None) -> int:
                                  epilog="\n".join(__doc__.splitlines()[1:]))
     ap.add_argument("capture")
     ap.add_argument("--out", type=Path, default=Path("."))
+    ap.add_argument("--no-xprof", action="store_true",
+                    help="leave out XProf's own FLOPs and bytes per instruction")
     ap.add_argument("--run")
     ap.add_argument("--host")
     args = ap.parse_args(argv)
     try:
         capture = capture_inputs.open_capture(args.capture, run=args.run, host=args.host)
-        result, written = run(capture, args.out)
+        result, written = run(capture, args.out, use_xprof=not args.no_xprof)
     except (capture_inputs.CaptureError, UsageError) as exc:
         print(f"roofline: {exc}", file=sys.stderr)
         return 1
