@@ -123,6 +123,7 @@ NO_WORK_CATEGORY = "control"
 ROW_CATEGORIES = ("compute", "collective", "memcpy")
 CATEGORY_COLOURS = {"compute": "#1f77b4", "collective": "#d62728", "memcpy": "#2ca02c"}
 DTYPE_COLOURS = ("#444444", "#9467bd", "#ff7f0e", "#8c564b", "#17becf", "#e377c2", "#bcbd22")
+CAPTION_CHARS = 140  # caption lines are wrapped to stay inside the plot's width
 LABELLED_POINTS = 8  # the instructions with the most GPU time get a text label on the plot
 
 
@@ -871,8 +872,13 @@ def render_svg(table, result) -> str:
                  "(blue compute, red collective, green memcpy).")
     if len(pts) < len(table):
         lines.append(f"{len(table) - len(pts)} instructions without FLOPs or time are not drawn.")
-    for n, line in enumerate(lines):
+    import textwrap
+    wrapped = [part for line in lines
+               for part in textwrap.wrap(line, CAPTION_CHARS, subsequent_indent="  ") or [""]]
+    for n, line in enumerate(wrapped):
         s.append(f'<text x="{LEFT}" y="{H - BOTTOM + 58 + 13 * n}">{e(line)}</text>')
+    height = max(H, H - BOTTOM + 58 + 13 * len(wrapped) + 8)
+    s[0] = s[0].replace(f'height="{H}"', f'height="{height}"', 1)
     s.append("</svg>\n")
     return "\n".join(s)
 
