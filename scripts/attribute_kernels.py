@@ -36,15 +36,12 @@ Exit codes: 0 done; 1 the input cannot be used (one sentence says why); 2 usage;
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import gc
 import json
-import os
 import re
 import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -91,21 +88,6 @@ class MissingPackage(Exception):
 
 # ---------------------------------------------------------------- load
 
-@contextlib.contextmanager
-def quiet_stderr():
-    """XProf's C++ code logs to file descriptor 2; keep its lines out of the user's terminal."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as sink:
-        os.dup2(sink.fileno(), 2)
-        try:
-            yield
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-
-
 def copy_and_convert(xplane: Path, folder: Path, use_xprof: bool) -> tuple[Path, dict, float]:
     """Copy the xplane to folder/xplane/ and have XProf write the HLO protos there.
     Returns the copy, {program id: (module name, HloModuleProto bytes)} and XProf's seconds."""
@@ -125,7 +107,7 @@ def copy_and_convert(xplane: Path, folder: Path, use_xprof: bool) -> tuple[Path,
                 from exc
         t = time.perf_counter()
         try:
-            with quiet_stderr():
+            with rules.quiet_fd2():
                 raw_to_tool_data.xspace_to_tool_names([str(copy)])
         except Exception as exc:  # noqa: BLE001 - XProf's own failure, said in one sentence
             raise UsageError(f"XProf could not read {xplane.name}: {exc}") from exc
@@ -402,13 +384,17 @@ def xprof_coverage(copy: Path) -> tuple[float | None, float, str]:
     from xprof.convert import raw_to_tool_data
     t = time.perf_counter()
     try:
-        with quiet_stderr():
+        with rules.quiet_fd2():
             out = raw_to_tool_data.xspace_to_tool_data([str(copy)], "hlo_stats",
                                                        {"use_saved_result": False})
     except Exception as exc:  # noqa: BLE001 - reported, not fatal
         return None, time.perf_counter() - t, f"XProf's hlo_stats failed: {exc}"
     seconds = time.perf_counter() - t
     data = out[0] if isinstance(out, tuple) else out
+    if isinstance(data, bytes):
+        data = data.decode("utf-8", "replace")
+    # kept beside the copy for the roofline step, which would otherwise convert it again
+    (copy.parent / XPROF_HLO_STATS).write_text(data if isinstance(data, str) else "")
     try:
         table = json.loads(data)
         cols = [c["id"] for c in table["cols"]]
@@ -507,6 +493,7 @@ NONE_REASONS = (("outside", "launched outside any instruction (no hlo_op, a laun
                 ("no slot", "no candidate left in their window"),
                 ("", "not matched"))
 RESULT_FILE = "attribute_kernels.json"
+XPROF_HLO_STATS = "hlo_stats.json"  # XProf's hlo_stats output, in attribution/xplane/
 
 
 @dataclasses.dataclass

@@ -55,7 +55,6 @@ REDUCING_OPCODES = frozenset({"reduce", "reduce-window", "scatter", "select-and-
 COPY_BODY_OPCODES = frozenset({"parameter", "constant", "bitcast", "copy", "dynamic-slice",
                                "dynamic-update-slice", "slice", "subtract", "add", "clamp",
                                "compare", "select", "convert", "tuple", "get-tuple-element"})
-LAUNCH_NOTHING = NO_LAUNCH_OPCODES
 VENDOR_SUFFIX_RE = re.compile(r"\.kd$")
 
 KIND_ID = {k: i for i, k in enumerate(KINDS)}
@@ -330,7 +329,7 @@ class Plan:
         if op in ("copy", "copy-start"):
             return [Expect(0, "copy", "")]
         if op == "async-start":
-            inner = [i for i in self._inner(ins) if i.opcode not in LAUNCH_NOTHING]
+            inner = [i for i in self._inner(ins) if i.opcode not in NO_LAUNCH_OPCODES]
             if any(i.opcode in COLLECTIVE_OPCODES for i in inner):
                 return [Expect(0, "collective", "", repeat=True)]
             if len(inner) == 1 and inner[0].opcode != "async-start":
@@ -407,7 +406,7 @@ class Plan:
                 return
             for ins in prog.schedule(comp_id):
                 op = ins.opcode
-                if op in LAUNCH_NOTHING or op in WAIT_OPCODES:
+                if op in NO_LAUNCH_OPCODES or op in WAIT_OPCODES:
                     continue
                 if op == "while":
                     called = list(ins.called_computation_ids)

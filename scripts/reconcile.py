@@ -42,11 +42,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -157,8 +154,10 @@ def _exporter_cap() -> int:
 
 def check_joins(a) -> list[dict]:
     out = []
-    for d in sorted({e.device for e in a.events}):
-        evs = [e for e in a.events if e.device == d]
+    by_device: dict = {}
+    for e in a.events:
+        by_device.setdefault(e.device, []).append(e)
+    for d, evs in sorted(by_device.items()):
         bad = [e for e in evs if e.join not in ("launch", "graph_launch")]
         graphs = {e.args.get("correlation_id") for e in evs if e.join == "graph_launch"}
         joined = len(evs) - len(bad)
@@ -202,10 +201,21 @@ def check_kernels_per_step(a, step_rows) -> list[dict]:
     return out
 
 
-def _argument_copies(a, d) -> int:
-    """Events of GPU d launched outside any instruction (no hlo_op, a launch of their own)."""
-    return sum(1 for e in a.events if e.device == d and e.step is not None and
-               e.category == "memcpy" and not e.args.get("hlo_op") and not e.graph)
+def _per_device(a, steps) -> tuple[dict, dict]:
+    """One pass over the events: per GPU, compute + memcpy time per step (collective kernels
+    left out: their time includes waiting for the peers), and argument copies (memcpys with no
+    hlo_op and a launch of their own) in steps."""
+    time_ps: dict = {}
+    copies: dict = {}
+    for e in a.events:
+        if e.step not in steps:
+            continue
+        if e.category != "collective":
+            t = time_ps.setdefault(e.device, {})
+            t[e.step] = t.get(e.step, 0) + e.dur
+        if e.category == "memcpy" and not e.args.get("hlo_op") and not e.graph:
+            copies[e.device] = copies.get(e.device, 0) + 1
+    return time_ps, copies
 
 
 def check_same_work(a, step_rows, idle_gpus) -> list[dict]:
@@ -222,17 +232,12 @@ def check_same_work(a, step_rows, idle_gpus) -> list[dict]:
     steps = sorted({r["step"] for r in step_rows})
     kern = {d: statistics.median([r["kernels"] for r in step_rows if r["device"] == d])
             for d in devices}
-    time_ps = {}
-    for d in devices:
-        per_step: dict = {}
-        for e in a.events:
-            # collective kernels are left out: their time includes waiting for the peers
-            if e.device == d and e.step in steps and e.category != "collective":
-                per_step[e.step] = per_step.get(e.step, 0) + e.dur
-        time_ps[d] = statistics.median(per_step.values()) if per_step else 0
+    per_step, n_copies = _per_device(a, set(steps))
+    time_ps = {d: statistics.median(per_step[d].values()) if per_step.get(d) else 0
+               for d in devices}
     ref_k = statistics.median(kern.values())
     ref_t = statistics.median(time_ps.values())
-    copies = {d: _argument_copies(a, d) / max(len(steps), 1) for d in devices}
+    copies = {d: n_copies.get(d, 0) / max(len(steps), 1) for d in devices}
     for d in devices:
         diff = kern[d] - ref_k
         explained = diff and abs(diff - (copies[d] - statistics.median(copies.values()))) < 0.5
@@ -263,10 +268,12 @@ def check_stream_budgets(a, stream_acc) -> list[dict]:
     out = []
     analysed = {s.number: s for s in a.analysed}
     ends: dict = {}
+    by_stream_step: dict = {}  # (device, stream, step) -> events, grouped once
     for e in a.events:
         if e.step in analysed:
             k = (e.device, e.step)
             ends[k] = max(ends.get(k, 0), e.end)
+            by_stream_step.setdefault((e.device, e.stream, e.step), []).append(e)
     for (d, s), acc in sorted(stream_acc.items()):
         parts = acc["compute"] + acc["collective"] + acc["memcpy"] + acc["idle"]
         # idle a second way: the span minus the union of the stream's events in each window
@@ -275,8 +282,8 @@ def check_stream_budgets(a, stream_acc) -> list[dict]:
             if (d, num) not in ends:
                 continue
             start, end = st.start, ends[(d, num)]
-            iv = [(max(e.start, start), min(e.end, end)) for e in a.events
-                  if e.device == d and e.stream == s and e.step == num and e.end > start]
+            iv = [(max(e.start, start), min(e.end, end))
+                  for e in by_stream_step.get((d, s, num), ()) if e.end > start]
             idle2 += (end - start) - skip_stats.union_ps(iv)
         ok = parts == acc["span"] and idle2 == acc["idle"]
         out.append(row("stream_budget", d, s, "pass" if ok else "fail", parts, acc["span"], "ps",
@@ -376,15 +383,9 @@ def run(capture, out: Path) -> tuple[dict, list]:
     result = {"step": "reconcile", "status": "done", "counts": counts, "checks": rows,
               "refusals": [r["trust_sentence"] for r in rows if r["status"] == "not checkable"],
               "trust_list": [r["trust_sentence"] for r in rows if r["status"] == "fail"]}
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".reconcile-", dir=out))
-    try:  # both files whole or not at all
+    with rules.replace_files(out, ".reconcile-") as tmp:  # both files whole or not at all
         n = rules.write_csv(tmp / TABLE, COLUMNS, ([r[c] for c in COLUMNS] for r in rows))
         (tmp / RESULT_FILE).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
-        for f in (TABLE, RESULT_FILE):
-            os.replace(tmp / f, out / f)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return result, [(TABLE, n), (RESULT_FILE, 1)]
 
 

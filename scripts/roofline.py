@@ -37,10 +37,8 @@ import csv
 import html
 import json
 import math
-import os
 import re
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,6 +48,7 @@ SIBLING = next((p for p in (HERE.parent / "analyzing-jax-launch-overhead" / "scr
                 if (p / "capture_inputs.py").is_file()), None)
 sys.path[:0] = [str(HERE)] + ([str(SIBLING)] if SIBLING else [])
 
+import trace_rules as rules  # noqa: E402  (sibling skill)
 from trace_rules import (  # noqa: E402  (sibling skill: shared rules)
     COLLECTIVE_OPCODES,
     CONTROL_OPCODES,
@@ -649,13 +648,17 @@ def xprof_costs(out: Path) -> tuple[dict, str]:
     copies = sorted((out / "attribution" / "xplane").glob("*.xplane.pb"))
     if not copies:
         return {}, "XProf's figures not shown: step 4 left no xplane copy in attribution/xplane/"
+    saved = copies[0].parent / "hlo_stats.json"  # step 4's own XProf conversion, when it ran
     try:
-        from xprof.convert import raw_to_tool_data
-        with _quiet_fd2():
-            raw_to_tool_data.xspace_to_tool_names([str(copies[0])])
-            data = raw_to_tool_data.xspace_to_tool_data([str(copies[0])], "hlo_stats",
-                                                         {"use_saved_result": False})
-        data = data[0] if isinstance(data, tuple) else data
+        if saved.is_file() and saved.stat().st_size:
+            data = saved.read_text()
+        else:
+            from xprof.convert import raw_to_tool_data
+            with rules.quiet_fd2():
+                raw_to_tool_data.xspace_to_tool_names([str(copies[0])])
+                data = raw_to_tool_data.xspace_to_tool_data([str(copies[0])], "hlo_stats",
+                                                             {"use_saved_result": False})
+            data = data[0] if isinstance(data, tuple) else data
         table = json.loads(data)
         cols = [c["id"] for c in table["cols"]]
         at = {k: cols.index(k) for k in ("program_id", "hlo_op_name", "avg_self_time",
@@ -673,24 +676,6 @@ def xprof_costs(out: Path) -> tuple[dict, str]:
         except (TypeError, ValueError, IndexError):
             continue
     return out_costs, ""
-
-
-class _quiet_fd2:
-    """XProf's C++ code logs to file descriptor 2: keep it off the user's terminal."""
-
-    def __enter__(self):
-        import os
-        sys.stderr.flush()
-        self.saved = os.dup(2)
-        self.sink = tempfile.TemporaryFile()
-        os.dup2(self.sink.fileno(), 2)
-
-    def __exit__(self, *exc):
-        import os
-        sys.stderr.flush()
-        os.dup2(self.saved, 2)
-        os.close(self.saved)
-        self.sink.close()
 
 
 def add_xprof(table: list[list], costs: dict) -> int:
@@ -773,19 +758,11 @@ def run(capture, out: Path, use_xprof: bool = True) -> tuple[dict, list[tuple[st
 
 def _write_all(out: Path, table, result, svg) -> list[tuple[str, int]]:
     """Each file to a temporary name in `out`, then renamed: whole or not at all."""
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".roofline.", dir=out))
-    try:
+    with rules.replace_files(out, ".roofline.") as tmp:
         n = write_csv(tmp / TABLE, COLUMNS, table)
         (tmp / RESULT_FILE).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n",
                                        encoding="utf-8")
         (tmp / PLOT).write_text(svg, encoding="utf-8")
-        for f in (TABLE, PLOT, RESULT_FILE):
-            os.replace(tmp / f, out / f)
-    finally:
-        for f in tmp.iterdir():
-            f.unlink()
-        tmp.rmdir()
     return [(TABLE, n), (PLOT, 1), (RESULT_FILE, 1)]
 
 

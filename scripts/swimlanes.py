@@ -41,10 +41,8 @@ import csv
 import gc
 import json
 import math
-import os
 import re
 import sys
-import tempfile
 import textwrap
 from pathlib import Path
 
@@ -1005,22 +1003,13 @@ def run(capture, out: Path, step: int | None = None, start_us: float | None = No
                  "" if r["stretch_start"] is None else f"{r['stretch_start'] / 1e6:.3f}",
                  "" if r["stretch"] is None else f"{r['stretch'] / 1e6:.3f}",
                  int(r["finishes_last"])] for r in strag_rows]
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".swimlanes-", dir=out))
-    try:
+    with rules.replace_files(out, ".swimlanes-") as tmp:
         (tmp / SVG_FILE).write_text(text, encoding="utf-8")
         n = write_csv(tmp / STRAGGLERS_FILE, STRAGGLER_COLUMNS, csv_rows)
         result["tables"] = {SVG_FILE: len(text.encode("utf-8")), STRAGGLERS_FILE: n}
         (tmp / RESULT_FILE).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n",
                                        encoding="utf-8")
-        written = [(SVG_FILE, len(text.encode("utf-8"))), (STRAGGLERS_FILE, n),
-                   (RESULT_FILE, 1)]
-        for fname, _ in written:
-            os.replace(tmp / fname, out / fname)
-    finally:
-        for f in tmp.iterdir():
-            f.unlink()
-        tmp.rmdir()
+    written = [(SVG_FILE, len(text.encode("utf-8"))), (STRAGGLERS_FILE, n), (RESULT_FILE, 1)]
     return result, written
 
 

@@ -28,11 +28,9 @@ import bisect
 import gc
 import json
 import operator
-import os
 import re
 import statistics
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -877,9 +875,7 @@ def run(trace, out: Path) -> tuple[dict, list]:
     step_rows, stream_acc, gap_rows, info = per_step_rows(a)
     name, rule, figures = verdict(a, step_rows, info) if a.events else \
         ("not computable", ["no GPU events"], {})
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".skip_stats-", dir=out))
-    try:
+    with rules.replace_files(out, ".skip_stats-") as tmp:
         written = write_tables(tmp, a, stream_acc, info["critical"], step_rows, gap_rows)
         result = build_result(a, joins, name, rule, figures, step_rows, info)
         result["tables"] = {f: n for f, n in written}
@@ -887,12 +883,6 @@ def run(trace, out: Path) -> tuple[dict, list]:
         (tmp / "summary.txt").write_text("\n".join(lines) + "\n")
         (tmp / RESULT_FILE).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
         written[:0] = [("summary.txt", len(lines)), (RESULT_FILE, 1)]
-        for fname, _ in written:
-            os.replace(tmp / fname, out / fname)
-    finally:
-        for f in tmp.iterdir():
-            f.unlink()
-        tmp.rmdir()
     return result, written
 
 

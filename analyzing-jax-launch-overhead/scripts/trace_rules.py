@@ -13,8 +13,9 @@ module from here, never the reverse).
 - HLO opcode sets: what launches nothing, what waits, what controls, what communicates.
 - Streams and stragglers: a stream's role from its busy time per category (`stream_role`), and
   which GPUs finish a step last, several within `STRAGGLER_TIE_PS` being a tie (`last_finishers`).
-- Units and formatting (`us`, `pct`), CSV writing (`write_csv`), and atomic output folders
-  (`atomic_folder`): a failed run leaves no half-written table.
+- Units and formatting (`us`, `pct`), CSV writing (`write_csv`), atomic output folders
+  (`atomic_folder`) and files (`replace_files`): a failed run leaves no half-written table;
+  `quiet_fd2` keeps a library's C++ log off the terminal.
 """
 
 from __future__ import annotations
@@ -179,6 +180,38 @@ def atomic_folder(final: Path):
     os.replace(tmp, final)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def replace_files(out: Path, prefix: str = ".out-"):
+    """Yield a temporary folder inside `out`; on success every file written there replaces its
+    namesake in `out` (each whole: a rename), on failure none does; the folder is removed."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=out))
+    try:
+        yield tmp
+        for f in sorted(tmp.iterdir()):
+            os.replace(f, out / f.name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def quiet_fd2():
+    """Send file descriptor 2 to a sink for the block: XProf's C++ code logs there, and its
+    lines must stay off the user's terminal."""
+    import sys
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
 
 
 # ---------------------------------------------------------------- streams and stragglers
