@@ -370,37 +370,82 @@ class Costs:
             c.why = f"custom call {target} has no cost model here"
 
     # ---- bytes
+    def _source(self, ins):
+        """The instruction under a chain of bitcasts (a bitcast moves no data)."""
+        while ins.opcode == "bitcast" and ins.operand_ids:
+            ins = self.operand(ins, 0)
+        return ins
+
+    def _uses(self, ins) -> list[tuple]:
+        """(user, the id it reads ins through) for the users of ins, looking through bitcasts."""
+        out = []
+        for u in self.users.get(ins.id, []):
+            if u.opcode == "bitcast":
+                out += self._uses(u) if u.id != ins.id else []
+            else:
+                out.append((u, ins.id))
+        return out
+
     def fusion_bytes(self, ins) -> int:
-        """Operands read plus results written. A parameter read only through slices counts
-        the slices; a buffer updated in place (dynamic-update-slice on a parameter) counts the
-        update, read and written."""
+        """Operands read plus results written. Each parameter is charged the share of its
+        elements the fusion needs, propagated from the roots (every output element needed):
+        a slice, dynamic-slice or gather needs only what it selects, a dynamic-update-slice
+        does not read the elements it overwrites, everything else needs all of its operands;
+        the shares of a value's users add up to at most all of it (a byte is read once).
+        A buffer updated in place (a root dynamic-update-slice on a parameter, through
+        bitcasts) costs the update, read and written, and nothing for the rest of the buffer."""
         comp = self.p.computations[ins.called_computation_ids[0]]
-        params = {i.parameter_number: i for i in comp.instructions if i.opcode == "parameter"}
-        in_place = set()
-        root = self.p.instructions.get(comp.root_id) or comp.instructions[-1]
-        roots = ([self.p.instructions[o] for o in root.operand_ids] if root.opcode == "tuple"
-                 else [root])
+        by_id = {i.id: i for i in comp.instructions}
+        root = self._source(self.p.instructions.get(comp.root_id) or comp.instructions[-1])
+        roots = ([self._source(self.p.instructions[o]) for o in root.operand_ids]
+                 if root.opcode == "tuple" else [root])
         written = 0
+        need: dict[int, float] = {}
+        in_place_updates = set()
         for r in roots:
-            if r.opcode == "dynamic-update-slice" and self.operand(r, 0).opcode == "parameter":
-                in_place.add(r.operand_ids[0])
+            base = self._source(self.operand(r, 0)) if r.opcode == "dynamic-update-slice" else None
+            if base is not None and base.opcode == "parameter":
+                in_place_updates.add(r.id)
                 written += nbytes(self.operand(r, 1).shape)
             else:
                 written += nbytes(r.shape)
+            need[r.id] = 1.0
+        for i in reversed(self._post_order(comp, by_id)):
+            u = min(1.0, need.get(i.id, 0.0))
+            if not u or i.opcode == "parameter":
+                continue
+            for k, o in enumerate(i.operand_ids):
+                share = u
+                if k == 0 and i.opcode in SLICE_OPCODES:
+                    share = u * min(1.0, elements(i.shape) / max(1, elements(by_id[o].shape)))
+                elif k == 0 and i.opcode == "dynamic-update-slice":
+                    share = 0.0 if i.id in in_place_updates else u * max(0.0, 1 - elements(
+                        self.operand(i, 1).shape) / max(1, elements(by_id[o].shape)))
+                need[o] = need.get(o, 0.0) + share
         read = 0
-        for _n, prm in sorted(params.items()):
-            users = self.users.get(prm.id, [])
-            if prm.id in in_place:
-                others = [u for u in users if u.opcode != "dynamic-update-slice"]
-                read += sum(nbytes(u.shape) for u in others if u.opcode in SLICE_OPCODES)
-                if any(u.opcode not in SLICE_OPCODES for u in others):
-                    read += nbytes(prm.shape)
-            elif users and all(u.opcode in SLICE_OPCODES and u.operand_ids[0] == prm.id
-                               for u in users):
-                read += sum(nbytes(u.shape) for u in users)
-            else:
-                read += nbytes(prm.shape)
+        for prm in comp.instructions:
+            if prm.opcode == "parameter":
+                read += round(nbytes(prm.shape) * min(1.0, need.get(prm.id, 0.0)))
         return read + written
+
+    @staticmethod
+    def _post_order(comp, by_id) -> list:
+        """The computation's instructions with every operand before its users."""
+        order, state = [], {}
+        for start in comp.instructions:
+            stack = [(start, False)]
+            while stack:
+                ins, done = stack.pop()
+                if done:
+                    order.append(ins)
+                    continue
+                if state.get(ins.id):
+                    continue
+                state[ins.id] = 1
+                stack.append((ins, True))
+                stack += [(by_id[o], False) for o in ins.operand_ids
+                          if o in by_id and not state.get(o)]
+        return order
 
     def plain_bytes(self, ins) -> int:
         seen = set()
@@ -411,31 +456,59 @@ class Costs:
                 total += nbytes(self.p.instructions[o].shape)
         return total
 
-    def collective(self, ins) -> Cost:
-        op = ins.opcode
-        if op == "async-start":
-            inner = [i for cid in ins.called_computation_ids
-                     for i in self.p.computations[cid].instructions]
-            op = next((i.opcode for i in inner if i.opcode in COLLECTIVE_OPCODES), op)
-        base = op.removesuffix("-start")
+    def group(self, ins, base: str) -> tuple[int | None, str]:
+        """GPUs taking part in one group of a collective, and where the count comes from: the
+        replica groups (listed or iota), else the gathered / scattered dimension's shapes, else
+        the capture's GPU count (an assumption, said)."""
         groups = [len(g.replica_ids) for g in ins.replica_groups if g.replica_ids]
-        n = groups[0] if groups else self.group_size
+        if ins.HasField("collective_device_list"):
+            cdl = ins.collective_device_list
+            groups += [len(g.replica_ids) for g in cdl.replica_groups if g.replica_ids]
+            if cdl.iota_replica_group_list.num_devices_per_group:
+                groups.append(int(cdl.iota_replica_group_list.num_devices_per_group))
+        if groups:
+            return max(groups), "replica groups"
+        if base in ("all-gather", "reduce-scatter") and ins.dimensions and ins.operand_ids:
+            d = int(ins.dimensions[0])
+            ins_shape = self.operand(ins, 0).shape
+            outs = ins.shape.tuple_shapes or [ins.shape]
+            out_shape = outs[-1] if base == "all-gather" and len(outs) > 1 else outs[0]
+            try:
+                small, big = ((ins_shape, out_shape) if base == "all-gather"
+                              else (out_shape, ins_shape))
+                a, b = int(small.dimensions[d]), int(big.dimensions[d])
+            except IndexError:
+                a = b = 0
+            if a and b % a == 0 and b // a > 1:
+                return b // a, f"dimension {d}'s shapes"
+        if self.group_size:
+            return self.group_size, "the capture's GPU count (assumed: no replica groups)"
+        return None, ""
+
+    def collective(self, ins) -> Cost:
+        op, inner = ins.opcode, ins
+        if op == "async-start":  # the groups and dimensions are on the wrapped collective
+            inner = next((i for cid in ins.called_computation_ids
+                          for i in self.p.computations[cid].instructions
+                          if i.opcode in COLLECTIVE_OPCODES), ins)
+            op = inner.opcode
+        base = op.removesuffix("-start")
         size = sum(nbytes(self.p.instructions[o].shape) for o in ins.operand_ids)
         if base in ("collective-permute", "send", "recv", "collective-broadcast"):
-            moved, rule = size, "operand bytes sent"
-        elif not n:
+            return Cost(0, size, "shapes (collective: operand bytes sent, per GPU)")
+        n, basis = self.group(inner, base)
+        if not n:
             return Cost(None, None, "not computable",
                         why=f"{op} names no replica groups and the GPU count is unknown")
-        elif base == "all-reduce":
-            moved = 2 * (n - 1) * size // n
-            rule = f"ring all-reduce 2(n-1)/n x operand bytes, n={n}"
+        if base == "all-reduce":
+            moved, rule = 2 * (n - 1) * size // n, "ring all-reduce 2(n-1)/n x operand bytes"
         elif base == "all-gather":
-            moved, rule = (n - 1) * size, f"ring all-gather (n-1) x operand bytes, n={n}"
+            moved, rule = (n - 1) * size, "ring all-gather (n-1) x operand bytes"
         elif base in ("reduce-scatter", "all-to-all", "ragged-all-to-all"):
-            moved, rule = (n - 1) * size // n, f"ring {base} (n-1)/n x operand bytes, n={n}"
+            moved, rule = (n - 1) * size // n, f"ring {base} (n-1)/n x operand bytes"
         else:
             return Cost(None, None, "not computable", why=f"{op} has no byte model here")
-        return Cost(0, moved, f"shapes (collective: {rule}, per GPU)")
+        return Cost(0, moved, f"shapes (collective: {rule}, n={n} from {basis}, per GPU)")
 
     def cost(self, ins) -> Cost:
         """FLOPs and bytes of one run of a scheduled instruction, and how they were obtained."""
@@ -678,6 +751,32 @@ def xprof_costs(out: Path) -> tuple[dict, str]:
     return out_costs, ""
 
 
+def xprof_peaks(out: Path) -> dict:
+    """XProf's own ceilings for this capture (its roofline_model tool: one compute peak for
+    every dtype, and an HBM bandwidth from the memory clock), converted to FLOP/s and B/s; or
+    a note saying why there are none. Shown beside ours, never used."""
+    copies = sorted((out / "attribution" / "xplane").glob("*.xplane.pb"))
+    if not copies:
+        return {"note": "XProf's ceilings not shown: step 4 left no xplane copy"}
+    try:
+        from xprof.convert import raw_to_tool_data
+        with rules.quiet_fd2():
+            raw_to_tool_data.xspace_to_tool_names([str(copies[0])])
+            data = raw_to_tool_data.xspace_to_tool_data([str(copies[0])], "roofline_model",
+                                                         {"use_saved_result": False})
+        data = data[0] if isinstance(data, tuple) else data
+        tables = json.loads(data)
+        props = next(t["p"] for t in tables if isinstance(t, dict) and t.get("p"))
+        return {"device_type": props.get("device_type"),
+                "compute_flop_per_s": float(props["peak_flop_rate"]) * 1e9,
+                "memory_bytes_per_s": float(props["peak_hbm_bw"]) * 2 ** 30,
+                "note": "XProf's roofline_model peaks (GFLOP/s x 1e9, GiB/s x 2^30): one "
+                        "compute peak for every dtype; the bandwidth from the memory clock"}
+    except Exception as exc:  # noqa: BLE001 - XProf's own failure, said in the note
+        return {"note": f"XProf's ceilings not shown: its roofline_model could not be read "
+                      f"({str(exc)[:200]})"}
+
+
 def add_xprof(table: list[list], costs: dict) -> int:
     """XProf's FLOPs and bytes per run beside ours, and the differences in percent; returns
     the rows that got them."""
@@ -697,9 +796,34 @@ def add_xprof(table: list[list], costs: dict) -> int:
     return n
 
 
+def refuse_without_hlo(capture, out: Path, space, gpu: dict) -> tuple[dict, list]:
+    """A capture with no HLO program (a TensorFlow capture, or one taken without the metadata
+    plane): no instruction has FLOPs or bytes. The refusal is written, with the GPU time it
+    leaves uncovered (every event on the GPUs' stream lines, read from the device planes)."""
+    busy_ps = sum(e.duration_ps for p in space.gpu_planes() for ln in p.lines
+                  if ln.name.startswith("Stream #") for e in ln.events())
+    why = (f"{Path(space.path).name} holds no HLO program, so no instruction's FLOPs or bytes "
+           f"can be computed: the roofline covers none of the {busy_ps / 1e6:,.3f} us of GPU "
+           f"stream time in the capture")
+    refusals = [why] + ([gpu["why"]] if gpu["why"] else [])
+    result = {
+        "step": "roofline", "status": "refused",
+        "capture": {"xplane": str(capture.files.xplane), "host": capture.files.host,
+                    "run": Path(capture.files.run_dir).name if capture.files.run_dir else None},
+        "program": None,
+        "gpu": {"model": gpu["model"], "basis": gpu["basis"], "devices": gpu.get("devices"),
+                "evidence": gpu["evidence"], "why": gpu["why"], "label": "inferred"},
+        "ceilings": [],
+        "figures": {"gpu_time_us": {"value": round(busy_ps / 1e6, 3), "label": "measured"},
+                    "not_computable_us": {"value": round(busy_ps / 1e6, 3),
+                                          "label": "measured"}},
+        "trust_list": refusals, "refusals": refusals, "tables": {TABLE: 0},
+    }
+    return result, _write_all(out, [], result, None)
+
+
 def run(capture, out: Path, use_xprof: bool = True) -> tuple[dict, list[tuple[str, int]]]:
     out = Path(out)
-    rows, res = read_attribution(out, capture)
     try:
         import xplane_reader
         import xprotos
@@ -710,6 +834,9 @@ def run(capture, out: Path, use_xprof: bool = True) -> tuple[dict, list[tuple[st
         raise UsageError(str(exc)) from exc
     except xprotos.MissingDependency as exc:
         raise MissingPackage(f"{exc}") from exc
+    if not space.hlo_protos():
+        return refuse_without_hlo(capture, out, space, identify_space(space))
+    rows, res = read_attribution(out, capture)
     from hlo_program import Program
     pid = int((res.get("program") or {}).get("id"))
     protos = space.hlo_protos()
@@ -737,10 +864,12 @@ def run(capture, out: Path, use_xprof: bool = True) -> tuple[dict, list[tuple[st
                       "label": "read" if c.tag in ("vendor", "vendor-mirror", "secondary")
                       else "derived"} for c in sorted(used.values(), key=lambda c: c.key)],
         "xprof_ceiling": {
-            "memory_bandwidth_bytes_per_s": gpu.get("xprof_memory_bandwidth_bytes_per_s"),
-            "label": "read",
-            "note": "the capture's memory_bandwidth stat (2 x memory clock x bus width / 8), "
-                    "XProf's memory ceiling; never used (about half the datasheet on AMD)"},
+            "capture_memory_bandwidth_bytes_per_s": gpu.get("xprof_memory_bandwidth_bytes_per_s"),
+            "capture_note": "the capture's memory_bandwidth stat (2 x memory clock x bus width "
+                            "/ 8); never used (about half the datasheet on AMD)",
+            **(xprof_peaks(out) if use_xprof else {"note": "XProf's ceilings skipped "
+                                                             "(--no-xprof)"}),
+            "label": "read"},
         "figures": a["figures"],
         "trust_list": a["trust"] + refusals,
         "refusals": refusals,
@@ -762,7 +891,11 @@ def _write_all(out: Path, table, result, svg) -> list[tuple[str, int]]:
         n = write_csv(tmp / TABLE, COLUMNS, table)
         (tmp / RESULT_FILE).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n",
                                        encoding="utf-8")
-        (tmp / PLOT).write_text(svg, encoding="utf-8")
+        if svg is not None:
+            (tmp / PLOT).write_text(svg, encoding="utf-8")
+    if svg is None:  # nothing to draw: an older plot must not stay behind as if it were this one
+        (out / PLOT).unlink(missing_ok=True)
+        return [(TABLE, n), (RESULT_FILE, 1)]
     return [(TABLE, n), (PLOT, 1), (RESULT_FILE, 1)]
 
 
@@ -826,10 +959,18 @@ def render_svg(table, result) -> str:
                      f'{X(x0):.1f},{Y(x0 * hbm["value"]):.1f} {X(ridge):.1f},{Y(c["value"]):.1f} '
                      f'{X(xhi):.1f},{Y(c["value"]):.1f}"/>'
                      f'<circle cx="{X(ridge):.1f}" cy="{Y(c["value"]):.1f}" r="3" '
-                     f'fill="{colour}"/>'
-                     f'<text x="{X(xhi) - 4:.1f}" y="{Y(c["value"]) - 4:.1f}" text-anchor="end" '
-                     f'fill="{colour}">{e(c["ceiling"])} {c["value"] / 1e12:.1f} TFLOP/s '
-                     f'[{e(c["tag"])}], ridge {ridge:.0f} FLOP/B</text>')
+                     f'fill="{colour}"/>')
+    # the legend sits top left: above the memory slope no instruction can be drawn
+    legend = ([(f"HBM {hbm['value'] / 1e12:.2f} TB/s [{hbm['tag']} {hbm['source']}] "
+                f"(the slope)", "#333")] if hbm else []) + [
+        (f"{c['ceiling']} {c['value'] / 1e12:.1f} TFLOP/s [{c['tag']} {c['source']}], ridge "
+         f"{c['value'] / hbm['value']:.0f} FLOP/B", DTYPE_COLOURS[n % len(DTYPE_COLOURS)])
+        for n, c in enumerate(computes) if hbm]
+    placed: list[tuple[float, float, float, float]] = []  # label boxes already drawn
+    for n, (text, colour) in enumerate(legend):
+        y = TOP + 14 + 14 * n
+        s.append(f'<text x="{LEFT + 8}" y="{y}" fill="{colour}">{e(text)}</text>')
+        placed.append((LEFT, y - 11, LEFT + 8 + 6.2 * len(text), y + 3))
     tmax = max((p[2] for p in pts), default=1) or 1
     for i, f, t, cat, name in sorted(pts, key=lambda p: -p[2]):
         r = 2 + 14 * math.sqrt(t / tmax)
@@ -837,7 +978,16 @@ def render_svg(table, result) -> str:
                  f'fill="{CATEGORY_COLOURS.get(cat, "#7f7f7f")}"><title>{e(name)}: '
                  f'{t:.3f} us, {i:.3g} FLOP/B, {f:.3g} FLOP/s</title></circle>')
     for i, f, _t, _cat, name in sorted(pts, key=lambda p: -p[2])[:LABELLED_POINTS]:
-        s.append(f'<text x="{X(i) + 6:.1f}" y="{Y(f) - 6:.1f}">{e(name)}</text>')
+        w = 6.2 * len(name)  # about the width of an 11px sans-serif label
+        right = X(i) + 6 + w <= W - 4
+        for dy in (-6, 14, -20, 28):  # above the point, below it, further up, further down
+            x0, y0 = (X(i) + 6, Y(f) + dy) if right else (X(i) - 6 - w, Y(f) + dy)
+            box = (x0, y0 - 10, x0 + w, y0 + 2)
+            if not any(box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3]
+                       for b in placed):
+                placed.append(box)
+                s.append(f'<text x="{x0:.1f}" y="{y0:.1f}">{e(name)}</text>')
+                break
     g = result["gpu"]
     lines = [f"GPU: {g['model'] or 'not identified'} ({g['basis'] or g['why']})",
              "evidence: " + ", ".join(f"{k}={v}" for k, v in g["evidence"].items()
@@ -847,6 +997,11 @@ def render_svg(table, result) -> str:
     lines.append("ceilings from references/peaks.csv (shared peaks.md); times measured; FLOPs "
                  "and bytes read from the HLO. Points: size = GPU time; colour = category "
                  "(blue compute, red collective, green memcpy).")
+    xc = result.get("xprof_ceiling") or {}
+    if xc.get("compute_flop_per_s"):
+        lines.append(f"XProf's own ceilings for this capture (not used): "
+                     f"{xc['compute_flop_per_s']:.4g} FLOP/s for every dtype, "
+                     f"{xc['memory_bytes_per_s']:.4g} B/s.")
     if len(pts) < len(table):
         lines.append(f"{len(table) - len(pts)} instructions without FLOPs or time are not drawn.")
     import textwrap
@@ -886,6 +1041,10 @@ def main(argv=None) -> int:
         print(f"wrote {args.out / f}" + (f" ({n} rows)" if f.endswith(".csv") else ""))
     g = result["gpu"]
     print(f"GPU: {g['model'] or 'not identified: ' + g['why']}")
+    if result["status"] == "refused":
+        print(f"roofline refused: {result['refusals'][0]}")
+        print("Next: put this refusal on the trust list (SKILL.md step 7).")
+        return 0
     for line in result["trust_list"]:
         print(f"trust list: {line}")
     print("Next: read roofline.csv top rows by gpu_us; quote ceilings with their tag (SKILL.md "
