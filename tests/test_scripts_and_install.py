@@ -51,6 +51,11 @@ def test_install_places_three_skills_named_after_their_folders(tmp_path, link):
         assert set(fm) <= {"name", "description", "license", "compatibility", "metadata",
                            "allowed-tools"}
         assert 0 < len(fm["description"]) <= 1024 and "Use when" in fm["description"]
+        # the stricter rules of agents' skill uploaders: no angle brackets (read as XML tags)
+        # anywhere in the frontmatter, a lowercase-hyphen name without reserved words
+        assert not re.search(r"[<>]", fm["description"] + fm["name"]), name
+        assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", fm["name"]) and len(fm["name"]) <= 64
+        assert not re.search(r"anthropic|claude", fm["name"])
         assert len((dest / name / "SKILL.md").read_text().splitlines()) < 500
     root = dest / "investigating-jax-traces"
     assert (root / "scripts" / "capture_info.py").is_file()

@@ -80,6 +80,10 @@ SCENARIOS = {s.name: s for s in [
     # double-buffered loops: `*.double_buffer_clone` and `*.peeled_double_buffer` instructions of
     # the real MaxText program, and the kernels they share
     Scenario("nvidia-maxtext-double-buffer", vendor="nvidia", program="maxtext-h100", steps=2),
+    # the bundled example (examples/minigpt-h100-2gpu-cb): the MiniGPT program compiled for 8
+    # H100s, its first two GPUs, three steps, command buffers as XLA forms them
+    Scenario("example-2gpu-cb", vendor="nvidia", program="minigpt-8gpu", gpus=2, steps=3,
+             command_buffers="xla"),
     # the large case: the real MaxText H100 program on 8 GPUs
     # the real PAX step (a 6.5 MB program) with command buffers as XLA forms them
     Scenario("nvidia-pax-cb", vendor="nvidia", program="pax-a100", steps=1,
