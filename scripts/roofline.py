@@ -24,7 +24,8 @@ Ceilings come from references/peaks.csv (transcribed from the shared peaks.md wi
 vendor, vendor-mirror, derived, secondary); an unconfirmed cell is no ceiling. A GPU that matches
 no row gets no ceiling: the rows are still written and the result says why. The capture's own
 memory_bandwidth stat is shown beside ours and never used (it reads ~half the datasheet on AMD).
-A trace measures time, not peaks: every ceiling here is read or derived, never measured.
+A trace measures time, not peaks: every ceiling here is read (vendor, vendor-mirror, secondary)
+or inferred (derived: per-clock rate x units x clock), never measured.
 
 Exit codes: 0 done; 1 the input cannot be used (one sentence says why: e.g. step 4 has not run);
 2 usage; 3 a missing package (protobuf; the message has the install line).
@@ -324,6 +325,16 @@ class Costs:
             else:
                 c.flops += out * _prod(d.size for d in ins.window.dimensions) * per
             self._mark_f64(ins, c)
+        elif op in ("scatter", "select-and-scatter"):
+            # each update element is combined into the operand by the combiner's arithmetic
+            per = sum(1 for cid in ins.called_computation_ids
+                      for i in self.p.computations[cid].instructions
+                      if i.opcode in FLOP_OPCODES)
+            updates = self.operand(ins, len(ins.operand_ids) - 1) if op == "scatter" else \
+                self.operand(ins, 1)
+            if dtype_name(updates.shape) in FLOAT_TYPES:
+                c.flops += elements(updates.shape) * per
+                self._mark_f64(ins, c)
         elif op in FLOP_OPCODES and dtype_name(ins.shape) in FLOAT_TYPES:
             c.flops += elements(ins.shape)
             self._mark_f64(ins, c)
@@ -777,13 +788,21 @@ def xprof_peaks(out: Path) -> dict:
                       f"({str(exc)[:200]})"}
 
 
-def add_xprof(table: list[list], costs: dict) -> int:
+def add_xprof(table: list[list], costs: dict, program=None) -> int:
     """XProf's FLOPs and bytes per run beside ours, and the differences in percent; returns
-    the rows that got them."""
+    the rows that got them. XProf lists some fusions under an instruction inside them (a
+    dynamic-slice fusion that runs as a memcpy appears as its `copy`): where the fusion itself
+    is not listed and exactly one instruction of its fused computation is, that one is used."""
     col = {c: i for i, c in enumerate(COLUMNS)}
     n = 0
     for row in table:
-        x = costs.get((str(row[col["program_id"]]), row[col["instruction"]]))
+        pid = str(row[col["program_id"]])
+        x = costs.get((pid, row[col["instruction"]]))
+        ins = program.by_name.get(row[col["instruction"]]) if program is not None else None
+        if x is None and ins is not None and ins.opcode == "fusion":
+            inner = [costs[(pid, i.name)] for cid in ins.called_computation_ids
+                     for i in program.computations[cid].instructions if (pid, i.name) in costs]
+            x = inner[0] if len(inner) == 1 else None
         if x is None:
             row.extend(["", "", "", ""])
             continue
@@ -849,7 +868,11 @@ def run(capture, out: Path, use_xprof: bool = True) -> tuple[dict, list[tuple[st
     table, a = analyse(rows, res, program, gpu, peaks)
     xcosts, xnote = xprof_costs(out) if use_xprof else ({}, "XProf's figures skipped "
                                                           "(--no-xprof)")
-    with_xprof = add_xprof(table, xcosts)
+    with_xprof = add_xprof(table, xcosts, program)
+    if xcosts and with_xprof < len(table):
+        xnote = (f"{len(table) - with_xprof} of {len(table)} instructions have no XProf figures: "
+                 f"XProf's hlo_stats does not list them (graph kernels, or instructions it "
+                 f"records under another name)")
     refusals = [gpu["why"]] if gpu["why"] else []
     used = a["used"]
     result = {
@@ -862,7 +885,7 @@ def run(capture, out: Path, use_xprof: bool = True) -> tuple[dict, list[tuple[st
         "ceilings": [{"ceiling": c.key, "value": c.value, "unit": c.unit, "tag": c.tag,
                       "source": c.source, "other_values": c.other_values,
                       "label": "read" if c.tag in ("vendor", "vendor-mirror", "secondary")
-                      else "derived"} for c in sorted(used.values(), key=lambda c: c.key)],
+                      else "inferred"} for c in sorted(used.values(), key=lambda c: c.key)],
         "xprof_ceiling": {
             "capture_memory_bandwidth_bytes_per_s": gpu.get("xprof_memory_bandwidth_bytes_per_s"),
             "capture_note": "the capture's memory_bandwidth stat (2 x memory clock x bus width "
