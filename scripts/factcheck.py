@@ -1,0 +1,1044 @@
+#!/usr/bin/env python3
+"""Fact check of a report: every number in it against the scratch-folder table it cites.
+
+Usage:
+    python3 -P factcheck.py REPORT.md [--out DIR]
+
+Example:
+    python3 -P $B/scripts/factcheck.py /tmp/jaxtrace/report.md --out /tmp/jaxtrace
+
+Reads the report (Markdown) and the tables of the scratch folder (the current directory, or
+--out DIR). Every number in the report must be followed by its citation
+(references/report-template.md):
+    <number><unit> (<label>; <table>: <selector>)
+    12.41 ms (measured; steps.csv: dur_us, median)
+    38.2% (inferred, not run; changes.csv: share_of_step_pct, rank=1)
+    49.3% (inferred; skip_stats.json: figures.host_share_pct.value)
+    8.07 ms (8.07-8.08 ms) (measured; steps.csv: dur_us, median)   value, then min-max
+- label: measured | read | inferred ("inferred, not run" counts as inferred).
+- table: a .csv or .json file of the scratch folder, relative to it.
+- CSV selector: <column>, then optionally an aggregate (median, min, max, sum, mean, count, first,
+  range) and key=value filters; with no aggregate the filters must select exactly one row.
+  Quote a filter value holding a comma with "..." or backticks.
+- JSON selector: a dotted path (list items by index: ceilings.0.value); a path to a figure
+  object {value, min, max} reads its value (a range written a-b reads min and max).
+- A range written "a-b" (or "a to b") is checked against min and max of the selection; a number
+  followed by a range in parentheses, "v (a-b)", against the aggregate and min and max. Where
+  the filters select one row and the table has <stem>_min<unit> / <stem>_max<unit> columns
+  (changes.csv saving_us: saving_min_us, saving_max_us), the range is read from them.
+- At most three plain words may stand between the number and its citation ("2,140 kernels (...)").
+- Units: the written unit is converted to the column's (suffix _us, _ps, _ms, _s, _pct, _bytes,
+  _flops, _flop_per_s, _bytes_per_s, _flop_per_byte; a JSON figure's "unit"; a CSV row's "unit"
+  column): us/ms/s/ns/ps, %, B/kB/MB/GB/TB/KiB/MiB/GiB/TiB, FLOP/s to PFLOP/s, B/s to TB/s and
+  GiB/s, FLOP. No unit: as in the table. The figure matches when the table value, rounded to the
+  decimals written, equals it (an exact half may go either way); "<x" and ">x" are bounds.
+- Markdown tables: a cell carries its own citation, or its column header does, as
+  "name (unit) (label; table: column, key=*)": "*" is replaced by the row's first cell, "*2" by
+  its second, ... (the row's key cells, then not checked). Integer cells of a column headed
+  step, GPU, device, stream or rank are identifiers.
+- A citation after words, not a number ("launch-bound (read; skip_stats.json: verdict)"), is
+  checked when the table holds text: that text must stand between the previous citation and
+  this one. Numbers inside text quoted verbatim this way are covered by that check (a tool's
+  sentence, e.g. swimlanes.json straggler.sentence, quoted whole).
+- Not figures (skipped): numbers in `backticks`, integers right after step, GPU, device, stream,
+  rank, program, section, line (and lists of them: "GPUs 0-7", "steps 1, 2 and 3"), file:line,
+  name(17), #13, years, heading and list numbers. HTML comments, fenced code and citations
+  inside backticks (examples) are ignored.
+
+Writes into ./ (or DIR):
+    factcheck.csv   one row per number or cited claim, in report order: line, claim (the sentence
+                    or table row, 200 characters), figure (as written), label, table, selector,
+                    found_value (the table's value in the written unit), verdict (ok,
+                    wrong_value, no_label, no_table, skipped), why
+    factcheck.json  {step: "factcheck", status, verdict (pass or fail), figures (count per
+                    verdict), failing (every failing row), report, notes, tables}
+
+Exit codes: 0 every figure is ok (skipped numbers do not fail); 1 the report or the scratch folder
+cannot be read (one sentence says why); 2 usage; 4 at least one figure failed (wrong_value,
+no_label or no_table): the failing claims are printed (up to 20) and all are in factcheck.csv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import csv
+import decimal
+import json
+import re
+import statistics
+import sys
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SIBLING = next((p for p in (HERE.parent / "analyzing-jax-launch-overhead" / "scripts",
+                            HERE.parent.parent / "analyzing-jax-launch-overhead" / "scripts")
+                if (p / "trace_rules.py").is_file()), None)
+sys.path[:0] = [str(HERE)] + ([str(SIBLING)] if SIBLING else [])
+
+import trace_rules as rules  # noqa: E402  (sibling skill: CSV writing, atomic outputs)
+
+TABLE = "factcheck.csv"
+RESULT_FILE = "factcheck.json"
+COLUMNS = ["line", "claim", "figure", "label", "table", "selector", "found_value", "verdict",
+           "why"]
+VERDICTS = ("ok", "wrong_value", "no_label", "no_table", "skipped")
+FAILING = ("wrong_value", "no_label", "no_table")
+EXIT_FAILED = 4  # a figure failed: distinct from 1 (unusable input) and 2 (usage)
+
+LABELS = ("measured", "read", "inferred")
+# A table's own label -> the report labels that agree with it. roofline.json tags a ceiling
+# computed from vendor figures "derived": a report may call it read (from the sheet) or inferred.
+LABEL_AGREES = {"measured": {"measured"}, "read": {"read"}, "inferred": {"inferred"},
+                "derived": {"read", "inferred"}}
+AGGREGATES = ("median", "min", "max", "sum", "mean", "count", "first", "range")
+# Words allowed between a number and its citation ("2,140 graph kernels (measured; ...)"); more
+# and the citation is taken to cite something else, and the number is uncited.
+MAX_GAP_WORDS = 3
+CLAIM_CHARS = 200  # a claim is trimmed to this many characters in factcheck.csv
+FAILS_PRINTED = 20  # failing claims printed on stdout; factcheck.csv has them all
+# Words after which an integer is an identifier, not a figure (contracts: step, GPU, device,
+# stream, rank; also program, section, line, item, check, which reports use the same way).
+IDENTIFIER_WORDS = ("steps?", "gpus?", "devices?", "streams?", "ranks?", "programs?",
+                    "sections?", "lines?", "items?", "checks?")
+# Column headers whose integer cells are identifiers (a table's row keys).
+IDENTIFIER_COLUMNS = {"step", "steps", "gpu", "gpus", "device", "devices", "stream", "streams",
+                      "rank", "ranks", "program", "program_id", "id", "#", "line"}
+YEARS = (1900, 2099)  # a 4-digit integer in this range, followed by no word, is a year
+DECIMAL_PREC = 60  # enough digits for any table value divided by 2^40 and re-rounded
+
+D = Decimal
+# Written units: symbol -> (dimension, factor to the dimension's base: us, pct, bytes, ...).
+WRITTEN_UNITS = {
+    "ps": ("time", D("0.000001")), "ns": ("time", D("0.001")), "us": ("time", D(1)),
+    "µs": ("time", D(1)), "μs": ("time", D(1)), "ms": ("time", D(1000)),
+    "s": ("time", D(1000000)),
+    "%": ("pct", D(1)),
+    "B": ("bytes", D(1)), "bytes": ("bytes", D(1)), "kB": ("bytes", D(10) ** 3),
+    "KB": ("bytes", D(10) ** 3), "MB": ("bytes", D(10) ** 6), "GB": ("bytes", D(10) ** 9),
+    "TB": ("bytes", D(10) ** 12), "KiB": ("bytes", D(2) ** 10), "MiB": ("bytes", D(2) ** 20),
+    "GiB": ("bytes", D(2) ** 30), "TiB": ("bytes", D(2) ** 40),
+    "FLOP/B": ("intensity", D(1)), "FLOP/byte": ("intensity", D(1)),
+    "x": (None, D(1)), "×": (None, D(1)),
+}
+for _p, _f in (("", 1), ("k", 10 ** 3), ("K", 10 ** 3), ("M", 10 ** 6), ("G", 10 ** 9),
+               ("T", 10 ** 12), ("P", 10 ** 15)):
+    WRITTEN_UNITS[f"{_p}B/s"] = ("byte_rate", D(_f))
+    if _p != "K":
+        WRITTEN_UNITS[f"{_p}FLOP/s"] = ("flop_rate", D(_f))
+        WRITTEN_UNITS[f"{_p}FLOPS"] = ("flop_rate", D(_f))
+        WRITTEN_UNITS[f"{_p}FLOP"] = ("flop", D(_f))
+        WRITTEN_UNITS[f"{_p}FLOPs"] = ("flop", D(_f))
+for _p, _e in (("Ki", 10), ("Mi", 20), ("Gi", 30), ("Ti", 40)):
+    WRITTEN_UNITS[f"{_p}B/s"] = ("byte_rate", D(2) ** _e)
+# A table's unit (a JSON figure's "unit", a CSV "unit" column) -> (dimension, factor).
+TABLE_UNITS = {"us": ("time", D(1)), "µs": ("time", D(1)), "ms": ("time", D(1000)),
+               "s": ("time", D(1000000)), "ns": ("time", D("0.001")),
+               "ps": ("time", D("0.000001")), "pct": ("pct", D(1)), "%": ("pct", D(1)),
+               "bytes": ("bytes", D(1)), "B": ("bytes", D(1)), "B/s": ("byte_rate", D(1)),
+               "bytes/s": ("byte_rate", D(1)), "FLOP/s": ("flop_rate", D(1)),
+               "FLOP": ("flop", D(1)), "flops": ("flop", D(1)),
+               "FLOP/byte": ("intensity", D(1)), "FLOP/B": ("intensity", D(1))}
+# Column-name suffixes -> table unit (longest first: _bytes_per_s before _s and _bytes).
+COLUMN_SUFFIXES = (("_flop_per_byte", "FLOP/B"), ("_bytes_per_s", "B/s"),
+                   ("_flop_per_s", "FLOP/s"), ("_flops", "FLOP"), ("_bytes", "bytes"),
+                   ("_pct", "pct"), ("_us", "us"), ("_ps", "ps"), ("_ns", "ns"), ("_ms", "ms"),
+                   ("_s", "s"))
+DIMENSION_WORDS = {"time": "a time", "pct": "a percentage", "bytes": "bytes",
+                   "byte_rate": "bytes per second", "flop_rate": "FLOP per second",
+                   "flop": "FLOP", "intensity": "FLOP per byte"}
+
+SPACE = "[ \u00a0\u2009\u202f]"
+NUM_RE = re.compile(r"(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?(?:[eE][-+]?\d+(?!\w))?")
+UNIT_RE = re.compile(
+    f"{SPACE}?(" + "|".join(re.escape(u) for u in sorted(WRITTEN_UNITS, key=len, reverse=True)
+                            if u not in ("x", "×")) + r")(?![\w/])|(x|×)(?!\w)")
+LABEL_PART = r"[^;()]{0,40}?"
+SELECTOR_PART = r"(?:[^()]|\([^()]*\))*?"
+CITE_RE = re.compile(
+    r"\(\s*(?:(?P<label>" + LABEL_PART + r")\s*;\s*)?(?P<table>[\w./-]+\.(?:csv|json|txt|md|svg))"
+    r"(?:\s*:\s*(?P<sel>" + SELECTOR_PART + r"))?\s*\)")
+LABEL_ONLY_RE = re.compile(
+    r"[\s*_]*(?:[A-Za-z][\w'/-]*\s+){0,3}\(\s*[*_]*(measured|read|inferred(?:,\s*not run)?)"
+    r"[*_]*\s*\)")
+CODE_SPAN_RE = re.compile(r"(`+)(.+?)\1", re.S)
+LINK_TARGET_RE = re.compile(r"\]\([^)\s]*\)|<?https?://[^\s>)]+>?")
+RANGE_SEP_RE = re.compile(r"^\s*(?:–|—|−|-|to)\s*$")
+PAREN_OPEN_RE = re.compile(r"^\s*\(\s*(?:range:?\s*|min[–-]max:?\s*)?$")
+PAREN_CLOSE_RE = re.compile(r"[^()\d\n]{0,60}?\)")
+IDENT_LIST = r"#?\d+(?:\s*(?:,|–|-|and|or|to|/)\s*#?\d+)*"
+IDENT_BEFORE_RE = re.compile(
+    r"(?i)\b(" + "|".join(IDENTIFIER_WORDS) + r")\s*(?:#|no\.?\s*|id\s*)?"
+    r"(?:" + IDENT_LIST + r"\s*(?:,|–|-|and|or|to|/)\s*#?)?$")
+KEY_REF_RE = re.compile(r"=\s*\*(\d*)\s*(?=,|$)")  # a header filter's value: *, *2, ...
+HEADING_NUMBER_RE = re.compile(r"^(\s*#{1,6}\s+)(\d+(?:\.\d+)*\.?)(?=\s)")
+LIST_MARKER_RE = re.compile(r"^(\s*)(\d+[.)])(?=\s)")
+SENTENCE_END_RE = re.compile(r"(?<=[.!?])\s+(?=[A-Z*_`\[(<])|\n(?=\s*(?:[-*+]|\d+[.)])\s)")
+FENCE_RE = re.compile(r"^\s*(```|~~~)")
+COMMENT_RE = re.compile(r"<!--.*?-->", re.S)
+SEPARATOR_RE = re.compile(r"^\s*\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?\s*$")
+
+
+class UsageError(Exception):
+    """The input cannot be checked; the message is one sentence."""
+
+
+class NoTable(Exception):
+    """The citation names no usable table, column, path or row; the message says which."""
+
+
+# ---------------------------------------------------------------- model
+
+@dataclass
+class Num:
+    """One number as written: offsets in its segment, value, rounding, unit, bound."""
+    start: int
+    end: int
+    value: Decimal
+    quantum: Decimal
+    unit: str | None
+    rel: str = ""
+
+
+@dataclass
+class Figure:
+    """A number, a range a-b, or a value with its range "v (a-b)": parts by role."""
+    start: int
+    end: int
+    parts: list  # [(role, Num)], role one of value, min, max
+
+
+@dataclass
+class Citation:
+    start: int
+    end: int
+    label: str | None  # as written, None when absent
+    table: str
+    selector: str | None
+
+
+@dataclass
+class Row:
+    line: int
+    pos: int
+    claim: str
+    figure: str
+    label: str = ""
+    table: str = ""
+    selector: str = ""
+    found_value: str = ""
+    verdict: str = "skipped"
+    why: str = ""
+
+
+@dataclass
+class Context:
+    """What a segment inherits: a table column's citation and unit, a key or identifier cell."""
+    default_cite: Citation | None = None
+    default_unit: str | None = None
+    skip_all: str = ""  # every number of the segment is skipped with this reason
+    skip_ints: str = ""  # integers are skipped with this reason
+
+
+@dataclass
+class Scratch:
+    folder: Path
+    cache: dict = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------- load: the report
+
+def blank(text: str) -> str:
+    """The same text with every character but line ends turned into spaces (offsets kept)."""
+    return re.sub(r"[^\n]", " ", text)
+
+
+def clean_report(text: str) -> str:
+    """Fenced code blocks and HTML comments blanked, line numbers and offsets kept."""
+    lines = text.split("\n")
+    fence = None
+    for i, ln in enumerate(lines):
+        m = FENCE_RE.match(ln)
+        if fence is None and m:
+            fence = m.group(1)
+            lines[i] = ""
+        elif fence is not None:
+            if m and m.group(1) == fence:
+                fence = None
+            lines[i] = ""
+    return COMMENT_RE.sub(lambda m: blank(m.group(0)), "\n".join(lines))
+
+
+def blocks(text: str):
+    """(kind, [(line number, line)]) for paragraphs, list items, headings and tables."""
+    out, cur, kind = [], [], None
+
+    def flush():
+        nonlocal cur, kind
+        if cur:
+            out.append((kind, cur))
+        cur, kind = [], None
+
+    for no, ln in enumerate(text.split("\n"), 1):
+        s = ln.strip()
+        if not s:
+            flush()
+            continue
+        is_row = s.startswith("|")
+        if is_row:
+            if kind != "table":
+                flush()
+                kind = "table"
+            cur.append((no, ln))
+            continue
+        if kind == "table":
+            flush()
+        if s.startswith("#"):
+            flush()
+            out.append(("heading", [(no, ln)]))
+            continue
+        if re.match(r"^\s*(?:[-*+]|\d+[.)])\s", ln):
+            flush()
+        kind = "text"
+        cur.append((no, ln))
+    flush()
+    return out
+
+
+def split_cells(line: str):
+    """A table row's cells as (text, offset in the line), split on | outside backticks."""
+    cells, start, in_code, i = [], None, False, 0
+    s = line
+    first = s.index("|")
+    start = first + 1
+    i = start
+    while i < len(s):
+        c = s[i]
+        if c == "`":
+            in_code = not in_code
+        elif c == "\\":
+            i += 1
+        elif c == "|" and not in_code:
+            cells.append((s[start:i], start))
+            start = i + 1
+        i += 1
+    tail = s[start:]
+    if tail.strip():
+        cells.append((tail, start))
+    return cells
+
+
+# ---------------------------------------------------------------- analysis: numbers
+
+def decimal_of(text: str) -> Decimal | None:
+    try:
+        v = D(text.replace(",", "").strip())
+    except (decimal.InvalidOperation, ValueError):
+        return None
+    return v if v.is_finite() else None
+
+
+def find_citations(text: str) -> list[Citation]:
+    out = []
+    for m in CITE_RE.finditer(text):
+        label = m.group("label")
+        sel = re.sub(r"\s+", " ", m.group("sel") or "").strip()
+        out.append(Citation(m.start(), m.end(),
+                            re.sub(r"\s+", " ", label).strip() if label is not None else None,
+                            m.group("table"), sel or None))
+    return out
+
+
+def scan_numbers(text: str, skips: list):
+    """Numbers of a masked segment; numbers that are names (file:line, #13, name(17)) go to
+    `skips` as (start, end, why). Words with digits (H100, fusion.12) are not numbers."""
+    nums = []
+    for m in NUM_RE.finditer(text):
+        s, e = m.start(), m.end()
+        p = text[s - 1] if s else ""
+        p2 = text[s - 2] if s > 1 else ""
+        if p.isalnum() or p == "_" or (p == "." and (p2.isalnum() or p2 == "_")):
+            continue
+        if p == "/" and p2 and not p2.isspace():
+            continue
+        if p == ":" and p2 and not p2.isspace():
+            skips.append((s, e, "file:line or a name's number"))
+            continue
+        if p == "#":
+            skips.append((s, e, "an identifier (#)"))
+            continue
+        if p == "(" and (p2.isalnum() or p2 == "_") and text[e:e + 1] == ")":
+            skips.append((s, e, "a program id in name(id)"))
+            continue
+        sign = 1
+        start = s
+        if p and p in "-−":
+            if p2.isalpha() or p2 == "_":
+                continue  # a name such as all-gather-2
+            if not p2.isdigit():
+                sign, start = -1, s - 1
+        unit = None
+        um = UNIT_RE.match(text, e)
+        if um:
+            unit = um.group(1) or um.group(2)
+            end = um.end()
+        else:
+            nxt = text[e:e + 1]
+            if nxt.isalnum() or nxt == "_":
+                continue  # part of a word: 3rd, 2D
+            end = e
+        rel = ""
+        before = text[max(0, start - 3):start].rstrip()
+        for r in ("<=", ">=", "≤", "≥", "<", ">", "~", "≈"):
+            if before.endswith(r) and not before.endswith(("->", "=>")):
+                rel = r
+                break
+        raw = m.group(0).replace(",", "")
+        mant, _, exp = raw.lower().partition("e")
+        decimals = len(mant.split(".")[1]) if "." in mant else 0
+        quantum = D(1).scaleb(int(exp or 0) - decimals)
+        nums.append(Num(start, end, sign * D(raw), quantum, unit, rel))
+    return nums
+
+
+def group_figures(text: str, nums: list[Num]) -> list[Figure]:
+    """Numbers joined into figures: "v (a-b)", "a-b", "a to b", or one number."""
+    out, i = [], 0
+    while i < len(nums):
+        a = nums[i]
+        if (i + 2 < len(nums) and PAREN_OPEN_RE.match(text[a.end:nums[i + 1].start])
+                and RANGE_SEP_RE.match(text[nums[i + 1].end:nums[i + 2].start])):
+            close = PAREN_CLOSE_RE.match(text, nums[i + 2].end)
+            if close:
+                parts = [("value", a), ("min", nums[i + 1]), ("max", nums[i + 2])]
+                out.append(Figure(a.start, close.end(), inherit_units(parts)))
+                i += 3
+                continue
+        if i + 1 < len(nums) and RANGE_SEP_RE.match(text[a.end:nums[i + 1].start]):
+            parts = [("min", a), ("max", nums[i + 1])]
+            out.append(Figure(a.start, nums[i + 1].end, inherit_units(parts)))
+            i += 2
+            continue
+        out.append(Figure(a.start, a.end, [("value", a)]))
+        i += 1
+    return out
+
+
+def inherit_units(parts):
+    unit = next((n.unit for _, n in parts if n.unit), None)
+    for _, n in parts:
+        if n.unit is None:
+            n.unit = unit
+    return parts
+
+
+def gap_ok(gap: str) -> bool:
+    """Only up to MAX_GAP_WORDS plain words (and emphasis) between a number and its citation."""
+    words = gap.replace("*", " ").replace("_", " ").split()
+    return len(words) <= MAX_GAP_WORDS and all(re.fullmatch(r"[A-Za-z][A-Za-z'/-]*", w)
+                                               for w in words)
+
+
+def skip_reason(text: str, fig: Figure) -> str:
+    """Why an uncited figure is not a figure (identifier, year), or ''."""
+    nums = [n for _, n in fig.parts]
+    ints = all(n.quantum == 1 and n.unit is None and not n.rel and n.value >= 0 for n in nums)
+    if ints and IDENT_BEFORE_RE.search(text[max(0, fig.start - 80):fig.start]):
+        word = IDENT_BEFORE_RE.search(text[max(0, fig.start - 80):fig.start]).group(1)
+        return f"an identifier after '{word}'"
+    if ints and len(nums) == 1 and YEARS[0] <= nums[0].value <= YEARS[1] \
+            and len(text[nums[0].start:nums[0].end]) == 4:
+        nxt = text[fig.end:].lstrip()[:1]
+        if not nxt.isalpha():
+            return "a year"
+    return ""
+
+
+# ---------------------------------------------------------------- analysis: tables
+
+def load_table(scratch: Scratch, name: str):
+    if name in scratch.cache:
+        return scratch.cache[name]
+    rel = Path(name)
+    if rel.is_absolute() or ".." in rel.parts:
+        raise NoTable(f"{name} is outside the scratch folder")
+    path = scratch.folder / rel
+    if rel.suffix not in (".csv", ".json"):
+        raise NoTable(f"{name} is not a table (a .csv or .json file)")
+    if not path.is_file():
+        raise NoTable(f"{name} does not exist in {scratch.folder}")
+    try:
+        if rel.suffix == ".csv":
+            with open(path, newline="", encoding="utf-8") as fh:
+                reader = csv.reader(fh)
+                header = next(reader, [])
+                data = (header, [dict(zip(header, r, strict=False)) for r in reader])
+        else:
+            data = json.loads(path.read_text(encoding="utf-8"), parse_float=D, parse_int=D)
+    except (OSError, UnicodeDecodeError, ValueError, csv.Error) as exc:
+        raise NoTable(f"{name} cannot be read ({exc})") from None
+    scratch.cache[name] = data
+    return data
+
+
+def split_selector(sel: str) -> list[str]:
+    """Selector items split on commas outside "..." and backticks."""
+    items, cur, quote = [], "", None
+    for c in sel:
+        if quote:
+            if c == quote:
+                quote = None
+            else:
+                cur += c
+        elif c in "\"`":
+            quote = c
+        elif c == ",":
+            items.append(cur.strip())
+            cur = ""
+        else:
+            cur += c
+    items.append(cur.strip())
+    return [i for i in items if i]
+
+
+def column_unit(name: str) -> str | None:
+    for suffix, unit in COLUMN_SUFFIXES:
+        if name.endswith(suffix):
+            return unit
+    return None
+
+
+def range_column(column: str, role: str, header) -> str | None:
+    """The column holding a one-row figure's min or max: saving_us -> saving_min_us."""
+    unit = next((sfx for sfx, _ in COLUMN_SUFFIXES if column.endswith(sfx)), "")
+    stem = column[:len(column) - len(unit)]
+    name = f"{stem}_{role}{unit}"
+    return name if name in header else None
+
+
+def label_of(value) -> str | None:
+    """A table's label normalised: 'inferred, not run' -> inferred."""
+    if not isinstance(value, str) or not value.strip():
+        return None
+    return value.strip().split(",")[0].strip().lower()
+
+
+def same_key(cell: str, want: str) -> bool:
+    if cell.strip() == want:
+        return True
+    a, b = decimal_of(cell), decimal_of(want)
+    return a is not None and b is not None and a == b
+
+
+def aggregate(values: list, agg: str, what: str):
+    nums = [v for v in values if v is not None and v != ""]
+    if agg == "count":
+        return D(len(nums))
+    if agg == "first":
+        if not nums:
+            raise NoTable(f"{what}: the selected cells are empty")
+        return nums[0]
+    dec = [decimal_of(v) if isinstance(v, str) else v for v in nums]
+    if any(d is None for d in dec):
+        raise NoTable(f"{what}: {agg} of cells that are not numbers")
+    if not dec:
+        raise NoTable(f"{what}: the selected cells are empty")
+    fn = {"median": statistics.median, "min": min, "max": max, "sum": sum,
+          "mean": statistics.mean}[agg]
+    return D(fn(dec))
+
+
+def lookup(scratch: Scratch, cite: Citation, roles: set[str]) -> dict:
+    """role (value, min, max) -> (value: Decimal | str, table unit | None); plus 'label'."""
+    if not cite.selector:
+        raise NoTable(f"the citation names {cite.table} but no column or path")
+    items = split_selector(cite.selector)
+    data = load_table(scratch, cite.table)
+    if cite.table.endswith(".csv"):
+        return lookup_csv(cite.table, data, items, roles)
+    return lookup_json(cite.table, data, items, roles)
+
+
+def lookup_csv(name, data, items, roles):
+    header, rows = data
+    column, agg, filters = items[0], None, []
+    for it in items[1:]:
+        if it in AGGREGATES:
+            agg = it
+        elif "=" in it:
+            k, _, v = it.partition("=")
+            filters.append((k.strip(), v.strip().strip("`\"")))
+        else:
+            raise NoTable(f"cannot read selector item '{it}' (an aggregate or key=value)")
+    for col in [column] + [k for k, _ in filters]:
+        if col not in header:
+            raise NoTable(f"{name} has no column {col}")
+    sel = [r for r in rows if all(same_key(r.get(k, ""), v) for k, v in filters)]
+    where = ", ".join(f"{k}={v}" for k, v in filters)
+    if not sel:
+        raise NoTable(f"no row of {name} has {where}")
+    units = {r.get("unit") for r in sel} if "unit" in header else set()
+    unit = column_unit(column) or (units.pop() if len(units) == 1 else None)
+    out = {}
+    cells = [r.get(column, "") for r in sel]
+    for role in roles:
+        if role == "value":
+            if agg in (None, "range"):
+                if len(sel) != 1:
+                    raise NoTable(f"{len(sel)} rows of {name} match"
+                                  f"{' ' + where if where else ''} and no aggregate is given")
+                v = cells[0]
+                out[role] = (decimal_of(v) if decimal_of(v) is not None else v, unit)
+            else:
+                out[role] = (aggregate(cells, agg, f"{name} {column}"),
+                             None if agg == "count" else unit)
+        elif len(sel) == 1 and range_column(column, role, header):
+            sib = range_column(column, role, header)
+            v = sel[0].get(sib, "")
+            if decimal_of(v) is None:
+                raise NoTable(f"{name} {sib} is empty or not a number in the selected row")
+            out[role] = (decimal_of(v), unit)
+        else:
+            out[role] = (aggregate(cells, role, f"{name} {column}"), unit)
+    labels = {label_of(r.get("label")) for r in sel} if "label" in header else set()
+    out["label"] = labels.pop() if len(labels) == 1 else None
+    return out
+
+
+def lookup_json(name, data, items, roles):
+    path, agg = items[0], None
+    for it in items[1:]:
+        if it in AGGREGATES:
+            agg = it
+        else:
+            raise NoTable(f"cannot read selector item '{it}' (a JSON path takes an aggregate "
+                          "only)")
+    node, parent, key = data, None, ""
+    for part in path.split("."):
+        parent = node
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            raise NoTable(f"{name} has no {path} (stops at '{part}')")
+        key = part
+    figure = node if isinstance(node, dict) and "value" in node else None
+    if figure is None and key in ("value", "min", "max") and isinstance(parent, dict):
+        figure = parent
+    unit_src = figure if figure is not None else parent
+    unit = unit_src.get("unit") if isinstance(unit_src, dict) else None
+    if unit is None:
+        owner = path.split(".")[-2] if key in ("value", "min", "max") and "." in path else key
+        unit = column_unit(owner)
+    out = {}
+    for role in roles:
+        if role == "value":
+            v = node["value"] if node is figure else node
+            if isinstance(v, list) and agg not in (None, "range"):
+                v = aggregate(v, agg, f"{name} {path}")
+            elif isinstance(v, dict | list) or v is None:
+                raise NoTable(f"{name} {path} is an object or a list, not a figure")
+            out[role] = (v if not isinstance(v, bool) else str(v).lower(), unit)
+        elif figure is not None and figure.get(role) is not None:
+            out[role] = (figure[role], unit)
+        elif isinstance(node, list):
+            out[role] = (aggregate(node, role, f"{name} {path}"), unit)
+        else:
+            raise NoTable(f"{name} {path} has no range (a figure object with min and max)")
+    lab = figure.get("label") if figure is not None else (
+        parent.get("label") if isinstance(parent, dict) and not isinstance(node, dict) else None)
+    out["label"] = label_of(lab)
+    return out
+
+
+# ---------------------------------------------------------------- analysis: comparison
+
+def table_dimension(unit: str | None):
+    if unit is None:
+        return None, D(1)
+    return TABLE_UNITS.get(unit, (None, D(1)))
+
+
+def fmt(v: Decimal, quantum: Decimal) -> str:
+    """A table value in the written unit, three more decimals than written."""
+    with decimal.localcontext() as ctx:
+        ctx.prec = DECIMAL_PREC
+        q = v.quantize(quantum * D("0.001"), rounding=decimal.ROUND_HALF_EVEN)
+    s = f"{q:f}"
+    return s.rstrip("0").rstrip(".") if "." in s else s
+
+
+def compare(num: Num, found, unit: str | None, written_unit: str | None):
+    """(ok, found text in the written unit, why)."""
+    if isinstance(found, int | float) and not isinstance(found, bool):
+        found = D(str(found))
+    if not isinstance(found, Decimal) or not found.is_finite():
+        return False, str(found)[:60], f"the table holds '{str(found)[:60]}', not a number"
+    wdim, wfac = WRITTEN_UNITS.get(written_unit, (None, D(1))) if written_unit else (None, D(1))
+    tdim, tfac = table_dimension(unit)
+    if wdim and tdim and wdim != tdim:
+        return False, f"{found} {unit}", (f"written in {written_unit} ({DIMENSION_WORDS[wdim]}), "
+                                          f"the table's unit is {unit}")
+    with decimal.localcontext() as ctx:
+        ctx.prec = DECIMAL_PREC
+        v = found * tfac / wfac if (wdim and tdim) else found
+        shown = fmt(v, num.quantum) + ("" if not written_unit else written_unit
+                                       if written_unit in ("%", "x", "×") else f" {written_unit}")
+        if num.rel in ("<", "<=", "≤", ">", ">=", "≥"):
+            x = num.value
+            ok = {"<": v < x, "<=": v <= x, "≤": v <= x, ">": v > x, ">=": v >= x,
+                  "≥": v >= x}[num.rel]
+            return ok, shown, "" if ok else f"the table gives {shown}, not {num.rel} {x}"
+        rounded = {v.quantize(num.quantum, rounding=r)
+                   for r in (decimal.ROUND_HALF_UP, decimal.ROUND_HALF_DOWN)}
+    if num.value in rounded:
+        return True, shown, ""
+    return False, shown, f"the table gives {shown}, which rounds to {min(rounded):f}"
+
+
+def check_figure(scratch, fig: Figure, cite: Citation, default_unit: str | None):
+    """(verdict, label, found_value, why) of one cited figure."""
+    label_ok, label_why, label = check_label(cite)
+    try:
+        found = lookup(scratch, cite, {role for role, _ in fig.parts})
+    except NoTable as exc:
+        return "no_table", label, "", str(exc)
+    except (ArithmeticError, TypeError) as exc:  # a table value no rule can compute with
+        return "no_table", label, "", f"{cite.table} cannot be aggregated as cited ({exc})"
+    shown, whys = [], []
+    for role, num in fig.parts:
+        value, unit = found[role]
+        try:
+            ok, s, why = compare(num, value, unit, num.unit or default_unit)
+        except ArithmeticError as exc:
+            ok, s, why = False, str(value)[:60], f"cannot compare with {value} ({exc})"
+        shown.append(s if role == "value" else f"{role} {s}")
+        if not ok:
+            whys.append((f"{role}: " if len(fig.parts) > 1 else "") + why)
+    found_text = "; ".join(shown)
+    if whys:
+        extra = f"; also {label_why}" if not label_ok else ""
+        return "wrong_value", label, found_text, "; ".join(whys) + extra
+    if not label_ok:
+        return "no_label", label, found_text, label_why
+    agrees = LABEL_AGREES.get(found.get("label") or "")
+    if agrees is not None and label not in agrees:
+        return "no_label", label, found_text, (f"labelled {label}, the table labels it "
+                                               f"{found['label']}")
+    return "ok", label, found_text, ""
+
+
+def check_label(cite: Citation):
+    """(ok, why, normalised label) of a citation's label."""
+    if cite.label is None:
+        return False, "the citation has no label (measured, read or inferred)", ""
+    lab = cite.label.replace("*", "").replace("_", " ").strip().lower()
+    lab = re.sub(r"\s+", " ", lab)
+    if lab in LABELS:
+        return True, "", lab
+    if lab == "inferred, not run":
+        return True, "", "inferred"
+    return False, f"the label '{cite.label}' is not measured, read or inferred", cite.label
+
+
+def check_text_claim(scratch, cite: Citation, text: str, start: int):
+    """A citation after words, not a number: the table's text must stand in text[start:cite].
+    (verdict, label, found, why, figure, covered span or None), or None when the table holds a
+    number (nothing written to compare)."""
+    label_ok, label_why, label = check_label(cite)
+    try:
+        found = lookup(scratch, cite, {"value"})
+    except NoTable as exc:
+        return "no_table", label, "", str(exc), "", None
+    value = found["value"][0]
+    if isinstance(value, Decimal):
+        return None
+    shown = str(value)[:60]
+    words = str(value).split()
+    m = re.compile(r"\s+".join(map(re.escape, words))).search(text, start, cite.start) \
+        if words else None
+    if m or (words and normalise_words(str(value)) in normalise_words(text[start:cite.start])):
+        span = (m.start(), m.end()) if m else None
+        if not label_ok:
+            return "no_label", label, shown, label_why, shown, span
+        return "ok", label, shown, "", shown, span
+    return ("wrong_value", label, shown,
+            f"the table holds '{shown}', which the text before the citation does not say",
+            re.sub(r"\s+", " ", text[start:cite.start]).strip()[-40:], None)
+
+
+def normalise_words(s: str) -> str:
+    return re.sub(r"\s+", " ", re.sub(r"[_\-`*]", " ", s)).strip().lower()
+
+
+# ---------------------------------------------------------------- analysis: segments
+
+def mask(text: str, spans) -> str:
+    chars = list(text)
+    for s, e in spans:
+        for i in range(s, e):
+            if chars[i] != "\n":
+                chars[i] = " "
+    return "".join(chars)
+
+
+def check_segment(scratch, text: str, where, claim_of, ctx: Context, rows: list):
+    """Every number and citation of one segment (a paragraph, a heading, a table cell).
+    `where(pos)` -> (line, global position); `claim_of(pos)` -> the claim text."""
+    code = [(m.start(), m.end()) for m in CODE_SPAN_RE.finditer(text)]
+    cites = [c for c in find_citations(text)  # a citation shown in backticks is an example
+             if not any(s < c.start < e for s, e in code)]
+    masked = mask(text, [(c.start, c.end) for c in cites])
+    spans = []
+    for m in CODE_SPAN_RE.finditer(masked):
+        for n in NUM_RE.finditer(m.group(2)):
+            s = m.start(2) + n.start()
+            p = m.group(2)[n.start() - 1] if n.start() else ""
+            if not (p.isalnum() or (p and p in "_.")):
+                add_row(rows, where, claim_of, s, n.group(0), "skipped", why="inside backticks")
+        spans.append((m.start(), m.end()))
+    spans += [(m.start(), m.end()) for m in LINK_TARGET_RE.finditer(masked)]
+    masked = mask(masked, spans)
+    named = []
+    nums = scan_numbers(masked, named)
+    for s, e, why in named:
+        add_row(rows, where, claim_of, s, text[s:e], "skipped", why=why)
+    figures = group_figures(masked, nums)
+    claimed, covered = {}, []
+    for k, cite in enumerate(cites):
+        before = [f for f in figures if f.end <= cite.start and id(f) not in claimed]
+        fig = before[-1] if before else None
+        if fig is not None and gap_ok(masked[fig.end:cite.start]) and not ctx.skip_all:
+            claimed[id(fig)] = cite
+            continue
+        if cite.label is None and cite.selector is None:
+            continue  # a file named in parentheses, not a citation
+        res = check_text_claim(scratch, cite, text, cites[k - 1].end if k else 0)
+        if res is None:
+            add_row(rows, where, claim_of, cite.start, "", "skipped", cite=cite,
+                    why="a citation with no number before it")
+            continue
+        verdict, label, found, why, figure, span = res
+        add_row(rows, where, claim_of, cite.start, figure, verdict, cite=cite, label=label,
+                found=found, why=why)
+        if span and verdict == "ok":
+            covered.append((span, f"inside the text quoted from {cite.table} (checked as text)"))
+    for fig in figures:
+        inside = next((why for (s, e), why in covered if s <= fig.start and fig.end <= e), "")
+        if inside and id(fig) not in claimed:
+            add_row(rows, where, claim_of, fig.start, text[fig.start:fig.end], "skipped",
+                    why=inside)
+            continue
+        rel = fig.parts[0][1].rel
+        written = rel + re.sub(r"\s+", " ", text[fig.start:fig.end]).strip()
+        cite = claimed.get(id(fig))
+        if cite is not None:
+            verdict, label, found, why = check_figure(scratch, fig, cite, ctx.default_unit)
+            add_row(rows, where, claim_of, fig.start, written, verdict, cite=cite, label=label,
+                    found=found, why=why)
+            continue
+        ints = all(n.quantum == 1 and n.unit is None for _, n in fig.parts)
+        reason = ctx.skip_all or (ctx.skip_ints if ints else "") or skip_reason(masked, fig)
+        if reason:
+            add_row(rows, where, claim_of, fig.start, written, "skipped", why=reason)
+        elif ctx.default_cite is not None:
+            cite = ctx.default_cite
+            verdict, label, found, why = check_figure(scratch, fig, cite, ctx.default_unit)
+            add_row(rows, where, claim_of, fig.start, written, verdict, cite=cite, label=label,
+                    found=found, why=why + (" (the column header's citation)" if why else ""))
+        elif LABEL_ONLY_RE.match(text, fig.end):
+            lab = LABEL_ONLY_RE.match(text, fig.end).group(1)
+            add_row(rows, where, claim_of, fig.start, written, "no_table", label=lab,
+                    why="a label but no table: write (label; table: column or path)")
+        else:
+            add_row(rows, where, claim_of, fig.start, written, "no_table",
+                    why="no citation: write (label; table: column or path) after it")
+
+
+def add_row(rows, where, claim_of, pos, figure, verdict, cite=None, label="", found="", why=""):
+    line, gpos = where(pos)
+    rows.append(Row(line, gpos, claim_of(pos), figure, label if cite or label else "",
+                    cite.table if cite else "", cite.selector or "" if cite else "", found,
+                    verdict, why))
+
+
+def collapse(s: str) -> str:
+    s = re.sub(r"\s+", " ", s).strip()
+    return s if len(s) <= CLAIM_CHARS else s[:CLAIM_CHARS - 1] + "…"
+
+
+def check_report(scratch: Scratch, text: str) -> list[Row]:
+    rows: list[Row] = []
+    cleaned = clean_report(text)
+    line_start = [0]
+    for ln in cleaned.split("\n")[:-1]:
+        line_start.append(line_start[-1] + len(ln) + 1)
+    for kind, lines in blocks(cleaned):
+        if kind == "table":
+            check_table(scratch, lines, line_start, rows)
+            continue
+        first = lines[0][0]
+        seg = "\n".join(ln for _, ln in lines)
+        starts = [0]
+        for _, ln in lines[:-1]:
+            starts.append(starts[-1] + len(ln) + 1)
+
+        def where(pos, first=first, starts=starts):
+            i = bisect.bisect_right(starts, pos) - 1
+            return first + i, line_start[first - 1 + i] + pos - starts[i]
+
+        bounds = [0] + [m.end() for m in SENTENCE_END_RE.finditer(seg)] + [len(seg) + 1]
+
+        def claim_of(pos, seg=seg, bounds=bounds):
+            i = bisect.bisect_right(bounds, pos) - 1
+            return collapse(seg[bounds[i]:bounds[i + 1]])
+
+        m = (HEADING_NUMBER_RE if kind == "heading" else LIST_MARKER_RE).match(seg)
+        if m:
+            if kind == "heading":
+                add_row(rows, where, claim_of, m.start(2), m.group(2), "skipped",
+                        why="a section number")
+            seg = seg[:m.start(2)] + " " * len(m.group(2)) + seg[m.end(2):]
+        check_segment(scratch, seg, where, claim_of, Context(), rows)
+    rows.sort(key=lambda r: (r.line, r.pos))
+    return rows
+
+
+def check_table(scratch, lines, line_start, rows):
+    """A Markdown table: header citations apply to the cells below (a filter value `*` takes the
+    row's first cell, `*2` its second, ...: those cells are the row's key); a cell's own
+    citation wins."""
+    if len(lines) < 2 or not SEPARATOR_RE.match(lines[1][1]):
+        for no, ln in lines:  # not a table: plain text lines
+            check_row_cells(scratch, no, ln, line_start, [(ln, 0)], [Context()], rows)
+        return
+    head_no, head = lines[0]
+    head_cells = split_cells(head)
+    contexts, key_cells = [], set()
+    for text, _ in head_cells:
+        cites = find_citations(text)
+        rest = mask(text, [(c.start, c.end) for c in cites])
+        um = re.search(r"\((" + "|".join(re.escape(u) for u in WRITTEN_UNITS) + r")\)", rest)
+        name = re.sub(r"\([^)]*\)", "", rest).strip(" *_`").lower()
+        ctx = Context(default_unit=um.group(1) if um else None)
+        if len(cites) == 1 and cites[0].selector:
+            ctx.default_cite = cites[0]
+            key_cells |= {int(n or 1) - 1 for n in KEY_REF_RE.findall(cites[0].selector)}
+        if name in IDENTIFIER_COLUMNS:
+            ctx.skip_ints = f"an identifier (column {name})"
+        contexts.append(ctx)
+    heads = [mask(t, [(c.start, c.end) for c in find_citations(t)]) for t, _ in head_cells]
+    check_row_cells(scratch, head_no, head, line_start, list(zip(heads, (o for _, o in
+                    head_cells), strict=True)), [Context()] * len(heads), rows)
+    for no, ln in lines[2:]:
+        cells = split_cells(ln)
+        keys = [t.strip().strip("*_`").strip() for t, _ in cells]
+
+        def key_of(m, keys=keys):
+            k = int(m.group(1) or 1) - 1
+            v = keys[k] if k < len(keys) else ""
+            return "=" + (f'"{v}"' if "," in v else v)
+
+        ctxs = []
+        for j, _ in enumerate(cells):
+            base = contexts[j] if j < len(contexts) else Context()
+            ctx = Context(base.default_cite, base.default_unit, base.skip_all, base.skip_ints)
+            if ctx.default_cite is not None and ctx.default_cite.selector:
+                c = ctx.default_cite
+                ctx.default_cite = Citation(c.start, c.end, c.label, c.table,
+                                            KEY_REF_RE.sub(key_of, c.selector))
+            if j in key_cells and base.default_cite is None:
+                ctx.skip_all = "the row key (the column headers' key=* filter)"
+            ctxs.append(ctx)
+        check_row_cells(scratch, no, ln, line_start, cells, ctxs, rows)
+
+
+def check_row_cells(scratch, no, line, line_start, cells, ctxs, rows):
+    claim = collapse(line)
+    for (text, off), ctx in zip(cells, ctxs, strict=True):
+        def where(pos, off=off):
+            return no, line_start[no - 1] + off + pos
+        check_segment(scratch, text, where, lambda pos: claim, ctx, rows)
+
+
+# ---------------------------------------------------------------- writers
+
+def result_of(rows: list[Row], report: Path) -> dict:
+    counts = {v: sum(r.verdict == v for r in rows) for v in VERDICTS}
+    failing = [r for r in rows if r.verdict in FAILING]
+    notes = []
+    if not any(r.verdict != "skipped" for r in rows):
+        notes.append("the report holds no cited figure: nothing was checked against a table")
+    return {"step": "factcheck", "status": "done", "verdict": "fail" if failing else "pass",
+            "report": str(report), "figures": counts,
+            "failing": [{"line": r.line, "figure": r.figure, "verdict": r.verdict,
+                         "why": r.why, "claim": r.claim} for r in failing],
+            "notes": notes, "refusals": [], "tables": {TABLE: len(rows)}}
+
+
+def write(out: Path, rows: list[Row], result: dict):
+    with rules.replace_files(out, ".factcheck-") as tmp:  # both files whole or not at all
+        n = rules.write_csv(tmp / TABLE, COLUMNS, ([r.line, r.claim, r.figure, r.label, r.table,
+                                                     r.selector, r.found_value, r.verdict, r.why]
+                                                    for r in rows))
+        (tmp / RESULT_FILE).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n",
+                                       encoding="utf-8")
+    return n
+
+
+def run(report: Path, out: Path):
+    if not report.is_file():
+        raise UsageError(f"the report {report} does not exist or is not a file; give the "
+                         "Markdown report's path")
+    if not out.is_dir():
+        raise UsageError(f"the scratch folder {out} does not exist; give the folder the steps "
+                         "wrote into with --out DIR")
+    try:
+        text = report.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"the report {report} cannot be read as UTF-8 text ({exc})") from None
+    rows = check_report(Scratch(out), text.replace("\r\n", "\n"))
+    result = result_of(rows, report)
+    return rows, result, write(out, rows, result)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="\n".join(__doc__.splitlines()[1:]))
+    ap.add_argument("report", type=Path)
+    ap.add_argument("--out", type=Path, default=Path("."))
+    args = ap.parse_args(argv)
+    try:
+        rows, result, n = run(args.report, args.out)
+    except UsageError as exc:
+        print(f"factcheck: {exc}", file=sys.stderr)
+        return 1
+    print(f"wrote {args.out / TABLE} ({n} rows)")
+    print(f"wrote {args.out / RESULT_FILE}")
+    c = result["figures"]
+    print("figures: " + ", ".join(f"{c[v]} {v}" for v in VERDICTS))
+    for note in result["notes"]:
+        print(f"note: {note}")
+    failing = result["failing"]
+    for f in failing[:FAILS_PRINTED]:
+        print(f"line {f['line']}: {f['figure'] or '(claim)'}: {f['verdict']}: {f['why']}")
+    if len(failing) > FAILS_PRINTED:
+        print(f"... and {len(failing) - FAILS_PRINTED} more in {args.out / TABLE}")
+    if failing:
+        print(f"Next: correct each failing figure or its citation in {args.report} "
+              f"({len(failing)} in {TABLE}), then run the fact check again.")
+        return EXIT_FAILED
+    if result["notes"]:
+        print("Next: cite the report's figures (references/report-template.md), then run the "
+              "fact check again.")
+    else:
+        print("Next: every figure matches its table; hand the report over (SKILL.md, Report).")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,404 @@
+#!/usr/bin/env python3
+"""The report draft: every figure of the report filled in from the scratch folder's tables.
+
+Usage:
+    python3 -P report_draft.py [--out DIR]
+
+Example:
+    python3 -P $B/scripts/report_draft.py --out scratch
+
+Reads the tables steps 0 to 7 wrote in DIR (default ./) and writes DIR/report_draft.md: the
+report in the order of references/report-template.md (results first; verdict and causes,
+reconciliation, GPUs and streams with the swimlanes, top instructions and Python lines with the
+roofline, changes, trust list), every number followed by its citation
+`(label; table: selector)` so that factcheck.py can find it again. The judgement sentences are
+left to the agent: each place is an HTML comment `<!-- judge: ... -->` saying what to decide and
+from which table. A section whose tables are missing says so, and why, instead of its figures.
+
+Exit codes: 0 written; 1 DIR is not a scratch folder (no table of any step in it); 2 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SIBLING = next((p for p in (HERE.parent / "analyzing-jax-launch-overhead" / "scripts",
+                            HERE.parent.parent / "analyzing-jax-launch-overhead" / "scripts")
+                if (p / "trace_rules.py").is_file()), None)
+sys.path[:0] = [str(HERE)] + ([str(SIBLING)] if SIBLING else [])
+
+import trace_rules as rules  # noqa: E402  (sibling skill)
+
+DRAFT = "report_draft.md"
+TOP_ROWS = 8  # instructions and Python lines listed: enough to cover most time in practice
+HOW, OPS, LINES = "attribution/how.csv", "attribution/ops.csv", "attribution/lines.csv"
+CH = "changes.csv"
+KNOWN_TABLES = ("capture_info.json", "skip_stats.json", "attribution/attribute_kernels.json")
+
+
+class UsageError(Exception):
+    pass
+
+
+# ---------------------------------------------------------------- load
+
+
+class Scratch:
+    """The scratch folder's tables, each read once; a missing table reads as None."""
+
+    def __init__(self, out: Path):
+        self.out = out
+        self._cache: dict[str, object] = {}
+
+    def json(self, name: str) -> dict | None:
+        if name not in self._cache:
+            try:
+                self._cache[name] = json.loads((self.out / name).read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                self._cache[name] = None
+        return self._cache[name]
+
+    def csv(self, name: str) -> list[dict] | None:
+        if name not in self._cache:
+            try:
+                with open(self.out / name, newline="", encoding="utf-8") as fh:
+                    self._cache[name] = list(csv.DictReader(fh))
+            except OSError:
+                self._cache[name] = None
+        return self._cache[name]
+
+
+# ---------------------------------------------------------------- figures with citations
+
+UNITS = {"us": "us", "pct": "%", "count": "", "bytes": "B"}
+
+
+def fmt(value: float, decimals: int) -> str:
+    return f"{value:,.{decimals}f}"
+
+
+def cite(value, unit: str, label: str, table: str, selector: str, decimals: int = 1) -> str:
+    """`<number><unit> (<label>; <table>: <selector>)`, the form factcheck.py reads; an empty
+    string for a value that is not there (the caller says why)."""
+    if value in (None, ""):
+        return "n/a"
+    v = float(value)
+    sep = "" if unit in ("%", "") else " "
+    return f"{fmt(v, decimals)}{sep}{unit} ({label}; {table}: {selector})"
+
+
+def fig(scratch: Scratch, table: str, key: str, decimals: int = 1) -> str:
+    """A `{value, unit, label}` figure of a JSON result, with its range where it has one."""
+    d = scratch.json(table) or {}
+    f = (d.get("figures") or {}).get(key)
+    if not isinstance(f, dict) or f.get("value") is None:
+        return "n/a"
+    unit = UNITS.get(f.get("unit", ""), f.get("unit", ""))
+    dec = 0 if f.get("unit") == "count" else decimals
+    text = cite(f["value"], unit, f["label"], table, f"figures.{key}.value", dec)
+    if f.get("min") is not None and f.get("max") is not None and f["min"] != f["max"]:
+        text += (f", range {cite(f['min'], unit, f['label'], table, f'figures.{key}.min', dec)}"
+                 f" to {cite(f['max'], unit, f['label'], table, f'figures.{key}.max', dec)}")
+    return text
+
+
+def cell(value, unit: str, label: str, table: str, column: str, key: str,
+         decimals: int = 1) -> str:
+    """A CSV cell's figure cited by its column and its row's key; empty where the cell is."""
+    if value in (None, ""):
+        return ""
+    return cite(value, unit, label, table, f"{column}, {key}", decimals)
+
+
+def judge(what: str) -> str:
+    return f"<!-- judge: {what} -->"
+
+
+def missing(table: str, why: str) -> str:
+    return f"_Not available: `{table}` is missing ({why}); see the trust list._"
+
+
+def md_cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+# ---------------------------------------------------------------- sections
+
+
+def results(s: Scratch) -> list[str]:
+    skip = s.json("skip_stats.json")
+    out = ["## Results", ""]
+    if skip:
+        out.append(f"- Verdict: **{skip.get('verdict')}** (inferred; skip_stats.json: verdict). "
+                   + judge("say in one sentence what bounds the step, from skip_stats.json "
+                           "rule and figures; the verdict stands or is qualified"))
+        out.append(f"- Step time: {fig(s, 'skip_stats.json', 'step_duration_us')}.")
+    else:
+        out.append("- Verdict: " + missing("skip_stats.json", "step 1 did not run"))
+    changes = s.csv("changes.csv")
+    if changes:
+        for r in changes[:3]:
+            rank = f"rank={r['rank']}"
+            out.append(
+                f"- Change {r['rank']}: {r['cause']}: saves "
+                f"{cell(r['saving_us'], 'us', 'inferred', 'changes.csv', 'saving_us', rank)}"
+                f" of the step (inferred, not run). " + judge(
+                    f"is change {r['rank']} worth testing first; its knob: {r['knob']}"))
+    else:
+        out.append("- Changes: " + missing("changes.csv", "step 6 did not run"))
+    trust = s.json("trust.json")
+    items = ((trust or {}).get("figures") or {}).get("items") or {}
+    if items.get("value") is not None:
+        out.append(f"- Trust list: {fig(s, 'trust.json', 'items')} items; needs a new capture: "
+                   f"{fig(s, 'trust.json', 'needs_new_capture')} questions.")
+    else:
+        out.append("- Trust list: " + missing("trust.json", "step 7 did not run"))
+    return out + [""]
+
+
+def verdict_section(s: Scratch) -> list[str]:
+    out = ["## 1. Verdict and causes", ""]
+    skip = s.json("skip_stats.json")
+    if not skip:
+        return out + [missing("skip_stats.json", "step 1 did not run"), ""]
+    out += [f"Verdict: **{skip.get('verdict')}** (inferred; skip_stats.json: verdict). Rule:", ""]
+    out += [f"- {md_cell(r)} (inferred; skip_stats.json: rule.{n})"
+            for n, r in enumerate(skip.get("rule") or [])]
+    out += ["", "| figure | median, range across steps and GPUs |", "|---|---|"]
+    names = {"step_duration_us": "step duration", "busy_us": "GPU busy (union of streams)",
+             "union_idle_us": "GPU idle (step minus busy)",
+             "host_share_pct": "host-late share of the critical stream",
+             "busy_share_pct": "busy-or-queued share",
+             "collective_share_pct": "collective share",
+             "kernels_per_step_per_gpu": "kernels per step per GPU",
+             "tklqt_us": "TKLQT (sum of launch-to-start)", "akd_us": "AKD (average kernel "
+             "duration)"}
+    figures = skip.get("figures") or {}
+    for key, name in names.items():
+        if key in figures:
+            out.append(f"| {name} | {fig(s, 'skip_stats.json', key)} |")
+    gaps = s.csv("gaps.csv") or []
+    late = sorted((g for g in gaps if g.get("cause") == "host_late"),
+                  key=lambda g: -float(g["dur_us"] or 0))[:3]
+    if late:
+        out += ["", "Longest host-late gaps on the critical stream:", ""]
+        for g in late:
+            key = f"device={g['device']}, start_us={g['start_us']}"
+            out.append(f"- GPU {g['device']} stream {g['stream']} step {g['step']}: "
+                       f"{cell(g['dur_us'], 'us', 'measured', 'gaps.csv', 'dur_us', key, 3)}; "
+                       f"host events inside: `{md_cell(g['host_events'] or 'none recorded')}`")
+    out += ["", judge("name the host-side causes (gaps.csv host_events) and whether the "
+                      "verdict holds on every GPU (steps.csv)"), ""]
+    return out
+
+
+def reconciliation_section(s: Scratch) -> list[str]:
+    out = ["## 2. Reconciliation", ""]
+    rec = s.json("reconcile.json")
+    if not rec:
+        return out + [missing("reconcile.json", "step 2 did not run"), ""]
+    counts = rec.get("counts") or {}
+    out.append(", ".join(f"{k}: {cite(v, '', 'measured', 'reconcile.json', 'counts.' + k, 0)}"
+                         for k, v in sorted(counts.items())))
+    bad = [r for r in (s.csv("reconciliation.csv") or []) if r["status"] != "pass"]
+    if bad:
+        out += ["", "| check | GPU | stream | status | trust-list sentence |",
+                "|---|---|---|---|---|"]
+        for r in bad[:20]:
+            key = f"check={r['check']}, device={r['device']}" + (
+                f", stream={r['stream']}" if r["stream"] else "")
+            out.append(f"| {r['check']} | {r['device']} | {r['stream']} | {r['status']} | "
+                       f"{md_cell(r['trust_sentence'])} (measured; reconciliation.csv: "
+                       f"trust_sentence, {key}) |")
+        if len(bad) > 20:
+            out.append(f"| and {len(bad) - 20} more | | | | (reconciliation.csv) |")
+    out += ["", judge("say whether any failed check changes a figure quoted below "
+                      "(reconciliation.csv trust_sentence)"), ""]
+    return out
+
+
+def streams_section(s: Scratch) -> list[str]:
+    out = ["## 3. GPUs and streams", ""]
+    streams = s.csv("streams.csv")
+    if streams is None:
+        out.append(missing("streams.csv", "step 1 did not run"))
+    else:
+        out += ["| GPU | stream | critical | compute | collective | memcpy | idle |",
+                "|---|---|---|---|---|---|---|"]
+        for r in streams:
+            key = f"device={r['device']}, stream={r['stream']}"
+            cells = [cite(r[c], "%", "measured", "streams.csv", f"{c}, {key}")
+                     for c in ("compute_pct", "collective_pct", "memcpy_pct", "idle_pct")]
+            out.append(f"| {r['device']} | {r['stream']} | {'yes' if r['critical'] == '1' else ''}"
+                       f" | " + " | ".join(cells) + " |")
+    sw = s.json("swimlanes.json")
+    if sw:
+        out += ["", "![swimlanes of one step](swimlanes.svg)", ""]
+        sentence = (sw.get("straggler") or {}).get("sentence")
+        if sentence:
+            out.append(f"Straggler: {md_cell(sentence)} (measured; swimlanes.json: "
+                       f"straggler.sentence)")
+    else:
+        out += ["", missing("swimlanes.json", "step 3 did not run")]
+    out += ["", judge("which stream is the critical path and what the last GPU waits for "
+                      "(swimlanes.svg, stragglers.csv)"), ""]
+    return out
+
+
+def ops_section(s: Scratch) -> list[str]:
+    out = ["## 4. Top instructions and Python lines", ""]
+    att = s.json("attribution/attribute_kernels.json")
+    if not att:
+        return out + [missing("attribution/attribute_kernels.json",
+                              "step 4 did not run or the capture has no HLO"), ""]
+    t = "attribution/attribute_kernels.json"
+    out.append(f"Attributed: {fig(s, t, 'attributed_pct', 2)} of kernel time; low confidence: "
+               f"{fig(s, t, 'low_confidence_pct', 2)}; XProf's hlo_stats covers "
+               f"{fig(s, t, 'xprof_hlo_stats_pct', 2)}.")
+    how = [r for r in (s.csv("attribution/how.csv") or []) if r["program_id"] == "all"]
+    if how:
+        out += ["", "| match class | kernels | GPU time share |", "|---|---|---|"]
+        for r in how:
+            k = f"program_id=all, match={r['match']}"
+            out.append(f"| {r['match']} | "
+                       f"{cell(r['kernels'], '', 'measured', HOW, 'kernels', k, 0)} | "
+                       f"{cell(r['gpu_pct'], '%', 'inferred', HOW, 'gpu_pct', k, 2)} |")
+    roof = {r["instruction"]: r for r in (s.csv("roofline.csv") or [])}
+    ops = (s.csv("attribution/ops.csv") or [])[:TOP_ROWS]
+    if ops:
+        out += ["", "| instruction | GPU time | share | Python line | ceiling reached |",
+                "|---|---|---|---|---|"]
+        for r in ops:
+            k = f"instruction={r['instruction']}"
+            rf = roof.get(r["instruction"])
+            reach = (cite(rf["ceiling_pct"], "%", "inferred", "roofline.csv", "ceiling_pct, " + k,
+                          2) + f" ({rf['binding']}-bound)") if rf and rf["ceiling_pct"] else (
+                md_cell(rf["no_ceiling_why"]) if rf else "")
+            out.append(f"| `{r['instruction']}` | "
+                       f"{cell(r['gpu_us'], 'us', 'measured', OPS, 'gpu_us', k)} | "
+                       f"{cell(r['gpu_pct'], '%', 'inferred', OPS, 'gpu_pct', k, 2)} | "
+                       f"`{md_cell(r['user_frame'] or r['source'] or '')}` | {reach} |")
+    lines = (s.csv("attribution/lines.csv") or [])[:TOP_ROWS]
+    if lines:
+        out += ["", "| Python line | GPU time | share | instructions |", "|---|---|---|---|"]
+        for r in lines:
+            if not r["user_frame"]:
+                continue  # no line: counted in how.csv and on the trust list
+            k = f"user_frame={r['user_frame']}"
+            out.append(f"| `{md_cell(r['user_frame'])}` | "
+                       f"{cell(r['gpu_us'], 'us', 'measured', LINES, 'gpu_us', k)} | "
+                       f"{cell(r['gpu_pct'], '%', 'inferred', LINES, 'gpu_pct', k, 2)} | "
+                       f"{cell(r['instructions'], '', 'measured', LINES, 'instructions', k, 0)}"
+                       " |")
+    rj = s.json("roofline.json")
+    if rj and rj.get("status") == "done":
+        out += ["", "![roofline of the chosen program](roofline.svg)", "",
+                f"GPU: `{rj['gpu'].get('model') or 'not identified'}` (inferred; roofline.json: "
+                f"gpu.model). Ceilings:", ""]
+        for n, c in enumerate(rj.get("ceilings") or []):
+            unit = "TFLOP/s" if c["unit"].startswith("FLOP") else "TB/s"
+            value = float(c["value"]) / 1e12  # factcheck converts T back (1 TB/s = 1e12 B/s)
+            where = f"ceilings.{n}.value"
+            out.append(f"- {c['ceiling']}: "
+                       f"{cite(value, unit, c['label'], 'roofline.json', where, 2)}"
+                       f", tag {c['tag']}, source {c['source']} (references/peaks-sources.md)")
+    elif rj:
+        out += ["", f"Roofline refused: {md_cell((rj.get('refusals') or [''])[0])}"]
+    else:
+        out += ["", missing("roofline.json", "step 5 did not run")]
+    out += ["", judge("which instructions and lines to look at first, and whether their "
+                      "distance to the ceiling (roofline.csv ceiling_pct, binding) says anything "
+                      "about them; a small instruction cannot fill the GPU"), ""]
+    return out
+
+
+def changes_section(s: Scratch) -> list[str]:
+    out = ["## 5. Changes (estimates: inferred, not run)", ""]
+    changes = s.csv("changes.csv")
+    cj = s.json("changes.json") or {}
+    if changes is None:
+        return out + [missing("changes.csv", "step 6 did not run"), ""]
+    out += ["| rank | cause | saving per step | range | step if gone | knob to test |",
+            "|---|---|---|---|---|---|"]
+    for r in changes:
+        k = f"rank={r['rank']}"
+        out.append(
+            f"| {r['rank']} | {md_cell(r['cause'])} | "
+            f"{cell(r['saving_us'], 'us', 'inferred', 'changes.csv', 'saving_us', k)} | "
+            f"{cell(r['saving_min_us'], 'us', 'inferred', 'changes.csv', 'saving_min_us', k)}"
+            f" to {cell(r['saving_max_us'], 'us', 'inferred', CH, 'saving_max_us', k)} | "
+            f"{cell(r['step_if_gone_us'], 'us', 'inferred', CH, 'step_if_gone_us', k)} | "
+            f"{md_cell(r['knob'])} |")
+    if changes:
+        out += ["", "Assumptions:", ""]
+        out += [f"- {r['rank']}: {md_cell(r['assumptions'])}" for r in changes]
+    rule = cj.get("combine_rule")
+    if rule:
+        out += ["", f"How they combine: {md_cell(rule)}"]
+    out += ["", judge("order the changes for the user and say which to test first, with the "
+                      "knob as a hypothesis (changes.csv assumptions)"), ""]
+    return out
+
+
+def trust_section(s: Scratch) -> list[str]:
+    out = ["## 6. Where this capture cannot be trusted", ""]
+    rows = s.csv("trust.csv")
+    if rows is None:
+        return out + [missing("trust.csv", "step 7 did not run"), ""]
+    items = [r for r in rows if r["section"] == "trust"]
+    needs = [r for r in rows if r["section"] == "needs_new_capture"]
+    out += ["| item | count | GPU time | share |", "|---|---|---|---|"]
+    for r in items:
+        k = f"section=trust, item={r['item']}"
+        out.append(
+            f"| {md_cell(r['item'])} | "
+            f"{cell(r['count'], '', 'measured', 'trust.csv', 'count', k, 0)} | "
+            f"{cell(r['gpu_us'], 'us', 'measured', 'trust.csv', 'gpu_us', k)} | "
+            f"{cell(r['gpu_pct'], '%', 'inferred', 'trust.csv', 'gpu_pct', k, 2)} |")
+    out += ["", "### Needs a new capture", ""]
+    out += [f"- {md_cell(r['item'])}: {md_cell(r['detail'])}" for r in needs] or ["- none"]
+    out += ["", judge("say which trust items limit the changes above (trust.csv detail)"), ""]
+    return out
+
+
+def draft(s: Scratch) -> str:
+    info = s.json("capture_info.json") or {}
+    cap = (info.get("capture") or {})
+    name = cap.get("run_dir") or cap.get("xplane") or cap.get("trace") or "the capture"
+    head = [f"# Why the step is slow: {Path(str(name)).name}", "",
+            "Draft written by report_draft.py from the tables in this folder: every figure is "
+            "cited as (label; table: selector); each `judge` comment marks a sentence to write "
+            "from the table it names. Run factcheck.py on the finished report.", ""]
+    parts = (head + results(s) + verdict_section(s) + reconciliation_section(s)
+             + streams_section(s) + ops_section(s) + changes_section(s) + trust_section(s))
+    return "\n".join(parts).rstrip() + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="\n".join(__doc__.splitlines()[1:]))
+    ap.add_argument("--out", type=Path, default=Path("."))
+    args = ap.parse_args(argv)
+    s = Scratch(args.out)
+    if not any((args.out / t).is_file() for t in KNOWN_TABLES):
+        print(f"report_draft: {args.out} holds none of {', '.join(KNOWN_TABLES)}: run the steps "
+              f"first (scripts/investigate.py)", file=sys.stderr)
+        return 1
+    text = draft(s)
+    with rules.replace_files(args.out, ".report_draft.") as tmp:
+        (tmp / DRAFT).write_text(text, encoding="utf-8")
+    print(f"wrote {args.out / DRAFT} ({len(text.splitlines())} lines, "
+          f"{text.count('<!-- judge:')} places to judge)")
+    print("Next: write each judged sentence from the table its comment names, then run "
+          "factcheck.py on the report.")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

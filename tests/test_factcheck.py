@@ -1,0 +1,461 @@
+"""factcheck.py: a report citing real values of a generated capture's scratch folder passes; planted
+wrong numbers, missing labels, wrong tables and uncited numbers are caught; units, rounding,
+ranges, Markdown tables, skipped identifiers, hand-made changes.csv / trust.csv, and bad input."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from decimal import ROUND_HALF_EVEN, ROUND_HALF_UP, Decimal
+from pathlib import Path
+from statistics import median
+
+import pytest
+
+from capgen.generate import generate
+from capgen.scenarios import SCENARIOS
+from conftest import REPO
+
+SCRIPT = REPO / "scripts" / "factcheck.py"
+TEMPLATE = REPO / "references" / "report-template.md"
+STEPS = [REPO / "analyzing-jax-launch-overhead" / "scripts" / "skip_stats.py",
+         REPO / "scripts" / "attribute_kernels.py",
+         REPO / "scripts" / "reconcile.py",
+         REPO / "scripts" / "swimlanes.py",
+         REPO / "scripts" / "roofline.py"]
+BARE = getattr(sys, "_base_executable", sys.executable)
+FAILING = {"wrong_value", "no_label", "no_table"}
+
+
+def read(path):
+    with open(path, newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def r(value, decimals: int) -> str:
+    """A table value rounded as a report writes it (half up), with thousands separators."""
+    q = Decimal(value).quantize(Decimal(1).scaleb(-decimals), rounding=ROUND_HALF_UP)
+    return f"{q:,.{decimals}f}"
+
+
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory):
+    """Steps 1-5 on the 8-GPU straggler scenario: a scratch folder with ranges across GPUs."""
+    base = tmp_path_factory.mktemp("factcheck")
+    generate(SCENARIOS["rocm-8gpu-straggler"], base / "capture")
+    out = base / "out"
+    for step in STEPS:
+        p = subprocess.run([sys.executable, "-P", str(step), str(base / "capture"), "--out",
+                            str(out)], capture_output=True, text=True, timeout=600)
+        assert p.returncode == 0, (step.name, p.stderr)
+    return out
+
+
+def check(report_text, out, tmp_path, name="report.md"):
+    report = tmp_path / name
+    report.write_text(report_text, encoding="utf-8")
+    p = subprocess.run([BARE, "-I", "-S", "-P", str(SCRIPT), str(report), "--out", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    rows = read(out / "factcheck.csv") if (out / "factcheck.csv").is_file() else []
+    return p, rows
+
+
+def by_figure(rows, figure):
+    hits = [x for x in rows if x["figure"] == figure]
+    assert hits, (figure, [x["figure"] for x in rows])
+    return hits
+
+
+def values(out):
+    """The figures the test report quotes, computed here from the tables."""
+    steps = read(out / "steps.csv")
+    dur = [Decimal(x["dur_us"]) for x in steps]
+    ms = Decimal(1000)
+    ops = read(out / "attribution" / "ops.csv")
+    how = read(out / "attribution" / "how.csv")
+    skip = json.loads((out / "skip_stats.json").read_text())
+    roof = json.loads((out / "roofline.json").read_text())
+    lanes = json.loads((out / "swimlanes.json").read_text())
+    step1 = {x["device"]: x for x in steps if x["step"] == "1"}
+    exact = next(x for x in how if x["program_id"] != "all" and x["match"] == "exact")
+    return {
+        "med": r(median(dur) / ms, 2), "lo": r(min(dur) / ms, 2), "hi": r(max(dur) / ms, 2),
+        "med_us3": r(median(dur), 3), "med_us0": r(median(dur), 0),
+        "host": r(skip["figures"]["host_share_pct"]["value"], 1),
+        "verdict": skip["verdict"],
+        "top_op": ops[0]["instruction"], "top_ms": r(Decimal(ops[0]["gpu_us"]) / ms, 1),
+        "top_pct": r(ops[0]["gpu_pct"], 2), "prog": exact["program_id"],
+        "exact_kernels": r(exact["kernels"], 0), "exact_pct": r(exact["gpu_pct"], 1),
+        "mem_gib": r(Decimal(roof["gpu"]["evidence"]["memory_size_bytes"]) / 2 ** 30, 1),
+        "hbm_tbs": r(Decimal(str(roof["ceilings"][1]["value"])) / 10 ** 12, 2),
+        "lag": r(lanes["straggler"]["lag_us"]["value"], 1),
+        "k5": step1["5"]["kernels"],
+        "d": {dev: r(Decimal(x["dur_us"]) / ms, 3) for dev, x in step1.items()},
+        "steps": steps,
+    }
+
+
+def good_report(v) -> str:
+    d = v["d"]
+    table = "\n".join(f"| {dev} | {d[dev]} | {v['k5'] if dev == '5' else ''} |"
+                      for dev in sorted(d, key=int))
+    return f"""# Report
+
+## 1. Verdict and causes
+The step is {v['verdict']} (inferred; skip_stats.json: verdict). The median step takes
+{v['med']} ms ({v['lo']}–{v['hi']} ms) (measured; steps.csv: dur_us, median) across steps and GPUs,
+that is {v['med_us3']} us (measured; steps.csv: dur_us, median) or
+**{v['med_us0']} µs** (measured; steps.csv: dur_us, median).
+Host share {v['host']}% (inferred; skip_stats.json: figures.host_share_pct.value).
+GPU 5 finishes step 1 last by {v['lag']} us (measured; swimlanes.json: straggler.lag_us), in
+steps 0–3 of GPUs 0, 1 and 7; see `fusion.12`, `--step 3`, `64 GPUs`, minigpt.py:84 and
+jit_train_step(17).
+<!-- judge: 12.5 ms is not a figure, this comment is ignored -->
+
+```
+python3 -P scripts/swimlanes.py cap --step 2   # 42 ms in a code block: ignored
+```
+
+## Top ops
+{v['top_op']} takes {v['top_ms']} ms (measured; attribution/ops.csv: gpu_us,
+instruction={v['top_op']}),
+{v['top_pct']}% (inferred; attribution/ops.csv: gpu_pct, instruction={v['top_op']}).
+Exact matches: {v['exact_kernels']} kernels (measured; attribution/how.csv: kernels,
+program_id={v['prog']}, match=exact), {v['exact_pct']}% of GPU time
+(inferred; attribution/how.csv: gpu_pct, program_id={v['prog']}, match=exact).
+The GPU has {v['mem_gib']} GiB (read; roofline.json: gpu.evidence.memory_size_bytes) and
+{v['hbm_tbs']} TB/s (read; roofline.json: ceilings.1.value).
+
+| GPU | step 1 (ms) (measured; steps.csv: dur_us, step=1, device=*) | kernels |
+|---|---|---|
+{table.replace(f"| {v['k5']} |", f"| {v['k5']} (measured; steps.csv: kernels, step=1, device=5) |")}
+"""
+
+
+def test_a_report_of_real_values_passes(scratch, tmp_path):
+    v = values(scratch)
+    p, rows = check(good_report(v), scratch, tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    bad = [x for x in rows if x["verdict"] in FAILING]
+    assert bad == []
+    ok = [x for x in rows if x["verdict"] == "ok"]
+    # 3 step medians (range one), host, lag, verdict, 2 top op, 2 exact, GiB, TB/s, 8 cells + 1
+    assert len(ok) == 3 + 1 + 1 + 1 + 2 + 2 + 2 + len(v["d"]) + 1
+    med = by_figure(rows, f"{v['med']} ms ({v['lo']}–{v['hi']} ms)")[0]
+    assert med["verdict"] == "ok" and med["table"] == "steps.csv"
+    assert med["selector"] == "dur_us, median" and med["label"] == "measured"
+    assert med["found_value"].startswith(v["med"][:3]) and "min" in med["found_value"]
+    assert by_figure(rows, v["verdict"])[0]["verdict"] == "ok"  # a word cited: its text
+    gib = by_figure(rows, f"{v['mem_gib']} GiB")[0]
+    assert gib["verdict"] == "ok" and gib["found_value"].endswith(" GiB")
+    cell = [x for x in rows if x["selector"] == "dur_us, step=1, device=5"]
+    assert len(cell) == 1 and cell[0]["verdict"] == "ok" and cell[0]["figure"] == v["d"]["5"]
+    # not figures: skipped with the reason, never failed
+    skipped = {(x["figure"], x["why"]) for x in rows if x["verdict"] == "skipped"}
+    assert ("64", "inside backticks") in skipped
+    assert not [x for x in rows if x["figure"] == "12"]  # fusion.12 is a name, not a number
+    assert ("3", "inside backticks") in skipped  # --step 3
+    assert ("5", "an identifier after 'GPU'") in skipped
+    assert ("1", "an identifier after 'step'") in skipped
+    assert ("0–3", "an identifier after 'steps'") in skipped
+    assert ("7", "an identifier after 'GPUs'") in skipped
+    assert ("84", "file:line or a name's number") in skipped
+    assert ("17", "a program id in name(id)") in skipped
+    assert ("1.", "a section number") in skipped
+    assert ("0", "the row key (the column headers' key=* filter)") in skipped
+    # HTML comments and fenced code are not read
+    ignored = {i for i, ln in enumerate(good_report(v).splitlines(), 1)
+               if "<!--" in ln or "```" in ln or "42 ms" in ln}
+    assert len(ignored) == 4 and not [x for x in rows if int(x["line"]) in ignored]
+    res = json.loads((scratch / "factcheck.json").read_text())
+    assert res["step"] == "factcheck" and res["verdict"] == "pass" and res["failing"] == []
+    assert res["figures"]["ok"] == len(ok)
+    assert res["figures"]["skipped"] == len(rows) - len(ok)
+    assert p.stdout.splitlines()[-1].startswith("Next:")
+
+
+def test_planted_errors_are_caught(scratch, tmp_path):
+    v = values(scratch)
+    wrong = r(Decimal(v["med"].replace(",", "")) * Decimal("1.1"), 2)
+    text = good_report(v) + f"""
+## Planted
+Wrong value: {wrong} ms (measured; steps.csv: dur_us, median).
+No label: {v['med']} ms (steps.csv: dur_us, median).
+Bad label: {v['med']} ms (guessed; steps.csv: dur_us, median).
+Label the table contradicts: {v['host']}% (measured; skip_stats.json: figures.host_share_pct).
+Table without it: {v['top_ms']} ms (measured; steps.csv: gpu_us, instruction={v['top_op']}).
+Missing file: {v['med']} ms (measured; changes.csv: step_us).
+No row: {v['med']} ms (measured; steps.csv: dur_us, device=99).
+Several rows: {v['med']} ms (measured; steps.csv: dur_us, device=5).
+Bad path: {v['host']}% (inferred; skip_stats.json: figures.nothing_pct).
+Uncited: the median step takes {v['med']} ms.
+Label only: {v['med']} ms (measured).
+Wrong unit: {v['med']} ms (inferred; steps.csv: idle_pct, step=1, device=5).
+Wrong max: {v['med']} ms ({v['lo']}–{v['lo']} ms) (measured; steps.csv: dur_us, median).
+Wrong word: the step is compute-starved (inferred; skip_stats.json: verdict).
+"""
+    p, rows = check(text, scratch, tmp_path)
+    assert p.returncode == 4, p.stdout + p.stderr
+    lines = text.splitlines()
+
+    def row(prefix):
+        no = next(i for i, ln in enumerate(lines, 1) if ln.startswith(prefix))
+        hits = [x for x in rows if int(x["line"]) == no and x["verdict"] != "skipped"]
+        assert len(hits) == 1, (prefix, hits)
+        return hits[0]
+
+    assert row("Wrong value:")["verdict"] == "wrong_value"
+    assert row("Wrong value:")["found_value"].startswith(v["med"][:3])
+    assert row("No label:")["verdict"] == "no_label"
+    assert row("Bad label:")["verdict"] == "no_label"
+    contradicted = row("Label the table contradicts:")
+    assert contradicted["verdict"] == "no_label" and "inferred" in contradicted["why"]
+    assert row("Table without it:")["verdict"] == "no_table"
+    assert "no column gpu_us" in row("Table without it:")["why"]
+    assert row("Missing file:")["verdict"] == "no_table"
+    assert "no row" in row("No row:")["why"]
+    several = row("Several rows:")
+    assert several["verdict"] == "no_table" and "no aggregate" in several["why"]
+    assert row("Bad path:")["verdict"] == "no_table"
+    assert row("Uncited:")["verdict"] == "no_table" and row("Uncited:")["table"] == ""
+    assert row("Label only:")["verdict"] == "no_table"
+    unit = row("Wrong unit:")
+    assert unit["verdict"] == "wrong_value" and "unit" in unit["why"]
+    rng = row("Wrong max:")
+    assert rng["verdict"] == "wrong_value" and rng["why"].startswith("max:")
+    assert row("Wrong word:")["verdict"] == "wrong_value"
+    assert sum(1 for x in rows if x["verdict"] in FAILING) == 14
+    out = p.stdout.splitlines()
+    assert "4 wrong_value, 3 no_label, 7 no_table" in out[2]
+    wrong_line = next(i for i, ln in enumerate(lines, 1) if ln.startswith("Wrong value:"))
+    assert f"line {wrong_line}: {wrong} ms: wrong_value: the table gives " in p.stdout
+    assert out[-1].startswith("Next:")
+    res = json.loads((scratch / "factcheck.json").read_text())
+    assert res["verdict"] == "fail" and len(res["failing"]) == 14
+    assert res["figures"]["no_table"] == 7 and res["figures"]["no_label"] == 3
+    assert res["figures"]["wrong_value"] == 4
+
+
+def test_units_and_rounding(scratch, tmp_path):
+    v = values(scratch)
+    steps = v["steps"]
+    one = next(x for x in steps if x["step"] == "2" and x["device"] == "3")
+    dur, idle = Decimal(one["dur_us"]), Decimal(one["idle_pct"])
+    sel = "step=2, device=3"
+    ok_lines = [
+        f"{r(dur / 1000, 3)} ms (measured; steps.csv: dur_us, {sel})",
+        f"{r(dur / 1000, 1)} ms (measured; steps.csv: dur_us, {sel})",  # fewer decimals
+        f"{r(dur / 10 ** 6, 4)} s (measured; steps.csv: dur_us, {sel})",
+        f"{r(dur * 1000, 0)} ns (measured; steps.csv: dur_us, {sel})",
+        f"{r(dur, 0)}us (measured; steps.csv: dur_us, {sel})",
+        f"{r(dur, 3).replace(',', '')} (measured; steps.csv: dur_us, {sel})",  # as in the table
+        f"{r(idle, 1)}% (measured; steps.csv: idle_pct, {sel})",
+        f"<{r(idle + 1, 0)}% (measured; steps.csv: idle_pct, {sel})",
+        f"{r(Decimal(206141652992) / 10 ** 9, 1)} GB (read; roofline.json: "
+        "gpu.evidence.memory_size_bytes)",
+    ]
+    bad_lines = [
+        f"{r(dur / 1000 + Decimal('0.001'), 3)} ms (measured; steps.csv: dur_us, {sel})",
+        f"{r(dur / 1000, 3)} us (measured; steps.csv: dur_us, {sel})",  # unit wrong
+        f">{r(idle + 1, 0)}% (measured; steps.csv: idle_pct, {sel})",
+        f"{r(idle, 1)} ms (measured; steps.csv: idle_pct, {sel})",
+    ]
+    mem = json.loads((scratch / "roofline.json").read_text())["gpu"]["evidence"]
+    assert mem["memory_size_bytes"] == 206141652992  # what the ok GB line quotes
+    text = "\n\n".join(ok_lines + bad_lines) + "\n"
+    p, rows = check(text, scratch, tmp_path)
+    assert p.returncode == 4
+    checked = [x for x in rows if x["verdict"] != "skipped"]
+    assert [x["verdict"] for x in checked] == ["ok"] * len(ok_lines) + ["wrong_value"] * len(
+        bad_lines), checked
+    # the table's value in the written unit, three decimals more than written
+    shown = f"{(dur / 1000).quantize(Decimal('0.0001'), rounding=ROUND_HALF_EVEN):f}"
+    assert checked[1]["found_value"] == shown.rstrip("0").rstrip(".") + " ms"
+    assert "a time" in checked[-1]["why"] and "pct" in checked[-1]["why"]
+
+
+def test_changes_and_trust_tables(tmp_path):
+    out = tmp_path / "scratch"
+    out.mkdir()
+    cols = ["rank", "cause_kind", "cause", "where", "share_of_step_pct", "step_us", "saving_us",
+            "saving_min_us", "saving_max_us", "step_if_gone_us", "assumptions", "knob", "label",
+            "source"]
+    (out / "changes.csv").write_text(
+        ",".join(cols) + "\n"
+        '1,host_gap,"The host launches late, one kernel at a time",GPU 0 stream 13,38.24,'
+        '8072.466,3086.912,2950.100,3201.555,4985.554,"host idle removed, same kernels",'
+        'command buffers on,"inferred, not run",gaps.csv; steps.csv\n'
+        "2,memcpy,Argument copies,GPU 0 stream 15,0.08,8072.466,6.097,6.000,6.200,8066.369,"
+        'copies overlap,donate_argnums,"inferred, not run",rows.csv\n', encoding="utf-8")
+    (out / "changes.json").write_text(json.dumps({"step": "changes", "figures": {
+        "combined_saving_us": {"value": 3093.009, "unit": "us", "label": "inferred"}}}))
+    tcols = ["section", "item", "kind", "count", "gpu_us", "gpu_pct", "source", "detail"]
+    (out / "trust.csv").write_text(
+        ",".join(tcols) + "\n"
+        "trust,Kernels with no instruction,unattributed,32,524.100,0.24,attribution/how.csv,\n"
+        'trust,"Graph kernels, under-recorded",under_recorded_replays,7,,,reconciliation.csv,\n'
+        "needs_new_capture,What the host does inside a launch,open_question,,,,,"
+        "a capture with the Python tracer off\n", encoding="utf-8")
+    text = """# Changes
+The host gap costs 38.2% of the step (inferred, not run; changes.csv: share_of_step_pct, rank=1);
+without it the step would take 4.99 ms (inferred, not run; changes.csv: step_if_gone_us, rank=1),
+a saving of 3.09 ms (2.95–3.20 ms) (inferred, not run; changes.csv: saving_us, rank=1).
+Knob: donate_argnums (inferred, not run; changes.csv: knob, rank=2).
+Together at most 3.1 ms (inferred; changes.json: figures.combined_saving_us).
+
+| rank | cause | share (%) (inferred, not run; changes.csv: share_of_step_pct, rank=*) |
+|---|---|---|
+| 1 | host gap | 38.24 |
+| 2 | copies | 0.1 |
+
+# Trust
+- 32 kernels (measured; trust.csv: count, kind=unattributed), 0.24% of GPU time
+  (measured; trust.csv: gpu_pct, kind=unattributed), 0.52 ms (measured; trust.csv: gpu_us,
+  kind=unattributed).
+- 7 replays (measured; trust.csv: count, item="Graph kernels, under-recorded").
+- Planted: 38.2% (measured; changes.csv: share_of_step_pct, rank=1).
+- Planted: 0.25% (measured; trust.csv: gpu_pct, kind=unattributed).
+- Planted: 5 (measured; trust.csv: gpu_pct, section=trust).
+"""
+    p, rows = check(text, out, tmp_path)
+    assert p.returncode == 4, p.stdout + p.stderr
+    checked = [x for x in rows if x["verdict"] != "skipped"]
+    verdicts = [(x["figure"], x["verdict"]) for x in checked]
+    assert verdicts == [
+        ("38.2%", "ok"), ("4.99 ms", "ok"), ("3.09 ms (2.95–3.20 ms)", "ok"),
+        ("donate_argnums", "ok"), ("3.1 ms", "ok"), ("38.24", "ok"), ("0.1", "ok"),
+        ("32", "ok"), ("0.24%", "ok"), ("0.52 ms", "ok"), ("7", "ok"),
+        ("38.2%", "no_label"), ("0.25%", "wrong_value"), ("5", "no_table")], verdicts
+    assert checked[0]["label"] == "inferred" and checked[0]["table"] == "changes.csv"
+    assert "min 2.95" in checked[2]["found_value"] and "max 3.201" in checked[2]["found_value"]
+    assert "inferred" in checked[11]["why"]
+    assert "2 rows" in checked[13]["why"]
+    rank_keys = [x for x in rows if x["why"].startswith("the row key")]
+    assert [x["figure"] for x in rank_keys] == ["1", "2"]
+
+
+def test_bad_input(tmp_path):
+    out = tmp_path / "scratch"
+    out.mkdir()
+    p = subprocess.run([BARE, "-I", "-S", "-P", str(SCRIPT), str(tmp_path / "none.md"),
+                        "--out", str(out)], capture_output=True, text=True)
+    assert p.returncode == 1 and len(p.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in p.stderr and "does not exist" in p.stderr
+    report = tmp_path / "r.md"
+    report.write_text("12 ms (measured; steps.csv: dur_us)\n")
+    p = subprocess.run([BARE, "-I", "-S", "-P", str(SCRIPT), str(report), "--out",
+                        str(tmp_path / "nowhere")], capture_output=True, text=True)
+    assert p.returncode == 1 and "scratch folder" in p.stderr
+    assert not (tmp_path / "nowhere").exists()
+    report.write_bytes(b"\xff\xfe 12 ms")
+    p = subprocess.run([BARE, "-I", "-S", "-P", str(SCRIPT), str(report), "--out", str(out)],
+                       capture_output=True, text=True)
+    assert p.returncode == 1 and "UTF-8" in p.stderr
+    p = subprocess.run([BARE, "-I", "-S", "-P", str(SCRIPT)], capture_output=True, text=True)
+    assert p.returncode == 2
+
+
+def test_template_citations_parse():
+    sys.path.insert(0, str(REPO / "scripts"))
+    import factcheck
+
+    text = TEMPLATE.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    assert len(lines) < 150 and lines[2].startswith("Read this when")
+    examples = [ln for ln in lines if ln.startswith("- `") and "; " in ln]
+    assert len(examples) >= 8
+    for ln in examples:
+        quoted = ln.split("`")[1]
+        cites = factcheck.find_citations(quoted)
+        assert len(cites) == 1, quoted
+        ok, _, label = factcheck.check_label(cites[0])
+        assert ok and label in factcheck.LABELS, quoted
+        assert cites[0].table.endswith((".csv", ".json")) and cites[0].selector
+    for section in ("## Results", "## Verdict and causes", "## Reconciliation",
+                    "## Per GPU and stream", "## Top ops and Python lines", "## Changes",
+                    "## Trust list"):
+        assert section in text
+    order = [text.index(s) for s in ("## Results", "## Verdict", "## Reconciliation",
+                                     "## Per GPU", "## Top ops", "## Changes", "## Trust")]
+    assert order == sorted(order)
+    assert "swimlanes.svg" in text and "roofline.svg" in text and "<!-- judge:" in text
+
+
+def test_the_template_follows_its_own_rules(tmp_path):
+    """Outside its fenced skeleton every number of the template is a non-figure (backticks,
+    identifiers) or an example in backticks: checked as a report it has nothing to fail."""
+    out = tmp_path / "scratch"
+    out.mkdir()
+    p = subprocess.run([BARE, "-I", "-S", "-P", str(SCRIPT), str(TEMPLATE), "--out", str(out)],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout
+    rows = read(out / "factcheck.csv")
+    assert rows and {x["verdict"] for x in rows} == {"skipped"}
+    assert "no cited figure" in p.stdout and p.stdout.splitlines()[-1].startswith("Next: cite")
+
+
+def test_template_examples_check_against_a_scratch_folder(scratch, tmp_path):
+    """The template's examples that name columns of steps 1-5 hold on a real scratch folder
+    once their numbers are the folder's: the format the template teaches is the one checked."""
+    v = values(scratch)
+    text = (f"A {v['med']} ms ({v['lo']}–{v['hi']} ms) (measured; steps.csv: dur_us, median)\n\n"
+            f"B {v['host']}% (inferred; skip_stats.json: figures.host_share_pct)\n\n"
+            f"C {v['hbm_tbs']} TB/s (read; roofline.json: ceilings.1.value)\n\n"
+            f"D {v['verdict']} (inferred; skip_stats.json: verdict)\n")
+    p, rows = check(text, scratch, tmp_path)
+    assert p.returncode == 0, p.stdout
+    assert [x["verdict"] for x in rows if x["verdict"] != "skipped"] == ["ok"] * 4
+
+
+def test_help_is_the_docstring():
+    p = subprocess.run([BARE, "-I", "-S", "-P", str(SCRIPT), "--help"], capture_output=True,
+                       text=True)
+    assert p.returncode == 0 and "Exit codes" in p.stdout and "factcheck.csv" in p.stdout
+    assert Path(SCRIPT).read_text().startswith("#!/usr/bin/env python3")
+
+
+def test_a_tool_sentence_quoted_whole_is_checked_as_text(scratch, tmp_path):
+    """A sentence quoted verbatim from a table (swimlanes.json straggler.sentence) and cited
+    once: its numbers are covered by the text check; one number changed and it fails."""
+    sentence = json.loads((scratch / "swimlanes.json").read_text())["straggler"]["sentence"]
+    lag = json.loads((scratch / "swimlanes.json").read_text())["straggler"]["lag_us"]["value"]
+    assert f"{lag:.3f} us" in sentence  # the sentence carries the lag figure
+    cite = "(measured; swimlanes.json: straggler.sentence)"
+    p, rows = check(f"Straggler: {sentence} {cite}\n", scratch, tmp_path)
+    assert p.returncode == 0, p.stdout
+    quoted = [x for x in rows if x["why"].startswith("inside the text quoted")]
+    assert f"{lag:.3f} us" in [x["figure"] for x in quoted]
+    assert [x["verdict"] for x in rows if x["verdict"] != "skipped"] == ["ok"]
+    changed = sentence.replace(f"{lag:.3f} us", f"{lag + 1:.3f} us")
+    p, rows = check(f"Straggler: {changed} {cite}\n", scratch, tmp_path)
+    assert p.returncode == 4
+    failed = {(x["figure"], x["verdict"]) for x in rows if x["verdict"] in FAILING}
+    assert (f"{lag + 1:.3f} us", "no_table") in failed
+    assert any(v == "wrong_value" for _, v in failed)  # the quoted text no longer matches
+
+
+def test_table_keyed_by_two_cells(scratch, tmp_path):
+    """A GPU x stream table: the header's `device=*, stream=*2` takes the row's first two cells;
+    those are not checked; a planted cell is caught on its row."""
+    streams = read(scratch / "streams.csv")[:4]
+    head = ("| GPU | stream | idle (%) (measured; streams.csv: idle_pct, device=*, stream=*2) "
+            "| busy (ms) (measured; streams.csv: compute_us, device=*, stream=*2) |")
+    body = [f"| {x['device']} | {x['stream']} | {r(x['idle_pct'], 1)} | "
+            f"{r(Decimal(x['compute_us']) / 1000, 2)} |" for x in streams]
+    p, rows = check("\n".join([head, "|---|---|---|---|", *body]) + "\n", scratch, tmp_path)
+    assert p.returncode == 0, p.stdout
+    ok = [x for x in rows if x["verdict"] == "ok"]
+    assert len(ok) == 2 * len(streams)
+    assert ok[0]["selector"] == f"idle_pct, device={streams[0]['device']}, " \
+                               f"stream={streams[0]['stream']}"
+    keys = [x["figure"] for x in rows if x["why"].startswith("the row key")]
+    assert keys == [v for x in streams for v in (x["device"], x["stream"])]
+    planted = Decimal(r(streams[2]["idle_pct"], 1)) + Decimal("0.3")
+    body[2] = body[2].replace(f"| {r(streams[2]['idle_pct'], 1)} |", f"| {planted} |")
+    p, rows = check("\n".join([head, "|---|---|---|---|", *body]) + "\n", scratch, tmp_path)
+    assert p.returncode == 4
+    bad = [x for x in rows if x["verdict"] in FAILING]
+    assert [(x["figure"], x["verdict"], int(x["line"])) for x in bad] == [
+        (str(planted), "wrong_value", 5)]
