@@ -1,0 +1,906 @@
+#!/usr/bin/env python3
+"""Step 7: where this capture cannot be trusted, and what only a new capture can answer.
+
+Usage:
+    python3 -P trust.py [--out DIR] [--failed STEP=REASON ...]
+
+Example:
+    python3 -P $B/scripts/trust.py --out /tmp/jaxtrace
+    python3 -P $B/scripts/trust.py --failed attribute_kernels="exit 1: the xplane holds no HLO"
+
+Reads the results of steps 0 to 6 in the scratch folder ./ (or DIR), never the capture:
+capture_info.json, skip_stats.json (with rows.csv and gaps.csv), attribution/
+attribute_kernels.json (with how.csv and kernels.csv), reconcile.json, swimlanes.json,
+roofline.json (with roofline.csv) and changes.json (with changes.csv). It collects what they
+found; it computes only what no step records (graph replays that recorded fewer kernels than
+another replay of the same graph, async collective labels absent from the saved HLO, Python
+tracer events in the gaps, ROCm memcpy launches), each from those tables. Standard library only.
+Writes into ./ (or DIR):
+    trust.csv   section, item, kind, count, gpu_us, gpu_pct, source, detail: the trust items
+                (section "trust": each with its count and share of GPU time), then the
+                "needs a new capture" questions (section "needs_new_capture": item = the open
+                question, detail = the capture that answers it)
+    trust.json  the result: figures (items, defects, needs_new_capture, gpu_time_us), the
+                defect kinds, the steps read or missing, refusals, notes
+Kinds and how to word each in a report: references/trust.md. A step whose JSON is missing (or
+named by --failed) becomes a step_failed item saying what that means for the report; STEP is a
+step's script name (capture_info, skip_stats, reconcile, swimlanes, attribute_kernels, roofline,
+changes) or its number in SKILL.md (0 to 6).
+
+Exit codes: 0 done (defects included: they are results); 1 the scratch folder cannot be used (one
+sentence says why: it does not exist, or no step has written there); 2 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SIBLING = next((p for p in (HERE.parent / "analyzing-jax-launch-overhead" / "scripts",
+                            HERE.parent.parent / "analyzing-jax-launch-overhead" / "scripts")
+                if (p / "trace_rules.py").is_file()), None)
+sys.path[:0] = [str(HERE)] + ([str(SIBLING)] if SIBLING else [])
+
+import trace_rules as rules  # noqa: E402  (sibling skill: CSV writing, atomic outputs)
+
+RESULT_FILE = "trust.json"
+TABLE = "trust.csv"
+COLUMNS = ["section", "item", "kind", "count", "gpu_us", "gpu_pct", "source", "detail"]
+csv.field_size_limit(1 << 30)  # host_events cells of long gaps are long
+
+# ---------------------------------------------------------------- named constants
+
+# The steps, in SKILL.md's numbering, with the JSON each leaves in the scratch folder and what
+# its absence takes out of the report.
+STEPS = {
+    "capture_info": (0, "capture_info.json",
+                     "the inventory is missing: which GPUs ran, whether the trace and the xplane "
+                     "agree per GPU, and which programs (HLO) the capture holds are unknown"),
+    "skip_stats": (1, "skip_stats.json",
+                   "there is no verdict, no step times, no stream budgets and no gaps: the "
+                   "verdict section and every per-step figure are missing"),
+    "reconcile": (2, "reconcile.json",
+                  "nothing was reconciled: every figure rests on records whose totals were "
+                  "never checked against each other"),
+    "swimlanes": (3, "swimlanes.json",
+                  "there is no swimlane figure and no straggler named"),
+    "attribute_kernels": (4, "attribution/attribute_kernels.json",
+                          "no kernel is attributed to an instruction or a Python line: the top "
+                          "ops and lines are missing, and the roofline cannot run"),
+    "roofline": (5, "roofline.json",
+                 "there is no roofline: no instruction's share of its ceiling can be quoted"),
+    "changes": (6, "changes.json",
+                "there are no ranked changes: the report has no estimate of a faster step"),
+}
+STEP_BY_NUMBER = {str(n): name for name, (n, _, _) in STEPS.items()}
+
+# Kinds of trust item, in the order they are listed. DEFECT_KINDS are the items that say this
+# capture's records are incomplete or disagree (or its work differs across GPUs): a capture
+# without such a defect gets none of them. The others are standing limits, true of every
+# capture of its kind (graph kernels have no launch of their own, NCCL time includes waits), or
+# of the tools (attribution confidence, roofline cost models), or of this run of the steps.
+KIND_ORDER = ("step_failed", "no_hlo", "reconciliation_check", "under_recorded_replays",
+              "duplicate_program", "async_labels_missing", "not_checkable", "unattributed",
+              "low_confidence", "graph_launch_metrics", "python_tracer", "nccl_waits",
+              "rocm_unknown_memcpy", "not_computable", "no_ceiling", "refusal")
+DEFECT_KINDS = frozenset({"reconciliation_check", "under_recorded_replays",
+                          "duplicate_program", "async_labels_missing"})
+
+# Reconciliation checks reported as one item per family (a check's count and duration rows,
+# or events and time rows, describe one finding), with what `count` counts for each.
+CHECK_FAMILIES = (
+    ("gpu_events_json_vs_xplane", "the trace and the xplane disagree on GPU events",
+     "GPU events in one record and not the other", "the trace and the xplane agree on GPU events"),
+    ("launch_join", "GPU events whose correlation id joins no launch call or several",
+     "GPU events that join no single launch call", "every GPU event joins one launch call"),
+    ("kernels_per_step", "the number of events per step is not constant",
+     "GPUs whose events per step change", "the number of events per step is constant"),
+    ("same_work_across_gpus", "the GPUs do not do the same work per step",
+     "GPUs whose work differs from the others'", "every GPU does the same work per step"),
+    ("stream_budget", "compute + collective + memcpy + idle is not the span",
+     "streams whose budget does not add up", "each stream's budget adds up to its span"),
+    ("attribution_events_per_execution", "events per program execution are outside the "
+     "schedule's prediction", "GPUs whose events per execution the schedule does not predict",
+     "events per execution match the schedule"),
+    ("attribution_confidence", "too much attributed time rests on low-confidence placements",
+     "checks", "the attribution's confidence is high enough"),
+    ("attribution", "the attribution does not reconcile", "checks",
+     "the attribution reconciles with the capture"),
+)
+# Families whose figures are event counts on each side: their count is the events that differ.
+EVENT_COUNT_FAMILIES = frozenset({"gpu_events_json_vs_xplane", "launch_join"})
+
+# A graph is known by the id in its launch call's name ("cuGraphLaunch (CudaGraph:7)") or by the
+# hlo_op label its kernels carry (command_buffer_<k>, call.<k>): replays of one graph must record
+# the same number of kernels. hipGraphLaunch names carry no id; without a label such launches
+# cannot be told apart, and are left out (said in a note).
+GRAPH_ID_IN_NAME = re.compile(r"Graph:\s*\d+")
+# The Python tracer names its events "$<file>:<line> <function>" (or "$<module> <function>" for
+# C functions); no other host event name starts with "$".
+PYTHON_TRACER_PREFIX = "$"
+# ROCm memcpy launch calls; their records carry `memcpy_details kind:Unknown size:0`
+# (references/capture-facts.md, all shared MI300X captures), so direction and size are unknown.
+ROCM_MEMCPY_LAUNCH = re.compile(r"^hipMemcpy", re.I)
+# Sentences other steps write that a specific item here already states (not listed twice).
+GRAPH_REFUSAL = "launched by graphs"
+NOT_COMPUTABLE_SENTENCE = "not computable"
+NO_HLO_SENTENCES = ("holds no HLO", "no HLO (", "have no HLO in the capture")
+# Notes of step 1 that limit what its figures mean (the others describe, and stay there).
+LIMITING_NOTES = ("exporter's cap",)
+LARGEST_SHOWN = 3  # items printed on stdout: the largest by GPU time
+# Ranked changes asked about one by one (a report quotes the top three); the rest in one row.
+CHANGES_ASKED = 3
+
+NEEDS = {
+    "batch": "a batch-size sweep: the same step captured at two or more batch sizes",
+    "graphs": "the same steps captured with command buffers off "
+              "(XLA_FLAGS=--xla_gpu_enable_command_buffer=): every kernel gets a launch call "
+              "and an hlo_op label of its own",
+    "python": "the same steps captured with the Python tracer off "
+              "(jax.profiler.ProfileOptions().python_tracer_level = 0)",
+    "hosts": "a capture of every host of the job at once (several hosts, one run folder)",
+    "transfer": "a capture of the collectives alone (the same shapes and GPUs, all GPUs "
+                "synchronised before each collective): their time is then transfer time",
+    "gpu_speed": "the same steps captured with the GPUs' clocks and power recorded (XProf's "
+                 "hardware counters), or with the work moved to other GPUs",
+    "hlo": "a capture of a JAX program by XProf (jax.profiler), whose xplane holds the HLO "
+           "(/host:metadata)",
+    "async": "the same steps captured with async collectives turned off (an XLA flag): the "
+             "labels then name saved instructions; for attribution only, it changes overlap",
+    "whole_steps": "a longer capture that holds whole steps (start it before a step begins, "
+                   "stop it after one ends)",
+    "fewer_events": "a capture of fewer steps: the trace exporter keeps at most 1,000,000 "
+                    "events",
+    "host_calls": "the same steps captured with a deeper host trace "
+                  "(jax.profiler.ProfileOptions().host_tracer_level = 3)",
+    "gpu_model": "the user's word on the GPU model, or a capture whose device plane names the "
+                 "vendor and model",
+    "knob": "the same steps captured with that change made, to compare step times",
+}
+
+
+class UsageError(Exception):
+    """The scratch folder cannot be used; the message is one sentence."""
+
+
+# ---------------------------------------------------------------- load
+
+@dataclass
+class Inputs:
+    out: Path
+    results: dict = field(default_factory=dict)    # step -> its JSON
+    missing: dict = field(default_factory=dict)    # step -> why it is not there
+    notes: list = field(default_factory=list)
+
+    def get(self, step: str) -> dict | None:
+        return self.results.get(step)
+
+
+def load(out: Path, failed: dict) -> Inputs:
+    out = Path(out)
+    if not out.is_dir():
+        raise UsageError(f"the scratch folder {out} does not exist: run the steps with "
+                         f"--out {out} first (SKILL.md), then this script")
+    inp = Inputs(out)
+    for step, (_, rel, _) in STEPS.items():
+        path = out / rel
+        if step in failed:
+            inp.missing[step] = failed[step]
+            if path.is_file():
+                inp.notes.append(f"{rel} is present but {step} failed in this run (--failed): "
+                                 "its older result was not read")
+            continue
+        if not path.is_file():
+            inp.missing[step] = f"{rel} is missing: the step did not run here, or failed"
+            continue
+        try:
+            inp.results[step] = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            inp.missing[step] = f"{rel} cannot be read ({exc.__class__.__name__})"
+    if not inp.results:
+        raise UsageError(f"no step has written its result into {out} (none of "
+                         f"{', '.join(rel for _, rel, _ in STEPS.values())}): run steps 0 to 6 "
+                         "there first")
+    return inp
+
+
+def read_table(out: Path, rel: str):
+    """Rows of a step's CSV as dicts (streamed), or None when the file is not there."""
+    path = Path(out) / rel
+    if not path.is_file():
+        return None
+    return _rows(path)
+
+
+def _rows(path: Path):
+    with open(path, newline="", encoding="utf-8") as fh:
+        yield from csv.DictReader(fh)
+
+
+def _num(v, default=None):
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return default
+
+
+def _fig(result: dict | None, name: str):
+    f = ((result or {}).get("figures") or {}).get(name)
+    return _num(f.get("value")) if isinstance(f, dict) else None
+
+
+# ---------------------------------------------------------------- model
+
+def item(kind, text, source, detail="", count=None, gpu_us=None, total_us=None) -> dict:
+    return {"section": "trust", "item": text, "kind": kind, "count": count, "gpu_us": gpu_us,
+            "gpu_pct": (100.0 * gpu_us / total_us if gpu_us is not None and total_us else None),
+            "source": source, "detail": detail}
+
+
+def question(text, capture, source) -> dict:
+    return {"section": "needs_new_capture", "item": text, "kind": "", "count": None,
+            "gpu_us": None, "gpu_pct": None, "source": source, "detail": capture}
+
+
+@dataclass
+class RowFacts:
+    """What trust needs from step 1's rows.csv, in one pass."""
+    gpu_us: float = 0.0
+    graph_events: int = 0
+    graph_us: float = 0.0
+    collective_events: int = 0
+    collective_us: float = 0.0
+    rocm_memcpy: int = 0
+    rocm_memcpy_us: float = 0.0
+    missing_replays: dict = field(default_factory=dict)  # device -> kernels
+    replay_graphs: dict = field(default_factory=dict)    # device -> graphs short
+    unidentified_launches: int = 0
+
+
+@dataclass
+class Facts:
+    total_us: float | None
+    total_source: str
+    rows: RowFacts | None
+    consumed: set = field(default_factory=set)  # sentences an item here already states
+    folded: list = field(default_factory=list)   # failed checks an item here already states
+    python_tracer_seen: bool | None = None       # None: gaps.csv not there
+
+
+# ---------------------------------------------------------------- analyses (pure)
+
+def summarise_rows(rows, amd_devices: set) -> RowFacts:
+    """One pass over rows.csv: GPU time, graph events, collectives, ROCm memcpys, and the
+    kernels each graph replay recorded (replays inside analysed steps only: a replay cut by the
+    capture's start or end is not short)."""
+    f = RowFacts()
+    launches: dict = {}  # (device, correlation id) -> [launch name, labels, events]
+    for r in rows:
+        dur = _num(r.get("dur_us"), 0.0)
+        f.gpu_us += dur
+        if r.get("graph") == "1":
+            f.graph_events += 1
+            f.graph_us += dur
+        if r.get("category") == "collective":
+            f.collective_events += 1
+            f.collective_us += dur
+        if (r.get("device") in amd_devices and r.get("category") == "memcpy"
+                and r.get("join") == "launch"
+                and ROCM_MEMCPY_LAUNCH.match(r.get("launch_name") or "")):
+            f.rocm_memcpy += 1
+            f.rocm_memcpy_us += dur
+        if r.get("join") == "graph_launch" and r.get("step", "") != "":
+            e = launches.setdefault((r["device"], r.get("correlation_id")),
+                                    [r.get("launch_name") or "", set(), 0])
+            if r.get("hlo_op"):
+                e[1].add(r["hlo_op"])
+            e[2] += 1
+    graphs: dict = {}
+    for (device, _), (name, labels, n) in launches.items():
+        label = min(labels) if labels else ""
+        if not label and not GRAPH_ID_IN_NAME.search(name):
+            f.unidentified_launches += 1
+            continue
+        graphs.setdefault((device, name, label), []).append(n)
+    for (device, name, label), counts in sorted(graphs.items()):
+        short = sum(max(counts) - n for n in counts)
+        if short:
+            f.missing_replays[device] = f.missing_replays.get(device, 0) + short
+            f.replay_graphs.setdefault(device, []).append(
+                f"{name}{' ' + label if label else ''}: {sum(1 for n in counts if n < max(counts))}"
+                f" of {len(counts)} replays short, {short} kernels")
+    return f
+
+
+def step_failed_items(inp: Inputs, failed: dict) -> list:
+    out = []
+    for step, why in inp.missing.items():
+        num, rel, meaning = STEPS[step]
+        reason = failed.get(step) or why
+        out.append(item("step_failed", f"step {num} ({step}) did not run or failed", rel,
+                        f"{reason}; for the report: {meaning}"))
+    return out
+
+
+def no_hlo_items(inp: Inputs, facts: Facts) -> list:
+    ci, roof = inp.get("capture_info"), inp.get("roofline")
+    no_programs = ci is not None and not (ci.get("xplane") or {}).get("error") and \
+        not ci.get("programs")
+    refused = roof is not None and roof.get("status") == "refused"
+    if not (no_programs or refused):
+        return []
+    sentences = [s for r in (ci, roof) if r for s in r.get("refusals") or []
+                 if any(k in s for k in NO_HLO_SENTENCES)]
+    facts.consumed.update(sentences)
+    gpu_us = facts.total_us
+    src = "; ".join(x for x, ok in (("capture_info.json: programs", no_programs),
+                                    ("roofline.json: status", refused)) if ok)
+    return [item("no_hlo", "the capture holds no HLO: no kernel can be attributed to an "
+                 "instruction or a Python line and no roofline can be drawn", src,
+                 "; ".join(sentences), gpu_us=gpu_us,
+                 total_us=facts.total_us)]
+
+
+def gpus_text(devices: list) -> str:
+    """GPU ordinals without commas (a trust item is a citation key: references/trust.md):
+    'GPU 5', 'GPUs 0 to 7', 'GPUs 1 3 and 6'."""
+    if len(devices) == 1:
+        return f"GPU {devices[0]}"
+    nums = [int(d) for d in devices] if all(str(d).isdigit() for d in devices) else None
+    if nums and len(nums) > 2 and nums == list(range(nums[0], nums[0] + len(nums))):
+        return f"GPUs {nums[0]} to {nums[-1]}"
+    return f"GPUs {' '.join(map(str, devices[:-1]))} and {devices[-1]}"
+
+
+def _family(check: str) -> str:
+    for fam, *_ in CHECK_FAMILIES:
+        if check == fam or check.startswith(fam + "_"):
+            return fam
+    return check
+
+
+def reconciliation_items(inp: Inputs, facts: Facts) -> list:
+    """Failed checks (one item per family) and checks that could not be made. A failure that a
+    more specific item states is folded into it: kernels per step and events per execution on a
+    GPU whose graph replays are short, and the confidence check into the low-confidence item."""
+    rec = inp.get("reconcile")
+    ci = inp.get("capture_info")
+    rows = []
+    if rec is not None:
+        rows = rec.get("checks") or []
+    elif ci is not None:  # step 0's own check, when step 2 did not run
+        for c in ci.get("checks") or []:
+            if c.get("status") == "pass":
+                continue
+            x, t = c.get("xplane"), c.get("trace")
+            rows.append({"check": "gpu_events_json_vs_xplane_count", "device": c.get("device"),
+                         "stream": "", "status": c.get("status"), "figure_a": t,
+                         "figure_b": x, "unit": "count",
+                         "trust_sentence": f"GPU {c.get('device')}: the trace holds {t} events, "
+                                           f"the xplane {x}"})
+    src_file = "reconciliation.csv" if rec is not None else "capture_info.json: checks"
+    short = facts.rows.missing_replays if facts.rows else {}
+    groups: dict = {}
+    for r in rows:
+        status = r.get("status")
+        if status not in ("fail", "not checkable"):
+            continue
+        fam = _family(str(r.get("check", "")))
+        dev = str(r.get("device", ""))
+        if status == "fail" and fam in ("kernels_per_step", "attribution_events_per_execution") \
+                and dev in short:
+            facts.folded.append((r.get("check"), r.get("trust_sentence") or ""))
+            continue  # stated by under_recorded_replays
+        if status == "fail" and fam == "attribution_confidence":
+            continue  # stated by low_confidence
+        if status == "not checkable" and fam == "attribution" and \
+                "attribute_kernels" in inp.missing:
+            continue  # stated by step_failed
+        groups.setdefault((status, fam), []).append(r)
+    out = []
+    for (status, fam), rs in groups.items():
+        title, what, subject = next(((t, w, sub) for f, t, w, sub in CHECK_FAMILIES
+                                     if f == fam), (f"check {fam} fails", "rows",
+                                                    f"check {fam} passes"))
+        checks = sorted({str(r.get("check")) for r in rs})
+        src = f"{src_file}: " + "; ".join(f"check={c}" for c in checks)
+        sentences = " | ".join(s for s in dict.fromkeys(r.get("trust_sentence") or ""
+                                                        for r in rs) if s)
+        where = sorted({str(r.get("device")) for r in rs if r.get("device") not in ("", None)},
+                       key=lambda d: (len(d), d))
+        on = f" ({gpus_text(where)})" if where else ""
+        if status == "fail":
+            if fam in EVENT_COUNT_FAMILIES:
+                n = sum(abs(int(_num(r.get("figure_a"), 0)) - int(_num(r.get("figure_b"), 0)))
+                        for r in rs if r.get("unit") == "count")
+            else:
+                n = len({(r.get("device"), r.get("stream")) for r in rs})
+            if n == 1:  # one GPU or stream: the singular
+                what = re.sub(r"^(GPU|stream)s whose", r"\1 whose", what)
+            out.append(item("reconciliation_check", f"{title}: {n} {what}{on}", src, sentences,
+                            count=n))
+        else:
+            n = len(rs)
+            out.append(item("not_checkable", f"cannot check that {subject}{on}", src,
+                            sentences, count=n))
+    for c in (inp.get("attribute_kernels") or {}).get("checks") or []:
+        if c.get("status") == "fail":
+            out.append(item("unattributed", f"the attribution covers less GPU time than XProf's "
+                            f"hlo_stats ({c.get('name')})",
+                            "attribution/attribute_kernels.json: checks", c.get("detail") or ""))
+        elif c.get("status") == "not checkable":
+            out.append(item("not_checkable", f"cannot check the attribution: {c.get('name')}",
+                            "attribution/attribute_kernels.json: checks",
+                            c.get("detail") or "", count=1))
+    return out
+
+
+def replay_items(facts: Facts) -> list:
+    f = facts.rows
+    if f is None or not f.missing_replays:
+        return []
+    n = sum(f.missing_replays.values())
+    devices = sorted(f.missing_replays, key=lambda d: (len(d), d))
+    detail = "; ".join(f"GPU {d}: " + "; ".join(f.replay_graphs[d]) for d in devices)
+    checks = sorted({c for c, _ in facts.folded})
+    also = " | ".join(s for s in dict.fromkeys(s for _, s in facts.folded) if s)
+    src = "rows.csv: join=graph_launch" + "".join(f"; reconciliation.csv: check={c}"
+                                                  for c in checks)
+    return [item("under_recorded_replays", f"graph replays that recorded fewer kernels than "
+                 f"another replay of the same graph: at least {n} kernels missing "
+                 f"({gpus_text(devices)})", src,
+                 detail + ". Per-step counts, stream budgets and per-instruction times on "
+                 "these GPUs miss those kernels' time" + (f" | reconcile: {also}" if also else ""),
+                 count=n)]
+
+
+_SAVED_TWICE = re.compile(r"program (\d+) is saved under several ids \(([\d, ]+), identical HLO\)")
+
+
+def program_items(inp: Inputs, facts: Facts) -> list:
+    att = inp.get("attribute_kernels")
+    if att is None:
+        return []
+    out = []
+    for note in (att.get("program") or {}).get("notes") or []:
+        m = _SAVED_TWICE.search(note)
+        if not m:
+            continue
+        chosen = m.group(1)
+        ids = [x.strip() for x in m.group(2).split(",") if x.strip()]
+        other_us = other_k = 0.0
+        how = read_table(inp.out, "attribution/how.csv")
+        for r in how or ():
+            if r.get("program_id") in ids and r.get("program_id") != chosen:
+                other_us += _num(r.get("gpu_us"), 0.0)
+                other_k += _num(r.get("kernels"), 0.0)
+        out.append(item("duplicate_program", f"one program saved under {len(ids)} ids "
+                        f"({' and '.join(ids)}): {int(other_k)} kernels ran under an id other than "
+                        f"{chosen}", "attribution/attribute_kernels.json: program.notes; "
+                        "attribution/how.csv", note, count=len(ids),
+                        gpu_us=other_us if how is not None else None, total_us=facts.total_us))
+    return out
+
+
+def async_label_items(inp: Inputs, facts: Facts) -> list:
+    """Collective kernels outside graphs whose tracer label names no instruction of the saved
+    HLO: their label is kept, and their instruction was placed by order."""
+    if inp.get("attribute_kernels") is None:
+        return []
+    n, us, labels = 0, 0.0, set()
+    for r in read_table(inp.out, "attribution/kernels.csv") or ():
+        if (r.get("category") == "collective" and r.get("graph") != "1" and r.get("hlo_op")
+                and r.get("match") != "exact"):
+            n += 1
+            us += _num(r.get("dur_us"), 0.0)
+            labels.add(r["hlo_op"])
+    if not n:
+        return []
+    shown = ", ".join(sorted(labels)[:5]) + (", ..." if len(labels) > 5 else "")
+    return [item("async_labels_missing", f"collective kernels whose label is not an instruction "
+                 f"of the saved HLO: {n} kernels under {len(labels)} labels", "attribution/"
+                 "kernels.csv: category=collective, graph=0, match!=exact",
+                 f"labels {shown}; each kernel keeps its label, and its instruction (and Python "
+                 "line) comes from the collective-start matched by order", count=n, gpu_us=us,
+                 total_us=facts.total_us)]
+
+
+def attribution_items(inp: Inputs, facts: Facts) -> list:
+    att = inp.get("attribute_kernels")
+    if att is None:
+        return []
+    out = []
+    for n in att.get("none") or []:
+        largest = ", ".join(f"{x.get('kernel')} x{x.get('count')}" for x in n.get("largest", []))
+        out.append(item("unattributed", f"GPU events with no instruction: {n.get('why')}",
+                        "attribution/attribute_kernels.json: none", f"{n.get('label')}"
+                        + (f"; largest: {largest}" if largest else ""), count=n.get("kernels"),
+                        gpu_us=_num(n.get("gpu_us")), total_us=facts.total_us))
+    nh = att.get("no_hlo")
+    if nh and nh.get("kernels"):
+        facts.consumed.update(s for s in att.get("refusals") or []
+                              if "have no HLO in the capture" in s)
+        us = None
+        if facts.total_us and nh.get("pct") is not None:
+            us = facts.total_us * _num(nh.get("pct"), 0.0) / 100.0
+        out.append(item("unattributed", "kernels of programs with no HLO in the capture",
+                        "attribution/attribute_kernels.json: no_hlo",
+                        f"programs {nh.get('programs')}", count=nh.get("kernels"), gpu_us=us,
+                        total_us=facts.total_us))
+    threshold = att.get("low_confidence_below")
+    rec_fail = [c for c in (inp.get("reconcile") or {}).get("checks") or []
+                if c.get("check") == "attribution_confidence" and c.get("status") == "fail"]
+    verdict = (" | reconcile: " + rec_fail[0].get("trust_sentence", "")) if rec_fail else ""
+    how = read_table(inp.out, "attribution/how.csv")
+    by_class = [r for r in how or () if r.get("program_id") == "all"
+                and _num(r.get("low_confidence_kernels"), 0) > 0]
+    for r in by_class:
+        out.append(item("low_confidence", f"GPU time placed by {r['match']} with a confidence "
+                        f"below {threshold}", "attribution/how.csv: program_id=all, "
+                        f"match={r['match']}", f"{r.get('low_confidence_pct')}% of all kernel "
+                        f"time{verdict}", count=int(_num(r.get("low_confidence_kernels"), 0)),
+                        gpu_us=_num(r.get("low_confidence_us")), total_us=facts.total_us))
+    if how is None and (_fig(att, "low_confidence_kernels") or 0) > 0:
+        out.append(item("low_confidence", f"GPU time placed with a confidence below {threshold}",
+                        "attribution/attribute_kernels.json: figures.low_confidence_pct",
+                        f"{_fig(att, 'low_confidence_pct')}% of attributed time{verdict}",
+                        count=int(_fig(att, "low_confidence_kernels"))))
+    return out
+
+
+def graph_items(inp: Inputs, facts: Facts) -> list:
+    f, ss = facts.rows, inp.get("skip_stats")
+    if f is None or not f.graph_events:
+        return []
+    sentence = [s for s in (ss or {}).get("refusals") or [] if GRAPH_REFUSAL in s]
+    facts.consumed.update(sentence)
+    return [item("graph_launch_metrics", "GPU events launched inside graphs have no launch "
+                 "call of their own: no launch delay or queue time or TKLQT", "rows.csv: graph=1; "
+                 "skip_stats.json: refusals", " ".join(sentence), count=f.graph_events,
+                 gpu_us=f.graph_us, total_us=facts.total_us)]
+
+
+def python_tracer_items(inp: Inputs, facts: Facts) -> list:
+    gaps = read_table(inp.out, "gaps.csv")
+    if gaps is None:
+        return []
+    n, idle, overlap, names = 0, 0.0, 0.0, {}
+    for g in gaps:
+        parts = [p.rpartition("=") for p in (g.get("host_events") or "").split(" | ") if p]
+        traced = [(name, _num(v, 0.0)) for name, _, v in parts
+                  if name.startswith(PYTHON_TRACER_PREFIX)]
+        if not traced:
+            continue
+        n += 1
+        idle += _num(g.get("dur_us"), 0.0)
+        for name, v in traced:
+            overlap += v
+            names[name] = names.get(name, 0.0) + v
+    facts.python_tracer_seen = bool(n)
+    if not n:
+        return []
+    top = ", ".join(k for k, _ in sorted(names.items(), key=lambda kv: -kv[1])[:3])
+    return [item("python_tracer", "the Python tracer was on: host durations are upper bounds "
+                 f"({n} critical-stream gaps overlap Python-traced calls)", "gaps.csv: "
+                 "host_events ($<file>:<line> names)", f"{overlap:.3f} us of Python-traced "
+                 f"host time overlaps the gaps (largest: {top}); gpu_us is the gaps' idle time, "
+                 "not kernel time; the launch-bound share is inflated by an unknown amount",
+                 count=n, gpu_us=idle)]
+
+
+def nccl_items(facts: Facts) -> list:
+    f = facts.rows
+    if f is None or not f.collective_events:
+        return []
+    return [item("nccl_waits", "NCCL/RCCL collective kernel time includes waiting for peers: "
+                 "it is not transfer time", "rows.csv: category=collective",
+                 "a collective starts when its GPU arrives and ends when the last peer has; "
+                 "quote it as collective time, never as bandwidth", count=f.collective_events,
+                 gpu_us=f.collective_us, total_us=facts.total_us)]
+
+
+def rocm_memcpy_items(facts: Facts) -> list:
+    f = facts.rows
+    if f is None or not f.rocm_memcpy:
+        return []
+    return [item("rocm_unknown_memcpy", "ROCm memcpys recorded as kind:Unknown size:0: their "
+                 "direction and bytes are not in the capture", "rows.csv: category=memcpy, "
+                 "launch_name=hipMemcpy*", "counted from their hipMemcpy* launch calls on AMD "
+                 "GPUs (no step reads the memcpy_details stat); no bandwidth can be computed "
+                 "for them", count=f.rocm_memcpy, gpu_us=f.rocm_memcpy_us,
+                 total_us=facts.total_us)]
+
+
+def roofline_items(inp: Inputs, facts: Facts) -> list:
+    roof = inp.get("roofline")
+    if roof is None or (roof.get("status") == "refused"
+                        and not (roof.get("gpu") or {}).get("why")):
+        return []
+    out = []
+    nc = _fig(roof, "not_computable_us") or 0.0
+    if roof.get("status") != "refused" and nc > 0:
+        sentences = [s for s in roof.get("trust_list") or [] if NOT_COMPUTABLE_SENTENCE in s]
+        facts.consumed.update(sentences)
+        rows = read_table(inp.out, "roofline.csv")
+        n = sum(1 for r in rows or () if (r.get("method") or "").startswith("not computable"))
+        out.append(item("not_computable", "instructions whose FLOPs or bytes are not computable "
+                        "from the HLO: no roofline point", "roofline.json: figures."
+                        "not_computable_us; roofline.csv: method=not computable*",
+                        " ".join(sentences), count=n if rows is not None else None,
+                        gpu_us=nc, total_us=facts.total_us))
+    gpu = roof.get("gpu") or {}
+    if gpu.get("model") is None and gpu.get("why"):
+        facts.consumed.add(gpu["why"])
+        out.append(item("no_ceiling", "the GPU is not identified: no ceiling applies to any "
+                        "instruction", "roofline.json: gpu.why", gpu["why"],
+                        count=gpu.get("devices"), gpu_us=facts.total_us,
+                        total_us=facts.total_us))
+    elif roof.get("status") != "refused":
+        n, us, why = 0, 0.0, {}
+        for r in read_table(inp.out, "roofline.csv") or ():
+            w = r.get("no_ceiling_why") or ""
+            if w and not (r.get("method") or "").startswith("not computable"):
+                n += 1
+                us += _num(r.get("gpu_us"), 0.0)
+                why[w] = why.get(w, 0) + 1
+        if n:
+            reasons = "; ".join(f"{w} ({k})" for w, k in sorted(why.items()))
+            out.append(item("no_ceiling", "instructions whose FLOPs and bytes are known but "
+                            "that no ceiling here bounds", "roofline.csv: no_ceiling_why",
+                            reasons, count=n, gpu_us=us, total_us=facts.total_us))
+    return out
+
+
+def refusal_items(inp: Inputs, facts: Facts) -> list:
+    """Every step's refusal (and step 1's limiting notes) not already stated by an item."""
+    out = []
+    files = {"capture_info": "capture_info.json", "skip_stats": "skip_stats.json",
+             "attribute_kernels": "attribution/attribute_kernels.json",
+             "swimlanes": "swimlanes.json", "roofline": "roofline.json",
+             "changes": "changes.json"}
+    seen = set(facts.consumed)
+    for step, rel in files.items():
+        r = inp.get(step)
+        if r is None:
+            continue
+        sentences = list(r.get("refusals") or [])
+        if step == "skip_stats":
+            sentences += [n for n in r.get("notes") or [] if any(k in n for k in LIMITING_NOTES)]
+        if step == "roofline":
+            sentences += list(r.get("trust_list") or [])
+        for s in sentences:
+            if not s or s in seen:
+                continue
+            seen.add(s)
+            out.append(item("refusal", s, f"{rel}: refusals"))
+    return out
+
+
+def needs_new_capture(inp: Inputs, items: list, facts: Facts) -> list:
+    kinds = {}
+    for it in items:
+        kinds.setdefault(it["kind"], []).append(it)
+    q = []
+    ss = inp.get("skip_stats") or {}
+    for s in ss.get("needs_new_capture") or []:
+        q.append(question(s, NEEDS["batch"] if "batch" in s else "a new capture (see the "
+                          "question)", "skip_stats.json: needs_new_capture"))
+    if ss.get("verdict") == "launch-bound":
+        q.append(question("what the host does inside its calls while the GPU waits (the "
+                          "verdict is launch-bound; gaps.csv names the calls, not their insides)",
+                          NEEDS["host_calls"], "skip_stats.json: verdict; gaps.csv"))
+    if "python_tracer" in kinds:
+        q.append(question("how much of the host time is the Python tracer's own cost (host "
+                          "durations and the launch-bound share are upper bounds)",
+                          NEEDS["python"], "gaps.csv: host_events"))
+    if "graph_launch_metrics" in kinds:
+        n = kinds["graph_launch_metrics"][0]["count"]
+        q.append(question(f"the launch delay and queue time of the {n} kernels launched inside "
+                          "graphs, and what the graphs save over launching them one by one",
+                          NEEDS["graphs"], "rows.csv: graph=1"))
+    if "under_recorded_replays" in kinds:
+        q.append(question("which kernels the short graph replays ran, and their time",
+                          NEEDS["graphs"], "rows.csv: join=graph_launch"))
+    placed = [it for it in kinds.get("low_confidence", [])]
+    if placed and facts.rows and facts.rows.graph_events:
+        q.append(question("which instruction each low-confidence graph kernel ran",
+                          NEEDS["graphs"], "attribution/how.csv: low_confidence_kernels"))
+    if "async_labels_missing" in kinds:
+        q.append(question("which instruction each collective kernel with an unsaved label ran "
+                          "(placed by order here)", NEEDS["async"],
+                          "attribution/kernels.csv: hlo_op"))
+    if "nccl_waits" in kinds:
+        q.append(question("how much of the collective time is transfer and how much is waiting "
+                          "for peers", NEEDS["transfer"], "rows.csv: category=collective"))
+        hosts = ((inp.get("capture_info") or {}).get("capture") or {}).get("hosts") or []
+        if len(hosts) <= 1:
+            q.append(question("whether GPUs on other hosts (if the job spans several) make "
+                              "these GPUs wait in their collectives: the capture holds one host",
+                              NEEDS["hosts"], "capture_info.json: capture.hosts"))
+    slow = [it for it in kinds.get("reconciliation_check", [])
+            if "check=same_work_across_gpus_time" in it["source"]]
+    if slow:
+        q.append(question(f"why {slow[0]['item'].split('(')[-1].rstrip(')')} runs the same work "
+                          "at a different speed (clocks, power, contention)",
+                          NEEDS["gpu_speed"], "reconciliation.csv: "
+                          "check=same_work_across_gpus_time"))
+    if "no_hlo" in kinds:
+        q.append(question("which instruction and Python line each kernel ran, and each "
+                          "instruction's roofline", NEEDS["hlo"], "capture_info.json: programs"))
+    roof = inp.get("roofline") or {}
+    if (roof.get("gpu") or {}).get("why") and (roof.get("gpu") or {}).get("model") is None:
+        q.append(question("which GPU model ran the capture (the roofline needs its peaks)",
+                          NEEDS["gpu_model"], "roofline.json: gpu.why"))
+    if any("only partial steps" in s for s in ss.get("refusals") or []):
+        q.append(question("the time of a whole step (the capture holds only fragments)",
+                          NEEDS["whole_steps"], "skip_stats.json: refusals"))
+    if any(k in n for n in ss.get("notes") or [] for k in LIMITING_NOTES):
+        q.append(question("the events after the trace exporter's cap (the last step is cut)",
+                          NEEDS["fewer_events"], "skip_stats.json: notes"))
+    ranked = [r for r in read_table(inp.out, "changes.csv") or () if (r.get("knob") or "").strip()]
+    for r in ranked[:CHANGES_ASKED]:
+        gone = _num(r.get("step_if_gone_us"))
+        est = f" (estimated {gone:.1f} us, inferred, not run)" if gone is not None else ""
+        q.append(question(f"the step time with rank {r.get('rank')}'s change made: "
+                          f"{r.get('cause_kind')} at {r.get('where')}{est}",
+                          f"{NEEDS['knob']}; the knob: {r['knob'].strip()}",
+                          f"changes.csv: rank={r.get('rank')}"))
+    if len(ranked) > CHANGES_ASKED:
+        q.append(question(f"the step time with each of the other {len(ranked) - CHANGES_ASKED} "
+                          "ranked changes made", NEEDS["knob"] + "; one capture per knob in "
+                          "changes.csv", "changes.csv: knob"))
+    return q
+
+
+def collect(inp: Inputs, failed: dict) -> tuple[list, list, Facts]:
+    ci = inp.get("capture_info") or {}
+    amd = {str(g.get("ordinal")) for g in ci.get("gpus") or []
+           if str((g.get("device") or {}).get("device_vendor") or "").upper() == "AMD"}
+    rows = read_table(inp.out, "rows.csv")
+    rf = summarise_rows(rows, amd) if rows is not None else None
+    total = _fig(inp.get("attribute_kernels"), "kernel_time_us")
+    source = "attribution/attribute_kernels.json: figures.kernel_time_us"
+    if not total and rf is not None:
+        total, source = rf.gpu_us, "rows.csv: dur_us, sum"
+    facts = Facts(total or None, source if total else "", rf)
+    items = step_failed_items(inp, failed) + no_hlo_items(inp, facts)
+    items += reconciliation_items(inp, facts)  # before replay_items: it folds checks into it
+    items += (replay_items(facts)
+             + program_items(inp, facts) + async_label_items(inp, facts)
+             + attribution_items(inp, facts) + graph_items(inp, facts)
+             + python_tracer_items(inp, facts) + nccl_items(facts) + rocm_memcpy_items(facts)
+             + roofline_items(inp, facts))
+    items += refusal_items(inp, facts)
+    order = {k: i for i, k in enumerate(KIND_ORDER)}
+    items.sort(key=lambda it: (order.get(it["kind"], len(order)), -(it["gpu_us"] or 0.0),
+                               -(it["count"] or 0), it["item"]))
+    return items, needs_new_capture(inp, items, facts), facts
+
+
+def largest(items: list, n: int = LARGEST_SHOWN) -> list:
+    """The items with the most GPU time (shares of kernel time only: not python_tracer's idle
+    time)."""
+    with_time = [it for it in items if it["gpu_us"] and it["gpu_pct"] is not None]
+    return sorted(with_time, key=lambda it: (-it["gpu_us"], it["item"]))[:n]
+
+
+def build_result(inp: Inputs, items: list, questions: list, facts: Facts) -> dict:
+    defects = [it for it in items if it["kind"] in DEFECT_KINDS]
+    notes = list(inp.notes)
+    if facts.rows is not None and facts.rows.unidentified_launches:
+        notes.append(f"{facts.rows.unidentified_launches} graph launches carry neither a graph "
+                     "id in their name nor an hlo_op label: their replays could not be compared")
+    if facts.python_tracer_seen is False:
+        notes.append("no Python tracer events ($<file>:<line> names) in gaps.csv: no step records "
+                     "whether the Python tracer was on, so a capture that had it on with its "
+                     "Python thread apart from the launching threads is not flagged")
+    refusals = [f"cannot collect step {STEPS[s][0]} ({s})'s findings because {why}"
+                for s, why in inp.missing.items()]
+    return {
+        "step": "trust", "status": "done",
+        "figures": {
+            "items": {"value": len(items), "unit": "count", "label": "inferred"},
+            "defects": {"value": len(defects), "unit": "count", "label": "inferred"},
+            "needs_new_capture": {"value": len(questions), "unit": "count",
+                                  "label": "inferred"},
+            "gpu_time_us": {"value": round(facts.total_us, 3) if facts.total_us else None,
+                            "unit": "us", "label": "measured"},
+        },
+        "gpu_time_source": facts.total_source,
+        "defect_kinds": sorted(DEFECT_KINDS),
+        "kinds": {k: sum(1 for it in items if it["kind"] == k) for k in KIND_ORDER
+                  if any(it["kind"] == k for it in items)},
+        "inputs": {"read": sorted(inp.results), "missing": dict(inp.missing)},
+        "largest": [{"item": it["item"], "kind": it["kind"], "gpu_us": round(it["gpu_us"], 3)}
+                    for it in largest(items)],
+        "refusals": refusals, "notes": notes,
+        "tables": {TABLE: len(items) + len(questions)},
+    }
+
+
+# ---------------------------------------------------------------- writers
+
+def _cell(it: dict, col: str) -> str:
+    v = it[col]
+    if v is None:
+        return ""
+    if col == "gpu_us":
+        return f"{v:.3f}"
+    if col == "gpu_pct":
+        return f"{v:.2f}"
+    if col == "count":
+        return str(int(v))
+    return str(v)
+
+
+def write(out: Path, items: list, questions: list, result: dict) -> list:
+    with rules.replace_files(out, ".trust-") as tmp:
+        n = rules.write_csv(tmp / TABLE, COLUMNS, ([_cell(it, c) for c in COLUMNS]
+                                                   for it in items + questions))
+        (tmp / RESULT_FILE).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n",
+                                       encoding="utf-8")
+    return [(TABLE, f"{n} rows"), (RESULT_FILE, "")]
+
+
+# ---------------------------------------------------------------- main
+
+def parse_failed(values: list, ap) -> dict:
+    failed = {}
+    for v in values or []:
+        step, sep, reason = v.partition("=")
+        step = step.strip().removesuffix(".py")
+        step = STEP_BY_NUMBER.get(step, step)
+        if not sep or step not in STEPS or not reason.strip():
+            ap.error(f"--failed {v!r}: expected STEP=REASON, STEP one of "
+                     f"{', '.join(STEPS)} or 0 to 6")
+        failed[step] = reason.strip()
+    return failed
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="\n".join(__doc__.splitlines()[1:]))
+    ap.add_argument("--out", type=Path, default=Path("."),
+                    help="the scratch folder the steps wrote into (default: .)")
+    ap.add_argument("--failed", action="append", metavar="STEP=REASON",
+                    help="a step that could not run, and why (repeatable)")
+    args = ap.parse_args(argv)
+    failed = parse_failed(args.failed, ap)
+    try:
+        inp = load(args.out, failed)
+        items, questions, facts = collect(inp, failed)
+        result = build_result(inp, items, questions, facts)
+        written = write(args.out, items, questions, result)
+    except UsageError as exc:
+        print(f"trust: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"trust: cannot read or write in {args.out}: {exc.strerror or exc}",
+              file=sys.stderr)
+        return 1
+    for fname, what in written:
+        print(f"wrote {args.out / fname}" + (f" ({what})" if what else ""))
+    fig = result["figures"]
+    d = fig["defects"]["value"]
+    print(f"trust items: {fig['items']['value']} ({d} defect{'' if d == 1 else 's'} of this "
+          f"capture); needs a new capture: {fig['needs_new_capture']['value']} questions")
+    for it in largest(items):
+        pct = f", {it['gpu_pct']:.2f}% of GPU time" if it["gpu_pct"] is not None else ""
+        print(f"  largest: [{it['kind']}] {it['item']} ({it['gpu_us']:.3f} us{pct})")
+    for s in result["refusals"]:
+        print(f"  {s}")
+    print("Next: put the trust items and the needs-a-new-capture questions in the report's "
+          "trust list, worded as references/trust.md says (SKILL.md step 7), then have the "
+          "report fact-checked.")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
