@@ -1,0 +1,1057 @@
+#!/usr/bin/env python3
+"""Step 6: changes: the causes of the step time, ranked by their share of the critical path.
+Each with the step time if the cause were gone (inferred, not run) and the knob to test.
+
+Usage:
+    python3 -P changes.py [<capture>] [--out DIR] [--run NAME] [--host NAME]
+
+Example:
+    python3 -P $B/scripts/changes.py --out /tmp/jaxtrace
+
+Reads only the scratch folder (the current directory, or DIR) that steps 1 to 5 wrote:
+steps.csv, gaps.csv, rows.csv, skip_stats.json (step 1), reconcile.json (step 2), swimlanes.json
+(step 3: the step it drew), attribution/ops.csv and attribute_kernels.json (step 4), roofline.csv
+and roofline.json (step 5). rows.csv is streamed: only the lines of the GPU that ends each step
+(and, with a straggler, every GPU's collectives) are parsed. The capture argument is optional:
+given, it is only checked against the capture the tables came from (capture_info.json), a
+mismatch being an error; the capture itself is never read. Standard library only. Writes:
+    changes.csv   one row per cause, in rank order: kind, cause, where, share of the median
+                  step's critical path, the step time now, the saving if the cause were gone
+                  (in the median step; min and max across steps), the step time then, the
+                  assumptions, the knob to test, the label "inferred, not run", the tables used
+    changes.json  the same as data, the critical path of the median step by slice, the combined
+                  saving (an upper bound, never past the step time) and how causes combine,
+                  refusals (what could not be ranked and why) and notes
+Columns, fields and the rules behind each saving: references/changes.md.
+Causes: host-late gaps on the critical stream (with the host events inside them), exposed
+collective time, the straggler's extra work, memcpys on the critical path, the instructions and
+Python lines furthest from their ceiling, and the GPU idle between steps. A cause whose input
+table is missing is not ranked; `refusals` says which and why.
+
+Exit codes: 0 done (refusals included); 1 the scratch folder cannot be used (one sentence says
+why: no step 1 tables, tables of another capture); 2 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import re
+import statistics
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SIBLING = next((p for p in (HERE.parent / "analyzing-jax-launch-overhead" / "scripts",
+                            HERE.parent.parent / "analyzing-jax-launch-overhead" / "scripts")
+                if (p / "capture_inputs.py").is_file()), None)
+sys.path[:0] = [str(HERE)] + ([str(SIBLING)] if SIBLING else [])
+
+import trace_rules as rules  # noqa: E402  (sibling skill: tie rule, CSV writing, atomic files)
+
+import capture_inputs  # noqa: E402  (sibling skill)
+
+RESULT_FILE = "changes.json"
+TABLE = "changes.csv"
+COLUMNS = ["rank", "cause_kind", "cause", "where", "share_of_step_pct", "step_us", "saving_us",
+           "saving_min_us", "saving_max_us", "step_if_gone_us", "assumptions", "knob", "label",
+           "source"]
+LABEL = "inferred, not run"
+KIND_ORDER = ("host_gap", "straggler_wait", "exposed_collective", "memcpy", "instruction",
+              "python_line", "idle_between_steps")
+
+# ---------------------------------------------------------------- named constants
+
+# Instructions and Python lines listed as causes: the few a reader acts on; the rest of the
+# kernel time stays in changes.json's critical path as compute.
+TOP_INSTRUCTIONS = 5
+TOP_LINES = 3
+# A saving below this in the median is not listed: 1 us is below the jitter of a single launch,
+# so a smaller figure says nothing about a cause.
+MIN_SAVING_US = 1.0
+# The GPU that ends the step last is named a straggler only when it is the same GPU in more than
+# this share of the steps; a GPU that is last now and then is launch jitter, not a cause.
+STRAGGLER_MIN_SHARE = 0.5
+# A host gap is said to be "before the first launch" when the step's leading gap holds at least
+# this share of the step's host-late time: then the knob is the host's work before the step (the
+# input pipeline, dispatch), not the launches between kernels.
+LEADING_GAP_MAJORITY = 0.5
+# Host events named in a host_gap cause (largest overlap first).
+HOST_EVENTS_NAMED = 3
+# The Python tracer names its events "$file:line function" (JAX's profiler): where such events
+# fill host gaps, the tracer itself inflates the host time.
+PYTHON_TRACER_PREFIX = "$"
+# An instruction whose ceiling_pct is under this runs far from any ceiling: a kernel that short or
+# that slow is more likely launch-size- or occupancy-limited than bandwidth-limited.
+FAR_FROM_CEILING_PCT = 10.0
+ROW_FIELDS = 20  # rows.csv columns (references/scratch-layout.md)
+
+
+class ChangesError(Exception):
+    """The scratch folder cannot be used; the message is one sentence."""
+
+
+# ---------------------------------------------------------------- intervals (us, sorted, disjoint)
+
+def union(iv) -> list:
+    out = []
+    for s, e in sorted(iv):
+        if e <= s:
+            continue
+        if out and s <= out[-1][1]:
+            if e > out[-1][1]:
+                out[-1][1] = e
+        else:
+            out.append([s, e])
+    return out
+
+
+def subtract(a: list, b: list) -> list:
+    """a minus b, both sorted and disjoint."""
+    out, j = [], 0
+    for s, e in a:
+        while j < len(b) and b[j][1] <= s:
+            j += 1
+        k, cur = j, s
+        while k < len(b) and b[k][0] < e:
+            if b[k][0] > cur:
+                out.append([cur, b[k][0]])
+            cur = max(cur, b[k][1])
+            k += 1
+        if cur < e:
+            out.append([cur, e])
+    return out
+
+
+def total(a: list, lo: float = float("-inf"), hi: float = float("inf")) -> float:
+    return sum(max(0.0, min(e, hi) - max(s, lo)) for s, e in a)
+
+
+# ---------------------------------------------------------------- load
+
+def read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def read_csv(path: Path) -> list[dict] | None:
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            return list(csv.DictReader(fh))
+    except OSError:
+        return None
+
+
+def num(v) -> float | None:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def read_steps(out: Path) -> dict:
+    """steps.csv as {step: {device: row}}, numbers as floats."""
+    rows = read_csv(out / "steps.csv")
+    if rows is None:
+        raise ChangesError(f"{out} has no steps.csv: run step 1 (skip_stats.py) into this "
+                           "scratch folder first")
+    need = {"step", "device", "start_us", "end_us", "dur_us", "critical_stream", "host_late_us",
+            "device_wait_us", "unknown_gap_us", "il_us", "il_idle_us"}
+    if rows and not need <= set(rows[0]):
+        raise ChangesError(f"{out / 'steps.csv'} is not step 1's steps.csv (missing columns "
+                           f"{', '.join(sorted(need - set(rows[0])))}); run skip_stats.py again")
+    steps: dict = {}
+    for r in rows:
+        try:
+            steps.setdefault(int(r["step"]), {})[int(r["device"])] = {
+                "start": float(r["start_us"]), "end": float(r["end_us"]),
+                "dur": float(r["dur_us"]), "crit": r["critical_stream"],
+                "host_late": float(r["host_late_us"] or 0),
+                "device_wait": float(r["device_wait_us"] or 0),
+                "unknown": float(r["unknown_gap_us"] or 0),
+                "kernel_sum": float(r["il_us"] or 0) - float(r["il_idle_us"] or 0)}
+        except (TypeError, ValueError):
+            raise ChangesError(f"{out / 'steps.csv'} has a row that is not step 1's (step "
+                               f"{r.get('step')!r}, device {r.get('device')!r}); run "
+                               "skip_stats.py again") from None
+    return steps
+
+
+def read_gaps(path: Path, bound: dict, median: int | None) -> dict | None:
+    """gaps.csv streamed, for each step's bounding GPU's critical stream (`bound`: step ->
+    (device, stream) as text): the end of its last host-late gap, its other gaps (device_wait,
+    unknown) as intervals, and the median step's gaps in full (for their host events). Host-late
+    lines, most of a launch-bound file, are kept as text and only the last one is parsed."""
+    want = {str(n): (d, st) for n, (d, st) in bound.items()}
+    last_host: dict = {}
+    other: dict = {n: [] for n in bound}
+    median_rows: list = []
+    med = str(median)
+    try:
+        fh = open(path, newline="", encoding="utf-8")
+    except OSError:
+        return None
+    with fh:
+        header = fh.readline()
+        if not header.startswith("device,stream,step,start_us,end_us"):
+            return None
+        cols = next(csv.reader([header]))
+        for line in fh:
+            p = line.split(",", 3)
+            if len(p) < 4 or want.get(p[2]) != (p[0], p[1]):
+                continue
+            if p[2] == med:
+                median_rows.append(dict(zip(cols, next(csv.reader([line])), strict=False)))
+            if ",host_late," in p[3]:
+                last_host[p[2]] = p[3]
+            else:
+                q = p[3].split(",", 2)
+                other[int(p[2])].append([float(q[0]), float(q[1])])
+    host_end = {int(k): float(v.split(",", 2)[1]) for k, v in last_host.items()}
+    return {"host_end": host_end, "other": other, "median_rows": median_rows}
+
+
+# a rows.csv line's category and times: the only unquoted run of these four fields in a line
+ROW_TIMES = re.compile(r",(compute|collective|memcpy),(-?[0-9.]+),-?[0-9.]+,(-?[0-9.]+),")
+
+
+def read_rows(path: Path, bound: dict, all_collectives: bool, after: dict | None = None
+              ) -> dict | None:
+    """rows.csv streamed, for each step's bounding GPU (`bound`: step -> (device, critical
+    stream) as text): the end of its critical stream's last event, the critical stream's
+    collectives and unlabelled memcpys, and every event of its other streams; where
+    `all_collectives`, the summed collective time of every GPU and step. The critical stream's
+    compute lines are kept as text, only the last one per step parsed, except where `after`
+    (step -> the end of its last host-late gap) asks for the critical stream's events ending
+    after that instant (its busy time there, sub-microsecond gaps included); other GPUs' lines
+    are skipped unparsed."""
+    after = {str(n): v for n, v in (after or {}).items()}
+    crit_after: dict = {n: [] for n in bound}
+    want = {str(n): (d, f",{st},") for n, (d, st) in bound.items()}
+    crit_last: dict = {}
+    crit: dict = {n: [] for n in bound}
+    others: dict = {n: [] for n in bound}
+    coll_sum: dict = {}
+    bad = 0
+    try:
+        fh = open(path, newline="", encoding="utf-8")
+    except OSError:
+        return None
+    with fh:
+        header = fh.readline()
+        if not header.startswith("device,stream,stream_name,kernel,category,start_us"):
+            return None
+        for line in fh:
+            step = line[line.rfind(",") + 1:].rstrip()
+            b = want.get(step)
+            i = line.find(",")
+            if b is None or b[0] != line[:i]:
+                if all_collectives and ",collective," in line:
+                    m = ROW_TIMES.search(line)
+                    if m is not None and m.group(1) == "collective" and step:
+                        key = (int(step), line[:i])
+                        coll_sum[key] = coll_sum.get(key, 0.0) + float(m.group(3)) - \
+                            float(m.group(2))
+                continue
+            on_crit = line.startswith(b[1], i)
+            if on_crit and ",collective," not in line and ",memcpy," not in line:
+                crit_last[step] = line
+                if step not in after:
+                    continue
+            m = ROW_TIMES.search(line)
+            if m is None:
+                bad += 1
+                continue
+            cat, start, end = m.group(1), float(m.group(2)), float(m.group(3))
+            n = int(step)
+            if on_crit:
+                crit_last[step] = line
+                if step in after and end > after[step]:
+                    crit_after[n].append([start, end])
+                if cat == "compute":
+                    continue
+            if cat == "collective" and all_collectives:
+                coll_sum[(n, line[:i])] = coll_sum.get((n, line[:i]), 0.0) + end - start
+            label = ""
+            if cat != "compute":
+                # hlo_op, hlo_module, graph, step are the last four fields (no commas in them)
+                t = line.rsplit(",", 4)
+                op = t[1] if len(t) == 5 and '"' not in t[1] and '"' not in t[2] else None
+                if op is None or not op:
+                    r = next(csv.reader([line]))
+                    if len(r) != ROW_FIELDS:
+                        bad += 1
+                        continue
+                    op = r[16]
+                    label = op or r[3]
+                else:
+                    label = op
+                if cat == "memcpy" and op:
+                    cat = "compute"  # the program's own copy: an instruction
+            if cat == "compute" and on_crit:
+                continue  # the critical stream's compute comes from its budget
+            (crit if on_crit else others)[n].append(
+                (start, end, "arg" if cat == "memcpy" else cat, label))
+    crit_end = {}
+    for step, line in crit_last.items():
+        m = ROW_TIMES.search(line)
+        if m is not None:
+            crit_end[int(step)] = float(m.group(3))
+    return {"crit_end": crit_end, "crit": crit, "others": others, "coll_sum": coll_sum,
+            "crit_after": {n: union(v) for n, v in crit_after.items()} if after else None,
+            "bad": bad}
+
+
+def guarded(reader, path: Path, *args):
+    """A streamed table, or None when it is missing or not step 1's (a value that does not
+    parse): the causes that need it are refused, never a traceback."""
+    try:
+        return reader(path, *args)
+    except (ValueError, IndexError, KeyError):
+        return None
+
+
+# ---------------------------------------------------------------- steps and the critical path
+
+def choose_steps(steps: dict, s1: dict | None, notes: list) -> tuple[list, bool]:
+    """The steps the figures are medians over: complete analysed steps, else all analysed ones
+    (a capture without steps is one window)."""
+    if s1 is None:
+        notes.append("skip_stats.json is missing: every step in steps.csv is taken as complete")
+        return sorted(steps), False
+    st = s1.get("steps") or {}
+    analysed = [n for n in st.get("analysed", sorted(steps)) if n in steps]
+    partial = set(st.get("partial_analysed", []))
+    complete = [n for n in analysed if n not in partial]
+    whole = str(st.get("source", "")).startswith("the whole capture")
+    if complete:
+        return complete, whole
+    if analysed:
+        notes.append("no complete step: the figures are of the partial step(s) "
+                     f"{', '.join(map(str, analysed))}"
+                     + (" (the capture has no steps: step 1 took the whole capture as one "
+                        "window, so shares are of that window, not of a step)" if whole else ""))
+    return analysed, whole
+
+
+def step_frames(steps: dict, chosen: list) -> dict:
+    """Per chosen step: its start, the GPU that ends it (the bounding GPU), its end, the start of
+    the next analysed step (when there is one), and the window the critical path covers: from the
+    start to the later of the step's end and the next step's start."""
+    frames = {}
+    for n in chosen:
+        g = steps[n]
+        end = max(r["end"] for r in g.values())
+        b = min(d for d, r in g.items() if r["end"] == end)
+        start = g[b]["start"]
+        nxt = steps.get(n + 1)
+        next_start = min(r["start"] for r in nxt.values()) if nxt else None
+        wend = max(end, next_start) if next_start is not None else end
+        frames[n] = {"step": n, "bound": b, "start": start, "end": end, "next_start": next_start,
+                     "window_end": wend, "window": wend - start,
+                     "last": rules.last_finishers({d: round(r["end"] * 1e6) for d, r in g.items()})}
+    return frames
+
+
+def median_step(out: Path, chosen: list, frames: dict) -> tuple[int, str]:
+    """The step the figures are of: the one step 3 drew (swimlanes.json) when it chose the median
+    step among these, else the lower-median step by duration (a step that ran, as step 3
+    chooses it)."""
+    sw = read_json(out / "swimlanes.json") or {}
+    ch = sw.get("chosen") or {}
+    if ch.get("step") in chosen and str(ch.get("why", "")).startswith(f"step {ch['step']}: the "
+                                                                         "median"):
+        return ch["step"], (f"step {ch['step']}: the step step 3 drew (swimlanes.json), the "
+                            "median-duration step")
+    order = sorted(chosen, key=lambda n: (frames[n]["end"] - frames[n]["start"], n))
+    n = order[(len(order) - 1) // 2]
+    return n, (f"step {n}: the lower-median step by duration of the {len(order)} step(s) used")
+
+
+def intersect(a: list, b: list) -> list:
+    return subtract(a, subtract(a, b))
+
+
+def critical_path(fr: dict, row: dict, rows: dict | None, gaps: dict | None) -> dict:
+    """The bounding GPU's step window cut into disjoint slices, each µs counted once: on its
+    critical stream up to its last event, host_late (waiting on a launch), the stream's own
+    collectives and unlabelled memcpys, compute (everything else it ran), and its other gaps,
+    filled by what other streams ran in them (compute, then unlabelled memcpys, then
+    collectives) or idle (idle_before); after the critical stream's last event, what other
+    streams ran, the rest idle until the next step (idle_between). `L`: the end of the last
+    host-late gap: work before it is hidden behind the host (shortening it only lengthens that
+    gap), work after it is exposed."""
+    n = fr["step"]
+    s0, s1 = fr["start"], fr["window_end"]
+    L = min(max(s0, (gaps or {}).get("host_end", {}).get(n, s0)), s1)
+    gaps_total = row["device_wait"] + row["unknown"]
+    out = {"window": s1 - s0, "host_late": row["host_late"], "L": L}
+    if rows is None:
+        # no rows.csv: the critical stream's budget from steps.csv alone
+        busy = max(0.0, row["dur"] - row["host_late"] - gaps_total)
+        out.update({"have_rows": False, "compute": busy,
+                    "compute_exposed": max(0.0, min(busy, row["end"] - L)),
+                    "memcpy_arg": 0.0, "memcpy_arg_exposed": 0.0, "collective": 0.0,
+                    "collective_exposed": 0.0, "idle_before": gaps_total,
+                    "idle_tail": max(0.0, s1 - row["end"])})
+        return out
+    ce = min(max(rows["crit_end"].get(n, s0), s0), s1)
+    labels: dict = {"arg": {}, "collective": {}}
+    by: dict = {"crit": {"arg": [], "collective": []},
+                "other": {"compute": [], "arg": [], "collective": []}}
+    for where in ("crit", "others"):
+        for a, b, kind, label in rows[where][n]:
+            a, b = max(a, s0), min(b, s1)
+            if b <= a:
+                continue
+            if kind in labels:
+                labels[kind][label] = labels[kind].get(label, 0.0) + b - a
+            if where == "crit":
+                if kind != "compute":
+                    by["crit"][kind].append((a, b))
+            else:
+                by["other"][kind].append((a, b))
+    # the critical stream up to its last event
+    crit_busy = max(0.0, (ce - s0) - row["host_late"] - gaps_total)
+    g = union([max(a, s0), min(b, ce)] for a, b in (gaps or {}).get("other", {}).get(n, []))
+    if rows.get("crit_after") is not None:
+        # measured from the critical stream's own events after L, sub-microsecond gaps included
+        crit_busy_after = total(intersect(rows["crit_after"].get(n, []), [[L, ce]]))
+    else:
+        crit_busy_after = max(0.0, (ce - L) - total(g, L))
+    crit_busy_after = min(crit_busy_after, crit_busy)
+    # other streams' events: compute, then unlabelled memcpys, then collectives, at each instant
+    oc_all = union(by["other"]["compute"])
+    oa_all = subtract(union(by["other"]["arg"]), oc_all)
+    ok_all = subtract(union(by["other"]["collective"]), union(oc_all + oa_all))
+    # the critical stream's own collectives and memcpys, less what other streams computed (or
+    # copied) meanwhile: that part counts as compute (or memcpy), never as exposed
+    ck0 = union(by["crit"]["collective"])
+    ca0 = subtract(union(by["crit"]["arg"]), ck0)
+    ck1 = subtract(ck0, oc_all)
+    ck = subtract(ck1, oa_all)
+    ca = subtract(ca0, oc_all)
+    to_c = (subtract(ck0, ck1), subtract(ca0, ca))
+    to_a = subtract(ck1, ck)
+    # other streams inside the critical stream's other gaps and after its last event
+    free = union(g + [[ce, s1]])
+    oc, oa, ok = intersect(oc_all, free), intersect(oa_all, free), intersect(ok_all, free)
+    in_gaps = {k: total(v, hi=ce) for k, v in (("c", oc), ("a", oa), ("k", ok))}
+    in_tail = {k: total(v, lo=ce) for k, v in (("c", oc), ("a", oa), ("k", ok))}
+    crit_k, crit_a = total(ck0), total(ca0)
+    crit_c = max(0.0, crit_busy - crit_k - crit_a)
+    crit_c_after = max(0.0, crit_busy_after - total(ck0, L) - total(ca0, L))
+    moved_c = sum(total(x) for x in to_c)
+    moved_c_after = sum(total(x, L) for x in to_c)
+    out.update({
+        "have_rows": True, "crit_end": ce,
+        "compute": crit_c + moved_c + in_gaps["c"] + in_tail["c"],
+        "compute_exposed": crit_c_after + moved_c_after + total(oc, L),
+        "memcpy_arg": total(ca) + total(to_a) + in_gaps["a"] + in_tail["a"],
+        "memcpy_arg_exposed": total(ca, L) + total(to_a, L) + total(oa, L),
+        "collective": total(ck) + in_gaps["k"] + in_tail["k"],
+        "collective_exposed": total(ck, L) + total(ok, L),
+        "idle_before": max(0.0, gaps_total - in_gaps["c"] - in_gaps["a"] - in_gaps["k"]),
+        "idle_tail": max(0.0, (s1 - ce) - in_tail["c"] - in_tail["a"] - in_tail["k"]),
+        "labels": labels})
+    return out
+
+
+# ---------------------------------------------------------------- the causes
+
+def spread(values: list, at: int) -> dict:
+    """The median step's value (at its index) with the min and max across the steps used."""
+    return {"value": values[at], "min": min(values), "max": max(values)}
+
+
+def fmt(v: float) -> str:
+    return f"{v:,.1f}"
+
+
+def host_details(median_rows: list, fr: dict) -> dict:
+    """The median step's host-late gaps: count, the leading gap (before the first kernel), and
+    the host events inside them summed by name."""
+    gaps = [r for r in median_rows if r.get("cause") == "host_late"]
+    lead = sum(float(r["dur_us"]) for r in gaps
+               if not r.get("kernel_before") and abs(float(r["start_us"]) - fr["start"]) < 1e-3)
+    names: dict = {}
+    for r in gaps:
+        for item in (r.get("host_events") or "").split(" | "):
+            name, _, v = item.rpartition("=")
+            if name and num(v) is not None:
+                names[name] = names.get(name, 0.0) + float(v)
+    top = sorted(names.items(), key=lambda kv: (-kv[1], kv[0]))
+    return {"gaps": len(gaps), "leading_us": lead, "events": top,
+            "python_tracer": any(n.startswith(PYTHON_TRACER_PREFIX) for n, _ in top),
+            "threads": sorted({r.get("launch_thread", "") for r in gaps
+                               if "(unknown" not in r.get("launch_thread", "")} - {""})}
+
+
+def host_knob(lead: float, host_late: float, graph_pct: float, tracer: bool) -> str:
+    """What to test for host gaps: the host's work before the first launch, or the launches
+    between kernels (the larger first), and the Python tracer where its events fill the gaps."""
+    before = ("the host's work before the step's first launch: input pipeline prefetching "
+              "(prepare and device_put the next batch while this step runs), async dispatch (do "
+              "not block on the previous step's results)")
+    if graph_pct >= 50.0:
+        between = (f"launches between kernels: {graph_pct:.0f}% of GPU events already run inside "
+                   "command buffers; fewer, larger graphs (--xla_gpu_graph_min_graph_size, more "
+                   "command types in --xla_gpu_enable_command_buffer), fewer and larger kernels "
+                   "(fusion), a larger batch size per launch")
+    else:
+        between = ("launches between kernels: command buffers on "
+                   f"(--xla_gpu_enable_command_buffer, with {graph_pct:.0f}% of GPU events inside "
+                   "graphs now), fewer and larger kernels (fusion), a larger batch size per "
+                   "launch")
+    knob = []
+    if lead >= LEADING_GAP_MAJORITY * host_late:
+        knob.append(before)
+    if host_late - lead >= (1.0 - LEADING_GAP_MAJORITY) * host_late:
+        knob.insert(0 if host_late - lead > lead else len(knob), between)
+    if tracer:
+        knob.append("capture again without the Python tracer: its events fill these gaps and it "
+                    "inflates host time")
+    return "; ".join(knob)
+
+
+def cause_row(kind, cause, where, share, step_us, saving: dict, assumptions, knob, source,
+              extra=None) -> dict:
+    r = {"cause_kind": kind, "cause": cause, "where": where, "share_of_step_pct": share,
+         "step_us": step_us, "saving": saving, "step_if_gone_us": step_us - saving["value"],
+         "assumptions": assumptions, "knob": knob, "label": LABEL, "source": source}
+    if extra:
+        r.update(extra)
+    return r
+
+
+def analyse(out: Path) -> dict:
+    notes, refusals, inputs = [], [], {}
+    s1 = read_json(out / "skip_stats.json")
+    inputs["skip_stats.json"] = s1 is not None
+    steps = read_steps(out)
+    inputs["steps.csv"] = True
+    if s1 is not None and s1.get("status") == "not computable" or not steps:
+        return {"status": "refused", "refusals": [
+            "cannot rank any cause because step 1 found no GPU events in analysed steps "
+            "(steps.csv is empty)"], "notes": notes, "inputs": inputs}
+    chosen, whole = choose_steps(steps, s1, notes)
+    # a step no analysed step follows has no measurable idle after it: its window would be short
+    # by that idle, so it is left out where others remain
+    followed = [n for n in chosen if n + 1 in steps]
+    if followed and len(followed) < len(chosen):
+        left = [n for n in chosen if n not in followed]
+        notes.append(f"step(s) {', '.join(map(str, left))} left out: no analysed step follows, so "
+                     "the GPU idle after them cannot be measured")
+        chosen = followed
+    frames = step_frames(steps, chosen)
+    median, why = median_step(out, chosen, frames)
+    at = chosen.index(median)
+    mf = frames[median]
+    gpus = sorted({d for n in chosen for d in steps[n]})
+    multi = len(gpus) > 1
+
+    # the straggler: the same GPU ends the step last (alone) in most steps
+    lasts = [fr["last"] for fr in frames.values()]
+    alone = [x[0] for x in lasts if len(x) == 1]
+    straggler = None
+    if multi and alone:
+        cand = max(sorted(set(alone)), key=alone.count)
+        if alone.count(cand) > STRAGGLER_MIN_SHARE * len(chosen):
+            straggler = cand
+        else:
+            notes.append(f"no straggler: the GPU that ends a step last changes from step to step "
+                         f"(GPU {cand} in {alone.count(cand)} of {len(chosen)} steps), or ties")
+
+    bound = {n: (str(fr["bound"]), steps[n][fr["bound"]]["crit"]) for n, fr in frames.items()}
+    gaps = guarded(read_gaps, out / "gaps.csv", bound, median)
+    inputs["gaps.csv"] = gaps is not None
+    if gaps is None:
+        refusals.append("cannot name the host events inside the host gaps, nor tell work hidden "
+                        "behind the host from exposed work, because gaps.csv is missing or is not "
+                        "step 1's (all work is taken as exposed)")
+    host_end = (gaps or {}).get("host_end") or {}
+    rows = guarded(read_rows, out / "rows.csv", bound, straggler is not None,
+                   {n: host_end.get(n, fr["start"]) for n, fr in frames.items()})
+    lost = [n for n in frames if rows is not None and n not in rows["crit_end"]]
+    if lost:
+        notes.append(f"rows.csv holds no event of the critical stream of step(s) "
+                     f"{', '.join(map(str, lost))} on the GPU that ends them, so it is not the "
+                     "rows.csv of these steps.csv; it is left out")
+        rows = None
+    inputs["rows.csv"] = rows is not None
+    if rows is None:
+        refusals.append("cannot rank exposed collective time, memcpys outside the program or the "
+                        "straggler's extra work, because rows.csv is missing or is not step 1's "
+                        "(compute and the idle between steps come from steps.csv alone)")
+    elif rows["bad"]:
+        notes.append(f"{rows['bad']} rows.csv line(s) could not be read and were left out")
+
+    paths = {n: critical_path(fr, steps[n][fr["bound"]], rows, gaps)
+             for n, fr in frames.items()}
+    for n in frames:
+        p = paths[n]
+        p["idle_between"] = p["idle_tail"]
+        p["exposure"] = p["compute_exposed"] / p["compute"] if p["compute"] > 0 else 0.0
+    # the step time: the window, from the step's start to the later of its end and the next
+    # step's start (the period where one follows; the duration where the next overlaps)
+    windows = [frames[n]["window"] for n in chosen]
+    step = spread(windows, at)
+    step_us = step["value"]
+    mp = paths[median]
+    mwin = mf["window"]
+    causes: list = []
+    src1 = "steps.csv; gaps.csv"
+
+    # host gaps
+    hsav = []
+    for n, fr in frames.items():
+        g = steps[n]
+        new_end = max(r["end"] - r["host_late"] for r in g.values())
+        hsav.append(max(0.0, fr["end"] - new_end))
+    if hsav[at] >= MIN_SAVING_US or mp["host_late"] >= MIN_SAVING_US:
+        hd = host_details(gaps["median_rows"], mf) if gaps else None
+        b = mf["bound"]
+        crit = steps[median][b]["crit"]
+        words = (f"the critical stream waits on the host: {fmt(mp['host_late'])} us of step "
+                 f"{median}")
+        if hd:
+            named = ", ".join(f"{n} {fmt(v)} us" for n, v in hd["events"][:HOST_EVENTS_NAMED])
+            words += (f", in {hd['gaps']} gap(s) of 1 us or more, {fmt(hd['leading_us'])} us "
+                      "of it before the first kernel")
+            if named:
+                words += f"; host events inside them: {named}"
+        joins = (s1 or {}).get("joins", {})
+        graph, launched = joins.get("graph_launch", 0), joins.get("launch", 0)
+        knob = host_knob(hd["leading_us"] if hd else 0.0, mp["host_late"],
+                         100.0 * graph / (graph + launched) if graph + launched else 0.0,
+                         bool(hd and hd["python_tracer"]))
+        assume = ("every GPU's critical stream would run its kernels back to back (kernel "
+                  "durations unchanged, the host never late); the step then ends when the GPU "
+                  "that is slowest without its host gaps ends; sub-microsecond gaps included")
+        causes.append(cause_row(
+            "host_gap", words, f"GPU {b} stream {crit}" + (
+                f" (launching thread {', '.join(hd['threads'])})" if hd and hd["threads"] else
+                ""),
+            100.0 * mp["host_late"] / mwin, step_us, spread(hsav, at), assume, knob,
+            src1 + "; skip_stats.json"))
+
+    # the straggler's extra work
+    if straggler is not None and rows is not None:
+        sav, excess_med = [], []
+        for n, fr in frames.items():
+            p = paths[n]
+            work = {d: r["kernel_sum"] - rows["coll_sum"].get((n, str(d)), 0.0)
+                    for d, r in steps[n].items()}
+            w = work.get(straggler, 0.0)
+            ex = max(0.0, w - statistics.median(work.values()))
+            excess_med.append(ex)
+            if fr["bound"] != straggler or w <= 0:
+                # it did not end this step: making it faster would not end the step sooner
+                p["straggler_full"] = 0.0
+                sav.append(0.0)
+                continue
+            cm = p["compute"] + p["memcpy_arg"]
+            cm_exp = p["compute_exposed"] + p["memcpy_arg_exposed"]
+            p["straggler_full"] = min(ex * cm / w, cm)
+            sav.append(min(ex * cm_exp / w, cm_exp))
+        if sav[at] >= MIN_SAVING_US:
+            more = None
+            for c in (read_json(out / "reconcile.json") or {}).get("checks", []):
+                if c.get("check") == "same_work_across_gpus_events" and \
+                        str(c.get("device")) == str(straggler) and c.get("status") == "fail":
+                    more = c.get("trust_sentence")
+            why = ("it runs more GPU events per step than the others: " + more) if more else \
+                "it runs the same events slower than the others"
+            steps_last = alone.count(straggler)
+            causes.append(cause_row(
+                "straggler_wait",
+                f"GPU {straggler} ends {steps_last} of {len(chosen)} steps last; its compute and "
+                f"memcpy kernels take {fmt(excess_med[at])} us in step {median} more than "
+                f"the median GPU's, and the other GPUs wait for it ({why})",
+                f"GPU {straggler}", 100.0 * sav[at] / mwin, step_us, spread(sav, at),
+                "the other GPUs wait for it inside collectives, so the step would end as if it "
+                "did its compute and memcpy work at the median GPU's pace; work hidden behind "
+                "host gaps saves nothing; per step, kernel time summed (il_us - il_idle_us, "
+                "collectives left out) scaled to its wall time",
+                f"why GPU {straggler} is slower: its clocks, temperature and power limit, other "
+                "processes on it, its interconnect placement; if it does more work, even out the "
+                "sharding",
+                "steps.csv; rows.csv; reconcile.json"))
+
+    if rows is not None:
+        # exposed collective time
+        sav = [paths[n]["collective_exposed"] for n in chosen]
+        if sav[at] >= MIN_SAVING_US or mp["collective"] >= MIN_SAVING_US:
+            top = sorted(mp["labels"]["collective"].items(), key=lambda kv: (-kv[1], kv[0]))
+            causes.append(cause_row(
+                "exposed_collective",
+                f"collective kernels run while no compute or copy does on GPU {mf['bound']}: "
+                f"{fmt(mp['collective'])} us of step {median}"
+                + (f"; largest: {', '.join(f'{n} {fmt(v)} us' for n, v in top[:3])}"
+                   if top else ""),
+                f"GPU {mf['bound']}", 100.0 * mp["collective_exposed"] / mwin, step_us,
+                spread(sav, at),
+                "the collectives would be hidden under compute (or free); their kernel time "
+                "includes waiting for peers, which the straggler row counts separately; only the "
+                "part after the last host gap saves time",
+                "overlap flags (XLA's latency-hiding scheduler --xla_gpu_enable_latency_hiding_"
+                "scheduler, async collectives), fewer or larger collectives (combine thresholds "
+                "such as --xla_gpu_all_reduce_combine_threshold_bytes), a sharding that "
+                "communicates less",
+                "steps.csv; gaps.csv; rows.csv"))
+        # memcpys outside the program on the critical path (the program's own copies are
+        # instructions, ranked with them)
+        sav = [paths[n]["memcpy_arg_exposed"] for n in chosen]
+        if sav[at] >= MIN_SAVING_US or mp["memcpy_arg"] >= MIN_SAVING_US:
+            top = sorted(mp["labels"]["arg"].items(), key=lambda kv: (-kv[1], kv[0]))
+            causes.append(cause_row(
+                "memcpy",
+                "memcpys without an instruction label (argument copies and other copies "
+                "outside the program) on the critical path while no compute runs: "
+                f"{fmt(mp['memcpy_arg'])} us of step {median}"
+                + (f"; largest: {', '.join(f'{n} {fmt(v)} us' for n, v in top[:3])}"
+                   if top else ""),
+                f"GPU {mf['bound']}", 100.0 * mp["memcpy_arg_exposed"] / mwin, step_us,
+                spread(sav, at),
+                "the copies would not run (or run hidden under compute); only the part after the "
+                "last host gap saves time; copies the program launches (an hlo_op label) are "
+                "ranked as instructions",
+                "donate_argnums (reuse the input buffers), keep inputs on the device, input "
+                "pipeline prefetching (device_put the next batch while this step runs)",
+                "steps.csv; gaps.csv; rows.csv"))
+
+    # instructions and Python lines, by their distance to the ceiling
+    instr_full = instructions(out, chosen, paths, median, mwin, step_us, causes, refusals,
+                              notes)
+
+    # the GPU idle between steps
+    if not followed:
+        refusals.append("cannot measure the GPU idle between steps because no analysed step is "
+                        "followed by another analysed step (only the idle after the critical "
+                        "stream's last kernel up to the step's end is counted)")
+    sav = [paths[n]["idle_between"] for n in chosen]
+    if sav[at] >= MIN_SAVING_US:
+        causes.append(cause_row(
+            "idle_between_steps",
+            f"GPU {mf['bound']} is idle after its critical stream's last kernel until the next "
+            f"step starts: {fmt(mp['idle_between'])} us after step {median}",
+            f"GPU {mf['bound']}", 100.0 * mp["idle_between"] / mwin, step_us, spread(sav, at),
+            "the next step's first kernels would start as soon as this step's last ended (the "
+            "host's work between steps done ahead)",
+            "input pipeline prefetching, async dispatch (no host synchronisation every step, "
+            "e.g. reading the loss), the host's per-step Python work off the step's path",
+            "steps.csv; rows.csv"))
+
+    # rank: share of the median step's critical path, then the saving; Python lines (the
+    # instructions' time regrouped) after every other cause
+    causes.sort(key=lambda c: (c["cause_kind"] == "python_line",
+                               -round(c["share_of_step_pct"], 2), -c["saving"]["value"],
+                               KIND_ORDER.index(c["cause_kind"]), c["where"]))
+    for i, c in enumerate(causes, 1):
+        c["rank"] = i
+
+    # combined: every cause gone at once, all work exposed (an upper bound)
+    comb = []
+    for n in chosen:
+        p = paths[n]
+        compute_side = min(p["compute"], p.get("straggler_full", 0.0) + instr_full.get(n, 0.0))
+        c = (p["host_late"] + p.get("collective", 0.0) + p.get("memcpy_arg", 0.0)
+             + p["idle_between"] + compute_side)
+        comb.append(min(c, frames[n]["window"]))
+    combined = spread(comb, at)
+    if whole:
+        notes.append("the capture has no steps: 'step' here is the whole capture's window")
+    crit_path = {k: mp[k] for k in ("window", "host_late", "compute", "memcpy_arg", "collective",
+                                    "idle_before", "idle_between") if k in mp}
+    for f in ("swimlanes.json", "reconcile.json", "attribution/ops.csv",
+              "attribution/attribute_kernels.json", "roofline.csv", "roofline.json"):
+        inputs[f] = (out / f).is_file()
+    return {"status": "done", "steps": chosen, "median": median, "why": why, "frames": frames,
+            "step": step, "causes": causes, "combined": combined, "critical_path": crit_path,
+            "exposure": mp["exposure"], "straggler": straggler, "gpus": gpus,
+            "refusals": refusals, "notes": notes, "inputs": inputs,
+            "verdict": (s1 or {}).get("verdict")}
+
+
+def instructions(out, chosen, paths, median, mwin, step_us, causes, refusals, notes) -> dict:
+    """Instruction and Python-line causes. An instruction's time in a step is its share of the
+    program's compute and copy kernel time (ops.csv, over all executions and GPUs) times the
+    step's compute time on its bounding GPU; its distance to the ceiling is that time times
+    (1 - ceiling_pct/100). Returns per step the listed instructions' distance with every kernel
+    exposed (for the combined bound)."""
+    ops = read_csv(out / "attribution" / "ops.csv")
+    roof = read_csv(out / "roofline.csv")
+    rj = read_json(out / "roofline.json")
+    if ops is None:
+        refusals.append("cannot rank instructions or Python lines because step 4's "
+                        "attribution/ops.csv is missing (step 4 refused or did not run: a capture "
+                        "without HLO cannot be attributed)")
+        return {}
+    work = [o for o in ops if o.get("category") in ("compute", "memcpy") and num(o.get("gpu_us"))]
+    total_us = sum(float(o["gpu_us"]) for o in work)
+    if total_us <= 0:
+        refusals.append("cannot rank instructions because attribution/ops.csv holds no compute or "
+                        "copy kernel time")
+        return {}
+    at = chosen.index(median)
+    comp = {n: paths[n]["compute"] for n in chosen}
+    cm = comp[median]
+    att = ((read_json(out / "attribution" / "attribute_kernels.json") or {}).get("figures")
+           or {}).get("attributed_pct") or {}
+    if num(att.get("value")) is not None and float(att["value"]) < 100.0 - 1e-6:
+        notes.append(f"{float(att['value']):.1f}% of kernel time is attributed to an instruction "
+                     "(attribute_kernels.json): instruction shares are of the attributed time")
+    if roof is None or (rj or {}).get("status") == "refused":
+        why = "roofline.csv is missing (step 5 did not run)" if roof is None else \
+            "; ".join((rj or {}).get("refusals", [])) or "step 5 refused"
+        refusals.append(
+            "cannot say how far the top instructions are from their ceiling because " + why
+            + "; by kernel time they are " + ", ".join(
+                f"{o['instruction']} {fmt(float(o['gpu_us']) / total_us * cm)} us of step "
+                f"{median}" for o in work[:TOP_INSTRUCTIONS]))
+        return {}
+    by_ins = {r["instruction"]: r for r in roof}
+    cands, no_ceiling = [], []
+    for o in work:
+        r = by_ins.get(o["instruction"])
+        share = float(o["gpu_us"]) / total_us
+        pct = num(r.get("ceiling_pct")) if r else None
+        if pct is None:
+            no_ceiling.append((o["instruction"], share, (r or {}).get("no_ceiling_why")
+                               or "not in roofline.csv", o.get("user_frame", "")))
+            continue
+        cands.append({"instruction": o["instruction"], "share": share, "pct": pct,
+                      "cut": share * max(0.0, 1.0 - pct / 100.0),
+                      "binding": r.get("binding", ""), "user_frame": o.get("user_frame", ""),
+                      "method": r.get("method", ""), "ceiling_dtype": r.get("ceiling_dtype", "")})
+    model = ((rj or {}).get("gpu") or {}).get("model") or "the GPU"
+    cands.sort(key=lambda c: (-c["cut"], c["instruction"]))
+    top = [c for c in cands if c["cut"] > 0][:TOP_INSTRUCTIONS]
+    big_no = sorted(no_ceiling, key=lambda x: (-x[1], x[0]))[:3]
+    if big_no and (not top or big_no[0][1] > top[-1]["cut"]):
+        refusals.append("cannot estimate a saving for " + ", ".join(
+            f"{n} ({fmt(sh * cm)} us of step {median}: {why})" for n, sh, why, _ in big_no)
+            + " because there is no ceiling to measure their distance to")
+    exp = {n: paths[n]["exposure"] for n in chosen}
+    expo_note = ("only the share of the step's compute after its last host gap is exposed "
+                 f"({100 * exp[median]:.0f}% in step {median}); the rest is hidden behind the host "
+                 "and would save time only once the host gaps are gone")
+    share_note = ("its time in a step is its share of the program's compute and copy kernel time "
+                  "(ops.csv, all executions and GPUs) times that step's compute time on the GPU "
+                  "that ends it")
+    listed = []
+    for c in top:
+        sav = [c["cut"] * comp[n] * exp[n] for n in chosen]
+        if sav[at] < MIN_SAVING_US:
+            continue
+        listed.append(c)
+        knob = ("fusion (fewer bytes moved: see what XLA left unfused), a Pallas/Triton kernel, "
+                "a larger batch size (more work per byte)" if c["binding"] == "memory" else
+                "a lower-precision dtype on the matrix units (e.g. bf16 for f32), a Pallas/Triton "
+                "kernel, a larger batch size")
+        if c["pct"] < FAR_FROM_CEILING_PCT:
+            knob += ("; at under 10% of its ceiling check the kernel's launch size and "
+                     "occupancy first")
+        causes.append(cause_row(
+            "instruction",
+            f"{c['instruction']} takes {fmt(c['share'] * cm)} us of step {median} at "
+            f"{c['pct']:.1f}% of its {c['binding']} ceiling on {model}",
+            c["instruction"] + (f" ({c['user_frame']})" if c["user_frame"] else ""),
+            100.0 * c["cut"] * cm * exp[median] / mwin, step_us, spread(sav, at),
+            f"it would run at its {c['binding']} ceiling ({c['ceiling_dtype'] or 'bandwidth'}; "
+            f"FLOPs and bytes from the HLO: {c['method']}); {share_note}; {expo_note}",
+            knob, "attribution/ops.csv; roofline.csv; rows.csv; steps.csv; gaps.csv"))
+    # Python lines: the same kernel time grouped by the user frame (never added to instructions)
+    lines: dict = {}
+    for c in cands:
+        if c["user_frame"]:
+            ln = lines.setdefault(c["user_frame"], {"cut": 0.0, "share": 0.0, "n": 0})
+            ln["cut"] += c["cut"]
+            ln["share"] += c["share"]
+            ln["n"] += 1
+    no_line: dict = {}
+    for _, sh, _, frame in no_ceiling:
+        if frame:
+            no_line[frame] = no_line.get(frame, 0.0) + sh
+    listed_lines = set()
+    for frame, ln in sorted(lines.items(), key=lambda kv: (-kv[1]["cut"], kv[0]))[:TOP_LINES]:
+        sav = [ln["cut"] * comp[n] * exp[n] for n in chosen]
+        if sav[at] < MIN_SAVING_US:
+            continue
+        listed_lines.add(frame)
+        missing = no_line.get(frame, 0.0) * cm
+        causes.append(cause_row(
+            "python_line",
+            f"the instructions of {frame.split(' ')[0]} ({ln['n']} with a ceiling) take "
+            f"{fmt(ln['share'] * cm)} us of step {median}, {fmt(ln['cut'] * cm)} us of it above "
+            "their ceilings",
+            frame, 100.0 * ln["cut"] * cm * exp[median] / mwin, step_us, spread(sav, at),
+            "each of its instructions would run at its ceiling; the same kernel time as the "
+            "instruction rows, grouped by Python line: never add the two"
+            + (f"; {fmt(missing)} us of step {median} in its instructions has no ceiling and is "
+               "not counted" if missing >= MIN_SAVING_US else "") + f"; {share_note}; {expo_note}",
+            "rewrite the line's computation: fusion, dtype, a Pallas/Triton kernel, batch size",
+            "attribution/ops.csv; roofline.csv; rows.csv; steps.csv; gaps.csv"))
+    hidden = sum(c["cut"] for c in top if c not in listed) * cm
+    if hidden >= MIN_SAVING_US:
+        notes.append(
+            f"not listed: the top instructions' distance to their ceilings, {fmt(hidden)} us of "
+            f"step {median}, is hidden behind the host (it lies before the step's last host-late "
+            "gap); it would count once the host gaps are gone")
+    # every instruction a listed row names: the listed instructions and those of listed lines
+    cut = sum(c["cut"] for c in cands if c in listed or c["user_frame"] in listed_lines)
+    return {n: cut * comp[n] for n in chosen}
+
+
+# ---------------------------------------------------------------- result and writers
+
+def figure(v, unit, label, rng: dict | None = None) -> dict:
+    f = {"value": round(v, 3), "unit": unit, "label": label}
+    if rng:
+        f["min"], f["max"] = round(rng["min"], 3), round(rng["max"], 3)
+    return f
+
+
+COMBINE_RULE = (
+    "Each saving is for its cause alone, the others left in place. They overlap: (1) work "
+    "before the step's last host-late gap is hidden behind the host, so instruction, memcpy, "
+    "collective and straggler savings count only their part after it, and grow once the host "
+    "gaps are gone; (2) Python lines are the instructions' kernel time grouped by line: never add "
+    "a line to an instruction; (3) the straggler's extra work and the instructions' distance to "
+    "their ceilings shorten the same compute time, so together they never exceed it. "
+    "combined_saving_us is every listed cause gone at once with all work exposed: host-late "
+    "time + collective + memcpy + idle between steps + min(compute, straggler + the instructions "
+    "the instruction and Python-line rows name, each once), per step, capped at the step time; "
+    "an upper bound, never a sum of the rows.")
+
+
+def build_result(a: dict) -> dict:
+    if a["status"] != "done":
+        return {"step": "changes", "status": a["status"], "figures": {}, "causes": [],
+                "combine_rule": COMBINE_RULE, "refusals": a["refusals"], "notes": a["notes"],
+                "inputs": a["inputs"], "tables": {}}
+    step = a["step"]
+    mf = a["frames"][a["median"]]
+    cp = a["critical_path"]
+    causes = []
+    for c in a["causes"]:
+        causes.append({
+            "rank": c["rank"], "cause_kind": c["cause_kind"], "cause": c["cause"],
+            "where": c["where"],
+            "share_of_step_pct": figure(c["share_of_step_pct"], "pct", "inferred"),
+            "saving_us": figure(c["saving"]["value"], "us", "inferred", c["saving"]),
+            "step_if_gone_us": figure(round(step["value"], 3) - round(c["saving"]["value"], 3),
+                                      "us", "inferred"),
+            "assumptions": c["assumptions"], "knob": c["knob"], "label": c["label"],
+            "source": c["source"]})
+    comb = a["combined"]
+    return {
+        "step": "changes", "status": "done", "verdict": a["verdict"],
+        "steps": {"used": a["steps"], "median": a["median"], "bounding_gpu": mf["bound"],
+                  "why": a["why"],
+                  "straggler": a["straggler"]},
+        "figures": {
+            "step_us": figure(step["value"], "us", "measured", step),
+            "combined_saving_us": figure(comb["value"], "us", "inferred", comb),
+            "step_if_all_gone_us": figure(step["value"] - comb["value"], "us", "inferred"),
+            "compute_exposed_pct": figure(100.0 * a["exposure"], "pct", "inferred"),
+        },
+        "critical_path": {k: figure(v, "us", "measured") for k, v in cp.items()},
+        "causes": causes, "combine_rule": COMBINE_RULE,
+        "refusals": a["refusals"], "notes": a["notes"], "inputs": a["inputs"], "tables": {}}
+
+
+def csv_rows(result: dict) -> list:
+    out = []
+    for c in result["causes"]:
+        s = c["saving_us"]
+        out.append([c["rank"], c["cause_kind"], c["cause"], c["where"],
+                    f"{c['share_of_step_pct']['value']:.2f}",
+                    f"{result['figures']['step_us']['value']:.3f}", f"{s['value']:.3f}",
+                    f"{s['min']:.3f}", f"{s['max']:.3f}", f"{c['step_if_gone_us']['value']:.3f}",
+                    c["assumptions"], c["knob"], c["label"], c["source"]])
+    return out
+
+
+def run(out: Path) -> tuple[dict, list]:
+    if not out.is_dir():
+        raise ChangesError(f"{out} is not a folder: pass the scratch folder steps 1 to 5 wrote "
+                           "into with --out")
+    result = build_result(analyse(out))
+    rows = csv_rows(result)
+    with rules.replace_files(out, ".changes-") as tmp:
+        n = rules.write_csv(tmp / TABLE, COLUMNS, rows)
+        result["tables"] = {TABLE: n}
+        (tmp / RESULT_FILE).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    return result, [(TABLE, n), (RESULT_FILE, None)]
+
+
+def check_capture(capture: str, run_name, host, out: Path) -> str | None:
+    """The capture named on the command line against the one the tables came from; a note when
+    that cannot be checked. Raises ChangesError on a mismatch."""
+    files = capture_inputs.resolve(capture, run=run_name, host=host)
+    ci = read_json(out / "capture_info.json")
+    if ci is None:
+        return ("cannot check that the tables are this capture's: the scratch folder has no "
+                "capture_info.json (step 0)")
+    c = ci.get("capture") or {}
+    same = Path(c.get("run_dir", "")).resolve() == files.run_dir.resolve() and \
+        c.get("host") == files.host
+    if not same:
+        raise ChangesError(f"the scratch folder {out} holds the tables of {c.get('run_dir')} "
+                           f"(host {c.get('host')}), not of {files.run_dir} (host {files.host}); "
+                           "pass the --out folder of this capture's steps")
+    return None
+
+
+def summary_lines(result: dict) -> list[str]:
+    lines = []
+    for c in result["causes"][:3]:
+        s = c["saving_us"]
+        lines.append(f"{c['rank']}. {c['cause_kind']} ({c['where']}): "
+                     f"{c['share_of_step_pct']['value']:.1f}% of the step, saving "
+                     f"{s['value']:,.1f} us ({s['min']:,.1f}-{s['max']:,.1f}) -> step "
+                     f"{c['step_if_gone_us']['value']:,.1f} us ({LABEL}); test: "
+                     f"{c['knob'].split('; ')[0]}")
+    if not result["causes"]:
+        lines.append("no cause ranked: " + ("; ".join(result["refusals"]) or "nothing to rank"))
+    return lines
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="\n".join(__doc__.splitlines()[1:]))
+    ap.add_argument("capture", nargs="?",
+                    help="optional: checked against the scratch folder's capture, never read")
+    ap.add_argument("--out", type=Path, default=Path("."),
+                    help="the scratch folder steps 1 to 5 wrote into (default: .)")
+    ap.add_argument("--run", help="with a capture: the run to check against")
+    ap.add_argument("--host", help="with a capture: the host to check against")
+    args = ap.parse_args(argv)
+    try:
+        if args.capture is not None:
+            note = check_capture(args.capture, args.run, args.host, args.out)
+            if note:
+                print(f"changes: {note}", file=sys.stderr)
+        result, written = run(args.out)
+    except (ChangesError, capture_inputs.CaptureError) as exc:
+        print(f"changes: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"changes: cannot write into {args.out}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    for fname, n in written:
+        print(f"wrote {args.out / fname}" + (f" ({n} rows)" if n is not None else ""))
+    for line in summary_lines(result):
+        print(line)
+    print("Next: quote changes.csv's top rows with their assumptions and knobs as hypotheses "
+          f"({LABEL}); then the trust list (SKILL.md step 7).")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
