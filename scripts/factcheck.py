@@ -41,9 +41,11 @@ Reads the report (Markdown) and the tables of the scratch folder (the current di
   this one. Numbers inside text quoted verbatim this way are covered by that check (a tool's
   sentence, e.g. swimlanes.json straggler.sentence, quoted whole).
 - Not figures (skipped): numbers in `backticks`, integers right after step, GPU, device, stream,
-  rank, program, section, line (and lists of them: "GPUs 0-7", "steps 1, 2 and 3"), file:line,
-  name(17), #13, years, heading and list numbers. HTML comments, fenced code and citations
-  inside backticks (examples) are ignored.
+  rank, program, section, line, item, check, change, cause (and lists of them: "GPUs 0-7",
+  "steps 1, 2 and 3"), file:line, name(17), #13, years, heading and list numbers. HTML
+  comments, fenced code and citations inside backticks (examples) are ignored.
+- A table cell under a header that cites a text column (a trust.csv detail, keyed by its row's
+  item with key=*) must say that text; the numbers inside it are covered by that check.
 
 Writes into ./ (or DIR):
     factcheck.csv   one row per number or cited claim, in report order: line, claim (the sentence
@@ -102,7 +104,7 @@ FAILS_PRINTED = 20  # failing claims printed on stdout; factcheck.csv has them a
 # Words after which an integer is an identifier, not a figure (contracts: step, GPU, device,
 # stream, rank; also program, section, line, item, check, which reports use the same way).
 IDENTIFIER_WORDS = ("steps?", "gpus?", "devices?", "streams?", "ranks?", "programs?",
-                    "sections?", "lines?", "items?", "checks?")
+                    "sections?", "lines?", "items?", "checks?", "changes?", "causes?")
 # Column headers whose integer cells are identifiers (a table's row keys).
 IDENTIFIER_COLUMNS = {"step", "steps", "gpu", "gpus", "device", "devices", "stream", "streams",
                       "rank", "ranks", "program", "program_id", "id", "#", "line"}
@@ -403,20 +405,29 @@ def scan_numbers(text: str, skips: list):
     return nums
 
 
-def group_figures(text: str, nums: list[Num]) -> list[Figure]:
-    """Numbers joined into figures: "v (a-b)", "a-b", "a to b", or one number."""
+def group_figures(text: str, nums: list[Num], cites=()) -> list[Figure]:
+    """Numbers joined into figures: "v (a-b)", "a-b", "a to b", or one number. Numbers with a
+    citation between them are never joined: each part then carries its own citation."""
     out, i = [], 0
+    starts = sorted(c.start for c in cites)
+
+    def cited_between(x: int, y: int) -> bool:
+        k = bisect.bisect_left(starts, x)
+        return k < len(starts) and starts[k] < y
+
     while i < len(nums):
         a = nums[i]
         if (i + 2 < len(nums) and PAREN_OPEN_RE.match(text[a.end:nums[i + 1].start])
-                and RANGE_SEP_RE.match(text[nums[i + 1].end:nums[i + 2].start])):
+                and RANGE_SEP_RE.match(text[nums[i + 1].end:nums[i + 2].start])
+                and not cited_between(a.end, nums[i + 2].start)):
             close = PAREN_CLOSE_RE.match(text, nums[i + 2].end)
             if close:
                 parts = [("value", a), ("min", nums[i + 1]), ("max", nums[i + 2])]
                 out.append(Figure(a.start, close.end(), inherit_units(parts)))
                 i += 3
                 continue
-        if i + 1 < len(nums) and RANGE_SEP_RE.match(text[a.end:nums[i + 1].start]):
+        if (i + 1 < len(nums) and RANGE_SEP_RE.match(text[a.end:nums[i + 1].start])
+                and not cited_between(a.end, nums[i + 1].start)):
             parts = [("min", a), ("max", nums[i + 1])]
             out.append(Figure(a.start, nums[i + 1].end, inherit_units(parts)))
             i += 2
@@ -806,17 +817,32 @@ def check_segment(scratch, text: str, where, claim_of, ctx: Context, rows: list)
     nums = scan_numbers(masked, named)
     for s, e, why in named:
         add_row(rows, where, claim_of, s, text[s:e], "skipped", why=why)
-    figures = group_figures(masked, nums)
+    figures = group_figures(masked, nums, cites)
     claimed, covered = {}, []
+    dc = ctx.default_cite
+    if dc is not None and not cites and not ctx.skip_all and text.strip():
+        # a table cell under a header citing a text column: the cell must say that text
+        res = check_text_claim(scratch, Citation(len(text), len(text), dc.label, dc.table,
+                                                 dc.selector), text, 0)
+        if res is not None:
+            verdict, label, found, why, figure, _ = res
+            add_row(rows, where, claim_of, len(text) - len(text.lstrip()), figure, verdict,
+                    cite=dc, label=label, found=found,
+                    why=why + (" (the column header's citation)" if why else ""))
+            covered.append(((0, len(text)), f"inside the text cell checked against {dc.table}"))
     for k, cite in enumerate(cites):
         before = [f for f in figures if f.end <= cite.start and id(f) not in claimed]
         fig = before[-1] if before else None
-        if fig is not None and gap_ok(masked[fig.end:cite.start]) and not ctx.skip_all:
+        res = None
+        if cite.label is not None or cite.selector is not None:
+            # a quoted text cell that ends in a number is a text claim, not that number's
+            res = check_text_claim(scratch, cite, text, cites[k - 1].end if k else 0)
+        if (fig is not None and gap_ok(masked[fig.end:cite.start]) and not ctx.skip_all
+                and (res is None or res[0] != "ok")):
             claimed[id(fig)] = cite
             continue
         if cite.label is None and cite.selector is None:
             continue  # a file named in parentheses, not a citation
-        res = check_text_claim(scratch, cite, text, cites[k - 1].end if k else 0)
         if res is None:
             add_row(rows, where, claim_of, cite.start, "", "skipped", cite=cite,
                     why="a citation with no number before it")

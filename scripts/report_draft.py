@@ -82,6 +82,11 @@ def fmt(value: float, decimals: int) -> str:
     return f"{value:,.{decimals}f}"
 
 
+def num(value, decimals: int) -> str:
+    """A table cell's number rounded for a column whose header carries the citation."""
+    return "" if value in (None, "") else fmt(float(value), decimals)
+
+
 def cite(value, unit: str, label: str, table: str, selector: str, decimals: int = 1) -> str:
     """`<number><unit> (<label>; <table>: <selector>)`, the form factcheck.py reads; an empty
     string for a value that is not there (the caller says why)."""
@@ -123,6 +128,12 @@ def missing(table: str, why: str) -> str:
     return f"_Not available: `{table}` is missing ({why}); see the trust list._"
 
 
+def quoted(value: str) -> str:
+    """A selector's filter value: in double quotes where it holds a comma."""
+    value = str(value)
+    return f'"{value}"' if "," in value else value
+
+
 def md_cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
@@ -145,7 +156,8 @@ def results(s: Scratch) -> list[str]:
         for r in changes[:3]:
             rank = f"rank={r['rank']}"
             out.append(
-                f"- Change {r['rank']}: {r['cause']}: saves "
+                f"- Change {r['rank']}: {md_cell(r['cause'])} (inferred; changes.csv: cause, "
+                f"{rank}): saves "
                 f"{cell(r['saving_us'], 'us', 'inferred', 'changes.csv', 'saving_us', rank)}"
                 f" of the step (inferred, not run). " + judge(
                     f"is change {r['rank']} worth testing first; its knob: {r['knob']}"))
@@ -328,18 +340,19 @@ def changes_section(s: Scratch) -> list[str]:
     for r in changes:
         k = f"rank={r['rank']}"
         out.append(
-            f"| {r['rank']} | {md_cell(r['cause'])} | "
+            f"| {r['rank']} | {md_cell(r['cause'])} (inferred; {CH}: cause, {k}) | "
             f"{cell(r['saving_us'], 'us', 'inferred', 'changes.csv', 'saving_us', k)} | "
             f"{cell(r['saving_min_us'], 'us', 'inferred', 'changes.csv', 'saving_min_us', k)}"
             f" to {cell(r['saving_max_us'], 'us', 'inferred', CH, 'saving_max_us', k)} | "
             f"{cell(r['step_if_gone_us'], 'us', 'inferred', CH, 'step_if_gone_us', k)} | "
-            f"{md_cell(r['knob'])} |")
+            f"{md_cell(r['knob'])} (inferred; {CH}: knob, {k}) |")
     if changes:
         out += ["", "Assumptions:", ""]
-        out += [f"- {r['rank']}: {md_cell(r['assumptions'])}" for r in changes]
+        out += [f"- change {r['rank']}: {md_cell(r['assumptions'])} (inferred; {CH}: assumptions, "
+                f"rank={r['rank']})" for r in changes]
     rule = cj.get("combine_rule")
     if rule:
-        out += ["", f"How they combine: {md_cell(rule)}"]
+        out += ["", f"How they combine: {md_cell(rule)} (inferred; changes.json: combine_rule)"]
     out += ["", judge("order the changes for the user and say which to test first, with the "
                       "knob as a hypothesis (changes.csv assumptions)"), ""]
     return out
@@ -352,16 +365,21 @@ def trust_section(s: Scratch) -> list[str]:
         return out + [missing("trust.csv", "step 7 did not run"), ""]
     items = [r for r in rows if r["section"] == "trust"]
     needs = [r for r in rows if r["section"] == "needs_new_capture"]
-    out += ["| item | count | GPU time | share |", "|---|---|---|---|"]
+    # the item is the row's key (header filters item=*): its own numbers are found through it
+    sel = "section=trust, item=*"
+    out += [f"| item | count (measured; trust.csv: count, {sel}) "
+            f"| GPU time (us) (measured; trust.csv: gpu_us, {sel}) "
+            f"| share (%) (inferred; trust.csv: gpu_pct, {sel}) |", "|---|---|---|---|"]
     for r in items:
-        k = f"section=trust, item={r['item']}"
-        out.append(
-            f"| {md_cell(r['item'])} | "
-            f"{cell(r['count'], '', 'measured', 'trust.csv', 'count', k, 0)} | "
-            f"{cell(r['gpu_us'], 'us', 'measured', 'trust.csv', 'gpu_us', k)} | "
-            f"{cell(r['gpu_pct'], '%', 'inferred', 'trust.csv', 'gpu_pct', k, 2)} |")
+        out.append(f"| {md_cell(r['item'])} | {num(r['count'], 0)} | {num(r['gpu_us'], 1)} | "
+                   f"{num(r['gpu_pct'], 2)} |")
     out += ["", "### Needs a new capture", ""]
-    out += [f"- {md_cell(r['item'])}: {md_cell(r['detail'])}" for r in needs] or ["- none"]
+    if needs:
+        out += ["| question | the capture that answers it (inferred; trust.csv: detail, "
+                "section=needs_new_capture, item=*) |", "|---|---|"]
+        out += [f"| {md_cell(r['item'])} | {md_cell(r['detail'])} |" for r in needs]
+    else:
+        out.append("- none")
     out += ["", judge("say which trust items limit the changes above (trust.csv detail)"), ""]
     return out
 

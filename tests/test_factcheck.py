@@ -459,3 +459,45 @@ def test_table_keyed_by_two_cells(scratch, tmp_path):
     bad = [x for x in rows if x["verdict"] in FAILING]
     assert [(x["figure"], x["verdict"], int(x["line"])) for x in bad] == [
         (str(planted), "wrong_value", 5)]
+
+
+def test_quoted_sentences_cited_ranges_and_text_cells(tmp_path):
+    """A quoted cause that ends in a number is checked as text, not as that number; a range
+    whose two ends carry their own citations is two figures; a cell under a header citing a
+    text column must say that text, and a number changed inside it fails through the row key."""
+    out = tmp_path / "scratch"
+    out.mkdir()
+    (out / "changes.csv").write_text(
+        "rank,cause,saving_us,saving_min_us,saving_max_us\n"
+        '1,"the host waits: 88.0 us of step 1, largest command_buffer_1 1.0 us",8.472,6.3,8.472\n',
+        encoding="utf-8")
+    (out / "trust.csv").write_text(
+        "section,item,detail\n"
+        'needs_new_capture,"the step with change 1 made (estimated 522.4 us, inferred)",'
+        "a capture of 2 steps with the change made\n", encoding="utf-8")
+    good = "\n".join([
+        "# Changes",
+        "- Change 1: the host waits: 88.0 us of step 1, largest command_buffer_1 1.0 us"
+        " (inferred; changes.csv: cause, rank=1).",
+        "- Range 6.3 us (inferred; changes.csv: saving_min_us, rank=1) to 8.5 us"
+        " (inferred; changes.csv: saving_max_us, rank=1).",
+        "",
+        "| question | the capture that answers it (inferred; trust.csv: detail,"
+        " section=needs_new_capture, item=*) |",
+        "|---|---|",
+        "| the step with change 1 made (estimated 522.4 us, inferred) |"
+        " a capture of 2 steps with the change made |", ""])
+    p, rows = check(good, out, tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    checked = [(x["figure"], x["verdict"]) for x in rows if x["verdict"] != "skipped"]
+    assert [v for _, v in checked] == ["ok"] * 4, checked
+    assert ("6.3 us", "ok") in checked and ("8.5 us", "ok") in checked
+    bad = (good.replace("88.0 us of step", "87.0 us of step")
+           .replace("estimated 522.4", "estimated 512.4")
+           .replace("a capture of 2 steps", "a capture of 3 steps"))
+    p, rows = check(bad, out, tmp_path, "bad.md")
+    assert p.returncode == 4
+    failing = [x for x in rows if x["verdict"] in FAILING]
+    assert {x["line"] for x in failing} == {"2", "7"}, failing
+    assert any(x["verdict"] == "wrong_value" and x["line"] == "2" for x in failing)
+    assert any(x["verdict"] == "no_table" and "512.4" in x["why"] for x in failing)

@@ -1,0 +1,218 @@
+#!/usr/bin/env python3
+"""The whole investigation in one command: steps 0 to 7, the report draft and its fact check.
+
+Usage:
+    python3 -P investigate.py <xplane.pb | trace.json.gz | run folder | log folder>
+                              [--out DIR] [--run NAME] [--host NAME] [--no-xprof]
+
+Example:
+    python3 -P $B/scripts/investigate.py ~/logs/plugins/profile/2026_02_20_13_54_10 --out scratch
+
+Runs each step's own script in this order, each in its own process, all writing into DIR
+(default ./): capture_info.py (step 0), skip_stats.py (step 1), attribute_kernels.py (step 4,
+which steps 2 and 5 read), reconcile.py (step 2), swimlanes.py (step 3), roofline.py (step 5),
+changes.py (step 6), trust.py (step 7), report_draft.py (report_draft.md), factcheck.py (on the
+draft). Progress goes to stderr: the step, what it does, the elapsed time. Each script's own
+output is kept in DIR/logs/<script>.txt.
+
+A step that cannot run (its script exits non-zero) does not stop the others: the reason goes to
+the trust list (trust.py --failed) and the later steps work with what there is. Only a capture
+that cannot be read at all (step 0 exits 1), or a missing package (step 0 exits 3), ends the run.
+
+Ends with where to look: the verdict line, the top three changes, the trust-list count, and the
+files written.
+
+Exit codes: 0 done (steps that could not run are in the trust list and said on stdout); 1 the
+capture cannot be used (one sentence says why); 2 usage; 3 a package the scripts need is missing
+(step 0 says which, and the install line); 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SIBLING = next((p for p in (HERE.parent / "analyzing-jax-launch-overhead" / "scripts",
+                            HERE.parent.parent / "analyzing-jax-launch-overhead" / "scripts")
+                if (p / "skip_stats.py").is_file()), None)
+
+
+class Step:
+    """One script of the job: its file, the step it serves, what it does (for the progress
+    line), and whether it reads the capture (else only the scratch folder)."""
+
+    def __init__(self, name: str, path: Path | None, label: str, doing: str,
+                 reads_capture: bool = True, xprof: bool = False):
+        self.name, self.path, self.label, self.doing = name, path, label, doing
+        self.reads_capture, self.xprof = reads_capture, xprof
+
+
+def steps() -> list[Step]:
+    skip = SIBLING / "skip_stats.py" if SIBLING else None
+    return [
+        Step("capture_info", HERE / "capture_info.py", "step 0", "inventory of the capture"),
+        Step("skip_stats", skip, "step 1", "verdict: host, device or waiting"),
+        Step("attribute_kernels", HERE / "attribute_kernels.py", "step 4",
+             "kernel -> instruction -> Python line", xprof=True),
+        Step("reconcile", HERE / "reconcile.py", "step 2", "reconciling independent totals"),
+        Step("swimlanes", HERE / "swimlanes.py", "step 3", "drawing one step's swimlanes"),
+        Step("roofline", HERE / "roofline.py", "step 5", "FLOPs, bytes and ceilings",
+             xprof=True),
+        Step("changes", HERE / "changes.py", "step 6", "ranking what to change",
+             reads_capture=False),
+        Step("trust", HERE / "trust.py", "step 7", "the trust list", reads_capture=False),
+        Step("report_draft", HERE / "report_draft.py", "report", "writing report_draft.md",
+             reads_capture=False),
+        Step("factcheck", HERE / "factcheck.py", "fact check", "checking every number of the draft",
+             reads_capture=False),
+    ]
+
+
+def _tail_sentence(text: str) -> str:
+    """The last non-empty line a failing script printed (its one sentence), trimmed."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return (lines[-1] if lines else "no output")[:400]
+
+
+def run_step(step: Step, args, out: Path, failed: dict[str, str], t0: float) -> int | None:
+    """Run one step's script; return its exit code (None when the script is missing)."""
+    print(f"[{time.monotonic() - t0:6.1f} s] {step.label}: {step.doing} ({step.name}.py)",
+          file=sys.stderr, flush=True)
+    if step.path is None or not step.path.is_file():
+        failed[step.name] = f"{step.name}.py is not in this bundle"
+        print(f"           {step.name} could not run: {failed[step.name]}", file=sys.stderr,
+              flush=True)
+        return None
+    cmd = [sys.executable, "-P", str(step.path)]
+    if step.reads_capture:
+        cmd.append(args.capture)
+        cmd += [f"--run={args.run}"] if args.run else []
+        cmd += [f"--host={args.host}"] if args.host else []
+        cmd += ["--no-xprof"] if args.no_xprof and step.xprof else []
+    if step.name == "report_draft" or step.name == "trust":
+        cmd += [f"--failed={k}={v}" for k, v in failed.items()] if step.name == "trust" else []
+    if step.name == "factcheck":
+        cmd.append(str(out / "report_draft.md"))
+    cmd += ["--out", str(out)]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    logs = out / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    (logs / f"{step.name}.txt").write_text(
+        "$ " + " ".join(cmd) + "\n" + p.stdout + ("\n--- stderr\n" + p.stderr if p.stderr
+                                                  else ""), encoding="utf-8")
+    # the fact check exits 4 when a claim fails: a result, not a failure to run
+    if p.returncode != 0 and not (step.name == "factcheck" and p.returncode == 4):
+        failed[step.name] = (f"exit {p.returncode}: "
+                             f"{_tail_sentence(p.stderr or p.stdout)}")
+        if not (step.name == "capture_info" and p.returncode in (1, 3)):  # main() says it
+            print(f"           {step.name} could not run: {failed[step.name]}", file=sys.stderr,
+                  flush=True)
+    return p.returncode
+
+
+def _json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def _us(value) -> str:
+    try:
+        return f"{float(value):,.1f} us"
+    except (TypeError, ValueError):
+        return "? us"
+
+
+def _count(n, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def where_to_look(out: Path, failed: dict[str, str], factcheck_rc: int | None) -> list[str]:
+    """The closing lines: verdict, top three changes, trust-list count, files written."""
+    lines = []
+    summary = out / "summary.txt"
+    verdict = next((ln.strip() for ln in (summary.read_text(encoding="utf-8").splitlines()
+                                          if summary.is_file() else [])
+                    if ln.startswith("verdict")), None)
+    lines.append(verdict or "verdict: none (step 1 did not run; see the trust list)")
+    try:
+        with open(out / "changes.csv", newline="", encoding="utf-8") as fh:
+            top = list(csv.DictReader(fh))[:3]
+    except OSError:
+        top = []
+    for r in top:
+        lines.append(f"change {r.get('rank')}: {r.get('cause')} (saves {_us(r.get('saving_us'))} "
+                     f"of {_us(r.get('step_us'))} per step; inferred, not run)")
+    if not top:
+        lines.append("changes: none ranked (see changes.json refusals)")
+    trust = _json(out / "trust.json")
+    figs = trust.get("figures") or {}
+    n_items = (figs.get("items") or {}).get("value")
+    n_need = (figs.get("needs_new_capture") or {}).get("value")
+    if n_items is None:
+        lines.append("trust list: none (step 7 did not run)")
+    else:
+        lines.append(f"trust list: {_count(n_items, 'item')}, "
+                     f"{_count(n_need or 0, 'question')} that need a new capture (trust.csv)")
+    if factcheck_rc is not None:
+        lines.append("fact check of the draft: " + ("every figure found in its table"
+                                                    if factcheck_rc == 0 else
+                                                    "claims failed, see factcheck.csv"))
+    if failed:
+        lines.append("could not run: " + "; ".join(f"{k} ({v})" for k, v in failed.items()))
+    files = sorted(str(p.relative_to(out)) for p in out.rglob("*")
+                   if p.is_file() and "xplane" not in p.parts and "logs" not in p.parts)
+    lines.append(f"files in {out}: " + ", ".join(files))
+    lines.append(f"Next: read {out / 'report_draft.md'} and judge each marked place from its "
+                 f"table (SKILL.md), then rerun factcheck.py on the report.")
+    return lines
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="\n".join(__doc__.splitlines()[1:]))
+    ap.add_argument("capture")
+    ap.add_argument("--out", type=Path, default=Path("."))
+    ap.add_argument("--run")
+    ap.add_argument("--host")
+    ap.add_argument("--no-xprof", action="store_true",
+                    help="leave XProf's own figures out of steps 4 and 5 (faster)")
+    args = ap.parse_args(argv)
+    out = args.out
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        print(f"investigate: cannot create the scratch folder {out}: {exc.strerror}",
+              file=sys.stderr)
+        return 1
+    t0 = time.monotonic()
+    failed: dict[str, str] = {}
+    factcheck_rc = None
+    for step in steps():
+        rc = run_step(step, args, out, failed, t0)
+        if step.name == "capture_info" and rc in (1, 3):
+            print(failed["capture_info"].split(": ", 1)[-1], file=sys.stderr)
+            return rc
+        if step.name == "factcheck":
+            factcheck_rc = rc
+    print(f"[{time.monotonic() - t0:6.1f} s] done", file=sys.stderr, flush=True)
+    for line in where_to_look(out, failed, factcheck_rc):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        raise SystemExit(main())
+    except KeyboardInterrupt:
+        print("investigate: interrupted; the scratch folder holds the steps that finished",
+              file=sys.stderr)
+        raise SystemExit(130) from None

@@ -1,0 +1,213 @@
+"""investigate.py: the whole job in one command. On the bundled example it runs every step, writes
+every table, a draft the fact check passes, and ends with where to look; a number changed in the
+draft is caught; on every shared capture it runs to the end (the V100 capture without HLO says so in
+the trust list); a missing step goes to the trust list and the others still run; unusable input is
+one sentence; nothing under the capture is written."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, SHARED_CAPTURES
+
+SCRIPT = REPO / "scripts" / "investigate.py"
+FACTCHECK = REPO / "scripts" / "factcheck.py"
+EXAMPLE = REPO / "examples" / "minigpt-h100-2gpu-cb"
+STEP_LINES = ["step 0", "step 1", "step 4", "step 2", "step 3", "step 5", "step 6", "step 7",
+              "report", "fact check"]
+TABLES = ["capture_info.json", "summary.txt", "skip_stats.json", "rows.csv", "streams.csv",
+          "steps.csv", "gaps.csv", "attribution/kernels.csv", "attribution/ops.csv",
+          "attribution/lines.csv", "attribution/how.csv", "reconciliation.csv", "reconcile.json",
+          "swimlanes.svg", "swimlanes.json", "stragglers.csv", "roofline.csv", "roofline.json",
+          "roofline.svg", "changes.csv", "changes.json", "trust.csv", "trust.json",
+          "report_draft.md", "factcheck.csv", "factcheck.json"]
+
+
+def read(path):
+    with open(path, newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def tree_digest(folder: Path) -> dict:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def investigate(capture, out, script=SCRIPT, timeout=600):
+    return subprocess.run([sys.executable, "-P", str(script), str(capture), "--out", str(out)],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory):
+    before = tree_digest(EXAMPLE)
+    out = tmp_path_factory.mktemp("investigate") / "scratch"
+    p = investigate(EXAMPLE, out)
+    assert tree_digest(EXAMPLE) == before, "the example capture was modified"
+    return p, out
+
+
+def test_the_example_runs_every_step_and_says_where_to_look(example):
+    p, out = example
+    assert p.returncode == 0, p.stderr
+    assert "Traceback" not in p.stderr
+    # progress: each step with its elapsed time, in order, then done
+    progress = [ln for ln in p.stderr.splitlines() if re.match(r"\[\s*[0-9.]+ s\] ", ln)]
+    labels = [re.sub(r"^\[\s*[0-9.]+ s\] ", "", ln).split(":")[0] for ln in progress]
+    assert labels == STEP_LINES + ["done"], labels
+    assert "could not run" not in p.stderr
+    for name in TABLES:
+        assert (out / name).is_file(), name
+    assert sorted(x.name for x in (out / "logs").iterdir()) == sorted(
+        f"{n}.txt" for n in ("capture_info", "skip_stats", "attribute_kernels", "reconcile",
+                             "swimlanes", "roofline", "changes", "trust", "report_draft",
+                             "factcheck"))
+    # where to look: the verdict line of step 1, the top three changes, the trust count, files
+    lines = p.stdout.splitlines()
+    summary = (out / "summary.txt").read_text(encoding="utf-8").splitlines()
+    assert lines[0] == next(ln.strip() for ln in summary if ln.startswith("verdict"))
+    changes = read(out / "changes.csv")
+    assert len(changes) >= 3
+    for i, r in enumerate(changes[:3], start=1):
+        assert lines[i].startswith(f"change {i}: {r['cause']} (saves ")
+        assert f"{float(r['saving_us']):,.1f} us" in lines[i] and "inferred, not run" in lines[i]
+    trust = json.loads((out / "trust.json").read_text())
+    n = trust["figures"]["items"]["value"]
+    assert lines[4].startswith(f"trust list: {n} item")
+    assert lines[5] == "fact check of the draft: every figure found in its table"
+    assert lines[6].startswith(f"files in {out}: ") and "report_draft.md" in lines[6]
+    assert lines[-1].startswith("Next: read ")
+
+
+def test_the_draft_is_complete_and_passes_the_fact_check(example):
+    _, out = example
+    fc = json.loads((out / "factcheck.json").read_text())
+    assert fc["verdict"] == "pass" and fc["figures"]["ok"] > 100, fc["figures"]
+    draft = (out / "report_draft.md").read_text(encoding="utf-8")
+    # the spec's sections, both drawings linked, and places left to judge
+    for heading in ("## Results", "## 1. Verdict", "## 2. Reconciliation", "## 5. Changes",
+                    "## 6. Where this capture cannot be trusted"):
+        assert heading in draft, heading
+    assert "swimlanes.svg" in draft and "roofline.svg" in draft
+    assert draft.count("<!-- judge:") >= 8
+    first = read(out / "changes.csv")[0]
+    assert f"Change 1: {first['cause']} (inferred; changes.csv: cause, rank=1)" in draft
+
+
+@pytest.mark.parametrize("plant, verdict", [
+    ("wrong", "wrong_value"), ("label", "no_label"), ("uncited", "no_table")])
+def test_a_planted_error_in_the_draft_is_caught(example, tmp_path, plant, verdict):
+    _, out = example
+    draft = (out / "report_draft.md").read_text(encoding="utf-8")
+    m = re.search(r"- Step time: ([0-9.,]+) us \(measured; ", draft)
+    assert m
+    if plant == "wrong":
+        wrong = float(m.group(1).replace(",", "")) + 7
+        bad = draft.replace(m.group(0), f"- Step time: {wrong:,.1f} us (measured; ", 1)
+    elif plant == "label":
+        bad = draft.replace(m.group(0), f"- Step time: {m.group(1)} us (", 1)
+    else:
+        bad = draft.replace("## Results\n", "## Results\n\nThe step could be 12.5 ms shorter.\n", 1)
+    report = tmp_path / "report.md"
+    report.write_text(bad, encoding="utf-8")
+    scratch = tmp_path / "scratch"
+    shutil.copytree(out, scratch)
+    p = subprocess.run([sys.executable, "-P", str(FACTCHECK), str(report), "--out", str(scratch)],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 4, p.stdout + p.stderr
+    failing = [r for r in read(scratch / "factcheck.csv") if r["verdict"] != "ok"
+               and r["verdict"] != "skipped"]
+    assert [r["verdict"] for r in failing] == [verdict], failing
+
+
+SHARED = ["independent-generator/minigpt-h100-cb-off", "independent-generator/minigpt-h100-cb-on",
+          "tracelens-amd-rocm/mi300x-jax0.8-conv3d-8gpu",
+          "tracelens-amd-rocm/mi300x-jax0.8-elementwise", "tracelens-amd-rocm/mi300x-jax0.8-gemm",
+          "tracelens-amd-rocm/mi355x-jax-te-fused-attn"]
+
+
+@pytest.mark.parametrize("rel", SHARED)
+def test_every_shared_jax_capture_runs_to_the_end(shared, tmp_path, rel):
+    cap = SHARED_CAPTURES / rel
+    before = tree_digest(cap)
+    p = investigate(cap, tmp_path / "scratch")
+    assert tree_digest(cap) == before, "the capture folder was modified"
+    assert p.returncode == 0, p.stderr
+    assert "Traceback" not in p.stderr and "could not run" not in p.stdout + p.stderr
+    fc = json.loads((tmp_path / "scratch" / "factcheck.json").read_text())
+    assert fc["verdict"] == "pass", fc["failing"][:5]
+    assert p.stdout.startswith("verdict: ")
+
+
+def test_the_v100_capture_without_hlo_runs_to_the_end_and_says_so(shared, tmp_path):
+    cap = next((SHARED_CAPTURES / "tf-profiler-demo-v100").glob("*/"))
+    before = tree_digest(cap)
+    out = tmp_path / "scratch"
+    p = investigate(cap, out)
+    assert tree_digest(cap) == before
+    assert p.returncode == 0, p.stderr
+    assert "Traceback" not in p.stderr
+    # step 4 refuses (no HLO); every later step still runs
+    assert "could not run: attribute_kernels (exit 1: " in p.stdout
+    for name in ("reconcile.json", "roofline.json", "changes.csv", "trust.csv",
+                 "report_draft.md", "factcheck.json"):
+        assert (out / name).is_file(), name
+    kinds = {r["kind"]: r for r in read(out / "trust.csv")}
+    assert "no_hlo" in kinds and float(kinds["no_hlo"]["gpu_pct"]) == 100.0
+    assert "step_failed" in kinds
+    assert json.loads((out / "factcheck.json").read_text())["verdict"] == "pass"
+
+
+def test_a_missing_step_goes_to_the_trust_list_and_the_rest_runs(tmp_path):
+    """A bundle installed without roofline.py: step 5 is said, the others run."""
+    bundle = tmp_path / "bundle"
+    shutil.copytree(REPO / "scripts", bundle / "scripts",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "analyzing-jax-launch-overhead",
+                    bundle / "analyzing-jax-launch-overhead",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (bundle / "scripts" / "roofline.py").unlink()
+    out = tmp_path / "scratch"
+    p = investigate(EXAMPLE, out, script=bundle / "scripts" / "investigate.py")
+    assert p.returncode == 0, p.stderr
+    assert "roofline could not run: roofline.py is not in this bundle" in p.stderr
+    assert not (out / "roofline.csv").exists()
+    failed = [r for r in read(out / "trust.csv") if r["kind"] == "step_failed"]
+    assert len(failed) == 1 and "roofline" in failed[0]["item"], failed
+    assert (out / "changes.csv").is_file() and (out / "report_draft.md").is_file()
+    assert json.loads((out / "factcheck.json").read_text())["verdict"] == "pass"
+
+
+@pytest.mark.parametrize("what", ["missing", "empty_folder", "not_a_capture"])
+def test_unusable_input_is_one_sentence(tmp_path, what):
+    if what == "missing":
+        cap = tmp_path / "nothing-here"
+    elif what == "empty_folder":
+        cap = tmp_path / "empty"
+        cap.mkdir()
+    else:
+        cap = tmp_path / "host.trace.json.gz"
+        cap.write_bytes(b"not gzip at all")
+    p = investigate(cap, tmp_path / "scratch")
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "Traceback" not in p.stderr and p.stdout == ""
+    said = [ln for ln in p.stderr.splitlines() if not ln.startswith("[")]
+    assert len(said) == 1 and said[0].startswith("capture_info: "), said
+
+
+def test_help_is_the_docstring():
+    p = subprocess.run([sys.executable, "-P", str(SCRIPT), "--help"], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0 and "Runs each step's own script" in p.stdout
+    p = subprocess.run([sys.executable, "-P", str(SCRIPT)], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 2
