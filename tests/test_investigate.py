@@ -211,3 +211,17 @@ def test_help_is_the_docstring():
     p = subprocess.run([sys.executable, "-P", str(SCRIPT)], capture_output=True, text=True,
                        timeout=60)
     assert p.returncode == 2
+
+
+def test_every_file_written_is_in_the_scratch_layout(example):
+    """references/scratch-layout.md's file table names every file the one command writes."""
+    _, out = example
+    layout = (REPO / "references" / "scratch-layout.md").read_text(encoding="utf-8")
+    table = {m.group(1) for m in re.finditer(r"^\| `([^`]+)` \|", layout, re.M)}
+    for p in out.rglob("*"):
+        if not p.is_file() or "xplane" in p.relative_to(out).parts:
+            continue
+        rel = str(p.relative_to(out))
+        name = ("logs/<script>.txt" if rel.startswith("logs/") else
+                "attribution/<module>(<id>).hlo.txt" if rel.endswith(".hlo.txt") else rel)
+        assert name in table, rel
