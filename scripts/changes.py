@@ -58,8 +58,8 @@ COLUMNS = ["rank", "cause_kind", "cause", "where", "share_of_step_pct", "step_us
            "saving_min_us", "saving_max_us", "step_if_gone_us", "assumptions", "knob", "label",
            "source"]
 LABEL = "inferred, not run"
-KIND_ORDER = ("host_gap", "straggler_wait", "exposed_collective", "memcpy", "instruction",
-              "python_line", "idle_between_steps")
+KIND_ORDER = ("host_gap", "straggler_wait", "exposed_collective", "memcpy", "kernel_gaps",
+              "instruction", "python_line", "idle_between_steps")
 
 # ---------------------------------------------------------------- named constants
 
@@ -396,6 +396,7 @@ def critical_path(fr: dict, row: dict, rows: dict | None, gaps: dict | None) -> 
                     "compute_exposed": max(0.0, min(busy, row["end"] - L)),
                     "memcpy_arg": 0.0, "memcpy_arg_exposed": 0.0, "collective": 0.0,
                     "collective_exposed": 0.0, "idle_before": gaps_total,
+                    "idle_before_exposed": gaps_total if L <= s0 else 0.0,
                     "idle_tail": max(0.0, s1 - row["end"])})
         return out
     ce = min(max(rows["crit_end"].get(n, s0), s0), s1)
@@ -455,6 +456,11 @@ def critical_path(fr: dict, row: dict, rows: dict | None, gaps: dict | None) -> 
         "collective": total(ck) + in_gaps["k"] + in_tail["k"],
         "collective_exposed": total(ck, L) + total(ok, L),
         "idle_before": max(0.0, gaps_total - in_gaps["c"] - in_gaps["a"] - in_gaps["k"]),
+        # the part of it after the last host-late gap (before it, the stream waits on the host
+        # anyway): the stream's idle after L less what other streams ran in its gaps there
+        "idle_before_exposed": max(0.0, min(
+            gaps_total - in_gaps["c"] - in_gaps["a"] - in_gaps["k"],
+            (ce - L) - crit_busy_after - sum(total(v, lo=L, hi=ce) for v in (oc, oa, ok)))),
         "idle_tail": max(0.0, (s1 - ce) - in_tail["c"] - in_tail["a"] - in_tail["k"]),
         "labels": labels})
     return out
@@ -723,6 +729,32 @@ def analyse(out: Path) -> dict:
                 "pipeline prefetching (device_put the next batch while this step runs)",
                 "steps.csv; gaps.csv; rows.csv"))
 
+    # the critical stream idle between its kernels, the host not late (dependencies on other
+    # streams, event waits, the GPU's own launch latency between kernels, inside graphs too)
+    if rows is not None:
+        sav = [paths[n]["idle_before_exposed"] for n in chosen]
+        if sav[at] >= MIN_SAVING_US:
+            b = mf["bound"]
+            big = [iv for iv in (gaps or {}).get("other", {}).get(median, [])]
+            big_us = sum(e - a for a, e in big)
+            crit = steps[median][b]["crit"]
+            causes.append(cause_row(
+                "kernel_gaps",
+                f"the critical stream of GPU {b} is idle between its kernels with no launch "
+                f"late from the host: {fmt(mp['idle_before'])} us of step {median}, "
+                f"{len(big)} gap(s) of 1 us or more holding {fmt(min(big_us, mp['idle_before']))}"
+                f" us of it, the rest gaps under 1 us between kernels",
+                f"GPU {b} stream {crit}", 100.0 * mp["idle_before_exposed"] / mwin, step_us,
+                spread(sav, at),
+                "the critical stream's kernels would run back to back once launched (its waits "
+                "on other streams and the GPU's per-kernel launch latency gone); an upper bound: "
+                "every kernel costs some launch latency, inside a graph too, so only fewer "
+                "kernels remove it all; only the part after the last host gap saves time",
+                "fewer and larger kernels (fusion, fewer small ops per step), a larger batch size "
+                "per kernel, the waits on other streams (what the gaps wait for: gaps.csv "
+                "device_wait rows and the swimlanes)",
+                "steps.csv; gaps.csv; rows.csv"))
+
     # instructions and Python lines, by their distance to the ceiling
     instr_full = instructions(out, chosen, paths, median, mwin, step_us, causes, refusals,
                               notes)
@@ -759,7 +791,8 @@ def analyse(out: Path) -> dict:
         p = paths[n]
         compute_side = min(p["compute"], p.get("straggler_full", 0.0) + instr_full.get(n, 0.0))
         c = (p["host_late"] + p.get("collective", 0.0) + p.get("memcpy_arg", 0.0)
-             + p["idle_between"] + compute_side)
+             + p["idle_between"] + (p["idle_before"] if rows is not None else 0.0)
+             + compute_side)
         comb.append(min(c, frames[n]["window"]))
     combined = spread(comb, at)
     if whole:
@@ -855,13 +888,15 @@ def instructions(out, chosen, paths, median, mwin, step_us, causes, refusals, no
         if c["pct"] < FAR_FROM_CEILING_PCT:
             knob += ("; at under 10% of its ceiling check the kernel's launch size and "
                      "occupancy first")
+        ceiling_words = ("memory bandwidth" if c["binding"] == "memory" else
+                         f"{c['ceiling_dtype'] or 'its dtype'}'s peak")
         causes.append(cause_row(
             "instruction",
             f"{c['instruction']} takes {fmt(c['share'] * cm)} us of step {median} at "
             f"{c['pct']:.1f}% of its {c['binding']} ceiling on {model}",
             c["instruction"] + (f" ({c['user_frame']})" if c["user_frame"] else ""),
             100.0 * c["cut"] * cm * exp[median] / mwin, step_us, spread(sav, at),
-            f"it would run at its {c['binding']} ceiling ({c['ceiling_dtype'] or 'bandwidth'}; "
+            f"it would run at its {c['binding']} ceiling ({ceiling_words}; "
             f"FLOPs and bytes from the HLO: {c['method']}); {share_note}; {expo_note}",
             knob, "attribution/ops.csv; roofline.csv; rows.csv; steps.csv; gaps.csv"))
     # Python lines: the same kernel time grouped by the user frame (never added to instructions)
@@ -923,7 +958,8 @@ COMBINE_RULE = (
     "a line to an instruction; (3) the straggler's extra work and the instructions' distance to "
     "their ceilings shorten the same compute time, so together they never exceed it. "
     "combined_saving_us is every listed cause gone at once with all work exposed: host-late "
-    "time + collective + memcpy + idle between steps + min(compute, straggler + the instructions "
+    "time + collective + memcpy + idle between steps + idle between kernels + min(compute, "
+    "straggler + the instructions "
     "the instruction and Python-line rows name, each once), per step, capped at the step time; "
     "an upper bound, never a sum of the rows.")
 

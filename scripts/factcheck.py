@@ -42,8 +42,9 @@ Reads the report (Markdown) and the tables of the scratch folder (the current di
   sentence, e.g. swimlanes.json straggler.sentence, quoted whole).
 - Not figures (skipped): numbers in `backticks`, integers right after step, GPU, device, stream,
   rank, program, section, line, item, check, change, cause (and lists of them: "GPUs 0-7",
-  "steps 1, 2 and 3"), file:line, name(17), #13, years, heading and list numbers. HTML
-  comments, fenced code and citations inside backticks (examples) are ignored.
+  "steps 1, 2 and 3"), file:line, name(17), #13, years, enumerations "(1) the ...", heading
+  and list numbers. HTML comments, fenced code and citations inside backticks (examples) are
+  ignored. A number whose citation stands more than three words after it fails as too far.
 - A table cell under a header that cites a text column (a trust.csv detail, keyed by its row's
   item with key=*) must say that text; the numbers inside it are covered by that check.
 
@@ -108,6 +109,7 @@ IDENTIFIER_WORDS = ("steps?", "gpus?", "devices?", "streams?", "ranks?", "progra
 # Column headers whose integer cells are identifiers (a table's row keys).
 IDENTIFIER_COLUMNS = {"step", "steps", "gpu", "gpus", "device", "devices", "stream", "streams",
                       "rank", "ranks", "program", "program_id", "id", "#", "line"}
+ENUM_MAX = 20  # "(3) the ..." with at most this number is an enumeration
 YEARS = (1900, 2099)  # a 4-digit integer in this range, followed by no word, is a year
 DECIMAL_PREC = 60  # enough digits for any table value divided by 2^40 and re-rounded
 
@@ -459,6 +461,10 @@ def skip_reason(text: str, fig: Figure) -> str:
     if ints and IDENT_BEFORE_RE.search(text[max(0, fig.start - 80):fig.start]):
         word = IDENT_BEFORE_RE.search(text[max(0, fig.start - 80):fig.start]).group(1)
         return f"an identifier after '{word}'"
+    if ints and len(nums) == 1 and nums[0].value <= ENUM_MAX and \
+            re.search(r"\(\s*$", text[max(0, fig.start - 3):fig.start]) and \
+            re.match(r"\s*\)\s+[A-Za-z]", text[fig.end:fig.end + 4]):
+        return "an enumeration: (1), (2), ..."
     if ints and len(nums) == 1 and YEARS[0] <= nums[0].value <= YEARS[1] \
             and len(text[nums[0].start:nums[0].end]) == 4:
         nxt = text[fig.end:].lstrip()[:1]
@@ -782,7 +788,8 @@ def check_text_claim(scratch, cite: Citation, text: str, start: int):
 
 
 def normalise_words(s: str) -> str:
-    return re.sub(r"\s+", " ", re.sub(r"[_\-`*]", " ", s)).strip().lower()
+    """Words compared as text: emphasis, underscores and Markdown's escaped pipes undone."""
+    return re.sub(r"\s+", " ", re.sub(r"[_\-`*]", " ", s.replace("\\|", "|"))).strip().lower()
 
 
 # ---------------------------------------------------------------- analysis: segments
@@ -880,8 +887,13 @@ def check_segment(scratch, text: str, where, claim_of, ctx: Context, rows: list)
             add_row(rows, where, claim_of, fig.start, written, "no_table", label=lab,
                     why="a label but no table: write (label; table: column or path)")
         else:
-            add_row(rows, where, claim_of, fig.start, written, "no_table",
-                    why="no citation: write (label; table: column or path) after it")
+            later = next((c for c in cites if c.start >= fig.end), None)
+            if later is not None and not re.search(r"[.!?]\s", masked[fig.end:later.start]):
+                why = ("its citation is too far: at most three plain words may stand between a "
+                       "number and its citation; cite it right after the number")
+            else:
+                why = "no citation: write (label; table: column or path) after it"
+            add_row(rows, where, claim_of, fig.start, written, "no_table", why=why)
 
 
 def add_row(rows, where, claim_of, pos, figure, verdict, cite=None, label="", found="", why=""):

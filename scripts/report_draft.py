@@ -148,7 +148,14 @@ def results(s: Scratch) -> list[str]:
         out.append(f"- Verdict: **{skip.get('verdict')}** (inferred; skip_stats.json: verdict). "
                    + judge("say in one sentence what bounds the step, from skip_stats.json "
                            "rule and figures; the verdict stands or is qualified"))
-        out.append(f"- Step time: {fig(s, 'skip_stats.json', 'step_duration_us')}.")
+        out.append(f"- Step time (first to last kernel of a step, step 1's verdict is within "
+                   f"it): {fig(s, 'skip_stats.json', 'step_duration_us')}.")
+    cj = s.json("changes.json") or {}
+    if ((cj.get("figures") or {}).get("step_us") or {}).get("value") is not None:
+        out.append(f"- Step period (start of the median step to the next step's start: the "
+                   f"window every change's share is of): {fig(s, 'changes.json', 'step_us')}; "
+                   f"all changes at once save at most "
+                   f"{fig(s, 'changes.json', 'combined_saving_us')} (an upper bound).")
     else:
         out.append("- Verdict: " + missing("skip_stats.json", "step 1 did not run"))
     changes = s.csv("changes.csv")
@@ -160,7 +167,10 @@ def results(s: Scratch) -> list[str]:
                 f"{rank}): saves "
                 f"{cell(r['saving_us'], 'us', 'inferred', 'changes.csv', 'saving_us', rank)}"
                 f" of the step (inferred, not run). " + judge(
-                    f"is change {r['rank']} worth testing first; its knob: {r['knob']}"))
+                    ("say whether change 1 is the one to test first and why; its knob: "
+                     if r["rank"] == "1" else
+                     f"say what change {r['rank']} adds after the ones above it; its knob: ")
+                    + r["knob"]))
     else:
         out.append("- Changes: " + missing("changes.csv", "step 6 did not run"))
     trust = s.json("trust.json")
@@ -369,10 +379,11 @@ def trust_section(s: Scratch) -> list[str]:
     sel = "section=trust, item=*"
     out += [f"| item | count (measured; trust.csv: count, {sel}) "
             f"| GPU time (us) (measured; trust.csv: gpu_us, {sel}) "
-            f"| share (%) (inferred; trust.csv: gpu_pct, {sel}) |", "|---|---|---|---|"]
+            f"| share (%) (inferred; trust.csv: gpu_pct, {sel}) "
+            f"| what it means (inferred; trust.csv: detail, {sel}) |", "|---|---|---|---|---|"]
     for r in items:
         out.append(f"| {md_cell(r['item'])} | {num(r['count'], 0)} | {num(r['gpu_us'], 1)} | "
-                   f"{num(r['gpu_pct'], 2)} |")
+                   f"{num(r['gpu_pct'], 2)} | {md_cell(r['detail'])} |")
     out += ["", "### Needs a new capture", ""]
     if needs:
         out += ["| question | the capture that answers it (inferred; trust.csv: detail, "

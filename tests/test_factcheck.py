@@ -501,3 +501,19 @@ def test_quoted_sentences_cited_ranges_and_text_cells(tmp_path):
     assert {x["line"] for x in failing} == {"2", "7"}, failing
     assert any(x["verdict"] == "wrong_value" and x["line"] == "2" for x in failing)
     assert any(x["verdict"] == "no_table" and "512.4" in x["why"] for x in failing)
+
+
+def test_enumerations_and_citations_too_far(tmp_path):
+    out = tmp_path / "scratch"
+    out.mkdir()
+    (out / "changes.csv").write_text("rank,saving_us\n1,137.0\n", encoding="utf-8")
+    text = ("# Changes\n"
+            "Two rules: (1) the host first, (2) the rest.\n"
+            "It saves 137.0 us when the host is never late again (inferred; changes.csv: "
+            "saving_us, rank=1).\n")
+    p, rows = check(text, out, tmp_path)
+    assert p.returncode == 4
+    enum = [x for x in rows if x["why"].startswith("an enumeration")]
+    assert [x["figure"] for x in enum] == ["1", "2"]
+    far = [x for x in rows if x["verdict"] == "no_table"]
+    assert len(far) == 1 and "too far" in far[0]["why"], far

@@ -108,13 +108,13 @@ def test_the_draft_is_complete_and_passes_the_fact_check(example):
 def test_a_planted_error_in_the_draft_is_caught(example, tmp_path, plant, verdict):
     _, out = example
     draft = (out / "report_draft.md").read_text(encoding="utf-8")
-    m = re.search(r"- Step time: ([0-9.,]+) us \(measured; ", draft)
+    m = re.search(r"(- Step time [^:]*: )([0-9.,]+) us \(measured; ", draft)
     assert m
     if plant == "wrong":
-        wrong = float(m.group(1).replace(",", "")) + 7
-        bad = draft.replace(m.group(0), f"- Step time: {wrong:,.1f} us (measured; ", 1)
+        wrong = float(m.group(2).replace(",", "")) + 7
+        bad = draft.replace(m.group(0), f"{m.group(1)}{wrong:,.1f} us (measured; ", 1)
     elif plant == "label":
-        bad = draft.replace(m.group(0), f"- Step time: {m.group(1)} us (", 1)
+        bad = draft.replace(m.group(0), f"{m.group(1)}{m.group(2)} us (", 1)
     else:
         bad = draft.replace("## Results\n", "## Results\n\nThe step could be 12.5 ms shorter.\n", 1)
     report = tmp_path / "report.md"
