@@ -3,7 +3,7 @@
 
 Usage:
     python3 -P investigate.py <xplane.pb | trace.json.gz | run folder | log folder>
-                              [--out DIR] [--run NAME] [--host NAME] [--no-xprof]
+                              [--out DIR] [--run NAME] [--host NAME] [--no-xprof] [--page]
 
 Example:
     python3 -P $B/scripts/investigate.py ~/logs/plugins/profile/2026_02_20_13_54_10 --out scratch
@@ -12,8 +12,9 @@ Runs each step's own script in this order, each in its own process, all writing 
 (default ./): capture_info.py (step 0), skip_stats.py (step 1), attribute_kernels.py (step 4,
 which steps 2 and 5 read), reconcile.py (step 2), swimlanes.py (step 3), roofline.py (step 5),
 changes.py (step 6), trust.py (step 7), report_draft.py (report_draft.md), factcheck.py (on the
-draft). Progress goes to stderr: the step, what it does, the elapsed time. Each script's own
-output is kept in DIR/logs/<script>.txt.
+draft), and with --page build_page.py of the writing-trace-report-pages skill (report_draft.html,
+the draft as one self-contained page). Progress goes to stderr: the step, what it does, the
+elapsed time. Each script's own output is kept in DIR/logs/<script>.txt.
 
 A step that cannot run (its script exits non-zero) does not stop the others: the reason goes to
 the trust list (trust.py --failed) and the later steps work with what there is. Only a capture
@@ -51,6 +52,11 @@ class Step:
                  reads_capture: bool = True, xprof: bool = False):
         self.name, self.path, self.label, self.doing = name, path, label, doing
         self.reads_capture, self.xprof = reads_capture, xprof
+
+
+PAGE = next((p for p in (HERE.parent / "writing-trace-report-pages" / "scripts" / "build_page.py",
+                         HERE.parent.parent / "writing-trace-report-pages" / "scripts"
+                         / "build_page.py") if p.is_file()), None)
 
 
 def steps() -> list[Step]:
@@ -97,9 +103,14 @@ def run_step(step: Step, args, out: Path, failed: dict[str, str], t0: float) -> 
         cmd += ["--no-xprof"] if args.no_xprof and step.xprof else []
     if step.name == "report_draft" or step.name == "trust":
         cmd += [f"--failed={k}={v}" for k, v in failed.items()] if step.name == "trust" else []
-    if step.name == "factcheck":
+    if step.name in ("factcheck", "build_page"):
         cmd.append(str(out / "report_draft.md"))
-    cmd += ["--out", str(out)]
+    if step.name == "build_page":
+        cmd += ["--scratch", str(out), "--out", str(out / "report_draft.html")]
+        out_arg = False
+    else:
+        out_arg = True
+    cmd += ["--out", str(out)] if out_arg else []
     p = subprocess.run(cmd, capture_output=True, text=True)
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -165,6 +176,9 @@ def where_to_look(out: Path, failed: dict[str, str], factcheck_rc: int | None) -
         lines.append("fact check of the draft: " + ("every figure found in its table"
                                                     if factcheck_rc == 0 else
                                                     "claims failed, see factcheck.csv"))
+    page = out / "report_draft.html"
+    if "build_page" not in failed and page.is_file():
+        lines.append(f"page: {page} (self-contained; open it from the file)")
     if failed:
         lines.append("could not run: " + "; ".join(f"{k} ({v})" for k, v in failed.items()))
     files = sorted(str(p.relative_to(out)) for p in out.rglob("*")
@@ -185,6 +199,8 @@ def main(argv=None) -> int:
     ap.add_argument("--host")
     ap.add_argument("--no-xprof", action="store_true",
                     help="leave XProf's own figures out of steps 4 and 5 (faster)")
+    ap.add_argument("--page", action="store_true",
+                    help="then build the HTML page of the draft (writing-trace-report-pages)")
     args = ap.parse_args(argv)
     out = args.out
     try:
@@ -196,7 +212,9 @@ def main(argv=None) -> int:
     t0 = time.monotonic()
     failed: dict[str, str] = {}
     factcheck_rc = None
-    for step in steps():
+    todo = steps() + ([Step("build_page", PAGE, "page", "the HTML page of the draft",
+                            reads_capture=False)] if args.page else [])
+    for step in todo:
         rc = run_step(step, args, out, failed, t0)
         if step.name == "capture_info" and rc in (1, 3):
             print(failed["capture_info"].split(": ", 1)[-1], file=sys.stderr)

@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 "$PY" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is needed; set PYTHON=python3.11 (or newer)")'
-stamp=$(cat requirements.txt requirements-test.txt | "$PY" -c 'import hashlib,sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())')
+stamp=$(cat requirements.txt requirements-test.txt writing-trace-report-pages/requirements.txt | "$PY" -c 'import hashlib,sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())')
 if [ ! -x .venv/bin/python ] || [ "$(cat .venv/.requirements-stamp 2>/dev/null)" != "$stamp" ]; then
   echo "tests/run.sh: installing the pinned packages into .venv/ (once)" >&2
   "$PY" -m venv .venv

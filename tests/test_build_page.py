@@ -1,0 +1,329 @@
+"""build_page.py (writing-trace-report-pages): the page of the bundled example's draft is one
+self-contained file (no script, no outside request, the SVGs inline and cleaned), its tables are
+real tables (caption, scope, numbers right-aligned with data-value, labels), headings in order,
+every citation a visible label; hostile kernel and host names, raw HTML in a report and a hostile
+SVG leave the page's structure unchanged; long tables are cut, the page stays small; bad input is
+one sentence; the palette passes WCAG AA. The browser checks are in test_page_browser.py."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import re
+import shutil
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+PAGE_SCRIPTS = REPO / "writing-trace-report-pages" / "scripts"
+BUILD = PAGE_SCRIPTS / "build_page.py"
+INVESTIGATE = REPO / "scripts" / "investigate.py"
+EXAMPLE = REPO / "examples" / "minigpt-h100-2gpu-cb"
+CITE = re.compile(r"\((measured|read|inferred)(, not run)?(?:;[^()]*(?:\([^()]*\)[^()]*)*)?\)")
+HOSTILE = ['<script>alert(1)</script>', '"><img src=x onerror=alert(2)>', "</style>",
+           "a,b\nc \"quoted\""]
+BAD_BYTES = b"\xff\xfe\x80"
+
+
+class Doc(HTMLParser):
+    """The page as a list of (tag, attribute names) and its text, for structure comparisons."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.tags, self.attrs, self.text, self.stack = [], [], [], []
+        self.in_svg = 0
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, tuple(sorted(k for k, _ in attrs))))
+        self.attrs.append((tag, dict(attrs)))
+
+    def handle_startendtag(self, tag, attrs):
+        self.handle_starttag(tag, attrs)
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def parse(path: Path) -> Doc:
+    d = Doc()
+    d.feed(path.read_text(encoding="utf-8"))
+    return d
+
+
+def build(report, scratch, out, *extra):
+    return subprocess.run([sys.executable, "-P", str(BUILD), str(report), "--scratch",
+                           str(scratch), "--out", str(out), *extra],
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory):
+    out = tmp_path_factory.mktemp("page") / "scratch"
+    p = subprocess.run([sys.executable, "-P", str(INVESTIGATE), str(EXAMPLE), "--out", str(out),
+                        "--page"], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    assert f"page: {out / 'report_draft.html'}" in p.stdout
+    return out
+
+
+def test_the_page_is_one_self_contained_file(scratch):
+    page = scratch / "report_draft.html"
+    doc = parse(page)
+    tags = [t for t, _ in doc.tags]
+    assert tags[0] == "html" and doc.attrs[0][1].get("lang") == "en"
+    assert "script" not in tags and "iframe" not in tags and "img" not in tags
+    assert "link" not in tags  # CSS inline only
+    for tag, attrs in doc.attrs:
+        assert not [k for k in attrs if k.startswith("on")], (tag, attrs)
+        for k in ("src", "href", "xlink:href"):
+            v = attrs.get(k)
+            if v is not None:
+                assert v.startswith(("#", "https://", "http://", "mailto:")), (tag, k, v)
+    # both drawings inline, with a title for screen readers
+    svgs = [a for t, a in doc.attrs if t == "svg"]
+    assert len(svgs) == 2 and all(a.get("role") == "img" and a.get("aria-labelledby")
+                                  for a in svgs)
+    ids = [a["id"] for _, a in doc.attrs if "id" in a]
+    assert len(ids) == len(set(ids)), "duplicate ids on the page"
+    assert page.stat().st_size < 3_000_000
+
+
+def test_headings_are_in_order_and_the_header_says_what_was_captured(scratch):
+    doc = parse(scratch / "report_draft.html")
+    levels = [int(t[1]) for t, _ in doc.tags if re.fullmatch(r"h[1-6]", t)]
+    assert levels[0] == 1 and levels.count(1) == 1
+    assert all(b <= a + 1 for a, b in zip(levels, levels[1:], strict=False)), levels
+    text = "".join(doc.text)
+    info = json.loads((scratch / "capture_info.json").read_text())
+    for word in ("Capture", "Run", "Host", "GPUs", "Built", info["capture"]["host"],
+                 "H100 SXM5 80GB", "2026_01_01_00_00_00"):
+        assert word in text, word
+    assert "10 judgement places are still unwritten" in text
+
+
+def test_every_citation_is_a_visible_label(scratch):
+    report = (scratch / "report_draft.md").read_text(encoding="utf-8")
+    body = re.sub(r"<!--.*?-->", "", report, flags=re.S)
+    n = len(CITE.findall(body))
+    html = (scratch / "report_draft.html").read_text(encoding="utf-8")
+    marks = re.findall(r'<span class="cite"><span class="lbl lbl-([mri])">', html)
+    assert len(marks) == n > 200
+    # the legend names all three labels; header marks of the scratch tables are extra
+    for lab in ("measured", "read", "inferred"):
+        assert f'<span class="lbl lbl-{lab[0]}">{lab}</span>' in html
+
+
+def test_tables_are_real_tables(scratch):
+    html = (scratch / "report_draft.html").read_text(encoding="utf-8")
+    doc = parse(scratch / "report_draft.html")
+    n_tables = sum(1 for t, _ in doc.tags if t == "table")
+    assert n_tables >= 20
+    assert html.count("<caption>") == n_tables
+    ths = [a for t, a in doc.attrs if t == "th"]
+    assert ths and all(a.get("scope") == "col" for a in ths)
+    nums = [a for t, a in doc.attrs if t == "td" and "num" in a.get("class", "")]
+    assert len(nums) > 200
+    for a in nums:
+        float(a["data-value"])
+    # units in the headers, each numeric column of a scratch table with its label
+    assert "gpu (µs)" in html and "share of step (%)" in html
+    assert re.search(r'<th scope="col" class="num">dur \(µs\) <span class="lbl lbl-m">', html)
+    # the long table is cut to its top rows with the count of the rest
+    kernels = sum(1 for _ in open(scratch / "attribution" / "kernels.csv")) - 1
+    assert f"top 20 of {kernels:,} rows by dur (µs)" in html
+    assert f"{kernels - 20:,} more rows in <code>attribution/kernels.csv</code>" in html
+
+
+def plant(scratch: Path, to: Path) -> Path:
+    """A copy of the scratch folder with hostile kernel, host and run names (and bytes that are
+    not UTF-8) where the page shows them, and a hostile SVG."""
+    shutil.copytree(scratch, to)
+    bad = "".join(HOSTILE)
+
+    def rewrite_csv(rel, column, rows_to_change):
+        path = to / rel
+        rows = list(csv.reader(open(path, newline="", encoding="utf-8")))
+        i = rows[0].index(column)
+        for r in rows[1:1 + rows_to_change]:
+            r[i] = bad + r[i] + "@@BAD@@"
+        buf = io.StringIO()
+        csv.writer(buf).writerows(rows)
+        path.write_bytes(buf.getvalue().encode("utf-8").replace(b"@@BAD@@", BAD_BYTES))
+
+    rewrite_csv("attribution/kernel_names.csv", "kernel", 3)
+    rewrite_csv("gaps.csv", "host_events", 3)
+    # the longest kernels (the ones the page shows) get the hostile name
+    path = to / "attribution" / "kernels.csv"
+    rows = list(csv.reader(open(path, newline="", encoding="utf-8")))
+    i, d = rows[0].index("kernel"), rows[0].index("dur_us")
+    for r in sorted(rows[1:], key=lambda r: -float(r[d]))[:5]:
+        r[i] = bad + r[i]
+    buf = io.StringIO()
+    csv.writer(buf).writerows(rows)
+    path.write_text(buf.getvalue(), encoding="utf-8")
+    info = json.loads((to / "capture_info.json").read_text())
+    info["capture"]["host"] = "host" + bad
+    info["capture"]["run_dir"] = "runs/" + bad
+    (to / "capture_info.json").write_text(json.dumps(info), encoding="utf-8")
+    # a hostile drawing: a script element, an event attribute, an outside image, CSS that leaks
+    svg = (to / "swimlanes.svg").read_text(encoding="utf-8")
+    svg = svg.replace("<svg ", '<svg onload="alert(10)" ', 1)
+    svg = re.sub(r"(<svg[^>]*>)", r"\1<script>alert(11)</script><image href='http://evil/x.png' "
+                 r"width='1' height='1'/><style>@import url(http://evil/c.css); rect{fill:url(http://evil/f)}"
+                 r"@media screen{body{display:none}}</style>", svg, count=1)
+    (to / "swimlanes.svg").write_text(svg, encoding="utf-8")
+    return to
+
+
+def test_hostile_names_leave_the_page_unchanged_in_structure(scratch, tmp_path):
+    hostile = plant(scratch, tmp_path / "hostile")
+    # the report quotes a hostile kernel name in its text and in a table cell, raw HTML and all
+    draft = (scratch / "report_draft.md").read_text(encoding="utf-8")
+    bad = "".join(HOSTILE[:3])
+    report_h = draft.replace("Draft written by", bad + " Draft written by", 1)
+    report_h = re.sub(r"(\n\| 0 \| 13 \| )", r"\1" + bad.replace("\\", "\\\\") + " ",
+                      report_h, count=1)
+    (hostile / "report.md").write_bytes(report_h.encode("utf-8").replace(
+        b"Draft written by", BAD_BYTES + b" Draft written by", 1))
+    (scratch / "clean.md").write_text(draft + "\n\n", encoding="utf-8")
+    before = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in hostile.rglob("*")
+              if p.is_file()}
+    p1 = build(scratch / "clean.md", scratch, tmp_path / "clean.html")
+    p2 = build(hostile / "report.md", hostile, tmp_path / "hostile.html")
+    assert p1.returncode == 0 and p2.returncode == 0, p1.stderr + p2.stderr
+    after = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in hostile.rglob("*")
+             if p.is_file()}
+    assert before == after, "the input was modified"
+    clean, host = parse(tmp_path / "clean.html"), parse(tmp_path / "hostile.html")
+    # the structure: the same elements with the same attribute names, in the same order (the
+    # hostile SVG's script, image, event attribute and @import are removed)
+    assert host.tags == clean.tags
+    text = "".join(host.text)
+    assert "<script>alert(1)</script>" in text and "onerror=alert(2)>" in text
+    assert "\ufffd" in text  # the bytes that are not UTF-8, shown replaced
+    page = (tmp_path / "hostile.html").read_text(encoding="utf-8")
+    assert "alert(10)" not in page and "alert(11)" not in page and "evil" not in page
+    assert "display:none" not in page.replace(" ", "")
+    # the drawing's own CSS applies to the drawing alone
+    for rule in re.findall(r"<style>([^<]*)</style>", page)[1:]:
+        for sel in re.findall(r"([^{}]+)\{", rule):
+            assert all(s.strip().startswith("#fig") for s in sel.split(",")), sel
+
+
+def test_raw_html_links_and_images_in_a_report_stay_text(scratch, tmp_path):
+    report = tmp_path / "r.md"
+    report.write_text(
+        "# A report\n\n<div onclick=\"alert(1)\">raw</div>\n\n"
+        "Click [me](javascript:alert(2)) or [the tables](steps.csv) or [docs](https://x.org).\n\n"
+        "![remote](http://evil/x.png) ![local](roofline.svg)\n\n"
+        "| a | b |\n|---|---|\n| <b>x</b> | 1.5 ms (measured; steps.csv: dur_us, median) |\n",
+        encoding="utf-8")
+    p = build(report, scratch, tmp_path / "r.html")
+    assert p.returncode == 0, p.stderr
+    page = (tmp_path / "r.html").read_text(encoding="utf-8")
+    doc = parse(tmp_path / "r.html")
+    tags = [t for t, _ in doc.tags]
+    assert "div" not in [t for t, a in doc.attrs if a.get("onclick")]
+    assert "&lt;div onclick=&quot;alert(1)&quot;&gt;" in page
+    assert "[me](javascript:alert(2))" in page  # not a link: shown as the text written
+    hrefs = [a.get("href") for t, a in doc.attrs if t == "a"]
+    assert "https://x.org" in hrefs and all(h.startswith(("#", "https://")) for h in hrefs)
+    assert any(h.startswith("#table-steps-csv") for h in hrefs)  # a scratch table on the page
+    assert "img" not in tags and "[image not embedded: remote]" in page
+    assert tags.count("svg") == 1  # the local drawing, inline
+    assert "&lt;b&gt;x&lt;/b&gt;" in page
+    assert '<td class="num" data-value="1.5">' in page
+
+
+def test_long_tables_keep_the_page_small(scratch, tmp_path):
+    """200,000 kernels in kernels.csv: the page shows 20 and grows by nothing like the file."""
+    big = tmp_path / "big"
+    shutil.copytree(scratch, big)
+    path = big / "attribution" / "kernels.csv"
+    rows = list(csv.reader(open(path, newline="", encoding="utf-8")))
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(rows[0])
+        for n in range(200_000):
+            w.writerow(rows[1 + n % (len(rows) - 1)])
+    p = build(big / "report_draft.md", big, tmp_path / "big.html")
+    assert p.returncode == 0, p.stderr
+    small = (scratch / "report_draft.html").stat().st_size
+    size = (tmp_path / "big.html").stat().st_size
+    assert size < small + 5_000 and size < 3_000_000
+    assert "top 20 of 200,000 rows" in (tmp_path / "big.html").read_text(encoding="utf-8")
+
+
+def luminance(hex_colour: str) -> float:
+    c = [int(hex_colour[i:i + 2], 16) / 255 for i in (1, 3, 5)]
+    c = [x / 12.92 if x <= 0.03928 else ((x + 0.055) / 1.055) ** 2.4 for x in c]
+    return 0.2126 * c[0] + 0.7152 * c[1] + 0.0722 * c[2]
+
+
+def contrast(a: str, b: str) -> float:
+    la, lb = sorted((luminance(a), luminance(b)), reverse=True)
+    return (la + 0.05) / (lb + 0.05)
+
+
+def test_the_palette_passes_wcag_aa():
+    sys.path.insert(0, str(PAGE_SCRIPTS))
+    import build_page
+    for name, (fg, bg) in build_page.PALETTE.items():
+        assert contrast(fg, bg) >= 4.5, (name, fg, bg, contrast(fg, bg))
+    # the label marks and muted text also sit on the table header's background
+    th_bg = build_page.PALETTE["th"][1]
+    assert contrast(build_page.PALETTE["muted"][0], th_bg) >= 4.5
+
+
+@pytest.mark.parametrize("case", ["missing", "folder", "no_scratch", "out_is_report",
+                                  "no_out_folder"])
+def test_bad_input_is_one_sentence(scratch, tmp_path, case):
+    report = tmp_path / "report.md"
+    report.write_text("# r\n", encoding="utf-8")
+    args = [str(report), "--scratch", str(scratch), "--out", str(tmp_path / "p.html")]
+    want = 1
+    if case == "missing":
+        args[0] = str(tmp_path / "nothing.md")
+    elif case == "folder":
+        args[0] = str(tmp_path)
+    elif case == "no_scratch":
+        args[2] = str(tmp_path / "no-such-folder")
+    elif case == "out_is_report":
+        args[4], want = str(report), 2
+    else:
+        args[4] = str(tmp_path / "no" / "p.html")
+    p = subprocess.run([sys.executable, "-P", str(BUILD), *args], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == want, p.stderr
+    assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    assert p.stderr.startswith("build_page: ")
+    assert report.read_text(encoding="utf-8") == "# r\n"
+    assert not (tmp_path / "p.html").exists()
+
+
+def test_help_is_the_docstring():
+    p = subprocess.run([sys.executable, "-P", str(BUILD), "--help"], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0 and "self-contained" in p.stdout
+
+
+def test_investigate_finds_the_page_skill_in_an_install(tmp_path):
+    """Installed side by side, investigate.py --page finds build_page.py beside it."""
+    skills = tmp_path / "skills"
+    p = subprocess.run([sys.executable, str(REPO / "install_skills.py"), str(skills)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    inv = skills / "investigating-jax-traces" / "scripts" / "investigate.py"
+    out = tmp_path / "scratch"
+    p = subprocess.run([sys.executable, "-P", str(inv), str(EXAMPLE), "--out", str(out),
+                        "--page"], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0 and "could not run" not in p.stdout + p.stderr, p.stderr
+    assert (out / "report_draft.html").is_file()
+    assert (skills / "writing-trace-report-pages" / "requirements.txt").is_file()

@@ -1,0 +1,198 @@
+"""The scratch folder's CSV tables as page tables: which tables, which columns, their units and
+labels, the order, and how many rows; long tables cut to their top rows with the count of the rest.
+
+Each table is read as text (invalid UTF-8 replaced, control characters removed), streamed where it
+can be long (attribution/kernels.csv: the top rows kept in a bounded heap, never the whole file in
+memory). Nothing here writes HTML: build_page.py escapes and renders what this returns.
+"""
+
+from __future__ import annotations
+
+import csv
+import heapq
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+csv.field_size_limit(1 << 24)
+
+MEA, INF = "measured", "inferred"
+CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+NUMBER_RE = re.compile(r"^-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")
+UNITS = (("_flop_per_s", "FLOP/s"), ("_bytes_per_s", "B/s"), ("_flop_per_byte", "FLOP/B"),
+         ("_us", "µs"), ("_ps", "ps"), ("_ms", "ms"), ("_pct", "%"), ("_bytes", "B"),
+         ("_flops", "FLOP"))
+
+
+@dataclass
+class Spec:
+    """One page table: the file, its caption, the columns shown with the label of each numeric
+    one, the sort (a numeric column, largest first; None keeps the file's order), how many rows,
+    and an optional row filter (column, value)."""
+    file: str
+    caption: str
+    columns: list
+    labels: dict
+    sort: str | None = None
+    top: int = 20
+    where: tuple | None = None
+    note: str = ""
+
+
+SPECS = [
+    Spec("changes.csv", "Changes, ranked by their share of the step (inferred, not run)",
+         ["rank", "cause_kind", "where", "share_of_step_pct", "saving_us", "saving_min_us",
+          "saving_max_us", "step_if_gone_us", "knob"],
+         {"share_of_step_pct": INF, "saving_us": INF, "saving_min_us": INF, "saving_max_us": INF,
+          "step_if_gone_us": INF}, top=30),
+    Spec("trust.csv", "Trust list: where this capture cannot be trusted",
+         ["item", "kind", "count", "gpu_us", "gpu_pct"],
+         {"count": MEA, "gpu_us": MEA, "gpu_pct": INF}, top=40, where=("section", "trust")),
+    Spec("trust.csv", "Questions that need a new capture", ["item", "detail"], {}, top=40,
+         where=("section", "needs_new_capture")),
+    Spec("streams.csv", "GPUs and streams over the analysed steps",
+         ["device", "stream", "stream_name", "span_us", "compute_us", "collective_us",
+          "memcpy_us", "idle_us", "compute_pct", "idle_pct", "events", "critical"],
+         {"span_us": MEA, "compute_us": MEA, "collective_us": MEA, "memcpy_us": MEA, "idle_us": MEA,
+          "compute_pct": MEA, "idle_pct": MEA, "events": MEA}, top=64),
+    Spec("steps.csv", "Steps per GPU",
+         ["step", "device", "dur_us", "kernels", "busy_us", "idle_pct", "host_late_us",
+          "device_wait_us", "tklqt_us", "akd_us"],
+         {"dur_us": MEA, "kernels": MEA, "busy_us": MEA, "idle_pct": MEA, "host_late_us": MEA,
+          "device_wait_us": MEA, "tklqt_us": MEA, "akd_us": MEA}, top=48),
+    Spec("stragglers.csv", "Which GPU finishes each step last",
+         ["step", "device", "lag_us", "last_stretch", "stretch_us", "finishes_last"],
+         {"lag_us": MEA, "stretch_us": MEA}, top=48),
+    Spec("gaps.csv", "Longest idle gaps on the critical streams",
+         ["device", "stream", "step", "dur_us", "cause", "kernel_before", "kernel_after",
+          "host_events"], {"dur_us": MEA}, sort="dur_us", top=20),
+    Spec("reconciliation.csv", "Reconciliation checks",
+         ["check", "device", "stream", "status", "figure_a", "figure_b", "unit"],
+         {"figure_a": MEA, "figure_b": MEA}, top=60),
+    Spec("attribution/ops.csv", "Top HLO instructions by GPU time",
+         ["instruction", "opcode", "category", "kernels", "gpu_us", "gpu_pct", "user_frame"],
+         {"kernels": MEA, "gpu_us": MEA, "gpu_pct": INF}, sort="gpu_us", top=20),
+    Spec("attribution/lines.csv", "Top Python lines by GPU time",
+         ["user_frame", "gpu_us", "gpu_pct", "kernels", "instructions"],
+         {"gpu_us": MEA, "gpu_pct": INF, "kernels": MEA, "instructions": INF}, sort="gpu_us",
+         top=20),
+    Spec("attribution/how.csv", "How kernels were attributed",
+         ["program_id", "match", "kernels", "gpu_us", "gpu_pct", "low_confidence_pct"],
+         {"kernels": MEA, "gpu_us": MEA, "gpu_pct": INF, "low_confidence_pct": INF}, top=40),
+    Spec("roofline.csv", "Roofline of the top instructions",
+         ["instruction", "opcode", "gpu_us", "runs", "run_flops", "run_bytes", "dtype",
+          "intensity_flop_per_byte", "achieved_flop_per_s", "achieved_bytes_per_s", "binding",
+          "ceiling_pct", "method"],
+         {"gpu_us": MEA, "runs": MEA, "run_flops": INF, "run_bytes": INF,
+          "intensity_flop_per_byte": INF, "achieved_flop_per_s": INF,
+          "achieved_bytes_per_s": INF, "ceiling_pct": INF},
+         sort="gpu_us", top=20),
+    Spec("attribution/kernel_names.csv", "Top kernels by name",
+         ["kernel", "family", "kernels", "gpu_us", "gpu_pct", "gpus"],
+         {"kernels": MEA, "gpu_us": MEA, "gpu_pct": INF, "gpus": MEA}, sort="gpu_us", top=20),
+    Spec("attribution/kernels.csv", "Longest single kernels",
+         ["device", "stream", "start_us", "dur_us", "kernel", "instruction", "match",
+          "confidence", "user_frame"],
+         {"start_us": MEA, "dur_us": MEA, "confidence": INF}, sort="dur_us", top=20),
+]
+
+
+@dataclass
+class Table:
+    spec: Spec
+    columns: list  # the spec's columns the file has
+    rows: list = field(default_factory=list)  # lists of cell strings, in `columns` order
+    total: int = 0  # rows of the file (after the filter)
+
+    @property
+    def rest(self) -> int:
+        return max(0, self.total - len(self.rows))
+
+
+def clean(text: str) -> str:
+    """A capture string made safe to show: control characters out (escaping is the caller's)."""
+    return CONTROL_RE.sub("", text)
+
+
+def unit_of(column: str) -> str:
+    return next((u for suffix, u in UNITS if column.endswith(suffix)), "")
+
+
+def heading_of(column: str) -> str:
+    """A column header in words with its unit: gpu_us -> 'gpu (µs)'."""
+    unit = unit_of(column)
+    name = column
+    for suffix, u in UNITS:
+        if u == unit and column.endswith(suffix):
+            name = column[: -len(suffix)]
+            break
+    name = name.replace("_", " ")
+    return f"{name} ({unit})" if unit else name
+
+
+def is_number(cell: str) -> bool:
+    return bool(NUMBER_RE.match(cell.strip()))
+
+
+def read_table(folder: Path, spec: Spec) -> Table | None:
+    """The spec's rows of one CSV, or None when the file is absent or not a table of the
+    scratch layout (none of the spec's columns)."""
+    path = folder / spec.file
+    if not path.is_file():
+        return None
+    try:
+        fh = open(path, newline="", encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    with fh:
+        reader = csv.reader(fh)
+        try:
+            header = [clean(h) for h in next(reader)]
+        except (StopIteration, csv.Error):
+            return None
+        cols = [c for c in spec.columns if c in header]
+        if not cols:
+            return None
+        idx = [header.index(c) for c in cols]
+        wcol = header.index(spec.where[0]) if spec.where and spec.where[0] in header else None
+        scol = header.index(spec.sort) if spec.sort in header else None
+        table = Table(spec, cols)
+        heap: list = []
+        try:
+            for n, rec in enumerate(reader):
+                if wcol is not None and (len(rec) <= wcol or rec[wcol] != spec.where[1]):
+                    continue
+                table.total += 1
+                if scol is None:
+                    if len(table.rows) < spec.top:
+                        table.rows.append(pick(rec, idx))
+                    continue
+                try:
+                    key = float(rec[scol])
+                except (IndexError, ValueError):
+                    key = float("-inf")
+                if key != key:  # NaN sorts last
+                    key = float("-inf")
+                item = (key, -n, rec)
+                if len(heap) < spec.top:
+                    heapq.heappush(heap, item)
+                elif item > heap[0]:
+                    heapq.heapreplace(heap, item)
+        except csv.Error:
+            pass  # a broken line ends the table: the rows read so far stand, counted
+        if scol is not None:
+            table.rows = [pick(rec, idx) for _, _, rec in sorted(heap, reverse=True)]
+    return table
+
+
+def pick(rec: list, idx: list) -> list:
+    return [clean(rec[i]) if i < len(rec) else "" for i in idx]
+
+
+def read_tables(folder: Path) -> list[Table]:
+    out = []
+    for spec in SPECS:
+        t = read_table(folder, spec)
+        if t is not None and t.total:
+            out.append(t)
+    return out
