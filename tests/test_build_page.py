@@ -169,9 +169,10 @@ def plant(scratch: Path, to: Path) -> Path:
     csv.writer(buf).writerows(rows)
     path.write_text(buf.getvalue(), encoding="utf-8")
     info = json.loads((to / "capture_info.json").read_text())
-    info["capture"]["host"] = "host" + bad
+    info["capture"]["host"] = "host" + bad + "@@BAD@@"
     info["capture"]["run_dir"] = "runs/" + bad
-    (to / "capture_info.json").write_text(json.dumps(info), encoding="utf-8")
+    (to / "capture_info.json").write_bytes(
+        json.dumps(info).encode("utf-8").replace(b"@@BAD@@", BAD_BYTES))
     # a hostile drawing: a script element, an event attribute, an outside image, CSS that leaks
     svg = (to / "swimlanes.svg").read_text(encoding="utf-8")
     svg = svg.replace("<svg ", '<svg onload="alert(10)" ', 1)
