@@ -823,6 +823,20 @@ def instructions(out, chosen, paths, median, mwin, step_us, causes, refusals, no
                         "attribution/ops.csv is missing (step 4 refused or did not run: a capture "
                         "without HLO cannot be attributed)")
         return {}
+    # the program step 4 attributed must be the one the steps run: where several programs
+    # share a module name, step 1 counts them all as steps, and the chosen one ran in fewer
+    aj = read_json(out / "attribution" / "attribute_kernels.json") or {}
+    runs = [v.get("executions") for v in (aj.get("executions") or {}).values()
+            if isinstance(v, dict) and isinstance(v.get("executions"), int)]
+    prog = aj.get("program") or {}
+    if runs and max(runs) < len(chosen):
+        refusals.append(
+            f"cannot rank instructions or Python lines because step 4's program "
+            f"{prog.get('name')}({prog.get('id')}) ran {max(runs)} time(s) on a GPU while step 1 "
+            f"counts {len(chosen)} steps used: the steps run other programs too (programs sharing "
+            "a module name count together in the trace), so an instruction's share of a step "
+            "cannot be told; attribution/ops.csv covers that one program")
+        return {}
     work = [o for o in ops if o.get("category") in ("compute", "memcpy") and num(o.get("gpu_us"))]
     total_us = sum(float(o["gpu_us"]) for o in work)
     if total_us <= 0:

@@ -400,9 +400,9 @@ def draft(s: Scratch) -> str:
     cap = (info.get("capture") or {})
     name = cap.get("run_dir") or cap.get("xplane") or cap.get("trace") or "the capture"
     head = [f"# Why the step is slow: {Path(str(name)).name}", "",
-            "Draft written by report_draft.py from the tables in this folder: every figure is "
-            "cited as (label; table: selector); each `judge` comment marks a sentence to write "
-            "from the table it names. Run factcheck.py on the finished report.", ""]
+            "<!-- draft: written by report_draft.py from the tables in this folder: every figure "
+            "is cited as (label; table: selector); each judge comment marks a sentence to write "
+            "from the table it names. Run factcheck.py on the finished report. -->", ""]
     parts = (head + results(s) + verdict_section(s) + reconciliation_section(s)
              + streams_section(s) + ops_section(s) + changes_section(s) + trust_section(s))
     return "\n".join(parts).rstrip() + "\n"

@@ -54,6 +54,7 @@ import page_tables as pt  # noqa: E402
 MAX_REPORT_BYTES = 20 << 20  # a report is text: larger than this is not a report
 MAX_SVG_BYTES = 16 << 20
 MAX_JSON_BYTES = 64 << 20
+LONG_CELL = 90  # characters of a scratch-table cell shown whole; longer ones are cut mid-name
 SVG_NS = "http://www.w3.org/2000/svg"
 XLINK_NS = "http://www.w3.org/1999/xlink"
 LABELS = {"measured": "m", "read": "r", "inferred": "i"}
@@ -65,6 +66,7 @@ LEGEND = {
 CITE_RE = re.compile(r"\((measured|read|inferred)(, not run)?"
                      r"(?:;\s*((?:[^()]|\([^()]*\))*?))?\s*\)")
 NUM_START_RE = re.compile(r"^[<>≈~]?\s*(-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?)")
+CITED_FILE_RE = re.compile(r";\s*([\w./-]+\.(?:csv|json))\s*:")
 COMMENT_RE = re.compile(r"<!--.*?-->", re.S)
 JUDGE_RE = re.compile(r"<!--\s*judge:", re.I)
 UNSAFE_SVG_TAGS = {"script", "foreignObject", "iframe", "object", "embed", "audio", "video",
@@ -141,6 +143,8 @@ def slug(text: str, used: set) -> str:
 def mark(label: str, source: str | None, not_run: bool = False) -> str:
     """A citation as a visible label mark and its source in small type."""
     words = label + (", not run" if not_run else "")
+    if source:
+        source = re.sub(r"=\*(\d*)(?=,|$)", "=(each row's key)", source.strip())
     src = f'<span class="src">; {esc(source)}</span>' if source else ""
     return (f'<span class="cite"><span class="lbl lbl-{LABELS[label]}">{esc(words)}</span>'
             f"{src}</span>")
@@ -296,6 +300,7 @@ class Render:
         return t
 
     def run(self, text: str) -> str:
+        self.lines = text.split("\n")
         tokens = self.md.parse(text)
         tokens = self.headings(tokens)
         for t in tokens:
@@ -425,6 +430,12 @@ class Render:
                 heading = t.content
             if t.type == "table_open":
                 cap = heading or "Table"
+                if t.map:
+                    src = "\n".join(self.lines[t.map[0]:t.map[1]])
+                    files = list(dict.fromkeys(CITED_FILE_RE.findall(src)))
+                    rows = max(0, t.map[1] - t.map[0] - 2)
+                    cap += (f" ({rows} row{'s' if rows != 1 else ''}"
+                            + (f"; from {', '.join(files)}" if files else "") + ")")
                 out.append(self.html_token(
                     f'<div class="table-wrap" role="region" tabindex="0" '
                     f'aria-label="{esc(cap)}">\n', True))
@@ -484,6 +495,11 @@ def table_html(t: pt.Table, tid: str) -> str:
             if isnum and pt.is_number(v):
                 cells.append(f'<td class="num" data-value="{esc(v.strip())}">'
                              f"{esc(display_number(v))}</td>")
+            elif len(v) > LONG_CELL:
+                # a long name (ROCm's Tensile kernels run to 600 characters): its two ends on
+                # the page, the whole name in the title and in the table's file
+                short = v[:LONG_CELL * 2 // 3] + "…" + v[-LONG_CELL // 3:]
+                cells.append(f'<td title="{esc(v)}">{esc(short)}</td>')
             else:
                 cells.append(f"<td>{esc(v)}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
@@ -530,9 +546,10 @@ border-radius:.25em;margin-left:.15em;vertical-align:.08em;white-space:nowrap}
 table{border-collapse:collapse;font-size:.88rem}
 caption{text-align:left;font-weight:600;padding:.3rem 0;caption-side:top}
 th,td{border:1px solid #c8c8c8;padding:.2rem .45rem;vertical-align:top;text-align:left}
+td{max-width:30rem;overflow-wrap:break-word}
 th{background:$thbg;color:$th}
-td.num,th.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
-td.num .src{display:block;white-space:normal;min-width:9rem}
+td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
+th.num{white-space:nowrap}
 .rest{color:$muted;font-size:.9rem;margin-top:-.4rem}
 figure{margin:1rem 0}figcaption{color:$muted;font-size:.9rem}
 .fig-wrap{display:block;overflow-x:auto;max-width:100%}
@@ -546,8 +563,8 @@ dl.meta{grid-template-columns:1fr}dl.meta dt{margin-top:.3rem}}
 body{max-width:none;padding:0;font-size:10pt}
 .table-wrap,.fig-wrap{overflow:visible}
 table{width:100%;font-size:8pt}
-th,td{overflow-wrap:anywhere;word-break:break-word}
-td.num,th.num{white-space:normal}
+td{overflow-wrap:anywhere}
+th,th.num{white-space:normal}
 thead{display:table-header-group}tr,figure{break-inside:avoid}
 h2{break-before:page}header+main>h2:first-child{break-before:auto}
 h2,h3,caption{break-after:avoid}
@@ -577,12 +594,34 @@ def header_facts(scratch: Path, report: Path) -> list[tuple[str, str]]:
         ("Capture", run_dir or "not recorded (capture_info.json missing)"),
         ("Run", Path(run_dir).name if run_dir else "not recorded"),
         ("Host", str(cap.get("host") or "not recorded")),
-        ("GPUs", (f"{len(busy)} with events of {len(gpus)}" if gpus else "not recorded")
-         + (f", {model}" if model else "")),
+        ("GPUs", (f"{len(gpus)} in the capture, {len(busy)} of them ran work" if gpus else
+                  "not recorded") + (f"; {model}" if model else "")),
         ("Report", report.name),
         ("Built", dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")),
     ]
+    fc = read_json(scratch / "factcheck.json")
+    checked = str(fc.get("report") or "")
+    same = bool(checked) and Path(checked).name == report.name and (
+        not Path(checked).is_absolute() or Path(checked).resolve() == report.resolve())
+    figs = fc.get("figures") if isinstance(fc.get("figures"), dict) else {}
+    if same:
+        facts.append(("Fact check", f"{fc.get('verdict')} on this report ({figs.get('ok', 0)} "
+                                    "figures found in their tables; factcheck.json)"))
+    else:
+        facts.append(("Fact check", "none of this report in the scratch folder"
+                      + (f" (factcheck.json checked {Path(checked).name})" if checked else "")))
     return facts
+
+
+def shown_in_report(text: str, spec: pt.Spec) -> bool:
+    """Whether a Markdown table of the report already cites this file (and the spec's row
+    filter): the page then does not repeat it below."""
+    for line in text.split("\n"):
+        if line.lstrip().startswith("|") and re.search(
+                r";\s*" + re.escape(spec.file) + r"\s*:", line):
+            if spec.where is None or f"{spec.where[0]}={spec.where[1]}" in line:
+                return True
+    return False
 
 
 def build(report: Path, scratch: Path) -> tuple[str, dict]:
@@ -592,7 +631,7 @@ def build(report: Path, scratch: Path) -> tuple[str, dict]:
     text = read_text(report, MAX_REPORT_BYTES)
     judges = len(JUDGE_RE.findall(text))
     text = COMMENT_RE.sub("", text)
-    tables = pt.read_tables(scratch)
+    tables = [t for t in pt.read_tables(scratch) if not shown_in_report(text, t.spec)]
     r = Render(md, token_cls, scratch, report.parent)
     ids = {}
     for t in tables:
@@ -609,6 +648,10 @@ def build(report: Path, scratch: Path) -> tuple[str, dict]:
     counts = ", ".join(f"{r.counts[k]} {k}" for k in LABELS)
     warn = (f'<p class="warn">This is a draft: {judges} judgement place'
             f'{"s are" if judges != 1 else " is"} still unwritten.</p>' if judges else "")
+    check = dict(facts).get("Fact check", "")
+    if not check.startswith("pass on this report"):
+        warn += ('<p class="warn">Not fact-checked: run factcheck.py on this report before '
+                 "sharing the page.</p>")
     tables_html = "".join(table_html(t, t.tid) for t in tables)
     page = (
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
@@ -633,6 +676,9 @@ def write_atomic(path: Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # a page to share: readable as any new file is
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -679,7 +725,8 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 1
     lab = stats["labels"]
-    print(f"wrote {out} ({stats['bytes'] / 1024:,.0f} kB: {sum(lab.values())} labelled figures, "
+    print(f"wrote {out} ({stats['bytes'] / 1024:,.0f} kB: {sum(lab.values())} citations shown "
+          "as label marks, "
           f"{stats['figures']} drawings, {stats['tables']} tables)")
     if stats["judge_places"]:
         print(f"note: {stats['judge_places']} judgement places are still unwritten (a draft)")

@@ -78,7 +78,7 @@ SPECS = [
          top=20),
     Spec("attribution/how.csv", "How kernels were attributed",
          ["program_id", "match", "kernels", "gpu_us", "gpu_pct", "low_confidence_pct"],
-         {"kernels": MEA, "gpu_us": MEA, "gpu_pct": INF, "low_confidence_pct": INF}, top=40),
+         {"kernels": MEA, "gpu_us": MEA, "gpu_pct": INF, "low_confidence_pct": INF}, top=100),
     Spec("roofline.csv", "Roofline of the top instructions",
          ["instruction", "opcode", "gpu_us", "runs", "run_flops", "run_bytes", "dtype",
           "intensity_flop_per_byte", "achieved_flop_per_s", "achieved_bytes_per_s", "binding",
