@@ -76,7 +76,8 @@ def test_verdict_and_host_device_split_match_the_truth(corpus, name, verdict):
 def test_straggler_is_named(corpus):
     _, out = corpus("rocm-8gpu-straggler")
     text = (out / "summary.txt").read_text()
-    assert "straggler: GPU 5 finishes last in 4 of 4 steps" in text
+    assert "straggler: GPU 5 finishes last in 4 of 4 steps, ahead of the next GPU by" in text
+    assert "last per step: GPU 5 in 4;" in text
     assert "collective time per step: GPU 5 has the least" in text
 
 
@@ -301,7 +302,8 @@ def test_no_launch_events_is_a_refusal(tmp_path):
 
 RESULT_FIELDS = {"step", "status", "verdict", "rule", "steps", "joins", "gpu_events",
                  "join_rate_pct", "figures", "host_device_split", "straggler", "notes",
-                 "refusals", "needs_new_capture", "tables"}
+                 "refusals", "needs_new_capture", "tables", "verdict_qualifier",
+                 "between_steps"}
 
 
 @pytest.mark.parametrize("name", ["rocm-8gpu-straggler", "nvidia-cb-partial", "rocm-no-steps"])
@@ -332,3 +334,70 @@ def test_gaps_before_graph_kernels_name_the_graph_launch_thread(corpus):
     after_graph = [g for g in gaps
                    if rows[(g["device"], g["stream"], g["end_us"])]["graph"] == "1"]
     assert after_graph and all(g["launch_thread"] and g["host_events"] for g in after_graph)
+
+
+@pytest.mark.parametrize("name, cause", [("nvidia-between-steps-unrecorded", "not recorded"),
+                                         ("nvidia-between-steps-input", "input pipeline")])
+def test_the_idle_between_steps_is_measured_and_named(corpus, name, cause):
+    """The generator idles the GPU 400 us between one step's sync and the next step's start;
+    the period, the idle and its cause come out, and the verdict says it holds within the step."""
+    r, out = corpus(name)
+    rows = read(out / "steps.csv")
+    starts = sorted({s["start_ps"] for s in r.steps})
+    for row in rows:
+        n = int(row["step"])
+        if n + 1 < len(starts):
+            assert abs(float(row["period_us"]) * 1e6 - (starts[n + 1] - starts[n])) < 1000
+            t = next(s for s in r.steps if s["step"] == n and s["device"] == int(row["device"]))
+            assert abs(float(row["idle_between_us"]) * 1e6 - (starts[n + 1] - t["end_ps"])) < 1000
+            assert float(row["idle_between_us"]) >= 400
+            assert row["between_cause"] == cause
+        else:
+            assert row["period_us"] == "" and row["between_cause"] == ""
+    if cause == "input pipeline":
+        assert all(x["between_host_events"].startswith("IteratorGetNext=266.667 | device_put=")
+                   for x in rows if x["period_us"])
+    summary = (out / "summary.txt").read_text().splitlines()
+    assert summary[0].startswith("verdict: launch-bound within the step; 19% of the step "
+                                 "period is between steps") and summary[0].endswith(
+        f"(cause: {cause})")
+    import json
+    res = json.loads((out / "skip_stats.json").read_text())
+    assert res["verdict"] == "launch-bound" and res["between_steps"]["cause"] == cause
+    assert 18 <= res["figures"]["between_share_pct"]["value"] <= 20
+
+
+def test_a_changing_last_gpu_is_no_straggler():
+    """GPUs 1, 3 and 0 each end one step last, well ahead: no GPU is named a straggler."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    import skip_stats
+    us = 1_000_000
+    ends = [(0, {0: 100 * us, 1: 180 * us, 3: 120 * us}), (1, {0: 100 * us, 1: 120 * us,
+                                                               3: 190 * us}),
+            (2, {0: 200 * us, 1: 120 * us, 3: 100 * us})]
+    rows = [{"step": n, "device": d, "dur_ps": e, "collective_ps": 0}
+            for n, ends_ in ends for d, e in ends_.items()]
+    sg = skip_stats.straggler(rows, {"ends": ends}, 1e-6)
+    assert sg["is_straggler"] is False and sg["ties"] == 0
+    assert sg["last_counts"] == {"0": 1, "1": 1, "3": 1}
+    result = {"verdict": "mixed", "rule": [], "steps": {"source": "x", "analysed": [0, 1, 2],
+              "skipped_partial": [], "partial_analysed": []},
+              "joins": dict.fromkeys(skip_stats.JOIN_KEYS, 0) | {
+                  "shared_ids_without_graph_launch": 0},
+              "gpu_events": 9, "join_rate_pct": 0.0, "figures": {}, "straggler": sg,
+              "notes": [], "refusals": [], "needs_new_capture": []}
+    line = next(x for x in skip_stats.render_summary(result) if "straggler" in x)
+    assert line.startswith("no straggler: the last GPU changes from step to step (last: "
+                           "GPU 0 in 1, GPU 1 in 1, GPU 3 in 1 of 3 steps")
+    # the same GPU last in every step by 80 us: a straggler
+    ends = [(n, {0: 100 * us, 1: 180 * us}) for n in range(3)]
+    rows = [{"step": n, "device": d, "dur_ps": e, "collective_ps": 0}
+            for n, e_ in ends for d, e in e_.items()]
+    sg = skip_stats.straggler(rows, {"ends": ends}, 1e-6)
+    assert sg["is_straggler"] and sg["gpu"] == 1 and sg["lead_us"]["value"] == 80
+    # by 2 us only (under the 5 us margin): ties, no straggler
+    ends = [(n, {0: 100 * us, 1: 102 * us}) for n in range(3)]
+    rows = [{"step": n, "device": d, "dur_ps": e, "collective_ps": 0}
+            for n, e_ in ends for d, e in e_.items()]
+    sg = skip_stats.straggler(rows, {"ends": ends}, 1e-6)
+    assert not sg["is_straggler"] and sg["ties"] == 3

@@ -56,6 +56,27 @@ HOST_SHARE_NEGLIGIBLE = 0.10
 # Collective/straggler-bound: collective kernels (which include waiting for peers) cover at least
 # this share of the step on the bounding GPU, with more than one GPU in the capture.
 COLLECTIVE_BOUND_SHARE = 0.25
+# Between steps: the GPU that ends a step sits idle after its last kernel until the next step
+# starts. At this share of the step period the time inside the step no longer tells the whole
+# story (a tenth of the wall time is beyond what the in-step verdict weighs): the verdict line
+# says so and names the cause class.
+BETWEEN_STEPS_SHARE = 0.10
+# Host events whose names say the host is preparing input (iterators, data loaders, transfers to
+# the device): idle between steps with these in it is an input-pipeline wait.
+INPUT_PIPELINE_RE = re.compile(r"(?i)iterator|dataset|dataloader|data_loader|prefetch|next_batch|"
+                               r"get_next|device_put|infeed|transfer_to_device|BufferFromPyval|"
+                               r"HtoD|H2D|MemcpyH2D")
+# Host events covering less than this share of the idle between steps do not explain it (the
+# tail of the step's own sync wait, a launch call): the idle counts as not recorded.
+BETWEEN_RECORDED_SHARE = 0.10
+# Host events named in the between-steps column, the largest first.
+BETWEEN_EVENTS_NAMED = 5
+# Straggler: one GPU ends more than this share of the steps last, each time ahead of the next GPU
+# by more than the margin (the larger of an absolute floor, under which launch jitter decides,
+# and a share of the step): otherwise the last GPU is noise and no straggler is named.
+STRAGGLER_MAJORITY = 0.5
+STRAGGLER_MIN_LEAD_PS = 5_000_000  # 5 us
+STRAGGLER_MIN_LEAD_SHARE = 0.005  # 0.5% of the step
 # A gap shorter than this on the critical stream is back-to-back execution, not idleness worth a
 # row: launch latency alone is a few microseconds.
 MIN_GAP_PS = 1_000_000
@@ -537,7 +558,57 @@ def per_step_rows(a: Analysis) -> tuple[list, list, list, dict]:
                 acc["events"] += len(sevs)
         if ends:
             verdict_in.append((num, ends))
+    between_steps(a, step_rows)
     return step_rows, stream_acc, gap_rows, {"critical": critical, "ends": verdict_in}
+
+
+def between_steps(a: Analysis, step_rows) -> None:
+    """Per step and GPU: the step period (this step's start to the next step's, any step the
+    capture holds), the GPU idle after its last kernel until the next step starts, the largest
+    host events inside that idle (all host threads, containers left out) and its cause class:
+    input pipeline (input-preparing names), host work between steps, or not recorded."""
+    order = sorted(a.steps, key=lambda st: st.start)
+    nxt = {st.number: order[i + 1].start for i, st in enumerate(order[:-1])}
+    for r in step_rows:
+        n = nxt.get(r["step"])
+        r["period_ps"] = r["idle_between_ps"] = None
+        r["between_events"], r["between_cause"] = "", ""
+        if n is None or n <= r["start_ps"]:
+            continue
+        r["period_ps"] = n - r["start_ps"]
+        r["idle_between_ps"] = max(0, n - r["end_ps"])
+        if not r["idle_between_ps"]:
+            continue
+        events, covered = host_events_in(a, r["end_ps"], n)
+        r["between_events"] = " | ".join(f"{name}={v / 1e6:.3f}"
+                                         for name, v in events[:BETWEEN_EVENTS_NAMED])
+        r["between_cause"] = between_cause(events, covered, r["idle_between_ps"])
+
+
+def host_events_in(a: Analysis, start: int, end: int) -> tuple[list, int]:
+    """The host events (every thread; containers and step markers left out) overlapping
+    [start, end), summed by name, the largest first; and the time any of them covers."""
+    overlap: dict[str, int] = {}
+    spans = []
+    for thread in a.host_threads:
+        starts, evs, longest = a.gap_events.get(thread, ([], [], 0))
+        i = bisect.bisect_left(starts, start - longest)
+        while i < len(evs) and evs[i][0] < end:
+            hs, he, name = evs[i]
+            s, e = max(hs, start), min(he, end)
+            if e > s:
+                overlap[name] = overlap.get(name, 0) + e - s
+                spans.append((s, e))
+            i += 1
+    return sorted(overlap.items(), key=lambda kv: (-kv[1], kv[0])), union_ps(spans)
+
+
+def between_cause(events, covered: int, idle: int) -> str:
+    if not events or covered < BETWEEN_RECORDED_SHARE * idle:
+        return "not recorded"
+    if any(INPUT_PIPELINE_RE.search(name) for name, _ in events):
+        return "input pipeline"
+    return "host work between steps"
 
 
 def classify_gaps(a: Analysis, crit_evs, step_start, device, step):
@@ -646,7 +717,34 @@ def verdict(a: Analysis, step_rows, info) -> tuple[str, list, dict]:
     if u > HOST_SHARE_NEGLIGIBLE:
         fired.append(f"caution: {u:.1%} of the bounding stream's step is gaps of unknown cause "
                      "(graph kernels or unjoined events)")
-    return name, [rule] + fired, figures
+    lines = [rule] + fired
+    between = [r for r in bound if r.get("period_ps")]
+    if between:
+        shares = [r["idle_between_ps"] / r["period_ps"] for r in between]
+        figures["between_share"] = shares
+        share = statistics.median(shares)
+        causes = [r["between_cause"] for r in between if r["idle_between_ps"]]
+        cause = max(sorted(set(causes)), key=causes.count) if causes else "none (no idle)"
+        figures["between_cause"] = cause
+        words = CAUSE_WORDS.get(cause, cause)
+        lines.append(f"between steps, on the same GPU: {share:.1%} of the step period (start to "
+                     f"the next step's start) is GPU idle after the step's last kernel (median "
+                     f"over {len(between)} steps); host in that idle: {words}")
+        if share >= BETWEEN_STEPS_SHARE:
+            figures["qualifier"] = (f"{name} within the step; {share:.0%} of the step period is "
+                                    f"between steps, {CAUSE_WORDS.get(cause, cause)} "
+                                    f"(cause: {cause})")
+            lines.append(f"between-steps share {share:.1%} >= BETWEEN_STEPS_SHARE "
+                         f"{BETWEEN_STEPS_SHARE:.0%}: the verdict holds within the step only")
+    return name, lines, figures
+
+
+CAUSE_WORDS = {
+    "not recorded": "with nothing recorded on the host (the Python tracer may be off)",
+    "input pipeline": "with the host preparing input (iterator, transfer or device_put events)",
+    "host work between steps": "with the host busy in other work (the events named in "
+                               "steps.csv between_host_events)",
+}
 
 
 # ---------------------------------------------------------------- writers
@@ -741,6 +839,7 @@ def build_result(a: Analysis, joins, name, rule, figures, step_rows, info) -> di
         "gpu_events": total,
         "join_rate_pct": 100.0 * joins.get("launch", 0) / total if total else 0.0,
         "figures": {}, "host_device_split": None, "straggler": None,
+        "verdict_qualifier": None, "between_steps": None,
         "notes": list(a.notes), "refusals": list(a.refusals),
         "needs_new_capture": [NEEDS_NEW_CAPTURE],
     }
@@ -761,29 +860,66 @@ def build_result(a: Analysis, joins, name, rule, figures, step_rows, info) -> di
                           us_ if unit == "us" else 1.0)
     for key in ("host_share", "busy_share", "collective_share"):
         fig[key + "_pct"] = spread(figures.get(key, []), "pct", "inferred", 100.0)
+    with_period = [r for r in step_rows if r.get("period_ps")]
+    fig["period_us"] = spread([r["period_ps"] for r in with_period], "us", "measured", us_)
+    fig["idle_between_us"] = spread([r["idle_between_ps"] for r in with_period], "us",
+                                    "measured", us_)
+    fig["idle_between_pct"] = spread([r["idle_between_ps"] / r["period_ps"] for r in with_period],
+                                     "pct", "measured", 100.0)
+    fig["between_share_pct"] = spread(figures.get("between_share", []), "pct", "inferred", 100.0)
+    result["verdict_qualifier"] = figures.get("qualifier")
+    if with_period:
+        result["between_steps"] = {"cause": figures.get("between_cause"), "label": "inferred",
+                                   "threshold_pct": 100.0 * BETWEEN_STEPS_SHARE}
     host = sum(r["host_late_ps"] for r in step_rows)
     span = sum(r["dur_ps"] for r in step_rows)
     result["host_device_split"] = {"host_pct": 100 * host / span,
                                    "device_pct": 100 - 100 * host / span, "label": "inferred"}
     gpus = sorted({r["device"] for r in step_rows})
     if len(gpus) > 1:
-        spreads, lasts = [], []
-        for _, ends in info["ends"]:
-            spreads.append(max(ends.values()) - min(ends.values()))
-            lasts.append(max(sorted(ends), key=lambda d: ends[d]))
-        last = max(set(lasts), key=lasts.count)
-        coll: dict = {}
-        for r in step_rows:
-            coll.setdefault(r["device"], []).append(r["collective_ps"])
-        med = {d: statistics.median(v) for d, v in coll.items()}
-        least = min(sorted(med), key=lambda d: med[d])
-        result["straggler"] = {
-            "gpu": last, "steps_last": lasts.count(last), "steps": len(lasts),
-            "end_spread_us": spread(spreads, "us", "measured", us_),
-            "least_collective_gpu": least if any(med.values()) else None,
-            "least_collective_us": med[least] * us_,
-            "most_collective_us": max(med.values()) * us_}
+        result["straggler"] = straggler(step_rows, info, us_)
     return result
+
+
+def straggler(step_rows, info, us_) -> dict:
+    """Which GPU ends each step last, by how much, and whether that is a straggler: one GPU last
+    in more than STRAGGLER_MAJORITY of the steps, ahead of the next GPU by more than the margin
+    in the median of those steps; a step whose two last GPUs end within the margin is a tie."""
+    dur = {(r["step"], r["device"]): r["dur_ps"] for r in step_rows}
+    spreads, lasts, leads = [], [], {}
+    for num, ends in info["ends"]:
+        spreads.append(max(ends.values()) - min(ends.values()))
+        order = sorted(ends, key=lambda d: (-ends[d], d))
+        if len(order) < 2:
+            continue
+        lead = ends[order[0]] - ends[order[1]]
+        margin = max(STRAGGLER_MIN_LEAD_PS, STRAGGLER_MIN_LEAD_SHARE
+                     * dur.get((num, order[0]), 0))
+        if lead <= margin:
+            lasts.append(None)  # a tie
+            continue
+        lasts.append(order[0])
+        leads.setdefault(order[0], []).append(lead)
+    counts = {d: lasts.count(d) for d in sorted({d for d in lasts if d is not None})}
+    ties = lasts.count(None)
+    top = max(sorted(counts), key=lambda d: counts[d]) if counts else None
+    is_straggler = top is not None and counts[top] > STRAGGLER_MAJORITY * len(lasts)
+    coll: dict = {}
+    for r in step_rows:
+        coll.setdefault(r["device"], []).append(r["collective_ps"])
+    med = {d: statistics.median(v) for d, v in coll.items()}
+    least = min(sorted(med), key=lambda d: med[d])
+    return {
+        "gpu": top, "is_straggler": is_straggler,
+        "steps_last": counts.get(top, 0), "steps": len(lasts), "ties": ties,
+        "last_counts": {str(d): c for d, c in sorted(counts.items(), key=lambda kv: -kv[1])},
+        "lead_us": spread(leads.get(top, []), "us", "measured", us_),
+        "margin_us": {"value": STRAGGLER_MIN_LEAD_PS * us_, "unit": "us", "label": "inferred",
+                      "share_of_step_pct": 100.0 * STRAGGLER_MIN_LEAD_SHARE},
+        "end_spread_us": spread(spreads, "us", "measured", us_),
+        "least_collective_gpu": least if any(med.values()) else None,
+        "least_collective_us": med[least] * us_,
+        "most_collective_us": max(med.values()) * us_}
 
 
 def _rng(f: dict | None, fmt) -> str:
@@ -794,7 +930,7 @@ def _rng(f: dict | None, fmt) -> str:
 
 def render_summary(r: dict) -> list[str]:
     """summary.txt: a rendering of the result, nothing computed here."""
-    out = [f"verdict: {r['verdict']}"]
+    out = [f"verdict: {r.get('verdict_qualifier') or r['verdict']}"]
     out += [f"rule: {x}" for x in r["rule"]]
     st = r["steps"]
     out.append(f"steps: from {st['source']}; {len(st['analysed'])} analysed "
@@ -835,14 +971,33 @@ def render_summary(r: dict) -> list[str]:
                          ("busy_share_pct", "busy-or-queued share (bounding GPU)"),
                          ("collective_share_pct", "collective share (bounding GPU)")):
             out.append(f"  {label}: {_rng(f[k], f_pct)}")
+        if f.get("period_us"):
+            out.append(f"  step period (start to the next step's start): "
+                       f"{_rng(f['period_us'], f_us)}")
+            out.append(f"  GPU idle between steps (last kernel to the next step's start): "
+                       f"{_rng(f['idle_between_us'], f_us)}, "
+                       f"{_rng(f['idle_between_pct'], f_pct)} of the period; cause: "
+                       f"{(r.get('between_steps') or {}).get('cause')} (steps.csv "
+                       "between_host_events)")
         hd = r["host_device_split"]
         out.append(f"  host/device split on the critical streams: host {hd['host_pct']:.2f}%"
                    f", device {hd['device_pct']:.2f}% of step time")
     sg = r["straggler"]
     if sg:
-        out.append(f"straggler: GPU {sg['gpu']} finishes last in {sg['steps_last']} of "
-                   f"{sg['steps']} steps; spread of step end times "
-                   f"{_rng(sg['end_spread_us'], lambda v: f'{v:,.1f} us')}")
+        dist = ", ".join([f"GPU {d} in {c}" for d, c in sg["last_counts"].items()]
+                         + ([f"a tie in {sg['ties']}"] if sg["ties"] else []))
+        spread_txt = _rng(sg["end_spread_us"], lambda v: f"{v:,.1f} us")
+        margin = (f"{sg['margin_us']['value']:,.1f} us or "
+                  f"{sg['margin_us']['share_of_step_pct']:.1f}% of the step")
+        if sg["is_straggler"]:
+            out.append(f"straggler: GPU {sg['gpu']} finishes last in {sg['steps_last']} of "
+                       f"{sg['steps']} steps, ahead of the next GPU by "
+                       f"{_rng(sg['lead_us'], lambda v: f'{v:,.1f} us')} (margin {margin}); "
+                       f"last per step: {dist}; spread of step end times {spread_txt}")
+        else:
+            out.append(f"no straggler: the last GPU changes from step to step (last: {dist} "
+                       f"of {sg['steps']} steps; a lead within {margin} is a tie); spread of "
+                       f"step end times {spread_txt}")
         if sg["least_collective_gpu"] is not None:
             out.append(f"  collective time per step: GPU {sg['least_collective_gpu']} has the "
                        f"least ({sg['least_collective_us']:,.1f} us, others up to "
@@ -903,12 +1058,17 @@ def write_tables(tmp: Path, a: Analysis, stream_acc, critical, step_rows, gap_ro
     written.append(("steps.csv", write_csv(tmp / "steps.csv", [
         "step", "device", "source", "start_us", "end_us", "dur_us", "kernels", "busy_us",
         "idle_us", "idle_pct", "critical_stream", "tklqt_us", "akd_us", "il_us",
-        "il_idle_us", "union_idle_us", "host_late_us", "device_wait_us", "unknown_gap_us"],
+        "il_idle_us", "union_idle_us", "host_late_us", "device_wait_us", "unknown_gap_us",
+        "period_us", "idle_between_us", "idle_between_pct", "between_cause",
+        "between_host_events"],
         [[r["step"], r["device"], r["source"], us(r["start_ps"]), us(r["end_ps"]),
           us(r["dur_ps"]), r["kernels"], us(r["busy_ps"]), us(r["idle_ps"]),
           pct(r["idle_ps"], r["dur_ps"]), r["critical_stream"], us(r["tklqt_ps"]),
           us(r["akd_ps"]), us(r["il_ps"]), us(r["il_idle_ps"]), us(r["union_idle_ps"]),
-          us(r["host_late_ps"]), us(r["device_wait_ps"]), us(r["unknown_gap_ps"])]
+          us(r["host_late_ps"]), us(r["device_wait_ps"]), us(r["unknown_gap_ps"]),
+          us(r["period_ps"]), us(r["idle_between_ps"]),
+          pct(r["idle_between_ps"], r["period_ps"]) if r["period_ps"] else "",
+          r["between_cause"], r["between_events"]]
          for r in step_rows])))
     written.append(("gaps.csv", write_csv(tmp / "gaps.csv", [
         "device", "stream", "step", "start_us", "end_us", "dur_us", "kernel_before",

@@ -69,6 +69,11 @@ class Scenario:
     launch_ps: int = 4 * US           # one launch API call
     thunk_host_ps: int = 2 * US       # host work per thunk besides its launches
     step_python_ps: int = 60 * US     # Python between steps, on the python thread
+    # the user's loop between one step's end (its sync) and the next step's annotation: the GPU
+    # idles; what the host records there: "none" (nothing traced), "input_pipeline" (an
+    # iterator's get-next, then the batch's device_put), "python" (other Python work)
+    between_steps_ps: int = 0
+    between_host: str = "none"
     queue_latency_ps: int = 2 * US    # launch end -> earliest kernel start
     # device costs
     work_scale: float = 1.0           # multiplies every kernel's duration
@@ -533,7 +538,15 @@ class _Sim:
             self.host.append(HostEvent(python, "train", t0, sync_end - t0 + US,
                                        [("step_num", flavours.I64, step)]))
         self._truth_steps(step, t0, step_kernels)
-        return sync_end + 20 * US
+        gap0, gap = sync_end + 20 * US, sc.between_steps_ps
+        if gap and sc.between_host == "input_pipeline":
+            self.host.append(HostEvent(python, "IteratorGetNext", gap0 + US, gap * 2 // 3))
+            self.host.append(HostEvent(python, "device_put", gap0 + US + gap * 2 // 3,
+                                       gap // 4))
+        elif gap and sc.between_host == "python":
+            self.host.append(HostEvent(python, "$train.py:212 log_metrics", gap0 + US,
+                                       gap - 2 * US))
+        return gap0 + gap
 
     def _op_launch(self, g, th: Thunk, spec: KernelSpec, ls, start, dur, stream, step,
                    program_id, trace_line, step_kernels, first_launch, scope=None):

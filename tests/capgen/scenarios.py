@@ -90,4 +90,10 @@ SCENARIOS = {s.name: s for s in [
              command_buffers="xla"),
     Scenario("nvidia-maxtext-8gpu", vendor="nvidia", program="maxtext-h100", gpus=8, steps=3,
              command_buffers="partial"),
+    # the GPU idles between steps: with nothing recorded on the host (the Python tracer off, or
+    # the time spent outside traced code), and with the host waiting on its input pipeline
+    Scenario("nvidia-between-steps-unrecorded", vendor="nvidia", gpus=2, steps=4,
+             between_steps_ps=400 * US, between_host="none"),
+    Scenario("nvidia-between-steps-input", vendor="nvidia", gpus=2, steps=4,
+             between_steps_ps=400 * US, between_host="input_pipeline"),
 ]}
