@@ -617,11 +617,22 @@ def analyse(out: Path) -> dict:
         g = steps[n]
         new_end = max(r["end"] - r["host_late"] for r in g.values())
         hsav.append(max(0.0, fr["end"] - new_end))
-    if hsav[at] >= MIN_SAVING_US or mp["host_late"] >= MIN_SAVING_US:
-        hd = host_details(gaps["median_rows"], mf) if gaps else None
+    hd = host_details(gaps["median_rows"], mf) if gaps else None
+    host_late = mp["host_late"]
+    if whole and hd and hd["leading_us"] > 0:
+        # no steps: the window is the whole capture, and the wait before its first kernel is
+        # the capture's lead-in (the profiler started before the work), not a cost per step
+        lead = hd["leading_us"]
+        host_late = max(0.0, mp["host_late"] - lead)
+        hsav = [min(v, host_late) for v in hsav]  # the bounding GPU's other gaps at most
+        notes.append(f"the capture has no steps: the {fmt(lead)} us before the first kernel are "
+                     "the capture's lead-in, not a cost of a step, and are left out of the host "
+                     "gap's saving")
+        hd["leading_us"] = 0.0
+    if hsav[at] >= MIN_SAVING_US or host_late >= MIN_SAVING_US:
         b = mf["bound"]
         crit = steps[median][b]["crit"]
-        words = (f"the critical stream waits on the host: {fmt(mp['host_late'])} us of step "
+        words = (f"the critical stream waits on the host: {fmt(host_late)} us of step "
                  f"{median}")
         if hd:
             named = ", ".join(f"{n} {fmt(v)} us" for n, v in hd["events"][:HOST_EVENTS_NAMED])
@@ -631,7 +642,7 @@ def analyse(out: Path) -> dict:
                 words += f"; host events inside them: {named}"
         joins = (s1 or {}).get("joins", {})
         graph, launched = joins.get("graph_launch", 0), joins.get("launch", 0)
-        knob = host_knob(hd["leading_us"] if hd else 0.0, mp["host_late"],
+        knob = host_knob(hd["leading_us"] if hd else 0.0, host_late,
                          100.0 * graph / (graph + launched) if graph + launched else 0.0,
                          bool(hd and hd["python_tracer"]))
         assume = ("every GPU's critical stream would run its kernels back to back (kernel "
@@ -641,7 +652,7 @@ def analyse(out: Path) -> dict:
             "host_gap", words, f"GPU {b} stream {crit}" + (
                 f" (launching thread {', '.join(hd['threads'])})" if hd and hd["threads"] else
                 ""),
-            100.0 * mp["host_late"] / mwin, step_us, spread(hsav, at), assume, knob,
+            100.0 * host_late / mwin, step_us, spread(hsav, at), assume, knob,
             src1 + "; skip_stats.json"))
 
     # the straggler's extra work

@@ -511,3 +511,6 @@ def test_capture_without_hlo_ranks_the_host_and_refuses_instructions(shared, tmp
     assert rows[0]["cause_kind"] == "host_gap"
     assert any("attribution/ops.csv is missing" in x for x in res["refusals"])
     assert any("whole capture" in nt for nt in res["notes"])
+    # no steps: the 940 ms before the first kernel are the capture's lead-in, not a step's cost
+    assert any("the capture's lead-in" in nt for nt in res["notes"])
+    assert float(rows[0]["saving_us"]) < 0.05 * float(rows[0]["step_us"])
