@@ -247,6 +247,10 @@ def run(capture) -> dict:
             xplane_error = (f"{exc}" if not isinstance(exc, ImportError)
                             else f"{exc}; pip install -r requirements.txt")
             space = programs = None
+            if missing_dependency:
+                # a half inventory would read as "no programs": say what is missing instead
+                raise CaptureUnreadable(f"cannot read {files.xplane.name}: {xplane_error}",
+                                        3) from None
     if files.trace:
         try:
             trace = capture.trace

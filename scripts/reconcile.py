@@ -348,6 +348,9 @@ def run(capture, out: Path) -> tuple[dict, list]:
         except ImportError as exc:
             raise MissingPackage(f"{exc}; pip install -r requirements.txt") from exc
         except Exception as exc:  # noqa: BLE001 - the reader's own sentence
+            import xprotos
+            if isinstance(exc, xprotos.MissingDependency):
+                raise MissingPackage(str(exc)) from exc
             xplane_why = f"the xplane cannot be read ({exc})"
     if files.trace is None:
         trace_why = "the capture has no .trace.json.gz"

@@ -1,0 +1,59 @@
+"""A script that needs a package the Python lacks exits 3 with the install line and writes
+nothing; the standard-library steps run under that Python. The bare interpreter (-I -S: no
+site-packages) stands in for a Python without the requirements."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+
+BARE = getattr(sys, "_base_executable", sys.executable)
+EXAMPLE = REPO / "examples" / "minigpt-h100-2gpu-cb"
+NEEDS = {"capture_info": REPO / "scripts" / "capture_info.py",
+         "attribute_kernels": REPO / "scripts" / "attribute_kernels.py",
+         "reconcile": REPO / "scripts" / "reconcile.py",
+         "roofline": REPO / "scripts" / "roofline.py"}
+
+
+def bare(args, cwd, timeout=120):
+    return subprocess.run([BARE, "-I", "-S", "-P", *map(str, args)], capture_output=True,
+                          text=True, timeout=timeout, cwd=cwd)
+
+
+def test_the_bare_python_lacks_protobuf():
+    p = subprocess.run([BARE, "-I", "-S", "-c", "import google.protobuf"], capture_output=True)
+    if p.returncode == 0:
+        pytest.skip("this interpreter has protobuf without site-packages")
+
+
+@pytest.mark.parametrize("name", sorted(NEEDS))
+def test_a_missing_package_is_exit_3_and_nothing_written(tmp_path, name):
+    out = tmp_path / "out"
+    out.mkdir()
+    p = bare([NEEDS[name], EXAMPLE, "--out", out], tmp_path)
+    if p.returncode == 0 and name == "capture_info":
+        pytest.fail("capture_info ran without protobuf: " + p.stdout[:200])
+    assert p.returncode == 3, (p.returncode, p.stderr)
+    assert "Traceback" not in p.stderr and "pip install" in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
+    assert list(out.iterdir()) == [], list(out.rglob("*"))
+
+
+def test_investigate_stops_at_step_0_with_exit_3(tmp_path):
+    p = bare([REPO / "scripts" / "investigate.py", EXAMPLE, "--out", tmp_path / "out"], tmp_path)
+    assert p.returncode == 3, p.stderr
+    assert "pip install" in p.stderr.splitlines()[-1]
+
+
+def test_the_standard_library_steps_run_under_it(tmp_path):
+    """skip_stats and swimlanes need no package: the bare Python runs them."""
+    out = tmp_path / "out"
+    for script in (REPO / "analyzing-jax-launch-overhead" / "scripts" / "skip_stats.py",
+                   REPO / "scripts" / "swimlanes.py"):
+        p = bare([script, EXAMPLE, "--out", out], tmp_path)
+        assert p.returncode == 0, (script.name, p.stderr)
+    assert (out / "summary.txt").is_file() and (out / "swimlanes.svg").is_file()
