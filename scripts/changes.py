@@ -24,8 +24,9 @@ mismatch being an error; the capture itself is never read. Standard library only
                   refusals (what could not be ranked and why) and notes
 Columns, fields and the rules behind each saving: references/changes.md.
 Causes: host-late gaps on the critical stream (with the host events inside them), exposed
-collective time, the straggler's extra work, memcpys on the critical path, the instructions and
-Python lines furthest from their ceiling, and the GPU idle between steps. A cause whose input
+collective time, the straggler's extra work, memcpys on the critical path, the critical stream
+idle between its kernels with no late launch, the instructions and Python lines furthest from
+their ceiling, and the GPU idle between steps. A cause whose input
 table is missing is not ranked; `refusals` says which and why.
 
 Exit codes: 0 done (refusals included); 1 the scratch folder cannot be used (one sentence says
@@ -131,10 +132,12 @@ def total(a: list, lo: float = float("-inf"), hi: float = float("inf")) -> float
 # ---------------------------------------------------------------- load
 
 def read_json(path: Path) -> dict | None:
+    """A step's JSON result, or None when it is missing, unreadable or not an object."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        d = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
         return None
+    return d if isinstance(d, dict) else None
 
 
 def read_csv(path: Path) -> list[dict] | None:
@@ -224,10 +227,9 @@ def read_rows(path: Path, bound: dict, all_collectives: bool, after: dict | None
     stream) as text): the end of its critical stream's last event, the critical stream's
     collectives and unlabelled memcpys, and every event of its other streams; where
     `all_collectives`, the summed collective time of every GPU and step. The critical stream's
-    compute lines are kept as text, only the last one per step parsed, except where `after`
-    (step -> the end of its last host-late gap) asks for the critical stream's events ending
-    after that instant (its busy time there, sub-microsecond gaps included); other GPUs' lines
-    are skipped unparsed."""
+    lines are parsed for their times where `after` (step -> the end of its last host-late gap,
+    or the step's start) names the step: its events ending after that instant give its busy
+    time there, sub-microsecond gaps included; other GPUs' lines are skipped unparsed."""
     after = {str(n): v for n, v in (after or {}).items()}
     crit_after: dict = {n: [] for n in bound}
     want = {str(n): (d, f",{st},") for n, (d, st) in bound.items()}
@@ -441,6 +443,8 @@ def critical_path(fr: dict, row: dict, rows: dict | None, gaps: dict | None) -> 
     free = union(g + [[ce, s1]])
     oc, oa, ok = intersect(oc_all, free), intersect(oa_all, free), intersect(ok_all, free)
     in_gaps = {k: total(v, hi=ce) for k, v in (("c", oc), ("a", oa), ("k", ok))}
+    # the critical stream's gaps of 1 us or more that no other stream filled
+    big = [iv for iv in subtract(g, union(oc_all + oa_all + ok_all)) if iv[1] - iv[0] >= 1.0]
     in_tail = {k: total(v, lo=ce) for k, v in (("c", oc), ("a", oa), ("k", ok))}
     crit_k, crit_a = total(ck0), total(ca0)
     crit_c = max(0.0, crit_busy - crit_k - crit_a)
@@ -462,7 +466,7 @@ def critical_path(fr: dict, row: dict, rows: dict | None, gaps: dict | None) -> 
             gaps_total - in_gaps["c"] - in_gaps["a"] - in_gaps["k"],
             (ce - L) - crit_busy_after - sum(total(v, lo=L, hi=ce) for v in (oc, oa, ok)))),
         "idle_tail": max(0.0, (s1 - ce) - in_tail["c"] - in_tail["a"] - in_tail["k"]),
-        "labels": labels})
+        "labels": labels, "big_gaps": (len(big), total(big))})
     return out
 
 
@@ -563,7 +567,18 @@ def analyse(out: Path) -> dict:
     lasts = [fr["last"] for fr in frames.values()]
     alone = [x[0] for x in lasts if len(x) == 1]
     straggler = None
-    if multi and alone:
+    s1_strag = (s1 or {}).get("straggler") if isinstance((s1 or {}).get("straggler"),
+                                                         dict) else None
+    if multi and whole:
+        notes.append("no straggler: the capture has no steps (one whole-capture window)")
+    elif multi and s1_strag is not None and "is_straggler" in s1_strag:
+        # step 1's rule (a majority of the steps, ahead by more than its margin) decides
+        if s1_strag["is_straggler"] and s1_strag.get("gpu") in gpus:
+            straggler = s1_strag["gpu"]
+        else:
+            notes.append("no straggler: step 1 finds the GPU that ends a step last changing from "
+                         "step to step, or ties (skip_stats.json straggler)")
+    elif multi and alone:
         cand = max(sorted(set(alone)), key=alone.count)
         if alone.count(cand) > STRAGGLER_MIN_SHARE * len(chosen):
             straggler = cand
@@ -619,10 +634,11 @@ def analyse(out: Path) -> dict:
         hsav.append(max(0.0, fr["end"] - new_end))
     hd = host_details(gaps["median_rows"], mf) if gaps else None
     host_late = mp["host_late"]
+    lead_in = 0.0
     if whole and hd and hd["leading_us"] > 0:
         # no steps: the window is the whole capture, and the wait before its first kernel is
         # the capture's lead-in (the profiler started before the work), not a cost per step
-        lead = hd["leading_us"]
+        lead = lead_in = hd["leading_us"]
         host_late = max(0.0, mp["host_late"] - lead)
         hsav = [min(v, host_late) for v in hsav]  # the bounding GPU's other gaps at most
         notes.append(f"the capture has no steps: the {fmt(lead)} us before the first kernel are "
@@ -680,14 +696,14 @@ def analyse(out: Path) -> dict:
                 if c.get("check") == "same_work_across_gpus_events" and \
                         str(c.get("device")) == str(straggler) and c.get("status") == "fail":
                     more = c.get("trust_sentence")
-            why = ("it runs more GPU events per step than the others: " + more) if more else \
+            reason = ("it runs more GPU events per step than the others: " + more) if more else \
                 "it runs the same events slower than the others"
             steps_last = alone.count(straggler)
             causes.append(cause_row(
                 "straggler_wait",
                 f"GPU {straggler} ends {steps_last} of {len(chosen)} steps last; its compute and "
                 f"memcpy kernels take {fmt(excess_med[at])} us in step {median} more than "
-                f"the median GPU's, and the other GPUs wait for it ({why})",
+                f"the median GPU's, and the other GPUs wait for it ({reason})",
                 f"GPU {straggler}", 100.0 * sav[at] / mwin, step_us, spread(sav, at),
                 "the other GPUs wait for it inside collectives, so the step would end as if it "
                 "did its compute and memcpy work at the median GPU's pace; work hidden behind "
@@ -707,7 +723,7 @@ def analyse(out: Path) -> dict:
                 "exposed_collective",
                 f"collective kernels run while no compute or copy does on GPU {mf['bound']}: "
                 f"{fmt(mp['collective'])} us of step {median}"
-                + (f"; largest: {', '.join(f'{n} {fmt(v)} us' for n, v in top[:3])}"
+                + (f"; largest by kernel time: {', '.join(f'{n} {fmt(v)} us' for n, v in top[:3])}"
                    if top else ""),
                 f"GPU {mf['bound']}", 100.0 * mp["collective_exposed"] / mwin, step_us,
                 spread(sav, at),
@@ -729,7 +745,7 @@ def analyse(out: Path) -> dict:
                 "memcpys without an instruction label (argument copies and other copies "
                 "outside the program) on the critical path while no compute runs: "
                 f"{fmt(mp['memcpy_arg'])} us of step {median}"
-                + (f"; largest: {', '.join(f'{n} {fmt(v)} us' for n, v in top[:3])}"
+                + (f"; largest by kernel time: {', '.join(f'{n} {fmt(v)} us' for n, v in top[:3])}"
                    if top else ""),
                 f"GPU {mf['bound']}", 100.0 * mp["memcpy_arg_exposed"] / mwin, step_us,
                 spread(sav, at),
@@ -746,15 +762,15 @@ def analyse(out: Path) -> dict:
         sav = [paths[n]["idle_before_exposed"] for n in chosen]
         if sav[at] >= MIN_SAVING_US:
             b = mf["bound"]
-            big = [iv for iv in (gaps or {}).get("other", {}).get(median, [])]
-            big_us = sum(e - a for a, e in big)
+            n_big, big_us = mp.get("big_gaps", (0, 0.0))
             crit = steps[median][b]["crit"]
             causes.append(cause_row(
                 "kernel_gaps",
                 f"the critical stream of GPU {b} is idle between its kernels with no launch "
                 f"late from the host: {fmt(mp['idle_before'])} us of step {median}, "
-                f"{len(big)} gap(s) of 1 us or more holding {fmt(min(big_us, mp['idle_before']))}"
-                f" us of it, the rest gaps under 1 us between kernels",
+                f"{n_big} gap(s) of 1 us or more that no other stream filled holding "
+                f"{fmt(min(big_us, mp['idle_before']))} us of it, the rest gaps under 1 us "
+                "between kernels",
                 f"GPU {b} stream {crit}", 100.0 * mp["idle_before_exposed"] / mwin, step_us,
                 spread(sav, at),
                 "the critical stream's kernels would run back to back once launched (its waits "
@@ -801,7 +817,8 @@ def analyse(out: Path) -> dict:
     for n in chosen:
         p = paths[n]
         compute_side = min(p["compute"], p.get("straggler_full", 0.0) + instr_full.get(n, 0.0))
-        c = (p["host_late"] + p.get("collective", 0.0) + p.get("memcpy_arg", 0.0)
+        c = (max(0.0, p["host_late"] - lead_in) + p.get("collective", 0.0)
+             + p.get("memcpy_arg", 0.0)
              + p["idle_between"] + (p["idle_before"] if rows is not None else 0.0)
              + compute_side)
         comb.append(min(c, frames[n]["window"]))

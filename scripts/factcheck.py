@@ -67,6 +67,7 @@ import argparse
 import bisect
 import csv
 import decimal
+import hashlib
 import json
 import re
 import statistics
@@ -105,7 +106,7 @@ FAILS_PRINTED = 20  # failing claims printed on stdout; factcheck.csv has them a
 # Words after which an integer is an identifier, not a figure (contracts: step, GPU, device,
 # stream, rank; also program, section, line, item, check, which reports use the same way).
 IDENTIFIER_WORDS = ("steps?", "gpus?", "devices?", "streams?", "ranks?", "programs?",
-                    "sections?", "lines?", "items?", "checks?", "changes?", "causes?")
+                    "sections?", "lines?", "items?", "checks?", "change", "cause")
 # Column headers whose integer cells are identifiers (a table's row keys).
 IDENTIFIER_COLUMNS = {"step", "steps", "gpu", "gpus", "device", "devices", "stream", "streams",
                       "rank", "ranks", "program", "program_id", "id", "#", "line"}
@@ -778,7 +779,9 @@ def check_text_claim(scratch, cite: Citation, text: str, start: int):
     m = re.compile(r"\s+".join(map(re.escape, words))).search(text, start, cite.start) \
         if words else None
     if m or (words and normalise_words(str(value)) in normalise_words(text[start:cite.start])):
-        span = (m.start(), m.end()) if m else None
+        # matched word for word, or (escapes and emphasis undone) somewhere since the previous
+        # citation: that stretch is the quoted text
+        span = (m.start(), m.end()) if m else (start, cite.start)
         if not label_ok:
             return "no_label", label, shown, label_why, shown, span
         return "ok", label, shown, "", shown, span
@@ -788,8 +791,9 @@ def check_text_claim(scratch, cite: Citation, text: str, start: int):
 
 
 def normalise_words(s: str) -> str:
-    """Words compared as text: emphasis, underscores and Markdown's escaped pipes undone."""
-    return re.sub(r"\s+", " ", re.sub(r"[_\-`*]", " ", s.replace("\\|", "|"))).strip().lower()
+    """Words compared as text: emphasis, underscores and Markdown's backslash escapes undone."""
+    s = re.sub(r"\\([\\`*_\[\](){}<>#+.!|-])", r"\1", s)
+    return re.sub(r"\s+", " ", re.sub(r"[_\-`*]", " ", s)).strip().lower()
 
 
 # ---------------------------------------------------------------- analysis: segments
@@ -843,7 +847,11 @@ def check_segment(scratch, text: str, where, claim_of, ctx: Context, rows: list)
         res = None
         if cite.label is not None or cite.selector is not None:
             # a quoted text cell that ends in a number is a text claim, not that number's
-            res = check_text_claim(scratch, cite, text, cites[k - 1].end if k else 0)
+            # the quoted text starts after the previous citation (a file merely named in
+            # parentheses, "(roofline.svg)", is no citation)
+            prev = next((c.end for c in reversed(cites[:k])
+                         if c.label is not None or c.selector is not None), 0)
+            res = check_text_claim(scratch, cite, text, prev)
         if (fig is not None and gap_ok(masked[fig.end:cite.start]) and not ctx.skip_all
                 and (res is None or res[0] != "ok")):
             claimed[id(fig)] = cite
@@ -973,7 +981,8 @@ def check_table(scratch, lines, line_start, rows):
                     head_cells), strict=True)), [Context()] * len(heads), rows)
     for no, ln in lines[2:]:
         cells = split_cells(ln)
-        keys = [t.strip().strip("*_`").strip() for t, _ in cells]
+        keys = [re.sub(r"\\([\\`*_\[\](){}<>#+.!|-])", r"\1", t.strip().strip("*_`").strip())
+                for t, _ in cells]
 
         def key_of(m, keys=keys):
             k = int(m.group(1) or 1) - 1
@@ -1010,8 +1019,12 @@ def result_of(rows: list[Row], report: Path) -> dict:
     notes = []
     if not any(r.verdict != "skipped" for r in rows):
         notes.append("the report holds no cited figure: nothing was checked against a table")
+    try:
+        digest = hashlib.sha256(report.read_bytes()).hexdigest()
+    except OSError:
+        digest = None
     return {"step": "factcheck", "status": "done", "verdict": "fail" if failing else "pass",
-            "report": str(report), "figures": counts,
+            "report": str(report), "report_sha256": digest, "figures": counts,
             "failing": [{"line": r.line, "figure": r.figure, "verdict": r.verdict,
                          "why": r.why, "claim": r.claim} for r in failing],
             "notes": notes, "refusals": [], "tables": {TABLE: len(rows)}}

@@ -80,6 +80,10 @@ def steps() -> list[Step]:
     ]
 
 
+class RunnerError(Exception):
+    """The scratch folder cannot be used; the message is one sentence."""
+
+
 def _tail_sentence(text: str) -> str:
     """The last non-empty line a failing script printed (its one sentence), trimmed."""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
@@ -113,7 +117,11 @@ def run_step(step: Step, args, out: Path, failed: dict[str, str], t0: float) -> 
     cmd += ["--out", str(out)] if out_arg else []
     p = subprocess.run(cmd, capture_output=True, text=True)
     logs = out / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
+    try:
+        logs.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RunnerError(f"cannot keep the steps' output in {logs}: "
+                          f"{exc.strerror or exc}") from None
     (logs / f"{step.name}.txt").write_text(
         "$ " + " ".join(cmd) + "\n" + p.stdout + ("\n--- stderr\n" + p.stderr if p.stderr
                                                   else ""), encoding="utf-8")
@@ -173,9 +181,10 @@ def where_to_look(out: Path, failed: dict[str, str], factcheck_rc: int | None) -
         lines.append(f"trust list: {_count(n_items, 'item')}, "
                      f"{_count(n_need or 0, 'question')} that need a new capture (trust.csv)")
     if factcheck_rc is not None:
-        lines.append("fact check of the draft: " + ("every figure found in its table"
-                                                    if factcheck_rc == 0 else
-                                                    "claims failed, see factcheck.csv"))
+        lines.append("fact check of the draft: " + (
+            "every figure found in its table" if factcheck_rc == 0 else
+            "claims failed, see factcheck.csv" if factcheck_rc == 4 else
+            "could not run (logs/factcheck.txt)"))
     page = out / "report_draft.html"
     if "build_page" not in failed and page.is_file():
         lines.append(f"page: {page} (self-contained; open it from the file)")
@@ -215,7 +224,11 @@ def main(argv=None) -> int:
     todo = steps() + ([Step("build_page", PAGE, "page", "the HTML page of the draft",
                             reads_capture=False)] if args.page else [])
     for step in todo:
-        rc = run_step(step, args, out, failed, t0)
+        try:
+            rc = run_step(step, args, out, failed, t0)
+        except (RunnerError, OSError) as exc:
+            print(f"investigate: {exc}", file=sys.stderr)
+            return 1
         if step.name == "capture_info" and rc in (1, 3):
             print(failed["capture_info"].split(": ", 1)[-1], file=sys.stderr)
             return rc

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -128,14 +129,21 @@ def missing(table: str, why: str) -> str:
     return f"_Not available: `{table}` is missing ({why}); see the trust list._"
 
 
-def quoted(value: str) -> str:
-    """A selector's filter value: in double quotes where it holds a comma."""
-    value = str(value)
-    return f'"{value}"' if "," in value else value
+MD_PUNCT_RE = re.compile(r"([\\`*_\[\]<>#|!])")
 
 
 def md_cell(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    """A capture's or a tool's text in Markdown: every character Markdown could read as markup
+    (links, images, emphasis, code, HTML, table pipes) backslash-escaped, on one line."""
+    return MD_PUNCT_RE.sub(r"\\\1", str(text).replace("\n", " "))
+
+
+def code(text: str) -> str:
+    """A name as a code span, fenced by more backticks than any run inside it."""
+    t = str(text).replace("\n", " ").replace("|", "\\|")
+    fence = "`" * (max((len(m) for m in re.findall(r"`+", t)), default=0) + 1)
+    pad = " " if t.startswith("`") or t.endswith("`") else ""
+    return f"{fence}{pad}{t}{pad}{fence}"
 
 
 # ---------------------------------------------------------------- sections
@@ -148,16 +156,16 @@ def results(s: Scratch) -> list[str]:
         out.append(f"- Verdict: **{skip.get('verdict')}** (inferred; skip_stats.json: verdict). "
                    + judge("say in one sentence what bounds the step, from skip_stats.json "
                            "rule and figures; the verdict stands or is qualified"))
-        out.append(f"- Step time (first to last kernel of a step, step 1's verdict is within "
-                   f"it): {fig(s, 'skip_stats.json', 'step_duration_us')}.")
+        out.append(f"- Step time (a step's start to its last kernel: what step 1's verdict "
+                   f"weighs): {fig(s, 'skip_stats.json', 'step_duration_us')}.")
+    else:
+        out.append("- Verdict: " + missing("skip_stats.json", "step 1 did not run"))
     cj = s.json("changes.json") or {}
     if ((cj.get("figures") or {}).get("step_us") or {}).get("value") is not None:
         out.append(f"- Step period (start of the median step to the next step's start: the "
                    f"window every change's share is of): {fig(s, 'changes.json', 'step_us')}; "
                    f"all changes at once save at most "
                    f"{fig(s, 'changes.json', 'combined_saving_us')} (an upper bound).")
-    else:
-        out.append("- Verdict: " + missing("skip_stats.json", "step 1 did not run"))
     changes = s.csv("changes.csv")
     if changes:
         for r in changes[:3]:
@@ -213,7 +221,7 @@ def verdict_section(s: Scratch) -> list[str]:
             key = f"device={g['device']}, start_us={g['start_us']}"
             out.append(f"- GPU {g['device']} stream {g['stream']} step {g['step']}: "
                        f"{cell(g['dur_us'], 'us', 'measured', 'gaps.csv', 'dur_us', key, 3)}; "
-                       f"host events inside: `{md_cell(g['host_events'] or 'none recorded')}`")
+                       f"host events inside: {code(g['host_events'] or 'none recorded')}")
     out += ["", judge("name the host-side causes (gaps.csv host_events) and whether the "
                       "verdict holds on every GPU (steps.csv)"), ""]
     return out
@@ -301,10 +309,10 @@ def ops_section(s: Scratch) -> list[str]:
             reach = (cite(rf["ceiling_pct"], "%", "inferred", "roofline.csv", "ceiling_pct, " + k,
                           2) + f" ({rf['binding']}-bound)") if rf and rf["ceiling_pct"] else (
                 md_cell(rf["no_ceiling_why"]) if rf else "")
-            out.append(f"| `{r['instruction']}` | "
+            out.append(f"| {code(r['instruction'])} | "
                        f"{cell(r['gpu_us'], 'us', 'measured', OPS, 'gpu_us', k)} | "
                        f"{cell(r['gpu_pct'], '%', 'inferred', OPS, 'gpu_pct', k, 2)} | "
-                       f"`{md_cell(r['user_frame'] or r['source'] or '')}` | {reach} |")
+                       f"{code(r['user_frame'] or r['source'] or '')} | {reach} |")
     lines = (s.csv("attribution/lines.csv") or [])[:TOP_ROWS]
     if lines:
         out += ["", "| Python line | GPU time | share | instructions |", "|---|---|---|---|"]
@@ -312,7 +320,7 @@ def ops_section(s: Scratch) -> list[str]:
             if not r["user_frame"]:
                 continue  # no line: counted in how.csv and on the trust list
             k = f"user_frame={r['user_frame']}"
-            out.append(f"| `{md_cell(r['user_frame'])}` | "
+            out.append(f"| {code(r['user_frame'])} | "
                        f"{cell(r['gpu_us'], 'us', 'measured', LINES, 'gpu_us', k)} | "
                        f"{cell(r['gpu_pct'], '%', 'inferred', LINES, 'gpu_pct', k, 2)} | "
                        f"{cell(r['instructions'], '', 'measured', LINES, 'instructions', k, 0)}"

@@ -184,8 +184,11 @@ def plant(scratch: Path, to: Path) -> Path:
     svg = (to / "swimlanes.svg").read_text(encoding="utf-8")
     svg = svg.replace("<svg ", '<svg onload="alert(10)" ', 1)
     svg = re.sub(r"(<svg[^>]*>)", r"\1<script>alert(11)</script><image href='http://evil/x.png' "
-                 r"width='1' height='1'/><style>@import url(http://evil/c.css); rect{fill:url(http://evil/f)}"
-                 r"@media screen{body{display:none}}</style>", svg, count=1)
+                 r"width='1' height='1'/><img src='http://evil/a.png'/><style>@import "
+                 r"url(http://evil/c.css); rect{fill:url(http://evil/f)}"
+                 r"@media screen{body{display:none}} ~ p{background:red}"
+                 r" text{fill:image-set('http://evil/b.png' 1x)}"
+                 r" line{stroke:\\75 rl(http://evil/e.png)}</style>", svg, count=1)
     (to / "swimlanes.svg").write_text(svg, encoding="utf-8")
     return to
 
@@ -335,3 +338,59 @@ def test_investigate_finds_the_page_skill_in_an_install(tmp_path):
     assert p.returncode == 0 and "could not run" not in p.stdout + p.stderr, p.stderr
     assert (out / "report_draft.html").is_file()
     assert (skills / "writing-trace-report-pages" / "requirements.txt").is_file()
+
+
+def test_deep_svg_and_a_changed_report(scratch, tmp_path):
+    """A drawing nested 5,000 deep is named, not embedded (no traceback); a report changed after
+    its fact check is not called fact-checked."""
+    folder = tmp_path / "s"
+    shutil.copytree(scratch, folder)
+    (folder / "deep.svg").write_text('<svg xmlns="http://www.w3.org/2000/svg">' + "<g>" * 5000
+                                     + "</g>" * 5000 + "</svg>", encoding="utf-8")
+    report = folder / "report.md"
+    report.write_text("# R\n\n![deep](deep.svg)\n\nStep 1.5 ms (measured; steps.csv: dur_us, "
+                      "max)\n", encoding="utf-8")
+    fc = subprocess.run([sys.executable, "-P", str(REPO / "scripts" / "factcheck.py"),
+                         str(report), "--out", str(folder)], capture_output=True, text=True,
+                        timeout=120)
+    assert fc.returncode in (0, 4), fc.stderr
+    p = build(report, folder, tmp_path / "a.html")
+    assert p.returncode == 0, p.stderr
+    page = (tmp_path / "a.html").read_text(encoding="utf-8")
+    assert "nested too deeply" in page
+    assert re.search(r"<dt>Fact check</dt><dd>(pass|fail) on this report", page)
+    report.write_text(report.read_text(encoding="utf-8") + "\nAdded 999.9 us later.\n",
+                      encoding="utf-8")
+    p = build(report, folder, tmp_path / "b.html")
+    page = (tmp_path / "b.html").read_text(encoding="utf-8")
+    assert "<dt>Fact check</dt><dd>none of this report" in page
+    assert "Not fact-checked" in page
+
+
+def test_capture_names_in_the_draft_stay_text(scratch, tmp_path):
+    """Markdown in a capture's names (a link, an image, emphasis, a backtick) reaches the draft
+    escaped: the page gets no link and no extra drawing, and the fact check still passes."""
+    folder = tmp_path / "s"
+    shutil.copytree(scratch, folder)
+    path = folder / "gaps.csv"
+    rows = list(csv.reader(open(path, newline="", encoding="utf-8")))
+    i = rows[0].index("host_events")
+    for r in rows[1:]:
+        r[i] = "[see fix](https://evil.example/x) ![pic](roofline.svg) *x* `tick=1.000"
+    buf = io.StringIO()
+    csv.writer(buf).writerows(rows)
+    path.write_text(buf.getvalue(), encoding="utf-8")
+    for script in ("changes.py", "report_draft.py"):
+        p = subprocess.run([sys.executable, "-P", str(REPO / "scripts" / script), "--out",
+                            str(folder)], capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr
+    p = subprocess.run([sys.executable, "-P", str(REPO / "scripts" / "factcheck.py"),
+                        str(folder / "report_draft.md"), "--out", str(folder)],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-2000:]
+    p = build(folder / "report_draft.md", folder, tmp_path / "p.html")
+    assert p.returncode == 0, p.stderr
+    doc = parse(tmp_path / "p.html")
+    assert not [a for t, a in doc.attrs if t == "a" and "evil" in a.get("href", "")]
+    assert [t for t, _ in doc.tags].count("svg") == 2
+    assert "[see fix](https://evil.example/x)" in "".join(doc.text)

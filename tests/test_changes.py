@@ -113,6 +113,8 @@ def check_table(out, p):
     assert len(res["causes"]) == len(rows) == res["tables"]["changes.csv"]
     step = res["figures"]["step_us"]
     assert step["label"] == "measured" and step["min"] <= step["value"] <= step["max"]
+    # why this step is the median (never another sentence written over it)
+    assert res["steps"]["why"].startswith("step "), res["steps"]["why"]
     lines_seen = False
     for r, c in zip(rows, res["causes"], strict=True):
         assert r["cause_kind"] in KINDS and r["label"] == "inferred, not run"

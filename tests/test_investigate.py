@@ -100,7 +100,10 @@ def test_the_draft_is_complete_and_passes_the_fact_check(example):
     assert "swimlanes.svg" in draft and "roofline.svg" in draft
     assert draft.count("<!-- judge:") >= 8
     first = read(out / "changes.csv")[0]
-    assert f"Change 1: {first['cause']} (inferred; changes.csv: cause, rank=1)" in draft
+    sys.path.insert(0, str(REPO / "scripts"))
+    import report_draft
+    assert (f"Change 1: {report_draft.md_cell(first['cause'])} (inferred; changes.csv: cause, "
+            "rank=1)") in draft
 
 
 @pytest.mark.parametrize("plant, verdict", [
@@ -108,7 +111,7 @@ def test_the_draft_is_complete_and_passes_the_fact_check(example):
 def test_a_planted_error_in_the_draft_is_caught(example, tmp_path, plant, verdict):
     _, out = example
     draft = (out / "report_draft.md").read_text(encoding="utf-8")
-    m = re.search(r"(- Step time [^:]*: )([0-9.,]+) us \(measured; ", draft)
+    m = re.search(r"(- Step time \(.*?\): )([0-9.,]+) us \(measured; ", draft)
     assert m
     if plant == "wrong":
         wrong = float(m.group(2).replace(",", "")) + 7
@@ -225,3 +228,20 @@ def test_every_file_written_is_in_the_scratch_layout(example):
         name = ("logs/<script>.txt" if rel.startswith("logs/") else
                 "attribution/<module>(<id>).hlo.txt" if rel.endswith(".hlo.txt") else rel)
         assert name in table, rel
+
+
+def test_a_draft_without_step_6_says_so_once(example, tmp_path):
+    """Without changes.json the draft says the changes are not available, and the verdict line
+    stays the verdict's."""
+    _, out = example
+    folder = tmp_path / "s"
+    shutil.copytree(out, folder)
+    (folder / "changes.json").unlink()
+    (folder / "changes.csv").unlink()
+    p = subprocess.run([sys.executable, "-P", str(REPO / "scripts" / "report_draft.py"),
+                        "--out", str(folder)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    draft = (folder / "report_draft.md").read_text(encoding="utf-8")
+    assert "- Verdict: _Not available" not in draft
+    assert draft.count("- Verdict: **") == 1
+    assert "- Changes: _Not available: `changes.csv` is missing" in draft

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import hashlib
 import html
 import json
 import os
@@ -69,8 +70,25 @@ NUM_START_RE = re.compile(r"^[<>≈~]?\s*(-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?
 CITED_FILE_RE = re.compile(r";\s*([\w./-]+\.(?:csv|json))\s*:")
 COMMENT_RE = re.compile(r"<!--.*?-->", re.S)
 JUDGE_RE = re.compile(r"<!--\s*judge:", re.I)
-UNSAFE_SVG_TAGS = {"script", "foreignObject", "iframe", "object", "embed", "audio", "video",
-                   "animate", "set", "animateMotion", "animateTransform", "handler", "listener"}
+# What a drawing may hold: SVG shapes, text and paint servers, nothing that runs, loads or leaves
+# the figure (an <img> or any other HTML element inside inline SVG is a real HTML element).
+SVG_ELEMENTS = {"svg", "g", "defs", "title", "desc", "style", "rect", "line", "polyline",
+                "polygon", "path", "circle", "ellipse", "text", "tspan", "pattern",
+                "clipPath", "mask", "linearGradient", "radialGradient", "stop", "marker",
+                "symbol", "use"}
+SVG_ATTRIBUTES = {
+    "x", "y", "x1", "x2", "y1", "y2", "cx", "cy", "r", "rx", "ry", "fx", "fy", "width", "height",
+    "d", "points", "transform", "viewbox", "preserveaspectratio", "class", "id", "fill",
+    "fill-opacity", "fill-rule", "stroke", "stroke-width", "stroke-dasharray", "stroke-linecap",
+    "stroke-linejoin", "stroke-opacity", "opacity", "font-family", "font-size", "font-weight",
+    "font-style", "text-anchor", "dominant-baseline", "alignment-baseline", "dx", "dy",
+    "letter-spacing", "textlength", "lengthadjust", "visibility", "display", "style",
+    "patternunits", "patterncontentunits", "patterntransform", "gradientunits",
+    "gradienttransform", "spreadmethod", "offset", "stop-color", "stop-opacity", "clip-path",
+    "clippathunits", "mask", "maskunits", "marker-start", "marker-mid", "marker-end",
+    "markerwidth", "markerheight", "refx", "refy", "orient", "href", "version", "role",
+    "aria-label", "aria-labelledby", "shape-rendering", "text-rendering", "vector-effect",
+    "data-device"}
 # The palette: every text colour on its background passes WCAG AA (4.5:1; tests check).
 PALETTE = {
     "text": ("#1b1b1b", "#ffffff"),
@@ -178,7 +196,10 @@ def scope_css(css: str, scope: str, prefix: str) -> str:
             break
         decls = [d for d in css[j + 1:k].split(";") if d.strip() and safe_style(d)]
         body = ";".join(rename_urls(d, prefix) for d in decls)
-        sels = ",".join(f"#{scope} {s.strip()}" for s in sel.split(",") if s.strip())
+        # a selector is kept only as a descendant of the figure: one that starts with a
+        # combinator (~ + >) or escapes would reach the page around it
+        sels = ",".join(f"#{scope} {x.strip()}" for x in sel.split(",")
+                        if x.strip() and x.strip()[0] not in "~+>" and "\\" not in x)
         if sels and body:
             out.append(f"{sels}{{{body}}}")
         i = k + 1
@@ -186,8 +207,13 @@ def scope_css(css: str, scope: str, prefix: str) -> str:
 
 
 def safe_style(text: str) -> bool:
+    """A declaration (or attribute value) that can load nothing: no escapes (which could spell
+    anything), no image-set, expression, import or script, and url() only to the figure's own
+    ids."""
     low = text.lower().replace(" ", "")
-    if "expression(" in low or "javascript:" in low or "@import" in low or "behavior:" in low:
+    if "\\" in low or any(w in low for w in ("expression(", "javascript:", "@import",
+                                                "behavior:", "image-set", "image(", "-moz-binding",
+                                                "src(")):
         return False
     return all(u.startswith("url(#") for u in re.findall(r"url\([^)]*", low))
 
@@ -207,9 +233,9 @@ def clean_svg(el: ET.Element, prefix: str, scope: str) -> None:
             continue
         name = local(child.tag)
         href = child.get("href") or child.get(f"{{{XLINK_NS}}}href")
-        if name in UNSAFE_SVG_TAGS or (name in ("image", "use", "a", "feImage") and href
-                                       and not href.startswith("#")):
-            el.remove(child)
+        if (not child.tag.startswith(f"{{{SVG_NS}}}") or name not in SVG_ELEMENTS
+                or (href and not href.startswith("#"))):
+            el.remove(child)  # not SVG, not on the list, or pointing outside the figure
             continue
         if name == "style":
             child.text = scope_css(child.text or "", scope, prefix)
@@ -221,7 +247,8 @@ def clean_svg(el: ET.Element, prefix: str, scope: str) -> None:
         clean_svg(child, prefix, scope)
     for key in list(el.attrib):
         name, value = local(key).lower(), el.attrib[key]
-        if name.startswith("on") or (name == "href" and not value.startswith("#")):
+        if (name not in SVG_ATTRIBUTES or (key.startswith("{") and not key.startswith(
+                f"{{{XLINK_NS}}}")) or (name == "href" and not value.startswith("#"))):
             del el.attrib[key]
         elif name == "style" and not safe_style(value):
             del el.attrib[key]
@@ -247,7 +274,13 @@ def embed_svg(path: Path, n: int, alt: str) -> str:
     if local(root.tag) != "svg":
         return f'<span class="missing">[{esc(path.name)} is not an SVG drawing]</span>'
     prefix, scope = f"f{n}-", f"fig{n}"
-    clean_svg(root, prefix, scope)
+    if not root.tag.startswith(f"{{{SVG_NS}}}"):
+        return f'<span class="missing">[{esc(path.name)} is not an SVG drawing]</span>'
+    try:
+        clean_svg(root, prefix, scope)
+    except RecursionError:
+        return (f'<span class="missing">[drawing {esc(path.name)} not embedded: nested too '
+                "deeply]</span>")
     title = next((c for c in root if isinstance(c.tag, str) and local(c.tag) == "title"), None)
     if title is None:
         title = ET.Element(f"{{{SVG_NS}}}title")
@@ -260,6 +293,9 @@ def embed_svg(path: Path, n: int, alt: str) -> str:
         w, h = root.get("width", ""), root.get("height", "")
         if re.fullmatch(r"[\d.]+", w) and re.fullmatch(r"[\d.]+", h):
             root.set("viewBox", f"0 0 {w} {h}")
+    for key in list(root.attrib):  # the root's style and class apply outside its scope
+        if local(key).lower() in ("style", "class"):
+            del root.attrib[key]
     body = ET.tostring(root, encoding="unicode")
     return f'<span class="fig-wrap" id="{scope}">{body}</span>'
 
@@ -311,7 +347,7 @@ class Render:
         return self.md.renderer.render(tokens, self.md.options, {})
 
     def headings(self, tokens):
-        out, level_of, last = [], {}, 1
+        out, last = [], 1
         first = True
         i = 0
         while i < len(tokens):
@@ -328,7 +364,6 @@ class Render:
                 last = level
                 t.tag = f"h{level}"
                 t.attrSet("id", slug(text, self.ids))
-                level_of[id(t)] = level
             elif t.type == "heading_close":
                 opener = next(o for o in reversed(out) if o.type == "heading_open")
                 t.tag = opener.tag
@@ -601,15 +636,19 @@ def header_facts(scratch: Path, report: Path) -> list[tuple[str, str]]:
     ]
     fc = read_json(scratch / "factcheck.json")
     checked = str(fc.get("report") or "")
-    same = bool(checked) and Path(checked).name == report.name and (
-        not Path(checked).is_absolute() or Path(checked).resolve() == report.resolve())
+    try:
+        digest = hashlib.sha256(report.read_bytes()).hexdigest()
+    except OSError:
+        digest = None
+    same = bool(checked) and fc.get("report_sha256") == digest  # this very text, not its name
     figs = fc.get("figures") if isinstance(fc.get("figures"), dict) else {}
     if same:
         facts.append(("Fact check", f"{fc.get('verdict')} on this report ({figs.get('ok', 0)} "
                                     "figures found in their tables; factcheck.json)"))
     else:
         facts.append(("Fact check", "none of this report in the scratch folder"
-                      + (f" (factcheck.json checked {Path(checked).name})" if checked else "")))
+                      + (f" (factcheck.json checked {Path(checked).name} in another "
+                         "version, or another file)" if checked else "")))
     return facts
 
 

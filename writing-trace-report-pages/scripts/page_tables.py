@@ -36,7 +36,6 @@ class Spec:
     sort: str | None = None
     top: int = 20
     where: tuple | None = None
-    note: str = ""
 
 
 SPECS = [
@@ -74,7 +73,7 @@ SPECS = [
          {"kernels": MEA, "gpu_us": MEA, "gpu_pct": INF}, sort="gpu_us", top=20),
     Spec("attribution/lines.csv", "Top Python lines by GPU time",
          ["user_frame", "gpu_us", "gpu_pct", "kernels", "instructions"],
-         {"gpu_us": MEA, "gpu_pct": INF, "kernels": MEA, "instructions": INF}, sort="gpu_us",
+         {"gpu_us": MEA, "gpu_pct": INF, "kernels": MEA, "instructions": MEA}, sort="gpu_us",
          top=20),
     Spec("attribution/how.csv", "How kernels were attributed",
          ["program_id", "match", "kernels", "gpu_us", "gpu_pct", "low_confidence_pct"],
