@@ -66,7 +66,7 @@ INSTALL = "pip install -r requirements.txt (jax, jaxlib, xprof, protobuf, numpy)
 # XProf's hlo_stats sums self times rounded to its own precision: differences below this are
 # rounding, not coverage.
 COVERAGE_TOLERANCE_PCT = 0.01
-PROGRAM_FILE_RE = re.compile(r"^(.*)\((\d+)\)\.hlo_proto\.pb$")
+PROGRAM_FILE_RE = re.compile(r"^(.*)\((\d{1,19})\)\.hlo_proto\.pb$")
 
 
 FAMILIES = (  # kernel families by name, first match wins (kind from kernel_match first)
@@ -88,9 +88,15 @@ class MissingPackage(Exception):
 
 # ---------------------------------------------------------------- load
 
+def _user_path(exc, copy: Path, xplane: Path) -> str:
+    """XProf's message with the copy's path put back to the user's file (one line)."""
+    return rules.printable(str(exc).replace(str(copy), str(xplane)).strip() or
+                           type(exc).__name__)
+
+
 def copy_and_convert(xplane: Path, folder: Path, use_xprof: bool) -> tuple[Path, dict, float]:
     """Copy the xplane to folder/xplane/ and have XProf write the HLO protos there.
-    Returns the copy, {program id: (module name, HloModuleProto bytes)} and XProf's seconds."""
+    Returns the copy, {program id: (module name, serialized HloProto)} and XProf's seconds."""
     dest = folder / "xplane"
     if dest.exists():
         shutil.rmtree(dest)  # stale protos of another capture would be reused by XProf
@@ -110,27 +116,38 @@ def copy_and_convert(xplane: Path, folder: Path, use_xprof: bool) -> tuple[Path,
             with rules.quiet_fd2():
                 raw_to_tool_data.xspace_to_tool_names([str(copy)])
         except Exception as exc:  # noqa: BLE001 - XProf's own failure, said in one sentence
-            raise UsageError(f"XProf could not read {xplane.name}: {exc}") from exc
+            raise UsageError(f"XProf could not read {xplane}: "
+                             f"{_user_path(exc, copy, xplane)}") from exc
         seconds = time.perf_counter() - t
-        import xprotos
-        hlo_cls = xprotos.classes()["HloProto"]
         for f in sorted(dest.glob("*.hlo_proto.pb")):
             m = PROGRAM_FILE_RE.match(f.name)
             if m:
-                module = hlo_cls.FromString(f.read_bytes()).hlo_module
-                protos[int(m.group(2))] = (m.group(1), module)
+                protos[int(m.group(2))] = (m.group(1), f.read_bytes())
     return copy, protos, seconds
 
 
-def load(capture, protos: dict):
-    """The capture's xplane (decoded once per process) and its programs: XProf's protos where it
-    wrote them, else the capture's own /host:metadata."""
+def load(capture, blobs: dict):
+    """The capture's xplane (decoded once per process) and its programs, each parsed and
+    checked (hlo_program.load): XProf's protos where it wrote them, else the capture's own
+    /host:metadata. Returns the space, {id: (name, module)} and {id: Program} of the readable
+    programs, and {id: (name, why)} of the others (a refusal each, not the loss of the run)."""
     import xplane_reader
+    from hlo_program import ProgramError
+    from hlo_program import load as load_program
     space = xplane_reader.space_of(capture)
-    if not protos:
-        for pid, (name, blob) in space.hlo_protos().items():
-            protos[pid] = (name.rsplit("(", 1)[0], xplane_reader.parse_hlo(blob))
-    return space, protos
+    if not blobs:
+        blobs = {pid: (name.rsplit("(", 1)[0], blob)
+                 for pid, (name, blob) in space.hlo_protos().items()}
+    protos, built, unreadable = {}, {}, {}
+    for pid, (name, blob) in sorted(blobs.items()):
+        try:
+            prog = load_program(blob, pid)
+        except ProgramError as exc:
+            unreadable[pid] = (name, rules.printable(exc))
+            continue
+        protos[pid] = (name, prog.module)
+        built[pid] = prog
+    return space, protos, built, unreadable
 
 
 class KernelRow:
@@ -202,14 +219,23 @@ def collect_kernels(space) -> tuple[list, bool]:
     host = space.plane("/host:CPU")
     if host is None:
         return [], False
+    runtime_calls = 0
     for line in host.lines:
         for ev in line.events(KERNEL_STATS):
             st = ev.stats
-            if "hlo_op" in st and "program_id" in st:
+            if rules.is_cpu_thunk(st):
                 kernels.append(KernelRow("CPU", line.id, ev.start_ps, ev.duration_ps, ev.name,
                                          st.get("correlation_id"), st.get("hlo_op"),
                                          st.get("program_id"), "cuda_graph_id" in st,
                                          "memcpy_details" in st, cpu=True))
+            elif rules.is_gpu_runtime_call(st):
+                runtime_calls += 1
+    if runtime_calls and not kernels:
+        raise UsageError(
+            f"{space.path} has {runtime_calls:,} GPU runtime calls on /host:CPU (events with a "
+            "correlation id: launches, memcpys) but no GPU stream events: its /device:GPU "
+            "planes are missing or empty, so there are no kernels to attribute (it is not a "
+            "CPU capture)")
     return kernels, True
 
 
@@ -223,11 +249,25 @@ def module_fingerprint(module) -> bytes:
     return copy.SerializeToString(deterministic=True)
 
 
-def choose_program(kernels, programs, requested) -> tuple[int, list[str], dict]:
+def choose_program(kernels, programs, requested, unreadable=None) -> tuple[int, list[str], dict]:
+    unreadable = unreadable or {}
     gpu_time: dict[int, int] = {}
+    all_time: dict = {}
     for k in kernels:
-        if k.own_program and k.program_id in programs:
-            gpu_time[k.program_id] = gpu_time.get(k.program_id, 0) + k.dur
+        if k.own_program:
+            all_time[k.program_id] = all_time.get(k.program_id, 0) + k.dur
+            if k.program_id in programs:
+                gpu_time[k.program_id] = gpu_time.get(k.program_id, 0) + k.dur
+    readable = ", ".join(f"{n}({i})" for i, (n, _) in sorted(programs.items()))
+    if requested is not None and requested in unreadable:
+        raise UsageError(f"--program {requested} cannot be attributed: "
+                         f"{unreadable[requested][1]}; readable programs: {readable}")
+    top = max(sorted(all_time, key=str), key=lambda p: all_time[p]) if all_time else None
+    if requested is None and top in unreadable:
+        share = 100.0 * all_time[top] / (sum(k.dur for k in kernels) or 1)
+        raise UsageError(f"cannot attribute the program with the most kernel time "
+                         f"({share:.1f}%): {unreadable[top][1]}; pass --program ID to attribute "
+                         f"another ({readable})")
     notes = []
     groups: dict[bytes, list[int]] = {}
     for pid, (_, module) in programs.items():
@@ -259,12 +299,14 @@ def choose_program(kernels, programs, requested) -> tuple[int, list[str], dict]:
     return chosen, notes, gpu_time
 
 
-def attribute(kernels, programs, chosen, notes: list, executions: dict) -> dict:
+def attribute(kernels, programs, chosen, notes: list, executions: dict,
+              built: dict | None = None) -> dict:
     """Match every kernel; return per-program lookups of instruction source. Fills
     `executions`: per device, the chosen program's executions covered, its events, and the
-    events one execution expects (required only, and all)."""
+    events one execution expects (required only, and all). `built`: the programs already
+    wrapped (and checked) by load()."""
     from hlo_program import Program
-    wrapped = {}
+    wrapped = dict(built or {})
     plans: dict = {}
     for k in kernels:
         if k.program_id is None:
@@ -394,7 +436,8 @@ def xprof_coverage(copy: Path) -> tuple[float | None, float, str]:
     if isinstance(data, bytes):
         data = data.decode("utf-8", "replace")
     # kept beside the copy for the roofline step, which would otherwise convert it again
-    (copy.parent / XPROF_HLO_STATS).write_text(data if isinstance(data, str) else "")
+    (copy.parent / XPROF_HLO_STATS).write_text(data if isinstance(data, str) else "",
+                                               encoding="utf-8", errors="replace")
     try:
         table = json.loads(data)
         cols = [c["id"] for c in table["cols"]]
@@ -463,7 +506,7 @@ def write_kernels(path: Path, kernels, sources) -> int:
             r = quoted[v] = rules.quote(v)
         return r
     src: dict = {}
-    with open(path, "w", newline="") as fh:
+    with open(path, "w", newline="", encoding="utf-8") as fh:
         fh.write("device,stream,start_us,dur_us,kernel,correlation_id,hlo_op,program_id,"
                  "instruction,inner_instruction,match,confidence,op_name,source,user_frame,"
                  "category,graph\n")
@@ -503,6 +546,19 @@ class Options:
     use_xprof: bool = True
 
 
+# What a program's name may keep in a file name: the rest becomes "_" (a name from a capture
+# could hold "/" or "..", which must never lead outside attribution/), and 100 characters.
+UNSAFE_FILE_CHARS_RE = re.compile(r"[^A-Za-z0-9_.+=-]")
+MAX_FILE_STEM = 100
+
+
+def safe_file_name(name: str) -> str:
+    """A program's name as part of a file name in attribution/: letters, digits and _.+=-,
+    never starting with a dot, at most MAX_FILE_STEM characters."""
+    stem = UNSAFE_FILE_CHARS_RE.sub("_", name)[:MAX_FILE_STEM].lstrip(".")
+    return stem or "program"
+
+
 def figure(value, unit: str, label: str) -> dict:
     """One figure a report may quote: its value, unit and how it is known."""
     return {"value": value, "unit": unit, "label": label}
@@ -517,19 +573,28 @@ def run(capture, out: Path, opts: Options) -> tuple[dict, list]:
         raise UsageError(f"no <host>.xplane.pb for host {files.host} in {files.run_dir}; "
                          "attribution reads the xplane (the trace.json has no HLO)")
     t0 = time.perf_counter()
+    import xplane_reader
+    # The user's file through our own reader first: a file that is not a sound xplane is said
+    # in one sentence naming it, before anything is copied or XProf reads it.
+    space = xplane_reader.space_of(capture)
+    if not space.hlo_protos():
+        raise UsageError(f"{files.xplane} holds no HLO programs (no /host:metadata): "
+                         "kernels cannot be attributed to instructions or lines")
+    kernels, cpu = collect_kernels(space)
+    if not kernels:
+        raise UsageError(f"{files.xplane} has no GPU stream events and no XLA:CPU "
+                         "thunk events: there are no kernels to attribute")
     with rules.atomic_folder(out / "attribution") as tmp:
-        copy, protos, xprof_names_s = copy_and_convert(files.xplane, tmp, opts.use_xprof)
-        space, protos = load(capture, protos)
-        kernels, cpu = collect_kernels(space)
+        copy, blobs, xprof_names_s = copy_and_convert(files.xplane, tmp, opts.use_xprof)
+        space, protos, built, unreadable = load(capture, blobs)
         if not protos:
-            raise UsageError(f"{files.xplane.name} holds no HLO programs (no /host:metadata): "
-                             "kernels cannot be attributed to instructions or lines")
-        if not kernels:
-            raise UsageError(f"{files.xplane.name} has no GPU stream events and no XLA:CPU "
-                             "thunk events: there are no kernels to attribute")
-        chosen, notes, _ = choose_program(kernels, protos, opts.program)
+            _, why = next(iter(unreadable.values()))
+            raise UsageError(f"no program in {files.xplane} can be attributed: {why}" +
+                             (f" (and {len(unreadable) - 1} more unreadable)"
+                              if len(unreadable) > 1 else ""))
+        chosen, notes, _ = choose_program(kernels, protos, opts.program, unreadable)
         executions: dict = {}
-        programs = attribute(kernels, protos, chosen, notes, executions)
+        programs = attribute(kernels, protos, chosen, notes, executions, built)
         control = sum(1 for k in kernels if k.match == "control")
         kernels = [k for k in kernels if k.match != "control"]
         sources = Sources(programs, opts.user_re)
@@ -546,13 +611,14 @@ def run(capture, out: Path, opts: Options) -> tuple[dict, list]:
             "kernel", "family", "kernels", "gpu_us", "gpu_pct", "gpus", "kernels_per_gpu",
             "gpu_us_per_gpu"], kernel_name_rows(kernels, plans_names(programs)))))
         name = protos[chosen][0]
-        hlo_name = f"{name}({chosen}).hlo.txt"
-        refusals = []
+        hlo_name = f"{safe_file_name(name)}({chosen}).hlo.txt"
+        refusals = [f"cannot attribute the kernels of program {n}({p}) because {why}"
+                    for p, (n, why) in sorted(unreadable.items())]
         try:
             import hlo_text
             written.append((hlo_name, hlo_text.write_hlo_text(protos[chosen][1],
                                                               tmp / hlo_name)))
-        except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:
+        except (OSError, ValueError, KeyError, IndexError, TypeError, RecursionError) as exc:
             (tmp / hlo_name).unlink(missing_ok=True)
             hlo_name = None
             notes.append(f"the HLO text was not written: the program could not be printed "
@@ -563,18 +629,20 @@ def run(capture, out: Path, opts: Options) -> tuple[dict, list]:
         if opts.use_xprof:
             coverage, xprof_s, err = xprof_coverage(copy)
             if err:
-                notes.append(err)
+                notes.append(_user_path(err, copy, files.xplane))
         result = build_result(
             files=files, kernels=kernels, cpu=cpu, control=control, chosen=chosen, name=name,
             notes=notes, protos=protos, groups=groups, ops=ops, sources=sources,
             coverage=coverage, opts=opts, hlo_name=hlo_name, refusals=refusals,
+            unreadable=unreadable,
             executions=executions,
             timing={"matching": round(t_match, 3), "xprof_extraction": round(xprof_names_s, 3),
                     "xprof_hlo_stats": round(xprof_s, 3)})
         result["tables"] = {f: n for f, n in written}
         lines = render_summary(result)
-        (tmp / "summary.txt").write_text("\n".join(lines) + "\n")
-        (tmp / RESULT_FILE).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+        (tmp / "summary.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        (tmp / RESULT_FILE).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n",
+                                       encoding="utf-8")
         written[:0] = [("summary.txt", len(lines)), (RESULT_FILE, 1)]
     return result, written
 
@@ -653,7 +721,8 @@ def _classes_json(g) -> dict:
 
 
 def build_result(*, files, kernels, cpu, control, chosen, name, notes, protos, groups, ops,
-                 sources, coverage, opts, hlo_name, refusals, timing, executions) -> dict:
+                 sources, coverage, opts, hlo_name, refusals, timing, executions,
+                 unreadable=()) -> dict:
     """Everything summary.txt says, and more, as data (fields: references/scratch-layout.md)."""
     total = sum(k.dur for k in kernels)
     g = groups["all"]
@@ -715,9 +784,10 @@ def build_result(*, files, kernels, cpu, control, chosen, name, notes, protos, g
         checks.append({"name": "coverage at least XProf's hlo_stats", "status": "not checkable",
                        "detail": "--no-xprof" if not opts.use_xprof else
                        "XProf's hlo_stats gave no figure"})
-    if unsaved:
-        refusals.append(f"cannot attribute {len(unsaved)} kernels because their programs "
-                        f"{sorted({k.program_id for k in unsaved})} have no HLO in the capture")
+    missing = [k for k in unsaved if k.program_id not in unreadable]
+    if missing:
+        refusals.append(f"cannot attribute {len(missing)} kernels because their programs "
+                        f"{sorted({k.program_id for k in missing})} have no HLO in the capture")
     return {
         "step": "attribute_kernels", "status": "done",
         "capture": {"xplane": str(files.xplane), "host": files.host, "run": files.run_dir.name},
@@ -801,7 +871,8 @@ def render_summary(r: dict) -> list[str]:
              f"{t['xprof_hlo_stats']:.2f} s")
     s.append(f"hlo text: {r['hlo_text']}" if r["hlo_text"] else
              "hlo text: not written (see the program: lines)")
-    return s
+    # names come from the capture: a newline or an escape in one must not split or hide a line
+    return [rules.printable(line) for line in s]
 
 
 def main(argv=None) -> int:
@@ -834,7 +905,11 @@ def main(argv=None) -> int:
         result, written = run(capture, args.out, Options(args.program, user_re,
                                                           not args.no_xprof))
     except (capture_inputs.CaptureError, UsageError) as exc:
-        print(f"attribute_kernels: {exc}", file=sys.stderr)
+        print(f"attribute_kernels: {rules.printable(exc)}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # the scratch folder: permissions, a full disk
+        print(f"attribute_kernels: cannot write into {rules.printable(args.out)}: "
+              f"{exc.strerror or exc}", file=sys.stderr)
         return 1
     except MissingPackage as exc:
         print(f"attribute_kernels: {exc}", file=sys.stderr)
@@ -849,13 +924,13 @@ def main(argv=None) -> int:
             print(f"attribute_kernels: {exc}", file=sys.stderr)
             return 3
         if isinstance(exc, xplane_reader.XPlaneError):
-            print(f"attribute_kernels: {exc}", file=sys.stderr)
+            print(f"attribute_kernels: {rules.printable(exc)}", file=sys.stderr)
             return 1
         raise
     out = args.out / "attribution"
     for f, n in written:
         print(f"wrote {out / f} ({n} {'lines' if f.endswith('.txt') else 'rows'})")
-    print(f"program: {result['program']['notes'][0]}")
+    print(f"program: {rules.printable(result['program']['notes'][0])}")
     print("Next: how.csv for the class shares, then ops.csv and lines.csv for the top "
           "instructions and Python lines (SKILL.md step 4).")
     return 0

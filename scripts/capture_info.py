@@ -40,10 +40,13 @@ SIBLING = next((p for p in (HERE.parent / "analyzing-jax-launch-overhead" / "scr
                 if (p / "trace_reader.py").is_file()), None)
 sys.path[:0] = [str(HERE)] + ([str(SIBLING)] if SIBLING else [])
 
+import trace_rules as rules  # noqa: E402  (sibling skill)
+
 import capture_inputs  # noqa: E402  (sibling skill)
 import trace_reader  # noqa: E402  (sibling skill)
 
 RESULT_FILE = "capture_info.json"
+HOST_STATS = frozenset({"hlo_op", "program_id", "correlation_id"})
 # Units of the device stats as the profiler writes them (printed beside each value).
 DEVICE_STAT_UNITS = {"clock_rate": " kHz", "memory_size": " bytes",
                      "memory_bandwidth": " bytes/s (derived from the memory clock: not a "
@@ -73,23 +76,27 @@ def gpu_counts_trace(trace) -> dict[int, dict]:
     return out
 
 
-def program_rows(space, parse_hlo) -> list[dict]:
-    """One row per program in /host:metadata; a program whose HLO cannot be read gets an
-    `error` (a refusal for that program, not the loss of the whole xplane)."""
-    from hlo_program import Program
+def program_rows(space) -> list[dict]:
+    """One row per program in /host:metadata; a program whose HLO cannot be read, or is not
+    consistent (hlo_program.load's checks), gets an `error` (a refusal for that program, not the
+    loss of the whole xplane)."""
+    from hlo_program import Program, ProgramError, load
     rows = []
     for pid, (name, blob) in sorted(space.hlo_protos().items()):
         try:
-            module = parse_hlo(blob)
-        except Exception as exc:  # noqa: BLE001 - the runtime raises DecodeError or others
-            rows.append({"program_id": pid, "entry": name, "error": str(exc) or type(exc).__name__})
+            module = load(blob, pid).module
+        except ProgramError as exc:
+            cause = exc.__cause__ if exc.parse else None
+            rows.append({"program_id": pid, "entry": name,
+                         "error": (str(cause) or type(cause).__name__) if cause else str(exc),
+                         "parses": not exc.parse})
             continue
         instructions = sum(len(c.instructions) for c in module.computations)
         loops = [Program.trip_count(ins) for comp in module.computations
                  for ins in comp.instructions if ins.opcode == "while"]
         rows.append({"program_id": pid, "entry": name, "module": module.name,
                      "computations": len(module.computations), "instructions": instructions,
-                     "while_loops": loops, "error": None})
+                     "while_loops": loops, "error": None, "parses": True})
     return rows
 
 
@@ -121,24 +128,32 @@ def build_inventory(files, space, trace, programs, xplane_error, trace_error) ->
                           "hosts": list(files.hosts), "notes": list(files.notes)},
               "xplane": {"file": files.xplane.name if files.xplane else None,
                          "error": xplane_error},
-              "trace": {"file": files.trace.name if files.trace else None, "error": trace_error},
+              "trace": {"file": files.trace.name if files.trace else None, "error": trace_error,
+                        "notes": list(trace.notes) if trace else []},
               "gpus": gpus, "cpu_thunk_events": None, "host": None, "profile_ms": None,
               "repeated_stat_events": space.repeated_stat_events if space else 0,
               "programs": programs, "checks": checks, "refusals": refusals}
     if space:
         host = space.plane("/host:CPU")
+        calls = None
         if host and not xg:
-            result["cpu_thunk_events"] = sum(1 for ln in host.lines for e in ln.events()
-                                             if "hlo_op" in e.stats)
+            stats = [e.stats for ln in host.lines for e in ln.events(HOST_STATS)]
+            result["cpu_thunk_events"] = sum(1 for st in stats if rules.is_cpu_thunk(st))
+            calls = sum(1 for st in stats if rules.is_gpu_runtime_call(st))
+            if calls:
+                refusals.append(f"cannot count GPU events in the xplane because it has no "
+                                f"/device:GPU plane while its host plane holds {calls} GPU "
+                                "runtime calls (events with a correlation id): its GPU planes "
+                                "are missing, so it is not a CPU capture")
         if host:
             h = {"lines": len(host.lines), "xplane_events": host.event_count(),
-                 "trace_events": None}
+                 "trace_events": None, "gpu_runtime_calls": calls}
             if trace:
                 pids = set(trace.host_pids())
                 h["trace_events"] = sum(1 for e in trace.events if e.get("pid") in pids)
             result["host"] = h
         start, stop = space.profile_times_ns()
-        if start and stop:
+        if start and stop and stop >= start:
             result["profile_ms"] = (stop - start) / 1e6
         result["repeated_stat_events"] = space.repeated_stat_events  # after every decode
     if programs is not None and not programs:
@@ -146,8 +161,11 @@ def build_inventory(files, space, trace, programs, xplane_error, trace_error) ->
                         "xplane holds no HLO (/host:metadata)")
     for r in programs or ():
         if r["error"]:
-            refusals.append(f"cannot read program {r['entry']} because its HLO proto does not "
-                            f"parse ({r['error']})")
+            refusals.append(
+                f"cannot read program {r['entry']} because its HLO proto does not parse "
+                f"({r['error']})" if not r["parses"] else
+                f"cannot read program {r['entry']} because its HLO is not consistent "
+                f"({r['error']})")
     return result
 
 
@@ -163,6 +181,7 @@ def render(r: dict) -> list[str]:
         f = r[key]
         out.append(f"{key}: {f['file'] or 'MISSING'}"
                    + (f" (unreadable: {f['error']})" if f["error"] else ""))
+        out += [f"note: {n}" for n in f.get("notes", ())]
     for g in r["gpus"]:
         o = g["ordinal"]
         if g["idle"]:
@@ -184,6 +203,10 @@ def render(r: dict) -> list[str]:
                 out.append(f"  line {ln['id']} {ln['name']!r}: {ln['events']} events")
     if not r["gpus"]:
         out.append("GPUs: none in this capture")
+    if (r["host"] or {}).get("gpu_runtime_calls"):
+        out.append(f"GPU runtime calls: {r['host']['gpu_runtime_calls']} on /host:CPU (events "
+                   "with a correlation id) but no GPU plane: the GPU planes are missing, so "
+                   "this is not a CPU capture")
     if r["cpu_thunk_events"]:
         out.append(f"CPU: {r['cpu_thunk_events']} XLA:CPU thunk events carry hlo_op on "
                    "/host:CPU (they are this capture's kernels)")
@@ -216,7 +239,8 @@ def render(r: dict) -> list[str]:
             out.append(f"  {p['entry']}: module {p['module']}, {p['computations']} "
                        f"computations, {p['instructions']} instructions"
                        + (f", while loops with trip counts [{loops}]" if loops else ""))
-    return out
+    # names come from the capture: a newline or an escape in one must not split or hide a line
+    return [rules.printable(line) for line in out]
 
 
 class CaptureUnreadable(Exception):
@@ -240,11 +264,11 @@ def run(capture) -> dict:
         try:
             import xplane_reader
             space = xplane_reader.space_of(capture)
-            programs = program_rows(space, xplane_reader.parse_hlo)
+            programs = program_rows(space)
         except Exception as exc:  # noqa: BLE001 - each reported as one sentence
             import xprotos
             missing_dependency = isinstance(exc, (ImportError, xprotos.MissingDependency))
-            xplane_error = (f"{exc}" if not isinstance(exc, ImportError)
+            xplane_error = (rules.printable(exc) if not isinstance(exc, ImportError)
                             else f"{exc}; pip install -r requirements.txt")
             space = programs = None
             if missing_dependency:
@@ -255,7 +279,7 @@ def run(capture) -> dict:
         try:
             trace = capture.trace
         except trace_reader.TraceError as exc:
-            trace_error = str(exc)
+            trace_error = rules.printable(exc)
     if space is None and trace is None:
         raise CaptureUnreadable(f"nothing readable in {files.run_dir}: "
                                 f"{xplane_error or trace_error or 'no files'}",
@@ -287,7 +311,7 @@ def main(argv=None) -> int:
     try:
         files = capture_inputs.resolve(args.capture, run=args.run, host=args.host)
     except capture_inputs.CaptureError as exc:
-        print(f"capture_info: {exc}", file=sys.stderr)
+        print(f"capture_info: {rules.printable(exc)}", file=sys.stderr)
         return 1
     capture = capture_inputs.Capture(files)
     try:

@@ -7,6 +7,14 @@ Source frames come from whichever the program fills (handle every combination):
   0 = none;
 - ``OpMetadata.source_file`` / ``source_line`` (older jax): one frame;
 - a fusion whose own metadata is empty takes its frames from its fused instructions.
+
+A program is checked when it is wrapped (``ProgramError``, one sentence, where it is not what XLA
+writes): unique computation and instruction ids and instruction names,
+no empty computation, every called computation and operand present, calls that never loop
+back and nest at most ``MAX_CALL_DEPTH`` deep, schedules that list an instruction once, backend
+configs nested less deep than the parser can follow, and at most
+``MAX_RUNS_PER_EXECUTION`` instruction runs per execution with loops unrolled by their known
+trip counts (what the matcher expands). ``load(blob, id)`` parses and checks in one step.
 """
 
 from __future__ import annotations
@@ -26,10 +34,23 @@ except ImportError:  # imported without an entry script's path set-up: find the 
                                      "scripts") if (p / "trace_rules.py").is_file())
     from trace_rules import NO_LAUNCH_OPCODES  # noqa: F401
 
+from trace_rules import WAIT_OPCODES
+
 from xprotos import PRIMITIVE_TYPES
 
 # The default "user code" frame: the first frame outside site-packages and jax itself.
 LIBRARY_FRAME_RE = re.compile(r"(site-packages|dist-packages)/|/jax/|/jaxlib/|^<frozen ")
+# Calls (fusions, while bodies, branches) nest a few levels in XLA's programs (a fusion in a
+# while body in a while body is 3); the matcher follows 64, so a deeper program is not XLA's.
+MAX_CALL_DEPTH = 64
+# Instruction runs in one execution, while loops unrolled by their known trip counts: the
+# matcher holds one slot per run. The largest program seen (the PAX A100 step, 37,026
+# instructions) runs about 12,000; MaxText's scanned layers about 3,500. Ten million slots would
+# cost gigabytes, so more is a corrupt trip count, not a program.
+MAX_RUNS_PER_EXECUTION = 5_000_000
+# A backend config with more brackets than this is parsed once here to prove its depth is one a
+# JSON parser can follow (XLA's nest under 10 levels; a RecursionError must not reach a step).
+CONFIG_BRACKETS_CHECKED = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,8 +63,32 @@ class Frame:
         return f"{self.file}:{self.line}"
 
 
+class ProgramError(ValueError):
+    """The program is not one XLA writes (a corrupt HLO proto); the message is one sentence.
+    `parse`: True when the proto does not even parse, False when it parses but is
+    inconsistent."""
+
+    def __init__(self, message: str, parse: bool = False):
+        super().__init__(message)
+        self.parse = parse
+
+
+def load(blob: bytes, program_id: int | None = None) -> Program:
+    """Parse a serialized ``xla.HloProto`` and check it: a ProgramError when it does not parse
+    or is inconsistent."""
+    import xprotos
+    try:
+        module = xprotos.classes()["HloProto"].FromString(blob).hlo_module
+    except xprotos.MissingDependency:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the runtime raises DecodeError or others
+        raise ProgramError(f"program {program_id}: its HLO proto does not parse "
+                           f"({str(exc) or type(exc).__name__})", parse=True) from exc
+    return Program(module, program_id)
+
+
 class Program:
-    def __init__(self, module, program_id: int | None = None):
+    def __init__(self, module, program_id: int | None = None, check: bool = True):
         self.module = module
         self.id = module.id if program_id is None else program_id
         self.name = module.name
@@ -62,12 +107,117 @@ class Program:
         self._locations = list(sfi.file_locations)
         self._frames = list(sfi.stack_frames)
         self._stacks: dict[int, list[Frame]] = {}
+        if check:
+            self.check()
+
+    def _fail(self, what: str) -> None:
+        raise ProgramError(f"program {self.name}({self.id}) {what}, so its HLO is corrupt")
+
+    def check(self) -> None:
+        """Raise ProgramError where the program is not one XLA writes (see the module's
+        docstring); it runs in linear time."""
+        m = self.module
+        comps = m.computations
+        if len(self.computations) != len(comps):
+            self._fail("has two computations with one id")
+        n = sum(len(c.instructions) for c in comps)
+        if len(self.instructions) != n:
+            self._fail("has two instructions with one id")
+        if len(self.by_name) != n:
+            self._fail("has two instructions with one name")
+        calls: dict[int, list[int]] = {}
+        operands: set = set()
+        for c in comps:
+            out = calls[c.id] = []
+            if not c.instructions:
+                self._fail(f"holds computation {c.id} without instructions")
+            for ins in c.instructions:
+                called = ins.called_computation_ids
+                if called:
+                    out.extend(called)
+                operands.update(ins.operand_ids)
+                cfg = ins.backend_config
+                if len(cfg) > CONFIG_BRACKETS_CHECKED and \
+                        cfg.count(b"[") + cfg.count(b"{") > CONFIG_BRACKETS_CHECKED:
+                    try:
+                        json.loads(cfg)
+                    except RecursionError:
+                        self._fail(f"nests {ins.name}'s backend config too deep to read")
+                    except ValueError:
+                        pass  # not JSON: read as no config, as everywhere
+        missing = operands.difference(self.instructions)
+        if missing:
+            self._fail(f"names operand {min(missing)}, an instruction it does not hold")
+        missing = {cid for out in calls.values() for cid in out}.difference(self.computations)
+        if missing:
+            self._fail(f"calls computation {min(missing)}, which it does not hold")
+        for cid, seq in m.schedule.sequences.items():
+            if len(set(seq.instruction_ids)) != len(seq.instruction_ids):
+                self._fail(f"schedules an instruction twice in computation {cid}")
+        # calls: no cycle, no deeper than MAX_CALL_DEPTH (iterative: no recursion to overflow)
+        depth: dict[int, int] = {}
+        for root in calls:
+            if root in depth:
+                continue
+            stack = [(root, iter(calls[root]))]
+            on_path = {root}
+            while stack:
+                cid, it = stack[-1]
+                nxt = next(it, None)
+                if nxt is None:
+                    stack.pop()
+                    on_path.discard(cid)
+                    depth[cid] = 1 + max((depth[c] for c in calls[cid]), default=0)
+                    if depth[cid] > MAX_CALL_DEPTH:
+                        self._fail(f"nests calls more than {MAX_CALL_DEPTH} deep")
+                    continue
+                if nxt in on_path:
+                    self._fail(f"has computation {nxt} call itself (through its callees)")
+                if nxt not in depth:
+                    on_path.add(nxt)
+                    stack.append((nxt, iter(calls[nxt])))
+        runs = self.runs_per_execution()
+        if runs > MAX_RUNS_PER_EXECUTION:
+            self._fail(f"runs {runs:,} instructions per execution with its loops unrolled, over "
+                       f"{MAX_RUNS_PER_EXECUTION:,} (a while loop's trip count is absurd)")
+
+    def runs_per_execution(self) -> int:
+        """Instruction runs in one execution, loops unrolled by their known trip counts (one
+        iteration where unknown), from the entry; the call graph must be acyclic."""
+        memo: dict[int, int] = {}
+
+        def size(cid: int) -> int:
+            if cid in memo:
+                return memo[cid]
+            if cid not in self.computations:
+                return 0  # an entry the module does not hold: nothing runs
+            total = 0
+            for ins in self.schedule(cid):
+                op = ins.opcode
+                if op in NO_LAUNCH_OPCODES or op in WAIT_OPCODES:
+                    continue
+                if op in ("while", "call", "conditional"):
+                    inner = sum(size(c) for c in ins.called_computation_ids
+                                if c in self.computations) + 1
+                    total += inner * max(1, self.trip_count(ins) or 1) if op == "while" \
+                        else inner
+                else:
+                    total += 1
+                if total > MAX_RUNS_PER_EXECUTION:
+                    break  # already too many: stop counting
+            memo[cid] = total
+            return total
+        return size(self.entry_id)
 
     def schedule(self, computation_id: int) -> list:
-        """Instructions of a computation in execution order (the schedule), else stored order."""
+        """Instructions of a computation in execution order (the schedule), else stored order.
+        An id the schedule names that is not one of this computation's instructions is left
+        out (it would let a computation run another's while loop, and loop back into itself)."""
         seq = self.module.schedule.sequences.get(computation_id)
         if seq is not None and seq.instruction_ids:
-            return [self.instructions[i] for i in seq.instruction_ids if i in self.instructions]
+            own = self.computation_of
+            return [self.instructions[i] for i in seq.instruction_ids
+                    if own.get(i) == computation_id]
         return list(self.computations[computation_id].instructions)
 
     @staticmethod
@@ -77,9 +227,10 @@ class Program:
             return None
         try:
             cfg = json.loads(ins.backend_config)
-            return int(cfg["known_trip_count"]["n"])
-        except (ValueError, KeyError, TypeError):
+            n = int(cfg["known_trip_count"]["n"])
+        except (ValueError, KeyError, TypeError, RecursionError):
             return None
+        return n if n >= 0 else None
 
     @staticmethod
     def dtype(ins) -> str:

@@ -411,7 +411,11 @@ def main(argv=None) -> int:
             print(f"reconcile: {n}", file=sys.stderr)
         result, written = run(capture, args.out)
     except (capture_inputs.CaptureError, UsageError, trace_reader.TraceError) as exc:
-        print(f"reconcile: {exc}", file=sys.stderr)
+        print(f"reconcile: {rules.printable(exc)}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # the scratch folder: permissions, a full disk
+        print(f"reconcile: cannot write into {rules.printable(args.out)}: "
+              f"{exc.strerror or exc}", file=sys.stderr)
         return 1
     except MissingPackage as exc:
         print(f"reconcile: a package is missing ({exc})", file=sys.stderr)
@@ -422,7 +426,7 @@ def main(argv=None) -> int:
     print(f"checks: {c['pass']} pass, {c['fail']} fail, {c['not checkable']} not checkable")
     for r in result["checks"]:
         if r["status"] != "pass":
-            print(f"{r['status']}: {r['trust_sentence']}")
+            print(f"{r['status']}: {rules.printable(r['trust_sentence'])}")
     print("Next: every fail and not-checkable sentence goes on the trust list (SKILL.md step 7).")
     return 0
 

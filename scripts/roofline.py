@@ -521,6 +521,22 @@ class Costs:
             return Cost(None, None, "not computable", why=f"{op} has no byte model here")
         return Cost(0, moved, f"shapes (collective: {rule}, n={n} from {basis}, per GPU)")
 
+    def checked_cost(self, ins) -> Cost:
+        """cost(), or "not computable" where the instruction's HLO does not have what its
+        opcode's rule reads (an operand, a dimension, a config: a corrupt or unusual program),
+        or where the rule gives a negative size: said in the row, never a crash."""
+        try:
+            c = self.cost(ins)
+        except (IndexError, KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError,
+                OverflowError, RecursionError) as exc:
+            return Cost(None, None, "not computable",
+                        why=f"its HLO lacks what the {ins.opcode or 'empty'} opcode's rule reads "
+                            f"({type(exc).__name__})")
+        if (c.flops is not None and c.flops < 0) or (c.bytes is not None and c.bytes < 0):
+            return Cost(None, None, "not computable",
+                        why="its shapes give a negative size (a negative dimension)")
+        return c
+
     def cost(self, ins) -> Cost:
         """FLOPs and bytes of one run of a scheduled instruction, and how they were obtained."""
         op = ins.opcode
@@ -643,7 +659,7 @@ def analyse(rows, res, program, gpu: dict, peaks: dict) -> tuple[list[list], dic
             c = Cost(None, None, "not computable",
                      why=f"instruction {r['instruction']} is not in program {program.id}")
         else:
-            c = costs.cost(ins)
+            c = costs.checked_cost(ins)
         per_exec = costs.runs_per_execution(ins) if ins is not None else None
         runs = per_exec * executions if per_exec is not None and executions else None
         if c.why is None and runs is None:
@@ -856,13 +872,16 @@ def run(capture, out: Path, use_xprof: bool = True) -> tuple[dict, list[tuple[st
     if not space.hlo_protos():
         return refuse_without_hlo(capture, out, space, identify_space(space))
     rows, res = read_attribution(out, capture)
-    from hlo_program import Program
+    from hlo_program import ProgramError, load
     pid = int((res.get("program") or {}).get("id"))
     protos = space.hlo_protos()
     if pid not in protos:
         raise UsageError(f"cannot build the roofline because the capture holds no HLO for "
                          f"program {pid} (the one step 4 chose)")
-    program = Program(xplane_reader.parse_hlo(protos[pid][1]), pid)
+    try:
+        program = load(protos[pid][1], pid)
+    except ProgramError as exc:
+        raise UsageError(f"cannot build the roofline because {exc}") from exc
     gpu = identify_space(space)
     peaks = load_peaks()
     table, a = analyse(rows, res, program, gpu, peaks)
@@ -1055,11 +1074,15 @@ def main(argv=None) -> int:
         capture = capture_inputs.open_capture(args.capture, run=args.run, host=args.host)
         result, written = run(capture, args.out, use_xprof=not args.no_xprof)
     except (capture_inputs.CaptureError, UsageError) as exc:
-        print(f"roofline: {exc}", file=sys.stderr)
+        print(f"roofline: {rules.printable(exc)}", file=sys.stderr)
         return 1
     except MissingPackage as exc:
         print(f"roofline: a package is missing ({exc})", file=sys.stderr)
         return 3
+    except OSError as exc:  # the scratch folder: permissions, a full disk
+        print(f"roofline: cannot write into {rules.printable(args.out)}: {exc.strerror or exc}",
+              file=sys.stderr)
+        return 1
     for f, n in written:
         print(f"wrote {args.out / f}" + (f" ({n} rows)" if f.endswith(".csv") else ""))
     g = result["gpu"]

@@ -972,11 +972,18 @@ def run(capture, out: Path, step: int | None = None, start_us: float | None = No
     if zoomed and not (v0 < chosen["end"] and v1 > chosen["start"]):
         notes.append(f"the window does not overlap step {chosen['number']}: its begin, end and "
                      "straggler mark are outside it")
-    s1_strag = s1.get("straggler")
+    s1_strag = s1.get("straggler") if isinstance(s1.get("straggler"), dict) else None
     if s1_strag and not chosen["whole_capture"]:
-        notes.append(f"over all {s1_strag['steps']} analysed steps, step 1 finds GPU "
-                     f"{s1_strag['gpu']} finishing last in {s1_strag['steps_last']} of them "
-                     "(skip_stats.json straggler)")
+        if s1_strag.get("gpu") is None:
+            notes.append(f"over all {s1_strag['steps']} analysed steps, step 1 finds no GPU "
+                         "ending a step last by more than its margin: ties (skip_stats.json "
+                         "straggler)")
+        else:
+            notes.append(f"over all {s1_strag['steps']} analysed steps, step 1 finds GPU "
+                         f"{s1_strag['gpu']} finishing last in {s1_strag['steps_last']} of them"
+                         + ("" if s1_strag.get("is_straggler", True) else
+                            ", not enough to call it a straggler")
+                         + " (skip_stats.json straggler)")
     result = {
         "step": "swimlanes", "status": "done",
         "capture": {"run": capture.files.run_dir.name, "host": capture.files.host},
@@ -1063,7 +1070,7 @@ def main(argv=None) -> int:
     except WindowError as exc:
         ap.error(str(exc))
     except (capture_inputs.CaptureError, trace_reader.TraceError, SwimlaneError) as exc:
-        print(f"swimlanes: {exc}", file=sys.stderr)
+        print(f"swimlanes: {rules.printable(exc)}", file=sys.stderr)
         return 1
     except OSError as exc:
         print(f"swimlanes: cannot write into {args.out}: {exc.strerror or exc}", file=sys.stderr)
@@ -1071,10 +1078,10 @@ def main(argv=None) -> int:
     for fname, n in written:
         unit = "bytes" if fname.endswith(".svg") else "rows"
         print(f"wrote {args.out / fname} ({n} {unit})")
-    print(f"step: {result['chosen']['why']}")
+    print(f"step: {rules.printable(result['chosen']['why'])}")
     sg = result["straggler"]
-    print(f"straggler: {sg['sentence']}" if sg else
-          "straggler: " + "; ".join(result["refusals"] + result["notes"][:1]))
+    print(rules.printable(f"straggler: {sg['sentence']}" if sg else
+                          "straggler: " + "; ".join(result["refusals"] + result["notes"][:1])))
     print("Next: open swimlanes.svg in a browser (hover a bar for its kernel); quote the "
           "straggler line and stragglers.csv (SKILL.md step 3).")
     return 0

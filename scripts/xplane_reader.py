@@ -8,6 +8,14 @@
 - Times are integer picoseconds from the profile start:
   ``line.timestamp_ns * 1000 + event.offset_ps``.
 - ``/host:metadata`` holds one serialized ``xla.HloProto`` per program, keyed by program id.
+
+What the reader guarantees (anything else is an XPlaneError: one sentence naming the file):
+- the file is at most ``MAX_XPLANE_BYTES`` and parses as an XSpace with planes; no two planes
+  share a ``/device:GPU:<n>``, ``/host:CPU`` or ``/host:metadata`` name;
+- every event's start and duration are within ``trace_rules.MAX_TIME_PS``, the duration never
+  negative (checked for every event when the file is loaded);
+- every stat the bundle reads (``STAT_KINDS``) holds the kind XLA writes it as: an integer
+  (never negative) or a string, or bytes for ``Hlo Proto``; checked where stats are decoded.
 """
 
 from __future__ import annotations
@@ -19,11 +27,35 @@ from pathlib import Path
 
 import xprotos
 
+try:
+    from trace_rules import MAX_TIME_PS
+except ImportError:  # imported without an entry script's path set-up: find the sibling skill
+    import sys
+    _here = Path(__file__).resolve().parent
+    sys.path.extend(str(p) for p in (_here.parent / "analyzing-jax-launch-overhead" / "scripts",
+                                     _here.parent.parent / "analyzing-jax-launch-overhead" /
+                                     "scripts") if (p / "trace_rules.py").is_file())
+    from trace_rules import MAX_TIME_PS
+
 GPU_PLANE_RE = re.compile(r"^/device:GPU:(\d+)$")
 HOST_CPU_PLANE = "/host:CPU"
 METADATA_PLANE = "/host:metadata"
 TASK_ENV_PLANE = "Task Environment"
-PROGRAM_NAME_RE = re.compile(r"^(.*)\((\d+)\)$")
+PROGRAM_NAME_RE = re.compile(r"^(.*)\((\d{1,19})\)$")  # a program id is a 64-bit integer
+# protobuf cannot parse a message over 2 GiB, so no xplane can be larger.
+MAX_XPLANE_BYTES = (2 << 30) - 1
+# The stats this bundle reads and the kind XLA writes each as (int: int64, uint64; str: a
+# string, or a ref_value naming one; bytes). Measured on every shared capture: no exception.
+_INT_STATS = ("correlation_id", "program_id", "cuda_graph_id", "hip_graph_id", "graph_id",
+              "device_id", "group_id", "step_num", "clock_rate", "core_count",
+              "memory_bandwidth", "memory_size", "compute_cap_major", "compute_cap_minor",
+              "profile_start_time", "profile_stop_time")
+_STR_STATS = ("hlo_op", "hlo_module", "module_name", "memcpy_details", "device_vendor",
+              "gpu_device_name")
+STAT_KINDS = {**{k: int for k in _INT_STATS}, **{k: str for k in _STR_STATS},
+              "Hlo Proto": bytes}
+_KIND_WORDS = {int: "a non-negative integer", str: "a string", bytes: "bytes"}
+UNIQUE_PLANES = ("/host:CPU", "/host:metadata")
 
 
 class XPlaneError(Exception):
@@ -92,6 +124,7 @@ class Line:
                 for m, st in plane.metadata_stats.items()}
         meta = {m: st for m, st in meta.items() if st}
         base_ps = self.timestamp_ns * 1000
+        kinds = STAT_KINDS
         for ev in self._proto.events:
             mid = ev.metadata_id
             own = {}
@@ -100,8 +133,12 @@ class Line:
                 if key is None or key in own:  # a repeated key: the first value is kept
                     continue
                 kind = st.WhichOneof("value")
-                own[key] = stat_names.get(st.ref_value, "") if kind == "ref_value" else \
-                    getattr(st, kind) if kind else None
+                value = own[key] = stat_names.get(st.ref_value, "") if kind == "ref_value" \
+                    else getattr(st, kind) if kind else None
+                want = kinds.get(key)
+                if want is not None and (type(value) is not want or
+                                         (want is int and value < 0)):
+                    plane.bad_stat(key, value)
             shared = meta.get(mid)
             yield (names.get(mid, ""), base_ps + ev.offset_ps, ev.duration_ps,
                    {**shared, **own} if shared else own)
@@ -165,8 +202,19 @@ class Plane:
             if key in out:
                 self._space.repeated_stat_events += 1
                 continue
+            want = STAT_KINDS.get(key)
+            if want is not None and (type(value) is not want or (want is int and value < 0)):
+                self.bad_stat(key, value)
             out[key] = value
         return out
+
+    def bad_stat(self, key: str, value) -> None:
+        """Raise the one sentence for a stat of the wrong kind."""
+        shown = repr(value)
+        shown = shown if len(shown) <= 40 else shown[:30] + "..."
+        raise XPlaneError(f"{self._space.path} has a {key} stat on plane {_name(self.name)} "
+                          f"holding {type(value).__name__} {shown}; XLA writes it as "
+                          f"{_KIND_WORDS[STAT_KINDS[key]]}, so the file is corrupt")
 
     def event_count(self) -> int:
         return sum(len(ln) for ln in self.lines)
@@ -183,6 +231,12 @@ class Plane:
             yield k, md.name, self.metadata_stats.get(k, {})
 
 
+def _name(text: str) -> str:
+    """A plane or line name for a sentence: control characters escaped, cut at 60."""
+    shown = repr(text)[1:-1]
+    return shown if len(shown) <= 60 else shown[:57] + "..."
+
+
 class Space:
     def __init__(self, proto, path: Path):
         self.path = path
@@ -190,6 +244,13 @@ class Space:
         self.hostnames = list(proto.hostnames)
         self.errors = list(proto.errors)
         self.warnings = list(proto.warnings)
+        seen: set = set()
+        for p in proto.planes:
+            if (p.name in UNIQUE_PLANES or GPU_PLANE_RE.match(p.name)) and p.name in seen:
+                raise XPlaneError(f"{path} holds two planes named {_name(p.name)}; XProf writes "
+                                  "each once, so the file is corrupt or merged")
+            seen.add(p.name)
+            _check_times(path, p)
         self.planes = [Plane(p, self) for p in proto.planes]
 
     def plane(self, name: str) -> Plane | None:
@@ -227,14 +288,45 @@ class Space:
         return env.stats.get("profile_start_time"), env.stats.get("profile_stop_time")
 
 
+def _check_times(path: Path, plane) -> None:
+    """Every event of the plane starts within MAX_TIME_PS of the profile start and lasts 0 to
+    MAX_TIME_PS; else the sentence names the first event that does not."""
+    for ln in plane.lines:
+        evs = ln.events
+        if not evs:
+            continue
+        base = ln.timestamp_ns * 1000
+        offs = [e.offset_ps for e in evs]
+        durs = [e.duration_ps for e in evs]
+        if (min(durs) >= 0 and max(durs) <= MAX_TIME_PS and base + min(offs) >= -MAX_TIME_PS
+                and base + max(offs) <= MAX_TIME_PS):
+            continue
+        for i, (o, d) in enumerate(zip(offs, durs, strict=True)):
+            if d < 0 or d > MAX_TIME_PS:
+                what = f"a duration of {d:,} ps"
+            elif abs(base + o) > MAX_TIME_PS:
+                what = f"a start {base + o:,} ps from the profile start"
+            else:
+                continue
+            raise XPlaneError(f"{path} has an event (number {i:,} of line {_name(ln.name)} on "
+                              f"plane {_name(plane.name)}) with {what}; expected 0 to "
+                              f"{MAX_TIME_PS:,} ps, so the file is corrupt")
+
+
 def load_space(path) -> Space:
     """Parse an xplane.pb file; raise XPlaneError with one sentence when it cannot be read."""
     path = Path(path)
     classes = xprotos.classes()
     try:
+        size = path.stat().st_size
+        if size > MAX_XPLANE_BYTES:
+            raise XPlaneError(f"{path} is {size:,} bytes, over the 2 GiB protobuf can parse; "
+                              "it is not an xplane XProf wrote")
         data = path.read_bytes()
     except OSError as exc:
         raise XPlaneError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    except MemoryError as exc:
+        raise XPlaneError(f"{path} is too large to read into this machine's memory") from exc
     if not data:
         raise XPlaneError(f"{path} is empty; expected a serialized XSpace from XProf")
     try:

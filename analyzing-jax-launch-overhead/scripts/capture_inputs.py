@@ -81,10 +81,18 @@ def host_of(path: Path) -> str | None:
     return None
 
 
+def _listing(folder: Path) -> list[Path]:
+    """A folder's entries, sorted; a folder that cannot be listed is a CaptureError."""
+    try:
+        return sorted(folder.iterdir())
+    except OSError as exc:
+        raise CaptureError(f"cannot list {folder}: {exc.strerror or exc}") from exc
+
+
 def _hosts_in(run_dir: Path) -> dict[str, dict[str, Path]]:
     hosts: dict[str, dict[str, Path]] = {}
-    for child in sorted(run_dir.iterdir()):
-        if not child.is_file():
+    for child in _listing(run_dir):
+        if not child.is_file():  # folders, FIFOs, devices and dangling links named like files
             continue
         host = host_of(child)
         if host is None:
@@ -104,7 +112,7 @@ def _run_sort_key(run: Path) -> tuple:
 def _runs_under(folder: Path) -> list[Path]:
     for base in (folder / "plugins" / "profile", folder):
         if base.is_dir():
-            runs = [d for d in base.iterdir() if d.is_dir() and _hosts_in(d)]
+            runs = [d for d in _listing(base) if d.is_dir() and _hosts_in(d)]
             if runs:
                 return sorted(runs, key=_run_sort_key)
     return []
@@ -114,9 +122,24 @@ def resolve(path, run: str | None = None, host: str | None = None) -> CaptureFil
     """Resolve a user-given path to one host's capture files (either file may be missing)."""
     p = Path(path)
     notes: list[str] = []
+    try:
+        return _resolve(p, notes, run, host)
+    except RecursionError as exc:  # a folder tree too deep to walk (links into itself)
+        raise CaptureError(f"{p} leads into folders nested too deep to search") from exc
+    except OSError as exc:  # a path that cannot even be looked at (permissions, a loop)
+        raise CaptureError(f"cannot look at {p}: {exc.strerror or exc}") from exc
+
+
+def _resolve(p: Path, notes: list, run: str | None, host: str | None) -> CaptureFiles:
     if not p.exists():
+        if p.is_symlink():
+            raise CaptureError(f"{p} is a symbolic link that leads nowhere (a loop, or a "
+                               "missing target); pass the capture file or folder itself")
         raise CaptureError(f"{p} does not exist; pass a .xplane.pb, a .trace.json.gz, "
                            "or the folder XProf wrote them in")
+    if p.is_dir() and host_of(p) is not None:
+        raise CaptureError(f"{p} is a folder, though named like a capture file; pass the "
+                           "file itself, or the run folder that holds it")
     if p.is_file():
         file_host = host_of(p)
         if file_host is None:
@@ -128,7 +151,8 @@ def resolve(path, run: str | None = None, host: str | None = None) -> CaptureFil
         return CaptureFiles(p.parent, file_host, files.get("xplane"), files.get("trace"),
                             sorted(_hosts_in(p.parent)), notes)
     if not p.is_dir():
-        raise CaptureError(f"{p} is neither a file nor a folder")
+        raise CaptureError(f"{p} is neither a file nor a folder (a pipe or a device?); pass "
+                           "the capture file or folder")
     hosts = _hosts_in(p)
     if hosts:
         run_dir = p

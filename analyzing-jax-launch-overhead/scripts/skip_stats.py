@@ -173,13 +173,26 @@ def is_container(name: str) -> bool:
 
 
 def collect(trace):
-    """GPU stream events, host events by thread, host events by correlation id."""
+    """GPU stream events, host events by thread, host events by correlation id. What the reader
+    repaired (trace.notes), and GPU runtime calls in a trace without GPU processes, are said on
+    stderr."""
+    for note in getattr(trace, "notes", ()):
+        print(f"skip_stats: note: {note}", file=sys.stderr)
     try:
-        return _collect(trace)
-    except (KeyError, TypeError) as exc:
+        out = _collect(trace)
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
+        # trace_reader checks every field read here; this is the last line of defence
         raise trace_reader.TraceError(
-            f"{trace.path} has a complete event without {exc} (pid, tid, ts, dur and name are "
-            "always there in XLA's traces)") from exc
+            f"{trace.path} has a complete event that cannot be read ({type(exc).__name__}: "
+            f"{rules.printable(exc)}); pid, tid, ts, dur and name are always there in XLA's "
+            "traces") from exc
+    gpu, _, _, by_corr = out
+    if not gpu and by_corr and not trace.gpu_pids():
+        calls = sum(len(hs) for hs in by_corr.values())
+        print(f"skip_stats: note: {calls} host events carry a correlation id (GPU runtime calls) "
+              "but the trace has no /device:GPU process: its GPU events are missing, so this is "
+              "not a CPU capture", file=sys.stderr)
+    return out
 
 
 def _collect(trace):
@@ -793,10 +806,13 @@ def write_rows(path, a: Analysis) -> int:
             hlo_op = args.get("hlo_op", "")
             hlo_module = args.get("hlo_module", "")
             step = ev.step
+            cid = args.get("correlation_id", "")
+            if type(cid) is not int:
+                cid = q(str(cid))  # a malformed id (text with commas, quotes) stays one field
             buf.append(
                 f"{ev.device},{ev.stream},{streams.get((ev.device, ev.stream), '')},"
                 f"{quoted.get(ev.name) or q(ev.name)},{ev.category},{start / 1e6:.3f},"
-                f"{ev.dur / 1e6:.3f},{ev.end / 1e6:.3f},{args.get('correlation_id', '')},"
+                f"{ev.dur / 1e6:.3f},{ev.end / 1e6:.3f},{cid},"
                 f"{join},{launch},{quoted.get(hlo_op) or q(hlo_op)},"
                 f"{quoted.get(hlo_module) or q(hlo_module)},{1 if ev.graph else 0},"
                 f"{'' if step is None else step}\n")
@@ -878,6 +894,9 @@ def build_result(a: Analysis, joins, name, rule, figures, step_rows, info) -> di
     gpus = sorted({r["device"] for r in step_rows})
     if len(gpus) > 1:
         result["straggler"] = straggler(step_rows, info, us_)
+        if str(a.step_source).startswith("the whole capture"):
+            # one window that is not a step: which GPU ends it last says nothing about steps
+            result["straggler"]["is_straggler"] = False
     return result
 
 
@@ -972,9 +991,10 @@ def render_summary(r: dict) -> list[str]:
                          ("collective_share_pct", "collective share (bounding GPU)")):
             out.append(f"  {label}: {_rng(f[k], f_pct)}")
         if f.get("period_us"):
-            out.append(f"  step period (start to the next step's start): "
+            out.append(f"  step period (start to the next step's start, every GPU): "
                        f"{_rng(f['period_us'], f_us)}")
-            out.append(f"  GPU idle between steps (last kernel to the next step's start): "
+            out.append(f"  GPU idle between steps (each GPU's last kernel to the next step's "
+                       f"start, every GPU): "
                        f"{_rng(f['idle_between_us'], f_us)}, "
                        f"{_rng(f['idle_between_pct'], f_pct)} of the period; cause: "
                        f"{(r.get('between_steps') or {}).get('cause')} (steps.csv "
@@ -989,7 +1009,10 @@ def render_summary(r: dict) -> list[str]:
         spread_txt = _rng(sg["end_spread_us"], lambda v: f"{v:,.1f} us")
         margin = (f"{sg['margin_us']['value']:,.1f} us or "
                   f"{sg['margin_us']['share_of_step_pct']:.1f}% of the step")
-        if sg["is_straggler"]:
+        if str(r["steps"]["source"]).startswith("the whole capture"):
+            out.append(f"no straggler: the capture has no steps (one whole-capture window, "
+                       f"last: {dist})")
+        elif sg["is_straggler"]:
             out.append(f"straggler: GPU {sg['gpu']} finishes last in {sg['steps_last']} of "
                        f"{sg['steps']} steps, ahead of the next GPU by "
                        f"{_rng(sg['lead_us'], lambda v: f'{v:,.1f} us')} (margin {margin}); "
@@ -1102,7 +1125,15 @@ def main(argv=None) -> int:
             print(f"skip_stats: {n}", file=sys.stderr)
         result, written = run(files.trace, args.out)
     except (capture_inputs.CaptureError, trace_reader.TraceError) as exc:
-        print(f"skip_stats: {exc}", file=sys.stderr)
+        print(f"skip_stats: {rules.printable(exc)}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # the scratch folder: permissions, a full disk
+        print(f"skip_stats: cannot write into {rules.printable(args.out)}: "
+              f"{exc.strerror or exc}", file=sys.stderr)
+        return 1
+    except MemoryError:
+        print(f"skip_stats: {rules.printable(args.capture)} is too large to analyse in this "
+              "machine's memory", file=sys.stderr)
         return 1
     for fname, n in written:
         print(f"wrote {args.out / fname} ({n} {'lines' if fname.endswith('.txt') else 'rows'})")

@@ -7,20 +7,67 @@ The file is Chrome trace JSON written by XLA from the XSpace:
 - ``ts``/``dur`` are microseconds as floats; ``ps()`` turns them into integer picoseconds, which
   recovers the xplane's integer times exactly for captures up to about 1,000 s long.
 - Complete events (``ph: "X"``) are kept as the dicts ``json`` made; nothing is copied.
+
+What the reader guarantees to every step (anything else is a TraceError: one sentence naming
+the file, the entry and what was expected):
+- the text is at most ``MAX_GZIP_RATIO`` times its gzip's size (at least
+  ``MIN_DECOMPRESSED_CAP``, never over ``MAX_TRACE_BYTES``), UTF-8, strict JSON (no NaN or
+  Infinity) nested less deep than the interpreter's recursion limit;
+- every complete event has an integer ``pid`` and ``tid``, a string ``name``, and ``ts`` and
+  ``dur`` that are JSON numbers (never strings) with ``|ts|`` and ``dur`` in 0 ..
+  ``trace_rules.MAX_TIME_PS`` (in picoseconds): finite, a duration never negative;
+- ``args``, where present, is an object whose values are strings (XLA writes every value so;
+  a finite number is taken as its decimal text, anything else refused), and whose ids
+  (``INTEGER_ARGS``: the correlation id, device, step, graph and program ids) are integers
+  written in decimal, as XLA writes them (a table may write them unquoted);
+- metadata events name a process or thread with a string, and no two processes share a
+  ``/device:GPU:<n>`` name (nor one pid two names);
+- a lone surrogate escape (``\\ud800``: no character, so not writable as UTF-8) in any string
+  is replaced by U+FFFD, and said in ``Trace.notes``.
 """
 
 from __future__ import annotations
 
-import gzip
 import json
+import math
+import os
 import re
+import sys
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+try:
+    from trace_rules import MAX_TIME_PS
+except ImportError:  # imported alone (a test): the sibling module is beside this file
+    sys.path.append(str(Path(__file__).resolve().parent))
+    from trace_rules import MAX_TIME_PS
+
 GPU_PROCESS_RE = re.compile(r"^/device:GPU:(\d+)$")
 HOST_CPU_PROCESS = "/host:CPU"
 GZIP_MAGIC = b"\x1f\x8b"
+
+# A gzip may expand to at most this many times its own size. XLA's traces compress 9x to 21x
+# (measured on every shared and generated capture: 9.3x MI300X elementwise, 21.0x TF BERT V100);
+# 64x is three times the most compressible one seen, and stops a gzip bomb (1 MB of gzip holding
+# 1 GiB of zeros) after 64 MB instead of after the whole GiB.
+MAX_GZIP_RATIO = 64
+# ... but a small gzip may always expand to this much: a trace of a few events compresses less
+# predictably, and 64 MiB of text costs well under a second and a few hundred MiB to parse.
+MIN_DECOMPRESSED_CAP = 64 << 20
+# No trace text is read past this size, gzip or plain. XLA's exporter keeps at most 1,000,000
+# events, about 0.7 kB each with their args (the 156,800-kernel MaxText trace is 109 MB of text
+# for 390,000 events): 4 GiB is five times that, and more than a 24 GiB machine can parse.
+MAX_TRACE_BYTES = 4 << 30
+READ_CHUNK = 1 << 20
+MAX_TIME_US = MAX_TIME_PS / 1e6
+_NUMBER = (int, float)
+# args that XLA writes as decimal integers (every shared capture: no exception)
+INTEGER_ARGS = frozenset({"correlation_id", "device_id", "step_num", "cuda_graph_id",
+                          "hip_graph_id", "graph_id", "program_id", "group_id"})
+MAX_ID_DIGITS = 20  # a 64-bit integer
+_SURROGATE_RE = re.compile("[\ud800-\udfff]")
+_SURROGATE_ESCAPE_RE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 class TraceError(Exception):
@@ -37,12 +84,13 @@ class Trace:
     events: list[dict]                   # ph "X" events, in file order
     phase_counts: dict[str, int] = field(default_factory=dict)
     entry_count: int = 0                 # every traceEvents entry, the trailing {} included
+    notes: list[str] = field(default_factory=list)  # what the reader repaired, as sentences
 
     def pids_named(self, name: str) -> list[int]:
         return sorted(pid for pid, n in self.processes.items() if n == name)
 
     def gpu_pids(self) -> dict[int, int]:
-        """GPU ordinal -> pid, from ``/device:GPU:n`` process names."""
+        """GPU ordinal -> pid, from ``/device:GPU:n`` process names (one pid each: checked)."""
         out = {}
         for pid, name in self.processes.items():
             m = GPU_PROCESS_RE.match(name)
@@ -59,29 +107,207 @@ def ps(us) -> int:
     return round(us * 1_000_000)
 
 
+# ---------------------------------------------------------------- bytes -> text
+
+def _gunzip(path: Path, fh, size: int) -> bytearray:
+    """The gzip's members, decompressed, refused past the cap (a bomb) or when cut short."""
+    cap = min(max(size * MAX_GZIP_RATIO, MIN_DECOMPRESSED_CAP), MAX_TRACE_BYTES)
+    out = bytearray()
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    pending = b""
+    while True:
+        chunk = pending or fh.read(READ_CHUNK)
+        pending = b""
+        if not chunk:
+            break
+        while True:
+            # at most READ_CHUNK out per call: no temporary as large as the cap
+            piece = d.decompress(chunk, min(READ_CHUNK, cap + 1 - len(out)))
+            out += piece
+            if len(out) > cap:
+                raise TraceError(
+                    f"{path} expands past {cap:,} bytes ({MAX_GZIP_RATIO} times its "
+                    f"{size:,} bytes, or the {MAX_TRACE_BYTES >> 30} GiB ceiling): XLA's traces "
+                    "compress about 10 to 20 times, so this is not one (a gzip bomb?)")
+            chunk = d.unconsumed_tail
+            if d.eof:  # the end of one member: another may follow (gzip allows several)
+                rest = d.unused_data + chunk
+                if rest.startswith(GZIP_MAGIC):
+                    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                    chunk = rest
+                    continue
+                if rest.strip(b"\x00"):
+                    raise TraceError(f"{path} has {len(rest):,}+ bytes of something else after "
+                                     "its gzip data; the file is corrupt")
+                chunk = b""
+            if not chunk and len(piece) < READ_CHUNK:
+                break  # this input is used up and nothing more is pending
+    if not d.eof:
+        raise TraceError(f"{path} is not a complete gzip file (truncated or corrupt: its "
+                         "compressed data ends early)")
+    return out
+
+
 def _read_text(path: Path) -> str:
     try:
         with open(path, "rb") as fh:
+            size = _size(fh)
             head = fh.read(2)
-    except OSError as exc:
-        raise TraceError(f"cannot read {path}: {exc.strerror or exc}") from exc
-    if not head:
-        raise TraceError(f"{path} is empty; expected XProf's <host>.trace.json.gz")
-    try:
-        if head == GZIP_MAGIC:
-            with gzip.open(path, "rb") as fh:
-                raw = fh.read()
-        else:
-            if path.name.endswith(".gz"):
+            if not head:
+                raise TraceError(f"{path} is empty; expected XProf's <host>.trace.json.gz")
+            fh.seek(0)
+            if head == GZIP_MAGIC:
+                raw = _gunzip(path, fh, size)
+            elif path.name.endswith(".gz"):
                 raise TraceError(f"{path} is named .gz but is not gzip data")
-            raw = path.read_bytes()
-    except (EOFError, OSError, zlib.error) as exc:
+            else:
+                if size > MAX_TRACE_BYTES:
+                    raise TraceError(f"{path} is {size:,} bytes, over the "
+                                     f"{MAX_TRACE_BYTES >> 30} GiB a trace may hold")
+                raw = fh.read(MAX_TRACE_BYTES + 1)
+    except (zlib.error, EOFError) as exc:
         raise TraceError(f"{path} is not a complete gzip file (truncated or corrupt: {exc})") \
             from exc
+    except OSError as exc:
+        raise TraceError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    except MemoryError as exc:
+        raise TraceError(f"{path} is too large to read into this machine's memory") from exc
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise TraceError(f"{path} is not UTF-8 text, so not a JSON trace") from exc
+        raise TraceError(f"{path} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset "
+                         f"{exc.start:,}), so not a JSON trace") from exc
+
+
+def _size(fh) -> int:
+    return os.fstat(fh.fileno()).st_size
+
+
+# ---------------------------------------------------------------- text -> document
+
+class _Constant(ValueError):
+    pass
+
+
+def _no_constant(token):
+    raise _Constant(token)
+
+
+def _parse(path: Path, text: str):
+    try:
+        return json.loads(text, parse_constant=_no_constant)
+    except json.JSONDecodeError as exc:
+        raise TraceError(f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}: "
+                         f"{exc.msg}); the file may be truncated") from exc
+    except _Constant as exc:
+        raise TraceError(f"{path} holds {exc}, which is not a JSON number (XLA writes only "
+                         "finite numbers)") from exc
+    except RecursionError as exc:
+        raise TraceError(f"{path} nests JSON more than {sys.getrecursionlimit():,} levels deep; "
+                         "XLA's traces nest 4 levels") from exc
+    except ValueError as exc:  # an integer of more digits than int() converts
+        raise TraceError(f"{path} holds a number that cannot be read ({exc}); XLA writes "
+                         "times and ids of a few digits") from exc
+    except MemoryError as exc:
+        raise TraceError(f"{path} is too large to parse in this machine's memory") from exc
+
+
+def _kind(v) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "a boolean"
+    if isinstance(v, str):
+        return f"the string {_show(v)}"
+    if isinstance(v, (int, float)):
+        return _show(v)
+    return "an array" if isinstance(v, list) else "an object"
+
+
+def _show(v) -> str:
+    s = repr(v)
+    return s if len(s) <= 40 else s[:30] + f"... ({len(s):,} characters)"
+
+
+def _missing(ev: dict) -> str | None:
+    """The first field every complete event of XLA's has that this one lacks."""
+    return next((k for k in ("pid", "tid", "ts", "dur", "name") if k not in ev), None)
+
+
+def _bad_complete(ev: dict) -> str:
+    """Why a complete event is refused (the slow path: only for the first bad one)."""
+    for key in ("pid", "tid"):
+        v = ev.get(key)
+        if type(v) is not int:
+            return f"{key} is {_kind(v) if key in ev else 'missing'}; expected an integer"
+    if type(ev.get("name")) is not str:
+        return (f"name is {_kind(ev['name'])}" if "name" in ev else "name is missing") + \
+            "; expected a string"
+    for key, low in (("ts", -MAX_TIME_US), ("dur", 0)):
+        v = ev.get(key)
+        if key not in ev:
+            return f"{key} is missing; expected a number of microseconds"
+        if type(v) not in _NUMBER:
+            return f"{key} is {_kind(v)}; expected a JSON number of microseconds, not a string"
+        if not (low <= v <= MAX_TIME_US):
+            return (f"{key} is {_show(v)}; expected a number of microseconds from "
+                    f"{low:g} to {MAX_TIME_US:g}")
+    args = ev.get("args")
+    if args is not None and type(args) is not dict:
+        return f"args is {_kind(args)}; expected an object"
+    for k, v in (args or {}).items():
+        if type(v) is not str and (type(v) not in _NUMBER or not math.isfinite(v)):
+            return f"args.{k} is {_kind(v)}; expected a string"
+        if k in INTEGER_ARGS and not _integer_text(str(v)):
+            return f"args.{k} is {_kind(v)}; expected a decimal integer"
+    return "not readable"
+
+
+def _integer_text(v) -> bool:
+    """A decimal integer of at most MAX_ID_DIGITS digits, with an optional minus sign."""
+    digits = v[1:] if v[:1] == "-" else v
+    return 0 < len(digits) <= MAX_ID_DIGITS and digits.isascii() and digits.isdigit()
+
+
+def _ids_ok(args: dict) -> bool:
+    return INTEGER_ARGS.isdisjoint(args) or all(
+        _integer_text(args[k]) for k in INTEGER_ARGS.intersection(args))
+
+
+def _args_text(args: dict) -> bool:
+    """Finite numbers among args values become their decimal text, as XLA writes every value;
+    False (nothing changed) when a value is neither a string nor a finite number."""
+    if any(type(v) is not str and (type(v) not in _NUMBER or not math.isfinite(v))
+           for v in args.values()):
+        return False
+    for k, v in args.items():
+        if type(v) is not str:
+            args[k] = str(v)
+    return True
+
+
+def _clean(s: str) -> str:
+    return _SURROGATE_RE.sub("\ufffd", s) if _SURROGATE_RE.search(s) else s
+
+
+def _clean_event(ev: dict) -> int:
+    """Replace lone surrogates in an event's strings; the number of strings changed."""
+    n = 0
+    for k, v in list(ev.items()):
+        if type(v) is str and _SURROGATE_RE.search(v):
+            ev[k] = _clean(v)
+            n += 1
+    args = ev.get("args")
+    if type(args) is dict:
+        for k, v in list(args.items()):
+            ck = _clean(k)
+            cv = _clean(v) if type(v) is str else v
+            if ck != k or cv is not v:
+                n += 1
+                if ck != k:
+                    del args[k]
+                args[ck] = cv
+    return n
 
 
 def load_trace(path) -> Trace:
@@ -90,11 +316,9 @@ def load_trace(path) -> Trace:
     text = _read_text(path)
     if not text.strip():
         raise TraceError(f"{path} holds no data; expected XProf's trace JSON")
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise TraceError(f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}: "
-                         f"{exc.msg}); the file may be truncated") from exc
+    # a lone surrogate can only be an escape (\ud800 to \udfff): look for one first (fast)
+    surrogates = _SURROGATE_ESCAPE_RE.search(text) is not None
+    doc = _parse(path, text)
     del text
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         shape = type(doc).__name__ if not isinstance(doc, dict) else \
@@ -106,24 +330,101 @@ def load_trace(path) -> Trace:
     events: list[dict] = []
     phases: dict[str, int] = {}
     append = events.append
-    for ev in doc["traceEvents"]:
-        if not isinstance(ev, dict):
-            raise TraceError(f"{path} has a traceEvents entry that is not an object")
+    first_bad = None
+    cleaned = 0
+    entries = doc["traceEvents"]
+    lo, hi = -MAX_TIME_US, MAX_TIME_US
+    id_args = INTEGER_ARGS
+    for i, ev in enumerate(entries):
+        if type(ev) is not dict:
+            raise TraceError(f"{path} has traceEvents entry {i:,} that is {_kind(ev)}, not an "
+                             "object")
+        if surrogates:
+            cleaned += _clean_event(ev)
         ph = ev.get("ph")
         if ph == "X":
-            append(ev)
+            ts, dur, args = ev.get("ts"), ev.get("dur"), ev.get("args")
+            if (type(ev.get("pid")) is int and type(ev.get("tid")) is int
+                    and type(ev.get("name")) is str and type(ts) in _NUMBER
+                    and type(dur) in _NUMBER and lo <= ts <= hi and 0 <= dur <= hi):
+                if args is not None:
+                    if type(args) is not dict:
+                        first_bad = first_bad or (i, ev)
+                        continue
+                    for k, v in args.items():
+                        if type(v) is str:
+                            if k in id_args and not (v.isdigit() and v.isascii() and
+                                                     len(v) <= MAX_ID_DIGITS) \
+                                    and not _integer_text(v):
+                                first_bad = first_bad or (i, ev)
+                                break
+                        else:  # numbers become their text; anything else is refused
+                            if not (_args_text(args) and _ids_ok(args)):
+                                first_bad = first_bad or (i, ev)
+                            break
+                append(ev)
+            elif first_bad is None:
+                first_bad = (i, ev)
         elif ph == "M":
-            name = ev.get("name")
-            args = ev.get("args") or {}
-            if name == "process_name":
-                processes[ev.get("pid")] = args.get("name", "")
-            elif name == "thread_name":
-                threads[(ev.get("pid"), ev.get("tid"))] = args.get("name", "")
+            _metadata(path, i, ev, processes, threads)
+        elif ph is not None and type(ph) is not str:
+            raise TraceError(f"{path} has traceEvents entry {i:,} whose ph is {_kind(ph)}; "
+                             "expected a one-letter string such as \"X\"")
         if ph is not None:
             phases[ph] = phases.get(ph, 0) + 1
-    if not processes and events:
+    if not processes and (events or first_bad):
         raise TraceError(f"{path} has events but no process_name metadata; it was not written "
                          "by XLA's trace exporter")
+    if first_bad is not None:
+        i, ev = first_bad
+        key = _missing(ev)
+        if key:
+            raise TraceError(f"{path} has a complete event without '{key}' (traceEvents entry "
+                             f"{i:,}); pid, tid, ts, dur and name are always there in XLA's "
+                             "traces")
+        raise TraceError(f"{path} has a complete event (traceEvents entry {i:,}) whose "
+                         f"{_bad_complete(ev)}; the file is corrupt or not XLA's trace")
+    gpu_names: dict[str, int] = {}
+    for pid, name in sorted(processes.items()):
+        if GPU_PROCESS_RE.match(name):
+            if name in gpu_names:
+                raise TraceError(f"{path} names two processes {name} (pids "
+                                 f"{gpu_names[name]} and {pid}); XLA names each GPU's "
+                                 "process once, so the file is corrupt or merged")
+            gpu_names[name] = pid
     metadata = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
-    return Trace(path, metadata, doc.get("displayTimeUnit"), processes, threads, events, phases,
-                 len(doc["traceEvents"]))
+    unit = doc.get("displayTimeUnit")
+    notes = []
+    if cleaned:
+        notes.append(f"the trace has {cleaned} string(s) holding a lone surrogate escape "
+                     "(\\ud800 to \\udfff: no character); each was replaced by U+FFFD")
+    return Trace(path, metadata, unit if isinstance(unit, str) else None, processes, threads,
+                 events, phases, len(entries), notes)
+
+
+def _metadata(path: Path, i: int, ev: dict, processes: dict, threads: dict) -> None:
+    """A process_name or thread_name event, checked; other metadata events are left alone."""
+    name = ev.get("name")
+    if name not in ("process_name", "thread_name"):
+        return
+    pid, args = ev.get("pid"), ev.get("args")
+    what = None
+    if type(pid) is not int:
+        what = f"pid is {_kind(pid) if 'pid' in ev else 'missing'}; expected an integer"
+    elif name == "thread_name" and type(ev.get("tid")) is not int:
+        what = (f"tid is {_kind(ev['tid'])}" if "tid" in ev else "tid is missing") + \
+            "; expected an integer"
+    elif type(args) is not dict or type(args.get("name", "")) is not str:
+        what = "args.name is not a string"
+    if what:
+        raise TraceError(f"{path} has a {name} event (traceEvents entry {i:,}) whose {what}; "
+                         "the file is corrupt or not XLA's trace")
+    label = args.get("name", "")
+    if name == "process_name":
+        old = processes.get(pid)
+        if old is not None and old != label:
+            raise TraceError(f"{path} names process {pid} twice ({_show(old)} and "
+                             f"{_show(label)}); the file is corrupt or merged")
+        processes[pid] = label
+    else:
+        threads[(pid, ev["tid"])] = label

@@ -237,3 +237,42 @@ def last_finishers(ends: dict, tie_ps: int = STRAGGLER_TIE_PS) -> list:
         return []
     latest = max(ends.values())
     return sorted(d for d, e in ends.items() if latest - e <= tie_ps)
+
+
+# ---------------------------------------------------------------- what a capture may hold
+
+# Event times read from a capture (a trace's ts, an xplane line's timestamp plus an event's
+# offset) are picoseconds from the profile start, and durations are picoseconds: each at most
+# 10^18 ps (10^12 us, about 11.6 days) in size. A profile lasts seconds to minutes (every shared
+# capture ends within 10 s), so a larger value is not a time from the profile start; the bound
+# also keeps a start plus a duration inside a 64-bit integer (the matcher's numpy arrays).
+MAX_TIME_PS = 10**18
+
+_UNPRINTABLE_RE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+
+
+def printable(text) -> str:
+    """`text` for one line of a text output (summary.txt, a printout, an error sentence):
+    control characters (a newline, a carriage return, an escape, NUL), line separators and lone
+    surrogates written as backslash escapes, so that a name from a capture can neither split a
+    line nor fail to encode. The CSV and JSON outputs keep names exactly as the capture has them
+    (their writers quote and escape)."""
+    text = "" if text is None else str(text)
+    if not _UNPRINTABLE_RE.search(text):
+        return text
+    return _UNPRINTABLE_RE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"),
+                               text)
+
+
+def is_cpu_thunk(stats) -> bool:
+    """An XLA:CPU thunk event on /host:CPU (a CPU capture's kernel): it names its instruction
+    and program (`hlo_op`, `program_id`) and carries no `correlation_id`. A GPU runtime call
+    (cuLaunchKernel, hipModuleLaunchKernel, a memcpy) carries the tracer's correlation id even
+    where it also names an instruction, so the host plane of a GPU capture whose GPU planes are
+    missing is never taken for a CPU capture."""
+    return "hlo_op" in stats and "program_id" in stats and "correlation_id" not in stats
+
+
+def is_gpu_runtime_call(stats) -> bool:
+    """A host event the GPU tracer (CUPTI, roctracer) recorded: it carries a correlation id."""
+    return "correlation_id" in stats
