@@ -783,7 +783,7 @@ def write_rows(path, a: Analysis) -> int:
     threads = {k: q(v) for k, v in names.items()}
     n = 0
     events = sorted(a.events, key=operator.attrgetter("device", "stream", "start"))
-    with open(path, "w", newline="") as fh:
+    with open(path, "w", newline="", encoding="utf-8") as fh:
         fh.write(",".join(ROW_COLUMNS) + "\n")
         buf = []
         for ev in events:
@@ -1030,7 +1030,7 @@ def render_summary(r: dict) -> list[str]:
     out += [f"note: {n}" for n in r["notes"]]
     out += [f"cannot compute: {x}" for x in r["refusals"]]
     out += [f"needs a new capture: {x}" for x in r["needs_new_capture"]]
-    return out
+    return [rules.printable(line) for line in out]  # a newline in a name stays on its line
 
 
 def run(trace, out: Path) -> tuple[dict, list]:
@@ -1058,8 +1058,9 @@ def run(trace, out: Path) -> tuple[dict, list]:
         result = build_result(a, joins, name, rule, figures, step_rows, info)
         result["tables"] = {f: n for f, n in written}
         lines = render_summary(result)
-        (tmp / "summary.txt").write_text("\n".join(lines) + "\n")
-        (tmp / RESULT_FILE).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+        (tmp / "summary.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        (tmp / RESULT_FILE).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n",
+                                       encoding="utf-8")
         written[:0] = [("summary.txt", len(lines)), (RESULT_FILE, 1)]
     return result, written
 
