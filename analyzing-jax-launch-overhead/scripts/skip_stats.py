@@ -598,12 +598,13 @@ def between_steps(a: Analysis, step_rows) -> None:
         r["between_cause"] = between_cause(events, covered, r["idle_between_ps"])
 
 
-def host_events_in(a: Analysis, start: int, end: int) -> tuple[list, int]:
-    """The host events (every thread; containers and step markers left out) overlapping
-    [start, end), summed by name, the largest first; and the time any of them covers."""
+def host_events_in(a: Analysis, start: int, end: int, threads=None) -> tuple[list, int]:
+    """The host events of `threads` (default every thread; containers and step markers left
+    out) overlapping [start, end), summed by name, the largest first; and the time any of them
+    covers."""
     overlap: dict[str, int] = {}
     spans = []
-    for thread in a.host_threads:
+    for thread in a.host_threads if threads is None else threads:
         starts, evs, longest = a.gap_events.get(thread, ([], [], 0))
         i = bisect.bisect_left(starts, start - longest)
         while i < len(evs) and evs[i][0] < end:
@@ -671,16 +672,7 @@ def gap_host_events(a: Analysis, ev, start, end) -> tuple[str, str]:
         else:
             return a.thread_names.get(launch_thread, "") + " (unknown: no execution thread " \
                 "holds its launches)", ""
-    overlap: dict[str, int] = {}
-    starts, evs, longest = a.gap_events.get(thread, ([], [], 0))
-    i = bisect.bisect_left(starts, start - longest)
-    while i < len(evs) and evs[i][0] < end:
-        hs, he, name = evs[i]
-        s, e = max(hs, start), min(he, end)
-        if e > s:
-            overlap[name] = overlap.get(name, 0) + e - s
-        i += 1
-    top = sorted(overlap.items(), key=lambda kv: (-kv[1], kv[0]))[:8]
+    top = host_events_in(a, start, end, (thread,))[0][:8]
     return a.thread_names.get(thread, str(thread)), " | ".join(
         f"{n}={v / 1e6:.3f}" for n, v in top)
 
