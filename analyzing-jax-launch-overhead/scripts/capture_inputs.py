@@ -7,8 +7,9 @@ Accepted everywhere in this bundle:
   itself). The newest run is taken, as XProf does (run names are timestamps
   ``YYYY_MM_DD_HH_MM_SS``; other names sort after them by name), and the choice is said in
   ``notes``; ``run=`` picks another.
-A run with several hosts is not guessed at: the error lists the hosts and says to pass ``host=``
-(``--host`` on the command line) or the file itself.
+A run with several hosts is not guessed at by `resolve`: the error lists the hosts and says to pass
+``host=`` (``--host`` on the command line) or the file itself. `run_hosts` names the hosts of such a
+run, for the per-host pass (`per_host.py`) every entry script starts when it is given one.
 """
 
 from __future__ import annotations
@@ -120,17 +121,32 @@ def _runs_under(folder: Path) -> list[Path]:
 
 def resolve(path, run: str | None = None, host: str | None = None) -> CaptureFiles:
     """Resolve a user-given path to one host's capture files (either file may be missing)."""
+    return _resolve_safely(path, run, host, several=False)
+
+
+def run_hosts(path, run: str | None = None, host: str | None = None) -> CaptureFiles | None:
+    """The run's files when `path` leads to a run of several hosts and no host was named (`host`
+    empty, `hosts` every host name); None when it leads to one capture (a file, a one-host run,
+    or a host named). A path that leads nowhere is the same CaptureError as `resolve`'s."""
+    if host is not None:
+        return None
+    files = _resolve_safely(path, run, None, several=True)
+    return files if not files.host else None
+
+
+def _resolve_safely(path, run, host, several: bool) -> CaptureFiles:
     p = Path(path)
     notes: list[str] = []
     try:
-        return _resolve(p, notes, run, host)
+        return _resolve(p, notes, run, host, several)
     except RecursionError as exc:  # a folder tree too deep to walk (links into itself)
         raise CaptureError(f"{p} leads into folders nested too deep to search") from exc
     except OSError as exc:  # a path that cannot even be looked at (permissions, a loop)
         raise CaptureError(f"cannot look at {p}: {exc.strerror or exc}") from exc
 
 
-def _resolve(p: Path, notes: list, run: str | None, host: str | None) -> CaptureFiles:
+def _resolve(p: Path, notes: list, run: str | None, host: str | None,
+             several: bool = False) -> CaptureFiles:
     if not p.exists():
         if p.is_symlink():
             raise CaptureError(f"{p} is a symbolic link that leads nowhere (a loop, or a "
@@ -178,6 +194,8 @@ def _resolve(p: Path, notes: list, run: str | None, host: str | None) -> Capture
     host_names = sorted(hosts)
     if host is None:
         if len(host_names) > 1:
+            if several:
+                return CaptureFiles(run_dir, "", None, None, host_names, notes)
             raise CaptureError(
                 f"run {run_dir.name} holds captures from {len(host_names)} hosts "
                 f"({', '.join(host_names)}); pass one host's file or --host NAME")

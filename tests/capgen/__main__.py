@@ -3,10 +3,12 @@
 Usage (from the repository root, with the project's .venv):
     .venv/bin/python -P -m capgen --list
     .venv/bin/python -P -m capgen SCENARIO OUT_DIR [--steps N] [--gpus N] [--seed N]
+                                  [--hosts N [--slow-host I] [--slow-factor F]]
 
 (`-m capgen` needs tests/ and scripts/ on the path: run it as
 `PYTHONPATH=tests:scripts .venv/bin/python -m capgen ...`.) Writes OUT_DIR/plugins/profile/<run>/
-and OUT_DIR/truth/, and prints the sizes and counts.
+and OUT_DIR/truth/, and prints the sizes and counts. With --hosts N the run folder holds N hosts'
+captures (truth/<host>/ each, truth/hosts.csv), host --slow-host planted slower.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import time
 
 
 def main(argv=None) -> int:
-    from capgen.generate import generate
+    from capgen.generate import generate, generate_hosts
     from capgen.scenarios import SCENARIOS
     ap = argparse.ArgumentParser(prog="capgen", description=__doc__.splitlines()[0])
     ap.add_argument("scenario", nargs="?")
@@ -27,6 +29,9 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int)
     ap.add_argument("--gpus", type=int)
     ap.add_argument("--seed", type=int)
+    ap.add_argument("--hosts", type=int)
+    ap.add_argument("--slow-host", type=int)
+    ap.add_argument("--slow-factor", type=float, default=1.5)
     args = ap.parse_args(argv)
     if args.list or not args.scenario:
         for name, sc in SCENARIOS.items():
@@ -41,10 +46,12 @@ def main(argv=None) -> int:
                                  ("seed", args.seed)) if v is not None}
     sc = dataclasses.replace(SCENARIOS[args.scenario], **changes)
     t = time.perf_counter()
-    r = generate(sc, args.out)
-    print(f"wrote {r.xplane} ({r.xplane.stat().st_size} bytes)")
-    print(f"wrote {r.trace} ({r.trace.stat().st_size} bytes)")
-    print(f"wrote {r.truth_dir} ({len(r.kernels)} kernels, {len(r.steps)} step rows)")
+    results = (generate_hosts(sc, args.out, args.hosts, args.slow_host, args.slow_factor)
+               if args.hosts else [generate(sc, args.out)])
+    for r in results:
+        print(f"wrote {r.xplane} ({r.xplane.stat().st_size} bytes)")
+        print(f"wrote {r.trace} ({r.trace.stat().st_size} bytes)")
+        print(f"wrote {r.truth_dir} ({len(r.kernels)} kernels, {len(r.steps)} step rows)")
     print(f"generated in {time.perf_counter() - t:.1f} s")
     return 0
 

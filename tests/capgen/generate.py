@@ -914,3 +914,41 @@ def _write_csv(path: Path, rows: list[dict], columns: list[str] | None = None) -
         w = csv.DictWriter(fh, fieldnames=columns, lineterminator="\n")
         w.writeheader()
         w.writerows(rows)
+
+
+def generate_hosts(sc: Scenario, out_dir, hosts: int, slow_host: int | None = None,
+                   slow_factor: float = 1.5) -> list[Result]:
+    """A multi-host run as a multi-host job writes it: one `<host>.xplane.pb` and
+    `<host>.trace.json.gz` per host in the same run folder (jax.profiler on each process writes
+    its own host's files, named after the host; xprof's profile plugin lists a run's hosts from
+    those file names). Host i is `sc` with its own name (`<sc.host>-<i>`) and seed; host
+    `slow_host` runs every kernel `slow_factor` times slower. Each host's truth goes to
+    truth/<host>/ and truth/hosts.csv names the hosts and the planted slow one.
+    Not simulated: collectives that span hosts (here each host's collectives wait only for its
+    own GPUs, so the slow host's steps are longer, not everyone's)."""
+    out_dir = Path(out_dir)
+    run_dir = out_dir / "plugins" / "profile" / RUN
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True)
+    truth = out_dir / "truth"
+    if truth.exists():
+        shutil.rmtree(truth)
+    truth.mkdir()
+    results, rows = [], []
+    for i in range(hosts):
+        slow = i == slow_host
+        hsc = replace(sc, host=f"{sc.host}-{i}", seed=sc.seed + i,
+                      work_scale=sc.work_scale * (slow_factor if slow else 1.0))
+        with tempfile.TemporaryDirectory() as tmp:
+            r = generate(hsc, tmp)
+            xplane = run_dir / r.xplane.name
+            trace = run_dir / r.trace.name
+            shutil.move(r.xplane, xplane)
+            shutil.move(r.trace, trace)
+            host_truth = truth / hsc.host
+            shutil.move(r.truth_dir, host_truth)
+        results.append(Result(run_dir, xplane, trace, host_truth, r.kernels, r.steps, r.defects))
+        rows.append({"host": hsc.host, "work_scale": hsc.work_scale, "slow": 1 if slow else 0})
+    _write_csv(truth / "hosts.csv", rows)
+    return results

@@ -1,0 +1,307 @@
+"""The cross-host summary of a multi-host run (standard library only).
+
+After the per-host pass (`per_host.py`) has written one scratch folder per host (OUT/<host>/), this
+reads each host's small tables (step 1's `skip_stats.json` and `steps.csv`, `streams.csv`, and
+where the whole job ran, `changes.csv` and `trust.json`) and writes, into OUT:
+- `hosts.csv`: one row per host: exit code, seconds, GPUs, verdict, steps, the median step
+  duration (min-max), the steps it was the slowest host in, its compute and collective time per
+  GPU, its top change;
+- `host_steps.csv`: one row per step and host: the step's duration on the host's bounding GPU (the
+  GPU that finishes it last), that GPU's busy time, the period, whether the host was the slowest,
+  how far behind the slowest host it finished;
+- `hosts.json`: the result (figures with labels, the slow-host rule, the verdicts by host);
+- `hosts.txt`: its rendering.
+
+Only durations are compared across hosts, never start or end times: each host's timestamps are on
+its own clock. Steps are matched by their step number; a step missing on some host is counted and
+left out of the comparison.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+from pathlib import Path
+
+import skip_stats
+import trace_rules as rules
+
+# a host is "the slow host" by the rule step 1 uses for GPUs: slowest in more than this share of
+# the steps every host ran, by more than the margin (the larger of an absolute and a relative lead)
+SLOW_MAJORITY = skip_stats.STRAGGLER_MAJORITY
+SLOW_MIN_LEAD_US = skip_stats.STRAGGLER_MIN_LEAD_PS / 1e6
+SLOW_MIN_LEAD_SHARE = skip_stats.STRAGGLER_MIN_LEAD_SHARE
+
+HOSTS_COLUMNS = ["host", "folder", "exit", "seconds", "gpus", "verdict", "steps", "step_us",
+                 "step_min_us", "step_max_us", "period_us", "slowest_in_steps",
+                 "compute_us_per_gpu", "collective_us_per_gpu", "top_change_kind", "top_change",
+                 "top_saving_us",
+                 "trust_items", "error"]
+HOST_STEPS_COLUMNS = ["step", "host", "gpus", "bounding_device", "dur_us", "busy_us",
+                      "period_us", "slowest", "behind_slowest_us"]
+
+
+def _json(path: Path) -> dict:
+    try:
+        d = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return d if isinstance(d, dict) else {}
+
+
+def _rows(path: Path) -> list[dict]:
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            return list(csv.DictReader(fh))
+    except (OSError, ValueError, csv.Error):
+        return []
+
+
+def _num(v) -> float | None:
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return None
+    return x if x == x and abs(x) != float("inf") else None
+
+
+def _step_key(v):
+    """Step numbers compare as integers when they are; other step names as text."""
+    try:
+        return (0, int(v), "")
+    except (TypeError, ValueError):
+        return (1, 0, str(v))
+
+
+def host_steps(folder: Path) -> dict:
+    """step -> {dur_us, busy_us, period_us, bounding_device, gpus} from one host's steps.csv:
+    the step's bounding GPU is the one with the longest duration (it finishes last)."""
+    by_step: dict = {}
+    for r in _rows(folder / "steps.csv"):
+        dur = _num(r.get("dur_us"))
+        if dur is None:
+            continue
+        by_step.setdefault(r.get("step", ""), []).append(r)
+    out = {}
+    for step, rows in by_step.items():
+        top = max(rows, key=lambda r: (_num(r.get("dur_us")), str(r.get("device"))))
+        periods = [p for p in (_num(r.get("period_us")) for r in rows) if p is not None]
+        out[step] = {"dur_us": _num(top.get("dur_us")), "busy_us": _num(top.get("busy_us")),
+                     "period_us": statistics.median(periods) if periods else None,
+                     "bounding_device": top.get("device", ""),
+                     "gpus": len({r.get("device") for r in rows})}
+    return out
+
+
+def _per_gpu(folder: Path, column: str) -> float | None:
+    rows = _rows(folder / "streams.csv")
+    gpus = {r.get("device") for r in rows}
+    vals = [_num(r.get(column)) for r in rows]
+    if not rows or any(v is None for v in vals):
+        return None
+    return sum(vals) / len(gpus)
+
+
+def _spread(values: list[float], label: str) -> dict | None:
+    if not values:
+        return None
+    return {"value": statistics.median(values), "min": min(values), "max": max(values),
+            "unit": "us", "label": label}
+
+
+def summarise(out: Path, results: list[dict], run_dir: str = "", script: str = "") -> dict:
+    """The cross-host result from the per-host folders. `results`: one dict per host with
+    `host`, `folder` (relative to `out`), `exit`, `seconds`, `error`."""
+    hosts = []
+    steps_of: dict[str, dict] = {}
+    for res in results:
+        folder = out / res["folder"]
+        ss = _json(folder / "skip_stats.json")
+        st = host_steps(folder)
+        steps_of[res["host"]] = st
+        durs = [s["dur_us"] for s in st.values()]
+        periods = [s["period_us"] for s in st.values() if s["period_us"] is not None]
+        changes = _rows(folder / "changes.csv")
+        trust = _json(folder / "trust.json")
+        items = ((trust.get("figures") or {}).get("items") or {}).get("value")
+        hosts.append({
+            "host": res["host"], "folder": res["folder"], "exit": res["exit"],
+            "seconds": res.get("seconds"), "error": res.get("error") or "",
+            "gpus": max((s["gpus"] for s in st.values()), default=None),
+            "verdict": ss.get("verdict_qualifier") or ss.get("verdict"),
+            "steps": len(st),
+            "step_us": _spread(durs, "measured"),
+            "period_us": _spread(periods, "measured"),
+            "compute_us_per_gpu": _per_gpu(folder, "compute_us"),
+            "collective_us_per_gpu": _per_gpu(folder, "collective_us"),
+            "top_change": changes[0].get("cause") if changes else None,
+            "top_change_kind": changes[0].get("cause_kind") if changes else None,
+            "top_saving_us": _num(changes[0].get("saving_us")) if changes else None,
+            "trust_items": items,
+        })
+    with_steps = [h["host"] for h in hosts if steps_of[h["host"]]]
+    common = sorted(set.intersection(*(set(steps_of[h]) for h in with_steps))
+                    if with_steps else set(), key=_step_key)
+    every = set().union(*(set(steps_of[h]) for h in with_steps)) if with_steps else set()
+    step_rows, spreads, slowest, leads = [], [], [], {}
+    for step in common:
+        durs = {h: steps_of[h][step]["dur_us"] for h in with_steps}
+        order = sorted(durs, key=lambda h: (-durs[h], h))
+        top = durs[order[0]]
+        spreads.append(top - min(durs.values()))
+        winner = None
+        if len(order) > 1:
+            lead = top - durs[order[1]]
+            if lead > max(SLOW_MIN_LEAD_US, SLOW_MIN_LEAD_SHARE * top):
+                winner = order[0]
+                leads.setdefault(winner, []).append(lead)
+        slowest.append(winner)
+        for h in with_steps:
+            s = steps_of[h][step]
+            step_rows.append({"step": step, "host": h, "gpus": s["gpus"],
+                              "bounding_device": s["bounding_device"], "dur_us": s["dur_us"],
+                              "busy_us": s["busy_us"], "period_us": s["period_us"],
+                              "slowest": 1 if h == winner else 0,
+                              "behind_slowest_us": top - s["dur_us"]})
+    counts = {h: slowest.count(h) for h in with_steps if slowest.count(h)}
+    for h in hosts:
+        h["slowest_in_steps"] = counts.get(h["host"], 0) if h["host"] in with_steps else None
+    top_host = max(sorted(counts), key=lambda h: counts[h]) if counts else None
+    is_slow = (len(with_steps) > 1 and top_host is not None
+               and counts[top_host] > SLOW_MAJORITY * len(common))
+    verdicts: dict[str, list[str]] = {}
+    for h in hosts:
+        verdicts.setdefault(h["verdict"] or "none (step 1 did not run)", []).append(h["host"])
+    medians = [h["step_us"]["value"] for h in hosts if h["step_us"]]
+    notes = ["each host's timestamps are on its own clock: only durations are compared across "
+             "hosts, never start or end times",
+             "when collectives span hosts, every host waits for the slowest inside its "
+             "collectives, so step times converge: then compare compute_us_per_gpu in hosts.csv "
+             "(the host with the most compute per GPU is the one the others wait for)"]
+    refusals = []
+    if len(with_steps) < 2:
+        refusals.append(f"cannot compare step times across hosts: {len(with_steps)} of "
+                        f"{len(hosts)} hosts have step rows (step 1 did not run or found no "
+                        "step on the others)")
+    elif not common:
+        refusals.append("cannot compare step times across hosts: no step number is on every "
+                        "host (the hosts' captures cover different steps)")
+    return {
+        "step": "cross_host", "status": "done" if not refusals else "refused",
+        "script": script, "run_dir": run_dir,
+        "hosts": hosts,
+        "figures": {
+            "hosts": {"value": len(hosts), "unit": "count", "label": "read"},
+            "hosts_failed": {"value": sum(1 for h in hosts if h["exit"] != 0), "unit": "count",
+                             "label": "measured"},
+            "step_us": _spread(medians, "measured"),
+            "step_spread_us": _spread(spreads, "measured"),
+        },
+        "steps": {"compared": common, "not_on_every_host": len(every) - len(common)},
+        "slow_host": {
+            "host": top_host, "is_slow_host": is_slow, "steps": len(common),
+            "steps_slowest": counts.get(top_host, 0), "ties": slowest.count(None),
+            "slowest_counts": dict(sorted(counts.items(), key=lambda kv: -kv[1])),
+            "lead_us": _spread(leads.get(top_host, []), "measured"),
+            "margin_us": {"value": SLOW_MIN_LEAD_US, "unit": "us", "label": "inferred",
+                          "share_of_step_pct": 100.0 * SLOW_MIN_LEAD_SHARE},
+            "label": "inferred"},
+        "verdicts": verdicts,
+        "host_steps": step_rows,
+        "notes": notes, "refusals": refusals,
+    }
+
+
+def _us(v) -> str:
+    return "n/a" if v is None else f"{v:,.1f} us"
+
+
+def _rng(f: dict | None) -> str:
+    if not f:
+        return "n/a"
+    return f"{_us(f['value'])} ({_us(f['min'])}-{_us(f['max'])})"
+
+
+def render(r: dict) -> list[str]:
+    """hosts.txt: a rendering of the result, nothing computed here."""
+    hs = r["hosts"]
+    f = r["figures"]
+    out = [f"hosts: {len(hs)} in {r['run_dir']}, each analysed on its own "
+           f"({f['hosts_failed']['value']} failed)"]
+    for h in hs:
+        line = f"  {h['host']}: "
+        if h["exit"] != 0:
+            line += f"exit {h['exit']}: {h['error'] or 'see its logs/'}; "
+        line += f"verdict {h['verdict'] or 'none'}"
+        if h["step_us"]:
+            line += (f"; step {_rng(h['step_us'])} over {h['steps']} steps; slowest host in "
+                     f"{h['slowest_in_steps'] or 0}")
+        if h["top_change"]:
+            line += (f"; change 1: {h['top_change_kind']} (saves {_us(h['top_saving_us'])} per step; "
+                     "inferred, not run)")
+        out.append(rules.printable(line))
+    sh = r["slow_host"]
+    margin = (f"a lead within {sh['margin_us']['value']:.1f} us or "
+              f"{sh['margin_us']['share_of_step_pct']:.1f}% of the step is a tie")
+    if r["refusals"]:
+        out += [f"cannot compute: {x}" for x in r["refusals"]]
+    elif sh["is_slow_host"]:
+        out.append(rules.printable(
+            f"slow host: {sh['host']} is the slowest in {sh['steps_slowest']} of {sh['steps']} "
+            f"steps, by {_rng(sh['lead_us'])} over the next host ({margin}; inferred)"))
+    else:
+        dist = ", ".join(f"{h} in {n}" for h, n in sh["slowest_counts"].items())
+        out.append(rules.printable(
+            "no slow host: " + (f"the slowest host changes from step to step (slowest: {dist}; "
+                                if dist else "no host is the slowest by more than the margin in "
+                                "any step (") + f"a tie in {sh['ties']} of {sh['steps']} steps; "
+            f"{margin})"))
+    if f["step_spread_us"]:
+        out.append(f"spread of step times across hosts (slowest minus fastest, per step): "
+                   f"{_rng(f['step_spread_us'])} over {len(r['steps']['compared'])} steps on "
+                   "every host (measured)")
+    if r["steps"]["not_on_every_host"]:
+        out.append(f"steps not on every host, not compared: {r['steps']['not_on_every_host']}")
+    out.append(rules.printable("verdicts: " + "; ".join(
+        f"{v} on {len(h)} ({', '.join(h)})" for v, h in r["verdicts"].items())))
+    out += [f"note: {n}" for n in r["notes"]]
+    out.append("tables: hosts.csv (one row per host), host_steps.csv (one row per step and "
+               "host); each host's own tables in its folder")
+    return out
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.3f}"
+    return str(v)
+
+
+def write(out: Path, r: dict) -> list[tuple[str, int]]:
+    """hosts.csv, host_steps.csv, hosts.json, hosts.txt, each replaced whole."""
+    rows = []
+    for h in r["hosts"]:
+        s = h["step_us"] or {}
+        rows.append([h["host"], h["folder"], h["exit"], _fmt(h["seconds"]), _fmt(h["gpus"]),
+                     h["verdict"] or "", h["steps"], _fmt(s.get("value")), _fmt(s.get("min")),
+                     _fmt(s.get("max")), _fmt((h["period_us"] or {}).get("value")),
+                     _fmt(h["slowest_in_steps"]), _fmt(h["compute_us_per_gpu"]),
+                     _fmt(h["collective_us_per_gpu"]), h["top_change_kind"] or "",
+                     h["top_change"] or "",
+                     _fmt(h["top_saving_us"]), _fmt(h["trust_items"]), h["error"]])
+    written = []
+    text = render(r)
+    with rules.replace_files(out, prefix=".hosts-") as tmp:
+        written.append(("hosts.csv", rules.write_csv(tmp / "hosts.csv", HOSTS_COLUMNS, rows)))
+        written.append(("host_steps.csv", rules.write_csv(
+            tmp / "host_steps.csv", HOST_STEPS_COLUMNS,
+            ([_fmt(x[c]) for c in HOST_STEPS_COLUMNS] for x in r["host_steps"]))))
+        (tmp / "hosts.json").write_text(json.dumps(r, indent=1, sort_keys=True, default=str),
+                                        encoding="utf-8")
+        written.append(("hosts.json", 1))
+        (tmp / "hosts.txt").write_text("\n".join(text) + "\n", encoding="utf-8")
+        written.append(("hosts.txt", len(text)))
+    return written
+

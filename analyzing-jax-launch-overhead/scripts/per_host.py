@@ -1,0 +1,257 @@
+"""The per-host pass over a multi-host run (standard library only).
+
+A multi-host job writes one `<host>.xplane.pb` and `<host>.trace.json.gz` per host into the same
+run folder. Given such a folder and no `--host`, every entry script of the bundle hands its
+arguments to `fan_out`: it starts the same script once per host, as a user would by hand (the
+same arguments, then `--host H --out OUT/<host>/`), at most `jobs` processes at a time, each
+holding one host's capture and returning its memory when it ends; then `cross_host` writes the
+cross-host summary into OUT (hosts.csv, host_steps.csv, hosts.json, hosts.txt). Each host's
+output is kept in OUT/<host>/logs/<script>.txt. `--host` still selects one host.
+
+This is the whole scheduler, on purpose: beyond one machine the same per-host processes map onto
+an existing engine's map over hosts (references/architecture.md).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import cross_host
+import trace_rules as rules
+
+# per host process, resident memory is about this many times its capture files' size plus a base
+# (bench/RESULTS.md: 669 MiB for the 60 MiB of the 156,800-kernel capture through investigate.py)
+MEMORY_PER_CAPTURE_BYTE = 12
+MEMORY_BASE = 150 * 2**20
+_SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+_RESERVED = {"hosts.csv", "host_steps.csv", "hosts.json", "hosts.txt", "logs"}
+
+
+def add_arguments(ap) -> None:
+    ap.add_argument("--jobs", type=int, default=None,
+                    help="with a run of several hosts: how many hosts to analyse at once "
+                         "(default: the cores, fewer when memory is short)")
+
+
+def folder_names(hosts: list[str]) -> dict[str, str]:
+    """Each host's scratch sub-folder: its own name when that is a plain file name no other
+    host's name equals but for case, else host-<n> (the name is kept in hosts.csv)."""
+    lower = [h.lower() for h in hosts]
+    names = {}
+    for i, h in enumerate(hosts):
+        plain = (_SAFE_NAME.fullmatch(h) is not None and h not in _RESERVED
+                 and lower.count(h.lower()) == 1 and not re.fullmatch(r"host-\d+", h))
+        names[h] = h if plain else f"host-{i + 1}"
+    return names
+
+
+def _available_memory() -> int | None:
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def _capture_bytes(run_dir: Path, host: str) -> int:
+    total = 0
+    for suffix in (".xplane.pb", ".trace.json.gz", ".trace.json"):
+        try:
+            total += (run_dir / f"{host}{suffix}").stat().st_size
+        except OSError:
+            pass
+    return total
+
+
+def plan_jobs(files, requested: int | None) -> tuple[int, str]:
+    """How many hosts run at once, and why: the request, else the cores, lowered so that the
+    largest host's estimated memory times the jobs fits in the memory available now."""
+    n = len(files.hosts)
+    if requested is not None:
+        return max(1, min(requested, n)), f"{requested} asked"
+    cores = _cores()
+    jobs, why = min(cores, n), f"{cores} cores"
+    avail = _available_memory()
+    if avail:
+        per = MEMORY_BASE + MEMORY_PER_CAPTURE_BYTE * max(
+            (_capture_bytes(files.run_dir, h) for h in files.hosts), default=0)
+        fit = max(1, avail // per)
+        if fit < jobs:
+            jobs, why = int(fit), (f"{cores} cores, but about {per / 2**20:,.0f} MiB per host "
+                                   f"and {avail / 2**20:,.0f} MiB available")
+    return jobs, why
+
+
+def _last_sentence(path: Path) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("$ ")]
+    return rules.printable(lines[-1])[:400] if lines else ""
+
+
+def fan_out(prog: str, script: str | Path, argv: list[str], files, out: Path,
+            jobs: int | None = None) -> int:
+    """Run `script` once per host of `files` (capture_inputs.run_hosts), then the cross-host
+    summary. Returns the largest exit code of the hosts (0 when every host succeeded), 1 when
+    the scratch folder cannot be used, 130 when interrupted."""
+    out = Path(out)
+    names = folder_names(files.hosts)
+    n_jobs, why = plan_jobs(files, jobs)
+    print(f"{prog}: {len(files.hosts)} hosts in {rules.printable(files.run_dir)}; each analysed "
+          f"on its own into {rules.printable(out)}/<host>/, {n_jobs} at a time ({why})",
+          file=sys.stderr, flush=True)
+    todo = [(h, names[h], [sys.executable, str(script), *argv, "--host", h,
+                           "--out", str(out / names[h])]) for h in files.hosts]
+    return _run_and_summarise(prog, Path(script).stem, todo, out, n_jobs, str(files.run_dir))
+
+
+def _run_and_summarise(prog: str, stem: str, todo: list, out: Path, n_jobs: int,
+                       run_dir: str) -> int:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for _, folder, _ in todo:
+            (out / folder / "logs").mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        print(f"{prog}: cannot create the scratch folders in {rules.printable(out)}: "
+              f"{exc.strerror or exc}", file=sys.stderr)
+        return 1
+    results = _run_all(prog, stem, todo, out, n_jobs)
+    if results is None:
+        return 130
+    summary = cross_host.summarise(out, results, run_dir=run_dir, script=stem)
+    try:
+        written = cross_host.write(out, summary)
+    except OSError as exc:
+        print(f"{prog}: cannot write the cross-host summary into {rules.printable(out)}: "
+              f"{exc.strerror or exc}", file=sys.stderr)
+        return 1
+    for line in cross_host.render(summary):
+        print(line)
+    for fname, n in written:
+        unit = "" if fname.endswith(".json") else (
+            f" ({n} lines)" if fname.endswith(".txt") else f" ({n} rows)")
+        print(f"wrote {rules.printable(out / fname)}{unit}")
+    return max((r["exit"] for r in results), key=lambda c: (c != 0, c), default=0)
+
+
+def _run_all(prog: str, stem: str, todo: list, out: Path, n_jobs: int) -> list[dict] | None:
+    """Start each (host, folder, command) with at most n_jobs running; each one's output goes to
+    OUT/<folder>/logs/<stem>.txt. The results in `todo`'s order; None when interrupted."""
+    t0 = time.monotonic()
+    pending = list(todo)
+    running: dict = {}
+    results: dict[str, dict] = {}
+    try:
+        while pending or running:
+            while pending and len(running) < n_jobs:
+                h, folder, cmd = pending.pop(0)
+                log = out / folder / "logs" / f"{stem}.txt"
+                fh = open(log, "w", encoding="utf-8")
+                fh.write("$ " + " ".join(cmd) + "\n")
+                fh.flush()
+                p = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL)
+                running[p] = (h, folder, time.monotonic(), fh, log)
+            time.sleep(0.05)
+            for p in [p for p in running if p.poll() is not None]:
+                h, folder, start, fh, log = running.pop(p)
+                fh.close()
+                secs = time.monotonic() - start
+                results[h] = {"host": h, "folder": folder, "exit": p.returncode,
+                              "seconds": round(secs, 1),
+                              "error": _last_sentence(log) if p.returncode else ""}
+                print(f"[{time.monotonic() - t0:6.1f} s] {rules.printable(h)}: "
+                      + ("done" if p.returncode == 0 else
+                         f"exit {p.returncode}: {results[h]['error']}")
+                      + f" ({secs:.1f} s; {len(results)} of {len(todo)} hosts)",
+                      file=sys.stderr, flush=True)
+    except KeyboardInterrupt:
+        for p in running:
+            p.terminate()
+        for p, (_, _, _, fh, _) in running.items():
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+            fh.close()
+        print(f"{prog}: interrupted; the hosts that finished are in their folders",
+              file=sys.stderr)
+        return None
+    return [results[h] for h, _, _ in todo]
+
+
+def scratch_hosts(out: Path) -> list[tuple[str, str]] | None:
+    """(host, folder) of every host when `out` is the scratch folder of a per-host pass (it holds
+    hosts.json and no step-1 tables of its own); None otherwise."""
+    out = Path(out)
+    if not (out / "hosts.json").is_file() or (out / "skip_stats.json").exists():
+        return None
+    try:
+        import json
+        d = json.loads((out / "hosts.json").read_text(encoding="utf-8"))
+        pairs = [(str(h["host"]), str(h["folder"])) for h in d["hosts"]]
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        return None
+    ok = [(h, f) for h, f in pairs if _SAFE_NAME.fullmatch(f) and (out / f).is_dir()]
+    return ok or None
+
+
+def maybe_fan_out_scratch(prog: str, script: str | Path, argv: list[str] | None, out: Path,
+                          jobs: int | None) -> int | None:
+    """For the steps that read only the scratch folder (changes, trust, the draft): when `out`
+    is a per-host pass's folder, run the script on each host's folder and summarise again; its
+    exit code, or None when `out` is one host's folder."""
+    pairs = scratch_hosts(out)
+    if pairs is None:
+        return None
+    n_jobs = max(1, min(jobs or _cores(), len(pairs)))
+    args = list(sys.argv[1:] if argv is None else argv)
+    print(f"{prog}: {rules.printable(out)} holds a per-host pass of {len(pairs)} hosts; "
+          f"running on each host's folder, {n_jobs} at a time", file=sys.stderr, flush=True)
+    todo = [(h, f, [sys.executable, str(script), *args, "--out", str(Path(out) / f)])
+            for h, f in pairs]
+    try:
+        import json
+        run_dir = json.loads((Path(out) / "hosts.json").read_text(encoding="utf-8")).get(
+            "run_dir", "")
+    except (OSError, ValueError, AttributeError, RecursionError):
+        run_dir = ""
+    return _run_and_summarise(prog, Path(script).stem, todo, Path(out), n_jobs, str(run_dir))
+
+
+def maybe_fan_out(prog: str, script: str | Path, argv: list[str] | None, capture, run, host,
+                  out: Path, jobs: int | None) -> int | None:
+    """The per-host pass when `capture` leads to a run of several hosts and no host was named
+    (its exit code); None when it leads to one capture (the script goes on as usual). A path
+    that leads nowhere is left to the script's own resolve and its sentence."""
+    import capture_inputs
+    try:
+        files = capture_inputs.run_hosts(capture, run=run, host=host)
+    except capture_inputs.CaptureError:
+        return None
+    if files is None:
+        return None
+    for n in files.notes:
+        print(f"{prog}: {rules.printable(n)}", file=sys.stderr)
+    args = list(sys.argv[1:] if argv is None else argv)
+    return fan_out(prog, script, args, files, out, jobs)
