@@ -2,7 +2,7 @@
 """Time a script of this bundle over one capture, next to its floors and XProf's own conversions.
 
 Usage:
-    python3 bench/run.py CAPTURE [--script PATH] [--args "..."] [--repeat N]
+    python3 bench/run.py CAPTURE [--script PATH] [--args "..."] [--repeat N] [--paired]
                          [--xprof TOOL[,TOOL...]] [--no-floors] [--no-append] [--note TEXT]
 
 Example:
@@ -16,6 +16,10 @@ process's peak resident memory (from the kernel's rusage of that child) are repo
 - `floor xplane parse`: a bare protobuf parse of the xplane with this bundle's schema;
 - `xprof TOOL`: `xprof.convert.raw_to_tool_data.xspace_to_tool_data` on a fresh copy of the
   xplane (no cached results), the incumbent's own conversion.
+With --paired the script and its floor (json.load for a trace reader, the xplane parse for
+attribute_kernels.py) alternate, floor then script, N times; each pair gives a ratio, and the
+`vs floor` column is the median ratio of the pairs (min-max): a machine that slows down for a
+while moves both halves of a pair, not one item's median.
 Rows are printed and appended to bench/RESULTS.md with the machine they ran on. Timing is never
 asserted anywhere: this file is where speed and memory are measured and recorded.
 
@@ -102,6 +106,66 @@ def measure(name, make_cmd, repeat, prepare=None) -> dict:
             "min_s": min(walls), "max_s": max(walls), "peak_rss_mib": max(peaks)}
 
 
+def _target(script: Path, files) -> str:
+    if script.name == "capture_info.py":
+        return str(files.run_dir)
+    return str(files.xplane or files.trace) if "attribute" in script.name or \
+        not files.trace else str(files.trace)
+
+
+def paired(args, files, py) -> int:
+    """The script and its floor alternating; the median ratio of the pairs."""
+    if not args.script:
+        print("bench: --paired needs --script", file=sys.stderr)
+        return 2
+    script = args.script.resolve()
+    target = _target(script, files)
+    extra = shlex.split(args.args)
+    if "attribute" in script.name or not files.trace:
+        floor_name, floor_cmd = "floor xplane parse", [py, "-c", FLOOR_XPLANE, str(files.xplane),
+                                                       str(REPO / "scripts")]
+    else:
+        floor_name, floor_cmd = "floor json.load", [py, "-c", FLOOR_JSON, str(files.trace)]
+    fw, fp, sw, sp, ratios = [], [], [], [], []
+    try:
+        for _ in range(args.repeat):
+            with tempfile.TemporaryDirectory(prefix="jaxtrace-bench-") as tmp:
+                w, m = run_once(floor_cmd, Path(tmp))
+            fw.append(w)
+            fp.append(m)
+            with tempfile.TemporaryDirectory(prefix="jaxtrace-bench-") as tmp:
+                w2, m2 = run_once([py, "-P", str(script), target, *extra], Path(tmp))
+            sw.append(w2)
+            sp.append(m2)
+            ratios.append(w2 / w)
+            print(f"pair {len(ratios)}: floor {w:.3f} s, script {w2:.3f} s, ratio {w2 / w:.3f}",
+                  file=sys.stderr, flush=True)
+    except RuntimeError as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        return 1
+    size = sum(p.stat().st_size for p in (files.xplane, files.trace) if p)
+    try:
+        cap_name = str(files.run_dir.relative_to(REPO.parent))
+    except ValueError:
+        cap_name = str(files.run_dir)
+    today, host = dt.date.today().isoformat(), machine()
+    med = statistics.median(ratios)
+    vs = (f"paired: {med:.2f}x time ({min(ratios):.2f}-{max(ratios):.2f}) of {floor_name}, "
+          f"{max(sp) / max(fp):.2f}x memory")
+    rows = [f"| {today} | {host} | {cap_name} | {size / 2**20:.1f} MiB | script {script.name} | "
+            f"{len(sw)} | {statistics.median(sw):.3f} | {min(sw):.3f} | {max(sw):.3f} | "
+            f"{max(sp):.0f} | {vs} | {args.note} |",
+            f"| {today} | {host} | {cap_name} | {size / 2**20:.1f} MiB | {floor_name} | "
+            f"{len(fw)} | {statistics.median(fw):.3f} | {min(fw):.3f} | {max(fw):.3f} | "
+            f"{max(fp):.0f} | (paired with the row above) | {args.note} |"]
+    print("\n".join(rows))
+    if not args.no_append:
+        with RESULTS.open("a") as fh:
+            fh.write("\n".join(rows) + "\n")
+        print(f"wrote {RESULTS} ({len(rows)} rows)")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -111,6 +175,8 @@ def main(argv=None) -> int:
     ap.add_argument("--args", default="", help="extra arguments for the script (one string)")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--xprof", default="", help="XProf tools to time, comma-separated")
+    ap.add_argument("--paired", action="store_true",
+                    help="alternate the script and its floor; report the median ratio of pairs")
     ap.add_argument("--no-floors", action="store_true")
     ap.add_argument("--no-append", action="store_true", help="print only")
     ap.add_argument("--note", default="")
@@ -124,6 +190,8 @@ def main(argv=None) -> int:
         return 1
     py = sys.executable
     items = []
+    if args.paired:
+        return paired(args, files, py)
     try:
         if args.script:
             script = args.script.resolve()

@@ -14,11 +14,14 @@ Reads only the .xplane.pb. It first copies it to ./attribution/xplane/ and has X
 Writes into ./attribution/ (or DIR/attribution/):
     kernels.csv  every GPU event (kernels, memcpys, memsets): its instruction, the inner
                  instruction its label named, match class, confidence, op_name, source, user frame
-    ops.csv      per instruction of the chosen program: kernels, GPU time and share
-    lines.csv    per Python line (user frame): GPU time and share, kernels, instructions
-    how.csv      per program and match class (then all): kernels, GPU time, share, and how much
-                 of it rests on low-confidence placements
+    ops.csv      per instruction of the chosen program: kernels, GPU time, its share of the
+                 program's attributed time and of all GPU time
+    lines.csv    per Python line (user frame): GPU time, the same two shares, kernels,
+                 instructions
+    how.csv      per program and match class (then all): kernels, GPU time, share of the group,
+                 and how much of it rests on low-confidence placements
     kernel_names.csv  per kernel name (no matching involved): family, kernels, GPU time, share
+                 of all GPU time
     summary.txt  the program chosen and why, class shares, confidence, XProf's coverage next to
                  ours (and whether ours is lower)
     <module>(<id>).hlo.txt  the chosen program's HLO text, printed from the proto
@@ -51,6 +54,7 @@ SIBLING = next((p for p in (HERE.parent / "analyzing-jax-launch-overhead" / "scr
                 if (p / "capture_inputs.py").is_file()), None)
 sys.path[:0] = [str(HERE)] + ([str(SIBLING)] if SIBLING else [])
 
+import per_host  # noqa: E402  (sibling skill: the per-host pass)
 import trace_rules as rules  # noqa: E402  (sibling skill: the classification rules)
 from trace_rules import CONTROL_OPCODES, pct, us, write_csv  # noqa: E402
 
@@ -602,13 +606,14 @@ def run(capture, out: Path, opts: Options) -> tuple[dict, list]:
         kernels.sort(key=lambda k: (str(k.device), k.stream, k.start))
         written = [("kernels.csv", write_kernels(tmp / "kernels.csv", kernels, sources))]
         ops = op_totals(kernels, chosen)
-        written += write_op_and_line_tables(tmp, ops, chosen, programs[chosen], sources)
+        written += write_op_and_line_tables(tmp, ops, chosen, programs[chosen], sources,
+                                            sum(k.dur for k in kernels))
         groups = class_totals(kernels)
         written.append(("how.csv", write_csv(tmp / "how.csv", [
-            "program_id", "match", "kernels", "gpu_us", "gpu_pct", "low_confidence_kernels",
-            "low_confidence_us", "low_confidence_pct"], how_rows(groups))))
+            "program_id", "match", "kernels", "gpu_us", "pct_of_group", "low_confidence_kernels",
+            "low_confidence_us", "low_confidence_pct_of_group"], how_rows(groups))))
         written.append(("kernel_names.csv", write_csv(tmp / "kernel_names.csv", [
-            "kernel", "family", "kernels", "gpu_us", "gpu_pct", "gpus", "kernels_per_gpu",
+            "kernel", "family", "kernels", "gpu_us", "pct_of_gpu_time", "gpus", "kernels_per_gpu",
             "gpu_us_per_gpu"], kernel_name_rows(kernels, plans_names(programs)))))
         name = protos[chosen][0]
         hlo_name = f"{safe_file_name(name)}({chosen}).hlo.txt"
@@ -660,27 +665,31 @@ def op_totals(kernels, chosen) -> dict:
     return ops
 
 
-def write_op_and_line_tables(folder: Path, ops: dict, chosen, prog, sources) -> list:
+def write_op_and_line_tables(folder: Path, ops: dict, chosen, prog, sources,
+                             gpu_time: int) -> list:
+    """ops.csv and lines.csv, each share twice: of the chosen program's attributed kernel time
+    (`pct_of_attributed`) and of all GPU event time (`pct_of_gpu_time`, as kernel_names.csv)."""
     attributed = sum(t for _, t, _ in ops.values())
     op_rows = []
     for name, (n, t, cat) in sorted(ops.items(), key=lambda kv: (-kv[1][1], kv[0])):
         opn, src, user = sources.get(chosen, name)
         op_rows.append((chosen, name, prog.by_name[name].opcode if name in prog.by_name else "",
-                        cat, n, us(t), pct(t, attributed), opn, src, user))
+                        cat, n, us(t), pct(t, attributed), pct(t, gpu_time), opn, src, user))
     lines: dict[str, list] = {}
     for ins_name, (n, t, _) in ops.items():  # per instruction, then per line
         entry = lines.setdefault(sources.get(chosen, ins_name)[2], [0, 0, set()])
         entry[0] += n
         entry[1] += t
         entry[2].add(ins_name)
-    line_rows = [(u, us(t), pct(t, attributed), n, len(ins))
+    line_rows = [(u, us(t), pct(t, attributed), pct(t, gpu_time), n, len(ins))
                  for u, (n, t, ins) in sorted(lines.items(), key=lambda kv: (-kv[1][1], kv[0]))]
     return [
         ("ops.csv", write_csv(folder / "ops.csv", [
-            "program_id", "instruction", "opcode", "category", "kernels", "gpu_us", "gpu_pct",
-            "op_name", "source", "user_frame"], op_rows)),
+            "program_id", "instruction", "opcode", "category", "kernels", "gpu_us",
+            "pct_of_attributed", "pct_of_gpu_time", "op_name", "source", "user_frame"], op_rows)),
         ("lines.csv", write_csv(folder / "lines.csv", [
-            "user_frame", "gpu_us", "gpu_pct", "kernels", "instructions"], line_rows))]
+            "user_frame", "gpu_us", "pct_of_attributed", "pct_of_gpu_time", "kernels",
+            "instructions"], line_rows))]
 
 
 def class_totals(kernels) -> dict:
@@ -716,7 +725,7 @@ def how_rows(groups) -> list[tuple]:
 def _classes_json(g) -> dict:
     total = sum(v[1] for v in g.values())
     return {c: {"kernels": g[c][0], "gpu_us": round(g[c][1] / 1e6, 3),
-                "gpu_pct": round(100.0 * g[c][1] / total, 2) if total else 0.0}
+                "pct_of_group": round(100.0 * g[c][1] / total, 2) if total else 0.0}
             for c in CLASSES}
 
 
@@ -733,13 +742,13 @@ def build_result(*, files, kernels, cpu, control, chosen, name, notes, protos, g
         "devices": figure(len({k.device for k in kernels}), "count", "measured"),
         "kernel_time_us": figure(round(total / 1e6, 3), "us", "measured"),
         "graph_kernels": figure(sum(1 for k in kernels if k.graph), "count", "measured"),
-        "attributed_pct": figure(ours, "pct", "inferred"),
+        "attributed_pct_of_gpu_time": figure(ours, "pct", "inferred"),
     }
     attributed_all = [k for k in kernels if k.instruction]
     t_att = sum(k.dur for k in attributed_all)
     low = [k for k in attributed_all if k.confidence < km.LOW_CONFIDENCE]
     fig["low_confidence_kernels"] = figure(len(low), "count", "inferred")
-    fig["low_confidence_pct"] = figure(
+    fig["low_confidence_pct_of_all_attributed"] = figure(
         round(100.0 * sum(k.dur for k in low) / t_att, 2) if t_att else 0.0, "pct", "inferred")
     none = []
     for why, label in NONE_REASONS:
@@ -769,14 +778,14 @@ def build_result(*, files, kernels, cpu, control, chosen, name, notes, protos, g
                 t_noframe += t
     n_mine = sum(n for n, _, _ in ops.values())
     checks = []
-    cov = {"ours_pct": ours, "xprof_pct": None, "verdict": None}
+    cov = {"ours_pct_of_gpu_time": ours, "xprof_pct_of_gpu_time": None, "verdict": None}
     if coverage is not None and total:
         theirs = round(100.0 * coverage * 1e6 / total, 2)
         lower = ours + COVERAGE_TOLERANCE_PCT < theirs
-        cov.update(xprof_pct=theirs, verdict=(
+        cov.update(xprof_pct_of_gpu_time=theirs, verdict=(
             f"OURS IS LOWER by {theirs - ours:.2f} points: see the none lines" if lower
             else "ours is not lower"))
-        fig["xprof_hlo_stats_pct"] = figure(theirs, "pct", "read")
+        fig["xprof_hlo_stats_pct_of_gpu_time"] = figure(theirs, "pct", "read")
         checks.append({"name": "coverage at least XProf's hlo_stats",
                        "status": "fail" if lower else "pass",
                        "detail": f"ours {ours:.2f}%, XProf's {theirs:.2f}%"})
@@ -798,13 +807,16 @@ def build_result(*, files, kernels, cpu, control, chosen, name, notes, protos, g
                     **({str(chosen): _classes_json(groups[chosen])} if chosen in groups else {})},
         "none": none,
         "no_hlo": {"kernels": len(unsaved),
-                   "pct": round(100.0 * sum(k.dur for k in unsaved) / total, 2) if total else 0,
+                   "pct_of_gpu_time": round(100.0 * sum(k.dur for k in unsaved) / total, 2)
+                   if total else 0,
                    "programs": sorted({k.program_id for k in unsaved})} if unsaved else None,
         "source": {"kernels": n_mine, "with_user_frame": n_mine - n_nouser,
                    "no_source_kernels": n_noframe,
-                   "no_source_pct": round(100.0 * t_noframe / attributed, 2) if attributed else 0,
+                   "no_source_pct_of_attributed": round(100.0 * t_noframe / attributed, 2)
+                   if attributed else 0,
                    "library_only_kernels": n_nouser - n_noframe,
-                   "library_only_pct": round(100.0 * (t_nouser - t_noframe) / attributed, 2)
+                   "library_only_pct_of_attributed": round(
+                       100.0 * (t_nouser - t_noframe) / attributed, 2)
                    if attributed else 0},
         "coverage": cov, "checks": checks, "refusals": refusals,
         "low_confidence_below": km.LOW_CONFIDENCE,
@@ -834,37 +846,39 @@ def render_summary(r: dict) -> list[str]:
         c = r["classes"].get(key)
         if c:
             s.append(f"match classes ({label}): " + ", ".join(
-                f"{k} {c[k]['kernels']} kernels {_p(c[k]['gpu_pct'])}% of time"
+                f"{k} {c[k]['kernels']} kernels {_p(c[k]['pct_of_group'])}% of time"
                 for k in CLASSES))
     nh = r["no_hlo"]
     if nh:
-        s.append(f"no HLO: {nh['kernels']} kernels ({_p(nh['pct'])}% of kernel time) belong to "
-                 f"programs {nh['programs']} whose HLO the capture does not hold: class none")
+        s.append(f"no HLO: {nh['kernels']} kernels ({_p(nh['pct_of_gpu_time'])}% of kernel "
+                 f"time) belong to programs {nh['programs']} whose HLO the capture does not "
+                 "hold: class none")
     for n in r["none"]:
         s.append(f"none: {n['kernels']} kernels, {n['gpu_us']:,.1f} us, {n['label']}; "
                  "largest: " + "; ".join(f"{e['kernel']} x{e['count']} {e['gpu_us']:,.1f} us"
                                          for e in n["largest"]))
     s.append(f"confidence: {f['low_confidence_kernels']['value']} attributed kernels "
-             f"({_p(f['low_confidence_pct']['value'])}% of the attributed GPU time) are placed "
-             f"with confidence below {r['low_confidence_below']} (weak local agreement with the "
-             "schedule; kernels.csv column confidence, how.csv low_confidence_*); the rest at "
-             "or above it")
+             f"({_p(f['low_confidence_pct_of_all_attributed']['value'])}% of the attributed "
+             f"GPU time) are placed with confidence below {r['low_confidence_below']} (weak "
+             "local agreement with the schedule; kernels.csv column confidence, how.csv "
+             "low_confidence_*); the rest at or above it")
     src = r["source"]
     s.append(f"source: {src['with_user_frame']} of {src['kernels']} attributed kernels of "
              f"{prog} have a user frame; {src['no_source_kernels']} kernels "
-             f"({_p(src['no_source_pct'])}% of its attributed time) belong to instructions with "
-             f"no source in the HLO, and {src['library_only_kernels']} "
-             f"({_p(src['library_only_pct'])}%) have frames but none that counts as user code "
-             "(see --user-re); counted, not guessed")
+             f"({_p(src['no_source_pct_of_attributed'])}% of its attributed time) belong to "
+             f"instructions with no source in the HLO, and {src['library_only_kernels']} "
+             f"({_p(src['library_only_pct_of_attributed'])}%) have frames but none that counts "
+             "as user code (see --user-re); counted, not guessed")
     cov = r["coverage"]
-    if cov["xprof_pct"] is not None:
-        s.append(f"coverage: XProf's hlo_stats attributes {_p(cov['xprof_pct'])}% of this "
-                 f"capture's kernel time to HLO ops; this script attributes "
-                 f"{_p(cov['ours_pct'])}% to an instruction (exact + name + order); "
-                 f"{cov['verdict']}")
+    if cov["xprof_pct_of_gpu_time"] is not None:
+        s.append(f"coverage: XProf's hlo_stats attributes "
+                 f"{_p(cov['xprof_pct_of_gpu_time'])}% of this capture's kernel time to HLO "
+                 f"ops; this script attributes {_p(cov['ours_pct_of_gpu_time'])}% to an "
+                 f"instruction (exact + name + order); {cov['verdict']}")
     else:
-        s.append(f"coverage: this script attributes {_p(cov['ours_pct'])}% of kernel time to an "
-                 "instruction; XProf's hlo_stats cross-check skipped (--no-xprof)")
+        s.append(f"coverage: this script attributes {_p(cov['ours_pct_of_gpu_time'])}% of "
+                 "kernel time to an instruction; XProf's hlo_stats cross-check skipped "
+                 "(--no-xprof)")
     t = r["timing_s"]
     s.append(f"timing: matching {t['matching']:.2f} s (XProf's HLO extraction "
              f"{t['xprof_extraction']:.2f} s of it); XProf hlo_stats cross-check "
@@ -888,7 +902,12 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=Path("."))
     ap.add_argument("--run")
     ap.add_argument("--host")
+    per_host.add_arguments(ap)
     args = ap.parse_args(argv)
+    fanned = per_host.maybe_fan_out("attribute_kernels", __file__, argv, args.capture, args.run,
+                                   args.host, args.out, args.jobs)
+    if fanned is not None:
+        return fanned
     try:
         user_re = re.compile(args.user_re) if args.user_re else None
     except re.error as exc:

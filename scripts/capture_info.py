@@ -40,6 +40,7 @@ SIBLING = next((p for p in (HERE.parent / "analyzing-jax-launch-overhead" / "scr
                 if (p / "trace_reader.py").is_file()), None)
 sys.path[:0] = [str(HERE)] + ([str(SIBLING)] if SIBLING else [])
 
+import per_host  # noqa: E402  (sibling skill: the per-host pass)
 import trace_rules as rules  # noqa: E402  (sibling skill)
 
 import capture_inputs  # noqa: E402  (sibling skill)
@@ -307,7 +308,12 @@ def main(argv=None) -> int:
     ap.add_argument("--host", help="host name, when a run holds several hosts")
     ap.add_argument("--out", type=Path, default=Path("."),
                     help="folder for capture_info.json (default: the current folder)")
+    per_host.add_arguments(ap)
     args = ap.parse_args(argv)
+    fanned = per_host.maybe_fan_out("capture_info", __file__, argv, args.capture, args.run,
+                                   args.host, args.out, args.jobs)
+    if fanned is not None:
+        return fanned
     try:
         files = capture_inputs.resolve(args.capture, run=args.run, host=args.host)
     except capture_inputs.CaptureError as exc:

@@ -49,13 +49,14 @@ SIBLING = next((p for p in (HERE.parent / "analyzing-jax-launch-overhead" / "scr
                 if (p / "capture_inputs.py").is_file()), None)
 sys.path[:0] = [str(HERE)] + ([str(SIBLING)] if SIBLING else [])
 
+import per_host  # noqa: E402  (sibling skill: the per-host pass)
 import trace_rules as rules  # noqa: E402  (sibling skill: tie rule, CSV writing, atomic files)
 
 import capture_inputs  # noqa: E402  (sibling skill)
 
 RESULT_FILE = "changes.json"
 TABLE = "changes.csv"
-COLUMNS = ["rank", "cause_kind", "cause", "where", "share_of_step_pct", "step_us", "saving_us",
+COLUMNS = ["rank", "cause_kind", "cause", "where", "pct_of_step", "step_us", "saving_us",
            "saving_min_us", "saving_max_us", "step_if_gone_us", "assumptions", "knob", "label",
            "source"]
 LABEL = "inferred, not run"
@@ -83,8 +84,8 @@ HOST_EVENTS_NAMED = 3
 # The Python tracer names its events "$file:line function" (JAX's profiler): where such events
 # fill host gaps, the tracer itself inflates the host time.
 PYTHON_TRACER_PREFIX = "$"
-# An instruction whose ceiling_pct is under this runs far from any ceiling: a kernel that short or
-# that slow is more likely launch-size- or occupancy-limited than bandwidth-limited.
+# An instruction whose pct_of_ceiling is under this runs far from any ceiling: a kernel that short
+# or that slow is more likely launch-size- or occupancy-limited than bandwidth-limited.
 FAR_FROM_CEILING_PCT = 10.0
 ROW_FIELDS = 20  # rows.csv columns (references/scratch-layout.md)
 
@@ -529,7 +530,7 @@ def host_knob(lead: float, host_late: float, graph_pct: float, tracer: bool) -> 
 
 def cause_row(kind, cause, where, share, step_us, saving: dict, assumptions, knob, source,
               extra=None) -> dict:
-    r = {"cause_kind": kind, "cause": cause, "where": where, "share_of_step_pct": share,
+    r = {"cause_kind": kind, "cause": cause, "where": where, "pct_of_step": share,
          "step_us": step_us, "saving": saving, "step_if_gone_us": step_us - saving["value"],
          "assumptions": assumptions, "knob": knob, "label": LABEL, "source": source}
     if extra:
@@ -807,7 +808,7 @@ def analyse(out: Path) -> dict:
     # rank: share of the median step's critical path, then the saving; Python lines (the
     # instructions' time regrouped) after every other cause
     causes.sort(key=lambda c: (c["cause_kind"] == "python_line",
-                               -round(c["share_of_step_pct"], 2), -c["saving"]["value"],
+                               -round(c["pct_of_step"], 2), -c["saving"]["value"],
                                KIND_ORDER.index(c["cause_kind"]), c["where"]))
     for i, c in enumerate(causes, 1):
         c["rank"] = i
@@ -841,7 +842,7 @@ def instructions(out, chosen, paths, median, mwin, step_us, causes, refusals, no
     """Instruction and Python-line causes. An instruction's time in a step is its share of the
     program's compute and copy kernel time (ops.csv, over all executions and GPUs) times the
     step's compute time on its bounding GPU; its distance to the ceiling is that time times
-    (1 - ceiling_pct/100). Returns per step the listed instructions' distance with every kernel
+    (1 - pct_of_ceiling/100). Returns per step the listed instructions' distance with every kernel
     exposed (for the combined bound)."""
     ops = read_csv(out / "attribution" / "ops.csv")
     roof = read_csv(out / "roofline.csv")
@@ -875,7 +876,7 @@ def instructions(out, chosen, paths, median, mwin, step_us, causes, refusals, no
     comp = {n: paths[n]["compute"] for n in chosen}
     cm = comp[median]
     att = ((read_json(out / "attribution" / "attribute_kernels.json") or {}).get("figures")
-           or {}).get("attributed_pct") or {}
+           or {}).get("attributed_pct_of_gpu_time") or {}
     if num(att.get("value")) is not None and float(att["value"]) < 100.0 - 1e-6:
         notes.append(f"{float(att['value']):.1f}% of kernel time is attributed to an instruction "
                      "(attribute_kernels.json): instruction shares are of the attributed time")
@@ -893,7 +894,7 @@ def instructions(out, chosen, paths, median, mwin, step_us, causes, refusals, no
     for o in work:
         r = by_ins.get(o["instruction"])
         share = float(o["gpu_us"]) / total_us
-        pct = num(r.get("ceiling_pct")) if r else None
+        pct = num(r.get("pct_of_ceiling")) if r else None
         if pct is None:
             no_ceiling.append((o["instruction"], share, (r or {}).get("no_ceiling_why")
                                or "not in roofline.csv", o.get("user_frame", "")))
@@ -1019,7 +1020,7 @@ def build_result(a: dict) -> dict:
         causes.append({
             "rank": c["rank"], "cause_kind": c["cause_kind"], "cause": c["cause"],
             "where": c["where"],
-            "share_of_step_pct": figure(c["share_of_step_pct"], "pct", "inferred"),
+            "pct_of_step": figure(c["pct_of_step"], "pct", "inferred"),
             "saving_us": figure(c["saving"]["value"], "us", "inferred", c["saving"]),
             "step_if_gone_us": figure(round(step["value"], 3) - round(c["saving"]["value"], 3),
                                       "us", "inferred"),
@@ -1035,7 +1036,7 @@ def build_result(a: dict) -> dict:
             "step_us": figure(step["value"], "us", "measured", step),
             "combined_saving_us": figure(comb["value"], "us", "inferred", comb),
             "step_if_all_gone_us": figure(step["value"] - comb["value"], "us", "inferred"),
-            "compute_exposed_pct": figure(100.0 * a["exposure"], "pct", "inferred"),
+            "compute_exposed_pct_of_compute": figure(100.0 * a["exposure"], "pct", "inferred"),
         },
         "critical_path": {k: figure(v, "us", "measured") for k, v in cp.items()},
         "causes": causes, "combine_rule": COMBINE_RULE,
@@ -1047,7 +1048,7 @@ def csv_rows(result: dict) -> list:
     for c in result["causes"]:
         s = c["saving_us"]
         out.append([c["rank"], c["cause_kind"], c["cause"], c["where"],
-                    f"{c['share_of_step_pct']['value']:.2f}",
+                    f"{c['pct_of_step']['value']:.2f}",
                     f"{result['figures']['step_us']['value']:.3f}", f"{s['value']:.3f}",
                     f"{s['min']:.3f}", f"{s['max']:.3f}", f"{c['step_if_gone_us']['value']:.3f}",
                     c["assumptions"], c["knob"], c["label"], c["source"]])
@@ -1090,7 +1091,7 @@ def summary_lines(result: dict) -> list[str]:
     for c in result["causes"][:3]:
         s = c["saving_us"]
         lines.append(f"{c['rank']}. {c['cause_kind']} ({c['where']}): "
-                     f"{c['share_of_step_pct']['value']:.1f}% of the step, saving "
+                     f"{c['pct_of_step']['value']:.1f}% of the step, saving "
                      f"{s['value']:,.1f} us ({s['min']:,.1f}-{s['max']:,.1f}) -> step "
                      f"{c['step_if_gone_us']['value']:,.1f} us ({LABEL}); test: "
                      f"{c['knob'].split('; ')[0]}")
@@ -1109,7 +1110,14 @@ def main(argv=None) -> int:
                     help="the scratch folder steps 1 to 5 wrote into (default: .)")
     ap.add_argument("--run", help="with a capture: the run to check against")
     ap.add_argument("--host", help="with a capture: the host to check against")
+    per_host.add_arguments(ap)
     args = ap.parse_args(argv)
+    fanned = (per_host.maybe_fan_out("changes", __file__, argv, args.capture, args.run,
+                                     args.host, args.out, args.jobs)
+              if args.capture else
+              per_host.maybe_fan_out_scratch("changes", __file__, argv, args.out, args.jobs))
+    if fanned is not None:
+        return fanned
     try:
         if args.capture is not None:
             note = check_capture(args.capture, args.run, args.host, args.out)

@@ -12,8 +12,8 @@ Reads the report (Markdown) and the tables of the scratch folder (the current di
 (references/report-template.md):
     <number><unit> (<label>; <table>: <selector>)
     12.41 ms (measured; steps.csv: dur_us, median)
-    38.2% (inferred, not run; changes.csv: share_of_step_pct, rank=1)
-    49.3% (inferred; skip_stats.json: figures.host_share_pct.value)
+    38.2% (inferred, not run; changes.csv: pct_of_step, rank=1)
+    49.3% (inferred; skip_stats.json: figures.host_share_pct_of_step.value)
     8.07 ms (8.07-8.08 ms) (measured; steps.csv: dur_us, median)   value, then min-max
 - label: measured | read | inferred ("inferred, not run" counts as inferred).
 - table: a .csv or .json file of the scratch folder, relative to it.
@@ -28,10 +28,11 @@ Reads the report (Markdown) and the tables of the scratch folder (the current di
   (changes.csv saving_us: saving_min_us, saving_max_us), the range is read from them.
 - At most three plain words may stand between the number and its citation ("2,140 kernels (...)").
 - Units: the written unit is converted to the column's (suffix _us, _ps, _ms, _s, _pct, _bytes,
-  _flops, _flop_per_s, _bytes_per_s, _flop_per_byte; a JSON figure's "unit"; a CSV row's "unit"
-  column): us/ms/s/ns/ps, %, B/kB/MB/GB/TB/KiB/MiB/GiB/TiB, FLOP/s to PFLOP/s, B/s to TB/s and
-  GiB/s, FLOP. No unit: as in the table. The figure matches when the table value, rounded to the
-  decimals written, equals it (an exact half may go either way); "<x" and ">x" are bounds.
+  _flops, _flop_per_s, _bytes_per_s, _flop_per_byte, or a percentage's pct_of_<denominator>; a
+  JSON figure's "unit"; a CSV row's "unit" column): us/ms/s/ns/ps, %,
+  B/kB/MB/GB/TB/KiB/MiB/GiB/TiB, FLOP/s to PFLOP/s, B/s to TB/s and GiB/s, FLOP. No unit: as in
+  the table. The figure matches when the table value, rounded to the decimals written, equals it
+  (an exact half may go either way); "<x" and ">x" are bounds.
 - Markdown tables: a cell carries its own citation, or its column header does, as
   "name (unit) (label; table: column, key=*)": "*" is replaced by the row's first cell, "*2" by
   its second, ... (the row's key cells, then not checked). Integer cells of a column headed
@@ -151,6 +152,8 @@ COLUMN_SUFFIXES = (("_flop_per_byte", "FLOP/B"), ("_bytes_per_s", "B/s"),
                    ("_flop_per_s", "FLOP/s"), ("_flops", "FLOP"), ("_bytes", "bytes"),
                    ("_pct", "pct"), ("_us", "us"), ("_ps", "ps"), ("_ns", "ns"), ("_ms", "ms"),
                    ("_s", "s"))
+# A percentage says its denominator: pct_of_gpu_time, idle_pct_of_step (scratch-layout.md).
+PCT_NAME_RE = re.compile(r"(?:^|_)pct_of_[a-z0-9_]+$")
 DIMENSION_WORDS = {"time": "a time", "pct": "a percentage", "bytes": "bytes",
                    "byte_rate": "bytes per second", "flop_rate": "FLOP per second",
                    "flop": "FLOP", "intensity": "FLOP per byte"}
@@ -522,6 +525,8 @@ def split_selector(sel: str) -> list[str]:
 
 
 def column_unit(name: str) -> str | None:
+    if PCT_NAME_RE.search(name):
+        return "pct"
     for suffix, unit in COLUMN_SUFFIXES:
         if name.endswith(suffix):
             return unit
@@ -648,6 +653,8 @@ def lookup_json(name, data, items, roles):
         figure = parent
     unit_src = figure if figure is not None else parent
     unit = unit_src.get("unit") if isinstance(unit_src, dict) else None
+    if figure is None and column_unit(key):
+        unit = column_unit(key)  # a share beside a figure's value: margin_us.pct_of_step
     if unit is None:
         owner = path.split(".")[-2] if key in ("value", "min", "max") and "." in path else key
         unit = column_unit(owner)

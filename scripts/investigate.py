@@ -4,6 +4,7 @@
 Usage:
     python3 -P investigate.py <xplane.pb | trace.json.gz | run folder | log folder>
                               [--out DIR] [--run NAME] [--host NAME] [--no-xprof] [--page]
+                              [--jobs N]
 
 Example:
     python3 -P $B/scripts/investigate.py ~/logs/plugins/profile/2026_02_20_13_54_10 --out scratch
@@ -15,6 +16,11 @@ changes.py (step 6), trust.py (step 7), report_draft.py (report_draft.md), factc
 draft), and with --page build_page.py of the writing-trace-report-pages skill (report_draft.html,
 the draft as one self-contained page). Progress goes to stderr: the step, what it does, the
 elapsed time. Each script's own output is kept in DIR/logs/<script>.txt.
+
+A run folder with several hosts and no --host: the whole job runs once per host, each host in
+its own process into DIR/<host>/ (--jobs N at once; default the cores, fewer when memory is
+short), then DIR/hosts.txt, hosts.csv and host_steps.csv compare the hosts (per-host verdicts,
+the slowest host per step, the spread of step times); the exit code is the largest of the hosts'.
 
 A step that cannot run (its script exits non-zero) does not stop the others: the reason goes to
 the trust list (trust.py --failed) and the later steps work with what there is. Only a capture
@@ -42,6 +48,11 @@ HERE = Path(__file__).resolve().parent
 SIBLING = next((p for p in (HERE.parent / "analyzing-jax-launch-overhead" / "scripts",
                             HERE.parent.parent / "analyzing-jax-launch-overhead" / "scripts")
                 if (p / "skip_stats.py").is_file()), None)
+if SIBLING is not None:
+    sys.path.insert(0, str(SIBLING))
+    import per_host  # noqa: E402  (sibling skill: the per-host pass over a run of several hosts)
+else:
+    per_host = None
 
 
 class Step:
@@ -210,7 +221,14 @@ def main(argv=None) -> int:
                     help="leave XProf's own figures out of steps 4 and 5 (faster)")
     ap.add_argument("--page", action="store_true",
                     help="then build the HTML page of the draft (writing-trace-report-pages)")
+    ap.add_argument("--jobs", type=int, default=None,
+                    help="with a run of several hosts: how many hosts to analyse at once "
+                         "(default: the cores, fewer when memory is short)")
     args = ap.parse_args(argv)
+    fanned = per_host and per_host.maybe_fan_out("investigate", __file__, argv, args.capture,
+                                                 args.run, args.host, args.out, args.jobs)
+    if fanned is not None:
+        return fanned
     out = args.out
     try:
         out.mkdir(parents=True, exist_ok=True)

@@ -52,6 +52,7 @@ SIBLING = next((p for p in (HERE.parent / "analyzing-jax-launch-overhead" / "scr
                 if (p / "capture_inputs.py").is_file()), None)
 sys.path[:0] = [str(HERE)] + ([str(SIBLING)] if SIBLING else [])
 
+import per_host  # noqa: E402  (sibling skill: the per-host pass)
 import trace_rules as rules  # noqa: E402  (sibling skill)
 
 import capture_inputs  # noqa: E402  (sibling skill)
@@ -305,7 +306,7 @@ def check_attribution(out_dir: Path) -> list[dict]:
     try:
         att = json.loads(path.read_text())
         execs = att["executions"]
-        low = att["figures"]["low_confidence_pct"]["value"]
+        low = att["figures"]["low_confidence_pct_of_all_attributed"]["value"]
     except (ValueError, KeyError, TypeError) as exc:
         return [row("attribution", status="not checkable",
                     sentence=f"the attribution cannot be reconciled because {path.name} is not "
@@ -404,7 +405,12 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=Path("."))
     ap.add_argument("--run")
     ap.add_argument("--host")
+    per_host.add_arguments(ap)
     args = ap.parse_args(argv)
+    fanned = per_host.maybe_fan_out("reconcile", __file__, argv, args.capture, args.run,
+                                   args.host, args.out, args.jobs)
+    if fanned is not None:
+        return fanned
     try:
         capture = capture_inputs.open_capture(args.capture, run=args.run, host=args.host)
         for n in capture.files.notes:

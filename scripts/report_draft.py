@@ -33,6 +33,7 @@ SIBLING = next((p for p in (HERE.parent / "analyzing-jax-launch-overhead" / "scr
                 if (p / "trace_rules.py").is_file()), None)
 sys.path[:0] = [str(HERE)] + ([str(SIBLING)] if SIBLING else [])
 
+import per_host  # noqa: E402  (sibling skill: the per-host pass)
 import trace_rules as rules  # noqa: E402  (sibling skill)
 
 DRAFT = "report_draft.md"
@@ -202,9 +203,9 @@ def verdict_section(s: Scratch) -> list[str]:
     out += ["", "| figure | median, range across steps and GPUs |", "|---|---|"]
     names = {"step_duration_us": "step duration", "busy_us": "GPU busy (union of streams)",
              "union_idle_us": "GPU idle (step minus busy)",
-             "host_share_pct": "host-late share of the critical stream",
-             "busy_share_pct": "busy-or-queued share",
-             "collective_share_pct": "collective share",
+             "host_share_pct_of_step": "host-late share of the critical stream",
+             "busy_share_pct_of_step": "busy-or-queued share",
+             "collective_share_pct_of_step": "collective share",
              "kernels_per_step_per_gpu": "kernels per step per GPU",
              "tklqt_us": "TKLQT (sum of launch-to-start)", "akd_us": "AKD (average kernel "
              "duration)"}
@@ -258,12 +259,14 @@ def streams_section(s: Scratch) -> list[str]:
     if streams is None:
         out.append(missing("streams.csv", "step 1 did not run"))
     else:
-        out += ["| GPU | stream | critical | compute | collective | memcpy | idle |",
+        out += ["| GPU | stream | critical | compute (% of span) | collective (% of span) "
+                "| memcpy (% of span) | idle (% of span) |",
                 "|---|---|---|---|---|---|---|"]
         for r in streams:
             key = f"device={r['device']}, stream={r['stream']}"
             cells = [cite(r[c], "%", "measured", "streams.csv", f"{c}, {key}")
-                     for c in ("compute_pct", "collective_pct", "memcpy_pct", "idle_pct")]
+                     for c in ("compute_pct_of_span", "collective_pct_of_span",
+                               "memcpy_pct_of_span", "idle_pct_of_span")]
             out.append(f"| {r['device']} | {r['stream']} | {'yes' if r['critical'] == '1' else ''}"
                        f" | " + " | ".join(cells) + " |")
     sw = s.json("swimlanes.json")
@@ -280,6 +283,13 @@ def streams_section(s: Scratch) -> list[str]:
     return out
 
 
+def shares(r: dict, table: str, key: str) -> str:
+    """An ops.csv or lines.csv row's two shares, as two cells: of the chosen program's
+    attributed time, and of all GPU time."""
+    return " | ".join(cell(r[c], "%", "inferred", table, c, key, 2)
+                      for c in ("pct_of_attributed", "pct_of_gpu_time"))
+
+
 def ops_section(s: Scratch) -> list[str]:
     out = ["## 4. Top instructions and Python lines", ""]
     att = s.json("attribution/attribute_kernels.json")
@@ -287,42 +297,46 @@ def ops_section(s: Scratch) -> list[str]:
         return out + [missing("attribution/attribute_kernels.json",
                               "step 4 did not run or the capture has no HLO"), ""]
     t = "attribution/attribute_kernels.json"
-    out.append(f"Attributed: {fig(s, t, 'attributed_pct', 2)} of kernel time; low confidence: "
-               f"{fig(s, t, 'low_confidence_pct', 2)}; XProf's hlo_stats covers "
-               f"{fig(s, t, 'xprof_hlo_stats_pct', 2)}.")
+    out.append(f"Attributed: {fig(s, t, 'attributed_pct_of_gpu_time', 2)} of kernel time; low "
+               f"confidence: {fig(s, t, 'low_confidence_pct_of_all_attributed', 2)} of the "
+               f"attributed time; XProf's hlo_stats covers "
+               f"{fig(s, t, 'xprof_hlo_stats_pct_of_gpu_time', 2)} of kernel time.")
     how = [r for r in (s.csv("attribution/how.csv") or []) if r["program_id"] == "all"]
     if how:
-        out += ["", "| match class | kernels | GPU time share |", "|---|---|---|"]
+        out += ["", "| match class | kernels | share of GPU time |", "|---|---|---|"]
         for r in how:
             k = f"program_id=all, match={r['match']}"
             out.append(f"| {r['match']} | "
                        f"{cell(r['kernels'], '', 'measured', HOW, 'kernels', k, 0)} | "
-                       f"{cell(r['gpu_pct'], '%', 'inferred', HOW, 'gpu_pct', k, 2)} |")
+                       f"{cell(r['pct_of_group'], '%', 'inferred', HOW, 'pct_of_group', k, 2)} |")
     roof = {r["instruction"]: r for r in (s.csv("roofline.csv") or [])}
     ops = (s.csv("attribution/ops.csv") or [])[:TOP_ROWS]
     if ops:
-        out += ["", "| instruction | GPU time | share | Python line | ceiling reached |",
-                "|---|---|---|---|---|"]
+        out += ["", "| instruction | GPU time | share of attributed | share of GPU time "
+                "| Python line | ceiling reached |", "|---|---|---|---|---|---|"]
         for r in ops:
             k = f"instruction={r['instruction']}"
             rf = roof.get(r["instruction"])
-            reach = (cite(rf["ceiling_pct"], "%", "inferred", "roofline.csv", "ceiling_pct, " + k,
-                          2) + f" ({rf['binding']}-bound)") if rf and rf["ceiling_pct"] else (
-                md_cell(rf["no_ceiling_why"]) if rf else "")
+            if rf and rf["pct_of_ceiling"]:
+                reach = cite(rf["pct_of_ceiling"], "%", "inferred", "roofline.csv",
+                             "pct_of_ceiling, " + k, 2) + f" ({rf['binding']}-bound)"
+            else:
+                reach = md_cell(rf["no_ceiling_why"]) if rf else ""
             out.append(f"| {code(r['instruction'])} | "
                        f"{cell(r['gpu_us'], 'us', 'measured', OPS, 'gpu_us', k)} | "
-                       f"{cell(r['gpu_pct'], '%', 'inferred', OPS, 'gpu_pct', k, 2)} | "
+                       f"{shares(r, OPS, k)} | "
                        f"{code(r['user_frame'] or r['source'] or '')} | {reach} |")
     lines = (s.csv("attribution/lines.csv") or [])[:TOP_ROWS]
     if lines:
-        out += ["", "| Python line | GPU time | share | instructions |", "|---|---|---|---|"]
+        out += ["", "| Python line | GPU time | share of attributed | share of GPU time "
+                "| instructions |", "|---|---|---|---|---|"]
         for r in lines:
             if not r["user_frame"]:
                 continue  # no line: counted in how.csv and on the trust list
             k = f"user_frame={r['user_frame']}"
             out.append(f"| {code(r['user_frame'])} | "
                        f"{cell(r['gpu_us'], 'us', 'measured', LINES, 'gpu_us', k)} | "
-                       f"{cell(r['gpu_pct'], '%', 'inferred', LINES, 'gpu_pct', k, 2)} | "
+                       f"{shares(r, LINES, k)} | "
                        f"{cell(r['instructions'], '', 'measured', LINES, 'instructions', k, 0)}"
                        " |")
     rj = s.json("roofline.json")
@@ -342,8 +356,8 @@ def ops_section(s: Scratch) -> list[str]:
     else:
         out += ["", missing("roofline.json", "step 5 did not run")]
     out += ["", judge("which instructions and lines to look at first, and whether their "
-                      "distance to the ceiling (roofline.csv ceiling_pct, binding) says anything "
-                      "about them; a small instruction cannot fill the GPU"), ""]
+                      "distance to the ceiling (roofline.csv pct_of_ceiling, binding) says "
+                      "anything about them; a small instruction cannot fill the GPU"), ""]
     return out
 
 
@@ -387,11 +401,11 @@ def trust_section(s: Scratch) -> list[str]:
     sel = "section=trust, item=*"
     out += [f"| item | count (measured; trust.csv: count, {sel}) "
             f"| GPU time (us) (measured; trust.csv: gpu_us, {sel}) "
-            f"| share (%) (inferred; trust.csv: gpu_pct, {sel}) "
+            f"| share of GPU time (%) (inferred; trust.csv: pct_of_gpu_time, {sel}) "
             f"| what it means (inferred; trust.csv: detail, {sel}) |", "|---|---|---|---|---|"]
     for r in items:
         out.append(f"| {md_cell(r['item'])} | {num(r['count'], 0)} | {num(r['gpu_us'], 1)} | "
-                   f"{num(r['gpu_pct'], 2)} | {md_cell(r['detail'])} |")
+                   f"{num(r['pct_of_gpu_time'], 2)} | {md_cell(r['detail'])} |")
     out += ["", "### Needs a new capture", ""]
     if needs:
         out += ["| question | the capture that answers it (inferred; trust.csv: detail, "
@@ -421,7 +435,11 @@ def main(argv=None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog="\n".join(__doc__.splitlines()[1:]))
     ap.add_argument("--out", type=Path, default=Path("."))
+    per_host.add_arguments(ap)
     args = ap.parse_args(argv)
+    fanned = per_host.maybe_fan_out_scratch("report_draft", __file__, argv, args.out, args.jobs)
+    if fanned is not None:
+        return fanned
     s = Scratch(args.out)
     if not any((args.out / t).is_file() for t in KNOWN_TABLES):
         print(f"report_draft: {args.out} holds none of {', '.join(KNOWN_TABLES)}: run the steps "

@@ -49,6 +49,7 @@ SIBLING = next((p for p in (HERE.parent / "analyzing-jax-launch-overhead" / "scr
                 if (p / "capture_inputs.py").is_file()), None)
 sys.path[:0] = [str(HERE)] + ([str(SIBLING)] if SIBLING else [])
 
+import per_host  # noqa: E402  (sibling skill: the per-host pass)
 import trace_rules as rules  # noqa: E402  (sibling skill)
 from trace_rules import (  # noqa: E402  (sibling skill: shared rules)
     COLLECTIVE_OPCODES,
@@ -72,8 +73,9 @@ COLUMNS = [
     "intensity_flop_per_byte", "achieved_flop_per_s", "achieved_bytes_per_s",
     "compute_ceiling_flop_per_s", "compute_tag", "compute_source",
     "memory_ceiling_bytes_per_s", "memory_tag", "memory_source",
-    "binding", "attainable_flop_per_s", "ceiling_pct", "no_ceiling_why",
-    "xprof_run_flops", "xprof_run_bytes", "xprof_flops_diff_pct", "xprof_bytes_diff_pct",
+    "binding", "attainable_flop_per_s", "pct_of_ceiling", "no_ceiling_why",
+    "xprof_run_flops", "xprof_run_bytes", "xprof_flops_diff_pct_of_ours",
+    "xprof_bytes_diff_pct_of_ours",
 ]
 # XProf's hlo_stats gives per op a FLOP rate in GFLOP/s and a memory bandwidth in GiB/s (found
 # by comparison: its bytes came out 6.9% = 1 - 1e9/2^30 under ours on every row) over its
@@ -726,8 +728,8 @@ def analyse(rows, res, program, gpu: dict, peaks: dict) -> tuple[list[list], dic
         "gpu_time_us": {"value": round(total_ps / 1e6, 3), "unit": "us", "label": "measured"},
         "not_computable_us": {"value": round(no_cost_ps / 1e6, 3), "unit": "us",
                               "label": "measured"},
-        "not_computable_pct": {"value": float(pct(no_cost_ps, total_ps) or 0), "unit": "pct",
-                               "label": "inferred"},
+        "not_computable_pct_of_attributed": {"value": float(pct(no_cost_ps, total_ps) or 0),
+                                             "unit": "pct", "label": "inferred"},
         "no_ceiling_us": {"value": round(no_ceiling_ps / 1e6, 3), "unit": "us",
                           "label": "measured"},
         "executions": {"value": executions, "unit": "count", "label": "measured"},
@@ -1069,7 +1071,12 @@ def main(argv=None) -> int:
                     help="leave out XProf's own FLOPs and bytes per instruction")
     ap.add_argument("--run")
     ap.add_argument("--host")
+    per_host.add_arguments(ap)
     args = ap.parse_args(argv)
+    fanned = per_host.maybe_fan_out("roofline", __file__, argv, args.capture, args.run,
+                                   args.host, args.out, args.jobs)
+    if fanned is not None:
+        return fanned
     try:
         capture = capture_inputs.open_capture(args.capture, run=args.run, host=args.host)
         result, written = run(capture, args.out, use_xprof=not args.no_xprof)

@@ -52,6 +52,7 @@ SIBLING = next((p for p in (HERE.parent / "analyzing-jax-launch-overhead" / "scr
                 if (p / "capture_inputs.py").is_file()), None)
 sys.path[:0] = [str(HERE)] + ([str(SIBLING)] if SIBLING else [])
 
+import per_host  # noqa: E402  (sibling skill: the per-host pass)
 import trace_rules as rules  # noqa: E402  (sibling skill: the classification rules)
 from trace_rules import write_csv  # noqa: E402
 
@@ -1055,7 +1056,12 @@ def main(argv=None) -> int:
                     help="window end, microseconds from the profile start")
     ap.add_argument("--run")
     ap.add_argument("--host")
+    per_host.add_arguments(ap)
     args = ap.parse_args(argv)
+    fanned = per_host.maybe_fan_out("swimlanes", __file__, argv, args.capture, args.run,
+                                   args.host, args.out, args.jobs)
+    if fanned is not None:
+        return fanned
     for v, flag in ((args.start, "--start"), (args.end, "--end")):
         if v is not None and not math.isfinite(v):
             ap.error(f"{flag} must be a finite number of microseconds")

@@ -16,7 +16,8 @@ found; it computes only what no step records (graph replays that recorded fewer 
 another replay of the same graph, async collective labels absent from the saved HLO, Python
 tracer events in the gaps, ROCm memcpy launches), each from those tables. Standard library only.
 Writes into ./ (or DIR):
-    trust.csv   section, item, kind, count, gpu_us, gpu_pct, source, detail: the trust items
+    trust.csv   section, item, kind, count, gpu_us, pct_of_gpu_time, source, detail: the trust
+                items
                 (section "trust": each with its count and share of GPU time), then the
                 "needs a new capture" questions (section "needs_new_capture": item = the open
                 question, detail = the capture that answers it)
@@ -47,11 +48,12 @@ SIBLING = next((p for p in (HERE.parent / "analyzing-jax-launch-overhead" / "scr
                 if (p / "trace_rules.py").is_file()), None)
 sys.path[:0] = [str(HERE)] + ([str(SIBLING)] if SIBLING else [])
 
+import per_host  # noqa: E402  (sibling skill: the per-host pass)
 import trace_rules as rules  # noqa: E402  (sibling skill: CSV writing, atomic outputs)
 
 RESULT_FILE = "trust.json"
 TABLE = "trust.csv"
-COLUMNS = ["section", "item", "kind", "count", "gpu_us", "gpu_pct", "source", "detail"]
+COLUMNS = ["section", "item", "kind", "count", "gpu_us", "pct_of_gpu_time", "source", "detail"]
 csv.field_size_limit(1 << 30)  # host_events cells of long gaps are long
 
 # ---------------------------------------------------------------- named constants
@@ -239,13 +241,14 @@ def _fig(result: dict | None, name: str):
 
 def item(kind, text, source, detail="", count=None, gpu_us=None, total_us=None) -> dict:
     return {"section": "trust", "item": text, "kind": kind, "count": count, "gpu_us": gpu_us,
-            "gpu_pct": (100.0 * gpu_us / total_us if gpu_us is not None and total_us else None),
+            "pct_of_gpu_time": (100.0 * gpu_us / total_us if gpu_us is not None and total_us
+                                else None),
             "source": source, "detail": detail}
 
 
 def question(text, capture, source) -> dict:
     return {"section": "needs_new_capture", "item": text, "kind": "", "count": None,
-            "gpu_us": None, "gpu_pct": None, "source": source, "detail": capture}
+            "gpu_us": None, "pct_of_gpu_time": None, "source": source, "detail": capture}
 
 
 @dataclass
@@ -527,8 +530,8 @@ def attribution_items(inp: Inputs, facts: Facts) -> list:
         facts.consumed.update(s for s in att.get("refusals") or []
                               if "have no HLO in the capture" in s)
         us = None
-        if facts.total_us and nh.get("pct") is not None:
-            us = facts.total_us * _num(nh.get("pct"), 0.0) / 100.0
+        if facts.total_us and nh.get("pct_of_gpu_time") is not None:
+            us = facts.total_us * _num(nh.get("pct_of_gpu_time"), 0.0) / 100.0
         out.append(item("unattributed", "kernels of programs with no HLO in the capture",
                         "attribution/attribute_kernels.json: no_hlo",
                         f"programs {nh.get('programs')}", count=nh.get("kernels"), gpu_us=us,
@@ -543,13 +546,16 @@ def attribution_items(inp: Inputs, facts: Facts) -> list:
     for r in by_class:
         out.append(item("low_confidence", f"GPU time placed by {r['match']} with a confidence "
                         f"below {threshold}", "attribution/how.csv: program_id=all, "
-                        f"match={r['match']}", f"{r.get('low_confidence_pct')}% of all kernel "
-                        f"time{verdict}", count=int(_num(r.get("low_confidence_kernels"), 0)),
+                        f"match={r['match']}",
+                        f"{r.get('low_confidence_pct_of_group')}% of all kernel time{verdict}",
+                        count=int(_num(r.get("low_confidence_kernels"), 0)),
                         gpu_us=_num(r.get("low_confidence_us")), total_us=facts.total_us))
     if how is None and (_fig(att, "low_confidence_kernels") or 0) > 0:
         out.append(item("low_confidence", f"GPU time placed with a confidence below {threshold}",
-                        "attribution/attribute_kernels.json: figures.low_confidence_pct",
-                        f"{_fig(att, 'low_confidence_pct')}% of attributed time{verdict}",
+                        "attribution/attribute_kernels.json: "
+                        "figures.low_confidence_pct_of_all_attributed",
+                        f"{_fig(att, 'low_confidence_pct_of_all_attributed')}% of attributed "
+                        f"time{verdict}",
                         count=int(_fig(att, "low_confidence_kernels"))))
     return out
 
@@ -786,7 +792,7 @@ def collect(inp: Inputs, failed: dict) -> tuple[list, list, Facts]:
 def largest(items: list, n: int = LARGEST_SHOWN) -> list:
     """The items with the most GPU time (shares of kernel time only: not python_tracer's idle
     time)."""
-    with_time = [it for it in items if it["gpu_us"] and it["gpu_pct"] is not None]
+    with_time = [it for it in items if it["gpu_us"] and it["pct_of_gpu_time"] is not None]
     return sorted(with_time, key=lambda it: (-it["gpu_us"], it["item"]))[:n]
 
 
@@ -832,7 +838,7 @@ def _cell(it: dict, col: str) -> str:
         return ""
     if col == "gpu_us":
         return f"{v:.3f}"
-    if col == "gpu_pct":
+    if col == "pct_of_gpu_time":
         return f"{v:.2f}"
     if col == "count":
         return str(int(v))
@@ -871,7 +877,11 @@ def main(argv=None) -> int:
                     help="the scratch folder the steps wrote into (default: .)")
     ap.add_argument("--failed", action="append", metavar="STEP=REASON",
                     help="a step that could not run, and why (repeatable)")
+    per_host.add_arguments(ap)
     args = ap.parse_args(argv)
+    fanned = per_host.maybe_fan_out_scratch("trust", __file__, argv, args.out, args.jobs)
+    if fanned is not None:
+        return fanned
     failed = parse_failed(args.failed, ap)
     try:
         inp = load(args.out, failed)
@@ -892,7 +902,8 @@ def main(argv=None) -> int:
     print(f"trust items: {fig['items']['value']} ({d} defect{'' if d == 1 else 's'} of this "
           f"capture); needs a new capture: {fig['needs_new_capture']['value']} questions")
     for it in largest(items):
-        pct = f", {it['gpu_pct']:.2f}% of GPU time" if it["gpu_pct"] is not None else ""
+        pct = (f", {it['pct_of_gpu_time']:.2f}% of GPU time"
+               if it["pct_of_gpu_time"] is not None else "")
         print(f"  largest: [{it['kind']}] {it['item']} ({it['gpu_us']:.3f} us{pct})")
     for s in result["refusals"]:
         print(f"  {s}")

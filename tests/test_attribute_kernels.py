@@ -81,7 +81,7 @@ def test_agrees_with_the_truth_on_every_scenario(corpus, name, request):
     assert {row["match"] for row in rows} <= {"exact", "name", "order", "none"}
     how = read(out / "how.csv")
     for key in {h["program_id"] for h in how}:
-        shares = [float(h["gpu_pct"]) for h in how if h["program_id"] == key]
+        shares = [float(h["pct_of_group"]) for h in how if h["program_id"] == key]
         assert abs(sum(shares) - 100.0) <= 0.02
     if SCENARIOS[name].command_buffers == "all":  # no exact anchor at all
         assert not any(row["match"] == "exact" for row in rows)
@@ -114,8 +114,20 @@ def test_ops_and_lines_tables(corpus):
     kernels = read(out / "kernels.csv")
     attributed = sum(float(k["dur_us"]) for k in kernels if k["instruction"])
     assert abs(sum(float(o["gpu_us"]) for o in ops) - attributed) < 0.01 * len(ops)
-    assert abs(sum(float(o["gpu_pct"]) for o in ops) - 100) < 0.05
-    assert abs(sum(float(row["gpu_pct"]) for row in lines) - 100) < 0.05
+    assert abs(sum(float(o["pct_of_attributed"]) for o in ops) - 100) < 0.05
+    assert abs(sum(float(row["pct_of_attributed"]) for row in lines) - 100) < 0.05
+    # the second share is of all GPU event time, the denominator of kernel_names.csv
+    gpu_time = sum(float(k["dur_us"]) for k in kernels)
+    for table in (ops, lines):
+        assert abs(sum(float(o["pct_of_gpu_time"]) for o in table)
+                   - 100 * attributed / gpu_time) < 0.005 * len(table) + 0.01
+        for o in table:
+            assert float(o["pct_of_gpu_time"]) <= float(o["pct_of_attributed"])
+    names = read(out / "kernel_names.csv")
+    assert abs(sum(float(n["pct_of_gpu_time"]) for n in names) - 100) < 0.005 * len(names) + 0.01
+    top = max(ops, key=lambda o: float(o["gpu_us"]))
+    assert float(top["pct_of_gpu_time"]) == pytest.approx(
+        100 * float(top["gpu_us"]) / gpu_time, abs=0.006)
     assert sum(int(o["kernels"]) for o in ops) == sum(int(row["kernels"]) for row in lines)
     assert [float(o["gpu_us"]) for o in ops] == sorted((float(o["gpu_us"]) for o in ops),
                                                         reverse=True)
@@ -155,7 +167,7 @@ def test_real_captures_exact_where_the_tracer_labels(shared, tmp_path, case):
     assert labelled and all(r["match"] == "exact" and r["instruction"] == r["hlo_op"]
                             for r in labelled)
     how = [h for h in read(out / "how.csv") if h["program_id"] == "all"]
-    assert abs(sum(float(h["gpu_pct"]) for h in how) - 100) <= 0.02
+    assert abs(sum(float(h["pct_of_group"]) for h in how) - 100) <= 0.02
     assert sum(int(h["kernels"]) for h in how) == len(rows)
     summary = (out / "summary.txt").read_text()
     m = re.search(r"XProf's hlo_stats attributes ([\d.]+)% .* attributes ([\d.]+)% to an", summary)
@@ -576,8 +588,8 @@ RESULT_FIELDS = {"step", "status", "capture", "program", "device", "control_thun
                  "executions",
                  "figures", "classes", "none", "no_hlo", "source", "coverage", "checks",
                  "refusals", "low_confidence_below", "timing_s", "hlo_text", "tables"}
-FIGURES = {"kernels", "devices", "kernel_time_us", "graph_kernels", "attributed_pct",
-           "low_confidence_kernels", "low_confidence_pct"}
+FIGURES = {"kernels", "devices", "kernel_time_us", "graph_kernels", "attributed_pct_of_gpu_time",
+           "low_confidence_kernels", "low_confidence_pct_of_all_attributed"}
 
 
 @pytest.mark.parametrize("name", ["nvidia-cb-partial", "rocm-duplicate-program-id"])
@@ -595,7 +607,7 @@ def test_result_json_has_its_documented_fields_and_summary_renders_it(corpus, na
     for c in result["checks"]:
         assert c["status"] in {"pass", "fail", "not checkable"}
     assert result["tables"]["kernels.csv"] == len(read(out / "kernels.csv"))
-    assert sum(v["gpu_pct"] for v in result["classes"]["all"].values()) == \
+    assert sum(v["pct_of_group"] for v in result["classes"]["all"].values()) == \
         pytest.approx(100, abs=0.02)
     # every figure of summary.txt comes from the JSON: rendering it gives the file back
     assert attribute_kernels.render_summary(result) == \

@@ -29,7 +29,7 @@ STEPS = [REPO / "scripts" / "capture_info.py",
          REPO / "scripts" / "swimlanes.py", REPO / "scripts" / "roofline.py"]
 KINDS = {"host_gap", "kernel_gaps", "exposed_collective", "straggler_wait", "memcpy",
          "instruction", "python_line", "idle_between_steps"}
-COLUMNS = ["rank", "cause_kind", "cause", "where", "share_of_step_pct", "step_us", "saving_us",
+COLUMNS = ["rank", "cause_kind", "cause", "where", "pct_of_step", "step_us", "saving_us",
            "saving_min_us", "saving_max_us", "step_if_gone_us", "assumptions", "knob", "label",
            "source"]
 PS = 1e6  # picoseconds per microsecond
@@ -131,7 +131,7 @@ def check_table(out, p):
         else:
             assert not lines_seen
     # the causes other than Python lines rank by their share of the median step
-    shares = [float(r["share_of_step_pct"]) for r in rows if r["cause_kind"] != "python_line"]
+    shares = [float(r["pct_of_step"]) for r in rows if r["cause_kind"] != "python_line"]
     assert shares == sorted(shares, reverse=True)
     # the critical path's slices cover the median step's window, each microsecond once
     cp = {k: v["value"] for k, v in res["critical_path"].items()}
@@ -139,7 +139,7 @@ def check_table(out, p):
     assert cp["window"] == pytest.approx(step["value"], abs=1e-3)
     assert all(v >= 0 for v in cp.values())
     # the exposed share of the compute is a share: never above 100%, whatever the gaps below 1 us
-    assert 0 <= res["figures"]["compute_exposed_pct"]["value"] <= 100 + 1e-9
+    assert 0 <= res["figures"]["compute_exposed_pct_of_compute"]["value"] <= 100 + 1e-9
     for r in rows:
         for m in re.finditer(r"([0-9.]+)% in step", r["assumptions"]):
             assert float(m.group(1)) <= 100
@@ -180,7 +180,7 @@ def test_launch_bound_names_the_host_gap_with_the_planted_host_time(launch_bound
     hi = max(truth_host_us(r, s, 0) for s in res["steps"]["used"])
     assert float(top["saving_min_us"]) == pytest.approx(lo, rel=HOST_TOL)
     assert float(top["saving_max_us"]) == pytest.approx(hi, rel=HOST_TOL)
-    assert float(top["share_of_step_pct"]) > 90
+    assert float(top["pct_of_step"]) > 90
     # the host events inside the gaps: the planted Python work, so the Python tracer is named
     assert "$minigpt.py:120 batch" in top["cause"]
     assert "command buffers on" in top["knob"] and "Python tracer" in top["knob"]
@@ -203,15 +203,15 @@ def test_device_bound_ranks_the_top_instructions_at_their_distance_to_the_ceilin
     assert top["cause_kind"] == "instruction"
     ins = top["where"].split(" (")[0]
     roof = {x["instruction"]: x for x in read(out / "roofline.csv")}
-    # the instruction furthest from its ceiling in time: the largest gpu_us x (1 - ceiling_pct)
-    cut = {k: float(x["gpu_us"]) * (1 - float(x["ceiling_pct"]) / 100)
-           for k, x in roof.items() if x["ceiling_pct"] and x["category"] != "collective"}
+    # the instruction furthest from its ceiling in time: the largest gpu_us x (1 - pct_of_ceiling)
+    cut = {k: float(x["gpu_us"]) * (1 - float(x["pct_of_ceiling"]) / 100)
+           for k, x in roof.items() if x["pct_of_ceiling"] and x["category"] != "collective"}
     assert ins == max(cut, key=cut.get)
     # truth: the instruction's kernel time in the median step, at its ceiling's distance
     n = res["steps"]["median"]
     t = sum(int(k["dur_ps"]) for k in r.kernels
             if k["instruction"] == ins and k["step"] == n and k["device"] == 0) / PS
-    want = t * (1 - float(roof[ins]["ceiling_pct"]) / 100)
+    want = t * (1 - float(roof[ins]["pct_of_ceiling"]) / 100)
     assert float(top["saving_us"]) == pytest.approx(want, rel=INSTRUCTION_TOL)
     # the host gap is the planted 20 us of Python (and dispatch) before the first launch: small
     host = [x for x in rows if x["cause_kind"] == "host_gap"]
@@ -220,7 +220,7 @@ def test_device_bound_ranks_the_top_instructions_at_their_distance_to_the_ceilin
     assert int(host[0]["rank"]) > 5
     # all five listed instructions come first, then the rest; lines last
     assert [x["cause_kind"] for x in rows[:5]] == ["instruction"] * 5
-    assert res["figures"]["compute_exposed_pct"]["value"] == pytest.approx(100, abs=0.5)
+    assert res["figures"]["compute_exposed_pct_of_compute"]["value"] == pytest.approx(100, abs=0.5)
 
 
 def test_straggler_names_the_gpu_with_the_saving_of_a_capture_without_it(straggler,
@@ -292,7 +292,7 @@ def test_no_steps_splits_the_planted_host_time_at_the_execution_start(tmp_path_f
 # ---------------------------------------------------------------- an exact critical path
 
 STEP_COLS = ["step", "device", "source", "start_us", "end_us", "dur_us", "kernels", "busy_us",
-             "idle_us", "idle_pct", "critical_stream", "tklqt_us", "akd_us", "il_us",
+             "idle_us", "idle_pct_of_step", "critical_stream", "tklqt_us", "akd_us", "il_us",
              "il_idle_us", "union_idle_us", "host_late_us", "device_wait_us", "unknown_gap_us"]
 GAP_COLS = ["device", "stream", "step", "start_us", "end_us", "dur_us", "kernel_before",
             "kernel_after", "cause", "launch_thread", "host_events"]
@@ -363,7 +363,7 @@ def test_the_critical_path_of_a_scratch_folder_written_here(tmp_path):
     rows = {r["cause_kind"]: r for r in read(out / "changes.csv")}
     assert set(rows) == {"host_gap", "exposed_collective", "idle_between_steps"}
     assert float(rows["host_gap"]["saving_us"]) == 30.0
-    assert float(rows["host_gap"]["share_of_step_pct"]) == 25.0
+    assert float(rows["host_gap"]["pct_of_step"]) == 25.0
     assert "$train.py:10 load 6.0 us" in rows["host_gap"]["cause"]
     assert "Python tracer" in rows["host_gap"]["knob"]
     assert float(rows["exposed_collective"]["saving_us"]) == 20.0  # after the last host gap
@@ -371,7 +371,7 @@ def test_the_critical_path_of_a_scratch_folder_written_here(tmp_path):
     assert float(rows["idle_between_steps"]["saving_us"]) == 20.0
     assert float(rows["idle_between_steps"]["step_if_gone_us"]) == 100.0
     # compute after the last host gap (50 us): 30 of 50 us exposed
-    assert res["figures"]["compute_exposed_pct"]["value"] == 60.0
+    assert res["figures"]["compute_exposed_pct_of_compute"]["value"] == 60.0
     # combined: host 30 + collective 20 + idle 20 (no instruction without step 4), not past 120
     assert res["figures"]["combined_saving_us"]["value"] == 70.0
     assert any("attribution/ops.csv is missing" in x for x in res["refusals"])

@@ -83,11 +83,11 @@ def values(out):
     return {
         "med": r(median(dur) / ms, 2), "lo": r(min(dur) / ms, 2), "hi": r(max(dur) / ms, 2),
         "med_us3": r(median(dur), 3), "med_us0": r(median(dur), 0),
-        "host": r(skip["figures"]["host_share_pct"]["value"], 1),
+        "host": r(skip["figures"]["host_share_pct_of_step"]["value"], 1),
         "verdict": skip["verdict"],
         "top_op": ops[0]["instruction"], "top_ms": r(Decimal(ops[0]["gpu_us"]) / ms, 1),
-        "top_pct": r(ops[0]["gpu_pct"], 2), "prog": exact["program_id"],
-        "exact_kernels": r(exact["kernels"], 0), "exact_pct": r(exact["gpu_pct"], 1),
+        "top_pct": r(ops[0]["pct_of_attributed"], 2), "prog": exact["program_id"],
+        "exact_kernels": r(exact["kernels"], 0), "exact_pct": r(exact["pct_of_group"], 1),
         "mem_gib": r(Decimal(roof["gpu"]["evidence"]["memory_size_bytes"]) / 2 ** 30, 1),
         "hbm_tbs": r(Decimal(str(roof["ceilings"][1]["value"])) / 10 ** 12, 2),
         "lag": r(lanes["straggler"]["lag_us"]["value"], 1),
@@ -108,7 +108,7 @@ The step is {v['verdict']} (inferred; skip_stats.json: verdict). The median step
 {v['med']} ms ({v['lo']}–{v['hi']} ms) (measured; steps.csv: dur_us, median) across steps and GPUs,
 that is {v['med_us3']} us (measured; steps.csv: dur_us, median) or
 **{v['med_us0']} µs** (measured; steps.csv: dur_us, median).
-Host share {v['host']}% (inferred; skip_stats.json: figures.host_share_pct.value).
+Host share {v['host']}% (inferred; skip_stats.json: figures.host_share_pct_of_step.value).
 GPU 5 finishes step 1 last by {v['lag']} us (measured; swimlanes.json: straggler.lag_us), in
 steps 0–3 of GPUs 0, 1 and 7; see `fusion.12`, `--step 3`, `64 GPUs`, minigpt.py:84 and
 jit_train_step(17).
@@ -121,10 +121,10 @@ python3 -P scripts/swimlanes.py cap --step 2   # 42 ms in a code block: ignored
 ## Top ops
 {v['top_op']} takes {v['top_ms']} ms (measured; attribution/ops.csv: gpu_us,
 instruction={v['top_op']}),
-{v['top_pct']}% (inferred; attribution/ops.csv: gpu_pct, instruction={v['top_op']}).
+{v['top_pct']}% (inferred; attribution/ops.csv: pct_of_attributed, instruction={v['top_op']}).
 Exact matches: {v['exact_kernels']} kernels (measured; attribution/how.csv: kernels,
 program_id={v['prog']}, match=exact), {v['exact_pct']}% of GPU time
-(inferred; attribution/how.csv: gpu_pct, program_id={v['prog']}, match=exact).
+(inferred; attribution/how.csv: pct_of_group, program_id={v['prog']}, match=exact).
 The GPU has {v['mem_gib']} GiB (read; roofline.json: gpu.evidence.memory_size_bytes) and
 {v['hbm_tbs']} TB/s (read; roofline.json: ceilings.1.value).
 
@@ -184,7 +184,8 @@ def test_planted_errors_are_caught(scratch, tmp_path):
 Wrong value: {wrong} ms (measured; steps.csv: dur_us, median).
 No label: {v['med']} ms (steps.csv: dur_us, median).
 Bad label: {v['med']} ms (guessed; steps.csv: dur_us, median).
-Label the table contradicts: {v['host']}% (measured; skip_stats.json: figures.host_share_pct).
+Label the table contradicts: {v['host']}% (measured;
+skip_stats.json: figures.host_share_pct_of_step).
 Table without it: {v['top_ms']} ms (measured; steps.csv: gpu_us, instruction={v['top_op']}).
 Missing file: {v['med']} ms (measured; changes.csv: step_us).
 No row: {v['med']} ms (measured; steps.csv: dur_us, device=99).
@@ -192,7 +193,7 @@ Several rows: {v['med']} ms (measured; steps.csv: dur_us, device=5).
 Bad path: {v['host']}% (inferred; skip_stats.json: figures.nothing_pct).
 Uncited: the median step takes {v['med']} ms.
 Label only: {v['med']} ms (measured).
-Wrong unit: {v['med']} ms (inferred; steps.csv: idle_pct, step=1, device=5).
+Wrong unit: {v['med']} ms (inferred; steps.csv: idle_pct_of_step, step=1, device=5).
 Wrong max: {v['med']} ms ({v['lo']}–{v['lo']} ms) (measured; steps.csv: dur_us, median).
 Wrong word: the step is compute-starved (inferred; skip_stats.json: verdict).
 """
@@ -242,7 +243,9 @@ def test_units_and_rounding(scratch, tmp_path):
     v = values(scratch)
     steps = v["steps"]
     one = next(x for x in steps if x["step"] == "2" and x["device"] == "3")
-    dur, idle = Decimal(one["dur_us"]), Decimal(one["idle_pct"])
+    dur, idle = Decimal(one["dur_us"]), Decimal(one["idle_pct_of_step"])
+    skip = json.loads((scratch / "skip_stats.json").read_text())
+    margin = r(Decimal(str(skip["straggler"]["margin_us"]["pct_of_step"])), 1)
     sel = "step=2, device=3"
     ok_lines = [
         f"{r(dur / 1000, 3)} ms (measured; steps.csv: dur_us, {sel})",
@@ -251,16 +254,18 @@ def test_units_and_rounding(scratch, tmp_path):
         f"{r(dur * 1000, 0)} ns (measured; steps.csv: dur_us, {sel})",
         f"{r(dur, 0)}us (measured; steps.csv: dur_us, {sel})",
         f"{r(dur, 3).replace(',', '')} (measured; steps.csv: dur_us, {sel})",  # as in the table
-        f"{r(idle, 1)}% (measured; steps.csv: idle_pct, {sel})",
-        f"<{r(idle + 1, 0)}% (measured; steps.csv: idle_pct, {sel})",
+        f"{r(idle, 1)}% (measured; steps.csv: idle_pct_of_step, {sel})",
+        f"<{r(idle + 1, 0)}% (measured; steps.csv: idle_pct_of_step, {sel})",
         f"{r(Decimal(206141652992) / 10 ** 9, 1)} GB (read; roofline.json: "
         "gpu.evidence.memory_size_bytes)",
+        # a share beside a figure's value is a percentage, not the figure's unit (us)
+        f"{margin}% (inferred; skip_stats.json: straggler.margin_us.pct_of_step)",
     ]
     bad_lines = [
         f"{r(dur / 1000 + Decimal('0.001'), 3)} ms (measured; steps.csv: dur_us, {sel})",
         f"{r(dur / 1000, 3)} us (measured; steps.csv: dur_us, {sel})",  # unit wrong
-        f">{r(idle + 1, 0)}% (measured; steps.csv: idle_pct, {sel})",
-        f"{r(idle, 1)} ms (measured; steps.csv: idle_pct, {sel})",
+        f">{r(idle + 1, 0)}% (measured; steps.csv: idle_pct_of_step, {sel})",
+        f"{r(idle, 1)} ms (measured; steps.csv: idle_pct_of_step, {sel})",
     ]
     mem = json.loads((scratch / "roofline.json").read_text())["gpu"]["evidence"]
     assert mem["memory_size_bytes"] == 206141652992  # what the ok GB line quotes
@@ -279,7 +284,7 @@ def test_units_and_rounding(scratch, tmp_path):
 def test_changes_and_trust_tables(tmp_path):
     out = tmp_path / "scratch"
     out.mkdir()
-    cols = ["rank", "cause_kind", "cause", "where", "share_of_step_pct", "step_us", "saving_us",
+    cols = ["rank", "cause_kind", "cause", "where", "pct_of_step", "step_us", "saving_us",
             "saving_min_us", "saving_max_us", "step_if_gone_us", "assumptions", "knob", "label",
             "source"]
     (out / "changes.csv").write_text(
@@ -291,7 +296,7 @@ def test_changes_and_trust_tables(tmp_path):
         'copies overlap,donate_argnums,"inferred, not run",rows.csv\n', encoding="utf-8")
     (out / "changes.json").write_text(json.dumps({"step": "changes", "figures": {
         "combined_saving_us": {"value": 3093.009, "unit": "us", "label": "inferred"}}}))
-    tcols = ["section", "item", "kind", "count", "gpu_us", "gpu_pct", "source", "detail"]
+    tcols = ["section", "item", "kind", "count", "gpu_us", "pct_of_gpu_time", "source", "detail"]
     (out / "trust.csv").write_text(
         ",".join(tcols) + "\n"
         "trust,Kernels with no instruction,unattributed,32,524.100,0.24,attribution/how.csv,\n"
@@ -299,25 +304,25 @@ def test_changes_and_trust_tables(tmp_path):
         "needs_new_capture,What the host does inside a launch,open_question,,,,,"
         "a capture with the Python tracer off\n", encoding="utf-8")
     text = """# Changes
-The host gap costs 38.2% of the step (inferred, not run; changes.csv: share_of_step_pct, rank=1);
+The host gap costs 38.2% of the step (inferred, not run; changes.csv: pct_of_step, rank=1);
 without it the step would take 4.99 ms (inferred, not run; changes.csv: step_if_gone_us, rank=1),
 a saving of 3.09 ms (2.95–3.20 ms) (inferred, not run; changes.csv: saving_us, rank=1).
 Knob: donate_argnums (inferred, not run; changes.csv: knob, rank=2).
 Together at most 3.1 ms (inferred; changes.json: figures.combined_saving_us).
 
-| rank | cause | share (%) (inferred, not run; changes.csv: share_of_step_pct, rank=*) |
+| rank | cause | share (%) (inferred, not run; changes.csv: pct_of_step, rank=*) |
 |---|---|---|
 | 1 | host gap | 38.24 |
 | 2 | copies | 0.1 |
 
 # Trust
 - 32 kernels (measured; trust.csv: count, kind=unattributed), 0.24% of GPU time
-  (measured; trust.csv: gpu_pct, kind=unattributed), 0.52 ms (measured; trust.csv: gpu_us,
+  (measured; trust.csv: pct_of_gpu_time, kind=unattributed), 0.52 ms (measured; trust.csv: gpu_us,
   kind=unattributed).
 - 7 replays (measured; trust.csv: count, item="Graph kernels, under-recorded").
-- Planted: 38.2% (measured; changes.csv: share_of_step_pct, rank=1).
-- Planted: 0.25% (measured; trust.csv: gpu_pct, kind=unattributed).
-- Planted: 5 (measured; trust.csv: gpu_pct, section=trust).
+- Planted: 38.2% (measured; changes.csv: pct_of_step, rank=1).
+- Planted: 0.25% (measured; trust.csv: pct_of_gpu_time, kind=unattributed).
+- Planted: 5 (measured; trust.csv: pct_of_gpu_time, section=trust).
 """
     p, rows = check(text, out, tmp_path)
     assert p.returncode == 4, p.stdout + p.stderr
@@ -401,7 +406,7 @@ def test_template_examples_check_against_a_scratch_folder(scratch, tmp_path):
     once their numbers are the folder's: the format the template teaches is the one checked."""
     v = values(scratch)
     text = (f"A {v['med']} ms ({v['lo']}–{v['hi']} ms) (measured; steps.csv: dur_us, median)\n\n"
-            f"B {v['host']}% (inferred; skip_stats.json: figures.host_share_pct)\n\n"
+            f"B {v['host']}% (inferred; skip_stats.json: figures.host_share_pct_of_step)\n\n"
             f"C {v['hbm_tbs']} TB/s (read; roofline.json: ceilings.1.value)\n\n"
             f"D {v['verdict']} (inferred; skip_stats.json: verdict)\n")
     p, rows = check(text, scratch, tmp_path)
@@ -440,20 +445,20 @@ def test_table_keyed_by_two_cells(scratch, tmp_path):
     """A GPU x stream table: the header's `device=*, stream=*2` takes the row's first two cells;
     those are not checked; a planted cell is caught on its row."""
     streams = read(scratch / "streams.csv")[:4]
-    head = ("| GPU | stream | idle (%) (measured; streams.csv: idle_pct, device=*, stream=*2) "
-            "| busy (ms) (measured; streams.csv: compute_us, device=*, stream=*2) |")
-    body = [f"| {x['device']} | {x['stream']} | {r(x['idle_pct'], 1)} | "
+    head = ("| GPU | stream | idle (%) (measured; streams.csv: idle_pct_of_span, device=*, "
+            "stream=*2) | busy (ms) (measured; streams.csv: compute_us, device=*, stream=*2) |")
+    body = [f"| {x['device']} | {x['stream']} | {r(x['idle_pct_of_span'], 1)} | "
             f"{r(Decimal(x['compute_us']) / 1000, 2)} |" for x in streams]
     p, rows = check("\n".join([head, "|---|---|---|---|", *body]) + "\n", scratch, tmp_path)
     assert p.returncode == 0, p.stdout
     ok = [x for x in rows if x["verdict"] == "ok"]
     assert len(ok) == 2 * len(streams)
-    assert ok[0]["selector"] == f"idle_pct, device={streams[0]['device']}, " \
+    assert ok[0]["selector"] == f"idle_pct_of_span, device={streams[0]['device']}, " \
                                f"stream={streams[0]['stream']}"
     keys = [x["figure"] for x in rows if x["why"].startswith("the row key")]
     assert keys == [v for x in streams for v in (x["device"], x["stream"])]
-    planted = Decimal(r(streams[2]["idle_pct"], 1)) + Decimal("0.3")
-    body[2] = body[2].replace(f"| {r(streams[2]['idle_pct'], 1)} |", f"| {planted} |")
+    planted = Decimal(r(streams[2]["idle_pct_of_span"], 1)) + Decimal("0.3")
+    body[2] = body[2].replace(f"| {r(streams[2]['idle_pct_of_span'], 1)} |", f"| {planted} |")
     p, rows = check("\n".join([head, "|---|---|---|---|", *body]) + "\n", scratch, tmp_path)
     assert p.returncode == 4
     bad = [x for x in rows if x["verdict"] in FAILING]

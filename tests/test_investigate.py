@@ -165,7 +165,7 @@ def test_the_v100_capture_without_hlo_runs_to_the_end_and_says_so(shared, tmp_pa
                  "report_draft.md", "factcheck.json"):
         assert (out / name).is_file(), name
     kinds = {r["kind"]: r for r in read(out / "trust.csv")}
-    assert "no_hlo" in kinds and float(kinds["no_hlo"]["gpu_pct"]) == 100.0
+    assert "no_hlo" in kinds and float(kinds["no_hlo"]["pct_of_gpu_time"]) == 100.0
     assert "step_failed" in kinds
     assert json.loads((out / "factcheck.json").read_text())["verdict"] == "pass"
 

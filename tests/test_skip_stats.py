@@ -115,8 +115,8 @@ def test_stream_budgets_add_up_to_the_span(corpus):
     for s in streams:
         parts = sum(float(s[k]) for k in ("compute_us", "collective_us", "memcpy_us", "idle_us"))
         assert abs(parts - float(s["span_us"])) <= 0.002  # each value rounded to the ns
-        shares = sum(float(s[k]) for k in ("compute_pct", "collective_pct", "memcpy_pct",
-                                           "idle_pct"))
+        shares = sum(float(s[k]) for k in ("compute_pct_of_span", "collective_pct_of_span",
+                                           "memcpy_pct_of_span", "idle_pct_of_span"))
         assert abs(shares - 100.0) <= 0.02
     coll = [s for s in streams if float(s["collective_us"]) > 0]
     assert len(coll) == 8
@@ -261,6 +261,35 @@ def test_a_trace_cut_at_the_exporter_cap_is_said(corpus, monkeypatch):
     assert not any("cap" in n for n in a.notes)
 
 
+def test_rows_written_by_a_forked_child_are_the_same(corpus, tmp_path, monkeypatch):
+    """Above FORK_ROWS_MIN events a forked child writes rows.csv while the parent computes the
+    other tables: the files are byte for byte those of the one-process path."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    import skip_stats
+    r, out = corpus("rocm-8gpu-straggler")
+    monkeypatch.setattr(skip_stats, "FORK_ROWS_MIN", 0)
+    result, written = skip_stats.run(r.trace, tmp_path / "forked")
+    for f in OUTPUTS:
+        assert (tmp_path / "forked" / f).read_bytes() == (out / f).read_bytes(), f
+    assert dict(written)["rows.csv"] == len(read(out / "rows.csv"))
+
+
+def test_a_failing_rows_child_fails_the_run_and_leaves_nothing(corpus, tmp_path, monkeypatch):
+    sys.path.insert(0, str(SCRIPT.parent))
+    import skip_stats
+    r, _ = corpus("rocm-off")
+    monkeypatch.setattr(skip_stats, "FORK_ROWS_MIN", 0)
+
+    def full(path, a):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(skip_stats, "write_rows", full)
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(OSError, match="No space left on device"):
+        skip_stats.run(r.trace, out)
+    assert list(out.iterdir()) == []  # nothing written, the temporary folder removed
+
+
 def test_rocm_launch_threads_map_to_their_execution_threads(shared, tmp_path):
     """Real MI300X conv3d: launches sit on `Host Threads/<tid>` lines; gaps name the execution
     thread that held them and what it was doing, or say "unknown" for copy threads."""
@@ -301,8 +330,8 @@ def test_no_launch_events_is_a_refusal(tmp_path):
 
 
 RESULT_FIELDS = {"step", "status", "verdict", "rule", "steps", "joins", "gpu_events",
-                 "join_rate_pct", "figures", "host_device_split", "straggler", "notes",
-                 "refusals", "needs_new_capture", "tables", "verdict_qualifier",
+                 "join_rate_pct_of_gpu_events", "figures", "host_device_split", "straggler",
+                 "notes", "refusals", "needs_new_capture", "tables", "verdict_qualifier",
                  "between_steps"}
 
 
@@ -364,7 +393,7 @@ def test_the_idle_between_steps_is_measured_and_named(corpus, name, cause):
     import json
     res = json.loads((out / "skip_stats.json").read_text())
     assert res["verdict"] == "launch-bound" and res["between_steps"]["cause"] == cause
-    assert 18 <= res["figures"]["between_share_pct"]["value"] <= 20
+    assert 18 <= res["figures"]["between_share_pct_of_period"]["value"] <= 20
 
 
 def test_a_changing_last_gpu_is_no_straggler():
@@ -384,7 +413,7 @@ def test_a_changing_last_gpu_is_no_straggler():
               "skipped_partial": [], "partial_analysed": []},
               "joins": dict.fromkeys(skip_stats.JOIN_KEYS, 0) | {
                   "shared_ids_without_graph_launch": 0},
-              "gpu_events": 9, "join_rate_pct": 0.0, "figures": {}, "straggler": sg,
+              "gpu_events": 9, "join_rate_pct_of_gpu_events": 0.0, "figures": {}, "straggler": sg,
               "notes": [], "refusals": [], "needs_new_capture": []}
     line = next(x for x in skip_stats.render_summary(result) if "straggler" in x)
     assert line.startswith("no straggler: the last GPU changes from step to step (last: "

@@ -201,8 +201,8 @@ def scratch(out: Path):
                   "largest": [{"kernel": "copy", "count": 1, "gpu_us": 4.0}]}],
         "no_hlo": None, "checks": [], "refusals": []})
     write_csv(out / "attribution/how.csv",
-              ["program_id", "match", "kernels", "gpu_us", "gpu_pct", "low_confidence_kernels",
-               "low_confidence_us", "low_confidence_pct"],
+              ["program_id", "match", "kernels", "gpu_us", "pct_of_group", "low_confidence_kernels",
+               "low_confidence_us", "low_confidence_pct_of_group"],
               [[3, "exact", 10, 60.0, 75.0, 0, 0, 0], [3, "order", 3, 20.0, 25.0, 2, 7.5, 9.4],
                [9, "exact", 4, 16.0, 100.0, 0, 0, 0],
                ["all", "exact", 14, 76.0, 76.0, 0, 0, 0], ["all", "order", 3, 20.0, 20.0, 2, 7.5,
@@ -242,7 +242,7 @@ def test_exact_table_from_a_scratch_folder_written_here(tmp_path):
     scratch(out)
     r = run_trust(out)
     assert r.returncode == 0, r.stderr
-    got = [(x["kind"], x["count"], x["gpu_us"], x["gpu_pct"]) for x in trust_rows(out)]
+    got = [(x["kind"], x["count"], x["gpu_us"], x["pct_of_gpu_time"]) for x in trust_rows(out)]
     assert got == [
         ("step_failed", "", "", ""),
         ("reconciliation_check", "3", "", ""),          # |10 - 13| events, one item for both
@@ -373,7 +373,7 @@ def test_v100_capture_without_hlo(tmp_path, shared):
     rows = trust_rows(out)
     no_hlo = [x for x in rows if x["kind"] == "no_hlo"]
     assert len(no_hlo) == 1 and "holds no HLO" in no_hlo[0]["item"]
-    assert no_hlo[0]["gpu_pct"] == "100.00"
+    assert no_hlo[0]["pct_of_gpu_time"] == "100.00"
     assert float(no_hlo[0]["gpu_us"]) == pytest.approx(30162.105, abs=0.001)
     assert [x["source"] for x in rows if x["kind"] == "step_failed"] == [
         "attribution/attribute_kernels.json", "changes.json"]

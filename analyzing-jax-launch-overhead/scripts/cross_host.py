@@ -24,14 +24,13 @@ import json
 import statistics
 from pathlib import Path
 
-import skip_stats
 import trace_rules as rules
 
 # a host is "the slow host" by the rule step 1 uses for GPUs: slowest in more than this share of
 # the steps every host ran, by more than the margin (the larger of an absolute and a relative lead)
-SLOW_MAJORITY = skip_stats.STRAGGLER_MAJORITY
-SLOW_MIN_LEAD_US = skip_stats.STRAGGLER_MIN_LEAD_PS / 1e6
-SLOW_MIN_LEAD_SHARE = skip_stats.STRAGGLER_MIN_LEAD_SHARE
+SLOW_MAJORITY = rules.STRAGGLER_MAJORITY
+SLOW_MIN_LEAD_US = rules.STRAGGLER_MIN_LEAD_PS / 1e6
+SLOW_MIN_LEAD_SHARE = rules.STRAGGLER_MIN_LEAD_SHARE
 
 HOSTS_COLUMNS = ["host", "folder", "exit", "seconds", "gpus", "verdict", "steps", "step_us",
                  "step_min_us", "step_max_us", "period_us", "slowest_in_steps",
@@ -205,7 +204,7 @@ def summarise(out: Path, results: list[dict], run_dir: str = "", script: str = "
             "slowest_counts": dict(sorted(counts.items(), key=lambda kv: -kv[1])),
             "lead_us": _spread(leads.get(top_host, []), "measured"),
             "margin_us": {"value": SLOW_MIN_LEAD_US, "unit": "us", "label": "inferred",
-                          "share_of_step_pct": 100.0 * SLOW_MIN_LEAD_SHARE},
+                          "pct_of_step": 100.0 * SLOW_MIN_LEAD_SHARE},
             "label": "inferred"},
         "verdicts": verdicts,
         "host_steps": step_rows,
@@ -238,12 +237,12 @@ def render(r: dict) -> list[str]:
             line += (f"; step {_rng(h['step_us'])} over {h['steps']} steps; slowest host in "
                      f"{h['slowest_in_steps'] or 0}")
         if h["top_change"]:
-            line += (f"; change 1: {h['top_change_kind']} (saves {_us(h['top_saving_us'])} per step; "
-                     "inferred, not run)")
+            line += (f"; change 1: {h['top_change_kind']} (saves {_us(h['top_saving_us'])} "
+                     "per step; inferred, not run)")
         out.append(rules.printable(line))
     sh = r["slow_host"]
     margin = (f"a lead within {sh['margin_us']['value']:.1f} us or "
-              f"{sh['margin_us']['share_of_step_pct']:.1f}% of the step is a tie")
+              f"{sh['margin_us']['pct_of_step']:.1f}% of the step is a tie")
     if r["refusals"]:
         out += [f"cannot compute: {x}" for x in r["refusals"]]
     elif sh["is_slow_host"]:

@@ -28,6 +28,7 @@ import bisect
 import gc
 import json
 import operator
+import os
 import re
 import statistics
 import sys
@@ -37,6 +38,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import per_host  # noqa: E402
 import trace_rules as rules  # noqa: E402
 from trace_rules import pct, us, write_csv  # noqa: E402
 
@@ -71,18 +73,20 @@ INPUT_PIPELINE_RE = re.compile(r"(?i)iterator|dataset|dataloader|data_loader|pre
 BETWEEN_RECORDED_SHARE = 0.10
 # Host events named in the between-steps column, the largest first.
 BETWEEN_EVENTS_NAMED = 5
-# Straggler: one GPU ends more than this share of the steps last, each time ahead of the next GPU
-# by more than the margin (the larger of an absolute floor, under which launch jitter decides,
-# and a share of the step): otherwise the last GPU is noise and no straggler is named.
-STRAGGLER_MAJORITY = 0.5
-STRAGGLER_MIN_LEAD_PS = 5_000_000  # 5 us
-STRAGGLER_MIN_LEAD_SHARE = 0.005  # 0.5% of the step
+# Straggler: the rule and its margin are shared with the cross-host summary (trace_rules).
+STRAGGLER_MAJORITY = rules.STRAGGLER_MAJORITY
+STRAGGLER_MIN_LEAD_PS = rules.STRAGGLER_MIN_LEAD_PS
+STRAGGLER_MIN_LEAD_SHARE = rules.STRAGGLER_MIN_LEAD_SHARE
 # A gap shorter than this on the critical stream is back-to-back execution, not idleness worth a
 # row: launch latency alone is a few microseconds.
 MIN_GAP_PS = 1_000_000
 # A step is partial (skipped) when its kernel count differs from the most common count and it is
 # the first or last step: the profile started or stopped inside it.
 PROGRESS_EVENTS = 500_000  # report progress on stderr above this many events
+# From this many GPU events on, rows.csv is written by a forked child while this process computes
+# the other tables (a second core; where there is no fork, it is written first, here). Under it
+# the fork costs more than it saves.
+FORK_ROWS_MIN = 100_000
 # Launch-thread -> execution-thread mapping: after this many unambiguous matches for one
 # launching thread, the majority cannot change in any capture seen; stop counting.
 VOTES_ENOUGH = 200
@@ -845,7 +849,7 @@ def build_result(a: Analysis, joins, name, rule, figures, step_rows, info) -> di
                   "partial_analysed": [s.number for s in a.analysed if s.partial]},
         "joins": {k: joins.get(k, 0) for k in JOIN_KEYS + ("shared_ids_without_graph_launch",)},
         "gpu_events": total,
-        "join_rate_pct": 100.0 * joins.get("launch", 0) / total if total else 0.0,
+        "join_rate_pct_of_gpu_events": 100.0 * joins.get("launch", 0) / total if total else 0.0,
         "figures": {}, "host_device_split": None, "straggler": None,
         "verdict_qualifier": None, "between_steps": None,
         "notes": list(a.notes), "refusals": list(a.refusals),
@@ -867,22 +871,24 @@ def build_result(a: Analysis, joins, name, rule, figures, step_rows, info) -> di
         fig[key] = spread([r[col] for r in step_rows], unit, label,
                           us_ if unit == "us" else 1.0)
     for key in ("host_share", "busy_share", "collective_share"):
-        fig[key + "_pct"] = spread(figures.get(key, []), "pct", "inferred", 100.0)
+        fig[key + "_pct_of_step"] = spread(figures.get(key, []), "pct", "inferred", 100.0)
     with_period = [r for r in step_rows if r.get("period_ps")]
     fig["period_us"] = spread([r["period_ps"] for r in with_period], "us", "measured", us_)
     fig["idle_between_us"] = spread([r["idle_between_ps"] for r in with_period], "us",
                                     "measured", us_)
-    fig["idle_between_pct"] = spread([r["idle_between_ps"] / r["period_ps"] for r in with_period],
-                                     "pct", "measured", 100.0)
-    fig["between_share_pct"] = spread(figures.get("between_share", []), "pct", "inferred", 100.0)
+    fig["idle_between_pct_of_period"] = spread(
+        [r["idle_between_ps"] / r["period_ps"] for r in with_period], "pct", "measured", 100.0)
+    fig["between_share_pct_of_period"] = spread(figures.get("between_share", []), "pct",
+                                                "inferred", 100.0)
     result["verdict_qualifier"] = figures.get("qualifier")
     if with_period:
         result["between_steps"] = {"cause": figures.get("between_cause"), "label": "inferred",
-                                   "threshold_pct": 100.0 * BETWEEN_STEPS_SHARE}
+                                   "threshold_pct_of_period": 100.0 * BETWEEN_STEPS_SHARE}
     host = sum(r["host_late_ps"] for r in step_rows)
     span = sum(r["dur_ps"] for r in step_rows)
-    result["host_device_split"] = {"host_pct": 100 * host / span,
-                                   "device_pct": 100 - 100 * host / span, "label": "inferred"}
+    result["host_device_split"] = {"host_pct_of_step": 100 * host / span,
+                                   "device_pct_of_step": 100 - 100 * host / span,
+                                   "label": "inferred"}
     gpus = sorted({r["device"] for r in step_rows})
     if len(gpus) > 1:
         result["straggler"] = straggler(step_rows, info, us_)
@@ -926,7 +932,7 @@ def straggler(step_rows, info, us_) -> dict:
         "last_counts": {str(d): c for d, c in sorted(counts.items(), key=lambda kv: -kv[1])},
         "lead_us": spread(leads.get(top, []), "us", "measured", us_),
         "margin_us": {"value": STRAGGLER_MIN_LEAD_PS * us_, "unit": "us", "label": "inferred",
-                      "share_of_step_pct": 100.0 * STRAGGLER_MIN_LEAD_SHARE},
+                      "pct_of_step": 100.0 * STRAGGLER_MIN_LEAD_SHARE},
         "end_spread_us": spread(spreads, "us", "measured", us_),
         "least_collective_gpu": least if any(med.values()) else None,
         "least_collective_us": med[least] * us_,
@@ -954,7 +960,7 @@ def render_summary(r: dict) -> list[str]:
     j = r["joins"]
     out.append("joins: " + ", ".join(f"{k} {j[k]}" for k in JOIN_KEYS)
                + f" (of {r['gpu_events']} GPU events; join rate to a launch call "
-               f"{r['join_rate_pct']:.1f}%)")
+               f"{r['join_rate_pct_of_gpu_events']:.1f}%)")
     if j["other"]:
         out.append(f"note: {j['other']} GPU events carry a correlation id that belongs to a "
                    "host event that is not a launch (e.g. a stream wait): they are not joined "
@@ -978,9 +984,9 @@ def render_summary(r: dict) -> list[str]:
         out.append(f"  AKD (mean kernel duration): {_rng(f['akd_us'], f_us)}")
         out.append("  IL (first host op of the step to its last kernel's end): "
                    f"{_rng(f['il_us'], f_us)}")
-        for k, label in (("host_share_pct", "host-late share of the step (bounding GPU)"),
-                         ("busy_share_pct", "busy-or-queued share (bounding GPU)"),
-                         ("collective_share_pct", "collective share (bounding GPU)")):
+        for k, label in (("host_share_pct_of_step", "host-late share of the step (bounding GPU)"),
+                         ("busy_share_pct_of_step", "busy-or-queued share (bounding GPU)"),
+                         ("collective_share_pct_of_step", "collective share (bounding GPU)")):
             out.append(f"  {label}: {_rng(f[k], f_pct)}")
         if f.get("period_us"):
             out.append(f"  step period (start to the next step's start, every GPU): "
@@ -988,19 +994,20 @@ def render_summary(r: dict) -> list[str]:
             out.append(f"  GPU idle between steps (each GPU's last kernel to the next step's "
                        f"start, every GPU): "
                        f"{_rng(f['idle_between_us'], f_us)}, "
-                       f"{_rng(f['idle_between_pct'], f_pct)} of the period; cause: "
+                       f"{_rng(f['idle_between_pct_of_period'], f_pct)} of the period; cause: "
                        f"{(r.get('between_steps') or {}).get('cause')} (steps.csv "
                        "between_host_events)")
         hd = r["host_device_split"]
-        out.append(f"  host/device split on the critical streams: host {hd['host_pct']:.2f}%"
-                   f", device {hd['device_pct']:.2f}% of step time")
+        out.append(f"  host/device split on the critical streams: host "
+                   f"{hd['host_pct_of_step']:.2f}%, device {hd['device_pct_of_step']:.2f}% "
+                   "of step time")
     sg = r["straggler"]
     if sg:
         dist = ", ".join([f"GPU {d} in {c}" for d, c in sg["last_counts"].items()]
                          + ([f"a tie in {sg['ties']}"] if sg["ties"] else []))
         spread_txt = _rng(sg["end_spread_us"], lambda v: f"{v:,.1f} us")
         margin = (f"{sg['margin_us']['value']:,.1f} us or "
-                  f"{sg['margin_us']['share_of_step_pct']:.1f}% of the step")
+                  f"{sg['margin_us']['pct_of_step']:.1f}% of the step")
         if str(r["steps"]["source"]).startswith("the whole capture"):
             out.append(f"no straggler: the capture has no steps (one whole-capture window, "
                        f"last: {dist})")
@@ -1042,11 +1049,17 @@ def run(trace, out: Path) -> tuple[dict, list]:
         if pid in gpu_pid:
             a.stream_names[(gpu_pid[pid], tid)] = name
     del trace  # the analysis holds what it needs; free the parsed json before writing
-    step_rows, stream_acc, gap_rows, info = per_step_rows(a)
-    name, rule, figures = verdict(a, step_rows, info) if a.events else \
-        ("not computable", ["no GPU events"], {})
     with rules.replace_files(out, ".skip_stats-") as tmp:
-        written = write_tables(tmp, a, stream_acc, info["critical"], step_rows, gap_rows)
+        rows_job = RowsJob(tmp / "rows.csv", a)  # the events are final once analysed
+        try:
+            step_rows, stream_acc, gap_rows, info = per_step_rows(a)
+            name, rule, figures = verdict(a, step_rows, info) if a.events else \
+                ("not computable", ["no GPU events"], {})
+            written = write_tables(tmp, a, stream_acc, info["critical"], step_rows, gap_rows)
+            written.insert(0, ("rows.csv", rows_job.wait()))
+        except BaseException:
+            rows_job.abort()
+            raise
         result = build_result(a, joins, name, rule, figures, step_rows, info)
         result["tables"] = {f: n for f, n in written}
         lines = render_summary(result)
@@ -1057,8 +1070,77 @@ def run(trace, out: Path) -> tuple[dict, list]:
     return result, written
 
 
+class RowsJob:
+    """rows.csv, the one table as long as the trace: written by a forked child (it sees the
+    analysed events as they are at the fork, copy-on-write) while this process computes and
+    writes the other tables; `wait()` gives its row count or raises OSError with the child's
+    reason. Without os.fork, or under FORK_ROWS_MIN events, it is written here at once."""
+
+    def __init__(self, path: Path, a):
+        self.pid = None
+        self.n = None
+        if not hasattr(os, "fork") or len(a.events) < FORK_ROWS_MIN:
+            self.n = write_rows(path, a)
+            return
+        r, w = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the child: writes, reports its count (or why not) and exits at once
+            code = 1
+            try:
+                os.close(r)
+                os.write(w, str(write_rows(path, a)).encode())
+                code = 0
+            except BaseException as exc:  # noqa: BLE001 - said to the parent, which raises
+                try:
+                    os.write(w, f"!{type(exc).__name__}: {exc}"[:2000].encode("utf-8",
+                                                                           "replace"))
+                except BaseException:  # noqa: BLE001, S110 - nothing left to tell
+                    pass
+            finally:
+                os._exit(code)
+        os.close(w)
+        self.pid, self.fd = pid, r
+
+    def wait(self) -> int:
+        if self.pid is None:
+            return self.n
+        chunks = []
+        while True:
+            chunk = os.read(self.fd, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        os.close(self.fd)
+        _, status = os.waitpid(self.pid, 0)
+        self.pid = None
+        text = b"".join(chunks).decode("utf-8", "replace")
+        if os.waitstatus_to_exitcode(status) != 0 or not text.isdigit():
+            raise OSError(text[1:] if text.startswith("!") else
+                          f"the process writing rows.csv ended with status {status}")
+        self.n = int(text)
+        return self.n
+
+    def abort(self) -> None:
+        """Stop the child (this process failed or was interrupted) and reap it."""
+        if self.pid is None:
+            return
+        try:
+            os.kill(self.pid, 15)
+        except OSError:
+            pass
+        try:
+            os.waitpid(self.pid, 0)
+            os.close(self.fd)
+        except OSError:
+            pass
+        self.pid = None
+
+
 def write_tables(tmp: Path, a: Analysis, stream_acc, critical, step_rows, gap_rows) -> list:
-    written = [("rows.csv", write_rows(tmp / "rows.csv", a))]
+    """streams.csv, steps.csv, gaps.csv (rows.csv is RowsJob's)."""
+    written = []
     stream_rows = []
     for (d, s), acc in sorted(stream_acc.items()):
         span = acc["span"]
@@ -1069,13 +1151,14 @@ def write_tables(tmp: Path, a: Analysis, stream_acc, critical, step_rows, gap_ro
                             pct(acc["idle"], span), acc["events"], int(critical.get(d) == s)])
     written.append(("streams.csv", write_csv(tmp / "streams.csv", [
         "device", "stream", "stream_name", "span_us", "compute_us", "collective_us",
-        "memcpy_us", "idle_us", "compute_pct", "collective_pct", "memcpy_pct", "idle_pct",
+        "memcpy_us", "idle_us", "compute_pct_of_span", "collective_pct_of_span",
+        "memcpy_pct_of_span", "idle_pct_of_span",
         "events", "critical"], stream_rows)))
     written.append(("steps.csv", write_csv(tmp / "steps.csv", [
         "step", "device", "source", "start_us", "end_us", "dur_us", "kernels", "busy_us",
-        "idle_us", "idle_pct", "critical_stream", "tklqt_us", "akd_us", "il_us",
+        "idle_us", "idle_pct_of_step", "critical_stream", "tklqt_us", "akd_us", "il_us",
         "il_idle_us", "union_idle_us", "host_late_us", "device_wait_us", "unknown_gap_us",
-        "period_us", "idle_between_us", "idle_between_pct", "between_cause",
+        "period_us", "idle_between_us", "idle_between_pct_of_period", "between_cause",
         "between_host_events"],
         [[r["step"], r["device"], r["source"], us(r["start_ps"]), us(r["end_ps"]),
           us(r["dur_ps"]), r["kernels"], us(r["busy_ps"]), us(r["idle_ps"]),
@@ -1104,7 +1187,12 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=Path("."))
     ap.add_argument("--run")
     ap.add_argument("--host")
+    per_host.add_arguments(ap)
     args = ap.parse_args(argv)
+    fanned = per_host.maybe_fan_out("skip_stats", __file__, argv, args.capture, args.run,
+                                   args.host, args.out, args.jobs)
+    if fanned is not None:
+        return fanned
     # Millions of small objects and no reference cycles: the cyclic collector would only rescan
     # the growing heap again and again (it doubled the run time on a 1M-event trace).
     gc.disable()

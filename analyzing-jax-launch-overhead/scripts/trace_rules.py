@@ -221,6 +221,13 @@ STREAM_ROLES = ("compute", "collective", "copy")
 # straggler: 1 us is below the jitter of a single launch (a few us), so a smaller difference says
 # nothing about which GPU the others waited for.
 STRAGGLER_TIE_PS = 1_000_000
+# Straggler: one GPU (or, across hosts, one host) ends more than this share of the steps last,
+# each time ahead of the next by more than the margin (the larger of an absolute floor, under
+# which launch jitter decides, and a share of the step): otherwise the last one is noise and no
+# straggler is named. Step 1 (skip_stats.straggler) and the cross-host summary share it.
+STRAGGLER_MAJORITY = 0.5
+STRAGGLER_MIN_LEAD_PS = 5_000_000  # 5 us
+STRAGGLER_MIN_LEAD_SHARE = 0.005  # 0.5% of the step
 
 
 def stream_role(compute, collective, memcpy) -> str:

@@ -22,6 +22,9 @@ NUMBER_RE = re.compile(r"^-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")
 UNITS = (("_flop_per_s", "FLOP/s"), ("_bytes_per_s", "B/s"), ("_flop_per_byte", "FLOP/B"),
          ("_us", "µs"), ("_ps", "ps"), ("_ms", "ms"), ("_pct", "%"), ("_bytes", "B"),
          ("_flops", "FLOP"))
+# A percentage names its denominator (references/scratch-layout.md): pct_of_<denominator>, or
+# <what>_pct_of_<denominator>.
+PCT_OF_RE = re.compile(r"(?:^|_)pct_of_([a-z0-9_]+)$")
 
 
 @dataclass
@@ -40,24 +43,26 @@ class Spec:
 
 SPECS = [
     Spec("changes.csv", "Changes, ranked by their share of the step (inferred, not run)",
-         ["rank", "cause_kind", "where", "share_of_step_pct", "saving_us", "saving_min_us",
+         ["rank", "cause_kind", "where", "pct_of_step", "saving_us", "saving_min_us",
           "saving_max_us", "step_if_gone_us", "knob"],
-         {"share_of_step_pct": INF, "saving_us": INF, "saving_min_us": INF, "saving_max_us": INF,
+         {"pct_of_step": INF, "saving_us": INF, "saving_min_us": INF, "saving_max_us": INF,
           "step_if_gone_us": INF}, top=30),
     Spec("trust.csv", "Trust list: where this capture cannot be trusted",
-         ["item", "kind", "count", "gpu_us", "gpu_pct"],
-         {"count": MEA, "gpu_us": MEA, "gpu_pct": INF}, top=40, where=("section", "trust")),
+         ["item", "kind", "count", "gpu_us", "pct_of_gpu_time"],
+         {"count": MEA, "gpu_us": MEA, "pct_of_gpu_time": INF}, top=40,
+         where=("section", "trust")),
     Spec("trust.csv", "Questions that need a new capture", ["item", "detail"], {}, top=40,
          where=("section", "needs_new_capture")),
     Spec("streams.csv", "GPUs and streams over the analysed steps",
          ["device", "stream", "stream_name", "span_us", "compute_us", "collective_us",
-          "memcpy_us", "idle_us", "compute_pct", "idle_pct", "events", "critical"],
+          "memcpy_us", "idle_us", "compute_pct_of_span", "idle_pct_of_span", "events", "critical"],
          {"span_us": MEA, "compute_us": MEA, "collective_us": MEA, "memcpy_us": MEA, "idle_us": MEA,
-          "compute_pct": MEA, "idle_pct": MEA, "events": MEA}, top=64),
+          "compute_pct_of_span": MEA, "idle_pct_of_span": MEA, "events": MEA}, top=64),
     Spec("steps.csv", "Steps per GPU",
-         ["step", "device", "dur_us", "kernels", "busy_us", "idle_pct", "host_late_us",
+         ["step", "device", "dur_us", "kernels", "busy_us", "idle_pct_of_step", "host_late_us",
           "device_wait_us", "tklqt_us", "akd_us"],
-         {"dur_us": MEA, "kernels": MEA, "busy_us": MEA, "idle_pct": MEA, "host_late_us": MEA,
+         {"dur_us": MEA, "kernels": MEA, "busy_us": MEA, "idle_pct_of_step": MEA,
+          "host_late_us": MEA,
           "device_wait_us": MEA, "tklqt_us": MEA, "akd_us": MEA}, top=48),
     Spec("stragglers.csv", "Which GPU finishes each step last",
          ["step", "device", "lag_us", "last_stretch", "stretch_us", "finishes_last"],
@@ -69,26 +74,32 @@ SPECS = [
          ["check", "device", "stream", "status", "figure_a", "figure_b", "unit"],
          {"figure_a": MEA, "figure_b": MEA}, top=60),
     Spec("attribution/ops.csv", "Top HLO instructions by GPU time",
-         ["instruction", "opcode", "category", "kernels", "gpu_us", "gpu_pct", "user_frame"],
-         {"kernels": MEA, "gpu_us": MEA, "gpu_pct": INF}, sort="gpu_us", top=20),
+         ["instruction", "opcode", "category", "kernels", "gpu_us", "pct_of_attributed",
+          "pct_of_gpu_time", "user_frame"],
+         {"kernels": MEA, "gpu_us": MEA, "pct_of_attributed": INF, "pct_of_gpu_time": INF},
+         sort="gpu_us", top=20),
     Spec("attribution/lines.csv", "Top Python lines by GPU time",
-         ["user_frame", "gpu_us", "gpu_pct", "kernels", "instructions"],
-         {"gpu_us": MEA, "gpu_pct": INF, "kernels": MEA, "instructions": MEA}, sort="gpu_us",
-         top=20),
+         ["user_frame", "gpu_us", "pct_of_attributed", "pct_of_gpu_time", "kernels",
+          "instructions"],
+         {"gpu_us": MEA, "pct_of_attributed": INF, "pct_of_gpu_time": INF, "kernels": MEA,
+          "instructions": MEA}, sort="gpu_us", top=20),
     Spec("attribution/how.csv", "How kernels were attributed",
-         ["program_id", "match", "kernels", "gpu_us", "gpu_pct", "low_confidence_pct"],
-         {"kernels": MEA, "gpu_us": MEA, "gpu_pct": INF, "low_confidence_pct": INF}, top=100),
+         ["program_id", "match", "kernels", "gpu_us", "pct_of_group",
+          "low_confidence_pct_of_group"],
+         {"kernels": MEA, "gpu_us": MEA, "pct_of_group": INF, "low_confidence_pct_of_group": INF},
+         top=100),
     Spec("roofline.csv", "Roofline of the top instructions",
          ["instruction", "opcode", "gpu_us", "runs", "run_flops", "run_bytes", "dtype",
           "intensity_flop_per_byte", "achieved_flop_per_s", "achieved_bytes_per_s", "binding",
-          "ceiling_pct", "method"],
+          "pct_of_ceiling", "method"],
          {"gpu_us": MEA, "runs": MEA, "run_flops": INF, "run_bytes": INF,
           "intensity_flop_per_byte": INF, "achieved_flop_per_s": INF,
-          "achieved_bytes_per_s": INF, "ceiling_pct": INF},
+          "achieved_bytes_per_s": INF, "pct_of_ceiling": INF},
          sort="gpu_us", top=20),
     Spec("attribution/kernel_names.csv", "Top kernels by name",
-         ["kernel", "family", "kernels", "gpu_us", "gpu_pct", "gpus"],
-         {"kernels": MEA, "gpu_us": MEA, "gpu_pct": INF, "gpus": MEA}, sort="gpu_us", top=20),
+         ["kernel", "family", "kernels", "gpu_us", "pct_of_gpu_time", "gpus"],
+         {"kernels": MEA, "gpu_us": MEA, "pct_of_gpu_time": INF, "gpus": MEA}, sort="gpu_us",
+         top=20),
     Spec("attribution/kernels.csv", "Longest single kernels",
          ["device", "stream", "start_us", "dur_us", "kernel", "instruction", "match",
           "confidence", "user_frame"],
@@ -114,11 +125,19 @@ def clean(text: str) -> str:
 
 
 def unit_of(column: str) -> str:
+    if PCT_OF_RE.search(column):
+        return "%"
     return next((u for suffix, u in UNITS if column.endswith(suffix)), "")
 
 
 def heading_of(column: str) -> str:
-    """A column header in words with its unit: gpu_us -> 'gpu (µs)'."""
+    """A column header in words with its unit: gpu_us -> 'gpu (µs)'; a percentage with its
+    denominator: idle_pct_of_step -> 'idle (% of step)', pct_of_gpu_time -> 'share (% of gpu
+    time)'."""
+    m = PCT_OF_RE.search(column)
+    if m:
+        name = column[:m.start()].replace("_", " ") or "share"
+        return f"{name} (% of {m.group(1).replace('_', ' ')})"
     unit = unit_of(column)
     name = column
     for suffix, u in UNITS:

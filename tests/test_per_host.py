@@ -1,0 +1,251 @@
+"""A run folder of several hosts: every entry script runs once per host in processes of its own
+(per_host.py) and writes the cross-host summary (cross_host.py); --host still selects one host.
+
+The runs are generated (capgen.generate_hosts: one capture per host in one run folder, one host
+planted slow); the truth is each host's planted step times (truth/<host>/steps.csv)."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import gzip
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import cross_host
+import per_host
+import pytest
+
+import capture_inputs
+from capgen.generate import generate_hosts
+from capgen.scenarios import SCENARIOS
+from conftest import ROOT_SCRIPTS, SIBLING_SCRIPTS
+
+ENTRY = {
+    "capture_info": ROOT_SCRIPTS / "capture_info.py",
+    "skip_stats": SIBLING_SCRIPTS / "skip_stats.py",
+    "attribute_kernels": ROOT_SCRIPTS / "attribute_kernels.py",
+    "reconcile": ROOT_SCRIPTS / "reconcile.py",
+    "swimlanes": ROOT_SCRIPTS / "swimlanes.py",
+    "roofline": ROOT_SCRIPTS / "roofline.py",
+}
+# what each step writes for one host (a file that says the step ran there)
+WRITES = {"capture_info": "capture_info.json", "skip_stats": "skip_stats.json",
+          "attribute_kernels": "attribution/attribute_kernels.json",
+          "reconcile": "reconcile.json", "swimlanes": "swimlanes.svg",
+          "roofline": "roofline.json"}
+
+
+def _read(path: Path) -> list[dict]:
+    with open(path, newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _digest(root: Path) -> dict:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _run(script: Path, *args, timeout=600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-P", str(script), *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def slow_run(tmp_path_factory):
+    """Three hosts of a device-bound program on 2 GPUs each, host 1 planted 1.5x slower."""
+    root = tmp_path_factory.mktemp("hosts")
+    sc = dataclasses.replace(SCENARIOS["nvidia-device-bound"], gpus=2, steps=3)
+    results = generate_hosts(sc, root / "cap", hosts=3, slow_host=1, slow_factor=1.5)
+    return {"root": root / "cap", "run": results[0].run_dir, "results": results}
+
+
+@pytest.fixture(scope="module")
+def investigated(slow_run, tmp_path_factory):
+    out = tmp_path_factory.mktemp("out")
+    before = _digest(slow_run["root"])
+    p = _run(ROOT_SCRIPTS / "investigate.py", slow_run["run"], "--out", out, "--jobs", "2")
+    return {"p": p, "out": out, "before": before}
+
+
+def _truth_durations(truth_dir: Path) -> dict[str, float]:
+    """step -> the planted step's duration on its bounding GPU (us)."""
+    by_step: dict[str, float] = {}
+    for r in _read(truth_dir / "steps.csv"):
+        d = (int(r["end_ps"]) - int(r["start_ps"])) / 1e6
+        by_step[r["step"]] = max(by_step.get(r["step"], 0.0), d)
+    return by_step
+
+
+def test_investigate_analyses_each_host_and_names_the_slow_one(slow_run, investigated):
+    p, out = investigated["p"], investigated["out"]
+    assert p.returncode == 0, p.stderr[-2000:]
+    hosts = [r.xplane.name[: -len(".xplane.pb")] for r in slow_run["results"]]
+    assert hosts == ["gen-host-0", "gen-host-1", "gen-host-2"]
+    summary = json.loads((out / "hosts.json").read_text())
+    assert [h["host"] for h in summary["hosts"]] == hosts
+    assert all(h["exit"] == 0 for h in summary["hosts"])
+    sh = summary["slow_host"]
+    assert sh["host"] == "gen-host-1" and sh["is_slow_host"] and sh["steps_slowest"] == 3
+    # every host's own job ran to its fact-checked draft
+    for h in hosts:
+        assert (out / h / "report_draft.md").is_file()
+        assert json.loads((out / h / "factcheck.json").read_text())["verdict"] == "pass"
+        assert (out / h / "logs" / "investigate.txt").is_file()
+    # the slowest host per step, and the spread, against the planted step times
+    rows = _read(out / "host_steps.csv")
+    assert len(rows) == 9
+    truth = {h: _truth_durations(slow_run["root"] / "truth" / h) for h in hosts}
+    for r in rows:
+        planted = truth[r["host"]][r["step"]]
+        assert float(r["dur_us"]) == pytest.approx(planted, rel=0.01), r
+        assert r["slowest"] == ("1" if r["host"] == "gen-host-1" else "0")
+    spreads = [max(truth[h][s] for h in hosts) - min(truth[h][s] for h in hosts)
+               for s in truth[hosts[0]]]
+    f = summary["figures"]["step_spread_us"]
+    assert f["label"] == "measured"
+    assert f["min"] == pytest.approx(min(spreads), rel=0.02)
+    assert f["max"] == pytest.approx(max(spreads), rel=0.02)
+    # per-host verdicts, one row per host
+    table = _read(out / "hosts.csv")
+    assert [r["host"] for r in table] == hosts
+    assert all(r["verdict"] == "device-bound" for r in table)
+    assert summary["verdicts"] == {"device-bound": hosts}
+    # the text is the rendering of the JSON, and says the slow host
+    assert (out / "hosts.txt").read_text().splitlines() == cross_host.render(summary)
+    assert "slow host: gen-host-1 is the slowest in 3 of 3 steps" in p.stdout
+    assert investigated["before"] == _digest(slow_run["root"])  # the capture untouched
+
+
+def test_each_entry_script_accepts_the_run_folder(slow_run, tmp_path):
+    out = tmp_path / "s"  # one scratch folder, the steps in order (roofline reads step 4)
+    for name, script in ENTRY.items():
+        p = _run(script, slow_run["run"], "--out", out)
+        assert p.returncode == 0, (name, p.stdout[-1500:], p.stderr[-1500:])
+        assert "Traceback" not in p.stderr
+        summary = json.loads((out / "hosts.json").read_text())
+        assert summary["script"] == name
+        for h in ("gen-host-0", "gen-host-1", "gen-host-2"):
+            assert (out / h / WRITES[name]).is_file(), (name, h)
+            assert (out / h / "logs" / f"{name}.txt").is_file()
+        assert "3 hosts in" in p.stderr
+    assert json.loads((out / "hosts.json").read_text())["slow_host"]["host"] == "gen-host-1"
+
+
+def test_host_still_selects_one(slow_run, tmp_path):
+    p = _run(ENTRY["skip_stats"], slow_run["run"], "--host", "gen-host-2", "--out", tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "skip_stats.json").is_file()
+    assert not (tmp_path / "hosts.json").exists() and not (tmp_path / "gen-host-2").exists()
+    # a file names its host: no per-host pass either
+    one = slow_run["run"] / "gen-host-0.trace.json.gz"
+    p = _run(ENTRY["skip_stats"], one, "--out", tmp_path / "file")
+    assert p.returncode == 0 and not (tmp_path / "file" / "hosts.json").exists()
+
+
+def test_scratch_steps_run_on_each_hosts_folder(slow_run, tmp_path):
+    out = tmp_path / "s"
+    assert _run(ENTRY["skip_stats"], slow_run["run"], "--out", out).returncode == 0
+    for script in ("changes.py", "trust.py", "report_draft.py"):
+        p = _run(ROOT_SCRIPTS / script, "--out", out)
+        assert p.returncode == 0, (script, p.stderr[-1500:])
+        for h in ("gen-host-0", "gen-host-1", "gen-host-2"):
+            assert (out / h / {"changes.py": "changes.json", "trust.py": "trust.json",
+                               "report_draft.py": "report_draft.md"}[script]).is_file()
+    table = _read(out / "hosts.csv")
+    assert all(r["top_change_kind"] for r in table)  # changes.csv read back per host
+    assert all(r["trust_items"] for r in table)
+
+
+def test_a_host_that_fails_is_named_and_the_others_go_on(slow_run, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(slow_run["run"], run)
+    bad = run / "gen-host-2.trace.json.gz"
+    bad.write_bytes(gzip.compress(b'{"traceEvents": [')[:40])  # truncated
+    before = _digest(run)
+    out = tmp_path / "out"
+    p = _run(ENTRY["skip_stats"], run, "--out", out)
+    assert p.returncode == 1
+    assert "Traceback" not in p.stderr + p.stdout
+    table = {r["host"]: r for r in _read(out / "hosts.csv")}
+    assert table["gen-host-0"]["exit"] == "0" and table["gen-host-1"]["exit"] == "0"
+    assert table["gen-host-2"]["exit"] == "1"
+    assert table["gen-host-2"]["error"].startswith("skip_stats: ")
+    assert "gen-host-2.trace.json.gz" in table["gen-host-2"]["error"]
+    summary = json.loads((out / "hosts.json").read_text())
+    assert summary["slow_host"]["host"] == "gen-host-1"  # compared over the two that ran
+    assert "gen-host-2: exit 1: skip_stats: " in p.stdout
+    assert _digest(run) == before
+
+
+def test_two_hosts_one_without_an_xplane(slow_run, tmp_path):
+    """The bad-input matrix's `two hosts` case: the second host has a trace and no xplane. Each
+    script runs per host; the steps that need the xplane fail for that host alone."""
+    run = tmp_path / "run"
+    run.mkdir()
+    for f in ("gen-host-0.xplane.pb", "gen-host-0.trace.json.gz"):
+        shutil.copy(slow_run["run"] / f, run / f)
+    shutil.copy(slow_run["run"] / "gen-host-1.trace.json.gz", run / "other.trace.json.gz")
+    needs_xplane = {"attribute_kernels", "roofline"}
+    out = tmp_path / "out"  # the steps in order into one folder (roofline reads step 4)
+    for name, script in ENTRY.items():
+        p = _run(script, run, "--out", out)
+        assert "Traceback" not in p.stderr + p.stdout, name
+        table = {r["host"]: r for r in _read(out / "hosts.csv")}
+        assert table["gen-host-0"]["exit"] == "0", (name, table)
+        assert table["other"]["exit"] == ("1" if name in needs_xplane else "0"), (name, table)
+        assert p.returncode == (1 if name in needs_xplane else 0), name
+        if name in needs_xplane:
+            assert "xplane" in table["other"]["error"], table["other"]
+
+
+def test_folder_names_are_plain_and_distinct():
+    names = per_host.folder_names(["a", "A", "..", "hosts.csv", "host-1", "ok.host_9",
+                                   "-dash", "x" * 200])
+    assert names["ok.host_9"] == "ok.host_9"
+    for h in ("a", "A", "..", "hosts.csv", "host-1", "-dash", "x" * 200):
+        assert names[h].startswith("host-"), h
+    assert len(set(names.values())) == len(names)
+
+
+def test_jobs_are_bounded_by_cores_and_memory(slow_run, monkeypatch):
+    files = capture_inputs.run_hosts(slow_run["run"])
+    assert files.hosts == ["gen-host-0", "gen-host-1", "gen-host-2"]
+    monkeypatch.setattr(per_host, "_cores", lambda: 16)
+    monkeypatch.setattr(per_host, "_available_memory", lambda: 64 * 2**30)
+    assert per_host.plan_jobs(files, None)[0] == 3
+    monkeypatch.setattr(per_host, "_available_memory", lambda: per_host.MEMORY_BASE + 1)
+    jobs, why = per_host.plan_jobs(files, None)
+    assert jobs == 1 and "MiB per host" in why
+    assert per_host.plan_jobs(files, 2)[0] == 2
+    # one host, or a host named: no per-host pass
+    assert capture_inputs.run_hosts(slow_run["run"], host="gen-host-0") is None
+    assert capture_inputs.run_hosts(slow_run["run"] / "gen-host-0.xplane.pb") is None
+
+
+def test_no_slow_host_when_the_slowest_changes(tmp_path):
+    """Hand-made per-host folders: the slowest host alternates, so no host is called slow."""
+    results = []
+    for i, durs in enumerate(([100.0, 300.0, 100.0, 300.0], [300.0, 100.0, 300.0, 100.0])):
+        folder = tmp_path / f"h{i}"
+        folder.mkdir()
+        with open(folder / "steps.csv", "w", encoding="utf-8") as fh:
+            fh.write("step,device,dur_us,busy_us,period_us\n")
+            for s, d in enumerate(durs):
+                fh.write(f"{s},0,{d},{d / 2},{d + 10}\n")
+        results.append({"host": f"h{i}", "folder": f"h{i}", "exit": 0, "seconds": 1.0})
+    r = cross_host.summarise(tmp_path, results)
+    assert not r["slow_host"]["is_slow_host"]
+    assert r["slow_host"]["slowest_counts"] == {"h0": 2, "h1": 2}
+    assert r["figures"]["step_spread_us"]["value"] == pytest.approx(200.0)
+    text = "\n".join(cross_host.render(r))
+    assert "no slow host: the slowest host changes from step to step" in text
+    # steps on one host only are counted, not compared
+    with open(tmp_path / "h1" / "steps.csv", "a", encoding="utf-8") as fh:
+        fh.write("9,0,50,25,60\n")
+    r = cross_host.summarise(tmp_path, results)
+    assert r["steps"]["not_on_every_host"] == 1 and len(r["steps"]["compared"]) == 4
