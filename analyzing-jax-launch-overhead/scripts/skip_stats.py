@@ -261,27 +261,33 @@ def join_events(gpu, by_corr, threads) -> dict:
                 v[ev.device] = v.get(ev.device, 0) + 1
     agent = {a: max(v, key=v.get) for a, v in agent_votes.items()}
     shared: dict[tuple, int] = {}
-    for ev in gpu:
-        cid = ev.args.get("correlation_id")
+    graph_ids = rules.GRAPH_ID_STATS
+    in_graph = rules.in_graph
+    kinds = _JOIN_KIND
+    none: list = []
+    for ev in gpu:  # a hot loop: every GPU event once
+        args = ev.args
+        cid = args.get("correlation_id")
         if cid is None:
             counts["no_correlation_id"] += 1
             ev.join = "none"
+            ev.graph = in_graph(not graph_ids.isdisjoint(args), False)
             continue
-        hs = by_corr.get(cid, [])
+        hs = by_corr.get(cid, none)
         if len(hs) > 1:
             hs = [h for h in hs if agent.get(h["args"].get("device_id")) == ev.device] or hs
         if not hs:
-            ev.join = "none"
+            join = "none"
         elif len(hs) > 1:
-            ev.join = "ambiguous"
+            join = "ambiguous"
         else:
-            ev.launch = hs[0]
-            ev.join = join_kind(hs[0]["name"], ev.name)
-        counts[ev.join] += 1
-        shared[(ev.device, cid)] = shared.get((ev.device, cid), 0) + 1
-    graph_ids = rules.GRAPH_ID_STATS
-    for ev in gpu:
-        ev.graph = rules.in_graph(not graph_ids.isdisjoint(ev.args), ev.join == "graph_launch")
+            h = ev.launch = hs[0]
+            join = kinds.get((h["name"], ev.name)) or join_kind(h["name"], ev.name)
+        ev.join = join
+        counts[join] += 1
+        key = (ev.device, cid)
+        shared[key] = shared.get(key, 0) + 1
+        ev.graph = in_graph(not graph_ids.isdisjoint(args), join == "graph_launch")
     counts["shared_ids_without_graph_launch"] = sum(
         n for (d, cid), n in shared.items() if n > 1 and not any(
             h for h in by_corr.get(cid, []) if rules.is_graph_launch(h["name"])))
@@ -462,11 +468,23 @@ class GapIndex:
 
     def get(self, key, default):
         if key not in self.built:
-            evs = sorted((h["start"], h["start"] + h["dur"], h["name"])
-                         for h in self.host_threads.get(key, ())
-                         if not is_container(h["name"]) and "step_num" not in h["args"])
-            self.built[key] = ([e[0] for e in evs], evs, max(e[1] - e[0] for e in evs)) \
-                if evs else None
+            evs = []
+            append = evs.append
+            known = _CONTAINER
+            longest = 0
+            for h in self.host_threads.get(key, ()):  # a hot loop: every host event once
+                name = h["name"]
+                c = known.get(name)
+                if c is None:
+                    c = is_container(name)
+                if c or "step_num" in h["args"]:
+                    continue
+                hs, d = h["start"], h["dur"]
+                if d > longest:
+                    longest = d
+                append((hs, hs + d, name))
+            evs.sort()
+            self.built[key] = ([e[0] for e in evs], evs, longest) if evs else None
         return self.built[key] or default
 
 
@@ -481,8 +499,9 @@ def analyse(trace) -> tuple[Analysis, dict]:
         notes.append(f"{other_gpu_lines} events on GPU lines that are not streams (derived lines "
                      "such as Steps or TensorFlow Ops) were left out")
     joins = join_events(gpu, by_corr, host_threads)
-    trace_end = max([e.end for e in gpu] + [h["start"] + h["dur"] for hs in
-                                            host_threads.values() for h in hs] or [0])
+    ends = [max(map(operator.attrgetter("end"), gpu))] if gpu else []
+    ends += [max(h["start"] + h["dur"] for h in hs) for hs in host_threads.values() if hs]
+    trace_end = max(ends, default=0)
     steps, source, step_notes = find_steps(gpu, host_threads, trace_end)
     notes += step_notes
     assign_steps(gpu, steps)
@@ -541,30 +560,44 @@ def per_step_rows(a: Analysis) -> tuple[list, list, list, dict]:
             evs = by_gpu_step.get((d, num), [])
             if not evs:
                 continue
-            end = max(e.end for e in evs)
-            ends[d] = end
             start = st.start
-            dur = end - start
-            busy = union_ps((max(e.start, start), e.end) for e in evs if e.end > start)
-            kernel_sum = sum(e.dur for e in evs)
-            launched = [e for e in evs if e.join == "launch" and e.launch]
-            tklqt = sum(e.start - e.launch["start"] for e in launched)
             crit = critical.get(d)
-            crit_evs = sorted((e for e in evs if e.stream == crit), key=lambda e: e.start)
+            # one pass over the step's events on this GPU (the hot loop of a large trace)
+            end = evs[0].end
+            kernel_sum = tklqt = n_launched = 0
+            busy_iv, coll_iv, crit_evs = [], [], []
+            per_stream: dict[int, list] = {}
+            for e in evs:
+                es, ee = e.start, e.end
+                if ee > end:
+                    end = ee
+                if ee > start:
+                    busy_iv.append((es if es > start else start, ee))
+                kernel_sum += e.dur
+                if e.join == "launch" and e.launch:
+                    tklqt += es - e.launch["start"]
+                    n_launched += 1
+                if e.category == "collective":
+                    coll_iv.append((es, ee))
+                lst = per_stream.get(e.stream)
+                if lst is None:
+                    lst = per_stream[e.stream] = []
+                lst.append(e)
+            ends[d] = end
+            dur = end - start
+            busy = union_ps(busy_iv)
+            crit_evs = sorted(per_stream.get(crit, ()), key=lambda e: e.start)
             host_late, device_wait, unknown, gaps = classify_gaps(a, crit_evs, start, d, num)
             gap_rows.extend(gaps)
-            coll = union_ps((e.start, e.end) for e in evs if e.category == "collective")
+            coll = union_ps(coll_iv)
             step_rows.append({
                 "step": num, "device": d, "source": st.source, "start_ps": start, "end_ps": end,
                 "dur_ps": dur, "kernels": len(evs), "busy_ps": busy, "idle_ps": dur - busy,
-                "critical_stream": crit, "tklqt_ps": tklqt if launched else None,
+                "critical_stream": crit, "tklqt_ps": tklqt if n_launched else None,
                 "akd_ps": kernel_sum / len(evs), "il_ps": dur, "il_idle_ps": dur - kernel_sum,
                 "union_idle_ps": dur - busy, "host_late_ps": host_late,
                 "device_wait_ps": device_wait, "unknown_gap_ps": unknown,
-                "collective_ps": coll, "launched": len(launched)})
-            per_stream: dict[int, list] = {}
-            for e in evs:
-                per_stream.setdefault(e.stream, []).append(e)
+                "collective_ps": coll, "launched": n_launched})
             for s, sevs in per_stream.items():
                 b = stream_budget(sevs, start, end)
                 acc = stream_acc.setdefault((d, s), {"span": 0, "compute": 0, "collective": 0,
@@ -779,9 +812,13 @@ def write_rows(path, a: Analysis) -> int:
     threads = {k: q(v) for k, v in names.items()}
     n = 0
     events = sorted(a.events, key=operator.attrgetter("device", "stream", "start"))
+    # the columns that repeat from event to event, each combination formatted once
+    heads: dict[tuple, str] = {}
+    tails: dict[tuple, str] = {}
     with open(path, "w", newline="", encoding="utf-8") as fh:
         fh.write(",".join(ROW_COLUMNS) + "\n")
         buf = []
+        append = buf.append
         for ev in events:
             join = ev.join
             L = ev.launch
@@ -799,21 +836,25 @@ def write_rows(path, a: Analysis) -> int:
             else:
                 launch = ",,,,,"
             args = ev.args
-            hlo_op = args.get("hlo_op", "")
-            hlo_module = args.get("hlo_module", "")
-            step = ev.step
+            key = (ev.device, ev.stream, ev.name, ev.category)
+            head = heads.get(key)
+            if head is None:
+                head = heads[key] = (
+                    f"{ev.device},{ev.stream},{streams.get((ev.device, ev.stream), '')},"
+                    f"{q(ev.name)},{ev.category},")
+            key = (args.get("hlo_op", ""), args.get("hlo_module", ""), ev.graph, ev.step)
+            tail = tails.get(key)
+            if tail is None:
+                hlo_op, hlo_module, graph, step = key
+                tail = tails[key] = (f"{q(hlo_op)},{q(hlo_module)},{1 if graph else 0},"
+                                     f"{'' if step is None else step}\n")
             cid = args.get("correlation_id", "")
             if type(cid) is not int:
                 cid = q(str(cid))  # a malformed id (text with commas, quotes) stays one field
-            buf.append(
-                f"{ev.device},{ev.stream},{streams.get((ev.device, ev.stream), '')},"
-                f"{quoted.get(ev.name) or q(ev.name)},{ev.category},{start / 1e6:.3f},"
-                f"{ev.dur / 1e6:.3f},{ev.end / 1e6:.3f},{cid},"
-                f"{join},{launch},{quoted.get(hlo_op) or q(hlo_op)},"
-                f"{quoted.get(hlo_module) or q(hlo_module)},{1 if ev.graph else 0},"
-                f"{'' if step is None else step}\n")
+            append(f"{head}{start / 1e6:.3f},{ev.dur / 1e6:.3f},{ev.end / 1e6:.3f},{cid},"
+                   f"{join},{launch},{tail}")
             n += 1
-            if len(buf) >= 10_000:
+            if n % 10_000 == 0:
                 fh.write("".join(buf))
                 buf.clear()
         fh.write("".join(buf))
