@@ -325,16 +325,16 @@ def main(argv=None) -> int:
     except CaptureUnreadable as exc:
         print(f"capture_info: {exc}", file=sys.stderr)
         return exc.code
-    print("\n".join(render(result)))
     path = args.out / RESULT_FILE
-    try:
+    try:  # the file first: what is printed after cannot cost it (a closed pipe)
         write_json(path, result)
     except OSError as exc:
         print(f"capture_info: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
         return 1
+    print("\n".join(render(result)))
     print(f"wrote {path}")
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(rules.run_main("capture_info", main))

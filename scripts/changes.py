@@ -1140,4 +1140,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(rules.run_main("changes", main))

@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import subprocess
 import sys
 import time
@@ -174,12 +175,17 @@ def where_to_look(out: Path, failed: dict[str, str], factcheck_rc: int | None) -
     lines.append(verdict or "verdict: none (step 1 did not run; see the trust list)")
     try:
         with open(out / "changes.csv", newline="", encoding="utf-8") as fh:
-            top = list(csv.DictReader(fh))[:3]
+            ranked = list(csv.DictReader(fh))
     except OSError:
-        top = []
-    for r in top:
+        ranked = []
+    top = ranked[:3]
+    # Python lines rank after every other cause (references/changes.md): the largest is named
+    # here too, since it often holds more of the step than change 1
+    line = next((r for r in ranked[3:] if r.get("cause_kind") == "python_line"), None)
+    for r in top + ([line] if line else []):
         lines.append(f"change {r.get('rank')}: {r.get('cause')} (saves {_us(r.get('saving_us'))} "
-                     f"of {_us(r.get('step_us'))} per step; inferred, not run)")
+                     f"of {_us(r.get('step_us'))} per step; inferred, not run)"
+                     + ("; the largest Python line" if r is line else ""))
     if not top:
         lines.append("changes: none ranked (see changes.json refusals)")
     trust = _json(out / "trust.json")
@@ -260,7 +266,15 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     try:
-        raise SystemExit(main())
+        code = main()
+        sys.stdout.flush()  # here, not at the interpreter's exit, where it could not be caught
+        raise SystemExit(code)
+    except BrokenPipeError:  # the reader of stdout went away (`| head`): nothing more to say
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        raise SystemExit(141) from None
     except KeyboardInterrupt:
         print("investigate: interrupted; the scratch folder holds the steps that finished",
               file=sys.stderr)

@@ -421,7 +421,11 @@ def draft(s: Scratch) -> str:
     info = s.json("capture_info.json") or {}
     cap = (info.get("capture") or {})
     name = cap.get("run_dir") or cap.get("xplane") or cap.get("trace") or "the capture"
-    head = [f"# Why the step is slow: {Path(str(name)).name}", "",
+    host = cap.get("host")
+    hosts = cap.get("hosts") or []
+    title = code(Path(str(name)).name) + (f", host {code(host)}" if host and len(hosts) > 1
+                                          else "")
+    head = [f"# Why the step is slow: {title}", "",
             "<!-- draft: written by report_draft.py from the tables in this folder: every figure "
             "is cited as (label; table: selector); each judge comment marks a sentence to write "
             "from the table it names. Run factcheck.py on the finished report. -->", ""]
@@ -456,4 +460,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(rules.run_main("report_draft", main))

@@ -507,3 +507,20 @@ def test_the_fuzzer_finds_no_traceback_hang_or_leftover(tmp_path):
     assert report.counts.get("refused", 0) > CI_MUTANTS // 4
     assert report.counts.get("ok", 0) > CI_MUTANTS
     assert set(report.by_script) == set(SCRIPTS)
+
+
+def test_a_closed_output_pipe_is_not_a_traceback(tmp_path):
+    """`script ... | head -c 1`: the reader leaves before the script has printed; the files are
+    written, the script says nothing more and exits 141 (as for SIGPIPE), no traceback. The
+    scripts in investigate.py's order, into one scratch folder (roofline reads step 4)."""
+    example = REPO / "examples" / "minigpt-h100-2gpu-cb"
+    for name, path, _ in fz.ENTRY:
+        p = subprocess.run(["bash", "-c", f'"{sys.executable}" -P "{path}" "{example}" --out '
+                            f'"{tmp_path}" | (exec 0<&-; true); exit "${{PIPESTATUS[0]}}"'],
+                           capture_output=True, text=True, timeout=300)
+        assert "Traceback" not in p.stderr and "Exception ignored" not in p.stderr, \
+            (name, p.stderr)
+        assert p.returncode in (0, 141), (name, p.returncode, p.stderr)
+    for f in ("capture_info.json", "skip_stats.json", "rows.csv", "attribution/kernels.csv",
+              "reconcile.json", "swimlanes.svg", "roofline.json"):
+        assert (tmp_path / f).is_file(), f  # every file written, whatever the pipe did

@@ -115,6 +115,17 @@ def test_investigate_analyses_each_host_and_names_the_slow_one(slow_run, investi
     assert [r["host"] for r in table] == hosts
     assert all(r["verdict"] == "device-bound" for r in table)
     assert summary["verdicts"] == {"device-bound": hosts}
+    # the same kernels, slower: the planted 1.5x, and the question it raises
+    ratio = {r["host"]: r for r in table}
+    assert float(ratio["gen-host-1"]["kernel_time_ratio"]) == pytest.approx(1.5, rel=0.05)
+    for h in ("gen-host-0", "gen-host-2"):
+        assert float(ratio[h]["kernel_time_ratio"]) == pytest.approx(1.0, abs=0.05)
+    assert all(r["same_kernels"] == "yes" for r in table)
+    assert [n.split(" runs")[0] for n in summary["needs_new_capture"]] == ["why gen-host-1"]
+    kernels = _read(out / "host_kernels.csv")
+    assert {r["host"] for r in kernels} == set(hosts) and len(kernels) % 3 == 0
+    # no collective in this program: no host waits for another inside it
+    assert summary["waits"].startswith("no collective time on any host")
     # the text is the rendering of the JSON, and says the slow host
     assert (out / "hosts.txt").read_text().splitlines() == cross_host.render(summary)
     assert "slow host: gen-host-1 is the slowest in 3 of 3 steps" in p.stdout
@@ -133,6 +144,9 @@ def test_each_entry_script_accepts_the_run_folder(slow_run, tmp_path):
             assert (out / h / WRITES[name]).is_file(), (name, h)
             assert (out / h / "logs" / f"{name}.txt").is_file()
         assert "3 hosts in" in p.stderr
+        # the per-host command carries --out once: the host's folder
+        cmd = (out / "gen-host-0" / "logs" / f"{name}.txt").read_text().splitlines()[0]
+        assert cmd.count("--out") == 1 and cmd.endswith(f"--out {out / 'gen-host-0'}"), cmd
     assert json.loads((out / "hosts.json").read_text())["slow_host"]["host"] == "gen-host-1"
 
 

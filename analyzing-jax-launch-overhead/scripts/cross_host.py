@@ -9,6 +9,9 @@ where the whole job ran, `changes.csv` and `trust.json`) and writes, into OUT:
 - `host_steps.csv`: one row per step and host: the step's duration on the host's bounding GPU (the
   GPU that finishes it last), that GPU's busy time, the period, whether the host was the slowest,
   how far behind the slowest host it finished;
+- `host_kernels.csv` (where step 4 ran on every host): one row per kernel name and host: its
+  count and mean time, and that mean over the median host's: the same kernels, slower, is a
+  slower machine; other kernels or counts, other work;
 - `hosts.json`: the result (figures with labels, the slow-host rule, the verdicts by host);
 - `hosts.txt`: its rendering.
 
@@ -33,12 +36,16 @@ SLOW_MIN_LEAD_US = rules.STRAGGLER_MIN_LEAD_PS / 1e6
 SLOW_MIN_LEAD_SHARE = rules.STRAGGLER_MIN_LEAD_SHARE
 
 HOSTS_COLUMNS = ["host", "folder", "exit", "seconds", "gpus", "verdict", "steps", "step_us",
-                 "step_min_us", "step_max_us", "period_us", "slowest_in_steps",
-                 "compute_us_per_gpu", "collective_us_per_gpu", "top_change_kind", "top_change",
-                 "top_saving_us",
+                 "step_min_us", "step_max_us", "period_us", "period_min_us", "period_max_us",
+                 "slowest_in_steps", "compute_us_per_gpu_step", "collective_us_per_gpu_step",
+                 "kernel_time_ratio", "kernel_time_ratio_min", "kernel_time_ratio_max",
+                 "same_kernels", "top_change_kind", "top_change", "top_saving_us",
                  "trust_items", "error"]
 HOST_STEPS_COLUMNS = ["step", "host", "gpus", "bounding_device", "dur_us", "busy_us",
                       "period_us", "slowest", "behind_slowest_us"]
+HOST_KERNELS_COLUMNS = ["kernel", "host", "kernels", "mean_us", "ratio_to_median_host"]
+# a host whose kernels all run within this much of the median host's time runs them alike
+SAME_SPEED_TOLERANCE = 0.05
 
 
 def _json(path: Path) -> dict:
@@ -93,13 +100,54 @@ def host_steps(folder: Path) -> dict:
     return out
 
 
-def _per_gpu(folder: Path, column: str) -> float | None:
+def _per_gpu_step(folder: Path, column: str, steps: int) -> float | None:
+    """streams.csv's total of `column` over the analysed steps, per GPU with events and step."""
     rows = _rows(folder / "streams.csv")
     gpus = {r.get("device") for r in rows}
     vals = [_num(r.get(column)) for r in rows]
-    if not rows or any(v is None for v in vals):
+    if not rows or not steps or any(v is None for v in vals):
         return None
-    return sum(vals) / len(gpus)
+    return sum(vals) / len(gpus) / steps
+
+
+def _kernel_means(folder: Path) -> dict[str, tuple[int, float]] | None:
+    """kernel name -> (count, mean us) from step 4's kernel_names.csv; None where absent."""
+    path = folder / "attribution" / "kernel_names.csv"
+    if not path.is_file():
+        return None
+    out = {}
+    for r in _rows(path):
+        n, us = _num(r.get("kernels")), _num(r.get("gpu_us"))
+        if n and us is not None:
+            out[r.get("kernel", "")] = (int(n), us / n)
+    return out
+
+
+def compare_kernels(means: dict[str, dict]) -> tuple[list, dict]:
+    """host_kernels.csv rows, and per host: the median (min, max) over the kernel names every
+    host ran of its mean time over the median host's, and whether its names and counts per
+    step are the median host's (`same_kernels`)."""
+    hosts = [h for h, m in means.items() if m]
+    if len(hosts) < 2:
+        return [], {}
+    common = set.intersection(*(set(means[h]) for h in hosts))
+    rows, ratios = [], {h: [] for h in hosts}
+    for k in sorted(common):
+        med = statistics.median(means[h][k][1] for h in hosts)
+        for h in hosts:
+            n, mean = means[h][k]
+            ratio = mean / med if med > 0 else None
+            rows.append({"kernel": k, "host": h, "kernels": n, "mean_us": mean,
+                         "ratio_to_median_host": ratio})
+            if ratio is not None:
+                ratios[h].append(ratio)
+    out = {}
+    for h in hosts:
+        r = ratios[h]
+        out[h] = {"value": statistics.median(r), "min": min(r), "max": max(r),
+                  "unit": "ratio", "label": "measured", "kernels_compared": len(r)} \
+            if r else None
+    return rows, out
 
 
 def _spread(values: list[float], label: str) -> dict | None:
@@ -114,6 +162,7 @@ def summarise(out: Path, results: list[dict], run_dir: str = "", script: str = "
     `host`, `folder` (relative to `out`), `exit`, `seconds`, `error`."""
     hosts = []
     steps_of: dict[str, dict] = {}
+    means: dict[str, dict | None] = {}
     for res in results:
         folder = out / res["folder"]
         ss = _json(folder / "skip_stats.json")
@@ -122,7 +171,9 @@ def summarise(out: Path, results: list[dict], run_dir: str = "", script: str = "
         durs = [s["dur_us"] for s in st.values()]
         periods = [s["period_us"] for s in st.values() if s["period_us"] is not None]
         changes = _rows(folder / "changes.csv")
+        lines = [r for r in changes if r.get("cause_kind") == "python_line"]
         trust = _json(folder / "trust.json")
+        means[res["host"]] = _kernel_means(folder)
         items = ((trust.get("figures") or {}).get("items") or {}).get("value")
         hosts.append({
             "host": res["host"], "folder": res["folder"], "exit": res["exit"],
@@ -132,13 +183,29 @@ def summarise(out: Path, results: list[dict], run_dir: str = "", script: str = "
             "steps": len(st),
             "step_us": _spread(durs, "measured"),
             "period_us": _spread(periods, "measured"),
-            "compute_us_per_gpu": _per_gpu(folder, "compute_us"),
-            "collective_us_per_gpu": _per_gpu(folder, "collective_us"),
+            "compute_us_per_gpu_step": _per_gpu_step(folder, "compute_us", len(st)),
+            "collective_us_per_gpu_step": _per_gpu_step(folder, "collective_us", len(st)),
             "top_change": changes[0].get("cause") if changes else None,
+            "top_line": lines[0].get("cause") if lines else None,
+            "top_line_saving_us": _num(lines[0].get("saving_us")) if lines else None,
             "top_change_kind": changes[0].get("cause_kind") if changes else None,
             "top_saving_us": _num(changes[0].get("saving_us")) if changes else None,
             "trust_items": items,
         })
+    kernel_rows, ratio_of = compare_kernels(means)
+    for h in hosts:
+        h["kernel_time_ratio"] = ratio_of.get(h["host"])
+        m = means.get(h["host"])
+        ref = [means[x["host"]] for x in hosts if means.get(x["host"]) and x is not h]
+        if not m or not ref:
+            h["same_kernels"] = None
+        else:  # the same names, and the same count per step as some other host
+            per_step = {k: n / max(h["steps"], 1) for k, (n, _) in m.items()}
+            h["same_kernels"] = any(  # counts per step within 1% (steps captured may differ)
+                set(o) == set(m) and all(abs(o[k][0] / max(x["steps"], 1) - per_step[k])
+                                         <= 0.01 * per_step[k] for k in m)
+                for x, o in ((x, means[x["host"]]) for x in hosts
+                             if means.get(x["host"]) and x is not h))
     with_steps = [h["host"] for h in hosts if steps_of[h["host"]]]
     common = sorted(set.intersection(*(set(steps_of[h]) for h in with_steps))
                     if with_steps else set(), key=_step_key)
@@ -174,10 +241,27 @@ def summarise(out: Path, results: list[dict], run_dir: str = "", script: str = "
         verdicts.setdefault(h["verdict"] or "none (step 1 did not run)", []).append(h["host"])
     medians = [h["step_us"]["value"] for h in hosts if h["step_us"]]
     notes = ["each host's timestamps are on its own clock: only durations are compared across "
-             "hosts, never start or end times",
-             "when collectives span hosts, every host waits for the slowest inside its "
-             "collectives, so step times converge: then compare compute_us_per_gpu in hosts.csv "
-             "(the host with the most compute per GPU is the one the others wait for)"]
+             "hosts, never start or end times"]
+    coll = [h["collective_us_per_gpu_step"] for h in hosts
+            if h["collective_us_per_gpu_step"] is not None]
+    if coll and not any(coll):
+        waits = ("no collective time on any host: inside the captured program no host waits "
+                 "for another, so a slow host slows only its own steps here; a wait outside "
+                 "the program (a barrier, a parameter server, the input) is not in the capture")
+    elif coll:
+        waits = ("collective time on some host: when collectives span hosts, every host waits "
+                 "for the slowest inside them, so step times converge; then the host with the "
+                 "most compute_us_per_gpu_step (hosts.csv) is the one the others wait for")
+    else:
+        waits = None
+    needs = []
+    for h in hosts:
+        r = h["kernel_time_ratio"]
+        if r and h["same_kernels"] and abs(r["value"] - 1) > SAME_SPEED_TOLERANCE:
+            needs.append(f"why {h['host']} runs the same kernels {r['value']:.2f}x the median "
+                         "host's time (its GPUs' clocks, power, temperature, other processes "
+                         "on the machine): the capture holds no clock or power record; "
+                         "nvidia-smi / rocm-smi logs beside a new capture would")
     refusals = []
     if len(with_steps) < 2:
         refusals.append(f"cannot compare step times across hosts: {len(with_steps)} of "
@@ -207,8 +291,10 @@ def summarise(out: Path, results: list[dict], run_dir: str = "", script: str = "
                           "pct_of_step": 100.0 * SLOW_MIN_LEAD_SHARE},
             "label": "inferred"},
         "verdicts": verdicts,
+        "waits": waits,
         "host_steps": step_rows,
-        "notes": notes, "refusals": refusals,
+        "host_kernels": kernel_rows,
+        "notes": notes, "refusals": refusals, "needs_new_capture": needs,
     }
 
 
@@ -234,11 +320,20 @@ def render(r: dict) -> list[str]:
             line += f"exit {h['exit']}: {h['error'] or 'see its logs/'}; "
         line += f"verdict {h['verdict'] or 'none'}"
         if h["step_us"]:
-            line += (f"; step {_rng(h['step_us'])} over {h['steps']} steps; slowest host in "
-                     f"{h['slowest_in_steps'] or 0}")
+            line += (f"; step on its bounding GPU {_rng(h['step_us'])} over {h['steps']} "
+                     f"steps; slowest host in {h['slowest_in_steps'] or 0}")
+        kr = h["kernel_time_ratio"]
+        if kr:
+            line += (f"; kernels {kr['value']:.2f}x ({kr['min']:.2f}-{kr['max']:.2f}) the median "
+                     f"host's time over {kr['kernels_compared']} kernel names"
+                     + ("" if h["same_kernels"] is None else
+                        ", the same kernels" if h["same_kernels"] else ", other kernels or counts"))
         if h["top_change"]:
             line += (f"; change 1: {h['top_change_kind']} (saves {_us(h['top_saving_us'])} "
                      "per step; inferred, not run)")
+        if h.get("top_line"):
+            line += (f"; largest Python line: saves {_us(h['top_line_saving_us'])} per step "
+                     "(changes.csv)")
         out.append(rules.printable(line))
     sh = r["slow_host"]
     margin = (f"a lead within {sh['margin_us']['value']:.1f} us or "
@@ -264,9 +359,14 @@ def render(r: dict) -> list[str]:
         out.append(f"steps not on every host, not compared: {r['steps']['not_on_every_host']}")
     out.append(rules.printable("verdicts: " + "; ".join(
         f"{v} on {len(h)} ({', '.join(h)})" for v, h in r["verdicts"].items())))
+    if r.get("waits"):
+        out.append(f"waits: {r['waits']}")
+    out += [rules.printable(f"needs a new capture: {n}") for n in r.get("needs_new_capture", [])]
     out += [f"note: {n}" for n in r["notes"]]
     out.append("tables: hosts.csv (one row per host), host_steps.csv (one row per step and "
-               "host); each host's own tables in its folder")
+               "host)" + (", host_kernels.csv (one row per kernel name and host)"
+                          if r.get("host_kernels") else "")
+               + "; each host's own tables in its folder")
     return out
 
 
@@ -283,11 +383,18 @@ def write(out: Path, r: dict) -> list[tuple[str, int]]:
     rows = []
     for h in r["hosts"]:
         s = h["step_us"] or {}
+        pr = h["period_us"] or {}
+        kr = h["kernel_time_ratio"] or {}
+        same = h["same_kernels"]
         rows.append([h["host"], h["folder"], h["exit"], _fmt(h["seconds"]), _fmt(h["gpus"]),
                      h["verdict"] or "", h["steps"], _fmt(s.get("value")), _fmt(s.get("min")),
-                     _fmt(s.get("max")), _fmt((h["period_us"] or {}).get("value")),
-                     _fmt(h["slowest_in_steps"]), _fmt(h["compute_us_per_gpu"]),
-                     _fmt(h["collective_us_per_gpu"]), h["top_change_kind"] or "",
+                     _fmt(s.get("max")), _fmt(pr.get("value")), _fmt(pr.get("min")),
+                     _fmt(pr.get("max")),
+                     _fmt(h["slowest_in_steps"]), _fmt(h["compute_us_per_gpu_step"]),
+                     _fmt(h["collective_us_per_gpu_step"]), _fmt(kr.get("value")),
+                     _fmt(kr.get("min")), _fmt(kr.get("max")),
+                     "" if same is None else ("yes" if same else "no"),
+                     h["top_change_kind"] or "",
                      h["top_change"] or "",
                      _fmt(h["top_saving_us"]), _fmt(h["trust_items"]), h["error"]])
     written = []
@@ -297,6 +404,12 @@ def write(out: Path, r: dict) -> list[tuple[str, int]]:
         written.append(("host_steps.csv", rules.write_csv(
             tmp / "host_steps.csv", HOST_STEPS_COLUMNS,
             ([_fmt(x[c]) for c in HOST_STEPS_COLUMNS] for x in r["host_steps"]))))
+        if r.get("host_kernels"):
+            written.append(("host_kernels.csv", rules.write_csv(
+                tmp / "host_kernels.csv", HOST_KERNELS_COLUMNS,
+                ([x["kernel"], x["host"], x["kernels"], _fmt(x["mean_us"]),
+                  "" if x["ratio_to_median_host"] is None else f"{x['ratio_to_median_host']:.4f}"]
+                 for x in r["host_kernels"]))))
         (tmp / "hosts.json").write_text(json.dumps(r, indent=1, sort_keys=True, default=str),
                                         encoding="utf-8")
         written.append(("hosts.json", 1))

@@ -109,6 +109,22 @@ def _last_sentence(path: Path) -> str:
     return rules.printable(lines[-1])[:400] if lines else ""
 
 
+def _without(argv: list[str], options: tuple[str, ...]) -> list[str]:
+    """argv less each `--opt VALUE` / `--opt=VALUE` of `options` (the per-host pass sets them)."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a in options:
+            skip = True
+            continue
+        if any(a.startswith(o + "=") for o in options):
+            continue
+        out.append(a)
+    return out
+
+
 def fan_out(prog: str, script: str | Path, argv: list[str], files, out: Path,
             jobs: int | None = None) -> int:
     """Run `script` once per host of `files` (capture_inputs.run_hosts), then the cross-host
@@ -120,6 +136,7 @@ def fan_out(prog: str, script: str | Path, argv: list[str], files, out: Path,
     print(f"{prog}: {len(files.hosts)} hosts in {rules.printable(files.run_dir)}; each analysed "
           f"on its own into {rules.printable(out)}/<host>/, {n_jobs} at a time ({why})",
           file=sys.stderr, flush=True)
+    argv = _without(argv, ("--out", "--jobs"))
     todo = [(h, names[h], [sys.executable, str(script), *argv, "--host", h,
                            "--out", str(out / names[h])]) for h in files.hosts]
     return _run_and_summarise(prog, Path(script).stem, todo, out, n_jobs, str(files.run_dir))
@@ -228,6 +245,7 @@ def maybe_fan_out_scratch(prog: str, script: str | Path, argv: list[str] | None,
     args = list(sys.argv[1:] if argv is None else argv)
     print(f"{prog}: {rules.printable(out)} holds a per-host pass of {len(pairs)} hosts; "
           f"running on each host's folder, {n_jobs} at a time", file=sys.stderr, flush=True)
+    args = _without(args, ("--out", "--jobs"))
     todo = [(h, f, [sys.executable, str(script), *args, "--out", str(Path(out) / f)])
             for h, f in pairs]
     try:

@@ -1266,4 +1266,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(rules.run_main("skip_stats", main))

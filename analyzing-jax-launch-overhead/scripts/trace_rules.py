@@ -24,6 +24,7 @@ import contextlib
 import os
 import re
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -283,3 +284,24 @@ def is_cpu_thunk(stats) -> bool:
 def is_gpu_runtime_call(stats) -> bool:
     """A host event the GPU tracer (CUPTI, roctracer) recorded: it carries a correlation id."""
     return "correlation_id" in stats
+
+
+def run_main(prog: str, main) -> int:
+    """An entry script's exit code from `main()`, with the two ways out that are not its own:
+    the reader of its output went away (`| head`: the files are written; nothing more is said,
+    exit 141 as for SIGPIPE) and an interrupt (one sentence, exit 130), never a traceback."""
+    try:
+        code = main()
+        sys.stdout.flush()  # here, not at the interpreter's exit, where it could not be caught
+        return code
+    except BrokenPipeError:
+        try:  # the interpreter flushes stdout at exit: point it somewhere that takes it
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 141
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted; files already written stay as they were or whole",
+              file=sys.stderr)
+        return 130

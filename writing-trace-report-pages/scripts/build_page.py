@@ -775,4 +775,17 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    try:
+        code = main()
+        sys.stdout.flush()  # here, not at the interpreter's exit, where it could not be caught
+        raise SystemExit(code)
+    except BrokenPipeError:  # the reader of stdout went away (`| head`): the page is written
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        raise SystemExit(141) from None
+    except KeyboardInterrupt:
+        print("build_page: interrupted; the page is written whole or not at all",
+              file=sys.stderr)
+        raise SystemExit(130) from None
