@@ -398,7 +398,9 @@ def straggler_rows(steps: dict, per_step_gpu: dict, gaps: list) -> list[dict]:
         g = steps[n]
         ends = {d: r["end"] for d, r in g.items()}
         first = min(ends.values())
-        lasts = set(rules.last_finishers(ends))
+        start = min(r["start"] for r in g.values())
+        lasts = set(rules.last_finishers(
+            ends, rules.straggler_margin_ps(max(ends.values()) - start)))
         for d in sorted(g):
             evs = per_step_gpu.get((n, d))
             row = {"step": n, "device": d, "end": ends[d], "lag": ends[d] - first,
@@ -423,7 +425,9 @@ def straggler_of(chosen: dict, rows: list[dict]) -> tuple[dict | None, list, lis
     if len(mine) < 2:
         return None, [f"one GPU ran step {n}: there is no straggler to name"], []
     ends = {r["device"]: r["end"] for r in mine}
-    lasts = rules.last_finishers(ends)
+    # step 1's rule: GPUs that end within its margin of the latest are a tie, not a straggler
+    tie_ps = rules.straggler_margin_ps(max(ends.values()) - chosen["start"])
+    lasts = rules.last_finishers(ends, tie_ps)
     first = min(ends, key=lambda d: (ends[d], d))
     latest = max(ends.values())
     others = [d for d in ends if d not in lasts]
@@ -443,11 +447,12 @@ def straggler_of(chosen: dict, rows: list[dict]) -> tuple[dict | None, list, lis
              f"{us3(margin):,.3f} us after the next (GPU {nxt})") if nxt is not None else ""
     if tie and nxt is None:
         sentence = (f"no straggler in step {n}: all {len(lasts)} GPUs finish within "
-                    f"{us3(rules.STRAGGLER_TIE_PS):g} us of each other (a tie; "
+                    f"{us3(tie_ps):,.3f} us of the last (step 1's margin: a tie; "
                     f"spread {us3(lag):,.3f} us)")
     elif tie:
         sentence = (f"GPUs {', '.join(map(str, lasts))} tie for last in step {n} (their ends "
-                    f"lie within {us3(rules.STRAGGLER_TIE_PS):g} us), {after}")
+                    f"lie within {us3(tie_ps):,.3f} us of the last, step 1's margin of 5 us "
+                    f"or 0.5% of the step), {after}")
     else:
         g0 = gpus[0]
         r = by_dev[lasts[0]]
@@ -464,7 +469,7 @@ def straggler_of(chosen: dict, rows: list[dict]) -> tuple[dict | None, list, lis
     fig = lambda v: None if v is None else {"value": us3(v), "unit": "us",  # noqa: E731
                                             "label": "measured"}
     return {"gpus": gpus, "tie": tie, "first_gpu": first, "next_gpu": nxt, "lag_us": fig(lag),
-            "margin_us": fig(margin), "tie_within_us": us3(rules.STRAGGLER_TIE_PS),
+            "margin_us": fig(margin), "tie_within_us": us3(tie_ps),
             "sentence": sentence}, [], []
 
 

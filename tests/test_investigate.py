@@ -80,11 +80,18 @@ def test_the_example_runs_every_step_and_says_where_to_look(example):
     for i, r in enumerate(changes[:3], start=1):
         assert lines[i].startswith(f"change {i}: {r['cause']} (saves ")
         assert f"{float(r['saving_us']):,.1f} us" in lines[i] and "inferred, not run" in lines[i]
+    # the largest Python line too, when it ranks below the top three (lines rank last)
+    line = next((r for r in changes[3:] if r["cause_kind"] == "python_line"), None)
+    k = 4
+    if line is not None:
+        assert lines[4].startswith(f"change {line['rank']}: {line['cause']} (saves ")
+        assert lines[4].endswith("; the largest Python line")
+        k = 5
     trust = json.loads((out / "trust.json").read_text())
     n = trust["figures"]["items"]["value"]
-    assert lines[4].startswith(f"trust list: {n} item")
-    assert lines[5] == "fact check of the draft: every figure found in its table"
-    assert lines[6].startswith(f"files in {out}: ") and "report_draft.md" in lines[6]
+    assert lines[k].startswith(f"trust list: {n} item")
+    assert lines[k + 1] == "fact check of the draft: every figure found in its table"
+    assert lines[k + 2].startswith(f"files in {out}: ") and "report_draft.md" in lines[k + 2]
     assert lines[-1].startswith("Next: read ")
 
 

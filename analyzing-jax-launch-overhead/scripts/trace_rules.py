@@ -238,6 +238,12 @@ def stream_role(compute, collective, memcpy) -> str:
     return STREAM_ROLES[max(range(3), key=lambda i: (times[i], -i))]
 
 
+def straggler_margin_ps(step_ps: int) -> float:
+    """Step 1's margin for one step: a GPU (or host) that finishes last by no more than this
+    ahead of the next is in a tie, not a straggler."""
+    return max(STRAGGLER_MIN_LEAD_PS, STRAGGLER_MIN_LEAD_SHARE * step_ps)
+
+
 def last_finishers(ends: dict, tie_ps: int = STRAGGLER_TIE_PS) -> list:
     """The GPUs that finish last: every GPU whose end (picoseconds) is within `tie_ps` of the
     latest, in ascending order. More than one is a tie; none when `ends` is empty."""
