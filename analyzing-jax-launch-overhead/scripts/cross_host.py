@@ -410,6 +410,8 @@ def write(out: Path, r: dict) -> list[tuple[str, int]]:
                 ([x["kernel"], x["host"], x["kernels"], _fmt(x["mean_us"]),
                   "" if x["ratio_to_median_host"] is None else f"{x['ratio_to_median_host']:.4f}"]
                  for x in r["host_kernels"]))))
+        elif (out / "host_kernels.csv").is_file():  # an earlier pass's: not this one's
+            (out / "host_kernels.csv").unlink()
         (tmp / "hosts.json").write_text(json.dumps(r, indent=1, sort_keys=True, default=str),
                                         encoding="utf-8")
         written.append(("hosts.json", 1))

@@ -183,11 +183,19 @@ def _run_all(prog: str, stem: str, todo: list, out: Path, n_jobs: int) -> list[d
             while pending and len(running) < n_jobs:
                 h, folder, cmd = pending.pop(0)
                 log = out / folder / "logs" / f"{stem}.txt"
-                fh = open(log, "w", encoding="utf-8")
-                fh.write("$ " + " ".join(cmd) + "\n")
-                fh.flush()
-                p = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL)
+                try:
+                    fh = open(log, "w", encoding="utf-8")
+                    fh.write("$ " + " ".join(cmd) + "\n")
+                    fh.flush()
+                    p = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL)
+                except OSError as exc:  # a full disk, no process left: that host fails alone
+                    results[h] = {"host": h, "folder": folder, "exit": 1, "seconds": 0.0,
+                                  "error": f"{prog}: cannot start the host's process: "
+                                           f"{exc.strerror or exc}"}
+                    print(f"[{time.monotonic() - t0:6.1f} s] {rules.printable(h)}: "
+                          f"{results[h]['error']}", file=sys.stderr, flush=True)
+                    continue
                 running[p] = (h, folder, time.monotonic(), fh, log)
             time.sleep(0.05)
             for p in [p for p in running if p.poll() is not None]:
