@@ -355,7 +355,10 @@ def step_frames(steps: dict, chosen: list) -> dict:
         wend = max(end, next_start) if next_start is not None else end
         frames[n] = {"step": n, "bound": b, "start": start, "end": end, "next_start": next_start,
                      "window_end": wend, "window": wend - start,
-                     "last": rules.last_finishers({d: round(r["end"] * 1e6) for d, r in g.items()})}
+                     # step 1's tie: within its margin of the latest end
+                     "last": rules.last_finishers(
+                         {d: round(r["end"] * 1e6) for d, r in g.items()},
+                         rules.straggler_margin_ps(round((end - start) * 1e6)))}
     return frames
 
 
