@@ -146,7 +146,7 @@ def test_each_entry_script_accepts_the_run_folder(slow_run, tmp_path):
         assert "3 hosts in" in p.stderr
         # the per-host command carries --out once: the host's folder
         cmd = (out / "gen-host-0" / "logs" / f"{name}.txt").read_text().splitlines()[0]
-        assert cmd.count("--out") == 1 and cmd.endswith(f"--out {out / 'gen-host-0'}"), cmd
+        assert cmd.count("--out") == 1 and cmd.endswith(f"--out={out / 'gen-host-0'}"), cmd
     assert json.loads((out / "hosts.json").read_text())["slow_host"]["host"] == "gen-host-1"
 
 
@@ -219,11 +219,66 @@ def test_two_hosts_one_without_an_xplane(slow_run, tmp_path):
 
 def test_folder_names_are_plain_and_distinct():
     names = per_host.folder_names(["a", "A", "..", "hosts.csv", "host-1", "ok.host_9",
-                                   "-dash", "x" * 200])
+                                   "-dash", "x" * 200, "Host_Kernels.CSV", "LOGS"])
     assert names["ok.host_9"] == "ok.host_9"
-    for h in ("a", "A", "..", "hosts.csv", "host-1", "-dash", "x" * 200):
+    for h in ("a", "A", "..", "hosts.csv", "host-1", "-dash", "x" * 200, "Host_Kernels.CSV",
+              "LOGS"):
         assert names[h].startswith("host-"), h
     assert len(set(names.values())) == len(names)
+
+
+def test_a_host_named_with_a_dash_or_like_a_summary_file(slow_run, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    for src, dst in (("gen-host-0", "-x"), ("gen-host-1", "host_kernels.csv")):
+        for suffix in (".xplane.pb", ".trace.json.gz"):
+            shutil.copy(slow_run["run"] / f"{src}{suffix}", run / f"{dst}{suffix}")
+    out = tmp_path / "out"
+    p = _run(ENTRY["skip_stats"], run, "--out", out)
+    assert p.returncode == 0, p.stderr[-2000:]
+    table = {r["host"]: r for r in _read(out / "hosts.csv")}
+    assert set(table) == {"-x", "host_kernels.csv"}
+    assert all(r["exit"] == "0" and r["folder"].startswith("host-") for r in table.values())
+    assert json.loads((out / "hosts.json").read_text())["slow_host"]["host"] == \
+        "host_kernels.csv"
+
+
+def test_tables_of_an_earlier_capture_are_not_read(slow_run, tmp_path):
+    """One scratch folder re-used for another run whose host 1 has a broken trace: that host's
+    step-1 tables left from the first run are not taken for this run's."""
+    out = tmp_path / "out"
+    assert _run(ENTRY["skip_stats"], slow_run["run"], "--out", out).returncode == 0
+    run2 = tmp_path / "run2"
+    shutil.copytree(slow_run["run"], run2)
+    (run2 / "gen-host-1.trace.json.gz").write_bytes(gzip.compress(b"not json"))
+    # step 1 alone: the host's pass fails, its folder's tables are not read
+    p = _run(ENTRY["skip_stats"], run2, "--out", out)
+    assert p.returncode == 1
+    r = json.loads((out / "hosts.json").read_text())
+    h1 = next(h for h in r["hosts"] if h["host"] == "gen-host-1")
+    assert h1["verdict"] is None and h1["steps"] == 0 and "its pass failed" in h1["not_read"]
+    assert r["slow_host"]["host"] != "gen-host-1" and not r["slow_host"]["is_slow_host"]
+    # the whole job: the host's investigate ends 0 (step 1's failure is on its trust list), and
+    # its old skip_stats.json names the first run's trace: not read either
+    p = _run(ROOT_SCRIPTS / "investigate.py", run2, "--out", out)
+    assert p.returncode == 0, p.stderr[-2000:]
+    r = json.loads((out / "hosts.json").read_text())
+    h1 = next(h for h in r["hosts"] if h["host"] == "gen-host-1")
+    assert h1["exit"] == 0 and "from another capture" in h1["not_read"], h1
+    assert h1["verdict"] is None and r["slow_host"]["host"] != "gen-host-1"
+    assert "gen-host-1: its step-1 tables" in p.stdout
+
+
+def test_a_one_host_folder_over_an_earlier_pass_is_not_fanned_out(tmp_path):
+    (tmp_path / "h0").mkdir()
+    (tmp_path / "hosts.json").write_text(json.dumps({"hosts": [{"host": "h0", "folder": "h0"}]}))
+    assert per_host.scratch_hosts(tmp_path) == [("h0", "h0")]
+    (tmp_path / "capture_info.json").write_text("{}")  # a one-host run wrote here since
+    assert per_host.scratch_hosts(tmp_path) is None
+
+
+def test_a_killed_host_is_said_as_the_shell_says_it():
+    assert per_host._exit_code(-9) == 137 and per_host._exit_code(3) == 3
 
 
 def test_jobs_are_bounded_by_cores_and_memory(slow_run, monkeypatch):

@@ -1,8 +1,9 @@
 """The cross-host summary of a multi-host run (standard library only).
 
 After the per-host pass (`per_host.py`) has written one scratch folder per host (OUT/<host>/), this
-reads each host's small tables (step 1's `skip_stats.json` and `steps.csv`, `streams.csv`, and
-where the whole job ran, `changes.csv` and `trust.json`) and writes, into OUT:
+reads each host's small tables (step 1's `skip_stats.json` and `steps.csv`, `streams.csv`, step
+4's `attribute_kernels.json` and `kernel_names.csv`, and where the whole job ran, `changes.csv`
+and `trust.json`) and writes, into OUT:
 - `hosts.csv`: one row per host: exit code, seconds, GPUs, verdict, steps, the median step
   duration (min-max), the steps it was the slowest host in, its compute and collective time per
   GPU, its top change;
@@ -16,7 +17,11 @@ where the whole job ran, `changes.csv` and `trust.json`) and writes, into OUT:
 - `hosts.txt`: its rendering.
 
 Only durations are compared across hosts, never start or end times: each host's timestamps are on
-its own clock. Steps are matched by their step number; a step missing on some host is counted and
+its own clock. A host's tables are read only when its pass succeeded and they are of this run's
+capture (skip_stats.json's `capture` names the trace with its size and modification time,
+attribute_kernels.json's the xplane): a scratch folder re-used for another run keeps the earlier
+tables of a host whose step failed, and they are said, not read. Steps are matched by their step
+number; a step missing on some host is counted and
 left out of the comparison.
 """
 
@@ -40,7 +45,7 @@ HOSTS_COLUMNS = ["host", "folder", "exit", "seconds", "gpus", "verdict", "steps"
                  "slowest_in_steps", "compute_us_per_gpu_step", "collective_us_per_gpu_step",
                  "kernel_time_ratio", "kernel_time_ratio_min", "kernel_time_ratio_max",
                  "same_kernels", "top_change_kind", "top_change", "top_saving_us",
-                 "trust_items", "error"]
+                 "trust_items", "error", "not_read"]
 HOST_STEPS_COLUMNS = ["step", "host", "gpus", "bounding_device", "dur_us", "busy_us",
                       "period_us", "slowest", "behind_slowest_us"]
 HOST_KERNELS_COLUMNS = ["kernel", "host", "kernels", "mean_us", "ratio_to_median_host"]
@@ -150,6 +155,42 @@ def compare_kernels(means: dict[str, dict]) -> tuple[list, dict]:
     return rows, out
 
 
+def _capture_files(run_dir: str, host: str) -> dict:
+    """The host's trace and xplane in the run folder (None where absent or no run folder)."""
+    if not run_dir:
+        return {}
+    d = Path(run_dir)
+    trace = next((d / f"{host}{x}" for x in (".trace.json.gz", ".trace.json")
+                  if (d / f"{host}{x}").is_file()), None)
+    xplane = d / f"{host}.xplane.pb"
+    return {"trace": trace, "xplane": xplane if xplane.is_file() else None}
+
+
+def _same_file(recorded, current) -> bool:
+    """Whether a result's recorded input path is `current` (True when nothing is known: a
+    hand-made folder, or no run folder to compare with)."""
+    if recorded is None or current is None:
+        return True
+    try:
+        return Path(str(recorded)).resolve() == Path(current).resolve()
+    except (OSError, ValueError, RuntimeError):
+        return False
+
+
+def _same_trace(recorded, current) -> bool:
+    """skip_stats.json's `capture` (path, bytes, mtime_ns) against the run's trace now."""
+    if not isinstance(recorded, dict) or current is None:
+        return True
+    if not _same_file(recorded.get("trace"), current):
+        return False
+    try:
+        st = Path(current).stat()
+    except OSError:
+        return False
+    return recorded.get("bytes") in (None, st.st_size) and \
+        recorded.get("mtime_ns") in (None, st.st_mtime_ns)
+
+
 def _spread(values: list[float], label: str) -> dict | None:
     if not values:
         return None
@@ -165,26 +206,44 @@ def summarise(out: Path, results: list[dict], run_dir: str = "", script: str = "
     means: dict[str, dict | None] = {}
     for res in results:
         folder = out / res["folder"]
+        current = _capture_files(run_dir, res["host"])
         ss = _json(folder / "skip_stats.json")
-        st = host_steps(folder)
+        not_read = []
+        step1 = res["exit"] == 0 and _same_trace(ss.get("capture"), current.get("trace"))
+        if res["exit"] != 0:
+            not_read.append(f"its pass failed (exit {res['exit']}): no table of its folder is "
+                            "read")
+        elif not step1:
+            not_read.append("its step-1 tables (skip_stats.json, steps.csv, streams.csv and "
+                            "the changes and trust list made from them) are from another "
+                            "capture than this run's: not read")
+        step4 = res["exit"] == 0 and _same_file(
+            (_json(folder / "attribution" / "attribute_kernels.json").get("capture") or {})
+            .get("xplane"), current.get("xplane"))
+        if not step1:
+            ss = {}
+        st = host_steps(folder) if step1 else {}
         steps_of[res["host"]] = st
         durs = [s["dur_us"] for s in st.values()]
         periods = [s["period_us"] for s in st.values() if s["period_us"] is not None]
-        changes = _rows(folder / "changes.csv")
+        changes = _rows(folder / "changes.csv") if step1 else []
         lines = [r for r in changes if r.get("cause_kind") == "python_line"]
-        trust = _json(folder / "trust.json")
-        means[res["host"]] = _kernel_means(folder)
+        trust = _json(folder / "trust.json") if step1 else {}
+        means[res["host"]] = _kernel_means(folder) if step4 else None
         items = ((trust.get("figures") or {}).get("items") or {}).get("value")
         hosts.append({
             "host": res["host"], "folder": res["folder"], "exit": res["exit"],
             "seconds": res.get("seconds"), "error": res.get("error") or "",
+            "not_read": "; ".join(not_read),
             "gpus": max((s["gpus"] for s in st.values()), default=None),
             "verdict": ss.get("verdict_qualifier") or ss.get("verdict"),
             "steps": len(st),
             "step_us": _spread(durs, "measured"),
             "period_us": _spread(periods, "measured"),
-            "compute_us_per_gpu_step": _per_gpu_step(folder, "compute_us", len(st)),
-            "collective_us_per_gpu_step": _per_gpu_step(folder, "collective_us", len(st)),
+            "compute_us_per_gpu_step": _per_gpu_step(folder, "compute_us", len(st))
+            if step1 else None,
+            "collective_us_per_gpu_step": _per_gpu_step(folder, "collective_us", len(st))
+            if step1 else None,
             "top_change": changes[0].get("cause") if changes else None,
             "top_line": lines[0].get("cause") if lines else None,
             "top_line_saving_us": _num(lines[0].get("saving_us")) if lines else None,
@@ -318,6 +377,8 @@ def render(r: dict) -> list[str]:
         line = f"  {h['host']}: "
         if h["exit"] != 0:
             line += f"exit {h['exit']}: {h['error'] or 'see its logs/'}; "
+        if h.get("not_read"):
+            line += f"{h['not_read']}; "
         line += f"verdict {h['verdict'] or 'none'}"
         if h["step_us"]:
             line += (f"; step on its bounding GPU {_rng(h['step_us'])} over {h['steps']} "
@@ -396,7 +457,8 @@ def write(out: Path, r: dict) -> list[tuple[str, int]]:
                      "" if same is None else ("yes" if same else "no"),
                      h["top_change_kind"] or "",
                      h["top_change"] or "",
-                     _fmt(h["top_saving_us"]), _fmt(h["trust_items"]), h["error"]])
+                     _fmt(h["top_saving_us"]), _fmt(h["trust_items"]), h["error"],
+                     h.get("not_read") or ""])
     written = []
     text = render(r)
     with rules.replace_files(out, prefix=".hosts-") as tmp:

@@ -3,9 +3,11 @@
 A multi-host job writes one `<host>.xplane.pb` and `<host>.trace.json.gz` per host into the same
 run folder. Given such a folder and no `--host`, every entry script of the bundle hands its
 arguments to `fan_out`: it starts the same script once per host, as a user would by hand (the
-same arguments, then `--host H --out OUT/<host>/`), at most `jobs` processes at a time, each
-holding one host's capture and returning its memory when it ends; then `cross_host` writes the
-cross-host summary into OUT (hosts.csv, host_steps.csv, hosts.json, hosts.txt). Each host's
+same arguments, then `--host=H --out=OUT/<folder>`, the folder the host's name or host-<n>), at
+most `jobs` processes at a time, each holding one host's capture and returning its memory when
+it ends; then `cross_host` writes the
+cross-host summary into OUT (hosts.csv, host_steps.csv, host_kernels.csv, hosts.json,
+hosts.txt). Each host's
 output is kept in OUT/<host>/logs/<script>.txt. `--host` still selects one host.
 
 This is the whole scheduler, on purpose: beyond one machine the same per-host processes map onto
@@ -24,12 +26,17 @@ from pathlib import Path
 import cross_host
 import trace_rules as rules
 
-# per host process, resident memory is about this many times its capture files' size plus a base
-# (bench/RESULTS.md: 669 MiB for the 60 MiB of the 156,800-kernel capture through investigate.py)
-MEMORY_PER_CAPTURE_BYTE = 12
+# per host, memory is about this many times its capture files' size plus a base: the
+# proportional set size summed over a host's processes (step 1 forks a writer of rows.csv) peaked
+# at 752 MiB for the 28.6 MiB of a 156,800-kernel capture through investigate.py (21x + 150 MiB),
+# taken with a margin
+MEMORY_PER_CAPTURE_BYTE = 24
 MEMORY_BASE = 150 * 2**20
 _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
-_RESERVED = {"hosts.csv", "host_steps.csv", "hosts.json", "hosts.txt", "logs"}
+# names a host's folder may not take (compared without case: some file systems ignore it): the
+# summary's files and what a report at the run's level writes beside them
+_RESERVED = {"hosts.csv", "host_steps.csv", "host_kernels.csv", "hosts.json", "hosts.txt",
+             "logs", "report.md", "report.html", "factcheck.csv", "factcheck.json"}
 
 
 def add_arguments(ap) -> None:
@@ -44,7 +51,7 @@ def folder_names(hosts: list[str]) -> dict[str, str]:
     lower = [h.lower() for h in hosts]
     names = {}
     for i, h in enumerate(hosts):
-        plain = (_SAFE_NAME.fullmatch(h) is not None and h not in _RESERVED
+        plain = (_SAFE_NAME.fullmatch(h) is not None and h.lower() not in _RESERVED
                  and lower.count(h.lower()) == 1 and not re.fullmatch(r"host-\d+", h))
         names[h] = h if plain else f"host-{i + 1}"
     return names
@@ -100,6 +107,20 @@ def plan_jobs(files, requested: int | None) -> tuple[int, str]:
     return jobs, why
 
 
+def _say(text: str) -> None:
+    """A progress line on stderr; a closed stderr does not stop the pass (the hosts' results
+    and the summary are files)."""
+    try:
+        print(text, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
+def _exit_code(rc: int) -> int:
+    """A process killed by signal N (Popen gives -N) as the shell says it: 128 + N."""
+    return 128 - rc if rc < 0 else rc
+
+
 def _last_sentence(path: Path) -> str:
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
@@ -133,12 +154,12 @@ def fan_out(prog: str, script: str | Path, argv: list[str], files, out: Path,
     out = Path(out)
     names = folder_names(files.hosts)
     n_jobs, why = plan_jobs(files, jobs)
-    print(f"{prog}: {len(files.hosts)} hosts in {rules.printable(files.run_dir)}; each analysed "
-          f"on its own into {rules.printable(out)}/<host>/, {n_jobs} at a time ({why})",
-          file=sys.stderr, flush=True)
+    _say(f"{prog}: {len(files.hosts)} hosts in {rules.printable(files.run_dir)}; each analysed "
+         f"on its own into {rules.printable(out)}/<host>/, {n_jobs} at a time ({why})")
     argv = _without(argv, ("--out", "--jobs"))
-    todo = [(h, names[h], [sys.executable, str(script), *argv, "--host", h,
-                           "--out", str(out / names[h])]) for h in files.hosts]
+    # one argument each (`--host=-x` stays a value even when a name starts with a dash)
+    todo = [(h, names[h], [sys.executable, str(script), *argv, f"--host={h}",
+                           f"--out={out / names[h]}"]) for h in files.hosts]
     return _run_and_summarise(prog, Path(script).stem, todo, out, n_jobs, str(files.run_dir))
 
 
@@ -193,8 +214,8 @@ def _run_all(prog: str, stem: str, todo: list, out: Path, n_jobs: int) -> list[d
                     results[h] = {"host": h, "folder": folder, "exit": 1, "seconds": 0.0,
                                   "error": f"{prog}: cannot start the host's process: "
                                            f"{exc.strerror or exc}"}
-                    print(f"[{time.monotonic() - t0:6.1f} s] {rules.printable(h)}: "
-                          f"{results[h]['error']}", file=sys.stderr, flush=True)
+                    _say(f"[{time.monotonic() - t0:6.1f} s] {rules.printable(h)}: "
+                         f"{results[h]['error']}")
                     continue
                 running[p] = (h, folder, time.monotonic(), fh, log)
             time.sleep(0.05)
@@ -202,14 +223,15 @@ def _run_all(prog: str, stem: str, todo: list, out: Path, n_jobs: int) -> list[d
                 h, folder, start, fh, log = running.pop(p)
                 fh.close()
                 secs = time.monotonic() - start
-                results[h] = {"host": h, "folder": folder, "exit": p.returncode,
-                              "seconds": round(secs, 1),
-                              "error": _last_sentence(log) if p.returncode else ""}
-                print(f"[{time.monotonic() - t0:6.1f} s] {rules.printable(h)}: "
-                      + ("done" if p.returncode == 0 else
-                         f"exit {p.returncode}: {results[h]['error']}")
-                      + f" ({secs:.1f} s; {len(results)} of {len(todo)} hosts)",
-                      file=sys.stderr, flush=True)
+                rc = _exit_code(p.returncode)
+                error = "" if rc == 0 else (
+                    f"{prog}: the host's process was killed by signal {-p.returncode}"
+                    if p.returncode < 0 else _last_sentence(log))
+                results[h] = {"host": h, "folder": folder, "exit": rc,
+                              "seconds": round(secs, 1), "error": error}
+                _say(f"[{time.monotonic() - t0:6.1f} s] {rules.printable(h)}: "
+                     + ("done" if rc == 0 else f"exit {rc}: {error}")
+                     + f" ({secs:.1f} s; {len(results)} of {len(todo)} hosts)")
     except KeyboardInterrupt:
         for p in running:
             p.terminate()
@@ -219,8 +241,7 @@ def _run_all(prog: str, stem: str, todo: list, out: Path, n_jobs: int) -> list[d
             except subprocess.TimeoutExpired:
                 p.kill()
             fh.close()
-        print(f"{prog}: interrupted; the hosts that finished are in their folders",
-              file=sys.stderr)
+        _say(f"{prog}: interrupted; the hosts that finished are in their folders")
         return None
     return [results[h] for h, _, _ in todo]
 
@@ -229,7 +250,10 @@ def scratch_hosts(out: Path) -> list[tuple[str, str]] | None:
     """(host, folder) of every host when `out` is the scratch folder of a per-host pass (it holds
     hosts.json and no step-1 tables of its own); None otherwise."""
     out = Path(out)
-    if not (out / "hosts.json").is_file() or (out / "skip_stats.json").exists():
+    # a folder with one host's own results (a one-host run written over an earlier per-host
+    # pass, whose step 1 failed) is not a per-host pass's folder
+    if not (out / "hosts.json").is_file() or any(
+            (out / f).exists() for f in ("skip_stats.json", "capture_info.json")):
         return None
     try:
         import json
@@ -251,10 +275,10 @@ def maybe_fan_out_scratch(prog: str, script: str | Path, argv: list[str] | None,
         return None
     n_jobs = max(1, min(jobs or _cores(), len(pairs)))
     args = list(sys.argv[1:] if argv is None else argv)
-    print(f"{prog}: {rules.printable(out)} holds a per-host pass of {len(pairs)} hosts; "
-          f"running on each host's folder, {n_jobs} at a time", file=sys.stderr, flush=True)
+    _say(f"{prog}: {rules.printable(out)} holds a per-host pass of {len(pairs)} hosts; "
+         f"running on each host's folder, {n_jobs} at a time")
     args = _without(args, ("--out", "--jobs"))
-    todo = [(h, f, [sys.executable, str(script), *args, "--out", str(Path(out) / f)])
+    todo = [(h, f, [sys.executable, str(script), *args, f"--out={Path(out) / f}"])
             for h, f in pairs]
     try:
         import json

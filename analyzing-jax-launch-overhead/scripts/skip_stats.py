@@ -1084,6 +1084,7 @@ def run(trace, out: Path) -> tuple[dict, list]:
     elif not isinstance(trace, trace_reader.Trace):
         trace = trace_reader.load_trace(trace)
     a, joins = analyse(trace)
+    source = trace_identity(trace.path)
     a.stream_names = {}
     gpu_pid = {pid: o for o, pid in trace.gpu_pids().items()}
     for (pid, tid), name in trace.threads.items():
@@ -1103,12 +1104,23 @@ def run(trace, out: Path) -> tuple[dict, list]:
             raise
         result = build_result(a, joins, name, rule, figures, step_rows, info)
         result["tables"] = {f: n for f, n in written}
+        result["capture"] = source
         lines = render_summary(result)
         (tmp / "summary.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
         (tmp / RESULT_FILE).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n",
                                        encoding="utf-8")
         written[:0] = [("summary.txt", len(lines)), (RESULT_FILE, 1)]
     return result, written
+
+
+def trace_identity(path) -> dict:
+    """The trace a result was computed from: its path as given, size and modification time, so
+    that a reader can tell a table of this capture from an earlier one left in the folder."""
+    try:
+        st = Path(path).stat()
+        return {"trace": str(path), "bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
+    except (OSError, TypeError, ValueError):
+        return {"trace": str(path), "bytes": None, "mtime_ns": None}
 
 
 class RowsJob:
