@@ -1084,6 +1084,8 @@ def run(trace, out: Path) -> tuple[dict, list]:
     elif not isinstance(trace, trace_reader.Trace):
         trace = trace_reader.load_trace(trace)
     a, joins = analyse(trace)
+    if KEEP_TO_EXIT:  # freed by the exit, not one object at a time (about 1 s on 1M events)
+        _KEPT.append(trace)
     source = trace_identity(trace.path)
     a.stream_names = {}
     gpu_pid = {pid: o for o, pid in trace.gpu_pids().items()}
@@ -1105,12 +1107,21 @@ def run(trace, out: Path) -> tuple[dict, list]:
         result = build_result(a, joins, name, rule, figures, step_rows, info)
         result["tables"] = {f: n for f, n in written}
         result["capture"] = source
+        if KEEP_TO_EXIT:
+            _KEPT.append(a)
         lines = render_summary(result)
         (tmp / "summary.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
         (tmp / RESULT_FILE).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n",
                                        encoding="utf-8")
         written[:0] = [("summary.txt", len(lines)), (RESULT_FILE, 1)]
     return result, written
+
+
+# Run as a command, the analysis (millions of small objects) is left for the process's exit to
+# free at once (os._exit after the output is flushed) instead of object by object when run()
+# returns; imported (tests, another step), nothing is kept.
+KEEP_TO_EXIT = False
+_KEPT: list = []
 
 
 def trace_identity(path) -> dict:
@@ -1278,4 +1289,11 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(rules.run_main("skip_stats", main))
+    KEEP_TO_EXIT = True
+    code = rules.run_main("skip_stats", main)
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+    os._exit(code)
