@@ -675,7 +675,13 @@ def analyse(out: Path) -> dict:
             100.0 * host_late / mwin, step_us, spread(hsav, at), assume, knob,
             src1 + "; skip_stats.json"))
 
-    # the straggler's extra work
+    # the straggler's extra work: the others wait for it inside collectives, so without any
+    # collective kernel in the steps no GPU waits for another and there is nothing to save
+    if straggler is not None and rows is not None and not any(rows["coll_sum"].values()):
+        notes.append(f"GPU {straggler} ends most steps last, but no collective kernel ran in "
+                     "the steps read: no GPU waits for another, so its lateness costs the "
+                     "others nothing (no straggler_wait cause)")
+        straggler = None
     if straggler is not None and rows is not None:
         sav, excess_med = [], []
         for n, fr in frames.items():

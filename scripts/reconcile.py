@@ -23,7 +23,9 @@ The checks (SKILL.md step 2):
                                  or a non-launch call (a stream wait) are listed
     3 kernels_per_step           per GPU: the same number of events in every analysed step
     4 same_work_across_gpus      per GPU: events, and compute + memcpy time (collectives left
-                                 out: they include waiting), per step against the other GPUs
+                                 out: they include waiting; argument copies left out: a GPU
+                                 that receives the inputs copies more), per step against the
+                                 other GPUs
                                  (argument copies and idle GPUs explained; time within 10%)
     5 stream_budget              per GPU and stream: compute + collective + memcpy + idle = span, to
                                  the picosecond, and idle equal to the span minus the union of the
@@ -203,19 +205,20 @@ def check_kernels_per_step(a, step_rows) -> list[dict]:
 
 
 def _per_device(a, steps) -> tuple[dict, dict]:
-    """One pass over the events: per GPU, compute + memcpy time per step (collective kernels
-    left out: their time includes waiting for the peers), and argument copies (memcpys with no
-    hlo_op and a launch of their own) in steps."""
+    """One pass over the events: per GPU, the program's compute + memcpy time per step
+    (collective kernels left out: their time includes waiting for the peers; argument copies
+    left out: a GPU that receives the inputs copies more, which the events check explains), and
+    argument copies (memcpys with no hlo_op and a launch of their own) in steps."""
     time_ps: dict = {}
     copies: dict = {}
     for e in a.events:
         if e.step not in steps:
             continue
-        if e.category != "collective":
-            t = time_ps.setdefault(e.device, {})
-            t[e.step] = t.get(e.step, 0) + e.dur
         if e.category == "memcpy" and not e.args.get("hlo_op") and not e.graph:
             copies[e.device] = copies.get(e.device, 0) + 1
+        elif e.category != "collective":
+            t = time_ps.setdefault(e.device, {})
+            t[e.step] = t.get(e.step, 0) + e.dur
     return time_ps, copies
 
 
@@ -255,7 +258,8 @@ def check_same_work(a, step_rows, idle_gpus) -> list[dict]:
         out.append(row("same_work_across_gpus_time", d, "",
                        "pass" if off <= SAME_WORK_TIME_TOLERANCE else "fail",
                        rules.us(time_ps[d]), rules.us(ref_t), "us",
-                       "compute + memcpy time per step (median)", "median over GPUs",
+                       "compute + memcpy time per step, argument copies left out (median)",
+                       "median over GPUs",
                        "" if off <= SAME_WORK_TIME_TOLERANCE else
                        f"GPU {d}: {rules.us(time_ps[d])} us of compute and memcpy time per step "
                        f"vs {rules.us(ref_t)} us on the others ({100 * off:.1f}% apart) for the "

@@ -572,15 +572,25 @@ def graph_items(inp: Inputs, facts: Facts) -> list:
                  gpu_us=f.graph_us, total_us=facts.total_us)]
 
 
+def _traced(text: str) -> list:
+    """The Python-traced (`$<file>:<line> ...`) names of a `name=us | ...` cell, with their us."""
+    parts = [p.rpartition("=") for p in (text or "").split(" | ") if p]
+    return [(name, _num(v, 0.0)) for name, _, v in parts
+            if name.startswith(PYTHON_TRACER_PREFIX)]
+
+
 def python_tracer_items(inp: Inputs, facts: Facts) -> list:
+    """The Python tracer's events where step 1 lists host events: inside the critical stream's
+    gaps (gaps.csv host_events) and in the idle between steps (steps.csv
+    between_host_events, every host thread: it finds the tracer also where the Python thread
+    launches nothing, as with several GPUs)."""
     gaps = read_table(inp.out, "gaps.csv")
-    if gaps is None:
+    steps = read_table(inp.out, "steps.csv")
+    if gaps is None and steps is None:
         return []
     n, idle, overlap, names = 0, 0.0, 0.0, {}
-    for g in gaps:
-        parts = [p.rpartition("=") for p in (g.get("host_events") or "").split(" | ") if p]
-        traced = [(name, _num(v, 0.0)) for name, _, v in parts
-                  if name.startswith(PYTHON_TRACER_PREFIX)]
+    for g in gaps or []:
+        traced = _traced(g.get("host_events"))
         if not traced:
             continue
         n += 1
@@ -588,16 +598,28 @@ def python_tracer_items(inp: Inputs, facts: Facts) -> list:
         for name, v in traced:
             overlap += v
             names[name] = names.get(name, 0.0) + v
-    facts.python_tracer_seen = bool(n)
-    if not n:
+    between = 0
+    for r in steps or []:
+        traced = _traced(r.get("between_host_events"))
+        if traced:
+            between += 1
+            for name, v in traced:
+                names[name] = names.get(name, 0.0) + v
+    facts.python_tracer_seen = bool(n or between)
+    if not (n or between):
         return []
     top = ", ".join(k for k, _ in sorted(names.items(), key=lambda kv: -kv[1])[:3])
+    where = " and ".join(x for x in (
+        f"{n} critical-stream gaps overlap Python-traced calls" if n else "",
+        f"{between} step x GPU rows' idle between steps hold them" if between else "") if x)
     return [item("python_tracer", "the Python tracer was on: host durations are upper bounds "
-                 f"({n} critical-stream gaps overlap Python-traced calls)", "gaps.csv: "
-                 "host_events ($<file>:<line> names)", f"{overlap:.3f} us of Python-traced "
-                 f"host time overlaps the gaps (largest: {top}); gpu_us is the gaps' idle time, "
-                 "not kernel time; the launch-bound share is inflated by an unknown amount",
-                 count=n, gpu_us=idle)]
+                 f"({where})", "gaps.csv: host_events; steps.csv: between_host_events "
+                 "($<file>:<line> names)",
+                 (f"{overlap:.3f} us of Python-traced host time overlaps the gaps; " if n else "")
+                 + f"largest names: {top}; "
+                 + ("gpu_us is the gaps' idle time, not kernel time; " if n else "")
+                 + "the launch-bound share and the host time between steps are inflated by an "
+                 "unknown amount", count=n + between, gpu_us=idle if n else None)]
 
 
 def nccl_items(facts: Facts) -> list:

@@ -131,6 +131,7 @@ class Step:
     end: int
     source: str
     partial: bool = False
+    launched: int | None = None  # program steps: when the host finished launching the program
 
 
 @dataclass
@@ -342,14 +343,15 @@ def find_steps(gpu, host_threads, trace_end) -> tuple[list, str, list]:
         return [Step(0, start, max(e.end for e in gpu), "capture", partial=True)], \
             "the whole capture", notes
     k = max(len(x) for x in per_thread)
-    starts = []
+    starts, launched = [], []
     for i in range(k):
         s = [x[i]["start"] for x in per_thread if i < len(x)]
         starts.append(min(s))
+        launched.append(max(x[i]["start"] + x[i]["dur"] for x in per_thread if i < len(x)))
     steps = []
     for i, s in enumerate(starts):
         end = starts[i + 1] if i + 1 < len(starts) else trace_end
-        steps.append(Step(i, s, end, f"program:{module}"))
+        steps.append(Step(i, s, end, f"program:{module}", launched=launched[i]))
     others = len([m for m in gpu_time if m != module])
     if others:
         notes.append(f"{others} other module name(s) also ran on the GPUs; steps follow "
@@ -359,14 +361,36 @@ def find_steps(gpu, host_threads, trace_end) -> tuple[list, str, list]:
 
 
 def assign_steps(gpu, steps) -> None:
+    """Each GPU event to the step in which its launch call started (its own start without one).
+    Steps taken from program executions: an event outside the program (no hlo_module: an
+    argument copy) launched after the host finished launching this execution, and not a copy to
+    the host (a result fetched), is the next call's input, sent before that call starts: it
+    goes to the next step, not to stretch this one past its program's last kernel (and one
+    launched before the first execution, to the first step)."""
     starts = [s.start for s in steps]
     for ev in gpu:
         t = ev.launch["start"] if ev.join == "launch" and ev.launch else ev.start
         i = bisect.bisect_right(starts, t) - 1
+        outside = steps and steps[0].launched is not None and \
+            "hlo_module" not in ev.args and not _to_host(ev)
         if i >= 0 and t <= steps[i].end or (i >= 0 and steps[i].source != "annotation"):
-            ev.step = steps[i].number
+            st = steps[i]
+            if outside and t > st.launched and i + 1 < len(steps):
+                st = steps[i + 1]
+            ev.step = st.number
+        elif i < 0 and outside:  # the first call's input, sent before it starts
+            ev.step = steps[0].number
         else:
             ev.step = None
+
+
+TO_HOST_RE = re.compile(r"DtoH|D2H|DeviceToHost", re.I)
+
+
+def _to_host(ev) -> bool:
+    """A copy to the host, by the event's name or its launch call's."""
+    return TO_HOST_RE.search(ev.name) is not None or (
+        ev.launch is not None and TO_HOST_RE.search(ev.launch["name"]) is not None)
 
 
 def mark_partial(gpu, steps) -> list:

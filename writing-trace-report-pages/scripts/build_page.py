@@ -353,9 +353,15 @@ class Render:
         while i < len(tokens):
             t = tokens[i]
             if t.type == "heading_open":
-                text = tokens[i + 1].content if i + 1 < len(tokens) else ""
+                inline = tokens[i + 1] if i + 1 < len(tokens) else None
+                text = inline.content if inline is not None else ""
                 if first and t.tag == "h1":
-                    self.title = text  # the page's title and its one h1
+                    # the page's title and its one h1: the heading's text, its Markdown read
+                    # (code spans and escapes as the reader sees them, not as typed)
+                    kids = getattr(inline, "children", None) or []
+                    self.title = "".join(c.content for c in kids
+                                         if c.type in ("text", "code_inline")) \
+                        if kids else text
                     i += 3
                     first = False
                     continue
