@@ -258,7 +258,7 @@ def check_same_work(a, step_rows, idle_gpus) -> list[dict]:
         out.append(row("same_work_across_gpus_time", d, "",
                        "pass" if off <= SAME_WORK_TIME_TOLERANCE else "fail",
                        rules.us(time_ps[d]), rules.us(ref_t), "us",
-                       "compute + memcpy time per step, argument copies left out (median)",
+                       "compute + memcpy time per step without argument copies (median)",
                        "median over GPUs",
                        "" if off <= SAME_WORK_TIME_TOLERANCE else
                        f"GPU {d}: {rules.us(time_ps[d])} us of compute and memcpy time per step "

@@ -197,11 +197,11 @@ launch_join,1,,pass,9,9,count,events joined to a launch (0 graph launches),GPU e
 kernels_per_step,0,,pass,3,3,count,fewest events in a step,most events in a step,
 kernels_per_step,1,,pass,3,3,count,fewest events in a step,most events in a step,
 same_work_across_gpus_events,0,,pass,3,3,count,events per step (median),median over GPUs,
-same_work_across_gpus_time,0,,pass,30.000,30.000,us,compute + memcpy time per step (median),\
-median over GPUs,
+same_work_across_gpus_time,0,,pass,30.000,30.000,us,compute + memcpy time per step \
+without argument copies (median),median over GPUs,
 same_work_across_gpus_events,1,,pass,3,3,count,events per step (median),median over GPUs,
-same_work_across_gpus_time,1,,pass,30.000,30.000,us,compute + memcpy time per step (median),\
-median over GPUs,
+same_work_across_gpus_time,1,,pass,30.000,30.000,us,compute + memcpy time per step \
+without argument copies (median),median over GPUs,
 stream_budget,0,7,pass,170000000,170000000,ps,compute + collective + memcpy + idle,span,
 stream_budget,0,8,pass,170000000,170000000,ps,compute + collective + memcpy + idle,span,
 stream_budget,1,7,pass,170500000,170500000,ps,compute + collective + memcpy + idle,span,
