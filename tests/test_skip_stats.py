@@ -18,7 +18,8 @@ from conftest import REPO
 
 SCRIPT = REPO / "analyzing-jax-launch-overhead" / "scripts" / "skip_stats.py"
 BARE = getattr(sys, "_base_executable", sys.executable)
-OUTPUTS = ("summary.txt", "skip_stats.json", "rows.csv", "streams.csv", "steps.csv", "gaps.csv")
+OUTPUTS = ("summary.txt", "skip_stats.json", "rows.csv", "streams.csv", "steps.csv", "gaps.csv",
+           "python_lines.csv")
 
 
 def run(capture, out, python=BARE, flags=("-I", "-S", "-P")):
@@ -261,6 +262,29 @@ def test_a_trace_cut_at_the_exporter_cap_is_said(corpus, monkeypatch):
     assert not any("cap" in n for n in a.notes)
 
 
+def test_python_lines_add_up_and_nest(tmp_path):
+    """python_lines.csv on a hand-made thread: a traced call with two nested ones (one nested
+    twice), and one traced call on another thread; self time is own time less the nested."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    import skip_stats
+
+    def h(name, start, dur):
+        return {"name": name, "start": start * 10**6, "dur": dur * 10**6, "args": {}}
+    threads = {(1, 1): [h("$train.py:10 step", 0, 100), h("$api.py:5 put", 10, 30),
+                        h("$api.py:7 wait", 50, 40), h("$api.py:5 put", 60, 10),
+                        h("PjitFunction(step)", 0, 100)],
+               (1, 2): [h("$train.py:10 step", 200, 20)]}
+    rows = {r["name"]: r for r in skip_stats.python_lines(threads)}
+    assert set(rows) == {"$train.py:10 step", "$api.py:5 put", "$api.py:7 wait"}
+    step, put, wait = rows["$train.py:10 step"], rows["$api.py:5 put"], rows["$api.py:7 wait"]
+    assert (step["calls"], step["total_ps"], step["self_ps"]) == (2, 120e6, (100 - 30 - 40
+                                                                            + 20) * 1e6)
+    assert (put["calls"], put["total_ps"], put["self_ps"]) == (2, 40e6, 40e6)
+    assert (wait["total_ps"], wait["self_ps"]) == (40e6, 30e6)
+    assert len(step["threads"]) == 2
+    assert skip_stats.python_lines({(1, 1): [h("PjitFunction(step)", 0, 5)]}) == []
+
+
 def test_rows_written_by_a_forked_child_are_the_same(corpus, tmp_path, monkeypatch):
     """Above FORK_ROWS_MIN events a forked child writes rows.csv while the parent computes the
     other tables: the files are byte for byte those of the one-process path."""
@@ -351,7 +375,7 @@ def test_no_launch_events_is_a_refusal(tmp_path):
 RESULT_FIELDS = {"step", "status", "verdict", "rule", "steps", "joins", "gpu_events",
                  "join_rate_pct_of_gpu_events", "figures", "host_device_split", "straggler",
                  "notes", "refusals", "needs_new_capture", "tables", "verdict_qualifier",
-                 "between_steps", "capture"}
+                 "between_steps", "capture", "python_tracer"}
 
 
 @pytest.mark.parametrize("name", ["rocm-8gpu-straggler", "nvidia-cb-partial", "rocm-no-steps"])

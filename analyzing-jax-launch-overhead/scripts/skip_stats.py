@@ -1091,6 +1091,15 @@ def render_summary(r: dict) -> list[str]:
                        f"{sg['most_collective_us']:,.1f} us): collective kernels include "
                        "waiting for peers, so the GPU that waits least is the one the others "
                        "wait for")
+    pt = r.get("python_tracer") or {}
+    if pt.get("calls"):
+        out.append(f"python tracer: on; {pt['calls']:,} traced calls of {pt['names']:,} names on "
+                   f"{pt['threads']} host thread(s), {pt['self_us']['value']:,.1f} us of their "
+                   "own time (python_lines.csv: host time by Python line, largest first; "
+                   "upper bounds, the tracer slows what it traces)")
+    else:
+        out.append("python tracer: no traced call (it was off, or traced nothing): host time "
+                   "by Python line is not in this capture")
     out += [f"note: {n}" for n in r["notes"]]
     out += [f"cannot compute: {x}" for x in r["refusals"]]
     out += [f"needs a new capture: {x}" for x in r["needs_new_capture"]]
@@ -1124,11 +1133,21 @@ def run(trace, out: Path) -> tuple[dict, list]:
             name, rule, figures = verdict(a, step_rows, info) if a.events else \
                 ("not computable", ["no GPU events"], {})
             written = write_tables(tmp, a, stream_acc, info["critical"], step_rows, gap_rows)
+            py = python_lines(a.host_threads)
+            written.append(("python_lines.csv", write_csv(
+                tmp / "python_lines.csv", PYTHON_LINES_COLUMNS,
+                ([r["name"], r["calls"], us(r["total_ps"]), us(r["self_ps"]), len(r["threads"])]
+                 for r in py))))
             written.insert(0, ("rows.csv", rows_job.wait()))
         except BaseException:
             rows_job.abort()
             raise
         result = build_result(a, joins, name, rule, figures, step_rows, info)
+        result["python_tracer"] = {
+            "names": len(py), "calls": sum(r["calls"] for r in py),
+            "self_us": {"value": sum(r["self_ps"] for r in py) / 1e6, "unit": "us",
+                        "label": "measured"},
+            "threads": len({t for r in py for t in r["threads"]})}
         result["tables"] = {f: n for f, n in written}
         result["capture"] = source
         if KEEP_TO_EXIT:
@@ -1146,6 +1165,38 @@ def run(trace, out: Path) -> tuple[dict, list]:
 # returns; imported (tests, another step), nothing is kept.
 KEEP_TO_EXIT = False
 _KEPT: list = []
+
+
+PYTHON_TRACER_PREFIX = "$"  # the Python tracer names its events "$<file>:<line> <function>"
+PYTHON_LINES_COLUMNS = ["name", "calls", "total_us", "self_us", "threads"]
+
+
+def python_lines(host_threads) -> list[dict]:
+    """Host time under the Python tracer, per traced name (`$<file>:<line> <function>`, or
+    `$builtins <function>`): calls, total (inclusive) and self time (less the traced calls
+    nested in it on the same thread), threads; by self time, largest first. Empty when the
+    tracer was off."""
+    per: dict[str, dict] = {}
+    for key, events in host_threads.items():
+        traced = [h for h in events if h["name"].startswith(PYTHON_TRACER_PREFIX)]
+        traced.sort(key=lambda h: (h["start"], -h["dur"]))
+        stack: list = []  # (end, the enclosing call's name totals)
+        for h in traced:
+            start, end = h["start"], h["start"] + h["dur"]
+            while stack and stack[-1][0] <= start:
+                stack.pop()
+            acc = per.get(h["name"])
+            if acc is None:
+                acc = per[h["name"]] = {"name": h["name"], "calls": 0, "total_ps": 0,
+                                        "self_ps": 0, "threads": set()}
+            acc["calls"] += 1
+            acc["total_ps"] += h["dur"]
+            acc["self_ps"] += h["dur"]
+            acc["threads"].add(key)
+            if stack:  # nested in the call below it: not that call's own time
+                stack[-1][1]["self_ps"] -= min(end, stack[-1][0]) - start
+            stack.append((end, acc))
+    return sorted(per.values(), key=lambda r: (-r["self_ps"], r["name"]))
 
 
 def trace_identity(path) -> dict:
