@@ -655,10 +655,14 @@ def merged_gap_tip(bar) -> str:
 def render_lines(result: dict) -> list[str]:
     """The SVG's header and footer sentences: a rendering of the result, nothing computed."""
     c, w, m, dr = result["chosen"], result["window"], result["merged"], result["drawn"]
-    out = [f"why this step: {c['why']}"]
+    zoom = (f"a zoom (--start/--end) inside step {c['step']}, whose straggler is said below: "
+            if w["zoomed"] and not c["whole_capture"] else "")
+    out = [f"why this step: {zoom}{c['why']}"]
     sg = result["straggler"]
-    out.append(f"straggler: {sg['sentence']}" if sg else
-               "straggler: " + ("; ".join(result["refusals"] + result["notes"][:1]) or "none"))
+    of = f" of step {c['step']} (not of the window)" if zoom else ""
+    out.append(f"straggler{of}: {sg['sentence']}" if sg else
+               f"straggler{of}: " + ("; ".join(result["refusals"] + result["notes"][:1])
+                                     or "none"))
     out.append(f"window: {w['start_us']:,.3f} to {w['end_us']:,.3f} us from the profile start"
                + (" (--start/--end)" if w["zoomed"] else
                   " (the whole capture, with a 1% margin)" if c["whole_capture"] else

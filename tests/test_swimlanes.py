@@ -292,6 +292,10 @@ def test_start_end_zoom_into_a_window(tiny, tmp_path):
     tips = [t.text for t in root.iter(f"{SVG}title") if t.text]
     starts = {float(m) for t in tips for m in re.findall(r"us at ([\d.]+) us", t)}
     assert starts and all(100 <= s < 200 for s in starts)
+    # the drawing's header says the window is a zoom and whose straggler it names
+    desc = next(t.text for t in root.iter(f"{SVG}desc"))
+    assert "why this step: a zoom (--start/--end) inside step" in desc
+    assert re.search(r"straggler of step \d+ \(not of the window\): ", desc)
     # a window outside the capture is refused in one sentence
     p = run(tiny, tmp_path, "--start", "5000", "--end", "6000")
     assert p.returncode == 1 and p.stderr.strip() == (
