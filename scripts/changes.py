@@ -679,8 +679,9 @@ def analyse(out: Path) -> dict:
     # collective kernel in the steps no GPU waits for another and there is nothing to save
     if straggler is not None and rows is not None and not any(rows["coll_sum"].values()):
         notes.append(f"GPU {straggler} ends most steps last, but no collective kernel ran in "
-                     "the steps read: no GPU waits for another, so its lateness costs the "
-                     "others nothing (no straggler_wait cause)")
+                     "the steps read: no GPU waits for it inside the program (no "
+                     "straggler_wait cause); a wait through the host (blocking on every "
+                     "result before the next call) is in the idle between steps")
         straggler = None
     if straggler is not None and rows is not None:
         sav, excess_med = [], []

@@ -43,8 +43,9 @@ Reads the report (Markdown) and the tables of the scratch folder (the current di
   sentence, e.g. swimlanes.json straggler.sentence, quoted whole).
 - Not figures (skipped): numbers in `backticks`, integers right after step, GPU, device, stream,
   rank, program, section, line, item, check, change, cause (and lists of them: "GPUs 0-7",
-  "steps 1, 2 and 3"; "changes 6 and 7", "causes 2 to 4": the plural of change and cause only
-  before a list), file:line, name(17), #13, years, enumerations "(1) the ...", heading
+  "steps 1, 2 and 3"; change and cause only in the singular: "changes 12 to 16 launches" is a
+  verb and a figure, so a list of changes is written "change 6 and change 7"), file:line,
+  name(17), #13, years, enumerations "(1) the ...", heading
   and list numbers. HTML comments, fenced code and citations inside backticks (examples) are
   ignored. A number whose citation stands more than three words after it fails as too far.
 - A table cell under a header that cites a text column (a trust.csv detail, keyed by its row's
@@ -178,11 +179,6 @@ RANGE_SEP_RE = re.compile(r"^\s*(?:–|—|−|-|to)\s*$")
 PAREN_OPEN_RE = re.compile(r"^\s*\(\s*(?:range:?\s*|min[–-]max:?\s*)?$")
 PAREN_CLOSE_RE = re.compile(r"[^()\d\n]{0,60}?\)")
 IDENT_LIST = r"#?\d+(?:\s*(?:,|–|-|and|or|to|/)\s*#?\d+)*"
-# The plural of the report's own identifiers ("changes 6 and 7", "causes 2 to 4") names a list
-# of them only: a lone number after it may be a count or a figure, so it is one only in a list.
-PLURAL_IDENT_RE = re.compile(
-    r"(?i)\b(changes|causes)\s*(" + IDENT_LIST + r"\s*(?:,|–|-|and|or|to|/)\s*#?)?$")
-LIST_AFTER_RE = re.compile(r"\s*(?:,|–|-|and|or|to|/)\s*#?\d")
 IDENT_BEFORE_RE = re.compile(
     r"(?i)\b(" + "|".join(IDENTIFIER_WORDS) + r")\s*(?:#|no\.?\s*|id\s*)?"
     r"(?:" + IDENT_LIST + r"\s*(?:,|–|-|and|or|to|/)\s*#?)?$")
@@ -472,9 +468,6 @@ def skip_reason(text: str, fig: Figure) -> str:
     if ints and IDENT_BEFORE_RE.search(before):
         word = IDENT_BEFORE_RE.search(before).group(1)
         return f"an identifier after '{word}'"
-    plural = PLURAL_IDENT_RE.search(before) if ints else None
-    if plural and (plural.group(2) or len(nums) > 1 or LIST_AFTER_RE.match(text[fig.end:])):
-        return f"an identifier after '{plural.group(1)}'"
     if ints and len(nums) == 1 and nums[0].value <= ENUM_MAX and \
             re.search(r"\(\s*$", text[max(0, fig.start - 3):fig.start]) and \
             re.match(r"\s*\)\s+[A-Za-z]", text[fig.end:fig.end + 4]):

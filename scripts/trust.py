@@ -598,20 +598,21 @@ def python_tracer_items(inp: Inputs, facts: Facts) -> list:
         for name, v in traced:
             overlap += v
             names[name] = names.get(name, 0.0) + v
-    between = 0
+    between: set = set()  # steps: every GPU's row of a step lists the same host events
     for r in steps or []:
         traced = _traced(r.get("between_host_events"))
-        if traced:
-            between += 1
+        if traced and r.get("step") not in between:
+            between.add(r.get("step"))
             for name, v in traced:
                 names[name] = names.get(name, 0.0) + v
+    between = len(between)
     facts.python_tracer_seen = bool(n or between)
     if not (n or between):
         return []
     top = ", ".join(k for k, _ in sorted(names.items(), key=lambda kv: -kv[1])[:3])
     where = " and ".join(x for x in (
         f"{n} critical-stream gaps overlap Python-traced calls" if n else "",
-        f"{between} step x GPU rows' idle between steps hold them" if between else "") if x)
+        f"the idle after {between} step(s) holds them" if between else "") if x)
     return [item("python_tracer", "the Python tracer was on: host durations are upper bounds "
                  f"({where})", "gaps.csv: host_events; steps.csv: between_host_events "
                  "($<file>:<line> names)",

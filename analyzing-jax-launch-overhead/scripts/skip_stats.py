@@ -360,26 +360,45 @@ def find_steps(gpu, host_threads, trace_end) -> tuple[list, str, list]:
         "no program ids, so programs sharing this name count together)", notes
 
 
+def program_call_starts(gpu, steps) -> None:
+    """Steps taken from program executions: a call starts with its argument copies, launched by
+    its dispatch before the program runs. Each step's start moves back to the launch of the
+    earliest such copy (a memcpy outside the program: no hlo_op, no hlo_module, not in a graph,
+    not to the host, joined to a launch call of its own) launched after the host finished
+    launching the previous execution; the previous step then ends there. So a GPU's step ends
+    at its program's last kernel, the next call's copies run inside the next call's step, and
+    the idle between calls is measured. The first step looks back at most twice the longest
+    such lead of the others (copies made long before the first call are set-up)."""
+    if not steps or steps[0].launched is None:
+        return
+    starts = [s.start for s in steps]
+    first: dict[int, int] = {}
+    for ev in gpu:
+        if not (ev.join == "launch" and ev.launch and ev.category == "memcpy" and not ev.graph
+                and "hlo_op" not in ev.args and "hlo_module" not in ev.args) or _to_host(ev):
+            continue
+        t = ev.launch["start"]
+        i = bisect.bisect_right(starts, t)  # the next execution: starts[i] > t
+        if i >= len(steps) or (i > 0 and t <= steps[i - 1].launched):
+            continue  # after the last call, or launched while the previous call was launching
+        if t < first.get(i, starts[i]):
+            first[i] = t
+    leads = [starts[i] - t for i, t in first.items() if i > 0]
+    if 0 in first and (not leads or starts[0] - first[0] > 2 * max(leads)):
+        del first[0]
+    for i, t in sorted(first.items()):
+        steps[i].start = t
+        if i > 0:
+            steps[i - 1].end = min(steps[i - 1].end, t)
+
+
 def assign_steps(gpu, steps) -> None:
-    """Each GPU event to the step in which its launch call started (its own start without one).
-    Steps taken from program executions: an event outside the program (no hlo_module: an
-    argument copy) launched after the host finished launching this execution, and not a copy to
-    the host (a result fetched), is the next call's input, sent before that call starts: it
-    goes to the next step, not to stretch this one past its program's last kernel (and one
-    launched before the first execution, to the first step)."""
     starts = [s.start for s in steps]
     for ev in gpu:
         t = ev.launch["start"] if ev.join == "launch" and ev.launch else ev.start
         i = bisect.bisect_right(starts, t) - 1
-        outside = steps and steps[0].launched is not None and \
-            "hlo_module" not in ev.args and not _to_host(ev)
         if i >= 0 and t <= steps[i].end or (i >= 0 and steps[i].source != "annotation"):
-            st = steps[i]
-            if outside and t > st.launched and i + 1 < len(steps):
-                st = steps[i + 1]
-            ev.step = st.number
-        elif i < 0 and outside:  # the first call's input, sent before it starts
-            ev.step = steps[0].number
+            ev.step = steps[i].number
         else:
             ev.step = None
 
@@ -528,6 +547,7 @@ def analyse(trace) -> tuple[Analysis, dict]:
     trace_end = max(ends, default=0)
     steps, source, step_notes = find_steps(gpu, host_threads, trace_end)
     notes += step_notes
+    program_call_starts(gpu, steps)
     assign_steps(gpu, steps)
     analysed = mark_partial(gpu, steps)
     if not gpu:
@@ -1096,7 +1116,8 @@ def render_summary(r: dict) -> list[str]:
         out.append(f"python tracer: on; {pt['calls']:,} traced calls of {pt['names']:,} names on "
                    f"{pt['threads']} host thread(s), {pt['self_us']['value']:,.1f} us of their "
                    "own time (python_lines.csv: host time by Python line, largest first; "
-                   "upper bounds, the tracer slows what it traces)")
+                   "upper bounds, the tracer slows what it traces; a blocking call's wait is "
+                   "its own time; the profiler's start and stop calls left out)")
     else:
         out.append("python tracer: no traced call (it was off, or traced nothing): host time "
                    "by Python line is not in this capture")
@@ -1169,16 +1190,20 @@ _KEPT: list = []
 
 PYTHON_TRACER_PREFIX = "$"  # the Python tracer names its events "$<file>:<line> <function>"
 PYTHON_LINES_COLUMNS = ["name", "calls", "total_us", "self_us", "threads"]
+# the profiler's own calls (they span the capture): not the program's time
+PROFILER_CALL_RE = re.compile(r"^\$profiler\.py:\d+ (start_trace|stop_trace|trace)$")
 
 
 def python_lines(host_threads) -> list[dict]:
     """Host time under the Python tracer, per traced name (`$<file>:<line> <function>`, or
     `$builtins <function>`): calls, total (inclusive) and self time (less the traced calls
-    nested in it on the same thread), threads; by self time, largest first. Empty when the
-    tracer was off."""
+    nested in it on the same thread; a call that blocks, waiting for the GPUs, holds that
+    wait as its own time), threads; by self time, largest first. The profiler's own start and
+    stop calls are left out. Empty when the tracer was off."""
     per: dict[str, dict] = {}
     for key, events in host_threads.items():
-        traced = [h for h in events if h["name"].startswith(PYTHON_TRACER_PREFIX)]
+        traced = [h for h in events if h["name"].startswith(PYTHON_TRACER_PREFIX)
+                  and not PROFILER_CALL_RE.match(h["name"])]
         traced.sort(key=lambda h: (h["start"], -h["dur"]))
         stack: list = []  # (end, the enclosing call's name totals)
         for h in traced:

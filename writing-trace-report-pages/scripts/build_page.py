@@ -359,8 +359,10 @@ class Render:
                     # the page's title and its one h1: the heading's text, its Markdown read
                     # (code spans and escapes as the reader sees them, not as typed)
                     kids = getattr(inline, "children", None) or []
-                    self.title = "".join(c.content for c in kids
-                                         if c.type in ("text", "code_inline")) \
+                    self.title = " ".join("".join(
+                        " " if c.type in ("softbreak", "hardbreak") else c.content
+                        for c in kids if c.type in ("text", "code_inline", "image",
+                                                    "softbreak", "hardbreak")).split()) \
                         if kids else text
                     i += 3
                     first = False
