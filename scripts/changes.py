@@ -83,7 +83,6 @@ LEADING_GAP_MAJORITY = 0.5
 HOST_EVENTS_NAMED = 3
 # The Python tracer names its events "$file:line function" (JAX's profiler): where such events
 # fill host gaps, the tracer itself inflates the host time.
-PYTHON_TRACER_PREFIX = "$"
 # An instruction whose pct_of_ceiling is under this runs far from any ceiling: a kernel that short
 # or that slow is more likely launch-size- or occupancy-limited than bandwidth-limited.
 FAR_FROM_CEILING_PCT = 10.0
@@ -493,13 +492,11 @@ def host_details(median_rows: list, fr: dict) -> dict:
                if not r.get("kernel_before") and abs(float(r["start_us"]) - fr["start"]) < 1e-3)
     names: dict = {}
     for r in gaps:
-        for item in (r.get("host_events") or "").split(" | "):
-            name, _, v = item.rpartition("=")
-            if name and num(v) is not None:
-                names[name] = names.get(name, 0.0) + float(v)
+        for name, v in rules.parse_host_events(r.get("host_events")):
+            names[name] = names.get(name, 0.0) + v
     top = sorted(names.items(), key=lambda kv: (-kv[1], kv[0]))
     return {"gaps": len(gaps), "leading_us": lead, "events": top,
-            "python_tracer": any(n.startswith(PYTHON_TRACER_PREFIX) for n, _ in top),
+            "python_tracer": any(n.startswith(rules.PYTHON_TRACER_PREFIX) for n, _ in top),
             "threads": sorted({r.get("launch_thread", "") for r in gaps
                                if "(unknown" not in r.get("launch_thread", "")} - {""})}
 

@@ -214,7 +214,7 @@ def _per_device(a, steps) -> tuple[dict, dict]:
     for e in a.events:
         if e.step not in steps:
             continue
-        if e.category == "memcpy" and not e.args.get("hlo_op") and not e.graph:
+        if rules.is_argument_copy(e.category, e.args, e.graph):
             copies[e.device] = copies.get(e.device, 0) + 1
         elif e.category != "collective":
             t = time_ps.setdefault(e.device, {})

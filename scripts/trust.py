@@ -125,7 +125,6 @@ EVENT_COUNT_FAMILIES = frozenset({"gpu_events_json_vs_xplane", "launch_join"})
 GRAPH_ID_IN_NAME = re.compile(r"Graph:\s*\d+")
 # The Python tracer names its events "$<file>:<line> <function>" (or "$<module> <function>" for
 # C functions); no other host event name starts with "$".
-PYTHON_TRACER_PREFIX = "$"
 # ROCm memcpy launch calls; their records carry `memcpy_details kind:Unknown size:0`
 # (references/capture-facts.md, all shared MI300X captures), so direction and size are unknown.
 ROCM_MEMCPY_LAUNCH = re.compile(r"^hipMemcpy", re.I)
@@ -573,10 +572,9 @@ def graph_items(inp: Inputs, facts: Facts) -> list:
 
 
 def _traced(text: str) -> list:
-    """The Python-traced (`$<file>:<line> ...`) names of a `name=us | ...` cell, with their us."""
-    parts = [p.rpartition("=") for p in (text or "").split(" | ") if p]
-    return [(name, _num(v, 0.0)) for name, _, v in parts
-            if name.startswith(PYTHON_TRACER_PREFIX)]
+    """The Python-traced (`$<file>:<line> ...`) names of a host-events cell, with their us."""
+    return [(name, v) for name, v in rules.parse_host_events(text)
+            if name.startswith(rules.PYTHON_TRACER_PREFIX)]
 
 
 def python_tracer_items(inp: Inputs, facts: Facts) -> list:

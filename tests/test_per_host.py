@@ -272,7 +272,7 @@ def test_tables_of_an_earlier_capture_are_not_read(slow_run, tmp_path):
 def test_a_one_host_folder_over_an_earlier_pass_is_not_fanned_out(tmp_path):
     (tmp_path / "h0").mkdir()
     (tmp_path / "hosts.json").write_text(json.dumps({"hosts": [{"host": "h0", "folder": "h0"}]}))
-    assert per_host.scratch_hosts(tmp_path) == [("h0", "h0")]
+    assert per_host.scratch_hosts(tmp_path) == ([("h0", "h0")], "")
     (tmp_path / "capture_info.json").write_text("{}")  # a one-host run wrote here since
     assert per_host.scratch_hosts(tmp_path) is None
 

@@ -16,6 +16,7 @@ an existing engine's map over hosts (references/architecture.md).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -246,9 +247,9 @@ def _run_all(prog: str, stem: str, todo: list, out: Path, n_jobs: int) -> list[d
     return [results[h] for h, _, _ in todo]
 
 
-def scratch_hosts(out: Path) -> list[tuple[str, str]] | None:
-    """(host, folder) of every host when `out` is the scratch folder of a per-host pass (it holds
-    hosts.json and no step-1 tables of its own); None otherwise."""
+def scratch_hosts(out: Path) -> tuple[list[tuple[str, str]], str] | None:
+    """(host, folder) of every host, and the run folder, when `out` is the scratch folder of a
+    per-host pass (it holds hosts.json and no step-1 tables of its own); None otherwise."""
     out = Path(out)
     # a folder with one host's own results (a one-host run written over an earlier per-host
     # pass, whose step 1 failed) is not a per-host pass's folder
@@ -256,13 +257,13 @@ def scratch_hosts(out: Path) -> list[tuple[str, str]] | None:
             (out / f).exists() for f in ("skip_stats.json", "capture_info.json")):
         return None
     try:
-        import json
         d = json.loads((out / "hosts.json").read_text(encoding="utf-8"))
         pairs = [(str(h["host"]), str(h["folder"])) for h in d["hosts"]]
-    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        run_dir = str(d.get("run_dir") or "")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return None
     ok = [(h, f) for h, f in pairs if _SAFE_NAME.fullmatch(f) and (out / f).is_dir()]
-    return ok or None
+    return (ok, run_dir) if ok else None
 
 
 def maybe_fan_out_scratch(prog: str, script: str | Path, argv: list[str] | None, out: Path,
@@ -270,23 +271,17 @@ def maybe_fan_out_scratch(prog: str, script: str | Path, argv: list[str] | None,
     """For the steps that read only the scratch folder (changes, trust, the draft): when `out`
     is a per-host pass's folder, run the script on each host's folder and summarise again; its
     exit code, or None when `out` is one host's folder."""
-    pairs = scratch_hosts(out)
-    if pairs is None:
+    found = scratch_hosts(out)
+    if found is None:
         return None
+    pairs, run_dir = found
     n_jobs = max(1, min(jobs or _cores(), len(pairs)))
-    args = list(sys.argv[1:] if argv is None else argv)
+    args = _without(list(sys.argv[1:] if argv is None else argv), ("--out", "--jobs"))
     _say(f"{prog}: {rules.printable(out)} holds a per-host pass of {len(pairs)} hosts; "
          f"running on each host's folder, {n_jobs} at a time")
-    args = _without(args, ("--out", "--jobs"))
     todo = [(h, f, [sys.executable, str(script), *args, f"--out={Path(out) / f}"])
             for h, f in pairs]
-    try:
-        import json
-        run_dir = json.loads((Path(out) / "hosts.json").read_text(encoding="utf-8")).get(
-            "run_dir", "")
-    except (OSError, ValueError, AttributeError, RecursionError):
-        run_dir = ""
-    return _run_and_summarise(prog, Path(script).stem, todo, Path(out), n_jobs, str(run_dir))
+    return _run_and_summarise(prog, Path(script).stem, todo, Path(out), n_jobs, run_dir)
 
 
 def maybe_fan_out(prog: str, script: str | Path, argv: list[str] | None, capture, run, host,

@@ -374,8 +374,9 @@ def program_call_starts(gpu, steps) -> None:
     starts = [s.start for s in steps]
     first: dict[int, int] = {}
     for ev in gpu:
-        if not (ev.join == "launch" and ev.launch and ev.category == "memcpy" and not ev.graph
-                and "hlo_op" not in ev.args and "hlo_module" not in ev.args) or _to_host(ev):
+        if not (ev.join == "launch" and ev.launch and "hlo_module" not in ev.args
+                and rules.is_argument_copy(ev.category, ev.args, ev.graph)) \
+                or rules.is_copy_to_host(ev.name, ev.launch["name"]):
             continue
         t = ev.launch["start"]
         i = bisect.bisect_right(starts, t)  # the next execution: starts[i] > t
@@ -402,14 +403,6 @@ def assign_steps(gpu, steps) -> None:
         else:
             ev.step = None
 
-
-TO_HOST_RE = re.compile(r"DtoH|D2H|DeviceToHost", re.I)
-
-
-def _to_host(ev) -> bool:
-    """A copy to the host, by the event's name or its launch call's."""
-    return TO_HOST_RE.search(ev.name) is not None or (
-        ev.launch is not None and TO_HOST_RE.search(ev.launch["name"]) is not None)
 
 
 def mark_partial(gpu, steps) -> list:
@@ -674,8 +667,7 @@ def between_steps(a: Analysis, step_rows) -> None:
         if not r["idle_between_ps"]:
             continue
         events, covered = host_events_in(a, r["end_ps"], n)
-        r["between_events"] = " | ".join(f"{name}={v / 1e6:.3f}"
-                                         for name, v in events[:BETWEEN_EVENTS_NAMED])
+        r["between_events"] = rules.host_events_cell(events[:BETWEEN_EVENTS_NAMED])
         r["between_cause"] = between_cause(events, covered, r["idle_between_ps"])
 
 
@@ -754,8 +746,7 @@ def gap_host_events(a: Analysis, ev, start, end) -> tuple[str, str]:
             return a.thread_names.get(launch_thread, "") + " (unknown: no execution thread " \
                 "holds its launches)", ""
     top = host_events_in(a, start, end, (thread,))[0][:8]
-    return a.thread_names.get(thread, str(thread)), " | ".join(
-        f"{n}={v / 1e6:.3f}" for n, v in top)
+    return a.thread_names.get(thread, str(thread)), rules.host_events_cell(top)
 
 
 def verdict(a: Analysis, step_rows, info) -> tuple[str, list, dict]:
@@ -1188,7 +1179,6 @@ KEEP_TO_EXIT = False
 _KEPT: list = []
 
 
-PYTHON_TRACER_PREFIX = "$"  # the Python tracer names its events "$<file>:<line> <function>"
 PYTHON_LINES_COLUMNS = ["name", "calls", "total_us", "self_us", "threads"]
 # the profiler's own calls (they span the capture): not the program's time
 PROFILER_CALL_RE = re.compile(r"^\$profiler\.py:\d+ (start_trace|stop_trace|trace)$")
@@ -1202,7 +1192,7 @@ def python_lines(host_threads) -> list[dict]:
     stop calls are left out. Empty when the tracer was off."""
     per: dict[str, dict] = {}
     for key, events in host_threads.items():
-        traced = [h for h in events if h["name"].startswith(PYTHON_TRACER_PREFIX)
+        traced = [h for h in events if h["name"].startswith(rules.PYTHON_TRACER_PREFIX)
                   and not PROFILER_CALL_RE.match(h["name"])]
         traced.sort(key=lambda h: (h["start"], -h["dur"]))
         stack: list = []  # (end, the enclosing call's name totals)

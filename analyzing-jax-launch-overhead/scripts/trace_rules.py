@@ -217,6 +217,44 @@ def quiet_fd2():
 
 # ---------------------------------------------------------------- streams and stragglers
 
+# ---------------------------------------------------------------- host events and copies
+
+# The Python tracer names its events "$<file>:<line> <function>" (or "$builtins <function>").
+PYTHON_TRACER_PREFIX = "$"
+TO_HOST_RE = re.compile(r"DtoH|D2H|DeviceToHost", re.I)
+
+
+def host_events_cell(pairs) -> str:
+    """The host events of a gap or of the idle between steps, as one table cell: `name=us`
+    (picoseconds given, 3 decimals written) joined by ' | '."""
+    return " | ".join(f"{name}={v / 1e6:.3f}" for name, v in pairs)
+
+
+def parse_host_events(text) -> list[tuple[str, float]]:
+    """A `host_events_cell` read back: (name, us) pairs, unreadable items left out."""
+    out = []
+    for item in (text or "").split(" | "):
+        name, _, v = item.rpartition("=")
+        try:
+            us_ = float(v)
+        except ValueError:
+            continue
+        if name:
+            out.append((name, us_))
+    return out
+
+
+def is_argument_copy(category: str, args: dict, graph: bool) -> bool:
+    """A memcpy outside the program: no hlo_op, not in a graph (an argument copy)."""
+    return category == "memcpy" and not args.get("hlo_op") and not graph
+
+
+def is_copy_to_host(name: str, launch_name: str | None = None) -> bool:
+    """A copy to the host, by the event's name or its launch call's."""
+    return TO_HOST_RE.search(name) is not None or (
+        launch_name is not None and TO_HOST_RE.search(launch_name) is not None)
+
+
 STREAM_ROLES = ("compute", "collective", "copy")
 # Several GPUs that finish a step within this much of the latest end are a tie, not one
 # straggler: 1 us is below the jitter of a single launch (a few us), so a smaller difference says
