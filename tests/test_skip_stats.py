@@ -378,7 +378,7 @@ def test_no_launch_events_is_a_refusal(tmp_path):
 RESULT_FIELDS = {"step", "status", "verdict", "rule", "steps", "joins", "gpu_events",
                  "join_rate_pct_of_gpu_events", "figures", "host_device_split", "straggler",
                  "notes", "refusals", "needs_new_capture", "tables", "verdict_qualifier",
-                 "between_steps", "capture", "python_tracer"}
+                 "between_steps", "capture", "python_tracer", "gpu_groups"}
 
 
 @pytest.mark.parametrize("name", ["rocm-8gpu-straggler", "nvidia-cb-partial", "rocm-no-steps"])
@@ -476,3 +476,105 @@ def test_a_changing_last_gpu_is_no_straggler():
             for n, e_ in ends for d, e in e_.items()]
     sg = skip_stats.straggler(rows, {"ends": ends}, 1e-6)
     assert not sg["is_straggler"] and sg["ties"] == 3
+
+
+# ---------------------------------------------------------------- steps as the programs run them
+
+def _exec(module, start_us, end_us, thread=("h", 1)):
+    return {"name": f"{module}:XLA GPU module", "start": start_us * 1_000_000,
+            "dur": (end_us - start_us) * 1_000_000, "thread": thread, "args": {}}
+
+
+def test_the_cycle_of_programs_is_found_with_a_prefix_extras_and_a_cut_last_cycle():
+    import skip_stats
+    # a warm-up call, then 10 whole cycles of (a, b, b, c) with a long pause before `a`, a
+    # metrics program inside the second cycle, and a cycle the capture cut after `a, b`
+    seq = ["warm"] + ["a", "b", "b", "c"] + ["a", "b", "b", "c", "metrics"] + \
+        ["a", "b", "b", "c"] * 8 + ["a", "b"]
+    t, events = 0, []
+    for m in seq:
+        t += 200 if m == "a" else 20
+        events.append(_exec(m, t, t + 10))
+        t += 10
+    execs = skip_stats.program_executions({("h", 1): events})
+    assert [x.module for x in execs] == seq
+    assert skip_stats.find_cycle([x.module for x in execs])[0] == 4
+    notes = []
+    steps, source = skip_stats.cycle_steps(execs, t + 100, notes)
+    assert [[x.module for x in s.executions] for s in steps] == [
+        ["warm"], ["a", "b", "b", "c"], ["a", "b", "b", "c", "metrics"]] + \
+        [["a", "b", "b", "c"]] * 8 + [["a", "b"]]
+    assert [s.partial for s in steps] == [True] + [False] * 10 + [True]
+    assert [s.extra for s in steps] == [0, 0, 1] + [0] * 9
+    assert source.startswith("the repeating cycle of 4 program executions (a, b x2, c)")
+    # each step ends where the next begins; the first whole cycle starts at its `a`
+    assert all(s.end == n.start for s, n in zip(steps, steps[1:], strict=False))
+    assert steps[1].start == execs[1].start
+    assert "longest host pause" in notes[0]
+    assert "44 executions, 4 outside the whole cycles" in notes[0]
+
+
+def test_a_sequence_that_does_not_repeat_is_one_window():
+    import skip_stats
+    events = [_exec(m, 10 * i, 10 * i + 5) for i, m in enumerate("abcdefgh")]
+    execs = skip_stats.program_executions({("h", 1): events})
+    assert skip_stats.find_cycle([x.module for x in execs]) is None
+    assert skip_stats.cycle_steps(execs, 1000, []) is None
+
+
+def test_one_dispatch_on_several_gpu_threads_is_one_execution():
+    import skip_stats
+    # the first call of a multi-GPU program runs one GPU after the other; later ones at once
+    threads = [("h", k) for k in range(4)]
+    evs = {th: [] for th in threads}
+    for k, th in enumerate(threads):
+        evs[th].append(_exec("p", 100 * k, 100 * k + 50, th))
+        evs[th].append(_exec("p", 1000 + k, 1040 + k, th))
+        evs[th].append(_exec("p", 2000 + k, 2040 + k, th))
+    execs = skip_stats.program_executions(evs)
+    assert [len(x.threads) for x in execs] == [4, 4, 4]
+
+
+@pytest.mark.parametrize("real, period, programs", [
+    ("tracelens-amd-rocm/mi300x-jax0.8-gemm", 7,
+     "jit_convert_element_type x2, jit_broadcast_in_dim x2, jit_dot x3"),
+    ("tracelens-amd-rocm/mi300x-jax0.8-elementwise", 11,
+     "jit_relu, jit__mean, jit__std, jit_subtract, jit_add x2, jit_true_divide, "
+     "jit__reduce_sum, jit_sin, jit_cos, jit_multiply"),
+])
+def test_real_eager_loops_are_framed_by_their_cycle(shared, tmp_path, real, period, programs):
+    """The gemm and elementwise captures call small jitted programs one after another in a
+    loop: a step is one turn of the loop, not one execution of the largest program."""
+    p = run(shared / real, tmp_path)
+    assert p.returncode == 0, p.stderr
+    result = json.loads((tmp_path / "skip_stats.json").read_text())
+    assert result["steps"]["source"].startswith(
+        f"the repeating cycle of {period} program executions ({programs})")
+    rows = read(tmp_path / "steps.csv")
+    assert rows and {r["executions"] for r in rows} == {str(period)}
+    assert {r["source"] for r in rows} == {f"cycle of {period} executions"}
+    # every analysed step holds the whole cycle: its programs and their executions
+    first = [m.split(" x")[0] for m in rows[0]["programs"].split("; ")]
+    assert sorted(set(first)) == sorted({m.split(" x")[0] for m in programs.split(", ")})
+    assert all(float(r["between_programs_idle_us"]) > 0 for r in rows)
+    assert result["figures"]["executions_per_step"]["value"] == period
+
+
+def test_gpu_groups_compare_only_gpus_that_run_the_same_programs():
+    import skip_stats
+
+    def ev(device, module, cat="compute", dur=10):
+        args = {"hlo_module": module} if module else {}
+        e = skip_stats.GpuEvent(device, 1, "k", 0, dur * 1_000_000, args, cat)
+        e.step = 0
+        return e
+    by = {(0, 0): [ev(0, None, "memcpy", 1) for _ in range(5)],
+          (1, 0): [ev(1, "jit_a"), ev(1, "jit_b")],
+          (2, 0): [ev(2, "jit_a"), ev(2, "jit_b")],
+          (3, 0): [ev(3, "jit_c", dur=50)]}
+    groups = skip_stats.gpu_groups(None, by)
+    assert [(g["devices"], g["kind"]) for g in groups] == [
+        ([3], "programs"), ([1, 2], "programs"), ([0], "argument copies only")]
+    assert skip_stats.group_sentence(groups[2], 1) == (
+        "GPU 0 holds argument copies only: 5 events, 5.0 us per GPU and step (5 argument "
+        "copies in all)")

@@ -102,6 +102,25 @@ CONTAINER_RE = re.compile(r"^(PjitFunction|PJRT_|PjRt|GpuExecutable::|Thunks::)|
                           r":XLA GPU module$|^ExecutorState::|^ThunkExecutor")
 
 
+# Steps from the repeating cycle of program executions (no step annotation). A cycle length p is
+# accepted when the executed programs' names repeat with period p for at least this share of the
+# sequence: 90% tolerates a few executions outside the cycle (a warm-up call, a metrics program
+# every tenth step) without accepting a sequence that does not repeat.
+PERIOD_MATCH_SHARE = 0.9
+# At least this many whole cycles: one cycle cannot be told from a sequence that never repeats.
+PERIOD_MIN_CYCLES = 2
+# The longest cycle looked for, in executions: a step of more program executions than this is
+# taken as one window (the search is linear per candidate length, and no real step was seen with
+# more than a few hundred dispatches).
+PERIOD_MAX = 4096
+# Where a cycle starts: at the execution after the longest host pause of the cycle (the step's
+# sync, the input pipeline), when the median pause before it is at least this many times the
+# median pause before every other execution of the cycle; otherwise the pauses do not mark a
+# boundary and the capture's first execution starts the first step (said in the notes).
+PHASE_PAUSE_RATIO = 1.5
+
+
+
 # ---------------------------------------------------------------- model
 
 class GpuEvent:
@@ -132,6 +151,8 @@ class Step:
     source: str
     partial: bool = False
     launched: int | None = None  # program steps: when the host finished launching the program
+    executions: list = field(default_factory=list)  # the program executions of the step
+    extra: int = 0  # executions outside the repeating cycle that ran in this step
 
 
 @dataclass
@@ -295,6 +316,203 @@ def join_events(gpu, by_corr, threads) -> dict:
     return counts
 
 
+@dataclass
+class Execution:
+    """One dispatch of one program: its host execution events (one per GPU thread)."""
+    module: str
+    start: int
+    end: int
+    threads: set
+
+
+def program_executions(host_threads) -> list:
+    """Executions of programs on the host, in start order: `<module>:XLA GPU module` events (or,
+    on a thread without them, `GpuExecutable::ExecuteThunks` with its module_name), one per GPU
+    thread; consecutive executions of one module on distinct threads are one dispatch (a
+    multi-GPU program runs on one execution thread per GPU, at once or, on its first call, one
+    GPU after another)."""
+    evs = []
+    for key, events in host_threads.items():
+        mods = [(h["start"], h["start"] + h["dur"], h["name"][:-len(":XLA GPU module")])
+                for h in events if h["name"].endswith(":XLA GPU module")]
+        if not mods:
+            mods = [(h["start"], h["start"] + h["dur"], str(h["args"]["module_name"]))
+                    for h in events if h["name"] == "GpuExecutable::ExecuteThunks"
+                    and h["args"].get("module_name")]
+        evs.extend((s, e, m, key) for s, e, m in mods)
+    evs.sort(key=lambda x: (x[0], x[1]))
+    out: list[Execution] = []
+    for s, e, m, key in evs:
+        cur = out[-1] if out else None
+        if cur is not None and cur.module == m and key not in cur.threads:
+            cur.threads.add(key)
+            cur.end = max(cur.end, e)
+            continue
+        out.append(Execution(m, s, e, {key}))
+    return out
+
+
+def find_cycle(names: list) -> tuple[int, list] | None:
+    """The repeating cycle of a sequence of executed programs: the shortest p and the p-gram
+    (one rotation of the cycle) whose whole, non-overlapping occurrences cover at least
+    PERIOD_MATCH_SHARE of the sequence, PERIOD_MIN_CYCLES of them at least; None when nothing
+    repeats. A first pass compares the sequence with itself shifted by p (fast where the cycle
+    is exact); the second takes each p's most common p-gram (a rolling hash, linear per p), so
+    an execution inserted into one cycle does not shift every later one out of phase."""
+    n = len(names)
+    top = min(PERIOD_MAX, n // PERIOD_MIN_CYCLES)
+    for p in range(1, top + 1):
+        allowed = int((1 - PERIOD_MATCH_SHARE) * (n - p))
+        misses = 0
+        for i in range(n - p):
+            if names[i] != names[i + p]:
+                misses += 1
+                if misses > allowed:
+                    break
+        else:
+            pattern = names[:p]
+            if walk_coverage(names, pattern)[0] >= PERIOD_MATCH_SHARE * n:
+                return p, pattern
+    ids: dict[str, int] = {}
+    seq = [ids.setdefault(m, len(ids) + 1) for m in names]
+    mod, base = (1 << 61) - 1, 1_000_003
+    for p in range(1, top + 1):
+        if PERIOD_MIN_CYCLES * p > n:
+            break
+        h, power = 0, pow(base, p, mod)
+        counts: dict[int, int] = {}
+        first: dict[int, int] = {}
+        for i, v in enumerate(seq):
+            h = (h * base + v) % mod
+            if i >= p:
+                h = (h - seq[i - p] * power) % mod
+            if i >= p - 1:
+                counts[h] = counts.get(h, 0) + 1
+                first.setdefault(h, i - p + 1)
+        best = max(counts, key=lambda k: (counts[k], -first[k]))
+        if counts[best] * p < PERIOD_MATCH_SHARE * n or counts[best] < PERIOD_MIN_CYCLES:
+            continue
+        pattern = names[first[best]:first[best] + p]
+        covered, whole = walk_coverage(names, pattern)
+        if covered >= PERIOD_MATCH_SHARE * n and whole >= PERIOD_MIN_CYCLES:
+            return p, pattern
+    return None
+
+
+def walk_coverage(names: list, pattern: list) -> tuple[int, int]:
+    """Executions inside whole occurrences of `pattern` (taken left to right, not overlapping),
+    and how many occurrences."""
+    p, i, covered, whole = len(pattern), 0, 0, 0
+    while i < len(names):
+        if names[i:i + p] == pattern:
+            covered += p
+            whole += 1
+            i += p
+        else:
+            i += 1
+    return covered, whole
+
+
+def cycle_positions(names: list, pattern: list) -> list:
+    """Each execution's position in the cycle (None for one outside every whole occurrence)."""
+    p, i, pos = len(pattern), 0, [None] * len(names)
+    while i < len(names):
+        if names[i:i + p] == pattern:
+            pos[i:i + p] = range(p)
+            i += p
+        else:
+            i += 1
+    return pos
+
+
+def cycle_phase(execs: list, pattern: list) -> tuple[list, str]:
+    """The rotation of the cycle that starts a step: the one after the longest host pause (the
+    median over cycles of the time from the previous execution's end to this one's start), when
+    it stands out by PHASE_PAUSE_RATIO; else the cycle as the capture first runs it."""
+    p = len(pattern)
+    if p == 1:
+        return pattern, "one program per step"
+    names = [x.module for x in execs]
+    pos = cycle_positions(names, pattern)
+    pauses: dict[int, list] = {}
+    for i in range(1, len(execs)):
+        if pos[i] is not None:
+            pauses.setdefault(pos[i], []).append(max(0, execs[i].start - execs[i - 1].end))
+    med = {r: statistics.median(v) for r, v in pauses.items() if v}
+    if len(med) < p:
+        return pattern, "the capture's first execution of the cycle starts a step"
+    best = max(sorted(med), key=lambda r: med[r])
+    rest = statistics.median([v for r, v in med.items() if r != best])
+    if med[best] >= PHASE_PAUSE_RATIO * max(rest, 1):
+        return pattern[best:] + pattern[:best], (
+            f"a step starts after the longest host pause of the cycle (median "
+            f"{med[best] / 1e6:,.1f} us before {pattern[best]}, against {rest / 1e6:,.1f} us "
+            "before the others)")
+    return pattern, ("no host pause marks the cycle's start, so the capture's first execution "
+                     "of the cycle starts a step")
+
+
+def cycle_steps(execs: list, trace_end: int, notes: list) -> tuple[list, str] | None:
+    """Steps from the repeating cycle of executed programs, or None when nothing repeats."""
+    names = [x.module for x in execs]
+    found = find_cycle(names)
+    if found is None:
+        return None
+    p, pattern = found
+    cycle, why = cycle_phase(execs, pattern)
+    # walk the executions: a step at every whole cycle; an execution outside the cycle joins the
+    # step it runs in (a metrics program every tenth step); those before the first whole cycle
+    # and an unfinished last cycle are partial steps
+    groups: list[list] = []
+    extra: list[int] = []
+    i = 0
+    while i < len(execs):
+        if names[i:i + p] == cycle:
+            groups.append(list(range(i, i + p)))
+            extra.append(0)
+            i += p
+        elif len(execs) - i < p and names[i:] == cycle[:len(execs) - i]:
+            groups.append(list(range(i, len(execs))))  # the cycle the capture cut
+            extra.append(0)
+            break
+        elif groups:
+            groups[-1].append(i)
+            extra[-1] += 1
+            i += 1
+        else:
+            groups.append([i])  # before the first whole cycle
+            extra.append(0)
+            i += 1
+    steps = []
+    for k, idx in enumerate(groups):
+        group = [execs[j] for j in idx]
+        nxt = groups[k + 1][0] if k + 1 < len(groups) else None
+        end = execs[nxt].start if nxt is not None else trace_end
+        st = Step(k, group[0].start, end, "", launched=max(x.end for x in group))
+        st.executions = group
+        st.extra = extra[k]
+        st.partial = [names[j] for j in idx[:p]] != cycle
+        steps.append(st)
+    distinct = list(dict.fromkeys(cycle))
+    if p == 1:
+        source = f"executions of {cycle[0]}"
+        label = f"program:{cycle[0]}"
+    else:
+        counts = {m: cycle.count(m) for m in distinct}
+        source = (f"the repeating cycle of {p} program executions ("
+                  + ", ".join(f"{m} x{c}" if c > 1 else m for m, c in counts.items())
+                  + ")")
+        label = f"cycle of {p} executions"
+    for st in steps:
+        st.source = label
+    outside = sum(len(g) if st.partial else st.extra for g, st in zip(groups, steps, strict=True))
+    notes.append(f"steps: {source}; {why}; {len(execs)} executions, {outside} outside the "
+                 "whole cycles (the trace has no program ids, so programs sharing a module "
+                 "name count together)")
+    return steps, source + " (the trace has no program ids, so programs sharing a module name "\
+        "count together)"
+
+
 def find_steps(gpu, host_threads, trace_end) -> tuple[list, str, list]:
     notes = []
     marks: dict[int, list] = {}
@@ -310,54 +528,25 @@ def find_steps(gpu, host_threads, trace_end) -> tuple[list, str, list]:
         steps = [Step(n, min(h["start"] for h in hs), max(h["start"] + h["dur"] for h in hs),
                       "annotation") for n, hs in sorted(marks.items())]
         return steps, "StepTraceAnnotation (step_num)", notes
-    # executions of the program (module name) with the most GPU time
-    gpu_time: dict[str, int] = {}
-    for ev in gpu:
-        m = ev.args.get("hlo_module")
-        if m:
-            gpu_time[m] = gpu_time.get(m, 0) + ev.dur
-    if not gpu_time:
-        if gpu:
-            start = min(e.start for e in gpu)
-            end = max(e.end for e in gpu)
-            notes.append("no StepTraceAnnotation and no hlo_module labels: the whole capture is "
-                         "analysed as one window")
-            return [Step(0, start, end, "capture", partial=True)], "the whole capture", notes
+    execs = program_executions(host_threads)
+    found = cycle_steps(execs, trace_end, notes) if execs else None
+    if found is not None:
+        steps, source = found
+        return steps, source, notes
+    if not gpu:
         return [], "none", notes
-    module = max(gpu_time, key=gpu_time.get)
-    execs: dict[tuple, list] = {}
-    for key, events in host_threads.items():
-        for h in events:
-            if h["name"] == f"{module}:XLA GPU module" or (
-                    h["name"] == "GpuExecutable::ExecuteThunks" and
-                    h["args"].get("module_name") == module):
-                execs.setdefault(key, []).append(h)
-    # one execution per thread per step: prefer the module events, else ExecuteThunks
-    per_thread = []
-    for hs in execs.values():
-        mods = [h for h in hs if h["name"].endswith(":XLA GPU module")] or hs
-        per_thread.append(sorted(mods, key=lambda h: h["start"]))
-    if not per_thread:
-        start = min(e.start for e in gpu)
-        notes.append(f"no host execution events of {module}: the whole capture is one window")
-        return [Step(0, start, max(e.end for e in gpu), "capture", partial=True)], \
-            "the whole capture", notes
-    k = max(len(x) for x in per_thread)
-    starts, launched = [], []
-    for i in range(k):
-        s = [x[i]["start"] for x in per_thread if i < len(x)]
-        starts.append(min(s))
-        launched.append(max(x[i]["start"] + x[i]["dur"] for x in per_thread if i < len(x)))
-    steps = []
-    for i, s in enumerate(starts):
-        end = starts[i + 1] if i + 1 < len(starts) else trace_end
-        steps.append(Step(i, s, end, f"program:{module}", launched=launched[i]))
-    others = len([m for m in gpu_time if m != module])
-    if others:
-        notes.append(f"{others} other module name(s) also ran on the GPUs; steps follow "
-                     f"{module}, the one with the most GPU time")
-    return steps, f"executions of {module} (the module with the most GPU time; the trace has "\
-        "no program ids, so programs sharing this name count together)", notes
+    start = min(e.start for e in gpu)
+    end = max(e.end for e in gpu)
+    if not execs:
+        why = ("no StepTraceAnnotation and no program executions on the host (no "
+               "`<module>:XLA GPU module` or GpuExecutable::ExecuteThunks events)")
+    else:
+        why = (f"no StepTraceAnnotation, and the {len(execs)} program execution(s) on the host "
+               "do not repeat in a cycle")
+    notes.append(f"{why}: the whole capture is analysed as one window")
+    st = Step(0, start, end, "capture", partial=True)
+    st.executions = execs
+    return [st], "the whole capture", notes
 
 
 def program_call_starts(gpu, steps) -> None:
@@ -593,6 +782,7 @@ def per_step_rows(a: Analysis) -> tuple[list, list, list, dict]:
     verdict_in = []
     for num, st in sorted(analysed.items()):
         ends = {}
+        exec_starts = [x.start for x in st.executions]
         for d in devices:
             evs = by_gpu_step.get((d, num), [])
             if not evs:
@@ -627,6 +817,7 @@ def per_step_rows(a: Analysis) -> tuple[list, list, list, dict]:
             host_late, device_wait, unknown, gaps = classify_gaps(a, crit_evs, start, d, num)
             gap_rows.extend(gaps)
             coll = union_ps(coll_iv)
+            n_exec, programs, between_programs = step_programs(evs, exec_starts)
             step_rows.append({
                 "step": num, "device": d, "source": st.source, "start_ps": start, "end_ps": end,
                 "dur_ps": dur, "kernels": len(evs), "busy_ps": busy, "idle_ps": dur - busy,
@@ -634,7 +825,8 @@ def per_step_rows(a: Analysis) -> tuple[list, list, list, dict]:
                 "akd_ps": kernel_sum / len(evs), "il_ps": dur, "il_idle_ps": dur - kernel_sum,
                 "union_idle_ps": dur - busy, "host_late_ps": host_late,
                 "device_wait_ps": device_wait, "unknown_gap_ps": unknown,
-                "collective_ps": coll, "launched": n_launched})
+                "collective_ps": coll, "launched": n_launched, "executions": n_exec,
+                "programs": programs, "between_programs_ps": between_programs})
             for s, sevs in per_stream.items():
                 b = stream_budget(sevs, start, end)
                 acc = stream_acc.setdefault((d, s), {"span": 0, "compute": 0, "collective": 0,
@@ -646,7 +838,106 @@ def per_step_rows(a: Analysis) -> tuple[list, list, list, dict]:
         if ends:
             verdict_in.append((num, ends))
     between_steps(a, step_rows)
-    return step_rows, stream_acc, gap_rows, {"critical": critical, "ends": verdict_in}
+    groups = gpu_groups(a, by_gpu_step)
+    main = groups[0]["devices"] if groups else []
+    return step_rows, stream_acc, gap_rows, {"critical": critical, "ends": verdict_in,
+                                             "groups": groups, "main_group": main}
+
+
+def step_programs(evs, exec_starts) -> tuple:
+    """One GPU's events of one step: how many of the step's program executions ran kernels on
+    it, its programs in order of their first kernel with their executions (`module xN`), and
+    the GPU idle between the kernels of two different executions (the dispatch between
+    programs). An event belongs to the execution whose host events began last before its launch
+    (its own start where it joined no launch)."""
+    if not exec_starts:
+        mods = list(dict.fromkeys(e.args.get("hlo_module") for e in sorted(
+            evs, key=operator.attrgetter("start")) if e.args.get("hlo_module")))
+        return None, "; ".join(mods), None
+    idx_of = {}
+    for e in evs:
+        L = e.launch
+        t = L["start"] if L is not None and e.join in ("launch", "graph_launch") else e.start
+        idx_of[e] = max(0, bisect.bisect_right(exec_starts, t) - 1)
+    order = sorted(evs, key=operator.attrgetter("start"))
+    runs: dict[str, set] = {}
+    for e in order:
+        m = e.args.get("hlo_module")
+        if m:
+            runs.setdefault(m, set()).add(idx_of[e])
+    between = 0
+    cur_end, cur_idx = None, None
+    for e in order:
+        i = idx_of[e]
+        if cur_end is not None and e.start > cur_end and i != cur_idx:
+            between += e.start - cur_end
+        if cur_end is None or e.end > cur_end:
+            cur_end, cur_idx = e.end, i
+    executions = len({idx_of[e] for e in evs if e.args.get("hlo_module")})
+    programs = "; ".join(f"{m} x{len(ix)}" for m, ix in runs.items())
+    return executions, programs, between
+
+
+def gpu_groups(a: Analysis, by_gpu_step) -> list[dict]:
+    """GPUs grouped by the programs they run in the analysed steps (module names of their
+    kernels), the group with the most GPU time first. A GPU that runs no program's kernels is
+    said for what it holds: argument copies only (memcpys outside a program), memcpys only, or
+    kernels without a program label. Work is compared, and a straggler named, only inside a
+    group: GPUs that run other programs do other work."""
+    per: dict[int, dict] = {}
+    for (d, _), evs in by_gpu_step.items():
+        g = per.setdefault(d, {"modules": set(), "ps": 0, "events": 0, "copies": 0,
+                                "copy_ps": 0, "memcpy": 0, "unlabelled": 0})
+        for e in evs:
+            g["ps"] += e.dur
+            g["events"] += 1
+            m = e.args.get("hlo_module")
+            if m:
+                g["modules"].add(m)
+            elif rules.is_argument_copy(e.category, e.args, e.graph):
+                g["copies"] += 1
+                g["copy_ps"] += e.dur
+            elif e.category == "memcpy":
+                g["memcpy"] += 1
+            else:
+                g["unlabelled"] += 1
+    groups: dict[tuple, dict] = {}
+    for d, g in sorted(per.items()):
+        key = tuple(sorted(g["modules"]))
+        if key:
+            kind = "programs"
+        elif g["copies"] == g["events"]:
+            kind = "argument copies only"
+        elif g["copies"] + g["memcpy"] == g["events"]:
+            kind = "memcpys only"
+        else:
+            kind = "kernels without a program label"
+        grp = groups.setdefault((key, kind), {"programs": list(key), "kind": kind,
+                                             "devices": [], "gpu_ps": 0, "events": 0,
+                                             "copies": 0, "copy_ps": 0})
+        grp["devices"].append(d)
+        for k in ("events", "copies", "copy_ps"):
+            grp[k] += g[k]
+        grp["gpu_ps"] += g["ps"]
+    return sorted(groups.values(), key=lambda x: (x["kind"] != "programs", -x["gpu_ps"],
+                                                  x["devices"]))
+
+
+def group_sentence(g: dict, steps: int) -> str:
+    """What a group of GPUs holds, in words (per analysed step)."""
+    gpus = ", ".join(map(str, g["devices"]))
+    who = f"GPU {gpus}" if len(g["devices"]) == 1 else f"GPUs {gpus}"
+    per = max(steps, 1)
+    if g["kind"] == "programs":
+        progs = ", ".join(g["programs"][:6]) + (f" and {len(g['programs']) - 6} more"
+                                               if len(g["programs"]) > 6 else "")
+        return (f"{who} run {progs}: {g['events'] / per / len(g['devices']):,.0f} GPU events "
+                f"and {g['gpu_ps'] / 1e6 / per / len(g['devices']):,.1f} us of GPU time per GPU "
+                "and step")
+    return (f"{who} {'holds' if len(g['devices']) == 1 else 'hold'} {g['kind']}: "
+            f"{g['events'] / per / len(g['devices']):,.0f} events, "
+            f"{g['gpu_ps'] / 1e6 / per / len(g['devices']):,.1f} us per GPU and step "
+            f"({g['copies']} argument copies in all)")
 
 
 def between_steps(a: Analysis, step_rows) -> None:
@@ -755,23 +1046,28 @@ def verdict(a: Analysis, step_rows, info) -> tuple[str, list, dict]:
         return "not computable", ["no analysed step has GPU events"], {}
     by = {(r["step"], r["device"]): r for r in step_rows}
     bound = []
+    main = set(info.get("main_group") or ())
     for num, ends in info["ends"]:
-        last = max(sorted(ends), key=lambda d: ends[d])
+        mine = {d: t for d, t in ends.items() if d in main} or ends
+        last = max(sorted(mine), key=lambda d: mine[d])
         bound.append(by[(num, last)])
     host = [r["host_late_ps"] / r["dur_ps"] for r in bound if r["dur_ps"]]
     busy = [(r["dur_ps"] - r["host_late_ps"] - r["unknown_gap_ps"]) / r["dur_ps"]
             for r in bound if r["dur_ps"]]
     coll = [r["collective_ps"] / r["dur_ps"] for r in bound if r["dur_ps"]]
     unknown = [r["unknown_gap_ps"] / r["dur_ps"] for r in bound if r["dur_ps"]]
-    gpus = len({r["device"] for r in step_rows})
+    main = main or {r["device"] for r in step_rows}
+    gpus = len(main)
     h, b, c, u = (statistics.median(x) for x in (host, busy, coll, unknown))
     # GPUs that wait for a straggler spend it inside collective kernels: take the GPU that
     # spends the most step time in collectives, not only the bounding one
-    coll_all = [r["collective_ps"] / r["dur_ps"] for r in step_rows if r["dur_ps"]]
+    coll_all = [r["collective_ps"] / r["dur_ps"] for r in step_rows
+                if r["dur_ps"] and r["device"] in main]
     c_max = max(coll_all) if coll_all else 0.0
     figures = {"host_share": host, "busy_share": busy, "collective_share": coll,
                "unknown_share": unknown}
-    rule = (f"on the GPU that finishes each step last, critical stream: host-late share "
+    rule = (f"on the GPU that finishes each step last (among those that run the step's "
+            f"programs), critical stream: host-late share "
             f"{h:.1%}, busy-or-queued share {b:.1%}, collective share {c:.1%}, unknown gap "
             f"share {u:.1%} (medians over {len(bound)} steps)")
     fired = []
@@ -926,7 +1222,7 @@ def build_result(a: Analysis, joins, name, rule, figures, step_rows, info) -> di
         "joins": {k: joins.get(k, 0) for k in JOIN_KEYS + ("shared_ids_without_graph_launch",)},
         "gpu_events": total,
         "join_rate_pct_of_gpu_events": 100.0 * joins.get("launch", 0) / total if total else 0.0,
-        "figures": {}, "host_device_split": None, "straggler": None,
+        "figures": {}, "host_device_split": None, "straggler": None, "gpu_groups": [],
         "verdict_qualifier": None, "between_steps": None,
         "notes": list(a.notes), "refusals": list(a.refusals),
         "needs_new_capture": [NEEDS_NEW_CAPTURE],
@@ -943,7 +1239,9 @@ def build_result(a: Analysis, joins, name, rule, figures, step_rows, info) -> di
             ("il_idle_us", "il_idle_ps", "us", "measured"),
             ("tklqt_us", "tklqt_ps", "us", "measured"),
             ("akd_us", "akd_ps", "us", "measured"),
-            ("il_us", "il_ps", "us", "measured")):
+            ("il_us", "il_ps", "us", "measured"),
+            ("executions_per_step", "executions", "count", "measured"),
+            ("between_programs_idle_us", "between_programs_ps", "us", "measured")):
         fig[key] = spread([r[col] for r in step_rows], unit, label,
                           us_ if unit == "us" else 1.0)
     for key in ("host_share", "busy_share", "collective_share"):
@@ -965,9 +1263,28 @@ def build_result(a: Analysis, joins, name, rule, figures, step_rows, info) -> di
     result["host_device_split"] = {"host_pct_of_step": 100 * host / span,
                                    "device_pct_of_step": 100 - 100 * host / span,
                                    "label": "inferred"}
-    gpus = sorted({r["device"] for r in step_rows})
+    groups = info.get("groups") or []
+    n_steps = len({r["step"] for r in step_rows})
+    result["gpu_groups"] = [
+        {"devices": g["devices"], "kind": g["kind"], "programs": g["programs"],
+         "events_per_gpu_and_step": g["events"] / max(n_steps, 1) / len(g["devices"]),
+         "gpu_us_per_gpu_and_step": {"value": g["gpu_ps"] * us_ / max(n_steps, 1)
+                                     / len(g["devices"]), "unit": "us", "label": "measured"},
+         "argument_copies": g["copies"], "sentence": group_sentence(g, n_steps),
+         "compared": i == 0}
+        for i, g in enumerate(groups)]
+    main = set(info.get("main_group") or ())
+    gpus = sorted(main or {r["device"] for r in step_rows})
+    if len(groups) > 1:
+        result["notes"].append(
+            "GPUs do different work: " + "; ".join(g["sentence"] for g in result["gpu_groups"])
+            + f". Work is compared and a straggler named only among GPU(s) "
+            f"{', '.join(map(str, gpus))}, which run the step's programs")
     if len(gpus) > 1:
-        result["straggler"] = straggler(step_rows, info, us_)
+        sub = dict(info, ends=[(n, {d: t for d, t in e.items() if d in gpus})
+                               for n, e in info["ends"]])
+        result["straggler"] = straggler([r for r in step_rows if r["device"] in gpus], sub,
+                                        us_)
         if str(a.step_source).startswith("the whole capture"):
             # one window that is not a step: which GPU ends it last says nothing about steps
             result["straggler"]["is_straggler"] = False
@@ -1033,6 +1350,16 @@ def render_summary(r: dict) -> list[str]:
                + (f"; partial but analysed for want of a complete one: "
                   f"{', '.join(map(str, st['partial_analysed']))}"
                   if st["partial_analysed"] else ""))
+    f0 = r["figures"]
+    if (f0.get("executions_per_step") or {}).get("max", 0) > 1:
+        bp = f0.get("between_programs_idle_us")
+        out.append(f"  program executions per step and GPU: "
+                   f"{_rng(f0['executions_per_step'], lambda v: f'{v:.0f}')}; GPU idle between "
+                   f"two executions' kernels: {_rng(bp, lambda v: f'{v:,.1f} us')} per step "
+                   "(steps.csv programs, executions, between_programs_idle_us)")
+    for g in r.get("gpu_groups") or []:
+        if len(r["gpu_groups"]) > 1:
+            out.append(f"  GPU group{' (compared)' if g['compared'] else ''}: {g['sentence']}")
     j = r["joins"]
     out.append("joins: " + ", ".join(f"{k} {j[k]}" for k in JOIN_KEYS)
                + f" (of {r['gpu_events']} GPU events; join rate to a launch call "
@@ -1313,7 +1640,7 @@ def write_tables(tmp: Path, a: Analysis, stream_acc, critical, step_rows, gap_ro
         "idle_us", "idle_pct_of_step", "critical_stream", "tklqt_us", "akd_us", "il_us",
         "il_idle_us", "union_idle_us", "host_late_us", "device_wait_us", "unknown_gap_us",
         "period_us", "idle_between_us", "idle_between_pct_of_period", "between_cause",
-        "between_host_events"],
+        "between_host_events", "executions", "between_programs_idle_us", "programs"],
         [[r["step"], r["device"], r["source"], us(r["start_ps"]), us(r["end_ps"]),
           us(r["dur_ps"]), r["kernels"], us(r["busy_ps"]), us(r["idle_ps"]),
           pct(r["idle_ps"], r["dur_ps"]), r["critical_stream"], us(r["tklqt_ps"]),
@@ -1321,7 +1648,9 @@ def write_tables(tmp: Path, a: Analysis, stream_acc, critical, step_rows, gap_ro
           us(r["host_late_ps"]), us(r["device_wait_ps"]), us(r["unknown_gap_ps"]),
           us(r["period_ps"]), us(r["idle_between_ps"]),
           pct(r["idle_between_ps"], r["period_ps"]) if r["period_ps"] else "",
-          r["between_cause"], r["between_events"]]
+          r["between_cause"], r["between_events"],
+          "" if r["executions"] is None else r["executions"], us(r["between_programs_ps"]),
+          r["programs"]]
          for r in step_rows])))
     written.append(("gaps.csv", write_csv(tmp / "gaps.csv", [
         "device", "stream", "step", "start_us", "end_us", "dur_us", "kernel_before",
