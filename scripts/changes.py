@@ -339,13 +339,14 @@ def choose_steps(steps: dict, s1: dict | None, notes: list) -> tuple[list, bool]
     return analysed, whole
 
 
-def step_frames(steps: dict, chosen: list) -> dict:
-    """Per chosen step: its start, the GPU that ends it (the bounding GPU), its end, the start of
-    the next analysed step (when there is one), and the window the critical path covers: from the
-    start to the later of the step's end and the next step's start."""
+def step_frames(steps: dict, chosen: list, compared: set | None = None) -> dict:
+    """Per chosen step: its start, the GPU that ends it (the bounding GPU, among the compared
+    GPUs: rules.compared_gpus), its end, the start of the next analysed step (when there is one),
+    and the window the critical path covers: from the start to the later of the step's end and
+    the next step's start."""
     frames = {}
     for n in chosen:
-        g = steps[n]
+        g = {d: r for d, r in steps[n].items() if compared is None or d in compared} or steps[n]
         end = max(r["end"] for r in g.values())
         b = min(d for d, r in g.items() if r["end"] == end)
         start = g[b]["start"]
@@ -557,11 +558,14 @@ def analyse(out: Path) -> dict:
         notes.append(f"step(s) {', '.join(map(str, left))} left out: no analysed step follows, so "
                      "the GPU idle after them cannot be measured")
         chosen = followed
-    frames = step_frames(steps, chosen)
+    compared = rules.compared_gpus(s1)
+    frames = step_frames(steps, chosen, compared)
     median, why = median_step(out, chosen, frames)
     at = chosen.index(median)
     mf = frames[median]
-    gpus = sorted({d for n in chosen for d in steps[n]})
+    gpus = sorted({d for n in chosen for d in steps[n] if compared is None or d in compared})
+    for sentence in rules.other_work(s1):
+        notes.append(f"not compared (other work): {sentence}")
     multi = len(gpus) > 1
 
     # the straggler: the same GPU ends the step last (alone) in most steps
@@ -630,7 +634,7 @@ def analyse(out: Path) -> dict:
     # host gaps
     hsav = []
     for n, fr in frames.items():
-        g = steps[n]
+        g = {d: r for d, r in steps[n].items() if d in gpus} or steps[n]
         new_end = max(r["end"] - r["host_late"] for r in g.values())
         hsav.append(max(0.0, fr["end"] - new_end))
     hd = host_details(gaps["median_rows"], mf) if gaps else None
@@ -685,7 +689,7 @@ def analyse(out: Path) -> dict:
         for n, fr in frames.items():
             p = paths[n]
             work = {d: r["kernel_sum"] - rows["coll_sum"].get((n, str(d)), 0.0)
-                    for d, r in steps[n].items()}
+                    for d, r in steps[n].items() if d in gpus}
             w = work.get(straggler, 0.0)
             ex = max(0.0, w - statistics.median(work.values()))
             excess_med.append(ex)

@@ -25,7 +25,9 @@ The checks (SKILL.md step 2):
     4 same_work_across_gpus      per GPU: events, and compute + memcpy time (collectives left
                                  out: they include waiting; argument copies left out: a GPU
                                  that receives the inputs copies more), per step against the
-                                 other GPUs
+                                 other GPUs that run the same programs (step 1's GPU
+                                 groups: a GPU that runs other programs or holds only
+                                 argument copies does other work, said as such)
                                  (argument copies and idle GPUs explained; time within 10%)
     5 stream_budget              per GPU and stream: compute + collective + memcpy + idle = span, to
                                  the picosecond, and idle equal to the span minus the union of the
@@ -222,12 +224,34 @@ def _per_device(a, steps) -> tuple[dict, dict]:
     return time_ps, copies
 
 
-def check_same_work(a, step_rows, idle_gpus) -> list[dict]:
+def check_same_work(a, step_rows, idle_gpus, groups=None) -> list[dict]:
+    """Same work across the GPUs that run the same programs (step 1's GPU groups): a GPU that
+    runs other programs, or holds only argument copies, does other work, which is said (a pass
+    with its explanation), never compared for speed."""
     out = []
     devices = sorted({r["device"] for r in step_rows})
     for d in idle_gpus:
         out.append(row("same_work_across_gpus", d, "", "not checkable", "", "", "", "", "",
                        f"GPU {d} is idle in this capture (no events): it did no work to compare"))
+    groups = [g for g in (groups or []) if g["devices"]]
+    if len(groups) > 1:
+        import skip_stats
+        n_steps = len({r["step"] for r in step_rows})
+        for g in groups:
+            mine = [r for r in step_rows if r["device"] in set(g["devices"])]
+            alone = len(g["devices"]) < 2
+            for d in g["devices"]:
+                if alone or g is not groups[0]:
+                    out.append(row(
+                        "same_work_across_gpus", d, "", "pass", "", "", "", "", "",
+                        f"GPU {d} does other work than GPU(s) "
+                        f"{', '.join(map(str, groups[0]['devices']))}: "
+                        f"{skip_stats.group_sentence(g, n_steps)}"
+                        if g is not groups[0] else
+                        f"GPU {d} alone runs the step's programs; the other GPUs do other work"))
+            if not alone:
+                out += check_same_work(a, mine, [], None)
+        return out
     if len(devices) < 2:
         if devices:
             out.append(row("same_work_across_gpus", devices[0], "", "not checkable",
@@ -375,11 +399,11 @@ def run(capture, out: Path) -> tuple[dict, list]:
     else:
         import skip_stats
         a, _ = skip_stats.analyse(trace)
-        step_rows, stream_acc, _, _ = skip_stats.per_step_rows(a)
+        step_rows, stream_acc, _, info = skip_stats.per_step_rows(a)
         idle = sorted(set(trace.gpu_pids()) - {e.device for e in a.events})
         rows += check_joins(a)
         rows += check_kernels_per_step(a, step_rows)
-        rows += check_same_work(a, step_rows, idle)
+        rows += check_same_work(a, step_rows, idle, info.get("groups"))
         rows += check_stream_budgets(a, stream_acc)
     if space is None:
         rows.append(row("attribution", status="not checkable",

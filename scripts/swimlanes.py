@@ -65,7 +65,7 @@ STRAGGLERS_FILE = "stragglers.csv"
 STEP1_FILES = ("skip_stats.json", "rows.csv", "steps.csv", "gaps.csv")
 ATTRIBUTION_FILE = Path("attribution") / "kernels.csv"
 STRAGGLER_COLUMNS = ["step", "device", "end_us", "lag_us", "last_kernel", "last_stretch",
-                     "stretch_start_us", "stretch_us", "finishes_last"]
+                     "stretch_start_us", "stretch_us", "finishes_last", "compared"]
 
 # ---------------------------------------------------------------- named constants
 
@@ -388,24 +388,30 @@ def last_stretch(evs: list, gaps: list, step_start: int) -> tuple:
     return last, kind, t0
 
 
-def straggler_rows(steps: dict, per_step_gpu: dict, gaps: list) -> list[dict]:
-    """stragglers.csv: one row per analysed step and GPU, by step then device."""
+def straggler_rows(steps: dict, per_step_gpu: dict, gaps: list,
+                   compared: set | None = None) -> list[dict]:
+    """stragglers.csv: one row per analysed step and GPU, by step then device. Only the compared
+    GPUs (rules.compared_gpus: those that run the step's programs) can finish last; the others
+    do other work and have `compared` 0."""
     gaps_of: dict[tuple, list] = {}
     for g in gaps:
         gaps_of.setdefault((g["step"], g["device"]), []).append(g)
     out = []
     for n in sorted(steps):
         g = steps[n]
-        ends = {d: r["end"] for d, r in g.items()}
+        ends_all = {d: r["end"] for d, r in g.items()}
+        ends = {d: t for d, t in ends_all.items() if compared is None or d in compared} or \
+            ends_all
         first = min(ends.values())
         start = min(r["start"] for r in g.values())
         lasts = set(rules.last_finishers(
             ends, rules.straggler_margin_ps(max(ends.values()) - start)))
         for d in sorted(g):
             evs = per_step_gpu.get((n, d))
-            row = {"step": n, "device": d, "end": ends[d], "lag": ends[d] - first,
+            row = {"step": n, "device": d, "end": ends_all[d], "lag": ends_all[d] - first,
                    "last_kernel": "", "last_stretch": "", "stretch_start": None,
-                   "stretch": None, "last_dur": None, "finishes_last": d in lasts}
+                   "stretch": None, "last_dur": None, "finishes_last": d in lasts,
+                   "compared": d in ends}
             if evs:
                 last, kind, t0 = last_stretch(evs, gaps_of.get((n, d), []), g[d]["start"])
                 row.update(last_kernel=last[3], last_stretch=kind, stretch_start=t0,
@@ -417,7 +423,7 @@ def straggler_rows(steps: dict, per_step_gpu: dict, gaps: list) -> list[dict]:
 def straggler_of(chosen: dict, rows: list[dict]) -> tuple[dict | None, list, list]:
     """The chosen step's straggler (or tie) as data with its sentence; notes; refusals."""
     n = chosen["number"]
-    mine = [r for r in rows if r["step"] == n]
+    mine = [r for r in rows if r["step"] == n and r.get("compared", True)]
     if chosen["whole_capture"]:
         return None, [], [f"cannot name a straggler because the capture has no steps: window "
                           f"{n} is the whole capture, and the GPU whose last event is latest "
@@ -939,8 +945,9 @@ def run(capture, out: Path, step: int | None = None, start_us: float | None = No
         raise SwimlaneError(f"the window {us3(v0):,.3f} to {us3(v1):,.3f} us holds no GPU "
                             f"event: the capture's GPU events span {us3(rows.span[0]):,.3f} to "
                             f"{us3(rows.span[1]):,.3f} us")
-    strag_rows = straggler_rows(steps, rows.per_step_gpu, gaps)
+    strag_rows = straggler_rows(steps, rows.per_step_gpu, gaps, rules.compared_gpus(s1))
     straggler, notes, refusals = straggler_of(chosen, strag_rows)
+    notes += [f"not compared for the straggler (other work): {x}" for x in rules.other_work(s1)]
     lanes = build_lanes(rows, steps, chosen, gaps, v0, v1)
     crit_gaps: dict[tuple, list] = {}
     for g in gaps:
@@ -1019,7 +1026,7 @@ def run(capture, out: Path, step: int | None = None, start_us: float | None = No
                  r["last_kernel"], r["last_stretch"],
                  "" if r["stretch_start"] is None else f"{r['stretch_start'] / 1e6:.3f}",
                  "" if r["stretch"] is None else f"{r['stretch'] / 1e6:.3f}",
-                 int(r["finishes_last"])] for r in strag_rows]
+                 int(r["finishes_last"]), int(r["compared"])] for r in strag_rows]
     with rules.replace_files(out, ".swimlanes-") as tmp:
         (tmp / SVG_FILE).write_text(text, encoding="utf-8")
         n = write_csv(tmp / STRAGGLERS_FILE, STRAGGLER_COLUMNS, csv_rows)
@@ -1034,7 +1041,7 @@ def steps_last(rows: list[dict]) -> list[dict]:
     """Per analysed step: the GPUs that finish last (several: a tie) and the spread of ends."""
     out = []
     for n in sorted({r["step"] for r in rows}):
-        mine = [r for r in rows if r["step"] == n]
+        mine = [r for r in rows if r["step"] == n and r["compared"]]
         last = sorted(r["device"] for r in mine if r["finishes_last"])
         out.append({"step": n, "gpus": last, "tie": len(last) > 1,
                     "spread_us": us3(max(r["lag"] for r in mine))})

@@ -154,6 +154,14 @@ def test_every_shared_capture_runs_to_the_end(shared, tmp_path, case):
         kps = [r for r in rows if r["check"] == "kernels_per_step"]
         assert kps and {r["status"] for r in kps} == {"not checkable"}
         assert all("(a partial one" in r["trust_sentence"] for r in kps)
+        # GPU 1 holds only argument copies: other work, said as such, never "runs slower";
+        # GPUs 4 and 6, which run the work, are compared with each other only
+        other = [r for r in rows if r["check"] == "same_work_across_gpus" and r["device"] == "1"]
+        assert [(r["status"], r["trust_sentence"]) for r in other] == [(
+            "pass", "GPU 1 does other work than GPU(s) 4, 6: GPU 1 holds argument copies only: "
+                    "19 events, 33.8 us per GPU and step (19 argument copies in all)")]
+        timed = {r["device"] for r in rows if r["check"] == "same_work_across_gpus_time"}
+        assert timed == {"4", "6"}
 
 
 def test_only_the_xplane_runs_check_6_and_says_why_the_rest_cannot(shared, tmp_path):

@@ -224,8 +224,8 @@ def test_stragglers_csv_exact_values(tiny, tmp_path):
     with open(tmp_path / "stragglers.csv", newline="") as fh:
         table = list(csv.reader(fh))
     assert table[0] == ["step", "device", "end_us", "lag_us", "last_kernel", "last_stretch",
-                        "stretch_start_us", "stretch_us", "finishes_last"]
-    assert table[1:] == EXPECTED_STRAGGLERS
+                        "stretch_start_us", "stretch_us", "finishes_last", "compared"]
+    assert table[1:] == [row + ["1"] for row in EXPECTED_STRAGGLERS]
     result = json.loads((tmp_path / "swimlanes.json").read_text())
     # the median-duration step of 60, 50.5 and 70 us is step 0
     assert result["chosen"]["step"] == 0 and result["chosen"]["why"].startswith(
@@ -445,8 +445,14 @@ def test_every_shared_capture_draws_and_its_table_reads(shared, tmp_path, case):
     rows = read(tmp_path / "stragglers.csv")
     assert [(r["step"], r["device"]) for r in rows] == [(s["step"], s["device"]) for s in steps]
     assert [r["end_us"] for r in rows] == [s["end_us"] for s in steps]
+    s1 = json.loads((tmp_path / "skip_stats.json").read_text())
+    compared = {str(d) for d in s1["gpu_groups"][0]["devices"]}
+    assert {r["device"] for r in rows if r["compared"] == "1"} == compared
+    # a GPU that does other work (the V100 capture's GPU 1 holds argument copies only) never
+    # finishes last
+    assert not [r for r in rows if r["compared"] == "0" and r["finishes_last"] == "1"]
     for n in {r["step"] for r in rows}:
-        mine = [r for r in rows if r["step"] == n]
+        mine = [r for r in rows if r["step"] == n and r["compared"] == "1"]
         lags = [float(r["lag_us"]) for r in mine]
         assert min(lags) == 0.0 and all(x >= 0 for x in lags)
         latest = max(float(r["end_us"]) for r in mine)

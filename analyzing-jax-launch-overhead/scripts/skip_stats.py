@@ -613,6 +613,8 @@ def mark_partial(gpu, steps) -> list:
 def union_ps(intervals) -> int:
     total, cur_s, cur_e = 0, None, None
     for s, e in sorted(intervals):
+        if e <= s:
+            continue  # empty (or a negative duration the tracer wrote): covers nothing
         if cur_e is None or s > cur_e:
             if cur_e is not None:
                 total += cur_e - cur_s
@@ -1279,7 +1281,7 @@ def build_result(a: Analysis, joins, name, rule, figures, step_rows, info) -> di
         result["notes"].append(
             "GPUs do different work: " + "; ".join(g["sentence"] for g in result["gpu_groups"])
             + f". Work is compared and a straggler named only among GPU(s) "
-            f"{', '.join(map(str, gpus))}, which run the step's programs")
+            f"{', '.join(map(str, gpus))}, the group with the most GPU time")
     if len(gpus) > 1:
         sub = dict(info, ends=[(n, {d: t for d, t in e.items() if d in gpus})
                                for n, e in info["ends"]])

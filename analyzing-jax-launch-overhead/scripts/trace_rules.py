@@ -282,6 +282,24 @@ def straggler_margin_ps(step_ps: int) -> float:
     return max(STRAGGLER_MIN_LEAD_PS, STRAGGLER_MIN_LEAD_SHARE * step_ps)
 
 
+def compared_gpus(s1: dict | None) -> set | None:
+    """The GPUs whose work is compared (the verdict's bounding GPU, the straggler, the same-work
+    check): the first of step 1's `gpu_groups`, those that run the step's programs with the most
+    GPU time; None where step 1 grouped nothing (every GPU is compared). GPUs of other groups do
+    other work (other programs, argument copies only): never a straggler for that."""
+    groups = (s1 or {}).get("gpu_groups") if isinstance(s1, dict) else None
+    if not groups or not isinstance(groups, list) or not isinstance(groups[0], dict):
+        return None
+    devices = groups[0].get("devices")
+    return {int(d) for d in devices} if isinstance(devices, list) and devices else None
+
+
+def other_work(s1: dict | None) -> list:
+    """Step 1's sentences for the GPUs that are not compared (other programs, copies only)."""
+    groups = (s1 or {}).get("gpu_groups") if isinstance(s1, dict) else None
+    return [g.get("sentence", "") for g in (groups or [])[1:] if isinstance(g, dict)]
+
+
 def last_finishers(ends: dict, tie_ps: int = STRAGGLER_TIE_PS) -> list:
     """The GPUs that finish last: every GPU whose end (picoseconds) is within `tie_ps` of the
     latest, in ascending order. More than one is a tie; none when `ends` is empty."""
