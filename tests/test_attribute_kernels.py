@@ -144,7 +144,7 @@ def test_duplicate_program_ids_are_said(corpus):
     summary = (out / "summary.txt").read_text()
     assert "program 17 is saved under several ids (17, 41, identical HLO)" in summary
     how = read(out / "how.csv")
-    assert {h["program_id"] for h in how} == {"17", "41", "all"}
+    assert {h["program_id"] for h in how} == {"17", "41", "(outside programs)", "all"}
 
 
 REAL = "tracelens-amd-rocm/{}/plugins/profile"
@@ -533,7 +533,7 @@ def test_summary_says_when_the_hlo_text_could_not_be_written(tmp_path, monkeypat
     out = tmp_path / "attribution"
     summary = (out / "summary.txt").read_text()
     assert "hlo text: not written" in summary
-    assert "the HLO text was not written: the program could not be printed (a field" in summary
+    assert "was not written: the program could not be printed (a field" in summary
     assert not list(out.glob("*.hlo.txt"))
 
 
@@ -585,7 +585,7 @@ def test_rows_and_kernels_agree_on_the_corpus(tmp_path, name):
 # ------------------------------------------------------------------ the result as data
 
 RESULT_FIELDS = {"step", "status", "capture", "program", "device", "control_thunks_left_out",
-                 "executions",
+                 "executions", "programs", "scope", "steps_note", "hlo_texts",
                  "figures", "classes", "none", "no_hlo", "source", "coverage", "checks",
                  "refusals", "low_confidence_below", "timing_s", "hlo_text", "tables"}
 FIGURES = {"kernels", "devices", "kernel_time_us", "graph_kernels", "attributed_pct_of_gpu_time",
