@@ -14,21 +14,27 @@ Reads only the .xplane.pb. It first copies it to ./attribution/xplane/ and has X
 Writes into ./attribution/ (or DIR/attribution/):
     kernels.csv  every GPU event (kernels, memcpys, memsets): its instruction, the inner
                  instruction its label named, match class, confidence, op_name, source, user frame
-    ops.csv      per instruction of the chosen program: kernels, GPU time, its share of the
-                 program's attributed time and of all GPU time
-    lines.csv    per Python line (user frame): GPU time, the same two shares, kernels,
-                 instructions
+    ops.csv      per (program, instruction), every program (--program: one): kernels, GPU time,
+                 its share of the table's attributed time and of all GPU time, executions,
+                 framework frame
+    lines.csv    per Python line (user frame; else framework frame): GPU time, the same two
+                 shares, kernels, instructions, programs
+    programs.csv per program: executions (host execution events, else launches), kernels per
+                 execution, GPU time, host dispatch time, GPUs, steps (from steps.csv)
     how.csv      per program and match class (then all): kernels, GPU time, share of the group,
                  and how much of it rests on low-confidence placements
     kernel_names.csv  per kernel name (no matching involved): family, kernels, GPU time, share
                  of all GPU time
     summary.txt  the program chosen and why, class shares, confidence, XProf's coverage next to
                  ours (and whether ours is lower)
-    <module>(<id>).hlo.txt  the chosen program's HLO text, printed from the proto
-The program with the most GPU time is chosen unless --program names one; every kernel is still
-listed. Match classes: exact, name, order, none (SKILL.md step 4; references/attribution.md).
+    <module>(<id>).hlo.txt  HLO text, printed from the proto: the chosen program's, then the
+                 others with the most GPU time (MAX_HLO_TEXTS in all)
+The program with the most GPU time is chosen (named in the summary; its HLO is the one later
+steps read) unless --program names one; every kernel is still listed.
+Match classes: exact, name, order, none (SKILL.md step 4; references/attribution.md).
 --user-re picks the frame that counts as user code (default: the first frame outside
-site-packages and jax). --no-xprof skips the XProf coverage cross-check (and reads the HLO from
+site-packages, jax and the frameworks of hlo_program.FRAMEWORK_PACKAGES).
+--no-xprof skips the XProf coverage cross-check (and reads the HLO from
 the capture directly).
 A CPU capture is not an error: its XLA:CPU thunk events are the kernels of device "CPU".
 
@@ -1266,8 +1272,17 @@ def render_summary(r: dict) -> list[str]:
              "local agreement with the schedule; kernels.csv column confidence, how.csv "
              "low_confidence_*); the rest at or above it")
     src = r["source"]
+    scope = r.get("scope") or {}
+    progs = [p for p in r.get("programs") or [] if p["program_id"] != OUTSIDE]
+    if progs:
+        top = progs[0]
+        s.append(f"programs: {len(progs)} ran GPU events; the most GPU time: "
+                 f"{top['module']}({top['program_id']}) {_p(top['pct_of_gpu_time'])}% of it, "
+                 f"{top['executions']} executions ({top['executions_from']}); programs.csv "
+                 "lists every one")
+    where = prog if scope.get("programs") == "one" else "all programs"
     s.append(f"source: {src['with_user_frame']} of {src['kernels']} attributed kernels of "
-             f"{prog} have a user frame; {src['no_source_kernels']} kernels "
+             f"{where} have a user frame; {src['no_source_kernels']} kernels "
              f"({_p(src['no_source_pct_of_attributed'])}% of its attributed time) belong to "
              f"instructions with no source in the HLO, and {src['library_only_kernels']} "
              f"({_p(src['library_only_pct_of_attributed'])}%) have frames but none that counts "
@@ -1299,7 +1314,8 @@ def main(argv=None) -> int:
     ap.add_argument("capture")
     ap.add_argument("--program", type=int)
     ap.add_argument("--user-re", help="regular expression: frames whose file matches are user "
-                    "code (default: the first frame outside site-packages and jax)")
+                    "code (default: the first frame outside site-packages, jax and the "
+                    "frameworks flax, praxis, paxml, equinox, haiku, optax, keras)")
     ap.add_argument("--no-xprof", action="store_true",
                     help="skip XProf (its HLO protos and its coverage cross-check)")
     ap.add_argument("--out", type=Path, default=Path("."))
