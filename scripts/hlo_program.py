@@ -314,9 +314,10 @@ class Program:
 
 
 def _package_at(parts: list[str]) -> int:
-    """Index of the first path component naming a FRAMEWORK_PACKAGES package, else -1."""
-    for i, part in enumerate(parts[:-1]):  # the file itself is not a package
-        if part in FRAMEWORK_PACKAGES:
+    """Index of the innermost folder naming a FRAMEWORK_PACKAGES package (a checkout is
+    `/opt/praxis/praxis/...`: the package is the inner one), else -1."""
+    for i in range(len(parts) - 2, -1, -1):  # the file itself is not a package
+        if parts[i] in FRAMEWORK_PACKAGES:
             return i
     return -1
 
@@ -336,10 +337,5 @@ def framework_path(path: str) -> str:
     parts = _PATH_SPLIT_RE.split(path)
     i = _package_at(parts)
     if i < 0 or parts[i] in JAX_PACKAGES:
-        # a jax frame first on the path: look for a framework further in (jax/../flax is rare)
-        j = next((k for k in range(i + 1, len(parts) - 1) if parts[k] in FRAMEWORK_PACKAGES
-                  and parts[k] not in JAX_PACKAGES), -1) if i >= 0 else -1
-        if j < 0:
-            return ""
-        i = j
+        return ""
     return "/".join(parts[i:])
