@@ -14,21 +14,27 @@ Reads only the .xplane.pb. It first copies it to ./attribution/xplane/ and has X
 Writes into ./attribution/ (or DIR/attribution/):
     kernels.csv  every GPU event (kernels, memcpys, memsets): its instruction, the inner
                  instruction its label named, match class, confidence, op_name, source, user frame
-    ops.csv      per instruction of the chosen program: kernels, GPU time, its share of the
-                 program's attributed time and of all GPU time
-    lines.csv    per Python line (user frame): GPU time, the same two shares, kernels,
-                 instructions
+    ops.csv      per (program, instruction), every program (--program: one): kernels, GPU time,
+                 its share of the table's attributed time and of all GPU time, executions,
+                 framework frame
+    lines.csv    per Python line (user frame; else framework frame): GPU time, the same two
+                 shares, kernels, instructions, programs
+    programs.csv per program: executions (host execution events, else launches), kernels per
+                 execution, GPU time, host dispatch time, GPUs, steps (from steps.csv)
     how.csv      per program and match class (then all): kernels, GPU time, share of the group,
                  and how much of it rests on low-confidence placements
     kernel_names.csv  per kernel name (no matching involved): family, kernels, GPU time, share
                  of all GPU time
     summary.txt  the program chosen and why, class shares, confidence, XProf's coverage next to
                  ours (and whether ours is lower)
-    <module>(<id>).hlo.txt  the chosen program's HLO text, printed from the proto
-The program with the most GPU time is chosen unless --program names one; every kernel is still
-listed. Match classes: exact, name, order, none (SKILL.md step 4; references/attribution.md).
+    <module>(<id>).hlo.txt  HLO text, printed from the proto: the chosen program's, then the
+                 others with the most GPU time (MAX_HLO_TEXTS in all)
+The program with the most GPU time is chosen (named in the summary; its HLO is the one later
+steps read) unless --program names one; every kernel is still listed.
+Match classes: exact, name, order, none (SKILL.md step 4; references/attribution.md).
 --user-re picks the frame that counts as user code (default: the first frame outside
-site-packages and jax). --no-xprof skips the XProf coverage cross-check (and reads the HLO from
+site-packages, jax and the frameworks of hlo_program.FRAMEWORK_PACKAGES).
+--no-xprof skips the XProf coverage cross-check (and reads the HLO from
 the capture directly).
 A CPU capture is not an error: its XLA:CPU thunk events are the kernels of device "CPU".
 
@@ -39,6 +45,7 @@ Exit codes: 0 done; 1 the input cannot be used (one sentence says why); 2 usage;
 from __future__ import annotations
 
 import argparse
+import bisect
 import dataclasses
 import gc
 import json
@@ -157,10 +164,10 @@ def load(capture, blobs: dict):
 class KernelRow:
     __slots__ = ("device", "stream", "start", "dur", "name", "corr", "hlo_op", "program_id",
                  "own_program", "category", "graph", "instruction", "match", "cpu", "why",
-                 "inner", "confidence", "kind", "group")
+                 "inner", "confidence", "kind", "group", "module")
 
     def __init__(self, device, stream, start, dur, name, corr, hlo_op, program_id, graph,
-                 memcpy, cpu=False):
+                 memcpy, module=None, cpu=False):
         self.device = device
         self.stream = stream
         self.start = start
@@ -180,9 +187,11 @@ class KernelRow:
         self.kind = ""
         self.group = False
         self.cpu = cpu
+        self.module = module  # the tracer's hlo_module label
 
 
-KERNEL_STATS = frozenset({"correlation_id", "hlo_op", "program_id", "memcpy_details"}) | \
+KERNEL_STATS = frozenset({"correlation_id", "hlo_op", "program_id", "memcpy_details",
+                          "hlo_module"}) | \
     rules.GRAPH_ID_STATS
 
 
@@ -191,7 +200,8 @@ def _flat(ordinal, line) -> list[tuple]:
     lid = line.id
     graph_ids = rules.GRAPH_ID_STATS
     return [(ordinal, lid, start, dur, name, st.get("correlation_id"), st.get("hlo_op"),
-             st.get("program_id"), not graph_ids.isdisjoint(st), "memcpy_details" in st)
+             st.get("program_id"), not graph_ids.isdisjoint(st), "memcpy_details" in st,
+             st.get("hlo_module"))
             for name, start, dur, st in line.tuples(KERNEL_STATS)]
 
 
@@ -231,7 +241,8 @@ def collect_kernels(space) -> tuple[list, bool]:
                 kernels.append(KernelRow("CPU", line.id, ev.start_ps, ev.duration_ps, ev.name,
                                          st.get("correlation_id"), st.get("hlo_op"),
                                          st.get("program_id"), "cuda_graph_id" in st,
-                                         "memcpy_details" in st, cpu=True))
+                                         "memcpy_details" in st, st.get("hlo_module"),
+                                         cpu=True))
             elif rules.is_gpu_runtime_call(st):
                 runtime_calls += 1
     if runtime_calls and not kernels:
@@ -241,6 +252,192 @@ def collect_kernels(space) -> tuple[list, bool]:
             "planes are missing or empty, so there are no kernels to attribute (it is not a "
             "CPU capture)")
     return kernels, True
+
+
+# ---------------------------------------------------------------- executions
+
+OUTSIDE = "(outside programs)"  # how.csv / programs.csv key of events launched by no program
+# The host's execution events (XLA's GPU runtime, one per execution per GPU): the thunk loop,
+# `[<ordinal>] GpuExecutable::ExecuteThunks` (stat module_name), and inside it
+# `<module>:XLA GPU module`; either may be alone (capture-format.md, execution chain).
+EXECUTE_THUNKS_RE = re.compile(r"^(?:\[(\d+)\] )?GpuExecutable::ExecuteThunks$")
+MODULE_EVENT_SUFFIX = ":XLA GPU module"
+EXECUTION_STATS = frozenset({"module_name", "program_id", "correlation_id"})
+
+
+@dataclasses.dataclass(slots=True)
+class HostExecution:
+    line: int
+    start: int
+    end: int
+    module: str
+    program_id: int | None = None
+    ordinal: int | None = None
+
+
+def assign_programs(kernels, programs, chosen) -> None:
+    """Give each event without a program id its program: an argument copy (a memcpy with no
+    hlo_op, no hlo_module, not in a graph: trace_rules.is_argument_copy) belongs to none
+    (program_id None: OUTSIDE, class none, why outside); another takes the one program its
+    hlo_module names, else the chosen program."""
+    by_name: dict[str, list] = {}
+    for pid, (name, _) in programs.items():
+        by_name.setdefault(name, []).append(pid)
+    for k in kernels:
+        if k.program_id is not None:
+            continue
+        if not k.cpu:
+            kind = rules.kernel_kind(k.name, k.hlo_op, k.category == "memcpy")
+            category = rules.CATEGORY_OF_KIND.get(kind, "compute")
+            if not k.module and rules.is_argument_copy(
+                    category, {"hlo_op": k.hlo_op} if k.hlo_op else {}, k.graph):
+                k.category, k.match, k.why = category, "none", "outside"
+                continue
+        ids = by_name.get(k.module) if k.module else None
+        k.program_id = ids[0] if ids and len(ids) == 1 else chosen
+
+
+def host_executions(space) -> list[HostExecution]:
+    """Every execution the host recorded: per host line, each ExecuteThunks event, and each
+    `<module>:XLA GPU module` event that no ExecuteThunks of its line holds (the same
+    execution)."""
+    host = space.plane("/host:CPU")
+    out: list[HostExecution] = []
+    if host is None:
+        return out
+    for line in host.lines:
+        thunks, mods = [], []
+        for ev in line.events(EXECUTION_STATS):
+            name = ev.name
+            m = EXECUTE_THUNKS_RE.match(name)
+            if m:
+                pid = ev.stats.get("program_id")
+                thunks.append(HostExecution(line.id, ev.start_ps, ev.start_ps + ev.duration_ps,
+                                            str(ev.stats.get("module_name") or ""),
+                                            pid if isinstance(pid, int) else None,
+                                            int(m.group(1)) if m.group(1) else None))
+            elif name.endswith(MODULE_EVENT_SUFFIX):
+                pid = ev.stats.get("program_id")
+                mods.append(HostExecution(line.id, ev.start_ps, ev.start_ps + ev.duration_ps,
+                                          name[:-len(MODULE_EVENT_SUFFIX)],
+                                          pid if isinstance(pid, int) else None))
+        thunks.sort(key=lambda e: e.start)
+        starts = [t.start for t in thunks]
+        for m in mods:
+            i = bisect.bisect_right(starts, m.start) - 1
+            if i >= 0 and thunks[i].end >= m.end:
+                t = thunks[i]
+                t.module = t.module or m.module
+                if t.program_id is None:
+                    t.program_id = m.program_id
+                continue
+            out.append(m)
+        out.extend(thunks)
+    out.sort(key=lambda e: (e.start, e.line))
+    return out
+
+
+def launch_calls(space, wanted: set) -> list[tuple]:
+    """(start, line, correlation id) of the host's runtime calls whose correlation id is in
+    `wanted` (the launches of the capture's GPU events), by start."""
+    host = space.plane("/host:CPU")
+    out = []
+    if host is None or not wanted:
+        return out
+    for line in host.lines:
+        for ev in line.events(frozenset({"correlation_id"})):
+            c = ev.stats.get("correlation_id")
+            if c is not None and c in wanted:
+                out.append((ev.start_ps, line.id, c))
+    out.sort(key=lambda t: (t[0], t[1]))
+    return out
+
+
+def map_executions(execs, launches, owner, names) -> list:
+    """Each host execution's (program id, device), or None where it cannot be told. `owner`:
+    correlation id -> {(program id, device)} of the events it launched; `names`: program id ->
+    module name. An execution is the one program of its module name among the launch calls
+    that start inside it; where executions of other threads run at the same time, only the
+    launch threads seen serving this execution thread alone elsewhere count (the runtime
+    launches from the executing thread, or on ROCm from a thread of its own per GPU)."""
+    starts = [t[0] for t in launches]
+
+    def inside(e):
+        lo = bisect.bisect_left(starts, e.start)
+        hi = bisect.bisect_right(starts, e.end)
+        return [launches[i] for i in range(lo, hi)]
+
+    def owners(e, calls):
+        found = set()
+        for _, _, c in calls:
+            for pid, dev in owner.get(c, ()):
+                if e.program_id is not None and pid != e.program_id:
+                    continue
+                if e.program_id is None and names.get(pid) != e.module:
+                    continue
+                if e.ordinal is not None and isinstance(dev, int) and dev != e.ordinal:
+                    continue
+                found.add((pid, dev))
+        return found
+
+    out: list = [None] * len(execs)
+    votes: dict[tuple, int] = {}
+    pending = []
+    for i, e in enumerate(execs):
+        calls = inside(e)
+        own = [t for t in calls if t[1] == e.line]  # launched from the executing thread
+        found = owners(e, own or calls)
+        if len(found) == 1:
+            out[i] = next(iter(found))
+            for _, ln, c in (own or calls):
+                if owner.get(c) and out[i] in owner[c]:
+                    votes[(ln, e.line)] = votes.get((ln, e.line), 0) + 1
+        else:
+            pending.append((i, e, calls))
+    serves: dict[int, int] = {}  # launch line -> the execution line it serves most
+    for (ln, el), n in sorted(votes.items()):
+        if n > votes.get((ln, serves.get(ln)), 0):
+            serves[ln] = el
+    for i, e, calls in pending:
+        found = owners(e, [t for t in calls if serves.get(t[1]) == e.line])
+        if len(found) == 1:
+            out[i] = next(iter(found))
+    return out
+
+
+def count_executions(space, kernels, names: dict, launches_counted: dict,
+                     covered: dict) -> dict:
+    """(program id, device) -> {executions, from, host_us, host_executions}: from the host's
+    execution events where they map to the program (`host execution events`), else from its
+    launches (`launches`: kernel_match.launch_executions), else from the alignment's coverage
+    of the schedule (`alignment`, the weakest). host_us: the mapped events' summed duration
+    (ExecuteThunks where recorded, else the module event; None: not recorded)."""
+    owner: dict = {}
+    for k in kernels:
+        if k.program_id is not None and k.corr is not None and not k.cpu:
+            owner.setdefault(k.corr, set()).add((k.program_id, k.device))
+    execs = host_executions(space)
+    mapped = map_executions(execs, launch_calls(space, set(owner)), owner, names) \
+        if execs else []
+    host: dict = {}
+    for e, key in zip(execs, mapped, strict=True):
+        if key is not None:
+            h = host.setdefault(key, [0, 0])
+            h[0] += 1
+            h[1] += e.end - e.start
+    out: dict = {}
+    keys = {(k.program_id, k.device) for k in kernels if k.program_id is not None}
+    for key in keys:
+        if key in host:
+            n, ps = host[key]
+            out[key] = {"executions": n, "from": "host execution events", "host_ps": ps}
+        elif launches_counted.get(key):
+            out[key] = {"executions": launches_counted[key], "from": "launches",
+                        "host_ps": None}
+        else:
+            out[key] = {"executions": round(covered.get(key) or 0), "from": "alignment",
+                        "host_ps": None}
+    return out
 
 
 # ---------------------------------------------------------------- analyses
@@ -303,20 +500,21 @@ def choose_program(kernels, programs, requested, unreadable=None) -> tuple[int, 
     return chosen, notes, gpu_time
 
 
-def attribute(kernels, programs, chosen, notes: list, executions: dict,
-              built: dict | None = None) -> dict:
-    """Match every kernel; return per-program lookups of instruction source. Fills
-    `executions`: per device, the chosen program's executions covered, its events, and the
-    events one execution expects (required only, and all). `built`: the programs already
-    wrapped (and checked) by load()."""
+def attribute(kernels, programs, chosen, notes: list, counted: dict,
+              built: dict | None = None) -> tuple[dict, dict]:
+    """Match every kernel; return the programs wrapped and their plans. Fills `counted`:
+    (program id, device) -> {"launches": executions from the launches or None, "covered":
+    executions the alignment covered, "events": events launched by the program,
+    "expected_min", "expected_max": events one execution expects (required only, and all)}.
+    `built`: the programs already wrapped (and checked) by load()."""
     from hlo_program import Program
     wrapped = dict(built or {})
     plans: dict = {}
-    for k in kernels:
-        if k.program_id is None:
-            k.program_id = chosen
+    assign_programs(kernels, programs, chosen)
     by: dict[tuple, list] = {}
     for k in kernels:
+        if k.program_id is None:
+            continue  # an argument copy: launched by no program
         if k.program_id not in programs:
             k.match, k.why = "none", "no hlo"  # its program's HLO is not in the capture
             continue
@@ -366,16 +564,15 @@ def attribute(kernels, programs, chosen, notes: list, executions: dict,
                 notes.append(f"program {pid}: while loop {w} has no known trip count; "
                              f"{n} iterations per execution inferred from the labels")
         covered = km.match(plan, ks)
-        if pid == chosen:
-            required = sum(1 for e in plan.events if not e.optional)
-            executions[ks[0].device] = {
-                "executions": round(covered),
-                "events": sum(1 for k in ks if k.why != "outside"),
-                "expected_min": required, "expected_max": len(plan.events)}
+        counted[(pid, ks[0].device)] = {
+            "launches": km.launch_executions(plan, ks), "covered": covered,
+            "events": sum(1 for k in ks if k.why != "outside"),
+            "expected_min": sum(1 for e in plan.events if not e.optional),
+            "expected_max": len(plan.events)}
     for pid in programs:
         if pid not in wrapped:
             wrapped[pid] = Program(programs[pid][1], pid)
-    return wrapped
+    return wrapped, plans
 
 
 def _as_int(v) -> int:
@@ -407,6 +604,17 @@ class Sources:
                 out = (op_name(prog, ins), str(frames[0]) if frames else "",
                        f"{user} {user.function}".strip() if user else "")
             self.cache[key] = out
+        return out
+
+    def framework(self, pid, instruction) -> str:
+        """The instruction's innermost modelling-framework frame (hlo_program.framework_frame),
+        "" where none."""
+        key = ("framework", pid, instruction)
+        out = self.cache.get(key)
+        if out is None:
+            prog = self.programs.get(pid)
+            ins = prog.by_name.get(instruction) if prog and instruction else None
+            out = self.cache[key] = prog.framework_frame(ins) if ins is not None else ""
         return out
 
 
@@ -524,7 +732,8 @@ def write_kernels(path: Path, kernels, sources) -> int:
             conf = f"{k.confidence:.3f}" if k.instruction else "0"
             buf.append(f"{k.device},{k.stream},{k.start / 1e6:.3f},{k.dur / 1e6:.3f},"
                        f"{quoted.get(k.name) or q(k.name)},{'' if k.corr is None else k.corr},"
-                       f"{quoted.get(k.hlo_op or '') or q(k.hlo_op or '')},{k.program_id},"
+                       f"{quoted.get(k.hlo_op or '') or q(k.hlo_op or '')},"
+                       f"{'' if k.program_id is None else k.program_id},"
                        f"{tail[0]}{q(k.inner)},{k.match},{conf}{tail[1]},{k.category},"
                        f"{1 if k.graph else 0}\n")
             if len(buf) >= 10_000:
@@ -540,6 +749,10 @@ NONE_REASONS = (("outside", "launched outside any instruction (no hlo_op, a laun
                 ("no slot", "no candidate left in their window"),
                 ("", "not matched"))
 RESULT_FILE = "attribute_kernels.json"
+# HLO text files written: one per program with kernel time, the ones with the most GPU time
+# first. Each is the program printed whole (the largest real ones run to tens of MB); a capture
+# of an op-by-op loop holds dozens of tiny programs, whose text adds little beside ops.csv.
+MAX_HLO_TEXTS = 10
 XPROF_HLO_STATS = "hlo_stats.json"  # XProf's hlo_stats output, in attribution/xplane/
 
 
@@ -597,17 +810,26 @@ def run(capture, out: Path, opts: Options) -> tuple[dict, list]:
                              (f" (and {len(unreadable) - 1} more unreadable)"
                               if len(unreadable) > 1 else ""))
         chosen, notes, _ = choose_program(kernels, protos, opts.program, unreadable)
-        executions: dict = {}
-        programs = attribute(kernels, protos, chosen, notes, executions, built)
+        counted: dict = {}
+        programs, plans = attribute(kernels, protos, chosen, notes, counted, built)
         control = sum(1 for k in kernels if k.match == "control")
         kernels = [k for k in kernels if k.match != "control"]
+        names = {pid: name for pid, (name, _) in protos.items()}
+        execs = count_executions(space, kernels, names,
+                                 {key: c["launches"] for key, c in counted.items()},
+                                 {key: c["covered"] for key, c in counted.items()})
         sources = Sources(programs, opts.user_re)
         t_match = time.perf_counter() - t0
         kernels.sort(key=lambda k: (str(k.device), k.stream, k.start))
         written = [("kernels.csv", write_kernels(tmp / "kernels.csv", kernels, sources))]
-        ops = op_totals(kernels, chosen)
-        written += write_op_and_line_tables(tmp, ops, chosen, programs[chosen], sources,
-                                            sum(k.dur for k in kernels))
+        ops = op_totals(kernels, opts.program)
+        written += write_op_and_line_tables(tmp, ops, programs, sources,
+                                            sum(k.dur for k in kernels),
+                                            instruction_runs(plans, execs))
+        steps, steps_note = read_steps(Path(out), files)
+        progs = program_rows(kernels, names, execs, steps)
+        written.append(("programs.csv", write_csv(tmp / "programs.csv", PROGRAMS_COLUMNS,
+                                                  programs_csv_rows(progs))))
         groups = class_totals(kernels)
         written.append(("how.csv", write_csv(tmp / "how.csv", [
             "program_id", "match", "kernels", "gpu_us", "pct_of_group", "low_confidence_kernels",
@@ -616,20 +838,33 @@ def run(capture, out: Path, opts: Options) -> tuple[dict, list]:
             "kernel", "family", "kernels", "gpu_us", "pct_of_gpu_time", "gpus", "kernels_per_gpu",
             "gpu_us_per_gpu"], kernel_name_rows(kernels, plans_names(programs)))))
         name = protos[chosen][0]
-        hlo_name = f"{safe_file_name(name)}({chosen}).hlo.txt"
         refusals = [f"cannot attribute the kernels of program {n}({p}) because {why}"
                     for p, (n, why) in sorted(unreadable.items())]
-        try:
-            import hlo_text
-            written.append((hlo_name, hlo_text.write_hlo_text(protos[chosen][1],
-                                                              tmp / hlo_name)))
-        except (OSError, ValueError, KeyError, IndexError, TypeError, RecursionError) as exc:
-            (tmp / hlo_name).unlink(missing_ok=True)
-            hlo_name = None
-            notes.append(f"the HLO text was not written: the program could not be printed "
-                         f"({exc})")
-            refusals.append(f"cannot write the HLO text of {name}({chosen}) because the program "
-                            f"could not be printed ({exc})")
+        # the HLO text of the programs with the most GPU time (the chosen one first)
+        texts = [chosen] + [r["program_id"] for r in progs
+                            if r["program_id"] in protos and r["program_id"] != chosen
+                            and opts.program is None][:MAX_HLO_TEXTS - 1]
+        hlo_names: dict = {}
+        for pid in texts:
+            pname = protos[pid][0]
+            fname = f"{safe_file_name(pname)}({pid}).hlo.txt"
+            try:
+                import hlo_text
+                written.append((fname, hlo_text.write_hlo_text(protos[pid][1], tmp / fname)))
+                hlo_names[pid] = fname
+            except (OSError, ValueError, KeyError, IndexError, TypeError,
+                    RecursionError) as exc:
+                (tmp / fname).unlink(missing_ok=True)
+                notes.append(f"the HLO text of {pname}({pid}) was not written: the program "
+                             f"could not be printed ({exc})")
+                refusals.append(f"cannot write the HLO text of {pname}({pid}) because the "
+                                f"program could not be printed ({exc})")
+        with_time = sum(1 for r in progs if r["program_id"] in protos)
+        if opts.program is None and with_time > len(texts):
+            notes.append(f"HLO text written for the {len(texts)} programs with the most GPU "
+                         f"time of {with_time} with kernel time (at most {MAX_HLO_TEXTS}); "
+                         "--program ID writes another's")
+        hlo_name = hlo_names.get(chosen)
         coverage, xprof_s = None, 0.0
         if opts.use_xprof:
             coverage, xprof_s, err = xprof_coverage(copy)
@@ -639,8 +874,8 @@ def run(capture, out: Path, opts: Options) -> tuple[dict, list]:
             files=files, kernels=kernels, cpu=cpu, control=control, chosen=chosen, name=name,
             notes=notes, protos=protos, groups=groups, ops=ops, sources=sources,
             coverage=coverage, opts=opts, hlo_name=hlo_name, refusals=refusals,
-            unreadable=unreadable,
-            executions=executions,
+            unreadable=unreadable, counted=counted, execs=execs, progs=progs,
+            steps_note=steps_note, hlo_names=hlo_names,
             timing={"matching": round(t_match, 3), "xprof_extraction": round(xprof_names_s, 3),
                     "xprof_hlo_stats": round(xprof_s, 3)})
         result["tables"] = {f: n for f, n in written}
@@ -652,44 +887,207 @@ def run(capture, out: Path, opts: Options) -> tuple[dict, list]:
     return result, written
 
 
-def op_totals(kernels, chosen) -> dict:
-    """instruction -> [kernels, GPU ps, category] over the chosen program's attributed kernels."""
-    ops: dict[str, list] = {}
+def op_totals(kernels, only=None) -> dict:
+    """(program id, instruction) -> [kernels, GPU ps, category] over the attributed kernels of
+    every program (of program `only` where given)."""
+    ops: dict[tuple, list] = {}
     for k in kernels:
-        if k.program_id == chosen and k.instruction:
-            o = ops.get(k.instruction)
+        if k.instruction and (only is None or k.program_id == only):
+            key = (k.program_id, k.instruction)
+            o = ops.get(key)
             if o is None:
-                o = ops[k.instruction] = [0, 0, k.category]
+                o = ops[key] = [0, 0, k.category]
             o[0] += 1
             o[1] += k.dur
     return ops
 
 
-def write_op_and_line_tables(folder: Path, ops: dict, chosen, prog, sources,
-                             gpu_time: int) -> list:
-    """ops.csv and lines.csv, each share twice: of the chosen program's attributed kernel time
-    (`pct_of_attributed`) and of all GPU event time (`pct_of_gpu_time`, as kernel_names.csv)."""
+OPS_COLUMNS = ["program_id", "instruction", "opcode", "category", "kernels", "gpu_us",
+               "pct_of_attributed", "pct_of_gpu_time", "op_name", "source", "user_frame",
+               "module", "executions", "framework_frame"]
+LINES_COLUMNS = ["user_frame", "gpu_us", "pct_of_attributed", "pct_of_gpu_time", "kernels",
+                 "instructions", "framework_frame", "programs"]
+
+
+def instruction_runs(plans: dict, execs: dict) -> dict:
+    """(program id, instruction) -> its executions: the program's executions on each GPU times
+    the instruction's runs per execution (its slots in the schedule: trip counts of the loops
+    around it, known or inferred), summed over GPUs."""
+    per_program: dict = {}
+    for (pid, _), e in execs.items():
+        per_program[pid] = per_program.get(pid, 0) + e["executions"]
+    out: dict = {}
+    for pid, plan in plans.items():
+        n = per_program.get(pid)
+        if n is None:
+            continue
+        for ins, starts in plan.positions.items():
+            out[(pid, ins)] = n * len(starts)
+    return out
+
+
+def write_op_and_line_tables(folder: Path, ops: dict, programs: dict, sources, gpu_time: int,
+                             runs: dict) -> list:
+    """ops.csv and lines.csv over the programs in `ops`, each share twice: of the table's
+    attributed kernel time (`pct_of_attributed`: every program's, or the --program one's) and
+    of all GPU event time (`pct_of_gpu_time`, as kernel_names.csv)."""
     attributed = sum(t for _, t, _ in ops.values())
     op_rows = []
-    for name, (n, t, cat) in sorted(ops.items(), key=lambda kv: (-kv[1][1], kv[0])):
-        opn, src, user = sources.get(chosen, name)
-        op_rows.append((chosen, name, prog.by_name[name].opcode if name in prog.by_name else "",
-                        cat, n, us(t), pct(t, attributed), pct(t, gpu_time), opn, src, user))
-    lines: dict[str, list] = {}
-    for ins_name, (n, t, _) in ops.items():  # per instruction, then per line
-        entry = lines.setdefault(sources.get(chosen, ins_name)[2], [0, 0, set()])
+    for (pid, name), (n, t, cat) in sorted(ops.items(),
+                                           key=lambda kv: (-kv[1][1], str(kv[0][0]), kv[0][1])):
+        opn, src, user = sources.get(pid, name)
+        prog = programs.get(pid)
+        ins = prog.by_name.get(name) if prog is not None else None
+        op_rows.append((pid, name, ins.opcode if ins is not None else "", cat, n, us(t),
+                        pct(t, attributed), pct(t, gpu_time), opn, src, user,
+                        prog.name if prog is not None else "", runs.get((pid, name), ""),
+                        sources.framework(pid, name)))
+    lines: dict[tuple, list] = {}
+    for (pid, ins_name), (n, t, _) in ops.items():  # per instruction, then per line
+        user = sources.get(pid, ins_name)[2]
+        fw = sources.framework(pid, ins_name)
+        key = (user, "" if user else fw)  # no user frame: one row per framework frame
+        entry = lines.setdefault(key, [0, 0, set(), {}, set()])
         entry[0] += n
         entry[1] += t
-        entry[2].add(ins_name)
-    line_rows = [(u, us(t), pct(t, attributed), pct(t, gpu_time), n, len(ins))
-                 for u, (n, t, ins) in sorted(lines.items(), key=lambda kv: (-kv[1][1], kv[0]))]
-    return [
-        ("ops.csv", write_csv(folder / "ops.csv", [
-            "program_id", "instruction", "opcode", "category", "kernels", "gpu_us",
-            "pct_of_attributed", "pct_of_gpu_time", "op_name", "source", "user_frame"], op_rows)),
-        ("lines.csv", write_csv(folder / "lines.csv", [
-            "user_frame", "gpu_us", "pct_of_attributed", "pct_of_gpu_time", "kernels",
-            "instructions"], line_rows))]
+        entry[2].add((pid, ins_name))
+        entry[3][fw] = entry[3].get(fw, 0) + t
+        entry[4].add(pid)
+    line_rows = []
+    for (user, _), (n, t, ins, fws, pids) in sorted(
+            lines.items(), key=lambda kv: (-kv[1][1], kv[0])):
+        fw = max(sorted(fws), key=lambda f: fws[f])  # the framework frame with the most time
+        line_rows.append((user, us(t), pct(t, attributed), pct(t, gpu_time), n, len(ins), fw,
+                          len(pids)))
+    return [("ops.csv", write_csv(folder / "ops.csv", OPS_COLUMNS, op_rows)),
+            ("lines.csv", write_csv(folder / "lines.csv", LINES_COLUMNS, line_rows))]
+
+
+PROGRAMS_COLUMNS = ["program_id", "module", "executions", "gpus", "executions_per_gpu",
+                    "executions_from", "kernels", "kernels_per_execution", "gpu_us",
+                    "pct_of_gpu_time", "attributed_us", "host_dispatch_us", "host_dispatch",
+                    "steps"]
+
+
+def program_rows(kernels, programs_names: dict, execs: dict, steps) -> list[dict]:
+    """One entry per program with GPU events, and one for the events of no program (OUTSIDE),
+    by GPU time descending (programs.csv; attribute_kernels.json `programs`)."""
+    total = sum(k.dur for k in kernels)
+    by: dict = {}
+    for k in kernels:
+        e = by.get(k.program_id)
+        if e is None:
+            e = by[k.program_id] = {"kernels": 0, "ps": 0, "attributed": 0, "gpus": set(),
+                                    "steps": set()}
+        e["kernels"] += 1
+        e["ps"] += k.dur
+        if k.instruction:
+            e["attributed"] += k.dur
+        e["gpus"].add(k.device)
+        if steps is not None:
+            st = steps.get(k.device)
+            if st:
+                i = bisect.bisect_right(st[0], k.start) - 1
+                if i >= 0 and k.start < st[1][i][1]:
+                    e["steps"].add(st[1][i][0])
+    out = []
+    for pid, e in by.items():
+        gpus = sorted(e["gpus"], key=str)
+        per = {str(d): execs[(pid, d)]["executions"] for d in gpus if (pid, d) in execs}
+        n = sum(per.values())
+        froms = sorted({execs[(pid, d)]["from"] for d in gpus if (pid, d) in execs})
+        host = [execs[(pid, d)]["host_ps"] for d in gpus if (pid, d) in execs]
+        host_ps = sum(h for h in host if h is not None) if any(
+            h is not None for h in host) else None
+        out.append({
+            "program_id": OUTSIDE if pid is None else pid,
+            "module": OUTSIDE if pid is None else programs_names.get(pid, ""),
+            "executions": n if pid is not None else None,
+            "gpus": gpus, "executions_per_gpu": per if pid is not None else {},
+            "executions_from": " + ".join(froms),
+            "kernels": e["kernels"],
+            "kernels_per_execution": round(e["kernels"] / n, 2) if pid is not None and n
+            else None,
+            "gpu_us": round(e["ps"] / 1e6, 3),
+            "pct_of_gpu_time": round(100.0 * e["ps"] / total, 2) if total else 0.0,
+            "attributed_us": round(e["attributed"] / 1e6, 3),
+            "host_dispatch_us": round(host_ps / 1e6, 3) if host_ps is not None else None,
+            "host_dispatch": "measured" if host_ps is not None else (
+                "not recorded" if pid is not None else ""),
+            "steps": sorted(e["steps"]) if steps is not None else None,
+            "_ps": e["ps"]})
+    out.sort(key=lambda r: (-r["_ps"], str(r["program_id"])))
+    for r in out:
+        del r["_ps"]
+    return out
+
+
+def _ranges(nums) -> str:
+    """[0, 1, 2, 5] -> "0-2 5"."""
+    out, run = [], []
+    for n in nums:
+        if run and n == run[-1] + 1:
+            run.append(n)
+            continue
+        if run:
+            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+        run = [n]
+    if run:
+        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return " ".join(out)
+
+
+def programs_csv_rows(progs: list[dict]) -> list[tuple]:
+    rows = []
+    for r in progs:
+        rows.append((r["program_id"], r["module"],
+                     "" if r["executions"] is None else r["executions"],
+                     " ".join(map(str, r["gpus"])),
+                     " ".join(f"{d}={n}" for d, n in r["executions_per_gpu"].items()),
+                     r["executions_from"], r["kernels"],
+                     "" if r["kernels_per_execution"] is None else
+                     f"{r['kernels_per_execution']:.2f}",
+                     f"{r['gpu_us']:.3f}", f"{r['pct_of_gpu_time']:.2f}",
+                     f"{r['attributed_us']:.3f}",
+                     "" if r["host_dispatch_us"] is None else f"{r['host_dispatch_us']:.3f}",
+                     r["host_dispatch"],
+                     "" if r["steps"] is None else _ranges(r["steps"])))
+    return rows
+
+
+def read_steps(out: Path, files) -> tuple[dict | None, str]:
+    """Step 1's steps.csv in the scratch folder, when it was written for this capture's host:
+    device -> ([starts in ps], [(step, end ps)]), and a note; (None, why) otherwise."""
+    import csv
+    path = out / "steps.csv"
+    if not path.is_file():
+        return None, ("steps not given: no steps.csv in the scratch folder (run step 1, "
+                      "skip_stats.py, first)")
+    meta = out / "skip_stats.json"
+    try:
+        was = (json.loads(meta.read_text(encoding="utf-8")).get("capture") or {}).get("trace") \
+            if meta.is_file() else None
+    except (OSError, ValueError, AttributeError):
+        was = None
+    if was and files.trace is not None and Path(was).resolve() != Path(files.trace).resolve():
+        return None, (f"steps not given: steps.csv was written for {was}, not "
+                      f"{files.trace}")
+    by: dict = {}
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            for r in csv.DictReader(fh):
+                dev = r["device"]
+                dev = int(dev) if dev.isdigit() else dev
+                by.setdefault(dev, []).append((round(float(r["start_us"]) * 1e6),
+                                               round(float(r["end_us"]) * 1e6), int(r["step"])))
+    except (OSError, ValueError, KeyError) as exc:
+        return None, f"steps not given: steps.csv could not be read ({exc})"
+    steps = {}
+    for dev, rows in by.items():
+        rows.sort()
+        steps[dev] = ([r[0] for r in rows], [(r[2], r[1]) for r in rows])
+    return steps, "steps from steps.csv (step 1): a program appears in a step when one of " \
+        "its GPU events starts inside that step's window on its GPU"
 
 
 def class_totals(kernels) -> dict:
@@ -698,7 +1096,7 @@ def class_totals(kernels) -> dict:
     low_conf = km.LOW_CONFIDENCE
     for k in kernels:
         low = bool(k.instruction) and k.confidence < low_conf
-        for key in (k.program_id, "all"):
+        for key in (OUTSIDE if k.program_id is None else k.program_id, "all"):
             g = groups.get(key)
             if g is None:
                 g = groups[key] = {c: [0, 0, 0, 0] for c in CLASSES}
@@ -713,7 +1111,8 @@ def class_totals(kernels) -> dict:
 
 def how_rows(groups) -> list[tuple]:
     rows = []
-    for key in sorted((g for g in groups if g != "all"), key=str) + ["all"]:
+    for key in sorted((g for g in groups if g not in ("all", OUTSIDE)), key=str) + \
+            [g for g in (OUTSIDE, "all") if g in groups]:
         g = groups[key]
         total = sum(v[1] for v in g.values())
         for c in CLASSES:
@@ -730,8 +1129,8 @@ def _classes_json(g) -> dict:
 
 
 def build_result(*, files, kernels, cpu, control, chosen, name, notes, protos, groups, ops,
-                 sources, coverage, opts, hlo_name, refusals, timing, executions,
-                 unreadable=()) -> dict:
+                 sources, coverage, opts, hlo_name, refusals, timing, counted, execs, progs,
+                 steps_note="", hlo_names=None, unreadable=()) -> dict:
     """Everything summary.txt says, and more, as data (fields: references/scratch-layout.md)."""
     total = sum(k.dur for k in kernels)
     g = groups["all"]
@@ -765,11 +1164,11 @@ def build_result(*, files, kernels, cpu, control, chosen, name, notes, protos, g
                      "largest": [{"kernel": n, "count": c, "gpu_us": round(t / 1e6, 3)}
                                  for n, (c, t) in sorted(top.items(),
                                                          key=lambda kv: -kv[1][1])[:5]]})
-    unsaved = [k for k in kernels if k.program_id not in protos]
+    unsaved = [k for k in kernels if k.program_id is not None and k.program_id not in protos]
     attributed = sum(t for _, t, _ in ops.values())
     n_nouser = n_noframe = t_nouser = t_noframe = 0
-    for ins_name, (n, t, _) in ops.items():
-        _, src, user = sources.get(chosen, ins_name)
+    for (pid, ins_name), (n, t, _) in ops.items():
+        _, src, user = sources.get(pid, ins_name)
         if not user:
             n_nouser += n
             t_nouser += t
@@ -821,7 +1220,17 @@ def build_result(*, files, kernels, cpu, control, chosen, name, notes, protos, g
         "coverage": cov, "checks": checks, "refusals": refusals,
         "low_confidence_below": km.LOW_CONFIDENCE,
         "timing_s": timing, "hlo_text": hlo_name,
-        "executions": {str(d): e for d, e in sorted(executions.items(), key=lambda kv: str(kv[0]))},
+        "hlo_texts": {str(p): f for p, f in (hlo_names or {}).items()},
+        "scope": {"programs": "one" if opts.program is not None else "all",
+                  "program_ids": sorted({p for p, _ in ops}, key=str)},
+        "executions": {str(d): {"executions": e["executions"], "from": e["from"],
+                                **{f: counted[(pid, d)][f] for f in (
+                                    "events", "expected_min", "expected_max")
+                                   if (pid, d) in counted}}
+                       for (pid, d), e in sorted(execs.items(), key=lambda kv: str(kv[0][1]))
+                       if pid == chosen},
+        "programs": progs,
+        "steps_note": steps_note,
     }
 
 
@@ -863,8 +1272,17 @@ def render_summary(r: dict) -> list[str]:
              "local agreement with the schedule; kernels.csv column confidence, how.csv "
              "low_confidence_*); the rest at or above it")
     src = r["source"]
+    scope = r.get("scope") or {}
+    progs = [p for p in r.get("programs") or [] if p["program_id"] != OUTSIDE]
+    if progs:
+        top = progs[0]
+        s.append(f"programs: {len(progs)} ran GPU events; the most GPU time: "
+                 f"{top['module']}({top['program_id']}) {_p(top['pct_of_gpu_time'])}% of it, "
+                 f"{top['executions']} executions ({top['executions_from']}); programs.csv "
+                 "lists every one")
+    where = prog if scope.get("programs") == "one" else "all programs"
     s.append(f"source: {src['with_user_frame']} of {src['kernels']} attributed kernels of "
-             f"{prog} have a user frame; {src['no_source_kernels']} kernels "
+             f"{where} have a user frame; {src['no_source_kernels']} kernels "
              f"({_p(src['no_source_pct_of_attributed'])}% of its attributed time) belong to "
              f"instructions with no source in the HLO, and {src['library_only_kernels']} "
              f"({_p(src['library_only_pct_of_attributed'])}%) have frames but none that counts "
@@ -896,7 +1314,8 @@ def main(argv=None) -> int:
     ap.add_argument("capture")
     ap.add_argument("--program", type=int)
     ap.add_argument("--user-re", help="regular expression: frames whose file matches are user "
-                    "code (default: the first frame outside site-packages and jax)")
+                    "code (default: the first frame outside site-packages, jax and the "
+                    "frameworks flax, praxis, paxml, equinox, haiku, optax, keras)")
     ap.add_argument("--no-xprof", action="store_true",
                     help="skip XProf (its HLO protos and its coverage cross-check)")
     ap.add_argument("--out", type=Path, default=Path("."))

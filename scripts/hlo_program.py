@@ -38,8 +38,18 @@ from trace_rules import WAIT_OPCODES
 
 from xprotos import PRIMITIVE_TYPES
 
-# The default "user code" frame: the first frame outside site-packages and jax itself.
-LIBRARY_FRAME_RE = re.compile(r"(site-packages|dist-packages)/|/jax/|/jaxlib/|^<frozen ")
+# The default "user code" frame: the first frame (innermost first) in none of these libraries,
+# matched on a path component (`/opt/praxis/praxis/layers/base_ops.py` is praxis). The one list:
+# references/attribution.md and SKILL.md name the same. jax itself and the modelling frameworks
+# built on it: a model's einsum goes through a framework's wrapper (praxis base_ops, flax's
+# module call), whose line is the same for every layer and says nothing about the model.
+FRAMEWORK_PACKAGES = ("jax", "jaxlib", "flax", "praxis", "paxml", "equinox", "haiku", "optax",
+                      "keras")
+# jax's own frames are its internals (lax, numpy wrappers): never reported as the framework frame.
+JAX_PACKAGES = frozenset({"jax", "jaxlib"})
+# Installed packages: library code wherever they sit (a package without a component above).
+INSTALL_DIRS = frozenset({"site-packages", "dist-packages"})
+_PATH_SPLIT_RE = re.compile(r"[/\\]")
 # Calls (fusions, while bodies, branches) nest a few levels in XLA's programs (a fusion in a
 # while body in a while body is 3); the matcher follows 64, so a deeper program is not XLA's.
 MAX_CALL_DEPTH = 64
@@ -282,11 +292,50 @@ class Program:
         return []
 
     def user_frame(self, ins, user_re: re.Pattern | None = None) -> Frame | None:
-        """The first frame that counts as user code (``user_re`` matches its file), if any."""
+        """The first frame that counts as user code (``user_re`` matches its file; by default a
+        frame in no library: ``is_library_file``), if any."""
         for fr in self.frames(ins):
             if user_re is not None:
                 if user_re.search(fr.file):
                     return fr
-            elif not LIBRARY_FRAME_RE.search(fr.file):
+            elif not is_library_file(fr.file):
                 return fr
         return None
+
+    def framework_frame(self, ins) -> str:
+        """The innermost frame inside a modelling framework (FRAMEWORK_PACKAGES but jax), as
+        ``<package>/<path>:<line> <function>`` (``praxis/layers/base_ops.py:42 __call__``); ""
+        when no frame is in one."""
+        for fr in self.frames(ins):
+            rel = framework_path(fr.file)
+            if rel:
+                return f"{rel}:{fr.line} {fr.function}".strip()
+        return ""
+
+
+def _package_at(parts: list[str]) -> int:
+    """Index of the innermost folder naming a FRAMEWORK_PACKAGES package (a checkout is
+    `/opt/praxis/praxis/...`: the package is the inner one), else -1."""
+    for i in range(len(parts) - 2, -1, -1):  # the file itself is not a package
+        if parts[i] in FRAMEWORK_PACKAGES:
+            return i
+    return -1
+
+
+def is_library_file(path: str) -> bool:
+    """A frame's file is library code: under an install folder (INSTALL_DIRS), in a
+    FRAMEWORK_PACKAGES package (a path component), or frozen (`<frozen runpy>`)."""
+    if path.startswith("<frozen "):
+        return True
+    parts = _PATH_SPLIT_RE.split(path)
+    return not INSTALL_DIRS.isdisjoint(parts[:-1]) or _package_at(parts) >= 0
+
+
+def framework_path(path: str) -> str:
+    """The file's path from its framework package on (`praxis/layers/base_ops.py`) when it lies
+    in a modelling framework (FRAMEWORK_PACKAGES but jax), else ""."""
+    parts = _PATH_SPLIT_RE.split(path)
+    i = _package_at(parts)
+    if i < 0 or parts[i] in JAX_PACKAGES:
+        return ""
+    return "/".join(parts[i:])

@@ -812,3 +812,31 @@ def _next_position(plan: Plan, instruction: str, p: int) -> int:
         if s >= off:
             return base * n + s
     return (base + 1) * n + pos[0]
+
+
+def launch_executions(plan: Plan, kernels: list[Kernel]) -> int | None:
+    """Executions of the program from its launches, where no host execution event counts them:
+    per launching instruction with events launched on their own (not in a graph), its distinct
+    correlation ids among events of its first required kind (a split-K reduction or an im2col
+    beside a GEMM is not another execution), over its slots per execution (the trip counts of
+    the loops around it); the most common value over the instructions, the smaller on a tie.
+    None when no instruction has such events (every event inside graphs)."""
+    first_kind: dict[str, set] = {}
+    for e in plan.events:
+        ins = plan.slots[e.slot].instruction
+        if ins not in first_kind and not e.optional:
+            first_kind[ins] = {"copy", "compute"} if e.kind == "copyish" else {e.kind}
+    ids: dict[str, set] = {}
+    for k in kernels:
+        if k.instruction and not k.group and k.corr is not None and \
+                k.kind in first_kind.get(k.instruction, ()):
+            ids.setdefault(k.instruction, set()).add(k.corr)
+    votes: dict[int, int] = {}
+    for ins, corrs in ids.items():
+        per = len(plan.positions.get(ins, ()))
+        if per:
+            n = round(len(corrs) / per)
+            votes[n] = votes.get(n, 0) + 1
+    if not votes:
+        return None
+    return min(votes, key=lambda n: (-votes[n], n))

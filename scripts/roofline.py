@@ -644,11 +644,30 @@ def read_attribution(out: Path, capture) -> tuple[list[dict], dict]:
     return rows, res
 
 
-def analyse(rows, res, program, gpu: dict, peaks: dict) -> tuple[list[list], dict]:
-    """roofline.csv rows and the figures of the result."""
-    devices = (res.get("figures", {}).get("devices") or {}).get("value")
-    executions = sum(int(e.get("executions") or 0) for e in (res.get("executions") or {}).values())
-    costs = Costs(program, group_size=devices if devices and devices > 1 else None)
+def program_executions(res: dict) -> dict:
+    """program id (str) -> (executions summed over GPUs, GPUs) as step 4 counted them
+    (attribute_kernels.json `programs`; an older result: the chosen program's `executions`)."""
+    out = {}
+    for p in res.get("programs") or []:
+        if isinstance(p, dict) and isinstance(p.get("executions"), int):
+            out[str(p.get("program_id"))] = (p["executions"], len(p.get("gpus") or []))
+    if not out and res.get("program"):
+        devices = (res.get("figures", {}).get("devices") or {}).get("value")
+        out[str(res["program"].get("id"))] = (
+            sum(int(e.get("executions") or 0) for e in (res.get("executions") or {}).values()),
+            devices or 0)
+    return out
+
+
+def analyse(rows, res, programs, gpu: dict, peaks: dict) -> tuple[list[list], dict]:
+    """roofline.csv rows and the figures of the result. `programs`: program id (str) ->
+    Program (a single Program: every row is that program's)."""
+    if not isinstance(programs, dict):
+        programs = {str(programs.id): programs}
+    counts = program_executions(res)
+    all_costs = {pid: Costs(p, group_size=counts.get(pid, (0, 0))[1]
+                            if counts.get(pid, (0, 0))[1] > 1 else None)
+                 for pid, p in programs.items()}
     gpu_ceilings = peaks.get(gpu["model"] or "", {})
     hbm = gpu_ceilings.get("hbm_bandwidth")
     out_rows, used, no_cost_ps, no_ceiling_ps, total_ps = [], {}, 0, 0, 0
@@ -656,8 +675,15 @@ def analyse(rows, res, program, gpu: dict, peaks: dict) -> tuple[list[list], dic
     for r in rows:
         ps = round(float(r["gpu_us"] or 0) * 1e6)
         total_ps += ps
-        ins = program.by_name.get(r["instruction"])
-        if ins is None:
+        pid = str(r.get("program_id"))
+        program = programs.get(pid)
+        costs = all_costs.get(pid)
+        executions = counts.get(pid, (0, 0))[0]
+        ins = program.by_name.get(r["instruction"]) if program is not None else None
+        if program is None:
+            c = Cost(None, None, "not computable",
+                     why=f"the capture holds no readable HLO of program {pid}")
+        elif ins is None:
             c = Cost(None, None, "not computable",
                      why=f"instruction {r['instruction']} is not in program {program.id}")
         else:
@@ -732,7 +758,10 @@ def analyse(rows, res, program, gpu: dict, peaks: dict) -> tuple[list[list], dic
                                              "unit": "pct", "label": "inferred"},
         "no_ceiling_us": {"value": round(no_ceiling_ps / 1e6, 3), "unit": "us",
                           "label": "measured"},
-        "executions": {"value": executions, "unit": "count", "label": "measured"},
+        "executions": {"value": counts.get(str((res.get("program") or {}).get("id")),
+                                           (0, 0))[0], "unit": "count", "label": "measured"},
+        "executions_all_programs": {"value": sum(n for n, _ in counts.values()),
+                                    "unit": "count", "label": "measured"},
     }
     trust = []
     if no_cost_ps:
@@ -816,10 +845,11 @@ def add_xprof(table: list[list], costs: dict, program=None) -> int:
     for row in table:
         pid = str(row[col["program_id"]])
         x = costs.get((pid, row[col["instruction"]]))
-        ins = program.by_name.get(row[col["instruction"]]) if program is not None else None
+        prog = program.get(pid) if isinstance(program, dict) else program
+        ins = prog.by_name.get(row[col["instruction"]]) if prog is not None else None
         if x is None and ins is not None and ins.opcode == "fusion":
             inner = [costs[(pid, i.name)] for cid in ins.called_computation_ids
-                     for i in program.computations[cid].instructions if (pid, i.name) in costs]
+                     for i in prog.computations[cid].instructions if (pid, i.name) in costs]
             x = inner[0] if len(inner) == 1 else None
         if x is None:
             row.extend(["", "", "", ""])
@@ -884,12 +914,19 @@ def run(capture, out: Path, use_xprof: bool = True) -> tuple[dict, list[tuple[st
         program = load(protos[pid][1], pid)
     except ProgramError as exc:
         raise UsageError(f"cannot build the roofline because {exc}") from exc
+    programs = {str(pid): program}
+    unreadable = []
+    for other in sorted({r.get("program_id") for r in rows} - {str(pid)}, key=str):
+        try:
+            programs[other] = load(protos[int(other)][1], int(other))
+        except (KeyError, ValueError, ProgramError):
+            unreadable.append(other)  # its rows say "not computable" with the reason
     gpu = identify_space(space)
     peaks = load_peaks()
-    table, a = analyse(rows, res, program, gpu, peaks)
+    table, a = analyse(rows, res, programs, gpu, peaks)
     xcosts, xnote = xprof_costs(out) if use_xprof else ({}, "XProf's figures skipped "
                                                           "(--no-xprof)")
-    with_xprof = add_xprof(table, xcosts, program)
+    with_xprof = add_xprof(table, xcosts, programs)
     if xcosts and with_xprof < len(table):
         xnote = (f"{len(table) - with_xprof} of {len(table)} instructions have no XProf figures: "
                  f"XProf's hlo_stats does not list them (graph kernels, or instructions it "

@@ -57,3 +57,32 @@ def test_mi355x_stack_frames_only(shared):
     with_frames = sum(1 for i in p.instructions.values() if p.frames(i))
     own = sum(1 for i in p.instructions.values() if i.metadata.stack_frame_id)
     assert (len(p.instructions), own, with_frames) == (151, 65, 71)
+
+
+def test_pax_framework_frames_are_not_user_code(shared):
+    """The PAX FSDP program: praxis's einsum wrapper (base_ops.py:42) was the default user frame;
+    every frame is in paxml, praxis, flax or an installed package, so there is no user frame,
+    and the framework frame names the praxis call."""
+    import hlo_program
+    from capgen.programs import load_program
+    p = load_program("pax-a100")
+    einsums = [i for i in p.instructions.values()
+               if p.frames(i) and str(p.frames(i)[0]) == "/opt/praxis/praxis/layers/base_ops.py:42"]
+    assert einsums
+    for ins in einsums:
+        assert p.user_frame(ins) is None
+        assert p.framework_frame(ins) == "praxis/layers/base_ops.py:42 __call__"
+    # no instruction of the program has a user frame by default; --user-re still picks one
+    assert not any(p.user_frame(i) for i in p.instructions.values())
+    import re
+    ins = einsums[0]
+    assert str(p.user_frame(ins, re.compile(r"/praxis/layers/attentions\.py$"))) == \
+        "/opt/praxis/praxis/layers/attentions.py:1475"
+    # the rule on path components
+    assert hlo_program.is_library_file("/usr/lib/python3/dist-packages/absl/app.py")
+    assert hlo_program.is_library_file("/home/u/venv/lib/python3.11/site-packages/optax/x.py")
+    assert hlo_program.is_library_file("/opt/flax/flax/linen/module.py")
+    assert not hlo_program.is_library_file("/home/u/flaxmodels/train.py")
+    assert hlo_program.framework_path("/x/site-packages/jax/_src/numpy/lax_numpy.py") == ""
+    assert hlo_program.framework_path("/opt/praxis/praxis/layers/base_ops.py") == \
+        "praxis/layers/base_ops.py"
