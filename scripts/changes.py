@@ -60,8 +60,8 @@ COLUMNS = ["rank", "cause_kind", "cause", "where", "pct_of_step", "step_us", "sa
            "saving_min_us", "saving_max_us", "step_if_gone_us", "assumptions", "knob", "label",
            "source"]
 LABEL = "inferred, not run"
-KIND_ORDER = ("host_gap", "straggler_wait", "exposed_collective", "memcpy", "kernel_gaps",
-              "instruction", "python_line", "idle_between_steps")
+KIND_ORDER = ("dispatch", "host_gap", "straggler_wait", "exposed_collective", "memcpy",
+              "kernel_gaps", "instruction", "python_line", "idle_between_steps")
 
 # ---------------------------------------------------------------- named constants
 
@@ -69,6 +69,10 @@ KIND_ORDER = ("host_gap", "straggler_wait", "exposed_collective", "memcpy", "ker
 # kernel time stays in changes.json's critical path as compute.
 TOP_INSTRUCTIONS = 5
 TOP_LINES = 3
+# A step of at least this many program executions (step 1's steps.csv `executions`) is a
+# dispatch of several programs: the GPU idle between them is a cause of its own (jit the
+# function that calls them), apart from the host's lateness inside one program.
+DISPATCH_MIN_EXECUTIONS = 2
 # A saving below this in the median is not listed: 1 us is below the jitter of a single launch,
 # so a smaller figure says nothing about a cause.
 MIN_SAVING_US = 1.0
@@ -175,7 +179,9 @@ def read_steps(out: Path) -> dict:
                 "host_late": float(r["host_late_us"] or 0),
                 "device_wait": float(r["device_wait_us"] or 0),
                 "unknown": float(r["unknown_gap_us"] or 0),
-                "kernel_sum": float(r["il_us"] or 0) - float(r["il_idle_us"] or 0)}
+                "kernel_sum": float(r["il_us"] or 0) - float(r["il_idle_us"] or 0),
+                "executions": int(r["executions"]) if r.get("executions") else None,
+                "between_programs": float(r.get("between_programs_idle_us") or 0)}
         except (TypeError, ValueError):
             raise ChangesError(f"{out / 'steps.csv'} has a row that is not step 1's (step "
                                f"{r.get('step')!r}, device {r.get('device')!r}); run "
@@ -637,8 +643,17 @@ def analyse(out: Path) -> dict:
         g = {d: r for d, r in steps[n].items() if d in gpus} or steps[n]
         new_end = max(r["end"] - r["host_late"] for r in g.values())
         hsav.append(max(0.0, fr["end"] - new_end))
+    # dispatch between programs: the GPU idle between two executions' kernels is the host
+    # dispatching the next program; it is its own cause, taken out of the host gaps' figure
+    execs = [steps[n][frames[n]["bound"]].get("executions") or 0 for n in chosen]
+    between = [min(steps[n][frames[n]["bound"]].get("between_programs") or 0.0,
+                   paths[n]["host_late"]) for n in chosen]
+    dispatch = max(execs, default=0) >= DISPATCH_MIN_EXECUTIONS and \
+        between[at] >= MIN_SAVING_US
+    if dispatch:
+        hsav = [max(0.0, v - b) for v, b in zip(hsav, between, strict=True)]
     hd = host_details(gaps["median_rows"], mf) if gaps else None
-    host_late = mp["host_late"]
+    host_late = max(0.0, mp["host_late"] - (between[at] if dispatch else 0.0))
     lead_in = 0.0
     if whole and hd and hd["leading_us"] > 0:
         # no steps: the window is the whole capture, and the wait before its first kernel is
@@ -654,7 +669,7 @@ def analyse(out: Path) -> dict:
         b = mf["bound"]
         crit = steps[median][b]["crit"]
         words = (f"the critical stream waits on the host: {fmt(host_late)} us of step "
-                 f"{median}")
+                 f"{median}" + (" besides the dispatch between programs" if dispatch else ""))
         if hd:
             named = ", ".join(f"{n} {fmt(v)} us" for n, v in hd["events"][:HOST_EVENTS_NAMED])
             words += (f", in {hd['gaps']} gap(s) of 1 us or more, {fmt(hd['leading_us'])} us "
@@ -675,6 +690,30 @@ def analyse(out: Path) -> dict:
                 ""),
             100.0 * host_late / mwin, step_us, spread(hsav, at), assume, knob,
             src1 + "; skip_stats.json"))
+
+    if dispatch:
+        b = mf["bound"]
+        dp = (s1 or {}).get("dispatch") or {}
+        call = dp.get("enclosing_call")
+        jit = (f"jax.jit the function that makes these calls ({call}, the innermost Python call "
+               f"that encloses a step's dispatches in {dp.get('enclosing_call_steps')} of "
+               f"{dp.get('steps')} steps): one program per step instead of {execs[at]}"
+               if call else
+               f"jax.jit the function that makes these calls: one program per step instead of "
+               f"{execs[at]} (the Python tracer was off or names no call enclosing them: "
+               "python_tracer_level=1 in a new capture would name it)")
+        causes.append(cause_row(
+            "dispatch",
+            f"dispatch between programs: {execs[at]} program executions in step {median}, "
+            f"{fmt(between[at])} us of GPU idle between two executions' kernels on GPU {b}",
+            f"GPU {b}", 100.0 * between[at] / mwin, step_us, spread(between, at),
+            "the GPU would run the step's programs back to back, as one program would (the idle "
+            "while the host dispatches the next program gone; kernel durations unchanged); part "
+            "of the host gaps' time, taken out of that row; the step's programs as step 1 lists "
+            "them (steps.csv programs)",
+            jit + "; donate_argnums (no copy of the inputs at each call); async dispatch (no "
+            "blocking on a result between calls: no float() or .item() inside the loop)",
+            "steps.csv; skip_stats.json"))
 
     # the straggler's extra work: the others wait for it inside collectives, so without any
     # collective kernel in the steps no GPU waits for another and there is nothing to save
@@ -849,6 +888,40 @@ def analyse(out: Path) -> dict:
             "verdict": (s1 or {}).get("verdict")}
 
 
+def programs_in_steps(progs: list | None, chosen: list) -> set | None:
+    """The program ids of programs.csv that ran in any of the chosen steps (its `steps` cell:
+    step numbers and ranges, `1-5; 7`); None where programs.csv or its steps are missing."""
+    if not progs or "steps" not in progs[0]:
+        return None
+    want, out, known = set(chosen), set(), False
+    for p in progs:
+        cell = (p.get("steps") or "").replace(";", ",")
+        nums = set()
+        for part in filter(None, (x.strip() for x in cell.split(","))):
+            lo, _, hi = part.partition("-")
+            try:
+                a, b = int(lo), int(hi or lo)
+            except ValueError:
+                continue
+            nums.update(range(a, b + 1))
+        known = known or bool(nums)
+        if nums & want:
+            out.add(p.get("program_id", ""))
+    return out if known else None
+
+
+def dtype_knob(dtype: str) -> str:
+    """A lower precision than the instruction's own, on the matrix units (the ceiling's dtype
+    names what it runs at now: an f32 GEMM may go to bf16; a bf16 one only to fp8)."""
+    d = (dtype or "").lower()
+    if d.startswith(("f32", "fp32", "tf32", "f64", "fp64")):
+        return "a lower-precision dtype on the matrix units (bf16 for f32)"
+    if d.startswith(("bf16", "f16", "fp16")):
+        return ("fp8 on the matrix units where the model tolerates it and the GPU has them (it "
+                "runs at bf16/fp16 now)")
+    return "a lower-precision dtype on the matrix units where the model tolerates it"
+
+
 def instructions(out, chosen, paths, median, mwin, step_us, causes, refusals, notes) -> dict:
     """Instruction and Python-line causes. An instruction's time in a step is its share of the
     program's compute and copy kernel time (ops.csv, over all executions and GPUs) times the
@@ -863,20 +936,18 @@ def instructions(out, chosen, paths, median, mwin, step_us, causes, refusals, no
                         "attribution/ops.csv is missing (step 4 refused or did not run: a capture "
                         "without HLO cannot be attributed)")
         return {}
-    # the program step 4 attributed must be the one the steps run: where several programs
-    # share a module name, step 1 counts them all as steps, and the chosen one ran in fewer
-    aj = read_json(out / "attribution" / "attribute_kernels.json") or {}
-    runs = [v.get("executions") for v in (aj.get("executions") or {}).values()
-            if isinstance(v, dict) and isinstance(v.get("executions"), int)]
-    prog = aj.get("program") or {}
-    if runs and max(runs) < len(chosen):
-        refusals.append(
-            f"cannot rank instructions or Python lines because step 4's program "
-            f"{prog.get('name')}({prog.get('id')}) ran {max(runs)} time(s) on a GPU while step 1 "
-            f"counts {len(chosen)} steps used: the steps run other programs too (programs sharing "
-            "a module name count together in the trace), so an instruction's share of a step "
-            "cannot be told; attribution/ops.csv covers that one program")
-        return {}
+    # every program step 4 attributed: keep those that ran in the steps used (programs.csv
+    # steps), so a warm-up or set-up program outside the steps takes no share of a step
+    progs = read_csv(out / "attribution" / "programs.csv")
+    in_steps = programs_in_steps(progs, chosen)
+    if in_steps is not None:
+        left = {o.get("program_id", "") for o in ops} - in_steps
+        if left:
+            notes.append(f"{len(left)} program(s) of attribution/ops.csv ran in none of the steps "
+                         "used (programs.csv steps) and take no share of a step: "
+                         + ", ".join(sorted(left, key=str)[:8]))
+        ops = [o for o in ops if o.get("program_id", "") in in_steps]
+    several = len({o.get("program_id", "") for o in ops}) > 1
     work = [o for o in ops if o.get("category") in ("compute", "memcpy") and num(o.get("gpu_us"))]
     total_us = sum(float(o["gpu_us"]) for o in work)
     if total_us <= 0:
@@ -900,17 +971,20 @@ def instructions(out, chosen, paths, median, mwin, step_us, causes, refusals, no
                 f"{o['instruction']} {fmt(float(o['gpu_us']) / total_us * cm)} us of step "
                 f"{median}" for o in work[:TOP_INSTRUCTIONS]))
         return {}
-    by_ins = {r["instruction"]: r for r in roof}
+    by_ins = {(r.get("program_id", ""), r["instruction"]): r for r in roof}
     cands, no_ceiling = [], []
     for o in work:
-        r = by_ins.get(o["instruction"])
+        r = by_ins.get((o.get("program_id", ""), o["instruction"]))
         share = float(o["gpu_us"]) / total_us
         pct = num(r.get("pct_of_ceiling")) if r else None
+        # an instruction name repeats across programs: name the program where there are several
+        name = (f"{o.get('module', '')}({o.get('program_id', '')}) {o['instruction']}"
+                if several else o["instruction"])
         if pct is None:
-            no_ceiling.append((o["instruction"], share, (r or {}).get("no_ceiling_why")
+            no_ceiling.append((name, share, (r or {}).get("no_ceiling_why")
                                or "not in roofline.csv", o.get("user_frame", "")))
             continue
-        cands.append({"instruction": o["instruction"], "share": share, "pct": pct,
+        cands.append({"instruction": name, "share": share, "pct": pct,
                       "cut": share * max(0.0, 1.0 - pct / 100.0),
                       "binding": r.get("binding", ""), "user_frame": o.get("user_frame", ""),
                       "method": r.get("method", ""), "ceiling_dtype": r.get("ceiling_dtype", "")})
@@ -937,8 +1011,7 @@ def instructions(out, chosen, paths, median, mwin, step_us, causes, refusals, no
         listed.append(c)
         knob = ("fusion (fewer bytes moved: see what XLA left unfused), a Pallas/Triton kernel, "
                 "a larger batch size (more work per byte)" if c["binding"] == "memory" else
-                "a lower-precision dtype on the matrix units (e.g. bf16 for f32), a Pallas/Triton "
-                "kernel, a larger batch size")
+                f"{dtype_knob(c['ceiling_dtype'])}, a Pallas/Triton kernel, a larger batch size")
         if c["pct"] < FAR_FROM_CEILING_PCT:
             knob += ("; at under 10% of its ceiling check the kernel's launch size and "
                      "occupancy first")

@@ -309,20 +309,24 @@ def ops_section(s: Scratch) -> list[str]:
             out.append(f"| {r['match']} | "
                        f"{cell(r['kernels'], '', 'measured', HOW, 'kernels', k, 0)} | "
                        f"{cell(r['pct_of_group'], '%', 'inferred', HOW, 'pct_of_group', k, 2)} |")
-    roof = {r["instruction"]: r for r in (s.csv("roofline.csv") or [])}
+    roof = {(r.get("program_id", ""), r["instruction"]): r
+            for r in (s.csv("roofline.csv") or [])}
     ops = (s.csv("attribution/ops.csv") or [])[:TOP_ROWS]
     if ops:
-        out += ["", "| instruction | GPU time | share of attributed | share of GPU time "
-                "| Python line | ceiling reached |", "|---|---|---|---|---|---|"]
+        out += ["", "| program | instruction | GPU time | share of attributed | share of GPU "
+                "time | Python line | ceiling reached |", "|---|---|---|---|---|---|---|"]
         for r in ops:
-            k = f"instruction={r['instruction']}"
-            rf = roof.get(r["instruction"])
+            # an instruction name repeats across programs (custom-call.1 in every jit_dot):
+            # the program id is part of the key
+            k = f"program_id={r.get('program_id', '')}, instruction={r['instruction']}"
+            rf = roof.get((r.get("program_id", ""), r["instruction"]))
             if rf and rf["pct_of_ceiling"]:
                 reach = cite(rf["pct_of_ceiling"], "%", "inferred", "roofline.csv",
                              "pct_of_ceiling, " + k, 2) + f" ({rf['binding']}-bound)"
             else:
                 reach = md_cell(rf["no_ceiling_why"]) if rf else ""
-            out.append(f"| {code(r['instruction'])} | "
+            prog = f"{r.get('module', '')}({r.get('program_id', '')})"
+            out.append(f"| {code(prog)} | {code(r['instruction'])} | "
                        f"{cell(r['gpu_us'], 'us', 'measured', OPS, 'gpu_us', k)} | "
                        f"{shares(r, OPS, k)} | "
                        f"{code(r['user_frame'] or r['source'] or '')} | {reach} |")

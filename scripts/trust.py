@@ -593,8 +593,11 @@ def python_tracer_items(inp: Inputs, facts: Facts) -> list:
             continue
         n += 1
         idle += _num(g.get("dur_us"), 0.0)
+        # the time traced calls cover in the gap (their union: nested calls once); a gaps.csv
+        # without the column gives the largest name's, a lower bound
+        covered = _num(g.get("python_traced_us"), None)
+        overlap += covered if covered is not None else max(v for _, v in traced)
         for name, v in traced:
-            overlap += v
             names[name] = names.get(name, 0.0) + v
     between: set = set()  # steps: every GPU's row of a step lists the same host events
     for r in steps or []:

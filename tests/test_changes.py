@@ -27,7 +27,7 @@ STEPS = [REPO / "scripts" / "capture_info.py",
          REPO / "analyzing-jax-launch-overhead" / "scripts" / "skip_stats.py",
          REPO / "scripts" / "attribute_kernels.py", REPO / "scripts" / "reconcile.py",
          REPO / "scripts" / "swimlanes.py", REPO / "scripts" / "roofline.py"]
-KINDS = {"host_gap", "kernel_gaps", "exposed_collective", "straggler_wait", "memcpy",
+KINDS = {"dispatch", "host_gap", "kernel_gaps", "exposed_collective", "straggler_wait", "memcpy",
          "instruction", "python_line", "idle_between_steps"}
 COLUMNS = ["rank", "cause_kind", "cause", "where", "pct_of_step", "step_us", "saving_us",
            "saving_min_us", "saving_max_us", "step_if_gone_us", "assumptions", "knob", "label",
@@ -487,9 +487,14 @@ def test_real_captures(shared, tmp_path, rel):
     res, rows = check_table(out, p)
     assert rows and all(x.startswith("cannot ") for x in res["refusals"])
     if rel.endswith("gemm"):
-        # six programs named jit_dot: the steps run them all, step 4 attributed one of them
-        assert "instruction" not in [r["cause_kind"] for r in rows]
-        assert any("ran 2 time(s) on a GPU while step 1 counts" in x for x in res["refusals"])
+        # an eager loop of 7 program executions per step: the dispatch between programs comes
+        # first, its knob names the Python function to jit; the instructions of every program
+        # are ranked, each named with its program (custom-call.1 is in all six jit_dot)
+        assert rows[0]["cause_kind"] == "dispatch"
+        assert rows[0]["cause"].startswith("dispatch between programs: 7 program executions")
+        assert "$generate_gemm_trace.py:31 run_gemms" in rows[0]["knob"]
+        ins = [r["where"] for r in rows if r["cause_kind"] == "instruction"]
+        assert ins and ins[0].startswith("jit_dot(49) custom-call.1")
     if rel.endswith("cb-on"):
         # command buffers on: 245 kernels a step with sub-microsecond gaps between them, and no
         # host late inside the graph: that idle is a cause of its own

@@ -925,6 +925,49 @@ def gpu_groups(a: Analysis, by_gpu_step) -> list[dict]:
                                                   x["devices"]))
 
 
+def enclosing_call(candidates: list, st: Step) -> str | None:
+    """The innermost Python-traced call (of `candidates`) that encloses every program dispatch
+    of a step (its first execution's start to its last one's): the user's function a `jax.jit`
+    around it would make one program; None when no traced call encloses them all."""
+    if len(st.executions) < 2:
+        return None
+    t0, t1 = st.executions[0].start, st.executions[-1].start
+    best = None
+    for h in candidates:
+        if h["start"] <= t0 and h["start"] + h["dur"] >= t1 and \
+                (best is None or h["dur"] < best["dur"]):
+            best = h
+    return best["name"] if best else None
+
+
+def dispatch_summary(a: Analysis, step_rows) -> dict | None:
+    """Steps that hold several program executions: executions per step, the GPU idle between
+    two executions' kernels (steps.csv), and the Python-traced call that encloses a step's
+    dispatches in most steps (the function to jit whole)."""
+    rows = [r for r in step_rows if r.get("executions")]
+    if not rows or max(r["executions"] for r in rows) < 2:
+        return None
+    names = []
+    spans = [st.executions[-1].start - st.executions[0].start for st in a.analysed
+             if len(st.executions) > 1]
+    # only traced calls at least as long as the shortest step's dispatches can enclose them
+    # (a few outer calls, not every traced event once per step)
+    shortest = min(spans, default=0)
+    candidates = [h for evs in a.host_threads.values() for h in evs
+                  if h["dur"] >= shortest and h["name"].startswith(rules.PYTHON_TRACER_PREFIX)
+                  and not PROFILER_CALL_RE.match(h["name"])] if spans else []
+    for st in a.analysed if candidates else ():
+        name = enclosing_call(candidates, st)
+        if name:
+            names.append(name)
+    top = max(sorted(set(names)), key=names.count) if names else None
+    return {"executions_per_step": spread([r["executions"] for r in rows], "count", "measured"),
+            "between_programs_idle_us": spread([r["between_programs_ps"] for r in rows], "us",
+                                               "measured", 1e-6),
+            "enclosing_call": top, "enclosing_call_steps": names.count(top) if top else 0,
+            "steps": len(a.analysed), "label": "measured"}
+
+
 def group_sentence(g: dict, steps: int) -> str:
     """What a group of GPUs holds, in words (per analysed step)."""
     gpus = ", ".join(map(str, g["devices"]))
@@ -964,11 +1007,14 @@ def between_steps(a: Analysis, step_rows) -> None:
         r["between_cause"] = between_cause(events, covered, r["idle_between_ps"])
 
 
-def host_events_in(a: Analysis, start: int, end: int, threads=None) -> tuple[list, int]:
+def host_events_in(a: Analysis, start: int, end: int, threads=None,
+                   traced: list | None = None) -> tuple[list, int]:
     """The host events of `threads` (default every thread; containers and step markers left
-    out) overlapping [start, end), summed by name, the largest first; and the time any of them
-    covers."""
-    overlap: dict[str, int] = {}
+    out) overlapping [start, end), by name, the largest first; and the time any of them covers.
+    A name's time is the union of its calls' overlaps, so a call nested in another of the same
+    name, or the same name on several threads at once, is counted once: no name exceeds the
+    window. `traced`, when given, receives the time Python-traced calls cover (their union)."""
+    per: dict[str, list] = {}
     spans = []
     for thread in a.host_threads if threads is None else threads:
         starts, evs, longest = a.gap_events.get(thread, ([], [], 0))
@@ -977,9 +1023,14 @@ def host_events_in(a: Analysis, start: int, end: int, threads=None) -> tuple[lis
             hs, he, name = evs[i]
             s, e = max(hs, start), min(he, end)
             if e > s:
-                overlap[name] = overlap.get(name, 0) + e - s
+                per.setdefault(name, []).append((s, e))
                 spans.append((s, e))
             i += 1
+    overlap = {name: iv[0][1] - iv[0][0] if len(iv) == 1 else union_ps(iv)
+               for name, iv in per.items()}
+    if traced is not None:
+        traced.append(union_ps([x for name, iv in per.items()
+                                if name.startswith(rules.PYTHON_TRACER_PREFIX) for x in iv]))
     return sorted(overlap.items(), key=lambda kv: (-kv[1], kv[0])), union_ps(spans)
 
 
@@ -1014,21 +1065,23 @@ def classify_gaps(a: Analysis, crit_evs, step_start, device, step):
             else:
                 unknown += gap
             if gap >= MIN_GAP_PS:
-                thread, events = gap_host_events(a, ev, prev_end, ev.start)
+                thread, events, traced = gap_host_events(a, ev, prev_end, ev.start)
                 rows.append({"device": device, "stream": ev.stream, "step": step,
                              "start_ps": prev_end, "end_ps": ev.start, "dur_ps": gap,
                              "kernel_before": prev_name, "kernel_after": ev.name,
-                             "cause": cause, "launch_thread": thread, "host_events": events})
+                             "cause": cause, "launch_thread": thread, "host_events": events,
+                             "python_traced_ps": traced})
         if ev.end > prev_end:
             prev_end, prev_name = ev.end, ev.name
     return host_late, device_wait, unknown, rows
 
 
-def gap_host_events(a: Analysis, ev, start, end) -> tuple[str, str]:
+def gap_host_events(a: Analysis, ev, start, end) -> tuple[str, str, int | None]:
     """The thread that launched the event after a gap (for a graph kernel, its graph's launch
-    call) and the host events that overlap the gap on it."""
+    call), the host events that overlap the gap on it, and the time Python-traced calls cover in
+    the gap on it (their union: nested calls counted once)."""
     if ev.join not in ("launch", "graph_launch") or not ev.launch:
-        return "", ""
+        return "", "", None
     launch_thread = ev.launch["thread"]
     thread = a.exec_of.get(launch_thread)
     if thread is None:
@@ -1037,9 +1090,10 @@ def gap_host_events(a: Analysis, ev, start, end) -> tuple[str, str]:
             thread = launch_thread  # launches sit on the thread that did the work
         else:
             return a.thread_names.get(launch_thread, "") + " (unknown: no execution thread " \
-                "holds its launches)", ""
-    top = host_events_in(a, start, end, (thread,))[0][:8]
-    return a.thread_names.get(thread, str(thread)), rules.host_events_cell(top)
+                "holds its launches)", "", None
+    traced: list = []
+    top = host_events_in(a, start, end, (thread,), traced)[0][:8]
+    return a.thread_names.get(thread, str(thread)), rules.host_events_cell(top), traced[0]
 
 
 def verdict(a: Analysis, step_rows, info) -> tuple[str, list, dict]:
@@ -1225,6 +1279,7 @@ def build_result(a: Analysis, joins, name, rule, figures, step_rows, info) -> di
         "gpu_events": total,
         "join_rate_pct_of_gpu_events": 100.0 * joins.get("launch", 0) / total if total else 0.0,
         "figures": {}, "host_device_split": None, "straggler": None, "gpu_groups": [],
+        "dispatch": None,
         "verdict_qualifier": None, "between_steps": None,
         "notes": list(a.notes), "refusals": list(a.refusals),
         "needs_new_capture": [NEEDS_NEW_CAPTURE],
@@ -1265,6 +1320,7 @@ def build_result(a: Analysis, joins, name, rule, figures, step_rows, info) -> di
     result["host_device_split"] = {"host_pct_of_step": 100 * host / span,
                                    "device_pct_of_step": 100 - 100 * host / span,
                                    "label": "inferred"}
+    result["dispatch"] = dispatch_summary(a, step_rows)
     groups = info.get("groups") or []
     n_steps = len({r["step"] for r in step_rows})
     result["gpu_groups"] = [
@@ -1359,6 +1415,11 @@ def render_summary(r: dict) -> list[str]:
                    f"{_rng(f0['executions_per_step'], lambda v: f'{v:.0f}')}; GPU idle between "
                    f"two executions' kernels: {_rng(bp, lambda v: f'{v:,.1f} us')} per step "
                    "(steps.csv programs, executions, between_programs_idle_us)")
+        dp = r.get("dispatch") or {}
+        if dp.get("enclosing_call"):
+            out.append(f"  the Python call that encloses a step's dispatches: "
+                       f"{dp['enclosing_call']} (in {dp['enclosing_call_steps']} of "
+                       f"{dp['steps']} steps)")
     for g in r.get("gpu_groups") or []:
         if len(r["gpu_groups"]) > 1:
             out.append(f"  GPU group{' (compared)' if g['compared'] else ''}: {g['sentence']}")
@@ -1656,10 +1717,10 @@ def write_tables(tmp: Path, a: Analysis, stream_acc, critical, step_rows, gap_ro
          for r in step_rows])))
     written.append(("gaps.csv", write_csv(tmp / "gaps.csv", [
         "device", "stream", "step", "start_us", "end_us", "dur_us", "kernel_before",
-        "kernel_after", "cause", "launch_thread", "host_events"],
+        "kernel_after", "cause", "launch_thread", "host_events", "python_traced_us"],
         [[g["device"], g["stream"], g["step"], us(g["start_ps"]), us(g["end_ps"]),
           us(g["dur_ps"]), g["kernel_before"], g["kernel_after"], g["cause"],
-          g["launch_thread"], g["host_events"]]
+          g["launch_thread"], g["host_events"], us(g["python_traced_ps"])]
          for g in sorted(gap_rows, key=lambda g: (g["device"], g["start_ps"]))])))
     return written
 
