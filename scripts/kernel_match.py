@@ -728,7 +728,9 @@ def _repair(plan: Plan, pl: Placement, obs_kind, obs_name, a: int, width: int) -
        Events reordered inside a launch (independent commands of a command buffer, events on
        several streams) make the alignment pair two swapped kernels crosswise, each under the
        other's name: their names put them back.
-    2. by kind: events still unplaced take required expected events left unfilled in the span
+    2. a library kernel placed as one more event of a slot takes the nearest required library
+       slot of its kind left unfilled in the span (two alike library kernels reordered);
+    3. by kind: events still unplaced take required expected events left unfilled in the span
        (by name first, then in order), then library positions left unfilled (a custom call's
        kernel moved by a reordering).
     Any move marks the placement `reordered`: the launch did not run in the schedule's order."""
@@ -782,6 +784,25 @@ def _repair(plan: Plan, pl: Placement, obs_kind, obs_name, a: int, width: int) -
         if h is not None:
             pl.where[h], pl.fit[h] = old, _fit(plan, obs_kind[h], obs_name[h], (a + old) % n)
             held[old] = h
+        pl.reordered = True
+    # a library kernel taken as one more event of a slot, while a required library slot of its
+    # kind in the span (before the first placed event too) holds nothing: swapped alike kernels
+    for i in range(m):
+        old = pl.where[i]
+        if pl.fit[i] != "repeat" or obs_name[i]:
+            continue
+        spare = [j for j in range(hi) if j not in held and not plan.events[(a + j) % n].optional
+                 and plan.e_name[(a + j) % n] == 0 and accept[obs_kind[i]][e_kind[(a + j) % n]]]
+        if not spare:
+            continue
+        best = min(spare, key=lambda j: abs(j - old))
+        if held.get(old) == i:
+            del held[old]
+            other = next((x for x in range(m) if x != i and pl.where[x] == old), None)
+            if other is not None:
+                held[old] = other
+        pl.where[i], pl.fit[i] = best, "library"
+        held[best] = i
         pl.reordered = True
     missing = [i for i, w in enumerate(pl.where) if w < 0]
     if not missing:
