@@ -774,6 +774,11 @@ def _repair(plan: Plan, pl: Placement, obs_kind, obs_name, a: int, width: int) -
             if best is None or abs(j - near) < abs(best - near):
                 best = j
         if best is None:
+            # its own slot is free but it may not move there: the launch is out of order all
+            # the same (or its name mispredicted), so its order does not pin placements
+            if any(j not in held and (plan.e_name[(a + j) % n] == nm or
+                                      plan.e_own[(a + j) % n] == nm) for j in range(hi)):
+                pl.reordered = True
             continue
         old, h = pl.where[i], held.get(best)
         if old >= 0 and held.get(old) == i:
@@ -888,18 +893,20 @@ def _unpinned(plan: Plan, pl: Placement, obs_kind, obs_name, a: int) -> None:
                     continue
                 partners[i] += 1
                 partners[j] += 1
-    # a slot of the same predicted name that holds no event by its name (empty, or an event
-    # placed by position) could as well be this event's
+    # a slot of the same predicted name (a library slot of its kind, for a library kernel) that
+    # holds no event by its name (empty, or an event placed by position) could as well be its
     held = {w: i for i, w in enumerate(pl.where) if w >= 0}
     span = max(held, default=-1) + 1
     for i, s in enumerate(slot_of):
-        if s is None or pl.fit[i] != "name":
+        if s is None or pl.fit[i] not in ("name", "library"):
             continue
+        nm = obs_name[i]
         for j in range(span):
             e = (a + j) % n
             h = held.get(j)
-            if h == i or (plan.e_name[e] != obs_name[i] and plan.e_own[e] != obs_name[i]) or \
-                    (h is not None and pl.fit[h] not in POSITION_FITS):
+            same = (plan.e_name[e] == nm or plan.e_own[e] == nm) if nm else (
+                plan.e_name[e] == 0 and plan.accept[obs_kind[i]][plan.e_kind[e]])
+            if h == i or not same or (h is not None and pl.fit[h] not in POSITION_FITS):
                 continue
             if not plan.ordered(s, plan.slots[plan.events[e].slot].instruction):
                 partners[i] += 1
