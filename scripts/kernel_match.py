@@ -28,7 +28,10 @@ The matching, per device and program, events in launch order (correlation id, th
   kernels under another name);
 - none: no slot accepts it (`why` says: launched outside any instruction, or no slot).
 Each event gets a confidence in [0, 1] (`confidence`): exact 1; aligned events by their own fit
-and their neighbours' in the same launch.
+and their neighbours' in the same launch. Events reordered inside a launch are put back by their
+names (`_repair`); where the capture shows a launch's events running at once or out of order, its
+order does not pin placements: alike events of instructions the data flow leaves unordered share
+their confidence, and placements by position alone keep only their own fit (`_unpinned`).
 """
 
 from __future__ import annotations
