@@ -28,7 +28,10 @@ The matching, per device and program, events in launch order (correlation id, th
   kernels under another name);
 - none: no slot accepts it (`why` says: launched outside any instruction, or no slot).
 Each event gets a confidence in [0, 1] (`confidence`): exact 1; aligned events by their own fit
-and their neighbours' in the same launch.
+and their neighbours' in the same launch. Events reordered inside a launch are put back by their
+names (`_repair`); where the capture shows a launch's events running at once or out of order, its
+order does not pin placements: alike events of instructions the data flow leaves unordered share
+their confidence, and placements by position alone keep only their own fit (`_unpinned`).
 """
 
 from __future__ import annotations
@@ -92,6 +95,9 @@ WINDOW_CAP_EXTRA = 64  # expected events beyond one execution that a window may 
 # Confidence: a placed event's own fit, averaged with its neighbours' in the same launch.
 OWN_FIT = {"name": 1.0, "library": 0.85, "mismatch": 0.4, "repeat": 0.5, "repair": 0.3}
 NEIGHBOURS = 5         # events each side whose fit supports a placement
+# fits that rest on the event's position alone (its name puts it elsewhere, or nowhere): in a
+# launch whose order the capture does not pin down, the neighbours' agreement does not lift them
+POSITION_FITS = frozenset({"mismatch", "repeat", "repair"})
 LOW_CONFIDENCE = 0.6   # below this a placement rests on weak evidence (reported as a share)
 
 
@@ -124,6 +130,9 @@ class Kernel:
     hlo_op: str | None
     group: bool           # shares its correlation id with other events (a graph launch)
     corr: object = None
+    start: int | None = None   # ps; with `dur` and `stream`, where known, they show whether a
+    dur: int | None = None     # launch's events ran at once (optional: the matching does not
+    stream: object = None      # need them)
     instruction: str = ""
     inner: str = ""       # the instruction the label named, where it is inside `instruction`
     match: str = "none"
@@ -215,6 +224,7 @@ class Plan:
         self.name_counts = names
         self._arrays()
         self._scope_masks: dict[str, np.ndarray] = {}
+        self._ancestry_memo: dict[int, tuple[dict, dict]] = {}
 
     # -- structure
     def _scheduled_computations(self) -> set[int]:
@@ -546,6 +556,75 @@ class Plan:
     def is_launching(self, name: str) -> bool:
         return name in self.positions
 
+    def ordered(self, a: str, b: str) -> bool:
+        """Whether the program fixes the order of instructions a and b inside one launch: the
+        same instruction (its events, its loop iterations), instructions of different
+        computations (a nested command runs as a whole), or one reads the other's result,
+        directly or through others. Two instructions of one computation without a data path
+        between them may run in either order, or at once, inside a command buffer: XLA records
+        commands with dependencies from the buffers they use, not in the schedule's order."""
+        if a == b:
+            return True
+        prog = self.program
+        ia, ib = prog.by_name.get(a), prog.by_name.get(b)
+        if ia is None or ib is None:
+            return True
+        comp = prog.computation_of.get(ia.id)
+        if comp is None or comp != prog.computation_of.get(ib.id):
+            return True
+        anc, pos = self._ancestry(comp)
+        return bool((anc[ia.id] >> pos[ib.id]) & 1 or (anc[ib.id] >> pos[ia.id]) & 1)
+
+    def reads(self, a: str, b: str) -> bool:
+        """Whether instruction a reads b's result, directly or through others (one
+        computation; the same instruction's events count as read in turn)."""
+        if a == b:
+            return True
+        prog = self.program
+        ia, ib = prog.by_name.get(a), prog.by_name.get(b)
+        if ia is None or ib is None:
+            return False
+        comp = prog.computation_of.get(ia.id)
+        if comp is None or comp != prog.computation_of.get(ib.id):
+            return False
+        anc, pos = self._ancestry(comp)
+        return bool((anc[ia.id] >> pos[ib.id]) & 1)
+
+    def _ancestry(self, comp_id: int) -> tuple[dict, dict]:
+        """Per instruction of a computation, the set of instructions whose results it reads
+        (directly or through others) as a bit mask over their positions; iterative, and a cycle
+        (never in HLO XLA writes) is cut where it closes."""
+        memo = self._ancestry_memo.get(comp_id)
+        if memo is not None:
+            return memo
+        instructions = self.program.computations[comp_id].instructions
+        pos = {ins.id: i for i, ins in enumerate(instructions)}
+        operands = {ins.id: [o for o in ins.operand_ids if o in pos] for ins in instructions}
+        anc: dict[int, int] = {}
+        for root in pos:
+            if root in anc:
+                continue
+            stack = [(root, 0)]
+            on_path = {root}
+            while stack:
+                node, k = stack[-1]
+                ops = operands[node]
+                if k < len(ops):
+                    stack[-1] = (node, k + 1)
+                    o = ops[k]
+                    if o not in anc and o not in on_path:
+                        on_path.add(o)
+                        stack.append((o, 0))
+                    continue
+                stack.pop()
+                on_path.discard(node)
+                mask = 0
+                for o in ops:
+                    mask |= anc.get(o, 0) | (1 << pos[o])
+                anc[node] = mask
+        memo = self._ancestry_memo[comp_id] = (anc, pos)
+        return memo
+
 
 def _is_condition(program: Program, comp_id: int) -> bool:
     comp = program.computations.get(comp_id)
@@ -565,6 +644,7 @@ class Placement:
     fit: list
     end: int
     confidence: list | None = None
+    reordered: bool = False  # events had to be moved out of the schedule's order (`_repair`)
 
 
 def align(plan: Plan, obs_kind: list[int], obs_name: list[int], masks: list,
@@ -590,9 +670,8 @@ def align(plan: Plan, obs_kind: list[int], obs_name: list[int], masks: list,
         k, nm = obs_kind[i], obs_name[i]
         ok = plan.accept[k][ek]
         swap = plan.kind_swap[k][ek]
-        if nm:
-            sub = np.where(en == nm, 0, np.where(eown == nm, OWN_NAME, np.where(
-                (en == 0) & (swap == 0), MATCH_LIBRARY, MISMATCH + swap)))
+        if nm:  # a name the plan predicts is XLA's kernel: in a library slot it is misplaced
+            sub = np.where(en == nm, 0, np.where(eown == nm, OWN_NAME, MISMATCH + swap))
         else:
             sub = np.where(en == 0, MATCH_LIBRARY + swap, MISMATCH + swap)
         if k == COPY_KIND:  # a memcpy in a copy-like slot is what that slot runs as
@@ -632,32 +711,127 @@ def align(plan: Plan, obs_kind: list[int], obs_name: list[int], masks: list,
     return Placement(where, fit, end)
 
 
-def _repair(plan: Plan, pl: Placement, obs_kind, obs_name, a: int) -> None:
-    """Pair events left unplaced with required expected events left unfilled inside the span the
-    launch covers (events reordered across streams), by name first, then by kind in order."""
+def _fit(plan: Plan, kind: int, name: int, e: int) -> str:
+    """How an event fits expected event e, as `align` classes it."""
+    if name and (plan.e_name[e] == name or plan.e_own[e] == name):
+        return "name"
+    if (not name and plan.e_name[e] == 0) or (kind == COPY_KIND and plan.e_kind[e] == COPYISH):
+        return "library"
+    return "mismatch"
+
+
+def _repair(plan: Plan, pl: Placement, obs_kind, obs_name, a: int, width: int) -> None:
+    """Put events the alignment left out of place where the launch's span holds their place:
+    1. by name: an event left unplaced, or placed under another name (as a mismatch, or as one
+       more event of a slot named otherwise), takes the nearest position whose predicted name
+       is its own and that is held by another such event (which takes the position it left,
+       where its kind fits there), or, for an event placed as an extra one or unplaced, that is
+       free: inside the span, or for an extra one at most the launch's length of events past
+       it (its own slot left after the span).
+       Events reordered inside a launch (independent commands of a command buffer, events on
+       several streams) make the alignment pair two swapped kernels crosswise, each under the
+       other's name: their names put them back.
+    2. a library kernel placed as one more event of a slot takes the nearest required library
+       slot of its kind left unfilled in the span (two alike library kernels reordered);
+    3. by kind: events still unplaced take required expected events left unfilled in the span
+       (by name first, then in order), then library positions left unfilled (a custom call's
+       kernel moved by a reordering).
+    Any move marks the placement `reordered`: the launch did not run in the schedule's order."""
+    n = len(plan.events)
+    m = len(pl.where)
+    placed = [w for w in pl.where if w >= 0]
+    hi = max(max(placed) + 1 if placed else 0, pl.end)
+    held = {w: i for i, w in enumerate(pl.where) if w >= 0}
+    accept, e_kind = plan.accept, plan.e_kind
+    reach = min(width, hi + m)
+
+    def loose(i: int) -> bool:  # unplaced, or placed under another name than its own
+        f = pl.fit[i]
+        return pl.where[i] < 0 or f == "mismatch" or (
+            f == "repeat" and obs_name[i] != 0 and
+            _fit(plan, obs_kind[i], obs_name[i], (a + pl.where[i]) % n) != "name")
+
+    for i in range(m):
+        nm = obs_name[i]
+        if not nm or not loose(i):
+            continue
+        # where it may go: a position held by another misplaced event (the two were paired
+        # crosswise); a free one too for an event the alignment took as an extra one (its slot
+        # keeps its first event), within reach, or left unplaced, within the span. A mismatch
+        # never leaves its slot empty for a free one: that is a kernel reused under a name the
+        # plan did not predict, not a reordering.
+        free_ok = reach if pl.fit[i] == "repeat" else (hi if pl.where[i] < 0 else 0)
+        near = pl.where[i] if pl.where[i] >= 0 else next(
+            (pl.where[x] for x in range(i - 1, -1, -1) if pl.where[x] >= 0), 0)
+        best = None
+        for j in range(reach):
+            e = (a + j) % n
+            if (plan.e_name[e] != nm and plan.e_own[e] != nm) or not accept[obs_kind[i]][e_kind[e]]:
+                continue
+            h = held.get(j)
+            if h is None and j >= free_ok:
+                continue
+            if h is not None and (h == i or not loose(h) or pl.where[i] < 0 or
+                                  not accept[obs_kind[h]][e_kind[(a + pl.where[i]) % n]]):
+                continue
+            if best is None or abs(j - near) < abs(best - near):
+                best = j
+        if best is None:
+            # its own slot is free but it may not move there: the launch is out of order all
+            # the same (or its name mispredicted), so its order does not pin placements
+            if any(j not in held and (plan.e_name[(a + j) % n] == nm or
+                                      plan.e_own[(a + j) % n] == nm) for j in range(hi)):
+                pl.reordered = True
+            continue
+        old, h = pl.where[i], held.get(best)
+        if old >= 0 and held.get(old) == i:
+            del held[old]
+        pl.where[i], pl.fit[i] = best, "name"
+        held[best] = i
+        pl.end = max(pl.end, best + 1)
+        if h is not None:
+            pl.where[h], pl.fit[h] = old, _fit(plan, obs_kind[h], obs_name[h], (a + old) % n)
+            held[old] = h
+        pl.reordered = True
+    # a library kernel taken as one more event of a slot, while a required library slot of its
+    # kind in the span (before the first placed event too) holds nothing: swapped alike kernels
+    for i in range(m):
+        old = pl.where[i]
+        if pl.fit[i] != "repeat" or obs_name[i]:
+            continue
+        spare = [j for j in range(hi) if j not in held and not plan.events[(a + j) % n].optional
+                 and plan.e_name[(a + j) % n] == 0 and accept[obs_kind[i]][e_kind[(a + j) % n]]]
+        if not spare:
+            continue
+        best = min(spare, key=lambda j: abs(j - old))
+        if held.get(old) == i:
+            del held[old]
+            other = next((x for x in range(m) if x != i and pl.where[x] == old), None)
+            if other is not None:
+                held[old] = other
+        pl.where[i], pl.fit[i] = best, "library"
+        held[best] = i
+        pl.reordered = True
     missing = [i for i, w in enumerate(pl.where) if w < 0]
     if not missing:
         return
-    placed = [w for w in pl.where if w >= 0]
-    lo = 0
-    hi = max(placed) + 1 if placed else pl.end
-    used = set(placed)
-    n = len(plan.events)
-    free = [j for j in range(lo, max(hi, pl.end)) if j not in used and
-            not plan.events[(a + j) % n].optional]
-    for by_name in (True, False):
+    free = [j for j in range(hi) if j not in held and not plan.events[(a + j) % n].optional]
+    library = [j for j in range(hi) if j not in held and plan.events[(a + j) % n].optional and
+               plan.e_name[(a + j) % n] == 0]
+    for by_name, pool in ((True, free), (False, free), (False, library)):
         for i in missing:
             if pl.where[i] >= 0:
                 continue
-            for j in free:
+            for j in pool:
                 e = (a + j) % n
-                if not plan.accept[obs_kind[i]][plan.e_kind[e]]:
+                if not accept[obs_kind[i]][e_kind[e]]:
                     continue
                 if by_name and (obs_name[i] == 0 or plan.e_name[e] != obs_name[i]):
                     continue
                 pl.where[i] = j
                 pl.fit[i] = "repair"
-                free.remove(j)
+                pool.remove(j)
+                pl.reordered = True
                 break
 
 
@@ -671,6 +845,79 @@ def _confidence(fits: list[str]) -> list[float]:
         support = sum(nb) / len(nb) if nb else own[i]
         out.append(round(0.5 * own[i] + 0.5 * support, 3) if own[i] else 0.0)
     return out
+
+
+def _ran_at_once(kernels, i: int, j: int) -> bool:
+    """Whether the capture shows the launch's events kernels[i:j] running concurrently: on
+    several streams, or one starting before another has ended. A command buffer whose events
+    run one after another on one stream ran as recorded, in the schedule's order (XLA records
+    a command buffer's commands in the order of its thunks)."""
+    streams = {kernels[x].stream for x in range(i, j)}
+    streams.discard(None)
+    if len(streams) > 1:
+        return True
+    spans = sorted((kernels[x].start, kernels[x].start + kernels[x].dur) for x in range(i, j)
+                   if kernels[x].start is not None and kernels[x].dur is not None)
+    end = None
+    for start, stop in spans:
+        if end is not None and start < end:
+            return True
+        end = stop if end is None else max(end, stop)
+    return False
+
+
+def _unpinned(plan: Plan, pl: Placement, obs_kind, obs_name, a: int) -> None:
+    """Divide the confidence of each placement that the order of the launch's events does not
+    decide. Two events of one kind and one name (a kernel several fusions share through XLA's
+    kernel reuse cache; library kernels in library slots; memcpys in copy slots) fit each
+    other's slots equally well, so swapping them is as good an alignment. Inside a command
+    buffer the events run in an order the program's data flow allows, not necessarily the
+    schedule's (`Plan.ordered`): the swap is as likely as the placement when the two slots are
+    not ordered and no event seen between the two reads the first one's result or feeds the
+    second (the capture's own order would rule the swap out). With q such partners an event's
+    confidence is divided by q + 1."""
+    n = len(plan.events)
+    slot_of = [plan.slots[plan.events[(a + w) % n].slot].instruction if w >= 0 else None
+               for w in pl.where]
+    alike: dict[tuple, list[int]] = {}
+    for i, s in enumerate(slot_of):
+        if s is not None:
+            alike.setdefault((obs_kind[i], obs_name[i]), []).append(i)
+    partners = [0] * len(slot_of)
+    for members in alike.values():
+        for x, i in enumerate(members):
+            first = slot_of[i]
+            for j in members[x + 1:]:
+                second = slot_of[j]
+                if plan.ordered(first, second) or any(
+                        slot_of[z] is not None and (plan.reads(slot_of[z], first) or
+                                                    plan.reads(second, slot_of[z]))
+                        for z in range(i + 1, j)):
+                    continue
+                partners[i] += 1
+                partners[j] += 1
+    # a slot of the same predicted name (a library slot of its kind, for a library kernel) that
+    # holds no event by its name (empty, or an event placed by position) could as well be its
+    held = {w: i for i, w in enumerate(pl.where) if w >= 0}
+    span = max(held, default=-1) + 1
+    for i, s in enumerate(slot_of):
+        if s is None or pl.fit[i] not in ("name", "library"):
+            continue
+        nm = obs_name[i]
+        for j in range(span):
+            e = (a + j) % n
+            h = held.get(j)
+            same = (plan.e_name[e] == nm or plan.e_own[e] == nm) if nm else (
+                plan.e_name[e] == 0 and plan.accept[obs_kind[i]][plan.e_kind[e]])
+            if h == i or not same or (h is not None and pl.fit[h] not in POSITION_FITS):
+                continue
+            if not plan.ordered(s, plan.slots[plan.events[e].slot].instruction):
+                partners[i] += 1
+    for i, q in enumerate(partners):
+        if q:
+            pl.confidence[i] = round(pl.confidence[i] / (q + 1), 3)
+        if pl.fit[i] in POSITION_FITS:  # placed by position alone, where the order is not pinned
+            pl.confidence[i] = min(pl.confidence[i], OWN_FIT[pl.fit[i]])
 
 
 def match(plan: Plan, kernels: list[Kernel]) -> float:
@@ -781,12 +1028,15 @@ def _place_launch(plan: Plan, kernels, i: int, j: int, p: int, ne, cache: dict) 
     name_id = plan.name_ids
     ok = tuple(KIND_ID[kernels[x].kind] for x in range(i, j))
     on = tuple(name_id.get(normalize_kernel_name(kernels[x].name), 0) for x in range(i, j))
-    key = (ok, on, control, p % n, width)
+    at_once = m > 1 and _ran_at_once(kernels, i, j)
+    key = (ok, on, control, p % n, width, at_once)
     pl = cache.get(key)
     if pl is None:  # identical launches at the same place (steps, GPUs) are aligned once
         pl = align(plan, list(ok), list(on), [mask] * m, p, width)
-        _repair(plan, pl, list(ok), list(on), p)
+        _repair(plan, pl, list(ok), list(on), p, width)
         pl.confidence = _confidence(pl.fit)
+        if at_once or pl.reordered:
+            _unpinned(plan, pl, list(ok), list(on), p)
         cache[key] = pl
     for x, w, f, c in zip(range(i, j), pl.where, pl.fit, pl.confidence, strict=True):
         kk = kernels[x]
