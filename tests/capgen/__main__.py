@@ -35,7 +35,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.list or not args.scenario:
         for name, sc in SCENARIOS.items():
-            print(f"{name}: {sc.vendor}, {sc.program}, {sc.gpus} GPU(s), {sc.steps} steps, "
+            what = sc.program if sc.plan is None else (
+                f"{len(sc.plan.programs)} programs, {len(sc.plan.iteration)} executions a step")
+            print(f"{name}: {sc.vendor}, {what}, {sc.gpus} GPU(s), {sc.steps} steps, "
                   f"command buffers {sc.command_buffers}")
         return 0
     if args.scenario not in SCENARIOS or not args.out:

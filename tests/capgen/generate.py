@@ -52,6 +52,9 @@ DEFAULT_COMMANDS = frozenset({"FUSION", "CUBLAS", "CUBLASLT", "CUSTOM_CALL", "CU
 # Host time of one traced Python call or return (the Python tracer's events of a plan): about what
 # CPython spends entering and leaving a small function with the profiler's hook on.
 PYTHON_CALL_PS = US // 2
+# A stream waiting on an event that another GPU's stream records resumes a little after the event
+# fires (the event is polled across devices): a few microseconds.
+CROSS_GPU_WAIT_PS = 3 * US
 
 
 @dataclass(frozen=True)
@@ -413,6 +416,10 @@ class _Sim:
                                   "train_step")
             self.compiled = {"": self.main}
         else:
+            used = {g for ex in sc.plan.iteration for g in (*ex.gpus, *(ex.copy_gpus or ()))}
+            if max(used) >= sc.gpus:
+                raise ValueError(f"scenario {sc.name}: its plan uses GPU {max(used)}, but the "
+                                 f"scenario has {sc.gpus} GPU(s)")
             options = Options(dsf_copy_label=sc.dsf_copy_label,
                               static_slice_memcpy=sc.static_slice_memcpy)
             loaded: dict[str, object] = {}
@@ -575,7 +582,7 @@ class _Sim:
             # an input made by an earlier execution on another GPU: the program's stream waits
             # for that buffer's definition event (ExecuteHelper ->
             # xla/pjrt/tracked_device_buffer.cc WaitForBufferDefinitionEventsOnStream)
-            ready = ends[ex.after] if ex.after is not None else 0
+            ready = ends[ex.after] + CROSS_GPU_WAIT_PS if ex.after is not None else 0
             copy_spec = KernelSpec("copy", "copy_h2d", 0.0, float(ex.copy_bytes),
                                    size=ex.copy_bytes)
             mine: list[Planted] = []

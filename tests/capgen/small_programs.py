@@ -446,13 +446,13 @@ def apply_updates() -> Program:
 
 # ------------------------------------------------------------------- pipeline stages
 def stage(k: int, loss: bool = False, layers: int = 2, width: int = 2048,
-          tokens: int = 1024) -> Program:
+          tokens: int = 4096) -> Program:
     """jit_stage<k>_forward: one pipeline stage, `layers` x (cuBLAS GEMM, tanh loop fusion); the
     last stage also reduces its output to the loss (an input fusion)."""
     b = _Builder(f"jit_stage{k}_forward")
     x = b.parameter("x.1", BF16, (tokens, width))
     ws = [b.parameter(f"w{i}.1", BF16, (width, width)) for i in range(layers)]
-    caller = [(PIPELINE, 40, "main"), (PIPELINE, 30, "pipeline_step"),
+    caller = [(PIPELINE, 50, "main"), (PIPELINE, 30 + k, "pipeline_step"),
               (PIPELINE, 13 + 4 * k, f"stage{k}_forward")]
     dims = (tokens, width)
 
@@ -476,7 +476,7 @@ def stage(k: int, loss: bool = False, layers: int = 2, width: int = 2048,
             return b.ins(comp, "reduce", "reduce", F32, (), (sq, zero), dimensions=[0, 1],
                          called_computation_ids=[add_.id])
         h = b.fusion("input_reduce_fusion", "kInput", [h], total,
-                     frame=b.frame(caller[:2] + [(PIPELINE, 32, "pipeline_step")]),
+                     frame=b.frame(caller),
                      op="reduce_sum", comp_base="fused_reduce")
     return b.finish(h)
 
