@@ -15,7 +15,7 @@ import trace_reader
 import xplane_reader
 from capgen import realism
 from capgen.generate import Scenario, generate
-from capgen.scenarios import SCENARIOS
+from capgen.scenarios import ALL_SCENARIOS as SCENARIOS
 from conftest import SHARED_CAPTURES
 
 NEEDS_SHARED = {n for n, s in SCENARIOS.items()

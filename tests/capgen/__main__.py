@@ -21,7 +21,7 @@ import time
 
 def main(argv=None) -> int:
     from capgen.generate import generate, generate_hosts
-    from capgen.scenarios import SCENARIOS
+    from capgen.scenarios import ALL_SCENARIOS as SCENARIOS
     ap = argparse.ArgumentParser(prog="capgen", description=__doc__.splitlines()[0])
     ap.add_argument("scenario", nargs="?")
     ap.add_argument("out", nargs="?")

@@ -201,7 +201,14 @@ SCENARIOS = {s.name: s for s in [
              between_steps_ps=400 * US, between_host="none"),
     Scenario("nvidia-between-steps-input", vendor="nvidia", gpus=2, steps=4,
              between_steps_ps=400 * US, between_host="input_pipeline"),
-    # several programs per step (module docstring): op by op, dispatch-bound, no annotation
+]}
+
+# Several programs per step. Kept apart from SCENARIOS, whose every scenario the analyses' own
+# tests run end to end (tests/test_trust.py, tests/test_attribute_kernels.py): the analyses
+# frame one program execution as a step and expect every GPU to do the same work, which these
+# captures break on purpose. ALL_SCENARIOS holds both; `-m capgen` takes any name in it.
+MULTI_PROGRAM_SCENARIOS = {s.name: s for s in [
+    # op by op, dispatch-bound, no step annotation (module docstring)
     Scenario("eager-op-by-op", vendor="nvidia", program="", steps=4, step_annotations=False,
              plan=_eager_plan()),
     Scenario("eager-op-by-op-rocm", vendor="rocm", program="", steps=3, step_annotations=False,
@@ -220,3 +227,4 @@ SCENARIOS = {s.name: s for s in [
     Scenario("pipeline-stages-4", vendor="nvidia", program="", gpus=4, steps=3,
              plan=_pipeline_plan(4)),
 ]}
+ALL_SCENARIOS = {**SCENARIOS, **MULTI_PROGRAM_SCENARIOS}
