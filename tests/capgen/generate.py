@@ -5,9 +5,12 @@
 
 writes `out_dir/plugins/profile/2026_01_01_00_00_00/<host>.xplane.pb` and `<host>.trace.json.gz`
 (the json made from that xplane by jaxlib's own exporter, so it is exactly what XLA writes) and
-`out_dir/truth/` (kernels.csv, steps.csv, defects.csv, scenario.json; schema in tests/README.md).
+`out_dir/truth/` (kernels.csv, steps.csv, defects.csv, iterations.csv, programs.csv,
+scenario.json; schema in tests/README.md).
 
-The simulation: each step runs the program's thunks (programs.expand) on every GPU. A host thread
+The simulation: each step runs the program's thunks (programs.expand) on every GPU, or, with a
+`Plan`, the plan's program executions in dispatch order, each on its own GPUs with the host's
+Python time before it (`_run_iteration`). A host thread
 per GPU issues launches (TraceMe per thunk, a launch event inside it on the GPU's `Host Threads`
 line); kernels start when both their launch has ended (plus a queue latency) and their stream is
 free; collectives run on their own stream and finish together on all GPUs, so a GPU that arrives
