@@ -742,7 +742,8 @@ def test_eager_op_by_op_is_dispatch_bound_with_nested_python_calls(corpus):
         elif e.name.startswith("PjitFunction("):
             assert stack and stack[0].name == "$model.py:40 block_forward"
         stack.append(e)
-    assert [e.name for e in outer] == ["$model.py:40 block_forward"] * sc.steps
+    assert [e.name for e in outer] == ["$model.py:40 block_forward",
+                                       "$api.py:3105 block_until_ready"] * sc.steps
     assert nested_in_itself >= 2 * sc.steps  # apply_layers inside apply_layers, twice
     # kernels attribute to the model's lines through the programs' stack frames
     lines = {(t["kernel"], t["source"], t["user_frame"]) for t in c["truth"]

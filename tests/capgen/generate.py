@@ -604,6 +604,10 @@ class _Sim:
         t = self._python_calls(open_calls, (), t)
         step_end = max(k.start_ps + k.dur_ps for k in step_kernels)
         sync_end = max(step_end, t + US) + 5 * US
+        # the user's sync on the last result, as the Python tracer shows it (seen in the real
+        # MI355X capture: `$api.py:3105 block_until_ready`)
+        self.host.append(HostEvent(python, "$api.py:3105 block_until_ready", t,
+                                   sync_end - t + PYTHON_CALL_PS))
         self.host.append(HostEvent(python, "CommonPjRtBuffer::Await", t + US,
                                    sync_end - t - US))
         if sc.step_annotations:
