@@ -251,6 +251,14 @@ def test_generation_is_deterministic(tmp_path):
         assert (a.truth_dir / f).read_text() == (b.truth_dir / f).read_text()
     c = generate(Scenario(**{**sc.__dict__, "seed": 1}), tmp_path / "c")
     assert c.xplane.read_bytes() != a.xplane.read_bytes()
+    # several programs per step: the same for a seed, every truth file included
+    sc = SCENARIOS["eager-op-by-op"]
+    a = generate(sc, tmp_path / "d")
+    b = generate(sc, tmp_path / "e")
+    assert a.xplane.read_bytes() == b.xplane.read_bytes()
+    assert a.trace.read_bytes() == b.trace.read_bytes()
+    for f in ("kernels.csv", "steps.csv", "iterations.csv", "programs.csv", "scenario.json"):
+        assert (a.truth_dir / f).read_text() == (b.truth_dir / f).read_text()
 
 
 def test_rocm_flavour_has_the_structure_of_the_real_amd_captures(corpus, shared):
