@@ -15,7 +15,7 @@ import trace_reader
 import xplane_reader
 from capgen import realism
 from capgen.generate import Scenario, generate
-from capgen.scenarios import SCENARIOS
+from capgen.scenarios import ALL_SCENARIOS as SCENARIOS
 from conftest import SHARED_CAPTURES
 
 NEEDS_SHARED = {n for n, s in SCENARIOS.items()
@@ -172,7 +172,9 @@ def test_steps_add_up_and_repeat_the_same_kernels(name, corpus, request):
     c = _loaded(name, corpus, request)
     sc, truth = c["sc"], c["truth"]
     steps = _read_csv(c["r"].truth_dir / "steps.csv")
-    assert len(steps) == sc.steps * sc.gpus
+    active = {int(t["device"]) for t in truth}
+    assert len(steps) == sc.steps * len(active)
+    assert sc.plan is not None or active == set(range(sc.gpus))
     for row in steps:
         assert int(row["busy_ps"]) + int(row["idle_ps"]) == \
             int(row["end_ps"]) - int(row["start_ps"])
@@ -188,18 +190,29 @@ def test_steps_add_up_and_repeat_the_same_kernels(name, corpus, request):
         assert annotations == []
     per_step = Counter((t["step"], t["device"]) for t in truth if t["step"] != "")
     if "graph_replay_missing" not in c["defects"]:
-        assert len(set(per_step.values())) == 1
+        # every step repeats the same GPU work: the same on every GPU where one program runs on
+        # all of them, the same per GPU where a plan gives GPUs different work
+        for device in active:
+            assert len({v for (_, d), v in per_step.items() if d == str(device)}) == 1
+        assert sc.plan is not None or len(set(per_step.values())) == 1
 
 
 @pytest.mark.parametrize("name", SCENARIO_NAMES)
 def test_program_ids_written_are_the_truths(name, corpus, request):
     c = _loaded(name, corpus, request)
     sc, meta, programs = c["sc"], c["meta"], c["programs"]
+    if sc.plan is not None:  # each program of the plan under its own id, named as built
+        written = {pid: m.name for pid, m in programs.items()}
+        assert written == {int(k): v for k, v in meta["programs"].items()}
+        assert set(written) == {d.program_id for d in sc.plan.programs}
+        assert {int(t["program_id"]) for t in c["truth"]} == set(written)
+        return
     ids = {sc.program_id} | ({sc.duplicate_program_id} if sc.duplicate_program_id else set()) \
         | set(meta["extra_program_ids"])
     assert set(programs) == ids
     assert {int(t["program_id"]) for t in c["truth"]} == ids
     assert Counter(m.name for m in programs.values()) == {meta["module"]: len(ids)}
+    assert "programs" not in meta and "planted" not in meta and "plan" not in meta
 
 
 def test_planted_behaviours(corpus):
@@ -238,6 +251,14 @@ def test_generation_is_deterministic(tmp_path):
         assert (a.truth_dir / f).read_text() == (b.truth_dir / f).read_text()
     c = generate(Scenario(**{**sc.__dict__, "seed": 1}), tmp_path / "c")
     assert c.xplane.read_bytes() != a.xplane.read_bytes()
+    # several programs per step: the same for a seed, every truth file included
+    sc = SCENARIOS["eager-op-by-op"]
+    a = generate(sc, tmp_path / "d")
+    b = generate(sc, tmp_path / "e")
+    assert a.xplane.read_bytes() == b.xplane.read_bytes()
+    assert a.trace.read_bytes() == b.trace.read_bytes()
+    for f in ("kernels.csv", "steps.csv", "iterations.csv", "programs.csv", "scenario.json"):
+        assert (a.truth_dir / f).read_text() == (b.truth_dir / f).read_text()
 
 
 def test_rocm_flavour_has_the_structure_of_the_real_amd_captures(corpus, shared):
@@ -253,7 +274,8 @@ def test_rocm_flavour_has_the_structure_of_the_real_amd_captures(corpus, shared)
     assert len(reals) == 4
     common = set.intersection(*reals.values())
     seen = set.union(*reals.values())
-    for name in ("rocm-off", "rocm-8gpu", "rocm-reuse-splitk", "rocm-no-steps"):
+    for name in ("rocm-off", "rocm-8gpu", "rocm-reuse-splitk", "rocm-no-steps",
+                 "eager-op-by-op-rocm", "copies-on-other-gpu"):
         r = corpus(name)
         gen = realism.xplane_features(r.xplane.read_bytes()) | \
             realism.trace_features(r.trace.read_bytes())
@@ -560,3 +582,240 @@ def test_double_buffered_loops_keep_their_clone_names(corpus, shared):
         assert all(t["instruction"] in names and e.stats["hlo_op"] == t["instruction"]
                    for t, e in mine)
         assert len({t["step"] for t, _ in mine}) == SCENARIOS["nvidia-maxtext-double-buffer"].steps
+
+
+# ---------------------------------------------------------------- several programs per step
+# The truth of a plan (truth/iterations.csv, truth/programs.csv) is checked against the capture
+# read back alone: each GPU event joins its launch (correlation id), the launch lies inside one
+# execution's `PjRtStreamExecutorLoadedExecutable::Execute` on the python thread (every plan
+# execution here runs on one GPU, so on the calling thread), and the iterations are the
+# executions in dispatch order cut every len(plan.iteration).
+
+PLAN_NAMES = sorted(n for n, s in SCENARIOS.items() if s.plan is not None)
+
+
+def _executions(c) -> list[dict]:
+    """The executions as the capture shows them, in dispatch order, each with its GPU events."""
+    host = _host_by_correlation(c["space"])
+    python = next(ln for ln in c["space"].plane("/host:CPU").lines if ln.name == "python")
+    chain = sorted((ev for ev in python.events()
+                    if ev.name == "PjRtStreamExecutorLoadedExecutable::Execute"),
+                   key=lambda ev: ev.start_ps)
+    thunks = sorted((ev for ev in python.events() if ev.name == "GpuExecutable::ExecuteThunks"),
+                    key=lambda ev: ev.start_ps)
+    assert len(chain) == len(thunks)
+    out = [{"start": ev.start_ps, "end": ev.end_ps, "module": th.stats["module_name"],
+            "events": []} for ev, th in zip(chain, thunks, strict=True)]
+    starts = [x["start"] for x in out]
+    for d, s, e in c["events"]:
+        (_, launch), = host[e.stats["correlation_id"]]
+        k = max(i for i, st in enumerate(starts) if st <= launch.start_ps)
+        assert launch.end_ps <= out[k]["end"], (d, s, e.name)
+        out[k]["events"].append((d, s, e))
+    return out
+
+
+def _iterations_from_capture(c) -> dict:
+    """(iteration, device) -> the GPU events and executions the capture shows there."""
+    per = len(c["sc"].plan.iteration)
+    execs = _executions(c)
+    assert len(execs) == per * c["sc"].steps
+    got: dict = {}
+    for n, x in enumerate(execs):
+        for d, _, e in x["events"]:
+            row = got.setdefault((n // per, d), {"events": [], "programs": []})
+            row["events"].append(e)
+            pid = e.stats.get("program_id")
+            if pid is not None:
+                assert e.stats["hlo_module"] == x["module"]
+                label = f"{x['module']}({pid})"
+                if not row["programs"] or row["programs"][-1][0] != n:
+                    row["programs"].append((n, label))
+    return got
+
+
+@pytest.mark.parametrize("name", PLAN_NAMES)
+def test_iterations_truth_is_what_the_capture_runs(name, corpus, request):
+    c = _loaded(name, corpus, request)
+    rows = _read_csv(c["r"].truth_dir / "iterations.csv")
+    got = _iterations_from_capture(c)
+    assert {(int(r["iteration"]), int(r["device"])) for r in rows} == set(got)
+    for r in rows:
+        g = got[(int(r["iteration"]), int(r["device"]))]
+        evs = g["events"]
+        assert r["programs"] == ";".join(label for _, label in g["programs"])
+        assert int(r["executions"]) == len(g["programs"])
+        assert int(r["kernels"]) == len(evs)
+        assert int(r["argument_copies"]) == sum(1 for e in evs if "program_id" not in e.stats)
+        assert int(r["start_ps"]) == min(e.start_ps for e in evs)
+        assert int(r["end_ps"]) == max(e.end_ps for e in evs)
+        assert int(r["busy_ps"]) == _union_ps([(e.start_ps, e.end_ps) for e in evs])
+        assert int(r["first_launch_ps"]) < int(r["start_ps"])
+    # the same programs in every iteration, on every GPU
+    by_device: dict = {}
+    for r in rows:
+        by_device.setdefault(r["device"], set()).add(r["programs"])
+    assert all(len(v) == 1 for v in by_device.values())
+
+
+def _union_ps(intervals) -> int:
+    total, end = 0, None
+    for s, e in sorted(intervals):
+        if end is None or s > end:
+            total += e - s
+            end = e
+        elif e > end:
+            total += e - end
+            end = e
+    return total
+
+
+@pytest.mark.parametrize("name", PLAN_NAMES)
+def test_programs_truth_is_what_the_capture_runs(name, corpus, request):
+    c = _loaded(name, corpus, request)
+    sc = c["sc"]
+    rows = {int(r["program_id"]): r for r in _read_csv(c["r"].truth_dir / "programs.csv")}
+    assert set(rows) == set(c["programs"])
+    execs = _executions(c)
+    for pid, r in rows.items():
+        assert r["module"] == c["programs"][pid].name
+        mine = [x for x in execs if any(e.stats.get("program_id") == pid
+                                        for _, _, e in x["events"])]
+        assert int(r["executions"]) == len(mine)
+        assert int(r["executions_per_iteration"]) * sc.steps == len(mine)
+        assert int(r["executions_per_iteration"]) == sum(
+            1 for ex in sc.plan.iteration
+            if next(d.program_id for d in sc.plan.programs if d.key == ex.program) == pid)
+        launched = Counter((n, d) for n, x in enumerate(mine) for d, _, e in x["events"]
+                           if e.stats.get("program_id") == pid)
+        assert r["kernels_per_execution"] == ";".join(map(str, sorted(set(launched.values()))))
+        events = [(d, e) for x in mine for d, _, e in x["events"]
+                  if e.stats.get("program_id") == pid]
+        assert r["gpus"] == ";".join(map(str, sorted({d for d, _ in events})))
+        assert int(r["gpu_ps"]) == sum(e.duration_ps for _, e in events)
+        # the truth's rows of the program: instructions it holds, as many per iteration and GPU
+        # as its executions launch
+        mine_truth = [t for t in c["truth"] if int(t["program_id"]) == pid and t["instruction"]]
+        assert {t["instruction"] for t in mine_truth} <= {
+            i.name for comp in c["programs"][pid].computations for i in comp.instructions}
+        per = Counter((t["step"], t["device"]) for t in mine_truth)
+        assert set(per.values()) == {int(r["executions_per_iteration"]) *
+                                     int(r["kernels_per_execution"])}
+
+
+def test_eager_op_by_op_is_dispatch_bound_with_nested_python_calls(corpus):
+    """Many small programs per iteration, some run several times, distinct programs sharing a
+    module name; the GPU finishes each program before the host launches the next; the Python
+    tracer's calls nest (a function in itself) inside one outermost call per iteration."""
+    c = _loaded("eager-op-by-op", corpus, None)
+    sc, meta = c["sc"], c["meta"]
+    assert meta["planted"] == {"dispatch_bound": True, "straggler": False}
+    assert not sc.step_annotations and not [
+        ev for ln in c["space"].plane("/host:CPU").lines for ev in ln.events()
+        if "step_num" in ev.stats]
+    programs = {int(r["program_id"]): r for r in _read_csv(c["r"].truth_dir / "programs.csv")}
+    per_iteration = sum(int(r["executions_per_iteration"]) for r in programs.values())
+    assert 20 <= per_iteration <= 40 and len(programs) >= 8
+    assert max(int(r["executions_per_iteration"]) for r in programs.values()) >= 4
+    names = Counter(r["module"] for r in programs.values())
+    assert names["jit_matmul"] >= 2 and names["jit_add"] >= 2
+    # distinct programs under one name really differ (shapes of the GEMM)
+    shapes = {tuple(i.shape.dimensions) for pid, r in programs.items()
+              if r["module"] == "jit_matmul"
+              for i in c["programs"][pid].computations[0].instructions if i.opcode == "parameter"}
+    assert len(shapes) >= 4
+    # dispatch-bound: every execution's first launch comes after the previous one's GPU work
+    execs = _executions(c)
+    gpu = [(min(e.start_ps for _, _, e in x["events"]), max(e.end_ps for _, _, e in x["events"]))
+           for x in execs]
+    host = _host_by_correlation(c["space"])
+    first_launch = [min(host[e.stats["correlation_id"]][0][1].start_ps
+                        for _, _, e in x["events"]) for x in execs]
+    for k in range(1, len(execs)):
+        assert first_launch[k] > gpu[k - 1][1]
+    for r in _read_csv(c["r"].truth_dir / "iterations.csv"):
+        assert int(r["busy_ps"]) < 0.25 * (int(r["end_ps"]) - int(r["start_ps"]))
+    # the Python tracer: strictly nested calls, one outermost block_forward per iteration
+    python = next(ln for ln in c["space"].plane("/host:CPU").lines if ln.name == "python")
+    events = sorted(python.events(), key=lambda e: (e.start_ps, -e.duration_ps))
+    stack, nested_in_itself, outer = [], 0, []
+    for e in events:
+        while stack and stack[-1].end_ps <= e.start_ps:
+            stack.pop()
+        assert not stack or e.end_ps <= stack[-1].end_ps, e.name  # nested, never overlapping
+        if e.name.startswith("$"):
+            if not stack:
+                outer.append(e)
+            nested_in_itself += any(s.name == e.name for s in stack)
+        elif e.name.startswith("PjitFunction("):
+            assert stack and stack[0].name == "$model.py:40 block_forward"
+        stack.append(e)
+    assert [e.name for e in outer] == ["$model.py:40 block_forward",
+                                       "$api.py:3105 block_until_ready"] * sc.steps
+    assert nested_in_itself >= 2 * sc.steps  # apply_layers inside apply_layers, twice
+    # kernels attribute to the model's lines through the programs' stack frames
+    lines = {(t["kernel"], t["source"], t["user_frame"]) for t in c["truth"]
+             if t["instruction"] == "custom-call"}
+    assert ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1"
+            "_execute_segment_k_off_kernel__5x_cublas", "/workspace/model.py:15",
+            "/workspace/model.py:15 matmul") in lines
+
+
+def test_train_step_then_optimizer_with_and_without_annotations(corpus):
+    for name, annotated in (("train-plus-optimizer", False),
+                            ("train-plus-optimizer-annotated", True)):
+        c = _loaded(name, corpus, None)
+        rows = _read_csv(c["r"].truth_dir / "iterations.csv")
+        assert {r["programs"] for r in rows} == {"jit_train_step(17);jit_apply_updates(19)"}
+        assert len(rows) == c["sc"].steps
+        opt = next(r for r in _read_csv(c["r"].truth_dir / "programs.csv")
+                   if r["module"] == "jit_apply_updates")
+        assert int(opt["kernels_per_execution"]) >= 4
+        python = next(ln for ln in c["space"].plane("/host:CPU").lines if ln.name == "python")
+        steps = [ev for ev in python.events() if "step_num" in ev.stats]
+        pjit = [ev for ev in python.events() if ev.name.startswith("PjitFunction(")]
+        assert [ev.name for ev in sorted(pjit, key=lambda e: e.start_ps)][:2] == [
+            "PjitFunction(train_step)", "PjitFunction(apply_updates)"]
+        if not annotated:
+            assert steps == []
+            continue
+        assert len(steps) == c["sc"].steps
+        for ev in steps:  # the step annotation holds both dispatches and their GPU work
+            inside = [p.name for p in pjit if ev.start_ps <= p.start_ps and p.end_ps <= ev.end_ps]
+            assert inside == ["PjitFunction(train_step)", "PjitFunction(apply_updates)"]
+            row = rows[ev.stats["step_num"]]
+            assert ev.start_ps < int(row["start_ps"]) and int(row["end_ps"]) < ev.end_ps
+
+
+def test_copies_on_one_gpu_and_the_program_on_another(corpus):
+    c = _loaded("copies-on-other-gpu", corpus, None)
+    assert c["meta"]["planted"] == {"dispatch_bound": False, "straggler": False}
+    on = Counter((d, "program_id" in e.stats) for d, _, e in c["events"])
+    assert set(on) == {(0, False), (7, True)}  # GPU 0: copies only; GPU 7: program only
+    assert all(e.name == "__amd_rocclr_copyBuffer.kd" for d, _, e in c["events"] if d == 0)
+    rows = _read_csv(c["r"].truth_dir / "iterations.csv")
+    assert {(r["device"], r["programs"], r["argument_copies"]) for r in rows} == {
+        ("0", "", "2"), ("7", "jit_train_step(17)", "0")}
+    programs = _read_csv(c["r"].truth_dir / "programs.csv")
+    assert [(r["module"], r["gpus"]) for r in programs] == [("jit_train_step", "7")]
+    assert not [d for d in _read_csv(c["r"].truth_dir / "defects.csv") if d["kind"] == "straggler"]
+
+
+@pytest.mark.parametrize("name", ["pipeline-stages", "pipeline-stages-4"])
+def test_pipeline_stages_run_one_program_each_in_order(name, corpus):
+    c = _loaded(name, corpus, None)
+    sc = c["sc"]
+    assert c["meta"]["planted"]["straggler"] is False
+    rows = _read_csv(c["r"].truth_dir / "iterations.csv")
+    stages = {r["device"]: r["programs"] for r in rows}
+    assert len(stages) == sc.gpus and len(set(stages.values())) == sc.gpus
+    assert all(";" not in p for p in stages.values())  # one program per GPU per iteration
+    ids = {d: {e.stats["program_id"] for dd, _, e in c["events"] if dd == d and
+               "program_id" in e.stats} for d in range(sc.gpus)}
+    assert all(len(v) == 1 for v in ids.values()) and len(set().union(*ids.values())) == sc.gpus
+    by = {(int(r["iteration"]), int(r["device"])): r for r in rows}
+    for (it, dev), r in by.items():
+        if dev:  # a stage starts after the stage before it ends, though launched earlier
+            before = by[(it, dev - 1)]
+            assert int(r["start_ps"]) > int(before["end_ps"])
+            assert int(r["first_launch_ps"]) < int(before["end_ps"])

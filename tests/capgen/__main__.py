@@ -21,7 +21,7 @@ import time
 
 def main(argv=None) -> int:
     from capgen.generate import generate, generate_hosts
-    from capgen.scenarios import SCENARIOS
+    from capgen.scenarios import ALL_SCENARIOS as SCENARIOS
     ap = argparse.ArgumentParser(prog="capgen", description=__doc__.splitlines()[0])
     ap.add_argument("scenario", nargs="?")
     ap.add_argument("out", nargs="?")
@@ -35,7 +35,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.list or not args.scenario:
         for name, sc in SCENARIOS.items():
-            print(f"{name}: {sc.vendor}, {sc.program}, {sc.gpus} GPU(s), {sc.steps} steps, "
+            what = sc.program if sc.plan is None else (
+                f"{len(sc.plan.programs)} programs, {len(sc.plan.iteration)} executions a step")
+            print(f"{name}: {sc.vendor}, {what}, {sc.gpus} GPU(s), {sc.steps} steps, "
                   f"command buffers {sc.command_buffers}")
         return 0
     if args.scenario not in SCENARIOS or not args.out:

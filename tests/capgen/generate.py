@@ -5,9 +5,12 @@
 
 writes `out_dir/plugins/profile/2026_01_01_00_00_00/<host>.xplane.pb` and `<host>.trace.json.gz`
 (the json made from that xplane by jaxlib's own exporter, so it is exactly what XLA writes) and
-`out_dir/truth/` (kernels.csv, steps.csv, defects.csv, scenario.json; schema in tests/README.md).
+`out_dir/truth/` (kernels.csv, steps.csv, defects.csv, iterations.csv, programs.csv,
+scenario.json; schema in tests/README.md).
 
-The simulation: each step runs the program's thunks (programs.expand) on every GPU. A host thread
+The simulation: each step runs the program's thunks (programs.expand) on every GPU, or, with a
+`Plan`, the plan's program executions in dispatch order, each on its own GPUs with the host's
+Python time before it (`_run_iteration`). A host thread
 per GPU issues launches (TraceMe per thunk, a launch event inside it on the GPU's `Host Threads`
 line); kernels start when both their launch has ended (plus a queue latency) and their stream is
 free; collectives run on their own stream and finish together on all GPUs, so a GPU that arrives
@@ -26,6 +29,7 @@ import json
 import random
 import shutil
 import tempfile
+from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -48,6 +52,49 @@ PROFILE_EPOCH_NS = 1_790_000_000_000_000_000
 # The command types XLA records into command buffers by default (xla/debug_options_flags.cc, the
 # default DebugOptions: FUSION, CUBLAS, CUBLASLT, CUSTOM_CALL, CUDNN; graph min size 5).
 DEFAULT_COMMANDS = frozenset({"FUSION", "CUBLAS", "CUBLASLT", "CUSTOM_CALL", "CUDNN"})
+# Host time of one traced Python call or return (the Python tracer's events of a plan): about what
+# CPython spends entering and leaving a small function with the profiler's hook on.
+PYTHON_CALL_PS = US // 2
+# A stream waiting on an event that another GPU's stream records resumes a little after the event
+# fires (the event is polled across devices): a few microseconds.
+CROSS_GPU_WAIT_PS = 3 * US
+
+
+@dataclass(frozen=True)
+class ProgramDef:
+    """A program a plan runs: `source` is a programs.load_program name (a compiled fixture, a
+    real capture's program, or `small:<name>`, one of small_programs.BUILDERS), written into the
+    capture under `program_id`."""
+    key: str
+    source: str
+    program_id: int
+    function: str = ""  # the jitted function's name; default: the module's name without "jit_"
+
+
+@dataclass(frozen=True)
+class Execution:
+    """One execution of a program in a plan's iteration, as jax dispatches it."""
+    program: str                  # a ProgramDef key
+    gpus: tuple = (0,)            # the GPUs it runs on (one: on the python thread)
+    host_before_ps: int = 20 * US  # Python time on the python thread before its dispatch
+    # the traced Python calls open at its dispatch, outermost first (`$file.py:<def line> fn`);
+    # `#<tag>` ends a call's key without being written: consecutive executions with equal keys
+    # are inside one call, so two calls of one function in a row need two tags
+    python: tuple = ()
+    argument_copies: int = 0      # host-to-device copies of its arguments, outside the program
+    copy_gpus: tuple | None = None  # the GPUs those copies land on (None: its own GPUs)
+    copy_bytes: int = 65536
+    after: int | None = None      # an earlier execution (index in the iteration) whose result,
+    #                               made on another GPU, this one reads: it starts after it ends
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Several programs per step: the programs, and one iteration's executions in dispatch
+    order; every step repeats the iteration."""
+    programs: tuple
+    iteration: tuple
+    dispatch_bound: bool = False  # planted: the GPU idles between programs, waiting for the host
 
 
 @dataclass
@@ -104,6 +151,9 @@ class Scenario:
     json_drop_gpu_events: int = 0     # the json disagrees with its xplane
     non_launch_correlations: int = 0  # kernels whose id joins a hipStreamWaitEvent
     expected_verdict: str = ""
+    # several programs per step (None: one execution of `program` on every GPU per step); the
+    # plan's programs replace `program` and `program_id`
+    plan: Plan | None = None
 
 
 @dataclass(slots=True)
@@ -127,6 +177,7 @@ class Planted:
     launch_start_ps: int | None = None
     launch_end_ps: int | None = None
     inner: str = ""  # the instruction inside the fusion that hlo_op names (truth)
+    execution: int | None = None  # the execution that launched it (index in _Sim.executions)
 
 
 @dataclass
@@ -147,36 +198,25 @@ class Result:
     kernels: list
     steps: list
     defects: list
+    iterations: list = field(default_factory=list)
+    programs: list = field(default_factory=list)
 
 
-class _Sim:
-    def __init__(self, sc: Scenario):
+class _Compiled:
+    """One program as the simulation runs it: its thunks (programs.expand), the scenario's extra
+    kernels (split-K, memset-first reductions), its command buffers and its kernel reuse."""
+
+    def __init__(self, sc: Scenario, enabled: frozenset, program, options: Options,
+                 program_id: int, function: str = ""):
         self.sc = sc
-        self.fl = flavours.FLAVOURS[sc.vendor]
-        self.rng = random.Random(sc.seed)
-        trips: dict = {}
-        if sc.unknown_trip_counts or sc.plant_ids or sc.dynamic_memcpy_fusions:
-            self.program, trips = variant(sc.program, unknown_trip_counts=sc.unknown_trip_counts,
-                                          plant_ids=sc.plant_ids,
-                                          dynamic_memcpy=sc.dynamic_memcpy_fusions)
-        else:
-            self.program = load_program(sc.program)
-        self.options = Options(dsf_copy_label=sc.dsf_copy_label,
-                               static_slice_memcpy=sc.static_slice_memcpy, trip_counts=trips)
-        self.module = self.program.name
-        self.thunks = expand(self.program, options=self.options)
-        self.enabled = DEFAULT_COMMANDS | set(sc.graph_commands) | (
-            {"COLLECTIVES"} if sc.command_buffers == "all" else set())
-        self.kernels: list[Planted] = []
-        self.host: list[HostEvent] = []
-        self.correlation = 1000
-        self.scope = 1
-        self.labels: dict[tuple, str] = {}
-        self.graph_ids: dict[str, int] = {}
-        self.steps = []
-        self.compute_stream = {g: 13 + 4 * g for g in range(sc.gpus)}
-        self.collective_stream = {g: 14 + 4 * g for g in range(sc.gpus)}
-        self.copy_stream = {g: 15 + 4 * g for g in range(sc.gpus)}
+        self.enabled = enabled
+        self.program = program
+        self.options = options
+        self.program_id = program_id
+        self.module = program.name
+        # the jitted Python function (PjitFunction(<function>)): jax names a module jit_<function>
+        self.function = function or self.module.removeprefix("jit_")
+        self.thunks = expand(program, options=options)
         self._reuse = self._plan_reuse()
         self._split = {t.instruction for t in self.thunks
                        if any(k.role == "gemm" for k in t.kernels)
@@ -324,22 +364,6 @@ class _Sim:
         flush()
         return seg
 
-    def _label(self, thunk_names: tuple) -> str:
-        if thunk_names not in self.labels:
-            k = len(self.labels)
-            self.labels[thunk_names] = (f"call.{k}" if self.sc.graph_label == "call"
-                                        else f"command_buffer_{k}")
-        return self.labels[thunk_names]
-
-    def _duration(self, spec: KernelSpec, g: int) -> int:
-        dev = self.fl.device
-        seconds = 1.5e-6 + spec.bytes / dev.hbm_bytes_per_s + spec.flops / dev.peak_flops
-        if spec.role == "collective":
-            seconds = 8e-6 + spec.bytes / 50e9
-        factor = self.sc.work_scale * (self.sc.straggler_factor if g == self.sc.straggler_gpu
-                                       else 1.0)
-        return max(1000, int(seconds * 1e12 * factor * self.rng.uniform(0.97, 1.03)))
-
     def _hlo_label(self, t: Thunk) -> str:
         if t.collective and self.sc.collective_label == "pre_async":
             base = t.instruction.replace("-start", "")
@@ -362,9 +386,93 @@ class _Sim:
         ins = self.program.by_name.get(instruction)
         return ins.metadata.op_name if ins is not None else ""
 
+
+class _Sim:
+    def __init__(self, sc: Scenario):
+        self.sc = sc
+        self.fl = flavours.FLAVOURS[sc.vendor]
+        self.rng = random.Random(sc.seed)
+        self.enabled = DEFAULT_COMMANDS | set(sc.graph_commands) | (
+            {"COLLECTIVES"} if sc.command_buffers == "all" else set())
+        self.kernels: list[Planted] = []
+        self.host: list[HostEvent] = []
+        self.correlation = 1000
+        self.scope = 1
+        self.labels: dict[tuple, str] = {}
+        self.graph_ids: dict[str, int] = {}
+        self.steps = []
+        self.executions: list[dict] = []  # every program execution, in dispatch order (truth)
+        self.compute_stream = {g: 13 + 4 * g for g in range(sc.gpus)}
+        self.collective_stream = {g: 14 + 4 * g for g in range(sc.gpus)}
+        self.copy_stream = {g: 15 + 4 * g for g in range(sc.gpus)}
+        if sc.plan is None:
+            trips: dict = {}
+            if sc.unknown_trip_counts or sc.plant_ids or sc.dynamic_memcpy_fusions:
+                program, trips = variant(sc.program, unknown_trip_counts=sc.unknown_trip_counts,
+                                         plant_ids=sc.plant_ids,
+                                         dynamic_memcpy=sc.dynamic_memcpy_fusions)
+            else:
+                program = load_program(sc.program)
+            options = Options(dsf_copy_label=sc.dsf_copy_label,
+                              static_slice_memcpy=sc.static_slice_memcpy, trip_counts=trips)
+            self.main = _Compiled(sc, self.enabled, program, options, sc.program_id,
+                                  "train_step")
+            self.compiled = {"": self.main}
+        else:
+            used = {g for ex in sc.plan.iteration for g in (*ex.gpus, *(ex.copy_gpus or ()))}
+            if max(used) >= sc.gpus:
+                raise ValueError(f"scenario {sc.name}: its plan uses GPU {max(used)}, but the "
+                                 f"scenario has {sc.gpus} GPU(s)")
+            options = Options(dsf_copy_label=sc.dsf_copy_label,
+                              static_slice_memcpy=sc.static_slice_memcpy)
+            loaded: dict[str, object] = {}
+            self.compiled = {}
+            for d in sc.plan.programs:
+                if d.source not in loaded:
+                    loaded[d.source] = load_program(d.source)
+                self.compiled[d.key] = _Compiled(sc, self.enabled, loaded[d.source], options,
+                                                 d.program_id, d.function)
+            self.main = self.compiled[sc.plan.programs[0].key]
+        self.by_id = {c.program_id: c for c in self.compiled.values()}
+        # the first (or only) program, under the names the writer and the truth read
+        self.program = self.main.program
+        self.module = self.main.module
+
+    def program_of(self, program_id: int) -> _Compiled:
+        """The program that runs under an id; ids of the single-program scenarios' extra
+        programs (a second id, same-name programs) map to the main program, as they always
+        have for the truth's source columns."""
+        return self.by_id.get(program_id, self.main)
+
+    def _label(self, thunk_names: tuple) -> str:
+        if thunk_names not in self.labels:
+            k = len(self.labels)
+            self.labels[thunk_names] = (f"call.{k}" if self.sc.graph_label == "call"
+                                        else f"command_buffer_{k}")
+        return self.labels[thunk_names]
+
+    def _duration(self, spec: KernelSpec, g: int) -> int:
+        dev = self.fl.device
+        seconds = 1.5e-6 + spec.bytes / dev.hbm_bytes_per_s + spec.flops / dev.peak_flops
+        if spec.role == "collective":
+            seconds = 8e-6 + spec.bytes / 50e9
+        factor = self.sc.work_scale * (self.sc.straggler_factor if g == self.sc.straggler_gpu
+                                       else 1.0)
+        return max(1000, int(seconds * 1e12 * factor * self.rng.uniform(0.97, 1.03)))
+
     def run(self):
         sc = self.sc
         t = 1_000 * US  # the first step begins 1 ms into the profile
+        if sc.plan is not None:
+            self.extra = []
+            t += 400 * US
+            self.compute_free = {g: 0 for g in range(sc.gpus)}
+            self.coll_free = {g: 0 for g in range(sc.gpus)}
+            self.copy_free = {g: 0 for g in range(sc.gpus)}
+            for step in range(sc.steps):
+                t = self._run_iteration(step, t)
+            self.end_ps = t + 100 * US
+            return
         self._run_extra_programs(t)
         t += 400 * US
         for step in range(sc.steps):
@@ -392,6 +500,7 @@ class _Sim:
             self.kernels.append(k)
             self.host.append(HostEvent(launch_line, self.fl.launch_name(spec), start,
                                        self.sc.launch_ps, self.fl.launch_stats(k, True, g)))
+            self._record_execution(None, pid, self.module, [g], [], [k])
 
     def _next_corr(self) -> int:
         self.correlation += 1
@@ -401,8 +510,17 @@ class _Sim:
         self.scope += 1
         return self.scope
 
+    def _record_execution(self, step, program_id, module, gpus, copy_gpus, kernels) -> None:
+        seq = len(self.executions)
+        for k in kernels:
+            k.execution = seq
+        self.executions.append({"execution": seq, "step": step, "program_id": program_id,
+                                "module": module, "gpus": list(gpus),
+                                "copy_gpus": list(copy_gpus)})
+
     def _run_step(self, step: int, t0: int, program_id: int) -> int:
-        sc, fl = self.sc, self.fl
+        """One step of a single-program scenario: one execution of the program on every GPU."""
+        sc = self.sc
         gpus = range(sc.gpus)
         python = "python"
         # Python work before dispatch (the launch-bound scenario makes this long)
@@ -413,49 +531,171 @@ class _Sim:
         dispatch = t0 + sc.step_python_ps
         exec_line = {g: python if sc.gpus == 1 else f"py_xla_execute/{-7_000_000_000 - 97 * g}"
                      for g in gpus}
-        cursor = {g: dispatch + 12 * US + g * 3 * US for g in gpus}
-        compute_free = {g: 0 for g in gpus}
-        coll_free = {g: 0 for g in gpus}
+        step_kernels: list[Planted] = []
+        copy_spec = KernelSpec("copy", "copy_h2d", 0.0, 65536.0, size=65536)
+        cursor = self._execute(self.main, program_id, step, list(gpus), list(gpus),
+                               sc.argument_copies, copy_spec, dispatch, exec_line,
+                               {g: 0 for g in gpus}, {g: 0 for g in gpus}, None, step_kernels,
+                               flow=200 + 8 * step)
+        self._record_execution(step, program_id, self.module, gpus, gpus, step_kernels)
+        step_end = max(k.start_ps + k.dur_ps for k in step_kernels)
+        pjit_end = max(cursor.values()) + 10 * US
+        self.host.append(HostEvent(python, "PjitFunction(train_step)", dispatch,
+                                   pjit_end - dispatch))
+        sync_end = max(step_end, pjit_end) + 5 * US
+        self.host.append(HostEvent(python, "CommonPjRtBuffer::Await", pjit_end + US,
+                                   sync_end - pjit_end - US))
+        if sc.step_annotations:
+            self.host.append(HostEvent(python, "train", t0, sync_end - t0 + US,
+                                       [("step_num", flavours.I64, step)]))
+        self._truth_steps(step, t0, step_kernels, gpus)
+        gap0, gap = sync_end + 20 * US, sc.between_steps_ps
+        if gap and sc.between_host == "input_pipeline":
+            self.host.append(HostEvent(python, "IteratorGetNext", gap0 + US, gap * 2 // 3))
+            self.host.append(HostEvent(python, "device_put", gap0 + US + gap * 2 // 3,
+                                       gap // 4))
+        elif gap and sc.between_host == "python":
+            self.host.append(HostEvent(python, "$train.py:212 log_metrics", gap0 + US,
+                                       gap - 2 * US))
+        return gap0 + gap
+
+    def _run_iteration(self, step: int, t0: int) -> int:
+        """One iteration of a plan: its executions in dispatch order, each its own dispatch
+        (PjitFunction) on the python thread after the Python time before it, the traced Python
+        calls open around them, then the user's sync on the last result (and the step
+        annotation around all of it when the scenario has one). jax dispatches asynchronously:
+        the host goes on to the next execution without waiting for the GPU."""
+        sc, plan = self.sc, self.sc.plan
+        python = "python"
+        t = t0
+        open_calls: list[tuple[str, int]] = []
+        step_kernels: list[Planted] = []
+        ends: dict[int, int] = {}
+        for index, ex in enumerate(plan.iteration):
+            t = self._python_calls(open_calls, ex.python, t)
+            t += ex.host_before_ps
+            prog = self.compiled[ex.program]
+            gpus = list(ex.gpus)
+            copy_gpus = list(ex.copy_gpus if ex.copy_gpus is not None else ex.gpus)
+            # xla/pjrt/pjrt_stream_executor_client.cc (PjRtStreamExecutorLoadedExecutable::
+            # Execute): one addressable device runs on the calling thread, several each on a
+            # thread of the client's pool
+            exec_line = {g: python if len(gpus) == 1 else
+                         f"py_xla_execute/{-7_000_000_000 - 97 * g}" for g in gpus}
+            # an input made by an earlier execution on another GPU: the program's stream waits
+            # for that buffer's definition event (ExecuteHelper ->
+            # xla/pjrt/tracked_device_buffer.cc WaitForBufferDefinitionEventsOnStream)
+            ready = ends[ex.after] + CROSS_GPU_WAIT_PS if ex.after is not None else 0
+            copy_spec = KernelSpec("copy", "copy_h2d", 0.0, float(ex.copy_bytes),
+                                   size=ex.copy_bytes)
+            mine: list[Planted] = []
+            cursor = self._execute(prog, prog.program_id, step, gpus, copy_gpus,
+                                   ex.argument_copies, copy_spec, t, exec_line,
+                                   self.compute_free, self.coll_free, self.copy_free, mine,
+                                   flow=200 + 8 * len(self.executions), ready=ready)
+            self._record_execution(step, prog.program_id, prog.module, gpus,
+                                   copy_gpus if ex.argument_copies else [], mine)
+            ends[index] = max(k.start_ps + k.dur_ps for k in mine)
+            step_kernels.extend(mine)
+            pjit_end = max(cursor.values()) + 10 * US
+            self.host.append(HostEvent(python, f"PjitFunction({prog.function})", t,
+                                       pjit_end - t))
+            t = pjit_end + US
+        t = self._python_calls(open_calls, (), t)
+        step_end = max(k.start_ps + k.dur_ps for k in step_kernels)
+        sync_end = max(step_end, t + US) + 5 * US
+        # the user's sync on the last result, as the Python tracer shows it (seen in the real
+        # MI355X capture: `$api.py:3105 block_until_ready`)
+        self.host.append(HostEvent(python, "$api.py:3105 block_until_ready", t,
+                                   sync_end - t + PYTHON_CALL_PS))
+        self.host.append(HostEvent(python, "CommonPjRtBuffer::Await", t + US,
+                                   sync_end - t - US))
+        if sc.step_annotations:
+            self.host.append(HostEvent(python, "train", t0, sync_end - t0 + US,
+                                       [("step_num", flavours.I64, step)]))
+        active = sorted({k.device for k in step_kernels})
+        self._truth_steps(step, t0, step_kernels, active)
+        return sync_end + 20 * US + sc.between_steps_ps
+
+    def _python_calls(self, open_calls: list, stack: tuple, t: int) -> int:
+        """Close the traced Python calls that `stack` (outermost first) no longer holds, innermost
+        first, and open the new ones; each call or return costs the host PYTHON_CALL_PS. A call's
+        key is its text; `#<tag>` ends a key without being written (two calls of one function in
+        a row are two calls; a function that calls itself nests in itself)."""
+        keep = 0
+        while keep < min(len(open_calls), len(stack)) and open_calls[keep][0] == stack[keep]:
+            keep += 1
+        while len(open_calls) > keep:
+            key, start = open_calls.pop()
+            t += PYTHON_CALL_PS
+            self.host.append(HostEvent("python", key.split("#")[0], start, t - start))
+        for key in stack[keep:]:
+            open_calls.append((key, t))
+            t += PYTHON_CALL_PS
+        return t
+
+    def _execute(self, prog: _Compiled, program_id: int, step, gpus: list, copy_gpus: list,
+                 copies: int, copy_spec: KernelSpec, dispatch: int, exec_line: dict,
+                 compute_free: dict, coll_free: dict, copy_free: dict | None,
+                 step_kernels: list, flow: int, ready: int = 0) -> dict:
+        """One execution of `prog` on `gpus`, dispatched at `dispatch`: its argument copies on
+        `copy_gpus` (host to device, outside the program: no hlo_op), then its thunks, and the
+        execution chain around them on each GPU's `exec_line` (xla/service/gpu/gpu_executable.cc
+        ExecuteThunks: a `<module>:XLA GPU module` TraceMe around one annotation per thunk).
+        With `copy_free` (plans) the copies queue on their own stream and the program's first
+        kernel waits for its arguments (and for `ready`, an input another GPU makes); without
+        it (single-program scenarios, as they always were) the copies only queue behind the
+        compute stream. Returns each GPU's host cursor at the end of its chain."""
+        sc, fl = self.sc, self.fl
+        order = sorted(set(gpus) | set(copy_gpus))
+        cursor = {g: dispatch + 12 * US + order.index(g) * 3 * US for g in order}
         coll_end: dict[tuple, int] = {}
         first_launch = {}
-        step_kernels: list[Planted] = []
         chain_start = dict(cursor)
-        # argument copies (host to device, outside the program: no hlo_op)
-        for g in gpus:
-            for _ in range(sc.argument_copies):
+        arrived: dict[int, int] = {}
+        for g in copy_gpus:
+            for _ in range(copies):
                 corr = self._next_corr()
                 ls = cursor[g]
-                spec = KernelSpec("copy", "copy_h2d", 0.0, 65536.0, size=65536)
-                start = max(ls + sc.launch_ps + sc.queue_latency_ps, compute_free[g])
-                dur = self._duration(spec, g)
-                k = Planted(g, self.copy_stream[g], corr, start, dur, fl.kernel_name(spec, 0),
-                            spec, program_id, self.module, "", None, "",
-                            scope_range_id=self._next_scope(), step=step, launch_start_ps=ls,
-                            launch_end_ps=ls + sc.launch_ps)
+                dur = self._duration(copy_spec, g)
+                if copy_free is None:
+                    start = max(ls + sc.launch_ps + sc.queue_latency_ps, compute_free[g])
+                else:
+                    start = max(ls + sc.launch_ps + sc.queue_latency_ps, copy_free[g])
+                    copy_free[g] = start + dur
+                    arrived[g] = start + dur
+                k = Planted(g, self.copy_stream[g], corr, start, dur,
+                            fl.kernel_name(copy_spec, 0), copy_spec, program_id, prog.module, "",
+                            None, "", scope_range_id=self._next_scope(), step=step,
+                            launch_start_ps=ls, launch_end_ps=ls + sc.launch_ps)
                 self.kernels.append(k)
                 step_kernels.append(k)
                 stats = fl.launch_stats(k, False, g)
                 self.host.append(HostEvent(f"Host Threads/{fl.launch_thread_base + 40 + g}",
-                                           fl.launch_name(spec, sc.api_launch_names), ls,
+                                           fl.launch_name(copy_spec, sc.api_launch_names), ls,
                                            sc.launch_ps, stats))
                 cursor[g] = ls + sc.launch_ps + US
+        if copy_free is not None:
+            for g in gpus:
+                compute_free[g] = max(compute_free[g], arrived.get(g, 0), ready)
         module_start = {g: cursor[g] for g in gpus}
         for g in gpus:
             cursor[g] += 3 * US
+        thunks, segments = prog.thunks, prog.segments
         i = 0
-        n = len(self.thunks)
+        n = len(thunks)
         while i < n:
-            th = self.thunks[i]
-            seg = self.segments[i]
+            th = thunks[i]
+            seg = segments[i]
             if seg is not None:
                 j = i
-                while j < n and self.segments[j] == seg:
+                while j < n and segments[j] == seg:
                     j += 1
-                group = self.thunks[i:j]
+                group = thunks[i:j]
                 label = self._label(tuple(x.instruction for x in group))
                 for g in gpus:
-                    self._graph_launch(g, group, label, step, program_id, cursor, compute_free,
-                                       exec_line[g], step_kernels, first_launch)
+                    self._graph_launch(prog, g, group, label, step, program_id, cursor,
+                                       compute_free, exec_line[g], step_kernels, first_launch)
                 i = j
                 continue
             if th.wait_for is not None:
@@ -477,7 +717,7 @@ class _Sim:
                 end = max(starts.values()) + transfer
                 for g in gpus:
                     ls = cursor[g] + sc.thunk_host_ps
-                    self._op_launch(g, th, th.kernels[0], ls, starts[g], end - starts[g],
+                    self._op_launch(prog, g, th, th.kernels[0], ls, starts[g], end - starts[g],
                                     self.collective_stream[g], step, program_id, exec_line[g],
                                     step_kernels, first_launch)
                     coll_free[g] = end
@@ -488,13 +728,14 @@ class _Sim:
             for g in gpus:
                 ls = cursor[g] + sc.thunk_host_ps
                 trace_start = cursor[g]
-                specs = self._specs(th)
+                specs = prog._specs(th)
                 corr_scope = self._next_scope()
                 for spec in specs:
                     start = max(ls + sc.launch_ps + sc.queue_latency_ps, compute_free[g])
                     dur = self._duration(spec, g)
-                    self._op_launch(g, th, spec, ls, start, dur, self.compute_stream[g], step,
-                                    program_id, None, step_kernels, first_launch, corr_scope)
+                    self._op_launch(prog, g, th, spec, ls, start, dur, self.compute_stream[g],
+                                    step, program_id, None, step_kernels, first_launch,
+                                    corr_scope)
                     if spec.inner:
                         # the embedded thunk's own TraceMe, inside the fusion's
                         # (xla/backends/gpu/runtime/thunk_executor.cc)
@@ -511,51 +752,32 @@ class _Sim:
                 cursor[g] = ls + US // 2
             i += 1
         # the execution chain around the thunks, per GPU
-        step_end = max(k.start_ps + k.dur_ps for k in step_kernels)
         for g in gpus:
             line = exec_line[g]
             end = cursor[g] + 2 * US
             self.host.append(HostEvent(line, "PjRtStreamExecutorLoadedExecutable::Execute",
                                        chain_start[g] - 4 * US, end - chain_start[g] + 8 * US,
                                        [("_pt", flavours.I64, 5),
-                                        ("_p", flavours.I64, 200 + 8 * step + g)]))
+                                        ("_p", flavours.I64, flow + g)]))
             self.host.append(HostEvent(line, "Thunks::Prepare", module_start[g] + US,
                                        US // 2))
             self.host.append(HostEvent(line, "Thunks::Initialize", module_start[g] + 2 * US,
                                        US // 2))
             self.host.append(HostEvent(line, "GpuExecutable::ExecuteThunks", module_start[g],
                                        end - module_start[g] + US,
-                                       [("module_name", flavours.REF, self.module)]))
-            self.host.append(HostEvent(line, f"{self.module}:XLA GPU module",
+                                       [("module_name", flavours.REF, prog.module)]))
+            self.host.append(HostEvent(line, f"{prog.module}:XLA GPU module",
                                        module_start[g] + US // 2, end - module_start[g]))
-        pjit_end = max(cursor.values()) + 10 * US
-        self.host.append(HostEvent(python, "PjitFunction(train_step)", dispatch,
-                                   pjit_end - dispatch))
-        sync_end = max(step_end, pjit_end) + 5 * US
-        self.host.append(HostEvent(python, "CommonPjRtBuffer::Await", pjit_end + US,
-                                   sync_end - pjit_end - US))
-        if sc.step_annotations:
-            self.host.append(HostEvent(python, "train", t0, sync_end - t0 + US,
-                                       [("step_num", flavours.I64, step)]))
-        self._truth_steps(step, t0, step_kernels)
-        gap0, gap = sync_end + 20 * US, sc.between_steps_ps
-        if gap and sc.between_host == "input_pipeline":
-            self.host.append(HostEvent(python, "IteratorGetNext", gap0 + US, gap * 2 // 3))
-            self.host.append(HostEvent(python, "device_put", gap0 + US + gap * 2 // 3,
-                                       gap // 4))
-        elif gap and sc.between_host == "python":
-            self.host.append(HostEvent(python, "$train.py:212 log_metrics", gap0 + US,
-                                       gap - 2 * US))
-        return gap0 + gap
+        return cursor
 
-    def _op_launch(self, g, th: Thunk, spec: KernelSpec, ls, start, dur, stream, step,
-                   program_id, trace_line, step_kernels, first_launch, scope=None):
+    def _op_launch(self, prog: _Compiled, g, th: Thunk, spec: KernelSpec, ls, start, dur,
+                   stream, step, program_id, trace_line, step_kernels, first_launch, scope=None):
         sc, fl = self.sc, self.fl
         corr = self._next_corr()
-        kernel_spec = self._kernel_spec(th, spec)
+        kernel_spec = prog._kernel_spec(th, spec)
         k = Planted(g, stream, corr, start, dur, fl.kernel_name(kernel_spec, len(self.kernels)),
-                    spec, program_id, self.module, th.instruction,
-                    spec.inner or self._hlo_label(th), self._op_name(th.instruction),
+                    spec, program_id, prog.module, th.instruction,
+                    spec.inner or prog._hlo_label(th), prog._op_name(th.instruction),
                     inner=spec.inner, scope_range_id=scope or self._next_scope(),
                     step=step, launch_start_ps=ls, launch_end_ps=ls + sc.launch_ps)
         self.kernels.append(k)
@@ -567,8 +789,8 @@ class _Sim:
             self.host.append(HostEvent(trace_line, th.instruction, ls - sc.thunk_host_ps,
                                        sc.thunk_host_ps + sc.launch_ps + US // 2))
 
-    def _graph_launch(self, g, group, label, step, program_id, cursor, compute_free,
-                      trace_line, step_kernels, first_launch):
+    def _graph_launch(self, prog: _Compiled, g, group, label, step, program_id, cursor,
+                      compute_free, trace_line, step_kernels, first_launch):
         sc, fl = self.sc, self.fl
         corr = self._next_corr()
         gid = self.graph_ids.setdefault(label, 4000 + len(self.graph_ids))
@@ -576,15 +798,15 @@ class _Sim:
         t = max(ls + sc.launch_ps + sc.queue_latency_ps, compute_free[g])
         node = 0
         for th in group:
-            for spec in self._specs(th):
+            for spec in prog._specs(th):
                 node += 1
                 dur = self._duration(spec, g)
-                kernel_spec = self._kernel_spec(th, spec)
+                kernel_spec = prog._kernel_spec(th, spec)
                 stream = self.collective_stream[g] if spec.role == "collective" else \
                     self.compute_stream[g]
                 # the truth keeps the graph launch's times: every node was queued by it
                 k = Planted(g, stream, corr, t, dur, fl.kernel_name(kernel_spec, node), spec,
-                            program_id, self.module, th.instruction, label, "", gid, node,
+                            program_id, prog.module, th.instruction, label, "", gid, node,
                             self._next_scope(), step, ls, ls + sc.launch_ps)
                 self.kernels.append(k)
                 step_kernels.append(k)
@@ -593,7 +815,7 @@ class _Sim:
         name = fl.graph_launch_name if fl.name == "rocm" else \
             f"{fl.graph_launch_name} (CudaGraph:{gid})"
         stub = Planted(g, 0, corr, 0, 0, "", KernelSpec("graph", "compute", 0, 0), program_id,
-                       self.module, "", label, "", gid)
+                       prog.module, "", label, "", gid)
         stats = fl.launch_stats(stub, True, g) + fl.graph_stats(gid)
         self.host.append(HostEvent(f"Host Threads/{fl.launch_thread_base + g}", name, ls,
                                    sc.launch_ps, stats))
@@ -601,12 +823,15 @@ class _Sim:
                                    sc.launch_ps + US // 2))
         cursor[g] = ls + sc.launch_ps + US
 
-    def _truth_steps(self, step, t0, step_kernels):
-        for g in range(self.sc.gpus):
+    def _truth_steps(self, step, t0, step_kernels, gpus):
+        for g in gpus:
             mine = sorted((k for k in step_kernels if k.device == g), key=lambda k: k.start_ps)
             end = max(k.start_ps + k.dur_ps for k in mine)
             busy = _union((k.start_ps, k.start_ps + k.dur_ps) for k in mine)
-            crit = [k for k in mine if k.stream == self.compute_stream[g]]
+            # the compute stream, or the copy stream of a GPU that only receives copies
+            critical = self.compute_stream[g] if any(
+                k.stream == self.compute_stream[g] for k in mine) else self.copy_stream[g]
+            crit = [k for k in mine if k.stream == critical]
             host_wait = 0
             prev_end = t0
             for k in crit:
@@ -619,7 +844,7 @@ class _Sim:
             self.steps.append({"step": step, "device": g, "start_ps": t0, "end_ps": end,
                                "busy_ps": busy, "idle_ps": end - t0 - busy,
                                "host_ps": host_wait, "device_ps": end - t0 - host_wait,
-                               "critical_stream": self.compute_stream[g]})
+                               "critical_stream": critical})
 
 
 def _union(intervals) -> int:
@@ -711,18 +936,27 @@ def _write_xspace(sim: _Sim, sc: Scenario, kernels: list[Planted]) -> bytes:
     md = _PlaneWriter(space.planes.add())
     md.plane.name = "/host:metadata"
     hlo = cls["HloProto"]()
-    hlo.hlo_module.CopyFrom(sim.program.module)
-    ids = [sc.program_id] + ([sc.duplicate_program_id] if sc.duplicate_program_id else [])
     blobs = {}
-    for pid in ids:
-        hlo.hlo_module.id = pid
-        blobs[pid] = hlo.SerializeToString()
-    for pid in getattr(sim, "extra", []):
-        blobs[pid] = _tiny_program(sim.module, pid).SerializeToString()
+    names = {}
+    if sc.plan is None:
+        hlo.hlo_module.CopyFrom(sim.program.module)
+        ids = [sc.program_id] + ([sc.duplicate_program_id] if sc.duplicate_program_id else [])
+        for pid in ids:
+            hlo.hlo_module.id = pid
+            blobs[pid] = hlo.SerializeToString()
+        for pid in getattr(sim, "extra", []):
+            blobs[pid] = _tiny_program(sim.module, pid).SerializeToString()
+        names = {pid: sim.module for pid in blobs}
+    else:  # every program of the plan, each under its own id (names may repeat)
+        for prog in sim.compiled.values():
+            hlo.hlo_module.CopyFrom(prog.program.module)
+            hlo.hlo_module.id = prog.program_id
+            blobs[prog.program_id] = hlo.SerializeToString()
+            names[prog.program_id] = prog.module
     for pid, blob in sorted(blobs.items()):
         em = md.plane.event_metadata[pid]
         em.id = pid
-        em.name = f"{sim.module}({pid})"
+        em.name = f"{names[pid]}({pid})"
         md.add_stats(em.stats, [("Hlo Proto", "bytes", blob)])
     # GPU planes: all 8 ordinals exist, as in the real captures; idle ones have no lines
     by_device: dict[int, dict[int, list]] = {}
@@ -880,26 +1114,100 @@ def generate(sc: Scenario, out_dir) -> Result:
     _write_csv(truth / "steps.csv", sim.steps)
     _write_csv(truth / "defects.csv", defects, ["defect_id", "kind", "device", "stream",
                                                 "correlation_id", "count", "description"])
+    iterations = _truth_iterations(sim, kernels)
+    _write_csv(truth / "iterations.csv", iterations, ITERATION_COLUMNS)
+    programs = _truth_programs(sim, sc, kernels)
+    _write_csv(truth / "programs.csv", programs, PROGRAM_COLUMNS)
     meta = asdict(sc)
     meta.update({"module": sim.module, "labels": {v: list(k) for k, v in sim.labels.items()},
                  "extra_program_ids": getattr(sim, "extra", []),
                  "compute_streams": sim.compute_stream,
                  "collective_streams": sim.collective_stream})
+    if sc.plan is None:
+        del meta["plan"]  # the single-program scenarios' scenario.json stays as it always was
+    else:
+        meta["programs"] = {str(pid): name for pid, name in _program_names(sim, sc).items()}
+        meta["planted"] = {"dispatch_bound": sc.plan.dispatch_bound,
+                           "straggler": sc.straggler_gpu is not None}
     (truth / "scenario.json").write_text(json.dumps(meta, indent=1, sort_keys=True, default=str))
-    return Result(run_dir, xplane, trace, truth, kernel_rows, sim.steps, defects)
+    return Result(run_dir, xplane, trace, truth, kernel_rows, sim.steps, defects, iterations,
+                  programs)
+
+
+ITERATION_COLUMNS = ["iteration", "device", "start_ps", "end_ps", "first_launch_ps", "busy_ps",
+                     "executions", "kernels", "argument_copies", "programs"]
+PROGRAM_COLUMNS = ["program_id", "module", "executions", "executions_per_iteration",
+                   "kernels_per_execution", "gpus", "gpu_ps"]
+
+
+def _program_names(sim: _Sim, sc: Scenario) -> dict[int, str]:
+    """Every program written into /host:metadata: id -> module name."""
+    if sc.plan is not None:
+        return {c.program_id: c.module for c in sim.compiled.values()}
+    ids = [sc.program_id] + ([sc.duplicate_program_id] if sc.duplicate_program_id else []) + \
+        list(getattr(sim, "extra", []))
+    return {pid: sim.module for pid in sorted(ids)}
+
+
+def _truth_iterations(sim: _Sim, kernels: list[Planted]) -> list[dict]:
+    """One row per iteration (step) x GPU with GPU events in it: its first and last GPU
+    activity, the host's first launch for it, and the programs whose work ran there, in
+    execution order."""
+    by: dict[tuple, list[Planted]] = {}
+    for k in kernels:
+        if k.step is not None:
+            by.setdefault((k.step, k.device), []).append(k)
+    execs = {e["execution"]: e for e in sim.executions}
+    rows = []
+    for (step, device), ks in sorted(by.items()):
+        ran = sorted({k.execution for k in ks if k.instruction})
+        rows.append({
+            "iteration": step, "device": device,
+            "start_ps": min(k.start_ps for k in ks),
+            "end_ps": max(k.start_ps + k.dur_ps for k in ks),
+            "first_launch_ps": min(k.launch_start_ps for k in ks),
+            "busy_ps": _union((k.start_ps, k.start_ps + k.dur_ps) for k in ks),
+            "executions": len(ran), "kernels": len(ks),
+            "argument_copies": sum(1 for k in ks if not k.instruction),
+            "programs": ";".join(f"{execs[x]['module']}({execs[x]['program_id']})"
+                                 for x in ran)})
+    return rows
+
+
+def _truth_programs(sim: _Sim, sc: Scenario, kernels: list[Planted]) -> list[dict]:
+    """One row per program written: how often it runs, the GPU events one execution launches on
+    one GPU (planted, so before any planted defect), where its work ran and for how long (as
+    written). Argument copies are outside every program: not counted."""
+    steps = sorted({e["step"] for e in sim.executions if e["step"] is not None})
+    rows = []
+    for pid, module in _program_names(sim, sc).items():
+        execs = [e for e in sim.executions if e["program_id"] == pid]
+        per_step = [sum(1 for e in execs if e["step"] == s) for s in steps]
+        launched = Counter((k.execution, k.device) for k in sim.kernels
+                           if k.program_id == pid and k.instruction)
+        mine = [k for k in kernels if k.program_id == pid and k.instruction]
+        rows.append({
+            "program_id": pid, "module": module, "executions": len(execs),
+            "executions_per_iteration": ";".join(map(str, per_step)) if len(set(per_step)) > 1
+            else (per_step[0] if per_step else 0),
+            "kernels_per_execution": ";".join(map(str, sorted(set(launched.values())))),
+            "gpus": ";".join(map(str, sorted({k.device for k in mine}))),
+            "gpu_ps": sum(k.dur_ps for k in mine)})
+    return rows
 
 
 def _truth_kernels(sim: _Sim, kernels: list[Planted]) -> list[dict]:
     rows = []
-    frames: dict[str, tuple[str, str]] = {}
+    frames: dict[tuple, tuple[str, str]] = {}
     for k in sorted(kernels, key=lambda k: (k.device, k.stream, k.start_ps)):
-        if k.instruction not in frames:
-            ins = sim.program.by_name.get(k.instruction)
-            fr = sim.program.frames(ins) if ins is not None else []
-            user = sim.program.user_frame(ins) if ins is not None else None
-            frames[k.instruction] = (str(fr[0]) if fr else "",
-                                     f"{user} {user.function}" if user else "")
-        source, user = frames[k.instruction]
+        program = sim.program_of(k.program_id).program
+        key = (id(program), k.instruction)
+        if key not in frames:
+            ins = program.by_name.get(k.instruction)
+            fr = program.frames(ins) if ins is not None else []
+            user = program.user_frame(ins) if ins is not None else None
+            frames[key] = (str(fr[0]) if fr else "", f"{user} {user.function}" if user else "")
+        source, user = frames[key]
         rows.append({"device": k.device, "stream": k.stream, "correlation_id": k.correlation_id,
                      "start_ps": k.start_ps, "dur_ps": k.dur_ps, "kernel": k.kernel,
                      "program_id": k.program_id, "instruction": k.instruction,

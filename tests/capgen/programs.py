@@ -115,6 +115,11 @@ CAPTURE_PROGRAMS = {
 
 
 def load_program(name: str) -> Program:
+    """A program by name: PROGRAM_FILES, CAPTURE_PROGRAMS, or `small:<builder>` (one of the small
+    programs built in small_programs.py)."""
+    if name.startswith("small:"):
+        from capgen import small_programs
+        return small_programs.build(name.removeprefix("small:"))
     if name in CAPTURE_PROGRAMS:
         import xplane_reader
         path, program_id = CAPTURE_PROGRAMS[name]

@@ -3,11 +3,116 @@
 Programs: `minigpt-1gpu` / `minigpt-8gpu` (tests/data/minigpt-h100, compiled for H100 without a
 GPU), `maxtext-h100` (the real MaxText step in ../shared/captures/other-formats), `conv3d-mi300x`
 (the real program of the MI300X conv3d capture: a convolution that launches im2col + GEMM).
+
+Several programs per step (`Scenario.plan`; the programs are built in small_programs.py, the
+MiniGPT step aside):
+- `eager-op-by-op`: a transformer block called op by op, each op a small jitted function of
+  /workspace/model.py, 25 program executions of 14 programs per iteration (five different
+  programs all named jit_matmul, three jit_add), the host slower between dispatches than the GPU
+  runs them (dispatch-bound), no step annotation, the Python tracer on. The user's source, as
+  the programs' stack frames and the traced calls name it:
+
+      10 def layer_norm(x, g):      # jitted (as are matmul ... gelu); 11: statistics, 12: scale
+      14 def matmul(x, w):          # 15: return x @ w
+      17 def add(x, y):             # 18
+      20 def split_heads(x):        # 21      23 def merge_heads(x):  # 24
+      26 def multiply(x, s):        # 27      29 def softmax(x):      # 30, 31, 32
+      34 def gelu(x):               # 35
+      40 def block_forward(x, p):
+      41     h = layer_norm(x, p.g1)
+      42     x = add(x, attention(h, p))
+      43     h = layer_norm(x, p.g2)
+      44     return add(x, apply_layers(h, [dense_up, gelu, dense_down]))
+      50 def attention(h, p):
+      51-53  q, k, v = dense(h, p.wq, p.bq), dense(h, p.wk, p.bk), dense(h, p.wv, p.bv)
+      54     q, k, v = split_heads(q), split_heads(k), split_heads(v)
+      55     s = matmul(q, k.swapaxes(1, 2))
+      56     s = multiply(s, 1 / math.sqrt(DH))     # a Python float: an argument copy
+      57     a = softmax(s)
+      58     o = matmul(a, v)
+      59     return dense(merge_heads(o), p.wo, p.bo)
+      60 def dense(x, w, b):
+      61     return add(matmul(x, w), b)
+      70 def apply_layers(x, layers):     # calls itself: a traced name nested in itself
+      72     y = layers[0](x)
+      73     return apply_layers(y, layers[1:]) if layers[1:] else y
+
+- `train-plus-optimizer` (and `-annotated`): the MiniGPT train step, then a separate optimizer
+  program (jit_apply_updates, five fusions) each iteration; no step annotation, or one around
+  both.
+- `copies-on-other-gpu`: GPU 0 receives only the argument copies (host-to-device, outside any
+  program) while GPU 7 runs the program, as in the real AMD captures where copies sit on GPU 0.
+- `pipeline-stages` (2 GPUs) and `pipeline-stages-4`: stage k's program on GPU k, each stage
+  reading the previous stage's result (its first kernel waits for the previous stage's last);
+  no straggler.
 """
 
 from __future__ import annotations
 
-from capgen.generate import US, Scenario
+from capgen.generate import US, Execution, Plan, ProgramDef, Scenario
+
+# The block's Python calls as the Python tracer names them ($<file>:<def line> <function>).
+BLOCK, ATTENTION = "$model.py:40 block_forward", "$model.py:50 attention"
+DENSE, APPLY = "$model.py:60 dense", "$model.py:70 apply_layers"
+# Python time between two dispatches of the eager block: what a few lines of Python cost between
+# jitted calls (argument handling, attribute look-ups, the pytree flattening of each call),
+# enough that the GPU finishes each small program before the next one is launched.
+EAGER_HOST_PS = 30 * US
+# The small programs of the block, in the order they are first called (jax compiles a program at
+# its first call and numbers programs in that order).
+EAGER_PROGRAMS = ("layer_norm", "matmul_proj", "add_bias", "split_heads", "matmul_scores",
+                  "multiply", "softmax", "matmul_attend", "merge_heads", "add_residual",
+                  "matmul_up", "add_bias_up", "gelu", "matmul_down")
+
+
+def _eager_plan() -> Plan:
+    """One call of block_forward, op by op (see the module's docstring for the source)."""
+    def dense(tag, *outer):
+        calls = (BLOCK, *outer, f"{DENSE}#{tag}")
+        proj = "matmul_proj" if tag in "qkvo" else f"matmul_{tag}"
+        bias = "add_bias_up" if tag == "up" else "add_bias"
+        return [(proj, calls, 0), (bias, calls, 0)]
+    att = (BLOCK, ATTENTION)
+    ops = [("layer_norm", (BLOCK,), 0), *dense("q", ATTENTION), *dense("k", ATTENTION),
+           *dense("v", ATTENTION), ("split_heads", att, 0), ("split_heads", att, 0),
+           ("split_heads", att, 0), ("matmul_scores", att, 0), ("multiply", att, 1),
+           ("softmax", att, 0), ("matmul_attend", att, 0), ("merge_heads", att, 0),
+           *dense("o", ATTENTION), ("add_residual", (BLOCK,), 0), ("layer_norm", (BLOCK,), 0),
+           *dense("up", f"{APPLY}#1"), ("gelu", (BLOCK, f"{APPLY}#1", f"{APPLY}#2"), 0),
+           *dense("down", f"{APPLY}#1", f"{APPLY}#2", f"{APPLY}#3"),
+           ("add_residual", (BLOCK,), 0)]
+    programs = tuple(ProgramDef(k, f"small:{k}", 21 + 2 * i)
+                     for i, k in enumerate(EAGER_PROGRAMS))
+    # the host's time before each dispatch varies a little from op to op (deterministically)
+    iteration = tuple(Execution(k, host_before_ps=EAGER_HOST_PS + (i * 13 % 5) * 6 * US,
+                                python=calls, argument_copies=copies, copy_bytes=4)
+                      for i, (k, calls, copies) in enumerate(ops))
+    return Plan(programs, iteration, dispatch_bound=True)
+
+
+TRAIN_PLUS_OPTIMIZER = Plan(
+    (ProgramDef("train", "minigpt-1gpu", 17, "train_step"),
+     ProgramDef("optimizer", "small:apply_updates", 19)),
+    (Execution("train", host_before_ps=60 * US, argument_copies=1),
+     Execution("optimizer", host_before_ps=15 * US)))
+
+COPIES_ON_OTHER_GPU = Plan(
+    (ProgramDef("train", "minigpt-1gpu", 17, "train_step"),),
+    (Execution("train", gpus=(7,), copy_gpus=(0,), argument_copies=2, host_before_ps=60 * US),))
+
+
+def _pipeline_plan(stages: int) -> Plan:
+    """Stage k on GPU k; stage k > 0 reads stage k-1's result (dispatched right after it: jax
+    does not wait, the stage's GPU does)."""
+    call = ("$pipeline.py:28 pipeline_step",)
+    programs = tuple(ProgramDef(f"stage{k}", f"small:stage{k}" + (
+        "_loss" if k == stages - 1 else ""), 21 + 2 * k) for k in range(stages))
+    iteration = tuple(Execution(f"stage{k}", gpus=(k,), python=call,
+                                host_before_ps=40 * US if k == 0 else 10 * US,
+                                argument_copies=1 if k == 0 else 0,
+                                after=k - 1 if k else None) for k in range(stages))
+    return Plan(programs, iteration)
+
 
 SCENARIOS = {s.name: s for s in [
     # vendors, command buffers off
@@ -97,3 +202,29 @@ SCENARIOS = {s.name: s for s in [
     Scenario("nvidia-between-steps-input", vendor="nvidia", gpus=2, steps=4,
              between_steps_ps=400 * US, between_host="input_pipeline"),
 ]}
+
+# Several programs per step. Kept apart from SCENARIOS, whose every scenario the analyses' own
+# tests run end to end (tests/test_trust.py, tests/test_attribute_kernels.py): the analyses
+# frame one program execution as a step and expect every GPU to do the same work, which these
+# captures break on purpose. ALL_SCENARIOS holds both; `-m capgen` takes any name in it.
+MULTI_PROGRAM_SCENARIOS = {s.name: s for s in [
+    # op by op, dispatch-bound, no step annotation (module docstring)
+    Scenario("eager-op-by-op", vendor="nvidia", program="", steps=4, step_annotations=False,
+             plan=_eager_plan()),
+    Scenario("eager-op-by-op-rocm", vendor="rocm", program="", steps=3, step_annotations=False,
+             plan=_eager_plan()),
+    # a train step and a separate optimizer program, without and with a step annotation
+    Scenario("train-plus-optimizer", vendor="nvidia", program="", steps=4,
+             step_annotations=False, plan=TRAIN_PLUS_OPTIMIZER),
+    Scenario("train-plus-optimizer-annotated", vendor="nvidia", program="", steps=4,
+             plan=TRAIN_PLUS_OPTIMIZER),
+    # the argument copies on GPU 0, the program on GPU 7
+    Scenario("copies-on-other-gpu", vendor="rocm", program="", gpus=8, steps=4,
+             step_annotations=False, plan=COPIES_ON_OTHER_GPU),
+    # pipeline stages, each a different program on its own GPU
+    Scenario("pipeline-stages", vendor="nvidia", program="", gpus=2, steps=4,
+             plan=_pipeline_plan(2)),
+    Scenario("pipeline-stages-4", vendor="nvidia", program="", gpus=4, steps=3,
+             plan=_pipeline_plan(4)),
+]}
+ALL_SCENARIOS = {**SCENARIOS, **MULTI_PROGRAM_SCENARIOS}
