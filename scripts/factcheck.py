@@ -54,8 +54,8 @@ Reads the report (Markdown) and the tables of the scratch folder (the current di
   sentence, e.g. swimlanes.json straggler.sentence, quoted whole).
 - Not figures (skipped): numbers in `backticks`, integers right after step, GPU, device, stream,
   rank, program, section, line, item, check, change, cause, and the names of parts of a model or
-  a run: layer, block, stage, head, epoch, iteration, node, host, worker, replica, expert,
-  shard, partition, process, thread, core, chip, slice, task, phase, figure, table, column, row
+  a run: layer, block, stage, head, epoch, iteration, node, host, worker, replica, expert, pid,
+  tid, thread, core, chip, slice, task, phase, figure, table, column, row
   (IDENTIFIER_WORDS; and lists of them: "GPUs 0-7", "steps 1, 2 and 3", "layers 0 through 7";
   words that are also verbs only in the singular: "changes 12 to 16 launches" and "blocks 3
   streams" are a verb and a figure, so write "change 6 and change 7"), file:line, name(17) and
@@ -125,13 +125,14 @@ FAILS_PRINTED = 20  # failing claims printed on stdout; factcheck.csv has them a
 # stream, rank; also program, section, line, item, check, which reports use the same way), and
 # the names a report gives to parts of a model or a run ("layer 4", "block 2", "stage 1",
 # "expert 7", "node 1"). Words that are also verbs ("blocks 3 streams", "stages 4 copies",
-# "changes 12 launches") count in the singular only.
+# "changes 12 launches") count in the singular only; words mostly used as verbs before a count
+# ("process 12 batches", "shard 8 ways", "partition 4 ways") are not in the list.
 IDENTIFIER_WORDS = ("steps?", "gpus?", "devices?", "streams?", "ranks?", "programs?",
                     "sections?", "lines?", "items?", "checks?", "change", "cause",
                     "layers?", "block", "stage", "head", "epochs?", "iterations?", "iter",
-                    "nodes?", "host", "workers?", "replicas?", "experts?", "shard", "partition",
-                    "process", "pid", "tid", "thread", "core", "chip", "slice", "task",
-                    "phase", "figure", "table", "column", "row")
+                    "nodes?", "host", "workers?", "replicas?", "experts?", "pid", "tid",
+                    "thread", "core", "chip", "slice", "task", "phase", "figure", "table",
+                    "column", "row")
 # Column headers whose integer cells are identifiers (a table's row keys).
 IDENTIFIER_COLUMNS = {"step", "steps", "gpu", "gpus", "device", "devices", "stream", "streams",
                       "rank", "ranks", "program", "program_id", "id", "#", "line"}

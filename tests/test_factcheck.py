@@ -640,11 +640,11 @@ def test_names_with_numbers_are_identifiers(tmp_path):
     assert [f for f, why in skipped if why == "a program id in name(id)"] == ["12", "12"]
     assert [x["figure"] for x in rows if x["verdict"] == "ok"] == ["3.0 ms"]
     bad = ("Layer 4 takes 3 ms; block 2 runs 12 kernels; stage 1 is 45% of the step; the "
-           "blocks 3 streams wait.\n")
+           "blocks 3 streams wait; the workers process 16 batches.\n")
     p, rows = check(bad, out, tmp_path, "bad.md")
     assert p.returncode == 4
     assert [x["figure"] for x in rows if x["verdict"] == "no_table"] == ["3 ms", "12", "45%",
-                                                                        "3"]
+                                                                        "3", "16"]
     assert [x["figure"] for x in rows if x["verdict"] == "skipped"] == ["4", "2", "1"]
 
 
