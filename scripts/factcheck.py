@@ -15,11 +15,20 @@ Reads the report (Markdown) and the tables of the scratch folder (the current di
     38.2% (inferred, not run; changes.csv: pct_of_step, rank=1)
     49.3% (inferred; skip_stats.json: figures.host_share_pct_of_step.value)
     8.07 ms (8.07-8.08 ms) (measured; steps.csv: dur_us, median)   value, then min-max
-- label: measured | read | inferred ("inferred, not run" counts as inferred).
+- label: measured | read | inferred ("inferred, not run" counts as inferred). A figure its table
+  labels (a JSON figure's label, a CSV label column) carries that label: one label per value;
+  where the same value stands beside it under another name with the writer's label, the reason
+  names that path.
 - table: a .csv or .json file of the scratch folder, relative to it.
 - CSV selector: <column>, then optionally an aggregate (median, min, max, sum, mean, count, first,
   range) and key=value filters; with no aggregate the filters must select exactly one row.
-  Quote a filter value holding a comma with "..." or backticks.
+  Quote a filter value holding a comma with "..." or backticks. Filters alone, no column
+  ("steps.csv: step=3, device=0"), cite rows: they must select at least one; they check no number.
+- Several citations in one parenthesis, separated by ";" or "|" (";" inside a Markdown table):
+    (measured; steps.csv: dur_us, step=3, device=0; inferred; changes.csv: step_us, rank=1)
+    (measured; a.csv: x, k=1 | measured; b.csv: y, k=2)
+  a citation without its own label takes the previous one's; the figure before them must hold in
+  every citation that names a column, at least one must, and each row citation must find rows.
 - JSON selector: a dotted path (list items by index: ceilings.0.value); a path to a figure
   object {value, min, max} reads its value (a range written a-b reads min and max).
 - A range written "a-b" (or "a to b") is checked against min and max of the selection; a number
@@ -35,19 +44,25 @@ Reads the report (Markdown) and the tables of the scratch folder (the current di
   (an exact half may go either way); "<x" and ">x" are bounds.
 - Markdown tables: a cell carries its own citation, or its column header does, as
   "name (unit) (label; table: column, key=*)": "*" is replaced by the row's first cell, "*2" by
-  its second, ... (the row's key cells, then not checked). Integer cells of a column headed
-  step, GPU, device, stream or rank are identifiers.
+  its second, ... (the row's key cells, then not checked). A key cell is read as shown: a code
+  span's text whole (`model.py:12 __call__`), else with backslash escapes undone and asterisk
+  emphasis off (underscores are kept: names). Integer cells of a column headed step, GPU,
+  device, stream or rank are identifiers.
 - A citation after words, not a number ("launch-bound (read; skip_stats.json: verdict)"), is
   checked when the table holds text: that text must stand between the previous citation and
   this one. Numbers inside text quoted verbatim this way are covered by that check (a tool's
   sentence, e.g. swimlanes.json straggler.sentence, quoted whole).
 - Not figures (skipped): numbers in `backticks`, integers right after step, GPU, device, stream,
-  rank, program, section, line, item, check, change, cause (and lists of them: "GPUs 0-7",
-  "steps 1, 2 and 3"; change and cause only in the singular: "changes 12 to 16 launches" is a
-  verb and a figure, so a list of changes is written "change 6 and change 7"), file:line,
-  name(17), #13, years, enumerations "(1) the ...", heading
-  and list numbers. HTML comments, fenced code and citations inside backticks (examples) are
-  ignored. A number whose citation stands more than three words after it fails as too far.
+  rank, program, section, line, item, check, change, cause, and the names of parts of a model or
+  a run: layer, block, stage, head, epoch, iteration, node, host, worker, replica, expert, pid,
+  tid, thread, core, chip, slice, task, phase, figure, table, column, row
+  (IDENTIFIER_WORDS; and lists of them: "GPUs 0-7", "steps 1, 2 and 3", "layers 0 through 7";
+  words that are also verbs only in the singular: "changes 12 to 16 launches" and "blocks 3
+  streams" are a verb and a figure, so write "change 6 and change 7"), file:line, name(17) and
+  `name`(17), words with digits (conv3d, H100), #13, years, enumerations "(1) the ...", heading
+  and list numbers. A number with a unit or a percent sign is a figure wherever it stands.
+  HTML comments, fenced code and citations inside backticks (examples) are ignored. A number
+  whose citation stands more than three words after it fails as too far.
 - A table cell under a header that cites a text column (a trust.csv detail, keyed by its row's
   item with key=*) must say that text; the numbers inside it are covered by that check.
 
@@ -107,9 +122,17 @@ MAX_GAP_WORDS = 3
 CLAIM_CHARS = 200  # a claim is trimmed to this many characters in factcheck.csv
 FAILS_PRINTED = 20  # failing claims printed on stdout; factcheck.csv has them all
 # Words after which an integer is an identifier, not a figure (contracts: step, GPU, device,
-# stream, rank; also program, section, line, item, check, which reports use the same way).
+# stream, rank; also program, section, line, item, check, which reports use the same way), and
+# the names a report gives to parts of a model or a run ("layer 4", "block 2", "stage 1",
+# "expert 7", "node 1"). Words that are also verbs ("blocks 3 streams", "stages 4 copies",
+# "changes 12 launches") count in the singular only; words mostly used as verbs before a count
+# ("process 12 batches", "shard 8 ways", "partition 4 ways") are not in the list.
 IDENTIFIER_WORDS = ("steps?", "gpus?", "devices?", "streams?", "ranks?", "programs?",
-                    "sections?", "lines?", "items?", "checks?", "change", "cause")
+                    "sections?", "lines?", "items?", "checks?", "change", "cause",
+                    "layers?", "block", "stage", "head", "epochs?", "iterations?", "iter",
+                    "nodes?", "host", "workers?", "replicas?", "experts?", "pid", "tid",
+                    "thread", "core", "chip", "slice", "task", "phase", "figure", "table",
+                    "column", "row")
 # Column headers whose integer cells are identifiers (a table's row keys).
 IDENTIFIER_COLUMNS = {"step", "steps", "gpu", "gpus", "device", "devices", "stream", "streams",
                       "rank", "ranks", "program", "program_id", "id", "#", "line"}
@@ -170,6 +193,10 @@ SELECTOR_PART = r"(?:[^()]|\([^()]*\))*?"
 CITE_RE = re.compile(
     r"\(\s*(?:(?P<label>" + LABEL_PART + r")\s*;\s*)?(?P<table>[\w./-]+\.(?:csv|json|txt|md|svg))"
     r"(?:\s*:\s*(?P<sel>" + SELECTOR_PART + r"))?\s*\)")
+MAX_LABEL_CHARS = 40  # a label is a word or three ("inferred, not run"); longer is prose
+TABLE_NAME = r"[\w./-]+\.(?:csv|json|txt|md|svg)"
+TABLE_TOKEN_RE = re.compile(r"(?P<table>" + TABLE_NAME + r")(?:\s*:\s*(?P<sel>.*))?", re.S)
+GROUP_RE = re.compile(r"\(((?:[^()]|\([^()]*\))*)\)")
 LABEL_ONLY_RE = re.compile(
     r"[\s*_]*(?:[A-Za-z][\w'/-]*\s+){0,3}\(\s*[*_]*(measured|read|inferred(?:,\s*not run)?)"
     r"[*_]*\s*\)")
@@ -178,10 +205,11 @@ LINK_TARGET_RE = re.compile(r"\]\([^)\s]*\)|<?https?://[^\s>)]+>?")
 RANGE_SEP_RE = re.compile(r"^\s*(?:–|—|−|-|to)\s*$")
 PAREN_OPEN_RE = re.compile(r"^\s*\(\s*(?:range:?\s*|min[–-]max:?\s*)?$")
 PAREN_CLOSE_RE = re.compile(r"[^()\d\n]{0,60}?\)")
-IDENT_LIST = r"#?\d+(?:\s*(?:,|–|-|and|or|to|/)\s*#?\d+)*"
+IDENT_SEP = r"(?:,|–|-|and|or|to|through|/|\.\.|…|&)"  # "GPUs 0, 1 and 7", "steps 0 through 7"
+IDENT_LIST = r"#?\d+(?:\s*" + IDENT_SEP + r"\s*#?\d+)*"
 IDENT_BEFORE_RE = re.compile(
     r"(?i)\b(" + "|".join(IDENTIFIER_WORDS) + r")\s*(?:#|no\.?\s*|id\s*)?"
-    r"(?:" + IDENT_LIST + r"\s*(?:,|–|-|and|or|to|/)\s*#?)?$")
+    r"(?:" + IDENT_LIST + r"\s*" + IDENT_SEP + r"\s*#?)?$")
 KEY_REF_RE = re.compile(r"=\s*\*(\d*)\s*(?=,|$)")  # a header filter's value: *, *2, ...
 HEADING_NUMBER_RE = re.compile(r"^(\s*#{1,6}\s+)(\d+(?:\.\d+)*\.?)(?=\s)")
 LIST_MARKER_RE = re.compile(r"^(\s*)(\d+[.)])(?=\s)")
@@ -222,11 +250,39 @@ class Figure:
 
 @dataclass
 class Citation:
+    """One citation; a parenthesis holding several ("(measured; a.csv: x; inferred; b.csv: y)")
+    is the first with the others in `more`, all with the parenthesis' offsets."""
     start: int
     end: int
     label: str | None  # as written, None when absent
     table: str
     selector: str | None
+    more: list = field(default_factory=list)
+
+    def members(self) -> list:
+        return [self] + self.more
+
+    def with_selectors(self, fn) -> Citation:
+        """The same citation with each selector passed through fn (a header's key=*)."""
+        first, *rest = [Citation(c.start, c.end, c.label, c.table,
+                                 fn(c.selector) if c.selector else c.selector)
+                        for c in self.members()]
+        first.more = rest
+        return first
+
+    def at(self, pos: int) -> Citation:
+        """The same citation placed at pos (a header's citation applied to a cell)."""
+        first, *rest = [Citation(pos, pos, c.label, c.table, c.selector)
+                        for c in self.members()]
+        first.more = rest
+        return first
+
+    def is_row_ref(self) -> bool:
+        """A CSV citation of rows with no column ("steps.csv: step=3, device=0")."""
+        if not self.table.endswith(".csv") or not self.selector:
+            return False
+        items = split_selector(self.selector)
+        return bool(items) and "=" in items[0]
 
 
 @dataclass
@@ -350,20 +406,77 @@ def decimal_of(text: str) -> Decimal | None:
     return v if v.is_finite() else None
 
 
+def split_group(inner: str) -> list[str]:
+    """A parenthesis' text split on ; and | outside "...", backticks and nested parentheses
+    (a Markdown table's escaped \\| too)."""
+    parts, cur, quote, depth = [], "", None, 0
+    for c in inner:
+        if quote:
+            quote = None if c == quote else quote
+        elif c in "\"`":
+            quote = c
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c in ";|" and depth == 0:
+            parts.append(cur[:-1] if c == "|" and cur.endswith("\\") else cur)
+            cur = ""
+            continue
+        cur += c
+    return parts + [cur]
+
+
+def parse_group(inner: str):
+    """[(label, table, selector)] of a parenthesis holding one or more citations, each
+    `[label;] table[: selector]`, separated by ; or |; a citation without a label takes the
+    previous one's. None when the parenthesis is not citations only."""
+    out, pending = [], None
+    for tok in split_group(inner):
+        t = re.sub(r"\s+", " ", tok).strip()
+        m = TABLE_TOKEN_RE.fullmatch(t)
+        if m:
+            label = pending if pending is not None else (out[-1][0] if out else None)
+            out.append((label, m.group("table"), (m.group("sel") or "").strip() or None))
+            pending = None
+        elif pending is None and len(t) <= MAX_LABEL_CHARS:
+            pending = t
+        else:
+            return None
+    return out if out and pending is None else None
+
+
 def find_citations(text: str) -> list[Citation]:
-    out = []
-    for m in CITE_RE.finditer(text):
-        label = m.group("label")
-        sel = re.sub(r"\s+", " ", m.group("sel") or "").strip()
-        out.append(Citation(m.start(), m.end(),
-                            re.sub(r"\s+", " ", label).strip() if label is not None else None,
-                            m.group("table"), sel or None))
-    return out
+    out, pos = [], 0
+    while True:
+        i = text.find("(", pos)
+        if i < 0:
+            return out
+        m = GROUP_RE.match(text, i)
+        parsed = parse_group(m.group(1)) if m else None
+        if parsed and len(parsed) > 1:
+            cites = [Citation(m.start(), m.end(), lab, table, sel) for lab, table, sel in parsed]
+            cites[0].more = cites[1:]
+            out.append(cites[0])
+            pos = m.end()
+            continue
+        m = CITE_RE.match(text, i)  # one citation: its selector read as written
+        if m:
+            label = m.group("label")
+            sel = re.sub(r"\s+", " ", m.group("sel") or "").strip()
+            out.append(Citation(m.start(), m.end(),
+                                re.sub(r"\s+", " ", label).strip() if label is not None
+                                else None, m.group("table"), sel or None))
+            pos = m.end()
+            continue
+        pos = i + 1
 
 
-def scan_numbers(text: str, skips: list):
+def scan_numbers(text: str, skips: list, orig: str | None = None):
     """Numbers of a masked segment; numbers that are names (file:line, #13, name(17)) go to
-    `skips` as (start, end, why). Words with digits (H100, fusion.12) are not numbers."""
+    `skips` as (start, end, why). Words with digits (H100, fusion.12) are not numbers. `orig`:
+    the segment before masking (a code span's name before "(17)": `jit_dot`(17))."""
+    orig = text if orig is None else orig
     nums = []
     for m in NUM_RE.finditer(text):
         s, e = m.start(), m.end()
@@ -379,7 +492,9 @@ def scan_numbers(text: str, skips: list):
         if p == "#":
             skips.append((s, e, "an identifier (#)"))
             continue
-        if p == "(" and (p2.isalnum() or p2 == "_") and text[e:e + 1] == ")":
+        q2 = orig[s - 2] if s > 1 else ""  # the name before "(": a code span or emphasis too
+        if p == "(" and (p2.isalnum() or p2 == "_" or (q2 and q2 in "`*_")) \
+                and text[e:e + 1] == ")":
             skips.append((s, e, "a program id in name(id)"))
             continue
         sign = 1
@@ -642,6 +757,7 @@ def lookup_json(name, data, items, roles):
             raise NoTable(f"cannot read selector item '{it}' (a JSON path takes an aggregate "
                           "only)")
     node, parent, key = data, None, ""
+    chain = [data]
     for part in path.split("."):
         parent = node
         if isinstance(node, dict) and part in node:
@@ -651,6 +767,7 @@ def lookup_json(name, data, items, roles):
         else:
             raise NoTable(f"{name} has no {path} (stops at '{part}')")
         key = part
+        chain.append(node)
     figure = node if isinstance(node, dict) and "value" in node else None
     if figure is None and key in ("value", "min", "max") and isinstance(parent, dict):
         figure = parent
@@ -679,6 +796,20 @@ def lookup_json(name, data, items, roles):
     lab = figure.get("label") if figure is not None else (
         parent.get("label") if isinstance(parent, dict) and not isinstance(node, dict) else None)
     out["label"] = label_of(lab)
+    if figure is not None and out["label"]:
+        # the same value under another label beside it (a figure carried under two names):
+        # named in the reason when the writer's label is the other one
+        fpath = path.split(".")
+        fpath = fpath[:-1] if node is not figure else fpath
+        holder = chain[len(fpath) - 1] if len(fpath) >= 1 else None
+        out["twins"] = {}
+        if isinstance(holder, dict):
+            for k, v in holder.items():
+                if (isinstance(v, dict) and v is not figure and v.get("value") is not None
+                        and v.get("value") == figure.get("value")
+                        and label_of(v.get("label")) not in (None, out["label"])):
+                    out["twins"].setdefault(label_of(v.get("label")),
+                                            ".".join(fpath[:-1] + [k]))
     return out
 
 
@@ -727,8 +858,69 @@ def compare(num: Num, found, unit: str | None, written_unit: str | None):
     return False, shown, f"the table gives {shown}, which rounds to {min(rounded):f}"
 
 
+def rows_of(scratch, cite: Citation) -> int:
+    """How many rows a row reference ("steps.csv: step=3, device=0") selects; NoTable when none
+    or when it names a column that is not there."""
+    header, rows = load_table(scratch, cite.table)
+    filters = []
+    for it in split_selector(cite.selector or ""):
+        if "=" not in it:
+            raise NoTable(f"cannot read selector item '{it}' (a row reference is key=value "
+                          "filters only)")
+        k, _, v = it.partition("=")
+        filters.append((k.strip(), v.strip().strip("`\"")))
+    for k, _ in filters:
+        if k not in header:
+            raise NoTable(f"{cite.table} has no column {k}")
+    n = sum(all(same_key(r.get(k, ""), v) for k, v in filters) for r in rows)
+    if not n:
+        raise NoTable(f"no row of {cite.table} has " + ", ".join(f"{k}={v}" for k, v in filters))
+    return n
+
+
+def combine(results):
+    """One verdict of several citations in one parenthesis: the first failing one's, else ok;
+    found values and reasons joined, each reason naming its table."""
+    failing = [r for r in results if r[0] != "ok"]
+    verdict = failing[0][0] if failing else "ok"
+    labels = list(dict.fromkeys(r[1] for r in results))
+    whys = [r[3] for r in failing]
+    return (verdict, " | ".join(labels), " | ".join(r[2] for r in results), "; ".join(whys))
+
+
 def check_figure(scratch, fig: Figure, cite: Citation, default_unit: str | None):
-    """(verdict, label, found_value, why) of one cited figure."""
+    """(verdict, label, found_value, why) of one cited figure; with several citations in one
+    parenthesis, the figure must hold in every one that names a column (a row reference only
+    has to find its rows), and at least one must name a column."""
+    members = cite.members()
+    if len(members) == 1 and not cite.is_row_ref():
+        return check_one_figure(scratch, fig, cite, default_unit)
+    results = []
+    for c in members:
+        if c.is_row_ref():
+            label_ok, label_why, label = check_label(c)
+            try:
+                n = rows_of(scratch, c)
+            except NoTable as exc:
+                results.append(("no_table", label, "", f"{c.table}: {exc}"))
+                continue
+            results.append(("ok", label, f"{n} row{'s' if n != 1 else ''}", "") if label_ok
+                           else ("no_label", label, "", f"{c.table}: {label_why}"))
+        else:
+            v, label, found, why = check_one_figure(scratch, fig, c, default_unit)
+            results.append((v, label, found, f"{c.table}: {why}" if why and len(members) > 1
+                            else why))
+    if all(c.is_row_ref() for c in members):
+        rows_found = combine(results)
+        return ("no_table" if rows_found[0] == "ok" else rows_found[0], rows_found[1],
+                rows_found[2], "; ".join(filter(None, [
+                    rows_found[3], "the citation names rows but no column: name the column "
+                                   "that holds the figure (table: column, key=value)"])))
+    return combine(results)
+
+
+def check_one_figure(scratch, fig: Figure, cite: Citation, default_unit: str | None):
+    """(verdict, label, found_value, why) of one cited figure against one citation."""
     label_ok, label_why, label = check_label(cite)
     try:
         found = lookup(scratch, cite, {role for role, _ in fig.parts})
@@ -754,8 +946,13 @@ def check_figure(scratch, fig: Figure, cite: Citation, default_unit: str | None)
         return "no_label", label, found_text, label_why
     agrees = LABEL_AGREES.get(found.get("label") or "")
     if agrees is not None and label not in agrees:
-        return "no_label", label, found_text, (f"labelled {label}, the table labels it "
-                                               f"{found['label']}")
+        column = split_selector(cite.selector or "")[0] if cite.selector else cite.table
+        twin = (found.get("twins") or {}).get(label)
+        return "no_label", label, found_text, (
+            f"labelled {label}, but {cite.table} labels {column} {found['label']}: one label "
+            f"per value, the one its table gives; write ({found['label']}; {cite.table}: "
+            f"{cite.selector})" + (f", or cite {twin}, which holds the same value labelled "
+                                   f"{label}" if twin else ""))
     return "ok", label, found_text, ""
 
 
@@ -775,7 +972,37 @@ def check_label(cite: Citation):
 def check_text_claim(scratch, cite: Citation, text: str, start: int):
     """A citation after words, not a number: the table's text must stand in text[start:cite].
     (verdict, label, found, why, figure, covered span or None), or None when the table holds a
-    number (nothing written to compare)."""
+    number (nothing written to compare). Several citations in one parenthesis: each text must
+    stand there and each row reference find its rows; None when any names a number."""
+    members = cite.members()
+    if len(members) == 1 and not cite.is_row_ref():
+        return check_one_text(scratch, cite, text, start)
+    results = []
+    for c in members:
+        if c.is_row_ref():
+            label_ok, label_why, label = check_label(c)
+            try:
+                n = rows_of(scratch, c)
+            except NoTable as exc:
+                results.append(("no_table", label, "", f"{c.table}: {exc}", "", None))
+                continue
+            results.append(("ok", label, f"{n} row{'s' if n != 1 else ''}", "", "", None)
+                           if label_ok else ("no_label", label, "", f"{c.table}: {label_why}",
+                                             "", None))
+            continue
+        res = check_one_text(scratch, c, text, start)
+        if res is None:
+            return None
+        results.append(res)
+    verdict, label, found, why = combine([r[:4] for r in results])
+    spans = [r[5] for r in results if r[5]]
+    span = (min(a for a, _ in spans), max(b for _, b in spans)) if spans else None
+    return (verdict, label, found, why, next((r[4] for r in results if r[4]), ""),
+            span if verdict == "ok" else None)
+
+
+def check_one_text(scratch, cite: Citation, text: str, start: int):
+    """check_text_claim for one citation."""
     label_ok, label_why, label = check_label(cite)
     try:
         found = lookup(scratch, cite, {"value"})
@@ -835,7 +1062,7 @@ def check_segment(scratch, text: str, where, claim_of, ctx: Context, rows: list)
     spans += [(m.start(), m.end()) for m in LINK_TARGET_RE.finditer(masked)]
     masked = mask(masked, spans)
     named = []
-    nums = scan_numbers(masked, named)
+    nums = scan_numbers(masked, named, text)
     for s, e, why in named:
         add_row(rows, where, claim_of, s, text[s:e], "skipped", why=why)
     figures = group_figures(masked, nums, cites)
@@ -843,8 +1070,7 @@ def check_segment(scratch, text: str, where, claim_of, ctx: Context, rows: list)
     dc = ctx.default_cite
     if dc is not None and not cites and not ctx.skip_all and text.strip():
         # a table cell under a header citing a text column: the cell must say that text
-        res = check_text_claim(scratch, Citation(len(text), len(text), dc.label, dc.table,
-                                                 dc.selector), text, 0)
+        res = check_text_claim(scratch, dc.at(len(text)), text, 0)
         if res is not None:
             verdict, label, found, why, figure, _ = res
             add_row(rows, where, claim_of, len(text) - len(text.lstrip()), figure, verdict,
@@ -862,8 +1088,10 @@ def check_segment(scratch, text: str, where, claim_of, ctx: Context, rows: list)
             prev = next((c.end for c in reversed(cites[:k])
                          if c.label is not None or c.selector is not None), 0)
             res = check_text_claim(scratch, cite, text, prev)
+        rows_only = all(c.is_row_ref() for c in cite.members())
         if (fig is not None and gap_ok(masked[fig.end:cite.start]) and not ctx.skip_all
-                and (res is None or res[0] != "ok")):
+                and (not skip_reason(masked, fig) if rows_only  # "step 3 (...: step=3)"
+                     else res is None or res[0] != "ok")):
             claimed[id(fig)] = cite
             continue
         if cite.label is None and cite.selector is None:
@@ -916,9 +1144,10 @@ def check_segment(scratch, text: str, where, claim_of, ctx: Context, rows: list)
 
 def add_row(rows, where, claim_of, pos, figure, verdict, cite=None, label="", found="", why=""):
     line, gpos = where(pos)
+    members = cite.members() if cite else []
     rows.append(Row(line, gpos, claim_of(pos), figure, label if cite or label else "",
-                    cite.table if cite else "", cite.selector or "" if cite else "", found,
-                    verdict, why))
+                    " | ".join(c.table for c in members),
+                    " | ".join(c.selector or "" for c in members), found, verdict, why))
 
 
 def collapse(s: str) -> str:
@@ -982,7 +1211,8 @@ def check_table(scratch, lines, line_start, rows):
         ctx = Context(default_unit=um.group(1) if um else None)
         if len(cites) == 1 and cites[0].selector:
             ctx.default_cite = cites[0]
-            key_cells |= {int(n or 1) - 1 for n in KEY_REF_RE.findall(cites[0].selector)}
+            key_cells |= {int(n or 1) - 1 for c in cites[0].members()
+                          for n in KEY_REF_RE.findall(c.selector or "")}
         if name in IDENTIFIER_COLUMNS:
             ctx.skip_ints = f"an identifier (column {name})"
         contexts.append(ctx)
@@ -991,8 +1221,7 @@ def check_table(scratch, lines, line_start, rows):
                     head_cells), strict=True)), [Context()] * len(heads), rows)
     for no, ln in lines[2:]:
         cells = split_cells(ln)
-        keys = [re.sub(r"\\([\\`*_\[\](){}<>#+.!|-])", r"\1", t.strip().strip("*_`").strip())
-                for t, _ in cells]
+        keys = [key_text(t) for t, _ in cells]
 
         def key_of(m, keys=keys):
             k = int(m.group(1) or 1) - 1
@@ -1004,13 +1233,38 @@ def check_table(scratch, lines, line_start, rows):
             base = contexts[j] if j < len(contexts) else Context()
             ctx = Context(base.default_cite, base.default_unit, base.skip_all, base.skip_ints)
             if ctx.default_cite is not None and ctx.default_cite.selector:
-                c = ctx.default_cite
-                ctx.default_cite = Citation(c.start, c.end, c.label, c.table,
-                                            KEY_REF_RE.sub(key_of, c.selector))
+                ctx.default_cite = ctx.default_cite.with_selectors(
+                    lambda sel, key_of=key_of: KEY_REF_RE.sub(key_of, sel))
             if j in key_cells and base.default_cite is None:
                 ctx.skip_all = "the row key (the column headers' key=* filter)"
             ctxs.append(ctx)
         check_row_cells(scratch, no, ln, line_start, cells, ctxs, rows)
+
+
+EMPHASIS_RE = re.compile(r"^(\*{1,3})(?=\S)(.*?)(?<=\S)\1$", re.S)
+CODE_CELL_RE = re.compile(r"^(`+)(.*)\1$", re.S)
+ESCAPE_RE = re.compile(r"\\([\\`*_\[\](){}<>#+.!|-])")
+
+
+def key_text(cell: str) -> str:
+    """A table cell as a row key, the name it shows: a code span's text verbatim, else the text
+    with Markdown's backslash escapes undone and asterisk emphasis taken off. Underscores are
+    kept: `__call__`, `_fused_op_` are names (write emphasis with asterisks)."""
+    t = cell.strip()
+    while True:
+        m = EMPHASIS_RE.match(t)
+        if not m:
+            break
+        t = m.group(2).strip()
+    m = CODE_CELL_RE.match(t)
+    n = len(m.group(1)) if m else 0
+    if m and not re.search(rf"(?<!`)`{{{n}}}(?!`)", m.group(2)) and not m.group(2).endswith("`"):
+        inner = m.group(2)
+        # CommonMark takes one space off each end when both ends have one (`` ` a ` ``)
+        if len(inner) > 1 and inner.startswith(" ") and inner.endswith(" ") and inner.strip():
+            inner = inner[1:-1]
+        return inner.replace("\\|", "|")
+    return ESCAPE_RE.sub(r"\1", t).strip()
 
 
 def check_row_cells(scratch, no, line, line_start, cells, ctxs, rows):

@@ -27,7 +27,8 @@ the trust list (trust.py --failed) and the later steps work with what there is. 
 that cannot be read at all (step 0 exits 1), or a missing package (step 0 exits 3), ends the run.
 
 Ends with where to look: the verdict line, the top three changes, the trust-list count, and the
-files written.
+files written. A name over 100 characters (MAX_NAME_CHARS) is printed cut to its two ends; the
+tables keep it whole.
 
 Exit codes: 0 done (steps that could not run are in the trust list and said on stdout); 1 the
 capture cannot be used (one sentence says why); 2 usage; 3 a package the scripts need is missing
@@ -40,6 +41,7 @@ import argparse
 import csv
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -161,6 +163,46 @@ def _us(value) -> str:
         return "? us"
 
 
+# A name printed longer than this is cut to its two ends with "…" between: ROCm's Tensile kernel
+# names run to 800 characters and one would fill the screen; the tables keep every name whole.
+MAX_NAME_CHARS = 100
+# an unbroken run that long, with no "/" (a path is printed whole: it is where to look)
+LONG_RUN_RE = re.compile(r"(?<![^\s,;])[^\s/]{" + str(MAX_NAME_CHARS + 1) + r",}(?![^\s,;])")
+
+
+def short_name(name: str) -> str:
+    """A name of at most MAX_NAME_CHARS characters: its first two thirds and last third."""
+    if len(name) <= MAX_NAME_CHARS:
+        return name
+    keep = MAX_NAME_CHARS - 1
+    head = keep * 2 // 3
+    return name[:head] + "…" + name[len(name) - (keep - head):]
+
+
+def long_names(out: Path) -> list[str]:
+    """The kernel and instruction names of step 4's tables longer than MAX_NAME_CHARS, longest
+    first (a kernel's demangled name may hold spaces: found whole, not word by word)."""
+    names = set()
+    for table, cols in (("attribution/kernel_names.csv", ("kernel",)),
+                        ("attribution/ops.csv", ("instruction", "user_frame"))):
+        try:
+            with open(out / table, newline="", encoding="utf-8") as fh:
+                for r in csv.DictReader(fh):
+                    names.update(r.get(c) or "" for c in cols)
+        except (OSError, csv.Error, UnicodeDecodeError):
+            continue
+    return sorted((n for n in names if len(n) > MAX_NAME_CHARS), key=len, reverse=True)
+
+
+def cut_names(line: str, names: list[str]) -> str:
+    """A printed line with every name over MAX_NAME_CHARS cut (short_name): the known names of
+    step 4's tables, then any unbroken run of characters that long that is not a path."""
+    for n in names:
+        if n in line:
+            line = line.replace(n, short_name(n))
+    return LONG_RUN_RE.sub(lambda m: short_name(m.group(0)), line)
+
+
 def _count(n, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
 
@@ -212,7 +254,8 @@ def where_to_look(out: Path, failed: dict[str, str], factcheck_rc: int | None) -
     lines.append(f"files in {out}: " + ", ".join(files))
     lines.append(f"Next: read {out / 'report_draft.md'} and judge each marked place from its "
                  f"table (SKILL.md), then rerun factcheck.py on the report.")
-    return lines
+    names = long_names(out)
+    return [cut_names(ln, names) for ln in lines]
 
 
 def main(argv=None) -> int:

@@ -38,6 +38,7 @@ import trace_rules as rules  # noqa: E402  (sibling skill)
 
 DRAFT = "report_draft.md"
 TOP_ROWS = 8  # instructions and Python lines listed: enough to cover most time in practice
+RECONCILE_ROWS = 20  # failed checks listed; the rest are named by their file, not counted
 HOW, OPS, LINES = "attribution/how.csv", "attribution/ops.csv", "attribution/lines.csv"
 CH = "changes.csv"
 KNOWN_TABLES = ("capture_info.json", "skip_stats.json", "attribution/attribute_kernels.json")
@@ -240,14 +241,16 @@ def reconciliation_section(s: Scratch) -> list[str]:
     if bad:
         out += ["", "| check | GPU | stream | status | trust-list sentence |",
                 "|---|---|---|---|---|"]
-        for r in bad[:20]:
+        for r in bad[:RECONCILE_ROWS]:
             key = f"check={r['check']}, device={r['device']}" + (
                 f", stream={r['stream']}" if r["stream"] else "")
             out.append(f"| {r['check']} | {r['device']} | {r['stream']} | {r['status']} | "
                        f"{md_cell(r['trust_sentence'])} (measured; reconciliation.csv: "
                        f"trust_sentence, {key}) |")
-        if len(bad) > 20:
-            out.append(f"| and {len(bad) - 20} more | | | | (reconciliation.csv) |")
+        if len(bad) > RECONCILE_ROWS:
+            # no count here: no table holds it (the counts per status are cited above)
+            out.append("| the other rows | | | | in reconciliation.csv, every row whose status "
+                       "is not pass |")
     out += ["", judge("say whether any failed check changes a figure quoted below "
                       "(reconciliation.csv trust_sentence)"), ""]
     return out
@@ -290,6 +293,41 @@ def shares(r: dict, table: str, key: str) -> str:
                       for c in ("pct_of_attributed", "pct_of_gpu_time"))
 
 
+# A refusal to rank a table's rows, as steps 4 and 6 word it: "cannot rank instructions or Python
+# lines because ..." (changes.py), the one contract the draft reads refusals by.
+RANK_REFUSAL_RE = re.compile(r"^cannot rank\b(?P<what>[^:;]*?)\bbecause\b")
+REFUSING = ("attribution/attribute_kernels.json", "changes.json")
+
+
+def rank_refusals(s: Scratch) -> dict[str, list[tuple[str, str]]]:
+    """{"ops": [(citation path, sentence)], "lines": [...]}: the refusals of steps 4 and 6 to
+    rank instructions (ops.csv) or Python lines (lines.csv). Where one stands, the draft says it
+    instead of the table's shares: they would answer what the step refused."""
+    out: dict[str, list[tuple[str, str]]] = {"ops": [], "lines": []}
+    for table in REFUSING:
+        for n, sentence in enumerate((s.json(table) or {}).get("refusals") or []):
+            m = RANK_REFUSAL_RE.match(str(sentence))
+            if not m:
+                continue
+            what = m.group("what").lower()
+            where = f"{table}: refusals.{n}"
+            if "instruction" in what or "ops.csv" in what:
+                out["ops"].append((where, sentence))
+            if "python line" in what or "lines.csv" in what:
+                out["lines"].append((where, sentence))
+    return out
+
+
+def refused_lines(refusals: list[tuple[str, str]], table: str, what: str,
+                  program: str) -> list[str]:
+    """The refusal said, quoted whole and cited, in place of a table of shares."""
+    out = ["", f"{what}: not ranked here. The step that ranks them refused:", ""]
+    out += [f"- {md_cell(sentence)} (inferred; {where})" for where, sentence in refusals]
+    out += ["", f"`{table}`'s shares (the chosen program is {code(program)}) are not stated "
+            "here as an answer to what the step refused."]
+    return out
+
+
 def ops_section(s: Scratch) -> list[str]:
     out = ["## 4. Top instructions and Python lines", ""]
     att = s.json("attribution/attribute_kernels.json")
@@ -297,6 +335,9 @@ def ops_section(s: Scratch) -> list[str]:
         return out + [missing("attribution/attribute_kernels.json",
                               "step 4 did not run or the capture has no HLO"), ""]
     t = "attribution/attribute_kernels.json"
+    refusals = rank_refusals(s)
+    prog = att.get("program") or {}
+    program = f"{prog.get('name')}({prog.get('id')})"
     out.append(f"Attributed: {fig(s, t, 'attributed_pct_of_gpu_time', 2)} of kernel time; low "
                f"confidence: {fig(s, t, 'low_confidence_pct_of_all_attributed', 2)} of the "
                f"attributed time; XProf's hlo_stats covers "
@@ -312,7 +353,9 @@ def ops_section(s: Scratch) -> list[str]:
     roof = {(r.get("program_id", ""), r["instruction"]): r
             for r in (s.csv("roofline.csv") or [])}
     ops = (s.csv("attribution/ops.csv") or [])[:TOP_ROWS]
-    if ops:
+    if ops and refusals["ops"]:
+        out += refused_lines(refusals["ops"], OPS, "Instructions", program)
+    elif ops:
         out += ["", "| program | instruction | GPU time | share of attributed | share of GPU "
                 "time | Python line | ceiling reached |", "|---|---|---|---|---|---|---|"]
         for r in ops:
@@ -324,14 +367,21 @@ def ops_section(s: Scratch) -> list[str]:
                 reach = cite(rf["pct_of_ceiling"], "%", "inferred", "roofline.csv",
                              "pct_of_ceiling, " + k, 2) + f" ({rf['binding']}-bound)"
             else:
-                reach = md_cell(rf["no_ceiling_why"]) if rf else ""
+                # the reason as text, cited: the numbers inside it are covered by its check
+                reach = (f"{md_cell(rf['no_ceiling_why'])} (inferred; roofline.csv: "
+                         f"no_ceiling_why, {k})" if rf and rf["no_ceiling_why"] else "")
             prog = f"{r.get('module', '')}({r.get('program_id', '')})"
             out.append(f"| {code(prog)} | {code(r['instruction'])} | "
                        f"{cell(r['gpu_us'], 'us', 'measured', OPS, 'gpu_us', k)} | "
                        f"{shares(r, OPS, k)} | "
                        f"{code(r['user_frame'] or r['source'] or '')} | {reach} |")
     lines = (s.csv("attribution/lines.csv") or [])[:TOP_ROWS]
-    if lines:
+    if lines and refusals["lines"]:
+        if refusals["lines"] != refusals["ops"]:
+            out += refused_lines(refusals["lines"], LINES, "Python lines", program)
+        else:
+            out += ["", "Python lines: not ranked either (the same refusal)."]
+    elif lines:
         out += ["", "| Python line | GPU time | share of attributed | share of GPU time "
                 "| instructions |", "|---|---|---|---|---|"]
         for r in lines:
@@ -356,9 +406,17 @@ def ops_section(s: Scratch) -> list[str]:
                        f"{cite(value, unit, c['label'], 'roofline.json', where, 2)}"
                        f", tag {c['tag']}, source {c['source']} (references/peaks-sources.md)")
     elif rj:
-        out += ["", f"Roofline refused: {md_cell((rj.get('refusals') or [''])[0])}"]
+        out += ["", "Roofline refused: " + (
+            f"{md_cell(rj['refusals'][0])} (inferred; roofline.json: refusals.0)"
+            if rj.get("refusals") else "no reason given (roofline.json)")]
     else:
         out += ["", missing("roofline.json", "step 5 did not run")]
+    if refusals["ops"] or refusals["lines"]:
+        out += ["", judge("say what the refusal above leaves unanswered (which instructions and "
+                          "lines cost most in a step) and which capture would answer it (the "
+                          "trust list's needs-a-new-capture rows); state no share of the one "
+                          "program as the step's"), ""]
+        return out
     out += ["", judge("which instructions and lines to look at first, and whether their "
                       "distance to the ceiling (roofline.csv pct_of_ceiling, binding) says "
                       "anything about them; a small instruction cannot fill the GPU"), ""]

@@ -399,3 +399,28 @@ def test_capture_names_in_the_draft_stay_text(scratch, tmp_path):
     assert not [a for t, a in doc.attrs if t == "a" and "evil" in a.get("href", "")]
     assert [t for t, _ in doc.tags].count("svg") == 2
     assert "[see fix](https://evil.example/x)" in "".join(doc.text)
+
+
+def test_the_printout_counts_what_the_page_holds(scratch, tmp_path):
+    """The closing line counts the page's tables (the report's own and the scratch folder's)
+    and drawings as the page holds them; one table more in the report is one more counted."""
+    p = build(scratch / "report_draft.md", scratch, tmp_path / "a.html")
+    assert p.returncode == 0, p.stderr
+    doc = parse(tmp_path / "a.html")
+    tables = sum(1 for t, _ in doc.tags if t == "table")
+    drawings = sum(1 for t, a in doc.attrs if t == "span" and a.get("class") == "fig-wrap")
+    scratch_tables = sum(1 for t, a in doc.attrs if t == "div" and a.get("id", "").startswith(
+        "table-"))
+    assert tables > scratch_tables > 0 and drawings == 2
+    m = re.search(r"(\d+) drawings, (\d+) tables: (\d+) from the report, (\d+) from the scratch "
+                  r"folder\)", p.stdout)
+    assert m, p.stdout
+    assert [int(x) for x in m.groups()] == [drawings, tables, tables - scratch_tables,
+                                            scratch_tables]
+    report = tmp_path / "more.md"
+    report.write_text((scratch / "report_draft.md").read_text(encoding="utf-8")
+                      + "\n| a | b |\n|---|---|\n| x | y |\n", encoding="utf-8")
+    p = build(report, scratch, tmp_path / "b.html")
+    assert p.returncode == 0, p.stderr
+    m2 = re.search(r"(\d+) tables: (\d+) from the report", p.stdout)
+    assert (int(m2.group(1)), int(m2.group(2))) == (tables + 1, tables - scratch_tables + 1)

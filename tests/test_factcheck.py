@@ -524,3 +524,155 @@ def test_enumerations_and_citations_too_far(tmp_path):
     assert [x["figure"] for x in enum] == ["1", "2"]
     far = [x for x in rows if x["verdict"] == "no_table"]
     assert len(far) == 1 and "too far" in far[0]["why"], far
+
+
+def test_dunder_names_in_key_cells_and_selectors(tmp_path):
+    """A row key with underscores (`__call__`, `_fused_`) is taken whole from a code span, an
+    escaped cell or a selector; a wrong value on such a row still fails."""
+    out = tmp_path / "scratch"
+    (out / "attribution").mkdir(parents=True)
+    (out / "attribution" / "lines.csv").write_text(
+        "user_frame,gpu_us,pct_of_attributed,pct_of_gpu_time,kernels,instructions\n"
+        "model.py:12 __call__,612.000,61.20,58.10,4,2\n"
+        "model.py:40 _fused_,388.000,38.80,36.80,2,1\n"
+        "model.py:12 __call,1.000,0.10,0.10,1,1\n", encoding="utf-8")
+    head = ("| Python line | share (%) (inferred; attribution/lines.csv: pct_of_attributed, "
+            "user_frame=*) |\n|---|---|\n")
+    good = (head + "| `model.py:12 __call__` | 61.2 |\n"
+            "| **`model.py:40 _fused_`** | 38.8 |\n"
+            "| model.py:12 \\_\\_call\\_\\_ | 61.20 |\n\n"
+            "The line model.py:12 `__call__` takes 61.2% (inferred; attribution/lines.csv: "
+            "pct_of_attributed, user_frame=model.py:12 __call__) of the attributed time.\n")
+    p, rows = check(good, out, tmp_path)
+    assert p.returncode == 0, p.stdout
+    ok = [x for x in rows if x["verdict"] == "ok"]
+    assert [x["selector"] for x in ok] == [
+        "pct_of_attributed, user_frame=model.py:12 __call__",
+        "pct_of_attributed, user_frame=model.py:40 _fused_",
+        "pct_of_attributed, user_frame=model.py:12 __call__",
+        "pct_of_attributed, user_frame=model.py:12 __call__"]
+    # the same rows with a wrong figure: found on the dunder row, and wrong
+    bad = good.replace("| 61.2 |", "| 61.3 |").replace("takes 61.2%", "takes 0.2%")
+    p, rows = check(bad, out, tmp_path, "bad.md")
+    assert p.returncode == 4
+    failing = [(x["figure"], x["verdict"], x["found_value"]) for x in rows
+               if x["verdict"] in FAILING]
+    assert failing == [("61.3", "wrong_value", "61.2%"), ("0.2%", "wrong_value", "61.2%")]
+
+
+def test_several_citations_in_one_parenthesis(tmp_path):
+    """One parenthesis may hold several citations, separated by ; or |, a label before each
+    (a citation without one takes the previous label); a figure must hold in every one that
+    names a column; a row reference (key=value only) must find its rows."""
+    out = tmp_path / "scratch"
+    out.mkdir()
+    (out / "steps.csv").write_text("step,device,dur_us,kernels\n3,0,812.500,40\n3,1,790.250,40\n",
+                                   encoding="utf-8")
+    (out / "changes.csv").write_text('rank,cause,saving_us,step_us,label\n'
+                                     '1,host gap,812.500,812.500,"inferred, not run"\n',
+                                     encoding="utf-8")
+    good = "\n\n".join([
+        "GPU 0 in step 3 is where change 1 acts (measured; steps.csv: step=3, device=0; "
+        "inferred; changes.csv: rank=1).",
+        "Step 3 takes 0.81 ms (measured; steps.csv: dur_us, step=3, device=0 | inferred; "
+        "changes.csv: step_us, rank=1).",
+        "Step 3 takes 812.5 us (measured; steps.csv: dur_us, step=3, device=0; "
+        "steps.csv: dur_us, max, step=3).",
+        "It saves 812.5 us (inferred; changes.csv: saving_us, rank=1; measured; steps.csv: "
+        "step=3, device=0).",
+        "| GPU | kernels (measured; steps.csv: kernels, step=3, device=*; steps.csv: kernels, "
+        "max, step=3) |\n|---|---|\n| 0 | 40 |\n| 1 | 40 |"]) + "\n"
+    p, rows = check(good, out, tmp_path)
+    assert p.returncode == 0, p.stdout
+    checked = [(x["figure"], x["verdict"], x["table"]) for x in rows if x["verdict"] != "skipped"]
+    assert checked == [
+        ("", "ok", "steps.csv | changes.csv"),
+        ("0.81 ms", "ok", "steps.csv | changes.csv"),
+        ("812.5 us", "ok", "steps.csv | steps.csv"),
+        ("812.5 us", "ok", "changes.csv | steps.csv"),
+        ("40", "ok", "steps.csv | steps.csv"), ("40", "ok", "steps.csv | steps.csv")], checked
+    inherited = next(x for x in rows if x["figure"] == "812.5 us")
+    assert inherited["label"] == "measured"  # the second citation took the first one's label
+    # the same patterns, each with one thing wrong
+    bad = "\n\n".join([
+        "GPU 0 in step 4 is where change 1 acts (measured; steps.csv: step=4, device=0; "
+        "inferred; changes.csv: rank=1).",
+        "Step 3 takes 0.79 ms (measured; steps.csv: dur_us, step=3, device=0 | inferred; "
+        "changes.csv: step_us, rank=1).",
+        "Step 3 takes 812.5 us (measured; steps.csv: step=3, device=0; inferred; changes.csv: "
+        "rank=1).",
+        "It saves 812.5 us (guessed; changes.csv: saving_us, rank=1; measured; steps.csv: "
+        "dur_us, step=3, device=0).",
+        "| GPU | kernels (measured; steps.csv: kernels, step=3, device=*; steps.csv: kernels, "
+        "max, step=3) |\n|---|---|\n| 0 | 41 |"]) + "\n"
+    p, rows = check(bad, out, tmp_path, "bad.md")
+    assert p.returncode == 4
+    failing = [(x["figure"], x["verdict"]) for x in rows if x["verdict"] in FAILING]
+    assert failing == [("", "no_table"), ("0.79 ms", "wrong_value"), ("812.5 us", "no_table"),
+                       ("812.5 us", "no_label"), ("41", "wrong_value")], failing
+    whys = [x["why"] for x in rows if x["verdict"] in FAILING]
+    assert "no row of steps.csv has step=4, device=0" in whys[0]
+    assert whys[1].startswith("steps.csv: the table gives 0.8125 ms, which rounds to 0.81; "
+                              "changes.csv: the table gives 0.8125 ms")
+    assert "names rows but no column" in whys[2]
+
+
+def test_names_with_numbers_are_identifiers(tmp_path):
+    """A number right after a name (layer 4, GPU 7, step 18, block 2, stage 1) or inside one
+    (conv3d, jit_dot(12)) is not a figure; a figure with a unit, a percentage or a count after
+    a verb still needs its citation."""
+    out = tmp_path / "scratch"
+    out.mkdir()
+    (out / "steps.csv").write_text("step,device,dur_us\n18,7,3000.000\n", encoding="utf-8")
+    good = ("Layer 4 of block 2 in stage 1 runs on GPU 7 in step 18; the conv3d kernel of "
+            "jit_dot(12) and `jit_dot`(12) too; GPUs 0 through 7, head 3, epoch 2, expert 7, "
+            "node 1 and iteration 5.\n\n"
+            "In layer 4, step 18 takes 3.0 ms (measured; steps.csv: dur_us, step=18, device=7).\n")
+    p, rows = check(good, out, tmp_path)
+    assert p.returncode == 0, p.stdout
+    skipped = [(x["figure"], x["why"]) for x in rows if x["verdict"] == "skipped"]
+    for fig, word in (("4", "Layer"), ("2", "block"), ("1", "stage"), ("7", "GPU"),
+                      ("18", "step"), ("3", "head"), ("2", "epoch"), ("7", "expert"),
+                      ("1", "node"), ("5", "iteration"), ("4", "layer")):
+        assert (fig, f"an identifier after '{word}'") in skipped, (fig, word, skipped)
+    assert ("0", "an identifier after 'GPUs'") in skipped  # "GPUs 0 through 7"
+    assert ("7", "an identifier after 'GPUs'") in skipped
+    assert [f for f, why in skipped if why == "a program id in name(id)"] == ["12", "12"]
+    assert [x["figure"] for x in rows if x["verdict"] == "ok"] == ["3.0 ms"]
+    bad = ("Layer 4 takes 3 ms; block 2 runs 12 kernels; stage 1 is 45% of the step; the "
+           "blocks 3 streams wait; the workers process 16 batches.\n")
+    p, rows = check(bad, out, tmp_path, "bad.md")
+    assert p.returncode == 4
+    assert [x["figure"] for x in rows if x["verdict"] == "no_table"] == ["3 ms", "12", "45%",
+                                                                        "3", "16"]
+    assert [x["figure"] for x in rows if x["verdict"] == "skipped"] == ["4", "2", "1"]
+
+
+def test_one_label_per_value_names_the_other_figure(tmp_path):
+    """A value a table carries under two names with two labels: the label must be the one of
+    the name cited, and the reason names the other figure that has the writer's label."""
+    out = tmp_path / "scratch"
+    out.mkdir()
+    (out / "skip_stats.json").write_text(json.dumps({"step": "skip_stats", "figures": {
+        "idle_between_pct_of_period": {"value": 27.21, "min": 4.39, "max": 87.79, "unit": "pct",
+                                       "label": "measured"},
+        "between_share_pct_of_period": {"value": 27.21, "min": 4.39, "max": 87.79,
+                                        "unit": "pct", "label": "inferred"}}}))
+    good = ("Idle between steps: 27.2% (measured; skip_stats.json: "
+            "figures.idle_between_pct_of_period) of the period.\n")
+    p, rows = check(good, out, tmp_path)
+    assert p.returncode == 0, p.stdout
+    bad = good.replace("figures.idle_between_pct_of_period",
+                       "figures.between_share_pct_of_period")
+    p, rows = check(bad, out, tmp_path, "bad.md")
+    assert p.returncode == 4
+    (row,) = [x for x in rows if x["verdict"] in FAILING]
+    assert row["verdict"] == "no_label"
+    assert row["why"] == (
+        "labelled measured, but skip_stats.json labels figures.between_share_pct_of_period "
+        "inferred: one label per value, the one its table gives; write (inferred; "
+        "skip_stats.json: figures.between_share_pct_of_period), or cite "
+        "figures.idle_between_pct_of_period, which holds the same value labelled measured")
+    p, rows = check(good.replace("27.2%", "27.3%"), out, tmp_path, "wrong.md")
+    assert p.returncode == 4
+    assert [x["verdict"] for x in rows if x["verdict"] in FAILING] == ["wrong_value"]

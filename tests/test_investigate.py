@@ -252,3 +252,138 @@ def test_a_draft_without_step_6_says_so_once(example, tmp_path):
     assert "- Verdict: _Not available" not in draft
     assert draft.count("- Verdict: **") == 1
     assert "- Changes: _Not available: `changes.csv` is missing" in draft
+
+
+DRAFT = REPO / "scripts" / "report_draft.py"
+
+
+def draft_and_check(folder: Path, report: Path | None = None):
+    """report_draft.py then factcheck.py on folder: (draft text, factcheck exit, failing rows)."""
+    p = subprocess.run([sys.executable, "-P", str(DRAFT), "--out", str(folder)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    report = report or folder / "report_draft.md"
+    text = (folder / "report_draft.md").read_text(encoding="utf-8")
+    if report != folder / "report_draft.md":
+        report.write_text(text, encoding="utf-8")
+    return text, *fact(folder, report)
+
+
+def fact(folder: Path, report: Path):
+    p = subprocess.run([sys.executable, "-P", str(FACTCHECK), str(report), "--out", str(folder)],
+                       capture_output=True, text=True, timeout=300)
+    failing = [r for r in read(folder / "factcheck.csv")
+               if r["verdict"] not in ("ok", "skipped")]
+    return p.returncode, failing
+
+
+def test_every_summary_row_of_the_draft_is_cited_or_no_figure(example, tmp_path):
+    """More failed checks than the draft lists: the row that stands for the rest carries no
+    figure (no table holds that count), so the draft passes its own check; the old uncited
+    'and N more' row, or a number changed in a listed row, fails."""
+    _, out = example
+    folder = tmp_path / "s"
+    shutil.copytree(out, folder)
+    with open(folder / "reconciliation.csv", "a", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        for n in range(25):
+            w.writerow(["stream_budget", 0, 100 + n, "fail", f"{500 + n}.000", "480.000", "us",
+                        "events", "span", f"stream {100 + n} of GPU 0: events cover "
+                        f"{500 + n}.000 us of a 480.000 us span"])
+    text, rc, failing = draft_and_check(folder)
+    assert rc == 0, failing
+    import report_draft
+    listed = [ln for ln in text.splitlines() if "(measured; reconciliation.csv: trust_sentence"
+              in ln]
+    assert len(listed) == report_draft.RECONCILE_ROWS
+    assert "| the other rows | | | | in reconciliation.csv, every row whose status is not pass |" \
+        in text
+    old = text.replace("| the other rows | | | | in reconciliation.csv, every row whose status is "
+                       "not pass |", "| and 5 more | | | | (reconciliation.csv) |")
+    (tmp_path / "old.md").write_text(old, encoding="utf-8")
+    rc, failing = fact(folder, tmp_path / "old.md")
+    assert rc == 4 and [(r["figure"], r["verdict"]) for r in failing] == [("5", "no_table")]
+    (tmp_path / "wrong.md").write_text(text.replace("events cover 501.000 us",
+                                                    "events cover 511.000 us"), encoding="utf-8")
+    rc, failing = fact(folder, tmp_path / "wrong.md")
+    # the quoted sentence no longer matches, and its changed number is no longer covered by it
+    assert rc == 4 and sorted((r["verdict"], r["figure"]) for r in failing)[0][0] == "no_table"
+    assert {(r["verdict"], r["figure"]) for r in failing if r["verdict"] == "no_table"} == {
+        ("no_table", "511.000 us")}
+    assert [r["verdict"] for r in failing].count("wrong_value") == 1
+
+
+def test_a_refused_ranking_is_said_not_answered(example, tmp_path):
+    """Where step 6 refuses to rank Python lines, the draft quotes the refusal instead of the
+    lines' shares and keeps the instructions it did not refuse; a number changed inside the
+    quoted refusal fails."""
+    _, out = example
+    folder = tmp_path / "s"
+    shutil.copytree(out, folder)
+    cj = json.loads((folder / "changes.json").read_text())
+    sentence = ("cannot rank Python lines because the program ran 2 time(s) on a GPU while "
+                "step 1 counts 16 steps")
+    cj["refusals"] = [*cj.get("refusals", []), sentence]
+    (folder / "changes.json").write_text(json.dumps(cj), encoding="utf-8")
+    n = len(cj["refusals"]) - 1
+    text, rc, failing = draft_and_check(folder)
+    assert rc == 0, failing
+    assert "attribution/lines.csv: pct_of_attributed" not in text  # the refused answer
+    assert "attribution/ops.csv: pct_of_attributed" in text  # not refused: still there
+    assert f"- {sentence} (inferred; changes.json: refusals.{n})" in text
+    assert "Python lines: not ranked here. The step that ranks them refused:" in text
+    (tmp_path / "wrong.md").write_text(text.replace("counts 16 steps", "counts 15 steps"),
+                                       encoding="utf-8")
+    rc, failing = fact(folder, tmp_path / "wrong.md")
+    # the quoted text no longer matches: its last number is checked against it, and fails
+    assert rc == 4 and ("15", "wrong_value") in [(r["figure"], r["verdict"]) for r in failing]
+
+
+def test_a_real_refusal_replaces_the_shares_of_one_program(shared, tmp_path):
+    """The MI300X GEMM capture runs other programs besides the one step 4 attributes: step 6
+    refuses to rank instructions and lines, and the draft states no share of that one program
+    (its line was written as 100.00% of attributed) but the refusal, and passes its check."""
+    out = tmp_path / "scratch"
+    p = investigate(SHARED_CAPTURES / "tracelens-amd-rocm" / "mi300x-jax0.8-gemm", out)
+    assert p.returncode == 0, p.stderr
+    refusals = json.loads((out / "changes.json").read_text())["refusals"]
+    assert any(r.startswith("cannot rank instructions or Python lines because") for r in refusals)
+    text = (out / "report_draft.md").read_text(encoding="utf-8")
+    assert "pct_of_attributed" not in text and "100.00%" not in text
+    assert "Instructions: not ranked here." in text and "(inferred; changes.json: refusals." in text
+    assert json.loads((out / "factcheck.json").read_text())["verdict"] == "pass"
+
+
+def test_the_printout_cuts_long_names_and_the_tables_keep_them(example, tmp_path):
+    """A kernel name of 800 characters (with spaces, as a demangled name has) in change 1's cause
+    is printed cut to MAX_NAME_CHARS; changes.csv and kernel_names.csv keep it whole."""
+    _, out = example
+    folder = tmp_path / "s"
+    shutil.copytree(out, folder)
+    sys.path.insert(0, str(REPO / "scripts"))
+    import investigate as inv
+    name = "void gemm<" + ", ".join(f"Tile{n}" for n in range(130)) + ">(float*)"
+    assert len(name) > 800
+    tensile = "Cijk_Alik_Bljk_" + "_".join(f"MT{n}x{n}" for n in range(120))
+    rows = read(folder / "changes.csv")
+    rows[0]["cause"] = f"{name} 12.0 us and {tensile} 3.0 us"
+    with open(folder / "changes.csv", "w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    kn = read(folder / "attribution" / "kernel_names.csv")
+    kn[0]["kernel"] = name
+    with open(folder / "attribution" / "kernel_names.csv", "w", newline="",
+              encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, list(kn[0]))
+        w.writeheader()
+        w.writerows(kn)
+    lines = inv.where_to_look(folder, {}, 0)
+    change1 = next(ln for ln in lines if ln.startswith("change 1: "))
+    assert name not in change1 and tensile not in change1
+    assert f"{inv.short_name(name)} 12.0 us and {inv.short_name(tensile)} 3.0 us" in change1
+    assert len(inv.short_name(name)) == inv.MAX_NAME_CHARS == 100
+    assert inv.short_name(name).startswith("void gemm<Tile0") and name.endswith(
+        inv.short_name(name).split("…")[1])
+    assert read(folder / "changes.csv")[0]["cause"].startswith(name)  # the table: whole
+    assert str(folder) in lines[-1]  # a path is printed whole

@@ -671,6 +671,9 @@ def shown_in_report(text: str, spec: pt.Spec) -> bool:
     return False
 
 
+PAGE_TABLE_RE = re.compile(r"<table[\s>]")
+
+
 def build(report: Path, scratch: Path) -> tuple[str, dict]:
     md, token_cls = markdown()
     if md is None:
@@ -713,7 +716,12 @@ def build(report: Path, scratch: Path) -> tuple[str, dict]:
         + "</main>\n<footer><p>Built by build_page.py from "
         f"<code>{esc(report.name)}</code> and the tables of <code>{esc(scratch.name)}</code>; "
         "self-contained: no script, no outside request.</p></footer>\n</body>\n</html>\n")
-    stats = {"labels": dict(r.counts), "figures": r.figures, "tables": len(tables),
+    # what the page holds, counted on the page (the report's text is escaped, so a tag here is
+    # one the page drew): the report's own tables and drawings and the scratch tables below
+    in_page = len(PAGE_TABLE_RE.findall(page))
+    stats = {"labels": dict(r.counts), "figures": page.count('class="fig-wrap"'),
+             "tables": in_page, "scratch_tables": len(tables),
+             "report_tables": in_page - len(tables),
              "judge_places": judges, "bytes": len(page.encode("utf-8"))}
     return page, stats
 
@@ -774,7 +782,10 @@ def main(argv=None) -> int:
     lab = stats["labels"]
     print(f"wrote {out} ({stats['bytes'] / 1024:,.0f} kB: {sum(lab.values())} citations shown "
           "as label marks, "
-          f"{stats['figures']} drawings, {stats['tables']} tables)")
+          f"{stats['figures']} drawing{'s' if stats['figures'] != 1 else ''}, "
+          f"{stats['tables']} table{'s' if stats['tables'] != 1 else ''}: "
+          f"{stats['report_tables']} from the report, {stats['scratch_tables']} from the "
+          "scratch folder)")
     if stats["judge_places"]:
         print(f"note: {stats['judge_places']} judgement places are still unwritten (a draft)")
     print("Next: open it from the file (file://), check the header and the legend, then share "
