@@ -564,14 +564,14 @@ def analyse(out: Path) -> dict:
         notes.append(f"step(s) {', '.join(map(str, left))} left out: no analysed step follows, so "
                      "the GPU idle after them cannot be measured")
         chosen = followed
-    compared = rules.compared_gpus(s1)
+    compared = rules.step_gpus(s1)
     frames = step_frames(steps, chosen, compared)
     median, why = median_step(out, chosen, frames)
     at = chosen.index(median)
     mf = frames[median]
     gpus = sorted({d for n in chosen for d in steps[n] if compared is None or d in compared})
     for sentence in rules.other_work(s1):
-        notes.append(f"not compared (other work): {sentence}")
+        notes.append(f"not compared for the straggler (other work): {sentence}")
     multi = len(gpus) > 1
 
     # the straggler: the same GPU ends the step last (alone) in most steps

@@ -400,12 +400,11 @@ def straggler_rows(steps: dict, per_step_gpu: dict, gaps: list,
     for n in sorted(steps):
         g = steps[n]
         ends_all = {d: r["end"] for d, r in g.items()}
-        ends = {d: t for d, t in ends_all.items() if compared is None or d in compared} or \
-            ends_all
-        first = min(ends.values())
+        ends = {d: t for d, t in ends_all.items() if compared is None or d in compared}
+        first = min((ends or ends_all).values())
         start = min(r["start"] for r in g.values())
         lasts = set(rules.last_finishers(
-            ends, rules.straggler_margin_ps(max(ends.values()) - start)))
+            ends, rules.straggler_margin_ps(max(ends.values()) - start))) if ends else set()
         for d in sorted(g):
             evs = per_step_gpu.get((n, d))
             row = {"step": n, "device": d, "end": ends_all[d], "lag": ends_all[d] - first,
@@ -429,6 +428,9 @@ def straggler_of(chosen: dict, rows: list[dict]) -> tuple[dict | None, list, lis
                           f"{n} is the whole capture, and the GPU whose last event is latest "
                           "in it did not finish any step late"]
     if len(mine) < 2:
+        if any(r["step"] == n for r in rows if not r.get("compared", True)):
+            return None, [f"no two GPUs run the same programs in step {n} (each does other "
+                          "work: step 1's GPU groups), so there is no straggler to name"], []
         return None, [f"one GPU ran step {n}: there is no straggler to name"], []
     ends = {r["device"]: r["end"] for r in mine}
     # step 1's rule: GPUs that end within its margin of the latest are a tie, not a straggler
@@ -1042,6 +1044,8 @@ def steps_last(rows: list[dict]) -> list[dict]:
     out = []
     for n in sorted({r["step"] for r in rows}):
         mine = [r for r in rows if r["step"] == n and r["compared"]]
+        if not mine:
+            continue  # no two GPUs run the same programs: nobody finishes last
         last = sorted(r["device"] for r in mine if r["finishes_last"])
         out.append({"step": n, "gpus": last, "tie": len(last) > 1,
                     "spread_us": us3(max(r["lag"] for r in mine))})

@@ -520,7 +520,10 @@ def attribution_items(inp: Inputs, facts: Facts) -> list:
     out = []
     for n in att.get("none") or []:
         largest = ", ".join(f"{x.get('kernel')} x{x.get('count')}" for x in n.get("largest", []))
-        out.append(item("unattributed", f"GPU events with no instruction: {n.get('why')}",
+        what = {"outside": "launched outside every program (argument copies and the like)",
+                "no slot": "no candidate instruction left in their window"}.get(
+                    n.get("why"), n.get("why"))
+        out.append(item("unattributed", f"GPU events with no instruction: {what}",
                         "attribution/attribute_kernels.json: none", f"{n.get('label')}"
                         + (f"; largest: {largest}" if largest else ""), count=n.get("kernels"),
                         gpu_us=_num(n.get("gpu_us")), total_us=facts.total_us))

@@ -527,6 +527,12 @@ def find_steps(gpu, host_threads, trace_end) -> tuple[list, str, list]:
     if marks:
         steps = [Step(n, min(h["start"] for h in hs), max(h["start"] + h["dur"] for h in hs),
                       "annotation") for n, hs in sorted(marks.items())]
+        # the program executions that began inside each annotated step
+        execs = program_executions(host_threads)
+        starts = [x.start for x in execs]
+        for st in steps:
+            st.executions = execs[bisect.bisect_left(starts, st.start):
+                                  bisect.bisect_right(starts, st.end)]
         return steps, "StepTraceAnnotation (step_num)", notes
     execs = program_executions(host_threads)
     found = cycle_steps(execs, trace_end, notes) if execs else None
@@ -841,9 +847,19 @@ def per_step_rows(a: Analysis) -> tuple[list, list, list, dict]:
             verdict_in.append((num, ends))
     between_steps(a, step_rows)
     groups = gpu_groups(a, by_gpu_step)
-    main = groups[0]["devices"] if groups else []
+    # the verdict is weighed on every GPU that runs the step's programs (pipeline stages
+    # included: the step ends when its last stage does); work is compared, and a straggler
+    # named, only inside one group: the program group with the most GPU time among those of
+    # two GPUs or more (none: every GPU runs programs of its own, so nothing is compared)
+    runs = [d for g in groups if g["kind"] == "programs" for d in g["devices"]]
+    main = sorted(runs) or (groups[0]["devices"] if groups else [])
+    compared = next((g["devices"] for g in groups if len(g["devices"]) > 1 and
+                     (g["kind"] == "programs" or not runs)), [])
+    if len(groups) == 1:
+        compared = groups[0]["devices"]
     return step_rows, stream_acc, gap_rows, {"critical": critical, "ends": verdict_in,
-                                             "groups": groups, "main_group": main}
+                                             "groups": groups, "main_group": main,
+                                             "compared": compared}
 
 
 def step_programs(evs, exec_starts) -> tuple:
@@ -976,7 +992,8 @@ def group_sentence(g: dict, steps: int) -> str:
     if g["kind"] == "programs":
         progs = ", ".join(g["programs"][:6]) + (f" and {len(g['programs']) - 6} more"
                                                if len(g["programs"]) > 6 else "")
-        return (f"{who} run {progs}: {g['events'] / per / len(g['devices']):,.0f} GPU events "
+        verb = "runs" if len(g["devices"]) == 1 else "run"
+        return (f"{who} {verb} {progs}: {g['events'] / per / len(g['devices']):,.0f} GPU events "
                 f"and {g['gpu_ps'] / 1e6 / per / len(g['devices']):,.1f} us of GPU time per GPU "
                 "and step")
     return (f"{who} {'holds' if len(g['devices']) == 1 else 'hold'} {g['kind']}: "
@@ -1329,15 +1346,21 @@ def build_result(a: Analysis, joins, name, rule, figures, step_rows, info) -> di
          "gpu_us_per_gpu_and_step": {"value": g["gpu_ps"] * us_ / max(n_steps, 1)
                                      / len(g["devices"]), "unit": "us", "label": "measured"},
          "argument_copies": g["copies"], "sentence": group_sentence(g, n_steps),
-         "compared": i == 0}
-        for i, g in enumerate(groups)]
-    main = set(info.get("main_group") or ())
-    gpus = sorted(main or {r["device"] for r in step_rows})
+         "compared": g["devices"] == info.get("compared"),
+         "runs_step": g["kind"] == "programs" or g["devices"] == info.get("main_group")}
+        for g in groups]
+    gpus = sorted(info.get("compared") or ())
     if len(groups) > 1:
         result["notes"].append(
             "GPUs do different work: " + "; ".join(g["sentence"] for g in result["gpu_groups"])
-            + f". Work is compared and a straggler named only among GPU(s) "
-            f"{', '.join(map(str, gpus))}, the group with the most GPU time")
+            + (f". Work is compared and a straggler named only among GPUs "
+               f"{', '.join(map(str, gpus))}, the group of GPUs that run the same programs with "
+               "the most GPU time" if gpus else
+               ". No two GPUs run the same programs (pipeline stages, or one GPU with work): "
+               "work is not compared and no straggler is named")
+            + "; the verdict is weighed on the GPU that ends each step last among GPU(s) "
+            + ", ".join(map(str, info.get("main_group") or [])) + ", which run the step's "
+            "programs")
     if len(gpus) > 1:
         sub = dict(info, ends=[(n, {d: t for d, t in e.items() if d in gpus})
                                for n, e in info["ends"]])

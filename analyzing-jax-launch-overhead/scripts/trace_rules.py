@@ -282,22 +282,36 @@ def straggler_margin_ps(step_ps: int) -> float:
     return max(STRAGGLER_MIN_LEAD_PS, STRAGGLER_MIN_LEAD_SHARE * step_ps)
 
 
-def compared_gpus(s1: dict | None) -> set | None:
-    """The GPUs whose work is compared (the verdict's bounding GPU, the straggler, the same-work
-    check): the first of step 1's `gpu_groups`, those that run the step's programs with the most
-    GPU time; None where step 1 grouped nothing (every GPU is compared). GPUs of other groups do
-    other work (other programs, argument copies only): never a straggler for that."""
+def _groups(s1) -> list:
     groups = (s1 or {}).get("gpu_groups") if isinstance(s1, dict) else None
-    if not groups or not isinstance(groups, list) or not isinstance(groups[0], dict):
+    return [g for g in groups if isinstance(g, dict) and isinstance(g.get("devices"), list)] \
+        if isinstance(groups, list) else []
+
+
+def compared_gpus(s1: dict | None) -> set | None:
+    """The GPUs whose work is compared and among which a straggler can be named: step 1's
+    `gpu_groups` entry marked `compared` (GPUs that run the same programs); an empty set where
+    step 1 grouped the GPUs and no two run the same programs (pipeline stages); None where step
+    1 grouped nothing (every GPU is compared). GPUs of other groups do other work (other
+    programs, argument copies only): never a straggler for that."""
+    groups = _groups(s1)
+    if not groups:
         return None
-    devices = groups[0].get("devices")
-    return {int(d) for d in devices} if isinstance(devices, list) and devices else None
+    return {int(d) for g in groups if g.get("compared") for d in g["devices"]}
+
+
+def step_gpus(s1: dict | None) -> set | None:
+    """The GPUs that run the step's programs (step 1's groups marked `runs_step`): the step's
+    end, its bounding GPU and the verdict are taken among them; None where step 1 grouped
+    nothing."""
+    groups = _groups(s1)
+    gpus = {int(d) for g in groups if g.get("runs_step", g.get("compared")) for d in g["devices"]}
+    return gpus or None
 
 
 def other_work(s1: dict | None) -> list:
     """Step 1's sentences for the GPUs that are not compared (other programs, copies only)."""
-    groups = (s1 or {}).get("gpu_groups") if isinstance(s1, dict) else None
-    return [g.get("sentence", "") for g in (groups or [])[1:] if isinstance(g, dict)]
+    return [g.get("sentence", "") for g in _groups(s1) if not g.get("compared")]
 
 
 def last_finishers(ends: dict, tie_ps: int = STRAGGLER_TIE_PS) -> list:

@@ -1,0 +1,147 @@
+"""Real runs are not one program per step: steps framed from the cycle of program executions,
+every program attributed, GPUs that do different work, and the dispatch between programs as a
+cause, on generated captures whose iterations, programs and planted facts are known
+(tests/capgen MULTI_PROGRAM_SCENARIOS; truth/iterations.csv, truth/programs.csv)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+
+import pytest
+
+from capgen.generate import generate
+from capgen.scenarios import MULTI_PROGRAM_SCENARIOS
+from conftest import REPO
+
+INVESTIGATE = REPO / "scripts" / "investigate.py"
+
+
+def read(path):
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+@pytest.fixture(scope="module")
+def investigated(tmp_path_factory):
+    made = {}
+
+    def get(name):
+        if name not in made:
+            base = tmp_path_factory.mktemp(name)
+            r = generate(MULTI_PROGRAM_SCENARIOS[name], base / "capture")
+            p = subprocess.run([sys.executable, "-P", str(INVESTIGATE), str(r.run_dir), "--out",
+                                str(base / "out")], capture_output=True, text=True, timeout=600)
+            assert p.returncode == 0, p.stderr + p.stdout
+            made[name] = (r, base / "out", p.stdout)
+        return made[name]
+    return get
+
+
+def truth_iterations(r) -> dict:
+    return {(int(t["iteration"]), int(t["device"])): t for t in read(r.truth_dir /
+                                                                    "iterations.csv")}
+
+
+def check_steps_are_the_iterations(r, out):
+    """Every planted iteration is one step: same count, and on every GPU it ends where the
+    iteration's last GPU activity ends (to the nanosecond the tables keep)."""
+    truth = truth_iterations(r)
+    steps = read(out / "steps.csv")
+    s1 = json.loads((out / "skip_stats.json").read_text())
+    framed = sorted(s1["steps"]["analysed"] + s1["steps"]["skipped_partial"])
+    assert len(framed) == len({i for i, _ in truth})
+    for row in steps:
+        t = truth[(int(row["step"]), int(row["device"]))]
+        assert row["end_us"] == f"{int(t['end_ps']) / 1e6:.3f}"
+        if t["executions"] and row["executions"]:
+            assert int(row["executions"]) == int(t["executions"])
+    return s1, steps
+
+
+def check_no_straggler(out):
+    s1 = json.loads((out / "skip_stats.json").read_text())
+    assert s1["straggler"] is None or not s1["straggler"]["is_straggler"]
+    kinds = [c["cause_kind"] for c in read(out / "changes.csv")]
+    assert "straggler_wait" not in kinds
+    assert not [t for t in read(out / "trust.csv") if "straggler" in t["item"].lower()]
+
+
+def check_programs_attributed(r, out):
+    """programs.csv has every planted program with its executions; ops.csv covers them all."""
+    truth = {t["program_id"]: t for t in read(r.truth_dir / "programs.csv")}
+    ours = {p["program_id"]: p for p in read(out / "attribution" / "programs.csv")
+            if p["program_id"] != "(outside programs)"}
+    assert set(ours) == set(truth)
+    for pid, t in truth.items():
+        assert int(ours[pid]["executions"]) == int(t["executions"]), pid
+    assert {o["program_id"] for o in read(out / "attribution" / "ops.csv")} == set(truth)
+
+
+def test_eager_op_by_op_is_framed_by_its_cycle_and_dispatch_ranks_first(investigated):
+    r, out, stdout = investigated("eager-op-by-op")
+    s1, steps = check_steps_are_the_iterations(r, out)
+    assert s1["steps"]["source"].startswith("the repeating cycle of 25 program executions (")
+    assert {row["source"] for row in steps} == {"cycle of 25 executions"}
+    # planted: dispatch-bound, the Python function around each iteration is block_forward
+    assert json.loads((r.truth_dir / "scenario.json").read_text())["planted"][
+        "dispatch_bound"] is True
+    assert s1["dispatch"]["enclosing_call"] == "$model.py:40 block_forward"
+    assert s1["dispatch"]["enclosing_call_steps"] == 4
+    changes = read(out / "changes.csv")
+    assert changes[0]["cause_kind"] == "dispatch"
+    assert changes[0]["cause"].startswith("dispatch between programs: 25 program executions")
+    assert "jax.jit the function that makes these calls ($model.py:40 block_forward" in \
+        changes[0]["knob"]
+    assert "change 1: dispatch between programs" in stdout
+    check_no_straggler(out)
+    check_programs_attributed(r, out)
+    assert json.loads((out / "factcheck.json").read_text())["verdict"] == "pass"
+
+
+def test_a_train_step_and_its_optimizer_are_one_step(investigated):
+    r, out, _ = investigated("train-plus-optimizer")
+    s1, steps = check_steps_are_the_iterations(r, out)
+    assert s1["steps"]["source"].startswith(
+        "the repeating cycle of 2 program executions (jit_train_step, jit_apply_updates)")
+    assert {row["programs"] for row in steps} == {"jit_train_step x1; jit_apply_updates x1"}
+    check_programs_attributed(r, out)
+    check_no_straggler(out)
+
+
+def test_annotated_steps_still_win_and_list_their_programs(investigated):
+    r, out, _ = investigated("train-plus-optimizer-annotated")
+    s1, steps = check_steps_are_the_iterations(r, out)
+    assert s1["steps"]["source"] == "StepTraceAnnotation (step_num)"
+    assert {row["executions"] for row in steps} == {"2"}
+
+
+def test_a_gpu_with_only_argument_copies_does_other_work(investigated):
+    r, out, _ = investigated("copies-on-other-gpu")
+    s1, _ = check_steps_are_the_iterations(r, out)
+    groups = [(g["devices"], g["kind"]) for g in s1["gpu_groups"]]
+    assert groups == [([7], "programs"), ([0], "argument copies only")]
+    check_no_straggler(out)
+    rec = [x for x in read(out / "reconciliation.csv")
+           if x["check"] == "same_work_across_gpus" and x["device"] == "0"]
+    assert [x["status"] for x in rec] == ["pass"]
+    assert rec[0]["trust_sentence"].startswith("GPU 0 does other work than GPU(s) 7: GPU 0 "
+                                               "holds argument copies only")
+    assert "runs slower" not in (out / "reconciliation.csv").read_text()
+    assert json.loads((out / "swimlanes.json").read_text())["status"] == "done"
+
+
+@pytest.mark.parametrize("name", ["pipeline-stages", "pipeline-stages-4"])
+def test_pipeline_stages_run_different_programs_and_no_gpu_is_a_straggler(investigated, name):
+    r, out, _ = investigated(name)
+    s1, _ = check_steps_are_the_iterations(r, out)
+    stages = len({d for _, d in truth_iterations(r)})
+    assert len(s1["gpu_groups"]) == stages
+    assert not [g for g in s1["gpu_groups"] if g["compared"]]
+    assert all(g["runs_step"] for g in s1["gpu_groups"])
+    check_no_straggler(out)
+    check_programs_attributed(r, out)
+    sw = json.loads((out / "swimlanes.json").read_text())
+    assert sw["status"] == "done" and sw["straggler"] is None
