@@ -23,6 +23,9 @@ Writes into ./attribution/ (or DIR/attribution/):
                  execution, GPU time, host dispatch time, GPUs, steps (from steps.csv)
     how.csv      per program and match class (then all): kernels, GPU time, share of the group,
                  and how much of it rests on low-confidence placements
+    families.csv      per kernel family that can be a cause of its own (split-K reductions,
+                      layout transposes, copies, memsets, collectives by kind): kernels, GPU
+                      time and share, the instructions and programs it spans
     kernel_names.csv  per kernel name (no matching involved): family, kernels, GPU time, share
                  of all GPU time
     summary.txt  the program chosen and why, class shares, confidence, XProf's coverage next to
@@ -680,6 +683,61 @@ def kernel_family(name: str, xla_names: set) -> str:
     return "other kernel"
 
 
+# Kernel families that can be a cause of their own in step 6 when their time spans many
+# instructions: library reductions (split-K), layout transposes, copies, memsets, collectives
+# by kind. A transpose is an XLA fusion whose kernel name says so; a collective's kind is the
+# operation its name carries (NCCL's and RCCL's kernel names spell it).
+TRANSPOSE_RE = re.compile(r"transpose", re.IGNORECASE)
+COLLECTIVE_KIND_RE = re.compile(r"(all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|"
+                                r"send|recv|broadcast)", re.IGNORECASE)
+FAMILY_TOP_INSTRUCTIONS = 5  # instructions named per family in families.csv
+FAMILIES_COLUMNS = ["family", "kernels", "kernel_names", "gpu_us", "pct_of_gpu_time",
+                    "instructions", "programs", "top_instructions"]
+
+
+def cause_family(name: str, family: str) -> str | None:
+    """The family a kernel counts under in families.csv (None: an ordinary compute kernel)."""
+    if family == "split-K reduction":
+        return family
+    if family in ("memcpy", "memset"):
+        return family
+    if family == "NCCL/RCCL collective":
+        m = COLLECTIVE_KIND_RE.search(name)
+        kind = m.group(1).lower().replace("_", "") if m else "other"
+        return f"collective: {kind}"
+    if TRANSPOSE_RE.search(km.normalize_kernel_name(name)):
+        return "layout transpose"
+    return None
+
+
+def family_rows(kernels, name_rows) -> list[tuple]:
+    """families.csv: per family of cause_family, its kernels, distinct names, GPU time and share,
+    the instructions (program id, instruction) its attributed kernels span, the programs, and the
+    largest instructions by its time (`<program_id>:<instruction>=us`)."""
+    family_of = {r[0]: cause_family(r[0], r[1]) for r in name_rows}
+    total = sum(k.dur for k in kernels)
+    per: dict[str, dict] = {}
+    for k in kernels:
+        fam = family_of.get(k.name)
+        if fam is None:
+            continue
+        f = per.setdefault(fam, {"n": 0, "t": 0, "names": set(), "ins": {}, "progs": set()})
+        f["n"] += 1
+        f["t"] += k.dur
+        f["names"].add(k.name)
+        if k.instruction:
+            key = (k.program_id, k.instruction)
+            f["ins"][key] = f["ins"].get(key, 0) + k.dur
+            f["progs"].add(k.program_id)
+    rows = []
+    for fam, f in sorted(per.items(), key=lambda kv: (-kv[1]["t"], kv[0])):
+        top = sorted(f["ins"].items(), key=lambda kv: (-kv[1], str(kv[0])))
+        rows.append((fam, f["n"], len(f["names"]), us(f["t"]), pct(f["t"], total), len(f["ins"]),
+                     len(f["progs"]), " | ".join(f"{p}:{i}={us(t)}" for (p, i), t in
+                                                 top[:FAMILY_TOP_INSTRUCTIONS])))
+    return rows
+
+
 def plans_names(programs) -> set:
     """Sanitized names of every instruction of every program: what XLA's own kernels are called."""
     out = set()
@@ -834,9 +892,12 @@ def run(capture, out: Path, opts: Options) -> tuple[dict, list]:
         written.append(("how.csv", write_csv(tmp / "how.csv", [
             "program_id", "match", "kernels", "gpu_us", "pct_of_group", "low_confidence_kernels",
             "low_confidence_us", "low_confidence_pct_of_group"], how_rows(groups))))
+        name_rows = kernel_name_rows(kernels, plans_names(programs))
         written.append(("kernel_names.csv", write_csv(tmp / "kernel_names.csv", [
             "kernel", "family", "kernels", "gpu_us", "pct_of_gpu_time", "gpus", "kernels_per_gpu",
-            "gpu_us_per_gpu"], kernel_name_rows(kernels, plans_names(programs)))))
+            "gpu_us_per_gpu"], name_rows)))
+        written.append(("families.csv", write_csv(tmp / "families.csv", FAMILIES_COLUMNS,
+                                                  family_rows(kernels, name_rows))))
         name = protos[chosen][0]
         refusals = [f"cannot attribute the kernels of program {n}({p}) because {why}"
                     for p, (n, why) in sorted(unreadable.items())]

@@ -61,7 +61,8 @@ COLUMNS = ["rank", "cause_kind", "cause", "where", "pct_of_step", "step_us", "sa
            "source"]
 LABEL = "inferred, not run"
 KIND_ORDER = ("dispatch", "host_gap", "straggler_wait", "exposed_collective", "memcpy",
-              "kernel_gaps", "instruction", "python_line", "idle_between_steps")
+              "kernel_gaps", "kernel_family", "instruction", "python_line",
+              "idle_between_steps")
 
 # ---------------------------------------------------------------- named constants
 
@@ -837,6 +838,9 @@ def analyse(out: Path) -> dict:
     instr_full = instructions(out, chosen, paths, median, mwin, step_us, causes, refusals,
                               notes)
 
+    # kernel families whose time spans many instructions (split-K reductions, transposes, ...)
+    kernel_families(out, chosen, paths, median, mwin, step_us, causes, notes)
+
     # the GPU idle between steps
     if not followed:
         refusals.append("cannot measure the GPU idle between steps because no analysed step is "
@@ -908,6 +912,83 @@ def programs_in_steps(progs: list | None, chosen: list) -> set | None:
         if nums & want:
             out.add(p.get("program_id", ""))
     return out if known else None
+
+
+FAMILY_KNOBS = {
+    "split-K reduction": (
+        "the GEMMs' algorithm choice: split-K is what cuBLAS/hipBLASLt picked for these shapes "
+        "(XLA's autotuning and the workspace it allows decide it); larger or batched GEMMs "
+        "(fewer, bigger dots: a larger K split less), another layout or dtype of the operands"),
+    "layout transpose": (
+        "layouts: keep tensors in the order their consumers read them (the einsum/dot dimension "
+        "order, no transpose between ops), so XLA needs no layout change; where one is needed, "
+        "let it fuse into its producer or consumer"),
+    "memcpy": (
+        "copies inside the programs (dynamic slices and updates of loop carries, copies to a "
+        "new layout): donate_argnums, scan carries updated in place, fewer slices of large "
+        "buffers per step"),
+    "memset": (
+        "zero-initialisations before reductions and scatters: fewer separate reductions "
+        "(fusion), accumulation in the consumer"),
+}
+FAMILY_CANNOT_SHOW = {
+    "split-K reduction": "why the library chose split-K for these GEMMs (its autotuning results "
+                         "and workspace size are not in the capture)",
+    "layout transpose": "why XLA chose these layouts (the layout assignment pass is not in the "
+                        "capture; the HLO shows the result only)",
+    "memcpy": "which copies XLA could have avoided (buffer assignment and aliasing are not in "
+              "the capture)",
+    "memset": "whether the zeroing could fuse into the reduction (a compiler decision the "
+              "capture does not show)",
+}
+# A kernel family is a cause of its own when it holds at least this share of all GPU time and
+# its kernels run under at least this many instructions: one instruction's kernel is already
+# an instruction row; a family spread thin over many is a pattern with one knob.
+FAMILY_MIN_PCT_OF_GPU_TIME = 5.0
+FAMILY_MIN_INSTRUCTIONS = 3
+
+
+def kernel_families(out, chosen, paths, median, mwin, step_us, causes, notes) -> None:
+    """Kernel-family causes from attribution/families.csv: a family (split-K reductions, layout
+    transposes, copies, memsets) of at least FAMILY_MIN_PCT_OF_GPU_TIME spread over at least
+    FAMILY_MIN_INSTRUCTIONS instructions. Its time in a step is its share of all GPU time times
+    the step's compute time on its bounding GPU; the saving, an upper bound, is that time's
+    exposed part (the family's kernels gone). Collectives by kind are ranked as exposed
+    collectives, not here."""
+    fams = read_csv(out / "attribution" / "families.csv")
+    if not fams:
+        return
+    at = chosen.index(median)
+    for f in fams:
+        name, pct_ = f.get("family", ""), num(f.get("pct_of_gpu_time"))
+        n_ins = int(num(f.get("instructions")) or 0)
+        if name not in FAMILY_KNOBS or pct_ is None or pct_ < FAMILY_MIN_PCT_OF_GPU_TIME or \
+                n_ins < FAMILY_MIN_INSTRUCTIONS:
+            continue
+        share = pct_ / 100.0
+        sav = [share * paths[n]["compute"] * paths[n]["exposure"] for n in chosen]
+        if sav[at] < MIN_SAVING_US:
+            continue
+        top = []
+        for x in (f.get("top_instructions") or "").split(" | "):
+            pid, _, ins = x.split("=")[0].partition(":")
+            if ins:
+                top.append(f"{ins} (program {pid})")
+        causes.append(cause_row(
+            "kernel_family",
+            f"{name} kernels take {pct_:.2f}% of GPU time over {n_ins} instructions (about "
+            f"{fmt(share * paths[median]['compute'])} us of step {median}); largest under "
+            + ", ".join(top[:3]),
+            f"{name} ({n_ins} instructions)", 100.0 * sav[at] / mwin, step_us,
+            spread(sav, at),
+            "an upper bound: the family's kernels gone entirely (a partial fix saves less); its "
+            "time in a step is its share of all GPU time times the step's compute time on the GPU "
+            "that ends it, exposed part only; the same kernel time as the instruction rows of "
+            "its instructions: never add the two; the capture cannot show " +
+            FAMILY_CANNOT_SHOW[name],
+            FAMILY_KNOBS[name], "attribution/families.csv; steps.csv; gaps.csv; rows.csv",
+            {"family": name, "cannot_show": FAMILY_CANNOT_SHOW[name],
+             "family_gpu_us": num(f.get("gpu_us")), "instructions": n_ins}))
 
 
 def dtype_knob(dtype: str) -> str:
@@ -1110,6 +1191,10 @@ def build_result(a: dict) -> dict:
                                       "us", "inferred"),
             "assumptions": c["assumptions"], "knob": c["knob"], "label": c["label"],
             "source": c["source"]})
+        if c["cause_kind"] == "kernel_family":
+            causes[-1].update({"family": c["family"], "cannot_show": c["cannot_show"],
+                               "instructions": c["instructions"],
+                               "family_gpu_us": figure(c["family_gpu_us"], "us", "measured")})
     comb = a["combined"]
     return {
         "step": "changes", "status": "done", "verdict": a["verdict"],

@@ -90,6 +90,7 @@ STEP_BY_NUMBER = {str(n): name for name, (n, _, _) in STEPS.items()}
 KIND_ORDER = ("step_failed", "no_hlo", "reconciliation_check", "under_recorded_replays",
               "duplicate_program", "async_labels_missing", "not_checkable", "unattributed",
               "low_confidence", "graph_launch_metrics", "python_tracer", "nccl_waits",
+              "kernel_family",
               "rocm_unknown_memcpy", "not_computable", "no_ceiling", "refusal")
 DEFECT_KINDS = frozenset({"reconciliation_check", "under_recorded_replays",
                           "duplicate_program", "async_labels_missing"})
@@ -627,6 +628,24 @@ def python_tracer_items(inp: Inputs, facts: Facts) -> list:
                  "unknown amount", count=n + between, gpu_us=idle if n else None)]
 
 
+def family_items(inp: Inputs, facts: Facts) -> list:
+    """Kernel families step 6 ranks as causes of their own (changes.json causes of kind
+    kernel_family): what the capture cannot show about each (autotuning, layout choice, ...)."""
+    ch = inp.get("changes") or {}
+    out = []
+    for c in ch.get("causes") or []:
+        if not isinstance(c, dict) or c.get("cause_kind") != "kernel_family":
+            continue
+        out.append(item("kernel_family", f"{c.get('family')} kernels (change {c.get('rank')}): "
+                        f"the capture cannot show {c.get('cannot_show')}",
+                        f"changes.json: causes, rank={c.get('rank')}",
+                        f"{c.get('instructions')} instructions; the saving is an upper bound "
+                        "(the family's kernels gone)", count=c.get("instructions"),
+                        gpu_us=_num((c.get("family_gpu_us") or {}).get("value")),
+                        total_us=facts.total_us))
+    return out
+
+
 def nccl_items(facts: Facts) -> list:
     f = facts.rows
     if f is None or not f.collective_events:
@@ -807,7 +826,8 @@ def collect(inp: Inputs, failed: dict) -> tuple[list, list, Facts]:
     items += (replay_items(facts)
              + program_items(inp, facts) + async_label_items(inp, facts)
              + attribution_items(inp, facts) + graph_items(inp, facts)
-             + python_tracer_items(inp, facts) + nccl_items(facts) + rocm_memcpy_items(facts)
+             + python_tracer_items(inp, facts) + nccl_items(facts) + family_items(inp, facts)
+             + rocm_memcpy_items(facts)
              + roofline_items(inp, facts))
     items += refusal_items(inp, facts)
     order = {k: i for i, k in enumerate(KIND_ORDER)}

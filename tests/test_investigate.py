@@ -339,18 +339,21 @@ def test_a_refused_ranking_is_said_not_answered(example, tmp_path):
     assert rc == 4 and ("15", "wrong_value") in [(r["figure"], r["verdict"]) for r in failing]
 
 
-def test_a_real_refusal_replaces_the_shares_of_one_program(shared, tmp_path):
-    """The MI300X GEMM capture runs other programs besides the one step 4 attributes: step 6
-    refuses to rank instructions and lines, and the draft states no share of that one program
-    (its line was written as 100.00% of attributed) but the refusal, and passes its check."""
+def test_every_program_of_a_real_eager_loop_is_ranked_with_its_program(shared, tmp_path):
+    """The MI300X GEMM capture runs a loop of small programs (six of them named jit_dot, each
+    with a custom-call.1): step 6 ranks the dispatch between them first and every program's
+    instructions, and the draft names the program of each instruction and cites it by
+    program_id (the same instruction name in six programs), and passes its check."""
     out = tmp_path / "scratch"
     p = investigate(SHARED_CAPTURES / "tracelens-amd-rocm" / "mi300x-jax0.8-gemm", out)
     assert p.returncode == 0, p.stderr
-    refusals = json.loads((out / "changes.json").read_text())["refusals"]
-    assert any(r.startswith("cannot rank instructions or Python lines because") for r in refusals)
+    changes = json.loads((out / "changes.json").read_text())
+    assert not [r for r in changes["refusals"] if r.startswith("cannot rank instructions")]
+    assert changes["causes"][0]["cause_kind"] == "dispatch"
     text = (out / "report_draft.md").read_text(encoding="utf-8")
-    assert "pct_of_attributed" not in text and "100.00%" not in text
-    assert "Instructions: not ranked here." in text and "(inferred; changes.json: refusals." in text
+    assert "| `jit_dot(49)` | `custom-call.1` |" in text
+    assert "(measured; attribution/ops.csv: gpu_us, program_id=49, instruction=custom-call.1)" \
+        in text
     assert json.loads((out / "factcheck.json").read_text())["verdict"] == "pass"
 
 

@@ -145,3 +145,28 @@ def test_pipeline_stages_run_different_programs_and_no_gpu_is_a_straggler(invest
     check_programs_attributed(r, out)
     sw = json.loads((out / "swimlanes.json").read_text())
     assert sw["status"] == "done" and sw["straggler"] is None
+
+
+def test_split_k_reductions_are_a_family_cause_with_what_the_capture_cannot_show(tmp_path):
+    """nvidia-reuse-splitk-cb adds a cuBLAS split-K reduction kernel to half its GEMMs: the
+    family's kernels, time and instructions equal the planted ones, step 6 ranks it with its
+    knob, and step 7 says what the capture cannot show about it."""
+    from capgen.scenarios import SCENARIOS
+    r = generate(SCENARIOS["nvidia-reuse-splitk-cb"], tmp_path / "capture")
+    p = subprocess.run([sys.executable, "-P", str(INVESTIGATE), str(r.run_dir), "--out",
+                        str(tmp_path / "out")], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    out = tmp_path / "out"
+    planted = [k for k in read(r.truth_dir / "kernels.csv") if "splitKreduce" in k["kernel"]]
+    fam = {f["family"]: f for f in read(out / "attribution" / "families.csv")}
+    sk = fam["split-K reduction"]
+    assert int(sk["kernels"]) == len(planted)
+    assert sk["gpu_us"] == f"{sum(int(k['dur_ps']) for k in planted) / 1e6:.3f}"
+    assert int(sk["instructions"]) == len({(k["program_id"], k["instruction"]) for k in planted})
+    rows = [c for c in read(out / "changes.csv") if c["cause_kind"] == "kernel_family"]
+    split = [c for c in rows if c["where"].startswith("split-K reduction")]
+    assert split and "algorithm choice" in split[0]["knob"]
+    trust = [t for t in read(out / "trust.csv") if t["kind"] == "kernel_family"]
+    assert any(t["item"].startswith(f"split-K reduction kernels (change {split[0]['rank']}): "
+                                    "the capture cannot show why the library chose split-K")
+               for t in trust)
