@@ -859,9 +859,10 @@ def analyse(out: Path) -> dict:
             "e.g. reading the loss), the host's per-step Python work off the step's path",
             "steps.csv; rows.csv"))
 
-    # rank: share of the median step's critical path, then the saving; Python lines (the
-    # instructions' time regrouped) after every other cause
-    causes.sort(key=lambda c: (c["cause_kind"] == "python_line",
+    # rank: share of the median step's critical path, then the saving; Python lines and kernel
+    # families (the instructions' time regrouped; a family's saving an upper bound) after every
+    # other cause
+    causes.sort(key=lambda c: (c["cause_kind"] in REGROUPINGS,
                                -round(c["pct_of_step"], 2), -c["saving"]["value"],
                                KIND_ORDER.index(c["cause_kind"]), c["where"]))
     for i, c in enumerate(causes, 1):
@@ -945,6 +946,9 @@ FAMILY_CANNOT_SHOW = {
 # its kernels run under at least this many instructions: one instruction's kernel is already
 # an instruction row; a family spread thin over many is a pattern with one knob.
 FAMILY_MIN_PCT_OF_GPU_TIME = 5.0
+# Rows that regroup the instructions' kernel time (by Python line, by kernel family): ranked
+# after every other cause, never added to the instruction rows.
+REGROUPINGS = ("python_line", "kernel_family")
 FAMILY_MIN_INSTRUCTIONS = 3
 
 

@@ -343,6 +343,20 @@ def choose_step(s1: dict, steps: dict, requested: int | None) -> dict:
             "end": max(r["end"] for r in g.values()), "dur": dur[n]}
 
 
+def step_of_window(steps: dict, start_us: float | None, end_us: float | None) -> int | None:
+    """The analysed step a --start/--end window overlaps most (the one it starts in when it
+    overlaps several equally); None when it overlaps none (the median step is drawn around it,
+    and a note says the window is outside it)."""
+    spans = {n: (min(r["start"] for r in g.values()), max(r["end"] for r in g.values()))
+             for n, g in steps.items() if g}
+    if not spans:
+        return None
+    lo = min(a for a, _ in spans.values()) if start_us is None else round(start_us * 1_000_000)
+    hi = max(b for _, b in spans.values()) if end_us is None else round(end_us * 1_000_000)
+    best = max(sorted(spans), key=lambda n: min(hi, spans[n][1]) - max(lo, spans[n][0]))
+    return best if min(hi, spans[best][1]) > max(lo, spans[best][0]) else None
+
+
 def window(chosen: dict, start_us: float | None, end_us: float | None) -> tuple[int, int, bool]:
     """The drawn window in picoseconds: the step with a margin, or --start/--end."""
     pad = max(1, round((chosen["end"] - chosen["start"]) * MARGIN_SHARE))
@@ -663,7 +677,10 @@ def merged_gap_tip(bar) -> str:
 def render_lines(result: dict) -> list[str]:
     """The SVG's header and footer sentences: a rendering of the result, nothing computed."""
     c, w, m, dr = result["chosen"], result["window"], result["merged"], result["drawn"]
-    zoom = (f"a zoom (--start/--end) inside step {c['step']}, whose straggler is said below: "
+    outside = any(n.startswith("the window does not overlap step") for n in result["notes"])
+    zoom = ((f"a zoom (--start/--end) outside every analysed step; the step shown for its "
+             f"straggler is step {c['step']}: " if outside else
+             f"a zoom (--start/--end) inside step {c['step']}, whose straggler is said below: ")
             if w["zoomed"] and not c["whole_capture"] else "")
     out = [f"why this step: {zoom}{c['why']}"]
     sg = result["straggler"]
@@ -937,7 +954,13 @@ def run(capture, out: Path, step: int | None = None, start_us: float | None = No
     out = Path(out)
     ran = ensure_step1(capture, out)
     s1, steps, gaps = read_step1(out)
+    if step is None and (start_us is not None or end_us is not None):
+        step = step_of_window(steps, start_us, end_us)  # the step the zoom looks into
     chosen = choose_step(s1, steps, step)
+    if step is not None and chosen["why"].startswith(f"step {step}, chosen by --step") and \
+            (start_us is not None or end_us is not None):
+        chosen["why"] = chosen["why"].replace("chosen by --step", "the step the window (--start/"
+                                              "--end) overlaps most", 1)
     v0, v1, zoomed = window(chosen, start_us, end_us)
     rows = Rows(out / "rows.csv", set(steps), chosen["number"], v0, v1)
     if rows.span is None:

@@ -27,8 +27,8 @@ STEPS = [REPO / "scripts" / "capture_info.py",
          REPO / "analyzing-jax-launch-overhead" / "scripts" / "skip_stats.py",
          REPO / "scripts" / "attribute_kernels.py", REPO / "scripts" / "reconcile.py",
          REPO / "scripts" / "swimlanes.py", REPO / "scripts" / "roofline.py"]
-KINDS = {"dispatch", "host_gap", "kernel_gaps", "exposed_collective", "straggler_wait", "memcpy",
-         "instruction", "python_line", "idle_between_steps"}
+KINDS = {"dispatch", "host_gap", "kernel_gaps", "kernel_family", "exposed_collective",
+         "straggler_wait", "memcpy", "instruction", "python_line", "idle_between_steps"}
 COLUMNS = ["rank", "cause_kind", "cause", "where", "pct_of_step", "step_us", "saving_us",
            "saving_min_us", "saving_max_us", "step_if_gone_us", "assumptions", "knob", "label",
            "source"]
@@ -125,13 +125,15 @@ def check_table(out, p):
         assert r["assumptions"] and r["knob"] and r["source"]
         assert c["saving_us"]["label"] == "inferred" and c["saving_us"]["value"] == \
             pytest.approx(s, abs=1e-3)
-        # Python lines (the instructions' time regrouped) come after every other cause
-        if r["cause_kind"] == "python_line":
+        # Python lines and kernel families (the instructions' time regrouped) come after
+        # every other cause
+        if r["cause_kind"] in ("python_line", "kernel_family"):
             lines_seen = True
         else:
             assert not lines_seen
-    # the causes other than Python lines rank by their share of the median step
-    shares = [float(r["pct_of_step"]) for r in rows if r["cause_kind"] != "python_line"]
+    # the other causes rank by their share of the median step
+    shares = [float(r["pct_of_step"]) for r in rows
+              if r["cause_kind"] not in ("python_line", "kernel_family")]
     assert shares == sorted(shares, reverse=True)
     # the critical path's slices cover the median step's window, each microsecond once
     cp = {k: v["value"] for k, v in res["critical_path"].items()}

@@ -411,7 +411,7 @@ def test_gaps_before_graph_kernels_name_the_graph_launch_thread(corpus):
     assert after_graph and all(g["launch_thread"] and g["host_events"] for g in after_graph)
 
 
-@pytest.mark.parametrize("name, cause", [("nvidia-between-steps-unrecorded", "not recorded"),
+@pytest.mark.parametrize("name, cause", [("nvidia-between-steps-unrecorded", "mostly not recorded"),
                                          ("nvidia-between-steps-input", "input pipeline")])
 def test_the_idle_between_steps_is_measured_and_named(corpus, name, cause):
     """The generator idles the GPU 400 us between one step's sync and the next step's start;
@@ -578,3 +578,32 @@ def test_gpu_groups_compare_only_gpus_that_run_the_same_programs():
     assert skip_stats.group_sentence(groups[2], 1) == (
         "GPU 0 holds argument copies only: 5 events, 5.0 us per GPU and step (5 argument "
         "copies in all)")
+
+
+def test_a_repeated_python_call_frames_steps_where_the_programs_do_not_repeat():
+    """A loop body whose programs change from turn to turn (a data-dependent number of calls):
+    no cycle, but the Python tracer's outermost repeated call with executions inside is a step."""
+    import skip_stats
+
+    def call(name, s, e):
+        return {"name": name, "start": s * 1_000_000, "dur": (e - s) * 1_000_000,
+                "thread": ("h", 1), "args": {}}
+    events, t = [call("$train.py:5 main", 0, 10_000)], 10
+    progs = iter("abcdefghijklmnopqrstuvwxyz")
+    for turn in range(4):
+        body = call("$train.py:20 train_iteration", t, t + 900)
+        events.append(body)
+        for k in range(2 + turn):  # 2, 3, 4, 5 programs: never the same sequence
+            m = next(progs)
+            events.append(call("$model.py:7 layer", t + 10 + 100 * k, t + 90 + 100 * k))
+            events.append(_exec(m, t + 20 + 100 * k, t + 60 + 100 * k))
+        t += 1000
+    host = {("h", 1): events}
+    execs = skip_stats.program_executions(host)
+    assert skip_stats.cycle_steps(execs, t, []) is None
+    notes = []
+    steps, source = skip_stats.python_call_steps(host, execs, t, notes)
+    assert source == ("calls of $train.py:20 train_iteration (the Python tracer's outermost "
+                      "repeated call)")
+    assert [len(s.executions) for s in steps] == [2, 3, 4, 5]
+    assert [s.start for s in steps] == [(10 + 1000 * k) * 1_000_000 for k in range(4)]

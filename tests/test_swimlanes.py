@@ -294,8 +294,12 @@ def test_start_end_zoom_into_a_window(tiny, tmp_path):
     assert starts and all(100 <= s < 200 for s in starts)
     # the drawing's header says the window is a zoom and whose straggler it names
     desc = next(t.text for t in root.iter(f"{SVG}desc"))
-    assert "why this step: a zoom (--start/--end) inside step" in desc
-    assert re.search(r"straggler of step \d+ \(not of the window\): ", desc)
+    # the window 100-200 us lies in step 1 (100 to 150.5 us), so the zoom is of step 1
+    assert "why this step: a zoom (--start/--end) inside step 1, " in desc
+    assert result["chosen"]["step"] == 1 and "the window (--start/--end) overlaps most" in \
+        result["chosen"]["why"]
+    assert not [n for n in result["notes"] if "does not overlap" in n]
+    assert re.search(r"straggler of step 1 \(not of the window\): ", desc)
     # a window outside the capture is refused in one sentence
     p = run(tiny, tmp_path, "--start", "5000", "--end", "6000")
     assert p.returncode == 1 and p.stderr.strip() == (

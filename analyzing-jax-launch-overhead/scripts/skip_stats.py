@@ -513,6 +513,53 @@ def cycle_steps(execs: list, trace_end: int, notes: list) -> tuple[list, str] | 
         "count together)"
 
 
+def python_call_steps(host_threads, execs: list, trace_end: int, notes: list):
+    """Steps from the Python tracer: the outermost traced call that repeats (at least
+    PERIOD_MIN_CYCLES times) with program executions inside each call, on one thread: the
+    user's loop body when the programs it runs do not repeat in a cycle (a data-dependent number
+    of calls). The shallowest nesting level with such a call wins, then the most executions
+    covered. None without the tracer or without such a call."""
+    starts = [x.start for x in execs]
+    best = None
+    for events in host_threads.values():
+        traced = sorted((h for h in events if h["name"].startswith(rules.PYTHON_TRACER_PREFIX)
+                         and not PROFILER_CALL_RE.match(h["name"])),
+                        key=lambda h: (h["start"], -h["dur"]))
+        stack: list = []
+        by: dict[tuple, list] = {}  # (depth, name) -> calls
+        for h in traced:
+            while stack and stack[-1] <= h["start"]:
+                stack.pop()
+            by.setdefault((len(stack), h["name"]), []).append(h)
+            stack.append(h["start"] + h["dur"])
+        for (depth, name), calls in by.items():
+            inside = [bisect.bisect_left(starts, c["start"] + c["dur"]) -
+                      bisect.bisect_left(starts, c["start"]) for c in calls]
+            calls = [c for c, n in zip(calls, inside, strict=True) if n]
+            if len(calls) < PERIOD_MIN_CYCLES:
+                continue
+            rank = (depth, -sum(n for n in inside if n))
+            if best is None or rank < best[0]:
+                best = (rank, name, calls)
+    if best is None:
+        return None
+    _, name, calls = best
+    steps = []
+    for k, c in enumerate(calls):
+        end = calls[k + 1]["start"] if k + 1 < len(calls) else max(trace_end,
+                                                                    c["start"] + c["dur"])
+        st = Step(k, c["start"], end, f"python:{name}")
+        lo, hi = bisect.bisect_left(starts, c["start"]), bisect.bisect_left(
+            starts, c["start"] + c["dur"])
+        st.executions = execs[lo:hi]
+        st.launched = max(x.end for x in st.executions)
+        steps.append(st)
+    notes.append(f"steps: the program executions do not repeat in a cycle; each call of "
+                 f"{name}, the outermost Python-traced call that repeats with program "
+                 f"executions inside it, is a step ({len(calls)} calls)")
+    return steps, f"calls of {name} (the Python tracer's outermost repeated call)"
+
+
 def find_steps(gpu, host_threads, trace_end) -> tuple[list, str, list]:
     notes = []
     marks: dict[int, list] = {}
@@ -536,6 +583,8 @@ def find_steps(gpu, host_threads, trace_end) -> tuple[list, str, list]:
         return steps, "StepTraceAnnotation (step_num)", notes
     execs = program_executions(host_threads)
     found = cycle_steps(execs, trace_end, notes) if execs else None
+    if found is None and execs:
+        found = python_call_steps(host_threads, execs, trace_end, notes)
     if found is not None:
         steps, source = found
         return steps, source, notes
@@ -759,6 +808,8 @@ def analyse(trace) -> tuple[Analysis, dict]:
     a.joins = joins
     a.exec_of = launch_threads_to_exec(gpu, host_threads)
     a.host_threads = host_threads
+    a.python_tracer_on = any(h["name"].startswith(rules.PYTHON_TRACER_PREFIX)
+                             for evs in host_threads.values() for h in evs)
     a.gap_events = GapIndex(host_threads)
     a.thread_names = trace.threads
     return a, joins
@@ -1052,8 +1103,10 @@ def host_events_in(a: Analysis, start: int, end: int, threads=None,
 
 
 def between_cause(events, covered: int, idle: int) -> str:
-    if not events or covered < BETWEEN_RECORDED_SHARE * idle:
+    if not events:
         return "not recorded"
+    if covered < BETWEEN_RECORDED_SHARE * idle:
+        return "mostly not recorded"  # events there, but they cover under 10% of the idle
     if any(INPUT_PIPELINE_RE.search(name) for name, _ in events):
         return "input pipeline"
     return "host work between steps"
@@ -1172,21 +1225,33 @@ def verdict(a: Analysis, step_rows, info) -> tuple[str, list, dict]:
         causes = [r["between_cause"] for r in between if r["idle_between_ps"]]
         cause = max(sorted(set(causes)), key=causes.count) if causes else "none (no idle)"
         figures["between_cause"] = cause
-        words = CAUSE_WORDS.get(cause, cause)
+        words = cause_words(cause, getattr(a, "python_tracer_on", False))
         lines.append(f"between steps, on the same GPU: {share:.1%} of the step period (start to "
                      f"the next step's start) is GPU idle after the step's last kernel (median "
                      f"over {len(between)} steps); host in that idle: {words}")
         if share >= BETWEEN_STEPS_SHARE:
             figures["qualifier"] = (f"{name} within the step; {share:.0%} of the step period is "
-                                    f"between steps, {CAUSE_WORDS.get(cause, cause)} "
+                                    f"between steps, {words} "
                                     f"(cause: {cause})")
             lines.append(f"between-steps share {share:.1%} >= BETWEEN_STEPS_SHARE "
                          f"{BETWEEN_STEPS_SHARE:.0%}: the verdict holds within the step only")
     return name, lines, figures
 
 
+def cause_words(cause: str, tracer_on: bool) -> str:
+    """The cause class of the idle between steps in words; what 'not recorded' means depends on
+    whether the Python tracer was on (one truthful sentence: never 'may be off' when it was on)."""
+    if cause == "not recorded":
+        return ("with nothing recorded on the host (the Python tracer was on: the host was "
+                "outside traced Python, in C code, waiting or idle)" if tracer_on else
+                "with nothing recorded on the host (the Python tracer was off: what Python did "
+                "there is not in the capture)")
+    return CAUSE_WORDS.get(cause, cause)
+
+
 CAUSE_WORDS = {
-    "not recorded": "with nothing recorded on the host (the Python tracer may be off)",
+    "mostly not recorded": "with host events covering under 10% of that idle (steps.csv "
+                           "between_host_events names them)",
     "input pipeline": "with the host preparing input (iterator, transfer or device_put events)",
     "host work between steps": "with the host busy in other work (the events named in "
                                "steps.csv between_host_events)",
@@ -1326,8 +1391,10 @@ def build_result(a: Analysis, joins, name, rule, figures, step_rows, info) -> di
                                     "measured", us_)
     fig["idle_between_pct_of_period"] = spread(
         [r["idle_between_ps"] / r["period_ps"] for r in with_period], "pct", "measured", 100.0)
+    # the same ratio of measured times as idle_between_pct_of_period, on the bounding GPU only:
+    # one label for one kind of value
     fig["between_share_pct_of_period"] = spread(figures.get("between_share", []), "pct",
-                                                "inferred", 100.0)
+                                                "measured", 100.0)
     result["verdict_qualifier"] = figures.get("qualifier")
     if with_period:
         result["between_steps"] = {"cause": figures.get("between_cause"), "label": "inferred",

@@ -203,10 +203,10 @@ SCENARIOS = {s.name: s for s in [
              between_steps_ps=400 * US, between_host="input_pipeline"),
 ]}
 
-# Several programs per step. Kept apart from SCENARIOS, whose every scenario the analyses' own
-# tests run end to end (tests/test_trust.py, tests/test_attribute_kernels.py): the analyses
-# frame one program execution as a step and expect every GPU to do the same work, which these
-# captures break on purpose. ALL_SCENARIOS holds both; `-m capgen` takes any name in it.
+# Several programs per step: an eager op-by-op loop, a train step and its optimizer, a GPU with
+# argument copies only, pipeline stages on GPUs of their own. Named apart (tests of steps,
+# programs and GPU groups take them from here) and part of SCENARIOS, whose every scenario the
+# analyses' own tests run end to end (tests/test_trust.py, tests/test_attribute_kernels.py).
 MULTI_PROGRAM_SCENARIOS = {s.name: s for s in [
     # op by op, dispatch-bound, no step annotation (module docstring)
     Scenario("eager-op-by-op", vendor="nvidia", program="", steps=4, step_annotations=False,
@@ -227,4 +227,5 @@ MULTI_PROGRAM_SCENARIOS = {s.name: s for s in [
     Scenario("pipeline-stages-4", vendor="nvidia", program="", gpus=4, steps=3,
              plan=_pipeline_plan(4)),
 ]}
-ALL_SCENARIOS = {**SCENARIOS, **MULTI_PROGRAM_SCENARIOS}
+SCENARIOS.update(MULTI_PROGRAM_SCENARIOS)
+ALL_SCENARIOS = SCENARIOS
