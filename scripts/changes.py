@@ -182,6 +182,7 @@ def read_steps(out: Path) -> dict:
                 "unknown": float(r["unknown_gap_us"] or 0),
                 "kernel_sum": float(r["il_us"] or 0) - float(r["il_idle_us"] or 0),
                 "executions": int(r["executions"]) if r.get("executions") else None,
+                "period": float(r["period_us"]) if r.get("period_us") else None,
                 "between_programs": float(r.get("between_programs_idle_us") or 0)}
         except (TypeError, ValueError):
             raise ChangesError(f"{out / 'steps.csv'} has a row that is not step 1's (step "
@@ -359,6 +360,9 @@ def step_frames(steps: dict, chosen: list, compared: set | None = None) -> dict:
         start = g[b]["start"]
         nxt = steps.get(n + 1)
         next_start = min(r["start"] for r in nxt.values()) if nxt else None
+        if next_start is None and g[b].get("period"):
+            # the next step is not analysed (a partial one), but step 1 measured the period
+            next_start = start + g[b]["period"]
         wend = max(end, next_start) if next_start is not None else end
         frames[n] = {"step": n, "bound": b, "start": start, "end": end, "next_start": next_start,
                      "window_end": wend, "window": wend - start,
@@ -559,7 +563,8 @@ def analyse(out: Path) -> dict:
     chosen, whole = choose_steps(steps, s1, notes)
     # a step no analysed step follows has no measurable idle after it: its window would be short
     # by that idle, so it is left out where others remain
-    followed = [n for n in chosen if n + 1 in steps]
+    followed = [n for n in chosen if n + 1 in steps or
+                any(r.get("period") for r in steps[n].values())]
     if followed and len(followed) < len(chosen):
         left = [n for n in chosen if n not in followed]
         notes.append(f"step(s) {', '.join(map(str, left))} left out: no analysed step follows, so "
@@ -676,7 +681,8 @@ def analyse(out: Path) -> dict:
             words += (f", in {hd['gaps']} gap(s) of 1 us or more, {fmt(hd['leading_us'])} us "
                       "of it before the first kernel")
             if named:
-                words += f"; host events inside them: {named}"
+                inc = " (the dispatch gaps included)" if dispatch else ""
+                words += f"; host events inside them{inc}: {named}"
         joins = (s1 or {}).get("joins", {})
         graph, launched = joins.get("graph_launch", 0), joins.get("launch", 0)
         knob = host_knob(hd["leading_us"] if hd else 0.0, host_late,
@@ -701,8 +707,13 @@ def analyse(out: Path) -> dict:
                f"{dp.get('steps')} steps): one program per step instead of {execs[at]}"
                if call else
                f"jax.jit the function that makes these calls: one program per step instead of "
-               f"{execs[at]} (the Python tracer was off or names no call enclosing them: "
-               "python_tracer_level=1 in a new capture would name it)")
+               f"{execs[at]} ("
+               + ("the Python tracer was on, but no one traced call encloses a step's "
+                  "dispatches: python_lines.csv and the host events of gaps.csv name the calls "
+                  "around them" if ((s1 or {}).get("python_tracer") or {}).get("calls") else
+                  "the Python tracer was off: a capture with python_tracer_level=1 would name "
+                  "the function")
+               + ")")
         causes.append(cause_row(
             "dispatch",
             f"dispatch between programs: {execs[at]} program executions in step {median}, "

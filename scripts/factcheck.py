@@ -585,7 +585,7 @@ def skip_reason(text: str, fig: Figure) -> str:
         return f"an identifier after '{word}'"
     if ints and len(nums) == 1 and nums[0].value <= ENUM_MAX and \
             re.search(r"\(\s*$", text[max(0, fig.start - 3):fig.start]) and \
-            re.match(r"\s*\)\s+[A-Za-z]", text[fig.end:fig.end + 4]):
+            re.match(r"\s*\)\s+[*_`\[]{0,2}[A-Za-z]", text[fig.end:fig.end + 6]):
         return "an enumeration: (1), (2), ..."
     if ints and len(nums) == 1 and YEARS[0] <= nums[0].value <= YEARS[1] \
             and len(text[nums[0].start:nums[0].end]) == 4:

@@ -538,9 +538,11 @@ def test_one_dispatch_on_several_gpu_threads_is_one_execution():
 @pytest.mark.parametrize("real, period, programs", [
     ("tracelens-amd-rocm/mi300x-jax0.8-gemm", 7,
      "jit_convert_element_type x2, jit_broadcast_in_dim x2, jit_dot x3"),
+    # each call of elementwise_ops (the Python tracer's loop body) runs one whole cycle: a step
+    # starts where it starts, not at the longest pause (before jit_relu's custom-JVP call)
     ("tracelens-amd-rocm/mi300x-jax0.8-elementwise", 11,
-     "jit_relu, jit__mean, jit__std, jit_subtract, jit_add x2, jit_true_divide, "
-     "jit__reduce_sum, jit_sin, jit_cos, jit_multiply"),
+     "jit_add x2, jit_sin, jit_cos, jit_multiply, jit_relu, jit__mean, jit__std, jit_subtract, "
+     "jit_true_divide, jit__reduce_sum"),
 ])
 def test_real_eager_loops_are_framed_by_their_cycle(shared, tmp_path, real, period, programs):
     """The gemm and elementwise captures call small jitted programs one after another in a
@@ -558,6 +560,12 @@ def test_real_eager_loops_are_framed_by_their_cycle(shared, tmp_path, real, peri
     assert sorted(set(first)) == sorted({m.split(" x")[0] for m in programs.split(", ")})
     assert all(float(r["between_programs_idle_us"]) > 0 for r in rows)
     assert result["figures"]["executions_per_step"]["value"] == period
+    # the Python function whose body the loop runs: the one to jit whole
+    assert result["dispatch"]["enclosing_call"] == {
+        7: "$generate_gemm_trace.py:31 run_gemms",
+        11: "$generate_elementwise_trace.py:20 elementwise_ops"}[period]
+    if period == 11:
+        assert result["steps"]["analysed"] == [0, 1, 2, 3, 4]
 
 
 def test_gpu_groups_compare_only_gpus_that_run_the_same_programs():

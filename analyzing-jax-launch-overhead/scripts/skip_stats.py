@@ -452,14 +452,53 @@ def cycle_phase(execs: list, pattern: list) -> tuple[list, str]:
                      "of the cycle starts a step")
 
 
-def cycle_steps(execs: list, trace_end: int, notes: list) -> tuple[list, str] | None:
+def python_phase(host_threads, execs: list, pattern: list) -> tuple[list, str] | None:
+    """The rotation of the cycle that a Python-traced call runs whole: a traced call (one name,
+    at least PERIOD_MIN_CYCLES calls) inside each of which exactly one cycle's executions begin,
+    in one rotation of the cycle; the innermost such call (the loop body a person calls a step).
+    None without the tracer or without such a call."""
+    p = len(pattern)
+    if p < 2 or not host_threads:
+        return None
+    starts = [x.start for x in execs]
+    names = [x.module for x in execs]
+    rotations = {tuple(pattern[r:] + pattern[:r]) for r in range(p)}
+    span = min((execs[i + p - 1].start - execs[i].start for i in range(len(execs) - p + 1)),
+               default=0)
+    best = None
+    for events in host_threads.values():
+        per: dict[str, list] = {}
+        for h in events:
+            if h["dur"] < span or not h["name"].startswith(rules.PYTHON_TRACER_PREFIX) or \
+                    PROFILER_CALL_RE.match(h["name"]):
+                continue
+            lo = bisect.bisect_left(starts, h["start"])
+            hi = bisect.bisect_left(starts, h["start"] + h["dur"])
+            if hi - lo == p and tuple(names[lo:hi]) in rotations:
+                per.setdefault(h["name"], []).append((h["dur"], tuple(names[lo:hi])))
+        for name, calls in per.items():
+            if len(calls) < PERIOD_MIN_CYCLES:
+                continue
+            rot = max(set(c[1] for c in calls), key=[c[1] for c in calls].count)
+            rank = (statistics.median(c[0] for c in calls), name)
+            if best is None or rank < best[0]:
+                best = (rank, name, rot, len(calls))
+    if best is None:
+        return None
+    _, name, rot, n = best
+    return list(rot), (f"a step starts where {name} starts: each of its {n} calls runs one "
+                       "whole cycle (the Python tracer's call, the loop body)")
+
+
+def cycle_steps(execs: list, trace_end: int, notes: list,
+                host_threads=None) -> tuple[list, str] | None:
     """Steps from the repeating cycle of executed programs, or None when nothing repeats."""
     names = [x.module for x in execs]
     found = find_cycle(names)
     if found is None:
         return None
     p, pattern = found
-    cycle, why = cycle_phase(execs, pattern)
+    cycle, why = python_phase(host_threads, execs, pattern) or cycle_phase(execs, pattern)
     # walk the executions: a step at every whole cycle; an execution outside the cycle joins the
     # step it runs in (a metrics program every tenth step); those before the first whole cycle
     # and an unfinished last cycle are partial steps
@@ -582,7 +621,7 @@ def find_steps(gpu, host_threads, trace_end) -> tuple[list, str, list]:
                                   bisect.bisect_right(starts, st.end)]
         return steps, "StepTraceAnnotation (step_num)", notes
     execs = program_executions(host_threads)
-    found = cycle_steps(execs, trace_end, notes) if execs else None
+    found = cycle_steps(execs, trace_end, notes, host_threads) if execs else None
     if found is None and execs:
         found = python_call_steps(host_threads, execs, trace_end, notes)
     if found is not None:
@@ -916,9 +955,10 @@ def per_step_rows(a: Analysis) -> tuple[list, list, list, dict]:
 def step_programs(evs, exec_starts) -> tuple:
     """One GPU's events of one step: how many of the step's program executions ran kernels on
     it, its programs in order of their first kernel with their executions (`module xN`), and
-    the GPU idle between the kernels of two different executions (the dispatch between
-    programs). An event belongs to the execution whose host events began last before its launch
-    (its own start where it joined no launch)."""
+    the GPU idle between the kernels of two different executions while the host was still
+    launching the next one (the dispatch between programs; a gap before a kernel queued in time
+    waits on the device and is not counted). An event belongs to the execution whose host
+    events began last before its launch (its own start where it joined no launch)."""
     if not exec_starts:
         mods = list(dict.fromkeys(e.args.get("hlo_module") for e in sorted(
             evs, key=operator.attrgetter("start")) if e.args.get("hlo_module")))
@@ -938,7 +978,12 @@ def step_programs(evs, exec_starts) -> tuple:
     cur_end, cur_idx = None, None
     for e in order:
         i = idx_of[e]
-        if cur_end is not None and e.start > cur_end and i != cur_idx:
+        L = e.launch
+        # the host still launching when the GPU went idle (as gaps.csv's host_late): a gap
+        # before a kernel that was queued in time waits on the device, not on the dispatch
+        late = L is not None and e.join in ("launch", "graph_launch") and \
+            L["start"] + L["dur"] > (cur_end or 0)
+        if cur_end is not None and e.start > cur_end and i != cur_idx and late:
             between += e.start - cur_end
         if cur_end is None or e.end > cur_end:
             cur_end, cur_idx = e.end, i
