@@ -383,6 +383,11 @@ def median_step(out: Path, chosen: list, frames: dict) -> tuple[int, str]:
                                                                          "median"):
         return ch["step"], (f"step {ch['step']}: the step step 3 drew (swimlanes.json), the "
                             "median-duration step")
+    s1 = read_json(out / "skip_stats.json") or {}
+    median = (s1.get("frames") or {}).get("median_step") if isinstance(s1, dict) else None
+    if median in chosen:
+        return median, (f"step {median}: step 1's median step (skip_stats.json frames), the "
+                        f"lower-median step by duration of the {len(chosen)} step(s) used")
     order = sorted(chosen, key=lambda n: (frames[n]["end"] - frames[n]["start"], n))
     n = order[(len(order) - 1) // 2]
     return n, (f"step {n}: the lower-median step by duration of the {len(order)} step(s) used")

@@ -324,6 +324,9 @@ def choose_step(s1: dict, steps: dict, requested: int | None) -> dict:
     elif complete:
         order = sorted(complete, key=lambda k: (dur[k], k))
         n = order[(len(order) - 1) // 2]  # the lower median: a step that ran
+        median = (s1.get("frames") or {}).get("median_step")
+        if median in complete:
+            n = median  # step 1's frames are the one home of the median step
         lo, hi = dur[order[0]], dur[order[-1]]
         why = (f"step {n}: the median-duration step of the {len(order)} complete analysed "
                f"step(s) ({us3(dur[n]):,.3f} us; they range {us3(lo):,.3f} to {us3(hi):,.3f} us)")

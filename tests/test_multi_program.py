@@ -61,6 +61,22 @@ def check_steps_are_the_iterations(r, out):
     return s1, steps
 
 
+def check_one_home_of_frames(out):
+    """Step 1's frames decide the median step: step 3 draws it and step 6 takes its figures
+    from it; every frame's window reaches the next step's start."""
+    s1 = json.loads((out / "skip_stats.json").read_text())
+    fr = s1["frames"]
+    assert fr["median_step"] is not None
+    assert json.loads((out / "swimlanes.json").read_text())["chosen"]["step"] == \
+        fr["median_step"]
+    assert json.loads((out / "changes.json").read_text())["steps"]["median"] == \
+        fr["median_step"]
+    for f in fr["steps"]:
+        if f["next_start_us"] is not None:
+            assert f["window_us"] == pytest.approx(
+                max(f["end_us"], f["next_start_us"]) - f["start_us"], abs=1e-6)
+
+
 def check_no_straggler(out):
     s1 = json.loads((out / "skip_stats.json").read_text())
     assert s1["straggler"] is None or not s1["straggler"]["is_straggler"]
@@ -98,6 +114,7 @@ def test_eager_op_by_op_is_framed_by_its_cycle_and_dispatch_ranks_first(investig
     assert "change 1: dispatch between programs" in stdout
     check_no_straggler(out)
     check_programs_attributed(r, out)
+    check_one_home_of_frames(out)
     assert json.loads((out / "factcheck.json").read_text())["verdict"] == "pass"
 
 
@@ -109,6 +126,7 @@ def test_a_train_step_and_its_optimizer_are_one_step(investigated):
     assert {row["programs"] for row in steps} == {"jit_train_step x1; jit_apply_updates x1"}
     check_programs_attributed(r, out)
     check_no_straggler(out)
+    check_one_home_of_frames(out)
 
 
 def test_annotated_steps_still_win_and_list_their_programs(investigated):

@@ -1052,6 +1052,46 @@ def enclosing_call(candidates: list, st: Step) -> str | None:
     return best["name"] if best else None
 
 
+def step_frames(a: Analysis, step_rows, info) -> dict:
+    """The one home of the step frames later steps use: per analysed step its start, its end
+    and bounding GPU (the latest end among the GPUs that run the step's programs), the next
+    step's start (any step of the capture: the period) and the window (start to the later of
+    its end and the next start); the median step (the lower median by duration of the complete
+    analysed steps, else of all analysed ones: a step that ran) and the straggler margin.
+    Step 3 draws the median step and step 6 takes its figures from it."""
+    main = set(info.get("main_group") or ())
+    order = sorted(a.steps, key=lambda st: st.start)
+    nxt = {st.number: order[i + 1].start for i, st in enumerate(order[:-1])}
+    partial = {s.number for s in a.analysed if s.partial}
+    by: dict[int, list] = {}
+    for r in step_rows:
+        by.setdefault(r["step"], []).append(r)
+    frames = []
+    for n, rows in sorted(by.items()):
+        mine = [r for r in rows if r["device"] in main] or rows
+        end = max(r["end_ps"] for r in mine)
+        bound = min(r["device"] for r in mine if r["end_ps"] == end)
+        start = min(r["start_ps"] for r in rows)
+        ns = nxt.get(n)
+        wend = max(end, ns) if ns is not None and ns > start else end
+        frames.append({"step": n, "start_us": start / 1e6, "end_us": end / 1e6,
+                       "bounding_gpu": bound, "dur_us": (end - start) / 1e6,
+                       "next_start_us": None if ns is None else ns / 1e6,
+                       "window_us": (wend - start) / 1e6, "partial": n in partial})
+    pool = [f for f in frames if not f["partial"]] or frames
+    median = None
+    why = ""
+    if pool:
+        ranked = sorted(pool, key=lambda f: (f["dur_us"], f["step"]))
+        median = ranked[(len(ranked) - 1) // 2]["step"]
+        why = (f"step {median}: the lower-median duration of the {len(ranked)} "
+               f"{'complete ' if pool is not frames or not partial else ''}analysed step(s)")
+    return {"median_step": median, "why": why, "steps": frames,
+            "margin": {"floor_us": STRAGGLER_MIN_LEAD_PS / 1e6,
+                       "pct_of_step": 100.0 * STRAGGLER_MIN_LEAD_SHARE},
+            "label": "measured"}
+
+
 def dispatch_summary(a: Analysis, step_rows) -> dict | None:
     """Steps that hold several program executions: executions per step, the GPU idle between
     two executions' kernels (steps.csv), and the Python-traced call that encloses a step's
@@ -1406,7 +1446,7 @@ def build_result(a: Analysis, joins, name, rule, figures, step_rows, info) -> di
         "gpu_events": total,
         "join_rate_pct_of_gpu_events": 100.0 * joins.get("launch", 0) / total if total else 0.0,
         "figures": {}, "host_device_split": None, "straggler": None, "gpu_groups": [],
-        "dispatch": None,
+        "dispatch": None, "frames": None,
         "verdict_qualifier": None, "between_steps": None,
         "notes": list(a.notes), "refusals": list(a.refusals),
         "needs_new_capture": [NEEDS_NEW_CAPTURE],
@@ -1450,6 +1490,7 @@ def build_result(a: Analysis, joins, name, rule, figures, step_rows, info) -> di
                                    "device_pct_of_step": 100 - 100 * host / span,
                                    "label": "inferred"}
     result["dispatch"] = dispatch_summary(a, step_rows)
+    result["frames"] = step_frames(a, step_rows, info)
     groups = info.get("groups") or []
     n_steps = len({r["step"] for r in step_rows})
     result["gpu_groups"] = [
