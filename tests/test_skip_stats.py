@@ -615,3 +615,18 @@ def test_a_repeated_python_call_frames_steps_where_the_programs_do_not_repeat():
                       "repeated call)")
     assert [len(s.executions) for s in steps] == [2, 3, 4, 5]
     assert [s.start for s in steps] == [(10 + 1000 * k) * 1_000_000 for k in range(4)]
+
+
+def test_the_cycle_search_is_bounded_on_a_long_sequence_that_never_repeats():
+    """A long run of programs in no order has no cycle: found as such, and an exact cycle whose
+    first turn is cut (the capture started inside it) is still found, at its length."""
+    import random
+
+    import skip_stats
+    rng = random.Random(7)
+    names = [f"jit_{rng.randrange(50)}" for _ in range(50_000)]
+    assert skip_stats.find_cycle(names) is None
+    turn = [f"jit_op{i % 7}" for i in range(25)]
+    seq = turn[11:] + turn * 300 + ["jit_metrics"] + turn * 100
+    p, pattern = skip_stats.find_cycle(seq)
+    assert p == 25 and sorted(pattern) == sorted(turn)

@@ -113,6 +113,16 @@ PERIOD_MIN_CYCLES = 2
 # taken as one window (the search is linear per candidate length, and no real step was seen with
 # more than a few hundred dispatches).
 PERIOD_MAX = 4096
+# The cycle search compares the sequence with itself once per candidate length, in C: at most
+# this many element comparisons in all (about a second), so a long sequence that never repeats
+# costs bounded time; lengths beyond it are not tried (a cycle longer than this many
+# comparisons / executions is not found, and the capture is one window).
+CYCLE_SEARCH_WORK = 50_000_000
+# The best-scoring lengths (shifted comparison) tried again with their most common run of
+# programs, where an inserted execution shifts the rest of the sequence out of phase; a length
+# that matches under this share of the shifted sequence is not a cycle with a few insertions.
+CYCLE_CANDIDATES = 20
+CYCLE_CANDIDATE_SHARE = 0.3
 # Where a cycle starts: at the execution after the longest host pause of the cycle (the step's
 # sync, the input pipeline), when the median pause before it is at least this many times the
 # median pause before every other execution of the cycle; otherwise the pauses do not mark a
@@ -356,29 +366,19 @@ def find_cycle(names: list) -> tuple[int, list] | None:
     """The repeating cycle of a sequence of executed programs: the shortest p and the p-gram
     (one rotation of the cycle) whose whole, non-overlapping occurrences cover at least
     PERIOD_MATCH_SHARE of the sequence, PERIOD_MIN_CYCLES of them at least; None when nothing
-    repeats. A first pass compares the sequence with itself shifted by p (fast where the cycle
-    is exact); the second takes each p's most common p-gram (a rolling hash, linear per p), so
-    an execution inserted into one cycle does not shift every later one out of phase."""
+    repeats. Every length p is scored by comparing the sequence with itself shifted by p (in C,
+    on program ids: linear per p); the exact cycle wins at once; otherwise the
+    CYCLE_CANDIDATES best-scoring lengths are tried with their most common p-gram (a rolling
+    hash), so an execution inserted into one cycle does not shift every later one out of
+    phase. The work is bounded: lengths past CYCLE_SEARCH_WORK / len(names) are not tried."""
     n = len(names)
-    top = min(PERIOD_MAX, n // PERIOD_MIN_CYCLES)
-    for p in range(1, top + 1):
-        allowed = int((1 - PERIOD_MATCH_SHARE) * (n - p))
-        misses = 0
-        for i in range(n - p):
-            if names[i] != names[i + p]:
-                misses += 1
-                if misses > allowed:
-                    break
-        else:
-            pattern = names[:p]
-            if walk_coverage(names, pattern)[0] >= PERIOD_MATCH_SHARE * n:
-                return p, pattern
     ids: dict[str, int] = {}
     seq = [ids.setdefault(m, len(ids) + 1) for m in names]
+    top = min(PERIOD_MAX, n // PERIOD_MIN_CYCLES, max(1, CYCLE_SEARCH_WORK // max(n, 1)))
     mod, base = (1 << 61) - 1, 1_000_003
-    for p in range(1, top + 1):
-        if PERIOD_MIN_CYCLES * p > n:
-            break
+
+    def common_run(p: int) -> tuple[int, list] | None:
+        """Length p with its most common p-gram (rolling hash), if it covers the sequence."""
         h, power = 0, pow(base, p, mod)
         counts: dict[int, int] = {}
         first: dict[int, int] = {}
@@ -391,11 +391,30 @@ def find_cycle(names: list) -> tuple[int, list] | None:
                 first.setdefault(h, i - p + 1)
         best = max(counts, key=lambda k: (counts[k], -first[k]))
         if counts[best] * p < PERIOD_MATCH_SHARE * n or counts[best] < PERIOD_MIN_CYCLES:
-            continue
+            return None
         pattern = names[first[best]:first[best] + p]
         covered, whole = walk_coverage(names, pattern)
         if covered >= PERIOD_MATCH_SHARE * n and whole >= PERIOD_MIN_CYCLES:
             return p, pattern
+        return None
+
+    scores = []
+    for p in range(1, top + 1):
+        same = n - p - sum(map(operator.ne, seq[:n - p], seq[p:]))
+        share = same / (n - p) if n > p else 0.0
+        if share >= PERIOD_MATCH_SHARE:
+            pattern = names[:p]
+            if walk_coverage(names, pattern)[0] >= PERIOD_MATCH_SHARE * n:
+                return p, pattern
+            found = common_run(p)  # the sequence starts outside the cycle
+            if found:
+                return found
+        scores.append((share, p))
+    for p in sorted(p for share, p in sorted(scores, reverse=True)[:CYCLE_CANDIDATES]
+                    if share >= CYCLE_CANDIDATE_SHARE):
+        found = common_run(p)
+        if found:
+            return found
     return None
 
 
@@ -1037,19 +1056,46 @@ def gpu_groups(a: Analysis, by_gpu_step) -> list[dict]:
                                                   x["devices"]))
 
 
-def enclosing_call(candidates: list, st: Step) -> str | None:
-    """The innermost Python-traced call (of `candidates`) that encloses every program dispatch
-    of a step (its first execution's start to its last one's): the user's function a `jax.jit`
-    around it would make one program; None when no traced call encloses them all."""
+class CallTree:
+    """The Python-traced calls of each host thread as a nesting (each call's enclosing call),
+    built once, so that the calls enclosing a time are found by one bisection and a walk up."""
+
+    def __init__(self, host_threads):
+        self.threads = []
+        for events in host_threads.values():
+            calls = sorted((h for h in events if h["name"].startswith(rules.PYTHON_TRACER_PREFIX)
+                            and not PROFILER_CALL_RE.match(h["name"])),
+                           key=lambda h: (h["start"], -h["dur"]))
+            if not calls:
+                continue
+            parent, stack = [], []
+            for i, h in enumerate(calls):
+                while stack and calls[stack[-1]]["start"] + calls[stack[-1]]["dur"] <= h["start"]:
+                    stack.pop()
+                parent.append(stack[-1] if stack else -1)
+                stack.append(i)
+            self.threads.append(([h["start"] for h in calls], calls, parent))
+
+    def innermost_enclosing(self, t0: int, t1: int) -> dict | None:
+        """The shortest traced call, on any thread, that starts by t0 and ends at t1 or later."""
+        best = None
+        for starts, calls, parent in self.threads:
+            i = bisect.bisect_right(starts, t0) - 1
+            while i >= 0 and calls[i]["start"] + calls[i]["dur"] < t1:
+                i = parent[i]  # the calls enclosing t0 are this call's ancestors
+            if i >= 0 and (best is None or calls[i]["dur"] < best["dur"]):
+                best = calls[i]
+        return best
+
+
+def enclosing_call(tree: CallTree, st: Step) -> str | None:
+    """The innermost Python-traced call that encloses every program dispatch of a step (its
+    first execution's start to its last one's): the user's function a `jax.jit` around it would
+    make one program; None when no traced call encloses them all."""
     if len(st.executions) < 2:
         return None
-    t0, t1 = st.executions[0].start, st.executions[-1].start
-    best = None
-    for h in candidates:
-        if h["start"] <= t0 and h["start"] + h["dur"] >= t1 and \
-                (best is None or h["dur"] < best["dur"]):
-            best = h
-    return best["name"] if best else None
+    h = tree.innermost_enclosing(st.executions[0].start, st.executions[-1].start)
+    return h["name"] if h else None
 
 
 def step_frames(a: Analysis, step_rows, info) -> dict:
@@ -1100,18 +1146,12 @@ def dispatch_summary(a: Analysis, step_rows) -> dict | None:
     if not rows or max(r["executions"] for r in rows) < 2:
         return None
     names = []
-    spans = [st.executions[-1].start - st.executions[0].start for st in a.analysed
-             if len(st.executions) > 1]
-    # only traced calls at least as long as the shortest step's dispatches can enclose them
-    # (a few outer calls, not every traced event once per step)
-    shortest = min(spans, default=0)
-    candidates = [h for evs in a.host_threads.values() for h in evs
-                  if h["dur"] >= shortest and h["name"].startswith(rules.PYTHON_TRACER_PREFIX)
-                  and not PROFILER_CALL_RE.match(h["name"])] if spans else []
-    for st in a.analysed if candidates else ():
-        name = enclosing_call(candidates, st)
-        if name:
-            names.append(name)
+    if getattr(a, "python_tracer_on", True):
+        tree = CallTree(a.host_threads)
+        for st in a.analysed:
+            name = enclosing_call(tree, st)
+            if name:
+                names.append(name)
     top = max(sorted(set(names)), key=names.count) if names else None
     return {"executions_per_step": spread([r["executions"] for r in rows], "count", "measured"),
             "between_programs_idle_us": spread([r["between_programs_ps"] for r in rows], "us",
