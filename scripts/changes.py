@@ -722,7 +722,8 @@ def analyse(out: Path) -> dict:
         causes.append(cause_row(
             "dispatch",
             f"dispatch between programs: {execs[at]} program executions in step {median}, "
-            f"{fmt(between[at])} us of GPU idle between two executions' kernels on GPU {b}",
+            f"{fmt(between[at])} us the critical stream of GPU {b} waits between two "
+            "executions' kernels while the host dispatches the next",
             f"GPU {b}", 100.0 * between[at] / mwin, step_us, spread(between, at),
             "the GPU would run the step's programs back to back, as one program would (the idle "
             "while the host dispatches the next program gone; kernel durations unchanged); part "

@@ -934,7 +934,7 @@ def per_step_rows(a: Analysis) -> tuple[list, list, list, dict]:
             host_late, device_wait, unknown, gaps = classify_gaps(a, crit_evs, start, d, num)
             gap_rows.extend(gaps)
             coll = union_ps(coll_iv)
-            n_exec, programs, between_programs = step_programs(evs, exec_starts)
+            n_exec, programs, between_programs = step_programs(evs, exec_starts, crit)
             step_rows.append({
                 "step": num, "device": d, "source": st.source, "start_ps": start, "end_ps": end,
                 "dur_ps": dur, "kernels": len(evs), "busy_ps": busy, "idle_ps": dur - busy,
@@ -971,13 +971,13 @@ def per_step_rows(a: Analysis) -> tuple[list, list, list, dict]:
                                              "compared": compared}
 
 
-def step_programs(evs, exec_starts) -> tuple:
+def step_programs(evs, exec_starts, crit=None) -> tuple:
     """One GPU's events of one step: how many of the step's program executions ran kernels on
     it, its programs in order of their first kernel with their executions (`module xN`), and
-    the GPU idle between the kernels of two different executions while the host was still
-    launching the next one (the dispatch between programs; a gap before a kernel queued in time
-    waits on the device and is not counted). An event belongs to the execution whose host
-    events began last before its launch (its own start where it joined no launch)."""
+    the critical stream's idle between the kernels of two different executions while the host
+    was still launching the next one (the dispatch between programs: the host_late gaps that
+    lie between two executions). An event belongs to the execution whose host events began
+    last before its launch (its own start where it joined no launch)."""
     if not exec_starts:
         mods = list(dict.fromkeys(e.args.get("hlo_module") for e in sorted(
             evs, key=operator.attrgetter("start")) if e.args.get("hlo_module")))
@@ -993,13 +993,17 @@ def step_programs(evs, exec_starts) -> tuple:
         m = e.args.get("hlo_module")
         if m:
             runs.setdefault(m, set()).add(idx_of[e])
+    # on the critical stream, as classify_gaps cuts it: a host_late gap (the next kernel's launch
+    # call had not ended when the stream went idle) between two executions' kernels; so the
+    # dispatch is a part of host_late_us, never more (a copy on another stream inside the gap
+    # does not cut it; a gap before a kernel queued in time waits on the device)
     between = 0
     cur_end, cur_idx = None, None
     for e in order:
+        if crit is not None and e.stream != crit:
+            continue
         i = idx_of[e]
         L = e.launch
-        # the host still launching when the GPU went idle (as gaps.csv's host_late): a gap
-        # before a kernel that was queued in time waits on the device, not on the dispatch
         late = L is not None and e.join in ("launch", "graph_launch") and \
             L["start"] + L["dur"] > (cur_end or 0)
         if cur_end is not None and e.start > cur_end and i != cur_idx and late:
