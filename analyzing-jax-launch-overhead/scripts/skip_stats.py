@@ -335,21 +335,50 @@ class Execution:
     threads: set
 
 
-def program_executions(host_threads) -> list:
+MODULE_SUFFIX = ":XLA GPU module"
+
+
+def host_scan(host_threads) -> dict:
+    """One pass over the host events for what step framing needs: per thread its
+    `<module>:XLA GPU module` events and `GpuExecutable::ExecuteThunks` events (start, end,
+    module), and whether the Python tracer was on. Names repeat, so each distinct name is
+    classified once."""
+    kind: dict[str, int] = {}  # 0 nothing, 1 module event, 2 ExecuteThunks, 3 traced Python
+    tracer = False
+    per: dict = {}
+    for key, events in host_threads.items():
+        mods, thunks = [], []
+        for h in events:
+            name = h["name"]
+            k = kind.get(name)
+            if k is None:
+                k = kind[name] = (1 if name.endswith(MODULE_SUFFIX) else
+                                  2 if name == "GpuExecutable::ExecuteThunks" else
+                                  3 if name.startswith(rules.PYTHON_TRACER_PREFIX) else 0)
+            if not k:
+                continue
+            if k == 1:
+                mods.append((h["start"], h["start"] + h["dur"], name[:-len(MODULE_SUFFIX)]))
+            elif k == 2:
+                m = h["args"].get("module_name")
+                if m:
+                    thunks.append((h["start"], h["start"] + h["dur"], str(m)))
+            else:
+                tracer = True
+        if mods or thunks:
+            per[key] = (mods, thunks)
+    return {"threads": per, "tracer": tracer}
+
+
+def program_executions(host_threads, scan: dict | None = None) -> list:
     """Executions of programs on the host, in start order: `<module>:XLA GPU module` events (or,
     on a thread without them, `GpuExecutable::ExecuteThunks` with its module_name), one per GPU
     thread; consecutive executions of one module on distinct threads are one dispatch (a
     multi-GPU program runs on one execution thread per GPU, at once or, on its first call, one
     GPU after another)."""
     evs = []
-    for key, events in host_threads.items():
-        mods = [(h["start"], h["start"] + h["dur"], h["name"][:-len(":XLA GPU module")])
-                for h in events if h["name"].endswith(":XLA GPU module")]
-        if not mods:
-            mods = [(h["start"], h["start"] + h["dur"], str(h["args"]["module_name"]))
-                    for h in events if h["name"] == "GpuExecutable::ExecuteThunks"
-                    and h["args"].get("module_name")]
-        evs.extend((s, e, m, key) for s, e, m in mods)
+    for key, (mods, thunks) in (scan or host_scan(host_threads))["threads"].items():
+        evs.extend((s, e, m, key) for s, e, m in (mods or thunks))
     evs.sort(key=lambda x: (x[0], x[1]))
     out: list[Execution] = []
     for s, e, m, key in evs:
@@ -618,7 +647,7 @@ def python_call_steps(host_threads, execs: list, trace_end: int, notes: list):
     return steps, f"calls of {name} (the Python tracer's outermost repeated call)"
 
 
-def find_steps(gpu, host_threads, trace_end) -> tuple[list, str, list]:
+def find_steps(gpu, host_threads, trace_end, scan: dict | None = None) -> tuple[list, str, list]:
     notes = []
     marks: dict[int, list] = {}
     for events in host_threads.values():
@@ -633,13 +662,13 @@ def find_steps(gpu, host_threads, trace_end) -> tuple[list, str, list]:
         steps = [Step(n, min(h["start"] for h in hs), max(h["start"] + h["dur"] for h in hs),
                       "annotation") for n, hs in sorted(marks.items())]
         # the program executions that began inside each annotated step
-        execs = program_executions(host_threads)
+        execs = program_executions(host_threads, scan)
         starts = [x.start for x in execs]
         for st in steps:
             st.executions = execs[bisect.bisect_left(starts, st.start):
                                   bisect.bisect_right(starts, st.end)]
         return steps, "StepTraceAnnotation (step_num)", notes
-    execs = program_executions(host_threads)
+    execs = program_executions(host_threads, scan)
     found = cycle_steps(execs, trace_end, notes, host_threads) if execs else None
     if found is None and execs:
         found = python_call_steps(host_threads, execs, trace_end, notes)
@@ -842,7 +871,8 @@ def analyse(trace) -> tuple[Analysis, dict]:
     ends = [max(map(operator.attrgetter("end"), gpu))] if gpu else []
     ends += [max(h["start"] + h["dur"] for h in hs) for hs in host_threads.values() if hs]
     trace_end = max(ends, default=0)
-    steps, source, step_notes = find_steps(gpu, host_threads, trace_end)
+    scan = host_scan(host_threads)  # one pass over the host events for the step framing
+    steps, source, step_notes = find_steps(gpu, host_threads, trace_end, scan)
     notes += step_notes
     program_call_starts(gpu, steps)
     assign_steps(gpu, steps)
@@ -866,8 +896,7 @@ def analyse(trace) -> tuple[Analysis, dict]:
     a.joins = joins
     a.exec_of = launch_threads_to_exec(gpu, host_threads)
     a.host_threads = host_threads
-    a.python_tracer_on = any(h["name"].startswith(rules.PYTHON_TRACER_PREFIX)
-                             for evs in host_threads.values() for h in evs)
+    a.python_tracer_on = scan["tracer"]
     a.gap_events = GapIndex(host_threads)
     a.thread_names = trace.threads
     return a, joins
@@ -978,10 +1007,18 @@ def step_programs(evs, exec_starts, crit=None) -> tuple:
     was still launching the next one (the dispatch between programs: the host_late gaps that
     lie between two executions). An event belongs to the execution whose host events began
     last before its launch (its own start where it joined no launch)."""
-    if not exec_starts:
-        mods = list(dict.fromkeys(e.args.get("hlo_module") for e in sorted(
-            evs, key=operator.attrgetter("start")) if e.args.get("hlo_module")))
-        return None, "; ".join(mods), None
+    if len(exec_starts) <= 1:
+        # no execution, or one (the common case of one program per step): no dispatch between
+        # programs; the programs in order of their first kernel, in one pass
+        first: dict[str, int] = {}
+        for e in evs:
+            m = e.args.get("hlo_module")
+            if m and (m not in first or e.start < first[m]):
+                first[m] = e.start
+        mods = sorted(first, key=lambda m: (first[m], m))
+        if not exec_starts:
+            return None, "; ".join(mods), None
+        return (1 if mods else 0), "; ".join(f"{m} x1" for m in mods), 0
     idx_of = {}
     for e in evs:
         L = e.launch
@@ -1025,19 +1062,27 @@ def gpu_groups(a: Analysis, by_gpu_step) -> list[dict]:
     for (d, _), evs in by_gpu_step.items():
         g = per.setdefault(d, {"modules": set(), "ps": 0, "events": 0, "copies": 0,
                                 "copy_ps": 0, "memcpy": 0, "unlabelled": 0})
-        for e in evs:
-            g["ps"] += e.dur
-            g["events"] += 1
+        ps = copies = copy_ps = memcpy = unlabelled = 0
+        mods = set()
+        for e in evs:  # a hot loop: every analysed event once
+            ps += e.dur
             m = e.args.get("hlo_module")
             if m:
-                g["modules"].add(m)
+                mods.add(m)
+            elif e.category != "memcpy":
+                unlabelled += 1
             elif rules.is_argument_copy(e.category, e.args, e.graph):
-                g["copies"] += 1
-                g["copy_ps"] += e.dur
-            elif e.category == "memcpy":
-                g["memcpy"] += 1
+                copies += 1
+                copy_ps += e.dur
             else:
-                g["unlabelled"] += 1
+                memcpy += 1
+        g["modules"] |= mods
+        g["ps"] += ps
+        g["events"] += len(evs)
+        g["copies"] += copies
+        g["copy_ps"] += copy_ps
+        g["memcpy"] += memcpy
+        g["unlabelled"] += unlabelled
     groups: dict[tuple, dict] = {}
     for d, g in sorted(per.items()):
         key = tuple(sorted(g["modules"]))
