@@ -654,8 +654,9 @@ def analyse(out: Path) -> dict:
         g = {d: r for d, r in steps[n].items() if d in gpus} or steps[n]
         new_end = max(r["end"] - r["host_late"] for r in g.values())
         hsav.append(max(0.0, fr["end"] - new_end))
-    # dispatch between programs: the GPU idle between two executions' kernels is the host
-    # dispatching the next program; it is its own cause, taken out of the host gaps' figure
+    # dispatch between programs: the critical stream's host-late wait between two executions'
+    # kernels is the host dispatching the next program; it is its own cause, taken out of the
+    # host gaps' figure
     execs = [steps[n][frames[n]["bound"]].get("executions") or 0 for n in chosen]
     between = [min(steps[n][frames[n]["bound"]].get("between_programs") or 0.0,
                    paths[n]["host_late"]) for n in chosen]

@@ -898,14 +898,7 @@ def check_figure(scratch, fig: Figure, cite: Citation, default_unit: str | None)
     results = []
     for c in members:
         if c.is_row_ref():
-            label_ok, label_why, label = check_label(c)
-            try:
-                n = rows_of(scratch, c)
-            except NoTable as exc:
-                results.append(("no_table", label, "", f"{c.table}: {exc}"))
-                continue
-            results.append(("ok", label, f"{n} row{'s' if n != 1 else ''}", "") if label_ok
-                           else ("no_label", label, "", f"{c.table}: {label_why}"))
+            results.append(check_row_ref(scratch, c))
         else:
             v, label, found, why = check_one_figure(scratch, fig, c, default_unit)
             results.append((v, label, found, f"{c.table}: {why}" if why and len(members) > 1
@@ -917,6 +910,19 @@ def check_figure(scratch, fig: Figure, cite: Citation, default_unit: str | None)
                     rows_found[3], "the citation names rows but no column: name the column "
                                    "that holds the figure (table: column, key=value)"])))
     return combine(results)
+
+
+def check_row_ref(scratch, cite: Citation) -> tuple:
+    """(verdict, label, found, why) of a citation that names rows and no column: its rows must
+    exist and its label must be one of the three."""
+    label_ok, label_why, label = check_label(cite)
+    try:
+        n = rows_of(scratch, cite)
+    except NoTable as exc:
+        return "no_table", label, "", f"{cite.table}: {exc}"
+    if not label_ok:
+        return "no_label", label, "", f"{cite.table}: {label_why}"
+    return "ok", label, f"{n} row{'s' if n != 1 else ''}", ""
 
 
 def check_one_figure(scratch, fig: Figure, cite: Citation, default_unit: str | None):
@@ -980,15 +986,7 @@ def check_text_claim(scratch, cite: Citation, text: str, start: int):
     results = []
     for c in members:
         if c.is_row_ref():
-            label_ok, label_why, label = check_label(c)
-            try:
-                n = rows_of(scratch, c)
-            except NoTable as exc:
-                results.append(("no_table", label, "", f"{c.table}: {exc}", "", None))
-                continue
-            results.append(("ok", label, f"{n} row{'s' if n != 1 else ''}", "", "", None)
-                           if label_ok else ("no_label", label, "", f"{c.table}: {label_why}",
-                                             "", None))
+            results.append(check_row_ref(scratch, c) + ("", None))
             continue
         res = check_one_text(scratch, c, text, start)
         if res is None:

@@ -565,30 +565,35 @@ class Plan:
         commands with dependencies from the buffers they use, not in the schedule's order."""
         if a == b:
             return True
+        pair = self._pair(a, b)
+        if pair is None:
+            return True
+        anc, pos, ia, ib = pair
+        return bool((anc[ia] >> pos[ib]) & 1 or (anc[ib] >> pos[ia]) & 1)
+
+    def _pair(self, a: str, b: str):
+        """(ancestry bits, positions, id of a, id of b) where a and b are instructions of one
+        computation; None otherwise (unknown names, different computations)."""
         prog = self.program
         ia, ib = prog.by_name.get(a), prog.by_name.get(b)
         if ia is None or ib is None:
-            return True
+            return None
         comp = prog.computation_of.get(ia.id)
         if comp is None or comp != prog.computation_of.get(ib.id):
-            return True
+            return None
         anc, pos = self._ancestry(comp)
-        return bool((anc[ia.id] >> pos[ib.id]) & 1 or (anc[ib.id] >> pos[ia.id]) & 1)
+        return anc, pos, ia.id, ib.id
 
     def reads(self, a: str, b: str) -> bool:
         """Whether instruction a reads b's result, directly or through others (one
         computation; the same instruction's events count as read in turn)."""
         if a == b:
             return True
-        prog = self.program
-        ia, ib = prog.by_name.get(a), prog.by_name.get(b)
-        if ia is None or ib is None:
+        pair = self._pair(a, b)
+        if pair is None:
             return False
-        comp = prog.computation_of.get(ia.id)
-        if comp is None or comp != prog.computation_of.get(ib.id):
-            return False
-        anc, pos = self._ancestry(comp)
-        return bool((anc[ia.id] >> pos[ib.id]) & 1)
+        anc, pos, ia, ib = pair
+        return bool((anc[ia] >> pos[ib]) & 1)
 
     def _ancestry(self, comp_id: int) -> tuple[dict, dict]:
         """Per instruction of a computation, the set of instructions whose results it reads

@@ -1677,8 +1677,9 @@ def render_summary(r: dict) -> list[str]:
     if (f0.get("executions_per_step") or {}).get("max", 0) > 1:
         bp = f0.get("between_programs_idle_us")
         out.append(f"  program executions per step and GPU: "
-                   f"{_rng(f0['executions_per_step'], lambda v: f'{v:.0f}')}; GPU idle between "
-                   f"two executions' kernels: {_rng(bp, lambda v: f'{v:,.1f} us')} per step "
+                   f"{_rng(f0['executions_per_step'], lambda v: f'{v:.0f}')}; the critical stream "
+                   f"waiting on the host between two executions' kernels: "
+                   f"{_rng(bp, lambda v: f'{v:,.1f} us')} per step "
                    "(steps.csv programs, executions, between_programs_idle_us)")
         dp = r.get("dispatch") or {}
         if dp.get("enclosing_call"):
