@@ -630,3 +630,61 @@ def test_the_cycle_search_is_bounded_on_a_long_sequence_that_never_repeats():
     seq = turn[11:] + turn * 300 + ["jit_metrics"] + turn * 100
     p, pattern = skip_stats.find_cycle(seq)
     assert p == 25 and sorted(pattern) == sorted(turn)
+
+
+@pytest.mark.parametrize("seq, period", [
+    (list("cbcbddd" * 5 + "cbcbdd"), 7),   # the capture stopped inside the last turn
+    (list("cbcbddd" * 5 + "cbcb"), 7),
+    (list("abc" * 3 + "ab"), 3),
+    (list("c" + "abc" * 3 + "ab"), 3),      # and started inside the first
+])
+def test_a_cycle_cut_at_either_end_is_still_the_cycle(seq, period):
+    import skip_stats
+    assert skip_stats.find_cycle(seq)[0] == period
+
+
+def _timed(seq, pause_before):
+    t, events = 0, []
+    for i, m in enumerate(seq):
+        t += 300 if pause_before(i, m) else 20
+        events.append(_exec(m, t, t + 10))
+        t += 10
+    return {("h", 1): events}, t * 1_000_000
+
+
+def test_a_program_repeated_inside_the_step_is_not_the_step():
+    """28 executions of one layer program, then a head and an update, per step, the host
+    pausing at the step's sync: the step is the 30 executions, not one layer with extras; a
+    train program with a metrics program every tenth step, the host pausing before every train
+    step: the step is one train execution, the metrics an extra in it."""
+    import skip_stats
+    host, end = _timed((["layer"] * 28 + ["head", "update"]) * 4, lambda i, m: i % 30 == 0)
+    steps, source = skip_stats.cycle_steps(skip_stats.program_executions(host), end, [], host)
+    assert source.startswith("the repeating cycle of 30 program executions (layer x28, head, ")
+    assert len(steps) == 4 and not any(s.partial for s in steps)
+    host, end = _timed((["train"] * 10 + ["metrics"]) * 30, lambda i, m: m == "train")
+    steps, source = skip_stats.cycle_steps(skip_stats.program_executions(host), end, [], host)
+    assert source.startswith("executions of train")
+    assert len(steps) == 300 and sum(s.extra for s in steps) == 30
+
+
+def test_every_python_call_is_a_whole_step_however_many_programs_it_runs():
+    import skip_stats
+
+    def call(name, s, e):
+        return {"name": name, "start": s * 1_000_000, "dur": (e - s) * 1_000_000,
+                "thread": ("h", 1), "args": {}}
+    events, t, gpu = [], 10, []
+    progs = iter("abcdefghijklmnopqrstuvwxyz")
+    for k in (1, 2, 3, 1, 4):
+        events.append(call("$train.py:20 train_iteration", t, t + 900))
+        for j in range(k):
+            events.append(_exec(next(progs), t + 20 + 100 * j, t + 60 + 100 * j))
+            ev = skip_stats.GpuEvent(0, 7, "k", (t + 70 + 100 * j) * 1_000_000, 10_000_000,
+                                     {}, "compute")
+            gpu.append(ev)
+        t += 1000
+    host = {("h", 1): events}
+    steps, _, _ = skip_stats.find_steps(gpu, host, t * 1_000_000)
+    skip_stats.assign_steps(gpu, steps)
+    assert [len(s.executions) for s in skip_stats.mark_partial(gpu, steps)] == [1, 2, 3, 1, 4]

@@ -391,7 +391,7 @@ def program_executions(host_threads, scan: dict | None = None) -> list:
     return out
 
 
-def find_cycle(names: list) -> tuple[int, list] | None:
+def find_cycle(names: list, complete: bool = False) -> tuple[int, list] | None:
     """The repeating cycle of a sequence of executed programs: the shortest p and the p-gram
     (one rotation of the cycle) whose whole, non-overlapping occurrences cover at least
     PERIOD_MATCH_SHARE of the sequence, PERIOD_MIN_CYCLES of them at least; None when nothing
@@ -399,12 +399,19 @@ def find_cycle(names: list) -> tuple[int, list] | None:
     on program ids: linear per p); the exact cycle wins at once; otherwise the
     CYCLE_CANDIDATES best-scoring lengths are tried with their most common p-gram (a rolling
     hash), so an execution inserted into one cycle does not shift every later one out of
-    phase. The work is bounded: lengths past CYCLE_SEARCH_WORK / len(names) are not tried."""
+    phase. The shortest length that passes wins. `complete`: every execution must lie in a
+    cycle (a cut one at either end included), no execution outside. The work is bounded:
+    lengths past CYCLE_SEARCH_WORK / len(names) are not tried."""
     n = len(names)
     ids: dict[str, int] = {}
     seq = [ids.setdefault(m, len(ids) + 1) for m in names]
     top = min(PERIOD_MAX, n // PERIOD_MIN_CYCLES, max(1, CYCLE_SEARCH_WORK // max(n, 1)))
     mod, base = (1 << 61) - 1, 1_000_003
+    need = n if complete else PERIOD_MATCH_SHARE * n
+
+    def covers(pattern: list) -> bool:
+        covered, whole = walk_coverage(names, pattern)
+        return covered >= need and whole >= PERIOD_MIN_CYCLES
 
     def common_run(p: int) -> tuple[int, list] | None:
         """Length p with its most common p-gram (rolling hash), if it covers the sequence."""
@@ -419,45 +426,55 @@ def find_cycle(names: list) -> tuple[int, list] | None:
                 counts[h] = counts.get(h, 0) + 1
                 first.setdefault(h, i - p + 1)
         best = max(counts, key=lambda k: (counts[k], -first[k]))
-        if counts[best] * p < PERIOD_MATCH_SHARE * n or counts[best] < PERIOD_MIN_CYCLES:
+        if counts[best] * p < PERIOD_MATCH_SHARE * n - p or counts[best] < PERIOD_MIN_CYCLES:
             return None
         pattern = names[first[best]:first[best] + p]
-        covered, whole = walk_coverage(names, pattern)
-        if covered >= PERIOD_MATCH_SHARE * n and whole >= PERIOD_MIN_CYCLES:
-            return p, pattern
-        return None
+        return (p, pattern) if covers(pattern) else None
 
-    scores = []
+    scores, found = [], None
     for p in range(1, top + 1):
         same = n - p - sum(map(operator.ne, seq[:n - p], seq[p:]))
         share = same / (n - p) if n > p else 0.0
         if share >= PERIOD_MATCH_SHARE:
-            pattern = names[:p]
-            if walk_coverage(names, pattern)[0] >= PERIOD_MATCH_SHARE * n:
-                return p, pattern
-            found = common_run(p)  # the sequence starts outside the cycle
+            # the sequence starts in the cycle, or outside it (its most common run)
+            found = (p, names[:p]) if covers(names[:p]) else common_run(p)
             if found:
-                return found
+                break
         scores.append((share, p))
+    # shorter lengths whose shifted comparison an inserted execution spoilt (a metrics program
+    # every tenth step shifts the rest out of phase): their most common run
     for p in sorted(p for share, p in sorted(scores, reverse=True)[:CYCLE_CANDIDATES]
                     if share >= CYCLE_CANDIDATE_SHARE):
-        found = common_run(p)
-        if found:
-            return found
-    return None
+        if found and p >= found[0]:
+            break
+        shorter = common_run(p)
+        if shorter:
+            return shorter
+    return found
 
 
 def walk_coverage(names: list, pattern: list) -> tuple[int, int]:
     """Executions inside whole occurrences of `pattern` (taken left to right, not overlapping),
-    and how many occurrences."""
+    plus a cycle the capture cut at either end (the executions before the first occurrence
+    when they end the pattern, those after the last when they begin it), and how many whole
+    occurrences."""
     p, i, covered, whole = len(pattern), 0, 0, 0
+    first = last = None
     while i < len(names):
         if names[i:i + p] == pattern:
             covered += p
             whole += 1
+            first = i if first is None else first
+            last = i + p
             i += p
         else:
             i += 1
+    if whole:
+        head, tail = names[:first], names[last:]
+        if head and len(head) < p and head == pattern[p - len(head):]:
+            covered += len(head)
+        if tail and len(tail) < p and tail == pattern[:len(tail)]:
+            covered += len(tail)
     return covered, whole
 
 
@@ -546,7 +563,24 @@ def cycle_steps(execs: list, trace_end: int, notes: list,
     if found is None:
         return None
     p, pattern = found
+    chose = ""
+    if walk_coverage(names, pattern)[0] < len(names):
+        # executions outside the shortest cycle: extras inside its steps (a metrics program every
+        # tenth step), or the shortest cycle is a part of the step (a layer program run 28 times
+        # between a head and an update): the longer cycle that leaves nothing out is the step
+        # when a Python-traced call runs it whole, or the host pauses longest once per turn
+        full = find_cycle(names, complete=True)
+        if full and full[0] > p:
+            by_call = python_phase(host_threads, execs, full[1])
+            rotated, pause = cycle_phase(execs, full[1])
+            if by_call or pause.startswith("a step starts after"):
+                chose = (f"the cycle of {full[0]} executions, not its part of {p} with the rest as "
+                         "extras: " + ("a Python-traced call runs it whole" if by_call else
+                                       "the host pauses longest once per turn of it"))
+                p, pattern = full
     cycle, why = python_phase(host_threads, execs, pattern) or cycle_phase(execs, pattern)
+    if chose:
+        why = f"{chose}; {why}"
     # walk the executions: a step at every whole cycle; an execution outside the cycle joins the
     # step it runs in (a metrics program every tenth step); those before the first whole cycle
     # and an unfinished last cycle are partial steps
@@ -604,8 +638,9 @@ def python_call_steps(host_threads, execs: list, trace_end: int, notes: list):
     """Steps from the Python tracer: the outermost traced call that repeats (at least
     PERIOD_MIN_CYCLES times) with program executions inside each call, on one thread: the
     user's loop body when the programs it runs do not repeat in a cycle (a data-dependent number
-    of calls). The shallowest nesting level with such a call wins, then the most executions
-    covered. None without the tracer or without such a call."""
+    of calls). The call that holds the most executions in all wins (the loop body, not a
+    helper inside it), then the shallowest. Every call is a whole step (the tracer records a
+    call when it ends), none partial. None without the tracer or without such a call."""
     starts = [x.start for x in execs]
     best = None
     for events in host_threads.values():
@@ -625,7 +660,9 @@ def python_call_steps(host_threads, execs: list, trace_end: int, notes: list):
             calls = [c for c, n in zip(calls, inside, strict=True) if n]
             if len(calls) < PERIOD_MIN_CYCLES:
                 continue
-            rank = (depth, -sum(n for n in inside if n))
+            # the call that holds the most executions in all (the loop body, not a helper it
+            # calls), then the shallowest
+            rank = (-sum(n for n in inside if n), depth)
             if best is None or rank < best[0]:
                 best = (rank, name, calls)
     if best is None:
@@ -737,6 +774,11 @@ def assign_steps(gpu, steps) -> None:
 
 
 def mark_partial(gpu, steps) -> list:
+    """The first and last step are partial when their event count differs from the most common
+    one (the profile started or stopped inside them); steps framed from Python calls keep their
+    own flags (a call's work varies by design, and a traced call is recorded whole)."""
+    if steps and steps[0].source.startswith("python:"):
+        return [s for s in steps if not s.partial]
     counts = {}
     for ev in gpu:
         if ev.step is not None:
