@@ -591,7 +591,12 @@ def analyse(out: Path) -> dict:
     straggler = None
     s1_strag = (s1 or {}).get("straggler") if isinstance((s1 or {}).get("straggler"),
                                                          dict) else None
-    if multi and whole:
+    peers = rules.compared_gpus(s1)  # GPUs that run the same programs: the only candidates
+    if peers is not None and len(peers) < 2:
+        if multi:
+            notes.append("no straggler: no two GPUs run the same programs (step 1's GPU groups: "
+                         "pipeline stages, or one GPU with the work), so none is compared")
+    elif multi and whole:
         notes.append("no straggler: the capture has no steps (one whole-capture window)")
     elif multi and s1_strag is not None and "is_straggler" in s1_strag:
         # step 1's rule (a majority of the steps, ahead by more than its margin) decides
@@ -747,7 +752,7 @@ def analyse(out: Path) -> dict:
         for n, fr in frames.items():
             p = paths[n]
             work = {d: r["kernel_sum"] - rows["coll_sum"].get((n, str(d)), 0.0)
-                    for d, r in steps[n].items() if d in gpus}
+                    for d, r in steps[n].items() if peers is None or d in peers}
             w = work.get(straggler, 0.0)
             ex = max(0.0, w - statistics.median(work.values()))
             excess_med.append(ex)
@@ -854,7 +859,7 @@ def analyse(out: Path) -> dict:
 
     # instructions and Python lines, by their distance to the ceiling
     instr_full = instructions(out, chosen, paths, median, mwin, step_us, causes, refusals,
-                              notes)
+                              notes, mf["bound"])
 
     # kernel families whose time spans many instructions (split-K reductions, transposes, ...)
     kernel_families(out, chosen, paths, median, mwin, step_us, causes, notes)
@@ -1025,7 +1030,8 @@ def dtype_knob(dtype: str) -> str:
     return "a lower-precision dtype on the matrix units where the model tolerates it"
 
 
-def instructions(out, chosen, paths, median, mwin, step_us, causes, refusals, notes) -> dict:
+def instructions(out, chosen, paths, median, mwin, step_us, causes, refusals, notes,
+                 bound=None) -> dict:
     """Instruction and Python-line causes. An instruction's time in a step is its share of the
     program's compute and copy kernel time (ops.csv, over all executions and GPUs) times the
     step's compute time on its bounding GPU; its distance to the ceiling is that time times
@@ -1050,6 +1056,15 @@ def instructions(out, chosen, paths, median, mwin, step_us, causes, refusals, no
                          "used (programs.csv steps) and take no share of a step: "
                          + ", ".join(sorted(left, key=str)[:8]))
         ops = [o for o in ops if o.get("program_id", "") in in_steps]
+    # the step's time is the bounding GPU's: only the programs that run on it take a share (a
+    # pipeline's other stages run on other GPUs)
+    on_bound = {p.get("program_id", "") for p in progs or []
+                if str(bound) in (p.get("gpus") or "").split()}
+    if bound is not None and on_bound and {o.get("program_id", "") for o in ops} - on_bound:
+        left = sorted({o.get("program_id", "") for o in ops} - on_bound, key=str)
+        notes.append(f"{len(left)} program(s) do not run on GPU {bound}, which ends the median "
+                     "step, and take no share of its compute: " + ", ".join(left[:8]))
+        ops = [o for o in ops if o.get("program_id", "") in on_bound]
     several = len({o.get("program_id", "") for o in ops}) > 1
     work = [o for o in ops if o.get("category") in ("compute", "memcpy") and num(o.get("gpu_us"))]
     total_us = sum(float(o["gpu_us"]) for o in work)

@@ -224,7 +224,7 @@ def _per_device(a, steps) -> tuple[dict, dict]:
     return time_ps, copies
 
 
-def check_same_work(a, step_rows, idle_gpus, groups=None) -> list[dict]:
+def check_same_work(a, step_rows, idle_gpus, groups=None, compared=None) -> list[dict]:
     """Same work across the GPUs that run the same programs (step 1's GPU groups): a GPU that
     runs other programs, or holds only argument copies, does other work, which is said (a pass
     with its explanation), never compared for speed."""
@@ -237,20 +237,30 @@ def check_same_work(a, step_rows, idle_gpus, groups=None) -> list[dict]:
     if len(groups) > 1:
         import skip_stats
         n_steps = len({r["step"] for r in step_rows})
+        compared = set(compared or ())
+        runs = [d for g in groups if g["kind"] == "programs" for d in g["devices"]]
+        ref = sorted(compared) or sorted(runs)
         for g in groups:
-            mine = [r for r in step_rows if r["device"] in set(g["devices"])]
-            alone = len(g["devices"]) < 2
+            if set(g["devices"]) == compared:
+                continue
+            sentence = skip_stats.group_sentence(g, n_steps)
             for d in g["devices"]:
-                if alone or g is not groups[0]:
-                    out.append(row(
-                        "same_work_across_gpus", d, "", "pass", "", "", "", "", "",
-                        f"GPU {d} does other work than GPU(s) "
-                        f"{', '.join(map(str, groups[0]['devices']))}: "
-                        f"{skip_stats.group_sentence(g, n_steps)}"
-                        if g is not groups[0] else
-                        f"GPU {d} alone runs the step's programs; the other GPUs do other work"))
-            if not alone:
-                out += check_same_work(a, mine, [], None)
+                if g["kind"] == "programs" and len(g["devices"]) == 1:
+                    why = (f"GPU {d} runs programs no other GPU runs ({sentence}): its work is "
+                           "compared with none")
+                elif g["kind"] == "programs":
+                    why = (f"GPU {d} runs other programs than GPU(s) "
+                           f"{', '.join(map(str, ref))}: {sentence}")
+                else:
+                    why = (f"GPU {d} does other work than GPU(s) {', '.join(map(str, ref))}: "
+                           f"{sentence}")
+                out.append(row("same_work_across_gpus", d, "", "pass", "", "", "", "", "", why))
+            if g["kind"] == "programs" and len(g["devices"]) > 1:
+                out += check_same_work(a, [r for r in step_rows if r["device"] in
+                                           set(g["devices"])], [], None)
+        if compared:
+            out += check_same_work(a, [r for r in step_rows if r["device"] in compared], [],
+                                   None)
         return out
     if len(devices) < 2:
         if devices:
@@ -403,7 +413,7 @@ def run(capture, out: Path) -> tuple[dict, list]:
         idle = sorted(set(trace.gpu_pids()) - {e.device for e in a.events})
         rows += check_joins(a)
         rows += check_kernels_per_step(a, step_rows)
-        rows += check_same_work(a, step_rows, idle, info.get("groups"))
+        rows += check_same_work(a, step_rows, idle, info.get("groups"), info.get("compared"))
         rows += check_stream_budgets(a, stream_acc)
     if space is None:
         rows.append(row("attribution", status="not checkable",

@@ -303,9 +303,13 @@ def choose_step(s1: dict, steps: dict, requested: int | None) -> dict:
     st = s1["steps"]
     partial = set(st.get("partial_analysed", []))
     whole = str(st.get("source", "")).startswith("the whole capture")
-    if s1.get("status") == "not computable" or not steps:
+    if s1.get("status") == "not computable" or not s1.get("gpu_events"):
         raise SwimlaneError("no GPU events in this capture (step 1 found none: a CPU capture?), "
                             "so there are no GPU lanes to draw")
+    if not steps:
+        raise SwimlaneError(f"none of the capture's {s1.get('gpu_events')} GPU events falls in "
+                            "a step step 1 analysed (steps.csv is empty), so there is no step "
+                            "to draw")
     dur = {n: max(r["end"] for r in g.values()) - min(r["start"] for r in g.values())
            for n, g in steps.items()}
     complete = sorted(n for n in st["analysed"] if n not in partial and n in steps)

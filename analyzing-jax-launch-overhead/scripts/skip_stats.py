@@ -123,6 +123,11 @@ CYCLE_SEARCH_WORK = 50_000_000
 # that matches under this share of the shifted sequence is not a cycle with a few insertions.
 CYCLE_CANDIDATES = 20
 CYCLE_CANDIDATE_SHARE = 0.3
+# A kernel queued in time starts within a few microseconds of its launch call's end (the
+# driver's queue latency); one that starts more than this after its launch ended waited on the
+# device (a dependency on another stream or GPU: a pipeline stage waiting for its input), and
+# that part of the gap before it is device_wait, not the host's.
+QUEUED_START_PS = 10_000_000
 # Where a cycle starts: at the execution after the longest host pause of the cycle (the step's
 # sync, the input pipeline), when the median pause before it is at least this many times the
 # median pause before every other execution of the cycle; otherwise the pauses do not mark a
@@ -1082,11 +1087,9 @@ def step_programs(evs, exec_starts, crit=None) -> tuple:
         if crit is not None and e.stream != crit:
             continue
         i = idx_of[e]
-        L = e.launch
-        late = L is not None and e.join in ("launch", "graph_launch") and \
-            L["start"] + L["dur"] > (cur_end or 0)
-        if cur_end is not None and e.start > cur_end and i != cur_idx and late:
-            between += e.start - cur_end
+        if cur_end is not None and e.start > cur_end and i != cur_idx:
+            between += sum(b - a for a, b, cause in gap_parts(cur_end, e)
+                           if cause == "host_late")
         if cur_end is None or e.end > cur_end:
             cur_end, cur_idx = e.end, i
     executions = len({idx_of[e] for e in evs if e.args.get("hlo_module")})
@@ -1328,38 +1331,43 @@ def between_cause(events, covered: int, idle: int) -> str:
     return "host work between steps"
 
 
+def gap_parts(prev_end: int, ev) -> list:
+    """A critical-stream gap before `ev`, from `prev_end`, cut by cause: host_late while the
+    next kernel's launch call had not ended (a graph's kernels were all queued by its one
+    launch), device_wait once it had (a queued kernel that waits: a dependency on another
+    stream or GPU, a pipeline stage's input), unknown where no launch joined. A host_late gap
+    whose kernel starts more than QUEUED_START_PS after its launch ended is cut there: the rest
+    is the device's. Returns [(start, end, cause)]."""
+    if ev.join in ("launch", "graph_launch") and ev.launch:
+        lend = ev.launch["start"] + ev.launch["dur"]
+        if lend <= prev_end:
+            return [(prev_end, ev.start, "device_wait")]
+        if ev.start - lend > QUEUED_START_PS:
+            return [(prev_end, lend, "host_late"), (lend, ev.start, "device_wait")]
+        return [(prev_end, ev.start, "host_late")]
+    return [(prev_end, ev.start, "unknown")]
+
+
 def classify_gaps(a: Analysis, crit_evs, step_start, device, step):
-    """Gaps on the critical stream: host_late (the next kernel's launch call had not ended when
-    the stream went idle), device_wait (it was launched before and waited on the device), or
-    unknown (no launch event joined: no correlation id, or one that joined another call)."""
-    host_late = device_wait = unknown = 0
+    """Gaps on the critical stream, cut by cause (gap_parts): host_late, device_wait, unknown;
+    one gaps.csv row per part of at least MIN_GAP_PS."""
+    totals = {"host_late": 0, "device_wait": 0, "unknown": 0}
     rows = []
     prev_end, prev_name = step_start, ""
     for ev in crit_evs:
         if ev.start > prev_end:
-            gap = ev.start - prev_end
-            if ev.join in ("launch", "graph_launch") and ev.launch:
-                # a graph's kernels were all queued by its one launch call
-                lend = ev.launch["start"] + ev.launch["dur"]
-                cause = "host_late" if lend > prev_end else "device_wait"
-            else:
-                cause = "unknown"
-            if cause == "host_late":
-                host_late += gap
-            elif cause == "device_wait":
-                device_wait += gap
-            else:
-                unknown += gap
-            if gap >= MIN_GAP_PS:
-                thread, events, traced = gap_host_events(a, ev, prev_end, ev.start)
-                rows.append({"device": device, "stream": ev.stream, "step": step,
-                             "start_ps": prev_end, "end_ps": ev.start, "dur_ps": gap,
-                             "kernel_before": prev_name, "kernel_after": ev.name,
-                             "cause": cause, "launch_thread": thread, "host_events": events,
-                             "python_traced_ps": traced})
+            for s, e, cause in gap_parts(prev_end, ev):
+                totals[cause] += e - s
+                if e - s >= MIN_GAP_PS:
+                    thread, events, traced = gap_host_events(a, ev, s, e)
+                    rows.append({"device": device, "stream": ev.stream, "step": step,
+                                 "start_ps": s, "end_ps": e, "dur_ps": e - s,
+                                 "kernel_before": prev_name, "kernel_after": ev.name,
+                                 "cause": cause, "launch_thread": thread, "host_events": events,
+                                 "python_traced_ps": traced})
         if ev.end > prev_end:
             prev_end, prev_name = ev.end, ev.name
-    return host_late, device_wait, unknown, rows
+    return totals["host_late"], totals["device_wait"], totals["unknown"], rows
 
 
 def gap_host_events(a: Analysis, ev, start, end) -> tuple[str, str, int | None]:
