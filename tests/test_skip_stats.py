@@ -688,3 +688,29 @@ def test_every_python_call_is_a_whole_step_however_many_programs_it_runs():
     steps, _, _ = skip_stats.find_steps(gpu, host, t * 1_000_000)
     skip_stats.assign_steps(gpu, steps)
     assert [len(s.executions) for s in skip_stats.mark_partial(gpu, steps)] == [1, 2, 3, 1, 4]
+
+
+@pytest.mark.parametrize("cut", [1, 3, 5])
+def test_a_real_capture_stopped_early_keeps_its_cycle(shared, tmp_path, cut):
+    """The MI300X gemm capture with its last executions (and everything after the cut) removed,
+    as a profile stopped early: the same cycle of 7, the cut turn a partial step, the whole
+    turns unchanged (a perturbation costs the steps it touches, never a cascade)."""
+    (src,) = (shared / "tracelens-amd-rocm" / "mi300x-jax0.8-gemm").glob("**/*.trace.json.gz")
+    doc = json.loads(gzip.decompress(src.read_bytes()))
+    starts = sorted(e["ts"] for e in doc["traceEvents"] if e.get("ph") == "X" and
+                    str(e.get("name", "")).endswith(":XLA GPU module"))
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("ph") != "X" or
+                          e["ts"] + e.get("dur", 0) < starts[-cut]]
+    cap = tmp_path / "cap" / src.name
+    cap.parent.mkdir()
+    cap.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    whole, short = tmp_path / "whole", tmp_path / "short"
+    assert run(src, whole).returncode == 0
+    assert run(cap, short).returncode == 0
+    a = json.loads((whole / "skip_stats.json").read_text())
+    b = json.loads((short / "skip_stats.json").read_text())
+    assert b["steps"]["source"] == a["steps"]["source"]
+    rows_a = {r["step"]: r for r in read(whole / "steps.csv")}
+    rows_b = {r["step"]: r for r in read(short / "steps.csv")}
+    assert set(rows_b) == set(rows_a) - {max(rows_a, key=int)}
+    assert all(rows_b[n]["dur_us"] == rows_a[n]["dur_us"] for n in rows_b)
