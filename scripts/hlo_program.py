@@ -28,10 +28,9 @@ try:
 except ImportError:  # imported without an entry script's path set-up: find the sibling skill
     import sys
     from pathlib import Path
-    _here = Path(__file__).resolve().parent
-    sys.path.extend(str(p) for p in (_here.parent / "analyzing-jax-launch-overhead" / "scripts",
-                                     _here.parent.parent / "analyzing-jax-launch-overhead" /
-                                     "scripts") if (p / "trace_rules.py").is_file())
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import sibling
+    sibling.on_path()
     from trace_rules import NO_LAUNCH_OPCODES  # noqa: F401
 
 from trace_rules import WAIT_OPCODES

@@ -48,11 +48,11 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SIBLING = next((p for p in (HERE.parent / "analyzing-jax-launch-overhead" / "scripts",
-                            HERE.parent.parent / "analyzing-jax-launch-overhead" / "scripts")
-                if (p / "skip_stats.py").is_file()), None)
+sys.path.insert(0, str(HERE))
+import sibling  # noqa: E402  (where the sibling skill is: one home)
+
+SIBLING = sibling.on_path()
 if SIBLING is not None:
-    sys.path.insert(0, str(SIBLING))
     import per_host  # noqa: E402  (sibling skill: the per-host pass over a run of several hosts)
 else:
     per_host = None

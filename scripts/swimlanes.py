@@ -47,10 +47,10 @@ import textwrap
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SIBLING = next((p for p in (HERE.parent / "analyzing-jax-launch-overhead" / "scripts",
-                            HERE.parent.parent / "analyzing-jax-launch-overhead" / "scripts")
-                if (p / "capture_inputs.py").is_file()), None)
-sys.path[:0] = [str(HERE)] + ([str(SIBLING)] if SIBLING else [])
+sys.path.insert(0, str(HERE))
+import sibling  # noqa: E402  (where the sibling skill is: one home)
+
+SIBLING = sibling.on_path()
 
 import per_host  # noqa: E402  (sibling skill: the per-host pass)
 import trace_rules as rules  # noqa: E402  (sibling skill: the classification rules)

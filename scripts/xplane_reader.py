@@ -31,10 +31,9 @@ try:
     from trace_rules import MAX_TIME_PS
 except ImportError:  # imported without an entry script's path set-up: find the sibling skill
     import sys
-    _here = Path(__file__).resolve().parent
-    sys.path.extend(str(p) for p in (_here.parent / "analyzing-jax-launch-overhead" / "scripts",
-                                     _here.parent.parent / "analyzing-jax-launch-overhead" /
-                                     "scripts") if (p / "trace_rules.py").is_file())
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import sibling
+    sibling.on_path()
     from trace_rules import MAX_TIME_PS
 
 GPU_PLANE_RE = re.compile(r"^/device:GPU:(\d+)$")
