@@ -1270,7 +1270,8 @@ def run(out: Path) -> tuple[dict, list]:
     with rules.replace_files(out, ".changes-") as tmp:
         n = rules.write_csv(tmp / TABLE, COLUMNS, rows)
         result["tables"] = {TABLE: n}
-        (tmp / RESULT_FILE).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+        (tmp / RESULT_FILE).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n",
+                                       encoding="utf-8")
     return result, [(TABLE, n), (RESULT_FILE, None)]
 
 

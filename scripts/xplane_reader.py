@@ -37,7 +37,6 @@ except ImportError:  # imported without an entry script's path set-up: find the 
     from trace_rules import MAX_TIME_PS
 
 GPU_PLANE_RE = re.compile(r"^/device:GPU:(\d+)$")
-HOST_CPU_PLANE = "/host:CPU"
 METADATA_PLANE = "/host:metadata"
 TASK_ENV_PLANE = "Task Environment"
 PROGRAM_NAME_RE = re.compile(r"^(.*)\((\d{1,19})\)$")  # a program id is a 64-bit integer
