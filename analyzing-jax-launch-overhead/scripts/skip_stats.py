@@ -458,24 +458,27 @@ def find_cycle(names: list, complete: bool = False) -> tuple[int, list] | None:
     return found
 
 
+def occurrences(names: list, pattern: list) -> list:
+    """Where the whole occurrences of `pattern` start, taken left to right, not overlapping."""
+    p, i, out = len(pattern), 0, []
+    while i < len(names):
+        if names[i:i + p] == pattern:
+            out.append(i)
+            i += p
+        else:
+            i += 1
+    return out
+
+
 def walk_coverage(names: list, pattern: list) -> tuple[int, int]:
     """Executions inside whole occurrences of `pattern` (taken left to right, not overlapping),
     plus a cycle the capture cut at either end (the executions before the first occurrence
     when they end the pattern, those after the last when they begin it), and how many whole
     occurrences."""
-    p, i, covered, whole = len(pattern), 0, 0, 0
-    first = last = None
-    while i < len(names):
-        if names[i:i + p] == pattern:
-            covered += p
-            whole += 1
-            first = i if first is None else first
-            last = i + p
-            i += p
-        else:
-            i += 1
+    p, at = len(pattern), occurrences(names, pattern)
+    covered, whole = p * len(at), len(at)
     if whole:
-        head, tail = names[:first], names[last:]
+        head, tail = names[:at[0]], names[at[-1] + p:]
         if head and len(head) < p and head == pattern[p - len(head):]:
             covered += len(head)
         if tail and len(tail) < p and tail == pattern[:len(tail)]:
@@ -485,13 +488,9 @@ def walk_coverage(names: list, pattern: list) -> tuple[int, int]:
 
 def cycle_positions(names: list, pattern: list) -> list:
     """Each execution's position in the cycle (None for one outside every whole occurrence)."""
-    p, i, pos = len(pattern), 0, [None] * len(names)
-    while i < len(names):
-        if names[i:i + p] == pattern:
-            pos[i:i + p] = range(p)
-            i += p
-        else:
-            i += 1
+    p, pos = len(pattern), [None] * len(names)
+    for i in occurrences(names, pattern):
+        pos[i:i + p] = range(p)
     return pos
 
 
@@ -522,13 +521,54 @@ def cycle_phase(execs: list, pattern: list) -> tuple[list, str]:
                      "of the cycle starts a step")
 
 
-def python_phase(host_threads, execs: list, pattern: list) -> tuple[list, str] | None:
+class CallTree:
+    """The Python-traced calls of each host thread as a nesting (each call's enclosing call),
+    built once, so that the calls enclosing a time are found by one bisection and a walk up."""
+
+    def __init__(self, host_threads):
+        self.threads = []  # per thread: (starts, calls, parent index, nesting depth)
+        for events in host_threads.values():
+            calls = sorted((h for h in events if h["name"].startswith(rules.PYTHON_TRACER_PREFIX)
+                            and not PROFILER_CALL_RE.match(h["name"])),
+                           key=lambda h: (h["start"], -h["dur"]))
+            if not calls:
+                continue
+            parent, depth, stack = [], [], []
+            for i, h in enumerate(calls):
+                while stack and calls[stack[-1]]["start"] + calls[stack[-1]]["dur"] <= h["start"]:
+                    stack.pop()
+                parent.append(stack[-1] if stack else -1)
+                depth.append(len(stack))
+                stack.append(i)
+            self.threads.append(([h["start"] for h in calls], calls, parent, depth))
+
+    @classmethod
+    def of(cls, host_threads) -> CallTree | None:
+        """A tree given one, else one built from a thread map (None for none)."""
+        if isinstance(host_threads, cls) or host_threads is None:
+            return host_threads
+        return cls(host_threads)
+
+    def innermost_enclosing(self, t0: int, t1: int) -> dict | None:
+        """The shortest traced call, on any thread, that starts by t0 and ends at t1 or later."""
+        best = None
+        for starts, calls, parent, _ in self.threads:
+            i = bisect.bisect_right(starts, t0) - 1
+            while i >= 0 and calls[i]["start"] + calls[i]["dur"] < t1:
+                i = parent[i]  # the calls enclosing t0 are this call's ancestors
+            if i >= 0 and (best is None or calls[i]["dur"] < best["dur"]):
+                best = calls[i]
+        return best
+
+
+def python_phase(tree, execs: list, pattern: list) -> tuple[list, str] | None:
     """The rotation of the cycle that a Python-traced call runs whole: a traced call (one name,
     at least PERIOD_MIN_CYCLES calls) inside each of which exactly one cycle's executions begin,
     in one rotation of the cycle; the innermost such call (the loop body a person calls a step).
     None without the tracer or without such a call."""
     p = len(pattern)
-    if p < 2 or not host_threads:
+    tree = CallTree.of(tree)
+    if p < 2 or not tree:
         return None
     starts = [x.start for x in execs]
     names = [x.module for x in execs]
@@ -536,11 +576,10 @@ def python_phase(host_threads, execs: list, pattern: list) -> tuple[list, str] |
     span = min((execs[i + p - 1].start - execs[i].start for i in range(len(execs) - p + 1)),
                default=0)
     best = None
-    for events in host_threads.values():
+    for _, calls, _, _ in tree.threads:
         per: dict[str, list] = {}
-        for h in events:
-            if h["dur"] < span or not h["name"].startswith(rules.PYTHON_TRACER_PREFIX) or \
-                    PROFILER_CALL_RE.match(h["name"]):
+        for h in calls:
+            if h["dur"] < span:
                 continue
             lo = bisect.bisect_left(starts, h["start"])
             hi = bisect.bisect_left(starts, h["start"] + h["dur"])
@@ -568,6 +607,7 @@ def cycle_steps(execs: list, trace_end: int, notes: list,
     if found is None:
         return None
     p, pattern = found
+    tree = CallTree.of(host_threads)
     chose = ""
     if walk_coverage(names, pattern)[0] < len(names):
         # executions outside the shortest cycle: extras inside its steps (a metrics program every
@@ -576,14 +616,14 @@ def cycle_steps(execs: list, trace_end: int, notes: list,
         # when a Python-traced call runs it whole, or the host pauses longest once per turn
         full = find_cycle(names, complete=True)
         if full and full[0] > p:
-            by_call = python_phase(host_threads, execs, full[1])
+            by_call = python_phase(tree, execs, full[1])
             rotated, pause = cycle_phase(execs, full[1])
             if by_call or pause.startswith("a step starts after"):
                 chose = (f"the cycle of {full[0]} executions, not its part of {p} with the rest as "
                          "extras: " + ("a Python-traced call runs it whole" if by_call else
                                        "the host pauses longest once per turn of it"))
                 p, pattern = full
-    cycle, why = python_phase(host_threads, execs, pattern) or cycle_phase(execs, pattern)
+    cycle, why = python_phase(tree, execs, pattern) or cycle_phase(execs, pattern)
     if chose:
         why = f"{chose}; {why}"
     # walk the executions: a step at every whole cycle; an execution outside the cycle joins the
@@ -648,17 +688,11 @@ def python_call_steps(host_threads, execs: list, trace_end: int, notes: list):
     call when it ends), none partial. None without the tracer or without such a call."""
     starts = [x.start for x in execs]
     best = None
-    for events in host_threads.values():
-        traced = sorted((h for h in events if h["name"].startswith(rules.PYTHON_TRACER_PREFIX)
-                         and not PROFILER_CALL_RE.match(h["name"])),
-                        key=lambda h: (h["start"], -h["dur"]))
-        stack: list = []
+    tree = CallTree.of(host_threads)
+    for _, traced, _, depths in tree.threads if tree else ():
         by: dict[tuple, list] = {}  # (depth, name) -> calls
-        for h in traced:
-            while stack and stack[-1] <= h["start"]:
-                stack.pop()
-            by.setdefault((len(stack), h["name"]), []).append(h)
-            stack.append(h["start"] + h["dur"])
+        for h, depth in zip(traced, depths, strict=True):
+            by.setdefault((depth, h["name"]), []).append(h)
         for (depth, name), calls in by.items():
             inside = [bisect.bisect_left(starts, c["start"] + c["dur"]) -
                       bisect.bisect_left(starts, c["start"]) for c in calls]
@@ -689,7 +723,8 @@ def python_call_steps(host_threads, execs: list, trace_end: int, notes: list):
     return steps, f"calls of {name} (the Python tracer's outermost repeated call)"
 
 
-def find_steps(gpu, host_threads, trace_end, scan: dict | None = None) -> tuple[list, str, list]:
+def find_steps(gpu, host_threads, trace_end, scan: dict | None = None,
+               tree: CallTree | None = None) -> tuple[list, str, list]:
     notes = []
     marks: dict[int, list] = {}
     for events in host_threads.values():
@@ -711,9 +746,11 @@ def find_steps(gpu, host_threads, trace_end, scan: dict | None = None) -> tuple[
                                   bisect.bisect_right(starts, st.end)]
         return steps, "StepTraceAnnotation (step_num)", notes
     execs = program_executions(host_threads, scan)
-    found = cycle_steps(execs, trace_end, notes, host_threads) if execs else None
-    if found is None and execs:
-        found = python_call_steps(host_threads, execs, trace_end, notes)
+    if tree is None and execs and (scan or host_scan(host_threads))["tracer"]:
+        tree = CallTree(host_threads)
+    found = cycle_steps(execs, trace_end, notes, tree) if execs else None
+    if found is None and tree:
+        found = python_call_steps(tree, execs, trace_end, notes)
     if found is not None:
         steps, source = found
         return steps, source, notes
@@ -919,7 +956,8 @@ def analyse(trace) -> tuple[Analysis, dict]:
     ends += [max(h["start"] + h["dur"] for h in hs) for hs in host_threads.values() if hs]
     trace_end = max(ends, default=0)
     scan = host_scan(host_threads)  # one pass over the host events for the step framing
-    steps, source, step_notes = find_steps(gpu, host_threads, trace_end, scan)
+    tree = CallTree(host_threads) if scan["tracer"] else None  # the Python calls' nesting
+    steps, source, step_notes = find_steps(gpu, host_threads, trace_end, scan, tree)
     notes += step_notes
     program_call_starts(gpu, steps)
     assign_steps(gpu, steps)
@@ -944,6 +982,7 @@ def analyse(trace) -> tuple[Analysis, dict]:
     a.exec_of = launch_threads_to_exec(gpu, host_threads)
     a.host_threads = host_threads
     a.python_tracer_on = scan["tracer"]
+    a.call_tree = tree
     a.gap_events = GapIndex(host_threads)
     a.thread_names = trace.threads
     return a, joins
@@ -1106,8 +1145,8 @@ def gpu_groups(a: Analysis, by_gpu_step) -> list[dict]:
     per: dict[int, dict] = {}
     for (d, _), evs in by_gpu_step.items():
         g = per.setdefault(d, {"modules": set(), "ps": 0, "events": 0, "copies": 0,
-                                "copy_ps": 0, "memcpy": 0, "unlabelled": 0})
-        ps = copies = copy_ps = memcpy = unlabelled = 0
+                                "memcpy": 0})
+        ps = copies = memcpy = 0
         mods = set()
         for e in evs:  # a hot loop: every analysed event once
             ps += e.dur
@@ -1115,19 +1154,16 @@ def gpu_groups(a: Analysis, by_gpu_step) -> list[dict]:
             if m:
                 mods.add(m)
             elif e.category != "memcpy":
-                unlabelled += 1
+                continue
             elif rules.is_argument_copy(e.category, e.args, e.graph):
                 copies += 1
-                copy_ps += e.dur
             else:
                 memcpy += 1
         g["modules"] |= mods
         g["ps"] += ps
         g["events"] += len(evs)
         g["copies"] += copies
-        g["copy_ps"] += copy_ps
         g["memcpy"] += memcpy
-        g["unlabelled"] += unlabelled
     groups: dict[tuple, dict] = {}
     for d, g in sorted(per.items()):
         key = tuple(sorted(g["modules"]))
@@ -1141,45 +1177,13 @@ def gpu_groups(a: Analysis, by_gpu_step) -> list[dict]:
             kind = "kernels without a program label"
         grp = groups.setdefault((key, kind), {"programs": list(key), "kind": kind,
                                              "devices": [], "gpu_ps": 0, "events": 0,
-                                             "copies": 0, "copy_ps": 0})
+                                             "copies": 0})
         grp["devices"].append(d)
-        for k in ("events", "copies", "copy_ps"):
+        for k in ("events", "copies"):
             grp[k] += g[k]
         grp["gpu_ps"] += g["ps"]
     return sorted(groups.values(), key=lambda x: (x["kind"] != "programs", -x["gpu_ps"],
                                                   x["devices"]))
-
-
-class CallTree:
-    """The Python-traced calls of each host thread as a nesting (each call's enclosing call),
-    built once, so that the calls enclosing a time are found by one bisection and a walk up."""
-
-    def __init__(self, host_threads):
-        self.threads = []
-        for events in host_threads.values():
-            calls = sorted((h for h in events if h["name"].startswith(rules.PYTHON_TRACER_PREFIX)
-                            and not PROFILER_CALL_RE.match(h["name"])),
-                           key=lambda h: (h["start"], -h["dur"]))
-            if not calls:
-                continue
-            parent, stack = [], []
-            for i, h in enumerate(calls):
-                while stack and calls[stack[-1]]["start"] + calls[stack[-1]]["dur"] <= h["start"]:
-                    stack.pop()
-                parent.append(stack[-1] if stack else -1)
-                stack.append(i)
-            self.threads.append(([h["start"] for h in calls], calls, parent))
-
-    def innermost_enclosing(self, t0: int, t1: int) -> dict | None:
-        """The shortest traced call, on any thread, that starts by t0 and ends at t1 or later."""
-        best = None
-        for starts, calls, parent in self.threads:
-            i = bisect.bisect_right(starts, t0) - 1
-            while i >= 0 and calls[i]["start"] + calls[i]["dur"] < t1:
-                i = parent[i]  # the calls enclosing t0 are this call's ancestors
-            if i >= 0 and (best is None or calls[i]["dur"] < best["dur"]):
-                best = calls[i]
-        return best
 
 
 def enclosing_call(tree: CallTree, st: Step) -> str | None:
@@ -1240,8 +1244,8 @@ def dispatch_summary(a: Analysis, step_rows) -> dict | None:
     if not rows or max(r["executions"] for r in rows) < 2:
         return None
     names = []
-    if getattr(a, "python_tracer_on", True):
-        tree = CallTree(a.host_threads)
+    tree = getattr(a, "call_tree", None)
+    if tree is not None:
         for st in a.analysed:
             name = enclosing_call(tree, st)
             if name:
