@@ -1083,21 +1083,6 @@ def program_rows(kernels, programs_names: dict, execs: dict, steps) -> list[dict
     return out
 
 
-def _ranges(nums) -> str:
-    """[0, 1, 2, 5] -> "0-2 5"."""
-    out, run = [], []
-    for n in nums:
-        if run and n == run[-1] + 1:
-            run.append(n)
-            continue
-        if run:
-            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-        run = [n]
-    if run:
-        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-    return " ".join(out)
-
-
 def programs_csv_rows(progs: list[dict]) -> list[tuple]:
     rows = []
     for r in progs:
@@ -1112,7 +1097,7 @@ def programs_csv_rows(progs: list[dict]) -> list[tuple]:
                      f"{r['attributed_us']:.3f}",
                      "" if r["host_dispatch_us"] is None else f"{r['host_dispatch_us']:.3f}",
                      r["host_dispatch"],
-                     "" if r["steps"] is None else _ranges(r["steps"])))
+                     "" if r["steps"] is None else rules.format_ranges(r["steps"])))
     return rows
 
 

@@ -918,20 +918,12 @@ def analyse(out: Path) -> dict:
 
 def programs_in_steps(progs: list | None, chosen: list) -> set | None:
     """The program ids of programs.csv that ran in any of the chosen steps (its `steps` cell:
-    step numbers and ranges, `1-5; 7`); None where programs.csv or its steps are missing."""
+    step numbers and runs, `1-5 7`); None where programs.csv or its steps are missing."""
     if not progs or "steps" not in progs[0]:
         return None
     want, out, known = set(chosen), set(), False
     for p in progs:
-        cell = (p.get("steps") or "").replace(";", ",")
-        nums = set()
-        for part in filter(None, (x.strip() for x in cell.split(","))):
-            lo, _, hi = part.partition("-")
-            try:
-                a, b = int(lo), int(hi or lo)
-            except ValueError:
-                continue
-            nums.update(range(a, b + 1))
+        nums = rules.parse_ranges(p.get("steps"))  # the cell step 4 wrote (rules.format_ranges)
         known = known or bool(nums)
         if nums & want:
             out.add(p.get("program_id", ""))

@@ -523,3 +523,16 @@ def test_capture_without_hlo_ranks_the_host_and_refuses_instructions(shared, tmp
     # no steps: the 940 ms before the first kernel are the capture's lead-in, not a step's cost
     assert any("the capture's lead-in" in nt for nt in res["notes"])
     assert float(rows[0]["saving_us"]) < 0.05 * float(rows[0]["step_us"])
+
+
+def test_programs_in_steps_reads_the_cell_step_4_writes():
+    """programs.csv steps is rules.format_ranges' cell ("0-2 5"): a program that ran in steps 0
+    to 2 and 5 runs in step 5 (the space-separated runs were read as one part before)."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    import changes  # puts the sibling's folder on sys.path too
+    import trace_rules
+    progs = [{"program_id": "7", "steps": trace_rules.format_ranges([0, 1, 2, 5])},
+             {"program_id": "9", "steps": "3"}]
+    assert progs[0]["steps"] == "0-2 5"
+    assert changes.programs_in_steps(progs, [5]) == {"7"}
+    assert changes.programs_in_steps(progs, [3, 4]) == {"9"}

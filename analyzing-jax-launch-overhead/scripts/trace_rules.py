@@ -288,6 +288,33 @@ def _groups(s1) -> list:
         if isinstance(groups, list) else []
 
 
+def format_ranges(nums) -> str:
+    """Sorted integers as a table cell of runs: [0, 1, 2, 5] -> "0-2 5" (programs.csv steps)."""
+    out, run = [], []
+    for n in list(nums) + [None]:
+        if run and n is not None and n == run[-1] + 1:
+            run.append(n)
+            continue
+        if run:
+            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+        run = [n]
+    return " ".join(out)
+
+
+def parse_ranges(cell: str | None) -> set:
+    """The integers of a format_ranges cell ("0-2 5"; commas and semicolons read as spaces);
+    parts that are not runs of integers are left out."""
+    nums: set = set()
+    for part in (cell or "").replace(",", " ").replace(";", " ").split():
+        lo, _, hi = part.partition("-")
+        try:
+            a, b = int(lo), int(hi or lo)
+        except ValueError:
+            continue
+        nums.update(range(a, b + 1))
+    return nums
+
+
 def compared_gpus(s1: dict | None) -> set | None:
     """The GPUs whose work is compared and among which a straggler can be named: step 1's
     `gpu_groups` entry marked `compared` (GPUs that run the same programs); an empty set where
