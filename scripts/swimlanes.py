@@ -412,7 +412,7 @@ def last_stretch(evs: list, gaps: list, step_start: int) -> tuple:
 def straggler_rows(steps: dict, per_step_gpu: dict, gaps: list,
                    compared: set | None = None) -> list[dict]:
     """stragglers.csv: one row per analysed step and GPU, by step then device. Only the compared
-    GPUs (rules.compared_gpus: those that run the step's programs) can finish last; the others
+    GPUs (rules.compared_gpus: those that run the same programs) can finish last; the others
     do other work and have `compared` 0."""
     gaps_of: dict[tuple, list] = {}
     for g in gaps:
