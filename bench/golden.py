@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""Golden outputs of the whole investigation, for a change that must not move a byte.
+
+Usage:
+    python3 -P bench/golden.py record DIR     # run everything, keep outputs and their digests
+    python3 -P bench/golden.py compare DIR [--then=PATH]
+                                              # run again into DIR/now/, diff against DIR/then/
+
+Runs scripts/investigate.py (with --page) on every capture under ../shared/captures/ that holds
+an xplane.pb or trace.json.gz, on the bundled example, and on generated scenarios (single GPU
+with command buffers, eight GPUs with a straggler, an eager loop, pipeline stages, two hosts).
+The captures are generated into DIR/captures/ and every run writes into the same path each time
+(DIR/run/<name>/), so paths written into the results are equal between runs; the outputs are then
+moved to DIR/then/ (record) or DIR/now/ (compare). Digests cover every file but logs/ (the steps'
+own stdout, with timings) and attribution/xplane/ (XProf's own cache of converted tools); before
+digesting, what moves between two runs of the same code is masked: the timing_s block of a result
+JSON, a "timing:" line, the page's build time, and DIR itself (so another DIR compares equal).
+record keeps the digests in DIR/then/DIGESTS.json; compare may run in another DIR holding a copy of
+then/ (--then PATH). compare prints each file that differs or is missing on one side and exits 1
+when any does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared" / "captures"
+PY = sys.executable
+GENERATED = [  # (name, capgen arguments)
+    ("gen-nvidia-cb-partial", ["nvidia-cb-partial"]),
+    ("gen-rocm-8gpu-straggler", ["rocm-8gpu-straggler"]),
+    ("gen-eager-op-by-op", ["eager-op-by-op"]),
+    ("gen-pipeline-stages", ["pipeline-stages"]),
+    ("gen-rocm-8gpu-2hosts", ["rocm-8gpu", "--hosts", "2", "--slow-host", "1"]),
+]
+
+
+def shared_captures() -> list[tuple[str, Path]]:
+    found = []
+    for d in sorted(SHARED.glob("*/*")):
+        if any(d.rglob("*.xplane.pb")) or any(d.rglob("*.trace.json.gz")):
+            found.append((f"shared-{d.parent.name}-{d.name}", d))
+    return found
+
+
+def generate(base: Path) -> list[tuple[str, Path]]:
+    caps = base / "captures"
+    env = dict(os.environ, PYTHONPATH=f"{ROOT / 'tests'}:{ROOT / 'scripts'}")
+    out = []
+    for name, argv in GENERATED:
+        dest = caps / name
+        if not dest.exists():
+            subprocess.run([PY, "-m", "capgen", argv[0], str(dest), *argv[1:]], env=env,
+                           check=True, capture_output=True, cwd=ROOT)
+        out.append((name, dest))
+    return out
+
+
+def run_all(base: Path, into: Path) -> None:
+    targets = shared_captures() + [("example", ROOT / "examples" / "minigpt-h100-2gpu-cb")]
+    targets += generate(base)
+    if into.exists():
+        shutil.rmtree(into)
+    into.mkdir(parents=True)
+    for name, cap in targets:
+        run = base / "run" / name
+        if run.exists():
+            shutil.rmtree(run)
+        p = subprocess.run([PY, "-P", str(ROOT / "scripts" / "investigate.py"), str(cap),
+                            "--out", str(run), "--page", "--jobs", "2"],
+                           capture_output=True, text=True)
+        (run / "investigate.stdout").write_text(p.stdout + f"\nexit {p.returncode}\n")
+        print(f"{name}: exit {p.returncode}", file=sys.stderr, flush=True)
+        shutil.move(str(run), str(into / name))
+
+
+MOVING = [
+    (re.compile(rb'\n( *)"timing_s": \{[^}]*\}'), rb'\n\1"timing_s": "masked"'),
+    (re.compile(rb"timing: [^\n]*"), b"timing: masked"),
+    (re.compile(rb"<dt>Built</dt><dd>[^<]*</dd>"), b"<dt>Built</dt><dd>masked</dd>"),
+]
+
+
+def masked(data: bytes, base: Path) -> bytes:
+    data = data.replace(str(base).encode(), b"<DIR>")
+    for pattern, repl in MOVING:
+        data = pattern.sub(repl, data)
+    return data
+
+
+def digests(tree: Path, base: Path) -> dict[str, str]:
+    out = {}
+    for p in sorted(tree.rglob("*")):
+        rel = p.relative_to(tree)
+        if (p.is_file() and "logs" not in rel.parts and rel.name != "DIGESTS.json"
+                and "attribution/xplane" not in rel.as_posix()):
+            out[rel.as_posix()] = hashlib.sha256(masked(p.read_bytes(), base)).hexdigest()
+    return out
+
+
+def main(argv: list[str]) -> int:
+    then_dir = None
+    if len(argv) == 3 and argv[2].startswith("--then="):
+        then_dir = Path(argv.pop()[len("--then="):]).resolve()
+    if len(argv) != 2 or argv[0] not in ("record", "compare"):
+        print(__doc__.split("\n\n")[1], file=sys.stderr)
+        return 2
+    base = Path(argv[1]).resolve()
+    if argv[0] == "record":
+        run_all(base, base / "then")
+        then = digests(base / "then", base)
+        (base / "then" / "DIGESTS.json").write_text(json.dumps(then, indent=1, sort_keys=True))
+        print(f"{len(then)} files recorded in {base / 'then'}")
+        return 0
+    run_all(base, base / "now")
+    then_dir = then_dir or base / "then"
+    then = json.loads((then_dir / "DIGESTS.json").read_text())
+    now = digests(base / "now", base)
+    bad = 0
+    for rel in sorted(set(then) | set(now)):
+        if then.get(rel) != now.get(rel):
+            bad += 1
+            side = "only then" if rel not in now else "only now" if rel not in then else "differs"
+            print(f"{side}: {rel}")
+    print(f"{len(then)} files then, {len(now)} now, {bad} differ")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
