@@ -12,12 +12,12 @@ with command buffers, eight GPUs with a straggler, an eager loop, pipeline stage
 The captures are generated into DIR/captures/ and every run writes into the same path each time
 (DIR/run/<name>/), so paths written into the results are equal between runs; the outputs are then
 moved to DIR/then/ (record) or DIR/now/ (compare). Digests cover every file but logs/ (the steps'
-own stdout, with timings) and attribution/xplane/ (XProf's own cache of converted tools); before
-digesting, what moves between two runs of the same code is masked: the timing_s block of a result
-JSON, a "timing:" line, the page's build time, and DIR itself (so another DIR compares equal).
-record keeps the digests in DIR/then/DIGESTS.json; compare may run in another DIR holding a copy of
-then/ (--then PATH). compare prints each file that differs or is missing on one side and exits 1
-when any does.
+own stdout, with timings) and attribution/xplane/ (XProf's own cache of converted tools);
+before digesting, what moves between two runs of the same code is masked: the timing_s block of
+a result JSON, a "timing:" line, the page's build time, a capture's mtime, a host pass's
+seconds, and DIR itself (so another DIR compares equal). record keeps the digests in
+DIR/then/DIGESTS.json; compare may run in another DIR against a copy of then/ (--then=PATH).
+compare prints each file that differs or is missing on one side and exits 1 when any does.
 """
 
 from __future__ import annotations
@@ -86,11 +86,15 @@ MOVING = [
     (re.compile(rb'\n( *)"timing_s": \{[^}]*\}'), rb'\n\1"timing_s": "masked"'),
     (re.compile(rb"timing: [^\n]*"), b"timing: masked"),
     (re.compile(rb"<dt>Built</dt><dd>[^<]*</dd>"), b"<dt>Built</dt><dd>masked</dd>"),
+    (re.compile(rb'"(mtime_ns|seconds)": [0-9.]+'), rb'"\1": "masked"'),
 ]
+HOSTS_CSV_SECONDS = re.compile(rb"^([^,\n]*,[^,\n]*,[^,\n]*,)[0-9.]*,", re.M)
 
 
-def masked(data: bytes, base: Path) -> bytes:
+def masked(data: bytes, base: Path, name: str) -> bytes:
     data = data.replace(str(base).encode(), b"<DIR>")
+    if name == "hosts.csv":  # its seconds column: each host's pass's wall time
+        data = HOSTS_CSV_SECONDS.sub(rb"\1masked,", data)
     for pattern, repl in MOVING:
         data = pattern.sub(repl, data)
     return data
@@ -102,7 +106,7 @@ def digests(tree: Path, base: Path) -> dict[str, str]:
         rel = p.relative_to(tree)
         if (p.is_file() and "logs" not in rel.parts and rel.name != "DIGESTS.json"
                 and "attribution/xplane" not in rel.as_posix()):
-            out[rel.as_posix()] = hashlib.sha256(masked(p.read_bytes(), base)).hexdigest()
+            out[rel.as_posix()] = hashlib.sha256(masked(p.read_bytes(), base, p.name)).hexdigest()
     return out
 
 
