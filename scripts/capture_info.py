@@ -27,7 +27,6 @@ Exit codes: 0 done; 1 the input cannot be read or is not a capture; 2 usage;
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -39,7 +38,7 @@ import sibling  # noqa: E402  (where the sibling skill is: one home)
 
 SIBLING = sibling.on_path()
 
-import per_host  # noqa: E402  (sibling skill: the per-host pass)
+import step_cli  # noqa: E402  (sibling skill: the command line, errors, exit codes)
 import trace_rules as rules  # noqa: E402  (sibling skill)
 
 import capture_inputs  # noqa: E402  (sibling skill)
@@ -243,19 +242,10 @@ def render(r: dict) -> list[str]:
     return [rules.printable(line) for line in out]
 
 
-class CaptureUnreadable(Exception):
-    """Neither file of the capture can be read; `code` is the exit code (1, or 3 for a missing
-    package)."""
-
-    def __init__(self, message: str, code: int):
-        super().__init__(message)
-        self.code = code
-
-
 def run(capture) -> dict:
     """Step 0 on a capture (capture_inputs.Capture: each file read once per process, shared with
     the later steps); the inventory as data. A file that cannot be read is said in the result;
-    CaptureUnreadable when neither can."""
+    a StepError (exit 1, or 3 for a missing package) when neither can."""
     files = capture.files
     space = trace = programs = None
     xplane_error = trace_error = None
@@ -273,17 +263,17 @@ def run(capture) -> dict:
             space = programs = None
             if missing_dependency:
                 # a half inventory would read as "no programs": say what is missing instead
-                raise CaptureUnreadable(f"cannot read {files.xplane.name}: {xplane_error}",
-                                        3) from None
+                raise step_cli.MissingPackage(
+                    f"cannot read {files.xplane.name}: {xplane_error}") from None
     if files.trace:
         try:
             trace = capture.trace
         except trace_reader.TraceError as exc:
             trace_error = rules.printable(exc)
     if space is None and trace is None:
-        raise CaptureUnreadable(f"nothing readable in {files.run_dir}: "
-                                f"{xplane_error or trace_error or 'no files'}",
-                                3 if missing_dependency and not trace_error else 1)
+        raise step_cli.StepError(f"nothing readable in {files.run_dir}: "
+                                 f"{xplane_error or trace_error or 'no files'}",
+                                 3 if missing_dependency and not trace_error else 1)
     return build_inventory(files, space, trace, programs, xplane_error, trace_error)
 
 
@@ -298,42 +288,20 @@ def write_json(path: Path, data: dict) -> None:
         tmp.unlink(missing_ok=True)
 
 
+STEP = step_cli.Step("capture_info", __doc__, __file__,
+                     out_help="folder for capture_info.json (default: the current folder)")
+
+
+def body(args) -> list[str]:
+    files = capture_inputs.resolve(args.capture, run=args.run, host=args.host)
+    result = run(capture_inputs.Capture(files))
+    write_json(args.out / RESULT_FILE, result)  # first: what is printed after cannot cost it
+    return render(result) + step_cli.wrote(args.out, [(RESULT_FILE, None)])
+
+
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog="\n".join(__doc__.splitlines()[1:]))
-    ap.add_argument("capture")
-    ap.add_argument("--run", help="run name, when a log folder holds several runs")
-    ap.add_argument("--host", help="host name, when a run holds several hosts")
-    ap.add_argument("--out", type=Path, default=Path("."),
-                    help="folder for capture_info.json (default: the current folder)")
-    per_host.add_arguments(ap)
-    args = ap.parse_args(argv)
-    fanned = per_host.maybe_fan_out("capture_info", __file__, argv, args.capture, args.run,
-                                   args.host, args.out, args.jobs)
-    if fanned is not None:
-        return fanned
-    try:
-        files = capture_inputs.resolve(args.capture, run=args.run, host=args.host)
-    except capture_inputs.CaptureError as exc:
-        print(f"capture_info: {rules.printable(exc)}", file=sys.stderr)
-        return 1
-    capture = capture_inputs.Capture(files)
-    try:
-        result = run(capture)
-    except CaptureUnreadable as exc:
-        print(f"capture_info: {exc}", file=sys.stderr)
-        return exc.code
-    path = args.out / RESULT_FILE
-    try:  # the file first: what is printed after cannot cost it (a closed pipe)
-        write_json(path, result)
-    except OSError as exc:
-        print(f"capture_info: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
-        return 1
-    print("\n".join(render(result)))
-    print(f"wrote {path}")
-    return 0
+    return step_cli.main(STEP, body, argv)
 
 
 if __name__ == "__main__":
-    raise SystemExit(rules.run_main("capture_info", main))
+    raise SystemExit(step_cli.run(STEP, main))

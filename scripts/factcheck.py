@@ -81,7 +81,6 @@ no_label or no_table): the failing claims are printed (up to 20) and all are in 
 
 from __future__ import annotations
 
-import argparse
 import bisect
 import csv
 import decimal
@@ -100,6 +99,7 @@ import sibling  # noqa: E402  (where the sibling skill is: one home)
 
 SIBLING = sibling.on_path()
 
+import step_cli  # noqa: E402  (sibling skill: the command line, errors, exit codes)
 import trace_rules as rules  # noqa: E402  (sibling skill: CSV writing, atomic outputs)
 
 TABLE = "factcheck.csv"
@@ -217,10 +217,6 @@ SENTENCE_END_RE = re.compile(r"(?<=[.!?])\s+(?=[A-Z*_`\[(<])|\n(?=\s*(?:[-*+]|\d
 FENCE_RE = re.compile(r"^\s*(```|~~~)")
 COMMENT_RE = re.compile(r"<!--.*?-->", re.S)
 SEPARATOR_RE = re.compile(r"^\s*\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?\s*$")
-
-
-class UsageError(Exception):
-    """The input cannot be checked; the message is one sentence."""
 
 
 class NoTable(Exception):
@@ -1304,54 +1300,48 @@ def write(out: Path, rows: list[Row], result: dict):
 
 def run(report: Path, out: Path):
     if not report.is_file():
-        raise UsageError(f"the report {report} does not exist or is not a file; give the "
-                         "Markdown report's path")
+        raise step_cli.StepError(f"the report {report} does not exist or is not a file; "
+                                 "give the Markdown report's path")
     if not out.is_dir():
-        raise UsageError(f"the scratch folder {out} does not exist; give the folder the steps "
-                         "wrote into with --out DIR")
+        raise step_cli.StepError(f"the scratch folder {out} does not exist; give the folder "
+                                 "the steps wrote into with --out DIR")
     try:
         text = report.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"the report {report} cannot be read as UTF-8 text ({exc})") from None
+        raise step_cli.StepError(
+            f"the report {report} cannot be read as UTF-8 text ({exc})") from None
     rows = check_report(Scratch(out), text.replace("\r\n", "\n"))
     result = result_of(rows, report)
     return rows, result, write(out, rows, result)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog="\n".join(__doc__.splitlines()[1:]))
-    ap.add_argument("report", type=Path)
-    ap.add_argument("--out", type=Path, default=Path("."))
-    args = ap.parse_args(argv)
-    try:
-        rows, result, n = run(args.report, args.out)
-    except UsageError as exc:
-        print(f"factcheck: {exc}", file=sys.stderr)
-        return 1
-    print(f"wrote {args.out / TABLE} ({n} rows)")
-    print(f"wrote {args.out / RESULT_FILE}")
+STEP = step_cli.Step("factcheck", __doc__, __file__, reads="report", fan_out=False)
+
+
+def body(args):
+    rows, result, n = run(args.report, args.out)
+    out = step_cli.wrote(args.out, [(TABLE, n), (RESULT_FILE, None)])
     c = result["figures"]
-    print("figures: " + ", ".join(f"{c[v]} {v}" for v in VERDICTS))
-    for note in result["notes"]:
-        print(f"note: {note}")
+    out.append("figures: " + ", ".join(f"{c[v]} {v}" for v in VERDICTS))
+    out += [f"note: {note}" for note in result["notes"]]
     failing = result["failing"]
-    for f in failing[:FAILS_PRINTED]:
-        print(f"line {f['line']}: {f['figure'] or '(claim)'}: {f['verdict']}: {f['why']}")
+    out += [f"line {f['line']}: {f['figure'] or '(claim)'}: {f['verdict']}: {f['why']}"
+            for f in failing[:FAILS_PRINTED]]
     if len(failing) > FAILS_PRINTED:
-        print(f"... and {len(failing) - FAILS_PRINTED} more in {args.out / TABLE}")
+        out.append(f"... and {len(failing) - FAILS_PRINTED} more in {args.out / TABLE}")
     if failing:
-        print(f"Next: correct each failing figure or its citation in {args.report} "
-              f"({len(failing)} in {TABLE}), then run the fact check again.")
-        return EXIT_FAILED
+        return out + [f"Next: correct each failing figure or its citation in {args.report} "
+                      f"({len(failing)} in {TABLE}), then run the fact check again."], EXIT_FAILED
     if result["notes"]:
-        print("Next: cite the report's figures (references/report-template.md), then run the "
-              "fact check again.")
-    else:
-        print("Next: every figure matches its table; hand the report over (SKILL.md, Report).")
-    return 0
+        return out + ["Next: cite the report's figures (references/report-template.md), then "
+                      "run the fact check again."]
+    return out + ["Next: every figure matches its table; hand the report over (SKILL.md, "
+                  "Report)."]
+
+
+def main(argv=None) -> int:
+    return step_cli.main(STEP, body, argv)
 
 
 if __name__ == "__main__":
-    raise SystemExit(rules.run_main("factcheck", main))
+    raise SystemExit(step_cli.run(STEP, main))

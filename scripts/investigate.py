@@ -37,10 +37,8 @@ capture cannot be used (one sentence says why); 2 usage; 3 a package the scripts
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
-import os
 import re
 import subprocess
 import sys
@@ -53,9 +51,9 @@ import sibling  # noqa: E402  (where the sibling skill is: one home)
 
 SIBLING = sibling.on_path()
 if SIBLING is not None:
-    import per_host  # noqa: E402  (sibling skill: the per-host pass over a run of several hosts)
+    import step_cli  # noqa: E402  (sibling skill: the command line, the per-host pass)
 else:
-    per_host = None
+    step_cli = None
 
 
 class Step:
@@ -94,10 +92,6 @@ def steps() -> list[Step]:
     ]
 
 
-class RunnerError(Exception):
-    """The scratch folder cannot be used; the message is one sentence."""
-
-
 def _tail_sentence(text: str) -> str:
     """The last non-empty line a failing script printed (its one sentence), trimmed."""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
@@ -131,11 +125,7 @@ def run_step(step: Step, args, out: Path, failed: dict[str, str], t0: float) -> 
     cmd += ["--out", str(out)] if out_arg else []
     p = subprocess.run(cmd, capture_output=True, text=True)
     logs = out / "logs"
-    try:
-        logs.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise RunnerError(f"cannot keep the steps' output in {logs}: "
-                          f"{exc.strerror or exc}") from None
+    logs.mkdir(parents=True, exist_ok=True)
     (logs / f"{step.name}.txt").write_text(
         "$ " + " ".join(cmd) + "\n" + p.stdout + ("\n--- stderr\n" + p.stderr if p.stderr
                                                   else ""), encoding="utf-8")
@@ -258,67 +248,43 @@ def where_to_look(out: Path, failed: dict[str, str], factcheck_rc: int | None) -
     return [cut_names(ln, names) for ln in lines]
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog="\n".join(__doc__.splitlines()[1:]))
-    ap.add_argument("capture")
-    ap.add_argument("--out", type=Path, default=Path("."))
-    ap.add_argument("--run")
-    ap.add_argument("--host")
+def options(ap) -> None:
     ap.add_argument("--no-xprof", action="store_true",
                     help="leave XProf's own figures out of steps 4 and 5 (faster)")
     ap.add_argument("--page", action="store_true",
                     help="then build the HTML page of the draft (writing-trace-report-pages)")
-    ap.add_argument("--jobs", type=int, default=None,
-                    help="with a run of several hosts: how many hosts to analyse at once "
-                         "(default: the cores, fewer when memory is short)")
-    args = ap.parse_args(argv)
-    fanned = per_host and per_host.maybe_fan_out("investigate", __file__, argv, args.capture,
-                                                 args.run, args.host, args.out, args.jobs)
-    if fanned is not None:
-        return fanned
+
+
+STEP = step_cli.Step("investigate", __doc__, __file__, options=options) if step_cli else None
+
+
+def body(args):
     out = args.out
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        print(f"investigate: cannot create the scratch folder {out}: {exc.strerror}",
-              file=sys.stderr)
-        return 1
+    out.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     failed: dict[str, str] = {}
     factcheck_rc = None
     todo = steps() + ([Step("build_page", PAGE, "page", "the HTML page of the draft",
                             reads_capture=False)] if args.page else [])
     for step in todo:
-        try:
-            rc = run_step(step, args, out, failed, t0)
-        except (RunnerError, OSError) as exc:
-            print(f"investigate: {exc}", file=sys.stderr)
-            return 1
-        if step.name == "capture_info" and rc in (1, 3):
+        rc = run_step(step, args, out, failed, t0)
+        if step.name == "capture_info" and rc in (1, 3):  # its own sentence, as it said it
             print(failed["capture_info"].split(": ", 1)[-1], file=sys.stderr)
-            return rc
+            return [], rc
         if step.name == "factcheck":
             factcheck_rc = rc
     print(f"[{time.monotonic() - t0:6.1f} s] done", file=sys.stderr, flush=True)
-    for line in where_to_look(out, failed, factcheck_rc):
-        print(line)
-    return 0
+    return where_to_look(out, failed, factcheck_rc)
+
+
+def main(argv=None) -> int:
+    if step_cli is None:
+        print(f"investigate: the {sibling.NAME} skill is not installed beside this one (its "
+              "scripts hold steps 1 to 3): install the three skills side by side (README.md)",
+              file=sys.stderr)
+        return 1
+    return step_cli.main(STEP, body, argv)
 
 
 if __name__ == "__main__":
-    try:
-        code = main()
-        sys.stdout.flush()  # here, not at the interpreter's exit, where it could not be caught
-        raise SystemExit(code)
-    except BrokenPipeError:  # the reader of stdout went away (`| head`): nothing more to say
-        try:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        except (OSError, ValueError):
-            pass
-        raise SystemExit(141) from None
-    except KeyboardInterrupt:
-        print("investigate: interrupted; the scratch folder holds the steps that finished",
-              file=sys.stderr)
-        raise SystemExit(130) from None
+    raise SystemExit(step_cli.run(STEP, main) if step_cli else main())

@@ -44,7 +44,6 @@ sentence says why); 2 usage; 3 a missing package (protobuf, for the xplane).
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -56,7 +55,7 @@ import sibling  # noqa: E402  (where the sibling skill is: one home)
 
 SIBLING = sibling.on_path()
 
-import per_host  # noqa: E402  (sibling skill: the per-host pass)
+import step_cli  # noqa: E402  (sibling skill: the command line, errors, exit codes)
 import trace_rules as rules  # noqa: E402  (sibling skill)
 
 import capture_inputs  # noqa: E402  (sibling skill)
@@ -74,10 +73,6 @@ SAME_WORK_TIME_TOLERANCE = 0.10
 # attribution goes on the trust list (a few percent is what a clean graph capture shows).
 LOW_CONFIDENCE_SHARE_MAX_PCT = 5.0
 IDS_LISTED = 10  # correlation ids quoted in a sentence
-
-
-class UsageError(Exception):
-    """The input cannot be reconciled; the message is one sentence."""
 
 
 def _num(v):
@@ -385,11 +380,9 @@ def run(capture, out: Path) -> tuple[dict, list]:
             import xplane_reader
             space = xplane_reader.space_of(capture)
         except ImportError as exc:
-            raise MissingPackage(f"{exc}; pip install -r requirements.txt") from exc
+            raise step_cli.MissingPackage(f"a package is missing ({exc}); pip install -r "
+                                          "requirements.txt") from exc
         except Exception as exc:  # noqa: BLE001 - the reader's own sentence
-            import xprotos
-            if isinstance(exc, xprotos.MissingDependency):
-                raise MissingPackage(str(exc)) from exc
             xplane_why = f"the xplane cannot be read ({exc})"
     if files.trace is None:
         trace_why = "the capture has no .trace.json.gz"
@@ -399,7 +392,8 @@ def run(capture, out: Path) -> tuple[dict, list]:
         except (trace_reader.TraceError, capture_inputs.CaptureError) as exc:
             trace_why = f"the trace cannot be read ({exc})"
     if space is None and trace is None:
-        raise UsageError(f"nothing to reconcile in {files.run_dir}: {xplane_why}; {trace_why}")
+        raise step_cli.StepError(f"nothing to reconcile in {files.run_dir}: {xplane_why}; "
+                                 f"{trace_why}")
     rows = check_events(space, trace, xplane_why, trace_why)
     if trace is None:
         for check in ("launch_join", "kernels_per_step", "same_work_across_gpus",
@@ -428,52 +422,26 @@ def run(capture, out: Path) -> tuple[dict, list]:
     with rules.replace_files(out, ".reconcile-") as tmp:  # both files whole or not at all
         n = rules.write_csv(tmp / TABLE, COLUMNS, ([r[c] for c in COLUMNS] for r in rows))
         (tmp / RESULT_FILE).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
-    return result, [(TABLE, n), (RESULT_FILE, 1)]
+    return result, [(TABLE, n), (RESULT_FILE, None)]
 
 
-class MissingPackage(Exception):
-    pass
+STEP = step_cli.Step("reconcile", __doc__, __file__)
+
+
+def body(args) -> list[str]:
+    result, written = run(step_cli.open_capture(STEP, args), args.out)
+    c = result["counts"]
+    lines = step_cli.wrote(args.out, written)
+    lines.append(f"checks: {c['pass']} pass, {c['fail']} fail, {c['not checkable']} not checkable")
+    lines += [f"{r['status']}: {rules.printable(r['trust_sentence'])}"
+              for r in result["checks"] if r["status"] != "pass"]
+    return lines + ["Next: every fail and not-checkable sentence goes on the trust list "
+                    "(SKILL.md step 7)."]
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog="\n".join(__doc__.splitlines()[1:]))
-    ap.add_argument("capture")
-    ap.add_argument("--out", type=Path, default=Path("."))
-    ap.add_argument("--run")
-    ap.add_argument("--host")
-    per_host.add_arguments(ap)
-    args = ap.parse_args(argv)
-    fanned = per_host.maybe_fan_out("reconcile", __file__, argv, args.capture, args.run,
-                                   args.host, args.out, args.jobs)
-    if fanned is not None:
-        return fanned
-    try:
-        capture = capture_inputs.open_capture(args.capture, run=args.run, host=args.host)
-        for n in capture.files.notes:
-            print(f"reconcile: {n}", file=sys.stderr)
-        result, written = run(capture, args.out)
-    except (capture_inputs.CaptureError, UsageError, trace_reader.TraceError) as exc:
-        print(f"reconcile: {rules.printable(exc)}", file=sys.stderr)
-        return 1
-    except OSError as exc:  # the scratch folder: permissions, a full disk
-        print(f"reconcile: cannot write into {rules.printable(args.out)}: "
-              f"{exc.strerror or exc}", file=sys.stderr)
-        return 1
-    except MissingPackage as exc:
-        print(f"reconcile: a package is missing ({exc})", file=sys.stderr)
-        return 3
-    for f, n in written:
-        print(f"wrote {args.out / f}" + ("" if f.endswith(".json") else f" ({n} rows)"))
-    c = result["counts"]
-    print(f"checks: {c['pass']} pass, {c['fail']} fail, {c['not checkable']} not checkable")
-    for r in result["checks"]:
-        if r["status"] != "pass":
-            print(f"{r['status']}: {rules.printable(r['trust_sentence'])}")
-    print("Next: every fail and not-checkable sentence goes on the trust list (SKILL.md step 7).")
-    return 0
+    return step_cli.main(STEP, body, argv)
 
 
 if __name__ == "__main__":
-    raise SystemExit(rules.run_main("reconcile", main))
+    raise SystemExit(step_cli.run(STEP, main))

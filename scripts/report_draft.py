@@ -20,7 +20,6 @@ Exit codes: 0 written; 1 DIR is not a scratch folder (no table of any step in it
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import re
@@ -33,7 +32,7 @@ import sibling  # noqa: E402  (where the sibling skill is: one home)
 
 SIBLING = sibling.on_path()
 
-import per_host  # noqa: E402  (sibling skill: the per-host pass)
+import step_cli  # noqa: E402  (sibling skill: the command line, errors, exit codes)
 import trace_rules as rules  # noqa: E402  (sibling skill)
 
 DRAFT = "report_draft.md"
@@ -42,10 +41,6 @@ RECONCILE_ROWS = 20  # failed checks listed; the rest are named by their file, n
 HOW, OPS, LINES = "attribution/how.csv", "attribution/ops.csv", "attribution/lines.csv"
 CH = "changes.csv"
 KNOWN_TABLES = ("capture_info.json", "skip_stats.json", "attribution/attribute_kernels.json")
-
-
-class UsageError(Exception):
-    pass
 
 
 # ---------------------------------------------------------------- load
@@ -496,30 +491,25 @@ def draft(s: Scratch) -> str:
     return "\n".join(parts).rstrip() + "\n"
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog="\n".join(__doc__.splitlines()[1:]))
-    ap.add_argument("--out", type=Path, default=Path("."))
-    per_host.add_arguments(ap)
-    args = ap.parse_args(argv)
-    fanned = per_host.maybe_fan_out_scratch("report_draft", __file__, argv, args.out, args.jobs)
-    if fanned is not None:
-        return fanned
-    s = Scratch(args.out)
+STEP = step_cli.Step("report_draft", __doc__, __file__, reads="scratch")
+
+
+def body(args) -> list[str]:
     if not any((args.out / t).is_file() for t in KNOWN_TABLES):
-        print(f"report_draft: {args.out} holds none of {', '.join(KNOWN_TABLES)}: run the steps "
-              f"first (scripts/investigate.py)", file=sys.stderr)
-        return 1
-    text = draft(s)
+        raise step_cli.StepError(f"{args.out} holds none of {', '.join(KNOWN_TABLES)}: run the "
+                                 "steps first (scripts/investigate.py)")
+    text = draft(Scratch(args.out))
     with rules.replace_files(args.out, ".report_draft.") as tmp:
         (tmp / DRAFT).write_text(text, encoding="utf-8")
-    print(f"wrote {args.out / DRAFT} ({len(text.splitlines())} lines, "
-          f"{text.count('<!-- judge:')} places to judge)")
-    print("Next: write each judged sentence from the table its comment names, then run "
-          "factcheck.py on the report.")
-    return 0
+    return [f"wrote {args.out / DRAFT} ({len(text.splitlines())} lines, "
+            f"{text.count('<!-- judge:')} places to judge)",
+            "Next: write each judged sentence from the table its comment names, then run "
+            "factcheck.py on the report."]
+
+
+def main(argv=None) -> int:
+    return step_cli.main(STEP, body, argv)
 
 
 if __name__ == "__main__":
-    raise SystemExit(rules.run_main("report_draft", main))
+    raise SystemExit(step_cli.run(STEP, main))

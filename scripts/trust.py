@@ -34,7 +34,6 @@ sentence says why: it does not exist, or no step has written there); 2 usage.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import re
@@ -48,7 +47,7 @@ import sibling  # noqa: E402  (where the sibling skill is: one home)
 
 SIBLING = sibling.on_path()
 
-import per_host  # noqa: E402  (sibling skill: the per-host pass)
+import step_cli  # noqa: E402  (sibling skill: the command line, errors, exit codes)
 import trace_rules as rules  # noqa: E402  (sibling skill: CSV writing, atomic outputs)
 
 RESULT_FILE = "trust.json"
@@ -167,10 +166,6 @@ NEEDS = {
 }
 
 
-class UsageError(Exception):
-    """The scratch folder cannot be used; the message is one sentence."""
-
-
 # ---------------------------------------------------------------- load
 
 @dataclass
@@ -187,8 +182,8 @@ class Inputs:
 def load(out: Path, failed: dict) -> Inputs:
     out = Path(out)
     if not out.is_dir():
-        raise UsageError(f"the scratch folder {out} does not exist: run the steps with "
-                         f"--out {out} first (SKILL.md), then this script")
+        raise step_cli.StepError(f"the scratch folder {out} does not exist: run the steps "
+                                 f"with --out {out} first (SKILL.md), then this script")
     inp = Inputs(out)
     for step, (_, rel, _) in STEPS.items():
         path = out / rel
@@ -206,9 +201,9 @@ def load(out: Path, failed: dict) -> Inputs:
         except (OSError, ValueError) as exc:
             inp.missing[step] = f"{rel} cannot be read ({exc.__class__.__name__})"
     if not inp.results:
-        raise UsageError(f"no step has written its result into {out} (none of "
-                         f"{', '.join(rel for _, rel, _ in STEPS.values())}): run steps 0 to 6 "
-                         "there first")
+        raise step_cli.StepError(f"no step has written its result into {out} (none of "
+                                 f"{', '.join(rel for _, rel, _ in STEPS.values())}): run "
+                                 "steps 0 to 6 there first")
     return inp
 
 
@@ -898,67 +893,57 @@ def write(out: Path, items: list, questions: list, result: dict) -> list:
                                                    for it in items + questions))
         (tmp / RESULT_FILE).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n",
                                        encoding="utf-8")
-    return [(TABLE, f"{n} rows"), (RESULT_FILE, "")]
+    return [(TABLE, n), (RESULT_FILE, None)]
 
 
 # ---------------------------------------------------------------- main
 
-def parse_failed(values: list, ap) -> dict:
+def parse_failed(values: list) -> dict:
     failed = {}
     for v in values or []:
         step, sep, reason = v.partition("=")
         step = step.strip().removesuffix(".py")
         step = STEP_BY_NUMBER.get(step, step)
         if not sep or step not in STEPS or not reason.strip():
-            ap.error(f"--failed {v!r}: expected STEP=REASON, STEP one of "
-                     f"{', '.join(STEPS)} or 0 to 6")
+            raise step_cli.UsageError(f"--failed {v!r}: expected STEP=REASON, STEP one of "
+                                      f"{', '.join(STEPS)} or 0 to 6")
         failed[step] = reason.strip()
     return failed
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog="\n".join(__doc__.splitlines()[1:]))
-    ap.add_argument("--out", type=Path, default=Path("."),
-                    help="the scratch folder the steps wrote into (default: .)")
+def options(ap) -> None:
     ap.add_argument("--failed", action="append", metavar="STEP=REASON",
                     help="a step that could not run, and why (repeatable)")
-    per_host.add_arguments(ap)
-    args = ap.parse_args(argv)
-    fanned = per_host.maybe_fan_out_scratch("trust", __file__, argv, args.out, args.jobs)
-    if fanned is not None:
-        return fanned
-    failed = parse_failed(args.failed, ap)
-    try:
-        inp = load(args.out, failed)
-        items, questions, facts = collect(inp, failed)
-        result = build_result(inp, items, questions, facts)
-        written = write(args.out, items, questions, result)
-    except UsageError as exc:
-        print(f"trust: {exc}", file=sys.stderr)
-        return 1
-    except OSError as exc:
-        print(f"trust: cannot read or write in {args.out}: {exc.strerror or exc}",
-              file=sys.stderr)
-        return 1
-    for fname, what in written:
-        print(f"wrote {args.out / fname}" + (f" ({what})" if what else ""))
+
+
+STEP = step_cli.Step("trust", __doc__, __file__, reads="scratch", options=options,
+                     out_help="the scratch folder the steps wrote into (default: .)")
+
+
+def body(args) -> list[str]:
+    failed = parse_failed(args.failed)
+    inp = load(args.out, failed)
+    items, questions, facts = collect(inp, failed)
+    result = build_result(inp, items, questions, facts)
+    out = step_cli.wrote(args.out, write(args.out, items, questions, result))
     fig = result["figures"]
     d = fig["defects"]["value"]
-    print(f"trust items: {fig['items']['value']} ({d} defect{'' if d == 1 else 's'} of this "
-          f"capture); needs a new capture: {fig['needs_new_capture']['value']} questions")
+    out.append(f"trust items: {fig['items']['value']} ({d} defect{'' if d == 1 else 's'} of "
+               f"this capture); needs a new capture: {fig['needs_new_capture']['value']} "
+               "questions")
     for it in largest(items):
         pct = (f", {it['pct_of_gpu_time']:.2f}% of GPU time"
                if it["pct_of_gpu_time"] is not None else "")
-        print(f"  largest: [{it['kind']}] {it['item']} ({it['gpu_us']:.3f} us{pct})")
-    for s in result["refusals"]:
-        print(f"  {s}")
-    print("Next: put the trust items and the needs-a-new-capture questions in the report's "
-          "trust list, worded as references/trust.md says (SKILL.md step 7), then have the "
-          "report fact-checked.")
-    return 0
+        out.append(f"  largest: [{it['kind']}] {it['item']} ({it['gpu_us']:.3f} us{pct})")
+    out += [f"  {s}" for s in result["refusals"]]
+    return out + ["Next: put the trust items and the needs-a-new-capture questions in the "
+                  "report's trust list, worded as references/trust.md says (SKILL.md step 7), "
+                  "then have the report fact-checked."]
+
+
+def main(argv=None) -> int:
+    return step_cli.main(STEP, body, argv)
 
 
 if __name__ == "__main__":
-    raise SystemExit(rules.run_main("trust", main))
+    raise SystemExit(step_cli.run(STEP, main))

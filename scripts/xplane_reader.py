@@ -35,6 +35,7 @@ except ImportError:  # imported without an entry script's path set-up: find the 
     import sibling
     sibling.on_path()
     from trace_rules import MAX_TIME_PS
+from step_cli import StepError
 
 GPU_PLANE_RE = re.compile(r"^/device:GPU:(\d+)$")
 METADATA_PLANE = "/host:metadata"
@@ -56,8 +57,8 @@ _KIND_WORDS = {int: "a non-negative integer", str: "a string", bytes: "bytes"}
 UNIQUE_PLANES = ("/host:CPU", "/host:metadata")
 
 
-class XPlaneError(Exception):
-    """The file is not a readable XSpace."""
+class XPlaneError(StepError):
+    """The file is not a readable XSpace (exit 1)."""
 
 
 @dataclass(slots=True)

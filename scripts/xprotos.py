@@ -408,8 +408,8 @@ PRIMITIVE_BITS = {
 }
 
 
-class MissingDependency(Exception):
-    """The protobuf runtime is not installed."""
+class MissingDependency(ImportError):
+    """The protobuf runtime is not installed (a missing package: exit 3 in every step)."""
 
 
 def _build(pool, descriptor_pb2, package: str, messages: dict) -> None:

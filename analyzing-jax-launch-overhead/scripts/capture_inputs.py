@@ -18,13 +18,15 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from step_cli import StepError
+
 XPLANE_SUFFIX = ".xplane.pb"
 TRACE_SUFFIXES = (".trace.json.gz", ".trace.json")
 RUN_NAME_RE = re.compile(r"^\d{4}_\d{2}_\d{2}_\d{2}_\d{2}_\d{2}$")
 
 
-class CaptureError(Exception):
-    """The path does not lead to one capture; the message says what to pass instead."""
+class CaptureError(StepError):
+    """The path does not lead to one capture; the message says what to pass instead (exit 1)."""
 
 
 @dataclass

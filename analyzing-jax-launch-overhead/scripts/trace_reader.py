@@ -37,6 +37,8 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from step_cli import StepError
+
 try:
     from trace_rules import MAX_TIME_PS
 except ImportError:  # imported alone (a test): the sibling module is beside this file
@@ -70,8 +72,8 @@ _SURROGATE_RE = re.compile("[\ud800-\udfff]")
 _SURROGATE_ESCAPE_RE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
-class TraceError(Exception):
-    """The file is not a readable XLA trace; the message is one sentence for the user."""
+class TraceError(StepError):
+    """The file is not a readable XLA trace; the message is one sentence for the user (exit 1)."""
 
 
 @dataclass

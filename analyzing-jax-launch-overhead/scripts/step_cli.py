@@ -1,0 +1,178 @@
+"""One command-line home for the bundle's steps: the parser, the per-host fan-out, the one error
+type with its exit code, and the closing lines (standard library only).
+
+A step script declares itself as a `Step` (its name, its docstring as the --help text, its file,
+what it reads, its own options) and hands `main` a body: a function of the parsed arguments
+that does the work and returns the lines to print. Everything else is here:
+
+- the parser: the docstring's first line as the description, the rest as the epilog; for a step
+  that reads a capture the `capture` argument, `--run` and `--host`; `--out` (default ./);
+  `--jobs` (the per-host pass); then the step's own options;
+- the per-host pass: a capture that leads to a run of several hosts with no --host, or a scratch
+  folder that holds a per-host pass, runs the step once per host (per_host.py);
+- the ways out: `StepError` carries one sentence and its exit code (1 the input cannot be used,
+  2 usage, 3 a package is missing); an OSError is the scratch folder's (cannot write into it);
+  a MemoryError says the capture is too large for this machine; an interrupt is one sentence
+  (exit 130) and a closed pipe exits 141; never a traceback;
+- the closing lines: `wrote <path> (<n> rows | lines | bytes)` per file, the step's summary,
+  then its "Next:" line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import trace_rules as rules
+
+UNUSABLE, USAGE, MISSING_PACKAGE = 1, 2, 3
+INTERRUPTED, PIPE_CLOSED = 130, 141
+
+
+class StepError(Exception):
+    """What ends a step early: one sentence for the user, and the exit code it ends with."""
+
+    code = UNUSABLE
+
+    def __init__(self, sentence: str = "", code: int | None = None):
+        super().__init__(sentence)
+        if code is not None:
+            self.code = code
+
+
+class UsageError(StepError):
+    """The command line does not make sense (exit 2, with the usage line)."""
+
+    code = USAGE
+
+
+class MissingPackage(StepError):
+    """A package the step needs is not installed; the sentence names it and the install line."""
+
+    code = MISSING_PACKAGE
+
+
+@dataclass
+class Step:
+    name: str                  # the script's name without .py, the prefix of its messages
+    doc: str                   # the module docstring: the --help text
+    script: str                # the script's __file__ (the per-host pass runs it again)
+    reads: str = "capture"     # capture | scratch (only the scratch folder) | report
+    options: Callable[[argparse.ArgumentParser], None] | None = None
+    out_help: str | None = None
+    fan_out: bool = True
+
+
+def parser(step: Step) -> argparse.ArgumentParser:
+    lines = step.doc.splitlines()
+    ap = argparse.ArgumentParser(description=lines[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="\n".join(lines[1:]))
+    if step.reads == "capture":
+        ap.add_argument("capture")
+    elif step.reads == "report":
+        ap.add_argument("report", type=Path)
+    if step.options:
+        step.options(ap)
+    ap.add_argument("--out", type=Path, default=Path("."),
+                    help=step.out_help or "the scratch folder (default: the current folder)")
+    if step.reads == "capture":
+        ap.add_argument("--run", help="run name, when a log folder holds several runs")
+        ap.add_argument("--host", help="host name, when a run holds several hosts")
+    if step.fan_out:
+        ap.add_argument("--jobs", type=int, default=None,
+                        help="with a run of several hosts: how many hosts to analyse at once "
+                             "(default: the cores, fewer when memory is short)")
+    return ap
+
+
+def _fanned(step: Step, args, argv) -> int | None:
+    if not step.fan_out:
+        return None
+    import per_host
+    if step.reads == "capture":
+        return per_host.maybe_fan_out(step.name, step.script, argv, args.capture, args.run,
+                                      args.host, args.out, args.jobs)
+    return per_host.maybe_fan_out_scratch(step.name, step.script, argv, args.out, args.jobs)
+
+
+def say(step: Step | str, sentence) -> None:
+    """One line on stderr, prefixed with the step's name, control characters escaped."""
+    name = step if isinstance(step, str) else step.name
+    print(f"{name}: {rules.printable(sentence)}", file=sys.stderr)
+
+
+def open_capture(step: Step, args):
+    """The capture the arguments name (capture_inputs.Capture), its notes said on stderr."""
+    import capture_inputs
+    capture = capture_inputs.open_capture(args.capture, run=args.run, host=args.host)
+    for n in capture.files.notes:
+        say(step, n)
+    return capture
+
+
+def main(step: Step, body: Callable, argv=None) -> int:
+    """Parse `argv`, run the per-host pass or `body(args)`, and map every way out to its exit
+    code. The body returns the lines to print, or (lines, exit code) where a finished step has
+    a verdict of its own to exit with (the fact check's 4)."""
+    ap = parser(step)
+    args = ap.parse_args(argv)
+    fanned = _fanned(step, args, argv)
+    if fanned is not None:
+        return fanned
+    try:
+        out = body(args)
+    except StepError as exc:
+        if exc.code == USAGE:
+            ap.error(str(exc))
+        say(step, exc)
+        return exc.code
+    except OSError as exc:  # the scratch folder: permissions, a full disk
+        say(step, f"cannot write into {args.out}: {exc.strerror or exc}")
+        return UNUSABLE
+    except MemoryError:
+        what = getattr(args, "capture", None) or args.out
+        say(step, f"{what} is too large to analyse in this machine's memory")
+        return UNUSABLE
+    lines, code = out if isinstance(out, tuple) else (out, 0)
+    for line in lines:
+        print(line)
+    return code
+
+
+def wrote(folder: Path, written) -> list[str]:
+    """`wrote <path> (<n> <unit>)` for each (file, count) written: rows of a table, lines of a
+    text, bytes of a picture; a result JSON or a count of None says no count."""
+    out = []
+    for f, n in written:
+        unit = ("bytes" if f.endswith((".svg", ".html")) else
+                "lines" if f.endswith((".txt", ".md")) else "rows")
+        out.append(f"wrote {Path(folder) / f}" + ("" if n is None or f.endswith(".json")
+                                                  else f" ({n} {unit})"))
+    return out
+
+
+def run(step: Step | str, main_fn: Callable[[], int]) -> int:
+    """An entry script's exit code from `main_fn()`, with the two ways out that are not its own:
+    the reader of its output went away (`| head`: the files are written; nothing more is said,
+    exit 141 as for SIGPIPE) and an interrupt (one sentence, exit 130), never a traceback."""
+    name = step if isinstance(step, str) else step.name
+    try:
+        code = main_fn()
+        sys.stdout.flush()  # here, not at the interpreter's exit, where it could not be caught
+        return code
+    except BrokenPipeError:
+        try:  # the interpreter flushes stdout at exit: point it somewhere that takes it
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return PIPE_CLOSED
+    except KeyboardInterrupt:
+        print(f"{name}: interrupted; files already written stay as they were or whole",
+              file=sys.stderr)
+        return INTERRUPTED
