@@ -20,8 +20,6 @@ Exit codes: 0 written; 1 DIR is not a scratch folder (no table of any step in it
 
 from __future__ import annotations
 
-import csv
-import json
 import re
 import sys
 from pathlib import Path
@@ -34,6 +32,7 @@ SIBLING = sibling.on_path()
 
 import step_cli  # noqa: E402  (sibling skill: the command line, errors, exit codes)
 import trace_rules as rules  # noqa: E402  (sibling skill)
+from scratch import Scratch  # noqa: E402  (sibling skill: the scratch folder, read once)
 
 DRAFT = "report_draft.md"
 TOP_ROWS = 8  # instructions and Python lines listed: enough to cover most time in practice
@@ -41,34 +40,6 @@ RECONCILE_ROWS = 20  # failed checks listed; the rest are named by their file, n
 HOW, OPS, LINES = "attribution/how.csv", "attribution/ops.csv", "attribution/lines.csv"
 CH = "changes.csv"
 KNOWN_TABLES = ("capture_info.json", "skip_stats.json", "attribution/attribute_kernels.json")
-
-
-# ---------------------------------------------------------------- load
-
-
-class Scratch:
-    """The scratch folder's tables, each read once; a missing table reads as None."""
-
-    def __init__(self, out: Path):
-        self.out = out
-        self._cache: dict[str, object] = {}
-
-    def json(self, name: str) -> dict | None:
-        if name not in self._cache:
-            try:
-                self._cache[name] = json.loads((self.out / name).read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                self._cache[name] = None
-        return self._cache[name]
-
-    def csv(self, name: str) -> list[dict] | None:
-        if name not in self._cache:
-            try:
-                with open(self.out / name, newline="", encoding="utf-8") as fh:
-                    self._cache[name] = list(csv.DictReader(fh))
-            except OSError:
-                self._cache[name] = None
-        return self._cache[name]
 
 
 # ---------------------------------------------------------------- figures with citations
@@ -163,7 +134,7 @@ def results(s: Scratch) -> list[str]:
                    f"window every change's share is of): {fig(s, 'changes.json', 'step_us')}; "
                    f"all changes at once save at most "
                    f"{fig(s, 'changes.json', 'combined_saving_us')} (an upper bound).")
-    changes = s.csv("changes.csv")
+    changes = s.rows("changes.csv")
     if changes:
         for r in changes[:3]:
             rank = f"rank={r['rank']}"
@@ -209,7 +180,7 @@ def verdict_section(s: Scratch) -> list[str]:
     for key, name in names.items():
         if key in figures:
             out.append(f"| {name} | {fig(s, 'skip_stats.json', key)} |")
-    gaps = s.csv("gaps.csv") or []
+    gaps = s.rows("gaps.csv") or []
     late = sorted((g for g in gaps if g.get("cause") == "host_late"),
                   key=lambda g: -float(g["dur_us"] or 0))[:3]
     if late:
@@ -232,7 +203,7 @@ def reconciliation_section(s: Scratch) -> list[str]:
     counts = rec.get("counts") or {}
     out.append(", ".join(f"{k}: {cite(v, '', 'measured', 'reconcile.json', 'counts.' + k, 0)}"
                          for k, v in sorted(counts.items())))
-    bad = [r for r in (s.csv("reconciliation.csv") or []) if r["status"] != "pass"]
+    bad = [r for r in (s.rows("reconciliation.csv") or []) if r["status"] != "pass"]
     if bad:
         out += ["", "| check | GPU | stream | status | trust-list sentence |",
                 "|---|---|---|---|---|"]
@@ -253,7 +224,7 @@ def reconciliation_section(s: Scratch) -> list[str]:
 
 def streams_section(s: Scratch) -> list[str]:
     out = ["## 3. GPUs and streams", ""]
-    streams = s.csv("streams.csv")
+    streams = s.rows("streams.csv")
     if streams is None:
         out.append(missing("streams.csv", "step 1 did not run"))
     else:
@@ -337,7 +308,7 @@ def ops_section(s: Scratch) -> list[str]:
                f"confidence: {fig(s, t, 'low_confidence_pct_of_all_attributed', 2)} of the "
                f"attributed time; XProf's hlo_stats covers "
                f"{fig(s, t, 'xprof_hlo_stats_pct_of_gpu_time', 2)} of kernel time.")
-    how = [r for r in (s.csv("attribution/how.csv") or []) if r["program_id"] == "all"]
+    how = [r for r in (s.rows("attribution/how.csv") or []) if r["program_id"] == "all"]
     if how:
         out += ["", "| match class | kernels | share of GPU time |", "|---|---|---|"]
         for r in how:
@@ -346,8 +317,8 @@ def ops_section(s: Scratch) -> list[str]:
                        f"{cell(r['kernels'], '', 'measured', HOW, 'kernels', k, 0)} | "
                        f"{cell(r['pct_of_group'], '%', 'inferred', HOW, 'pct_of_group', k, 2)} |")
     roof = {(r.get("program_id", ""), r["instruction"]): r
-            for r in (s.csv("roofline.csv") or [])}
-    ops = (s.csv("attribution/ops.csv") or [])[:TOP_ROWS]
+            for r in (s.rows("roofline.csv") or [])}
+    ops = (s.rows("attribution/ops.csv") or [])[:TOP_ROWS]
     if ops and refusals["ops"]:
         out += refused_lines(refusals["ops"], OPS, "Instructions", program)
     elif ops:
@@ -370,7 +341,7 @@ def ops_section(s: Scratch) -> list[str]:
                        f"{cell(r['gpu_us'], 'us', 'measured', OPS, 'gpu_us', k)} | "
                        f"{shares(r, OPS, k)} | "
                        f"{code(r['user_frame'] or r['source'] or '')} | {reach} |")
-    lines = (s.csv("attribution/lines.csv") or [])[:TOP_ROWS]
+    lines = (s.rows("attribution/lines.csv") or [])[:TOP_ROWS]
     if lines and refusals["lines"]:
         if refusals["lines"] != refusals["ops"]:
             out += refused_lines(refusals["lines"], LINES, "Python lines", program)
@@ -420,7 +391,7 @@ def ops_section(s: Scratch) -> list[str]:
 
 def changes_section(s: Scratch) -> list[str]:
     out = ["## 5. Changes (estimates: inferred, not run)", ""]
-    changes = s.csv("changes.csv")
+    changes = s.rows("changes.csv")
     cj = s.json("changes.json") or {}
     if changes is None:
         return out + [missing("changes.csv", "step 6 did not run"), ""]
@@ -449,7 +420,7 @@ def changes_section(s: Scratch) -> list[str]:
 
 def trust_section(s: Scratch) -> list[str]:
     out = ["## 6. Where this capture cannot be trusted", ""]
-    rows = s.csv("trust.csv")
+    rows = s.rows("trust.csv")
     if rows is None:
         return out + [missing("trust.csv", "step 7 did not run"), ""]
     items = [r for r in rows if r["section"] == "trust"]
