@@ -39,7 +39,8 @@ class ScratchError(Exception):
 @dataclass(frozen=True)
 class Column:
     name: str
-    unit: str          # us, ps, pct, count, bytes, flop, flop/s, bytes/s, flop/byte, s; "" text
+    unit: str          # us, ps, pct, count, bytes, flop, flop/s, bytes/s, flop/byte, ratio, s;
+                       # "" text
     label: str         # measured | read | inferred | "" (a key or text, not a figure)
     meaning: str
 
@@ -278,11 +279,1311 @@ def render_layout() -> str:
 
 # ---------------------------------------------------------------- the declarations
 
-INTRO = """
+INTRO = r"""
 # The scratch folder: every file the tools write
+
+Generated from `analyzing-jax-launch-overhead/scripts/scratch.py`, where each file is declared
+once; do not edit it by hand: change the declaration, then regenerate it with
+`python3 -P analyzing-jax-launch-overhead/scripts/scratch.py > references/scratch-layout.md`
+(a test keeps the two equal).
+
+Read this when you join two tables, when a column's unit is unclear, or before a script writes a
+new file (its issue declares the file in `scratch.py` first, then the code).
+
+The agent runs the scripts in one scratch folder (the current directory, or `--out DIR`). Nothing
+is ever written into the user's capture folder.
+
+## Rules for every JSON result
+Each step writes its result as `<step>.json` beside its tables: what its `summary.txt` (or, for
+`capture_info.py`, its printout) says, as data. Later steps read the JSON, never the prose.
+Every result has `step`, `status`, `checks` or the step's own verdict, `refusals` (sentences
+"cannot ... because ...") and `notes` where it has any; a figure a report may quote is
+`{value, unit, label}` (with `min`/`max` where it has a range), `label` one of `measured`,
+`read`, `inferred`. Files are written whole or not at all (a temporary name, then a rename).
+A result's `figures` are listed under it below with the one unit and label each is written with.
+
+## Rules for every CSV
+- UTF-8, comma-separated, one header row, `\n` line ends, columns in the order listed here, rows
+  in the order stated for each file (deterministic).
+- Column names are snake_case and carry their unit: `_us` microseconds, `_ps` picoseconds,
+  `pct_of_<denominator>` percent (0–100), `_bytes`, `_count` where the name would otherwise be
+  ambiguous. Each column below gives its unit (`us`, `ps`, `pct`, `count`, `bytes`, `flop`,
+  `flop/s`, `bytes/s`, `flop/byte`, `ratio`, `s`; empty for keys and text) and its label
+  (`measured`, `read`, `inferred`, `inferred, not run`; empty for keys, text and 0/1 flags).
+- A percentage names its denominator, in CSV and JSON alike: `pct_of_<denominator>` is the row's
+  own quantity as a share, `<what>_pct_of_<denominator>` a named part of it. The denominators:
+  `gpu_time` all GPU event time of the capture (kernels, memcpys, memsets: step 4's
+  `kernel_time_us`, `trust.json` `gpu_time_us`); `attributed` the kernel time attributed to an
+  instruction in the programs the table covers (the sum of `attribution/ops.csv` `gpu_us`: every
+  program by default, the one program of `--program ID` when narrowed; `roofline.csv` likewise);
+  `all_attributed` the kernel time attributed to an instruction in every program; `group` the
+  GPU time of the row's group in `attribution/how.csv` (its program, or all programs for `all`);
+  `step` a step's time (in `steps.csv` and `skip_stats.json` its duration `dur_us`, in
+  `changes.csv` and `changes.json` the window `step_us`, start to the next step's start);
+  `period` the step period (`period_us`); `span` a stream's analysed time (`span_us`); `compute`
+  the median step's compute time on its bounding GPU; `ceiling` the attainable ceiling at the
+  instruction's intensity; `ours` this bundle's own count; `gpu_events` the number of GPU events.
+- Times (`*_start_us`, `*_end_us`) are from the profile start, as in the capture; `_us` values
+  have 3 decimals (nanoseconds), `pct_of_*` values 2 decimals.
+- An empty cell means "does not apply or not known"; it never means zero. Where a reason matters,
+  a neighbouring column says it (for example `join`, `match`).
+- Keys: `device` is the GPU ordinal of `/device:GPU:<n>` (or `CPU` for XLA:CPU thunks);
+  `stream` is the stream (xplane line) id; `step` is the step number from `steps.csv`;
+  `program_id` is XLA's program (module) id; `instruction` is an HLO instruction name of that
+  program; `correlation_id` is the tracer's join key between a launch and a GPU event.
 """
 
+declare(File(
+    "capture_info.json", "capture_info.py", "json",
+    "the inventory: files, GPUs with their json/xplane event counts, programs, checks, refusals",
+    fields="""
+- `step` (`capture_info`), `status` (`done`), `capture` (`run_dir`, `host`, `hosts`, `notes`),
+  `xplane` and `trace` (`file`, `error`: null, or why it could not be read).
+- `gpus`: one per GPU plane or trace process: `ordinal`, `idle`, `xplane_events`,
+  `trace_events` (null where that file lacks it), `agree` (null where only one file has it),
+  `device` (the plane's device stats), `lines` (`id`, `name`, `events`).
+- `cpu_thunk_events` (CPU captures), `host` (`lines`, `xplane_events`, `trace_events`),
+  `profile_ms`, `repeated_stat_events`.
+- `programs`: null (no readable xplane), or one per program: `program_id`, `entry`, `module`,
+  `computations`, `instructions`, `while_loops` (known trip counts, null where unknown), `error`
+  (null, or why its HLO could not be read: that program alone is refused).
+- `checks`: per active GPU `{name: "GPU events per device: json = xplane", device, status,
+  xplane, trace}`, `status` one of `pass`, `fail`, `not checkable`.
+- `refusals`: sentences ("cannot read program ... because ...", "cannot attribute kernels ...
+  because the xplane holds no HLO").
+"""))
+
+declare(File(
+    "swimlanes.svg", "swimlanes.py", "svg",
+    "one step: a lane per GPU x stream and per launching host thread, the straggler marked",
+    fields="""
+One step (or the --start/--end window, us from the profile start) on one time axis in us, 1600 px
+wide. Lanes: each GPU x stream with events in the step, labelled `GPU n · <stream_name> · <role>`
+(`role` compute / collective / copy: the category with the most time in the step,
+`trace_rules.stream_role`; ` · critical` and bold for `steps.csv critical_stream`); under each
+GPU the host threads that launch for it alone, then host threads serving several GPUs. Bars:
+kernels by kind (compute, GEMM, collective hatched, memcpy dotted, memset lined; a purple strip
+marks kernels inside a graph); launch / graph launch (striped) / other host calls on host lanes;
+orange bars on host lanes are `gaps.csv` gaps whose `host_events` are named (largest as label);
+thin bands under critical lanes are gaps by cause. Dashed lines: the step's begin and end; a tick
+at each GPU's end; the straggler in red (a tie in amber). Events narrower than one pixel (more
+where over 8,000 bars) merge into one bar per lane and kind; every bar's tooltip gives name,
+instruction (from `attribution/kernels.csv` when present), duration and start, or the merged
+count. No scripts, no external files: it opens in a browser as it is.
+"""))
+
+declare(Table(
+    "stragglers.csv", "swimlanes.py",
+    row="analysed step x GPU (as `steps.csv`)", order="step, device",
+    columns=(
+        col("step", "", "", "the step (`steps.csv`)"),
+        col("device", "", "", "the GPU"),
+        col("end_us", "us", "measured", "the GPU's end in the step: `steps.csv end_us`"),
+        col("lag_us", "us", "measured",
+            "end − the first compared GPU's end in that step (negative for a GPU that is not "
+            "compared and ends earlier)"),
+        col("last_kernel", "", "", "the GPU's last-ending event"),
+        col("last_stretch", "", "",
+            "`collective` (it ends in a collective kernel; the stretch is that kernel), else what "
+            "filled most of the time from its last collective's end (or the step start) to its "
+            "end: `compute`, `copy` (busy time, all streams), or idle time by the cause of the "
+            "critical-stream gap it lies in: `host_late`, `device_wait`, `unknown`, `idle` (no "
+            "gap of 1 us recorded)"),
+        col("stretch_start_us", "us", "measured", "the start of that stretch"),
+        col("stretch_us", "us", "measured", "the length of that stretch"),
+        col("finishes_last", "", "",
+            "1 for every GPU ending within step 1's straggler margin of the latest (the larger "
+            "of 5 us and 0.5% of the step, `trace_rules.straggler_margin_ps`); several 1s in a "
+            "step are a tie, as step 1 says it"),
+        col("compared", "", "",
+            "1 for the GPUs of step 1's compared GPU group (`skip_stats.json` `gpu_groups` "
+            "`compared`: GPUs that run the same programs), 0 for GPUs doing other work (other "
+            "programs, argument copies only, a pipeline stage of its own), which never finish "
+            "last"),
+    )))
+
+declare(File(
+    "swimlanes.json", "swimlanes.py", "json",
+    "the step's result: step chosen and why, window, lanes, merged bars, straggler, refusals",
+    fields="""
+- `step` (`swimlanes`), `status` (`done`), `capture` (`run`, `host`), `inputs` (`step1`:
+  `read` | `ran`; `attribution`: null or `{file, kernels_alone, joined}`).
+- `chosen`: `step`, `why` (sentence), `source`, `partial`, `whole_capture`, `start_us`, `end_us`,
+  `duration_us` (figure, measured).
+- `window`: `start_us`, `end_us`, `zoomed`.
+- `lanes`: `{id, kind: gpu, device, stream, stream_name, role, critical, in_step, events, label}`
+  or `{id, kind: host, thread, role, devices, events, gaps, label}`, in drawing order.
+- `merged`: `events`, `bars`, `pixel_us`, `below_px`; `drawn`: `gpu_events`, `host_calls`,
+  `alone`, `gaps`, `gap_bars`.
+- `straggler`: null (one GPU, or no steps: see `notes`/`refusals`) or `gpus` (each `device`,
+  `end_us`, `last_kernel`, `last_stretch`, `stretch_start_us`, `stretch_us`), `tie`, `first_gpu`,
+  `next_gpu`, `lag_us`, `margin_us` (figures, measured; margin = behind the next GPU),
+  `tie_within_us`, `sentence`.
+- `steps_last`: per analysed step `{step, gpus, tie, spread_us}`.
+- `notes`, `refusals`, `tables` (`swimlanes.svg`: bytes, `stragglers.csv`: rows).
+"""))
+
+declare(Table(
+    "roofline.csv", "roofline.py",
+    row="(program, instruction) with kernel time, every program in `attribution/ops.csv`",
+    order="the order of `attribution/ops.csv`",
+    columns=(
+        col("program_id", "", "", "the program (from `attribution/ops.csv`)"),
+        col("instruction", "", "", "the instruction (from `attribution/ops.csv`)"),
+        col("opcode", "", "", "its opcode (from `attribution/ops.csv`)"),
+        col("category", "", "", "its category (from `attribution/ops.csv`)"),
+        col("kernels", "count", "measured",
+            "its GPU events (from `attribution/ops.csv`, summed over executions and GPUs)"),
+        col("runs", "count", "measured",
+            "the program's executions counted by step 4 (`attribution/programs.csv` "
+            "`executions`, summed over devices) x the known trip counts of enclosing while "
+            "loops"),
+        col("gpu_us", "us", "measured",
+            "its kernel time (from `attribution/ops.csv`, summed over executions and GPUs)"),
+        col("run_flops", "flop", "inferred", "FLOPs of one run, counted from the HLO"),
+        col("run_bytes", "bytes", "inferred", "bytes of one run, counted from the HLO"),
+        col("total_flops", "flop", "inferred", "`run_flops` x `runs`"),
+        col("total_bytes", "bytes", "inferred", "`run_bytes` x `runs`"),
+        col("method", "", "",
+            "how it was costed: `shapes`, `shapes (copy: read + write)`, `shapes (collective: "
+            "<rule>, per GPU)`, `fused computation`, `backend config`, or `not computable: "
+            "<why>`"),
+        col("dtype", "", "", "the matrix operand's (or result's) element type"),
+        col("ceiling_dtype", "", "",
+            "the `references/peaks.csv` ceiling that bounds its arithmetic (empty: no "
+            "arithmetic, memory alone)"),
+        col("intensity_flop_per_byte", "flop/byte", "inferred", "`run_flops` / `run_bytes`"),
+        col("achieved_flop_per_s", "flop/s", "inferred", "`total_flops` / GPU time"),
+        col("achieved_bytes_per_s", "bytes/s", "inferred", "`total_bytes` / GPU time"),
+        col("compute_ceiling_flop_per_s", "flop/s", "read",
+            "the compute ceiling of `ceiling_dtype`, from `references/peaks.csv` (a `derived` "
+            "one is computed from vendor figures)"),
+        col("compute_tag", "", "",
+            "its tag: vendor, vendor-mirror, secondary, derived"),
+        col("compute_source", "", "", "its source in `references/peaks.csv`"),
+        col("memory_ceiling_bytes_per_s", "bytes/s", "read",
+            "the memory bandwidth ceiling, from `references/peaks.csv`"),
+        col("memory_tag", "", "", "its tag: vendor, vendor-mirror, secondary, derived"),
+        col("memory_source", "", "", "its source in `references/peaks.csv`"),
+        col("binding", "", "", "`compute` or `memory` at that intensity"),
+        col("attainable_flop_per_s", "flop/s", "inferred",
+            "min(compute, intensity x bandwidth)"),
+        col("pct_of_ceiling", "pct", "inferred",
+            "achieved / attainable (bytes/s over bandwidth where there are no FLOPs)"),
+        col("no_ceiling_why", "", "", "empty when a ceiling applies, else why not"),
+        col("xprof_run_flops", "flop", "read",
+            "XProf's hlo_stats FLOPs per run (read from XProf; its counts are inferred by its "
+            "own rules)"),
+        col("xprof_run_bytes", "bytes", "read",
+            "XProf's hlo_stats bytes per run (read from XProf; its counts are inferred by its "
+            "own rules)"),
+        col("xprof_flops_diff_pct_of_ours", "pct", "inferred",
+            "XProf's FLOPs minus ours, in percent of ours"),
+        col("xprof_bytes_diff_pct_of_ours", "pct", "inferred",
+            "XProf's bytes minus ours, in percent of ours"),
+    ),
+    notes="""
+- The first five columns and `gpu_us`: from `attribution/ops.csv` (measured, summed over
+  executions and GPUs), one row per ops.csv row: every program, each costed from its own HLO.
+- The `*_ceiling_*`, `*_tag` and `*_source` columns come from `references/peaks.csv`: a ceiling is
+  never measured.
+- The `xprof_*` columns are filled where step 4 left its xplane copy and XProf lists the
+  instruction (`--no-xprof` leaves them empty).
+- Numbers have 6 significant digits; `pct_of_ceiling` 2 decimals.
+"""))
+
+declare(File(
+    "roofline.json", "roofline.py", "json",
+    "GPU and evidence, ceilings used with tags, not-computable time, trust list",
+    fields="""
+`step` (`roofline`), `status`, `capture`, `program` (`id`, `name`); `gpu`: `model` (null when
+not recognised), `basis`, `devices`, `evidence` (the device stats used), `why`, `label`
+(`inferred`); `ceilings` used: `{ceiling, value, unit, tag, source, other_values, label}`;
+`xprof_ceiling` (never used: the capture's `memory_bandwidth` stat, and XProf's roofline_model
+peaks `compute_flop_per_s`, `memory_bytes_per_s`, `device_type`, or a `note` why not); `status`
+(`done`, or `refused` when the capture holds no HLO: then `program` is null, the table is empty
+and there is no plot); `figures`:
+`gpu_time_us`, `not_computable_us`, `no_ceiling_us`, `not_computable_pct_of_attributed`,
+`executions` (the chosen program's, summed over GPUs), `executions_all_programs`;
+`trust_list`, `refusals`, `notes`, `tables`; `xprof`: `rows_with_xprof`, `note` (why XProf's
+figures are missing, or null).
+""",
+    figures=(
+        Figure("gpu_time_us", "us", "measured",
+               "the kernel time of the table's instructions (refused: all GPU event time)"),
+        Figure("not_computable_us", "us", "measured",
+               "of it, instructions whose FLOPs or bytes are not computable"),
+        Figure("no_ceiling_us", "us", "measured", "of it, instructions no ceiling applies to"),
+        Figure("not_computable_pct_of_attributed", "pct", "inferred",
+               "`not_computable_us` as a share of `gpu_time_us`"),
+        Figure("executions", "count", "measured",
+               "the chosen program's executions, summed over GPUs"),
+        Figure("executions_all_programs", "count", "measured",
+               "every program's executions, summed over GPUs"),
+    )))
+
+declare(File(
+    "roofline.svg", "roofline.py", "svg",
+    "log-log roofline, one line per ceiling dtype, points per instruction",
+    fields="""
+Log-log: x arithmetic intensity (FLOP/byte), y achieved FLOP/s; per ceiling dtype a memory slope
+and a flat compute line, the ridge point marked; points sized by GPU time and coloured by
+category, the top 8 labelled, tooltips; the caption names the GPU, its evidence and each
+ceiling with its tag and source. No scripts; escaped text.
+"""))
+
+declare(Table(
+    "reconciliation.csv", "reconcile.py",
+    row="check x GPU (x stream where it applies)", order="the checks' order, then device, stream",
+    columns=(
+        col("check", "", "", "the check's name (the list below)"),
+        col("device", "", "", "the GPU; empty for a check that cannot run at all"),
+        col("stream", "", "", "the stream, for the checks per GPU and stream"),
+        col("status", "", "", "`pass`, `fail`, `not checkable`"),
+        col("figure_a", "", "measured",
+            "the first of the two figures compared, in `unit`, described by `what_a`"),
+        col("figure_b", "", "measured",
+            "the second of the two figures compared, in `unit`, described by `what_b`"),
+        col("unit", "", "", "the figures' unit: `count`, `us`, `ps`, `pct`"),
+        col("what_a", "", "", "what `figure_a` is"),
+        col("what_b", "", "", "what `figure_b` is"),
+        col("trust_sentence", "", "",
+            "empty on a pass; otherwise the sentence for the trust list (step 7), with the "
+            "figures, the ids or steps concerned and the cause where the capture says it"),
+    ),
+    notes="""
+- `check`: `gpu_events_json_vs_xplane_count` / `_duration` (per GPU and stream),
+  `launch_join`, `kernels_per_step`, `same_work_across_gpus_events` / `_time`,
+  `stream_budget` (per GPU and stream), `attribution_events_per_execution`,
+  `attribution_confidence`; a check that cannot run at all is one row under its short name
+  (`gpu_events_json_vs_xplane`, `same_work_across_gpus`, `attribution`, ...) with empty device.
+- `same_work_across_gpus_time` compares each GPU's compute + memcpy time per step (median over
+  steps; collective kernels left out, their time includes waiting for peers; argument copies,
+  memcpys with no hlo_op outside graphs, left out: the events check explains them) with the
+  median over GPUs: a fail beyond 10% (`reconcile.SAME_WORK_TIME_TOLERANCE`).
+  `attribution_confidence` fails above 5% of attributed time below the confidence threshold.
+- `figure_a` / `figure_b` carry the unit of the row (`unit`), not one of the column.
+"""))
+
+declare(File(
+    "reconcile.json", "reconcile.py", "json",
+    "the rows of `reconciliation.csv` as data, counts per status, the trust-list and refusal "
+    "sentences",
+    fields="""
+`step` (`reconcile`), `status`, `counts` (`pass`, `fail`, `not checkable`), `checks` (the rows
+above as objects), `trust_list` (the fail sentences), `refusals` (the not-checkable sentences).
+"""))
+
+declare(File(
+    "skip_stats.json", "skip_stats.py", "json",
+    "the step's result: verdict, figures with ranges, units and labels, refusals",
+    fields="""
+The step's result as data; `summary.txt` is a rendering of it. Fields:
+- `step` (`skip_stats`), `status` (`done`, or `not computable` without GPU events), `verdict`,
+  `rule` (the thresholds that fired, as sentences).
+- `steps`: `source` (how steps were found: the step annotation, the repeating cycle of program
+  executions with its programs, executions of one program, or the whole capture), `analysed`,
+  `skipped_partial`, `partial_analysed` (step numbers).
+- `frames`: the one home of the step frames the later steps use: `steps` (per analysed step
+  `step`, `start_us`, `end_us` and `bounding_gpu`: the latest end among the GPUs that run the
+  step's programs, `dur_us`, `next_start_us`: the next step of the capture, `window_us`: start
+  to the later of its end and the next start, `partial`), `median_step` (the lower median by
+  duration of the complete analysed steps, else of all: a step that ran; step 3 draws it and
+  step 6 takes its figures from it), `why`, `margin` (the straggler margin: `floor_us`,
+  `pct_of_step`; the larger applies), `label`.
+- `dispatch`: null unless a step holds several program executions; else
+  `executions_per_step` (figure: executions whose kernels ran on a GPU in a step),
+  `between_programs_idle_us` (figure: the critical stream's host-late wait between two
+  executions' kernels, per step and GPU), `enclosing_call` (the innermost Python-traced call
+  that encloses a step's dispatches in most steps, `$<file>:<line> <function>`: the function to
+  jit whole; null without the Python tracer or when no traced call encloses them),
+  `enclosing_call_steps` (in how many steps), `steps`, `label`.
+- `gpu_groups`: the GPUs grouped by the programs they run in the analysed steps, program groups
+  first, then by GPU time: `devices`, `kind` (`programs`, `argument copies only`, `memcpys only`,
+  `kernels without a program label`), `programs` (module names), `events_per_gpu_and_step`,
+  `gpu_us_per_gpu_and_step` (figure), `argument_copies`, `sentence` (the group in words, e.g.
+  "GPU 0 holds argument copies only: 11 events, 13.9 us per GPU and step"), `runs_step` (true
+  for every program group: the verdict's bounding GPU and the step's end are taken among these
+  GPUs, pipeline stages included), `compared` (true for the program group of two GPUs or more
+  with the most GPU time: the straggler and step 2's same-work comparison are taken among its
+  GPUs only; none is compared where no two GPUs run the same programs).
+- `capture`: the trace the result is of: `trace` (its path as given), `bytes`, `mtime_ns` (so a
+  table left from another capture in a re-used folder can be told apart).
+- `joins`: GPU events per join kind (`launch`, `graph_launch`, `other`, `none`, `ambiguous`,
+  `no_correlation_id`, `shared_ids_without_graph_launch`); `gpu_events`;
+  `join_rate_pct_of_gpu_events`.
+- `figures`: name -> `{value, min, max, unit, label}` (median, min and max across the analysed
+  steps and GPUs; null where nothing was measured): `step_duration_us`,
+  `kernels_per_step_per_gpu`, `busy_us`, `union_idle_us`, `il_idle_us`, `tklqt_us`, `akd_us`,
+  `il_us`, `executions_per_step` (program executions whose kernels ran on the GPU in the step),
+  `between_programs_idle_us` (measured); `host_share_pct_of_step`, `busy_share_pct_of_step`,
+  `collective_share_pct_of_step` (inferred, on the GPU that bounds each step); `period_us`,
+  `idle_between_us`, `idle_between_pct_of_period` (measured, over the steps another step
+  follows: `steps.csv`), `between_share_pct_of_period` (measured: the idle between steps as a
+  share of the period, on the GPU that bounds each step).
+- `verdict_qualifier`: null, or the verdict line's text when the idle between steps reaches
+  `BETWEEN_STEPS_SHARE` of the period ("device-bound within the step; 14% of the step period
+  is between steps, with nothing recorded on the host ... (cause: not recorded)").
+- `between_steps`: null without a following step, else `cause` (`not recorded`,
+  `mostly not recorded`, `input pipeline`, `host work between steps`, or `none (no idle)`; the
+  most common over the bounding GPUs' steps), `label` (`inferred`), `threshold_pct_of_period`.
+- `host_device_split`: `host_pct_of_step`, `device_pct_of_step` of step time on the critical
+  streams, `label`.
+- `straggler` (several GPUs in the first of `gpu_groups` only, else null; GPUs of other groups
+  are left out): `gpu` (the GPU last in the most steps),
+  `is_straggler` (it is last in more than half the steps, each time ahead of the next GPU by more
+  than the margin), `steps_last`, `steps`, `ties` (steps whose two last GPUs end within the
+  margin), `last_counts` (GPU -> steps it ended last), `lead_us` (its lead over the next GPU in
+  those steps), `margin_us` (`value`, `pct_of_step`: the larger applies), `end_spread_us`
+  (figures as above), `least_collective_gpu`, `least_collective_us`, `most_collective_us`.
+- `python_tracer`: the totals of `python_lines.csv`: `names`, `calls`, `self_us` (figure),
+  `threads`.
+- `notes`, `refusals` ("cannot compute" sentences), `needs_new_capture`, `tables` (file -> rows).
+""",
+    figures=(
+        Figure("step_duration_us", "us", "measured", "the step's duration (`steps.csv` `dur_us`)"),
+        Figure("kernels_per_step_per_gpu", "count", "measured",
+               "GPU events per step and GPU (`steps.csv` `kernels`)"),
+        Figure("busy_us", "us", "measured",
+               "union of kernel intervals over all streams (`steps.csv` `busy_us`)"),
+        Figure("union_idle_us", "us", "measured", "IL − union busy (`steps.csv`)"),
+        Figure("il_idle_us", "us", "measured",
+               "IL − Σ kernel durations, the SKIP paper's idle (`steps.csv`)"),
+        Figure("tklqt_us", "us", "measured",
+               "Σ(kernel start − its launch call's start) (`steps.csv`)"),
+        Figure("akd_us", "us", "measured", "mean kernel duration (`steps.csv`)"),
+        Figure("il_us", "us", "measured",
+               "first host op of the step to the end of its last kernel (`steps.csv`)"),
+        Figure("executions_per_step", "count", "measured",
+               "program executions whose kernels ran on the GPU in the step"),
+        Figure("between_programs_idle_us", "us", "measured",
+               "the critical stream's host-late wait between two executions' kernels"),
+        Figure("host_share_pct_of_step", "pct", "inferred",
+               "host-late share of the step, on the GPU that bounds each step"),
+        Figure("busy_share_pct_of_step", "pct", "inferred",
+               "busy-or-queued share of the step, on the GPU that bounds each step"),
+        Figure("collective_share_pct_of_step", "pct", "inferred",
+               "collective share of the step, on the GPU that bounds each step"),
+        Figure("period_us", "us", "measured",
+               "the step period, over the steps another step follows"),
+        Figure("idle_between_us", "us", "measured",
+               "each GPU's last kernel to the next step's start"),
+        Figure("idle_between_pct_of_period", "pct", "measured",
+               "`idle_between_us` as a share of the period"),
+        Figure("between_share_pct_of_period", "pct", "measured",
+               "the idle between steps as a share of the period, on the GPU that bounds each "
+               "step"),
+    )))
+
+declare(File(
+    "summary.txt", "skip_stats.py", "text",
+    "the verdict line, the rule, key figures with ranges",
+    fields="""
+First line:
+`verdict: <launch-bound | device-bound | collective/straggler-bound | mixed | not computable>`.
+Then `rule:` (the thresholds that fired, with their values), `steps:` (how steps were found:
+`StepTraceAnnotation`, `the repeating cycle of N program executions (<module> xK, ...)`,
+`executions of <module>`, `calls of <Python call> (the Python tracer's outermost repeated
+call)` or `the whole capture`; which were analysed and which skipped as partial), the program
+executions per step and the GPU idle between them (when a step holds more than one), the GPU
+groups (when GPUs do different work), `joins:` (GPU events joined to a launch / to a graph
+launch / to another host event / unjoined, each with its count), key figures each as
+`name: median (min–max across steps and GPUs)`, and `cannot compute:` lines, one per refusal
+with its reason.
+"""))
+
+declare(Table(
+    "rows.csv", "skip_stats.py",
+    row="GPU event (kernel, memcpy, memset)", order="device, stream, start",
+    columns=(
+        col("device", "", "", "GPU ordinal"),
+        col("stream", "", "", "stream id"),
+        col("stream_name", "", "", "the line name, e.g. `Stream #16(Kernel)`"),
+        col("kernel", "", "", "GPU event name (kernel symbol, or the memcpy/memset event name)"),
+        col("category", "", "",
+            "`compute`, `collective` or `memcpy` (memcpy and memset events and copy/fill "
+            "kernels); the pattern table is in the sibling SKILL.md"),
+        col("start_us", "us", "measured", "the GPU event's start"),
+        col("dur_us", "us", "measured", "the GPU event's duration"),
+        col("end_us", "us", "measured", "the GPU event's end"),
+        col("correlation_id", "", "", "as the tracer wrote it; empty when absent"),
+        col("join", "", "",
+            "what the correlation id joined on the host: `launch`, `graph_launch`, `other` (a "
+            "host event that is not a launch call, e.g. `hipStreamWaitEvent`), `none` (no host "
+            "event), `ambiguous` (several)"),
+        col("launch_name", "", "", "the joined host event's name"),
+        col("launch_thread", "", "", "the joined host event's thread (line) name"),
+        col("launch_start_us", "us", "measured", "the joined host event's start"),
+        col("launch_dur_us", "us", "measured", "the joined host event's duration"),
+        col("queue_us", "us", "measured",
+            "kernel start − launch end; empty unless `join` is `launch`"),
+        col("launch_to_start_us", "us", "measured",
+            "kernel start − launch start (one kernel's term of TKLQT); empty unless `join` is "
+            "`launch`"),
+        col("hlo_op", "", "", "the tracer's label on the GPU event; empty when absent"),
+        col("hlo_module", "", "", "the tracer's module label on the GPU event; empty when absent"),
+        col("graph", "", "",
+            "1 when the event was launched inside a graph (command buffer): a graph id stat "
+            "(`cuda_graph_id`) or a correlation id joining a graph launch "
+            "(`trace_rules.in_graph`, the rule `attribution/kernels.csv` uses too), else 0"),
+        col("step", "", "",
+            "the step in which the event's launch call started (its own start when it has no "
+            "launch call), from `steps.csv`; empty outside every step"),
+    )))
+
+declare(Table(
+    "streams.csv", "skip_stats.py",
+    row="GPU x stream over the analysed steps", order="device, stream",
+    columns=(
+        col("device", "", "", "GPU ordinal"),
+        col("stream", "", "", "stream id"),
+        col("stream_name", "", "", "the line name"),
+        col("span_us", "us", "measured",
+            "from each step's start to its end, summed over the analysed steps"),
+        col("compute_us", "us", "measured", "busy time of compute events"),
+        col("collective_us", "us", "measured", "busy time of collective events"),
+        col("memcpy_us", "us", "measured", "busy time of memcpy events"),
+        col("idle_us", "us", "measured", "the rest of the span"),
+        col("compute_pct_of_span", "pct", "measured", "`compute_us` as a share of `span_us`"),
+        col("collective_pct_of_span", "pct", "measured",
+            "`collective_us` as a share of `span_us`"),
+        col("memcpy_pct_of_span", "pct", "measured", "`memcpy_us` as a share of `span_us`"),
+        col("idle_pct_of_span", "pct", "measured", "`idle_us` as a share of `span_us`"),
+        col("events", "count", "measured", "the stream's GPU events in the analysed steps"),
+        col("critical", "", "",
+            "1 for each GPU's critical stream (as named in `steps.csv`), else 0"),
+    ),
+    notes="""
+Over the analysed steps; the span is from each step's start to its end, summed over steps. Busy
+time of a category is the union of that category's intervals on the stream; where categories
+overlap on one stream, the earlier-starting event's category owns the overlap, so that
+`compute_us + collective_us + memcpy_us + idle_us = span_us` exactly (in integer picoseconds
+before rounding; step 2 checks it).
+"""))
+
+STEP_SOURCE = """
+- `source`: how the step was framed, in this order of preference: `annotation`
+  (StepTraceAnnotation `step_num`); `cycle of N executions` (the sequence of program executions
+  on the host, `<module>:XLA GPU module` events or `GpuExecutable::ExecuteThunks` with its
+  `module_name`, repeats with period N: several programs per step, an eager op-by-op loop, a
+  train step and a separate optimizer; `skip_stats.find_cycle`: the shortest N under which at
+  least 90% of the sequence repeats, two whole cycles at least; a step starts at the execution
+  after the cycle's longest host pause when it stands out, else at the capture's first
+  execution; an execution outside the cycle joins the step it runs in; the executions before
+  the first whole cycle and an unfinished last one are partial steps); `program:<module>` (the
+  same with N = 1: one execution per step); `python:<name>` (the executions do not repeat in a
+  cycle: each call of the Python tracer's outermost repeated call with executions inside it,
+  the one holding the most executions, is a step, none partial); `capture` (nothing repeats:
+  the whole capture is one window, said in the notes). Where executions lie outside the
+  shortest cycle, the longer cycle that leaves none out is the step when a Python-traced call
+  runs it whole or the host pauses longest once per turn of it (a layer program run 28 times
+  between a head and an update), else they are extras in its steps (a metrics program every
+  tenth step). A step framed from executions starts at the launch of its first call's first
+  argument copy when one precedes the execution (`skip_stats.program_call_starts`). The trace
+  has no program ids: programs sharing a module name count as one in the cycle. The one source
+  of steps for every later tool.
+"""
+
+declare(Table(
+    "steps.csv", "skip_stats.py",
+    row="analysed step x GPU that ran kernels in it", order="step, device",
+    columns=(
+        col("step", "", "", "the step number"),
+        col("device", "", "", "GPU ordinal"),
+        col("source", "", "",
+            "how the step was framed: `annotation`, `cycle of N executions`, "
+            "`program:<module>`, `python:<name>` or `capture` (below)"),
+        col("start_us", "us", "measured", "the step's start"),
+        col("end_us", "us", "measured", "the end of this GPU's last GPU event in the step"),
+        col("dur_us", "us", "measured", "`end_us` − `start_us`"),
+        col("kernels", "count", "measured", "this GPU's GPU events in the step"),
+        col("busy_us", "us", "measured", "union of kernel intervals over all streams of the GPU"),
+        col("idle_us", "us", "measured", "`dur_us − busy_us`"),
+        col("idle_pct_of_step", "pct", "measured", "`idle_us` as a share of `dur_us`"),
+        col("critical_stream", "", "",
+            "the GPU's stream with the most kernel-busy time over the analysed steps"),
+        col("tklqt_us", "us", "measured",
+            "Σ(kernel start − its launch call's start) over the step's launched kernels"),
+        col("akd_us", "us", "measured", "mean kernel duration"),
+        col("il_us", "us", "measured",
+            "first host op of the step to the end of its last kernel"),
+        col("il_idle_us", "us", "measured",
+            "`il_us` − Σ kernel durations (the paper's figure; double-counts overlapping "
+            "streams)"),
+        col("union_idle_us", "us", "measured", "`il_us` − union of kernel intervals"),
+        col("host_late_us", "us", "measured",
+            "the critical stream's idle time in the step caused by `host_late` gaps"),
+        col("device_wait_us", "us", "measured",
+            "the critical stream's idle time in the step caused by `device_wait` gaps"),
+        col("unknown_gap_us", "us", "measured",
+            "the critical stream's idle time in the step caused by `unknown` gaps"),
+        col("period_us", "us", "measured",
+            "the next step's start − this step's start (any step of the capture; empty for the "
+            "last)"),
+        col("idle_between_us", "us", "measured",
+            "the next step's start − this GPU's last kernel end (0 where the next step starts "
+            "first)"),
+        col("idle_between_pct_of_period", "pct", "measured",
+            "`idle_between_us` as a share of `period_us`"),
+        col("between_cause", "", "",
+            "`not recorded` (no host event in the idle), `mostly not recorded` (host events "
+            "there, covering under 10% of it), `input pipeline` (iterator, data loader, "
+            "prefetch, device_put or host-to-device names), `host work between steps` "
+            "(anything else)"),
+        col("between_host_events", "", "",
+            "the host events inside that idle, every thread, summed by name, the largest five "
+            "(`name=us | ...`)"),
+        col("executions", "count", "measured",
+            "the program executions whose kernels ran on this GPU in the step; empty for a step "
+            "framed without executions"),
+        col("between_programs_idle_us", "us", "measured",
+            "the critical stream's `host_late` gaps between the kernels of two different "
+            "executions (below)"),
+        col("programs", "", "",
+            "this GPU's programs in the step in order of their first kernel, each with its "
+            "executions (`jit_dot x3; jit_add x2`)"),
+    ),
+    notes=STEP_SOURCE + """\
+- `executions`: an event belongs to the execution whose host events began last before its
+  launch. `between_programs_idle_us`: the critical stream's `host_late` gaps (as `gaps.csv` cuts
+  them) that lie between the kernels of two different executions: the time the GPU waits while
+  the host dispatches the next program. A part of `host_late_us`, never more (step 6 takes it
+  out of the host-gap row).
+- `tklqt_us`, `akd_us`, `il_us`, `il_idle_us` (the paper's idle figure) and `union_idle_us` are
+  the SKIP metrics.
+- `host_late_us`, `device_wait_us`, `unknown_gap_us`: the critical stream's idle time in the step
+  (from the step's start), split by the cause of each gap as in `gaps.csv`; their sum plus the
+  stream's busy time is `dur_us`. They are of the critical stream alone, so their sum can exceed
+  `idle_us` (the GPU's idle over all streams: another stream may run while the critical one
+  waits).
+"""))
+
+declare(Table(
+    "gaps.csv", "skip_stats.py",
+    row="gap of at least 1 µs on a critical stream in an analysed step, the gap before the "
+        "step's first kernel included",
+    order="device, start",
+    columns=(
+        col("device", "", "", "GPU ordinal"),
+        col("stream", "", "", "the critical stream"),
+        col("step", "", "", "the step"),
+        col("start_us", "us", "measured", "the gap's start"),
+        col("end_us", "us", "measured", "the gap's end"),
+        col("dur_us", "us", "measured", "the gap's length"),
+        col("kernel_before", "", "", "the kernel before the gap (empty before the first)"),
+        col("kernel_after", "", "", "the kernel after the gap"),
+        col("cause", "", "",
+            "`host_late` (the next kernel's launch call, or its graph's launch call, had not "
+            "ended when the gap began), `device_wait` (it had ended: the kernel was queued and "
+            "waited on the device), `unknown` (no launch call joined)"),
+        col("launch_thread", "", "",
+            "the thread that ran the execution (below), or the launch's own thread with "
+            "\"(unknown: ...)\" when no execution thread holds its launches"),
+        col("host_events", "", "",
+            "the host events on the launching thread that overlapped the gap, aggregated by "
+            "name, as `name=overlap_us` joined by ` | `, largest first"),
+        col("python_traced_us", "us", "measured",
+            "the time Python-traced calls (`$<file>:<line> ...`) cover in the gap on that "
+            "thread, their union (nested calls once; empty where no thread is known)"),
+    ),
+    notes="""
+- `launch_thread`: on ROCm the launch events sit on their own `Host Threads/<tid>` lines: the
+  thread is the one whose per-instruction TraceMe holds the launch.
+- `host_events`: a name's overlap is the union of its calls' (a call nested in another of the
+  same name counts once), so no name exceeds the gap. The same union rule holds for
+  `steps.csv between_host_events` (every thread: a name running on several threads at once
+  counts once).
+"""))
+
+declare(Table(
+    "python_lines.csv", "skip_stats.py",
+    row="name of a Python-traced call", order="self_us descending, name",
+    columns=(
+        col("name", "", "",
+            "the name the Python tracer gave the call: `$<file>:<line> <function>`, "
+            "`$builtins <function>`, `$<unknown> <function>` (the file's base name only)"),
+        col("calls", "count", "measured", "its calls"),
+        col("total_us", "us", "measured",
+            "inclusive time, a recursive call counted at each level"),
+        col("self_us", "us", "measured",
+            "its own time: less the traced calls nested in it on the same thread; a call that "
+            "blocks holds its wait as its own time"),
+        col("threads", "count", "measured", "the host threads it ran on"),
+    ),
+    notes="""
+Over the whole capture and every host thread; measured, and upper bounds (the tracer slows what
+it traces). The profiler's own `start_trace` / `stop_trace` calls are left out (they span the
+capture). Header only when the capture has no traced call (the tracer off). `skip_stats.json`
+`python_tracer`: `names`, `calls`, `self_us` (figure), `threads`.
+"""))
+
+declare(File(
+    "attribution/xplane/", "attribute_kernels.py", "folder",
+    "a copy of the xplane, XProf's `<module>(<id>).hlo_proto.pb` files beside it, and XProf's "
+    "hlo_stats output (`hlo_stats.json`, which `roofline.py` reads instead of converting again)",
+    fields="""
+The copy is made so that XProf writes its files beside it, never into the capture folder; its
+conversion leaves its own intermediate files here too (`ALL_HOSTS.op_stats_v2.pb`).
+"""))
+
+declare(Table(
+    "attribution/kernels.csv", "attribute_kernels.py",
+    row="GPU event: kernel, memcpy or memset (all programs)", order="device, stream, start",
+    columns=(
+        col("device", "", "",
+            "GPU ordinal; `CPU` for XLA:CPU thunk events of a CPU capture (thunks of control "
+            "instructions left out: they contain their bodies' thunks)"),
+        col("stream", "", "", "stream id"),
+        col("start_us", "us", "measured", "the event's start"),
+        col("dur_us", "us", "measured", "the event's duration"),
+        col("kernel", "", "", "the event's name"),
+        col("correlation_id", "", "", "the tracer's join key; empty for a CPU thunk"),
+        col("hlo_op", "", "",
+            "the tracer's label, kept even when it is not an instruction of the saved program "
+            "(async collectives) or names a command buffer"),
+        col("program_id", "", "",
+            "the kernel's own `program_id` stat; else the one program its `hlo_module` names; "
+            "else empty for an argument copy; else the chosen program"),
+        col("instruction", "", "",
+            "the scheduled instruction that launched it (a thunk of the program); empty for "
+            "`none`"),
+        col("inner_instruction", "", "",
+            "the instruction inside it that the label named (a memcpy fusion's `copy`, a "
+            "dynamic-slice fusion's library call), else empty"),
+        col("match", "", "", "`exact`, `name`, `order` or `none` (definitions in SKILL.md step 4)"),
+        col("confidence", "ratio", "inferred",
+            "0 to 1, three decimals: `exact` 1; placed events by their fit (below); `none` 0"),
+        col("op_name", "", "",
+            "the instruction's `op_name` metadata (else the last one inside its called "
+            "computations); empty when none"),
+        col("source", "", "",
+            "`file:line` of the instruction's innermost frame; empty when the instruction has "
+            "no source"),
+        col("user_frame", "", "",
+            "`file:line function` of the first user frame (`--user-re`); empty when the "
+            "instruction has no source"),
+        col("category", "", "",
+            "`compute`, `collective`, `memcpy` (memcpys and memsets; from the event's name and "
+            "memcpy details)"),
+        col("graph", "", "",
+            "1 when the event was launched inside a graph (command buffer), else 0 (below)"),
+    ),
+    notes="""
+- `program_id`: an argument copy is a memcpy with no `hlo_op`, no `hlo_module`, not in a graph:
+  launched by no program, class `none`.
+- `confidence`: `exact` 1; placed events by their own fit to the slot and their neighbours' in
+  the same launch, divided among alike events (or free slots of their name) of unordered
+  instructions where the capture shows the launch's events running at once or out of order, 0.5
+  or less then (references/attribution.md, Confidence); `none` 0.
+- `graph`: 1 when the event was launched inside a graph (command buffer): it carries a graph id
+  stat (`cuda_graph_id`), or its correlation id belongs to a graph-launch host call
+  (`cuGraphLaunch`, `hipGraphLaunch`), else 0. A correlation id merely shared with other events
+  is not enough (the conv3d stream-wait pair). The same rule as `rows.csv`
+  (`trace_rules.in_graph`).
+"""))
+
+declare(Table(
+    "attribution/ops.csv", "attribute_kernels.py",
+    row="(program, instruction) with attributed kernel time: every program (`--program ID`: "
+        "that one)",
+    order="gpu_us descending, program_id, instruction",
+    columns=(
+        col("program_id", "", "", "the program"),
+        col("instruction", "", "", "the instruction"),
+        col("opcode", "", "", "its opcode"),
+        col("category", "", "", "its category: `compute`, `collective`, `memcpy`"),
+        col("kernels", "count", "measured", "its attributed GPU events"),
+        col("gpu_us", "us", "measured", "their kernel time"),
+        col("pct_of_attributed", "pct", "inferred",
+            "of the table's attributed kernel time (denominator `attributed`: the sum of its "
+            "`gpu_us`)"),
+        col("pct_of_gpu_time", "pct", "inferred",
+            "of all GPU event time (as `kernel_names.csv`)"),
+        col("op_name", "", "", "as in `kernels.csv`"),
+        col("source", "", "", "as in `kernels.csv`"),
+        col("user_frame", "", "", "as in `kernels.csv`"),
+        col("module", "", "", "the program's module name (names repeat across programs)"),
+        col("executions", "count", "inferred",
+            "how often the instruction ran, summed over GPUs (below); empty when its program's "
+            "HLO is not held"),
+        col("framework_frame", "", "",
+            "the instruction's innermost frame inside a modelling framework, as "
+            "`<package>/<path>:<line> <function>`; empty when none"),
+    ),
+    notes="""
+Every program (an op-by-op capture runs dozens of small programs); `--program ID` keeps that
+program's rows only.
+- `executions`: its program's executions on each GPU (`programs.csv`) x its runs per execution
+  (the trip counts of the while loops around it, known or inferred from the labels).
+- `framework_frame`: a modelling framework is one of `hlo_program.FRAMEWORK_PACKAGES` but jax
+  (`praxis/layers/base_ops.py:42 __call__`).
+"""))
+
+declare(Table(
+    "attribution/lines.csv", "attribute_kernels.py",
+    row="Python line (user frame); with no user frame, framework frame",
+    order="gpu_us descending, user_frame, framework_frame",
+    columns=(
+        col("user_frame", "", "",
+            "the user frame (over every program in `ops.csv`); empty on a framework-frame row"),
+        col("gpu_us", "us", "measured", "kernel time of its instructions"),
+        col("pct_of_attributed", "pct", "inferred", "of the attributed kernel time (as `ops.csv`)"),
+        col("pct_of_gpu_time", "pct", "inferred", "of all GPU event time"),
+        col("kernels", "count", "measured", "its attributed GPU events"),
+        col("instructions", "count", "measured", "its (program, instruction) pairs"),
+        col("framework_frame", "", "",
+            "as in `ops.csv`, the one with the most GPU time among the row's instructions"),
+        col("programs", "count", "measured", "programs among its instructions"),
+    ),
+    notes="""
+Kernels whose instruction has no user frame are one row per framework frame with an empty
+`user_frame` (one row with both empty where neither is known).
+"""))
+
+declare(Table(
+    "attribution/programs.csv", "attribute_kernels.py",
+    row="program with GPU events, and `(outside programs)`", order="gpu_us descending, program_id",
+    columns=(
+        col("program_id", "", "",
+            "the program; `(outside programs)` for argument copies launched by no program"),
+        col("module", "", "", "its module name; `(outside programs)` on that row"),
+        col("executions", "count", "measured",
+            "the program's executions summed over its GPUs (an execution on 8 GPUs counts 8)"),
+        col("gpus", "", "", "devices, space-separated"),
+        col("executions_per_gpu", "", "", "`device=count` joined by spaces"),
+        col("executions_from", "", "",
+            "how executions were counted: `host execution events`, `launches` or `alignment` "
+            "(below)"),
+        col("kernels", "count", "measured", "its GPU events (kernels, memcpys, memsets)"),
+        col("kernels_per_execution", "count", "measured", "`kernels` / `executions`"),
+        col("gpu_us", "us", "measured", "its GPU event time"),
+        col("pct_of_gpu_time", "pct", "measured", "of all GPU event time"),
+        col("attributed_us", "us", "measured", "of `gpu_us`, attributed to an instruction"),
+        col("host_dispatch_us", "us", "measured",
+            "the summed duration of its mapped host execution events (ExecuteThunks, else the "
+            "module event); empty with `host_dispatch` = `not recorded` where no host execution "
+            "event maps to it"),
+        col("host_dispatch", "", "", "`measured`, or `not recorded` (see `host_dispatch_us`)"),
+        col("steps", "", "",
+            "the steps in which one of its GPU events starts on its GPU, as ranges (`0-3 5`)"),
+    ),
+    notes="""
+- `executions_from`: `host execution events` (the host's `GpuExecutable::ExecuteThunks` /
+  `<module>:XLA GPU module` events, each mapped to its program and GPU by the launch calls that
+  start inside it; where executions run at once on several threads, by the launch threads seen
+  serving that execution thread alone), else `launches` (per instruction, its distinct launch
+  correlation ids of its first required kind over its runs per execution; the most common
+  value), else `alignment` (the matcher's coverage of the schedule, the weakest). Never a
+  pairing of kernels with optional events (a second GEMM taken for a split-K reduction).
+- `steps`: from `steps.csv` (step 1, in the same scratch folder for the same capture); empty
+  when there is no such `steps.csv` (`attribute_kernels.json` `steps_note` says why).
+"""))
+
+declare(Table(
+    "attribution/how.csv", "attribute_kernels.py",
+    row="program x match class, then `(outside programs)` x class, then `all` x class",
+    order="program_id, match",
+    columns=(
+        col("program_id", "", "",
+            "the group: a program, `(outside programs)` (argument copies launched by no "
+            "program, never counted under one), or `all`"),
+        col("match", "", "", "the match class"),
+        col("kernels", "count", "measured", "GPU events of that class"),
+        col("gpu_us", "us", "measured", "their GPU time"),
+        col("pct_of_group", "pct", "inferred",
+            "of the group's GPU time; within each group the shares add up to 100"),
+        col("low_confidence_kernels", "count", "inferred",
+            "the attributed events of that class with `confidence` below 0.6 "
+            "(`kernel_match.LOW_CONFIDENCE`)"),
+        col("low_confidence_us", "us", "inferred", "their GPU time"),
+        col("low_confidence_pct_of_group", "pct", "inferred", "their share of the group's time"),
+    )))
+
+declare(File(
+    "attribution/attribute_kernels.json", "attribute_kernels.py", "json",
+    "the step's result: figures with units and labels, checks, refusals, notes",
+    fields="""
+The step's result as data; `summary.txt` is a rendering of it (nothing in the summary is computed
+elsewhere), and later steps read this file, never the prose. Top-level fields:
+- `step` (`attribute_kernels`), `status` (`done`), `capture` (`xplane`, `host`, `run`).
+- `program`: `id`, `name`, `notes` (why it was chosen; programs saved twice; inferred trip counts;
+  a missing HLO text; how many HLO texts were written). The chosen program (the most GPU time,
+  or `--program`) is the one whose HLO a step needing one program reads.
+- `scope`: `programs` (`all`, or `one` with `--program`) and `program_ids` in `ops.csv`.
+- `programs`: the rows of `programs.csv` as data (`gpus` a list, `executions_per_gpu` an object
+  device -> count, `steps` a list or null, numbers as numbers).
+- `steps_note`: where `programs.csv` `steps` came from, or why it is empty.
+- `hlo_texts`: program id -> HLO text file written.
+- `device`: `GPU`, or `CPU` for a CPU capture; `control_thunks_left_out`: CPU thunks of
+  while/call/conditional left out.
+- `figures`: name -> `{value, unit, label}`, `label` one of `measured`, `read`, `inferred`:
+  `kernels`, `devices`, `graph_kernels` (count, measured), `kernel_time_us` (us, measured),
+  `attributed_pct_of_gpu_time` (pct of kernel time with an instruction, inferred),
+  `low_confidence_kernels`, `low_confidence_pct_of_all_attributed` (of attributed time,
+  inferred), and where XProf ran `xprof_hlo_stats_pct_of_gpu_time` (read from XProf).
+- `classes`: `all` and the chosen program's id -> class -> `{kernels, gpu_us, pct_of_group}`.
+- `none`: one entry per reason (`why`: `outside`, `no slot`, `unmatched`) with `label`,
+  `kernels`, `gpu_us` and the `largest` five kernel names (`kernel`, `count`, `gpu_us`).
+- `no_hlo`: `{kernels, pct_of_gpu_time, programs}` of kernels whose program has no HLO, or null.
+- `source`: `kernels`, `with_user_frame`, `no_source_kernels`, `no_source_pct_of_attributed`,
+  `library_only_kernels`, `library_only_pct_of_attributed` (of `ops.csv`'s attributed time: every
+  program, or the `--program` one).
+- `coverage`: `ours_pct_of_gpu_time`, `xprof_pct_of_gpu_time` (null without XProf), `verdict`.
+- `checks`: `{name, status, detail}`, `status` one of `pass`, `fail`, `not checkable` (today: our
+  coverage at least XProf's hlo_stats).
+- `refusals`: sentences "cannot ... because ...".
+- `low_confidence_below`: the confidence threshold (0.6); `timing_s`: `matching`,
+  `xprof_extraction`, `xprof_hlo_stats`; `hlo_text`: the HLO text's file name, or null;
+  `tables`: file -> rows written.
+- `executions`: per device (as a string), the chosen program's `executions` (counted as
+  `programs.csv` says, `from` naming how), its `events` (argument copies left out), and the
+  events one execution expects:
+  `expected_min` (required ones) and `expected_max` (optional ones too). `reconcile.py` checks
+  `events / executions` against that range.
+""",
+    figures=(
+        Figure("kernels", "count", "measured", "GPU events (kernels, memcpys, memsets)"),
+        Figure("devices", "count", "measured", "devices with GPU events"),
+        Figure("graph_kernels", "count", "measured", "GPU events launched inside a graph"),
+        Figure("kernel_time_us", "us", "measured", "all GPU event time"),
+        Figure("attributed_pct_of_gpu_time", "pct", "inferred",
+               "kernel time with an instruction, as a share of all GPU event time"),
+        Figure("low_confidence_kernels", "count", "inferred",
+               "attributed events with `confidence` below 0.6"),
+        Figure("low_confidence_pct_of_all_attributed", "pct", "inferred",
+               "their time, as a share of the attributed time"),
+        Figure("xprof_hlo_stats_pct_of_gpu_time", "pct", "read",
+               "XProf's hlo_stats coverage of GPU time (where XProf ran; read from XProf)"),
+    )))
+
+declare(Table(
+    "attribution/kernel_names.csv", "attribute_kernels.py",
+    row="kernel name (all programs)", order="gpu_us descending, kernel",
+    columns=(
+        col("kernel", "", "", "the kernel name as written"),
+        col("family", "", "",
+            "`XLA fusion`, `Triton kernel (XLA)`, `library GEMM (cuBLAS / hipBLASLt)`, "
+            "`split-K reduction`, `NCCL/RCCL collective`, `memcpy`, `memset`, `convolution "
+            "library`, `attention library`, `other kernel` (from the name alone)"),
+        col("kernels", "count", "measured", "its GPU events"),
+        col("gpu_us", "us", "measured", "their GPU time"),
+        col("pct_of_gpu_time", "pct", "inferred", "of all GPU event time"),
+        col("gpus", "count", "measured", "devices that ran it"),
+        col("kernels_per_gpu", "count", "measured", "`kernels` / `gpus`"),
+        col("gpu_us_per_gpu", "us", "measured", "`gpu_us` / `gpus`"),
+    ),
+    notes="Needs no matching."))
+
+declare(Table(
+    "attribution/families.csv", "attribute_kernels.py",
+    row="kernel family that can be a cause (split-K, transposes, copies, memsets, collectives by "
+        "kind)",
+    order="gpu_us descending, family",
+    columns=(
+        col("family", "", "",
+            "`split-K reduction`, `layout transpose` (a kernel name that says transpose), "
+            "`memcpy`, `memset`, `collective: <kind>` (allreduce, allgather, reducescatter, "
+            "alltoall, send, recv, broadcast, other: from the kernel name)"),
+        col("kernels", "count", "measured", "its GPU events"),
+        col("kernel_names", "count", "measured", "its distinct kernel names"),
+        col("gpu_us", "us", "measured", "their GPU time"),
+        col("pct_of_gpu_time", "pct", "inferred", "of all GPU event time"),
+        col("instructions", "count", "measured",
+            "distinct (program, instruction) pairs its attributed kernels ran under"),
+        col("programs", "count", "measured", "their programs"),
+        col("top_instructions", "", "",
+            "the largest five by the family's time, `<program_id>:<instruction>=us` joined by "
+            "` | `"),
+    ),
+    notes="""
+Step 6 ranks a family of at least 5% of GPU time over at least 3 instructions (`changes.py`
+`FAMILY_MIN_PCT_OF_GPU_TIME`, `FAMILY_MIN_INSTRUCTIONS`; collectives are ranked as exposed
+collectives instead); step 7 says what the capture cannot show about it.
+"""))
+
+declare(File(
+    "attribution/summary.txt", "attribute_kernels.py", "text",
+    "program chosen and why, class shares, XProf's coverage next to ours",
+    fields="A rendering of `attribution/attribute_kernels.json`: nothing in it is computed "
+           "elsewhere."))
+
+declare(File(
+    "attribution/<module>(<id>).hlo.txt", "attribute_kernels.py", "text",
+    "a program's HLO, printed from the proto by `hlo_text.py` (no jaxlib: bounded memory): the "
+    "chosen program's, then the others with the most GPU time, at most `MAX_HLO_TEXTS` (10) in "
+    "all (`--program ID`: that one only)",
+    fields="""
+`<module>` keeps letters, digits and `_.+=-` (others become `_`, at most 100, no leading dot);
+`attribute_kernels.json` `hlo_texts` maps each program id to its file.
+"""))
+
+NOT_RUN = "inferred, not run"
+
+declare(Table(
+    "changes.csv", "changes.py",
+    row="cause of the median step's time",
+    order="rank (share of the step; Python lines and kernel families last)",
+    columns=(
+        col("rank", "", "", "the cause's rank"),
+        col("cause_kind", "", "",
+            "`dispatch`, `host_gap`, `straggler_wait`, `exposed_collective`, `memcpy`, "
+            "`kernel_gaps`, `kernel_family`, `instruction`, `python_line`, `idle_between_steps` "
+            "(what each saving assumes: references/changes.md)"),
+        col("cause", "", "",
+            "one sentence with its own figures (quote it whole, cited as text: `changes.csv: "
+            "cause, rank=N`)"),
+        col("where", "", "", "the GPU, stream, instruction or line"),
+        col("pct_of_step", "pct", NOT_RUN,
+            "the cause's time in the median step as a share of its window (`step_us`)"),
+        col("step_us", "us", "measured",
+            "the median step's window, the same on every row (3 decimals)"),
+        col("saving_us", "us", NOT_RUN, "the saving in the median step"),
+        col("saving_min_us", "us", NOT_RUN, "the smallest saving across the steps used"),
+        col("saving_max_us", "us", NOT_RUN, "the largest saving across the steps used"),
+        col("step_if_gone_us", "us", NOT_RUN, "`step_us` - `saving_us`"),
+        col("assumptions", "", "", "what the saving assumes"),
+        col("knob", "", "", "the change to test, a hypothesis"),
+        col("label", "", "", "`inferred, not run`: the label of the row's estimates"),
+        col("source", "", "", "the tables used"),
+    ),
+    notes="Reads only the scratch folder. The shares and savings are all *inferred, not run* "
+          "(`label`)."))
+
+declare(File(
+    "changes.json", "changes.py", "json",
+    "steps used, figures (step time, combined saving), the median step's critical path by slice, "
+    "causes, how they combine, refusals, notes",
+    fields="""
+`steps` (`used`, `median`, `bounding_gpu`, `why`, `straggler`), `figures` (`step_us` measured with
+min/max; `combined_saving_us`, `step_if_all_gone_us` and `compute_exposed_pct_of_compute`
+inferred), `critical_path` (the median step's window cut into `host_late`, `compute`,
+`memcpy_arg`, `collective`, `idle_before`, `idle_between`: figures summing to `window`), `causes`
+(the rows as data), `combine_rule` (a sentence), `refusals`, `notes`, `inputs` (tables read),
+`tables`.
+""",
+    figures=(
+        Figure("step_us", "us", "measured", "the median step's window, with min/max"),
+        Figure("combined_saving_us", "us", "inferred",
+               "the causes' savings combined by `combine_rule`, with min/max"),
+        Figure("step_if_all_gone_us", "us", "inferred", "`step_us` − `combined_saving_us`"),
+        Figure("compute_exposed_pct_of_compute", "pct", "inferred",
+               "the exposed share of the median step's compute time (work after the step's last "
+               "host-late gap: references/changes.md)"),
+    )))
+
+declare(Table(
+    "trust.csv", "trust.py",
+    row="trust item, then \"needs a new capture\" question",
+    order="section (`trust` first); trust rows by kind (references/trust.md order), gpu_us "
+          "descending, count descending, item; questions as found",
+    columns=(
+        col("section", "", "",
+            "`trust` (items) or `needs_new_capture` (questions)"),
+        col("item", "", "",
+            "the item, or the open question; unique among the rows (below)"),
+        col("kind", "", "", "the item's kind (below; meaning and wording: references/trust.md)"),
+        col("count", "count", "measured",
+            "events, kernels, GPUs, instructions or ids as the item says; "
+            "`under_recorded_replays` a lower bound"),
+        col("gpu_us", "us", "measured",
+            "GPU event time of the item (3 decimals); for `python_tracer` the idle time of the "
+            "gaps with Python-traced calls"),
+        col("pct_of_gpu_time", "pct", "inferred",
+            "`gpu_us` as a share of all GPU event time (`trust.json` `figures.gpu_time_us`; 2 "
+            "decimals), empty for `python_tracer`"),
+        col("source", "", "",
+            "the tables and JSON fields the row comes from (`<file>: <selector>`, `;`-joined)"),
+        col("detail", "", "",
+            "the steps' own sentences and what the item means for the report; for a question, "
+            "the capture that would answer it"),
+    ),
+    notes="""
+Reads only the scratch folder.
+- `needs_new_capture` rows: `item` the open question, `detail` the capture that would answer it;
+  `kind`, `count`, `gpu_us`, `pct_of_gpu_time` empty.
+- `kind`: `step_failed`, `no_hlo`, `reconciliation_check` (a failed step 2 check, one row per
+  check family), `under_recorded_replays`, `duplicate_program`, `async_labels_missing`,
+  `not_checkable`, `unattributed`, `low_confidence`, `graph_launch_metrics`, `python_tracer`,
+  `nccl_waits`, `rocm_unknown_memcpy`, `not_computable`, `no_ceiling`, `refusal`. Defect kinds
+  (this capture's records incomplete or disagreeing; none in a clean capture) are listed in
+  `trust.json` `defect_kinds`: `reconciliation_check`, `under_recorded_replays`,
+  `duplicate_program`, `async_labels_missing`; the rest are standing limits.
+- `item`: unique among the rows, and without commas or quotes where the row has a figure (it is
+  the citation key: `trust.csv: count, section=trust, item=<item>`).
+"""))
+
+declare(File(
+    "trust.json", "trust.py", "json",
+    "figures (items, defects, needs_new_capture, gpu_time_us), defect kinds, kinds, steps read "
+    "and missing, largest items, refusals, notes",
+    fields="""
+`step` (`trust`), `status` (`done`), `figures`: `items`, `defects`, `needs_new_capture` (count,
+inferred), `gpu_time_us` (measured: step 4's `kernel_time_us`, else the sum of `rows.csv`
+`dur_us`); `gpu_time_source`; `defect_kinds`; `kinds` (kind -> rows); `inputs` (`read`: steps
+whose JSON was read, `missing`: step -> why); `largest` (up to three items by GPU time: `item`,
+`kind`, `gpu_us`); `refusals` ("cannot collect step N's findings because ..."); `notes`;
+`tables` (`trust.csv`: rows).
+""",
+    figures=(
+        Figure("items", "count", "inferred", "rows of the trust list (`section` `trust`)"),
+        Figure("defects", "count", "inferred", "items of a defect kind"),
+        Figure("needs_new_capture", "count", "inferred", "questions that need a new capture"),
+        Figure("gpu_time_us", "us", "measured",
+               "all GPU event time: step 4's `kernel_time_us`, else the sum of `rows.csv` "
+               "`dur_us`"),
+    )))
+
+declare(File(
+    "report_draft.md", "report_draft.py", "markdown",
+    "the report with every figure filled in and cited, judgement places marked "
+    "`<!-- judge: ... -->`, in the report template's sections",
+    fields="""
+The report in the order of `references/report-template.md`: results first, then verdict and
+causes, reconciliation, GPUs and streams (with `swimlanes.svg`), top instructions and Python
+lines (with `roofline.svg` and the ceilings), changes, trust list and "needs a new capture".
+Every figure is followed by `(label; table: selector)`; a section whose table is missing says
+which and why. Each `<!-- judge: what to decide, from which table -->` marks a sentence the agent
+writes. Every summary row is cited or holds no figure (the row standing for the failed checks
+past the first `RECONCILE_ROWS` = 20 names `reconciliation.csv`, no count). Where step 4
+(`attribution/attribute_kernels.json`) or step 6 (`changes.json`) refuses to rank instructions
+or Python lines (a refusal sentence `cannot rank <instructions | Python lines ...> because ...`),
+the draft quotes that sentence, cited as `(inferred; changes.json: refusals.N)`, in place of the
+`ops.csv` / `lines.csv` table: their shares are of the one program step 4 attributed, not of a
+step. Each value is cited from one source with that source's label.
+"""))
+
+declare(Table(
+    "factcheck.csv", "factcheck.py",
+    row="number or cited claim of the report (skipped numbers included)",
+    order="line, position in the line",
+    columns=(
+        col("line", "", "", "the report line"),
+        col("claim", "", "", "the sentence, or the table row, trimmed to 200 characters"),
+        col("figure", "", "", "as written (a range `a–b` or `v (a–b)` is one figure)"),
+        col("label", "", "",
+            "the citation's label (`inferred, not run` written as `inferred`)"),
+        col("table", "", "",
+            "as cited, or taken from the column header with the row's key cells filled in"),
+        col("selector", "", "",
+            "as cited, or taken from the column header with the row's key cells filled in"),
+        col("found_value", "", "",
+            "the table's value in the written unit, three decimals more than written "
+            "(`; min …; max …` for a range)"),
+        col("verdict", "", "", "`ok`, `wrong_value`, `no_label`, `no_table`, `skipped` (below)"),
+        col("why", "", "", "the reason, empty for ok"),
+    ),
+    notes="""
+One row per number of the report (outside HTML comments and fenced code) and per citation that
+follows words, in report order.
+- `table`, `selector` taken from a column header: `key=*` first cell, `key=*2` second; a key cell
+  in backticks taken whole. Several citations in one parenthesis: their tables, selectors and
+  labels joined by ` | `, found values too; the verdict is the first failing one's. A row
+  citation (filters, no column) shows `N rows` found.
+- `verdict`: `ok`; `wrong_value` (the table value, rounded as written, differs; a unit of another
+  kind; cited text absent); `no_label` (no label, a label other than measured/read/inferred, or one
+  the table's own `label` contradicts: the reason names the label to write and, for a JSON figure,
+  the figure beside it that holds the same value under the writer's label); `no_table` (no
+  citation, a label with no table, a missing file, column or path, filters that select no row,
+  several rows without an aggregate, or a figure cited by rows with no column);
+  `skipped` (not a figure: in backticks, an identifier after step/GPU/device/stream/rank/program/
+  section/line/item/check or a part of a model or run (layer, block, stage, node, ...:
+  `factcheck.IDENTIFIER_WORDS`), file:line, name(id), #n, a year, a section number, a table row's
+  key cell, a number inside a tool's text quoted verbatim and cited as text).
+"""))
+
+declare(File(
+    "factcheck.json", "factcheck.py", "json",
+    "the check's result: verdict, counts per verdict, every failing claim",
+    fields="""
+`step` (`factcheck`), `status` (`done`), `verdict` (`pass`: no wrong_value, no_label or no_table;
+else `fail`), `report` (the report's path), `figures` (plain counts per verdict: `ok`,
+`wrong_value`, `no_label`, `no_table`, `skipped`; not report figures), `failing` (every failing
+row: `line`, `figure`, `verdict`, `why`, `claim`), `notes` (e.g. the report holds no cited
+figure), `refusals` (empty), `tables` (`factcheck.csv`: rows). Exit code 0 on pass, 4 on fail,
+1 when the report or the scratch folder cannot be read.
+"""))
+
+declare(File(
+    "report_draft.html", "build_page.py", "html",
+    "the draft as one self-contained page, written by `investigate.py --page` (build_page.py of "
+    "writing-trace-report-pages)"))
+
+declare(File(
+    "logs/<script>.txt", "investigate.py", "text",
+    "the command each step ran and all it printed"))
+
+declare(File(
+    "<host>/", "per_host.py", "folder",
+    "that host's scratch folder, written by every entry script given a run of several hosts: "
+    "every file above, for that host alone, and `logs/<script>.txt`",
+    fields="""
+`<host>` is the host's name when it is a plain file name no other host's name equals but for
+case (and not one of the summary's file names), else `host-<n>`; `hosts.csv` keeps the name.
+"""))
+
+HOSTS_BY = """
+Written by every entry script given a run of several hosts (`per_host.py` runs it per host,
+`cross_host.py` writes the summary; see the cross-host summary below)"""
+
+declare(Table(
+    "hosts.csv", "cross_host.py",
+    row="host of the run", order="the run's host order (by name)",
+    columns=(
+        col("host", "", "", "the host's name"),
+        col("folder", "", "", "its scratch folder (`<host>/`)"),
+        col("exit", "", "", "the exit code of the last per-host pass"),
+        col("seconds", "s", "measured", "the last per-host pass's wall time"),
+        col("gpus", "count", "measured",
+            "its GPUs with kernels in a step (the most over its steps)"),
+        col("verdict", "", "", "its step-1 verdict"),
+        col("steps", "count", "measured", "its analysed steps"),
+        col("step_us", "us", "measured",
+            "the median over the host's steps of the step's duration on its bounding GPU"),
+        col("step_min_us", "us", "measured", "the shortest such step"),
+        col("step_max_us", "us", "measured", "the longest such step"),
+        col("period_us", "us", "measured", "the median step period"),
+        col("period_min_us", "us", "measured", "the shortest step period"),
+        col("period_max_us", "us", "measured", "the longest step period"),
+        col("slowest_in_steps", "count", "inferred",
+            "steps in which this host was the slowest by more than the margin"),
+        col("compute_us_per_gpu_step", "us", "measured",
+            "`streams.csv` compute total over the analysed steps, per GPU with events and per "
+            "step"),
+        col("collective_us_per_gpu_step", "us", "measured",
+            "`streams.csv` collective total over the analysed steps, per GPU with events and "
+            "per step"),
+        col("kernel_time_ratio", "ratio", "measured",
+            "over the kernel names every host ran (`host_kernels.csv`), the median of this "
+            "host's mean kernel time over the median host's"),
+        col("kernel_time_ratio_min", "ratio", "measured", "the smallest such ratio"),
+        col("kernel_time_ratio_max", "ratio", "measured", "the largest such ratio"),
+        col("same_kernels", "", "",
+            "`yes` when the host ran the same kernel names with the same count per step "
+            "(within 1%) as another host, `no` otherwise"),
+        col("top_change_kind", "", "", "`changes.csv` rank 1's `cause_kind`"),
+        col("top_change", "", "", "`changes.csv` rank 1's `cause`"),
+        col("top_saving_us", "us", NOT_RUN, "`changes.csv` rank 1's `saving_us`"),
+        col("trust_items", "count", "inferred", "`trust.json` items"),
+        col("error", "", "", "the sentence the host's process ended with"),
+        col("not_read", "", "", "why the host's tables were not read (below)"),
+    ),
+    notes=HOSTS_BY + """.
+- `not_read`: why the host's tables were not read (its pass failed; or its step-1 tables, left in
+  a re-used folder, name another capture than this run's: `skip_stats.json` `capture`); the
+  host's figures are then empty and it is left out of the comparison.
+- `exit`, `seconds`, `error`: the last per-host pass (`hosts.json` `script` names its script).
+- `step_us` (min, max): from `steps.csv` `dur_us`, the bounding GPU being the GPU whose step
+  lasts longest (summary.txt's step duration is the median over steps and every GPU: a little
+  shorter); `period_us` (min, max) the median step period.
+- `kernel_time_ratio` (min, max): empty where step 4 did not run on two hosts or more.
+- `top_change_kind`, `top_change`, `top_saving_us`, `trust_items`: empty where that step did not
+  run.
+"""))
+
+declare(Table(
+    "host_steps.csv", "cross_host.py",
+    row="step on every host x host", order="step, then host",
+    columns=(
+        col("step", "", "", "the step number (steps are matched by number)"),
+        col("host", "", "", "the host"),
+        col("gpus", "count", "measured", "the host's GPUs with kernels in the step"),
+        col("bounding_device", "", "", "the host's GPU that finishes the step last"),
+        col("dur_us", "us", "measured", "the step's duration on that GPU"),
+        col("busy_us", "us", "measured", "that GPU's busy time in the step"),
+        col("period_us", "us", "measured", "the step period"),
+        col("slowest", "", "",
+            "1 for the slowest host when it leads the next by more than the margin, else 0 for "
+            "every host (a tie)"),
+        col("behind_slowest_us", "us", "measured", "how far behind the slowest host it finished"),
+    ),
+    notes=HOSTS_BY + """, for the steps every host with
+steps has (matched by step number). The margin is the larger of 5 us and 0.5% of its step
+(step 1's straggler margin).
+"""))
+
+declare(Table(
+    "host_kernels.csv", "cross_host.py",
+    row="kernel name every such host ran x host", order="kernel, then host",
+    columns=(
+        col("kernel", "", "", "the kernel name"),
+        col("host", "", "", "the host"),
+        col("kernels", "count", "measured", "the host's GPU events of that name"),
+        col("mean_us", "us", "measured",
+            "`gpu_us / kernels` of the host's `attribution/kernel_names.csv`"),
+        col("ratio_to_median_host", "ratio", "measured", "`mean_us` over the median host's"),
+    ),
+    notes=HOSTS_BY + """, where step 4 ran on two
+hosts or more (else an earlier pass's file is removed).
+"""))
+
+declare(File(
+    "hosts.json", "cross_host.py", "json",
+    "the cross-host result: per-host rows, figures, the slow-host rule, verdicts by host",
+    fields="""
+`step` (`cross_host`), `status` (`done`, `refused` when fewer than two hosts have steps or no step
+is on every host), `script`, `run_dir`, `hosts` (the rows of `hosts.csv` as data, ranges as
+`{value, min, max, unit, label}`), `figures` (`hosts`, `hosts_failed`, `step_us` over the hosts'
+medians, `step_spread_us`: per step the slowest minus the fastest host's duration, median
+(min-max) over the steps), `steps` (`compared`, `not_on_every_host`), `slow_host` (`host`,
+`is_slow_host`: slowest in more than half of the compared steps, `steps`, `steps_slowest`,
+`ties`, `slowest_counts`, `lead_us`, `margin_us`, `label` inferred), `verdicts` (verdict ->
+hosts), `waits` (whether hosts can wait for each other inside the program: no collective time on
+any host, or some), `host_steps`, `host_kernels`, `needs_new_capture` (a host that runs the same
+kernels more than 5% slower than the median host: why, which the capture cannot say), `notes`,
+`refusals`. Only durations are compared across hosts, never start or end times: each host's
+timestamps are on its own clock.
+""",
+    figures=(
+        Figure("hosts", "count", "read", "the run's hosts"),
+        Figure("hosts_failed", "count", "measured", "hosts whose pass exited non-zero"),
+        Figure("step_us", "us", "measured", "the hosts' median step durations, with min/max"),
+        Figure("step_spread_us", "us", "measured",
+               "per step the slowest minus the fastest host's duration, median (min-max) over "
+               "the steps"),
+    )))
+
+declare(File(
+    "hosts.txt", "cross_host.py", "text",
+    "the rendering of `hosts.json`: per-host verdicts, the slow host, the spread of step times",
+    fields="A rendering of `hosts.json`: nothing in it is computed elsewhere."))
+
 OUTRO = """
+## The cross-host summary (`per_host.py`, `cross_host.py`)
+Given a run folder with several hosts and no `--host`, a script runs itself once per host (the
+same arguments, then `--host=H --out=DIR/<folder>`), at most `--jobs` at once (default: the
+cores, lowered so that the largest host's estimated memory, 24 x its capture files + 150 MiB,
+times the jobs fits in the memory available), then writes the summary (`hosts.csv`,
+`host_steps.csv`, `host_kernels.csv`, `hosts.json`, `hosts.txt`). `<folder>` is the host's name
+when it is a plain file name no other host's name equals but for case (and not one of the
+summary's file names), else `host-<n>`; `hosts.csv` keeps the name. `changes.py`, `trust.py` and
+`report_draft.py` given such a DIR (it holds `hosts.json` and no `skip_stats.json`) run on each
+host's folder and write the summary again. The exit code is the largest of the hosts' (0 when
+every host succeeded). Only durations are compared across hosts, never start or end times: each
+host's timestamps are on its own clock.
+
+## How the files join
+- `rows.csv` ↔ `attribution/kernels.csv`: on `device, stream, start_us` (the same GPU event; both
+  read the same capture: the trace and the xplane agree on GPU events to the picosecond, which
+  `capture_info.py` checks).
+- `rows.csv.step` ↔ `steps.csv.step` (and `device`).
+- `streams.csv` ↔ `steps.csv`: `device` and `critical_stream = stream`.
+- `kernels.csv.instruction` ↔ `ops.csv.instruction` (within `program_id`);
+  `kernels.csv.user_frame` ↔ `lines.csv.user_frame`.
+
+## Bad input (every script that reads a capture)
+A file that is not what XProf writes is refused in one sentence on stderr (`<script>: ...`,
+exit 1) naming the user's file, and nothing is written or half-written in the scratch folder.
+What the readers accept is in the docstrings of `trace_reader.py`, `xplane_reader.py` and
+`hlo_program.py`. A script that reads both files says which one it could not read, in its JSON,
+and goes on (exit 0); one program whose HLO is inconsistent is refused alone
+(`capture_info.json` `programs[].parses` and `error`; a refusal in
+`attribution/attribute_kernels.json`). `capture_info.json` `trace.notes` says what the reader
+repaired (lone surrogate escapes replaced by U+FFFD); `host.gpu_runtime_calls` counts host
+events with a correlation id when the xplane has no GPU plane (its GPU planes are missing: not a
+CPU capture). The HLO text file's `<module>` keeps letters, digits and `_.+=-` (others become
+`_`, at most 100, no leading dot). Names reach text outputs with control characters escaped
+(`trace_rules.printable`); the CSV and JSON keep them exactly, and they read back with Python's
+csv module as the same strings.
 """
 
 

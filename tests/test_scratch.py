@@ -1,0 +1,147 @@
+"""scratch.py: the declarations of every scratch file. The layout document is their rendering; the
+one command on the bundled example writes only declared files, each table with its declared header
+and each result's figures with their declared unit and label; the writers and the reader refuse
+what is not declared."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+import scratch  # the sibling skill's, on sys.path through conftest
+
+from conftest import REPO, SIBLING_SCRIPTS
+
+EXAMPLE = REPO / "examples" / "minigpt-h100-2gpu-cb"
+LAYOUT = REPO / "references" / "scratch-layout.md"
+
+
+def pattern(name: str) -> re.Pattern:
+    """A declared file name as a pattern: each `<part>` stands for one path segment."""
+    parts = re.split(r"(<[^>]+>)", name)
+    return re.compile("".join("[^/]+" if p.startswith("<") else re.escape(p) for p in parts))
+
+
+def declaration(rel: str) -> str | None:
+    """The declaration a written file falls under (by name, by pattern, inside a declared folder,
+    or in a host's folder as one of the files above), or None."""
+    if rel in scratch.DECLARED:
+        return rel
+    for name in scratch.DECLARED:
+        if "<" in name and not name.endswith("/") and pattern(name).fullmatch(rel):
+            return name
+    for name in scratch.DECLARED:
+        if name.endswith("/") and "<" not in name and rel.startswith(name):
+            return name
+    head, _, rest = rel.partition("/")
+    if "<host>/" in scratch.DECLARED and rest and declaration(rest) not in (None, "<host>/"):
+        return "<host>/"
+    return None
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory):
+    """The one command (with the page) on the bundled example: its scratch folder."""
+    out = tmp_path_factory.mktemp("scratch") / "out"
+    p = subprocess.run([sys.executable, "-P", str(REPO / "scripts" / "investigate.py"),
+                        str(EXAMPLE), "--out", str(out), "--page"],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    return out
+
+
+def test_the_layout_document_is_the_rendering_of_the_declarations():
+    assert LAYOUT.read_text(encoding="utf-8") == scratch.render_layout()
+
+
+def test_the_script_prints_the_layout():
+    p = subprocess.run([sys.executable, "-P", str(SIBLING_SCRIPTS / "scratch.py")],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout == LAYOUT.read_text(encoding="utf-8")
+
+
+def test_each_declaration_is_well_formed():
+    for item in scratch.DECLARED.values():
+        if isinstance(item, scratch.Table):
+            assert len(set(item.names)) == len(item.names), item.file
+            for c in item.columns:
+                assert c.label in scratch.LABELS + ("",), (item.file, c.name)
+                assert c.meaning, (item.file, c.name)
+        else:
+            assert item.kind in ("json", "text", "svg", "html", "markdown", "folder"), item.file
+            for f in item.figures:
+                assert f.label in scratch.LABELS and f.unit and f.meaning, (item.file, f.name)
+
+
+def test_every_file_written_is_declared_with_its_header_and_figures(example):
+    written = [p for p in sorted(example.rglob("*")) if p.is_file()]
+    assert written
+    seen = set()
+    for p in written:
+        rel = p.relative_to(example).as_posix()
+        name = declaration(rel)
+        assert name is not None, f"{rel} is written but not declared"
+        seen.add(name)
+        if rel.endswith(".csv"):
+            with open(p, encoding="utf-8") as fh:
+                assert fh.readline().rstrip("\n").split(",") == scratch.columns(rel), rel
+        elif rel.endswith(".json") and isinstance(scratch.DECLARED.get(rel), scratch.File):
+            scratch.check_figures(rel, json.loads(p.read_text(encoding="utf-8")))
+    # the single-host run writes every table of the layout but the cross-host ones
+    tables = {t for t in scratch.TABLES if not t.startswith("host")}
+    assert tables <= seen, tables - seen
+
+
+def test_a_pattern_covers_a_segment_and_a_host_folder_its_files():
+    assert declaration("attribution/jit_train_step(17).hlo.txt") == \
+        "attribution/<module>(<id>).hlo.txt"
+    assert declaration("logs/skip_stats.txt") == "logs/<script>.txt"
+    assert declaration("attribution/xplane/hlo_stats.json") == "attribution/xplane/"
+    assert declaration("host-0/attribution/ops.csv") == "<host>/"
+    assert declaration("host-0/unknown.csv") is None
+    assert declaration("unknown.csv") is None
+
+
+def test_the_writers_and_the_reader_refuse_what_is_not_declared(tmp_path):
+    names = scratch.columns("stragglers.csv")
+    row = list(range(len(names)))
+    assert scratch.write_table(tmp_path, "stragglers.csv", [row, row]) == 2
+    assert (tmp_path / "stragglers.csv").read_text().splitlines()[0] == ",".join(names)
+    assert scratch.Scratch(tmp_path).values("stragglers.csv", "lag_us") == ["3", "3"]
+    with pytest.raises(scratch.ScratchError):
+        scratch.write_table(tmp_path, "stragglers.csv", [row[:-1]])
+    with pytest.raises(scratch.ScratchError):
+        scratch.write_table(tmp_path, "undeclared.csv", [])
+
+    good = {"figures": {"items": scratch.figure(3, "count", "inferred")}}
+    assert scratch.write_result(tmp_path, "trust.json", good) == 1
+    assert json.loads((tmp_path / "trust.json").read_text()) == good
+    undeclared = {"figures": {"not_a_figure": scratch.figure(1, "count", "inferred")}}
+    wrong_label = {"figures": {"items": scratch.figure(3, "count", "measured")}}
+    wrong_unit = {"figures": {"gpu_time_us": scratch.figure(3, "pct", "measured")}}
+    for data in (undeclared, wrong_label, wrong_unit):
+        with pytest.raises(scratch.ScratchError):
+            scratch.write_result(tmp_path, "trust.json", data)
+    with pytest.raises(scratch.ScratchError):
+        scratch.write_result(tmp_path, "undeclared.json", good)
+
+    s = scratch.Scratch(tmp_path)
+    assert s.json("trust.json") == good
+    assert s.rows("missing.csv") is None and s.json("missing.json") is None
+    with pytest.raises(scratch.ScratchError):
+        s.values("stragglers.csv", "not_a_column")
+    with pytest.raises(scratch.ScratchError):
+        s.values("undeclared.csv", "step")
+
+
+def test_a_figure_has_one_label_wherever_it_is_declared():
+    """A name declared as a figure in several results carries the same unit and label in each."""
+    seen: dict[str, tuple] = {}
+    for f in scratch.FILES.values():
+        for g in f.figures:
+            assert seen.setdefault(g.name, (g.unit, g.label)) == (g.unit, g.label), \
+                (f.file, g.name)
+
