@@ -15,8 +15,9 @@ moved to DIR/then/ (record) or DIR/now/ (compare). Digests cover every file but 
 own stdout, with timings) and attribution/xplane/ (XProf's own cache of converted tools);
 before digesting, what moves between two runs of the same code is masked: the timing_s block of
 a result JSON, a "timing:" line, the page's build time, a capture's mtime, a host pass's
-seconds, and DIR itself (so another DIR compares equal). record keeps the digests in
-DIR/then/DIGESTS.json; compare may run in another DIR against a copy of then/ (--then=PATH).
+seconds, DIR and the checkout itself (so another DIR or worktree compares equal). record keeps
+the digests in DIR/then/DIGESTS.json; compare may run in another DIR against a copy of then/
+(--then=PATH).
 compare prints each file that differs or is missing on one side and exits 1 when any does.
 """
 
@@ -92,7 +93,7 @@ HOSTS_CSV_SECONDS = re.compile(rb"^([^,\n]*,[^,\n]*,[^,\n]*,)[0-9.]*,", re.M)
 
 
 def masked(data: bytes, base: Path, name: str) -> bytes:
-    data = data.replace(str(base).encode(), b"<DIR>")
+    data = data.replace(str(base).encode(), b"<DIR>").replace(str(ROOT).encode(), b"<ROOT>")
     if name == "hosts.csv":  # its seconds column: each host's pass's wall time
         data = HOSTS_CSV_SECONDS.sub(rb"\1masked,", data)
     for pattern, repl in MOVING:
