@@ -523,11 +523,12 @@ class Render:
 
 def table_html(t: pt.Table, tid: str) -> str:
     spec = t.spec
-    numeric = [c in spec.labels or all(pt.is_number(r[k]) for r in t.rows if r[k])
+    labels = t.labels
+    numeric = [c in labels or all(pt.is_number(r[k]) for r in t.rows if r[k])
                and any(r[k] for r in t.rows) for k, c in enumerate(t.columns)]
     head = []
     for c, isnum in zip(t.columns, numeric, strict=True):
-        lab = spec.labels.get(c)
+        lab = labels.get(c)
         m = (f' <span class="lbl lbl-{LABELS[lab]}">{lab}</span>' if lab else "")
         cls = ' class="num"' if isnum else ""
         head.append(f'<th scope="col"{cls}>{esc(pt.heading_of(c))}{m}</th>')

@@ -11,12 +11,23 @@ from __future__ import annotations
 import csv
 import heapq
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 csv.field_size_limit(1 << 24)
 
-MEA, INF = "measured", "inferred"
+# The tables' declarations live in the launch-overhead skill (scratch.py, standard library), beside
+# this skill in an install and in a checkout alike; without it the tables show no label marks.
+_SIBLING = (Path(__file__).resolve().parent.parent.parent / "analyzing-jax-launch-overhead"
+            / "scripts")
+if (_SIBLING / "scratch.py").is_file() and str(_SIBLING) not in sys.path:
+    sys.path.insert(0, str(_SIBLING))
+try:
+    import scratch
+except ImportError:
+    scratch = None
+
 CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 NUMBER_RE = re.compile(r"^-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")
 UNITS = (("_flop_per_s", "FLOP/s"), ("_bytes_per_s", "B/s"), ("_flop_per_byte", "FLOP/B"),
@@ -29,13 +40,12 @@ PCT_OF_RE = re.compile(r"(?:^|_)pct_of_([a-z0-9_]+)$")
 
 @dataclass
 class Spec:
-    """One page table: the file, its caption, the columns shown with the label of each numeric
-    one, the sort (a numeric column, largest first; None keeps the file's order), how many rows,
-    and an optional row filter (column, value)."""
+    """One page table: the file, its caption, the columns shown, the sort (a numeric column,
+    largest first; None keeps the file's order), how many rows, and an optional row filter
+    (column, value). Each column's label is its declaration's (scratch.py)."""
     file: str
     caption: str
     columns: list
-    labels: dict
     sort: str | None = None
     top: int = 20
     where: tuple | None = None
@@ -44,66 +54,48 @@ class Spec:
 SPECS = [
     Spec("changes.csv", "Changes, ranked by their share of the step (inferred, not run)",
          ["rank", "cause_kind", "where", "pct_of_step", "saving_us", "saving_min_us",
-          "saving_max_us", "step_if_gone_us", "knob"],
-         {"pct_of_step": INF, "saving_us": INF, "saving_min_us": INF, "saving_max_us": INF,
-          "step_if_gone_us": INF}, top=30),
+          "saving_max_us", "step_if_gone_us", "knob"], top=30),
     Spec("trust.csv", "Trust list: where this capture cannot be trusted",
-         ["item", "kind", "count", "gpu_us", "pct_of_gpu_time"],
-         {"count": MEA, "gpu_us": MEA, "pct_of_gpu_time": INF}, top=40,
+         ["item", "kind", "count", "gpu_us", "pct_of_gpu_time"], top=40,
          where=("section", "trust")),
-    Spec("trust.csv", "Questions that need a new capture", ["item", "detail"], {}, top=40,
+    Spec("trust.csv", "Questions that need a new capture", ["item", "detail"], top=40,
          where=("section", "needs_new_capture")),
     Spec("streams.csv", "GPUs and streams over the analysed steps",
          ["device", "stream", "stream_name", "span_us", "compute_us", "collective_us",
-          "memcpy_us", "idle_us", "compute_pct_of_span", "idle_pct_of_span", "events", "critical"],
-         {"span_us": MEA, "compute_us": MEA, "collective_us": MEA, "memcpy_us": MEA, "idle_us": MEA,
-          "compute_pct_of_span": MEA, "idle_pct_of_span": MEA, "events": MEA}, top=64),
+          "memcpy_us", "idle_us", "compute_pct_of_span", "idle_pct_of_span", "events",
+          "critical"], top=64),
     Spec("steps.csv", "Steps per GPU",
          ["step", "device", "dur_us", "kernels", "busy_us", "idle_pct_of_step", "host_late_us",
-          "device_wait_us", "tklqt_us", "akd_us"],
-         {"dur_us": MEA, "kernels": MEA, "busy_us": MEA, "idle_pct_of_step": MEA,
-          "host_late_us": MEA,
-          "device_wait_us": MEA, "tklqt_us": MEA, "akd_us": MEA}, top=48),
+          "device_wait_us", "tklqt_us", "akd_us"], top=48),
     Spec("stragglers.csv", "Which GPU finishes each step last",
-         ["step", "device", "lag_us", "last_stretch", "stretch_us", "finishes_last"],
-         {"lag_us": MEA, "stretch_us": MEA}, top=48),
+         ["step", "device", "lag_us", "last_stretch", "stretch_us", "finishes_last"], top=48),
     Spec("gaps.csv", "Longest idle gaps on the critical streams",
          ["device", "stream", "step", "dur_us", "cause", "kernel_before", "kernel_after",
-          "host_events"], {"dur_us": MEA}, sort="dur_us", top=20),
+          "host_events"], sort="dur_us", top=20),
     Spec("reconciliation.csv", "Reconciliation checks",
-         ["check", "device", "stream", "status", "figure_a", "figure_b", "unit"],
-         {"figure_a": MEA, "figure_b": MEA}, top=60),
+         ["check", "device", "stream", "status", "figure_a", "figure_b", "unit"], top=60),
     Spec("attribution/ops.csv", "Top HLO instructions by GPU time",
          ["instruction", "opcode", "category", "kernels", "gpu_us", "pct_of_attributed",
           "pct_of_gpu_time", "user_frame"],
-         {"kernels": MEA, "gpu_us": MEA, "pct_of_attributed": INF, "pct_of_gpu_time": INF},
          sort="gpu_us", top=20),
     Spec("attribution/lines.csv", "Top Python lines by GPU time",
          ["user_frame", "gpu_us", "pct_of_attributed", "pct_of_gpu_time", "kernels",
-          "instructions"],
-         {"gpu_us": MEA, "pct_of_attributed": INF, "pct_of_gpu_time": INF, "kernels": MEA,
-          "instructions": MEA}, sort="gpu_us", top=20),
+          "instructions"], sort="gpu_us", top=20),
     Spec("attribution/how.csv", "How kernels were attributed",
          ["program_id", "match", "kernels", "gpu_us", "pct_of_group",
           "low_confidence_pct_of_group"],
-         {"kernels": MEA, "gpu_us": MEA, "pct_of_group": INF, "low_confidence_pct_of_group": INF},
          top=100),
     Spec("roofline.csv", "Roofline of the top instructions",
          ["instruction", "opcode", "gpu_us", "runs", "run_flops", "run_bytes", "dtype",
           "intensity_flop_per_byte", "achieved_flop_per_s", "achieved_bytes_per_s", "binding",
           "pct_of_ceiling", "method"],
-         {"gpu_us": MEA, "runs": MEA, "run_flops": INF, "run_bytes": INF,
-          "intensity_flop_per_byte": INF, "achieved_flop_per_s": INF,
-          "achieved_bytes_per_s": INF, "pct_of_ceiling": INF},
          sort="gpu_us", top=20),
     Spec("attribution/kernel_names.csv", "Top kernels by name",
-         ["kernel", "family", "kernels", "gpu_us", "pct_of_gpu_time", "gpus"],
-         {"kernels": MEA, "gpu_us": MEA, "pct_of_gpu_time": INF, "gpus": MEA}, sort="gpu_us",
+         ["kernel", "family", "kernels", "gpu_us", "pct_of_gpu_time", "gpus"], sort="gpu_us",
          top=20),
     Spec("attribution/kernels.csv", "Longest single kernels",
          ["device", "stream", "start_us", "dur_us", "kernel", "instruction", "match",
-          "confidence", "user_frame"],
-         {"start_us": MEA, "dur_us": MEA, "confidence": INF}, sort="dur_us", top=20),
+          "confidence", "user_frame"], sort="dur_us", top=20),
 ]
 
 
@@ -115,8 +107,25 @@ class Table:
     total: int = 0  # rows of the file (after the filter)
 
     @property
+    def labels(self) -> dict:
+        """column -> its declared label's first word (measured, read, inferred), for the
+        columns that hold figures."""
+        return {c: lab for c in self.columns if (lab := label_of(self.spec.file, c))}
+
+    @property
     def rest(self) -> int:
         return max(0, self.total - len(self.rows))
+
+
+def label_of(file: str, column: str) -> str:
+    """The label scratch.py declares for a column ("inferred, not run" shown as inferred: the
+    caption says not run); empty for keys and text, or where the sibling skill is missing."""
+    if scratch is None:
+        return ""
+    try:
+        return scratch.column(file, column).label.split(",")[0]
+    except scratch.ScratchError:
+        return ""
 
 
 def clean(text: str) -> str:
