@@ -16,7 +16,8 @@ Reads the report (Markdown) and the tables of the scratch folder (the current di
     49.3% (inferred; skip_stats.json: figures.host_share_pct_of_step.value)
     8.07 ms (8.07-8.08 ms) (measured; steps.csv: dur_us, median)   value, then min-max
 - label: measured | read | inferred ("inferred, not run" counts as inferred). A figure its table
-  labels (a JSON figure's label, a CSV label column) carries that label: one label per value;
+  labels (a JSON figure's label, a CSV label column, else the label scratch.py declares for the
+  CSV column) carries that label: one label per value;
   where the same value stands beside it under another name with the writer's label, the reason
   names that path.
 - table: a .csv or .json file of the scratch folder, relative to it.
@@ -99,6 +100,7 @@ import sibling  # noqa: E402  (where the sibling skill is: one home)
 
 SIBLING = sibling.on_path()
 
+import scratch  # noqa: E402  (sibling skill: the scratch files' declarations)
 import step_cli  # noqa: E402  (sibling skill: the command line, errors, exit codes)
 import trace_rules as rules  # noqa: E402  (sibling skill: CSV writing, atomic outputs)
 
@@ -741,7 +743,18 @@ def lookup_csv(name, data, items, roles):
             out[role] = (aggregate(cells, role, f"{name} {column}"), unit)
     labels = {label_of(r.get("label")) for r in sel} if "label" in header else set()
     out["label"] = labels.pop() if len(labels) == 1 else None
+    if out["label"] is None and agg != "count":  # the column's one label (scratch.py)
+        out["label"] = declared_label(name, column)
     return out
+
+
+def declared_label(table: str, column: str) -> str | None:
+    """The label scratch.py declares for a table's column; None for keys and text, and for a
+    table or column it does not declare."""
+    try:
+        return label_of(scratch.column(table, column).label) or None
+    except scratch.ScratchError:
+        return None
 
 
 def lookup_json(name, data, items, roles):

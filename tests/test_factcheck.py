@@ -676,3 +676,18 @@ def test_one_label_per_value_names_the_other_figure(tmp_path):
     p, rows = check(good.replace("27.2%", "27.3%"), out, tmp_path, "wrong.md")
     assert p.returncode == 4
     assert [x["verdict"] for x in rows if x["verdict"] in FAILING] == ["wrong_value"]
+
+
+def test_a_csv_column_carries_its_declared_label(tmp_path):
+    """A CSV with no label column: the figure takes the label scratch.py declares for its column
+    (streams.csv idle_us is measured), so the same value cannot be cited under two labels."""
+    out = tmp_path / "scratch"
+    out.mkdir()
+    (out / "streams.csv").write_text("device,stream,idle_us\n0,7,12.500\n")
+    good = "GPU 0 idles 12.5 us (measured; streams.csv: idle_us, device=0, stream=7).\n"
+    p, rows = check(good, out, tmp_path)
+    assert p.returncode == 0, p.stdout
+    p, rows = check(good.replace("measured", "inferred"), out, tmp_path, "bad.md")
+    assert p.returncode == 4
+    (row,) = [x for x in rows if x["verdict"] in FAILING]
+    assert row["verdict"] == "no_label" and "measured" in row["why"], row
