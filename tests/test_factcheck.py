@@ -319,12 +319,12 @@ Together at most 3.1 ms (inferred; changes.json: figures.combined_saving_us).
 
 # Trust
 - 32 kernels (measured; trust.csv: count, kind=unattributed), 0.24% of GPU time
-  (measured; trust.csv: pct_of_gpu_time, kind=unattributed), 0.52 ms (measured; trust.csv: gpu_us,
+  (inferred; trust.csv: pct_of_gpu_time, kind=unattributed), 0.52 ms (measured; trust.csv: gpu_us,
   kind=unattributed).
 - 7 replays (measured; trust.csv: count, item="Graph kernels, under-recorded").
 - Planted: 38.2% (measured; changes.csv: pct_of_step, rank=1).
-- Planted: 0.25% (measured; trust.csv: pct_of_gpu_time, kind=unattributed).
-- Planted: 5 (measured; trust.csv: pct_of_gpu_time, section=trust).
+- Planted: 0.25% (inferred; trust.csv: pct_of_gpu_time, kind=unattributed).
+- Planted: 5 (inferred; trust.csv: pct_of_gpu_time, section=trust).
 """
     p, rows = check(text, out, tmp_path)
     assert p.returncode == 4, p.stdout + p.stderr
