@@ -27,7 +27,6 @@ Exit codes: 0 done; 1 the input cannot be read or is not a capture; 2 usage;
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -38,6 +37,7 @@ import sibling  # noqa: E402  (where the sibling skill is: one home)
 
 SIBLING = sibling.on_path()
 
+import scratch  # noqa: E402  (sibling skill: the scratch files' declarations, writers)
 import step_cli  # noqa: E402  (sibling skill: the command line, errors, exit codes)
 import trace_rules as rules  # noqa: E402  (sibling skill)
 
@@ -282,7 +282,7 @@ def write_json(path: Path, data: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+        tmp.write_text(scratch.result_text(RESULT_FILE, data))
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

@@ -106,8 +106,7 @@ import trace_rules as rules  # noqa: E402  (sibling skill: CSV writing, atomic o
 
 TABLE = "factcheck.csv"
 RESULT_FILE = "factcheck.json"
-COLUMNS = ["line", "claim", "figure", "label", "table", "selector", "found_value", "verdict",
-           "why"]
+COLUMNS = scratch.columns(TABLE)
 VERDICTS = ("ok", "wrong_value", "no_label", "no_table", "skipped")
 FAILING = ("wrong_value", "no_label", "no_table")
 EXIT_FAILED = 4  # a figure failed: distinct from 1 (unusable input) and 2 (usage)
@@ -1303,11 +1302,8 @@ def result_of(rows: list[Row], report: Path) -> dict:
 
 def write(out: Path, rows: list[Row], result: dict):
     with rules.replace_files(out, ".factcheck-") as tmp:  # both files whole or not at all
-        n = rules.write_csv(tmp / TABLE, COLUMNS, ([r.line, r.claim, r.figure, r.label, r.table,
-                                                     r.selector, r.found_value, r.verdict, r.why]
-                                                    for r in rows))
-        (tmp / RESULT_FILE).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n",
-                                       encoding="utf-8")
+        n = scratch.write_table(tmp, TABLE, ([getattr(r, c) for c in COLUMNS] for r in rows))
+        scratch.write_result(tmp, RESULT_FILE, result)
     return n
 
 

@@ -55,6 +55,7 @@ import sibling  # noqa: E402  (where the sibling skill is: one home)
 
 SIBLING = sibling.on_path()
 
+import scratch  # noqa: E402  (sibling skill: the scratch files' declarations, writers)
 import step_cli  # noqa: E402  (sibling skill: the command line, errors, exit codes)
 import trace_rules as rules  # noqa: E402  (sibling skill)
 
@@ -63,8 +64,7 @@ import trace_reader  # noqa: E402  (sibling skill)
 
 RESULT_FILE = "reconcile.json"
 TABLE = "reconciliation.csv"
-COLUMNS = ["check", "device", "stream", "status", "figure_a", "figure_b", "unit", "what_a",
-           "what_b", "trust_sentence"]
+COLUMNS = scratch.columns(TABLE)
 # Compute + memcpy time per step (collectives left out: they include waiting for peers) of GPUs
 # that do the same work differs by launch jitter and data; more than this relative difference
 # from the GPUs' median is a GPU that runs slower or faster, reported.
@@ -420,8 +420,8 @@ def run(capture, out: Path) -> tuple[dict, list]:
               "refusals": [r["trust_sentence"] for r in rows if r["status"] == "not checkable"],
               "trust_list": [r["trust_sentence"] for r in rows if r["status"] == "fail"]}
     with rules.replace_files(out, ".reconcile-") as tmp:  # both files whole or not at all
-        n = rules.write_csv(tmp / TABLE, COLUMNS, ([r[c] for c in COLUMNS] for r in rows))
-        (tmp / RESULT_FILE).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+        n = scratch.write_table(tmp, TABLE, ([r[c] for c in COLUMNS] for r in rows))
+        scratch.write_result(tmp, RESULT_FILE, result)
     return result, [(TABLE, n), (RESULT_FILE, None)]
 
 

@@ -47,12 +47,13 @@ import sibling  # noqa: E402  (where the sibling skill is: one home)
 
 SIBLING = sibling.on_path()
 
+import scratch  # noqa: E402  (sibling skill: the scratch files' declarations, writers)
 import step_cli  # noqa: E402  (sibling skill: the command line, errors, exit codes)
 import trace_rules as rules  # noqa: E402  (sibling skill: CSV writing, atomic outputs)
 
 RESULT_FILE = "trust.json"
 TABLE = "trust.csv"
-COLUMNS = ["section", "item", "kind", "count", "gpu_us", "pct_of_gpu_time", "source", "detail"]
+COLUMNS = scratch.columns(TABLE)
 csv.field_size_limit(1 << 30)  # host_events cells of long gaps are long
 
 # ---------------------------------------------------------------- named constants
@@ -889,10 +890,9 @@ def _cell(it: dict, col: str) -> str:
 
 def write(out: Path, items: list, questions: list, result: dict) -> list:
     with rules.replace_files(out, ".trust-") as tmp:
-        n = rules.write_csv(tmp / TABLE, COLUMNS, ([_cell(it, c) for c in COLUMNS]
-                                                   for it in items + questions))
-        (tmp / RESULT_FILE).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n",
-                                       encoding="utf-8")
+        n = scratch.write_table(tmp, TABLE, ([_cell(it, c) for c in COLUMNS]
+                                             for it in items + questions))
+        scratch.write_result(tmp, RESULT_FILE, result)
     return [(TABLE, n), (RESULT_FILE, None)]
 
 
