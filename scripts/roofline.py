@@ -39,6 +39,7 @@ import html
 import json
 import math
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -88,10 +89,13 @@ class MissingPackage(Exception):
 # ---------------------------------------------------------------- the analysis
 
 def _g(x) -> str:
+    """A figure in a table cell: six significant digits, empty for None."""
     return "" if x is None else f"{x:.6g}"
 
 
 def read_attribution(out: Path, capture) -> tuple[list[dict], dict]:
+    """Step 4's ops.csv rows and attribute_kernels.json from out/attribution/; UsageError where
+    they are missing, unreadable, or were written for another capture."""
     folder = out / "attribution"
     ops, result = folder / "ops.csv", folder / "attribute_kernels.json"
     if not ops.is_file() or not result.is_file():
@@ -134,91 +138,26 @@ def analyse(rows, res, programs, gpu: dict, peaks: dict) -> tuple[list[list], di
     if not isinstance(programs, dict):
         programs = {str(programs.id): programs}
     counts = program_executions(res)
-    all_costs = {pid: Costs(p, group_size=counts.get(pid, (0, 0))[1]
-                            if counts.get(pid, (0, 0))[1] > 1 else None)
-                 for pid, p in programs.items()}
+    costs = {pid: Costs(p, group_size=counts.get(pid, (0, 0))[1]
+                        if counts.get(pid, (0, 0))[1] > 1 else None)
+             for pid, p in programs.items()}
     ceilings = peaks.get(gpu["model"] or "", {})
-    hbm = ceilings.get("hbm_bandwidth")
-    out_rows, used, no_cost_ps, no_ceiling_ps, total_ps = [], {}, 0, 0, 0
-    no_cost = []
+    out_rows, used, no_cost = [], {}, []
+    total_ps = no_cost_ps = no_ceiling_ps = 0
     for r in rows:
         ps = round(float(r["gpu_us"] or 0) * 1e6)
         total_ps += ps
-        pid = str(r.get("program_id"))
-        program = programs.get(pid)
-        costs = all_costs.get(pid)
-        executions = counts.get(pid, (0, 0))[0]
-        ins = program.by_name.get(r["instruction"]) if program is not None else None
-        if program is None:
-            c = Cost(None, None, "not computable",
-                     why=f"the capture holds no readable HLO of program {pid}")
-        elif ins is None:
-            c = Cost(None, None, "not computable",
-                     why=f"instruction {r['instruction']} is not in program {program.id}")
-        else:
-            c = costs.checked_cost(ins)
-        per_exec = costs.runs_per_execution(ins) if ins is not None else None
-        runs = per_exec * executions if per_exec is not None and executions else None
-        if c.why is None and runs is None:
-            c = Cost(None, None, "not computable", why=(
-                "a while loop around it has no known trip count" if per_exec is None
-                else "step 4 counted no executions of the program"))
-        why_ceiling = None
-        key = comp_c = None
-        total_flops = total_bytes = intensity = ach_f = ach_b = attainable = share = None
-        binding = ""
+        c, ins, runs = row_cost(r, programs, costs, counts)
         if c.why is not None:
-            method = f"not computable: {c.why}"
+            spot = Placement(why="FLOPs or bytes not computable")
             no_cost_ps += ps
             no_cost.append((ps, r["instruction"], c.why))
-            why_ceiling = "FLOPs or bytes not computable"
         else:
-            method = c.method
-            total_flops, total_bytes = c.flops * runs, c.bytes * runs
-            secs = ps / 1e12
-            intensity = c.flops / c.bytes if c.bytes else None
-            ach_f = total_flops / secs if secs else None
-            ach_b = total_bytes / secs if secs else None
-            key = gpu_ceilings.ceiling_key(c, c.flops, ceilings)
-            comp_c = ceilings.get(key) if key else None
-            if not gpu["model"]:
-                why_ceiling = "GPU not identified"
-            elif r["category"] == "collective":
-                why_ceiling = "collectives are bound by the interconnect, which has no ceiling here"
-            elif not secs:
-                why_ceiling = "no measured time"
-            elif hbm is None or hbm.value is None:
-                why_ceiling = f"HBM bandwidth of {gpu['model']} is {hbm.tag if hbm else 'absent'}"
-            elif key and (comp_c is None or comp_c.value is None):
-                why_ceiling = (f"{key} of {gpu['model']} is "
-                               f"{comp_c.tag if comp_c else 'not in peaks.csv'}")
-            elif not key:
-                binding, attainable = "memory", None
-                share = 100.0 * ach_b / hbm.value
-                used[hbm.key] = hbm
-            else:
-                mem_roof = intensity * hbm.value if intensity is not None else math.inf
-                attainable = min(comp_c.value, mem_roof)
-                binding = "compute" if comp_c.value <= mem_roof else "memory"
-                share = 100.0 * ach_f / attainable
-                used[hbm.key], used[comp_c.key] = hbm, comp_c
-        if why_ceiling:
+            spot = place(c, runs, ps, r["category"], gpu["model"], ceilings)
+            used.update((x.key, x) for x in spot.used)
+        if spot.why:
             no_ceiling_ps += ps
-        show_c = comp_c if comp_c is not None and comp_c.value is not None else None
-        out_rows.append([
-            r["program_id"], r["instruction"], r["opcode"], r["category"], r["kernels"],
-            runs if runs is not None else "", r["gpu_us"],
-            c.flops if c.flops is not None else "", c.bytes if c.bytes is not None else "",
-            total_flops if total_flops is not None else "",
-            total_bytes if total_bytes is not None else "", method,
-            c.matrix_dtype or (dtype_name(ins.shape) if ins is not None else ""), key or "",
-            _g(intensity), _g(ach_f), _g(ach_b),
-            _g(show_c.value) if show_c else "", comp_c.tag if comp_c else "",
-            comp_c.source if comp_c else "",
-            _g(hbm.value) if hbm and hbm.value else "", hbm.tag if hbm else "",
-            hbm.source if hbm else "", binding, _g(attainable),
-            f"{share:.2f}" if share is not None else "", why_ceiling or "",
-        ])
+        out_rows.append(table_row(r, c, ins, runs, spot, ceilings.get("hbm_bandwidth")))
     figures = {
         "gpu_time_us": {"value": round(total_ps / 1e6, 3), "unit": "us", "label": "measured"},
         "not_computable_us": {"value": round(no_cost_ps / 1e6, 3), "unit": "us",
@@ -232,13 +171,129 @@ def analyse(rows, res, programs, gpu: dict, peaks: dict) -> tuple[list[list], di
         "executions_all_programs": {"value": sum(n for n, _ in counts.values()),
                                     "unit": "count", "label": "measured"},
     }
-    trust = []
-    if no_cost_ps:
-        top = ", ".join(f"{n} ({w})" for _, n, w in sorted(no_cost, reverse=True)[:3])
-        trust.append(f"FLOPs or bytes are not computable for {len(no_cost)} instructions with "
-                     f"{no_cost_ps / 1e6:.3f} us of GPU time ({pct(no_cost_ps, total_ps)}% of "
-                     f"the program's attributed time); largest: {top}.")
-    return out_rows, {"figures": figures, "trust": trust, "used": used}
+    return out_rows, {"figures": figures, "trust": not_computable_trust(no_cost, total_ps),
+                      "used": used}
+
+
+def row_cost(r: dict, programs: dict, costs: dict, counts: dict) -> tuple[Cost, object, int | None]:
+    """One ops.csv row: the FLOPs and bytes of one run of its instruction (not computable, with
+    why, where the capture lacks its program or instruction, or its runs are unknown), the
+    instruction (None where missing) and its runs (the program's executions x the trip counts
+    of the loops around it)."""
+    pid = str(r.get("program_id"))
+    program = programs.get(pid)
+    ins = program.by_name.get(r["instruction"]) if program is not None else None
+    if program is None:
+        c = Cost(None, None, "not computable",
+                 why=f"the capture holds no readable HLO of program {pid}")
+    elif ins is None:
+        c = Cost(None, None, "not computable",
+                 why=f"instruction {r['instruction']} is not in program {program.id}")
+    else:
+        c = costs[pid].checked_cost(ins)
+    per_exec = costs[pid].runs_per_execution(ins) if ins is not None else None
+    executions = counts.get(pid, (0, 0))[0]
+    runs = per_exec * executions if per_exec is not None and executions else None
+    if c.why is None and runs is None:
+        c = Cost(None, None, "not computable", why=(
+            "a while loop around it has no known trip count" if per_exec is None
+            else "step 4 counted no executions of the program"))
+    return c, ins, runs
+
+
+@dataclass
+class Placement:
+    """Where one instruction sits on the roofline; empty (no ceiling, `why` says so) where its
+    FLOPs or bytes are not computable."""
+    total_flops: int | None = None       # over all its runs
+    total_bytes: int | None = None
+    intensity: float | None = None       # FLOP per byte
+    flop_per_s: float | None = None      # achieved in its measured time
+    bytes_per_s: float | None = None
+    key: str | None = None               # the peaks.csv row bounding its arithmetic
+    compute: gpu_ceilings.Ceiling | None = None  # that row's ceiling (value None: unconfirmed)
+    binding: str = ""                    # "compute" or "memory"
+    attainable: float | None = None      # FLOP/s: min(compute ceiling, intensity x bandwidth)
+    share: float | None = None           # percent of the binding ceiling reached
+    why: str | None = None               # why it has no ceiling
+    used: tuple = ()                     # the ceilings it was held against
+
+
+def place(c: Cost, runs: int, ps: int, category: str, model: str | None,
+          ceilings: dict) -> Placement:
+    """One instruction with computable FLOPs and bytes on the GPU's roofline (`ceilings`: its
+    peaks.csv rows): its totals over `runs`, intensity and what it achieved in `ps`; then the
+    binding ceiling and the share of it reached, or why it has none."""
+    hbm = ceilings.get("hbm_bandwidth")
+    total_flops, total_bytes = c.flops * runs, c.bytes * runs
+    secs = ps / 1e12
+    key = gpu_ceilings.ceiling_key(c, c.flops, ceilings)
+    spot = Placement(total_flops, total_bytes, c.flops / c.bytes if c.bytes else None,
+                     total_flops / secs if secs else None, total_bytes / secs if secs else None,
+                     key, ceilings.get(key) if key else None)
+    comp_c = spot.compute
+    spot.why = no_ceiling_why(model, category, secs, hbm, key, comp_c)
+    if spot.why:
+        return spot
+    if not key:
+        spot.binding, spot.used = "memory", (hbm,)
+        spot.share = 100.0 * spot.bytes_per_s / hbm.value
+        return spot
+    mem_roof = spot.intensity * hbm.value if spot.intensity is not None else math.inf
+    spot.attainable = min(comp_c.value, mem_roof)
+    spot.binding = "compute" if comp_c.value <= mem_roof else "memory"
+    spot.share = 100.0 * spot.flop_per_s / spot.attainable
+    spot.used = (hbm, comp_c)
+    return spot
+
+
+def no_ceiling_why(model, category: str, secs: float, hbm, key, comp_c) -> str | None:
+    """Why an instruction gets no ceiling (the GPU, a collective, no time, a ceiling peaks.csv
+    does not confirm), or None when it has one."""
+    if not model:
+        return "GPU not identified"
+    if category == "collective":
+        return "collectives are bound by the interconnect, which has no ceiling here"
+    if not secs:
+        return "no measured time"
+    if hbm is None or hbm.value is None:
+        return f"HBM bandwidth of {model} is {hbm.tag if hbm else 'absent'}"
+    if key and (comp_c is None or comp_c.value is None):
+        return f"{key} of {model} is {comp_c.tag if comp_c else 'not in peaks.csv'}"
+    return None
+
+
+def table_row(r: dict, c: Cost, ins, runs: int | None, spot: Placement, hbm) -> list:
+    """One roofline.csv row (COLUMNS up to no_ceiling_why; add_xprof adds XProf's)."""
+    comp_c = spot.compute
+    show_c = comp_c if comp_c is not None and comp_c.value is not None else None
+    method = f"not computable: {c.why}" if c.why is not None else c.method
+    return [
+        r["program_id"], r["instruction"], r["opcode"], r["category"], r["kernels"],
+        runs if runs is not None else "", r["gpu_us"],
+        c.flops if c.flops is not None else "", c.bytes if c.bytes is not None else "",
+        spot.total_flops if spot.total_flops is not None else "",
+        spot.total_bytes if spot.total_bytes is not None else "", method,
+        c.matrix_dtype or (dtype_name(ins.shape) if ins is not None else ""), spot.key or "",
+        _g(spot.intensity), _g(spot.flop_per_s), _g(spot.bytes_per_s),
+        _g(show_c.value) if show_c else "", comp_c.tag if comp_c else "",
+        comp_c.source if comp_c else "",
+        _g(hbm.value) if hbm and hbm.value else "", hbm.tag if hbm else "",
+        hbm.source if hbm else "", spot.binding, _g(spot.attainable),
+        f"{spot.share:.2f}" if spot.share is not None else "", spot.why or "",
+    ]
+
+
+def not_computable_trust(no_cost: list, total_ps: int) -> list[str]:
+    """The trust-list sentence for the instructions whose FLOPs or bytes are not computable
+    (`no_cost`: (ps, instruction, why)); none when there are none."""
+    no_cost_ps = sum(ps for ps, _, _ in no_cost)
+    if not no_cost_ps:
+        return []
+    top = ", ".join(f"{n} ({w})" for _, n, w in sorted(no_cost, reverse=True)[:3])
+    return [f"FLOPs or bytes are not computable for {len(no_cost)} instructions with "
+            f"{no_cost_ps / 1e6:.3f} us of GPU time ({pct(no_cost_ps, total_ps)}% of "
+            f"the program's attributed time); largest: {top}."]
 
 
 def add_xprof(table: list[list], costs: dict, program=None) -> int:
@@ -280,13 +335,8 @@ def refuse_without_hlo(capture, out: Path, space, gpu: dict) -> tuple[dict, list
            f"stream time in the capture")
     refusals = [why] + ([gpu["why"]] if gpu["why"] else [])
     result = {
-        "step": "roofline", "status": "refused",
-        "capture": {"xplane": str(capture.files.xplane), "host": capture.files.host,
-                    "run": Path(capture.files.run_dir).name if capture.files.run_dir else None},
-        "program": None,
-        "gpu": {"model": gpu["model"], "basis": gpu["basis"], "devices": gpu.get("devices"),
-                "evidence": gpu["evidence"], "why": gpu["why"], "label": "inferred"},
-        "ceilings": [],
+        "step": "roofline", "status": "refused", "capture": capture_json(capture),
+        "program": None, "gpu": gpu_json(gpu), "ceilings": [],
         "figures": {"gpu_time_us": {"value": round(busy_ps / 1e6, 3), "label": "measured"},
                     "not_computable_us": {"value": round(busy_ps / 1e6, 3),
                                           "label": "measured"}},
@@ -296,60 +346,26 @@ def refuse_without_hlo(capture, out: Path, space, gpu: dict) -> tuple[dict, list
 
 
 def run(capture, out: Path, use_xprof: bool = True) -> tuple[dict, list[tuple[str, int]]]:
+    """Step 5 on a capture_inputs.Capture, after step 4 wrote into `out`: roofline.csv,
+    roofline.json and roofline.svg (the refusal alone where the capture holds no HLO). Returns
+    the result and the (file, rows) written. Raises UsageError and MissingPackage."""
     out = Path(out)
-    try:
-        import xplane_reader
-        import xprotos
-        space = xplane_reader.space_of(capture)
-    except ImportError as exc:
-        raise MissingPackage(f"{exc}; {INSTALL}") from exc
-    except xplane_reader.XPlaneError as exc:
-        raise UsageError(str(exc)) from exc
-    except xprotos.MissingDependency as exc:
-        raise MissingPackage(f"{exc}") from exc
+    space = read_space(capture)
     if not space.hlo_protos():
         return refuse_without_hlo(capture, out, space, gpu_ceilings.identify_space(space))
     rows, res = read_attribution(out, capture)
-    from hlo_program import ProgramError, load
-    pid = int((res.get("program") or {}).get("id"))
-    protos = space.hlo_protos()
-    if pid not in protos:
-        raise UsageError(f"cannot build the roofline because the capture holds no HLO for "
-                         f"program {pid} (the one step 4 chose)")
-    try:
-        program = load(protos[pid][1], pid)
-    except ProgramError as exc:
-        raise UsageError(f"cannot build the roofline because {exc}") from exc
-    programs = {str(pid): program}
-    unreadable = []
-    for other in sorted({r.get("program_id") for r in rows} - {str(pid)}, key=str):
-        try:
-            programs[other] = load(protos[int(other)][1], int(other))
-        except (KeyError, ValueError, ProgramError):
-            unreadable.append(other)  # its rows say "not computable" with the reason
+    pid, programs = load_programs(space, rows, res)
     gpu = gpu_ceilings.identify_space(space)
-    peaks = gpu_ceilings.load_peaks()
-    table, a = analyse(rows, res, programs, gpu, peaks)
-    xcosts, xnote = xprof_figures.costs(out) if use_xprof else ({}, "XProf's figures skipped "
-                                                          "(--no-xprof)")
-    with_xprof = add_xprof(table, xcosts, programs)
-    if xcosts and with_xprof < len(table):
-        xnote = (f"{len(table) - with_xprof} of {len(table)} instructions have no XProf figures: "
-                 f"XProf's hlo_stats does not list them (graph kernels, or instructions it "
-                 f"records under another name)")
+    table, a = analyse(rows, res, programs, gpu, gpu_ceilings.load_peaks())
+    xprof = add_xprof_figures(table, programs, out, use_xprof)
     refusals = [gpu["why"]] if gpu["why"] else []
-    used = a["used"]
     result = {
-        "step": "roofline", "status": "done",
-        "capture": {"xplane": str(capture.files.xplane), "host": capture.files.host,
-                    "run": Path(capture.files.run_dir).name if capture.files.run_dir else None},
-        "program": {"id": pid, "name": program.name},
-        "gpu": {"model": gpu["model"], "basis": gpu["basis"], "devices": gpu.get("devices"),
-                "evidence": gpu["evidence"], "why": gpu["why"], "label": "inferred"},
+        "step": "roofline", "status": "done", "capture": capture_json(capture),
+        "program": {"id": pid, "name": programs[str(pid)].name}, "gpu": gpu_json(gpu),
         "ceilings": [{"ceiling": c.key, "value": c.value, "unit": c.unit, "tag": c.tag,
                       "source": c.source, "other_values": c.other_values,
                       "label": "read" if c.tag in ("vendor", "vendor-mirror", "secondary")
-                      else "inferred"} for c in sorted(used.values(), key=lambda c: c.key)],
+                      else "inferred"} for c in sorted(a["used"].values(), key=lambda c: c.key)],
         "xprof_ceiling": {
             "capture_memory_bandwidth_bytes_per_s": gpu.get("xprof_memory_bandwidth_bytes_per_s"),
             "capture_note": "the capture's memory_bandwidth stat (2 x memory clock x bus width "
@@ -365,11 +381,73 @@ def run(capture, out: Path, use_xprof: bool = True) -> tuple[dict, list[tuple[st
                   "Bytes: operands read plus results written; slices count as sliced, in-place "
                   "updates as the update; collectives as ring-algorithm bytes per GPU."],
         "tables": {TABLE: len(table)},
-        "xprof": {"rows_with_xprof": with_xprof, "note": xnote or None},
+        "xprof": xprof,
     }
     svg = render_svg(table, result)
     written = _write_all(out, table, result, svg)
     return result, written
+
+
+def read_space(capture):
+    """The capture's decoded xplane; UsageError where it cannot be read, MissingPackage where
+    protobuf is missing."""
+    try:
+        import xplane_reader
+        import xprotos
+        return xplane_reader.space_of(capture)
+    except ImportError as exc:
+        raise MissingPackage(f"{exc}; {INSTALL}") from exc
+    except xplane_reader.XPlaneError as exc:
+        raise UsageError(str(exc)) from exc
+    except xprotos.MissingDependency as exc:
+        raise MissingPackage(f"{exc}") from exc
+
+
+def load_programs(space, rows: list[dict], res: dict) -> tuple[int, dict]:
+    """The id of the program step 4 chose, and program id (str) -> Program for it and every
+    other program with rows in ops.csv that the capture holds readable (the others' rows say
+    "not computable" with the reason). UsageError where the chosen one cannot be read."""
+    from hlo_program import ProgramError, load
+    pid = int((res.get("program") or {}).get("id"))
+    protos = space.hlo_protos()
+    if pid not in protos:
+        raise UsageError(f"cannot build the roofline because the capture holds no HLO for "
+                         f"program {pid} (the one step 4 chose)")
+    try:
+        programs = {str(pid): load(protos[pid][1], pid)}
+    except ProgramError as exc:
+        raise UsageError(f"cannot build the roofline because {exc}") from exc
+    for other in sorted({r.get("program_id") for r in rows} - {str(pid)}, key=str):
+        try:
+            programs[other] = load(protos[int(other)][1], int(other))
+        except (KeyError, ValueError, ProgramError):
+            continue
+    return pid, programs
+
+
+def add_xprof_figures(table: list[list], programs: dict, out: Path, use_xprof: bool) -> dict:
+    """XProf's FLOPs and bytes added to the table's rows (add_xprof); the result's `xprof`:
+    the rows that got them and a note on the others."""
+    xcosts, xnote = xprof_figures.costs(out) if use_xprof else ({}, "XProf's figures skipped "
+                                                                   "(--no-xprof)")
+    with_xprof = add_xprof(table, xcosts, programs)
+    if xcosts and with_xprof < len(table):
+        xnote = (f"{len(table) - with_xprof} of {len(table)} instructions have no XProf figures: "
+                 f"XProf's hlo_stats does not list them (graph kernels, or instructions it "
+                 f"records under another name)")
+    return {"rows_with_xprof": with_xprof, "note": xnote or None}
+
+
+def capture_json(capture) -> dict:
+    """The result's `capture`: the xplane, the host and the run folder's name."""
+    return {"xplane": str(capture.files.xplane), "host": capture.files.host,
+            "run": Path(capture.files.run_dir).name if capture.files.run_dir else None}
+
+
+def gpu_json(gpu: dict) -> dict:
+    """The result's `gpu`: the model identified (or why none) and its evidence."""
+    return {"model": gpu["model"], "basis": gpu["basis"], "devices": gpu.get("devices"),
+            "evidence": gpu["evidence"], "why": gpu["why"], "label": "inferred"}
 
 
 def _write_all(out: Path, table, result, svg) -> list[tuple[str, int]]:
