@@ -1012,78 +1012,22 @@ def run(capture, out: Path, step: int | None = None, start_us: float | None = No
     out = Path(out)
     ran = ensure_step1(capture, out)
     s1, steps, gaps = read_step1(out)
-    if step is None and (start_us is not None or end_us is not None):
-        step = step_of_window(steps, start_us, end_us)  # the step the zoom looks into
-    chosen = choose_step(s1, steps, step)
-    if step is not None and chosen["why"].startswith(f"step {step}, chosen by --step") and \
-            (start_us is not None or end_us is not None):
-        chosen["why"] = chosen["why"].replace("chosen by --step", "the step the window (--start/"
-                                              "--end) overlaps most", 1)
+    chosen = pick_step(s1, steps, step, start_us, end_us)
     v0, v1, zoomed = window(chosen, start_us, end_us)
-    rows = Rows(out / "rows.csv", set(steps), chosen["number"], v0, v1)
-    if rows.span is None:
-        raise SwimlaneError(f"{out / 'rows.csv'} holds no GPU event, so there are no GPU lanes "
-                            "to draw")
-    if zoomed and (v1 <= rows.span[0] or v0 >= rows.span[1]):
-        raise SwimlaneError(f"the window {us3(v0):,.3f} to {us3(v1):,.3f} us holds no GPU "
-                            f"event: the capture's GPU events span {us3(rows.span[0]):,.3f} to "
-                            f"{us3(rows.span[1]):,.3f} us")
+    rows = read_rows(out / "rows.csv", steps, chosen, v0, v1, zoomed)
     strag_rows = straggler_rows(steps, rows.per_step_gpu, gaps, rules.compared_gpus(s1))
     straggler, notes, refusals = straggler_of(chosen, strag_rows)
     notes += [f"not compared for the straggler (other work): {x}" for x in rules.other_work(s1)]
     lanes = build_lanes(rows, steps, chosen, gaps, v0, v1)
-    crit_gaps: dict[tuple, list] = {}
-    for g in gaps:
-        if g["start"] < v1 and g["end"] > v0:
-            crit_gaps.setdefault((g["device"], g["stream"]), []).append(g)
-    for lane in lanes:
-        if lane["kind"] == "gpu":
-            lane["gaps"] = sorted(crit_gaps.get((lane["device"], lane["stream"]), []),
-                                  key=lambda g: g["start"])
+    attach_gaps(lanes, gaps, v0, v1)
     pixel_ps = (v1 - v0) / (PLOT_X1 - PLOT_X0)
-    merge_px = MERGE_BELOW_PX
-    while True:
-        merge_ps = merge_px * pixel_ps
-        counts = lay_out_lanes(lanes, v0, v1, merge_ps)
-        if counts["alone"] + counts["merged_bars"] + counts["gap_bars"] <= MAX_BARS or \
-                merge_px >= MAX_MERGE_PX:
-            break
-        merge_px *= 2
+    counts, merge_px, merge_ps = fit_bars(lanes, v0, v1, pixel_ps)
     if merge_px > MERGE_BELOW_PX:
         notes.append(f"the window holds more events at least a pixel wide than {MAX_BARS:,} "
                      f"bars can show: events narrower than {merge_px:g} pixels were merged; "
                      "zoom with --start/--end to see them one by one")
-    # the kernels drawn alone: their tooltips name the instruction
-    instructions, attribution = {}, None
-    att = out / ATTRIBUTION_FILE
-    if att.is_file():
-        keys = {(str(lane["device"]), str(lane["stream"]), b[5][5]) for lane in lanes
-                if lane["kind"] == "gpu" for b in lane["bars"] if b[3] == 1}
-        instructions, why_not = read_instructions(att, keys)
-        if why_not:
-            notes.append(why_not)
-        attribution = {"file": str(ATTRIBUTION_FILE), "kernels_alone": len(keys),
-                       "joined": len(instructions)}
-        if keys and not instructions and not why_not:
-            notes.append(f"{ATTRIBUTION_FILE} is present but none of the kernels drawn alone "
-                         "joins it on (device, stream, start_us): is it another capture's?")
-    if ran:
-        notes.append("step 1's tables were missing here: skip_stats.py ran first and wrote them")
-    if zoomed and not (v0 < chosen["end"] and v1 > chosen["start"]):
-        notes.append(f"the window does not overlap step {chosen['number']}: its begin, end and "
-                     "straggler mark are outside it")
-    s1_strag = s1.get("straggler") if isinstance(s1.get("straggler"), dict) else None
-    if s1_strag and not chosen["whole_capture"]:
-        if s1_strag.get("gpu") is None:
-            notes.append(f"over all {s1_strag['steps']} analysed steps, step 1 finds no GPU "
-                         "ending a step last by more than its margin: ties (skip_stats.json "
-                         "straggler)")
-        else:
-            notes.append(f"over all {s1_strag['steps']} analysed steps, step 1 finds GPU "
-                         f"{s1_strag['gpu']} finishing last in {s1_strag['steps_last']} of them"
-                         + ("" if s1_strag.get("is_straggler", True) else
-                            ", not enough to call it a straggler")
-                         + " (skip_stats.json straggler)")
+    instructions, attribution, why = tooltip_instructions(out, lanes)
+    notes += why + window_notes(s1, chosen, ran, zoomed, v0, v1)
     result = {
         "step": "swimlanes", "status": "done",
         "capture": {"run": capture.files.run_dir.name, "host": capture.files.host},
@@ -1105,6 +1049,110 @@ def run(capture, out: Path, step: int | None = None, start_us: float | None = No
     name_lanes(lanes, straggler)
     result["lanes"] = [lane_json(lane) for lane in lanes]
     text = render_svg(result, lanes, v0, v1, chosen, strag_rows, instructions, merge_ps)
+    return result, write_outputs(out, result, text, strag_rows)
+
+
+def pick_step(s1: dict, steps: dict, step: int | None, start_us: float | None,
+              end_us: float | None) -> dict:
+    """The step to draw (choose_step): --step N, else the step a --start/--end window overlaps
+    most, else the median one; `why` says which rule chose it."""
+    zoom = start_us is not None or end_us is not None
+    if step is None and zoom:
+        step = step_of_window(steps, start_us, end_us)  # the step the zoom looks into
+    chosen = choose_step(s1, steps, step)
+    if step is not None and chosen["why"].startswith(f"step {step}, chosen by --step") and zoom:
+        chosen["why"] = chosen["why"].replace("chosen by --step", "the step the window (--start/"
+                                              "--end) overlaps most", 1)
+    return chosen
+
+
+def read_rows(path: Path, steps: dict, chosen: dict, v0: int, v1: int, zoomed: bool) -> Rows:
+    """rows.csv read for the chosen step and the window; SwimlaneError where it holds no GPU
+    event, or none in a zoomed window."""
+    rows = Rows(path, set(steps), chosen["number"], v0, v1)
+    if rows.span is None:
+        raise SwimlaneError(f"{path} holds no GPU event, so there are no GPU lanes to draw")
+    if zoomed and (v1 <= rows.span[0] or v0 >= rows.span[1]):
+        raise SwimlaneError(f"the window {us3(v0):,.3f} to {us3(v1):,.3f} us holds no GPU "
+                            f"event: the capture's GPU events span {us3(rows.span[0]):,.3f} to "
+                            f"{us3(rows.span[1]):,.3f} us")
+    return rows
+
+
+def attach_gaps(lanes: list, gaps: list, v0: int, v1: int) -> None:
+    """Each GPU lane's gaps in the window (lane["gaps"], by start): its stream's, from gaps.csv,
+    which holds the critical streams' gaps."""
+    crit_gaps: dict[tuple, list] = {}
+    for g in gaps:
+        if g["start"] < v1 and g["end"] > v0:
+            crit_gaps.setdefault((g["device"], g["stream"]), []).append(g)
+    for lane in lanes:
+        if lane["kind"] == "gpu":
+            lane["gaps"] = sorted(crit_gaps.get((lane["device"], lane["stream"]), []),
+                                  key=lambda g: g["start"])
+
+
+def fit_bars(lanes: list, v0: int, v1: int, pixel_ps: float) -> tuple[dict, float, float]:
+    """The lanes laid out (lay_out_lanes) merging events narrower than MERGE_BELOW_PX pixels,
+    the width doubled until the bars number at most MAX_BARS (or it reaches MAX_MERGE_PX).
+    Returns the counts, the merge width in pixels and in picoseconds."""
+    merge_px = MERGE_BELOW_PX
+    while True:
+        merge_ps = merge_px * pixel_ps
+        counts = lay_out_lanes(lanes, v0, v1, merge_ps)
+        if counts["alone"] + counts["merged_bars"] + counts["gap_bars"] <= MAX_BARS or \
+                merge_px >= MAX_MERGE_PX:
+            return counts, merge_px, merge_ps
+        merge_px *= 2
+
+
+def tooltip_instructions(out: Path, lanes: list) -> tuple[dict, dict | None, list[str]]:
+    """The HLO instruction of each kernel drawn alone, from step 4's kernels.csv where it is in
+    `out` (read_instructions); the result's `inputs.attribution` (None without the file); notes
+    where the file cannot be used or joins none of them."""
+    att = out / ATTRIBUTION_FILE
+    if not att.is_file():
+        return {}, None, []
+    keys = {(str(lane["device"]), str(lane["stream"]), b[5][5]) for lane in lanes
+            if lane["kind"] == "gpu" for b in lane["bars"] if b[3] == 1}
+    instructions, why_not = read_instructions(att, keys)
+    notes = [why_not] if why_not else []
+    if keys and not instructions and not why_not:
+        notes.append(f"{ATTRIBUTION_FILE} is present but none of the kernels drawn alone "
+                     "joins it on (device, stream, start_us): is it another capture's?")
+    attribution = {"file": str(ATTRIBUTION_FILE), "kernels_alone": len(keys),
+                   "joined": len(instructions)}
+    return instructions, attribution, notes
+
+
+def window_notes(s1: dict, chosen: dict, ran: bool, zoomed: bool, v0: int, v1: int) -> list:
+    """Notes on how the drawing came about: step 1 run first, a zoom outside the step, and
+    step 1's straggler over all analysed steps (skip_stats.json `straggler`)."""
+    notes = []
+    if ran:
+        notes.append("step 1's tables were missing here: skip_stats.py ran first and wrote them")
+    if zoomed and not (v0 < chosen["end"] and v1 > chosen["start"]):
+        notes.append(f"the window does not overlap step {chosen['number']}: its begin, end and "
+                     "straggler mark are outside it")
+    s1_strag = s1.get("straggler") if isinstance(s1.get("straggler"), dict) else None
+    if not s1_strag or chosen["whole_capture"]:
+        return notes
+    if s1_strag.get("gpu") is None:
+        notes.append(f"over all {s1_strag['steps']} analysed steps, step 1 finds no GPU "
+                     "ending a step last by more than its margin: ties (skip_stats.json "
+                     "straggler)")
+    else:
+        notes.append(f"over all {s1_strag['steps']} analysed steps, step 1 finds GPU "
+                     f"{s1_strag['gpu']} finishing last in {s1_strag['steps_last']} of them"
+                     + ("" if s1_strag.get("is_straggler", True) else
+                        ", not enough to call it a straggler")
+                     + " (skip_stats.json straggler)")
+    return notes
+
+
+def write_outputs(out: Path, result: dict, text: str, strag_rows: list) -> list:
+    """swimlanes.svg, stragglers.csv and swimlanes.json (with the sizes in `tables`), each to a
+    temporary name and renamed; returns the (file, rows or bytes) written."""
     csv_rows = [[r["step"], r["device"], f"{r['end'] / 1e6:.3f}", f"{r['lag'] / 1e6:.3f}",
                  r["last_kernel"], r["last_stretch"],
                  "" if r["stretch_start"] is None else f"{r['stretch_start'] / 1e6:.3f}",
@@ -1116,8 +1164,7 @@ def run(capture, out: Path, step: int | None = None, start_us: float | None = No
         result["tables"] = {SVG_FILE: len(text.encode("utf-8")), STRAGGLERS_FILE: n}
         (tmp / RESULT_FILE).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n",
                                        encoding="utf-8")
-    written = [(SVG_FILE, len(text.encode("utf-8"))), (STRAGGLERS_FILE, n), (RESULT_FILE, 1)]
-    return result, written
+    return [(SVG_FILE, len(text.encode("utf-8"))), (STRAGGLERS_FILE, n), (RESULT_FILE, 1)]
 
 
 def steps_last(rows: list[dict]) -> list[dict]:
