@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import html
 import json
 import math
 import sys
@@ -50,6 +49,7 @@ SIBLING = sibling.on_path()
 
 import gpu_ceilings  # noqa: E402  (peaks.csv, the GPU, its ceilings)
 import per_host  # noqa: E402  (sibling skill: the per-host pass)
+import svg  # noqa: E402  (SVG elements and text widths, shared with swimlanes.py)
 import trace_rules as rules  # noqa: E402  (sibling skill)
 import xprof_figures  # noqa: E402  (XProf's own figures, shown beside ours)
 from hlo_costs import Cost, Costs, dtype_name  # noqa: E402  (FLOPs and bytes per instruction)
@@ -467,9 +467,59 @@ def _write_all(out: Path, table, result, svg) -> list[tuple[str, int]]:
 # ---------------------------------------------------------------- the plot
 
 W, H, LEFT, RIGHT, TOP, BOTTOM = 900, 620, 90, 30, 40, 150
+APOS = "&#x27;"  # roofline.svg writes an apostrophe as html.escape does
+
+
+@dataclass(frozen=True)
+class LogAxes:
+    """The plot's log-log scales: intensity (FLOP/byte) across, FLOP/s up, from the lowest to
+    the highest power of ten drawn."""
+    xlo: float
+    xhi: float
+    ylo: float
+    yhi: float
+
+    def x(self, v: float) -> float:
+        return LEFT + (math.log10(v) - math.log10(self.xlo)) / (
+            math.log10(self.xhi) - math.log10(self.xlo)) * (W - LEFT - RIGHT)
+
+    def y(self, v: float) -> float:
+        return H - BOTTOM - (math.log10(v) - math.log10(self.ylo)) / (
+            math.log10(self.yhi) - math.log10(self.ylo)) * (H - TOP - BOTTOM)
 
 
 def render_svg(table, result) -> str:
+    """roofline.svg: a rendering of the table's rows and the result's ceilings, drawn in layers:
+    the log-log axes, a roof per compute ceiling, the legend, the instructions as points sized by
+    GPU time with the largest labelled, the caption."""
+    pts = plot_points(table)
+    ceilings = {c["ceiling"]: c for c in result["ceilings"]}
+    hbm = ceilings.get("hbm_bandwidth")
+    computes = [c for k, c in sorted(ceilings.items()) if k != "hbm_bandwidth"]
+    axes = log_axes(pts, hbm, computes)
+    caption = svg.wrap(caption_lines(table, result, pts), CAPTION_CHARS, "  ")
+    height = max(H, H - BOTTOM + 58 + 13 * len(caption) + 8)
+    title = f"Roofline: {result['program']['name']} ({result['program']['id']})"
+    s = [svg.start("svg", xmlns="http://www.w3.org/2000/svg", width=W, height=height,
+                   font_family="sans-serif", font_size=svg.FONT_PX),
+         svg.element("rect", width=W, height=H, fill="white"),
+         svg.text(W / 2, 20, title, apos=APOS, text_anchor="middle", font_size=14)]
+    s += draw_axes(axes)
+    if hbm:
+        s += draw_roofs(axes, hbm, computes)
+    legend, placed = draw_legend(hbm, computes)
+    s += legend
+    s += draw_points(axes, pts)
+    s += draw_labels(axes, pts, placed)
+    s += [svg.text(LEFT, H - BOTTOM + 58 + 13 * n, line, apos=APOS)
+          for n, line in enumerate(caption)]
+    s.append("</svg>\n")
+    return "\n".join(s)
+
+
+def plot_points(table) -> list[tuple]:
+    """(intensity, achieved FLOP/s, GPU us, category, instruction) of each row with both above
+    zero: the rows a log-log plot can draw."""
     col = {c: i for i, c in enumerate(COLUMNS)}
     pts = []
     for r in table:
@@ -477,82 +527,110 @@ def render_svg(table, result) -> str:
             col["gpu_us"]]
         if f and i and float(f) > 0 and float(i) > 0:
             pts.append((float(i), float(f), float(t), r[col["category"]], r[col["instruction"]]))
-    ceilings = {c["ceiling"]: c for c in result["ceilings"]}
-    hbm = ceilings.get("hbm_bandwidth")
-    computes = [c for k, c in sorted(ceilings.items()) if k != "hbm_bandwidth"]
+    return pts
+
+
+def log_axes(pts: list[tuple], hbm: dict | None, computes: list[dict]) -> LogAxes:
+    """Scales holding every point and every ridge (compute ceiling / bandwidth), with a decade
+    of room to the right and below, and a factor 2 above the highest ceiling."""
     xs = [p[0] for p in pts] + ([c["value"] / hbm["value"] for c in computes] if hbm else [])
     ys = [p[1] for p in pts] + [c["value"] for c in computes]
-    xlo = 10 ** math.floor(math.log10(min(xs))) if xs else 1e-2
-    xhi = 10 ** math.ceil(math.log10(max(xs) * 10)) if xs else 1e4
-    ylo = 10 ** math.floor(math.log10(min(ys) / 10)) if ys else 1e9
-    yhi = 10 ** math.ceil(math.log10(max(ys) * 2)) if ys else 1e16
+    return LogAxes(xlo=10 ** math.floor(math.log10(min(xs))) if xs else 1e-2,
+                   xhi=10 ** math.ceil(math.log10(max(xs) * 10)) if xs else 1e4,
+                   ylo=10 ** math.floor(math.log10(min(ys) / 10)) if ys else 1e9,
+                   yhi=10 ** math.ceil(math.log10(max(ys) * 2)) if ys else 1e16)
 
-    def X(v):
-        return LEFT + (math.log10(v) - math.log10(xlo)) / (
-            math.log10(xhi) - math.log10(xlo)) * (W - LEFT - RIGHT)
 
-    def Y(v):
-        return H - BOTTOM - (math.log10(v) - math.log10(ylo)) / (
-            math.log10(yhi) - math.log10(ylo)) * (H - TOP - BOTTOM)
+def draw_axes(axes: LogAxes) -> list[str]:
+    """A grid line and a label per power of ten on each axis, and the axes' names."""
+    out = []
+    for k in range(round(math.log10(axes.xlo)), round(math.log10(axes.xhi)) + 1):
+        x = axes.x(10 ** k)
+        out.append(svg.element("line", x1=x, y1=TOP, x2=x, y2=H - BOTTOM, stroke="#eee")
+                   + svg.text(x, H - BOTTOM + 15, f"1e{k}", text_anchor="middle"))
+    for k in range(round(math.log10(axes.ylo)), round(math.log10(axes.yhi)) + 1):
+        y = axes.y(10 ** k)
+        out.append(svg.element("line", x1=LEFT, y1=y, x2=W - RIGHT, y2=y, stroke="#eee")
+                   + svg.text(LEFT - 5, y + 4, f"1e{k}", text_anchor="end"))
+    out.append(svg.text((LEFT + W - RIGHT) / 2, H - BOTTOM + 35,
+                        "arithmetic intensity (FLOP/byte, log)", text_anchor="middle")
+               + svg.element("text", "achieved FLOP/s (log)",
+                             transform=f"translate(20,{(TOP + H - BOTTOM) / 2}) rotate(-90)",
+                             text_anchor="middle"))
+    return out
 
-    e = html.escape
-    title = f"Roofline: {result['program']['name']} ({result['program']['id']})"
-    s = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" '
-         f'font-family="sans-serif" font-size="11">',
-         f'<rect width="{W}" height="{H}" fill="white"/>',
-         f'<text x="{W / 2}" y="20" text-anchor="middle" font-size="14">'
-         f'{e(title)}'
-         '</text>']
-    for k in range(round(math.log10(xlo)), round(math.log10(xhi)) + 1):
-        x = X(10 ** k)
-        s.append(f'<line x1="{x:.1f}" y1="{TOP}" x2="{x:.1f}" y2="{H - BOTTOM}" stroke="#eee"/>'
-                 f'<text x="{x:.1f}" y="{H - BOTTOM + 15}" text-anchor="middle">1e{k}</text>')
-    for k in range(round(math.log10(ylo)), round(math.log10(yhi)) + 1):
-        y = Y(10 ** k)
-        s.append(f'<line x1="{LEFT}" y1="{y:.1f}" x2="{W - RIGHT}" y2="{y:.1f}" stroke="#eee"/>'
-                 f'<text x="{LEFT - 5}" y="{y + 4:.1f}" text-anchor="end">1e{k}</text>')
-    s.append(f'<text x="{(LEFT + W - RIGHT) / 2}" y="{H - BOTTOM + 35}" text-anchor="middle">'
-             'arithmetic intensity (FLOP/byte, log)</text>'
-             f'<text transform="translate(20,{(TOP + H - BOTTOM) / 2}) rotate(-90)" '
-             'text-anchor="middle">achieved FLOP/s (log)</text>')
-    if hbm:
-        for n, c in enumerate(computes):
-            colour = DTYPE_COLOURS[n % len(DTYPE_COLOURS)]
-            ridge = c["value"] / hbm["value"]
-            x0 = max(xlo, ylo / hbm["value"])
-            s.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="'
-                     f'{X(x0):.1f},{Y(x0 * hbm["value"]):.1f} {X(ridge):.1f},{Y(c["value"]):.1f} '
-                     f'{X(xhi):.1f},{Y(c["value"]):.1f}"/>'
-                     f'<circle cx="{X(ridge):.1f}" cy="{Y(c["value"]):.1f}" r="3" '
-                     f'fill="{colour}"/>')
-    # the legend sits top left: above the memory slope no instruction can be drawn
+
+def draw_roofs(axes: LogAxes, hbm: dict, computes: list[dict]) -> list[str]:
+    """Per compute ceiling, in its colour: the memory slope up to the ridge, then the flat
+    roof, and a dot at the ridge."""
+    out = []
+    for n, c in enumerate(computes):
+        colour = DTYPE_COLOURS[n % len(DTYPE_COLOURS)]
+        ridge = c["value"] / hbm["value"]
+        x0 = max(axes.xlo, axes.ylo / hbm["value"])
+        points = (f'{axes.x(x0):.1f},{axes.y(x0 * hbm["value"]):.1f} '
+                  f'{axes.x(ridge):.1f},{axes.y(c["value"]):.1f} '
+                  f'{axes.x(axes.xhi):.1f},{axes.y(c["value"]):.1f}')
+        out.append(svg.element("polyline", fill="none", stroke=colour, stroke_width=1.5,
+                               points=points)
+                   + svg.element("circle", cx=axes.x(ridge), cy=axes.y(c["value"]), r=3,
+                                 fill=colour))
+    return out
+
+
+def draw_legend(hbm: dict | None, computes: list[dict]) -> tuple[list[str], list[tuple]]:
+    """The ceilings with their tags and sources, top left (above the memory slope no
+    instruction can be drawn); returns the texts and the boxes they take."""
     legend = ([(f"HBM {hbm['value'] / 1e12:.2f} TB/s [{hbm['tag']} {hbm['source']}] "
                 f"(the slope)", "#333")] if hbm else []) + [
         (f"{c['ceiling']} {c['value'] / 1e12:.1f} TFLOP/s [{c['tag']} {c['source']}], ridge "
          f"{c['value'] / hbm['value']:.0f} FLOP/B", DTYPE_COLOURS[n % len(DTYPE_COLOURS)])
         for n, c in enumerate(computes) if hbm]
-    placed: list[tuple[float, float, float, float]] = []  # label boxes already drawn
+    out, placed = [], []
     for n, (text, colour) in enumerate(legend):
         y = TOP + 14 + 14 * n
-        s.append(f'<text x="{LEFT + 8}" y="{y}" fill="{colour}">{e(text)}</text>')
-        placed.append((LEFT, y - 11, LEFT + 8 + 6.2 * len(text), y + 3))
+        out.append(svg.text(LEFT + 8, y, text, apos=APOS, fill=colour))
+        placed.append((LEFT, y - 11, LEFT + 8 + svg.text_px(text), y + 3))
+    return out, placed
+
+
+def draw_points(axes: LogAxes, pts: list[tuple]) -> list[str]:
+    """A circle per instruction, largest GPU time first, its area by GPU time and its colour
+    by category; the tooltip gives its figures."""
     tmax = max((p[2] for p in pts), default=1) or 1
+    out = []
     for i, f, t, cat, name in sorted(pts, key=lambda p: -p[2]):
         r = 2 + 14 * math.sqrt(t / tmax)
-        s.append(f'<circle cx="{X(i):.1f}" cy="{Y(f):.1f}" r="{r:.1f}" fill-opacity="0.6" '
-                 f'fill="{CATEGORY_COLOURS.get(cat, "#7f7f7f")}"><title>{e(name)}: '
-                 f'{t:.3f} us, {i:.3g} FLOP/B, {f:.3g} FLOP/s</title></circle>')
+        out.append(svg.element("circle", tip=f"{name}: {t:.3f} us, {i:.3g} FLOP/B, "
+                                             f"{f:.3g} FLOP/s", apos=APOS,
+                               cx=axes.x(i), cy=axes.y(f), r=r, fill_opacity="0.6",
+                               fill=CATEGORY_COLOURS.get(cat, "#7f7f7f")))
+    return out
+
+
+def draw_labels(axes: LogAxes, pts: list[tuple], placed: list[tuple]) -> list[str]:
+    """The names of the LABELLED_POINTS instructions with the most GPU time, each beside its
+    point where it overlaps no legend line or earlier label (`placed`, extended); unlabelled
+    where every place is taken."""
+    out = []
     for i, f, _t, _cat, name in sorted(pts, key=lambda p: -p[2])[:LABELLED_POINTS]:
-        w = 6.2 * len(name)  # about the width of an 11px sans-serif label
-        right = X(i) + 6 + w <= W - 4
+        w = svg.text_px(name)
+        right = axes.x(i) + 6 + w <= W - 4
         for dy in (-6, 14, -20, 28):  # above the point, below it, further up, further down
-            x0, y0 = (X(i) + 6, Y(f) + dy) if right else (X(i) - 6 - w, Y(f) + dy)
+            x0, y0 = ((axes.x(i) + 6, axes.y(f) + dy) if right
+                      else (axes.x(i) - 6 - w, axes.y(f) + dy))
             box = (x0, y0 - 10, x0 + w, y0 + 2)
             if not any(box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3]
                        for b in placed):
                 placed.append(box)
-                s.append(f'<text x="{x0:.1f}" y="{y0:.1f}">{e(name)}</text>')
+                out.append(svg.text(x0, y0, name, apos=APOS))
                 break
+    return out
+
+
+def caption_lines(table, result, pts: list[tuple]) -> list[str]:
+    """The caption under the plot: the GPU and its evidence, the ceilings with their sources,
+    how to read the points, XProf's own ceilings, and the rows not drawn."""
     g = result["gpu"]
     lines = [f"GPU: {g['model'] or 'not identified'} ({g['basis'] or g['why']})",
              "evidence: " + ", ".join(f"{k}={v}" for k, v in g["evidence"].items()
@@ -569,15 +647,7 @@ def render_svg(table, result) -> str:
                      f"{xc['memory_bytes_per_s']:.4g} B/s.")
     if len(pts) < len(table):
         lines.append(f"{len(table) - len(pts)} instructions without FLOPs or time are not drawn.")
-    import textwrap
-    wrapped = [part for line in lines
-               for part in textwrap.wrap(line, CAPTION_CHARS, subsequent_indent="  ") or [""]]
-    for n, line in enumerate(wrapped):
-        s.append(f'<text x="{LEFT}" y="{H - BOTTOM + 58 + 13 * n}">{e(line)}</text>')
-    height = max(H, H - BOTTOM + 58 + 13 * len(wrapped) + 8)
-    s[0] = s[0].replace(f'height="{H}"', f'height="{height}"', 1)
-    s.append("</svg>\n")
-    return "\n".join(s)
+    return lines
 
 
 # ---------------------------------------------------------------- main
