@@ -417,3 +417,23 @@ def test_scatter_counts_its_combiner_per_update():
     sc = h.ins(e, "scatter", [100, 8], operands=(op, idx, upd))
     sc.called_computation_ids.append(comb.id)
     assert cost(h, e, sc).flops == 4 * 8
+
+
+def test_plot_text_is_escaped_and_well_formed():
+    """roofline.svg writes an apostrophe as html.escape does (&#x27;) and a character XML cannot
+    hold as U+FFFD: the plot stays a file an XML reader opens."""
+    import xml.etree.ElementTree as ET
+    col = {c: i for i, c in enumerate(roofline.COLUMNS)}
+    row = [""] * len(roofline.COLUMNS)
+    for k, v in {"instruction": "fusion.\x01<1>", "category": "compute", "gpu_us": "2.5",
+                 "intensity_flop_per_byte": "4", "achieved_flop_per_s": "1e12"}.items():
+        row[col[k]] = v
+    hbm = {"ceiling": "hbm_bandwidth", "value": 3.35e12, "unit": "B/s", "tag": "secondary",
+           "source": "S1"}
+    result = {"program": {"name": "jit_f's", "id": 7}, "ceilings": [hbm],
+              "gpu": {"model": None, "basis": None, "why": "no row", "evidence": {"x": 1}},
+              "xprof_ceiling": {"compute_flop_per_s": 1e15, "memory_bytes_per_s": 3e12}}
+    text = roofline.render_svg([row], result)
+    ET.fromstring(text)
+    assert "Roofline: jit_f&#x27;s (7)" in text and "XProf&#x27;s own ceilings" in text
+    assert "&#39;" not in text and "fusion.\ufffd&lt;1&gt;" in text
