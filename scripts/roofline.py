@@ -72,10 +72,6 @@ COLUMNS = [
     "xprof_run_flops", "xprof_run_bytes", "xprof_flops_diff_pct_of_ours",
     "xprof_bytes_diff_pct_of_ours",
 ]
-CATEGORY_COLOURS = {"compute": "#1f77b4", "collective": "#d62728", "memcpy": "#2ca02c"}
-DTYPE_COLOURS = ("#444444", "#9467bd", "#ff7f0e", "#8c564b", "#17becf", "#e377c2", "#bcbd22")
-CAPTION_CHARS = 140  # caption lines are wrapped to stay inside the plot's width
-LABELLED_POINTS = 8  # the instructions with the most GPU time get a text label on the plot
 
 
 class UsageError(Exception):
@@ -83,7 +79,7 @@ class UsageError(Exception):
 
 
 class MissingPackage(Exception):
-    pass
+    """A package the step needs is missing; the message has the install line."""
 
 
 # ---------------------------------------------------------------- the analysis
@@ -468,6 +464,10 @@ def _write_all(out: Path, table, result, svg) -> list[tuple[str, int]]:
 
 W, H, LEFT, RIGHT, TOP, BOTTOM = 900, 620, 90, 30, 40, 150
 APOS = "&#x27;"  # roofline.svg writes an apostrophe as html.escape does
+CATEGORY_COLOURS = {"compute": "#1f77b4", "collective": "#d62728", "memcpy": "#2ca02c"}
+DTYPE_COLOURS = ("#444444", "#9467bd", "#ff7f0e", "#8c564b", "#17becf", "#e377c2", "#bcbd22")
+CAPTION_CHARS = 140  # caption lines are wrapped to stay inside the plot's width
+LABELLED_POINTS = 8  # the instructions with the most GPU time get a text label on the plot
 
 
 @dataclass(frozen=True)
