@@ -41,9 +41,7 @@ import csv
 import gc
 import json
 import math
-import re
 import sys
-import textwrap
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -53,6 +51,7 @@ import sibling  # noqa: E402  (where the sibling skill is: one home)
 SIBLING = sibling.on_path()
 
 import per_host  # noqa: E402  (sibling skill: the per-host pass)
+import svg  # noqa: E402  (SVG elements and text widths, shared with roofline.py)
 import trace_rules as rules  # noqa: E402  (sibling skill: the classification rules)
 from trace_rules import write_csv  # noqa: E402
 
@@ -75,8 +74,6 @@ PLOT_X1 = WIDTH - 20    # px, right edge of the time axis
 LANE_H = 14             # px, a lane's bar height
 LANE_PITCH = 18         # px, from one lane to the next
 GROUP_GAP = 8           # px, between GPUs (and between the host lanes and GPU 0)
-FONT_PX = 11            # px, label font size; CHAR_PX is its mean glyph width in sans-serif
-CHAR_PX = 6.2
 # Events narrower than this merge into one bar per lane and kind: narrower bars cannot be told
 # apart on screen, and drawing each one alone is what makes a 20,000-kernel step megabytes.
 MERGE_BELOW_PX = 1.0
@@ -599,22 +596,6 @@ def build_lanes(rows: Rows, steps: dict, chosen: dict, gaps: list, v0: int, v1: 
 
 # ---------------------------------------------------------------- the SVG
 
-_BAD_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
-
-
-def esc(value) -> str:
-    """Text from the capture, safe in XML content and in a quoted attribute (characters XML
-    cannot hold become U+FFFD)."""
-    return _BAD_XML.sub("\ufffd", str(value)).replace("&", "&amp;").replace(
-        "<", "&lt;").replace(">", "&gt;").replace('"', "&quot;").replace("'", "&#39;")
-
-
-def clip(text: str, px: float, font_px: float = FONT_PX) -> str:
-    """`text` cut to about `px` pixels wide, with an ellipsis where it was cut."""
-    n = max(0, int(px / (CHAR_PX * font_px / FONT_PX)))
-    return text if len(text) <= n else (text[:max(0, n - 1)] + "\u2026" if n else "")
-
-
 def short(name: str) -> str:
     return name if len(name) <= NAME_CHARS else name[:NAME_CHARS - 1] + "\u2026"
 
@@ -630,8 +611,9 @@ def fmt_us(v: float, step: float) -> str:
     return f"{v:,.{decimals}f}"
 
 
-class Svg:
-    """Builds the SVG text. Coordinates: x from picoseconds by the window's scale."""
+class Canvas:
+    """The swimlanes SVG's elements in drawing order, with x from picoseconds by the window's
+    scale; texts and bars are placed to 0.1 px."""
 
     def __init__(self, v0: int, v1: int):
         self.v0, self.v1 = v0, v1
@@ -642,15 +624,13 @@ class Svg:
     def x(self, ps: int) -> float:
         return PLOT_X0 + (ps - self.v0) * self.scale
 
-    def text(self, x, y, s, cls=None, anchor=None, tip=None, extra=""):
-        c = f' class="{cls}"' if cls else ""
-        a = f' text-anchor="{anchor}"' if anchor else ""
-        t = f"<title>{esc(tip)}</title>" if tip else ""
-        self.add(f'<text x="{x:.1f}" y="{y:.1f}"{c}{a}{extra}>{t}{esc(s)}</text>')
+    def text(self, x, y, s, cls=None, anchor=None, tip=None, **given):
+        self.add(svg.text(f"{x:.1f}", f"{y:.1f}", s, tip, class_=cls, text_anchor=anchor,
+                          **given))
 
-    def bar(self, x0, w, y, h, cls, tip, extra=""):
-        self.add(f'<rect x="{x0:.1f}" y="{y:.1f}" width="{max(w, MIN_BAR_PX):.1f}" '
-                 f'height="{h}" class="{cls}"{extra}><title>{esc(tip)}</title></rect>')
+    def bar(self, x0, w, y, h, cls, tip):
+        self.add(svg.element("rect", tip=tip, x=f"{x0:.1f}", y=f"{y:.1f}",
+                             width=max(w, MIN_BAR_PX), height=h, class_=cls))
 
 
 def kernel_tip(ev, lane, instructions) -> str:
@@ -679,6 +659,31 @@ def merged_gap_tip(bar) -> str:
     return (f"{n} {what}, each narrower than a pixel, merged: {idle / 1e6:,.3f} us idle in all "
             f"from {s / 1e6:,.3f} to {e / 1e6:,.3f} us; the longest, "
             f"{(g['end'] - g['start']) / 1e6:,.3f} us, is before {short(g['after'])}")
+
+
+def gap_tip(g: dict) -> str:
+    """The tooltip of one gap on a critical stream."""
+    return (f"idle {(g['end'] - g['start']) / 1e6:,.3f} us on the critical stream "
+            f"({g['cause']}) from {g['start'] / 1e6:,.3f} us, after "
+            f"{short(g['before']) or 'the step start'}, before {short(g['after'])}")
+
+
+def host_call_tip(call, cls: str, thread: str) -> str:
+    """The tooltip of one launch call on a host lane."""
+    return (f"{short(call[3])}\n{KIND_WORDS[cls]}, {(call[1] - call[0]) / 1e6:,.3f} us "
+            f"at {call[0] / 1e6:,.3f} us; launched {call[5]} GPU event(s) on GPU "
+            f"{', '.join(map(str, sorted(call[4])))}\n{thread}")
+
+
+def host_gap_tip(g: dict, items: list[str]) -> str:
+    """The tooltip of one GPU gap on a host lane: the host events in it, largest first."""
+    return (f"GPU {g['device']} idle {(g['end'] - g['start']) / 1e6:,.3f} us "
+            f"({g['cause']}) from {g['start'] / 1e6:,.3f} us, before "
+            f"{short(g['after'])}; host events on {g['thread']} in that gap "
+            f"(name=overlap us, largest first): "
+            + "; ".join(short(x) for x in items[:HOST_GAP_EVENTS])
+            + (f"; and {len(items) - HOST_GAP_EVENTS} more"
+               if len(items) > HOST_GAP_EVENTS else ""))
 
 
 def render_lines(result: dict) -> list[str]:
@@ -758,46 +763,68 @@ def name_lanes(lanes: list, straggler: dict | None) -> None:
 
 def render_svg(result: dict, lanes: list, v0: int, v1: int, chosen: dict, rows_strag: list,
                instructions: dict, merge_ps: float) -> str:
-    """The SVG text: a rendering of the result and of the lanes' bars (lay_out_lanes)."""
-    svg = Svg(v0, v1)
-    add = svg.add
+    """The SVG text: a rendering of the result and of the lanes' bars (lay_out_lanes), drawn in
+    layers: the header and legend, the time axis, the lanes, the step's bounds, each GPU's end
+    with the straggler, the notes."""
+    canvas = Canvas(v0, v1)
     head = render_lines(result)
-    notes = [f"note: {x}" for x in result["notes"]] + \
-        [f"refused: {x}" for x in result["refusals"]]
-    y = 28
     title = (f"Swimlanes: {result['capture']['run']} / {result['capture']['host']}, "
              + ("the whole capture (no steps)" if chosen["whole_capture"] else
                 f"step {chosen['number']}"))
-    svg.text(16, y, title, "title")
+    y = draw_legend(canvas, draw_head(canvas, title, head))
+    axis_y = y + 34
+    rows_y, bottom = lane_rows(lanes, axis_y)
+    draw_axis(canvas, axis_y, bottom)
+    draw_backgrounds(canvas, lanes, rows_y)
+    for lane, ly in zip(lanes, rows_y, strict=True):
+        draw_lane(canvas, lane, ly, instructions, merge_ps)
+    if not chosen["whole_capture"]:
+        draw_step_bounds(canvas, chosen, axis_y, bottom)
+    draw_gpu_ends(canvas, lanes, rows_y, chosen, result["straggler"], rows_strag)
+    notes = [f"note: {x}" for x in result["notes"]] + \
+        [f"refused: {x}" for x in result["refusals"]]
+    height = draw_notes(canvas, notes, bottom + 18)
+    return ('<?xml version="1.0" encoding="UTF-8"?>\n'
+            + svg.start("svg", xmlns="http://www.w3.org/2000/svg", width=WIDTH, height=height,
+                        viewBox=f"0 0 {WIDTH} {height}", font_family="sans-serif",
+                        font_size=svg.FONT_PX)
+            + svg.element("title", svg.esc(title))
+            + svg.element("desc", svg.esc(" | ".join(head)))
+            + svg.element("style", STYLE) + svg.element("defs", PATTERNS)
+            + svg.element("rect", width=WIDTH, height=height, fill="#fff")
+            + "".join(canvas.parts) + "</svg>\n")
+
+
+def draw_head(canvas: Canvas, title: str, head: list[str]) -> int:
+    """The title and the header sentences, wrapped; returns the y of the last line."""
+    y = 28
+    canvas.text(16, y, title, "title")
     y += 8
-    for line in head:
-        for part in textwrap.wrap(line, int((WIDTH - 32) / (CHAR_PX * 13 / FONT_PX)),
-                                  subsequent_indent="    ") or [""]:
-            y += 17
-            svg.text(16, y, part, "hd")
-    # legend
+    for part in svg.wrap(head, svg.fits(WIDTH - 32, 13), "    "):
+        y += 17
+        canvas.text(16, y, part, "hd")
+    return y
+
+
+def draw_legend(canvas: Canvas, y: int) -> int:
+    """A swatch and a word per kind of bar, in rows; returns the y of the last row."""
     y += 22
     lx = 16
     for cls, label in LEGEND:
-        wpx = 22 + len(label) * CHAR_PX + 14
+        wpx = 22 + svg.text_px(label) + 14
         if lx + wpx > WIDTH - 16:
             lx, y = 16, y + 18
-        add(f'<rect x="{lx}" y="{y - 10}" width="18" height="12" class="{cls}"/>')
-        svg.text(lx + 22, y, label)
+        # x as Python writes the number, unrounded, as the legend always has
+        canvas.add(svg.element("rect", x=str(lx), y=y - 10, width=18, height=12, class_=cls))
+        canvas.text(lx + 22, y, label)
         lx += wpx
-    add(f'<text x="{lx:.0f}" y="{y}">critical stream: <tspan class="crit">bold label'
-        '</tspan></text>')
-    # axis
-    y += 34
-    axis_y = y
-    span_us = (v1 - v0) / 1e6
-    tick = nice_step(span_us)
-    t = math.ceil(v0 / 1e6 / tick) * tick
-    ticks = []
-    while t <= v1 / 1e6 + 1e-9:
-        ticks.append(t)
-        t += tick
-    # lane positions
+    canvas.add(svg.element("text", "critical stream: " + svg.element(
+        "tspan", "bold label", class_="crit"), x=f"{lx:.0f}", y=y))
+    return y
+
+
+def lane_rows(lanes: list, axis_y: int) -> tuple[list[int], int]:
+    """Each lane's y below the axis (a gap between groups), and the y below the last lane."""
     y_cur = axis_y + 14
     rows_y = []
     prev_group = -1
@@ -808,16 +835,31 @@ def render_svg(result: dict, lanes: list, v0: int, v1: int, chosen: dict, rows_s
         rows_y.append(y_cur)
         prev_group = group
         y_cur += LANE_PITCH
-    bottom = y_cur + 4
-    add(f'<line x1="{PLOT_X0}" y1="{axis_y}" x2="{PLOT_X1}" y2="{axis_y}" class="axis"/>')
+    return rows_y, y_cur + 4
+
+
+def draw_axis(canvas: Canvas, axis_y: int, bottom: int) -> None:
+    """The time axis at `axis_y`: ticks at a round step, labelled, with grid lines down to
+    `bottom`."""
+    v0, v1 = canvas.v0, canvas.v1
+    tick = nice_step((v1 - v0) / 1e6)
+    t = math.ceil(v0 / 1e6 / tick) * tick
+    ticks = []
+    while t <= v1 / 1e6 + 1e-9:
+        ticks.append(t)
+        t += tick
+    canvas.add(svg.element("line", x1=PLOT_X0, y1=axis_y, x2=PLOT_X1, y2=axis_y, class_="axis"))
     for t in ticks:
-        x = PLOT_X0 + (t * 1e6 - v0) * svg.scale
-        add(f'<line x1="{x:.1f}" y1="{axis_y - 5}" x2="{x:.1f}" y2="{axis_y}" class="axis"/>')
-        add(f'<line x1="{x:.1f}" y1="{axis_y}" x2="{x:.1f}" y2="{bottom}" class="grid"/>')
-        svg.text(x, axis_y - 8, fmt_us(t, tick), "small", "middle")
-    svg.text(8, axis_y - 8, f"time: us from the profile start (tick {fmt_us(tick, tick)} us)",
-             "small")
-    # GPU group backgrounds
+        x = canvas.x(t * 1e6)
+        canvas.add(svg.element("line", x1=x, y1=axis_y - 5, x2=x, y2=axis_y, class_="axis"))
+        canvas.add(svg.element("line", x1=x, y1=axis_y, x2=x, y2=bottom, class_="grid"))
+        canvas.text(x, axis_y - 8, fmt_us(t, tick), "small", "middle")
+    canvas.text(8, axis_y - 8, f"time: us from the profile start (tick {fmt_us(tick, tick)} us)",
+                "small")
+
+
+def draw_backgrounds(canvas: Canvas, lanes: list, rows_y: list[int]) -> None:
+    """A shaded band behind every other group of lanes (a GPU with its host lanes)."""
     spans: dict = {}
     for lane, ly in zip(lanes, rows_y, strict=True):
         g = lane["group"]
@@ -825,128 +867,137 @@ def render_svg(result: dict, lanes: list, v0: int, v1: int, chosen: dict, rows_s
         spans[g] = (min(lo, ly), max(hi, ly + LANE_H))
     for i, (_g, (lo, hi)) in enumerate(spans.items()):
         if i % 2 == 0:
-            add(f'<rect x="0" y="{lo - 3}" width="{WIDTH}" height="{hi - lo + 6}" class="bg"/>')
-    strag = result["straggler"]
-    strag_devs = {g["device"] for g in strag["gpus"]} if strag else set()
-    tie = bool(strag and strag["tie"])
-    ends = {r["device"]: r for r in rows_strag if r["step"] == chosen["number"]}
-    # lanes
-    for lane, ly in zip(lanes, rows_y, strict=True):
-        label, lid, cls = lane["label"], lane["id"], lane["cls"]
-        room = PLOT_X0 - 16
-        shown = clip(label, room)
-        add(f'<g id="{lid}" class="lane-{lane["kind"]}">')
-        svg.text(8, ly + LANE_H - 3, shown, cls, tip=label if shown != label else None)
-        add(f'<rect x="{PLOT_X0}" y="{ly}" width="{PLOT_X1 - PLOT_X0}" height="{LANE_H}" '
-            'class="lane"/>')
-        where = f"lane: {label}"
-        if lane["kind"] == "gpu":
-            for b in lane["bars"]:
-                x0, w = svg.x(b[0]), (b[1] - b[0]) * svg.scale
-                if b[3] == 1:
-                    svg.bar(x0, w, ly, LANE_H, b[2], kernel_tip(b[5], lane, instructions))
-                    if w >= BAR_LABEL_MIN_PX:
-                        svg.text(x0 + 2, ly + LANE_H - 4, clip(b[5][3], w - 4, 9),
-                                 "small white" if b[2] == "kg" else "small")
-                else:
-                    svg.bar(x0, w, ly, LANE_H, b[2] + " mg", merged_tip(b, where))
-            graph = merge_spans(((max(e[0], v0), min(e[1], v1)) for e in lane["events"]
-                                 if e[4]), merge_ps)
-            for s, e in graph:
-                add(f'<rect x="{svg.x(s):.1f}" y="{ly - 1}" width='
-                    f'"{max((e - s) * svg.scale, MIN_BAR_PX):.1f}" height="2.5" class="gr"/>')
-            for b in lane["gap_bars"]:
-                g = b[5][3]
-                svg.bar(svg.x(b[0]), (b[1] - b[0]) * svg.scale, ly + LANE_H - 3, 3,
-                        b[2] if b[3] == 1 else b[2] + " mgap",
-                        f"idle {(g['end'] - g['start']) / 1e6:,.3f} us on the critical stream "
-                        f"({g['cause']}) from {g['start'] / 1e6:,.3f} us, after "
-                        f"{short(g['before']) or 'the step start'}, before {short(g['after'])}"
-                        if b[3] == 1 else merged_gap_tip(b))
+            canvas.add(svg.element("rect", x=0, y=lo - 3, width=WIDTH, height=hi - lo + 6,
+                                   class_="bg"))
+
+
+def draw_lane(canvas: Canvas, lane: dict, ly: int, instructions: dict, merge_ps: float) -> None:
+    """One lane as a group: its label (clipped, whole in its tooltip), its track and its bars."""
+    label = lane["label"]
+    shown = svg.clip(label, PLOT_X0 - 16)
+    canvas.add(svg.start("g", id=lane["id"], class_=f"lane-{lane['kind']}"))
+    canvas.text(8, ly + LANE_H - 3, shown, lane["cls"], tip=label if shown != label else None)
+    canvas.add(svg.element("rect", x=PLOT_X0, y=ly, width=PLOT_X1 - PLOT_X0, height=LANE_H,
+                           class_="lane"))
+    if lane["kind"] == "gpu":
+        draw_gpu_bars(canvas, lane, ly, instructions, merge_ps)
+    else:
+        draw_host_bars(canvas, lane, ly)
+    canvas.add("</g>")
+
+
+def draw_gpu_bars(canvas: Canvas, lane: dict, ly: int, instructions: dict,
+                  merge_ps: float) -> None:
+    """A GPU lane's kernels (named inside where wide enough), the strip over what ran inside a
+    graph, and the critical stream's gaps along its foot."""
+    where = f"lane: {lane['label']}"
+    for b in lane["bars"]:
+        x0, w = canvas.x(b[0]), (b[1] - b[0]) * canvas.scale
+        if b[3] == 1:
+            canvas.bar(x0, w, ly, LANE_H, b[2], kernel_tip(b[5], lane, instructions))
+            if w >= BAR_LABEL_MIN_PX:
+                canvas.text(x0 + 2, ly + LANE_H - 4, svg.clip(b[5][3], w - 4, 9),
+                            "small white" if b[2] == "kg" else "small")
         else:
-            for b in lane["bars"]:
-                x0, w = svg.x(b[0]), (b[1] - b[0]) * svg.scale
-                if b[3] == 1:
-                    c = b[5]
-                    svg.bar(x0, w, ly, LANE_H, b[2],
-                            f"{short(c[3])}\n{KIND_WORDS[b[2]]}, {(c[1] - c[0]) / 1e6:,.3f} us "
-                            f"at {c[0] / 1e6:,.3f} us; launched {c[5]} GPU event(s) on GPU "
-                            f"{', '.join(map(str, sorted(c[4])))}\n{lane['thread']}")
-                else:
-                    svg.bar(x0, w, ly, LANE_H, b[2] + " mg", merged_tip(b, where))
-            for b in lane["gap_bars"]:
-                x0, w = svg.x(b[0]), (b[1] - b[0]) * svg.scale
-                g = b[5][3]
-                items = [x for x in g["host"].split(" | ") if x]
-                svg.bar(x0, w, ly + 3, LANE_H - 6, "hw" if b[3] == 1 else "hw mgap",
-                        f"GPU {g['device']} idle {(g['end'] - g['start']) / 1e6:,.3f} us "
-                        f"({g['cause']}) from {g['start'] / 1e6:,.3f} us, before "
-                        f"{short(g['after'])}; host events on {g['thread']} in that gap "
-                        f"(name=overlap us, largest first): "
-                        + "; ".join(short(x) for x in items[:HOST_GAP_EVENTS])
-                        + (f"; and {len(items) - HOST_GAP_EVENTS} more"
-                           if len(items) > HOST_GAP_EVENTS else "")
-                        if b[3] == 1 else merged_gap_tip(b))
-                if w >= BAR_LABEL_MIN_PX and items:
-                    svg.text(x0 + 2, ly + LANE_H - 4, clip(items[0], w - 4, 9), "small")
-        add("</g>")
-    # the step's begin and end
-    top, bot = axis_y, bottom
-    if not chosen["whole_capture"]:
-        for t, word in ((chosen["start"], "begins"), (chosen["end"], "ends")):
-            if v0 <= t <= v1:
-                x = svg.x(t)
-                add(f'<line x1="{x:.1f}" y1="{top - 22}" x2="{x:.1f}" y2="{bot}" class="step">'
-                    f'<title>step {chosen["number"]} {word} at {t / 1e6:,.3f} us</title></line>')
-                svg.text(x + (3 if word == "begins" else -3), top - 20,
-                         f"step {chosen['number']} {word}", "small",
-                         None if word == "begins" else "end")
-    # each GPU's end, and the straggler
+            canvas.bar(x0, w, ly, LANE_H, b[2] + " mg", merged_tip(b, where))
+    graph = merge_spans(((max(e[0], canvas.v0), min(e[1], canvas.v1)) for e in lane["events"]
+                         if e[4]), merge_ps)
+    for s, e in graph:
+        canvas.add(svg.element("rect", x=canvas.x(s), y=ly - 1,
+                               width=max((e - s) * canvas.scale, MIN_BAR_PX), height=2.5,
+                               class_="gr"))
+    for b in lane["gap_bars"]:
+        canvas.bar(canvas.x(b[0]), (b[1] - b[0]) * canvas.scale, ly + LANE_H - 3, 3,
+                   b[2] if b[3] == 1 else b[2] + " mgap",
+                   gap_tip(b[5][3]) if b[3] == 1 else merged_gap_tip(b))
+
+
+def draw_host_bars(canvas: Canvas, lane: dict, ly: int) -> None:
+    """A host lane's launch calls, and the GPU gaps it shows host events for (the largest
+    event named inside where wide enough)."""
+    where = f"lane: {lane['label']}"
+    for b in lane["bars"]:
+        x0, w = canvas.x(b[0]), (b[1] - b[0]) * canvas.scale
+        if b[3] == 1:
+            canvas.bar(x0, w, ly, LANE_H, b[2], host_call_tip(b[5], b[2], lane["thread"]))
+        else:
+            canvas.bar(x0, w, ly, LANE_H, b[2] + " mg", merged_tip(b, where))
+    for b in lane["gap_bars"]:
+        x0, w = canvas.x(b[0]), (b[1] - b[0]) * canvas.scale
+        g = b[5][3]
+        items = [x for x in g["host"].split(" | ") if x]
+        canvas.bar(x0, w, ly + 3, LANE_H - 6, "hw" if b[3] == 1 else "hw mgap",
+                   host_gap_tip(g, items) if b[3] == 1 else merged_gap_tip(b))
+        if w >= BAR_LABEL_MIN_PX and items:
+            canvas.text(x0 + 2, ly + LANE_H - 4, svg.clip(items[0], w - 4, 9), "small")
+
+
+def draw_step_bounds(canvas: Canvas, chosen: dict, top: int, bottom: int) -> None:
+    """The step's begin and end, where they are in the window: a dashed line and a word."""
+    n = chosen["number"]
+    for t, word in ((chosen["start"], "begins"), (chosen["end"], "ends")):
+        if canvas.v0 <= t <= canvas.v1:
+            x = canvas.x(t)
+            canvas.add(svg.element("line", tip=f"step {n} {word} at {t / 1e6:,.3f} us", x1=x,
+                                   y1=top - 22, x2=x, y2=bottom, class_="step"))
+            canvas.text(x + (3 if word == "begins" else -3), top - 20, f"step {n} {word}",
+                        "small", None if word == "begins" else "end")
+
+
+def draw_gpu_ends(canvas: Canvas, lanes: list, rows_y: list[int], chosen: dict,
+                  straggler: dict | None, rows_strag: list) -> None:
+    """Each GPU's end of the step, across its lanes, and the straggler's (or the tie's) mark."""
+    marked = {g["device"] for g in straggler["gpus"]} if straggler else set()
+    tie = bool(straggler and straggler["tie"])
+    ends = {r["device"]: r for r in rows_strag if r["step"] == chosen["number"]}
     gpu_rows: dict[int, list] = {}
     for lane, ly in zip(lanes, rows_y, strict=True):
         if lane["kind"] == "gpu":
             gpu_rows.setdefault(lane["device"], []).append(ly)
     for d, ys in sorted(gpu_rows.items()):
         r = ends.get(d)
-        if r is None or not v0 <= r["end"] <= v1:
+        if r is None or not canvas.v0 <= r["end"] <= canvas.v1:
             continue
-        x = svg.x(r["end"])
+        x = canvas.x(r["end"])
         lo, hi = min(ys) - 2, max(ys) + LANE_H + 2
-        mark = d in strag_devs
-        cls = ("tiel" if tie else "stragl") if mark else "gend"
-        add(f'<line x1="{x:.1f}" y1="{lo}" x2="{x:.1f}" y2="{hi}" class="{cls}"><title>GPU {d} '
-            f'ends {"the window" if chosen["whole_capture"] else "step " + str(chosen["number"])}'
-            f' at {r["end"] / 1e6:,.3f} us, {r["lag"] / 1e6:,.3f} us after the first GPU; last '
-            f'kernel {esc(short(r["last_kernel"]))}; last stretch: {r["last_stretch"]}</title>'
-            '</line>')
-        if mark:
-            first_end = min(x["end"] for x in ends.values())
-            xf = svg.x(max(first_end, v0))
-            ym = (lo + hi) / 2
-            add(f'<line x1="{xf:.1f}" y1="{ym:.1f}" x2="{x:.1f}" y2="{ym:.1f}" class="{cls}"/>')
-            word = "tie for last" if tie else "last"
-            label = f"GPU {d} {word}: +{r['lag'] / 1e6:,.3f} us ({r['last_stretch']})"
-            wpx = len(label) * CHAR_PX + 6
-            right = x + 6 + wpx <= WIDTH
-            tx = x + 6 if right else x - 6 - wpx
-            add(f'<rect x="{tx - 3:.1f}" y="{lo - 14:.1f}" width="{wpx:.1f}" height="14" '
-                'fill="#fff" fill-opacity="0.85"/>')
-            svg.text(tx, lo - 3, label, "tie" if tie else "strag",
-                     extra=f' id="straggler-gpu{d}" data-device="{d}"')
-    # notes
-    y = bottom + 18
+        cls = ("tiel" if tie else "stragl") if d in marked else "gend"
+        canvas.add(svg.element(
+            "line", tip=f"GPU {d} ends "
+            f"{'the window' if chosen['whole_capture'] else 'step ' + str(chosen['number'])} at "
+            f"{r['end'] / 1e6:,.3f} us, {r['lag'] / 1e6:,.3f} us after the first GPU; last "
+            f"kernel {short(r['last_kernel'])}; last stretch: {r['last_stretch']}",
+            x1=x, y1=lo, x2=x, y2=hi, class_=cls))
+        if d in marked:
+            first_end = min(e["end"] for e in ends.values())
+            draw_straggler(canvas, d, r, x, (lo, hi), canvas.x(max(first_end, canvas.v0)), tie)
+
+
+def draw_straggler(canvas: Canvas, d: int, r: dict, x: float, span: tuple, xf: float,
+                   tie: bool) -> None:
+    """A marked GPU's lag, from the first GPU's end (`xf`) to its own (`x`), across its lanes'
+    `span`, and its label on a light box."""
+    lo, hi = span
+    cls = "tiel" if tie else "stragl"
+    ym = (lo + hi) / 2
+    canvas.add(svg.element("line", x1=xf, y1=ym, x2=x, y2=ym, class_=cls))
+    word = "tie for last" if tie else "last"
+    label = f"GPU {d} {word}: +{r['lag'] / 1e6:,.3f} us ({r['last_stretch']})"
+    wpx = svg.text_px(label) + 6
+    right = x + 6 + wpx <= WIDTH
+    tx = x + 6 if right else x - 6 - wpx
+    canvas.add(svg.element("rect", x=tx - 3, y=f"{lo - 14:.1f}", width=wpx, height=14,
+                           fill="#fff", fill_opacity="0.85"))
+    canvas.text(tx, lo - 3, label, "tie" if tie else "strag", id=f"straggler-gpu{d}",
+                data_device=d)
+
+
+def draw_notes(canvas: Canvas, notes: list[str], y: int) -> int:
+    """One line per note (clipped, whole in its tooltip); returns the SVG's height."""
     for line in notes:
-        svg.text(16, y, clip(line, WIDTH - 32), "note", tip=line if len(line) * CHAR_PX >
-                 WIDTH - 32 else None)
+        canvas.text(16, y, svg.clip(line, WIDTH - 32), "note",
+                    tip=line if svg.text_px(line) > WIDTH - 32 else None)
         y += 15
-    height = int(y + 8)
-    head_xml = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
-                f'viewBox="0 0 {WIDTH} {height}" font-family="sans-serif" '
-                f'font-size="{FONT_PX}">'
-                f"<title>{esc(title)}</title><desc>{esc(' | '.join(head))}</desc>"
-                f"<style>{STYLE}</style><defs>{PATTERNS}</defs>"
-                f'<rect width="{WIDTH}" height="{height}" fill="#fff"/>')
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + head_xml + "".join(svg.parts) + "</svg>\n"
+    return int(y + 8)
 
 
 # ---------------------------------------------------------------- the step
@@ -961,78 +1012,22 @@ def run(capture, out: Path, step: int | None = None, start_us: float | None = No
     out = Path(out)
     ran = ensure_step1(capture, out)
     s1, steps, gaps = read_step1(out)
-    if step is None and (start_us is not None or end_us is not None):
-        step = step_of_window(steps, start_us, end_us)  # the step the zoom looks into
-    chosen = choose_step(s1, steps, step)
-    if step is not None and chosen["why"].startswith(f"step {step}, chosen by --step") and \
-            (start_us is not None or end_us is not None):
-        chosen["why"] = chosen["why"].replace("chosen by --step", "the step the window (--start/"
-                                              "--end) overlaps most", 1)
+    chosen = pick_step(s1, steps, step, start_us, end_us)
     v0, v1, zoomed = window(chosen, start_us, end_us)
-    rows = Rows(out / "rows.csv", set(steps), chosen["number"], v0, v1)
-    if rows.span is None:
-        raise SwimlaneError(f"{out / 'rows.csv'} holds no GPU event, so there are no GPU lanes "
-                            "to draw")
-    if zoomed and (v1 <= rows.span[0] or v0 >= rows.span[1]):
-        raise SwimlaneError(f"the window {us3(v0):,.3f} to {us3(v1):,.3f} us holds no GPU "
-                            f"event: the capture's GPU events span {us3(rows.span[0]):,.3f} to "
-                            f"{us3(rows.span[1]):,.3f} us")
+    rows = read_rows(out / "rows.csv", steps, chosen, v0, v1, zoomed)
     strag_rows = straggler_rows(steps, rows.per_step_gpu, gaps, rules.compared_gpus(s1))
     straggler, notes, refusals = straggler_of(chosen, strag_rows)
     notes += [f"not compared for the straggler (other work): {x}" for x in rules.other_work(s1)]
     lanes = build_lanes(rows, steps, chosen, gaps, v0, v1)
-    crit_gaps: dict[tuple, list] = {}
-    for g in gaps:
-        if g["start"] < v1 and g["end"] > v0:
-            crit_gaps.setdefault((g["device"], g["stream"]), []).append(g)
-    for lane in lanes:
-        if lane["kind"] == "gpu":
-            lane["gaps"] = sorted(crit_gaps.get((lane["device"], lane["stream"]), []),
-                                  key=lambda g: g["start"])
+    attach_gaps(lanes, gaps, v0, v1)
     pixel_ps = (v1 - v0) / (PLOT_X1 - PLOT_X0)
-    merge_px = MERGE_BELOW_PX
-    while True:
-        merge_ps = merge_px * pixel_ps
-        counts = lay_out_lanes(lanes, v0, v1, merge_ps)
-        if counts["alone"] + counts["merged_bars"] + counts["gap_bars"] <= MAX_BARS or \
-                merge_px >= MAX_MERGE_PX:
-            break
-        merge_px *= 2
+    counts, merge_px, merge_ps = fit_bars(lanes, v0, v1, pixel_ps)
     if merge_px > MERGE_BELOW_PX:
         notes.append(f"the window holds more events at least a pixel wide than {MAX_BARS:,} "
                      f"bars can show: events narrower than {merge_px:g} pixels were merged; "
                      "zoom with --start/--end to see them one by one")
-    # the kernels drawn alone: their tooltips name the instruction
-    instructions, attribution = {}, None
-    att = out / ATTRIBUTION_FILE
-    if att.is_file():
-        keys = {(str(lane["device"]), str(lane["stream"]), b[5][5]) for lane in lanes
-                if lane["kind"] == "gpu" for b in lane["bars"] if b[3] == 1}
-        instructions, why_not = read_instructions(att, keys)
-        if why_not:
-            notes.append(why_not)
-        attribution = {"file": str(ATTRIBUTION_FILE), "kernels_alone": len(keys),
-                       "joined": len(instructions)}
-        if keys and not instructions and not why_not:
-            notes.append(f"{ATTRIBUTION_FILE} is present but none of the kernels drawn alone "
-                         "joins it on (device, stream, start_us): is it another capture's?")
-    if ran:
-        notes.append("step 1's tables were missing here: skip_stats.py ran first and wrote them")
-    if zoomed and not (v0 < chosen["end"] and v1 > chosen["start"]):
-        notes.append(f"the window does not overlap step {chosen['number']}: its begin, end and "
-                     "straggler mark are outside it")
-    s1_strag = s1.get("straggler") if isinstance(s1.get("straggler"), dict) else None
-    if s1_strag and not chosen["whole_capture"]:
-        if s1_strag.get("gpu") is None:
-            notes.append(f"over all {s1_strag['steps']} analysed steps, step 1 finds no GPU "
-                         "ending a step last by more than its margin: ties (skip_stats.json "
-                         "straggler)")
-        else:
-            notes.append(f"over all {s1_strag['steps']} analysed steps, step 1 finds GPU "
-                         f"{s1_strag['gpu']} finishing last in {s1_strag['steps_last']} of them"
-                         + ("" if s1_strag.get("is_straggler", True) else
-                            ", not enough to call it a straggler")
-                         + " (skip_stats.json straggler)")
+    instructions, attribution, why = tooltip_instructions(out, lanes)
+    notes += why + window_notes(s1, chosen, ran, zoomed, v0, v1)
     result = {
         "step": "swimlanes", "status": "done",
         "capture": {"run": capture.files.run_dir.name, "host": capture.files.host},
@@ -1054,6 +1049,110 @@ def run(capture, out: Path, step: int | None = None, start_us: float | None = No
     name_lanes(lanes, straggler)
     result["lanes"] = [lane_json(lane) for lane in lanes]
     text = render_svg(result, lanes, v0, v1, chosen, strag_rows, instructions, merge_ps)
+    return result, write_outputs(out, result, text, strag_rows)
+
+
+def pick_step(s1: dict, steps: dict, step: int | None, start_us: float | None,
+              end_us: float | None) -> dict:
+    """The step to draw (choose_step): --step N, else the step a --start/--end window overlaps
+    most, else the median one; `why` says which rule chose it."""
+    zoom = start_us is not None or end_us is not None
+    if step is None and zoom:
+        step = step_of_window(steps, start_us, end_us)  # the step the zoom looks into
+    chosen = choose_step(s1, steps, step)
+    if step is not None and chosen["why"].startswith(f"step {step}, chosen by --step") and zoom:
+        chosen["why"] = chosen["why"].replace("chosen by --step", "the step the window (--start/"
+                                              "--end) overlaps most", 1)
+    return chosen
+
+
+def read_rows(path: Path, steps: dict, chosen: dict, v0: int, v1: int, zoomed: bool) -> Rows:
+    """rows.csv read for the chosen step and the window; SwimlaneError where it holds no GPU
+    event, or none in a zoomed window."""
+    rows = Rows(path, set(steps), chosen["number"], v0, v1)
+    if rows.span is None:
+        raise SwimlaneError(f"{path} holds no GPU event, so there are no GPU lanes to draw")
+    if zoomed and (v1 <= rows.span[0] or v0 >= rows.span[1]):
+        raise SwimlaneError(f"the window {us3(v0):,.3f} to {us3(v1):,.3f} us holds no GPU "
+                            f"event: the capture's GPU events span {us3(rows.span[0]):,.3f} to "
+                            f"{us3(rows.span[1]):,.3f} us")
+    return rows
+
+
+def attach_gaps(lanes: list, gaps: list, v0: int, v1: int) -> None:
+    """Each GPU lane's gaps in the window (lane["gaps"], by start): its stream's, from gaps.csv,
+    which holds the critical streams' gaps."""
+    crit_gaps: dict[tuple, list] = {}
+    for g in gaps:
+        if g["start"] < v1 and g["end"] > v0:
+            crit_gaps.setdefault((g["device"], g["stream"]), []).append(g)
+    for lane in lanes:
+        if lane["kind"] == "gpu":
+            lane["gaps"] = sorted(crit_gaps.get((lane["device"], lane["stream"]), []),
+                                  key=lambda g: g["start"])
+
+
+def fit_bars(lanes: list, v0: int, v1: int, pixel_ps: float) -> tuple[dict, float, float]:
+    """The lanes laid out (lay_out_lanes) merging events narrower than MERGE_BELOW_PX pixels,
+    the width doubled until the bars number at most MAX_BARS (or it reaches MAX_MERGE_PX).
+    Returns the counts, the merge width in pixels and in picoseconds."""
+    merge_px = MERGE_BELOW_PX
+    while True:
+        merge_ps = merge_px * pixel_ps
+        counts = lay_out_lanes(lanes, v0, v1, merge_ps)
+        if counts["alone"] + counts["merged_bars"] + counts["gap_bars"] <= MAX_BARS or \
+                merge_px >= MAX_MERGE_PX:
+            return counts, merge_px, merge_ps
+        merge_px *= 2
+
+
+def tooltip_instructions(out: Path, lanes: list) -> tuple[dict, dict | None, list[str]]:
+    """The HLO instruction of each kernel drawn alone, from step 4's kernels.csv where it is in
+    `out` (read_instructions); the result's `inputs.attribution` (None without the file); notes
+    where the file cannot be used or joins none of them."""
+    att = out / ATTRIBUTION_FILE
+    if not att.is_file():
+        return {}, None, []
+    keys = {(str(lane["device"]), str(lane["stream"]), b[5][5]) for lane in lanes
+            if lane["kind"] == "gpu" for b in lane["bars"] if b[3] == 1}
+    instructions, why_not = read_instructions(att, keys)
+    notes = [why_not] if why_not else []
+    if keys and not instructions and not why_not:
+        notes.append(f"{ATTRIBUTION_FILE} is present but none of the kernels drawn alone "
+                     "joins it on (device, stream, start_us): is it another capture's?")
+    attribution = {"file": str(ATTRIBUTION_FILE), "kernels_alone": len(keys),
+                   "joined": len(instructions)}
+    return instructions, attribution, notes
+
+
+def window_notes(s1: dict, chosen: dict, ran: bool, zoomed: bool, v0: int, v1: int) -> list:
+    """Notes on how the drawing came about: step 1 run first, a zoom outside the step, and
+    step 1's straggler over all analysed steps (skip_stats.json `straggler`)."""
+    notes = []
+    if ran:
+        notes.append("step 1's tables were missing here: skip_stats.py ran first and wrote them")
+    if zoomed and not (v0 < chosen["end"] and v1 > chosen["start"]):
+        notes.append(f"the window does not overlap step {chosen['number']}: its begin, end and "
+                     "straggler mark are outside it")
+    s1_strag = s1.get("straggler") if isinstance(s1.get("straggler"), dict) else None
+    if not s1_strag or chosen["whole_capture"]:
+        return notes
+    if s1_strag.get("gpu") is None:
+        notes.append(f"over all {s1_strag['steps']} analysed steps, step 1 finds no GPU "
+                     "ending a step last by more than its margin: ties (skip_stats.json "
+                     "straggler)")
+    else:
+        notes.append(f"over all {s1_strag['steps']} analysed steps, step 1 finds GPU "
+                     f"{s1_strag['gpu']} finishing last in {s1_strag['steps_last']} of them"
+                     + ("" if s1_strag.get("is_straggler", True) else
+                        ", not enough to call it a straggler")
+                     + " (skip_stats.json straggler)")
+    return notes
+
+
+def write_outputs(out: Path, result: dict, text: str, strag_rows: list) -> list:
+    """swimlanes.svg, stragglers.csv and swimlanes.json (with the sizes in `tables`), each to a
+    temporary name and renamed; returns the (file, rows or bytes) written."""
     csv_rows = [[r["step"], r["device"], f"{r['end'] / 1e6:.3f}", f"{r['lag'] / 1e6:.3f}",
                  r["last_kernel"], r["last_stretch"],
                  "" if r["stretch_start"] is None else f"{r['stretch_start'] / 1e6:.3f}",
@@ -1065,8 +1164,7 @@ def run(capture, out: Path, step: int | None = None, start_us: float | None = No
         result["tables"] = {SVG_FILE: len(text.encode("utf-8")), STRAGGLERS_FILE: n}
         (tmp / RESULT_FILE).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n",
                                        encoding="utf-8")
-    written = [(SVG_FILE, len(text.encode("utf-8"))), (STRAGGLERS_FILE, n), (RESULT_FILE, 1)]
-    return result, written
+    return [(SVG_FILE, len(text.encode("utf-8"))), (STRAGGLERS_FILE, n), (RESULT_FILE, 1)]
 
 
 def steps_last(rows: list[dict]) -> list[dict]:

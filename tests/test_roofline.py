@@ -1,6 +1,7 @@
-"""roofline.py: FLOPs and bytes against hand-computed values (HloModuleProtos built inline with
-xprotos' classes), the GPU identified on every shared capture, an end-to-end run on a generated
-capture after step 4, and bad input."""
+"""roofline.py with its cost model (hlo_costs.py) and ceilings (gpu_ceilings.py): FLOPs and bytes
+against hand-computed values (HloModuleProtos built inline with xprotos' classes), the GPU
+identified on every shared capture, an end-to-end run on a generated capture after step 4, and bad
+input."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import json
 import subprocess
 import sys
 
+import gpu_ceilings
+import hlo_costs
 import pytest
 import roofline
 
@@ -51,7 +54,7 @@ class Hlo:
 
 
 def cost(h, entry, ins):
-    return roofline.Costs(h.program(entry)).cost(ins)
+    return hlo_costs.Costs(h.program(entry)).cost(ins)
 
 
 def test_dot():
@@ -64,7 +67,7 @@ def test_dot():
     c = cost(h, e, d)
     assert (c.flops, c.bytes, c.method) == (2 * 64 * 16 * 32, 4 * (64 * 32 + 32 * 16 + 64 * 16),
                                             "shapes")
-    assert roofline.ceiling_key(c, c.flops, {}) == "tf32_matrix"  # f32 at DEFAULT precision
+    assert gpu_ceilings.ceiling_key(c, c.flops, {}) == "tf32_matrix"  # f32 at DEFAULT precision
 
 
 def test_batched_dot_bf16():
@@ -80,7 +83,7 @@ def test_batched_dot_bf16():
     c = cost(h, e, d)
     assert c.flops == 2 * 8 * 64 * 16 * 32
     assert c.bytes == 2 * (8 * 64 * 32 + 8 * 32 * 16 + 8 * 64 * 16)
-    assert roofline.ceiling_key(c, c.flops, {}) == "bf16_fp16_matrix"
+    assert gpu_ceilings.ceiling_key(c, c.flops, {}) == "bf16_fp16_matrix"
 
 
 def test_convolution():
@@ -136,7 +139,7 @@ def test_loop_fusion():
     f = _fusion(h, e, fc, (a, b), [4, 8])
     c = cost(h, e, f)
     assert (c.flops, c.bytes, c.method) == (2 * 32, 3 * 32 * 4, "fused computation")
-    assert roofline.ceiling_key(c, c.flops, {}) == "fp32_vector"
+    assert gpu_ceilings.ceiling_key(c, c.flops, {}) == "fp32_vector"
 
 
 def test_reduction_fusion():
@@ -229,7 +232,7 @@ def test_collective_group_sizes():
     bare = h.ins(e, "all-reduce", [64, 16], operands=(a,))
     c = cost(h, e, bare)
     assert c.why and "GPU count is unknown" in c.why
-    c = roofline.Costs(h.program(e), group_size=2).cost(bare)
+    c = hlo_costs.Costs(h.program(e), group_size=2).cost(bare)
     assert c.bytes == 64 * 16 * 4 and "assumed" in c.method
 
 
@@ -243,13 +246,13 @@ def test_identify_shared_captures(shared):
     for x in sorted(shared.rglob("*.xplane.pb")):
         if "other-formats" in x.parts:
             continue
-        gpu = roofline.identify_space(xplane_reader.load_space(x))
+        gpu = gpu_ceilings.identify_space(xplane_reader.load_space(x))
         name = x.parts[len(shared.parts)]
         if name == "tracelens-amd-rocm":
             key = x.parts[len(shared.parts) + 1].split("-")[0]
             model, compute_tag = EXPECTED[key]
             assert gpu["model"] == model and gpu["why"] is None, x
-            peaks = roofline.load_peaks()[model]
+            peaks = gpu_ceilings.load_peaks()[model]
             assert peaks["hbm_bandwidth"].tag in ("vendor", "secondary")
             assert peaks["bf16_fp16_matrix"].tag == compute_tag
             seen.add(model)
@@ -260,20 +263,20 @@ def test_identify_shared_captures(shared):
         elif name == "independent-generator":
             assert gpu["model"] == "H100 SXM5 80GB"
     assert seen == {"MI300X", "MI355X", "V100"}
-    assert roofline.load_peaks()["MI300X"]["hbm_bandwidth"].value == 5.3e12  # not 2.6624e12
+    assert gpu_ceilings.load_peaks()["MI300X"]["hbm_bandwidth"].value == 5.3e12  # not 2.6624e12
 
 
 def test_identify_unknown_is_no_guess():
     stats = {"device_vendor": "Nvidia", "compute_cap_major": 9, "compute_cap_minor": 0,
              "core_count": 132, "clock_rate": 1_980_000, "memory_size": 120e9}
-    g = roofline.identify(stats)
+    g = gpu_ceilings.identify(stats)
     assert g["model"] is None and g["why"].startswith("cannot identify the GPU")
     stats["memory_size"] = 151_397_597_184
-    assert roofline.identify(stats)["model"] == "H200 SXM 141GB"
+    assert gpu_ceilings.identify(stats)["model"] == "H200 SXM 141GB"
 
 
 def test_peaks_table():
-    peaks = roofline.load_peaks()
+    peaks = gpu_ceilings.load_peaks()
     for gpu in ("H100 SXM5 80GB", "H100 PCIe 80GB", "H200 SXM 141GB", "A100 SXM4 80GB",
                 "A100 SXM4 40GB", "B200", "MI300X", "MI325X", "MI355X"):
         assert "hbm_bandwidth" in peaks[gpu] and "bf16_fp16_matrix" in peaks[gpu]
@@ -414,3 +417,23 @@ def test_scatter_counts_its_combiner_per_update():
     sc = h.ins(e, "scatter", [100, 8], operands=(op, idx, upd))
     sc.called_computation_ids.append(comb.id)
     assert cost(h, e, sc).flops == 4 * 8
+
+
+def test_plot_text_is_escaped_and_well_formed():
+    """roofline.svg writes an apostrophe as html.escape does (&#x27;) and a character XML cannot
+    hold as U+FFFD: the plot stays a file an XML reader opens."""
+    import xml.etree.ElementTree as ET
+    col = {c: i for i, c in enumerate(roofline.COLUMNS)}
+    row = [""] * len(roofline.COLUMNS)
+    for k, v in {"instruction": "fusion.\x01<1>", "category": "compute", "gpu_us": "2.5",
+                 "intensity_flop_per_byte": "4", "achieved_flop_per_s": "1e12"}.items():
+        row[col[k]] = v
+    hbm = {"ceiling": "hbm_bandwidth", "value": 3.35e12, "unit": "B/s", "tag": "secondary",
+           "source": "S1"}
+    result = {"program": {"name": "jit_f's", "id": 7}, "ceilings": [hbm],
+              "gpu": {"model": None, "basis": None, "why": "no row", "evidence": {"x": 1}},
+              "xprof_ceiling": {"compute_flop_per_s": 1e15, "memory_bytes_per_s": 3e12}}
+    text = roofline.render_svg([row], result)
+    ET.fromstring(text)
+    assert "Roofline: jit_f&#x27;s (7)" in text and "XProf&#x27;s own ceilings" in text
+    assert "&#39;" not in text and "fusion.\ufffd&lt;1&gt;" in text

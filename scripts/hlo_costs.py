@@ -1,0 +1,405 @@
+"""Step 5's cost model: the FLOPs and bytes of one run of an HLO instruction, how they were
+obtained (shapes, the fused computation, the backend config, or why they are not computable), and
+how often an instruction runs per execution of its program. Rules: references/roofline.md
+("How FLOPs and bytes are counted")."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+try:
+    from trace_rules import COLLECTIVE_OPCODES, CONTROL_OPCODES, NO_LAUNCH_OPCODES
+except ImportError:  # imported without an entry script's path set-up: find the sibling skill
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import sibling
+    sibling.on_path()
+    from trace_rules import COLLECTIVE_OPCODES, CONTROL_OPCODES, NO_LAUNCH_OPCODES
+
+import xprotos
+
+# Element-wise opcodes counted as one FLOP per output element (transcendentals included, as one).
+FLOP_OPCODES = frozenset({
+    "add", "subtract", "multiply", "divide", "maximum", "minimum", "power", "remainder",
+    "atan2", "negate", "abs", "exponential", "exponential-minus-one", "log", "log-plus-one",
+    "logistic", "tanh", "sqrt", "rsqrt", "cbrt", "sine", "cosine", "tan", "erf", "sign",
+    "floor", "ceil", "round-nearest-afz", "round-nearest-even", "clamp",
+})
+# FLOPs are floating-point: index arithmetic (s32 scalars in slice fusions) is not counted.
+FLOAT_TYPES = frozenset({"f16", "bf16", "f32", "f64", "c64", "c128", "f8e5m2", "f8e4m3fn",
+                         "f8e4m3b11fnuz", "f8e5m2fnuz", "f8e4m3fnuz", "f8e4m3", "f8e3m4",
+                         "f4e2m1fn"})
+SLICE_OPCODES = frozenset({"slice", "dynamic-slice", "gather"})
+GEMM_TARGET_RE = re.compile(r"^__cublas\$|^__hipblas|gemm|matmul", re.IGNORECASE)
+CUDNN_CONV_RE = re.compile(r"^__cudnn\$conv|^__miopen\$conv", re.IGNORECASE)
+
+
+def _prod(xs) -> int:
+    n = 1
+    for x in xs:
+        n *= int(x)
+    return n
+
+
+def elements(shape) -> int:
+    if shape.tuple_shapes:
+        return sum(elements(s) for s in shape.tuple_shapes)
+    return _prod(shape.dimensions)
+
+
+def dtype_name(shape) -> str:
+    if shape.tuple_shapes:
+        return dtype_name(shape.tuple_shapes[0])
+    return xprotos.PRIMITIVE_TYPES.get(shape.element_type, f"type{shape.element_type}")
+
+
+def nbytes(shape) -> int:
+    """Bytes of an array (sum over a tuple); token/opaque count 0."""
+    if shape.tuple_shapes:
+        return sum(nbytes(s) for s in shape.tuple_shapes)
+    bits = xprotos.PRIMITIVE_BITS.get(dtype_name(shape))
+    return 0 if bits is None else (_prod(shape.dimensions) * bits + 7) // 8
+
+
+@dataclass
+class Cost:
+    """FLOPs and bytes of one run of an instruction and how they were obtained; both None, with
+    `why`, when they are not computable."""
+    flops: int | None = 0
+    bytes: int | None = 0
+    method: str = "shapes"
+    matrix_dtype: str | None = None   # operand dtype of a dot / convolution / GEMM
+    tf32_allowed: bool = False        # an f32 dot at DEFAULT precision may run as TF32
+    vector_f64: bool = False
+    why: str | None = None            # set when not computable
+
+
+def dot_flops(out_shape, lhs_shape, lhs_contracting) -> int:
+    """2 x output elements x contracted size (batch dimensions are in the output)."""
+    k = _prod(lhs_shape.dimensions[d] for d in lhs_contracting)
+    return 2 * _prod(out_shape.dimensions) * k
+
+
+def conv_flops(out_shape, kernel_shape, dn) -> int:
+    """2 x output elements x kernel window x kernel input features (the per-group features:
+    feature_group_count is already in the kernel's shape)."""
+    window = _prod(kernel_shape.dimensions[d] for d in dn.kernel_spatial_dimensions)
+    return 2 * _prod(out_shape.dimensions) * window * int(
+        kernel_shape.dimensions[dn.kernel_input_feature_dimension])
+
+
+class Costs:
+    """FLOPs and bytes of one program's instructions."""
+
+    def __init__(self, program, group_size: int | None = None):
+        self.p = program
+        self.group_size = group_size  # GPUs taking part when a collective names no groups
+        self.users: dict[int, list] = {}
+        for ins in program.instructions.values():
+            for o in ins.operand_ids:
+                self.users.setdefault(o, []).append(ins)
+
+    def operand(self, ins, i):
+        return self.p.instructions[ins.operand_ids[i]]
+
+    # ---- FLOPs of one instruction (recursing into fused computations)
+    def _precision_tf32(self, ins) -> bool:
+        pc = ins.precision_config
+        return not any(pc.operand_precision) and not pc.algorithm
+
+    def add_flops(self, ins, c: Cost) -> None:
+        op = ins.opcode
+        if op == "dot":
+            lhs = self.operand(ins, 0).shape
+            c.flops += dot_flops(ins.shape, lhs,
+                                 ins.dot_dimension_numbers.lhs_contracting_dimensions)
+            c.matrix_dtype = c.matrix_dtype or dtype_name(lhs)
+            c.tf32_allowed = self._precision_tf32(ins)
+        elif op == "convolution":
+            c.flops += conv_flops(ins.shape, self.operand(ins, 1).shape,
+                                  ins.convolution_dimension_numbers)
+            c.matrix_dtype = c.matrix_dtype or dtype_name(self.operand(ins, 0).shape)
+            c.tf32_allowed = self._precision_tf32(ins)
+        elif op == "custom-call":
+            self.custom_call_flops(ins, c)
+        elif op in ("fusion", "call", "async-start"):
+            for cid in ins.called_computation_ids:
+                for inner in self.p.computations[cid].instructions:
+                    self.add_flops(inner, c)
+        elif op in ("reduce", "reduce-window"):
+            per = max(1, sum(1 for cid in ins.called_computation_ids
+                             for i in self.p.computations[cid].instructions
+                             if i.opcode in FLOP_OPCODES))
+            n_in = len(ins.operand_ids) // 2 or 1
+            out = elements(ins.shape) // n_in if ins.shape.tuple_shapes else elements(ins.shape)
+            if op == "reduce":
+                c.flops += max(0, elements(self.operand(ins, 0).shape) - out) * per
+            else:
+                c.flops += out * _prod(d.size for d in ins.window.dimensions) * per
+            self._mark_f64(ins, c)
+        elif op in ("scatter", "select-and-scatter"):
+            # each update element is combined into the operand by the combiner's arithmetic
+            per = sum(1 for cid in ins.called_computation_ids
+                      for i in self.p.computations[cid].instructions
+                      if i.opcode in FLOP_OPCODES)
+            updates = self.operand(ins, len(ins.operand_ids) - 1) if op == "scatter" else \
+                self.operand(ins, 1)
+            if dtype_name(updates.shape) in FLOAT_TYPES:
+                c.flops += elements(updates.shape) * per
+                self._mark_f64(ins, c)
+        elif op in FLOP_OPCODES and dtype_name(ins.shape) in FLOAT_TYPES:
+            c.flops += elements(ins.shape)
+            self._mark_f64(ins, c)
+
+    def _mark_f64(self, ins, c: Cost) -> None:
+        if dtype_name(ins.shape) == "f64":
+            c.vector_f64 = True
+
+    def custom_call_flops(self, ins, c: Cost) -> None:
+        target = ins.custom_call_target
+        out = ins.shape.tuple_shapes[0] if ins.shape.tuple_shapes else ins.shape
+        if GEMM_TARGET_RE.search(target):
+            try:
+                cfg = json.loads(ins.backend_config or b"{}")
+                dn = cfg.get("gemm_backend_config", cfg)["dot_dimension_numbers"]
+                contracting = [int(d) for d in dn["lhs_contracting_dimensions"]]
+            except (ValueError, KeyError, TypeError):
+                c.why = (f"custom call {target} has no dot_dimension_numbers in its backend "
+                         "config")
+                return
+            lhs = self.operand(ins, 0).shape
+            c.flops += dot_flops(out, lhs, contracting)
+            c.matrix_dtype = c.matrix_dtype or dtype_name(lhs)
+            c.tf32_allowed = True
+            c.method = "backend config"
+        elif CUDNN_CONV_RE.search(target):
+            dn = ins.convolution_dimension_numbers
+            a, b = self.operand(ins, 0).shape, self.operand(ins, 1).shape
+            if "BackwardInput" in target:
+                fwd_out, kernel = a, b
+            elif "BackwardFilter" in target:
+                fwd_out, kernel = b, out
+            else:
+                fwd_out, kernel = out, b
+            if not dn.kernel_spatial_dimensions and not dn.input_spatial_dimensions and \
+                    len(kernel.dimensions) > 2:
+                c.why = f"custom call {target} carries no convolution dimension numbers"
+                return
+            c.flops += conv_flops(fwd_out, kernel, dn)
+            c.matrix_dtype = c.matrix_dtype or dtype_name(a)
+            c.tf32_allowed = True
+            c.method = "backend config"
+        else:
+            c.why = f"custom call {target} has no cost model here"
+
+    # ---- bytes
+    def _source(self, ins):
+        """The instruction under a chain of bitcasts (a bitcast moves no data)."""
+        while ins.opcode == "bitcast" and ins.operand_ids:
+            ins = self.operand(ins, 0)
+        return ins
+
+    def _uses(self, ins) -> list[tuple]:
+        """(user, the id it reads ins through) for the users of ins, looking through bitcasts."""
+        out = []
+        for u in self.users.get(ins.id, []):
+            if u.opcode == "bitcast":
+                out += self._uses(u) if u.id != ins.id else []
+            else:
+                out.append((u, ins.id))
+        return out
+
+    def fusion_bytes(self, ins) -> int:
+        """Operands read plus results written. Each parameter is charged the share of its
+        elements the fusion needs, propagated from the roots (every output element needed):
+        a slice, dynamic-slice or gather needs only what it selects, a dynamic-update-slice
+        does not read the elements it overwrites, everything else needs all of its operands;
+        the shares of a value's users add up to at most all of it (a byte is read once).
+        A buffer updated in place (a root dynamic-update-slice on a parameter, through
+        bitcasts) costs the update, read and written, and nothing for the rest of the buffer."""
+        comp = self.p.computations[ins.called_computation_ids[0]]
+        by_id = {i.id: i for i in comp.instructions}
+        root = self._source(self.p.instructions.get(comp.root_id) or comp.instructions[-1])
+        roots = ([self._source(self.p.instructions[o]) for o in root.operand_ids]
+                 if root.opcode == "tuple" else [root])
+        written = 0
+        need: dict[int, float] = {}
+        in_place_updates = set()
+        for r in roots:
+            base = self._source(self.operand(r, 0)) if r.opcode == "dynamic-update-slice" else None
+            if base is not None and base.opcode == "parameter":
+                in_place_updates.add(r.id)
+                written += nbytes(self.operand(r, 1).shape)
+            else:
+                written += nbytes(r.shape)
+            need[r.id] = 1.0
+        for i in reversed(self._post_order(comp, by_id)):
+            u = min(1.0, need.get(i.id, 0.0))
+            if not u or i.opcode == "parameter":
+                continue
+            for k, o in enumerate(i.operand_ids):
+                share = u
+                if k == 0 and i.opcode in SLICE_OPCODES:
+                    share = u * min(1.0, elements(i.shape) / max(1, elements(by_id[o].shape)))
+                elif k == 0 and i.opcode == "dynamic-update-slice":
+                    share = 0.0 if i.id in in_place_updates else u * max(0.0, 1 - elements(
+                        self.operand(i, 1).shape) / max(1, elements(by_id[o].shape)))
+                need[o] = need.get(o, 0.0) + share
+        read = 0
+        for prm in comp.instructions:
+            if prm.opcode == "parameter":
+                read += round(nbytes(prm.shape) * min(1.0, need.get(prm.id, 0.0)))
+        return read + written
+
+    @staticmethod
+    def _post_order(comp, by_id) -> list:
+        """The computation's instructions with every operand before its users."""
+        order, state = [], {}
+        for start in comp.instructions:
+            stack = [(start, False)]
+            while stack:
+                ins, done = stack.pop()
+                if done:
+                    order.append(ins)
+                    continue
+                if state.get(ins.id):
+                    continue
+                state[ins.id] = 1
+                stack.append((ins, True))
+                stack += [(by_id[o], False) for o in ins.operand_ids
+                          if o in by_id and not state.get(o)]
+        return order
+
+    def plain_bytes(self, ins) -> int:
+        seen = set()
+        total = nbytes(ins.shape)
+        for o in ins.operand_ids:
+            if o not in seen:
+                seen.add(o)
+                total += nbytes(self.p.instructions[o].shape)
+        return total
+
+    def group(self, ins, base: str) -> tuple[int | None, str]:
+        """GPUs taking part in one group of a collective, and where the count comes from: the
+        replica groups (listed or iota), else the gathered / scattered dimension's shapes, else
+        the capture's GPU count (an assumption, said)."""
+        groups = [len(g.replica_ids) for g in ins.replica_groups if g.replica_ids]
+        if ins.HasField("collective_device_list"):
+            cdl = ins.collective_device_list
+            groups += [len(g.replica_ids) for g in cdl.replica_groups if g.replica_ids]
+            if cdl.iota_replica_group_list.num_devices_per_group:
+                groups.append(int(cdl.iota_replica_group_list.num_devices_per_group))
+        if groups:
+            return max(groups), "replica groups"
+        if base in ("all-gather", "reduce-scatter") and ins.dimensions and ins.operand_ids:
+            d = int(ins.dimensions[0])
+            ins_shape = self.operand(ins, 0).shape
+            outs = ins.shape.tuple_shapes or [ins.shape]
+            out_shape = outs[-1] if base == "all-gather" and len(outs) > 1 else outs[0]
+            try:
+                small, big = ((ins_shape, out_shape) if base == "all-gather"
+                              else (out_shape, ins_shape))
+                a, b = int(small.dimensions[d]), int(big.dimensions[d])
+            except IndexError:
+                a = b = 0
+            if a and b % a == 0 and b // a > 1:
+                return b // a, f"dimension {d}'s shapes"
+        if self.group_size:
+            return self.group_size, "the capture's GPU count (assumed: no replica groups)"
+        return None, ""
+
+    def collective(self, ins) -> Cost:
+        op, inner = ins.opcode, ins
+        if op == "async-start":  # the groups and dimensions are on the wrapped collective
+            inner = next((i for cid in ins.called_computation_ids
+                          for i in self.p.computations[cid].instructions
+                          if i.opcode in COLLECTIVE_OPCODES), ins)
+            op = inner.opcode
+        base = op.removesuffix("-start")
+        size = sum(nbytes(self.p.instructions[o].shape) for o in ins.operand_ids)
+        if base in ("collective-permute", "send", "recv", "collective-broadcast"):
+            return Cost(0, size, "shapes (collective: operand bytes sent, per GPU)")
+        n, basis = self.group(inner, base)
+        if not n:
+            return Cost(None, None, "not computable",
+                        why=f"{op} names no replica groups and the GPU count is unknown")
+        if base == "all-reduce":
+            moved, rule = 2 * (n - 1) * size // n, "ring all-reduce 2(n-1)/n x operand bytes"
+        elif base == "all-gather":
+            moved, rule = (n - 1) * size, "ring all-gather (n-1) x operand bytes"
+        elif base in ("reduce-scatter", "all-to-all", "ragged-all-to-all"):
+            moved, rule = (n - 1) * size // n, f"ring {base} (n-1)/n x operand bytes"
+        else:
+            return Cost(None, None, "not computable", why=f"{op} has no byte model here")
+        return Cost(0, moved, f"shapes (collective: {rule}, n={n} from {basis}, per GPU)")
+
+    def checked_cost(self, ins) -> Cost:
+        """cost(), or "not computable" where the instruction's HLO does not have what its
+        opcode's rule reads (an operand, a dimension, a config: a corrupt or unusual program),
+        or where the rule gives a negative size: said in the row, never a crash."""
+        try:
+            c = self.cost(ins)
+        except (IndexError, KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError,
+                OverflowError, RecursionError) as exc:
+            return Cost(None, None, "not computable",
+                        why=f"its HLO lacks what the {ins.opcode or 'empty'} opcode's rule reads "
+                            f"({type(exc).__name__})")
+        if (c.flops is not None and c.flops < 0) or (c.bytes is not None and c.bytes < 0):
+            return Cost(None, None, "not computable",
+                        why="its shapes give a negative size (a negative dimension)")
+        return c
+
+    def cost(self, ins) -> Cost:
+        """FLOPs and bytes of one run of a scheduled instruction, and how they were obtained."""
+        op = ins.opcode
+        if op in COLLECTIVE_OPCODES or (op == "async-start" and any(
+                i.opcode in COLLECTIVE_OPCODES for cid in ins.called_computation_ids
+                for i in self.p.computations[cid].instructions)):
+            return self.collective(ins)
+        if op in CONTROL_OPCODES or op in NO_LAUNCH_OPCODES:
+            return Cost(None, None, "not computable",
+                        why=f"{op} is control flow; its work is in the instructions it runs")
+        c = Cost()
+        if op in ("copy", "copy-start"):
+            src = nbytes(self.operand(ins, 0).shape)
+            c.bytes, c.method = 2 * src, "shapes (copy: read + write)"
+            return c
+        self.add_flops(ins, c)
+        if c.why:
+            return Cost(None, None, "not computable", why=c.why)
+        if op == "fusion":
+            c.bytes = self.fusion_bytes(ins)
+            if c.method == "shapes":
+                c.method = "fused computation"
+        else:
+            c.bytes = self.plain_bytes(ins) if op != "custom-call" else (
+                sum(nbytes(self.p.instructions[o].shape) for o in ins.operand_ids)
+                + nbytes(ins.shape.tuple_shapes[0] if ins.shape.tuple_shapes else ins.shape))
+        return c
+
+    # ---- how often an instruction runs per execution of the program
+    def runs_per_execution(self, ins) -> int | None:
+        """Product of the known trip counts of the while loops around the instruction; None when
+        one is unknown."""
+        callers: dict[int, object] = getattr(self, "_callers", None)
+        if callers is None:
+            callers = self._callers = {}
+            for i in self.p.instructions.values():
+                for cid in i.called_computation_ids:
+                    callers.setdefault(cid, i)
+        mult, comp, seen = 1, self.p.computation_of.get(ins.id), set()
+        while comp is not None and comp != self.p.entry_id and comp not in seen:
+            seen.add(comp)
+            caller = callers.get(comp)
+            if caller is None:
+                return mult
+            if caller.opcode == "while":
+                trips = self.p.trip_count(caller)
+                if trips is None:
+                    return None
+                mult *= trips
+            comp = self.p.computation_of.get(caller.id)
+        return mult
