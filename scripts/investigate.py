@@ -37,8 +37,6 @@ capture cannot be used (one sentence says why); 2 usage; 3 a package the scripts
 
 from __future__ import annotations
 
-import csv
-import json
 import re
 import subprocess
 import sys
@@ -51,9 +49,10 @@ import sibling  # noqa: E402  (where the sibling skill is: one home)
 
 SIBLING = sibling.on_path()
 if SIBLING is not None:
+    import scratch  # noqa: E402  (sibling skill: the scratch folder, read once)
     import step_cli  # noqa: E402  (sibling skill: the command line, the per-host pass)
 else:
-    step_cli = None
+    scratch = step_cli = None
 
 
 class Step:
@@ -139,13 +138,6 @@ def run_step(step: Step, args, out: Path, failed: dict[str, str], t0: float) -> 
     return p.returncode
 
 
-def _json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-
-
 def _us(value) -> str:
     try:
         return f"{float(value):,.1f} us"
@@ -173,14 +165,11 @@ def long_names(out: Path) -> list[str]:
     """The kernel and instruction names of step 4's tables longer than MAX_NAME_CHARS, longest
     first (a kernel's demangled name may hold spaces: found whole, not word by word)."""
     names = set()
+    s = scratch.Scratch(out)
     for table, cols in (("attribution/kernel_names.csv", ("kernel",)),
                         ("attribution/ops.csv", ("instruction", "user_frame"))):
-        try:
-            with open(out / table, newline="", encoding="utf-8") as fh:
-                for r in csv.DictReader(fh):
-                    names.update(r.get(c) or "" for c in cols)
-        except (OSError, csv.Error, UnicodeDecodeError):
-            continue
+        for c in cols:
+            names.update(v or "" for v in s.values(table, c) or ())
     return sorted((n for n in names if len(n) > MAX_NAME_CHARS), key=len, reverse=True)
 
 
@@ -205,11 +194,8 @@ def where_to_look(out: Path, failed: dict[str, str], factcheck_rc: int | None) -
                                           if summary.is_file() else [])
                     if ln.startswith("verdict")), None)
     lines.append(verdict or "verdict: none (step 1 did not run; see the trust list)")
-    try:
-        with open(out / "changes.csv", newline="", encoding="utf-8") as fh:
-            ranked = list(csv.DictReader(fh))
-    except OSError:
-        ranked = []
+    s = scratch.Scratch(out)
+    ranked = s.rows("changes.csv") or []
     top = ranked[:3]
     # Python lines rank after every other cause (references/changes.md): the largest is named
     # here too, since it often holds more of the step than change 1
@@ -220,7 +206,7 @@ def where_to_look(out: Path, failed: dict[str, str], factcheck_rc: int | None) -
                      + ("; the largest Python line" if r is line else ""))
     if not top:
         lines.append("changes: none ranked (see changes.json refusals)")
-    trust = _json(out / "trust.json")
+    trust = s.json("trust.json") or {}
     figs = trust.get("figures") or {}
     n_items = (figs.get("items") or {}).get("value")
     n_need = (figs.get("needs_new_capture") or {}).get("value")

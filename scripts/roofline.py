@@ -33,7 +33,6 @@ Exit codes: 0 done; 1 the input cannot be used (one sentence says why: e.g. step
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import math
@@ -48,38 +47,20 @@ import sibling  # noqa: E402  (where the sibling skill is: one home)
 SIBLING = sibling.on_path()
 
 import gpu_ceilings  # noqa: E402  (peaks.csv, the GPU, its ceilings)
-import per_host  # noqa: E402  (sibling skill: the per-host pass)
+import scratch  # noqa: E402  (sibling skill: the scratch files' declarations, writers)
+import step_cli  # noqa: E402  (sibling skill: the command line, errors, exit codes)
 import svg  # noqa: E402  (SVG elements and text widths, shared with swimlanes.py)
 import trace_rules as rules  # noqa: E402  (sibling skill)
 import xprof_figures  # noqa: E402  (XProf's own figures, shown beside ours)
 from hlo_costs import Cost, Costs, dtype_name  # noqa: E402  (FLOPs and bytes per instruction)
-from trace_rules import pct, write_csv  # noqa: E402  (sibling skill: shared rules)
-
-import capture_inputs  # noqa: E402  (sibling skill)
+from trace_rules import pct  # noqa: E402  (sibling skill: shared rules)
 
 RESULT_FILE = "roofline.json"
 TABLE = "roofline.csv"
 PLOT = "roofline.svg"
 INSTALL = "pip install -r requirements.txt (protobuf)"
 
-COLUMNS = [
-    "program_id", "instruction", "opcode", "category", "kernels", "runs", "gpu_us",
-    "run_flops", "run_bytes", "total_flops", "total_bytes", "method", "dtype", "ceiling_dtype",
-    "intensity_flop_per_byte", "achieved_flop_per_s", "achieved_bytes_per_s",
-    "compute_ceiling_flop_per_s", "compute_tag", "compute_source",
-    "memory_ceiling_bytes_per_s", "memory_tag", "memory_source",
-    "binding", "attainable_flop_per_s", "pct_of_ceiling", "no_ceiling_why",
-    "xprof_run_flops", "xprof_run_bytes", "xprof_flops_diff_pct_of_ours",
-    "xprof_bytes_diff_pct_of_ours",
-]
-
-
-class UsageError(Exception):
-    """The input cannot be used; the message is one sentence."""
-
-
-class MissingPackage(Exception):
-    """A package the step needs is missing; the message has the install line."""
+COLUMNS = scratch.columns(TABLE)
 
 
 # ---------------------------------------------------------------- the analysis
@@ -90,12 +71,12 @@ def _g(x) -> str:
 
 
 def read_attribution(out: Path, capture) -> tuple[list[dict], dict]:
-    """Step 4's ops.csv rows and attribute_kernels.json from out/attribution/; UsageError where
+    """Step 4's ops.csv rows and attribute_kernels.json from out/attribution/; a StepError where
     they are missing, unreadable, or were written for another capture."""
     folder = out / "attribution"
     ops, result = folder / "ops.csv", folder / "attribute_kernels.json"
     if not ops.is_file() or not result.is_file():
-        raise UsageError(
+        raise step_cli.StepError(
             f"cannot build the roofline because {ops} is missing; run step 4 first: python3 -P "
             f"scripts/attribute_kernels.py {capture.files.xplane or capture.files.run_dir} "
             f"--out {out}")
@@ -104,12 +85,13 @@ def read_attribution(out: Path, capture) -> tuple[list[dict], dict]:
         with open(ops, newline="", encoding="utf-8") as fh:
             rows = list(csv.DictReader(fh))
     except (OSError, ValueError) as exc:
-        raise UsageError(f"cannot read step 4's tables in {folder}: {exc}") from exc
+        raise step_cli.StepError(f"cannot read step 4's tables in {folder}: {exc}") from exc
     was = (res.get("capture") or {}).get("xplane")
     if was and capture.files.xplane and Path(was).resolve() != Path(
             capture.files.xplane).resolve():
-        raise UsageError(f"cannot build the roofline because {folder} was written for {was}, "
-                         f"not {capture.files.xplane}; rerun attribute_kernels.py on this capture")
+        raise step_cli.StepError(f"cannot build the roofline because {folder} was written for "
+                                 f"{was}, not {capture.files.xplane}; rerun "
+                                 "attribute_kernels.py on this capture")
     return rows, res
 
 
@@ -333,9 +315,9 @@ def refuse_without_hlo(capture, out: Path, space, gpu: dict) -> tuple[dict, list
     result = {
         "step": "roofline", "status": "refused", "capture": capture_json(capture),
         "program": None, "gpu": gpu_json(gpu), "ceilings": [],
-        "figures": {"gpu_time_us": {"value": round(busy_ps / 1e6, 3), "label": "measured"},
-                    "not_computable_us": {"value": round(busy_ps / 1e6, 3),
-                                          "label": "measured"}},
+        "figures": {"gpu_time_us": scratch.figure(round(busy_ps / 1e6, 3), "us", "measured"),
+                    "not_computable_us": scratch.figure(round(busy_ps / 1e6, 3), "us",
+                                                        "measured")},
         "trust_list": refusals, "refusals": refusals, "tables": {TABLE: 0},
     }
     return result, _write_all(out, [], result, None)
@@ -344,7 +326,7 @@ def refuse_without_hlo(capture, out: Path, space, gpu: dict) -> tuple[dict, list
 def run(capture, out: Path, use_xprof: bool = True) -> tuple[dict, list[tuple[str, int]]]:
     """Step 5 on a capture_inputs.Capture, after step 4 wrote into `out`: roofline.csv,
     roofline.json and roofline.svg (the refusal alone where the capture holds no HLO). Returns
-    the result and the (file, rows) written. Raises UsageError and MissingPackage."""
+    the result and the (file, rows) written. Raises StepError (MissingPackage among them)."""
     out = Path(out)
     space = read_space(capture)
     if not space.hlo_protos():
@@ -385,34 +367,29 @@ def run(capture, out: Path, use_xprof: bool = True) -> tuple[dict, list[tuple[st
 
 
 def read_space(capture):
-    """The capture's decoded xplane; UsageError where it cannot be read, MissingPackage where
-    protobuf is missing."""
+    """The capture's decoded xplane; a StepError where it cannot be read (XPlaneError), a
+    MissingPackage where protobuf is missing."""
     try:
         import xplane_reader
-        import xprotos
         return xplane_reader.space_of(capture)
-    except ImportError as exc:
-        raise MissingPackage(f"{exc}; {INSTALL}") from exc
-    except xplane_reader.XPlaneError as exc:
-        raise UsageError(str(exc)) from exc
-    except xprotos.MissingDependency as exc:
-        raise MissingPackage(f"{exc}") from exc
+    except ImportError as exc:  # protobuf (xprotos.MissingDependency is one)
+        raise step_cli.MissingPackage(f"a package is missing ({exc}); {INSTALL}") from exc
 
 
 def load_programs(space, rows: list[dict], res: dict) -> tuple[int, dict]:
     """The id of the program step 4 chose, and program id (str) -> Program for it and every
     other program with rows in ops.csv that the capture holds readable (the others' rows say
-    "not computable" with the reason). UsageError where the chosen one cannot be read."""
+    "not computable" with the reason). a StepError where the chosen one cannot be read."""
     from hlo_program import ProgramError, load
     pid = int((res.get("program") or {}).get("id"))
     protos = space.hlo_protos()
     if pid not in protos:
-        raise UsageError(f"cannot build the roofline because the capture holds no HLO for "
-                         f"program {pid} (the one step 4 chose)")
+        raise step_cli.StepError(f"cannot build the roofline because the capture holds no HLO "
+                                 f"for program {pid} (the one step 4 chose)")
     try:
         programs = {str(pid): load(protos[pid][1], pid)}
     except ProgramError as exc:
-        raise UsageError(f"cannot build the roofline because {exc}") from exc
+        raise step_cli.StepError(f"cannot build the roofline because {exc}") from exc
     for other in sorted({r.get("program_id") for r in rows} - {str(pid)}, key=str):
         try:
             programs[other] = load(protos[int(other)][1], int(other))
@@ -449,15 +426,14 @@ def gpu_json(gpu: dict) -> dict:
 def _write_all(out: Path, table, result, svg) -> list[tuple[str, int]]:
     """Each file to a temporary name in `out`, then renamed: whole or not at all."""
     with rules.replace_files(out, ".roofline.") as tmp:
-        n = write_csv(tmp / TABLE, COLUMNS, table)
-        (tmp / RESULT_FILE).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n",
-                                       encoding="utf-8")
+        n = scratch.write_table(tmp, TABLE, table)
+        scratch.write_result(tmp, RESULT_FILE, result)
         if svg is not None:
             (tmp / PLOT).write_text(svg, encoding="utf-8")
     if svg is None:  # nothing to draw: an older plot must not stay behind as if it were this one
         (out / PLOT).unlink(missing_ok=True)
-        return [(TABLE, n), (RESULT_FILE, 1)]
-    return [(TABLE, n), (PLOT, 1), (RESULT_FILE, 1)]
+        return [(TABLE, n), (RESULT_FILE, None)]
+    return [(TABLE, n), (PLOT, len(svg.encode())), (RESULT_FILE, None)]
 
 
 # ---------------------------------------------------------------- the plot
@@ -652,49 +628,31 @@ def caption_lines(table, result, pts: list[tuple]) -> list[str]:
 
 # ---------------------------------------------------------------- main
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog="\n".join(__doc__.splitlines()[1:]))
-    ap.add_argument("capture")
-    ap.add_argument("--out", type=Path, default=Path("."))
+def options(ap) -> None:
     ap.add_argument("--no-xprof", action="store_true",
                     help="leave out XProf's own FLOPs and bytes per instruction")
-    ap.add_argument("--run")
-    ap.add_argument("--host")
-    per_host.add_arguments(ap)
-    args = ap.parse_args(argv)
-    fanned = per_host.maybe_fan_out("roofline", __file__, argv, args.capture, args.run,
-                                   args.host, args.out, args.jobs)
-    if fanned is not None:
-        return fanned
-    try:
-        capture = capture_inputs.open_capture(args.capture, run=args.run, host=args.host)
-        result, written = run(capture, args.out, use_xprof=not args.no_xprof)
-    except (capture_inputs.CaptureError, UsageError) as exc:
-        print(f"roofline: {rules.printable(exc)}", file=sys.stderr)
-        return 1
-    except MissingPackage as exc:
-        print(f"roofline: a package is missing ({exc})", file=sys.stderr)
-        return 3
-    except OSError as exc:  # the scratch folder: permissions, a full disk
-        print(f"roofline: cannot write into {rules.printable(args.out)}: {exc.strerror or exc}",
-              file=sys.stderr)
-        return 1
-    for f, n in written:
-        print(f"wrote {args.out / f}" + (f" ({n} rows)" if f.endswith(".csv") else ""))
+
+
+STEP = step_cli.Step("roofline", __doc__, __file__, options=options)
+
+
+def body(args) -> list[str]:
+    result, written = run(step_cli.open_capture(STEP, args), args.out,
+                          use_xprof=not args.no_xprof)
     g = result["gpu"]
-    print(f"GPU: {g['model'] or 'not identified: ' + g['why']}")
+    out = step_cli.wrote(args.out, written)
+    out.append(f"GPU: {g['model'] or 'not identified: ' + g['why']}")
     if result["status"] == "refused":
-        print(f"roofline refused: {result['refusals'][0]}")
-        print("Next: put this refusal on the trust list (SKILL.md step 7).")
-        return 0
-    for line in result["trust_list"]:
-        print(f"trust list: {line}")
-    print("Next: read roofline.csv top rows by gpu_us; quote ceilings with their tag (SKILL.md "
-          "step 5).")
-    return 0
+        return out + [f"roofline refused: {result['refusals'][0]}",
+                      "Next: put this refusal on the trust list (SKILL.md step 7)."]
+    out += [f"trust list: {line}" for line in result["trust_list"]]
+    return out + ["Next: read roofline.csv top rows by gpu_us; quote ceilings with their tag "
+                  "(SKILL.md step 5)."]
+
+
+def main(argv=None) -> int:
+    return step_cli.main(STEP, body, argv)
 
 
 if __name__ == "__main__":
-    raise SystemExit(rules.run_main("roofline", main))
+    raise SystemExit(step_cli.run(STEP, main))

@@ -36,8 +36,6 @@ GPU events, no complete step, a step that was not analysed, a table that is not 
 
 from __future__ import annotations
 
-import argparse
-import csv
 import gc
 import json
 import math
@@ -50,21 +48,16 @@ import sibling  # noqa: E402  (where the sibling skill is: one home)
 
 SIBLING = sibling.on_path()
 
-import per_host  # noqa: E402  (sibling skill: the per-host pass)
+import scratch  # noqa: E402  (sibling skill: the scratch files' declarations, readers)
+import step_cli  # noqa: E402  (sibling skill: the command line, errors, exit codes)
 import svg  # noqa: E402  (SVG elements and text widths, shared with roofline.py)
 import trace_rules as rules  # noqa: E402  (sibling skill: the classification rules)
-from trace_rules import write_csv  # noqa: E402
-
-import capture_inputs  # noqa: E402  (sibling skill)
-import trace_reader  # noqa: E402  (sibling skill)
 
 RESULT_FILE = "swimlanes.json"
 SVG_FILE = "swimlanes.svg"
 STRAGGLERS_FILE = "stragglers.csv"
 STEP1_FILES = ("skip_stats.json", "rows.csv", "steps.csv", "gaps.csv")
-ATTRIBUTION_FILE = Path("attribution") / "kernels.csv"
-STRAGGLER_COLUMNS = ["step", "device", "end_us", "lag_us", "last_kernel", "last_stretch",
-                     "stretch_start_us", "stretch_us", "finishes_last", "compared"]
+ATTRIBUTION_FILE = "attribution/kernels.csv"
 
 # ---------------------------------------------------------------- named constants
 
@@ -138,12 +131,14 @@ PATTERNS = (
     '</pattern>')
 
 
-class SwimlaneError(Exception):
-    """The input cannot be drawn; the message is one sentence."""
+class SwimlaneError(step_cli.StepError):
+    """The input cannot be drawn; the message is one sentence (exit 1)."""
 
 
 class WindowError(SwimlaneError):
     """--start/--end do not make a window (a usage error, exit 2)."""
+
+    code = step_cli.USAGE
 
 
 # ---------------------------------------------------------------- load
@@ -166,28 +161,6 @@ def ensure_step1(capture, out: Path) -> bool:
     return True
 
 
-def table(path: Path, columns):
-    """Yield each row of a CSV as a list of `columns`' cells; a missing column is an error."""
-    try:
-        fh = open(path, newline="", encoding="utf-8")
-    except OSError as exc:
-        raise SwimlaneError(f"cannot read {path}: {exc.strerror}") from exc
-    with fh:
-        reader = csv.reader(fh)
-        header = next(reader, None) or []
-        missing = [c for c in columns if c not in header]
-        if missing:
-            raise SwimlaneError(f"{path} is not step 1's table (it has no column {missing[0]}); "
-                                "run skip_stats.py into this folder again, or delete it")
-        idx = [header.index(c) for c in columns]
-        width = max(idx) + 1
-        for n, row in enumerate(reader, 2):
-            if len(row) < width:
-                raise SwimlaneError(f"{path} line {n} has {len(row)} cells where the header "
-                                    f"has {len(header)}: the table is cut or not step 1's")
-            yield [row[i] for i in idx]
-
-
 def read_step1(out: Path) -> tuple[dict, dict, list]:
     """skip_stats.json, steps.csv as {step: {device: row}}, gaps.csv rows."""
     try:
@@ -198,14 +171,14 @@ def read_step1(out: Path) -> tuple[dict, dict, list]:
                             "skip_stats.py into this folder again, or delete it") from exc
     steps: dict[int, dict] = {}
     try:
-        for step, dev, source, start, end, crit in table(out / "steps.csv", [
+        for step, dev, source, start, end, crit in scratch.stream(out, "steps.csv", [
                 "step", "device", "source", "start_us", "end_us", "critical_stream"]):
             steps.setdefault(int(step), {})[int(dev)] = {
                 "source": source, "start": to_ps(start), "end": to_ps(end),
                 "critical": int(crit) if crit else None}
         gaps = []
-        for dev, stream, step, start, end, before, after, cause, thread, host in table(
-                out / "gaps.csv", ["device", "stream", "step", "start_us", "end_us",
+        for dev, stream, step, start, end, before, after, cause, thread, host in scratch.stream(
+                out, "gaps.csv", ["device", "stream", "step", "start_us", "end_us",
                                    "kernel_before", "kernel_after", "cause", "launch_thread",
                                    "host_events"]):
             gaps.append({"device": int(dev), "stream": int(stream), "step": int(step),
@@ -227,7 +200,7 @@ class Rows:
     (for stragglers.csv); the events and launch calls inside the window (for drawing); each
     stream's name and its busy time per category in the chosen step (for its role)."""
 
-    def __init__(self, path: Path, analysed: set, chosen: int, v0: int, v1: int):
+    def __init__(self, out: Path, analysed: set, chosen: int, v0: int, v1: int):
         self.per_step_gpu: dict[tuple, list] = {}
         self.lane_events: dict[tuple, list] = {}
         self.stream_names: dict[tuple, str] = {}
@@ -239,7 +212,7 @@ class Rows:
         first, last = None, None
         try:
             for (dev, stream, sname, name, cat, start_t, end_t, join, lname, lthread, lstart,
-                 ldur, hlo_op, graph, step) in table(path, ROW_COLUMNS):
+                 ldur, hlo_op, graph, step) in scratch.stream(out, "rows.csv", ROW_COLUMNS):
                 d, s = int(dev), int(stream)
                 start, end = to_ps(start_t), to_ps(end_t)
                 first = start if first is None or start < first else first
@@ -272,23 +245,23 @@ class Rows:
                             c[4].add(d)
                             c[5] += 1
         except ValueError as exc:
-            raise SwimlaneError(f"a cell of {path} is not a number ({exc}); run skip_stats.py "
-                                "into this folder again") from exc
+            raise SwimlaneError(f"a cell of {out / 'rows.csv'} is not a number ({exc}); run "
+                                "skip_stats.py into this folder again") from exc
         if first is not None:
             self.span = (first, last)
 
 
-def read_instructions(path: Path, keys: set) -> tuple[dict, str | None]:
+def read_instructions(out: Path, keys: set) -> tuple[dict, str | None]:
     """{(device, stream, start_us): (instruction, match)} for the given keys, from step 4's
     kernels.csv; a note instead where the file lacks its columns."""
     found: dict[tuple, tuple] = {}
     try:
-        for dev, stream, start, ins, match in table(path, ["device", "stream", "start_us",
-                                                           "instruction", "match"]):
+        for dev, stream, start, ins, match in scratch.stream(
+                out, ATTRIBUTION_FILE, ["device", "stream", "start_us", "instruction", "match"]):
             k = (dev, stream, start)
             if k in keys:
                 found[k] = (ins, match)
-    except SwimlaneError as exc:
+    except scratch.TableError as exc:
         return {}, f"{exc}: tooltips name no instruction"
     return found, None
 
@@ -1014,7 +987,7 @@ def run(capture, out: Path, step: int | None = None, start_us: float | None = No
     s1, steps, gaps = read_step1(out)
     chosen = pick_step(s1, steps, step, start_us, end_us)
     v0, v1, zoomed = window(chosen, start_us, end_us)
-    rows = read_rows(out / "rows.csv", steps, chosen, v0, v1, zoomed)
+    rows = read_rows(out, steps, chosen, v0, v1, zoomed)
     strag_rows = straggler_rows(steps, rows.per_step_gpu, gaps, rules.compared_gpus(s1))
     straggler, notes, refusals = straggler_of(chosen, strag_rows)
     notes += [f"not compared for the straggler (other work): {x}" for x in rules.other_work(s1)]
@@ -1066,10 +1039,11 @@ def pick_step(s1: dict, steps: dict, step: int | None, start_us: float | None,
     return chosen
 
 
-def read_rows(path: Path, steps: dict, chosen: dict, v0: int, v1: int, zoomed: bool) -> Rows:
+def read_rows(out: Path, steps: dict, chosen: dict, v0: int, v1: int, zoomed: bool) -> Rows:
     """rows.csv read for the chosen step and the window; SwimlaneError where it holds no GPU
     event, or none in a zoomed window."""
-    rows = Rows(path, set(steps), chosen["number"], v0, v1)
+    path = out / "rows.csv"
+    rows = Rows(out, set(steps), chosen["number"], v0, v1)
     if rows.span is None:
         raise SwimlaneError(f"{path} holds no GPU event, so there are no GPU lanes to draw")
     if zoomed and (v1 <= rows.span[0] or v0 >= rows.span[1]):
@@ -1115,7 +1089,7 @@ def tooltip_instructions(out: Path, lanes: list) -> tuple[dict, dict | None, lis
         return {}, None, []
     keys = {(str(lane["device"]), str(lane["stream"]), b[5][5]) for lane in lanes
             if lane["kind"] == "gpu" for b in lane["bars"] if b[3] == 1}
-    instructions, why_not = read_instructions(att, keys)
+    instructions, why_not = read_instructions(out, keys)
     notes = [why_not] if why_not else []
     if keys and not instructions and not why_not:
         notes.append(f"{ATTRIBUTION_FILE} is present but none of the kernels drawn alone "
@@ -1160,11 +1134,10 @@ def write_outputs(out: Path, result: dict, text: str, strag_rows: list) -> list:
                  int(r["finishes_last"]), int(r["compared"])] for r in strag_rows]
     with rules.replace_files(out, ".swimlanes-") as tmp:
         (tmp / SVG_FILE).write_text(text, encoding="utf-8")
-        n = write_csv(tmp / STRAGGLERS_FILE, STRAGGLER_COLUMNS, csv_rows)
+        n = scratch.write_table(tmp, STRAGGLERS_FILE, csv_rows)
         result["tables"] = {SVG_FILE: len(text.encode("utf-8")), STRAGGLERS_FILE: n}
-        (tmp / RESULT_FILE).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n",
-                                       encoding="utf-8")
-    return [(SVG_FILE, len(text.encode("utf-8"))), (STRAGGLERS_FILE, n), (RESULT_FILE, 1)]
+        scratch.write_result(tmp, RESULT_FILE, result)
+    return [(SVG_FILE, len(text.encode("utf-8"))), (STRAGGLERS_FILE, n), (RESULT_FILE, None)]
 
 
 def steps_last(rows: list[dict]) -> list[dict]:
@@ -1191,55 +1164,38 @@ def lane_json(lane: dict) -> dict:
             "gaps": len(lane["gaps"]), "label": lane["label"]}
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog="\n".join(__doc__.splitlines()[1:]))
-    ap.add_argument("capture")
-    ap.add_argument("--out", type=Path, default=Path("."))
+def options(ap) -> None:
     ap.add_argument("--step", type=int, help="the step to draw (default: the median one)")
     ap.add_argument("--start", type=float, metavar="US",
                     help="window start, microseconds from the profile start")
     ap.add_argument("--end", type=float, metavar="US",
                     help="window end, microseconds from the profile start")
-    ap.add_argument("--run")
-    ap.add_argument("--host")
-    per_host.add_arguments(ap)
-    args = ap.parse_args(argv)
-    fanned = per_host.maybe_fan_out("swimlanes", __file__, argv, args.capture, args.run,
-                                   args.host, args.out, args.jobs)
-    if fanned is not None:
-        return fanned
+
+
+STEP = step_cli.Step("swimlanes", __doc__, __file__, options=options)
+
+
+def body(args) -> list[str]:
     for v, flag in ((args.start, "--start"), (args.end, "--end")):
         if v is not None and not math.isfinite(v):
-            ap.error(f"{flag} must be a finite number of microseconds")
+            raise step_cli.UsageError(f"{flag} must be a finite number of microseconds")
     if args.start is not None and args.end is not None and args.start >= args.end:
-        ap.error(f"--start {args.start} must be before --end {args.end}")
+        raise step_cli.UsageError(f"--start {args.start} must be before --end {args.end}")
     gc.disable()  # many small objects, no cycles (see skip_stats.py)
-    try:
-        capture = capture_inputs.open_capture(args.capture, run=args.run, host=args.host)
-        for n in capture.files.notes:
-            print(f"swimlanes: {n}", file=sys.stderr)
-        result, written = run(capture, args.out, args.step, args.start, args.end)
-    except WindowError as exc:
-        ap.error(str(exc))
-    except (capture_inputs.CaptureError, trace_reader.TraceError, SwimlaneError) as exc:
-        print(f"swimlanes: {rules.printable(exc)}", file=sys.stderr)
-        return 1
-    except OSError as exc:
-        print(f"swimlanes: cannot write into {args.out}: {exc.strerror or exc}", file=sys.stderr)
-        return 1
-    for fname, n in written:
-        unit = "bytes" if fname.endswith(".svg") else "rows"
-        print(f"wrote {args.out / fname} ({n} {unit})")
-    print(f"step: {rules.printable(result['chosen']['why'])}")
+    result, written = run(step_cli.open_capture(STEP, args), args.out, args.step, args.start,
+                          args.end)
     sg = result["straggler"]
-    print(rules.printable(f"straggler: {sg['sentence']}" if sg else
-                          "straggler: " + "; ".join(result["refusals"] + result["notes"][:1])))
-    print("Next: open swimlanes.svg in a browser (hover a bar for its kernel); quote the "
-          "straggler line and stragglers.csv (SKILL.md step 3).")
-    return 0
+    return step_cli.wrote(args.out, written) + [
+        f"step: {rules.printable(result['chosen']['why'])}",
+        rules.printable(f"straggler: {sg['sentence']}" if sg else
+                        "straggler: " + "; ".join(result["refusals"] + result["notes"][:1])),
+        "Next: open swimlanes.svg in a browser (hover a bar for its kernel); quote the "
+        "straggler line and stragglers.csv (SKILL.md step 3)."]
+
+
+def main(argv=None) -> int:
+    return step_cli.main(STEP, body, argv)
 
 
 if __name__ == "__main__":
-    raise SystemExit(rules.run_main("swimlanes", main))
+    raise SystemExit(step_cli.run(STEP, main))

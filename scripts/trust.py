@@ -34,7 +34,6 @@ sentence says why: it does not exist, or no step has written there); 2 usage.
 
 from __future__ import annotations
 
-import csv
 import json
 import re
 import sys
@@ -54,7 +53,6 @@ import trace_rules as rules  # noqa: E402  (sibling skill: CSV writing, atomic o
 RESULT_FILE = "trust.json"
 TABLE = "trust.csv"
 COLUMNS = scratch.columns(TABLE)
-csv.field_size_limit(1 << 30)  # host_events cells of long gaps are long
 
 # ---------------------------------------------------------------- named constants
 
@@ -206,19 +204,6 @@ def load(out: Path, failed: dict) -> Inputs:
                                  f"{', '.join(rel for _, rel, _ in STEPS.values())}): run "
                                  "steps 0 to 6 there first")
     return inp
-
-
-def read_table(out: Path, rel: str):
-    """Rows of a step's CSV as dicts (streamed), or None when the file is not there."""
-    path = Path(out) / rel
-    if not path.is_file():
-        return None
-    return _rows(path)
-
-
-def _rows(path: Path):
-    with open(path, newline="", encoding="utf-8") as fh:
-        yield from csv.DictReader(fh)
 
 
 def _num(v, default=None):
@@ -474,7 +459,7 @@ def program_items(inp: Inputs, facts: Facts) -> list:
         chosen = m.group(1)
         ids = [x.strip() for x in m.group(2).split(",") if x.strip()]
         other_us = other_k = 0.0
-        how = read_table(inp.out, "attribution/how.csv")
+        how = scratch.records(inp.out, "attribution/how.csv")
         for r in how or ():
             if r.get("program_id") in ids and r.get("program_id") != chosen:
                 other_us += _num(r.get("gpu_us"), 0.0)
@@ -493,7 +478,7 @@ def async_label_items(inp: Inputs, facts: Facts) -> list:
     if inp.get("attribute_kernels") is None:
         return []
     n, us, labels = 0, 0.0, set()
-    for r in read_table(inp.out, "attribution/kernels.csv") or ():
+    for r in scratch.records(inp.out, "attribution/kernels.csv") or ():
         if (r.get("category") == "collective" and r.get("graph") != "1" and r.get("hlo_op")
                 and r.get("match") != "exact"):
             n += 1
@@ -539,7 +524,7 @@ def attribution_items(inp: Inputs, facts: Facts) -> list:
     rec_fail = [c for c in (inp.get("reconcile") or {}).get("checks") or []
                 if c.get("check") == "attribution_confidence" and c.get("status") == "fail"]
     verdict = (" | reconcile: " + rec_fail[0].get("trust_sentence", "")) if rec_fail else ""
-    how = read_table(inp.out, "attribution/how.csv")
+    how = scratch.records(inp.out, "attribution/how.csv")
     by_class = [r for r in how or () if r.get("program_id") == "all"
                 and _num(r.get("low_confidence_kernels"), 0) > 0]
     for r in by_class:
@@ -582,8 +567,8 @@ def python_tracer_items(inp: Inputs, facts: Facts) -> list:
     gaps (gaps.csv host_events) and in the idle between steps (steps.csv
     between_host_events, every host thread: it finds the tracer also where the Python thread
     launches nothing, as with several GPUs)."""
-    gaps = read_table(inp.out, "gaps.csv")
-    steps = read_table(inp.out, "steps.csv")
+    gaps = scratch.records(inp.out, "gaps.csv")
+    steps = scratch.records(inp.out, "steps.csv")
     if gaps is None and steps is None:
         return []
     n, idle, overlap, names = 0, 0.0, 0.0, {}
@@ -675,7 +660,7 @@ def roofline_items(inp: Inputs, facts: Facts) -> list:
     if roof.get("status") != "refused" and nc > 0:
         sentences = [s for s in roof.get("trust_list") or [] if NOT_COMPUTABLE_SENTENCE in s]
         facts.consumed.update(sentences)
-        rows = read_table(inp.out, "roofline.csv")
+        rows = scratch.records(inp.out, "roofline.csv")
         n = sum(1 for r in rows or () if (r.get("method") or "").startswith("not computable"))
         out.append(item("not_computable", "instructions whose FLOPs or bytes are not computable "
                         "from the HLO: no roofline point", "roofline.json: figures."
@@ -691,7 +676,7 @@ def roofline_items(inp: Inputs, facts: Facts) -> list:
                         total_us=facts.total_us))
     elif roof.get("status") != "refused":
         n, us, why = 0, 0.0, {}
-        for r in read_table(inp.out, "roofline.csv") or ():
+        for r in scratch.records(inp.out, "roofline.csv") or ():
             w = r.get("no_ceiling_why") or ""
             if w and not (r.get("method") or "").startswith("not computable"):
                 n += 1
@@ -791,7 +776,8 @@ def needs_new_capture(inp: Inputs, items: list, facts: Facts) -> list:
     if any(k in n for n in ss.get("notes") or [] for k in LIMITING_NOTES):
         q.append(question("the events after the trace exporter's cap (the last step is cut)",
                           NEEDS["fewer_events"], "skip_stats.json: notes"))
-    ranked = [r for r in read_table(inp.out, "changes.csv") or () if (r.get("knob") or "").strip()]
+    ranked = [r for r in scratch.records(inp.out, "changes.csv") or ()
+              if (r.get("knob") or "").strip()]
     for r in ranked[:CHANGES_ASKED]:
         gone = _num(r.get("step_if_gone_us"))
         est = f" (estimated {gone:.1f} us, inferred, not run)" if gone is not None else ""
@@ -810,7 +796,7 @@ def collect(inp: Inputs, failed: dict) -> tuple[list, list, Facts]:
     ci = inp.get("capture_info") or {}
     amd = {str(g.get("ordinal")) for g in ci.get("gpus") or []
            if str((g.get("device") or {}).get("device_vendor") or "").upper() == "AMD"}
-    rows = read_table(inp.out, "rows.csv")
+    rows = scratch.records(inp.out, "rows.csv")
     rf = summarise_rows(rows, amd) if rows is not None else None
     total = _fig(inp.get("attribute_kernels"), "kernel_time_us")
     source = "attribution/attribute_kernels.json: figures.kernel_time_us"

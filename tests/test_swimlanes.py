@@ -423,7 +423,7 @@ def test_no_complete_step_and_bad_tables_leave_the_previous_drawing(tiny, tmp_pa
                                                  + rows[1:]) + "\n")
     p = run(tiny, tmp_path, "--step", "1")
     assert p.returncode == 1 and len(p.stderr.strip().splitlines()) == 1
-    assert "rows.csv is not step 1's table (it has no column start_us)" in p.stderr
+    assert "rows.csv is not the table skip_stats.py writes (it has no column start_us)" in p.stderr
     assert (tmp_path / "swimlanes.svg").read_bytes() == before["swimlanes.svg"]
     assert (tmp_path / "swimlanes.json").read_bytes() == before["swimlanes.json"]
     assert not [f for f in tmp_path.iterdir() if f.name.startswith(".swimlanes-")]

@@ -26,7 +26,11 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-csv.field_size_limit(1 << 24)
+if __name__ == "__main__":  # run as a script with -P: its own folder is not on sys.path
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+from step_cli import StepError  # noqa: E402
+
+csv.field_size_limit(1 << 30)  # gaps.csv host_events cells of long gaps are long
 
 LABELS = ("measured", "read", "inferred", "inferred, not run")
 
@@ -34,6 +38,12 @@ LABELS = ("measured", "read", "inferred", "inferred, not run")
 class ScratchError(Exception):
     """A table or column that is not declared, or a result figure that disagrees with its
     declaration: a defect of the bundle, never of the user's input."""
+
+
+class TableError(StepError):
+    """A table in the scratch folder is not the one its producer writes (a column missing, a
+    row cut short, a cell that is not a number): one sentence naming the producer to run again
+    (exit 1)."""
 
 
 @dataclass(frozen=True)
@@ -202,6 +212,50 @@ def figure(value, unit: str, label: str, rng: dict | None = None) -> dict:
 
 
 # ---------------------------------------------------------------- reader
+
+def records(folder: Path, file: str):
+    """The rows of the declared table `file` under `folder` as dicts, streamed (a table of
+    millions of rows is never held whole); None when the file is not there."""
+    table(file)
+    path = Path(folder) / file
+    if not path.is_file():
+        return None
+    return _records(path)
+
+
+def _records(path: Path):
+    with open(path, newline="", encoding="utf-8") as fh:
+        yield from csv.DictReader(fh)
+
+
+def stream(folder: Path, file: str, names) -> object:
+    """Yield each row of the declared table `file` under `folder` as the cells of the columns
+    `names` (each declared), in that order, streaming: a table of millions of rows is never
+    held whole. TableError where the file cannot be read, lacks a column or has a row cut
+    short."""
+    for n in names:
+        column(file, n)
+    path = Path(folder) / file
+    producer = table(file).producer
+    try:
+        fh = open(path, newline="", encoding="utf-8")
+    except OSError as exc:
+        raise TableError(f"cannot read {path}: {exc.strerror}") from exc
+    with fh:
+        reader = csv.reader(fh)
+        header = next(reader, None) or []
+        missing = [c for c in names if c not in header]
+        if missing:
+            raise TableError(f"{path} is not the table {producer} writes (it has no column "
+                             f"{missing[0]}); run {producer} into this folder again, or delete it")
+        idx = [header.index(c) for c in names]
+        width = max(idx) + 1
+        for n, row in enumerate(reader, 2):
+            if len(row) < width:
+                raise TableError(f"{path} line {n} has {len(row)} cells where the header has "
+                                 f"{len(header)}: the table is cut or not {producer}'s")
+            yield [row[i] for i in idx]
+
 
 class Scratch:
     """A scratch folder's files, each read once; a missing or unreadable file reads as None.
