@@ -164,42 +164,13 @@ def load(capture, blobs: dict):
     return space, protos, built, unreadable
 
 
-class KernelRow:
-    __slots__ = ("device", "stream", "start", "dur", "name", "corr", "hlo_op", "program_id",
-                 "own_program", "category", "graph", "instruction", "match", "cpu", "why",
-                 "inner", "confidence", "kind", "group", "module")
-
-    def __init__(self, device, stream, start, dur, name, corr, hlo_op, program_id, graph,
-                 memcpy, module=None, cpu=False):
-        self.device = device
-        self.stream = stream
-        self.start = start
-        self.dur = dur
-        self.name = name
-        self.corr = corr
-        self.hlo_op = hlo_op
-        self.own_program = program_id is not None
-        self.program_id = program_id
-        self.graph = graph
-        self.category = "memcpy" if memcpy else ""
-        self.instruction = ""
-        self.match = "none"
-        self.why = ""
-        self.inner = ""
-        self.confidence = 0.0
-        self.kind = ""
-        self.group = False
-        self.cpu = cpu
-        self.module = module  # the tracer's hlo_module label
-
-
 KERNEL_STATS = frozenset({"correlation_id", "hlo_op", "program_id", "memcpy_details",
                           "hlo_module"}) | \
     rules.GRAPH_ID_STATS
 
 
 def _flat(ordinal, line) -> list[tuple]:
-    """One stream's events as the tuples KernelRow takes (without `cpu`)."""
+    """One stream's events as the tuples kernel_match.Kernel takes (without `cpu`)."""
     lid = line.id
     graph_ids = rules.GRAPH_ID_STATS
     return [(ordinal, lid, start, dur, name, st.get("correlation_id"), st.get("hlo_op"),
@@ -224,7 +195,8 @@ def graph_launch_ids(space) -> set:
 
 def collect_kernels(space) -> tuple[list, bool]:
     """GPU stream events; for a CPU capture, XLA:CPU thunk events (control thunks left out)."""
-    kernels = [KernelRow(*t) for plane in space.gpu_planes() for line in plane.lines
+    kernel = km.Kernel
+    kernels = [kernel(*t) for plane in space.gpu_planes() for line in plane.lines
                if line.name.startswith("Stream #") for t in _flat(plane.gpu_ordinal, line)]
     if kernels:
         launched = graph_launch_ids(space)
@@ -241,11 +213,10 @@ def collect_kernels(space) -> tuple[list, bool]:
         for ev in line.events(KERNEL_STATS):
             st = ev.stats
             if rules.is_cpu_thunk(st):
-                kernels.append(KernelRow("CPU", line.id, ev.start_ps, ev.duration_ps, ev.name,
-                                         st.get("correlation_id"), st.get("hlo_op"),
-                                         st.get("program_id"), "cuda_graph_id" in st,
-                                         "memcpy_details" in st, st.get("hlo_module"),
-                                         cpu=True))
+                kernels.append(kernel("CPU", line.id, ev.start_ps, ev.duration_ps, ev.name,
+                                      st.get("correlation_id"), st.get("hlo_op"),
+                                      st.get("program_id"), "cuda_graph_id" in st,
+                                      "memcpy_details" in st, st.get("hlo_module"), cpu=True))
             elif rules.is_gpu_runtime_call(st):
                 runtime_calls += 1
     if runtime_calls and not kernels:
@@ -541,7 +512,7 @@ def attribute(kernels, programs, chosen, notes: list, counted: dict,
                 shared[k.corr] = shared.get(k.corr, 0) + 1
         ks.sort(key=lambda k: (_as_int(k.corr), k.start))
         kind_of = rules.kernel_kind
-        for k in ks:  # the fields the matcher reads (see kernel_match.Kernel)
+        for k in ks:  # the fields the matcher reads besides the capture's
             k.kind = kind = kind_of(k.name, k.hlo_op, k.category == "memcpy")
             k.category = rules.CATEGORY_OF_KIND.get(kind, "compute")
             # one launch for the matcher: a graph, or events sharing a correlation id

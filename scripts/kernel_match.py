@@ -120,24 +120,41 @@ class Expect:
     repeat: bool = False  # the slot may launch more events of this kind
 
 
-@dataclass(slots=True)
 class Kernel:
-    """What the matcher needs of an event; `instruction`, `match`, `inner`, `confidence` and
-    `why` are its answer."""
-    index: int
-    name: str
-    kind: str
-    hlo_op: str | None
-    group: bool           # shares its correlation id with other events (a graph launch)
-    corr: object = None
-    start: int | None = None   # ps; with `dur` and `stream`, where known, they show whether a
-    dur: int | None = None     # launch's events ran at once (optional: the matching does not
-    stream: object = None      # need them)
-    instruction: str = ""
-    inner: str = ""       # the instruction the label named, where it is inside `instruction`
-    match: str = "none"
-    why: str = ""         # for none: "outside" (own launch, no label) or "no slot"
-    confidence: float = 0.0
+    """One GPU event (a kernel, memcpy or memset; on a CPU capture an XLA:CPU thunk event) and
+    the answer for it: the one record of an event in step 4. attribute_kernels builds one per
+    event from the capture (device, stream, start and dur in ps, name, correlation id, the
+    tracer's hlo_op and hlo_module labels, program id, whether it ran in a graph, whether it is
+    a memcpy) and fills `kind` and `group` before matching; `match` reads name, kind, hlo_op,
+    group, corr (and start, dur, stream where known: they show whether a launch's events ran at
+    once) and fills instruction, inner, match, why and confidence. A plain class with slots: a
+    capture holds hundreds of thousands of events."""
+    __slots__ = ("device", "stream", "start", "dur", "name", "corr", "hlo_op", "program_id",
+                 "own_program", "category", "graph", "instruction", "match", "cpu", "why",
+                 "inner", "confidence", "kind", "group", "module")
+
+    def __init__(self, device, stream, start, dur, name, corr, hlo_op, program_id, graph,
+                 memcpy, module=None, cpu=False):
+        self.device = device
+        self.stream = stream
+        self.start = start
+        self.dur = dur
+        self.name = name
+        self.corr = corr
+        self.hlo_op = hlo_op
+        self.own_program = program_id is not None  # the capture gave its program id
+        self.program_id = program_id
+        self.graph = graph
+        self.category = "memcpy" if memcpy else ""  # trace_rules' category once classified
+        self.instruction = ""
+        self.match = "none"
+        self.why = ""         # for none: "outside" (own launch, no label), "no slot", "no hlo"
+        self.inner = ""       # the instruction the label named, where it is inside `instruction`
+        self.confidence = 0.0
+        self.kind = ""        # trace_rules.kernel_kind
+        self.group = False    # one launch with other events (a graph, or a shared correlation id)
+        self.cpu = cpu
+        self.module = module  # the tracer's hlo_module label
 
 
 # ------------------------------------------------------------------------------- names, kinds
