@@ -447,6 +447,138 @@ def _backend_config(raw: bytes) -> str:
     return _q(text)
 
 
+def _collective_attributes(ins: Any, op: str) -> list[str]:
+    """Channel, replica groups and pairs of a collective or a send/recv (none for others)."""
+    if op not in _COLLECTIVES and op not in _SEND_RECV:
+        return []
+    a: list[str] = []
+    add = a.append
+    if ins.channel_id > 0:
+        add(f"channel_id={ins.channel_id}")
+    if op in _SEND_RECV:
+        if ins.is_host_transfer:
+            add("is_host_transfer=true")
+    elif op not in ("collective-permute", "collective-permute-start"):
+        rg = _replica_groups(ins)
+        if rg is not None:
+            add(f"replica_groups={rg}")
+        if op in _DIMENSIONS_AFTER_GROUPS and (ins.dimensions or op != "all-to-all"):
+            add("dimensions=" + _ints(ins.dimensions))
+    if ins.constrain_layout:
+        add("constrain_layout=true")
+    if ins.use_global_device_ids:
+        add("use_global_device_ids=true")
+    if ins.source_target_pairs:
+        add("source_target_pairs={" + ",".join(
+            f"{{{p.source},{p.target}}}" for p in ins.source_target_pairs) + "}")
+    return a
+
+
+def _dimension_attributes(ins: Any, op: str) -> list[str]:
+    """Dimensions, stability of a sort, window, convolution labels and group counts."""
+    a: list[str] = []
+    add = a.append
+    # (an all-gather's and an all-to-all's dimensions follow their replica groups)
+    if op not in _DIMENSIONS_AFTER_GROUPS and (
+            op in _DIMENSION_OPS or (ins.dimensions and op != "iota")):
+        add("dimensions=" + _ints(ins.dimensions))
+    if op == "sort" and ins.is_stable:
+        add("is_stable=true")
+    if ins.HasField("window") and (op != "custom-call" or ins.window.dimensions):
+        add("window=" + _window(ins.window))
+    if ins.HasField("convolution_dimension_numbers") and (
+            op == "convolution" or ins.convolution_dimension_numbers.input_spatial_dimensions
+            or ins.convolution_dimension_numbers.kernel_spatial_dimensions):
+        add("dim_labels=" + _dim_labels(ins.convolution_dimension_numbers))
+    if ins.feature_group_count > 1:
+        add(f"feature_group_count={ins.feature_group_count}")
+    if ins.batch_group_count > 1:
+        add(f"batch_group_count={ins.batch_group_count}")
+    return a
+
+
+def _dimension_numbers(ins: Any) -> list[str]:
+    """Dot, ragged dot, gather and scatter dimension numbers, and operand precision."""
+    a: list[str] = []
+    add = a.append
+    dnums = None
+    if ins.HasField("dot_dimension_numbers"):
+        dnums = ins.dot_dimension_numbers
+    elif ins.HasField("ragged_dot_dimension_numbers"):
+        dnums = ins.ragged_dot_dimension_numbers.dot_dimension_numbers
+    if dnums is not None:
+        if dnums.lhs_batch_dimensions:
+            add("lhs_batch_dims=" + _ints(dnums.lhs_batch_dimensions))
+        add("lhs_contracting_dims=" + _ints(dnums.lhs_contracting_dimensions))
+        if dnums.rhs_batch_dimensions:
+            add("rhs_batch_dims=" + _ints(dnums.rhs_batch_dimensions))
+        add("rhs_contracting_dims=" + _ints(dnums.rhs_contracting_dimensions))
+    if ins.HasField("ragged_dot_dimension_numbers"):
+        r = ins.ragged_dot_dimension_numbers
+        add("lhs_ragged_dims=" + _ints(r.lhs_ragged_dimensions))
+        add("rhs_group_dims=" + _ints(r.rhs_group_dimensions))
+    if ins.HasField("gather_dimension_numbers"):
+        g = ins.gather_dimension_numbers
+        add("offset_dims=" + _ints(g.offset_dims))
+        add("collapsed_slice_dims=" + _ints(g.collapsed_slice_dims))
+        add("start_index_map=" + _ints(g.start_index_map))
+        if g.operand_batching_dims:
+            add("operand_batching_dims=" + _ints(g.operand_batching_dims))
+        if g.start_indices_batching_dims:
+            add("start_indices_batching_dims=" + _ints(g.start_indices_batching_dims))
+        add(f"index_vector_dim={g.index_vector_dim}")
+        add("slice_sizes=" + _ints(ins.gather_slice_sizes))
+    if ins.HasField("scatter_dimension_numbers"):
+        s = ins.scatter_dimension_numbers
+        add("update_window_dims=" + _ints(s.update_window_dims))
+        add("inserted_window_dims=" + _ints(s.inserted_window_dims))
+        add("scatter_dims_to_operand_dims=" + _ints(s.scatter_dims_to_operand_dims))
+        if s.input_batching_dims:
+            add("input_batching_dims=" + _ints(s.input_batching_dims))
+        if s.scatter_indices_batching_dims:
+            add("scatter_indices_batching_dims=" + _ints(s.scatter_indices_batching_dims))
+        add(f"index_vector_dim={s.index_vector_dim}")
+    if ins.indices_are_sorted:
+        add("indices_are_sorted=true")
+    if ins.unique_indices:
+        add("unique_indices=true")
+    if ins.HasField("precision_config"):
+        pc = ins.precision_config
+        if any(p for p in pc.operand_precision):
+            add("operand_precision={" + ",".join(
+                _PRECISION.get(p, str(p)) for p in pc.operand_precision) + "}")
+        if pc.algorithm:
+            add(f"algorithm={_ALGORITHM.get(pc.algorithm, pc.algorithm)}")
+    return a
+
+
+def _aliasing_attributes(ins: Any, op: str) -> list[str]:
+    """Output-to-operand aliasing, a custom call's flags and layout constraints, a
+    parameter's replication."""
+    a: list[str] = []
+    add = a.append
+    if ins.output_operand_aliasing:
+        add("output_to_operand_aliasing={" + ", ".join(
+            f"{_shape_index(x.output_shape_index)}: ({x.operand_index}, "
+            f"{_shape_index(x.operand_shape_index)})"
+            for x in ins.output_operand_aliasing) + "}")
+    if op == "custom-call":
+        if ins.custom_call_has_side_effect:
+            add("custom_call_has_side_effect=true")
+        if ins.custom_call_schedule in _SCHEDULE:
+            add(f"schedule={_SCHEDULE[ins.custom_call_schedule]}")
+        if ins.custom_call_api_version in _API_VERSION:
+            add(f"api_version={_API_VERSION[ins.custom_call_api_version]}")
+        if ins.constrain_layout and ins.operand_shapes_with_layout:
+            add("operand_layout_constraints={" + ", ".join(
+                shape_text(s) for s in ins.operand_shapes_with_layout) + "}")
+    if op == "parameter" and ins.parameter_replication.replicated_at_leaf_buffers:
+        add("parameter_replication={" + ",".join(
+            "true" if r else "false"
+            for r in ins.parameter_replication.replicated_at_leaf_buffers) + "}")
+    return a
+
+
 class _Printer:
     """Formats one module; per-computation lookups live only while that computation prints."""
 
@@ -578,10 +710,18 @@ class _Printer:
         return head + (", " + ", ".join(attrs) if attrs else "")
 
     def attributes(self, ins: Any) -> list[str]:
+        """The instruction's attributes as HLO text prints them after its operands, in
+        that order."""
         op = ins.opcode
+        return (self.opcode_attributes(ins, op) + _collective_attributes(ins, op)
+                + _dimension_attributes(ins, op) + _dimension_numbers(ins)
+                + self.called_attributes(ins, op) + _aliasing_attributes(ins, op)
+                + self.generic_attributes(ins))
+
+    def opcode_attributes(self, ins: Any, op: str) -> list[str]:
+        """Attributes of one opcode alone (a fusion's kind, a slice's bounds, ...)."""
         a: list[str] = []
         add = a.append
-        # opcode-specific attributes
         if op == "fusion":
             add(f"kind={ins.fusion_kind}")
         elif op == "get-tuple-element":
@@ -644,92 +784,12 @@ class _Printer:
             if ins.outfeed_config:
                 add("outfeed_config="
                     + _q(ins.outfeed_config.decode("utf-8", "backslashreplace")))
-        if op in _COLLECTIVES or op in _SEND_RECV:
-            if ins.channel_id > 0:
-                add(f"channel_id={ins.channel_id}")
-            if op in _SEND_RECV:
-                if ins.is_host_transfer:
-                    add("is_host_transfer=true")
-            elif op not in ("collective-permute", "collective-permute-start"):
-                rg = _replica_groups(ins)
-                if rg is not None:
-                    add(f"replica_groups={rg}")
-                if op in _DIMENSIONS_AFTER_GROUPS and (ins.dimensions or op != "all-to-all"):
-                    add("dimensions=" + _ints(ins.dimensions))
-            if ins.constrain_layout:
-                add("constrain_layout=true")
-            if ins.use_global_device_ids:
-                add("use_global_device_ids=true")
-            if ins.source_target_pairs:
-                add("source_target_pairs={" + ",".join(
-                    f"{{{p.source},{p.target}}}" for p in ins.source_target_pairs) + "}")
-        # dimensions
-        if op in _DIMENSIONS_AFTER_GROUPS:
-            pass
-        elif op in _DIMENSION_OPS or (ins.dimensions and op != "iota"):
-            add("dimensions=" + _ints(ins.dimensions))
-        if op == "sort" and ins.is_stable:
-            add("is_stable=true")
-        # windows and dimension numbers
-        if ins.HasField("window") and (op != "custom-call" or ins.window.dimensions):
-            add("window=" + _window(ins.window))
-        if ins.HasField("convolution_dimension_numbers") and (
-                op == "convolution" or ins.convolution_dimension_numbers.input_spatial_dimensions
-                or ins.convolution_dimension_numbers.kernel_spatial_dimensions):
-            add("dim_labels=" + _dim_labels(ins.convolution_dimension_numbers))
-        if ins.feature_group_count > 1:
-            add(f"feature_group_count={ins.feature_group_count}")
-        if ins.batch_group_count > 1:
-            add(f"batch_group_count={ins.batch_group_count}")
-        dnums = None
-        if ins.HasField("dot_dimension_numbers"):
-            dnums = ins.dot_dimension_numbers
-        elif ins.HasField("ragged_dot_dimension_numbers"):
-            dnums = ins.ragged_dot_dimension_numbers.dot_dimension_numbers
-        if dnums is not None:
-            if dnums.lhs_batch_dimensions:
-                add("lhs_batch_dims=" + _ints(dnums.lhs_batch_dimensions))
-            add("lhs_contracting_dims=" + _ints(dnums.lhs_contracting_dimensions))
-            if dnums.rhs_batch_dimensions:
-                add("rhs_batch_dims=" + _ints(dnums.rhs_batch_dimensions))
-            add("rhs_contracting_dims=" + _ints(dnums.rhs_contracting_dimensions))
-        if ins.HasField("ragged_dot_dimension_numbers"):
-            r = ins.ragged_dot_dimension_numbers
-            add("lhs_ragged_dims=" + _ints(r.lhs_ragged_dimensions))
-            add("rhs_group_dims=" + _ints(r.rhs_group_dimensions))
-        if ins.HasField("gather_dimension_numbers"):
-            g = ins.gather_dimension_numbers
-            add("offset_dims=" + _ints(g.offset_dims))
-            add("collapsed_slice_dims=" + _ints(g.collapsed_slice_dims))
-            add("start_index_map=" + _ints(g.start_index_map))
-            if g.operand_batching_dims:
-                add("operand_batching_dims=" + _ints(g.operand_batching_dims))
-            if g.start_indices_batching_dims:
-                add("start_indices_batching_dims=" + _ints(g.start_indices_batching_dims))
-            add(f"index_vector_dim={g.index_vector_dim}")
-            add("slice_sizes=" + _ints(ins.gather_slice_sizes))
-        if ins.HasField("scatter_dimension_numbers"):
-            s = ins.scatter_dimension_numbers
-            add("update_window_dims=" + _ints(s.update_window_dims))
-            add("inserted_window_dims=" + _ints(s.inserted_window_dims))
-            add("scatter_dims_to_operand_dims=" + _ints(s.scatter_dims_to_operand_dims))
-            if s.input_batching_dims:
-                add("input_batching_dims=" + _ints(s.input_batching_dims))
-            if s.scatter_indices_batching_dims:
-                add("scatter_indices_batching_dims=" + _ints(s.scatter_indices_batching_dims))
-            add(f"index_vector_dim={s.index_vector_dim}")
-        if ins.indices_are_sorted:
-            add("indices_are_sorted=true")
-        if ins.unique_indices:
-            add("unique_indices=true")
-        if ins.HasField("precision_config"):
-            pc = ins.precision_config
-            if any(p for p in pc.operand_precision):
-                add("operand_precision={" + ",".join(
-                    _PRECISION.get(p, str(p)) for p in pc.operand_precision) + "}")
-            if pc.algorithm:
-                add(f"algorithm={_ALGORITHM.get(pc.algorithm, pc.algorithm)}")
-        # called computations
+        return a
+
+    def called_attributes(self, ins: Any, op: str) -> list[str]:
+        """The computations the instruction calls, under the name its opcode gives them."""
+        a: list[str] = []
+        add = a.append
         called = list(ins.called_computation_ids)
         if called:
             if op == "while" and len(called) == 2:
@@ -758,27 +818,13 @@ class _Printer:
             add(f"async_execution_thread={_q(ins.async_execution_thread)}")
         if ins.is_composite:
             add("is_composite=true")
-        # custom-call extras
-        if ins.output_operand_aliasing:
-            add("output_to_operand_aliasing={" + ", ".join(
-                f"{_shape_index(x.output_shape_index)}: ({x.operand_index}, "
-                f"{_shape_index(x.operand_shape_index)})"
-                for x in ins.output_operand_aliasing) + "}")
-        if op == "custom-call":
-            if ins.custom_call_has_side_effect:
-                add("custom_call_has_side_effect=true")
-            if ins.custom_call_schedule in _SCHEDULE:
-                add(f"schedule={_SCHEDULE[ins.custom_call_schedule]}")
-            if ins.custom_call_api_version in _API_VERSION:
-                add(f"api_version={_API_VERSION[ins.custom_call_api_version]}")
-            if ins.constrain_layout and ins.operand_shapes_with_layout:
-                add("operand_layout_constraints={" + ", ".join(
-                    shape_text(s) for s in ins.operand_shapes_with_layout) + "}")
-        if op == "parameter" and ins.parameter_replication.replicated_at_leaf_buffers:
-            add("parameter_replication={" + ",".join(
-                "true" if r else "false"
-                for r in ins.parameter_replication.replicated_at_leaf_buffers) + "}")
-        # generic attributes
+        return a
+
+    def generic_attributes(self, ins: Any) -> list[str]:
+        """Attributes any instruction may carry: sharding, frontend attributes, control
+        predecessors, metadata, backend config."""
+        a: list[str] = []
+        add = a.append
         if ins.HasField("sharding"):
             add(f"sharding={sharding_text(ins.sharding)}")
         fa = _frontend_attributes(ins.frontend_attributes)
