@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -447,12 +447,11 @@ def _backend_config(raw: bytes) -> str:
     return _q(text)
 
 
-def _collective_attributes(ins: Any, op: str) -> list[str]:
-    """Channel, replica groups and pairs of a collective or a send/recv (none for others)."""
+def _collective_attributes(ins: Any, op: str, add: Callable[[str], None]) -> None:
+    """Add a collective's or a send/recv's channel, replica groups and pairs (nothing for
+    another opcode)."""
     if op not in _COLLECTIVES and op not in _SEND_RECV:
-        return []
-    a: list[str] = []
-    add = a.append
+        return
     if ins.channel_id > 0:
         add(f"channel_id={ins.channel_id}")
     if op in _SEND_RECV:
@@ -471,13 +470,11 @@ def _collective_attributes(ins: Any, op: str) -> list[str]:
     if ins.source_target_pairs:
         add("source_target_pairs={" + ",".join(
             f"{{{p.source},{p.target}}}" for p in ins.source_target_pairs) + "}")
-    return a
 
 
-def _dimension_attributes(ins: Any, op: str) -> list[str]:
-    """Dimensions, stability of a sort, window, convolution labels and group counts."""
-    a: list[str] = []
-    add = a.append
+def _dimension_attributes(ins: Any, op: str, add: Callable[[str], None]) -> None:
+    """Add the dimensions, a sort's stability, the window, convolution labels and group
+    counts."""
     # (an all-gather's and an all-to-all's dimensions follow their replica groups)
     if op not in _DIMENSIONS_AFTER_GROUPS and (
             op in _DIMENSION_OPS or (ins.dimensions and op != "iota")):
@@ -494,13 +491,11 @@ def _dimension_attributes(ins: Any, op: str) -> list[str]:
         add(f"feature_group_count={ins.feature_group_count}")
     if ins.batch_group_count > 1:
         add(f"batch_group_count={ins.batch_group_count}")
-    return a
 
 
-def _dimension_numbers(ins: Any) -> list[str]:
-    """Dot, ragged dot, gather and scatter dimension numbers, and operand precision."""
-    a: list[str] = []
-    add = a.append
+def _dimension_numbers(ins: Any, add: Callable[[str], None]) -> None:
+    """Add the dot, ragged dot, gather and scatter dimension numbers and the operand
+    precision."""
     dnums = None
     if ins.HasField("dot_dimension_numbers"):
         dnums = ins.dot_dimension_numbers
@@ -549,14 +544,11 @@ def _dimension_numbers(ins: Any) -> list[str]:
                 _PRECISION.get(p, str(p)) for p in pc.operand_precision) + "}")
         if pc.algorithm:
             add(f"algorithm={_ALGORITHM.get(pc.algorithm, pc.algorithm)}")
-    return a
 
 
-def _aliasing_attributes(ins: Any, op: str) -> list[str]:
-    """Output-to-operand aliasing, a custom call's flags and layout constraints, a
+def _aliasing_attributes(ins: Any, op: str, add: Callable[[str], None]) -> None:
+    """Add the output-to-operand aliasing, a custom call's flags and layout constraints, a
     parameter's replication."""
-    a: list[str] = []
-    add = a.append
     if ins.output_operand_aliasing:
         add("output_to_operand_aliasing={" + ", ".join(
             f"{_shape_index(x.output_shape_index)}: ({x.operand_index}, "
@@ -576,7 +568,6 @@ def _aliasing_attributes(ins: Any, op: str) -> list[str]:
         add("parameter_replication={" + ",".join(
             "true" if r else "false"
             for r in ins.parameter_replication.replicated_at_leaf_buffers) + "}")
-    return a
 
 
 class _Printer:
@@ -713,15 +704,19 @@ class _Printer:
         """The instruction's attributes as HLO text prints them after its operands, in
         that order."""
         op = ins.opcode
-        return (self.opcode_attributes(ins, op) + _collective_attributes(ins, op)
-                + _dimension_attributes(ins, op) + _dimension_numbers(ins)
-                + self.called_attributes(ins, op) + _aliasing_attributes(ins, op)
-                + self.generic_attributes(ins))
-
-    def opcode_attributes(self, ins: Any, op: str) -> list[str]:
-        """Attributes of one opcode alone (a fusion's kind, a slice's bounds, ...)."""
         a: list[str] = []
         add = a.append
+        self.opcode_attributes(ins, op, add)
+        _collective_attributes(ins, op, add)
+        _dimension_attributes(ins, op, add)
+        _dimension_numbers(ins, add)
+        self.called_attributes(ins, op, add)
+        _aliasing_attributes(ins, op, add)
+        self.generic_attributes(ins, add)
+        return a
+
+    def opcode_attributes(self, ins: Any, op: str, add: Callable[[str], None]) -> None:
+        """Add the attributes of one opcode alone (a fusion's kind, a slice's bounds, ...)."""
         if op == "fusion":
             add(f"kind={ins.fusion_kind}")
         elif op == "get-tuple-element":
@@ -784,12 +779,9 @@ class _Printer:
             if ins.outfeed_config:
                 add("outfeed_config="
                     + _q(ins.outfeed_config.decode("utf-8", "backslashreplace")))
-        return a
 
-    def called_attributes(self, ins: Any, op: str) -> list[str]:
-        """The computations the instruction calls, under the name its opcode gives them."""
-        a: list[str] = []
-        add = a.append
+    def called_attributes(self, ins: Any, op: str, add: Callable[[str], None]) -> None:
+        """Add the computations the instruction calls, under the names its opcode gives them."""
         called = list(ins.called_computation_ids)
         if called:
             if op == "while" and len(called) == 2:
@@ -818,13 +810,10 @@ class _Printer:
             add(f"async_execution_thread={_q(ins.async_execution_thread)}")
         if ins.is_composite:
             add("is_composite=true")
-        return a
 
-    def generic_attributes(self, ins: Any) -> list[str]:
-        """Attributes any instruction may carry: sharding, frontend attributes, control
+    def generic_attributes(self, ins: Any, add: Callable[[str], None]) -> None:
+        """Add what any instruction may carry: sharding, frontend attributes, control
         predecessors, metadata, backend config."""
-        a: list[str] = []
-        add = a.append
         if ins.HasField("sharding"):
             add(f"sharding={sharding_text(ins.sharding)}")
         fa = _frontend_attributes(ins.frontend_attributes)
@@ -838,7 +827,6 @@ class _Printer:
             add(f"metadata={md}")
         if ins.backend_config:
             add(f"backend_config={_backend_config(ins.backend_config)}")
-        return a
 
     def lines(self) -> Iterator[str]:
         yield self.header()
