@@ -164,42 +164,13 @@ def load(capture, blobs: dict):
     return space, protos, built, unreadable
 
 
-class KernelRow:
-    __slots__ = ("device", "stream", "start", "dur", "name", "corr", "hlo_op", "program_id",
-                 "own_program", "category", "graph", "instruction", "match", "cpu", "why",
-                 "inner", "confidence", "kind", "group", "module")
-
-    def __init__(self, device, stream, start, dur, name, corr, hlo_op, program_id, graph,
-                 memcpy, module=None, cpu=False):
-        self.device = device
-        self.stream = stream
-        self.start = start
-        self.dur = dur
-        self.name = name
-        self.corr = corr
-        self.hlo_op = hlo_op
-        self.own_program = program_id is not None
-        self.program_id = program_id
-        self.graph = graph
-        self.category = "memcpy" if memcpy else ""
-        self.instruction = ""
-        self.match = "none"
-        self.why = ""
-        self.inner = ""
-        self.confidence = 0.0
-        self.kind = ""
-        self.group = False
-        self.cpu = cpu
-        self.module = module  # the tracer's hlo_module label
-
-
 KERNEL_STATS = frozenset({"correlation_id", "hlo_op", "program_id", "memcpy_details",
                           "hlo_module"}) | \
     rules.GRAPH_ID_STATS
 
 
 def _flat(ordinal, line) -> list[tuple]:
-    """One stream's events as the tuples KernelRow takes (without `cpu`)."""
+    """One stream's events as the tuples kernel_match.Kernel takes (without `cpu`)."""
     lid = line.id
     graph_ids = rules.GRAPH_ID_STATS
     return [(ordinal, lid, start, dur, name, st.get("correlation_id"), st.get("hlo_op"),
@@ -224,7 +195,8 @@ def graph_launch_ids(space) -> set:
 
 def collect_kernels(space) -> tuple[list, bool]:
     """GPU stream events; for a CPU capture, XLA:CPU thunk events (control thunks left out)."""
-    kernels = [KernelRow(*t) for plane in space.gpu_planes() for line in plane.lines
+    kernel = km.Kernel
+    kernels = [kernel(*t) for plane in space.gpu_planes() for line in plane.lines
                if line.name.startswith("Stream #") for t in _flat(plane.gpu_ordinal, line)]
     if kernels:
         launched = graph_launch_ids(space)
@@ -241,11 +213,10 @@ def collect_kernels(space) -> tuple[list, bool]:
         for ev in line.events(KERNEL_STATS):
             st = ev.stats
             if rules.is_cpu_thunk(st):
-                kernels.append(KernelRow("CPU", line.id, ev.start_ps, ev.duration_ps, ev.name,
-                                         st.get("correlation_id"), st.get("hlo_op"),
-                                         st.get("program_id"), "cuda_graph_id" in st,
-                                         "memcpy_details" in st, st.get("hlo_module"),
-                                         cpu=True))
+                kernels.append(kernel("CPU", line.id, ev.start_ps, ev.duration_ps, ev.name,
+                                      st.get("correlation_id"), st.get("hlo_op"),
+                                      st.get("program_id"), "cuda_graph_id" in st,
+                                      "memcpy_details" in st, st.get("hlo_module"), cpu=True))
             elif rules.is_gpu_runtime_call(st):
                 runtime_calls += 1
     if runtime_calls and not kernels:
@@ -514,58 +485,17 @@ def attribute(kernels, programs, chosen, notes: list, counted: dict,
     wrapped = dict(built or {})
     plans: dict = {}
     assign_programs(kernels, programs, chosen)
-    by: dict[tuple, list] = {}
-    for k in kernels:
-        if k.program_id is None:
-            continue  # an argument copy: launched by no program
-        if k.program_id not in programs:
-            k.match, k.why = "none", "no hlo"  # its program's HLO is not in the capture
-            continue
-        by.setdefault((k.device, k.program_id), []).append(k)
+    by = by_device_and_program(kernels, programs)
     for (_, pid), ks in sorted(by.items(), key=lambda kv: str(kv[0])):
         if pid not in wrapped:
             wrapped[pid] = Program(programs[pid][1], pid)
-        prog = wrapped[pid]
         if ks[0].cpu:
-            for k in ks:
-                ins = prog.by_name.get(k.hlo_op)
-                k.category = "compute"
-                if ins is not None and ins.opcode in CONTROL_OPCODES:
-                    k.match = "control"  # a while/call thunk: its body's thunks are counted
-                elif ins is not None:
-                    k.instruction, k.match, k.confidence = k.hlo_op, "exact", 1.0
+            answer_cpu_thunks(ks, wrapped[pid])
             continue
-        shared: dict = {}
-        for k in ks:
-            if k.corr is not None:
-                shared[k.corr] = shared.get(k.corr, 0) + 1
-        ks.sort(key=lambda k: (_as_int(k.corr), k.start))
-        kind_of = rules.kernel_kind
-        for k in ks:  # the fields the matcher reads (see kernel_match.Kernel)
-            k.kind = kind = kind_of(k.name, k.hlo_op, k.category == "memcpy")
-            k.category = rules.CATEGORY_OF_KIND.get(kind, "compute")
-            # one launch for the matcher: a graph, or events sharing a correlation id
-            k.group = k.graph or (k.corr is not None and shared[k.corr] > 1)
+        in_launch_order(ks)
         plan = plans.get(pid)
         if plan is None:
-            labels: dict[str, int] = {}
-            placed = 0  # events launched by the program (argument copies left out)
-            for (_, p2), ks2 in by.items():
-                if p2 != pid:
-                    continue
-                ids: dict = {}
-                for k2 in ks2:
-                    ids[k2.corr] = ids.get(k2.corr, 0) + 1
-                for k2 in ks2:
-                    if k2.hlo_op:
-                        labels[k2.hlo_op] = labels.get(k2.hlo_op, 0) + 1
-                        placed += 1
-                    elif k2.graph or (k2.corr is not None and ids[k2.corr] > 1):
-                        placed += 1
-            plan = plans[pid] = km.Plan(prog, labels, placed)
-            for w, n in sorted(plan.inferred_trips.items()):
-                notes.append(f"program {pid}: while loop {w} has no known trip count; "
-                             f"{n} iterations per execution inferred from the labels")
+            plan = plans[pid] = program_plan(wrapped[pid], pid, by, notes)
         covered = km.match(plan, ks)
         counted[(pid, ks[0].device)] = {
             "launches": km.launch_executions(plan, ks), "covered": covered,
@@ -576,6 +506,74 @@ def attribute(kernels, programs, chosen, notes: list, counted: dict,
         if pid not in wrapped:
             wrapped[pid] = Program(programs[pid][1], pid)
     return wrapped, plans
+
+
+def by_device_and_program(kernels, programs) -> dict[tuple, list]:
+    """(device, program id) -> its events, for the events of a program whose HLO the capture
+    holds; the events of a program without it are answered none ("no hlo") here, argument
+    copies (no program) left as they are."""
+    by: dict[tuple, list] = {}
+    for k in kernels:
+        if k.program_id is None:
+            continue  # an argument copy: launched by no program
+        if k.program_id not in programs:
+            k.match, k.why = "none", "no hlo"  # its program's HLO is not in the capture
+            continue
+        by.setdefault((k.device, k.program_id), []).append(k)
+    return by
+
+
+def answer_cpu_thunks(ks, prog) -> None:
+    """A CPU capture's thunk events of one program: exact by their hlo_op, or class control
+    where it names a while/call/conditional (its body's thunks are counted)."""
+    for k in ks:
+        ins = prog.by_name.get(k.hlo_op)
+        k.category = "compute"
+        if ins is not None and ins.opcode in CONTROL_OPCODES:
+            k.match = "control"  # a while/call thunk: its body's thunks are counted
+        elif ins is not None:
+            k.instruction, k.match, k.confidence = k.hlo_op, "exact", 1.0
+
+
+def in_launch_order(ks) -> None:
+    """Sort one device's events of one program into launch order (correlation id, then start)
+    and fill what the matcher reads besides the capture's fields: kind, category and group."""
+    shared: dict = {}
+    for k in ks:
+        if k.corr is not None:
+            shared[k.corr] = shared.get(k.corr, 0) + 1
+    ks.sort(key=lambda k: (_as_int(k.corr), k.start))
+    kind_of = rules.kernel_kind
+    for k in ks:
+        k.kind = kind = kind_of(k.name, k.hlo_op, k.category == "memcpy")
+        k.category = rules.CATEGORY_OF_KIND.get(kind, "compute")
+        # one launch for the matcher: a graph, or events sharing a correlation id
+        k.group = k.graph or (k.corr is not None and shared[k.corr] > 1)
+
+
+def program_plan(prog, pid, by: dict, notes: list):
+    """The program's kernel_match.Plan, from its events on every device: the labels counted
+    (for loops of unknown trip count) and the events the program launched (argument copies
+    left out); a note per while loop whose iterations were inferred."""
+    labels: dict[str, int] = {}
+    placed = 0  # events launched by the program (argument copies left out)
+    for (_, p2), ks2 in by.items():
+        if p2 != pid:
+            continue
+        ids: dict = {}
+        for k2 in ks2:
+            ids[k2.corr] = ids.get(k2.corr, 0) + 1
+        for k2 in ks2:
+            if k2.hlo_op:
+                labels[k2.hlo_op] = labels.get(k2.hlo_op, 0) + 1
+                placed += 1
+            elif k2.graph or (k2.corr is not None and ids[k2.corr] > 1):
+                placed += 1
+    plan = km.Plan(prog, labels, placed)
+    for w, n in sorted(plan.inferred_trips.items()):
+        notes.append(f"program {pid}: while loop {w} has no known trip count; "
+                     f"{n} iterations per execution inferred from the labels")
+    return plan
 
 
 def _as_int(v) -> int:
@@ -848,9 +846,35 @@ def run(capture, out: Path, opts: Options) -> tuple[dict, list]:
         raise UsageError(f"no <host>.xplane.pb for host {files.host} in {files.run_dir}; "
                          "attribution reads the xplane (the trace.json has no HLO)")
     t0 = time.perf_counter()
+    kernels, cpu = read_kernels(capture)
+    with rules.atomic_folder(out / "attribution") as tmp:
+        copy, blobs, xprof_names_s = copy_and_convert(files.xplane, tmp, opts.use_xprof)
+        m = match_capture(capture, kernels, cpu, blobs, opts)
+        t_match = time.perf_counter() - t0
+        tables = write_tables(tmp, m, opts, read_steps(Path(out), files))
+        refusals = [f"cannot attribute the kernels of program {n}({p}) because {why}"
+                    for p, (n, why) in sorted(m.unreadable.items())]
+        hlo_names = write_hlo_texts(tmp, m, tables, opts, refusals)
+        coverage, xprof_s = None, 0.0
+        if opts.use_xprof:
+            coverage, xprof_s, err = xprof_coverage(copy)
+            if err:
+                m.notes.append(_user_path(err, copy, files.xplane))
+        result = build_result(
+            files=files, m=m, tables=tables, coverage=coverage, opts=opts, refusals=refusals,
+            hlo_names=hlo_names,
+            timing={"matching": round(t_match, 3), "xprof_extraction": round(xprof_names_s, 3),
+                    "xprof_hlo_stats": round(xprof_s, 3)})
+        written = write_result(tmp, result, tables.written)
+    return result, written
+
+
+def read_kernels(capture) -> tuple[list, bool]:
+    """The capture's events (collect_kernels), read through our own reader first: a file that
+    is not a sound xplane is said in one sentence naming it, before anything is copied or XProf
+    reads it; one without programs or events is refused (UsageError)."""
     import xplane_reader
-    # The user's file through our own reader first: a file that is not a sound xplane is said
-    # in one sentence naming it, before anything is copied or XProf reads it.
+    files = capture.files
     space = xplane_reader.space_of(capture)
     if not space.hlo_protos():
         raise UsageError(f"{files.xplane} holds no HLO programs (no /host:metadata): "
@@ -859,93 +883,128 @@ def run(capture, out: Path, opts: Options) -> tuple[dict, list]:
     if not kernels:
         raise UsageError(f"{files.xplane} has no GPU stream events and no XLA:CPU "
                          "thunk events: there are no kernels to attribute")
-    with rules.atomic_folder(out / "attribution") as tmp:
-        copy, blobs, xprof_names_s = copy_and_convert(files.xplane, tmp, opts.use_xprof)
-        space, protos, built, unreadable = load(capture, blobs)
-        if not protos:
-            _, why = next(iter(unreadable.values()))
-            raise UsageError(f"no program in {files.xplane} can be attributed: {why}" +
-                             (f" (and {len(unreadable) - 1} more unreadable)"
-                              if len(unreadable) > 1 else ""))
-        chosen, notes, _ = choose_program(kernels, protos, opts.program, unreadable)
-        counted: dict = {}
-        programs, plans = attribute(kernels, protos, chosen, notes, counted, built)
-        control = sum(1 for k in kernels if k.match == "control")
-        kernels = [k for k in kernels if k.match != "control"]
-        names = {pid: name for pid, (name, _) in protos.items()}
-        execs = count_executions(space, kernels, names,
-                                 {key: c["launches"] for key, c in counted.items()},
-                                 {key: c["covered"] for key, c in counted.items()})
-        sources = Sources(programs, opts.user_re)
-        t_match = time.perf_counter() - t0
-        kernels.sort(key=lambda k: (str(k.device), k.stream, k.start))
-        written = [("kernels.csv", write_kernels(tmp / "kernels.csv", kernels, sources))]
-        ops = op_totals(kernels, opts.program)
-        written += write_op_and_line_tables(tmp, ops, programs, sources,
-                                            sum(k.dur for k in kernels),
-                                            instruction_runs(plans, execs))
-        steps, steps_note = read_steps(Path(out), files)
-        progs = program_rows(kernels, names, execs, steps)
-        written.append(("programs.csv", write_csv(tmp / "programs.csv", PROGRAMS_COLUMNS,
-                                                  programs_csv_rows(progs))))
-        groups = class_totals(kernels)
-        written.append(("how.csv", write_csv(tmp / "how.csv", [
-            "program_id", "match", "kernels", "gpu_us", "pct_of_group", "low_confidence_kernels",
-            "low_confidence_us", "low_confidence_pct_of_group"], how_rows(groups))))
-        name_rows = kernel_name_rows(kernels, plans_names(programs))
-        written.append(("kernel_names.csv", write_csv(tmp / "kernel_names.csv", [
-            "kernel", "family", "kernels", "gpu_us", "pct_of_gpu_time", "gpus", "kernels_per_gpu",
-            "gpu_us_per_gpu"], name_rows)))
-        written.append(("families.csv", write_csv(tmp / "families.csv", FAMILIES_COLUMNS,
-                                                  family_rows(kernels, name_rows))))
-        name = protos[chosen][0]
-        refusals = [f"cannot attribute the kernels of program {n}({p}) because {why}"
-                    for p, (n, why) in sorted(unreadable.items())]
-        # the HLO text of the programs with the most GPU time (the chosen one first)
-        texts = [chosen] + [r["program_id"] for r in progs
-                            if r["program_id"] in protos and r["program_id"] != chosen
-                            and opts.program is None][:MAX_HLO_TEXTS - 1]
-        hlo_names: dict = {}
-        for pid in texts:
-            pname = protos[pid][0]
-            fname = f"{safe_file_name(pname)}({pid}).hlo.txt"
-            try:
-                import hlo_text
-                written.append((fname, hlo_text.write_hlo_text(protos[pid][1], tmp / fname)))
-                hlo_names[pid] = fname
-            except (OSError, ValueError, KeyError, IndexError, TypeError,
-                    RecursionError) as exc:
-                (tmp / fname).unlink(missing_ok=True)
-                notes.append(f"the HLO text of {pname}({pid}) was not written: the program "
-                             f"could not be printed ({exc})")
-                refusals.append(f"cannot write the HLO text of {pname}({pid}) because the "
-                                f"program could not be printed ({exc})")
-        with_time = sum(1 for r in progs if r["program_id"] in protos)
-        if opts.program is None and with_time > len(texts):
-            notes.append(f"HLO text written for the {len(texts)} programs with the most GPU "
-                         f"time of {with_time} with kernel time (at most {MAX_HLO_TEXTS}); "
-                         "--program ID writes another's")
-        hlo_name = hlo_names.get(chosen)
-        coverage, xprof_s = None, 0.0
-        if opts.use_xprof:
-            coverage, xprof_s, err = xprof_coverage(copy)
-            if err:
-                notes.append(_user_path(err, copy, files.xplane))
-        result = build_result(
-            files=files, kernels=kernels, cpu=cpu, control=control, chosen=chosen, name=name,
-            notes=notes, protos=protos, groups=groups, ops=ops, sources=sources,
-            coverage=coverage, opts=opts, hlo_name=hlo_name, refusals=refusals,
-            unreadable=unreadable, counted=counted, execs=execs, progs=progs,
-            steps_note=steps_note, hlo_names=hlo_names,
-            timing={"matching": round(t_match, 3), "xprof_extraction": round(xprof_names_s, 3),
-                    "xprof_hlo_stats": round(xprof_s, 3)})
-        result["tables"] = {f: n for f, n in written}
-        lines = render_summary(result)
-        (tmp / "summary.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-        (tmp / RESULT_FILE).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n",
-                                       encoding="utf-8")
-        written[:0] = [("summary.txt", len(lines)), (RESULT_FILE, 1)]
-    return result, written
+    return kernels, cpu
+
+
+@dataclasses.dataclass
+class Matched:
+    """A capture's events matched: what step 4's tables and result are written from."""
+    kernels: list       # kernel_match.Kernel, answered; a CPU capture's control thunks left out
+    cpu: bool           # a CPU capture: XLA:CPU thunk events are the kernels
+    control: int        # control thunks left out
+    protos: dict        # program id -> (name, HloModuleProto) of each readable program
+    unreadable: dict    # program id -> (name, why) of the others
+    programs: dict      # program id -> hlo_program.Program
+    plans: dict         # program id -> kernel_match.Plan of each program with events
+    chosen: int         # the program chosen (choose_program)
+    notes: list         # what the summary's program: lines say, in order
+    counted: dict       # (program id, device) -> attribute()'s counts
+    execs: dict         # (program id, device) -> count_executions' entry
+    names: dict         # program id -> module name
+    sources: Sources
+
+
+def match_capture(capture, kernels, cpu: bool, blobs: dict, opts: Options) -> Matched:
+    """Load the programs (XProf's protos in `blobs`, else the capture's), choose one, match
+    every event and count each program's executions."""
+    files = capture.files
+    space, protos, built, unreadable = load(capture, blobs)
+    if not protos:
+        _, why = next(iter(unreadable.values()))
+        raise UsageError(f"no program in {files.xplane} can be attributed: {why}" +
+                         (f" (and {len(unreadable) - 1} more unreadable)"
+                          if len(unreadable) > 1 else ""))
+    chosen, notes, _ = choose_program(kernels, protos, opts.program, unreadable)
+    counted: dict = {}
+    programs, plans = attribute(kernels, protos, chosen, notes, counted, built)
+    control = sum(1 for k in kernels if k.match == "control")
+    kernels = [k for k in kernels if k.match != "control"]
+    names = {pid: name for pid, (name, _) in protos.items()}
+    execs = count_executions(space, kernels, names,
+                             {key: c["launches"] for key, c in counted.items()},
+                             {key: c["covered"] for key, c in counted.items()})
+    return Matched(kernels, cpu, control, protos, unreadable, programs, plans, chosen, notes,
+                   counted, execs, names, Sources(programs, opts.user_re))
+
+
+@dataclasses.dataclass
+class Tables:
+    """The tables written into attribution/ and what the result reads of them."""
+    written: list       # (file, rows), in the order written
+    ops: dict           # op_totals
+    progs: list         # program_rows
+    groups: dict        # class_totals
+    steps_note: str     # read_steps' note
+
+
+def write_tables(folder: Path, m: Matched, opts: Options, steps: tuple) -> Tables:
+    """kernels.csv (the events sorted by device, stream and start), ops.csv, lines.csv,
+    programs.csv, how.csv, kernel_names.csv and families.csv; `steps`: read_steps'."""
+    kernels = m.kernels
+    kernels.sort(key=lambda k: (str(k.device), k.stream, k.start))
+    written = [("kernels.csv", write_kernels(folder / "kernels.csv", kernels, m.sources))]
+    ops = op_totals(kernels, opts.program)
+    written += write_op_and_line_tables(folder, ops, m.programs, m.sources,
+                                        sum(k.dur for k in kernels),
+                                        instruction_runs(m.plans, m.execs))
+    progs = program_rows(kernels, m.names, m.execs, steps[0])
+    written.append(("programs.csv", write_csv(folder / "programs.csv", PROGRAMS_COLUMNS,
+                                              programs_csv_rows(progs))))
+    groups = class_totals(kernels)
+    written.append(("how.csv", write_csv(folder / "how.csv", [
+        "program_id", "match", "kernels", "gpu_us", "pct_of_group", "low_confidence_kernels",
+        "low_confidence_us", "low_confidence_pct_of_group"], how_rows(groups))))
+    name_rows = kernel_name_rows(kernels, plans_names(m.programs))
+    written.append(("kernel_names.csv", write_csv(folder / "kernel_names.csv", [
+        "kernel", "family", "kernels", "gpu_us", "pct_of_gpu_time", "gpus", "kernels_per_gpu",
+        "gpu_us_per_gpu"], name_rows)))
+    written.append(("families.csv", write_csv(folder / "families.csv", FAMILIES_COLUMNS,
+                                              family_rows(kernels, name_rows))))
+    return Tables(written, ops, progs, groups, steps[1])
+
+
+def write_hlo_texts(folder: Path, m: Matched, tables: Tables, opts: Options,
+                    refusals: list) -> dict:
+    """The HLO text of the programs with the most GPU time, the chosen one first (at most
+    MAX_HLO_TEXTS; --program: that one alone), each added to tables.written; a program that
+    cannot be printed is a note and a refusal. Returns program id -> file name written."""
+    protos, chosen = m.protos, m.chosen
+    texts = [chosen] + [r["program_id"] for r in tables.progs
+                        if r["program_id"] in protos and r["program_id"] != chosen
+                        and opts.program is None][:MAX_HLO_TEXTS - 1]
+    hlo_names: dict = {}
+    for pid in texts:
+        pname = protos[pid][0]
+        fname = f"{safe_file_name(pname)}({pid}).hlo.txt"
+        try:
+            import hlo_text
+            tables.written.append((fname, hlo_text.write_hlo_text(protos[pid][1],
+                                                                   folder / fname)))
+            hlo_names[pid] = fname
+        except (OSError, ValueError, KeyError, IndexError, TypeError,
+                RecursionError) as exc:
+            (folder / fname).unlink(missing_ok=True)
+            m.notes.append(f"the HLO text of {pname}({pid}) was not written: the program "
+                           f"could not be printed ({exc})")
+            refusals.append(f"cannot write the HLO text of {pname}({pid}) because the "
+                            f"program could not be printed ({exc})")
+    with_time = sum(1 for r in tables.progs if r["program_id"] in protos)
+    if opts.program is None and with_time > len(texts):
+        m.notes.append(f"HLO text written for the {len(texts)} programs with the most GPU "
+                       f"time of {with_time} with kernel time (at most {MAX_HLO_TEXTS}); "
+                       "--program ID writes another's")
+    return hlo_names
+
+
+def write_result(folder: Path, result: dict, written: list) -> list:
+    """summary.txt and attribute_kernels.json (the result with its `tables`); returns every
+    (file, rows) written, those two first."""
+    result["tables"] = {f: n for f, n in written}
+    lines = render_summary(result)
+    (folder / "summary.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (folder / RESULT_FILE).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n",
+                                      encoding="utf-8")
+    return [("summary.txt", len(lines)), (RESULT_FILE, 1)] + written
 
 
 def op_totals(kernels, only=None) -> dict:
@@ -1174,12 +1233,54 @@ def _classes_json(g) -> dict:
             for c in CLASSES}
 
 
-def build_result(*, files, kernels, cpu, control, chosen, name, notes, protos, groups, ops,
-                 sources, coverage, opts, hlo_name, refusals, timing, counted, execs, progs,
-                 steps_note="", hlo_names=None, unreadable=()) -> dict:
-    """Everything summary.txt says, and more, as data (fields: references/scratch-layout.md)."""
+def build_result(*, files, m: Matched, tables: Tables, coverage, opts, refusals: list,
+                 hlo_names: dict, timing: dict) -> dict:
+    """Everything summary.txt says, and more, as data (fields: references/scratch-layout.md).
+    Adds a refusal for the kernels of programs whose HLO the capture does not hold."""
+    kernels, groups, chosen = m.kernels, tables.groups, m.chosen
     total = sum(k.dur for k in kernels)
-    g = groups["all"]
+    fig = kernel_figures(kernels, groups["all"], total)
+    cov, check = coverage_check(fig, coverage, total, opts)
+    unsaved = [k for k in kernels if k.program_id is not None and k.program_id not in m.protos]
+    missing = [k for k in unsaved if k.program_id not in m.unreadable]
+    if missing:
+        refusals.append(f"cannot attribute {len(missing)} kernels because their programs "
+                        f"{sorted({k.program_id for k in missing})} have no HLO in the capture")
+    return {
+        "step": "attribute_kernels", "status": "done",
+        "capture": {"xplane": str(files.xplane), "host": files.host, "run": files.run_dir.name},
+        "program": {"id": chosen, "name": m.protos[chosen][0], "notes": m.notes},
+        "device": "CPU" if m.cpu else "GPU", "control_thunks_left_out": m.control,
+        "figures": fig,
+        "classes": {"all": _classes_json(groups["all"]),
+                    **({str(chosen): _classes_json(groups[chosen])} if chosen in groups else {})},
+        "none": none_entries(kernels),
+        "no_hlo": {"kernels": len(unsaved),
+                   "pct_of_gpu_time": round(100.0 * sum(k.dur for k in unsaved) / total, 2)
+                   if total else 0,
+                   "programs": sorted({k.program_id for k in unsaved})} if unsaved else None,
+        "source": source_counts(tables.ops, m.sources),
+        "coverage": cov, "checks": [check], "refusals": refusals,
+        "low_confidence_below": km.LOW_CONFIDENCE,
+        "timing_s": timing, "hlo_text": hlo_names.get(chosen),
+        "hlo_texts": {str(p): f for p, f in hlo_names.items()},
+        "scope": {"programs": "one" if opts.program is not None else "all",
+                  "program_ids": sorted({p for p, _ in tables.ops}, key=str)},
+        "executions": {str(d): {"executions": e["executions"], "from": e["from"],
+                                **{f: m.counted[(pid, d)][f] for f in (
+                                    "events", "expected_min", "expected_max")
+                                   if (pid, d) in m.counted}}
+                       for (pid, d), e in sorted(m.execs.items(), key=lambda kv: str(kv[0][1]))
+                       if pid == chosen},
+        "programs": tables.progs,
+        "steps_note": tables.steps_note,
+    }
+
+
+def kernel_figures(kernels, g: dict, total: int) -> dict:
+    """The result's figures on every event: counts, kernel time, the share attributed to an
+    instruction (`g`: class_totals' "all" group; total: every event's ps) and the attributed
+    kernels placed with low confidence."""
     none_ps = g["none"][1]
     ours = round(100.0 * (total - none_ps) / total, 2) if total else 0.0
     fig = {
@@ -1195,6 +1296,33 @@ def build_result(*, files, kernels, cpu, control, chosen, name, notes, protos, g
     fig["low_confidence_kernels"] = figure(len(low), "count", "inferred")
     fig["low_confidence_pct_of_all_attributed"] = figure(
         round(100.0 * sum(k.dur for k in low) / t_att, 2) if t_att else 0.0, "pct", "inferred")
+    return fig
+
+
+def coverage_check(fig: dict, coverage, total: int, opts) -> tuple[dict, dict]:
+    """Our attributed share next to XProf's hlo_stats (`coverage`: its total self time in us,
+    None where not run or not read): the result's `coverage` and its check; XProf's share is
+    added to `fig`."""
+    ours = fig["attributed_pct_of_gpu_time"]["value"]
+    cov = {"ours_pct_of_gpu_time": ours, "xprof_pct_of_gpu_time": None, "verdict": None}
+    if coverage is None or not total:
+        return cov, {"name": "coverage at least XProf's hlo_stats", "status": "not checkable",
+                     "detail": "--no-xprof" if not opts.use_xprof else
+                     "XProf's hlo_stats gave no figure"}
+    theirs = round(100.0 * coverage * 1e6 / total, 2)
+    lower = ours + COVERAGE_TOLERANCE_PCT < theirs
+    cov.update(xprof_pct_of_gpu_time=theirs, verdict=(
+        f"OURS IS LOWER by {theirs - ours:.2f} points: see the none lines" if lower
+        else "ours is not lower"))
+    fig["xprof_hlo_stats_pct_of_gpu_time"] = figure(theirs, "pct", "read")
+    return cov, {"name": "coverage at least XProf's hlo_stats",
+                 "status": "fail" if lower else "pass",
+                 "detail": f"ours {ours:.2f}%, XProf's {theirs:.2f}%"}
+
+
+def none_entries(kernels) -> list[dict]:
+    """Per reason an event was left unattributed (NONE_REASONS): its kernels, time and the
+    five kernel names with the most time."""
     none = []
     for why, label in NONE_REASONS:
         ks = [k for k in kernels if k.match == "none" and k.why == why]
@@ -1210,7 +1338,12 @@ def build_result(*, files, kernels, cpu, control, chosen, name, notes, protos, g
                      "largest": [{"kernel": n, "count": c, "gpu_us": round(t / 1e6, 3)}
                                  for n, (c, t) in sorted(top.items(),
                                                          key=lambda kv: -kv[1][1])[:5]]})
-    unsaved = [k for k in kernels if k.program_id is not None and k.program_id not in protos]
+    return none
+
+
+def source_counts(ops: dict, sources) -> dict:
+    """The attributed kernels of ops.csv's programs with a user frame, with no source at all,
+    and with frames none of which is user code (each with its share of the attributed time)."""
     attributed = sum(t for _, t, _ in ops.values())
     n_nouser = n_noframe = t_nouser = t_noframe = 0
     for (pid, ins_name), (n, t, _) in ops.items():
@@ -1222,62 +1355,14 @@ def build_result(*, files, kernels, cpu, control, chosen, name, notes, protos, g
                 n_noframe += n
                 t_noframe += t
     n_mine = sum(n for n, _, _ in ops.values())
-    checks = []
-    cov = {"ours_pct_of_gpu_time": ours, "xprof_pct_of_gpu_time": None, "verdict": None}
-    if coverage is not None and total:
-        theirs = round(100.0 * coverage * 1e6 / total, 2)
-        lower = ours + COVERAGE_TOLERANCE_PCT < theirs
-        cov.update(xprof_pct_of_gpu_time=theirs, verdict=(
-            f"OURS IS LOWER by {theirs - ours:.2f} points: see the none lines" if lower
-            else "ours is not lower"))
-        fig["xprof_hlo_stats_pct_of_gpu_time"] = figure(theirs, "pct", "read")
-        checks.append({"name": "coverage at least XProf's hlo_stats",
-                       "status": "fail" if lower else "pass",
-                       "detail": f"ours {ours:.2f}%, XProf's {theirs:.2f}%"})
-    else:
-        checks.append({"name": "coverage at least XProf's hlo_stats", "status": "not checkable",
-                       "detail": "--no-xprof" if not opts.use_xprof else
-                       "XProf's hlo_stats gave no figure"})
-    missing = [k for k in unsaved if k.program_id not in unreadable]
-    if missing:
-        refusals.append(f"cannot attribute {len(missing)} kernels because their programs "
-                        f"{sorted({k.program_id for k in missing})} have no HLO in the capture")
-    return {
-        "step": "attribute_kernels", "status": "done",
-        "capture": {"xplane": str(files.xplane), "host": files.host, "run": files.run_dir.name},
-        "program": {"id": chosen, "name": name, "notes": notes},
-        "device": "CPU" if cpu else "GPU", "control_thunks_left_out": control,
-        "figures": fig,
-        "classes": {"all": _classes_json(g),
-                    **({str(chosen): _classes_json(groups[chosen])} if chosen in groups else {})},
-        "none": none,
-        "no_hlo": {"kernels": len(unsaved),
-                   "pct_of_gpu_time": round(100.0 * sum(k.dur for k in unsaved) / total, 2)
-                   if total else 0,
-                   "programs": sorted({k.program_id for k in unsaved})} if unsaved else None,
-        "source": {"kernels": n_mine, "with_user_frame": n_mine - n_nouser,
-                   "no_source_kernels": n_noframe,
-                   "no_source_pct_of_attributed": round(100.0 * t_noframe / attributed, 2)
-                   if attributed else 0,
-                   "library_only_kernels": n_nouser - n_noframe,
-                   "library_only_pct_of_attributed": round(
-                       100.0 * (t_nouser - t_noframe) / attributed, 2)
-                   if attributed else 0},
-        "coverage": cov, "checks": checks, "refusals": refusals,
-        "low_confidence_below": km.LOW_CONFIDENCE,
-        "timing_s": timing, "hlo_text": hlo_name,
-        "hlo_texts": {str(p): f for p, f in (hlo_names or {}).items()},
-        "scope": {"programs": "one" if opts.program is not None else "all",
-                  "program_ids": sorted({p for p, _ in ops}, key=str)},
-        "executions": {str(d): {"executions": e["executions"], "from": e["from"],
-                                **{f: counted[(pid, d)][f] for f in (
-                                    "events", "expected_min", "expected_max")
-                                   if (pid, d) in counted}}
-                       for (pid, d), e in sorted(execs.items(), key=lambda kv: str(kv[0][1]))
-                       if pid == chosen},
-        "programs": progs,
-        "steps_note": steps_note,
-    }
+    return {"kernels": n_mine, "with_user_frame": n_mine - n_nouser,
+            "no_source_kernels": n_noframe,
+            "no_source_pct_of_attributed": round(100.0 * t_noframe / attributed, 2)
+            if attributed else 0,
+            "library_only_kernels": n_nouser - n_noframe,
+            "library_only_pct_of_attributed": round(
+                100.0 * (t_nouser - t_noframe) / attributed, 2)
+            if attributed else 0}
 
 
 def _p(v) -> str:

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -447,6 +447,129 @@ def _backend_config(raw: bytes) -> str:
     return _q(text)
 
 
+def _collective_attributes(ins: Any, op: str, add: Callable[[str], None]) -> None:
+    """Add a collective's or a send/recv's channel, replica groups and pairs (nothing for
+    another opcode)."""
+    if op not in _COLLECTIVES and op not in _SEND_RECV:
+        return
+    if ins.channel_id > 0:
+        add(f"channel_id={ins.channel_id}")
+    if op in _SEND_RECV:
+        if ins.is_host_transfer:
+            add("is_host_transfer=true")
+    elif op not in ("collective-permute", "collective-permute-start"):
+        rg = _replica_groups(ins)
+        if rg is not None:
+            add(f"replica_groups={rg}")
+        if op in _DIMENSIONS_AFTER_GROUPS and (ins.dimensions or op != "all-to-all"):
+            add("dimensions=" + _ints(ins.dimensions))
+    if ins.constrain_layout:
+        add("constrain_layout=true")
+    if ins.use_global_device_ids:
+        add("use_global_device_ids=true")
+    if ins.source_target_pairs:
+        add("source_target_pairs={" + ",".join(
+            f"{{{p.source},{p.target}}}" for p in ins.source_target_pairs) + "}")
+
+
+def _dimension_attributes(ins: Any, op: str, add: Callable[[str], None]) -> None:
+    """Add the dimensions, a sort's stability, the window, convolution labels and group
+    counts."""
+    # (an all-gather's and an all-to-all's dimensions follow their replica groups)
+    if op not in _DIMENSIONS_AFTER_GROUPS and (
+            op in _DIMENSION_OPS or (ins.dimensions and op != "iota")):
+        add("dimensions=" + _ints(ins.dimensions))
+    if op == "sort" and ins.is_stable:
+        add("is_stable=true")
+    if ins.HasField("window") and (op != "custom-call" or ins.window.dimensions):
+        add("window=" + _window(ins.window))
+    if ins.HasField("convolution_dimension_numbers") and (
+            op == "convolution" or ins.convolution_dimension_numbers.input_spatial_dimensions
+            or ins.convolution_dimension_numbers.kernel_spatial_dimensions):
+        add("dim_labels=" + _dim_labels(ins.convolution_dimension_numbers))
+    if ins.feature_group_count > 1:
+        add(f"feature_group_count={ins.feature_group_count}")
+    if ins.batch_group_count > 1:
+        add(f"batch_group_count={ins.batch_group_count}")
+
+
+def _dimension_numbers(ins: Any, add: Callable[[str], None]) -> None:
+    """Add the dot, ragged dot, gather and scatter dimension numbers and the operand
+    precision."""
+    dnums = None
+    if ins.HasField("dot_dimension_numbers"):
+        dnums = ins.dot_dimension_numbers
+    elif ins.HasField("ragged_dot_dimension_numbers"):
+        dnums = ins.ragged_dot_dimension_numbers.dot_dimension_numbers
+    if dnums is not None:
+        if dnums.lhs_batch_dimensions:
+            add("lhs_batch_dims=" + _ints(dnums.lhs_batch_dimensions))
+        add("lhs_contracting_dims=" + _ints(dnums.lhs_contracting_dimensions))
+        if dnums.rhs_batch_dimensions:
+            add("rhs_batch_dims=" + _ints(dnums.rhs_batch_dimensions))
+        add("rhs_contracting_dims=" + _ints(dnums.rhs_contracting_dimensions))
+    if ins.HasField("ragged_dot_dimension_numbers"):
+        r = ins.ragged_dot_dimension_numbers
+        add("lhs_ragged_dims=" + _ints(r.lhs_ragged_dimensions))
+        add("rhs_group_dims=" + _ints(r.rhs_group_dimensions))
+    if ins.HasField("gather_dimension_numbers"):
+        g = ins.gather_dimension_numbers
+        add("offset_dims=" + _ints(g.offset_dims))
+        add("collapsed_slice_dims=" + _ints(g.collapsed_slice_dims))
+        add("start_index_map=" + _ints(g.start_index_map))
+        if g.operand_batching_dims:
+            add("operand_batching_dims=" + _ints(g.operand_batching_dims))
+        if g.start_indices_batching_dims:
+            add("start_indices_batching_dims=" + _ints(g.start_indices_batching_dims))
+        add(f"index_vector_dim={g.index_vector_dim}")
+        add("slice_sizes=" + _ints(ins.gather_slice_sizes))
+    if ins.HasField("scatter_dimension_numbers"):
+        s = ins.scatter_dimension_numbers
+        add("update_window_dims=" + _ints(s.update_window_dims))
+        add("inserted_window_dims=" + _ints(s.inserted_window_dims))
+        add("scatter_dims_to_operand_dims=" + _ints(s.scatter_dims_to_operand_dims))
+        if s.input_batching_dims:
+            add("input_batching_dims=" + _ints(s.input_batching_dims))
+        if s.scatter_indices_batching_dims:
+            add("scatter_indices_batching_dims=" + _ints(s.scatter_indices_batching_dims))
+        add(f"index_vector_dim={s.index_vector_dim}")
+    if ins.indices_are_sorted:
+        add("indices_are_sorted=true")
+    if ins.unique_indices:
+        add("unique_indices=true")
+    if ins.HasField("precision_config"):
+        pc = ins.precision_config
+        if any(p for p in pc.operand_precision):
+            add("operand_precision={" + ",".join(
+                _PRECISION.get(p, str(p)) for p in pc.operand_precision) + "}")
+        if pc.algorithm:
+            add(f"algorithm={_ALGORITHM.get(pc.algorithm, pc.algorithm)}")
+
+
+def _aliasing_attributes(ins: Any, op: str, add: Callable[[str], None]) -> None:
+    """Add the output-to-operand aliasing, a custom call's flags and layout constraints, a
+    parameter's replication."""
+    if ins.output_operand_aliasing:
+        add("output_to_operand_aliasing={" + ", ".join(
+            f"{_shape_index(x.output_shape_index)}: ({x.operand_index}, "
+            f"{_shape_index(x.operand_shape_index)})"
+            for x in ins.output_operand_aliasing) + "}")
+    if op == "custom-call":
+        if ins.custom_call_has_side_effect:
+            add("custom_call_has_side_effect=true")
+        if ins.custom_call_schedule in _SCHEDULE:
+            add(f"schedule={_SCHEDULE[ins.custom_call_schedule]}")
+        if ins.custom_call_api_version in _API_VERSION:
+            add(f"api_version={_API_VERSION[ins.custom_call_api_version]}")
+        if ins.constrain_layout and ins.operand_shapes_with_layout:
+            add("operand_layout_constraints={" + ", ".join(
+                shape_text(s) for s in ins.operand_shapes_with_layout) + "}")
+    if op == "parameter" and ins.parameter_replication.replicated_at_leaf_buffers:
+        add("parameter_replication={" + ",".join(
+            "true" if r else "false"
+            for r in ins.parameter_replication.replicated_at_leaf_buffers) + "}")
+
+
 class _Printer:
     """Formats one module; per-computation lookups live only while that computation prints."""
 
@@ -578,10 +701,22 @@ class _Printer:
         return head + (", " + ", ".join(attrs) if attrs else "")
 
     def attributes(self, ins: Any) -> list[str]:
+        """The instruction's attributes as HLO text prints them after its operands, in
+        that order."""
         op = ins.opcode
         a: list[str] = []
         add = a.append
-        # opcode-specific attributes
+        self.opcode_attributes(ins, op, add)
+        _collective_attributes(ins, op, add)
+        _dimension_attributes(ins, op, add)
+        _dimension_numbers(ins, add)
+        self.called_attributes(ins, op, add)
+        _aliasing_attributes(ins, op, add)
+        self.generic_attributes(ins, add)
+        return a
+
+    def opcode_attributes(self, ins: Any, op: str, add: Callable[[str], None]) -> None:
+        """Add the attributes of one opcode alone (a fusion's kind, a slice's bounds, ...)."""
         if op == "fusion":
             add(f"kind={ins.fusion_kind}")
         elif op == "get-tuple-element":
@@ -644,92 +779,9 @@ class _Printer:
             if ins.outfeed_config:
                 add("outfeed_config="
                     + _q(ins.outfeed_config.decode("utf-8", "backslashreplace")))
-        if op in _COLLECTIVES or op in _SEND_RECV:
-            if ins.channel_id > 0:
-                add(f"channel_id={ins.channel_id}")
-            if op in _SEND_RECV:
-                if ins.is_host_transfer:
-                    add("is_host_transfer=true")
-            elif op not in ("collective-permute", "collective-permute-start"):
-                rg = _replica_groups(ins)
-                if rg is not None:
-                    add(f"replica_groups={rg}")
-                if op in _DIMENSIONS_AFTER_GROUPS and (ins.dimensions or op != "all-to-all"):
-                    add("dimensions=" + _ints(ins.dimensions))
-            if ins.constrain_layout:
-                add("constrain_layout=true")
-            if ins.use_global_device_ids:
-                add("use_global_device_ids=true")
-            if ins.source_target_pairs:
-                add("source_target_pairs={" + ",".join(
-                    f"{{{p.source},{p.target}}}" for p in ins.source_target_pairs) + "}")
-        # dimensions
-        if op in _DIMENSIONS_AFTER_GROUPS:
-            pass
-        elif op in _DIMENSION_OPS or (ins.dimensions and op != "iota"):
-            add("dimensions=" + _ints(ins.dimensions))
-        if op == "sort" and ins.is_stable:
-            add("is_stable=true")
-        # windows and dimension numbers
-        if ins.HasField("window") and (op != "custom-call" or ins.window.dimensions):
-            add("window=" + _window(ins.window))
-        if ins.HasField("convolution_dimension_numbers") and (
-                op == "convolution" or ins.convolution_dimension_numbers.input_spatial_dimensions
-                or ins.convolution_dimension_numbers.kernel_spatial_dimensions):
-            add("dim_labels=" + _dim_labels(ins.convolution_dimension_numbers))
-        if ins.feature_group_count > 1:
-            add(f"feature_group_count={ins.feature_group_count}")
-        if ins.batch_group_count > 1:
-            add(f"batch_group_count={ins.batch_group_count}")
-        dnums = None
-        if ins.HasField("dot_dimension_numbers"):
-            dnums = ins.dot_dimension_numbers
-        elif ins.HasField("ragged_dot_dimension_numbers"):
-            dnums = ins.ragged_dot_dimension_numbers.dot_dimension_numbers
-        if dnums is not None:
-            if dnums.lhs_batch_dimensions:
-                add("lhs_batch_dims=" + _ints(dnums.lhs_batch_dimensions))
-            add("lhs_contracting_dims=" + _ints(dnums.lhs_contracting_dimensions))
-            if dnums.rhs_batch_dimensions:
-                add("rhs_batch_dims=" + _ints(dnums.rhs_batch_dimensions))
-            add("rhs_contracting_dims=" + _ints(dnums.rhs_contracting_dimensions))
-        if ins.HasField("ragged_dot_dimension_numbers"):
-            r = ins.ragged_dot_dimension_numbers
-            add("lhs_ragged_dims=" + _ints(r.lhs_ragged_dimensions))
-            add("rhs_group_dims=" + _ints(r.rhs_group_dimensions))
-        if ins.HasField("gather_dimension_numbers"):
-            g = ins.gather_dimension_numbers
-            add("offset_dims=" + _ints(g.offset_dims))
-            add("collapsed_slice_dims=" + _ints(g.collapsed_slice_dims))
-            add("start_index_map=" + _ints(g.start_index_map))
-            if g.operand_batching_dims:
-                add("operand_batching_dims=" + _ints(g.operand_batching_dims))
-            if g.start_indices_batching_dims:
-                add("start_indices_batching_dims=" + _ints(g.start_indices_batching_dims))
-            add(f"index_vector_dim={g.index_vector_dim}")
-            add("slice_sizes=" + _ints(ins.gather_slice_sizes))
-        if ins.HasField("scatter_dimension_numbers"):
-            s = ins.scatter_dimension_numbers
-            add("update_window_dims=" + _ints(s.update_window_dims))
-            add("inserted_window_dims=" + _ints(s.inserted_window_dims))
-            add("scatter_dims_to_operand_dims=" + _ints(s.scatter_dims_to_operand_dims))
-            if s.input_batching_dims:
-                add("input_batching_dims=" + _ints(s.input_batching_dims))
-            if s.scatter_indices_batching_dims:
-                add("scatter_indices_batching_dims=" + _ints(s.scatter_indices_batching_dims))
-            add(f"index_vector_dim={s.index_vector_dim}")
-        if ins.indices_are_sorted:
-            add("indices_are_sorted=true")
-        if ins.unique_indices:
-            add("unique_indices=true")
-        if ins.HasField("precision_config"):
-            pc = ins.precision_config
-            if any(p for p in pc.operand_precision):
-                add("operand_precision={" + ",".join(
-                    _PRECISION.get(p, str(p)) for p in pc.operand_precision) + "}")
-            if pc.algorithm:
-                add(f"algorithm={_ALGORITHM.get(pc.algorithm, pc.algorithm)}")
-        # called computations
+
+    def called_attributes(self, ins: Any, op: str, add: Callable[[str], None]) -> None:
+        """Add the computations the instruction calls, under the names its opcode gives them."""
         called = list(ins.called_computation_ids)
         if called:
             if op == "while" and len(called) == 2:
@@ -758,27 +810,10 @@ class _Printer:
             add(f"async_execution_thread={_q(ins.async_execution_thread)}")
         if ins.is_composite:
             add("is_composite=true")
-        # custom-call extras
-        if ins.output_operand_aliasing:
-            add("output_to_operand_aliasing={" + ", ".join(
-                f"{_shape_index(x.output_shape_index)}: ({x.operand_index}, "
-                f"{_shape_index(x.operand_shape_index)})"
-                for x in ins.output_operand_aliasing) + "}")
-        if op == "custom-call":
-            if ins.custom_call_has_side_effect:
-                add("custom_call_has_side_effect=true")
-            if ins.custom_call_schedule in _SCHEDULE:
-                add(f"schedule={_SCHEDULE[ins.custom_call_schedule]}")
-            if ins.custom_call_api_version in _API_VERSION:
-                add(f"api_version={_API_VERSION[ins.custom_call_api_version]}")
-            if ins.constrain_layout and ins.operand_shapes_with_layout:
-                add("operand_layout_constraints={" + ", ".join(
-                    shape_text(s) for s in ins.operand_shapes_with_layout) + "}")
-        if op == "parameter" and ins.parameter_replication.replicated_at_leaf_buffers:
-            add("parameter_replication={" + ",".join(
-                "true" if r else "false"
-                for r in ins.parameter_replication.replicated_at_leaf_buffers) + "}")
-        # generic attributes
+
+    def generic_attributes(self, ins: Any, add: Callable[[str], None]) -> None:
+        """Add what any instruction may carry: sharding, frontend attributes, control
+        predecessors, metadata, backend config."""
         if ins.HasField("sharding"):
             add(f"sharding={sharding_text(ins.sharding)}")
         fa = _frontend_attributes(ins.frontend_attributes)
@@ -792,7 +827,6 @@ class _Printer:
             add(f"metadata={md}")
         if ins.backend_config:
             add(f"backend_config={_backend_config(ins.backend_config)}")
-        return a
 
     def lines(self) -> Iterator[str]:
         yield self.header()

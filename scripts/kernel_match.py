@@ -120,24 +120,41 @@ class Expect:
     repeat: bool = False  # the slot may launch more events of this kind
 
 
-@dataclass(slots=True)
 class Kernel:
-    """What the matcher needs of an event; `instruction`, `match`, `inner`, `confidence` and
-    `why` are its answer."""
-    index: int
-    name: str
-    kind: str
-    hlo_op: str | None
-    group: bool           # shares its correlation id with other events (a graph launch)
-    corr: object = None
-    start: int | None = None   # ps; with `dur` and `stream`, where known, they show whether a
-    dur: int | None = None     # launch's events ran at once (optional: the matching does not
-    stream: object = None      # need them)
-    instruction: str = ""
-    inner: str = ""       # the instruction the label named, where it is inside `instruction`
-    match: str = "none"
-    why: str = ""         # for none: "outside" (own launch, no label) or "no slot"
-    confidence: float = 0.0
+    """One GPU event (a kernel, memcpy or memset; on a CPU capture an XLA:CPU thunk event) and
+    the answer for it: the one record of an event in step 4. attribute_kernels builds one per
+    event from the capture (device, stream, start and dur in ps, name, correlation id, the
+    tracer's hlo_op and hlo_module labels, program id, whether it ran in a graph, whether it is
+    a memcpy) and fills `kind` and `group` before matching; `match` reads name, kind, hlo_op,
+    group, corr (and start, dur, stream where known: they show whether a launch's events ran at
+    once) and fills instruction, inner, match, why and confidence. A plain class with slots: a
+    capture holds hundreds of thousands of events."""
+    __slots__ = ("device", "stream", "start", "dur", "name", "corr", "hlo_op", "program_id",
+                 "own_program", "category", "graph", "instruction", "match", "cpu", "why",
+                 "inner", "confidence", "kind", "group", "module")
+
+    def __init__(self, device, stream, start, dur, name, corr, hlo_op, program_id, graph,
+                 memcpy, module=None, cpu=False):
+        self.device = device
+        self.stream = stream
+        self.start = start
+        self.dur = dur
+        self.name = name
+        self.corr = corr
+        self.hlo_op = hlo_op
+        self.own_program = program_id is not None  # the capture gave its program id
+        self.program_id = program_id
+        self.graph = graph
+        self.category = "memcpy" if memcpy else ""  # trace_rules' category once classified
+        self.instruction = ""
+        self.match = "none"
+        self.why = ""         # for none: "outside" (own launch, no label), "no slot", "no hlo"
+        self.inner = ""       # the instruction the label named, where it is inside `instruction`
+        self.confidence = 0.0
+        self.kind = ""        # trace_rules.kernel_kind
+        self.group = False    # one launch with other events (a graph, or a shared correlation id)
+        self.cpu = cpu
+        self.module = module  # the tracer's hlo_module label
 
 
 # ------------------------------------------------------------------------------- names, kinds
@@ -742,102 +759,142 @@ def _repair(plan: Plan, pl: Placement, obs_kind, obs_name, a: int, width: int) -
        (by name first, then in order), then library positions left unfilled (a custom call's
        kernel moved by a reordering).
     Any move marks the placement `reordered`: the launch did not run in the schedule's order."""
-    n = len(plan.events)
-    m = len(pl.where)
-    placed = [w for w in pl.where if w >= 0]
-    hi = max(max(placed) + 1 if placed else 0, pl.end)
-    held = {w: i for i, w in enumerate(pl.where) if w >= 0}
-    accept, e_kind = plan.accept, plan.e_kind
-    reach = min(width, hi + m)
+    r = _Repair(plan, pl, obs_kind, obs_name, a, width)
+    r.by_name()
+    r.library_swaps()
+    r.by_kind()
 
-    def loose(i: int) -> bool:  # unplaced, or placed under another name than its own
+
+class _Repair:
+    """One launch's placement while `_repair` mends it: the position each event holds (`held`:
+    position -> event), the span its events cover (`hi`, as the alignment left it) and how far
+    an event taken as an extra one may move (`reach`: the launch's length past the span)."""
+
+    def __init__(self, plan: Plan, pl: Placement, obs_kind, obs_name, a: int, width: int):
+        self.plan, self.pl, self.obs_kind, self.obs_name, self.a = plan, pl, obs_kind, obs_name, a
+        self.n = len(plan.events)
+        self.m = len(pl.where)
+        placed = [w for w in pl.where if w >= 0]
+        self.hi = max(max(placed) + 1 if placed else 0, pl.end)
+        self.held = {w: i for i, w in enumerate(pl.where) if w >= 0}
+        self.reach = min(width, self.hi + self.m)
+
+    def loose(self, i: int) -> bool:
+        """Whether event i is unplaced, or placed under another name than its own."""
+        pl, name = self.pl, self.obs_name[i]
         f = pl.fit[i]
         return pl.where[i] < 0 or f == "mismatch" or (
-            f == "repeat" and obs_name[i] != 0 and
-            _fit(plan, obs_kind[i], obs_name[i], (a + pl.where[i]) % n) != "name")
+            f == "repeat" and name != 0 and
+            _fit(self.plan, self.obs_kind[i], name, (self.a + pl.where[i]) % self.n) != "name")
 
-    for i in range(m):
-        nm = obs_name[i]
-        if not nm or not loose(i):
-            continue
-        # where it may go: a position held by another misplaced event (the two were paired
-        # crosswise); a free one too for an event the alignment took as an extra one (its slot
-        # keeps its first event), within reach, or left unplaced, within the span. A mismatch
-        # never leaves its slot empty for a free one: that is a kernel reused under a name the
-        # plan did not predict, not a reordering.
-        free_ok = reach if pl.fit[i] == "repeat" else (hi if pl.where[i] < 0 else 0)
+    def by_name(self) -> None:
+        """Step 1: each loose event with a predicted name moves to the nearest position of its
+        name it may take, swapping with the loose event there."""
+        pl, plan, held, a, n = self.pl, self.plan, self.held, self.a, self.n
+        for i in range(self.m):
+            nm = self.obs_name[i]
+            if not nm or not self.loose(i):
+                continue
+            best = self._named_position(i)
+            if best is None:
+                # its own slot is free but it may not move there: the launch is out of order all
+                # the same (or its name mispredicted), so its order does not pin placements
+                if any(j not in held and (plan.e_name[(a + j) % n] == nm or
+                                          plan.e_own[(a + j) % n] == nm) for j in range(self.hi)):
+                    pl.reordered = True
+                continue
+            old, h = pl.where[i], held.get(best)
+            if old >= 0 and held.get(old) == i:
+                del held[old]
+            pl.where[i], pl.fit[i] = best, "name"
+            held[best] = i
+            pl.end = max(pl.end, best + 1)
+            if h is not None:
+                pl.where[h], pl.fit[h] = old, _fit(plan, self.obs_kind[h], self.obs_name[h],
+                                                   (a + old) % n)
+                held[old] = h
+            pl.reordered = True
+
+    def _named_position(self, i: int) -> int | None:
+        """Where loose event i may go by its name, nearest its place (or its last placed
+        predecessor's) first: a position held by another loose event (the two were paired
+        crosswise); a free one too for an event the alignment took as an extra one (its slot
+        keeps its first event), within reach, or left unplaced, within the span. A mismatch
+        never leaves its slot empty for a free one: that is a kernel reused under a name the
+        plan did not predict, not a reordering. None: nowhere."""
+        pl, plan, held, a, n = self.pl, self.plan, self.held, self.a, self.n
+        accept, e_kind, obs_kind = plan.accept, plan.e_kind, self.obs_kind
+        nm = self.obs_name[i]
+        free_ok = self.reach if pl.fit[i] == "repeat" else (self.hi if pl.where[i] < 0 else 0)
         near = pl.where[i] if pl.where[i] >= 0 else next(
             (pl.where[x] for x in range(i - 1, -1, -1) if pl.where[x] >= 0), 0)
         best = None
-        for j in range(reach):
+        for j in range(self.reach):
             e = (a + j) % n
             if (plan.e_name[e] != nm and plan.e_own[e] != nm) or not accept[obs_kind[i]][e_kind[e]]:
                 continue
             h = held.get(j)
             if h is None and j >= free_ok:
                 continue
-            if h is not None and (h == i or not loose(h) or pl.where[i] < 0 or
+            if h is not None and (h == i or not self.loose(h) or pl.where[i] < 0 or
                                   not accept[obs_kind[h]][e_kind[(a + pl.where[i]) % n]]):
                 continue
             if best is None or abs(j - near) < abs(best - near):
                 best = j
-        if best is None:
-            # its own slot is free but it may not move there: the launch is out of order all
-            # the same (or its name mispredicted), so its order does not pin placements
-            if any(j not in held and (plan.e_name[(a + j) % n] == nm or
-                                      plan.e_own[(a + j) % n] == nm) for j in range(hi)):
-                pl.reordered = True
-            continue
-        old, h = pl.where[i], held.get(best)
-        if old >= 0 and held.get(old) == i:
-            del held[old]
-        pl.where[i], pl.fit[i] = best, "name"
-        held[best] = i
-        pl.end = max(pl.end, best + 1)
-        if h is not None:
-            pl.where[h], pl.fit[h] = old, _fit(plan, obs_kind[h], obs_name[h], (a + old) % n)
-            held[old] = h
-        pl.reordered = True
-    # a library kernel taken as one more event of a slot, while a required library slot of its
-    # kind in the span (before the first placed event too) holds nothing: swapped alike kernels
-    for i in range(m):
-        old = pl.where[i]
-        if pl.fit[i] != "repeat" or obs_name[i]:
-            continue
-        spare = [j for j in range(hi) if j not in held and not plan.events[(a + j) % n].optional
-                 and plan.e_name[(a + j) % n] == 0 and accept[obs_kind[i]][e_kind[(a + j) % n]]]
-        if not spare:
-            continue
-        best = min(spare, key=lambda j: abs(j - old))
-        if held.get(old) == i:
-            del held[old]
-            other = next((x for x in range(m) if x != i and pl.where[x] == old), None)
-            if other is not None:
-                held[old] = other
-        pl.where[i], pl.fit[i] = best, "library"
-        held[best] = i
-        pl.reordered = True
-    missing = [i for i, w in enumerate(pl.where) if w < 0]
-    if not missing:
-        return
-    free = [j for j in range(hi) if j not in held and not plan.events[(a + j) % n].optional]
-    library = [j for j in range(hi) if j not in held and plan.events[(a + j) % n].optional and
-               plan.e_name[(a + j) % n] == 0]
-    for by_name, pool in ((True, free), (False, free), (False, library)):
-        for i in missing:
-            if pl.where[i] >= 0:
+        return best
+
+    def library_swaps(self) -> None:
+        """Step 2: a library kernel taken as one more event of a slot, while a required library
+        slot of its kind in the span (before the first placed event too) holds nothing, moves
+        to the nearest such slot: swapped alike kernels."""
+        pl, plan, held, a, n, m = self.pl, self.plan, self.held, self.a, self.n, self.m
+        accept, e_kind = plan.accept, plan.e_kind
+        for i in range(m):
+            old = pl.where[i]
+            if pl.fit[i] != "repeat" or self.obs_name[i]:
                 continue
-            for j in pool:
-                e = (a + j) % n
-                if not accept[obs_kind[i]][e_kind[e]]:
+            spare = [j for j in range(self.hi) if j not in held and
+                     not plan.events[(a + j) % n].optional and plan.e_name[(a + j) % n] == 0
+                     and accept[self.obs_kind[i]][e_kind[(a + j) % n]]]
+            if not spare:
+                continue
+            best = min(spare, key=lambda j: abs(j - old))
+            if held.get(old) == i:
+                del held[old]
+                other = next((x for x in range(m) if x != i and pl.where[x] == old), None)
+                if other is not None:
+                    held[old] = other
+            pl.where[i], pl.fit[i] = best, "library"
+            held[best] = i
+            pl.reordered = True
+
+    def by_kind(self) -> None:
+        """Step 3: events still unplaced take required positions left unfilled in the span (by
+        name first, then by kind alone), then optional library positions left unfilled."""
+        pl, plan, held, a, n = self.pl, self.plan, self.held, self.a, self.n
+        missing = [i for i, w in enumerate(pl.where) if w < 0]
+        if not missing:
+            return
+        free = [j for j in range(self.hi) if j not in held and
+                not plan.events[(a + j) % n].optional]
+        library = [j for j in range(self.hi) if j not in held and
+                   plan.events[(a + j) % n].optional and plan.e_name[(a + j) % n] == 0]
+        accept, e_kind, obs_kind, obs_name = plan.accept, plan.e_kind, self.obs_kind, self.obs_name
+        for by_name, pool in ((True, free), (False, free), (False, library)):
+            for i in missing:
+                if pl.where[i] >= 0:
                     continue
-                if by_name and (obs_name[i] == 0 or plan.e_name[e] != obs_name[i]):
-                    continue
-                pl.where[i] = j
-                pl.fit[i] = "repair"
-                pool.remove(j)
-                pl.reordered = True
-                break
+                for j in pool:
+                    e = (a + j) % n
+                    if not accept[obs_kind[i]][e_kind[e]]:
+                        continue
+                    if by_name and (obs_name[i] == 0 or plan.e_name[e] != obs_name[i]):
+                        continue
+                    pl.where[i] = j
+                    pl.fit[i] = "repair"
+                    pool.remove(j)
+                    pl.reordered = True
+                    break
 
 
 def _confidence(fits: list[str]) -> list[float]:

@@ -426,6 +426,7 @@ def _matcher_inputs(xplane: Path, out: Path):
     """The plan and, per device, the matcher's events in launch order, from a run's kernels.csv
     (with the answers as found on the unperturbed capture)."""
     import kernel_match as km
+    from matcher_events import event
     space = xplane_reader.load_space(xplane)
     rows = read(out / "kernels.csv")
     pid = Counter(r["program_id"] for r in rows).most_common(1)[0][0]
@@ -439,10 +440,10 @@ def _matcher_inputs(xplane: Path, out: Path):
         rs = sorted(by_dev[dev], key=lambda r: (int(r["correlation_id"] or -1),
                                                 float(r["start_us"])))
         shared_ids = Counter(r["correlation_id"] for r in rs)
-        items = [km.Kernel(i, r["kernel"],
-                           km.kernel_kind(r["kernel"], r["hlo_op"], r["category"] == "memcpy"),
-                           r["hlo_op"] or None, shared_ids[r["correlation_id"]] > 1,
-                           r["correlation_id"]) for i, r in enumerate(rs)]
+        items = [event(i, r["kernel"],
+                       km.kernel_kind(r["kernel"], r["hlo_op"], r["category"] == "memcpy"),
+                       r["hlo_op"] or None, shared_ids[r["correlation_id"]] > 1,
+                       r["correlation_id"]) for i, r in enumerate(rs)]
         out_devs.append((items, [r["instruction"] for r in rs]))
     return plan, out_devs
 
@@ -451,6 +452,7 @@ def _perturb(items, k, rng, names):
     """k insertions, k deletions and k renames at random places; returns the new list and the
     indices (into the original) of the events that survive."""
     import kernel_match as km
+    from matcher_events import event, fresh
     items = list(items)
     ops = ["insert"] * k + ["delete"] * k + ["rename"] * k
     rng.shuffle(ops)
@@ -459,15 +461,15 @@ def _perturb(items, k, rng, names):
         base = items[pos]
         if op == "insert":
             name = rng.choice(names)
-            items.insert(pos, km.Kernel(-1, name, km.kernel_kind(name), base.hlo_op, base.group,
-                                        base.corr))
+            items.insert(pos, event(-1, name, km.kernel_kind(name), base.hlo_op, base.group,
+                                    base.corr))
         elif op == "delete":
             del items[pos]
         else:
             name = rng.choice(names)
-            items[pos] = km.Kernel(base.index, name, km.kernel_kind(name), base.hlo_op,
-                                   base.group, base.corr)
-    return [km.Kernel(x.index, x.name, x.kind, x.hlo_op, x.group, x.corr) for x in items]
+            items[pos] = event(base.index, name, km.kernel_kind(name), base.hlo_op, base.group,
+                               base.corr)
+    return [fresh(x) for x in items]
 
 
 @pytest.mark.parametrize("name", ["nvidia-cb-all", "nvidia-maxtext-8gpu"])

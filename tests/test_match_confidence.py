@@ -16,6 +16,7 @@ from pathlib import Path
 
 import kernel_match as km
 import pytest
+from matcher_events import event, fresh
 
 import xplane_reader
 from capgen.generate import generate
@@ -65,11 +66,11 @@ def _inputs(xplane: Path, out: Path):
     rs = sorted((r for r in rows if r["program_id"] == pid and r["device"] == dev),
                 key=lambda r: (int(r["correlation_id"] or -1), float(r["start_us"])))
     shared = Counter(r["correlation_id"] for r in rs)
-    items = [km.Kernel(i, r["kernel"],
-                       km.kernel_kind(r["kernel"], r["hlo_op"], r["category"] == "memcpy"),
-                       r["hlo_op"] or None, shared[r["correlation_id"]] > 1, r["correlation_id"],
-                       start=round(float(r["start_us"]) * 1e6),
-                       dur=round(float(r["dur_us"]) * 1e6), stream=r["stream"])
+    items = [event(i, r["kernel"],
+                   km.kernel_kind(r["kernel"], r["hlo_op"], r["category"] == "memcpy"),
+                   r["hlo_op"] or None, shared[r["correlation_id"]] > 1, r["correlation_id"],
+                   start=round(float(r["start_us"]) * 1e6), dur=round(float(r["dur_us"]) * 1e6),
+                   stream=r["stream"])
              for i, r in enumerate(rs)]
     return plan, items, [r["instruction"] for r in rs]
 
@@ -78,8 +79,7 @@ def _swap(plan, items, want, k, rng, at_once: bool, named: bool):
     """k swaps of neighbouring events of one launch whose instructions the program leaves
     unordered; `at_once`: the two run concurrently (the later one starts first, the other 1 ps
     later); `named`: only pairs of differently named kernels whose names the plan predicts."""
-    items = [km.Kernel(x.index, x.name, x.kind, x.hlo_op, x.group, x.corr, start=x.start,
-                       dur=x.dur, stream=x.stream) for x in items]
+    items = [fresh(x) for x in items]
 
     def known(x):
         return km.normalize_kernel_name(x.name) in plan.name_ids
@@ -159,8 +159,7 @@ def test_alike_kernels_of_unordered_slots_share_their_confidence(shared, capture
     corr = items[first].corr
     launch = [i for i, x in enumerate(items) if x.corr == corr]
     for at_once in (False, True):
-        pert = [km.Kernel(x.index, x.name, x.kind, x.hlo_op, x.group, x.corr, start=x.start,
-                          dur=x.dur, stream=x.stream) for x in items]
+        pert = [fresh(x) for x in items]
         if at_once:
             pert[first + 1].start = pert[first].start + 1  # starts before the first one ends
         km.match(plan, pert)
