@@ -229,6 +229,39 @@ def read_gaps(path: Path, bound: dict, median: int | None) -> dict | None:
 ROW_TIMES = re.compile(r",(compute|collective|memcpy),(-?[0-9.]+),-?[0-9.]+,(-?[0-9.]+),")
 
 
+def add_time(sums: dict, key, start: float, end: float) -> None:
+    """Adds an event's time (end - start) to `sums[key]`."""
+    sums[key] = sums.get(key, 0.0) + end - start
+
+
+def add_collective(sums: dict, line: str, step: str, device: str) -> None:
+    """Adds a collective's time to `sums[(step, device)]`; any other line is left unparsed."""
+    if ",collective," in line and step:
+        m = ROW_TIMES.search(line)
+        if m is not None and m.group(1) == "collective":
+            add_time(sums, (int(step), device), float(m.group(2)), float(m.group(3)))
+
+
+def row_label(line: str, cat: str) -> tuple[str, str] | None:
+    """A collective or memcpy line's category and label: its hlo_op, else its kernel name; a
+    memcpy with an hlo_op is the program's own copy, an instruction, so its category becomes
+    compute. None when the line, parsed as CSV, does not have ROW_FIELDS fields."""
+    # hlo_op, hlo_module, graph, step are the last four fields (no commas in them)
+    t = line.rsplit(",", 4)
+    op = t[1] if len(t) == 5 and '"' not in t[1] and '"' not in t[2] else None
+    if op is None or not op:
+        r = next(csv.reader([line]))
+        if len(r) != ROW_FIELDS:
+            return None
+        op = r[16]
+        label = op or r[3]
+    else:
+        label = op
+    if cat == "memcpy" and op:
+        cat = "compute"  # the program's own copy: an instruction
+    return cat, label
+
+
 def read_rows(path: Path, bound: dict, all_collectives: bool, after: dict | None = None
               ) -> dict | None:
     """rows.csv streamed, for each step's bounding GPU (`bound`: step -> (device, critical
@@ -239,11 +272,11 @@ def read_rows(path: Path, bound: dict, all_collectives: bool, after: dict | None
     or the step's start) names the step: its events ending after that instant give its busy
     time there, sub-microsecond gaps included; other GPUs' lines are skipped unparsed."""
     after = {str(n): v for n, v in (after or {}).items()}
-    crit_after: dict = {n: [] for n in bound}
     want = {str(n): (d, f",{st},") for n, (d, st) in bound.items()}
-    crit_last: dict = {}
+    crit_after: dict = {n: [] for n in bound}
     crit: dict = {n: [] for n in bound}
     others: dict = {n: [] for n in bound}
+    crit_last: dict = {}
     coll_sum: dict = {}
     bad = 0
     try:
@@ -251,20 +284,15 @@ def read_rows(path: Path, bound: dict, all_collectives: bool, after: dict | None
     except OSError:
         return None
     with fh:
-        header = fh.readline()
-        if not header.startswith("device,stream,stream_name,kernel,category,start_us"):
+        if not fh.readline().startswith("device,stream,stream_name,kernel,category,start_us"):
             return None
         for line in fh:
             step = line[line.rfind(",") + 1:].rstrip()
             b = want.get(step)
             i = line.find(",")
             if b is None or b[0] != line[:i]:
-                if all_collectives and ",collective," in line:
-                    m = ROW_TIMES.search(line)
-                    if m is not None and m.group(1) == "collective" and step:
-                        key = (int(step), line[:i])
-                        coll_sum[key] = coll_sum.get(key, 0.0) + float(m.group(3)) - \
-                            float(m.group(2))
+                if all_collectives:
+                    add_collective(coll_sum, line, step, line[:i])
                 continue
             on_crit = line.startswith(b[1], i)
             if on_crit and ",collective," not in line and ",memcpy," not in line:
@@ -284,33 +312,21 @@ def read_rows(path: Path, bound: dict, all_collectives: bool, after: dict | None
                 if cat == "compute":
                     continue
             if cat == "collective" and all_collectives:
-                coll_sum[(n, line[:i])] = coll_sum.get((n, line[:i]), 0.0) + end - start
+                add_time(coll_sum, (n, line[:i]), start, end)
             label = ""
             if cat != "compute":
-                # hlo_op, hlo_module, graph, step are the last four fields (no commas in them)
-                t = line.rsplit(",", 4)
-                op = t[1] if len(t) == 5 and '"' not in t[1] and '"' not in t[2] else None
-                if op is None or not op:
-                    r = next(csv.reader([line]))
-                    if len(r) != ROW_FIELDS:
-                        bad += 1
-                        continue
-                    op = r[16]
-                    label = op or r[3]
-                else:
-                    label = op
-                if cat == "memcpy" and op:
-                    cat = "compute"  # the program's own copy: an instruction
+                labelled = row_label(line, cat)
+                if labelled is None:
+                    bad += 1
+                    continue
+                cat, label = labelled
             if cat == "compute" and on_crit:
                 continue  # the critical stream's compute comes from its budget
             (crit if on_crit else others)[n].append(
                 (start, end, "arg" if cat == "memcpy" else cat, label))
-    crit_end = {}
-    for step, line in crit_last.items():
-        m = ROW_TIMES.search(line)
-        if m is not None:
-            crit_end[int(step)] = float(m.group(3))
-    return {"crit_end": crit_end, "crit": crit, "others": others, "coll_sum": coll_sum,
+    ends = {int(step): ROW_TIMES.search(line) for step, line in crit_last.items()}
+    return {"crit_end": {n: float(m.group(3)) for n, m in ends.items() if m is not None},
+            "crit": crit, "others": others, "coll_sum": coll_sum,
             "crit_after": {n: union(v) for n, v in crit_after.items()} if after else None,
             "bad": bad}
 
@@ -405,89 +421,112 @@ def critical_path(fr: dict, row: dict, rows: dict | None, gaps: dict | None) -> 
     collectives) or idle (idle_before); after the critical stream's last event, what other
     streams ran, the rest idle until the next step (idle_between). `L`: the end of the last
     host-late gap: work before it is hidden behind the host (shortening it only lengthens that
-    gap), work after it is exposed."""
+    gap), work after it is exposed (the `_exposed` figures; `exposure`, the exposed share of
+    compute)."""
     n = fr["step"]
     s0, s1 = fr["start"], fr["window_end"]
     L = min(max(s0, (gaps or {}).get("host_end", {}).get(n, s0)), s1)
-    gaps_total = row["device_wait"] + row["unknown"]
-    out = {"window": s1 - s0, "host_late": row["host_late"], "L": L}
+    out = {"window": s1 - s0, "host_late": row["host_late"]}
     if rows is None:
-        # no rows.csv: the critical stream's budget from steps.csv alone
-        busy = max(0.0, row["dur"] - row["host_late"] - gaps_total)
-        out.update({"have_rows": False, "compute": busy,
-                    "compute_exposed": max(0.0, min(busy, row["end"] - L)),
-                    "memcpy_arg": 0.0, "memcpy_arg_exposed": 0.0, "collective": 0.0,
-                    "collective_exposed": 0.0, "idle_before": gaps_total,
-                    "idle_before_exposed": gaps_total if L <= s0 else 0.0,
-                    "idle_tail": max(0.0, s1 - row["end"])})
-        return out
-    ce = min(max(rows["crit_end"].get(n, s0), s0), s1)
+        out.update(budget_slices(row, s0, s1, L))
+    else:
+        out.update(event_slices(fr, row, rows, (gaps or {}).get("other", {}).get(n, []), L))
+    out["exposure"] = out["compute_exposed"] / out["compute"] if out["compute"] > 0 else 0.0
+    return out
+
+
+def budget_slices(row: dict, s0: float, s1: float, L: float) -> dict:
+    """The slices without rows.csv: the critical stream's budget from steps.csv alone (its busy
+    time all compute, its other gaps all idle)."""
+    gaps_total = row["device_wait"] + row["unknown"]
+    busy = max(0.0, row["dur"] - row["host_late"] - gaps_total)
+    return {"compute": busy, "compute_exposed": max(0.0, min(busy, row["end"] - L)),
+            "memcpy_arg": 0.0, "memcpy_arg_exposed": 0.0, "collective": 0.0,
+            "collective_exposed": 0.0, "idle_before": gaps_total,
+            "idle_before_exposed": gaps_total if L <= s0 else 0.0,
+            "idle_between": max(0.0, s1 - row["end"])}
+
+
+def window_events(rows: dict, n: int, s0: float, s1: float) -> tuple[dict, dict, dict]:
+    """A step's events of rows.csv cut to its window: the time of each collective and memcpy
+    label (`arg`, `collective`: label -> us), the critical stream's collectives and unlabelled
+    memcpys, and the other streams' compute, unlabelled memcpys and collectives, as (start, end)
+    pairs by kind."""
     labels: dict = {"arg": {}, "collective": {}}
-    by: dict = {"crit": {"arg": [], "collective": []},
-                "other": {"compute": [], "arg": [], "collective": []}}
-    for where in ("crit", "others"):
+    crit: dict = {"arg": [], "collective": []}
+    other: dict = {"compute": [], "arg": [], "collective": []}
+    for where, into in (("crit", crit), ("others", other)):
         for a, b, kind, label in rows[where][n]:
             a, b = max(a, s0), min(b, s1)
             if b <= a:
                 continue
             if kind in labels:
-                labels[kind][label] = labels[kind].get(label, 0.0) + b - a
-            if where == "crit":
-                if kind != "compute":
-                    by["crit"][kind].append((a, b))
-            else:
-                by["other"][kind].append((a, b))
+                add_time(labels[kind], label, a, b)
+            if kind in into:
+                into[kind].append((a, b))
+    return labels, crit, other
+
+
+def layered(crit: dict, other: dict) -> dict:
+    """The window's events by priority at each instant: compute, then unlabelled memcpys, then
+    collectives. Other streams': `c` compute, `a` memcpys, `k` collectives, each less those before
+    it. The critical stream's own collectives and memcpys as they ran (`crit_k0`, `crit_a0`) and
+    less what other streams computed (or copied) meanwhile (`crit_k`, `crit_a`); the parts taken
+    off them count as compute (`to_c`) or memcpy (`to_a`), never as exposed."""
+    oc = union(other["compute"])
+    oa = subtract(union(other["arg"]), oc)
+    ok = subtract(union(other["collective"]), union(oc + oa))
+    ck0 = union(crit["collective"])
+    ca0 = subtract(union(crit["arg"]), ck0)
+    ck1 = subtract(ck0, oc)
+    ck = subtract(ck1, oa)
+    ca = subtract(ca0, oc)
+    return {"c": oc, "a": oa, "k": ok, "crit_k0": ck0, "crit_a0": ca0, "crit_k": ck, "crit_a": ca,
+            "to_c": (subtract(ck0, ck1), subtract(ca0, ca)), "to_a": subtract(ck1, ck)}
+
+
+def event_slices(fr: dict, row: dict, rows: dict, other_gaps: list, L: float) -> dict:
+    """The slices with rows.csv (`other_gaps`: the critical stream's gaps that are not host-late,
+    from gaps.csv), with the labels of the collectives and memcpys by time and the critical
+    stream's gaps of 1 us or more that no other stream filled (`big_gaps`: count, us)."""
+    n, s0, s1 = fr["step"], fr["start"], fr["window_end"]
+    gaps_total = row["device_wait"] + row["unknown"]
+    ce = min(max(rows["crit_end"].get(n, s0), s0), s1)
+    labels, crit, other = window_events(rows, n, s0, s1)
+    lay = layered(crit, other)
     # the critical stream up to its last event
-    crit_busy = max(0.0, (ce - s0) - row["host_late"] - gaps_total)
-    g = union([max(a, s0), min(b, ce)] for a, b in (gaps or {}).get("other", {}).get(n, []))
+    busy = max(0.0, (ce - s0) - row["host_late"] - gaps_total)
+    g = union([max(a, s0), min(b, ce)] for a, b in other_gaps)
     if rows.get("crit_after") is not None:
         # measured from the critical stream's own events after L, sub-microsecond gaps included
-        crit_busy_after = total(intersect(rows["crit_after"].get(n, []), [[L, ce]]))
+        busy_after = total(intersect(rows["crit_after"].get(n, []), [[L, ce]]))
     else:
-        crit_busy_after = max(0.0, (ce - L) - total(g, L))
-    crit_busy_after = min(crit_busy_after, crit_busy)
-    # other streams' events: compute, then unlabelled memcpys, then collectives, at each instant
-    oc_all = union(by["other"]["compute"])
-    oa_all = subtract(union(by["other"]["arg"]), oc_all)
-    ok_all = subtract(union(by["other"]["collective"]), union(oc_all + oa_all))
-    # the critical stream's own collectives and memcpys, less what other streams computed (or
-    # copied) meanwhile: that part counts as compute (or memcpy), never as exposed
-    ck0 = union(by["crit"]["collective"])
-    ca0 = subtract(union(by["crit"]["arg"]), ck0)
-    ck1 = subtract(ck0, oc_all)
-    ck = subtract(ck1, oa_all)
-    ca = subtract(ca0, oc_all)
-    to_c = (subtract(ck0, ck1), subtract(ca0, ca))
-    to_a = subtract(ck1, ck)
+        busy_after = max(0.0, (ce - L) - total(g, L))
+    busy_after = min(busy_after, busy)
     # other streams inside the critical stream's other gaps and after its last event
     free = union(g + [[ce, s1]])
-    oc, oa, ok = intersect(oc_all, free), intersect(oa_all, free), intersect(ok_all, free)
-    in_gaps = {k: total(v, hi=ce) for k, v in (("c", oc), ("a", oa), ("k", ok))}
-    # the critical stream's gaps of 1 us or more that no other stream filled
-    big = [iv for iv in subtract(g, union(oc_all + oa_all + ok_all)) if iv[1] - iv[0] >= 1.0]
-    in_tail = {k: total(v, lo=ce) for k, v in (("c", oc), ("a", oa), ("k", ok))}
-    crit_k, crit_a = total(ck0), total(ca0)
-    crit_c = max(0.0, crit_busy - crit_k - crit_a)
-    crit_c_after = max(0.0, crit_busy_after - total(ck0, L) - total(ca0, L))
-    moved_c = sum(total(x) for x in to_c)
-    moved_c_after = sum(total(x, L) for x in to_c)
-    out.update({
-        "have_rows": True, "crit_end": ce,
-        "compute": crit_c + moved_c + in_gaps["c"] + in_tail["c"],
-        "compute_exposed": crit_c_after + moved_c_after + total(oc, L),
-        "memcpy_arg": total(ca) + total(to_a) + in_gaps["a"] + in_tail["a"],
-        "memcpy_arg_exposed": total(ca, L) + total(to_a, L) + total(oa, L),
-        "collective": total(ck) + in_gaps["k"] + in_tail["k"],
-        "collective_exposed": total(ck, L) + total(ok, L),
-        "idle_before": max(0.0, gaps_total - in_gaps["c"] - in_gaps["a"] - in_gaps["k"]),
+    o = {k: intersect(lay[k], free) for k in "cak"}
+    in_gaps = {k: total(v, hi=ce) for k, v in o.items()}
+    in_tail = {k: total(v, lo=ce) for k, v in o.items()}
+    big = [iv for iv in subtract(g, union(lay["c"] + lay["a"] + lay["k"]))
+           if iv[1] - iv[0] >= 1.0]
+    crit_c = max(0.0, busy - total(lay["crit_k0"]) - total(lay["crit_a0"]))
+    crit_c_after = max(0.0, busy_after - total(lay["crit_k0"], L) - total(lay["crit_a0"], L))
+    idle = gaps_total - in_gaps["c"] - in_gaps["a"] - in_gaps["k"]
+    return {
+        "compute": crit_c + sum(total(x) for x in lay["to_c"]) + in_gaps["c"] + in_tail["c"],
+        "compute_exposed": crit_c_after + sum(total(x, L) for x in lay["to_c"]) + total(o["c"], L),
+        "memcpy_arg": total(lay["crit_a"]) + total(lay["to_a"]) + in_gaps["a"] + in_tail["a"],
+        "memcpy_arg_exposed": total(lay["crit_a"], L) + total(lay["to_a"], L) + total(o["a"], L),
+        "collective": total(lay["crit_k"]) + in_gaps["k"] + in_tail["k"],
+        "collective_exposed": total(lay["crit_k"], L) + total(o["k"], L),
+        "idle_before": max(0.0, idle),
         # the part of it after the last host-late gap (before it, the stream waits on the host
         # anyway): the stream's idle after L less what other streams ran in its gaps there
-        "idle_before_exposed": max(0.0, min(
-            gaps_total - in_gaps["c"] - in_gaps["a"] - in_gaps["k"],
-            (ce - L) - crit_busy_after - sum(total(v, lo=L, hi=ce) for v in (oc, oa, ok)))),
-        "idle_tail": max(0.0, (s1 - ce) - in_tail["c"] - in_tail["a"] - in_tail["k"]),
-        "labels": labels, "big_gaps": (len(big), total(big))})
-    return out
+        "idle_before_exposed": max(0.0, min(idle, (ce - L) - busy_after - sum(
+            total(v, lo=L, hi=ce) for v in o.values()))),
+        "idle_between": max(0.0, (s1 - ce) - in_tail["c"] - in_tail["a"] - in_tail["k"]),
+        "labels": labels, "big_gaps": (len(big), total(big))}
 
 
 # ---------------------------------------------------------------- the causes
@@ -639,10 +678,6 @@ def analyse(out: Path) -> dict:
 
     paths = {n: critical_path(fr, steps[n][fr["bound"]], rows, gaps)
              for n, fr in frames.items()}
-    for n in frames:
-        p = paths[n]
-        p["idle_between"] = p["idle_tail"]
-        p["exposure"] = p["compute_exposed"] / p["compute"] if p["compute"] > 0 else 0.0
     # the step time: the window, from the step's start to the later of its end and the next
     # step's start (the period where one follows; the duration where the next overlaps)
     windows = [frames[n]["window"] for n in chosen]
