@@ -41,6 +41,9 @@ import json
 import re
 import statistics
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -60,9 +63,6 @@ COLUMNS = ["rank", "cause_kind", "cause", "where", "pct_of_step", "step_us", "sa
            "saving_min_us", "saving_max_us", "step_if_gone_us", "assumptions", "knob", "label",
            "source"]
 LABEL = "inferred, not run"
-KIND_ORDER = ("dispatch", "host_gap", "straggler_wait", "exposed_collective", "memcpy",
-              "kernel_gaps", "kernel_family", "instruction", "python_line",
-              "idle_between_steps")
 
 # ---------------------------------------------------------------- named constants
 
@@ -86,11 +86,14 @@ STRAGGLER_MIN_SHARE = 0.5
 LEADING_GAP_MAJORITY = 0.5
 # Host events named in a host_gap cause (largest overlap first).
 HOST_EVENTS_NAMED = 3
-# The Python tracer names its events "$file:line function" (JAX's profiler): where such events
-# fill host gaps, the tracer itself inflates the host time.
 # An instruction whose pct_of_ceiling is under this runs far from any ceiling: a kernel that short
 # or that slow is more likely launch-size- or occupancy-limited than bandwidth-limited.
 FAR_FROM_CEILING_PCT = 10.0
+# A kernel family is a cause of its own when it holds at least this share of all GPU time and
+# its kernels run under at least this many instructions: one instruction's kernel is already
+# an instruction row; a family spread thin over many is a pattern with one knob.
+FAMILY_MIN_PCT_OF_GPU_TIME = 5.0
+FAMILY_MIN_INSTRUCTIONS = 3
 ROW_FIELDS = 20  # rows.csv columns (references/scratch-layout.md)
 
 
@@ -229,6 +232,39 @@ def read_gaps(path: Path, bound: dict, median: int | None) -> dict | None:
 ROW_TIMES = re.compile(r",(compute|collective|memcpy),(-?[0-9.]+),-?[0-9.]+,(-?[0-9.]+),")
 
 
+def add_time(sums: dict, key, start: float, end: float) -> None:
+    """Adds an event's time (end - start) to `sums[key]`."""
+    sums[key] = sums.get(key, 0.0) + end - start
+
+
+def add_collective(sums: dict, line: str, step: str, device: str) -> None:
+    """Adds a collective's time to `sums[(step, device)]`; any other line is left unparsed."""
+    if ",collective," in line and step:
+        m = ROW_TIMES.search(line)
+        if m is not None and m.group(1) == "collective":
+            add_time(sums, (int(step), device), float(m.group(2)), float(m.group(3)))
+
+
+def row_label(line: str, cat: str) -> tuple[str, str] | None:
+    """A collective or memcpy line's category and label: its hlo_op, else its kernel name; a
+    memcpy with an hlo_op is the program's own copy, an instruction, so its category becomes
+    compute. None when the line, parsed as CSV, does not have ROW_FIELDS fields."""
+    # hlo_op, hlo_module, graph, step are the last four fields (no commas in them)
+    t = line.rsplit(",", 4)
+    op = t[1] if len(t) == 5 and '"' not in t[1] and '"' not in t[2] else None
+    if op is None or not op:
+        r = next(csv.reader([line]))
+        if len(r) != ROW_FIELDS:
+            return None
+        op = r[16]
+        label = op or r[3]
+    else:
+        label = op
+    if cat == "memcpy" and op:
+        cat = "compute"  # the program's own copy: an instruction
+    return cat, label
+
+
 def read_rows(path: Path, bound: dict, all_collectives: bool, after: dict | None = None
               ) -> dict | None:
     """rows.csv streamed, for each step's bounding GPU (`bound`: step -> (device, critical
@@ -239,11 +275,11 @@ def read_rows(path: Path, bound: dict, all_collectives: bool, after: dict | None
     or the step's start) names the step: its events ending after that instant give its busy
     time there, sub-microsecond gaps included; other GPUs' lines are skipped unparsed."""
     after = {str(n): v for n, v in (after or {}).items()}
-    crit_after: dict = {n: [] for n in bound}
     want = {str(n): (d, f",{st},") for n, (d, st) in bound.items()}
-    crit_last: dict = {}
+    crit_after: dict = {n: [] for n in bound}
     crit: dict = {n: [] for n in bound}
     others: dict = {n: [] for n in bound}
+    crit_last: dict = {}
     coll_sum: dict = {}
     bad = 0
     try:
@@ -251,20 +287,15 @@ def read_rows(path: Path, bound: dict, all_collectives: bool, after: dict | None
     except OSError:
         return None
     with fh:
-        header = fh.readline()
-        if not header.startswith("device,stream,stream_name,kernel,category,start_us"):
+        if not fh.readline().startswith("device,stream,stream_name,kernel,category,start_us"):
             return None
         for line in fh:
             step = line[line.rfind(",") + 1:].rstrip()
             b = want.get(step)
             i = line.find(",")
             if b is None or b[0] != line[:i]:
-                if all_collectives and ",collective," in line:
-                    m = ROW_TIMES.search(line)
-                    if m is not None and m.group(1) == "collective" and step:
-                        key = (int(step), line[:i])
-                        coll_sum[key] = coll_sum.get(key, 0.0) + float(m.group(3)) - \
-                            float(m.group(2))
+                if all_collectives:
+                    add_collective(coll_sum, line, step, line[:i])
                 continue
             on_crit = line.startswith(b[1], i)
             if on_crit and ",collective," not in line and ",memcpy," not in line:
@@ -284,33 +315,21 @@ def read_rows(path: Path, bound: dict, all_collectives: bool, after: dict | None
                 if cat == "compute":
                     continue
             if cat == "collective" and all_collectives:
-                coll_sum[(n, line[:i])] = coll_sum.get((n, line[:i]), 0.0) + end - start
+                add_time(coll_sum, (n, line[:i]), start, end)
             label = ""
             if cat != "compute":
-                # hlo_op, hlo_module, graph, step are the last four fields (no commas in them)
-                t = line.rsplit(",", 4)
-                op = t[1] if len(t) == 5 and '"' not in t[1] and '"' not in t[2] else None
-                if op is None or not op:
-                    r = next(csv.reader([line]))
-                    if len(r) != ROW_FIELDS:
-                        bad += 1
-                        continue
-                    op = r[16]
-                    label = op or r[3]
-                else:
-                    label = op
-                if cat == "memcpy" and op:
-                    cat = "compute"  # the program's own copy: an instruction
+                labelled = row_label(line, cat)
+                if labelled is None:
+                    bad += 1
+                    continue
+                cat, label = labelled
             if cat == "compute" and on_crit:
                 continue  # the critical stream's compute comes from its budget
             (crit if on_crit else others)[n].append(
                 (start, end, "arg" if cat == "memcpy" else cat, label))
-    crit_end = {}
-    for step, line in crit_last.items():
-        m = ROW_TIMES.search(line)
-        if m is not None:
-            crit_end[int(step)] = float(m.group(3))
-    return {"crit_end": crit_end, "crit": crit, "others": others, "coll_sum": coll_sum,
+    ends = {int(step): ROW_TIMES.search(line) for step, line in crit_last.items()}
+    return {"crit_end": {n: float(m.group(3)) for n, m in ends.items() if m is not None},
+            "crit": crit, "others": others, "coll_sum": coll_sum,
             "crit_after": {n: union(v) for n, v in crit_after.items()} if after else None,
             "bad": bad}
 
@@ -405,92 +424,115 @@ def critical_path(fr: dict, row: dict, rows: dict | None, gaps: dict | None) -> 
     collectives) or idle (idle_before); after the critical stream's last event, what other
     streams ran, the rest idle until the next step (idle_between). `L`: the end of the last
     host-late gap: work before it is hidden behind the host (shortening it only lengthens that
-    gap), work after it is exposed."""
+    gap), work after it is exposed (the `_exposed` figures; `exposure`, the exposed share of
+    compute)."""
     n = fr["step"]
     s0, s1 = fr["start"], fr["window_end"]
     L = min(max(s0, (gaps or {}).get("host_end", {}).get(n, s0)), s1)
-    gaps_total = row["device_wait"] + row["unknown"]
-    out = {"window": s1 - s0, "host_late": row["host_late"], "L": L}
+    out = {"window": s1 - s0, "host_late": row["host_late"]}
     if rows is None:
-        # no rows.csv: the critical stream's budget from steps.csv alone
-        busy = max(0.0, row["dur"] - row["host_late"] - gaps_total)
-        out.update({"have_rows": False, "compute": busy,
-                    "compute_exposed": max(0.0, min(busy, row["end"] - L)),
-                    "memcpy_arg": 0.0, "memcpy_arg_exposed": 0.0, "collective": 0.0,
-                    "collective_exposed": 0.0, "idle_before": gaps_total,
-                    "idle_before_exposed": gaps_total if L <= s0 else 0.0,
-                    "idle_tail": max(0.0, s1 - row["end"])})
-        return out
-    ce = min(max(rows["crit_end"].get(n, s0), s0), s1)
+        out.update(budget_slices(row, s0, s1, L))
+    else:
+        out.update(event_slices(fr, row, rows, (gaps or {}).get("other", {}).get(n, []), L))
+    out["exposure"] = out["compute_exposed"] / out["compute"] if out["compute"] > 0 else 0.0
+    return out
+
+
+def budget_slices(row: dict, s0: float, s1: float, L: float) -> dict:
+    """The slices without rows.csv: the critical stream's budget from steps.csv alone (its busy
+    time all compute, its other gaps all idle)."""
+    gaps_total = row["device_wait"] + row["unknown"]
+    busy = max(0.0, row["dur"] - row["host_late"] - gaps_total)
+    return {"compute": busy, "compute_exposed": max(0.0, min(busy, row["end"] - L)),
+            "memcpy_arg": 0.0, "memcpy_arg_exposed": 0.0, "collective": 0.0,
+            "collective_exposed": 0.0, "idle_before": gaps_total,
+            "idle_before_exposed": gaps_total if L <= s0 else 0.0,
+            "idle_between": max(0.0, s1 - row["end"])}
+
+
+def window_events(rows: dict, n: int, s0: float, s1: float) -> tuple[dict, dict, dict]:
+    """A step's events of rows.csv cut to its window: the time of each collective and memcpy
+    label (`arg`, `collective`: label -> us), the critical stream's collectives and unlabelled
+    memcpys, and the other streams' compute, unlabelled memcpys and collectives, as (start, end)
+    pairs by kind."""
     labels: dict = {"arg": {}, "collective": {}}
-    by: dict = {"crit": {"arg": [], "collective": []},
-                "other": {"compute": [], "arg": [], "collective": []}}
-    for where in ("crit", "others"):
+    crit: dict = {"arg": [], "collective": []}
+    other: dict = {"compute": [], "arg": [], "collective": []}
+    for where, into in (("crit", crit), ("others", other)):
         for a, b, kind, label in rows[where][n]:
             a, b = max(a, s0), min(b, s1)
             if b <= a:
                 continue
             if kind in labels:
-                labels[kind][label] = labels[kind].get(label, 0.0) + b - a
-            if where == "crit":
-                if kind != "compute":
-                    by["crit"][kind].append((a, b))
-            else:
-                by["other"][kind].append((a, b))
+                add_time(labels[kind], label, a, b)
+            if kind in into:
+                into[kind].append((a, b))
+    return labels, crit, other
+
+
+def layered(crit: dict, other: dict) -> dict:
+    """The window's events by priority at each instant: compute, then unlabelled memcpys, then
+    collectives. Other streams': `c` compute, `a` memcpys, `k` collectives, each less those before
+    it. The critical stream's own collectives and memcpys as they ran (`crit_k0`, `crit_a0`) and
+    less what other streams computed (or copied) meanwhile (`crit_k`, `crit_a`); the parts taken
+    off them count as compute (`to_c`) or memcpy (`to_a`), never as exposed."""
+    oc = union(other["compute"])
+    oa = subtract(union(other["arg"]), oc)
+    ok = subtract(union(other["collective"]), union(oc + oa))
+    ck0 = union(crit["collective"])
+    ca0 = subtract(union(crit["arg"]), ck0)
+    ck1 = subtract(ck0, oc)
+    ck = subtract(ck1, oa)
+    ca = subtract(ca0, oc)
+    return {"c": oc, "a": oa, "k": ok, "crit_k0": ck0, "crit_a0": ca0, "crit_k": ck, "crit_a": ca,
+            "to_c": (subtract(ck0, ck1), subtract(ca0, ca)), "to_a": subtract(ck1, ck)}
+
+
+def event_slices(fr: dict, row: dict, rows: dict, other_gaps: list, L: float) -> dict:
+    """The slices with rows.csv (`other_gaps`: the critical stream's gaps that are not host-late,
+    from gaps.csv), with the labels of the collectives and memcpys by time and the critical
+    stream's gaps of 1 us or more that no other stream filled (`big_gaps`: count, us)."""
+    n, s0, s1 = fr["step"], fr["start"], fr["window_end"]
+    gaps_total = row["device_wait"] + row["unknown"]
+    ce = min(max(rows["crit_end"].get(n, s0), s0), s1)
+    labels, crit, other = window_events(rows, n, s0, s1)
+    lay = layered(crit, other)
     # the critical stream up to its last event
-    crit_busy = max(0.0, (ce - s0) - row["host_late"] - gaps_total)
-    g = union([max(a, s0), min(b, ce)] for a, b in (gaps or {}).get("other", {}).get(n, []))
+    busy = max(0.0, (ce - s0) - row["host_late"] - gaps_total)
+    g = union([max(a, s0), min(b, ce)] for a, b in other_gaps)
     if rows.get("crit_after") is not None:
         # measured from the critical stream's own events after L, sub-microsecond gaps included
-        crit_busy_after = total(intersect(rows["crit_after"].get(n, []), [[L, ce]]))
+        busy_after = total(intersect(rows["crit_after"].get(n, []), [[L, ce]]))
     else:
-        crit_busy_after = max(0.0, (ce - L) - total(g, L))
-    crit_busy_after = min(crit_busy_after, crit_busy)
-    # other streams' events: compute, then unlabelled memcpys, then collectives, at each instant
-    oc_all = union(by["other"]["compute"])
-    oa_all = subtract(union(by["other"]["arg"]), oc_all)
-    ok_all = subtract(union(by["other"]["collective"]), union(oc_all + oa_all))
-    # the critical stream's own collectives and memcpys, less what other streams computed (or
-    # copied) meanwhile: that part counts as compute (or memcpy), never as exposed
-    ck0 = union(by["crit"]["collective"])
-    ca0 = subtract(union(by["crit"]["arg"]), ck0)
-    ck1 = subtract(ck0, oc_all)
-    ck = subtract(ck1, oa_all)
-    ca = subtract(ca0, oc_all)
-    to_c = (subtract(ck0, ck1), subtract(ca0, ca))
-    to_a = subtract(ck1, ck)
+        busy_after = max(0.0, (ce - L) - total(g, L))
+    busy_after = min(busy_after, busy)
     # other streams inside the critical stream's other gaps and after its last event
     free = union(g + [[ce, s1]])
-    oc, oa, ok = intersect(oc_all, free), intersect(oa_all, free), intersect(ok_all, free)
-    in_gaps = {k: total(v, hi=ce) for k, v in (("c", oc), ("a", oa), ("k", ok))}
-    # the critical stream's gaps of 1 us or more that no other stream filled
-    big = [iv for iv in subtract(g, union(oc_all + oa_all + ok_all)) if iv[1] - iv[0] >= 1.0]
-    in_tail = {k: total(v, lo=ce) for k, v in (("c", oc), ("a", oa), ("k", ok))}
-    crit_k, crit_a = total(ck0), total(ca0)
-    crit_c = max(0.0, crit_busy - crit_k - crit_a)
-    crit_c_after = max(0.0, crit_busy_after - total(ck0, L) - total(ca0, L))
-    moved_c = sum(total(x) for x in to_c)
-    moved_c_after = sum(total(x, L) for x in to_c)
-    out.update({
-        "have_rows": True, "crit_end": ce,
-        "compute": crit_c + moved_c + in_gaps["c"] + in_tail["c"],
-        "compute_exposed": crit_c_after + moved_c_after + total(oc, L),
-        "memcpy_arg": total(ca) + total(to_a) + in_gaps["a"] + in_tail["a"],
-        "memcpy_arg_exposed": total(ca, L) + total(to_a, L) + total(oa, L),
-        "collective": total(ck) + in_gaps["k"] + in_tail["k"],
-        "collective_exposed": total(ck, L) + total(ok, L),
-        "idle_before": max(0.0, gaps_total - in_gaps["c"] - in_gaps["a"] - in_gaps["k"]),
+    o = {k: intersect(lay[k], free) for k in "cak"}
+    in_gaps = {k: total(v, hi=ce) for k, v in o.items()}
+    in_tail = {k: total(v, lo=ce) for k, v in o.items()}
+    big = [iv for iv in subtract(g, union(lay["c"] + lay["a"] + lay["k"]))
+           if iv[1] - iv[0] >= 1.0]
+    crit_c = max(0.0, busy - total(lay["crit_k0"]) - total(lay["crit_a0"]))
+    crit_c_after = max(0.0, busy_after - total(lay["crit_k0"], L) - total(lay["crit_a0"], L))
+    idle = gaps_total - in_gaps["c"] - in_gaps["a"] - in_gaps["k"]
+    return {
+        "compute": crit_c + sum(total(x) for x in lay["to_c"]) + in_gaps["c"] + in_tail["c"],
+        "compute_exposed": crit_c_after + sum(total(x, L) for x in lay["to_c"]) + total(o["c"], L),
+        "memcpy_arg": total(lay["crit_a"]) + total(lay["to_a"]) + in_gaps["a"] + in_tail["a"],
+        "memcpy_arg_exposed": total(lay["crit_a"], L) + total(lay["to_a"], L) + total(o["a"], L),
+        "collective": total(lay["crit_k"]) + in_gaps["k"] + in_tail["k"],
+        "collective_exposed": total(lay["crit_k"], L) + total(o["k"], L),
+        "idle_before": max(0.0, idle),
         # the part of it after the last host-late gap (before it, the stream waits on the host
         # anyway): the stream's idle after L less what other streams ran in its gaps there
-        "idle_before_exposed": max(0.0, min(
-            gaps_total - in_gaps["c"] - in_gaps["a"] - in_gaps["k"],
-            (ce - L) - crit_busy_after - sum(total(v, lo=L, hi=ce) for v in (oc, oa, ok)))),
-        "idle_tail": max(0.0, (s1 - ce) - in_tail["c"] - in_tail["a"] - in_tail["k"]),
-        "labels": labels, "big_gaps": (len(big), total(big))})
-    return out
+        "idle_before_exposed": max(0.0, min(idle, (ce - L) - busy_after - sum(
+            total(v, lo=L, hi=ce) for v in o.values()))),
+        "idle_between": max(0.0, (s1 - ce) - in_tail["c"] - in_tail["a"] - in_tail["k"]),
+        "labels": labels, "big_gaps": (len(big), total(big))}
 
 
-# ---------------------------------------------------------------- the causes
+# ---------------------------------------------------------------- the context every cause reads
 
 def spread(values: list, at: int) -> dict:
     """The median step's value (at its index) with the min and max across the steps used."""
@@ -499,6 +541,86 @@ def spread(values: list, at: int) -> dict:
 
 def fmt(v: float) -> str:
     return f"{v:,.1f}"
+
+
+def steps_used(steps: dict, s1: dict | None, notes: list) -> tuple[list, bool, bool]:
+    """The steps the figures are medians over (choose_steps), less those no analysed step follows
+    where others remain; whether the capture is one whole window (no steps); whether any of them
+    is followed by an analysed step (else the GPU idle between steps cannot be measured)."""
+    chosen, whole = choose_steps(steps, s1, notes)
+    # a step no analysed step follows has no measurable idle after it: its window would be short
+    # by that idle, so it is left out where others remain
+    followed = [n for n in chosen if n + 1 in steps or
+                any(r.get("period") for r in steps[n].values())]
+    if followed and len(followed) < len(chosen):
+        left = [n for n in chosen if n not in followed]
+        notes.append(f"step(s) {', '.join(map(str, left))} left out: no analysed step follows, so "
+                     "the GPU idle after them cannot be measured")
+        chosen = followed
+    return chosen, whole, bool(followed)
+
+
+def find_straggler(s1: dict | None, frames: dict, gpus: list, whole: bool, notes: list
+                   ) -> tuple[int | None, list, set | None]:
+    """The straggler: the same GPU ends the step last (alone) in most steps, by step 1's rule
+    where skip_stats.json has it; None, with a note saying why, where there is none. Also the GPU
+    that ends each step last alone (steps with a tie left out), and the GPUs compared
+    (rules.compared_gpus: those that run the same programs, the only candidates)."""
+    multi = len(gpus) > 1
+    alone = [x[0] for x in (fr["last"] for fr in frames.values()) if len(x) == 1]
+    s1_strag = (s1 or {}).get("straggler") if isinstance((s1 or {}).get("straggler"),
+                                                         dict) else None
+    peers = rules.compared_gpus(s1)
+    if peers is not None and len(peers) < 2:
+        if multi:
+            notes.append("no straggler: no two GPUs run the same programs (step 1's GPU groups: "
+                         "pipeline stages, or one GPU with the work), so none is compared")
+    elif multi and whole:
+        notes.append("no straggler: the capture has no steps (one whole-capture window)")
+    elif multi and s1_strag is not None and "is_straggler" in s1_strag:
+        # step 1's rule (a majority of the steps, ahead by more than its margin) decides
+        if s1_strag["is_straggler"] and s1_strag.get("gpu") in gpus:
+            return s1_strag["gpu"], alone, peers
+        notes.append("no straggler: step 1 finds the GPU that ends a step last changing from "
+                     "step to step, or ties (skip_stats.json straggler)")
+    elif multi and alone:
+        cand = max(sorted(set(alone)), key=alone.count)
+        if alone.count(cand) > STRAGGLER_MIN_SHARE * len(frames):
+            return cand, alone, peers
+        notes.append(f"no straggler: the GPU that ends a step last changes from step to step "
+                     f"(GPU {cand} in {alone.count(cand)} of {len(frames)} steps), or ties")
+    return None, alone, peers
+
+
+def read_step_tables(out: Path, steps: dict, frames: dict, median: int, all_collectives: bool,
+                     inputs: dict, notes: list, refusals: list) -> tuple[dict | None, dict | None]:
+    """gaps.csv and rows.csv, streamed for the GPU that ends each step (read_gaps, read_rows);
+    each None, with a refusal, where it is missing or not step 1's, rows.csv also where it holds
+    no event of these steps' critical streams (with a note). `inputs` records which were read."""
+    bound = {n: (str(fr["bound"]), steps[n][fr["bound"]]["crit"]) for n, fr in frames.items()}
+    gaps = guarded(read_gaps, out / "gaps.csv", bound, median)
+    inputs["gaps.csv"] = gaps is not None
+    if gaps is None:
+        refusals.append("cannot name the host events inside the host gaps, nor tell work hidden "
+                        "behind the host from exposed work, because gaps.csv is missing or is not "
+                        "step 1's (all work is taken as exposed)")
+    host_end = (gaps or {}).get("host_end") or {}
+    rows = guarded(read_rows, out / "rows.csv", bound, all_collectives,
+                   {n: host_end.get(n, fr["start"]) for n, fr in frames.items()})
+    lost = [n for n in frames if rows is not None and n not in rows["crit_end"]]
+    if lost:
+        notes.append(f"rows.csv holds no event of the critical stream of step(s) "
+                     f"{', '.join(map(str, lost))} on the GPU that ends them, so it is not the "
+                     "rows.csv of these steps.csv; it is left out")
+        rows = None
+    inputs["rows.csv"] = rows is not None
+    if rows is None:
+        refusals.append("cannot rank exposed collective time, memcpys outside the program or the "
+                        "straggler's extra work, because rows.csv is missing or is not step 1's "
+                        "(compute and the idle between steps come from steps.csv alone)")
+    elif rows["bad"]:
+        notes.append(f"{rows['bad']} rows.csv line(s) could not be read and were left out")
+    return gaps, rows
 
 
 def host_details(median_rows: list, fr: dict) -> dict:
@@ -518,403 +640,176 @@ def host_details(median_rows: list, fr: dict) -> dict:
                                if "(unknown" not in r.get("launch_thread", "")} - {""})}
 
 
-def host_knob(lead: float, host_late: float, graph_pct: float, tracer: bool) -> str:
-    """What to test for host gaps: the host's work before the first launch, or the launches
-    between kernels (the larger first), and the Python tracer where its events fill the gaps."""
-    before = ("the host's work before the step's first launch: input pipeline prefetching "
-              "(prepare and device_put the next batch while this step runs), async dispatch (do "
-              "not block on the previous step's results)")
-    if graph_pct >= 50.0:
-        between = (f"launches between kernels: {graph_pct:.0f}% of GPU events already run inside "
-                   "command buffers; fewer, larger graphs (--xla_gpu_graph_min_graph_size, more "
-                   "command types in --xla_gpu_enable_command_buffer), fewer and larger kernels "
-                   "(fusion), a larger batch size per launch")
-    else:
-        between = ("launches between kernels: command buffers on "
-                   f"(--xla_gpu_enable_command_buffer, with {graph_pct:.0f}% of GPU events inside "
-                   "graphs now), fewer and larger kernels (fusion), a larger batch size per "
-                   "launch")
-    knob = []
-    if lead >= LEADING_GAP_MAJORITY * host_late:
-        knob.append(before)
-    if host_late - lead >= (1.0 - LEADING_GAP_MAJORITY) * host_late:
-        knob.insert(0 if host_late - lead > lead else len(knob), between)
-    if tracer:
-        knob.append("capture again without the Python tracer: its events fill these gaps and it "
-                    "inflates host time")
-    return "; ".join(knob)
+def median_host(gaps: dict | None, fr: dict, whole: bool, notes: list
+                ) -> tuple[dict | None, float]:
+    """The median step's host-late gaps (host_details; None without gaps.csv), and the capture's
+    lead-in: with no steps the window is the whole capture, and the wait before its first kernel
+    is the profiler starting before the work, not a cost per step; it is left out of the host
+    gap (its time here, its leading gap then 0, with a note), 0.0 otherwise."""
+    hd = host_details(gaps["median_rows"], fr) if gaps else None
+    if not (whole and hd and hd["leading_us"] > 0):
+        return hd, 0.0
+    lead_in = hd["leading_us"]
+    notes.append(f"the capture has no steps: the {fmt(lead_in)} us before the first kernel are "
+                 "the capture's lead-in, not a cost of a step, and are left out of the host "
+                 "gap's saving")
+    hd["leading_us"] = 0.0
+    return hd, lead_in
 
 
-def cause_row(kind, cause, where, share, step_us, saving: dict, assumptions, knob, source,
-              extra=None) -> dict:
-    r = {"cause_kind": kind, "cause": cause, "where": where, "pct_of_step": share,
-         "step_us": step_us, "saving": saving, "step_if_gone_us": step_us - saving["value"],
-         "assumptions": assumptions, "knob": knob, "label": LABEL, "source": source}
-    if extra:
-        r.update(extra)
-    return r
+@dataclass
+class Ceilings:
+    """The attributed instructions of the steps' programs against their roofline ceilings:
+    `cands`, those with a ceiling, largest distance to it first, each with its share of the
+    programs' compute and copy kernel time (`share`), its pct_of_ceiling (`pct`), its distance
+    to the ceiling as a share of that time (`cut`) and its roofline.csv fields; `no_ceiling`,
+    the others as (name, share, why, user frame); `model`, the GPU roofline.json names."""
+    cands: list
+    no_ceiling: list
+    model: str
 
 
-def analyse(out: Path) -> dict:
-    notes, refusals, inputs = [], [], {}
-    s1 = read_json(out / "skip_stats.json")
-    inputs["skip_stats.json"] = s1 is not None
-    steps = read_steps(out)
-    inputs["steps.csv"] = True
-    if s1 is not None and s1.get("status") == "not computable" or not steps:
-        return {"status": "refused", "refusals": [
-            "cannot rank any cause because step 1 found no GPU events in analysed steps "
-            "(steps.csv is empty)"], "notes": notes, "inputs": inputs}
-    chosen, whole = choose_steps(steps, s1, notes)
-    # a step no analysed step follows has no measurable idle after it: its window would be short
-    # by that idle, so it is left out where others remain
-    followed = [n for n in chosen if n + 1 in steps or
-                any(r.get("period") for r in steps[n].values())]
-    if followed and len(followed) < len(chosen):
-        left = [n for n in chosen if n not in followed]
-        notes.append(f"step(s) {', '.join(map(str, left))} left out: no analysed step follows, so "
-                     "the GPU idle after them cannot be measured")
-        chosen = followed
+@dataclass
+class Context:
+    """What every cause reads, built once (build_context): the scratch folder and step 1's
+    skip_stats.json (`s1`) and steps.csv (`steps`); the steps used (`chosen`), their frames
+    (step_frames), the median step and why; whether the capture is one whole window and whether
+    a step used is followed by another; the GPUs compared, the straggler (after rows.csv: None
+    where no collective ran) and the GPU that ends each step last alone (`alone`); rows.csv as
+    read (None where refused); each step's critical path (`paths`); the median step's host gaps
+    (`host`) and the capture's lead-in; the instructions' ceilings; and the notes and refusals
+    of building it."""
+    out: Path
+    s1: dict | None
+    steps: dict
+    chosen: list
+    frames: dict
+    median: int
+    why: str
+    whole: bool
+    followed: bool
+    gpus: list
+    peers: set | None
+    straggler: int | None
+    alone: list
+    rows: dict | None
+    paths: dict
+    host: dict | None
+    lead_in: float
+    notes: list
+    refusals: list
+    ceilings: Ceilings | None = None
+
+    @property
+    def at(self) -> int:
+        """The median step's index in the steps used (and in every per-step list)."""
+        return self.chosen.index(self.median)
+
+    @property
+    def bound(self) -> int:
+        """The GPU that ends the median step: the step's critical path is its."""
+        return self.frames[self.median]["bound"]
+
+    @property
+    def median_path(self) -> dict:
+        """The median step's critical path."""
+        return self.paths[self.median]
+
+    @property
+    def window(self) -> float:
+        """The median step's window (us): every row's pct_of_step is of it."""
+        return self.frames[self.median]["window"]
+
+    @cached_property
+    def step(self) -> dict:
+        """The step time: the window, from the step's start to the later of its end and the next
+        step's start (the period where one follows; the duration where the next overlaps)."""
+        return spread([self.frames[n]["window"] for n in self.chosen], self.at)
+
+    def each(self, key: str) -> list:
+        """A critical-path figure in each step used."""
+        return [self.paths[n][key] for n in self.chosen]
+
+    @cached_property
+    def executions(self) -> list:
+        """Per step used: the program executions on the GPU that ends it (steps.csv)."""
+        return [self.steps[n][self.frames[n]["bound"]].get("executions") or 0
+                for n in self.chosen]
+
+    @cached_property
+    def dispatch_idle(self) -> list | None:
+        """Per step used: the critical stream's host-late wait between two program executions'
+        kernels, the host dispatching the next program (steps.csv between_programs_idle_us, at
+        most its host-late time); None unless a step holds DISPATCH_MIN_EXECUTIONS executions
+        and the median step waits so at least MIN_SAVING_US."""
+        between = [min(self.steps[n][self.frames[n]["bound"]].get("between_programs") or 0.0,
+                       self.paths[n]["host_late"]) for n in self.chosen]
+        if max(self.executions, default=0) >= DISPATCH_MIN_EXECUTIONS and \
+                between[self.at] >= MIN_SAVING_US:
+            return between
+        return None
+
+    @cached_property
+    def straggler_work(self) -> dict:
+        """Per step used, where there is a straggler and rows.csv (else empty): its compute and
+        memcpy kernel time beyond the median GPU's (`excess`; steps.csv il_us - il_idle_us less
+        its collectives), and that time scaled to its wall time, at most its compute and
+        memcpy slices, all of them (`full`) or their exposed part (`exposed`); both 0 in a step
+        it does not end."""
+        if self.straggler is None or self.rows is None:
+            return {}
+        out = {}
+        for n, fr in self.frames.items():
+            p = self.paths[n]
+            work = {d: r["kernel_sum"] - self.rows["coll_sum"].get((n, str(d)), 0.0)
+                    for d, r in self.steps[n].items() if self.peers is None or d in self.peers}
+            w = work.get(self.straggler, 0.0)
+            ex = max(0.0, w - statistics.median(work.values()))
+            if fr["bound"] != self.straggler or w <= 0:
+                # it did not end this step: making it faster would not end the step sooner
+                out[n] = {"excess": ex, "full": 0.0, "exposed": 0.0}
+                continue
+            cm = p["compute"] + p["memcpy_arg"]
+            cm_exp = p["compute_exposed"] + p["memcpy_arg_exposed"]
+            out[n] = {"excess": ex, "full": min(ex * cm / w, cm),
+                      "exposed": min(ex * cm_exp / w, cm_exp)}
+        return out
+
+
+def build_context(out: Path, s1: dict | None, steps: dict, inputs: dict) -> Context:
+    """The context of the scratch folder's steps (`steps` non-empty), each table read once; the
+    notes and refusals of reading them in its lists, in that order; `inputs` records which of
+    gaps.csv and rows.csv were read."""
+    notes: list = []
+    refusals: list = []
+    chosen, whole, followed = steps_used(steps, s1, notes)
     compared = rules.step_gpus(s1)
     frames = step_frames(steps, chosen, compared)
     median, why = median_step(out, chosen, frames)
-    at = chosen.index(median)
-    mf = frames[median]
     gpus = sorted({d for n in chosen for d in steps[n] if compared is None or d in compared})
     for sentence in rules.other_work(s1):
         notes.append(f"not compared for the straggler (other work): {sentence}")
-    multi = len(gpus) > 1
-
-    # the straggler: the same GPU ends the step last (alone) in most steps
-    lasts = [fr["last"] for fr in frames.values()]
-    alone = [x[0] for x in lasts if len(x) == 1]
-    straggler = None
-    s1_strag = (s1 or {}).get("straggler") if isinstance((s1 or {}).get("straggler"),
-                                                         dict) else None
-    peers = rules.compared_gpus(s1)  # GPUs that run the same programs: the only candidates
-    if peers is not None and len(peers) < 2:
-        if multi:
-            notes.append("no straggler: no two GPUs run the same programs (step 1's GPU groups: "
-                         "pipeline stages, or one GPU with the work), so none is compared")
-    elif multi and whole:
-        notes.append("no straggler: the capture has no steps (one whole-capture window)")
-    elif multi and s1_strag is not None and "is_straggler" in s1_strag:
-        # step 1's rule (a majority of the steps, ahead by more than its margin) decides
-        if s1_strag["is_straggler"] and s1_strag.get("gpu") in gpus:
-            straggler = s1_strag["gpu"]
-        else:
-            notes.append("no straggler: step 1 finds the GPU that ends a step last changing from "
-                         "step to step, or ties (skip_stats.json straggler)")
-    elif multi and alone:
-        cand = max(sorted(set(alone)), key=alone.count)
-        if alone.count(cand) > STRAGGLER_MIN_SHARE * len(chosen):
-            straggler = cand
-        else:
-            notes.append(f"no straggler: the GPU that ends a step last changes from step to step "
-                         f"(GPU {cand} in {alone.count(cand)} of {len(chosen)} steps), or ties")
-
-    bound = {n: (str(fr["bound"]), steps[n][fr["bound"]]["crit"]) for n, fr in frames.items()}
-    gaps = guarded(read_gaps, out / "gaps.csv", bound, median)
-    inputs["gaps.csv"] = gaps is not None
-    if gaps is None:
-        refusals.append("cannot name the host events inside the host gaps, nor tell work hidden "
-                        "behind the host from exposed work, because gaps.csv is missing or is not "
-                        "step 1's (all work is taken as exposed)")
-    host_end = (gaps or {}).get("host_end") or {}
-    rows = guarded(read_rows, out / "rows.csv", bound, straggler is not None,
-                   {n: host_end.get(n, fr["start"]) for n, fr in frames.items()})
-    lost = [n for n in frames if rows is not None and n not in rows["crit_end"]]
-    if lost:
-        notes.append(f"rows.csv holds no event of the critical stream of step(s) "
-                     f"{', '.join(map(str, lost))} on the GPU that ends them, so it is not the "
-                     "rows.csv of these steps.csv; it is left out")
-        rows = None
-    inputs["rows.csv"] = rows is not None
-    if rows is None:
-        refusals.append("cannot rank exposed collective time, memcpys outside the program or the "
-                        "straggler's extra work, because rows.csv is missing or is not step 1's "
-                        "(compute and the idle between steps come from steps.csv alone)")
-    elif rows["bad"]:
-        notes.append(f"{rows['bad']} rows.csv line(s) could not be read and were left out")
-
+    straggler, alone, peers = find_straggler(s1, frames, gpus, whole, notes)
+    gaps, rows = read_step_tables(out, steps, frames, median, straggler is not None, inputs,
+                                  notes, refusals)
     paths = {n: critical_path(fr, steps[n][fr["bound"]], rows, gaps)
              for n, fr in frames.items()}
-    for n in frames:
-        p = paths[n]
-        p["idle_between"] = p["idle_tail"]
-        p["exposure"] = p["compute_exposed"] / p["compute"] if p["compute"] > 0 else 0.0
-    # the step time: the window, from the step's start to the later of its end and the next
-    # step's start (the period where one follows; the duration where the next overlaps)
-    windows = [frames[n]["window"] for n in chosen]
-    step = spread(windows, at)
-    step_us = step["value"]
-    mp = paths[median]
-    mwin = mf["window"]
-    causes: list = []
-    src1 = "steps.csv; gaps.csv"
-
-    # host gaps
-    hsav = []
-    for n, fr in frames.items():
-        g = {d: r for d, r in steps[n].items() if d in gpus} or steps[n]
-        new_end = max(r["end"] - r["host_late"] for r in g.values())
-        hsav.append(max(0.0, fr["end"] - new_end))
-    # dispatch between programs: the critical stream's host-late wait between two executions'
-    # kernels is the host dispatching the next program; it is its own cause, taken out of the
-    # host gaps' figure
-    execs = [steps[n][frames[n]["bound"]].get("executions") or 0 for n in chosen]
-    between = [min(steps[n][frames[n]["bound"]].get("between_programs") or 0.0,
-                   paths[n]["host_late"]) for n in chosen]
-    dispatch = max(execs, default=0) >= DISPATCH_MIN_EXECUTIONS and \
-        between[at] >= MIN_SAVING_US
-    if dispatch:
-        hsav = [max(0.0, v - b) for v, b in zip(hsav, between, strict=True)]
-    hd = host_details(gaps["median_rows"], mf) if gaps else None
-    host_late = max(0.0, mp["host_late"] - (between[at] if dispatch else 0.0))
-    lead_in = 0.0
-    if whole and hd and hd["leading_us"] > 0:
-        # no steps: the window is the whole capture, and the wait before its first kernel is
-        # the capture's lead-in (the profiler started before the work), not a cost per step
-        lead = lead_in = hd["leading_us"]
-        host_late = max(0.0, mp["host_late"] - lead)
-        hsav = [min(v, host_late) for v in hsav]  # the bounding GPU's other gaps at most
-        notes.append(f"the capture has no steps: the {fmt(lead)} us before the first kernel are "
-                     "the capture's lead-in, not a cost of a step, and are left out of the host "
-                     "gap's saving")
-        hd["leading_us"] = 0.0
-    if hsav[at] >= MIN_SAVING_US or host_late >= MIN_SAVING_US:
-        b = mf["bound"]
-        crit = steps[median][b]["crit"]
-        words = (f"the critical stream waits on the host: {fmt(host_late)} us of step "
-                 f"{median}" + (" besides the dispatch between programs" if dispatch else ""))
-        if hd:
-            named = ", ".join(f"{n} {fmt(v)} us" for n, v in hd["events"][:HOST_EVENTS_NAMED])
-            words += (f", in {hd['gaps']} gap(s) of 1 us or more, {fmt(hd['leading_us'])} us "
-                      "of it before the first kernel")
-            if named:
-                inc = " (the dispatch gaps included)" if dispatch else ""
-                words += f"; host events inside them{inc}: {named}"
-        joins = (s1 or {}).get("joins", {})
-        graph, launched = joins.get("graph_launch", 0), joins.get("launch", 0)
-        knob = host_knob(hd["leading_us"] if hd else 0.0, host_late,
-                         100.0 * graph / (graph + launched) if graph + launched else 0.0,
-                         bool(hd and hd["python_tracer"]))
-        assume = ("every GPU's critical stream would run its kernels back to back (kernel "
-                  "durations unchanged, the host never late); the step then ends when the GPU "
-                  "that is slowest without its host gaps ends; sub-microsecond gaps included")
-        causes.append(cause_row(
-            "host_gap", words, f"GPU {b} stream {crit}" + (
-                f" (launching thread {', '.join(hd['threads'])})" if hd and hd["threads"] else
-                ""),
-            100.0 * host_late / mwin, step_us, spread(hsav, at), assume, knob,
-            src1 + "; skip_stats.json"))
-
-    if dispatch:
-        b = mf["bound"]
-        dp = (s1 or {}).get("dispatch") or {}
-        call = dp.get("enclosing_call")
-        jit = (f"jax.jit the function that makes these calls ({call}, the innermost Python call "
-               f"that encloses a step's dispatches in {dp.get('enclosing_call_steps')} of "
-               f"{dp.get('steps')} steps): one program per step instead of {execs[at]}"
-               if call else
-               f"jax.jit the function that makes these calls: one program per step instead of "
-               f"{execs[at]} ("
-               + ("the Python tracer was on, but no one traced call encloses a step's "
-                  "dispatches: python_lines.csv and the host events of gaps.csv name the calls "
-                  "around them" if ((s1 or {}).get("python_tracer") or {}).get("calls") else
-                  "the Python tracer was off: a capture with python_tracer_level=1 would name "
-                  "the function")
-               + ")")
-        causes.append(cause_row(
-            "dispatch",
-            f"dispatch between programs: {execs[at]} program executions in step {median}, "
-            f"{fmt(between[at])} us the critical stream of GPU {b} waits between two "
-            "executions' kernels while the host dispatches the next",
-            f"GPU {b}", 100.0 * between[at] / mwin, step_us, spread(between, at),
-            "the GPU would run the step's programs back to back, as one program would (the idle "
-            "while the host dispatches the next program gone; kernel durations unchanged); part "
-            "of the host gaps' time, taken out of that row; the step's programs as step 1 lists "
-            "them (steps.csv programs)",
-            jit + "; donate_argnums (no copy of the inputs at each call); async dispatch (no "
-            "blocking on a result between calls: no float() or .item() inside the loop)",
-            "steps.csv; skip_stats.json"))
-
-    # the straggler's extra work: the others wait for it inside collectives, so without any
-    # collective kernel in the steps no GPU waits for another and there is nothing to save
+    host, lead_in = median_host(gaps, frames[median], whole, notes)
+    # the others wait for a straggler inside collectives: without any collective kernel in the
+    # steps no GPU waits for another, and there is no straggler to rank
     if straggler is not None and rows is not None and not any(rows["coll_sum"].values()):
         notes.append(f"GPU {straggler} ends most steps last, but no collective kernel ran in "
                      "the steps read: no GPU waits for it inside the program (no "
                      "straggler_wait cause); a wait through the host (blocking on every "
                      "result before the next call) is in the idle between steps")
         straggler = None
-    if straggler is not None and rows is not None:
-        sav, excess_med = [], []
-        for n, fr in frames.items():
-            p = paths[n]
-            work = {d: r["kernel_sum"] - rows["coll_sum"].get((n, str(d)), 0.0)
-                    for d, r in steps[n].items() if peers is None or d in peers}
-            w = work.get(straggler, 0.0)
-            ex = max(0.0, w - statistics.median(work.values()))
-            excess_med.append(ex)
-            if fr["bound"] != straggler or w <= 0:
-                # it did not end this step: making it faster would not end the step sooner
-                p["straggler_full"] = 0.0
-                sav.append(0.0)
-                continue
-            cm = p["compute"] + p["memcpy_arg"]
-            cm_exp = p["compute_exposed"] + p["memcpy_arg_exposed"]
-            p["straggler_full"] = min(ex * cm / w, cm)
-            sav.append(min(ex * cm_exp / w, cm_exp))
-        if sav[at] >= MIN_SAVING_US:
-            more = None
-            for c in (read_json(out / "reconcile.json") or {}).get("checks", []):
-                if c.get("check") == "same_work_across_gpus_events" and \
-                        str(c.get("device")) == str(straggler) and c.get("status") == "fail":
-                    more = c.get("trust_sentence")
-            reason = ("it runs more GPU events per step than the others: " + more) if more else \
-                "it runs the same events slower than the others"
-            steps_last = alone.count(straggler)
-            causes.append(cause_row(
-                "straggler_wait",
-                f"GPU {straggler} ends {steps_last} of {len(chosen)} steps last; its compute and "
-                f"memcpy kernels take {fmt(excess_med[at])} us in step {median} more than "
-                f"the median GPU's, and the other GPUs wait for it ({reason})",
-                f"GPU {straggler}", 100.0 * sav[at] / mwin, step_us, spread(sav, at),
-                "the other GPUs wait for it inside collectives, so the step would end as if it "
-                "did its compute and memcpy work at the median GPU's pace; work hidden behind "
-                "host gaps saves nothing; per step, kernel time summed (il_us - il_idle_us, "
-                "collectives left out) scaled to its wall time",
-                f"why GPU {straggler} is slower: its clocks, temperature and power limit, other "
-                "processes on it, its interconnect placement; if it does more work, even out the "
-                "sharding",
-                "steps.csv; rows.csv; reconcile.json"))
+    ctx = Context(out, s1, steps, chosen, frames, median, why, whole, followed, gpus, peers,
+                  straggler, alone, rows, paths, host, lead_in, notes, refusals)
+    ctx.ceilings = read_ceilings(ctx)
+    return ctx
 
-    if rows is not None:
-        # exposed collective time
-        sav = [paths[n]["collective_exposed"] for n in chosen]
-        if sav[at] >= MIN_SAVING_US or mp["collective"] >= MIN_SAVING_US:
-            top = sorted(mp["labels"]["collective"].items(), key=lambda kv: (-kv[1], kv[0]))
-            causes.append(cause_row(
-                "exposed_collective",
-                f"collective kernels run while no compute or copy does on GPU {mf['bound']}: "
-                f"{fmt(mp['collective'])} us of step {median}"
-                + (f"; largest by kernel time: {', '.join(f'{n} {fmt(v)} us' for n, v in top[:3])}"
-                   if top else ""),
-                f"GPU {mf['bound']}", 100.0 * mp["collective_exposed"] / mwin, step_us,
-                spread(sav, at),
-                "the collectives would be hidden under compute (or free); their kernel time "
-                "includes waiting for peers, which the straggler row counts separately; only the "
-                "part after the last host gap saves time",
-                "overlap flags (XLA's latency-hiding scheduler --xla_gpu_enable_latency_hiding_"
-                "scheduler, async collectives), fewer or larger collectives (combine thresholds "
-                "such as --xla_gpu_all_reduce_combine_threshold_bytes), a sharding that "
-                "communicates less",
-                "steps.csv; gaps.csv; rows.csv"))
-        # memcpys outside the program on the critical path (the program's own copies are
-        # instructions, ranked with them)
-        sav = [paths[n]["memcpy_arg_exposed"] for n in chosen]
-        if sav[at] >= MIN_SAVING_US or mp["memcpy_arg"] >= MIN_SAVING_US:
-            top = sorted(mp["labels"]["arg"].items(), key=lambda kv: (-kv[1], kv[0]))
-            causes.append(cause_row(
-                "memcpy",
-                "memcpys without an instruction label (argument copies and other copies "
-                "outside the program) on the critical path while no compute runs: "
-                f"{fmt(mp['memcpy_arg'])} us of step {median}"
-                + (f"; largest by kernel time: {', '.join(f'{n} {fmt(v)} us' for n, v in top[:3])}"
-                   if top else ""),
-                f"GPU {mf['bound']}", 100.0 * mp["memcpy_arg_exposed"] / mwin, step_us,
-                spread(sav, at),
-                "the copies would not run (or run hidden under compute); only the part after the "
-                "last host gap saves time; copies the program launches (an hlo_op label) are "
-                "ranked as instructions",
-                "donate_argnums (reuse the input buffers), keep inputs on the device, input "
-                "pipeline prefetching (device_put the next batch while this step runs)",
-                "steps.csv; gaps.csv; rows.csv"))
 
-    # the critical stream idle between its kernels, the host not late (dependencies on other
-    # streams, event waits, the GPU's own launch latency between kernels, inside graphs too)
-    if rows is not None:
-        sav = [paths[n]["idle_before_exposed"] for n in chosen]
-        if sav[at] >= MIN_SAVING_US:
-            b = mf["bound"]
-            n_big, big_us = mp.get("big_gaps", (0, 0.0))
-            crit = steps[median][b]["crit"]
-            causes.append(cause_row(
-                "kernel_gaps",
-                f"the critical stream of GPU {b} is idle between its kernels with no launch "
-                f"late from the host: {fmt(mp['idle_before'])} us of step {median}, "
-                f"{n_big} gap(s) of 1 us or more that no other stream filled holding "
-                f"{fmt(min(big_us, mp['idle_before']))} us of it, the rest gaps under 1 us "
-                "between kernels",
-                f"GPU {b} stream {crit}", 100.0 * mp["idle_before_exposed"] / mwin, step_us,
-                spread(sav, at),
-                "the critical stream's kernels would run back to back once launched (its waits "
-                "on other streams and the GPU's per-kernel launch latency gone); an upper bound: "
-                "every kernel costs some launch latency, inside a graph too, so only fewer "
-                "kernels remove it all; only the part after the last host gap saves time",
-                "fewer and larger kernels (fusion, fewer small ops per step), a larger batch size "
-                "per kernel, the waits on other streams (what the gaps wait for: gaps.csv "
-                "device_wait rows and the swimlanes)",
-                "steps.csv; gaps.csv; rows.csv"))
-
-    # instructions and Python lines, by their distance to the ceiling
-    instr_full = instructions(out, chosen, paths, median, mwin, step_us, causes, refusals,
-                              notes, mf["bound"])
-
-    # kernel families whose time spans many instructions (split-K reductions, transposes, ...)
-    kernel_families(out, chosen, paths, median, mwin, step_us, causes, notes)
-
-    # the GPU idle between steps
-    if not followed:
-        refusals.append("cannot measure the GPU idle between steps because no analysed step is "
-                        "followed by another analysed step (only the idle after the critical "
-                        "stream's last kernel up to the step's end is counted)")
-    sav = [paths[n]["idle_between"] for n in chosen]
-    if sav[at] >= MIN_SAVING_US:
-        causes.append(cause_row(
-            "idle_between_steps",
-            f"GPU {mf['bound']} is idle after its critical stream's last kernel until the next "
-            f"step starts: {fmt(mp['idle_between'])} us after step {median}",
-            f"GPU {mf['bound']}", 100.0 * mp["idle_between"] / mwin, step_us, spread(sav, at),
-            "the next step's first kernels would start as soon as this step's last ended (the "
-            "host's work between steps done ahead)",
-            "input pipeline prefetching, async dispatch (no host synchronisation every step, "
-            "e.g. reading the loss), the host's per-step Python work off the step's path",
-            "steps.csv; rows.csv"))
-
-    # rank: share of the median step's critical path, then the saving; Python lines and kernel
-    # families (the instructions' time regrouped; a family's saving an upper bound) after every
-    # other cause
-    causes.sort(key=lambda c: (c["cause_kind"] in REGROUPINGS,
-                               -round(c["pct_of_step"], 2), -c["saving"]["value"],
-                               KIND_ORDER.index(c["cause_kind"]), c["where"]))
-    for i, c in enumerate(causes, 1):
-        c["rank"] = i
-
-    # combined: every cause gone at once, all work exposed (an upper bound)
-    comb = []
-    for n in chosen:
-        p = paths[n]
-        compute_side = min(p["compute"], p.get("straggler_full", 0.0) + instr_full.get(n, 0.0))
-        c = (max(0.0, p["host_late"] - lead_in) + p.get("collective", 0.0)
-             + p.get("memcpy_arg", 0.0)
-             + p["idle_between"] + (p["idle_before"] if rows is not None else 0.0)
-             + compute_side)
-        comb.append(min(c, frames[n]["window"]))
-    combined = spread(comb, at)
-    if whole:
-        notes.append("the capture has no steps: 'step' here is the whole capture's window")
-    crit_path = {k: mp[k] for k in ("window", "host_late", "compute", "memcpy_arg", "collective",
-                                    "idle_before", "idle_between") if k in mp}
-    for f in ("swimlanes.json", "reconcile.json", "attribution/ops.csv",
-              "attribution/attribute_kernels.json", "roofline.csv", "roofline.json"):
-        inputs[f] = (out / f).is_file()
-    return {"status": "done", "steps": chosen, "median": median, "why": why, "frames": frames,
-            "step": step, "causes": causes, "combined": combined, "critical_path": crit_path,
-            "exposure": mp["exposure"], "straggler": straggler, "gpus": gpus,
-            "refusals": refusals, "notes": notes, "inputs": inputs,
-            "verdict": (s1 or {}).get("verdict")}
-
+# ---------------------------------------------------------------- the instructions' ceilings
 
 def programs_in_steps(progs: list | None, chosen: list) -> set | None:
     """The program ids of programs.csv that ran in any of the chosen steps (its `steps` cell:
@@ -928,6 +823,422 @@ def programs_in_steps(progs: list | None, chosen: list) -> set | None:
         if nums & want:
             out.add(p.get("program_id", ""))
     return out if known else None
+
+
+def steps_ops(ctx: Context) -> list | None:
+    """attribution/ops.csv's rows of the programs that ran in the steps used and on the GPU that
+    ends the median step, with a note for the programs left out; None, with a refusal, where
+    step 4 wrote no ops.csv."""
+    ops = read_csv(ctx.out / "attribution" / "ops.csv")
+    if ops is None:
+        ctx.refusals.append("cannot rank instructions or Python lines because step 4's "
+                            "attribution/ops.csv is missing (step 4 refused or did not run: a "
+                            "capture without HLO cannot be attributed)")
+        return None
+    # every program step 4 attributed: keep those that ran in the steps used (programs.csv
+    # steps), so a warm-up or set-up program outside the steps takes no share of a step
+    progs = read_csv(ctx.out / "attribution" / "programs.csv")
+    in_steps = programs_in_steps(progs, ctx.chosen)
+    if in_steps is not None:
+        left = {o.get("program_id", "") for o in ops} - in_steps
+        if left:
+            ctx.notes.append(f"{len(left)} program(s) of attribution/ops.csv ran in none of the "
+                             "steps used (programs.csv steps) and take no share of a step: "
+                             + ", ".join(sorted(left, key=str)[:8]))
+        ops = [o for o in ops if o.get("program_id", "") in in_steps]
+    # the step's time is the bounding GPU's: only the programs that run on it take a share (a
+    # pipeline's other stages run on other GPUs)
+    bound = ctx.bound
+    on_bound = {p.get("program_id", "") for p in progs or []
+                if str(bound) in (p.get("gpus") or "").split()}
+    if on_bound and {o.get("program_id", "") for o in ops} - on_bound:
+        left = sorted({o.get("program_id", "") for o in ops} - on_bound, key=str)
+        ctx.notes.append(f"{len(left)} program(s) do not run on GPU {bound}, which ends the "
+                         "median step, and take no share of its compute: " + ", ".join(left[:8]))
+        ops = [o for o in ops if o.get("program_id", "") in on_bound]
+    return ops
+
+
+def distances(work: list, total_us: float, roof: list, several: bool) -> tuple[list, list]:
+    """Ceilings.cands and Ceilings.no_ceiling of the compute and copy instructions `work` (their
+    kernel time summing to `total_us`) against roofline.csv; an instruction is named with its
+    program where `several` programs share the step."""
+    by_ins = {(r.get("program_id", ""), r["instruction"]): r for r in roof}
+    cands, no_ceiling = [], []
+    for o in work:
+        r = by_ins.get((o.get("program_id", ""), o["instruction"]))
+        share = float(o["gpu_us"]) / total_us
+        pct = num(r.get("pct_of_ceiling")) if r else None
+        # an instruction name repeats across programs: name the program where there are several
+        name = (f"{o.get('module', '')}({o.get('program_id', '')}) {o['instruction']}"
+                if several else o["instruction"])
+        if pct is None:
+            no_ceiling.append((name, share, (r or {}).get("no_ceiling_why")
+                               or "not in roofline.csv", o.get("user_frame", "")))
+            continue
+        cands.append({"instruction": name, "share": share, "pct": pct,
+                      "cut": share * max(0.0, 1.0 - pct / 100.0),
+                      "binding": r.get("binding", ""), "user_frame": o.get("user_frame", ""),
+                      "method": r.get("method", ""), "ceiling_dtype": r.get("ceiling_dtype", "")})
+    cands.sort(key=lambda c: (-c["cut"], c["instruction"]))
+    return cands, no_ceiling
+
+
+def read_ceilings(ctx: Context) -> Ceilings | None:
+    """The instructions of the steps' programs against their ceilings (attribution/ops.csv with
+    roofline.csv); None, with a refusal, where ops.csv holds no compute or copy kernel time or
+    either table is missing, or step 5 refused (the top instructions then named by kernel time).
+    Notes: the programs left out, and the attributed share of kernel time where under 100%."""
+    ops = steps_ops(ctx)
+    if ops is None:
+        return None
+    work = [o for o in ops if o.get("category") in ("compute", "memcpy") and num(o.get("gpu_us"))]
+    total_us = sum(float(o["gpu_us"]) for o in work)
+    if total_us <= 0:
+        ctx.refusals.append("cannot rank instructions because attribution/ops.csv holds no "
+                            "compute or copy kernel time")
+        return None
+    att = ((read_json(ctx.out / "attribution" / "attribute_kernels.json") or {}).get("figures")
+           or {}).get("attributed_pct_of_gpu_time") or {}
+    if num(att.get("value")) is not None and float(att["value"]) < 100.0 - 1e-6:
+        ctx.notes.append(f"{float(att['value']):.1f}% of kernel time is attributed to an "
+                         "instruction (attribute_kernels.json): instruction shares are of the "
+                         "attributed time")
+    roof = read_csv(ctx.out / "roofline.csv")
+    rj = read_json(ctx.out / "roofline.json")
+    if roof is None or (rj or {}).get("status") == "refused":
+        why = "roofline.csv is missing (step 5 did not run)" if roof is None else \
+            "; ".join((rj or {}).get("refusals", [])) or "step 5 refused"
+        cm = ctx.median_path["compute"]
+        ctx.refusals.append(
+            "cannot say how far the top instructions are from their ceiling because " + why
+            + "; by kernel time they are " + ", ".join(
+                f"{o['instruction']} {fmt(float(o['gpu_us']) / total_us * cm)} us of step "
+                f"{ctx.median}" for o in work[:TOP_INSTRUCTIONS]))
+        return None
+    several = len({o.get("program_id", "") for o in ops}) > 1
+    return Ceilings(*distances(work, total_us, roof, several),
+                    ((rj or {}).get("gpu") or {}).get("model") or "the GPU")
+
+
+# ---------------------------------------------------------------- the causes: one registry
+#
+# A cause is a function (ctx: Context) -> its rows (a list of Row, empty when it is not listed), or
+# a Found when it has notes or refusals for the reader too. Its prose (a Prose: the tables it
+# reads, its assumptions, its knob) sits beside it, and @cause registers it: the registry's order
+# is the order the causes run in and the rank order among rows that tie.
+
+@dataclass(frozen=True)
+class Prose:
+    """What a cause's rows say besides their figures: the tables they come from (`source`), what
+    the saving assumes (`assumptions`) and the change to test (`knob`). Each is the text itself,
+    or, where a row's figures choose or fill it, a dict of the sentences and str.format templates
+    the cause's function picks from."""
+    source: str
+    assumptions: str | dict
+    knob: str | dict
+
+
+@dataclass
+class Row:
+    """A row as its cause finds it: the sentence with its own figures (`cause`), where, its share
+    of the median step's window (`pct`, percent), its saving (spread), its assumptions and knob
+    where the function filled them in (else its Prose's text), the fields only changes.json keeps
+    (`extra`), and the instructions it names (`named`: indices of Ceilings.cands, each counted
+    once in the combined saving)."""
+    cause: str
+    where: str
+    pct: float
+    saving: dict
+    assumptions: str | None = None
+    knob: str | None = None
+    extra: dict | None = None
+    named: frozenset = frozenset()
+
+
+@dataclass
+class Found:
+    """A cause's rows with the notes and refusals it has for the reader."""
+    rows: list
+    notes: list = field(default_factory=list)
+    refusals: list = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Cause:
+    """An entry of the registry: the cause_kind, the function that finds its rows, its prose, and
+    whether its rows regroup other rows' kernel time (ranked after every other row, never added
+    to them)."""
+    kind: str
+    find: Callable
+    prose: Prose
+    regroups: bool = False
+
+
+REGISTRY: list[Cause] = []
+
+
+def cause(kind: str, prose: Prose, regroups: bool = False):
+    """Registers the function it decorates as the cause `kind`, after those registered before."""
+    def register(find: Callable) -> Callable:
+        REGISTRY.append(Cause(kind, find, prose, regroups))
+        return find
+    return register
+
+
+def largest_labels(labels: dict) -> str:
+    """The three largest labels by kernel time, as the end of a cause sentence ('' for none)."""
+    top = sorted(labels.items(), key=lambda kv: (-kv[1], kv[0]))
+    return (f"; largest by kernel time: {', '.join(f'{n} {fmt(v)} us' for n, v in top[:3])}"
+            if top else "")
+
+
+DISPATCH = Prose(
+    source="steps.csv; skip_stats.json",
+    assumptions=(
+        "the GPU would run the step's programs back to back, as one program would (the idle "
+        "while the host dispatches the next program gone; kernel durations unchanged); part of "
+        "the host gaps' time, taken out of that row; the step's programs as step 1 lists them "
+        "(steps.csv programs)"),
+    knob={
+        "named": ("jax.jit the function that makes these calls ({call}, the innermost Python "
+                  "call that encloses a step's dispatches in {in_steps} of {steps} steps): one "
+                  "program per step instead of {n}"),
+        "unnamed": ("jax.jit the function that makes these calls: one program per step instead "
+                    "of {n} ({why})"),
+        "tracer on": ("the Python tracer was on, but no one traced call encloses a step's "
+                      "dispatches: python_lines.csv and the host events of gaps.csv name the "
+                      "calls around them"),
+        "tracer off": ("the Python tracer was off: a capture with python_tracer_level=1 would "
+                       "name the function"),
+        "always": ("donate_argnums (no copy of the inputs at each call); async dispatch (no "
+                   "blocking on a result between calls: no float() or .item() inside the "
+                   "loop)")})
+
+
+@cause("dispatch", DISPATCH)
+def dispatch(ctx: Context) -> list:
+    """The dispatch between programs (Context.dispatch_idle): the critical stream idle between two
+    program executions' kernels while the host dispatches the next; its saving is that idle. The
+    knob names the Python call to jit where step 1 found one enclosing the dispatches."""
+    between = ctx.dispatch_idle
+    if between is None:
+        return []
+    at, b, n = ctx.at, ctx.bound, ctx.executions[ctx.at]
+    dp = (ctx.s1 or {}).get("dispatch") or {}
+    knob = DISPATCH.knob
+    if dp.get("enclosing_call"):
+        jit = knob["named"].format(call=dp["enclosing_call"], n=n, steps=dp.get("steps"),
+                                   in_steps=dp.get("enclosing_call_steps"))
+    else:
+        traced = ((ctx.s1 or {}).get("python_tracer") or {}).get("calls")
+        jit = knob["unnamed"].format(n=n, why=knob["tracer on" if traced else "tracer off"])
+    return [Row(f"dispatch between programs: {n} program executions in step {ctx.median}, "
+                f"{fmt(between[at])} us the critical stream of GPU {b} waits between two "
+                "executions' kernels while the host dispatches the next",
+                f"GPU {b}", 100.0 * between[at] / ctx.window, spread(between, at),
+                knob=f"{jit}; {knob['always']}")]
+
+
+HOST_GAP = Prose(
+    source="steps.csv; gaps.csv; skip_stats.json",
+    assumptions=(
+        "every GPU's critical stream would run its kernels back to back (kernel durations "
+        "unchanged, the host never late); the step then ends when the GPU that is slowest "
+        "without its host gaps ends; sub-microsecond gaps included"),
+    knob={
+        "before": ("the host's work before the step's first launch: input pipeline prefetching "
+                   "(prepare and device_put the next batch while this step runs), async dispatch "
+                   "(do not block on the previous step's results)"),
+        "between, in graphs": (
+            "launches between kernels: {graph_pct:.0f}% of GPU events already run inside command "
+            "buffers; fewer, larger graphs (--xla_gpu_graph_min_graph_size, more command types "
+            "in --xla_gpu_enable_command_buffer), fewer and larger kernels (fusion), a larger "
+            "batch size per launch"),
+        "between": (
+            "launches between kernels: command buffers on (--xla_gpu_enable_command_buffer, with "
+            "{graph_pct:.0f}% of GPU events inside graphs now), fewer and larger kernels "
+            "(fusion), a larger batch size per launch"),
+        "tracer": ("capture again without the Python tracer: its events fill these gaps and it "
+                   "inflates host time")})
+
+
+def host_knob(lead: float, host_late: float, graph_pct: float, tracer: bool) -> str:
+    """What to test for host gaps: the host's work before the first launch, or the launches
+    between kernels (the larger first), and the Python tracer where its events fill the gaps."""
+    sentences = HOST_GAP.knob
+    between = sentences["between, in graphs" if graph_pct >= 50.0 else "between"]
+    knob = []
+    if lead >= LEADING_GAP_MAJORITY * host_late:
+        knob.append(sentences["before"])
+    if host_late - lead >= (1.0 - LEADING_GAP_MAJORITY) * host_late:
+        knob.insert(0 if host_late - lead > lead else len(knob),
+                    between.format(graph_pct=graph_pct))
+    if tracer:
+        knob.append(sentences["tracer"])
+    return "; ".join(knob)
+
+
+@cause("host_gap", HOST_GAP)
+def host_gap(ctx: Context) -> list:
+    """The critical stream waiting on the host (host-late gaps), less the dispatch row's idle and
+    the capture's lead-in; its saving is the step's end less the latest GPU end with each GPU's
+    host-late time removed. Names the host events inside the median step's gaps."""
+    hsav = []
+    for n, fr in ctx.frames.items():
+        g = {d: r for d, r in ctx.steps[n].items() if d in ctx.gpus} or ctx.steps[n]
+        hsav.append(max(0.0, fr["end"] - max(r["end"] - r["host_late"] for r in g.values())))
+    between = ctx.dispatch_idle
+    if between is not None:
+        hsav = [max(0.0, v - b) for v, b in zip(hsav, between, strict=True)]
+    waits = ctx.median_path["host_late"]
+    host_late = max(0.0, waits - (between[ctx.at] if between is not None else 0.0))
+    if ctx.lead_in:
+        host_late = max(0.0, waits - ctx.lead_in)
+        hsav = [min(v, host_late) for v in hsav]  # the bounding GPU's other gaps at most
+    if hsav[ctx.at] < MIN_SAVING_US and host_late < MIN_SAVING_US:
+        return []
+    hd, b = ctx.host, ctx.bound
+    words = (f"the critical stream waits on the host: {fmt(host_late)} us of step {ctx.median}"
+             + (" besides the dispatch between programs" if between is not None else ""))
+    if hd:
+        named = ", ".join(f"{n} {fmt(v)} us" for n, v in hd["events"][:HOST_EVENTS_NAMED])
+        words += (f", in {hd['gaps']} gap(s) of 1 us or more, {fmt(hd['leading_us'])} us "
+                  "of it before the first kernel")
+        if named:
+            inc = " (the dispatch gaps included)" if between is not None else ""
+            words += f"; host events inside them{inc}: {named}"
+    joins = (ctx.s1 or {}).get("joins", {})
+    graph, launched = joins.get("graph_launch", 0), joins.get("launch", 0)
+    knob = host_knob(hd["leading_us"] if hd else 0.0, host_late,
+                     100.0 * graph / (graph + launched) if graph + launched else 0.0,
+                     bool(hd and hd["python_tracer"]))
+    where = f"GPU {b} stream {ctx.steps[ctx.median][b]['crit']}" + (
+        f" (launching thread {', '.join(hd['threads'])})" if hd and hd["threads"] else "")
+    return [Row(words, where, 100.0 * host_late / ctx.window, spread(hsav, ctx.at), knob=knob)]
+
+
+STRAGGLER_WAIT = Prose(
+    source="steps.csv; rows.csv; reconcile.json",
+    assumptions=(
+        "the other GPUs wait for it inside collectives, so the step would end as if it did its "
+        "compute and memcpy work at the median GPU's pace; work hidden behind host gaps saves "
+        "nothing; per step, kernel time summed (il_us - il_idle_us, collectives left out) scaled "
+        "to its wall time"),
+    knob=("why GPU {gpu} is slower: its clocks, temperature and power limit, other processes on "
+          "it, its interconnect placement; if it does more work, even out the sharding"))
+
+
+@cause("straggler_wait", STRAGGLER_WAIT)
+def straggler_wait(ctx: Context) -> list:
+    """The straggler's extra work (Context.straggler_work): the other GPUs wait for it inside
+    collectives; its saving is that work's exposed part. Says whether it runs more events than
+    the others (reconcile.json's failed same-work check) or the same ones slower."""
+    work = ctx.straggler_work
+    if not work:
+        return []
+    sav = [work[n]["exposed"] for n in ctx.chosen]
+    if sav[ctx.at] < MIN_SAVING_US:
+        return []
+    g = ctx.straggler
+    more = None
+    for c in (read_json(ctx.out / "reconcile.json") or {}).get("checks", []):
+        if c.get("check") == "same_work_across_gpus_events" and \
+                str(c.get("device")) == str(g) and c.get("status") == "fail":
+            more = c.get("trust_sentence")
+    reason = ("it runs more GPU events per step than the others: " + more) if more else \
+        "it runs the same events slower than the others"
+    return [Row(f"GPU {g} ends {ctx.alone.count(g)} of {len(ctx.chosen)} steps last; its compute "
+                f"and memcpy kernels take {fmt(work[ctx.median]['excess'])} us in step "
+                f"{ctx.median} more than the median GPU's, and the other GPUs wait for it "
+                f"({reason})",
+                f"GPU {g}", 100.0 * sav[ctx.at] / ctx.window, spread(sav, ctx.at),
+                knob=STRAGGLER_WAIT.knob.format(gpu=g))]
+
+
+EXPOSED_COLLECTIVE = Prose(
+    source="steps.csv; gaps.csv; rows.csv",
+    assumptions=(
+        "the collectives would be hidden under compute (or free); their kernel time includes "
+        "waiting for peers, which the straggler row counts separately; only the part after the "
+        "last host gap saves time"),
+    knob=("overlap flags (XLA's latency-hiding scheduler --xla_gpu_enable_latency_hiding_"
+          "scheduler, async collectives), fewer or larger collectives (combine thresholds such as "
+          "--xla_gpu_all_reduce_combine_threshold_bytes), a sharding that communicates less"))
+
+
+@cause("exposed_collective", EXPOSED_COLLECTIVE)
+def exposed_collective(ctx: Context) -> list:
+    """Collective kernels on the critical path while no compute or copy runs (the collective
+    slice); its saving is their exposed part."""
+    if ctx.rows is None:
+        return []
+    sav, mp, b = ctx.each("collective_exposed"), ctx.median_path, ctx.bound
+    if sav[ctx.at] < MIN_SAVING_US and mp["collective"] < MIN_SAVING_US:
+        return []
+    return [Row(f"collective kernels run while no compute or copy does on GPU {b}: "
+                f"{fmt(mp['collective'])} us of step {ctx.median}"
+                + largest_labels(mp["labels"]["collective"]),
+                f"GPU {b}", 100.0 * mp["collective_exposed"] / ctx.window, spread(sav, ctx.at))]
+
+
+MEMCPY = Prose(
+    source="steps.csv; gaps.csv; rows.csv",
+    assumptions=(
+        "the copies would not run (or run hidden under compute); only the part after the last "
+        "host gap saves time; copies the program launches (an hlo_op label) are ranked as "
+        "instructions"),
+    knob=("donate_argnums (reuse the input buffers), keep inputs on the device, input pipeline "
+          "prefetching (device_put the next batch while this step runs)"))
+
+
+@cause("memcpy", MEMCPY)
+def memcpy(ctx: Context) -> list:
+    """memcpys outside the program on the critical path while no compute runs (the memcpy_arg
+    slice; the program's own copies are instructions, ranked with them); its saving is their
+    exposed part."""
+    if ctx.rows is None:
+        return []
+    sav, mp, b = ctx.each("memcpy_arg_exposed"), ctx.median_path, ctx.bound
+    if sav[ctx.at] < MIN_SAVING_US and mp["memcpy_arg"] < MIN_SAVING_US:
+        return []
+    return [Row("memcpys without an instruction label (argument copies and other copies "
+                "outside the program) on the critical path while no compute runs: "
+                f"{fmt(mp['memcpy_arg'])} us of step {ctx.median}"
+                + largest_labels(mp["labels"]["arg"]),
+                f"GPU {b}", 100.0 * mp["memcpy_arg_exposed"] / ctx.window, spread(sav, ctx.at))]
+
+
+KERNEL_GAPS = Prose(
+    source="steps.csv; gaps.csv; rows.csv",
+    assumptions=(
+        "the critical stream's kernels would run back to back once launched (its waits on other "
+        "streams and the GPU's per-kernel launch latency gone); an upper bound: every kernel "
+        "costs some launch latency, inside a graph too, so only fewer kernels remove it all; only "
+        "the part after the last host gap saves time"),
+    knob=("fewer and larger kernels (fusion, fewer small ops per step), a larger batch size per "
+          "kernel, the waits on other streams (what the gaps wait for: gaps.csv device_wait rows "
+          "and the swimlanes)"))
+
+
+@cause("kernel_gaps", KERNEL_GAPS)
+def kernel_gaps(ctx: Context) -> list:
+    """The critical stream idle between its kernels with no launch late from the host
+    (dependencies on other streams, event waits, the GPU's own launch latency between kernels,
+    inside graphs too: the idle_before slice); its saving is its exposed part."""
+    if ctx.rows is None:
+        return []
+    sav, mp, b = ctx.each("idle_before_exposed"), ctx.median_path, ctx.bound
+    if sav[ctx.at] < MIN_SAVING_US:
+        return []
+    n_big, big_us = mp["big_gaps"]
+    return [Row(f"the critical stream of GPU {b} is idle between its kernels with no launch "
+                f"late from the host: {fmt(mp['idle_before'])} us of step {ctx.median}, "
+                f"{n_big} gap(s) of 1 us or more that no other stream filled holding "
+                f"{fmt(min(big_us, mp['idle_before']))} us of it, the rest gaps under 1 us "
+                "between kernels",
+                f"GPU {b} stream {ctx.steps[ctx.median][b]['crit']}",
+                100.0 * mp["idle_before_exposed"] / ctx.window, spread(sav, ctx.at))]
 
 
 FAMILY_KNOBS = {
@@ -957,57 +1268,78 @@ FAMILY_CANNOT_SHOW = {
     "memset": "whether the zeroing could fuse into the reduction (a compiler decision the "
               "capture does not show)",
 }
-# A kernel family is a cause of its own when it holds at least this share of all GPU time and
-# its kernels run under at least this many instructions: one instruction's kernel is already
-# an instruction row; a family spread thin over many is a pattern with one knob.
-FAMILY_MIN_PCT_OF_GPU_TIME = 5.0
-# Rows that regroup the instructions' kernel time (by Python line, by kernel family): ranked
-# after every other cause, never added to the instruction rows.
-REGROUPINGS = ("python_line", "kernel_family")
-FAMILY_MIN_INSTRUCTIONS = 3
+KERNEL_FAMILY = Prose(
+    source="attribution/families.csv; steps.csv; gaps.csv; rows.csv",
+    assumptions=(
+        "an upper bound: the family's kernels gone entirely (a partial fix saves less); its time "
+        "in a step is its share of all GPU time times the step's compute time on the GPU that "
+        "ends it, exposed part only; the same kernel time as the instruction rows of its "
+        "instructions: never add the two; the capture cannot show {cannot_show}"),
+    knob=FAMILY_KNOBS)
 
 
-def kernel_families(out, chosen, paths, median, mwin, step_us, causes, notes) -> None:
-    """Kernel-family causes from attribution/families.csv: a family (split-K reductions, layout
-    transposes, copies, memsets) of at least FAMILY_MIN_PCT_OF_GPU_TIME spread over at least
+@cause("kernel_family", KERNEL_FAMILY, regroups=True)
+def kernel_family(ctx: Context) -> list:
+    """Kernel families of attribution/families.csv (split-K reductions, layout transposes,
+    copies, memsets) of at least FAMILY_MIN_PCT_OF_GPU_TIME spread over at least
     FAMILY_MIN_INSTRUCTIONS instructions. Its time in a step is its share of all GPU time times
     the step's compute time on its bounding GPU; the saving, an upper bound, is that time's
     exposed part (the family's kernels gone). Collectives by kind are ranked as exposed
     collectives, not here."""
-    fams = read_csv(out / "attribution" / "families.csv")
-    if not fams:
-        return
-    at = chosen.index(median)
-    for f in fams:
-        name, pct_ = f.get("family", ""), num(f.get("pct_of_gpu_time"))
+    rows = []
+    for f in read_csv(ctx.out / "attribution" / "families.csv") or []:
+        name, pct = f.get("family", ""), num(f.get("pct_of_gpu_time"))
         n_ins = int(num(f.get("instructions")) or 0)
-        if name not in FAMILY_KNOBS or pct_ is None or pct_ < FAMILY_MIN_PCT_OF_GPU_TIME or \
+        if name not in FAMILY_KNOBS or pct is None or pct < FAMILY_MIN_PCT_OF_GPU_TIME or \
                 n_ins < FAMILY_MIN_INSTRUCTIONS:
             continue
-        share = pct_ / 100.0
-        sav = [share * paths[n]["compute"] * paths[n]["exposure"] for n in chosen]
-        if sav[at] < MIN_SAVING_US:
+        share = pct / 100.0
+        sav = [share * ctx.paths[n]["compute"] * ctx.paths[n]["exposure"] for n in ctx.chosen]
+        if sav[ctx.at] < MIN_SAVING_US:
             continue
         top = []
         for x in (f.get("top_instructions") or "").split(" | "):
             pid, _, ins = x.split("=")[0].partition(":")
             if ins:
                 top.append(f"{ins} (program {pid})")
-        causes.append(cause_row(
-            "kernel_family",
-            f"{name} kernels take {pct_:.2f}% of GPU time over {n_ins} instructions (about "
-            f"{fmt(share * paths[median]['compute'])} us of step {median}); largest under "
+        rows.append(Row(
+            f"{name} kernels take {pct:.2f}% of GPU time over {n_ins} instructions (about "
+            f"{fmt(share * ctx.median_path['compute'])} us of step {ctx.median}); largest under "
             + ", ".join(top[:3]),
-            f"{name} ({n_ins} instructions)", 100.0 * sav[at] / mwin, step_us,
-            spread(sav, at),
-            "an upper bound: the family's kernels gone entirely (a partial fix saves less); its "
-            "time in a step is its share of all GPU time times the step's compute time on the GPU "
-            "that ends it, exposed part only; the same kernel time as the instruction rows of "
-            "its instructions: never add the two; the capture cannot show " +
-            FAMILY_CANNOT_SHOW[name],
-            FAMILY_KNOBS[name], "attribution/families.csv; steps.csv; gaps.csv; rows.csv",
-            {"family": name, "cannot_show": FAMILY_CANNOT_SHOW[name],
-             "family_gpu_us": num(f.get("gpu_us")), "instructions": n_ins}))
+            f"{name} ({n_ins} instructions)", 100.0 * sav[ctx.at] / ctx.window,
+            spread(sav, ctx.at),
+            assumptions=KERNEL_FAMILY.assumptions.format(cannot_show=FAMILY_CANNOT_SHOW[name]),
+            knob=FAMILY_KNOBS[name],
+            extra={"family": name, "cannot_show": FAMILY_CANNOT_SHOW[name],
+                   "family_gpu_us": num(f.get("gpu_us")), "instructions": n_ins}))
+    return rows
+
+
+# The prose instruction and Python-line rows share: how their time in a step is had, and how much
+# of it is exposed (filled with the median step's exposed share of compute).
+INSTRUCTION_TIME = (
+    "its time in a step is its share of the program's compute and copy kernel time (ops.csv, all "
+    "executions and GPUs) times that step's compute time on the GPU that ends it")
+EXPOSED_PART = (
+    "only the share of the step's compute after its last host gap is exposed ({pct:.0f}% in step "
+    "{step}); the rest is hidden behind the host and would save time only once the host gaps are "
+    "gone")
+INSTRUCTION = Prose(
+    source="attribution/ops.csv; roofline.csv; rows.csv; steps.csv; gaps.csv",
+    assumptions={
+        "row": ("it would run at its {binding} ceiling ({ceiling}; FLOPs and bytes from the HLO: "
+                "{method}); {time}; {exposed}"),
+        "memory": "memory bandwidth",
+        "compute": "{dtype}'s peak"},
+    knob={
+        "memory": ("fusion (fewer bytes moved: see what XLA left unfused), a Pallas/Triton "
+                   "kernel, a larger batch size (more work per byte)"),
+        "compute": "{dtype}, a Pallas/Triton kernel, a larger batch size",
+        "far": "at under 10% of its ceiling check the kernel's launch size and occupancy first",
+        "from f32": "a lower-precision dtype on the matrix units (bf16 for f32)",
+        "from bf16": ("fp8 on the matrix units where the model tolerates it and the GPU has them "
+                      "(it runs at bf16/fp16 now)"),
+        "lower": "a lower-precision dtype on the matrix units where the model tolerates it"})
 
 
 def dtype_knob(dtype: str) -> str:
@@ -1015,167 +1347,246 @@ def dtype_knob(dtype: str) -> str:
     names what it runs at now: an f32 GEMM may go to bf16; a bf16 one only to fp8)."""
     d = (dtype or "").lower()
     if d.startswith(("f32", "fp32", "tf32", "f64", "fp64")):
-        return "a lower-precision dtype on the matrix units (bf16 for f32)"
+        return INSTRUCTION.knob["from f32"]
     if d.startswith(("bf16", "f16", "fp16")):
-        return ("fp8 on the matrix units where the model tolerates it and the GPU has them (it "
-                "runs at bf16/fp16 now)")
-    return "a lower-precision dtype on the matrix units where the model tolerates it"
+        return INSTRUCTION.knob["from bf16"]
+    return INSTRUCTION.knob["lower"]
 
 
-def instructions(out, chosen, paths, median, mwin, step_us, causes, refusals, notes,
-                 bound=None) -> dict:
-    """Instruction and Python-line causes. An instruction's time in a step is its share of the
-    program's compute and copy kernel time (ops.csv, over all executions and GPUs) times the
-    step's compute time on its bounding GPU; its distance to the ceiling is that time times
-    (1 - pct_of_ceiling/100). Returns per step the listed instructions' distance with every kernel
-    exposed (for the combined bound)."""
-    ops = read_csv(out / "attribution" / "ops.csv")
-    roof = read_csv(out / "roofline.csv")
-    rj = read_json(out / "roofline.json")
-    if ops is None:
-        refusals.append("cannot rank instructions or Python lines because step 4's "
-                        "attribution/ops.csv is missing (step 4 refused or did not run: a capture "
-                        "without HLO cannot be attributed)")
-        return {}
-    # every program step 4 attributed: keep those that ran in the steps used (programs.csv
-    # steps), so a warm-up or set-up program outside the steps takes no share of a step
-    progs = read_csv(out / "attribution" / "programs.csv")
-    in_steps = programs_in_steps(progs, chosen)
-    if in_steps is not None:
-        left = {o.get("program_id", "") for o in ops} - in_steps
-        if left:
-            notes.append(f"{len(left)} program(s) of attribution/ops.csv ran in none of the steps "
-                         "used (programs.csv steps) and take no share of a step: "
-                         + ", ".join(sorted(left, key=str)[:8]))
-        ops = [o for o in ops if o.get("program_id", "") in in_steps]
-    # the step's time is the bounding GPU's: only the programs that run on it take a share (a
-    # pipeline's other stages run on other GPUs)
-    on_bound = {p.get("program_id", "") for p in progs or []
-                if str(bound) in (p.get("gpus") or "").split()}
-    if bound is not None and on_bound and {o.get("program_id", "") for o in ops} - on_bound:
-        left = sorted({o.get("program_id", "") for o in ops} - on_bound, key=str)
-        notes.append(f"{len(left)} program(s) do not run on GPU {bound}, which ends the median "
-                     "step, and take no share of its compute: " + ", ".join(left[:8]))
-        ops = [o for o in ops if o.get("program_id", "") in on_bound]
-    several = len({o.get("program_id", "") for o in ops}) > 1
-    work = [o for o in ops if o.get("category") in ("compute", "memcpy") and num(o.get("gpu_us"))]
-    total_us = sum(float(o["gpu_us"]) for o in work)
-    if total_us <= 0:
-        refusals.append("cannot rank instructions because attribution/ops.csv holds no compute or "
-                        "copy kernel time")
-        return {}
-    at = chosen.index(median)
-    comp = {n: paths[n]["compute"] for n in chosen}
-    cm = comp[median]
-    att = ((read_json(out / "attribution" / "attribute_kernels.json") or {}).get("figures")
-           or {}).get("attributed_pct_of_gpu_time") or {}
-    if num(att.get("value")) is not None and float(att["value"]) < 100.0 - 1e-6:
-        notes.append(f"{float(att['value']):.1f}% of kernel time is attributed to an instruction "
-                     "(attribute_kernels.json): instruction shares are of the attributed time")
-    if roof is None or (rj or {}).get("status") == "refused":
-        why = "roofline.csv is missing (step 5 did not run)" if roof is None else \
-            "; ".join((rj or {}).get("refusals", [])) or "step 5 refused"
-        refusals.append(
-            "cannot say how far the top instructions are from their ceiling because " + why
-            + "; by kernel time they are " + ", ".join(
-                f"{o['instruction']} {fmt(float(o['gpu_us']) / total_us * cm)} us of step "
-                f"{median}" for o in work[:TOP_INSTRUCTIONS]))
-        return {}
-    by_ins = {(r.get("program_id", ""), r["instruction"]): r for r in roof}
-    cands, no_ceiling = [], []
-    for o in work:
-        r = by_ins.get((o.get("program_id", ""), o["instruction"]))
-        share = float(o["gpu_us"]) / total_us
-        pct = num(r.get("pct_of_ceiling")) if r else None
-        # an instruction name repeats across programs: name the program where there are several
-        name = (f"{o.get('module', '')}({o.get('program_id', '')}) {o['instruction']}"
-                if several else o["instruction"])
-        if pct is None:
-            no_ceiling.append((name, share, (r or {}).get("no_ceiling_why")
-                               or "not in roofline.csv", o.get("user_frame", "")))
-            continue
-        cands.append({"instruction": name, "share": share, "pct": pct,
-                      "cut": share * max(0.0, 1.0 - pct / 100.0),
-                      "binding": r.get("binding", ""), "user_frame": o.get("user_frame", ""),
-                      "method": r.get("method", ""), "ceiling_dtype": r.get("ceiling_dtype", "")})
-    model = ((rj or {}).get("gpu") or {}).get("model") or "the GPU"
-    cands.sort(key=lambda c: (-c["cut"], c["instruction"]))
-    top = [c for c in cands if c["cut"] > 0][:TOP_INSTRUCTIONS]
-    big_no = sorted(no_ceiling, key=lambda x: (-x[1], x[0]))[:3]
-    if big_no and (not top or big_no[0][1] > top[-1]["cut"]):
-        refusals.append("cannot estimate a saving for " + ", ".join(
-            f"{n} ({fmt(sh * cm)} us of step {median}: {why})" for n, sh, why, _ in big_no)
-            + " because there is no ceiling to measure their distance to")
-    exp = {n: paths[n]["exposure"] for n in chosen}
-    expo_note = ("only the share of the step's compute after its last host gap is exposed "
-                 f"({100 * exp[median]:.0f}% in step {median}); the rest is hidden behind the host "
-                 "and would save time only once the host gaps are gone")
-    share_note = ("its time in a step is its share of the program's compute and copy kernel time "
-                  "(ops.csv, all executions and GPUs) times that step's compute time on the GPU "
-                  "that ends it")
-    listed = []
-    for c in top:
-        sav = [c["cut"] * comp[n] * exp[n] for n in chosen]
+def instruction_prose(c: dict, exposed: str) -> tuple[str, str]:
+    """An instruction row's assumptions and knob: by what binds it (memory bandwidth, else its
+    dtype's peak), and launch size first when it runs far from its ceiling."""
+    said, knobs = INSTRUCTION.assumptions, INSTRUCTION.knob
+    memory = c["binding"] == "memory"
+    assumptions = said["row"].format(
+        binding=c["binding"], method=c["method"], time=INSTRUCTION_TIME, exposed=exposed,
+        ceiling=said["memory"] if memory else said["compute"].format(
+            dtype=c["ceiling_dtype"] or "its dtype"))
+    knob = knobs["memory"] if memory else knobs["compute"].format(
+        dtype=dtype_knob(c["ceiling_dtype"]))
+    if c["pct"] < FAR_FROM_CEILING_PCT:
+        knob += "; " + knobs["far"]
+    return assumptions, knob
+
+
+def no_ceiling_refusal(ctx: Context, top: list) -> list:
+    """The instructions without a ceiling that outweigh the listed ones' distance (at most 3):
+    no saving can be estimated for them."""
+    big_no = sorted(ctx.ceilings.no_ceiling, key=lambda x: (-x[1], x[0]))[:3]
+    if big_no and (not top or big_no[0][1] > top[-1][1]["cut"]):
+        return ["cannot estimate a saving for " + ", ".join(
+            f"{n} ({fmt(sh * ctx.median_path['compute'])} us of step {ctx.median}: {why})"
+            for n, sh, why, _ in big_no) + " because there is no ceiling to measure their "
+            "distance to"]
+    return []
+
+
+@cause("instruction", INSTRUCTION)
+def instruction(ctx: Context) -> Found | list:
+    """The instructions furthest from their ceilings (Ceilings), at most TOP_INSTRUCTIONS. An
+    instruction's time in a step is its share of the programs' compute and copy kernel time times
+    the step's compute time on its bounding GPU; its distance to the ceiling is that time times
+    (1 - pct_of_ceiling/100), and its saving that distance's exposed part. Notes the distance
+    hidden behind the host."""
+    ce = ctx.ceilings
+    if ce is None:
+        return []
+    at, median = ctx.at, ctx.median
+    cm, exposure = ctx.median_path["compute"], ctx.median_path["exposure"]
+    exposed = EXPOSED_PART.format(pct=100 * exposure, step=median)
+    top = [(i, c) for i, c in enumerate(ce.cands) if c["cut"] > 0][:TOP_INSTRUCTIONS]
+    rows = []
+    for i, c in top:
+        sav = [c["cut"] * ctx.paths[n]["compute"] * ctx.paths[n]["exposure"] for n in ctx.chosen]
         if sav[at] < MIN_SAVING_US:
             continue
-        listed.append(c)
-        knob = ("fusion (fewer bytes moved: see what XLA left unfused), a Pallas/Triton kernel, "
-                "a larger batch size (more work per byte)" if c["binding"] == "memory" else
-                f"{dtype_knob(c['ceiling_dtype'])}, a Pallas/Triton kernel, a larger batch size")
-        if c["pct"] < FAR_FROM_CEILING_PCT:
-            knob += ("; at under 10% of its ceiling check the kernel's launch size and "
-                     "occupancy first")
-        ceiling_words = ("memory bandwidth" if c["binding"] == "memory" else
-                         f"{c['ceiling_dtype'] or 'its dtype'}'s peak")
-        causes.append(cause_row(
-            "instruction",
+        assumptions, knob = instruction_prose(c, exposed)
+        rows.append(Row(
             f"{c['instruction']} takes {fmt(c['share'] * cm)} us of step {median} at "
-            f"{c['pct']:.1f}% of its {c['binding']} ceiling on {model}",
+            f"{c['pct']:.1f}% of its {c['binding']} ceiling on {ce.model}",
             c["instruction"] + (f" ({c['user_frame']})" if c["user_frame"] else ""),
-            100.0 * c["cut"] * cm * exp[median] / mwin, step_us, spread(sav, at),
-            f"it would run at its {c['binding']} ceiling ({ceiling_words}; "
-            f"FLOPs and bytes from the HLO: {c['method']}); {share_note}; {expo_note}",
-            knob, "attribution/ops.csv; roofline.csv; rows.csv; steps.csv; gaps.csv"))
-    # Python lines: the same kernel time grouped by the user frame (never added to instructions)
+            100.0 * c["cut"] * cm * exposure / ctx.window, spread(sav, at),
+            assumptions, knob, named=frozenset({i})))
+    listed = {i for r in rows for i in r.named}
+    hidden = sum(c["cut"] for i, c in top if i not in listed) * cm
+    notes = [f"not listed: the top instructions' distance to their ceilings, {fmt(hidden)} us of "
+             f"step {median}, is hidden behind the host (it lies before the step's last host-late "
+             "gap); it would count once the host gaps are gone"] if hidden >= MIN_SAVING_US else []
+    return Found(rows, notes, no_ceiling_refusal(ctx, top))
+
+
+PYTHON_LINE = Prose(
+    source=INSTRUCTION.source,
+    assumptions={
+        "row": ("each of its instructions would run at its ceiling; the same kernel time as the "
+                "instruction rows, grouped by Python line: never add the two{no_ceiling}; {time}; "
+                "{exposed}"),
+        "no ceiling": "; {us} us of step {step} in its instructions has no ceiling and is not "
+                      "counted"},
+    knob="rewrite the line's computation: fusion, dtype, a Pallas/Triton kernel, batch size")
+
+
+@cause("python_line", PYTHON_LINE, regroups=True)
+def python_line(ctx: Context) -> list:
+    """The Python lines whose instructions are furthest from their ceilings, at most TOP_LINES:
+    the instructions' kernel time grouped by their user frame (never added to the instruction
+    rows); the time of their instructions without a ceiling is said, not counted."""
+    ce = ctx.ceilings
+    if ce is None:
+        return []
     lines: dict = {}
-    for c in cands:
+    for i, c in enumerate(ce.cands):
         if c["user_frame"]:
-            ln = lines.setdefault(c["user_frame"], {"cut": 0.0, "share": 0.0, "n": 0})
+            ln = lines.setdefault(c["user_frame"], {"cut": 0.0, "share": 0.0, "named": set()})
             ln["cut"] += c["cut"]
             ln["share"] += c["share"]
-            ln["n"] += 1
+            ln["named"].add(i)
     no_line: dict = {}
-    for _, sh, _, frame in no_ceiling:
+    for _, sh, _, frame in ce.no_ceiling:
         if frame:
             no_line[frame] = no_line.get(frame, 0.0) + sh
-    listed_lines = set()
+    at, median, said = ctx.at, ctx.median, PYTHON_LINE.assumptions
+    cm, exposure = ctx.median_path["compute"], ctx.median_path["exposure"]
+    exposed = EXPOSED_PART.format(pct=100 * exposure, step=median)
+    rows = []
     for frame, ln in sorted(lines.items(), key=lambda kv: (-kv[1]["cut"], kv[0]))[:TOP_LINES]:
-        sav = [ln["cut"] * comp[n] * exp[n] for n in chosen]
+        sav = [ln["cut"] * ctx.paths[n]["compute"] * ctx.paths[n]["exposure"] for n in ctx.chosen]
         if sav[at] < MIN_SAVING_US:
             continue
-        listed_lines.add(frame)
         missing = no_line.get(frame, 0.0) * cm
-        causes.append(cause_row(
-            "python_line",
-            f"the instructions of {frame.split(' ')[0]} ({ln['n']} with a ceiling) take "
+        no_ceiling = said["no ceiling"].format(us=fmt(missing), step=median) \
+            if missing >= MIN_SAVING_US else ""
+        rows.append(Row(
+            f"the instructions of {frame.split(' ')[0]} ({len(ln['named'])} with a ceiling) take "
             f"{fmt(ln['share'] * cm)} us of step {median}, {fmt(ln['cut'] * cm)} us of it above "
             "their ceilings",
-            frame, 100.0 * ln["cut"] * cm * exp[median] / mwin, step_us, spread(sav, at),
-            "each of its instructions would run at its ceiling; the same kernel time as the "
-            "instruction rows, grouped by Python line: never add the two"
-            + (f"; {fmt(missing)} us of step {median} in its instructions has no ceiling and is "
-               "not counted" if missing >= MIN_SAVING_US else "") + f"; {share_note}; {expo_note}",
-            "rewrite the line's computation: fusion, dtype, a Pallas/Triton kernel, batch size",
-            "attribution/ops.csv; roofline.csv; rows.csv; steps.csv; gaps.csv"))
-    hidden = sum(c["cut"] for c in top if c not in listed) * cm
-    if hidden >= MIN_SAVING_US:
-        notes.append(
-            f"not listed: the top instructions' distance to their ceilings, {fmt(hidden)} us of "
-            f"step {median}, is hidden behind the host (it lies before the step's last host-late "
-            "gap); it would count once the host gaps are gone")
-    # every instruction a listed row names: the listed instructions and those of listed lines
-    cut = sum(c["cut"] for c in cands if c in listed or c["user_frame"] in listed_lines)
-    return {n: cut * comp[n] for n in chosen}
+            frame, 100.0 * ln["cut"] * cm * exposure / ctx.window, spread(sav, at),
+            said["row"].format(no_ceiling=no_ceiling, time=INSTRUCTION_TIME, exposed=exposed),
+            named=frozenset(ln["named"])))
+    return rows
+
+
+IDLE_BETWEEN_STEPS = Prose(
+    source="steps.csv; rows.csv",
+    assumptions=(
+        "the next step's first kernels would start as soon as this step's last ended (the host's "
+        "work between steps done ahead)"),
+    knob=("input pipeline prefetching, async dispatch (no host synchronisation every step, e.g. "
+          "reading the loss), the host's per-step Python work off the step's path"))
+
+
+@cause("idle_between_steps", IDLE_BETWEEN_STEPS)
+def idle_between_steps(ctx: Context) -> Found:
+    """The GPU idle after its critical stream's last kernel until the next step starts (the
+    idle_between slice); refused where no step used is followed by an analysed step."""
+    refusals = [] if ctx.followed else [
+        "cannot measure the GPU idle between steps because no analysed step is followed by "
+        "another analysed step (only the idle after the critical stream's last kernel up to the "
+        "step's end is counted)"]
+    sav, idle, b = ctx.each("idle_between"), ctx.median_path["idle_between"], ctx.bound
+    if sav[ctx.at] < MIN_SAVING_US:
+        return Found([], refusals=refusals)
+    return Found([Row(f"GPU {b} is idle after its critical stream's last kernel until the next "
+                      f"step starts: {fmt(idle)} us after step {ctx.median}",
+                      f"GPU {b}", 100.0 * idle / ctx.window, spread(sav, ctx.at))],
+                 refusals=refusals)
+
+
+# ---------------------------------------------------------------- ranking and the combined saving
+
+def find_causes(ctx: Context) -> tuple[list, list, list]:
+    """Every registered cause's rows as written (kind, prose, label and source filled in), notes
+    and refusals, in the registry's order."""
+    rows, notes, refusals = [], [], []
+    for c in REGISTRY:
+        found = c.find(ctx)
+        if not isinstance(found, Found):
+            found = Found(found)
+        rows += [written(c, r) for r in found.rows]
+        notes += found.notes
+        refusals += found.refusals
+    return rows, notes, refusals
+
+
+def written(c: Cause, r: Row) -> dict:
+    """A row as ranked and written: its cause's kind, source and the label, with its assumptions
+    and knob (its own, else its cause's text)."""
+    prose = {}
+    for part in ("assumptions", "knob"):
+        text = getattr(r, part) if getattr(r, part) is not None else getattr(c.prose, part)
+        if not isinstance(text, str):
+            raise TypeError(f"a {c.kind} row must fill in its {part}: its prose is a choice")
+        prose[part] = text
+    return {"cause_kind": c.kind, "cause": r.cause, "where": r.where, "pct_of_step": r.pct,
+            "saving": r.saving, **prose, "label": LABEL, "source": c.prose.source,
+            "named": r.named, **(r.extra or {})}
+
+
+def ranked(rows: list) -> list:
+    """The rows in rank order, numbered from 1: by share of the median step's critical path, then
+    by saving, then in the registry's order and by where; rows that regroup the instructions'
+    time (Cause.regroups: Python lines, kernel families; a family's saving an upper bound) after
+    every other row."""
+    order = {c.kind: i for i, c in enumerate(REGISTRY)}
+    regroups = {c.kind for c in REGISTRY if c.regroups}
+    rows.sort(key=lambda c: (c["cause_kind"] in regroups, -round(c["pct_of_step"], 2),
+                             -c["saving"]["value"], order[c["cause_kind"]], c["where"]))
+    for i, c in enumerate(rows, 1):
+        c["rank"] = i
+    return rows
+
+
+def combined(ctx: Context, rows: list) -> dict:
+    """Every listed cause gone at once, all work exposed, per step (COMBINE_RULE: an upper bound,
+    capped at the step's window): the median step's with the min and max across steps."""
+    named = {i for r in rows for i in r["named"]}
+    cut = sum(c["cut"] for i, c in enumerate(ctx.ceilings.cands) if i in named) \
+        if ctx.ceilings is not None else 0.0
+    comb = []
+    for n in ctx.chosen:
+        p = ctx.paths[n]
+        straggler = ctx.straggler_work.get(n, {}).get("full", 0.0)
+        compute_side = min(p["compute"], straggler + cut * p["compute"])
+        c = (max(0.0, p["host_late"] - ctx.lead_in) + p["collective"] + p["memcpy_arg"]
+             + p["idle_between"] + (p["idle_before"] if ctx.rows is not None else 0.0)
+             + compute_side)
+        comb.append(min(c, ctx.frames[n]["window"]))
+    return spread(comb, ctx.at)
+
+
+CRITICAL_PATH_SLICES = ("window", "host_late", "compute", "memcpy_arg", "collective",
+                        "idle_before", "idle_between")
+
+
+def analyse(out: Path) -> dict:
+    """Step 6 on the scratch folder `out`: status `done` with the steps used, the median step and
+    why, their frames, the step time, the ranked causes, the combined saving, the median step's
+    critical path by slice and exposed share of compute, the straggler, refusals, notes, the
+    inputs found and step 1's verdict; or status `refused` when step 1 found no GPU events."""
+    inputs: dict = {}
+    s1 = read_json(out / "skip_stats.json")
+    inputs["skip_stats.json"] = s1 is not None
+    steps = read_steps(out)
+    inputs["steps.csv"] = True
+    if s1 is not None and s1.get("status") == "not computable" or not steps:
+        return {"status": "refused", "refusals": [
+            "cannot rank any cause because step 1 found no GPU events in analysed steps "
+            "(steps.csv is empty)"], "notes": [], "inputs": inputs}
+    ctx = build_context(out, s1, steps, inputs)
+    rows, notes, refusals = find_causes(ctx)
+    notes = ctx.notes + notes
+    if ctx.whole:
+        notes.append("the capture has no steps: 'step' here is the whole capture's window")
+    for f in ("swimlanes.json", "reconcile.json", "attribution/ops.csv",
+              "attribution/attribute_kernels.json", "roofline.csv", "roofline.json"):
+        inputs[f] = (out / f).is_file()
+    return {"status": "done", "steps": ctx.chosen, "median": ctx.median, "why": ctx.why,
+            "frames": ctx.frames, "step": ctx.step, "causes": ranked(rows),
+            "combined": combined(ctx, rows),
+            "critical_path": {k: ctx.median_path[k] for k in CRITICAL_PATH_SLICES},
+            "exposure": ctx.median_path["exposure"], "straggler": ctx.straggler,
+            "refusals": ctx.refusals + refusals, "notes": notes, "inputs": inputs,
+            "verdict": (s1 or {}).get("verdict")}
 
 
 # ---------------------------------------------------------------- result and writers

@@ -474,6 +474,26 @@ def test_interval_helpers():
     assert changes.spread([3, 1, 2], 0) == {"value": 3, "min": 1, "max": 3}
 
 
+def test_registry_is_the_documented_cause_kinds():
+    """The causes changes.py registers, in their order (the rank's tie order), are the cause_kind
+    values references/changes.md's cause table and scratch-layout.md's changes.csv table (rendered
+    from scratch.py) name, in the same order: a cause added, removed or moved in one place and not
+    the others fails."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    import changes
+    registry = [c.kind for c in changes.REGISTRY]
+    doc = (REPO / "references" / "changes.md").read_text(encoding="utf-8")
+    section = doc.split("## Each cause\n", 1)[1].split("\n## ", 1)[0]
+    table = re.findall(r"^\| `([a-z_]+)` \|", section.split("\n|---", 1)[1], re.M)
+    layout = (REPO / "references" / "scratch-layout.md").read_text(encoding="utf-8")
+    section = layout.split("### `changes.csv`", 1)[1].split("\n### ", 1)[0]
+    row = next(ln for ln in section.splitlines() if ln.startswith("| `cause_kind` |"))
+    listed = re.findall(r"`([a-z_]+)`", row.split("|")[4].split("(", 1)[0])
+    assert registry == table == listed
+    assert len(set(registry)) == len(registry) == 10
+    assert {c.kind for c in changes.REGISTRY if c.regroups} == {"python_line", "kernel_family"}
+
+
 # ---------------------------------------------------------------- real captures
 
 REAL = ["tracelens-amd-rocm/mi300x-jax0.8-gemm", "tracelens-amd-rocm/mi300x-jax0.8-elementwise",
