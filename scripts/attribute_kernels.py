@@ -47,7 +47,6 @@ Exit codes: 0 done; 1 the input cannot be used (one sentence says why); 2 usage;
 
 from __future__ import annotations
 
-import argparse
 import bisect
 import dataclasses
 import gc
@@ -64,11 +63,10 @@ import sibling  # noqa: E402  (where the sibling skill is: one home)
 
 SIBLING = sibling.on_path()
 
-import per_host  # noqa: E402  (sibling skill: the per-host pass)
+import scratch  # noqa: E402  (sibling skill: the scratch files' declarations, writers)
+import step_cli  # noqa: E402  (sibling skill: the command line, errors, exit codes)
 import trace_rules as rules  # noqa: E402  (sibling skill: the classification rules)
-from trace_rules import CONTROL_OPCODES, pct, us, write_csv  # noqa: E402
-
-import capture_inputs  # noqa: E402  (sibling skill)
+from trace_rules import CONTROL_OPCODES, pct, us  # noqa: E402
 
 try:
     import kernel_match as km  # numpy, installed with jax
@@ -90,14 +88,6 @@ FAMILIES = (  # kernel families by name, first match wins (kind from kernel_matc
 TRITON_RE = re.compile(r"^(triton|gemm_fusion|fusion_.*triton)")
 CONV_RE = re.compile(r"Im2Col|Im3d2Col|cudnn|miopen|conv", re.IGNORECASE)
 ATTENTION_RE = re.compile(r"fmha|flash|attn|attention|ck_tile", re.IGNORECASE)
-
-
-class UsageError(Exception):
-    """The input cannot be attributed; the message is one sentence."""
-
-
-class MissingPackage(Exception):
-    pass
 
 
 # ---------------------------------------------------------------- load
@@ -123,14 +113,14 @@ def copy_and_convert(xplane: Path, folder: Path, use_xprof: bool) -> tuple[Path,
         try:
             from xprof.convert import raw_to_tool_data
         except ImportError as exc:
-            raise MissingPackage(f"the xprof package is not installed ({exc}); {INSTALL}") \
-                from exc
+            raise step_cli.MissingPackage(
+                f"the xprof package is not installed ({exc}); {INSTALL}") from exc
         t = time.perf_counter()
         try:
             with rules.quiet_fd2():
                 raw_to_tool_data.xspace_to_tool_names([str(copy)])
         except Exception as exc:  # noqa: BLE001 - XProf's own failure, said in one sentence
-            raise UsageError(f"XProf could not read {xplane}: "
+            raise step_cli.StepError(f"XProf could not read {xplane}: "
                              f"{_user_path(exc, copy, xplane)}") from exc
         seconds = time.perf_counter() - t
         for f in sorted(dest.glob("*.hlo_proto.pb")):
@@ -220,7 +210,7 @@ def collect_kernels(space) -> tuple[list, bool]:
             elif rules.is_gpu_runtime_call(st):
                 runtime_calls += 1
     if runtime_calls and not kernels:
-        raise UsageError(
+        raise step_cli.StepError(
             f"{space.path} has {runtime_calls:,} GPU runtime calls on /host:CPU (events with a "
             "correlation id: launches, memcpys) but no GPU stream events: its /device:GPU "
             "planes are missing or empty, so there are no kernels to attribute (it is not a "
@@ -435,12 +425,12 @@ def choose_program(kernels, programs, requested, unreadable=None) -> tuple[int, 
                 gpu_time[k.program_id] = gpu_time.get(k.program_id, 0) + k.dur
     readable = ", ".join(f"{n}({i})" for i, (n, _) in sorted(programs.items()))
     if requested is not None and requested in unreadable:
-        raise UsageError(f"--program {requested} cannot be attributed: "
+        raise step_cli.StepError(f"--program {requested} cannot be attributed: "
                          f"{unreadable[requested][1]}; readable programs: {readable}")
     top = max(sorted(all_time, key=str), key=lambda p: all_time[p]) if all_time else None
     if requested is None and top in unreadable:
         share = 100.0 * all_time[top] / (sum(k.dur for k in kernels) or 1)
-        raise UsageError(f"cannot attribute the program with the most kernel time "
+        raise step_cli.StepError(f"cannot attribute the program with the most kernel time "
                          f"({share:.1f}%): {unreadable[top][1]}; pass --program ID to attribute "
                          f"another ({readable})")
     notes = []
@@ -451,7 +441,7 @@ def choose_program(kernels, programs, requested, unreadable=None) -> tuple[int, 
     if requested is not None:
         if requested not in programs:
             ids = ", ".join(f"{n}({i})" for i, (n, _) in sorted(programs.items()))
-            raise UsageError(f"--program {requested} is not a program of this capture; "
+            raise step_cli.StepError(f"--program {requested} is not a program of this capture; "
                              f"programs: {ids}")
         chosen = requested
         notes.append(f"{programs[chosen][0]}({chosen}) chosen by --program")
@@ -689,8 +679,6 @@ TRANSPOSE_RE = re.compile(r"transpose", re.IGNORECASE)
 COLLECTIVE_KIND_RE = re.compile(r"(all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|"
                                 r"send|recv|broadcast)", re.IGNORECASE)
 FAMILY_TOP_INSTRUCTIONS = 5  # instructions named per family in families.csv
-FAMILIES_COLUMNS = ["family", "kernels", "kernel_names", "gpu_us", "pct_of_gpu_time",
-                    "instructions", "programs", "top_instructions"]
 
 
 def cause_family(name: str, family: str) -> str | None:
@@ -775,9 +763,7 @@ def write_kernels(path: Path, kernels, sources) -> int:
         return r
     src: dict = {}
     with open(path, "w", newline="", encoding="utf-8") as fh:
-        fh.write("device,stream,start_us,dur_us,kernel,correlation_id,hlo_op,program_id,"
-                 "instruction,inner_instruction,match,confidence,op_name,source,user_frame,"
-                 "category,graph\n")
+        fh.write(scratch.header("attribution/kernels.csv"))  # the row below, in its order
         buf = []
         for k in kernels:
             key = (k.program_id, k.instruction)
@@ -805,6 +791,7 @@ NONE_REASONS = (("outside", "launched outside any instruction (no hlo_op, a laun
                 ("no slot", "no candidate left in their window"),
                 ("", "not matched"))
 RESULT_FILE = "attribute_kernels.json"
+ATT = "attribution"  # the scratch sub-folder of this step (built in a temporary copy, swapped in)
 # HLO text files written: one per program with kernel time, the ones with the most GPU time
 # first. Each is the program printed whole (the largest real ones run to tens of MB); a capture
 # of an op-by-op loop holds dozens of tiny programs, whose text adds little beside ops.csv.
@@ -832,18 +819,13 @@ def safe_file_name(name: str) -> str:
     return stem or "program"
 
 
-def figure(value, unit: str, label: str) -> dict:
-    """One figure a report may quote: its value, unit and how it is known."""
-    return {"value": value, "unit": unit, "label": label}
-
-
 def run(capture, out: Path, opts: Options) -> tuple[dict, list]:
     """Step 4 on a capture (capture_inputs.Capture, shared with the other steps of this process):
     writes out/attribution/ whole or not at all; returns the result (also written as
     attribute_kernels.json) and the (file, rows) written."""
     files = capture.files
     if files.xplane is None:
-        raise UsageError(f"no <host>.xplane.pb for host {files.host} in {files.run_dir}; "
+        raise step_cli.StepError(f"no <host>.xplane.pb for host {files.host} in {files.run_dir}; "
                          "attribution reads the xplane (the trace.json has no HLO)")
     t0 = time.perf_counter()
     kernels, cpu = read_kernels(capture)
@@ -872,16 +854,16 @@ def run(capture, out: Path, opts: Options) -> tuple[dict, list]:
 def read_kernels(capture) -> tuple[list, bool]:
     """The capture's events (collect_kernels), read through our own reader first: a file that
     is not a sound xplane is said in one sentence naming it, before anything is copied or XProf
-    reads it; one without programs or events is refused (UsageError)."""
+    reads it; one without programs or events is refused (a StepError)."""
     import xplane_reader
     files = capture.files
     space = xplane_reader.space_of(capture)
     if not space.hlo_protos():
-        raise UsageError(f"{files.xplane} holds no HLO programs (no /host:metadata): "
+        raise step_cli.StepError(f"{files.xplane} holds no HLO programs (no /host:metadata): "
                          "kernels cannot be attributed to instructions or lines")
     kernels, cpu = collect_kernels(space)
     if not kernels:
-        raise UsageError(f"{files.xplane} has no GPU stream events and no XLA:CPU "
+        raise step_cli.StepError(f"{files.xplane} has no GPU stream events and no XLA:CPU "
                          "thunk events: there are no kernels to attribute")
     return kernels, cpu
 
@@ -911,7 +893,7 @@ def match_capture(capture, kernels, cpu: bool, blobs: dict, opts: Options) -> Ma
     space, protos, built, unreadable = load(capture, blobs)
     if not protos:
         _, why = next(iter(unreadable.values()))
-        raise UsageError(f"no program in {files.xplane} can be attributed: {why}" +
+        raise step_cli.StepError(f"no program in {files.xplane} can be attributed: {why}" +
                          (f" (and {len(unreadable) - 1} more unreadable)"
                           if len(unreadable) > 1 else ""))
     chosen, notes, _ = choose_program(kernels, protos, opts.program, unreadable)
@@ -948,18 +930,16 @@ def write_tables(folder: Path, m: Matched, opts: Options, steps: tuple) -> Table
                                         sum(k.dur for k in kernels),
                                         instruction_runs(m.plans, m.execs))
     progs = program_rows(kernels, m.names, m.execs, steps[0])
-    written.append(("programs.csv", write_csv(folder / "programs.csv", PROGRAMS_COLUMNS,
-                                              programs_csv_rows(progs))))
+    written.append(("programs.csv", scratch.write_table(
+        folder, "attribution/programs.csv", programs_csv_rows(progs), stands_for=ATT)))
     groups = class_totals(kernels)
-    written.append(("how.csv", write_csv(folder / "how.csv", [
-        "program_id", "match", "kernels", "gpu_us", "pct_of_group", "low_confidence_kernels",
-        "low_confidence_us", "low_confidence_pct_of_group"], how_rows(groups))))
+    written.append(("how.csv", scratch.write_table(folder, "attribution/how.csv",
+                                                   how_rows(groups), stands_for=ATT)))
     name_rows = kernel_name_rows(kernels, plans_names(m.programs))
-    written.append(("kernel_names.csv", write_csv(folder / "kernel_names.csv", [
-        "kernel", "family", "kernels", "gpu_us", "pct_of_gpu_time", "gpus", "kernels_per_gpu",
-        "gpu_us_per_gpu"], name_rows)))
-    written.append(("families.csv", write_csv(folder / "families.csv", FAMILIES_COLUMNS,
-                                              family_rows(kernels, name_rows))))
+    written.append(("kernel_names.csv", scratch.write_table(
+        folder, "attribution/kernel_names.csv", name_rows, stands_for=ATT)))
+    written.append(("families.csv", scratch.write_table(
+        folder, "attribution/families.csv", family_rows(kernels, name_rows), stands_for=ATT)))
     return Tables(written, ops, progs, groups, steps[1])
 
 
@@ -1002,9 +982,8 @@ def write_result(folder: Path, result: dict, written: list) -> list:
     result["tables"] = {f: n for f, n in written}
     lines = render_summary(result)
     (folder / "summary.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    (folder / RESULT_FILE).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n",
-                                      encoding="utf-8")
-    return [("summary.txt", len(lines)), (RESULT_FILE, 1)] + written
+    scratch.write_result(folder, "attribution/" + RESULT_FILE, result, stands_for=ATT)
+    return [("summary.txt", len(lines)), (RESULT_FILE, None)] + written
 
 
 def op_totals(kernels, only=None) -> dict:
@@ -1020,13 +999,6 @@ def op_totals(kernels, only=None) -> dict:
             o[0] += 1
             o[1] += k.dur
     return ops
-
-
-OPS_COLUMNS = ["program_id", "instruction", "opcode", "category", "kernels", "gpu_us",
-               "pct_of_attributed", "pct_of_gpu_time", "op_name", "source", "user_frame",
-               "module", "executions", "framework_frame"]
-LINES_COLUMNS = ["user_frame", "gpu_us", "pct_of_attributed", "pct_of_gpu_time", "kernels",
-                 "instructions", "framework_frame", "programs"]
 
 
 def instruction_runs(plans: dict, execs: dict) -> dict:
@@ -1079,14 +1051,10 @@ def write_op_and_line_tables(folder: Path, ops: dict, programs: dict, sources, g
         fw = max(sorted(fws), key=lambda f: fws[f])  # the framework frame with the most time
         line_rows.append((user, us(t), pct(t, attributed), pct(t, gpu_time), n, len(ins), fw,
                           len(pids)))
-    return [("ops.csv", write_csv(folder / "ops.csv", OPS_COLUMNS, op_rows)),
-            ("lines.csv", write_csv(folder / "lines.csv", LINES_COLUMNS, line_rows))]
-
-
-PROGRAMS_COLUMNS = ["program_id", "module", "executions", "gpus", "executions_per_gpu",
-                    "executions_from", "kernels", "kernels_per_execution", "gpu_us",
-                    "pct_of_gpu_time", "attributed_us", "host_dispatch_us", "host_dispatch",
-                    "steps"]
+    return [("ops.csv", scratch.write_table(folder, "attribution/ops.csv", op_rows,
+                                            stands_for=ATT)),
+            ("lines.csv", scratch.write_table(folder, "attribution/lines.csv", line_rows,
+                                              stands_for=ATT))]
 
 
 def program_rows(kernels, programs_names: dict, execs: dict, steps) -> list[dict]:
@@ -1284,17 +1252,17 @@ def kernel_figures(kernels, g: dict, total: int) -> dict:
     none_ps = g["none"][1]
     ours = round(100.0 * (total - none_ps) / total, 2) if total else 0.0
     fig = {
-        "kernels": figure(len(kernels), "count", "measured"),
-        "devices": figure(len({k.device for k in kernels}), "count", "measured"),
-        "kernel_time_us": figure(round(total / 1e6, 3), "us", "measured"),
-        "graph_kernels": figure(sum(1 for k in kernels if k.graph), "count", "measured"),
-        "attributed_pct_of_gpu_time": figure(ours, "pct", "inferred"),
+        "kernels": scratch.figure(len(kernels), "count", "measured"),
+        "devices": scratch.figure(len({k.device for k in kernels}), "count", "measured"),
+        "kernel_time_us": scratch.figure(round(total / 1e6, 3), "us", "measured"),
+        "graph_kernels": scratch.figure(sum(1 for k in kernels if k.graph), "count", "measured"),
+        "attributed_pct_of_gpu_time": scratch.figure(ours, "pct", "inferred"),
     }
     attributed_all = [k for k in kernels if k.instruction]
     t_att = sum(k.dur for k in attributed_all)
     low = [k for k in attributed_all if k.confidence < km.LOW_CONFIDENCE]
-    fig["low_confidence_kernels"] = figure(len(low), "count", "inferred")
-    fig["low_confidence_pct_of_all_attributed"] = figure(
+    fig["low_confidence_kernels"] = scratch.figure(len(low), "count", "inferred")
+    fig["low_confidence_pct_of_all_attributed"] = scratch.figure(
         round(100.0 * sum(k.dur for k in low) / t_att, 2) if t_att else 0.0, "pct", "inferred")
     return fig
 
@@ -1314,7 +1282,7 @@ def coverage_check(fig: dict, coverage, total: int, opts) -> tuple[dict, dict]:
     cov.update(xprof_pct_of_gpu_time=theirs, verdict=(
         f"OURS IS LOWER by {theirs - ours:.2f} points: see the none lines" if lower
         else "ours is not lower"))
-    fig["xprof_hlo_stats_pct_of_gpu_time"] = figure(theirs, "pct", "read")
+    fig["xprof_hlo_stats_pct_of_gpu_time"] = scratch.figure(theirs, "pct", "read")
     return cov, {"name": "coverage at least XProf's hlo_stats",
                  "status": "fail" if lower else "pass",
                  "detail": f"ours {ours:.2f}%, XProf's {theirs:.2f}%"}
@@ -1438,72 +1406,40 @@ def render_summary(r: dict) -> list[str]:
     return [rules.printable(line) for line in s]
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog="\n".join(__doc__.splitlines()[1:]))
-    ap.add_argument("capture")
+def options(ap) -> None:
     ap.add_argument("--program", type=int)
     ap.add_argument("--user-re", help="regular expression: frames whose file matches are user "
                     "code (default: the first frame outside site-packages, jax and the "
                     "frameworks flax, praxis, paxml, equinox, haiku, optax, keras)")
     ap.add_argument("--no-xprof", action="store_true",
                     help="skip XProf (its HLO protos and its coverage cross-check)")
-    ap.add_argument("--out", type=Path, default=Path("."))
-    ap.add_argument("--run")
-    ap.add_argument("--host")
-    per_host.add_arguments(ap)
-    args = ap.parse_args(argv)
-    fanned = per_host.maybe_fan_out("attribute_kernels", __file__, argv, args.capture, args.run,
-                                   args.host, args.out, args.jobs)
-    if fanned is not None:
-        return fanned
+
+
+STEP = step_cli.Step("attribute_kernels", __doc__, __file__, options=options)
+
+
+def body(args) -> list[str]:
     try:
         user_re = re.compile(args.user_re) if args.user_re else None
     except re.error as exc:
-        ap.error(f"--user-re is not a regular expression: {exc}")
+        raise step_cli.UsageError(f"--user-re is not a regular expression: {exc}") from None
     if km is None:
-        print(f"attribute_kernels: a package is missing ({KM_ERROR}); {INSTALL}",
-              file=sys.stderr)
-        return 3
+        raise step_cli.MissingPackage(f"a package is missing ({KM_ERROR}); {INSTALL}")
     gc.disable()  # many small objects, no cycles (see skip_stats.py)
     try:
-        capture = capture_inputs.open_capture(args.capture, run=args.run, host=args.host)
-        for n in capture.files.notes:
-            print(f"attribute_kernels: {n}", file=sys.stderr)
-        result, written = run(capture, args.out, Options(args.program, user_re,
-                                                          not args.no_xprof))
-    except (capture_inputs.CaptureError, UsageError) as exc:
-        print(f"attribute_kernels: {rules.printable(exc)}", file=sys.stderr)
-        return 1
-    except OSError as exc:  # the scratch folder: permissions, a full disk
-        print(f"attribute_kernels: cannot write into {rules.printable(args.out)}: "
-              f"{exc.strerror or exc}", file=sys.stderr)
-        return 1
-    except MissingPackage as exc:
-        print(f"attribute_kernels: {exc}", file=sys.stderr)
-        return 3
-    except ImportError as exc:
-        print(f"attribute_kernels: a package is missing ({exc}); {INSTALL}", file=sys.stderr)
-        return 3
-    except Exception as exc:  # noqa: BLE001 - reader errors are one sentence
-        import xplane_reader
-        import xprotos
-        if isinstance(exc, xprotos.MissingDependency):
-            print(f"attribute_kernels: {exc}", file=sys.stderr)
-            return 3
-        if isinstance(exc, xplane_reader.XPlaneError):
-            print(f"attribute_kernels: {rules.printable(exc)}", file=sys.stderr)
-            return 1
-        raise
-    out = args.out / "attribution"
-    for f, n in written:
-        print(f"wrote {out / f} ({n} {'lines' if f.endswith('.txt') else 'rows'})")
-    print(f"program: {rules.printable(result['program']['notes'][0])}")
-    print("Next: how.csv for the class shares, then ops.csv and lines.csv for the top "
-          "instructions and Python lines (SKILL.md step 4).")
-    return 0
+        result, written = run(step_cli.open_capture(STEP, args), args.out,
+                              Options(args.program, user_re, not args.no_xprof))
+    except ImportError as exc:  # protobuf or xprof (xprotos.MissingDependency is one)
+        raise step_cli.MissingPackage(f"a package is missing ({exc}); {INSTALL}") from exc
+    return step_cli.wrote(args.out / ATT, written) + [
+        f"program: {rules.printable(result['program']['notes'][0])}",
+        "Next: how.csv for the class shares, then ops.csv and lines.csv for the top "
+        "instructions and Python lines (SKILL.md step 4)."]
+
+
+def main(argv=None) -> int:
+    return step_cli.main(STEP, body, argv)
 
 
 if __name__ == "__main__":
-    raise SystemExit(rules.run_main("attribute_kernels", main))
+    raise SystemExit(step_cli.run(STEP, main))

@@ -35,9 +35,8 @@ why: no step 1 tables, tables of another capture); 2 usage.
 
 from __future__ import annotations
 
-import argparse
 import csv
-import json
+import functools
 import re
 import statistics
 import sys
@@ -52,16 +51,15 @@ import sibling  # noqa: E402  (where the sibling skill is: one home)
 
 SIBLING = sibling.on_path()
 
-import per_host  # noqa: E402  (sibling skill: the per-host pass)
+import scratch  # noqa: E402  (sibling skill: the scratch files' declarations, readers, writers)
+import step_cli  # noqa: E402  (sibling skill: the command line, errors, exit codes)
 import trace_rules as rules  # noqa: E402  (sibling skill: tie rule, CSV writing, atomic files)
 
 import capture_inputs  # noqa: E402  (sibling skill)
 
 RESULT_FILE = "changes.json"
 TABLE = "changes.csv"
-COLUMNS = ["rank", "cause_kind", "cause", "where", "pct_of_step", "step_us", "saving_us",
-           "saving_min_us", "saving_max_us", "step_if_gone_us", "assumptions", "knob", "label",
-           "source"]
+COLUMNS = scratch.columns(TABLE)
 LABEL = "inferred, not run"
 
 # ---------------------------------------------------------------- named constants
@@ -94,10 +92,9 @@ FAR_FROM_CEILING_PCT = 10.0
 # an instruction row; a family spread thin over many is a pattern with one knob.
 FAMILY_MIN_PCT_OF_GPU_TIME = 5.0
 FAMILY_MIN_INSTRUCTIONS = 3
-ROW_FIELDS = 20  # rows.csv columns (references/scratch-layout.md)
 
 
-class ChangesError(Exception):
+class ChangesError(step_cli.StepError):
     """The scratch folder cannot be used; the message is one sentence."""
 
 
@@ -139,21 +136,10 @@ def total(a: list, lo: float = float("-inf"), hi: float = float("inf")) -> float
 
 # ---------------------------------------------------------------- load
 
-def read_json(path: Path) -> dict | None:
-    """A step's JSON result, or None when it is missing, unreadable or not an object."""
-    try:
-        d = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
-        return None
-    return d if isinstance(d, dict) else None
-
-
-def read_csv(path: Path) -> list[dict] | None:
-    try:
-        with open(path, newline="", encoding="utf-8") as fh:
-            return list(csv.DictReader(fh))
-    except OSError:
-        return None
+@functools.cache
+def tables(out: Path) -> scratch.Scratch:
+    """The scratch folder's files, each read once (scratch.Scratch)."""
+    return scratch.Scratch(out)
 
 
 def num(v) -> float | None:
@@ -165,7 +151,7 @@ def num(v) -> float | None:
 
 def read_steps(out: Path) -> dict:
     """steps.csv as {step: {device: row}}, numbers as floats."""
-    rows = read_csv(out / "steps.csv")
+    rows = tables(out).rows("steps.csv")
     if rows is None:
         raise ChangesError(f"{out} has no steps.csv: run step 1 (skip_stats.py) into this "
                            "scratch folder first")
@@ -209,10 +195,9 @@ def read_gaps(path: Path, bound: dict, median: int | None) -> dict | None:
     except OSError:
         return None
     with fh:
-        header = fh.readline()
-        if not header.startswith("device,stream,step,start_us,end_us"):
-            return None
-        cols = next(csv.reader([header]))
+        if fh.readline() != scratch.header("gaps.csv"):
+            return None  # not step 1's gaps.csv: the causes that need it are refused
+        cols = GAPS
         for line in fh:
             p = line.split(",", 3)
             if len(p) < 4 or want.get(p[2]) != (p[0], p[1]):
@@ -228,6 +213,20 @@ def read_gaps(path: Path, bound: dict, median: int | None) -> dict | None:
     return {"host_end": host_end, "other": other, "median_rows": median_rows}
 
 
+# The fast readers of gaps.csv and rows.csv below split lines by the places of a few columns in
+# their declarations (scratch.py); a declaration that moves them fails here, at import, rather
+# than being misread.
+GAPS = scratch.columns("gaps.csv")
+ROWS = scratch.columns("rows.csv")
+ROW_FIELDS = len(ROWS)
+ROW_KERNEL, ROW_HLO_OP = ROWS.index("kernel"), ROWS.index("hlo_op")
+_CAT = ROWS.index("category")
+if (GAPS[:5] != ["device", "stream", "step", "start_us", "end_us"]
+        or ROWS[:2] != ["device", "stream"]
+        or ROWS[_CAT:_CAT + 4] != ["category", "start_us", "dur_us", "end_us"]
+        or ROWS[-4:] != ["hlo_op", "hlo_module", "graph", "step"]):
+    raise scratch.ScratchError("changes.py reads gaps.csv and rows.csv by their columns' "
+                               "places: their declarations moved them (scratch.py)")
 # a rows.csv line's category and times: the only unquoted run of these four fields in a line
 ROW_TIMES = re.compile(r",(compute|collective|memcpy),(-?[0-9.]+),-?[0-9.]+,(-?[0-9.]+),")
 
@@ -256,8 +255,8 @@ def row_label(line: str, cat: str) -> tuple[str, str] | None:
         r = next(csv.reader([line]))
         if len(r) != ROW_FIELDS:
             return None
-        op = r[16]
-        label = op or r[3]
+        op = r[ROW_HLO_OP]
+        label = op or r[ROW_KERNEL]
     else:
         label = op
     if cat == "memcpy" and op:
@@ -287,8 +286,8 @@ def read_rows(path: Path, bound: dict, all_collectives: bool, after: dict | None
     except OSError:
         return None
     with fh:
-        if not fh.readline().startswith("device,stream,stream_name,kernel,category,start_us"):
-            return None
+        if fh.readline() != scratch.header("rows.csv"):
+            return None  # not step 1's rows.csv: the causes that need it are refused
         for line in fh:
             step = line[line.rfind(",") + 1:].rstrip()
             b = want.get(step)
@@ -396,13 +395,13 @@ def median_step(out: Path, chosen: list, frames: dict) -> tuple[int, str]:
     """The step the figures are of: the one step 3 drew (swimlanes.json) when it chose the median
     step among these, else the lower-median step by duration (a step that ran, as step 3
     chooses it)."""
-    sw = read_json(out / "swimlanes.json") or {}
+    sw = tables(out).json("swimlanes.json") or {}
     ch = sw.get("chosen") or {}
     if ch.get("step") in chosen and str(ch.get("why", "")).startswith(f"step {ch['step']}: the "
                                                                          "median"):
         return ch["step"], (f"step {ch['step']}: the step step 3 drew (swimlanes.json), the "
                             "median-duration step")
-    s1 = read_json(out / "skip_stats.json") or {}
+    s1 = tables(out).json("skip_stats.json") or {}
     median = (s1.get("frames") or {}).get("median_step") if isinstance(s1, dict) else None
     if median in chosen:
         return median, (f"step {median}: step 1's median step (skip_stats.json frames), the "
@@ -829,7 +828,7 @@ def steps_ops(ctx: Context) -> list | None:
     """attribution/ops.csv's rows of the programs that ran in the steps used and on the GPU that
     ends the median step, with a note for the programs left out; None, with a refusal, where
     step 4 wrote no ops.csv."""
-    ops = read_csv(ctx.out / "attribution" / "ops.csv")
+    ops = tables(ctx.out).rows("attribution/ops.csv")
     if ops is None:
         ctx.refusals.append("cannot rank instructions or Python lines because step 4's "
                             "attribution/ops.csv is missing (step 4 refused or did not run: a "
@@ -837,7 +836,7 @@ def steps_ops(ctx: Context) -> list | None:
         return None
     # every program step 4 attributed: keep those that ran in the steps used (programs.csv
     # steps), so a warm-up or set-up program outside the steps takes no share of a step
-    progs = read_csv(ctx.out / "attribution" / "programs.csv")
+    progs = tables(ctx.out).rows("attribution/programs.csv")
     in_steps = programs_in_steps(progs, ctx.chosen)
     if in_steps is not None:
         left = {o.get("program_id", "") for o in ops} - in_steps
@@ -898,14 +897,14 @@ def read_ceilings(ctx: Context) -> Ceilings | None:
         ctx.refusals.append("cannot rank instructions because attribution/ops.csv holds no "
                             "compute or copy kernel time")
         return None
-    att = ((read_json(ctx.out / "attribution" / "attribute_kernels.json") or {}).get("figures")
+    att = ((tables(ctx.out).json("attribution/attribute_kernels.json") or {}).get("figures")
            or {}).get("attributed_pct_of_gpu_time") or {}
     if num(att.get("value")) is not None and float(att["value"]) < 100.0 - 1e-6:
         ctx.notes.append(f"{float(att['value']):.1f}% of kernel time is attributed to an "
                          "instruction (attribute_kernels.json): instruction shares are of the "
                          "attributed time")
-    roof = read_csv(ctx.out / "roofline.csv")
-    rj = read_json(ctx.out / "roofline.json")
+    roof = tables(ctx.out).rows("roofline.csv")
+    rj = tables(ctx.out).json("roofline.json")
     if roof is None or (rj or {}).get("status") == "refused":
         why = "roofline.csv is missing (step 5 did not run)" if roof is None else \
             "; ".join((rj or {}).get("refusals", [])) or "step 5 refused"
@@ -1142,7 +1141,7 @@ def straggler_wait(ctx: Context) -> list:
         return []
     g = ctx.straggler
     more = None
-    for c in (read_json(ctx.out / "reconcile.json") or {}).get("checks", []):
+    for c in (tables(ctx.out).json("reconcile.json") or {}).get("checks", []):
         if c.get("check") == "same_work_across_gpus_events" and \
                 str(c.get("device")) == str(g) and c.get("status") == "fail":
             more = c.get("trust_sentence")
@@ -1287,7 +1286,7 @@ def kernel_family(ctx: Context) -> list:
     exposed part (the family's kernels gone). Collectives by kind are ranked as exposed
     collectives, not here."""
     rows = []
-    for f in read_csv(ctx.out / "attribution" / "families.csv") or []:
+    for f in tables(ctx.out).rows("attribution/families.csv") or []:
         name, pct = f.get("family", ""), num(f.get("pct_of_gpu_time"))
         n_ins = int(num(f.get("instructions")) or 0)
         if name not in FAMILY_KNOBS or pct is None or pct < FAMILY_MIN_PCT_OF_GPU_TIME or \
@@ -1564,7 +1563,7 @@ def analyse(out: Path) -> dict:
     critical path by slice and exposed share of compute, the straggler, refusals, notes, the
     inputs found and step 1's verdict; or status `refused` when step 1 found no GPU events."""
     inputs: dict = {}
-    s1 = read_json(out / "skip_stats.json")
+    s1 = tables(out).json("skip_stats.json")
     inputs["skip_stats.json"] = s1 is not None
     steps = read_steps(out)
     inputs["steps.csv"] = True
@@ -1592,10 +1591,8 @@ def analyse(out: Path) -> dict:
 # ---------------------------------------------------------------- result and writers
 
 def figure(v, unit, label, rng: dict | None = None) -> dict:
-    f = {"value": round(v, 3), "unit": unit, "label": label}
-    if rng:
-        f["min"], f["max"] = round(rng["min"], 3), round(rng["max"], 3)
-    return f
+    """A figure of this step's result, to the nanosecond (3 decimals)."""
+    return scratch.figure(v, unit, label, rng, decimals=3)
 
 
 COMBINE_RULE = (
@@ -1665,16 +1662,18 @@ def csv_rows(result: dict) -> list:
 
 
 def run(out: Path) -> tuple[dict, list]:
+    """Step 6 on the scratch folder `out`: changes.csv and changes.json; the result and the
+    (file, rows) written."""
+    tables.cache_clear()  # each run reads the folder as it is now
     if not out.is_dir():
         raise ChangesError(f"{out} is not a folder: pass the scratch folder steps 1 to 5 wrote "
                            "into with --out")
     result = build_result(analyse(out))
     rows = csv_rows(result)
     with rules.replace_files(out, ".changes-") as tmp:
-        n = rules.write_csv(tmp / TABLE, COLUMNS, rows)
+        n = scratch.write_table(tmp, TABLE, rows)
         result["tables"] = {TABLE: n}
-        (tmp / RESULT_FILE).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n",
-                                       encoding="utf-8")
+        scratch.write_result(tmp, RESULT_FILE, result)
     return result, [(TABLE, n), (RESULT_FILE, None)]
 
 
@@ -1682,7 +1681,7 @@ def check_capture(capture: str, run_name, host, out: Path) -> str | None:
     """The capture named on the command line against the one the tables came from; a note when
     that cannot be checked. Raises ChangesError on a mismatch."""
     files = capture_inputs.resolve(capture, run=run_name, host=host)
-    ci = read_json(out / "capture_info.json")
+    ci = tables(out).json("capture_info.json")
     if ci is None:
         return ("cannot check that the tables are this capture's: the scratch folder has no "
                 "capture_info.json (step 0)")
@@ -1710,44 +1709,24 @@ def summary_lines(result: dict) -> list[str]:
     return lines
 
 
+STEP = step_cli.Step("changes", __doc__, __file__, reads="scratch", capture_check=True,
+                     out_help="the scratch folder steps 1 to 5 wrote into (default: .)")
+
+
+def body(args) -> list[str]:
+    if args.capture is not None:
+        note = check_capture(args.capture, args.run, args.host, args.out)
+        if note:
+            step_cli.say(STEP, note)
+    result, written = run(args.out)
+    return step_cli.wrote(args.out, written) + summary_lines(result) + [
+        "Next: quote changes.csv's top rows with their assumptions and knobs as hypotheses "
+        f"({LABEL}); then the trust list (SKILL.md step 7)."]
+
+
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog="\n".join(__doc__.splitlines()[1:]))
-    ap.add_argument("capture", nargs="?",
-                    help="optional: checked against the scratch folder's capture, never read")
-    ap.add_argument("--out", type=Path, default=Path("."),
-                    help="the scratch folder steps 1 to 5 wrote into (default: .)")
-    ap.add_argument("--run", help="with a capture: the run to check against")
-    ap.add_argument("--host", help="with a capture: the host to check against")
-    per_host.add_arguments(ap)
-    args = ap.parse_args(argv)
-    fanned = (per_host.maybe_fan_out("changes", __file__, argv, args.capture, args.run,
-                                     args.host, args.out, args.jobs)
-              if args.capture else
-              per_host.maybe_fan_out_scratch("changes", __file__, argv, args.out, args.jobs))
-    if fanned is not None:
-        return fanned
-    try:
-        if args.capture is not None:
-            note = check_capture(args.capture, args.run, args.host, args.out)
-            if note:
-                print(f"changes: {note}", file=sys.stderr)
-        result, written = run(args.out)
-    except (ChangesError, capture_inputs.CaptureError) as exc:
-        print(f"changes: {exc}", file=sys.stderr)
-        return 1
-    except OSError as exc:
-        print(f"changes: cannot write into {args.out}: {exc.strerror or exc}", file=sys.stderr)
-        return 1
-    for fname, n in written:
-        print(f"wrote {args.out / fname}" + (f" ({n} rows)" if n is not None else ""))
-    for line in summary_lines(result):
-        print(line)
-    print("Next: quote changes.csv's top rows with their assumptions and knobs as hypotheses "
-          f"({LABEL}); then the trust list (SKILL.md step 7).")
-    return 0
+    return step_cli.main(STEP, body, argv)
 
 
 if __name__ == "__main__":
-    raise SystemExit(rules.run_main("changes", main))
+    raise SystemExit(step_cli.run(STEP, main))

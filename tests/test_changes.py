@@ -305,10 +305,16 @@ ROW_COLS = ["device", "stream", "stream_name", "kernel", "category", "start_us",
 
 
 def write(path, cols, rows):
+    """One of step 1's tables as scratch.py declares it: the given columns' cells in their
+    declared places, the columns not given empty."""
+    import scratch
+    declared = scratch.columns(path.name)
+    assert set(cols) <= set(declared), set(cols) - set(declared)
     with open(path, "w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh, lineterminator="\n")
-        w.writerow(cols)
-        w.writerows(rows)
+        w.writerow(declared)
+        w.writerows([dict(zip(cols, r, strict=True)).get(c, "") for c in declared]
+                    for r in rows)
 
 
 def tiny_scratch(folder: Path) -> Path:
@@ -411,7 +417,8 @@ def test_rows_of_other_steps_are_left_out_not_trusted(tmp_path, launch_bound):
     _, full, _ = launch_bound
     out = tmp_path / "out"
     shutil.copytree(full, out)
-    (out / "rows.csv").write_text("device,stream,stream_name,kernel,category,start_us\n"
+    import scratch
+    (out / "rows.csv").write_text(scratch.header("rows.csv") +
                                   "9,9,x,y,compute,1.0,1.0,2.0,,,,,,,,,,,0,77\ngarbage\n")
     p = run(out)
     assert p.returncode == 0, p.stderr

@@ -148,12 +148,25 @@ def quote(value) -> str:
     return v
 
 
-def write_table(folder: Path, file: str, rows) -> int:
-    """The declared table `file` under `folder`: its header, then `rows` (sequences of cells in
-    the declared order, streamed in blocks); returns the row count. A row of another width is a
-    defect of the producer (checked on the first row: the rows of one table share a shape)."""
+def header(file: str) -> str:
+    """The header line of a declared table (for a producer that formats its rows itself)."""
+    return ",".join(columns(file)) + "\n"
+
+
+def path_of(folder: Path, file: str, stands_for: str = "") -> Path:
+    """Where the declared `file` goes under `folder`; `stands_for`: the scratch sub-folder that
+    `folder` is written in place of (a producer's temporary copy of attribution/)."""
+    rel = file.removeprefix(stands_for + "/") if stands_for else file
+    return Path(folder) / rel
+
+
+def write_table(folder: Path, file: str, rows, stands_for: str = "") -> int:
+    """The declared table `file` under `folder` (path_of): its header, then `rows` (sequences of
+    cells in the declared order, streamed in blocks); returns the row count. A row of another
+    width is a defect of the producer (checked on the first row: the rows of one table share a
+    shape)."""
     names = columns(file)
-    path = Path(folder) / file
+    path = path_of(folder, file, stands_for)
     path.parent.mkdir(parents=True, exist_ok=True)
     n = 0
     with open(path, "w", newline="", encoding="utf-8") as fh:
@@ -195,19 +208,25 @@ def result_text(file: str, data: dict, **dumps) -> str:
     return json.dumps(data, indent=1, sort_keys=True, **dumps) + "\n"
 
 
-def write_result(folder: Path, file: str, data: dict, **dumps) -> int:
-    """Write the declared result `file` under `folder`; returns 1 (one result)."""
-    path = Path(folder) / file
+def write_result(folder: Path, file: str, data: dict, stands_for: str = "", **dumps) -> int:
+    """Write the declared result `file` under `folder` (path_of); returns 1 (one result)."""
+    path = path_of(folder, file, stands_for)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(result_text(file, data, **dumps), encoding="utf-8")
     return 1
 
 
-def figure(value, unit: str, label: str, rng: dict | None = None) -> dict:
-    """A report figure as a result holds it: {value, unit, label} (and min, max where given)."""
+def figure(value, unit: str, label: str, rng: dict | None = None,
+           decimals: int | None = None) -> dict:
+    """A report figure as a result holds it: {value, unit, label}, with min and max where `rng`
+    gives them; `decimals` rounds all three."""
     out = {"value": value, "unit": unit, "label": label}
     if rng:
-        out.update(rng)
+        out["min"], out["max"] = rng["min"], rng["max"]
+    if decimals is not None:
+        for k in ("value", "min", "max"):
+            if k in out:
+                out[k] = round(out[k], decimals)
     return out
 
 
@@ -266,11 +285,13 @@ class Scratch:
         self._cache: dict[str, object] = {}
 
     def json(self, file: str) -> dict | None:
+        """A result (a JSON object); None when missing, unreadable or not an object."""
         if file not in self._cache:
             try:
-                self._cache[file] = json.loads((self.folder / file).read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                self._cache[file] = None
+                d = json.loads((self.folder / file).read_text(encoding="utf-8"))
+            except (OSError, ValueError, RecursionError):
+                d = None
+            self._cache[file] = d if isinstance(d, dict) else None
         return self._cache[file]
 
     def rows(self, file: str) -> list[dict] | None:

@@ -62,6 +62,7 @@ class Step:
     doc: str                   # the module docstring: the --help text
     script: str                # the script's __file__ (the per-host pass runs it again)
     reads: str = "capture"     # capture | scratch (only the scratch folder) | report
+    capture_check: bool = False  # a scratch step that may be given the capture to check against
     options: Callable[[argparse.ArgumentParser], None] | None = None
     out_help: str | None = None
     fan_out: bool = True
@@ -74,13 +75,16 @@ def parser(step: Step) -> argparse.ArgumentParser:
                                  epilog="\n".join(lines[1:]))
     if step.reads == "capture":
         ap.add_argument("capture")
+    elif step.capture_check:
+        ap.add_argument("capture", nargs="?",
+                        help="optional: checked against the scratch folder's capture, never read")
     elif step.reads == "report":
         ap.add_argument("report", type=Path)
     if step.options:
         step.options(ap)
     ap.add_argument("--out", type=Path, default=Path("."),
                     help=step.out_help or "the scratch folder (default: the current folder)")
-    if step.reads == "capture":
+    if step.reads == "capture" or step.capture_check:
         ap.add_argument("--run", help="run name, when a log folder holds several runs")
         ap.add_argument("--host", help="host name, when a run holds several hosts")
     if step.fan_out:
@@ -94,7 +98,7 @@ def _fanned(step: Step, args, argv) -> int | None:
     if not step.fan_out:
         return None
     import per_host
-    if step.reads == "capture":
+    if getattr(args, "capture", None) is not None:
         return per_host.maybe_fan_out(step.name, step.script, argv, args.capture, args.run,
                                       args.host, args.out, args.jobs)
     return per_host.maybe_fan_out_scratch(step.name, step.script, argv, args.out, args.jobs)
