@@ -41,6 +41,9 @@ STRAGGLER_MAJORITY = rules.STRAGGLER_MAJORITY
 STRAGGLER_MIN_LEAD_PS = rules.STRAGGLER_MIN_LEAD_PS
 STRAGGLER_MIN_LEAD_SHARE = rules.STRAGGLER_MIN_LEAD_SHARE
 
+# Picoseconds (the analysis's unit) to microseconds (the result's).
+PS_TO_US = 1e-6
+
 # What a GPU event's correlation id joined (gpu_events.join_events), in the order the result
 # and summary.txt name them.
 JOIN_KEYS = ("launch", "graph_launch", "other", "none", "ambiguous", "no_correlation_id")
@@ -93,7 +96,35 @@ def per_step_rows(a: Analysis) -> tuple[list, list, list, dict]:
         if ev.step in analysed:
             by_gpu_step.setdefault((ev.device, ev.step), []).append(ev)
     devices = sorted({ev.device for ev in a.events})
-    # critical stream per GPU: the stream with the most kernel-busy time over the analysed steps
+    critical = critical_streams(by_gpu_step, devices)
+    step_rows, gap_rows = [], []
+    stream_acc: dict[tuple, dict] = {}
+    verdict_in = []
+    for num, st in sorted(analysed.items()):
+        ends = {}
+        exec_starts = [x.start for x in st.executions]
+        for d in devices:
+            evs = by_gpu_step.get((d, num), [])
+            if not evs:
+                continue
+            row, per_stream, gaps = gpu_step_row(a, st, d, evs, critical.get(d), exec_starts)
+            ends[d] = row["end_ps"]
+            gap_rows.extend(gaps)
+            step_rows.append(row)
+            add_stream_budgets(stream_acc, d, per_stream, st.start, row["end_ps"])
+        if ends:
+            verdict_in.append((num, ends))
+    between_steps(a, step_rows)
+    groups = gpu_groups(a, by_gpu_step)
+    main, compared = weighed_gpus(groups)
+    return step_rows, stream_acc, gap_rows, {"critical": critical, "ends": verdict_in,
+                                             "groups": groups, "main_group": main,
+                                             "compared": compared}
+
+
+def critical_streams(by_gpu_step, devices) -> dict:
+    """GPU -> its critical stream: the stream with the most kernel-busy time over the analysed
+    steps (the lowest stream id among equals)."""
     busy_by_stream: dict[tuple, int] = {}
     for (d, _), evs in by_gpu_step.items():
         per_stream: dict[int, list] = {}
@@ -106,81 +137,78 @@ def per_step_rows(a: Analysis) -> tuple[list, list, list, dict]:
         cands = {s: b for (dd, s), b in busy_by_stream.items() if dd == d}
         if cands:
             critical[d] = max(sorted(cands), key=lambda s: cands[s])
-    step_rows, gap_rows = [], []
-    stream_acc: dict[tuple, dict] = {}
-    verdict_in = []
-    for num, st in sorted(analysed.items()):
-        ends = {}
-        exec_starts = [x.start for x in st.executions]
-        for d in devices:
-            evs = by_gpu_step.get((d, num), [])
-            if not evs:
-                continue
-            start = st.start
-            crit = critical.get(d)
-            # one pass over the step's events on this GPU (the hot loop of a large trace)
-            end = evs[0].end
-            kernel_sum = tklqt = n_launched = 0
-            busy_iv, coll_iv, crit_evs = [], [], []
-            per_stream: dict[int, list] = {}
-            for e in evs:
-                es, ee = e.start, e.end
-                if ee > end:
-                    end = ee
-                if ee > start:
-                    busy_iv.append((es if es > start else start, ee))
-                kernel_sum += e.dur
-                if e.join == "launch" and e.launch:
-                    tklqt += es - e.launch["start"]
-                    n_launched += 1
-                if e.category == "collective":
-                    coll_iv.append((es, ee))
-                lst = per_stream.get(e.stream)
-                if lst is None:
-                    lst = per_stream[e.stream] = []
-                lst.append(e)
-            ends[d] = end
-            dur = end - start
-            busy = union_ps(busy_iv)
-            crit_evs = sorted(per_stream.get(crit, ()), key=lambda e: e.start)
-            host_late, device_wait, unknown, gaps = classify_gaps(a, crit_evs, start, d, num)
-            gap_rows.extend(gaps)
-            coll = union_ps(coll_iv)
-            n_exec, programs, between_programs = step_programs(evs, exec_starts, crit)
-            step_rows.append({
-                "step": num, "device": d, "source": st.source, "start_ps": start, "end_ps": end,
-                "dur_ps": dur, "kernels": len(evs), "busy_ps": busy, "idle_ps": dur - busy,
-                "critical_stream": crit, "tklqt_ps": tklqt if n_launched else None,
-                "akd_ps": kernel_sum / len(evs), "il_ps": dur, "il_idle_ps": dur - kernel_sum,
-                "union_idle_ps": dur - busy, "host_late_ps": host_late,
-                "device_wait_ps": device_wait, "unknown_gap_ps": unknown,
-                "collective_ps": coll, "launched": n_launched, "executions": n_exec,
-                "programs": programs, "between_programs_ps": between_programs})
-            for s, sevs in per_stream.items():
-                b = stream_budget(sevs, start, end)
-                acc = stream_acc.setdefault((d, s), {"span": 0, "compute": 0, "collective": 0,
-                                                     "memcpy": 0, "idle": 0, "events": 0})
-                acc["span"] += end - start
-                for k in ("compute", "collective", "memcpy", "idle"):
-                    acc[k] += b[k]
-                acc["events"] += len(sevs)
-        if ends:
-            verdict_in.append((num, ends))
-    between_steps(a, step_rows)
-    groups = gpu_groups(a, by_gpu_step)
-    # the verdict is weighed on every GPU that runs the step's programs (pipeline stages
-    # included: the step ends when its last stage does); work is compared, and a straggler
-    # named, only inside one group: the program group with the most GPU time among those of
-    # two GPUs or more (none: every GPU runs programs of its own, so nothing is compared)
+    return critical
+
+
+def gpu_step_row(a: Analysis, st: Step, d: int, evs: list, crit, exec_starts) -> tuple:
+    """One GPU's events of one step: its steps.csv row (from the step's start to its last
+    event's end), its events by stream, and the gaps.csv rows of its critical stream."""
+    start = st.start
+    # one pass over the step's events on this GPU (the hot loop of a large trace)
+    end = evs[0].end
+    kernel_sum = tklqt = n_launched = 0
+    busy_iv, coll_iv = [], []
+    per_stream: dict[int, list] = {}
+    for e in evs:
+        es, ee = e.start, e.end
+        if ee > end:
+            end = ee
+        if ee > start:
+            busy_iv.append((es if es > start else start, ee))
+        kernel_sum += e.dur
+        if e.join == "launch" and e.launch:
+            tklqt += es - e.launch["start"]
+            n_launched += 1
+        if e.category == "collective":
+            coll_iv.append((es, ee))
+        lst = per_stream.get(e.stream)
+        if lst is None:
+            lst = per_stream[e.stream] = []
+        lst.append(e)
+    dur = end - start
+    busy = union_ps(busy_iv)
+    crit_evs = sorted(per_stream.get(crit, ()), key=lambda e: e.start)
+    host_late, device_wait, unknown, gaps = classify_gaps(a, crit_evs, start, d, st.number)
+    coll = union_ps(coll_iv)
+    n_exec, programs, between_programs = step_programs(evs, exec_starts, crit)
+    row = {
+        "step": st.number, "device": d, "source": st.source, "start_ps": start, "end_ps": end,
+        "dur_ps": dur, "kernels": len(evs), "busy_ps": busy, "idle_ps": dur - busy,
+        "critical_stream": crit, "tklqt_ps": tklqt if n_launched else None,
+        "akd_ps": kernel_sum / len(evs), "il_ps": dur, "il_idle_ps": dur - kernel_sum,
+        "union_idle_ps": dur - busy, "host_late_ps": host_late,
+        "device_wait_ps": device_wait, "unknown_gap_ps": unknown,
+        "collective_ps": coll, "launched": n_launched, "executions": n_exec,
+        "programs": programs, "between_programs_ps": between_programs}
+    return row, per_stream, gaps
+
+
+def add_stream_budgets(stream_acc: dict, d: int, per_stream: dict, start: int, end: int) -> None:
+    """Add one GPU's step window [start, end) to its streams' totals (streams.csv): span,
+    compute, collective, memcpy and idle time, events."""
+    for s, sevs in per_stream.items():
+        b = stream_budget(sevs, start, end)
+        acc = stream_acc.setdefault((d, s), {"span": 0, "compute": 0, "collective": 0,
+                                             "memcpy": 0, "idle": 0, "events": 0})
+        acc["span"] += end - start
+        for k in ("compute", "collective", "memcpy", "idle"):
+            acc[k] += b[k]
+        acc["events"] += len(sevs)
+
+
+def weighed_gpus(groups: list) -> tuple[list, list]:
+    """The GPUs the verdict is weighed on, and those whose work is compared. The verdict is
+    weighed on every GPU that runs the step's programs (pipeline stages included: the step ends
+    when its last stage does); work is compared, and a straggler named, only inside one group:
+    the program group with the most GPU time among those of two GPUs or more (none: every GPU
+    runs programs of its own, so nothing is compared)."""
     runs = [d for g in groups if g["kind"] == "programs" for d in g["devices"]]
     main = sorted(runs) or (groups[0]["devices"] if groups else [])
     compared = next((g["devices"] for g in groups if len(g["devices"]) > 1 and
                      (g["kind"] == "programs" or not runs)), [])
     if len(groups) == 1:
         compared = groups[0]["devices"]
-    return step_rows, stream_acc, gap_rows, {"critical": critical, "ends": verdict_in,
-                                             "groups": groups, "main_group": main,
-                                             "compared": compared}
+    return main, compared
 
 
 def step_programs(evs, exec_starts, crit=None) -> tuple:
@@ -374,23 +402,17 @@ def group_sentence(g: dict, steps: int) -> str:
 
 
 def verdict(a: Analysis, step_rows, info) -> tuple[str, list, dict]:
-    """Apply the named thresholds on the GPU that finishes each step last."""
+    """Apply the named thresholds on the GPU that finishes each step last: the verdict, the
+    lines of its rule, and the figures it was weighed on."""
     if not step_rows:
         return "not computable", ["no analysed step has GPU events"], {}
-    by = {(r["step"], r["device"]): r for r in step_rows}
-    bound = []
-    main = set(info.get("main_group") or ())
-    for num, ends in info["ends"]:
-        mine = {d: t for d, t in ends.items() if d in main} or ends
-        last = max(sorted(mine), key=lambda d: mine[d])
-        bound.append(by[(num, last)])
+    bound = bounding_rows(step_rows, info)
     host = [r["host_late_ps"] / r["dur_ps"] for r in bound if r["dur_ps"]]
     busy = [(r["dur_ps"] - r["host_late_ps"] - r["unknown_gap_ps"]) / r["dur_ps"]
             for r in bound if r["dur_ps"]]
     coll = [r["collective_ps"] / r["dur_ps"] for r in bound if r["dur_ps"]]
     unknown = [r["unknown_gap_ps"] / r["dur_ps"] for r in bound if r["dur_ps"]]
-    main = main or {r["device"] for r in step_rows}
-    gpus = len(main)
+    main = set(info.get("main_group") or ()) or {r["device"] for r in step_rows}
     h, b, c, u = (statistics.median(x) for x in (host, busy, coll, unknown))
     # GPUs that wait for a straggler spend it inside collective kernels: take the GPU that
     # spends the most step time in collectives, not only the bounding one
@@ -403,9 +425,33 @@ def verdict(a: Analysis, step_rows, info) -> tuple[str, list, dict]:
             f"programs), critical stream: host-late share "
             f"{h:.1%}, busy-or-queued share {b:.1%}, collective share {c:.1%}, unknown gap "
             f"share {u:.1%} (medians over {len(bound)} steps)")
+    name, fired = weigh(h, b, max(c, c_max), u, len(main))
+    lines = [rule] + fired
+    between, between_figures = weigh_between_steps(a, bound, name)
+    figures.update(between_figures)
+    return name, lines + between, figures
+
+
+def bounding_rows(step_rows, info) -> list[dict]:
+    """Per step, the steps.csv row of the GPU that ends it last among those that run the step's
+    programs (every GPU where none does; the lowest ordinal among equals)."""
+    by = {(r["step"], r["device"]): r for r in step_rows}
+    bound = []
+    main = set(info.get("main_group") or ())
+    for num, ends in info["ends"]:
+        mine = {d: t for d, t in ends.items() if d in main} or ends
+        last = max(sorted(mine), key=lambda d: mine[d])
+        bound.append(by[(num, last)])
+    return bound
+
+
+def weigh(h: float, b: float, c: float, u: float, gpus: int) -> tuple[str, list]:
+    """The verdict from the median shares of the step on the bounding GPU (host-late `h`,
+    busy-or-queued `b`, unknown gaps `u`), the largest collective share `c` on any GPU that runs
+    the step, and how many GPUs run it; with the thresholds that fired, in words."""
     fired = []
-    if gpus > 1 and max(c, c_max) >= COLLECTIVE_BOUND_SHARE:
-        fired.append(f"collective share up to {max(c, c_max):.1%} of a step on one GPU >= "
+    if gpus > 1 and c >= COLLECTIVE_BOUND_SHARE:
+        fired.append(f"collective share up to {c:.1%} of a step on one GPU >= "
                      f"COLLECTIVE_BOUND_SHARE {COLLECTIVE_BOUND_SHARE:.0%} with {gpus} GPUs")
         name = "collective/straggler-bound"
     elif h >= LAUNCH_BOUND_HOST_SHARE:
@@ -423,26 +469,32 @@ def verdict(a: Analysis, step_rows, info) -> tuple[str, list, dict]:
     if u > HOST_SHARE_NEGLIGIBLE:
         fired.append(f"caution: {u:.1%} of the bounding stream's step is gaps of unknown cause "
                      "(graph kernels or unjoined events)")
-    lines = [rule] + fired
+    return name, fired
+
+
+def weigh_between_steps(a: Analysis, bound: list[dict], name: str) -> tuple[list, dict]:
+    """The idle between steps on the bounding GPU, against the step period: the rule's lines,
+    and the figures `between_share`, `between_cause` and, at BETWEEN_STEPS_SHARE or more,
+    `qualifier` (the verdict holds within the step only). Nothing without a next step."""
     between = [r for r in bound if r.get("period_ps")]
-    if between:
-        shares = [r["idle_between_ps"] / r["period_ps"] for r in between]
-        figures["between_share"] = shares
-        share = statistics.median(shares)
-        causes = [r["between_cause"] for r in between if r["idle_between_ps"]]
-        cause = max(sorted(set(causes)), key=causes.count) if causes else "none (no idle)"
-        figures["between_cause"] = cause
-        words = cause_words(cause, getattr(a, "python_tracer_on", False))
-        lines.append(f"between steps, on the same GPU: {share:.1%} of the step period (start to "
-                     f"the next step's start) is GPU idle after the step's last kernel (median "
-                     f"over {len(between)} steps); host in that idle: {words}")
-        if share >= BETWEEN_STEPS_SHARE:
-            figures["qualifier"] = (f"{name} within the step; {share:.0%} of the step period is "
-                                    f"between steps, {words} "
-                                    f"(cause: {cause})")
-            lines.append(f"between-steps share {share:.1%} >= BETWEEN_STEPS_SHARE "
-                         f"{BETWEEN_STEPS_SHARE:.0%}: the verdict holds within the step only")
-    return name, lines, figures
+    if not between:
+        return [], {}
+    shares = [r["idle_between_ps"] / r["period_ps"] for r in between]
+    share = statistics.median(shares)
+    causes = [r["between_cause"] for r in between if r["idle_between_ps"]]
+    cause = max(sorted(set(causes)), key=causes.count) if causes else "none (no idle)"
+    figures = {"between_share": shares, "between_cause": cause}
+    words = cause_words(cause, getattr(a, "python_tracer_on", False))
+    lines = [f"between steps, on the same GPU: {share:.1%} of the step period (start to "
+             f"the next step's start) is GPU idle after the step's last kernel (median "
+             f"over {len(between)} steps); host in that idle: {words}"]
+    if share >= BETWEEN_STEPS_SHARE:
+        figures["qualifier"] = (f"{name} within the step; {share:.0%} of the step period is "
+                                f"between steps, {words} "
+                                f"(cause: {cause})")
+        lines.append(f"between-steps share {share:.1%} >= BETWEEN_STEPS_SHARE "
+                     f"{BETWEEN_STEPS_SHARE:.0%}: the verdict holds within the step only")
+    return lines, figures
 
 
 def spread(values, unit: str, label: str, scale: float = 1.0) -> dict | None:
@@ -456,9 +508,43 @@ def spread(values, unit: str, label: str, scale: float = 1.0) -> dict | None:
 
 def build_result(a: Analysis, joins, name, rule, figures, step_rows, info) -> dict:
     """Everything summary.txt says, as data (fields: references/scratch-layout.md)."""
+    result = result_head(a, joins, name, rule)
+    if not step_rows:
+        return result
+    result["figures"] = step_figures(step_rows, figures)
+    result["verdict_qualifier"] = figures.get("qualifier")
+    if any(r.get("period_ps") for r in step_rows):
+        result["between_steps"] = {"cause": figures.get("between_cause"), "label": "inferred",
+                                   "threshold_pct_of_period": 100.0 * BETWEEN_STEPS_SHARE}
+    host = sum(r["host_late_ps"] for r in step_rows)
+    span = sum(r["dur_ps"] for r in step_rows)
+    result["host_device_split"] = {"host_pct_of_step": 100 * host / span,
+                                   "device_pct_of_step": 100 - 100 * host / span,
+                                   "label": "inferred"}
+    result["dispatch"] = dispatch_summary(a, step_rows)
+    result["frames"] = step_frames(a, step_rows, info)
+    result["gpu_groups"] = group_entries(info, len({r["step"] for r in step_rows}))
+    if len(result["gpu_groups"]) > 1:
+        result["notes"].append(groups_note(result["gpu_groups"], info))
+    gpus = sorted(info.get("compared") or ())
+    if len(gpus) > 1:
+        sub = dict(info, ends=[(n, {d: t for d, t in e.items() if d in gpus})
+                               for n, e in info["ends"]])
+        result["straggler"] = straggler([r for r in step_rows if r["device"] in gpus], sub,
+                                        PS_TO_US)
+        if str(a.step_source).startswith("the whole capture"):
+            # one window that is not a step: which GPU ends it last says nothing about steps
+            result["straggler"]["is_straggler"] = False
+    return result
+
+
+def result_head(a: Analysis, joins, name, rule) -> dict:
+    """The result of a trace before its figures: status, verdict, the steps, the joins, notes
+    and refusals; every later field empty (None, [] or {}): the whole result where no analysed
+    step has GPU events."""
     analysed = {s.number for s in a.analysed}
     total = len(a.events)
-    result = {
+    return {
         "step": "skip_stats", "status": "done" if a.events else "not computable",
         "verdict": name, "rule": rule,
         "steps": {"source": a.step_source, "analysed": [s.number for s in a.analysed],
@@ -474,10 +560,12 @@ def build_result(a: Analysis, joins, name, rule, figures, step_rows, info) -> di
         "notes": list(a.notes), "refusals": list(a.refusals),
         "needs_new_capture": [NEEDS_NEW_CAPTURE],
     }
-    if not step_rows:
-        return result
-    us_ = 1e-6
-    fig = result["figures"]
+
+
+def step_figures(step_rows, figures) -> dict:
+    """The result's `figures`: each steps.csv measure across steps and GPUs, and the verdict's
+    shares on the bounding GPU, as spreads (median, min, max)."""
+    fig = {}
     for key, col, unit, label in (
             ("step_duration_us", "dur_ps", "us", "measured"),
             ("kernels_per_step_per_gpu", "kernels", "count", "measured"),
@@ -490,45 +578,41 @@ def build_result(a: Analysis, joins, name, rule, figures, step_rows, info) -> di
             ("executions_per_step", "executions", "count", "measured"),
             ("between_programs_idle_us", "between_programs_ps", "us", "measured")):
         fig[key] = spread([r[col] for r in step_rows], unit, label,
-                          us_ if unit == "us" else 1.0)
+                          PS_TO_US if unit == "us" else 1.0)
     for key in ("host_share", "busy_share", "collective_share"):
         fig[key + "_pct_of_step"] = spread(figures.get(key, []), "pct", "inferred", 100.0)
     with_period = [r for r in step_rows if r.get("period_ps")]
-    fig["period_us"] = spread([r["period_ps"] for r in with_period], "us", "measured", us_)
+    fig["period_us"] = spread([r["period_ps"] for r in with_period], "us", "measured", PS_TO_US)
     fig["idle_between_us"] = spread([r["idle_between_ps"] for r in with_period], "us",
-                                    "measured", us_)
+                                    "measured", PS_TO_US)
     fig["idle_between_pct_of_period"] = spread(
         [r["idle_between_ps"] / r["period_ps"] for r in with_period], "pct", "measured", 100.0)
     # the same ratio of measured times as idle_between_pct_of_period, on the bounding GPU only:
     # one label for one kind of value
     fig["between_share_pct_of_period"] = spread(figures.get("between_share", []), "pct",
                                                 "measured", 100.0)
-    result["verdict_qualifier"] = figures.get("qualifier")
-    if with_period:
-        result["between_steps"] = {"cause": figures.get("between_cause"), "label": "inferred",
-                                   "threshold_pct_of_period": 100.0 * BETWEEN_STEPS_SHARE}
-    host = sum(r["host_late_ps"] for r in step_rows)
-    span = sum(r["dur_ps"] for r in step_rows)
-    result["host_device_split"] = {"host_pct_of_step": 100 * host / span,
-                                   "device_pct_of_step": 100 - 100 * host / span,
-                                   "label": "inferred"}
-    result["dispatch"] = dispatch_summary(a, step_rows)
-    result["frames"] = step_frames(a, step_rows, info)
-    groups = info.get("groups") or []
-    n_steps = len({r["step"] for r in step_rows})
-    result["gpu_groups"] = [
+    return fig
+
+
+def group_entries(info, n_steps: int) -> list[dict]:
+    """The result's `gpu_groups`: each group of GPUs with its work per GPU and step, its
+    sentence, whether its work is compared and whether it runs the step."""
+    return [
         {"devices": g["devices"], "kind": g["kind"], "programs": g["programs"],
          "events_per_gpu_and_step": g["events"] / max(n_steps, 1) / len(g["devices"]),
-         "gpu_us_per_gpu_and_step": {"value": g["gpu_ps"] * us_ / max(n_steps, 1)
+         "gpu_us_per_gpu_and_step": {"value": g["gpu_ps"] * PS_TO_US / max(n_steps, 1)
                                      / len(g["devices"]), "unit": "us", "label": "measured"},
          "argument_copies": g["copies"], "sentence": group_sentence(g, n_steps),
          "compared": g["devices"] == info.get("compared"),
          "runs_step": g["kind"] == "programs" or g["devices"] == info.get("main_group")}
-        for g in groups]
+        for g in info.get("groups") or []]
+
+
+def groups_note(entries: list[dict], info) -> str:
+    """The note of a capture whose GPUs do different work: each group's sentence, which GPUs
+    are compared, and which GPUs the verdict is weighed on."""
     gpus = sorted(info.get("compared") or ())
-    if len(groups) > 1:
-        result["notes"].append(
-            "GPUs do different work: " + "; ".join(g["sentence"] for g in result["gpu_groups"])
+    return ("GPUs do different work: " + "; ".join(g["sentence"] for g in entries)
             + (f". Work is compared and a straggler named only among GPUs "
                f"{', '.join(map(str, gpus))}, the group of GPUs that run the same programs with "
                "the most GPU time" if gpus else
@@ -537,15 +621,6 @@ def build_result(a: Analysis, joins, name, rule, figures, step_rows, info) -> di
             + "; the verdict is weighed on the GPU that ends each step last among GPU(s) "
             + ", ".join(map(str, info.get("main_group") or [])) + ", which run the step's "
             "programs")
-    if len(gpus) > 1:
-        sub = dict(info, ends=[(n, {d: t for d, t in e.items() if d in gpus})
-                               for n, e in info["ends"]])
-        result["straggler"] = straggler([r for r in step_rows if r["device"] in gpus], sub,
-                                        us_)
-        if str(a.step_source).startswith("the whole capture"):
-            # one window that is not a step: which GPU ends it last says nothing about steps
-            result["straggler"]["is_straggler"] = False
-    return result
 
 
 def straggler(step_rows, info, us_) -> dict:
