@@ -214,14 +214,30 @@ def render_summary(r: dict) -> list[str]:
     """summary.txt: a rendering of the result, nothing computed here."""
     out = [f"verdict: {r.get('verdict_qualifier') or r['verdict']}"]
     out += [f"rule: {x}" for x in r["rule"]]
+    out += steps_lines(r)
+    out += joins_lines(r)
+    if r["figures"]:
+        out += figures_lines(r)
+    if r["straggler"]:
+        out += straggler_lines(r)
+    out += python_tracer_lines(r.get("python_tracer") or {})
+    out += [f"note: {n}" for n in r["notes"]]
+    out += [f"cannot compute: {x}" for x in r["refusals"]]
+    out += [f"needs a new capture: {x}" for x in r["needs_new_capture"]]
+    return [rules.printable(line) for line in out]  # a newline in a name stays on its line
+
+
+def steps_lines(r: dict) -> list[str]:
+    """How the steps were found and which were analysed; the program executions per step and
+    the GPU groups where there are several."""
     st = r["steps"]
-    out.append(f"steps: from {st['source']}; {len(st['analysed'])} analysed "
-               f"({', '.join(map(str, st['analysed'])) or 'none'})"
-               + (f"; skipped as partial: {', '.join(map(str, st['skipped_partial']))}"
-                  if st["skipped_partial"] else "")
-               + (f"; partial but analysed for want of a complete one: "
-                  f"{', '.join(map(str, st['partial_analysed']))}"
-                  if st["partial_analysed"] else ""))
+    out = [f"steps: from {st['source']}; {len(st['analysed'])} analysed "
+           f"({', '.join(map(str, st['analysed'])) or 'none'})"
+           + (f"; skipped as partial: {', '.join(map(str, st['skipped_partial']))}"
+              if st["skipped_partial"] else "")
+           + (f"; partial but analysed for want of a complete one: "
+              f"{', '.join(map(str, st['partial_analysed']))}"
+              if st["partial_analysed"] else "")]
     f0 = r["figures"]
     if (f0.get("executions_per_step") or {}).get("max", 0) > 1:
         bp = f0.get("between_programs_idle_us")
@@ -238,10 +254,15 @@ def render_summary(r: dict) -> list[str]:
     for g in r.get("gpu_groups") or []:
         if len(r["gpu_groups"]) > 1:
             out.append(f"  GPU group{' (compared)' if g['compared'] else ''}: {g['sentence']}")
+    return out
+
+
+def joins_lines(r: dict) -> list[str]:
+    """What the correlation ids joined, and notes on the ids that joined no launch."""
     j = r["joins"]
-    out.append("joins: " + ", ".join(f"{k} {j[k]}" for k in JOIN_KEYS)
-               + f" (of {r['gpu_events']} GPU events; join rate to a launch call "
-               f"{r['join_rate_pct_of_gpu_events']:.1f}%)")
+    out = ["joins: " + ", ".join(f"{k} {j[k]}" for k in JOIN_KEYS)
+           + f" (of {r['gpu_events']} GPU events; join rate to a launch call "
+           f"{r['join_rate_pct_of_gpu_events']:.1f}%)"]
     if j["other"]:
         out.append(f"note: {j['other']} GPU events carry a correlation id that belongs to a "
                    "host event that is not a launch (e.g. a stream wait): they are not joined "
@@ -249,78 +270,87 @@ def render_summary(r: dict) -> list[str]:
     if j["shared_ids_without_graph_launch"]:
         out.append(f"note: {j['shared_ids_without_graph_launch']} GPU events share a "
                    "correlation id with another on the same GPU without a graph launch")
+    return out
+
+
+def figures_lines(r: dict) -> list[str]:
+    """The figures as median (min-max) across analysed steps and GPUs, and the host/device
+    split."""
     f = r["figures"]
-    if f:
-        f_us = lambda v: f"{v:,.1f} us"  # noqa: E731
-        f_pct = lambda v: f"{v:.1f}%"  # noqa: E731
-        out.append("figures: median (min-max) across analysed steps and GPUs")
-        out.append(f"  step duration: {_rng(f['step_duration_us'], f_us)}")
-        out.append("  kernels per step per GPU: "
-                   f"{_rng(f['kernels_per_step_per_gpu'], lambda v: f'{v:.0f}')}")
-        out.append(f"  busy (union of all streams): {_rng(f['busy_us'], f_us)}")
-        out.append(f"  idle from the union (IL - union busy): {_rng(f['union_idle_us'], f_us)}")
-        out.append("  idle as the SKIP paper computes it (IL - sum of kernel time; double-counts "
-                   f"overlapping streams): {_rng(f['il_idle_us'], f_us)}")
-        out.append(f"  TKLQT (sum of kernel start - launch start): {_rng(f['tklqt_us'], f_us)}")
-        out.append(f"  AKD (mean kernel duration): {_rng(f['akd_us'], f_us)}")
-        out.append("  IL (first host op of the step to its last kernel's end): "
-                   f"{_rng(f['il_us'], f_us)}")
-        for k, label in (("host_share_pct_of_step", "host-late share of the step (bounding GPU)"),
-                         ("busy_share_pct_of_step", "busy-or-queued share (bounding GPU)"),
-                         ("collective_share_pct_of_step", "collective share (bounding GPU)")):
-            out.append(f"  {label}: {_rng(f[k], f_pct)}")
-        if f.get("period_us"):
-            out.append(f"  step period (start to the next step's start, every GPU): "
-                       f"{_rng(f['period_us'], f_us)}")
-            out.append(f"  GPU idle between steps (each GPU's last kernel to the next step's "
-                       f"start, every GPU): "
-                       f"{_rng(f['idle_between_us'], f_us)}, "
-                       f"{_rng(f['idle_between_pct_of_period'], f_pct)} of the period; cause: "
-                       f"{(r.get('between_steps') or {}).get('cause')} (steps.csv "
-                       "between_host_events)")
-        hd = r["host_device_split"]
-        out.append(f"  host/device split on the critical streams: host "
-                   f"{hd['host_pct_of_step']:.2f}%, device {hd['device_pct_of_step']:.2f}% "
-                   "of step time")
+    f_us = lambda v: f"{v:,.1f} us"  # noqa: E731
+    f_pct = lambda v: f"{v:.1f}%"  # noqa: E731
+    out = ["figures: median (min-max) across analysed steps and GPUs"]
+    out.append(f"  step duration: {_rng(f['step_duration_us'], f_us)}")
+    out.append("  kernels per step per GPU: "
+               f"{_rng(f['kernels_per_step_per_gpu'], lambda v: f'{v:.0f}')}")
+    out.append(f"  busy (union of all streams): {_rng(f['busy_us'], f_us)}")
+    out.append(f"  idle from the union (IL - union busy): {_rng(f['union_idle_us'], f_us)}")
+    out.append("  idle as the SKIP paper computes it (IL - sum of kernel time; double-counts "
+               f"overlapping streams): {_rng(f['il_idle_us'], f_us)}")
+    out.append(f"  TKLQT (sum of kernel start - launch start): {_rng(f['tklqt_us'], f_us)}")
+    out.append(f"  AKD (mean kernel duration): {_rng(f['akd_us'], f_us)}")
+    out.append("  IL (first host op of the step to its last kernel's end): "
+               f"{_rng(f['il_us'], f_us)}")
+    for k, label in (("host_share_pct_of_step", "host-late share of the step (bounding GPU)"),
+                     ("busy_share_pct_of_step", "busy-or-queued share (bounding GPU)"),
+                     ("collective_share_pct_of_step", "collective share (bounding GPU)")):
+        out.append(f"  {label}: {_rng(f[k], f_pct)}")
+    if f.get("period_us"):
+        out.append(f"  step period (start to the next step's start, every GPU): "
+                   f"{_rng(f['period_us'], f_us)}")
+        out.append(f"  GPU idle between steps (each GPU's last kernel to the next step's "
+                   f"start, every GPU): "
+                   f"{_rng(f['idle_between_us'], f_us)}, "
+                   f"{_rng(f['idle_between_pct_of_period'], f_pct)} of the period; cause: "
+                   f"{(r.get('between_steps') or {}).get('cause')} (steps.csv "
+                   "between_host_events)")
+    hd = r["host_device_split"]
+    out.append(f"  host/device split on the critical streams: host "
+               f"{hd['host_pct_of_step']:.2f}%, device {hd['device_pct_of_step']:.2f}% "
+               "of step time")
+    return out
+
+
+def straggler_lines(r: dict) -> list[str]:
+    """Which GPU ends the steps last and whether it is a straggler; the GPU with the least
+    collective time."""
     sg = r["straggler"]
-    if sg:
-        dist = ", ".join([f"GPU {d} in {c}" for d, c in sg["last_counts"].items()]
-                         + ([f"a tie in {sg['ties']}"] if sg["ties"] else []))
-        spread_txt = _rng(sg["end_spread_us"], lambda v: f"{v:,.1f} us")
-        margin = (f"{sg['margin_us']['value']:,.1f} us or "
-                  f"{sg['margin_us']['pct_of_step']:.1f}% of the step")
-        if str(r["steps"]["source"]).startswith("the whole capture"):
-            out.append(f"no straggler: the capture has no steps (one whole-capture window, "
-                       f"last: {dist})")
-        elif sg["is_straggler"]:
-            out.append(f"straggler: GPU {sg['gpu']} finishes last in {sg['steps_last']} of "
-                       f"{sg['steps']} steps, ahead of the next GPU by "
-                       f"{_rng(sg['lead_us'], lambda v: f'{v:,.1f} us')} (margin {margin}); "
-                       f"last per step: {dist}; spread of step end times {spread_txt}")
-        else:
-            out.append(f"no straggler: the last GPU changes from step to step (last: {dist} "
-                       f"of {sg['steps']} steps; a lead within {margin} is a tie); spread of "
-                       f"step end times {spread_txt}")
-        if sg["least_collective_gpu"] is not None:
-            out.append(f"  collective time per step: GPU {sg['least_collective_gpu']} has the "
-                       f"least ({sg['least_collective_us']:,.1f} us, others up to "
-                       f"{sg['most_collective_us']:,.1f} us): collective kernels include "
-                       "waiting for peers, so the GPU that waits least is the one the others "
-                       "wait for")
-    pt = r.get("python_tracer") or {}
-    if pt.get("calls"):
-        out.append(f"python tracer: on; {pt['calls']:,} traced calls of {pt['names']:,} names on "
-                   f"{pt['threads']} host thread(s), {pt['self_us']['value']:,.1f} us of their "
-                   "own time (python_lines.csv: host time by Python line, largest first; "
-                   "upper bounds, the tracer slows what it traces; a blocking call's wait is "
-                   "its own time; the profiler's start and stop calls left out)")
+    dist = ", ".join([f"GPU {d} in {c}" for d, c in sg["last_counts"].items()]
+                     + ([f"a tie in {sg['ties']}"] if sg["ties"] else []))
+    spread_txt = _rng(sg["end_spread_us"], lambda v: f"{v:,.1f} us")
+    margin = (f"{sg['margin_us']['value']:,.1f} us or "
+              f"{sg['margin_us']['pct_of_step']:.1f}% of the step")
+    if str(r["steps"]["source"]).startswith("the whole capture"):
+        out = [f"no straggler: the capture has no steps (one whole-capture window, "
+               f"last: {dist})"]
+    elif sg["is_straggler"]:
+        out = [f"straggler: GPU {sg['gpu']} finishes last in {sg['steps_last']} of "
+               f"{sg['steps']} steps, ahead of the next GPU by "
+               f"{_rng(sg['lead_us'], lambda v: f'{v:,.1f} us')} (margin {margin}); "
+               f"last per step: {dist}; spread of step end times {spread_txt}"]
     else:
-        out.append("python tracer: no traced call (it was off, or traced nothing): host time "
-                   "by Python line is not in this capture")
-    out += [f"note: {n}" for n in r["notes"]]
-    out += [f"cannot compute: {x}" for x in r["refusals"]]
-    out += [f"needs a new capture: {x}" for x in r["needs_new_capture"]]
-    return [rules.printable(line) for line in out]  # a newline in a name stays on its line
+        out = [f"no straggler: the last GPU changes from step to step (last: {dist} "
+               f"of {sg['steps']} steps; a lead within {margin} is a tie); spread of "
+               f"step end times {spread_txt}"]
+    if sg["least_collective_gpu"] is not None:
+        out.append(f"  collective time per step: GPU {sg['least_collective_gpu']} has the "
+                   f"least ({sg['least_collective_us']:,.1f} us, others up to "
+                   f"{sg['most_collective_us']:,.1f} us): collective kernels include "
+                   "waiting for peers, so the GPU that waits least is the one the others "
+                   "wait for")
+    return out
+
+
+def python_tracer_lines(pt: dict) -> list[str]:
+    """What the Python tracer recorded, or that it recorded nothing."""
+    if pt.get("calls"):
+        return [f"python tracer: on; {pt['calls']:,} traced calls of {pt['names']:,} names on "
+                f"{pt['threads']} host thread(s), {pt['self_us']['value']:,.1f} us of their "
+                "own time (python_lines.csv: host time by Python line, largest first; "
+                "upper bounds, the tracer slows what it traces; a blocking call's wait is "
+                "its own time; the profiler's start and stop calls left out)"]
+    return ["python tracer: no traced call (it was off, or traced nothing): host time "
+            "by Python line is not in this capture"]
 
 
 def write_python_lines(path: Path, py: list) -> int:
