@@ -333,52 +333,12 @@ def cycle_steps(execs: list, trace_end: int, notes: list,
                 host_threads=None) -> tuple[list, str] | None:
     """Steps from the repeating cycle of executed programs, or None when nothing repeats."""
     names = [x.module for x in execs]
-    found = find_cycle(names)
+    found = step_cycle(execs, names, host_threads)
     if found is None:
         return None
-    p, pattern = found
-    tree = CallTree.of(host_threads)
-    chose = ""
-    if walk_coverage(names, pattern)[0] < len(names):
-        # executions outside the shortest cycle: extras inside its steps (a metrics program every
-        # tenth step), or the shortest cycle is a part of the step (a layer program run 28 times
-        # between a head and an update): the longer cycle that leaves nothing out is the step
-        # when a Python-traced call runs it whole, or the host pauses longest once per turn
-        full = find_cycle(names, complete=True)
-        if full and full[0] > p:
-            by_call = python_phase(tree, execs, full[1])
-            rotated, pause = cycle_phase(execs, full[1])
-            if by_call or pause.startswith("a step starts after"):
-                chose = (f"the cycle of {full[0]} executions, not its part of {p} with the rest as "
-                         "extras: " + ("a Python-traced call runs it whole" if by_call else
-                                       "the host pauses longest once per turn of it"))
-                p, pattern = full
-    cycle, why = python_phase(tree, execs, pattern) or cycle_phase(execs, pattern)
-    if chose:
-        why = f"{chose}; {why}"
-    # walk the executions: a step at every whole cycle; an execution outside the cycle joins the
-    # step it runs in (a metrics program every tenth step); those before the first whole cycle
-    # and an unfinished last cycle are partial steps
-    groups: list[list] = []
-    extra: list[int] = []
-    i = 0
-    while i < len(execs):
-        if names[i:i + p] == cycle:
-            groups.append(list(range(i, i + p)))
-            extra.append(0)
-            i += p
-        elif len(execs) - i < p and names[i:] == cycle[:len(execs) - i]:
-            groups.append(list(range(i, len(execs))))  # the cycle the capture cut
-            extra.append(0)
-            break
-        elif groups:
-            groups[-1].append(i)
-            extra[-1] += 1
-            i += 1
-        else:
-            groups.append([i])  # before the first whole cycle
-            extra.append(0)
-            i += 1
+    cycle, why = found
+    p = len(cycle)
+    groups, extra = cycle_groups(names, cycle)
     steps = []
     for k, idx in enumerate(groups):
         group = [execs[j] for j in idx]
@@ -407,6 +367,67 @@ def cycle_steps(execs: list, trace_end: int, notes: list,
                  "name count together)")
     return steps, source + " (the trace has no program ids, so programs sharing a module name "\
         "count together)"
+
+
+def step_cycle(execs: list, names: list, host_threads=None) -> tuple[list, str] | None:
+    """The cycle of executions that is a step, in the rotation that starts a step, and why;
+    None when nothing repeats (`host_threads`: the host events by thread, or their CallTree).
+    The shortest cycle, unless executions lie outside it and the longer cycle that leaves
+    nothing out is the step: a Python-traced call runs it whole, or the host pauses longest
+    once per turn of it."""
+    found = find_cycle(names)
+    if found is None:
+        return None
+    p, pattern = found
+    tree = CallTree.of(host_threads)
+    chose = ""
+    if walk_coverage(names, pattern)[0] < len(names):
+        # executions outside the shortest cycle: extras inside its steps (a metrics program every
+        # tenth step), or the shortest cycle is a part of the step (a layer program run 28 times
+        # between a head and an update): the longer cycle that leaves nothing out is the step
+        # when a Python-traced call runs it whole, or the host pauses longest once per turn
+        full = find_cycle(names, complete=True)
+        if full and full[0] > p:
+            by_call = python_phase(tree, execs, full[1])
+            _, pause = cycle_phase(execs, full[1])
+            if by_call or pause.startswith("a step starts after"):
+                chose = (f"the cycle of {full[0]} executions, not its part of {p} with the rest as "
+                         "extras: " + ("a Python-traced call runs it whole" if by_call else
+                                       "the host pauses longest once per turn of it"))
+                p, pattern = full
+    cycle, why = python_phase(tree, execs, pattern) or cycle_phase(execs, pattern)
+    if chose:
+        why = f"{chose}; {why}"
+    return cycle, why
+
+
+def cycle_groups(names: list, cycle: list) -> tuple[list, list]:
+    """The executions' indices grouped into steps, and per step the executions outside the
+    cycle in it. A step at every whole cycle; an execution outside the cycle joins the step it
+    runs in (a metrics program every tenth step); those before the first whole cycle are a step
+    each and an unfinished last cycle is one (partial steps)."""
+    p, n = len(cycle), len(names)
+    groups: list[list] = []
+    extra: list[int] = []
+    i = 0
+    while i < n:
+        if names[i:i + p] == cycle:
+            groups.append(list(range(i, i + p)))
+            extra.append(0)
+            i += p
+        elif n - i < p and names[i:] == cycle[:n - i]:
+            groups.append(list(range(i, n)))  # the cycle the capture cut
+            extra.append(0)
+            break
+        elif groups:
+            groups[-1].append(i)
+            extra[-1] += 1
+            i += 1
+        else:
+            groups.append([i])  # before the first whole cycle
+            extra.append(0)
+            i += 1
+    return groups, extra
 
 
 def python_call_steps(host_threads, execs: list, trace_end: int, notes: list):
@@ -453,9 +474,10 @@ def python_call_steps(host_threads, execs: list, trace_end: int, notes: list):
     return steps, f"calls of {name} (the Python tracer's outermost repeated call)"
 
 
-def find_steps(gpu, host_threads, trace_end, scan: dict | None = None,
-               tree: CallTree | None = None) -> tuple[list, str, list]:
-    notes = []
+def annotated_steps(host_threads, scan: dict | None = None) -> list:
+    """Steps from StepTraceAnnotation: per step number (`step_num`), from its first host event's
+    start to its last one's end, with the program executions that began inside it; empty
+    without annotations."""
     marks: dict[int, list] = {}
     for events in host_threads.values():
         for h in events:
@@ -465,15 +487,29 @@ def find_steps(gpu, host_threads, trace_end, scan: dict | None = None,
                     marks.setdefault(int(sn), []).append(h)
                 except ValueError:
                     continue
-    if marks:
-        steps = [Step(n, min(h["start"] for h in hs), max(h["start"] + h["dur"] for h in hs),
-                      "annotation") for n, hs in sorted(marks.items())]
-        # the program executions that began inside each annotated step
-        execs = program_executions(host_threads, scan)
-        starts = [x.start for x in execs]
-        for st in steps:
-            st.executions = execs[bisect.bisect_left(starts, st.start):
-                                  bisect.bisect_right(starts, st.end)]
+    if not marks:
+        return []
+    steps = [Step(n, min(h["start"] for h in hs), max(h["start"] + h["dur"] for h in hs),
+                  "annotation") for n, hs in sorted(marks.items())]
+    # the program executions that began inside each annotated step
+    execs = program_executions(host_threads, scan)
+    starts = [x.start for x in execs]
+    for st in steps:
+        st.executions = execs[bisect.bisect_left(starts, st.start):
+                              bisect.bisect_right(starts, st.end)]
+    return steps
+
+
+def find_steps(gpu, host_threads, trace_end, scan: dict | None = None,
+               tree: CallTree | None = None) -> tuple[list, str, list]:
+    """The capture's steps, where they came from (the result's steps source) and the notes on
+    how they were found: StepTraceAnnotation, else the cycle of program executions, else the
+    Python tracer's repeated call, else the whole capture as one partial window (no step
+    without GPU events). `scan` (host_scan) and `tree` (CallTree) spare a pass over the host
+    events when the caller has them."""
+    notes = []
+    steps = annotated_steps(host_threads, scan)
+    if steps:
         return steps, "StepTraceAnnotation (step_num)", notes
     execs = program_executions(host_threads, scan)
     if tree is None and execs and (scan or host_scan(host_threads))["tracer"]:
