@@ -129,11 +129,11 @@ def test_stream_budgets_add_up_to_the_span(corpus):
 
 def test_stream_budget_partition_is_exact_in_picoseconds():
     sys.path.insert(0, str(SCRIPT.parent))
-    import skip_stats
-    E = skip_stats.GpuEvent
+    import gpu_events
+    E = gpu_events.GpuEvent
     evs = [E(0, 1, "a", 100, 50, {}, "compute"), E(0, 1, "b", 120, 100, {}, "collective"),
            E(0, 1, "c", 400, 7, {}, "memcpy"), E(0, 1, "d", 405, 1000, {}, "compute")]
-    b = skip_stats.stream_budget(evs, 90, 500)
+    b = gpu_events.stream_budget(evs, 90, 500)
     # overlaps go to the event that started first: b gets 150-220, d gets 407-500
     assert b == {"compute": 50 + 93, "collective": 70, "memcpy": 7, "idle": 10 + 180}
     assert sum(b.values()) == 410
@@ -266,7 +266,7 @@ def test_python_lines_add_up_and_nest(tmp_path):
     """python_lines.csv on a hand-made thread: a traced call with two nested ones (one nested
     twice), and one traced call on another thread; self time is own time less the nested."""
     sys.path.insert(0, str(SCRIPT.parent))
-    import skip_stats
+    import skip_analysis
 
     def h(name, start, dur):
         return {"name": name, "start": start * 10**6, "dur": dur * 10**6, "args": {}}
@@ -274,7 +274,7 @@ def test_python_lines_add_up_and_nest(tmp_path):
                         h("$api.py:7 wait", 50, 40), h("$api.py:5 put", 60, 10),
                         h("PjitFunction(step)", 0, 100)],
                (1, 2): [h("$train.py:10 step", 200, 20)]}
-    rows = {r["name"]: r for r in skip_stats.python_lines(threads)}
+    rows = {r["name"]: r for r in skip_analysis.python_lines(threads)}
     assert set(rows) == {"$train.py:10 step", "$api.py:5 put", "$api.py:7 wait"}
     step, put, wait = rows["$train.py:10 step"], rows["$api.py:5 put"], rows["$api.py:7 wait"]
     assert (step["calls"], step["total_ps"], step["self_ps"]) == (2, 120e6, (100 - 30 - 40
@@ -282,9 +282,9 @@ def test_python_lines_add_up_and_nest(tmp_path):
     assert (put["calls"], put["total_ps"], put["self_ps"]) == (2, 40e6, 40e6)
     assert (wait["total_ps"], wait["self_ps"]) == (40e6, 30e6)
     assert len(step["threads"]) == 2
-    assert skip_stats.python_lines({(1, 1): [h("PjitFunction(step)", 0, 5)]}) == []
+    assert skip_analysis.python_lines({(1, 1): [h("PjitFunction(step)", 0, 5)]}) == []
     # the profiler's own calls span the capture: left out
-    assert skip_stats.python_lines({(1, 1): [h("$profiler.py:101 start_trace", 0, 500),
+    assert skip_analysis.python_lines({(1, 1): [h("$profiler.py:101 start_trace", 0, 500),
                                              h("$profiler.py:213 stop_trace", 600, 5)]}) == []
 
 
@@ -293,8 +293,9 @@ def test_rows_written_by_a_forked_child_are_the_same(corpus, tmp_path, monkeypat
     other tables: the files are byte for byte those of the one-process path."""
     sys.path.insert(0, str(SCRIPT.parent))
     import skip_stats
+    import skip_writers
     r, out = corpus("rocm-8gpu-straggler")
-    monkeypatch.setattr(skip_stats, "FORK_ROWS_MIN", 0)
+    monkeypatch.setattr(skip_writers, "FORK_ROWS_MIN", 0)
     result, written = skip_stats.run(r.trace, tmp_path / "forked")
     for f in OUTPUTS:
         assert (tmp_path / "forked" / f).read_bytes() == (out / f).read_bytes(), f
@@ -304,12 +305,13 @@ def test_rows_written_by_a_forked_child_are_the_same(corpus, tmp_path, monkeypat
 def test_a_failing_rows_child_fails_the_run_and_leaves_nothing(corpus, tmp_path, monkeypatch):
     sys.path.insert(0, str(SCRIPT.parent))
     import skip_stats
+    import skip_writers
     r, _ = corpus("rocm-off")
-    monkeypatch.setattr(skip_stats, "FORK_ROWS_MIN", 0)
+    monkeypatch.setattr(skip_writers, "FORK_ROWS_MIN", 0)
 
     def full(path, a):
         raise OSError(28, "No space left on device")
-    monkeypatch.setattr(skip_stats, "write_rows", full)
+    monkeypatch.setattr(skip_writers, "write_rows", full)
     out = tmp_path / "out"
     out.mkdir()
     with pytest.raises(OSError, match="No space left on device"):
@@ -385,7 +387,7 @@ RESULT_FIELDS = {"step", "status", "verdict", "rule", "steps", "joins", "gpu_eve
 def test_result_json_has_its_documented_fields_and_summary_renders_it(corpus, name):
     import json
     sys.path.insert(0, str(SCRIPT.parent))
-    import skip_stats
+    import skip_writers
     _, out = corpus(name)
     result = json.loads((out / "skip_stats.json").read_text())
     assert set(result) == RESULT_FIELDS
@@ -395,7 +397,7 @@ def test_result_json_has_its_documented_fields_and_summary_renders_it(corpus, na
                              f["min"] <= f["value"] <= f["max"])
     assert (result["straggler"] is not None) == (name == "rocm-8gpu-straggler")
     # every figure in summary.txt comes from the JSON: rendering it gives the file back
-    assert skip_stats.render_summary(result) == (out / "summary.txt").read_text().splitlines()
+    assert skip_writers.render_summary(result) == (out / "summary.txt").read_text().splitlines()
     documented = (REPO / "references" / "scratch-layout.md").read_text()
     assert all(f"`{k}`" in documented for k in RESULT_FIELDS | set(result["figures"]))
 
@@ -445,36 +447,37 @@ def test_the_idle_between_steps_is_measured_and_named(corpus, name, cause):
 def test_a_changing_last_gpu_is_no_straggler():
     """GPUs 1, 3 and 0 each end one step last, well ahead: no GPU is named a straggler."""
     sys.path.insert(0, str(SCRIPT.parent))
-    import skip_stats
+    import skip_analysis
+    import skip_writers
     us = 1_000_000
     ends = [(0, {0: 100 * us, 1: 180 * us, 3: 120 * us}), (1, {0: 100 * us, 1: 120 * us,
                                                                3: 190 * us}),
             (2, {0: 200 * us, 1: 120 * us, 3: 100 * us})]
     rows = [{"step": n, "device": d, "dur_ps": e, "collective_ps": 0}
             for n, ends_ in ends for d, e in ends_.items()]
-    sg = skip_stats.straggler(rows, {"ends": ends}, 1e-6)
+    sg = skip_analysis.straggler(rows, {"ends": ends}, 1e-6)
     assert sg["is_straggler"] is False and sg["ties"] == 0
     assert sg["last_counts"] == {"0": 1, "1": 1, "3": 1}
     result = {"verdict": "mixed", "rule": [], "steps": {"source": "x", "analysed": [0, 1, 2],
               "skipped_partial": [], "partial_analysed": []},
-              "joins": dict.fromkeys(skip_stats.JOIN_KEYS, 0) | {
+              "joins": dict.fromkeys(skip_analysis.JOIN_KEYS, 0) | {
                   "shared_ids_without_graph_launch": 0},
               "gpu_events": 9, "join_rate_pct_of_gpu_events": 0.0, "figures": {}, "straggler": sg,
               "notes": [], "refusals": [], "needs_new_capture": []}
-    line = next(x for x in skip_stats.render_summary(result) if "straggler" in x)
+    line = next(x for x in skip_writers.render_summary(result) if "straggler" in x)
     assert line.startswith("no straggler: the last GPU changes from step to step (last: "
                            "GPU 0 in 1, GPU 1 in 1, GPU 3 in 1 of 3 steps")
     # the same GPU last in every step by 80 us: a straggler
     ends = [(n, {0: 100 * us, 1: 180 * us}) for n in range(3)]
     rows = [{"step": n, "device": d, "dur_ps": e, "collective_ps": 0}
             for n, e_ in ends for d, e in e_.items()]
-    sg = skip_stats.straggler(rows, {"ends": ends}, 1e-6)
+    sg = skip_analysis.straggler(rows, {"ends": ends}, 1e-6)
     assert sg["is_straggler"] and sg["gpu"] == 1 and sg["lead_us"]["value"] == 80
     # by 2 us only (under the 5 us margin): ties, no straggler
     ends = [(n, {0: 100 * us, 1: 102 * us}) for n in range(3)]
     rows = [{"step": n, "device": d, "dur_ps": e, "collective_ps": 0}
             for n, e_ in ends for d, e in e_.items()]
-    sg = skip_stats.straggler(rows, {"ends": ends}, 1e-6)
+    sg = skip_analysis.straggler(rows, {"ends": ends}, 1e-6)
     assert not sg["is_straggler"] and sg["ties"] == 3
 
 
@@ -486,7 +489,7 @@ def _exec(module, start_us, end_us, thread=("h", 1)):
 
 
 def test_the_cycle_of_programs_is_found_with_a_prefix_extras_and_a_cut_last_cycle():
-    import skip_stats
+    import step_framing
     # a warm-up call, then 10 whole cycles of (a, b, b, c) with a long pause before `a`, a
     # metrics program inside the second cycle, and a cycle the capture cut after `a, b`
     seq = ["warm"] + ["a", "b", "b", "c"] + ["a", "b", "b", "c", "metrics"] + \
@@ -496,11 +499,11 @@ def test_the_cycle_of_programs_is_found_with_a_prefix_extras_and_a_cut_last_cycl
         t += 200 if m == "a" else 20
         events.append(_exec(m, t, t + 10))
         t += 10
-    execs = skip_stats.program_executions({("h", 1): events})
+    execs = step_framing.program_executions({("h", 1): events})
     assert [x.module for x in execs] == seq
-    assert skip_stats.find_cycle([x.module for x in execs])[0] == 4
+    assert step_framing.find_cycle([x.module for x in execs])[0] == 4
     notes = []
-    steps, source = skip_stats.cycle_steps(execs, t + 100, notes)
+    steps, source = step_framing.cycle_steps(execs, t + 100, notes)
     assert [[x.module for x in s.executions] for s in steps] == [
         ["warm"], ["a", "b", "b", "c"], ["a", "b", "b", "c", "metrics"]] + \
         [["a", "b", "b", "c"]] * 8 + [["a", "b"]]
@@ -515,15 +518,15 @@ def test_the_cycle_of_programs_is_found_with_a_prefix_extras_and_a_cut_last_cycl
 
 
 def test_a_sequence_that_does_not_repeat_is_one_window():
-    import skip_stats
+    import step_framing
     events = [_exec(m, 10 * i, 10 * i + 5) for i, m in enumerate("abcdefgh")]
-    execs = skip_stats.program_executions({("h", 1): events})
-    assert skip_stats.find_cycle([x.module for x in execs]) is None
-    assert skip_stats.cycle_steps(execs, 1000, []) is None
+    execs = step_framing.program_executions({("h", 1): events})
+    assert step_framing.find_cycle([x.module for x in execs]) is None
+    assert step_framing.cycle_steps(execs, 1000, []) is None
 
 
 def test_one_dispatch_on_several_gpu_threads_is_one_execution():
-    import skip_stats
+    import step_framing
     # the first call of a multi-GPU program runs one GPU after the other; later ones at once
     threads = [("h", k) for k in range(4)]
     evs = {th: [] for th in threads}
@@ -531,7 +534,7 @@ def test_one_dispatch_on_several_gpu_threads_is_one_execution():
         evs[th].append(_exec("p", 100 * k, 100 * k + 50, th))
         evs[th].append(_exec("p", 1000 + k, 1040 + k, th))
         evs[th].append(_exec("p", 2000 + k, 2040 + k, th))
-    execs = skip_stats.program_executions(evs)
+    execs = step_framing.program_executions(evs)
     assert [len(x.threads) for x in execs] == [4, 4, 4]
 
 
@@ -569,21 +572,22 @@ def test_real_eager_loops_are_framed_by_their_cycle(shared, tmp_path, real, peri
 
 
 def test_gpu_groups_compare_only_gpus_that_run_the_same_programs():
-    import skip_stats
+    import gpu_events
+    import skip_analysis
 
     def ev(device, module, cat="compute", dur=10):
         args = {"hlo_module": module} if module else {}
-        e = skip_stats.GpuEvent(device, 1, "k", 0, dur * 1_000_000, args, cat)
+        e = gpu_events.GpuEvent(device, 1, "k", 0, dur * 1_000_000, args, cat)
         e.step = 0
         return e
     by = {(0, 0): [ev(0, None, "memcpy", 1) for _ in range(5)],
           (1, 0): [ev(1, "jit_a"), ev(1, "jit_b")],
           (2, 0): [ev(2, "jit_a"), ev(2, "jit_b")],
           (3, 0): [ev(3, "jit_c", dur=50)]}
-    groups = skip_stats.gpu_groups(None, by)
+    groups = skip_analysis.gpu_groups(None, by)
     assert [(g["devices"], g["kind"]) for g in groups] == [
         ([3], "programs"), ([1, 2], "programs"), ([0], "argument copies only")]
-    assert skip_stats.group_sentence(groups[2], 1) == (
+    assert skip_analysis.group_sentence(groups[2], 1) == (
         "GPU 0 holds argument copies only: 5 events, 5.0 us per GPU and step (5 argument "
         "copies in all)")
 
@@ -591,7 +595,7 @@ def test_gpu_groups_compare_only_gpus_that_run_the_same_programs():
 def test_a_repeated_python_call_frames_steps_where_the_programs_do_not_repeat():
     """A loop body whose programs change from turn to turn (a data-dependent number of calls):
     no cycle, but the Python tracer's outermost repeated call with executions inside is a step."""
-    import skip_stats
+    import step_framing
 
     def call(name, s, e):
         return {"name": name, "start": s * 1_000_000, "dur": (e - s) * 1_000_000,
@@ -607,10 +611,10 @@ def test_a_repeated_python_call_frames_steps_where_the_programs_do_not_repeat():
             events.append(_exec(m, t + 20 + 100 * k, t + 60 + 100 * k))
         t += 1000
     host = {("h", 1): events}
-    execs = skip_stats.program_executions(host)
-    assert skip_stats.cycle_steps(execs, t, []) is None
+    execs = step_framing.program_executions(host)
+    assert step_framing.cycle_steps(execs, t, []) is None
     notes = []
-    steps, source = skip_stats.python_call_steps(host, execs, t, notes)
+    steps, source = step_framing.python_call_steps(host, execs, t, notes)
     assert source == ("calls of $train.py:20 train_iteration (the Python tracer's outermost "
                       "repeated call)")
     assert [len(s.executions) for s in steps] == [2, 3, 4, 5]
@@ -622,13 +626,13 @@ def test_the_cycle_search_is_bounded_on_a_long_sequence_that_never_repeats():
     first turn is cut (the capture started inside it) is still found, at its length."""
     import random
 
-    import skip_stats
+    import step_framing
     rng = random.Random(7)
     names = [f"jit_{rng.randrange(50)}" for _ in range(50_000)]
-    assert skip_stats.find_cycle(names) is None
+    assert step_framing.find_cycle(names) is None
     turn = [f"jit_op{i % 7}" for i in range(25)]
     seq = turn[11:] + turn * 300 + ["jit_metrics"] + turn * 100
-    p, pattern = skip_stats.find_cycle(seq)
+    p, pattern = step_framing.find_cycle(seq)
     assert p == 25 and sorted(pattern) == sorted(turn)
 
 
@@ -639,8 +643,8 @@ def test_the_cycle_search_is_bounded_on_a_long_sequence_that_never_repeats():
     (list("c" + "abc" * 3 + "ab"), 3),      # and started inside the first
 ])
 def test_a_cycle_cut_at_either_end_is_still_the_cycle(seq, period):
-    import skip_stats
-    assert skip_stats.find_cycle(seq)[0] == period
+    import step_framing
+    assert step_framing.find_cycle(seq)[0] == period
 
 
 def _timed(seq, pause_before):
@@ -657,19 +661,20 @@ def test_a_program_repeated_inside_the_step_is_not_the_step():
     pausing at the step's sync: the step is the 30 executions, not one layer with extras; a
     train program with a metrics program every tenth step, the host pausing before every train
     step: the step is one train execution, the metrics an extra in it."""
-    import skip_stats
+    import step_framing
     host, end = _timed((["layer"] * 28 + ["head", "update"]) * 4, lambda i, m: i % 30 == 0)
-    steps, source = skip_stats.cycle_steps(skip_stats.program_executions(host), end, [], host)
+    steps, source = step_framing.cycle_steps(step_framing.program_executions(host), end, [], host)
     assert source.startswith("the repeating cycle of 30 program executions (layer x28, head, ")
     assert len(steps) == 4 and not any(s.partial for s in steps)
     host, end = _timed((["train"] * 10 + ["metrics"]) * 30, lambda i, m: m == "train")
-    steps, source = skip_stats.cycle_steps(skip_stats.program_executions(host), end, [], host)
+    steps, source = step_framing.cycle_steps(step_framing.program_executions(host), end, [], host)
     assert source.startswith("executions of train")
     assert len(steps) == 300 and sum(s.extra for s in steps) == 30
 
 
 def test_every_python_call_is_a_whole_step_however_many_programs_it_runs():
-    import skip_stats
+    import gpu_events
+    import step_framing
 
     def call(name, s, e):
         return {"name": name, "start": s * 1_000_000, "dur": (e - s) * 1_000_000,
@@ -680,14 +685,14 @@ def test_every_python_call_is_a_whole_step_however_many_programs_it_runs():
         events.append(call("$train.py:20 train_iteration", t, t + 900))
         for j in range(k):
             events.append(_exec(next(progs), t + 20 + 100 * j, t + 60 + 100 * j))
-            ev = skip_stats.GpuEvent(0, 7, "k", (t + 70 + 100 * j) * 1_000_000, 10_000_000,
+            ev = gpu_events.GpuEvent(0, 7, "k", (t + 70 + 100 * j) * 1_000_000, 10_000_000,
                                      {}, "compute")
             gpu.append(ev)
         t += 1000
     host = {("h", 1): events}
-    steps, _, _ = skip_stats.find_steps(gpu, host, t * 1_000_000)
-    skip_stats.assign_steps(gpu, steps)
-    assert [len(s.executions) for s in skip_stats.mark_partial(gpu, steps)] == [1, 2, 3, 1, 4]
+    steps, _, _ = step_framing.find_steps(gpu, host, t * 1_000_000)
+    step_framing.assign_steps(gpu, steps)
+    assert [len(s.executions) for s in step_framing.mark_partial(gpu, steps)] == [1, 2, 3, 1, 4]
 
 
 @pytest.mark.parametrize("cut", [1, 3, 5])

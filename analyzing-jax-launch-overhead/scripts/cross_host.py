@@ -205,67 +205,101 @@ def summarise(out: Path, results: list[dict], run_dir: str = "", script: str = "
     steps_of: dict[str, dict] = {}
     means: dict[str, dict | None] = {}
     for res in results:
-        folder = out / res["folder"]
-        current = _capture_files(run_dir, res["host"])
-        ss = _json(folder / "skip_stats.json")
-        not_read = []
-        step1 = res["exit"] == 0 and _same_trace(ss.get("capture"), current.get("trace"))
-        if res["exit"] != 0:
-            not_read.append(f"its pass failed (exit {res['exit']}): no table of its folder is "
-                            "read")
-        elif not step1:
-            not_read.append("its step-1 tables (skip_stats.json, steps.csv, streams.csv and "
-                            "the changes and trust list made from them) are from another "
-                            "capture than this run's: not read")
-        step4 = res["exit"] == 0 and _same_file(
-            (_json(folder / "attribution" / "attribute_kernels.json").get("capture") or {})
-            .get("xplane"), current.get("xplane"))
-        if not step1:
-            ss = {}
-        st = host_steps(folder) if step1 else {}
-        steps_of[res["host"]] = st
-        durs = [s["dur_us"] for s in st.values()]
-        periods = [s["period_us"] for s in st.values() if s["period_us"] is not None]
-        changes = _rows(folder / "changes.csv") if step1 else []
-        lines = [r for r in changes if r.get("cause_kind") == "python_line"]
-        trust = _json(folder / "trust.json") if step1 else {}
-        means[res["host"]] = _kernel_means(folder) if step4 else None
-        items = ((trust.get("figures") or {}).get("items") or {}).get("value")
-        hosts.append({
-            "host": res["host"], "folder": res["folder"], "exit": res["exit"],
-            "seconds": res.get("seconds"), "error": res.get("error") or "",
-            "not_read": "; ".join(not_read),
-            "gpus": max((s["gpus"] for s in st.values()), default=None),
-            "verdict": ss.get("verdict_qualifier") or ss.get("verdict"),
-            "steps": len(st),
-            "step_us": _spread(durs, "measured"),
-            "period_us": _spread(periods, "measured"),
-            "compute_us_per_gpu_step": _per_gpu_step(folder, "compute_us", len(st))
-            if step1 else None,
-            "collective_us_per_gpu_step": _per_gpu_step(folder, "collective_us", len(st))
-            if step1 else None,
-            "top_change": changes[0].get("cause") if changes else None,
-            "top_line": lines[0].get("cause") if lines else None,
-            "top_line_saving_us": _num(lines[0].get("saving_us")) if lines else None,
-            "top_change_kind": changes[0].get("cause_kind") if changes else None,
-            "top_saving_us": _num(changes[0].get("saving_us")) if changes else None,
-            "trust_items": items,
-        })
+        row, steps_of[res["host"]], means[res["host"]] = host_row(out, res, run_dir)
+        hosts.append(row)
     kernel_rows, ratio_of = compare_kernels(means)
     for h in hosts:
         h["kernel_time_ratio"] = ratio_of.get(h["host"])
-        m = means.get(h["host"])
-        ref = [means[x["host"]] for x in hosts if means.get(x["host"]) and x is not h]
-        if not m or not ref:
-            h["same_kernels"] = None
-        else:  # the same names, and the same count per step as some other host
-            per_step = {k: n / max(h["steps"], 1) for k, (n, _) in m.items()}
-            h["same_kernels"] = any(  # counts per step within 1% (steps captured may differ)
-                set(o) == set(m) and all(abs(o[k][0] / max(x["steps"], 1) - per_step[k])
-                                         <= 0.01 * per_step[k] for k in m)
-                for x, o in ((x, means[x["host"]]) for x in hosts
-                             if means.get(x["host"]) and x is not h))
+        h["same_kernels"] = same_kernels(h, hosts, means)
     with_steps = [h["host"] for h in hosts if steps_of[h["host"]]]
+    compared = compare_steps(steps_of, with_steps)
+    slow = slow_host(compared, with_steps)
+    for h in hosts:
+        h["slowest_in_steps"] = slow["slowest_counts"].get(h["host"], 0) \
+            if h["host"] in with_steps else None
+    return cross_host_result(hosts, with_steps, compared, slow, kernel_rows, run_dir, script)
+
+
+def _tables_read(folder: Path, res: dict, current: dict, ss: dict) -> tuple[bool, bool, list]:
+    """Whether a host's step-1 tables (skip_stats.json `ss` and the tables made with it) and
+    its step-4 tables are read: its pass succeeded and they are of this run's capture; and why
+    not, in words."""
+    not_read = []
+    step1 = res["exit"] == 0 and _same_trace(ss.get("capture"), current.get("trace"))
+    if res["exit"] != 0:
+        not_read.append(f"its pass failed (exit {res['exit']}): no table of its folder is "
+                        "read")
+    elif not step1:
+        not_read.append("its step-1 tables (skip_stats.json, steps.csv, streams.csv and "
+                        "the changes and trust list made from them) are from another "
+                        "capture than this run's: not read")
+    step4 = res["exit"] == 0 and _same_file(
+        (_json(folder / "attribution" / "attribute_kernels.json").get("capture") or {})
+        .get("xplane"), current.get("xplane"))
+    return step1, step4, not_read
+
+
+def host_row(out: Path, res: dict, run_dir: str) -> tuple[dict, dict, dict | None]:
+    """One host's hosts.csv row (without the cross-host columns: its kernel time ratio, same
+    kernels, slowest-in steps), its steps (host_steps) and its kernel means (_kernel_means),
+    from the tables of its folder that are read."""
+    folder = out / res["folder"]
+    current = _capture_files(run_dir, res["host"])
+    ss = _json(folder / "skip_stats.json")
+    step1, step4, not_read = _tables_read(folder, res, current, ss)
+    if not step1:
+        ss = {}
+    st = host_steps(folder) if step1 else {}
+    durs = [s["dur_us"] for s in st.values()]
+    periods = [s["period_us"] for s in st.values() if s["period_us"] is not None]
+    changes = _rows(folder / "changes.csv") if step1 else []
+    lines = [r for r in changes if r.get("cause_kind") == "python_line"]
+    trust = _json(folder / "trust.json") if step1 else {}
+    means = _kernel_means(folder) if step4 else None
+    items = ((trust.get("figures") or {}).get("items") or {}).get("value")
+    row = {
+        "host": res["host"], "folder": res["folder"], "exit": res["exit"],
+        "seconds": res.get("seconds"), "error": res.get("error") or "",
+        "not_read": "; ".join(not_read),
+        "gpus": max((s["gpus"] for s in st.values()), default=None),
+        "verdict": ss.get("verdict_qualifier") or ss.get("verdict"),
+        "steps": len(st),
+        "step_us": _spread(durs, "measured"),
+        "period_us": _spread(periods, "measured"),
+        "compute_us_per_gpu_step": _per_gpu_step(folder, "compute_us", len(st))
+        if step1 else None,
+        "collective_us_per_gpu_step": _per_gpu_step(folder, "collective_us", len(st))
+        if step1 else None,
+        "top_change": changes[0].get("cause") if changes else None,
+        "top_line": lines[0].get("cause") if lines else None,
+        "top_line_saving_us": _num(lines[0].get("saving_us")) if lines else None,
+        "top_change_kind": changes[0].get("cause_kind") if changes else None,
+        "top_saving_us": _num(changes[0].get("saving_us")) if changes else None,
+        "trust_items": items,
+    }
+    return row, st, means
+
+
+def same_kernels(h: dict, hosts: list[dict], means: dict) -> bool | None:
+    """Whether host `h` runs the same kernel names as some other host, each as many times per
+    step within 1% (the steps captured may differ); None without kernel means to compare."""
+    m = means.get(h["host"])
+    ref = [means[x["host"]] for x in hosts if means.get(x["host"]) and x is not h]
+    if not m or not ref:
+        return None
+    per_step = {k: n / max(h["steps"], 1) for k, (n, _) in m.items()}
+    return any(
+        set(o) == set(m) and all(abs(o[k][0] / max(x["steps"], 1) - per_step[k])
+                                 <= 0.01 * per_step[k] for k in m)
+        for x, o in ((x, means[x["host"]]) for x in hosts
+                     if means.get(x["host"]) and x is not h))
+
+
+def compare_steps(steps_of: dict, with_steps: list) -> dict:
+    """The steps every host with steps ran (`common`, in step order) and all their steps
+    (`every`); per common step the host_steps.csv rows (`rows`), the spread of durations
+    (`spreads`), the host slower than the next by more than the margin or None for a tie
+    (`slowest`), and each such host's leads (`leads`)."""
     common = sorted(set.intersection(*(set(steps_of[h]) for h in with_steps))
                     if with_steps else set(), key=_step_key)
     every = set().union(*(set(steps_of[h]) for h in with_steps)) if with_steps else set()
@@ -289,30 +323,48 @@ def summarise(out: Path, results: list[dict], run_dir: str = "", script: str = "
                               "busy_us": s["busy_us"], "period_us": s["period_us"],
                               "slowest": 1 if h == winner else 0,
                               "behind_slowest_us": top - s["dur_us"]})
+    return {"common": common, "every": every, "rows": step_rows, "spreads": spreads,
+            "slowest": slowest, "leads": leads}
+
+
+def slow_host(compared: dict, with_steps: list) -> dict:
+    """The result's `slow_host`: the host slowest in the most compared steps, and whether it
+    is the slow host (slowest in more than SLOW_MAJORITY of them, by more than the margin);
+    `slowest_counts` holds each host's count of steps it was slowest in."""
+    slowest, common = compared["slowest"], compared["common"]
     counts = {h: slowest.count(h) for h in with_steps if slowest.count(h)}
-    for h in hosts:
-        h["slowest_in_steps"] = counts.get(h["host"], 0) if h["host"] in with_steps else None
     top_host = max(sorted(counts), key=lambda h: counts[h]) if counts else None
     is_slow = (len(with_steps) > 1 and top_host is not None
                and counts[top_host] > SLOW_MAJORITY * len(common))
-    verdicts: dict[str, list[str]] = {}
-    for h in hosts:
-        verdicts.setdefault(h["verdict"] or "none (step 1 did not run)", []).append(h["host"])
-    medians = [h["step_us"]["value"] for h in hosts if h["step_us"]]
-    notes = ["each host's timestamps are on its own clock: only durations are compared across "
-             "hosts, never start or end times"]
+    return {
+        "host": top_host, "is_slow_host": is_slow, "steps": len(common),
+        "steps_slowest": counts.get(top_host, 0), "ties": slowest.count(None),
+        "slowest_counts": dict(sorted(counts.items(), key=lambda kv: -kv[1])),
+        "lead_us": _spread(compared["leads"].get(top_host, []), "measured"),
+        "margin_us": {"value": SLOW_MIN_LEAD_US, "unit": "us", "label": "inferred",
+                      "pct_of_step": 100.0 * SLOW_MIN_LEAD_SHARE},
+        "label": "inferred"}
+
+
+def waits_sentence(hosts: list[dict]) -> str | None:
+    """Whether a host waits for another inside the captured programs, from the hosts'
+    collective time; None when no host's streams were read."""
     coll = [h["collective_us_per_gpu_step"] for h in hosts
             if h["collective_us_per_gpu_step"] is not None]
     if coll and not any(coll):
-        waits = ("no collective time on any host: inside the captured program no host waits "
-                 "for another, so a slow host slows only its own steps here; a wait outside "
-                 "the program (a barrier, a parameter server, the input) is not in the capture")
-    elif coll:
-        waits = ("collective time on some host: when collectives span hosts, every host waits "
-                 "for the slowest inside them, so step times converge; then the host with the "
-                 "most compute_us_per_gpu_step (hosts.csv) is the one the others wait for")
-    else:
-        waits = None
+        return ("no collective time on any host: inside the captured program no host waits "
+                "for another, so a slow host slows only its own steps here; a wait outside "
+                "the program (a barrier, a parameter server, the input) is not in the capture")
+    if coll:
+        return ("collective time on some host: when collectives span hosts, every host waits "
+                "for the slowest inside them, so step times converge; then the host with the "
+                "most compute_us_per_gpu_step (hosts.csv) is the one the others wait for")
+    return None
+
+
+def speed_needs(hosts: list[dict]) -> list[str]:
+    """What a new capture would need to say why a host runs the same kernels at another
+    speed (beyond SAME_SPEED_TOLERANCE of the median host)."""
     needs = []
     for h in hosts:
         r = h["kernel_time_ratio"]
@@ -321,6 +373,19 @@ def summarise(out: Path, results: list[dict], run_dir: str = "", script: str = "
                          "host's time (its GPUs' clocks, power, temperature, other processes "
                          "on the machine): the capture holds no clock or power record; "
                          "nvidia-smi / rocm-smi logs beside a new capture would")
+    return needs
+
+
+def cross_host_result(hosts, with_steps, compared, slow, kernel_rows, run_dir, script) -> dict:
+    """hosts.json: the hosts' rows, figures, the compared steps, the slow-host rule, verdicts
+    by host, notes, refusals and what a new capture would need."""
+    common = compared["common"]
+    verdicts: dict[str, list[str]] = {}
+    for h in hosts:
+        verdicts.setdefault(h["verdict"] or "none (step 1 did not run)", []).append(h["host"])
+    medians = [h["step_us"]["value"] for h in hosts if h["step_us"]]
+    notes = ["each host's timestamps are on its own clock: only durations are compared across "
+             "hosts, never start or end times"]
     refusals = []
     if len(with_steps) < 2:
         refusals.append(f"cannot compare step times across hosts: {len(with_steps)} of "
@@ -338,22 +403,15 @@ def summarise(out: Path, results: list[dict], run_dir: str = "", script: str = "
             "hosts_failed": {"value": sum(1 for h in hosts if h["exit"] != 0), "unit": "count",
                              "label": "measured"},
             "step_us": _spread(medians, "measured"),
-            "step_spread_us": _spread(spreads, "measured"),
+            "step_spread_us": _spread(compared["spreads"], "measured"),
         },
-        "steps": {"compared": common, "not_on_every_host": len(every) - len(common)},
-        "slow_host": {
-            "host": top_host, "is_slow_host": is_slow, "steps": len(common),
-            "steps_slowest": counts.get(top_host, 0), "ties": slowest.count(None),
-            "slowest_counts": dict(sorted(counts.items(), key=lambda kv: -kv[1])),
-            "lead_us": _spread(leads.get(top_host, []), "measured"),
-            "margin_us": {"value": SLOW_MIN_LEAD_US, "unit": "us", "label": "inferred",
-                          "pct_of_step": 100.0 * SLOW_MIN_LEAD_SHARE},
-            "label": "inferred"},
+        "steps": {"compared": common, "not_on_every_host": len(compared["every"]) - len(common)},
+        "slow_host": slow,
         "verdicts": verdicts,
-        "waits": waits,
-        "host_steps": step_rows,
+        "waits": waits_sentence(hosts),
+        "host_steps": compared["rows"],
         "host_kernels": kernel_rows,
-        "notes": notes, "refusals": refusals, "needs_new_capture": needs,
+        "notes": notes, "refusals": refusals, "needs_new_capture": speed_needs(hosts),
     }
 
 

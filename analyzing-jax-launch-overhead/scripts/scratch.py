@@ -841,7 +841,7 @@ STEP_SOURCE = """
   (StepTraceAnnotation `step_num`); `cycle of N executions` (the sequence of program executions
   on the host, `<module>:XLA GPU module` events or `GpuExecutable::ExecuteThunks` with its
   `module_name`, repeats with period N: several programs per step, an eager op-by-op loop, a
-  train step and a separate optimizer; `skip_stats.find_cycle`: the shortest N under which at
+  train step and a separate optimizer; `step_framing.find_cycle`: the shortest N under which at
   least 90% of the sequence repeats, two whole cycles at least; a step starts at the execution
   after the cycle's longest host pause when it stands out, else at the capture's first
   execution; an execution outside the cycle joins the step it runs in; the executions before
@@ -854,7 +854,7 @@ STEP_SOURCE = """
   runs it whole or the host pauses longest once per turn of it (a layer program run 28 times
   between a head and an update), else they are extras in its steps (a metrics program every
   tenth step). A step framed from executions starts at the launch of its first call's first
-  argument copy when one precedes the execution (`skip_stats.program_call_starts`). The trace
+  argument copy when one precedes the execution (`step_framing.program_call_starts`). The trace
   has no program ids: programs sharing a module name count as one in the cycle. The one source
   of steps for every later tool.
 """

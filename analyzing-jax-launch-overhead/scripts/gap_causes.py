@@ -1,0 +1,226 @@
+"""Where a GPU sits idle within and between steps, and why (standard library only).
+
+Within a step: the gaps on a GPU's critical stream, cut by cause (host_late while the next
+kernel's launch call had not ended, device_wait once it had, unknown where no launch joined) with
+the host events on the thread that launched the kernel after the gap (`classify_gaps`, gaps.csv).
+Between steps: the GPU idle after a step's last kernel until the next step starts, the largest
+host events in it and its cause class (`between_steps`, steps.csv). Pure functions of step 1's
+Analysis; they never print or write.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from typing import TYPE_CHECKING
+
+import trace_rules as rules
+from gpu_events import union_ps
+
+if TYPE_CHECKING:
+    from skip_analysis import Analysis
+
+
+# A gap shorter than this on the critical stream is back-to-back execution, not idleness worth a
+# row: launch latency alone is a few microseconds.
+MIN_GAP_PS = 1_000_000
+# A kernel queued in time starts within a few microseconds of its launch call's end (the
+# driver's queue latency); one that starts more than this after its launch ended waited on the
+# device (a dependency on another stream or GPU: a pipeline stage waiting for its input), and
+# that part of the gap before it is device_wait, not the host's.
+QUEUED_START_PS = 10_000_000
+# Runtime API calls (what a tracer's own launch lines hold): a thread with nothing else did no
+# host work of its own that could explain a gap.
+RUNTIME_API_RE = re.compile(r"^(hip|cu[A-Z]|cuda|Memcpy|Memset)")
+# Host events that frame an execution rather than cause a gap: never reported as gap causes.
+CONTAINER_RE = re.compile(r"^(PjitFunction|PJRT_|PjRt|GpuExecutable::|Thunks::)|"
+                          r":XLA GPU module$|^ExecutorState::|^ThunkExecutor")
+# Host events whose names say the host is preparing input (iterators, data loaders, transfers to
+# the device): idle between steps with these in it is an input-pipeline wait.
+INPUT_PIPELINE_RE = re.compile(r"(?i)iterator|dataset|dataloader|data_loader|prefetch|next_batch|"
+                               r"get_next|device_put|infeed|transfer_to_device|BufferFromPyval|"
+                               r"HtoD|H2D|MemcpyH2D")
+# Host events covering less than this share of the idle between steps do not explain it (the
+# tail of the step's own sync wait, a launch call): the idle counts as not recorded.
+BETWEEN_RECORDED_SHARE = 0.10
+# Host events named in the between-steps column, the largest first.
+BETWEEN_EVENTS_NAMED = 5
+
+_CONTAINER: dict[str, bool] = {}
+
+
+def is_container(name: str) -> bool:
+    """Whether a host event frames an execution (CONTAINER_RE), memoized."""
+    c = _CONTAINER.get(name)
+    if c is None:
+        c = _CONTAINER[name] = CONTAINER_RE.search(name) is not None
+    return c
+
+
+class GapIndex:
+    """Per thread, built on first use: the events that can explain a gap (not containers, not
+    step markers), sorted by start, with the longest duration, so that a gap's overlaps are found
+    by bisection."""
+
+    def __init__(self, host_threads):
+        self.host_threads = host_threads
+        self.built: dict = {}
+
+    def get(self, key, default):
+        if key not in self.built:
+            evs = []
+            append = evs.append
+            known = _CONTAINER
+            longest = 0
+            for h in self.host_threads.get(key, ()):  # a hot loop: every host event once
+                name = h["name"]
+                c = known.get(name)
+                if c is None:
+                    c = is_container(name)
+                if c or "step_num" in h["args"]:
+                    continue
+                hs, d = h["start"], h["dur"]
+                if d > longest:
+                    longest = d
+                append((hs, hs + d, name))
+            evs.sort()
+            self.built[key] = ([e[0] for e in evs], evs, longest) if evs else None
+        return self.built[key] or default
+
+
+def gap_parts(prev_end: int, ev) -> list:
+    """A critical-stream gap before `ev`, from `prev_end`, cut by cause: host_late while the
+    next kernel's launch call had not ended (a graph's kernels were all queued by its one
+    launch), device_wait once it had (a queued kernel that waits: a dependency on another
+    stream or GPU, a pipeline stage's input), unknown where no launch joined. A host_late gap
+    whose kernel starts more than QUEUED_START_PS after its launch ended is cut there: the rest
+    is the device's. Returns [(start, end, cause)]."""
+    if ev.join in ("launch", "graph_launch") and ev.launch:
+        lend = ev.launch["start"] + ev.launch["dur"]
+        if lend <= prev_end:
+            return [(prev_end, ev.start, "device_wait")]
+        if ev.start - lend > QUEUED_START_PS:
+            return [(prev_end, lend, "host_late"), (lend, ev.start, "device_wait")]
+        return [(prev_end, ev.start, "host_late")]
+    return [(prev_end, ev.start, "unknown")]
+
+
+def classify_gaps(a: Analysis, crit_evs, step_start, device, step):
+    """Gaps on the critical stream, cut by cause (gap_parts): host_late, device_wait, unknown;
+    one gaps.csv row per part of at least MIN_GAP_PS."""
+    totals = {"host_late": 0, "device_wait": 0, "unknown": 0}
+    rows = []
+    prev_end, prev_name = step_start, ""
+    for ev in crit_evs:
+        if ev.start > prev_end:
+            for s, e, cause in gap_parts(prev_end, ev):
+                totals[cause] += e - s
+                if e - s >= MIN_GAP_PS:
+                    thread, events, traced = gap_host_events(a, ev, s, e)
+                    rows.append({"device": device, "stream": ev.stream, "step": step,
+                                 "start_ps": s, "end_ps": e, "dur_ps": e - s,
+                                 "kernel_before": prev_name, "kernel_after": ev.name,
+                                 "cause": cause, "launch_thread": thread, "host_events": events,
+                                 "python_traced_ps": traced})
+        if ev.end > prev_end:
+            prev_end, prev_name = ev.end, ev.name
+    return totals["host_late"], totals["device_wait"], totals["unknown"], rows
+
+
+def gap_host_events(a: Analysis, ev, start, end) -> tuple[str, str, int | None]:
+    """The thread that launched the event after a gap (for a graph kernel, its graph's launch
+    call), the host events that overlap the gap on it, and the time Python-traced calls cover in
+    the gap on it (their union: nested calls counted once)."""
+    if ev.join not in ("launch", "graph_launch") or not ev.launch:
+        return "", "", None
+    launch_thread = ev.launch["thread"]
+    thread = a.exec_of.get(launch_thread)
+    if thread is None:
+        own = a.host_threads.get(launch_thread, [])
+        if any(not RUNTIME_API_RE.search(h["name"]) for h in own):
+            thread = launch_thread  # launches sit on the thread that did the work
+        else:
+            return a.thread_names.get(launch_thread, "") + " (unknown: no execution thread " \
+                "holds its launches)", "", None
+    traced: list = []
+    top = host_events_in(a, start, end, (thread,), traced)[0][:8]
+    return a.thread_names.get(thread, str(thread)), rules.host_events_cell(top), traced[0]
+
+
+def host_events_in(a: Analysis, start: int, end: int, threads=None,
+                   traced: list | None = None) -> tuple[list, int]:
+    """The host events of `threads` (default every thread; containers and step markers left
+    out) overlapping [start, end), by name, the largest first; and the time any of them covers.
+    A name's time is the union of its calls' overlaps, so a call nested in another of the same
+    name, or the same name on several threads at once, is counted once: no name exceeds the
+    window. `traced`, when given, receives the time Python-traced calls cover (their union)."""
+    per: dict[str, list] = {}
+    spans = []
+    for thread in a.host_threads if threads is None else threads:
+        starts, evs, longest = a.gap_events.get(thread, ([], [], 0))
+        i = bisect.bisect_left(starts, start - longest)
+        while i < len(evs) and evs[i][0] < end:
+            hs, he, name = evs[i]
+            s, e = max(hs, start), min(he, end)
+            if e > s:
+                per.setdefault(name, []).append((s, e))
+                spans.append((s, e))
+            i += 1
+    overlap = {name: iv[0][1] - iv[0][0] if len(iv) == 1 else union_ps(iv)
+               for name, iv in per.items()}
+    if traced is not None:
+        traced.append(union_ps([x for name, iv in per.items()
+                                if name.startswith(rules.PYTHON_TRACER_PREFIX) for x in iv]))
+    return sorted(overlap.items(), key=lambda kv: (-kv[1], kv[0])), union_ps(spans)
+
+
+def between_steps(a: Analysis, step_rows) -> None:
+    """Per step and GPU: the step period (this step's start to the next step's, any step the
+    capture holds), the GPU idle after its last kernel until the next step starts, the largest
+    host events inside that idle (all host threads, containers left out) and its cause class:
+    input pipeline (input-preparing names), host work between steps, or not recorded."""
+    order = sorted(a.steps, key=lambda st: st.start)
+    nxt = {st.number: order[i + 1].start for i, st in enumerate(order[:-1])}
+    for r in step_rows:
+        n = nxt.get(r["step"])
+        r["period_ps"] = r["idle_between_ps"] = None
+        r["between_events"], r["between_cause"] = "", ""
+        if n is None or n <= r["start_ps"]:
+            continue
+        r["period_ps"] = n - r["start_ps"]
+        r["idle_between_ps"] = max(0, n - r["end_ps"])
+        if not r["idle_between_ps"]:
+            continue
+        events, covered = host_events_in(a, r["end_ps"], n)
+        r["between_events"] = rules.host_events_cell(events[:BETWEEN_EVENTS_NAMED])
+        r["between_cause"] = between_cause(events, covered, r["idle_between_ps"])
+
+
+def between_cause(events, covered: int, idle: int) -> str:
+    if not events:
+        return "not recorded"
+    if covered < BETWEEN_RECORDED_SHARE * idle:
+        return "mostly not recorded"  # events there, but they cover under 10% of the idle
+    if any(INPUT_PIPELINE_RE.search(name) for name, _ in events):
+        return "input pipeline"
+    return "host work between steps"
+
+
+def cause_words(cause: str, tracer_on: bool) -> str:
+    """The cause class of the idle between steps in words; what 'not recorded' means depends on
+    whether the Python tracer was on (one truthful sentence: never 'may be off' when it was on)."""
+    if cause == "not recorded":
+        return ("with nothing recorded on the host (the Python tracer was on: the host was "
+                "outside traced Python, in C code, waiting or idle)" if tracer_on else
+                "with nothing recorded on the host (the Python tracer was off: what Python did "
+                "there is not in the capture)")
+    return CAUSE_WORDS.get(cause, cause)
+
+
+CAUSE_WORDS = {
+    "mostly not recorded": "with host events covering under 10% of that idle (steps.csv "
+                           "between_host_events names them)",
+    "input pipeline": "with the host preparing input (iterator, transfer or device_put events)",
+    "host work between steps": "with the host busy in other work (the events named in "
+                               "steps.csv between_host_events)",
+}

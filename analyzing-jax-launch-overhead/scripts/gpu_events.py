@@ -1,0 +1,263 @@
+"""GPU events from the trace and their host calls (standard library only).
+
+Step 1's load: every GPU stream event (kernel, memcpy, memset) as a GpuEvent with its category,
+the host events by thread and by correlation id (`collect`); each GPU event joined to its host
+call (`join_events`); each launching thread mapped to the thread that ran the execution
+(`launch_threads_to_exec`); and the time a set of events covers (`union_ps`, `stream_budget`).
+Times are integer picoseconds. Classification rules: trace_rules.py. Only `collect` writes, to
+stderr: what the reader repaired, and its progress through a large trace.
+"""
+
+from __future__ import annotations
+
+import bisect
+import operator
+import sys
+
+import trace_rules as rules
+
+import trace_reader
+
+PROGRESS_EVENTS = 500_000  # report progress on stderr above this many events
+# Launch-thread -> execution-thread mapping: after this many unambiguous matches for one
+# launching thread, the majority cannot change in any capture seen; stop counting.
+VOTES_ENOUGH = 200
+
+
+class GpuEvent:
+    """One GPU stream event (kernel, memcpy, memset); times in integer picoseconds."""
+    __slots__ = ("device", "stream", "name", "start", "dur", "end", "args", "category", "join",
+                 "launch", "graph", "step")
+
+    def __init__(self, device, stream, name, start, dur, args, category="compute"):
+        self.device = device
+        self.stream = stream
+        self.name = name
+        self.start = start
+        self.dur = dur
+        self.end = start + dur
+        self.args = args
+        self.category = category
+        self.join = "none"
+        self.launch = None
+        self.graph = False
+        self.step = None
+
+
+_CATEGORY: dict[tuple, str] = {}
+_JOIN_KIND: dict[tuple, str] = {}
+
+
+def categorize(name: str, args: dict) -> str:
+    """compute | collective | memcpy (trace_rules.category), memoized."""
+    key = (name, args.get("hlo_op", ""), "memcpy_details" in args)
+    cat = _CATEGORY.get(key)
+    if cat is None:
+        cat = _CATEGORY[key] = rules.category(*key)
+    return cat
+
+
+def join_kind(host_name: str, kernel_name: str) -> str:
+    """What a correlation id joined: launch, graph_launch, or other (trace_rules.join_kind)."""
+    key = (host_name, kernel_name)
+    kind = _JOIN_KIND.get(key)
+    if kind is None:
+        kind = _JOIN_KIND[key] = rules.join_kind(host_name, kernel_name)
+    return kind
+
+
+def collect(trace):
+    """GPU stream events, host events by thread, host events by correlation id. What the reader
+    repaired (trace.notes), and GPU runtime calls in a trace without GPU processes, are said on
+    stderr."""
+    for note in getattr(trace, "notes", ()):
+        print(f"skip_stats: note: {note}", file=sys.stderr)
+    try:
+        out = _collect(trace)
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
+        # trace_reader checks every field read here; this is the last line of defence
+        raise trace_reader.TraceError(
+            f"{trace.path} has a complete event that cannot be read ({type(exc).__name__}: "
+            f"{rules.printable(exc)}); pid, tid, ts, dur and name are always there in XLA's "
+            "traces") from exc
+    gpu, _, _, by_corr = out
+    if not gpu and by_corr and not trace.gpu_pids():
+        calls = sum(len(hs) for hs in by_corr.values())
+        print(f"skip_stats: note: {calls} host events carry a correlation id (GPU runtime calls) "
+              "but the trace has no /device:GPU process: its GPU events are missing, so this is "
+              "not a CPU capture", file=sys.stderr)
+    return out
+
+
+def _collect(trace):
+    gpu_pid = {pid: o for o, pid in trace.gpu_pids().items()}
+    host_pids = set(trace.host_pids())
+    stream_threads = {k for k, name in trace.threads.items() if name.startswith("Stream #")}
+    gpu, other_gpu_lines = [], 0
+    append_gpu = gpu.append
+    host_threads: dict[tuple, list] = {}
+    by_corr: dict[str, list] = {}
+    events = trace.events
+    n = len(events)
+    empty: dict = {}
+    for start in range(0, n, PROGRESS_EVENTS):
+        if start:
+            print(f"skip_stats: {start:,} of {n:,} events read", file=sys.stderr)
+        for ev in events[start:start + PROGRESS_EVENTS]:
+            pid = ev["pid"]
+            o = gpu_pid.get(pid)
+            if o is not None:
+                tid = ev["tid"]
+                if (pid, tid) not in stream_threads:
+                    other_gpu_lines += 1
+                    continue
+                args = ev.get("args", empty)
+                name = ev["name"]
+                append_gpu(GpuEvent(o, tid, name, round(ev["ts"] * 1_000_000),
+                                    round(ev["dur"] * 1_000_000), args, categorize(name, args)))
+            elif pid in host_pids:
+                key = (pid, ev["tid"])
+                args = ev.get("args", empty)
+                h = {"name": ev["name"], "start": round(ev["ts"] * 1_000_000),
+                     "dur": round(ev["dur"] * 1_000_000), "thread": key, "args": args}
+                lst = host_threads.get(key)
+                if lst is None:
+                    lst = host_threads[key] = []
+                lst.append(h)
+                cid = args.get("correlation_id")
+                if cid is not None:
+                    c = by_corr.get(cid)
+                    if c is None:
+                        by_corr[cid] = [h]
+                    else:
+                        c.append(h)
+    return gpu, other_gpu_lines, host_threads, by_corr
+
+
+def join_events(gpu, by_corr, threads) -> dict:
+    """Join each GPU event to its host call by correlation id; say what the id joined."""
+    counts = {"launch": 0, "graph_launch": 0, "other": 0, "none": 0, "ambiguous": 0,
+              "no_correlation_id": 0}
+    # device_id on host events may be an agent number: learn its map to ordinals from
+    # unambiguous joins, and use it only to break ties.
+    agent_votes: dict[str, dict[int, int]] = {}
+    if any(len(hs) > 1 for hs in by_corr.values()):
+        for ev in gpu:
+            hs = by_corr.get(ev.args.get("correlation_id"), ())
+            if len(hs) == 1 and "device_id" in hs[0]["args"]:
+                v = agent_votes.setdefault(hs[0]["args"]["device_id"], {})
+                v[ev.device] = v.get(ev.device, 0) + 1
+    agent = {a: max(v, key=v.get) for a, v in agent_votes.items()}
+    shared: dict[tuple, int] = {}
+    graph_ids = rules.GRAPH_ID_STATS
+    in_graph = rules.in_graph
+    kinds = _JOIN_KIND
+    none: list = []
+    for ev in gpu:  # a hot loop: every GPU event once
+        args = ev.args
+        cid = args.get("correlation_id")
+        if cid is None:
+            counts["no_correlation_id"] += 1
+            ev.join = "none"
+            ev.graph = in_graph(not graph_ids.isdisjoint(args), False)
+            continue
+        hs = by_corr.get(cid, none)
+        if len(hs) > 1:
+            hs = [h for h in hs if agent.get(h["args"].get("device_id")) == ev.device] or hs
+        if not hs:
+            join = "none"
+        elif len(hs) > 1:
+            join = "ambiguous"
+        else:
+            h = ev.launch = hs[0]
+            join = kinds.get((h["name"], ev.name)) or join_kind(h["name"], ev.name)
+        ev.join = join
+        counts[join] += 1
+        key = (ev.device, cid)
+        shared[key] = shared.get(key, 0) + 1
+        ev.graph = in_graph(not graph_ids.isdisjoint(args), join == "graph_launch")
+    counts["shared_ids_without_graph_launch"] = sum(
+        n for (d, cid), n in shared.items() if n > 1 and not any(
+            h for h in by_corr.get(cid, []) if rules.is_graph_launch(h["name"])))
+    return counts
+
+
+def launch_threads_to_exec(gpu, host_threads) -> dict:
+    """Map each launching thread to the thread that ran the execution (by the per-instruction
+    TraceMe that holds the launch in time and carries the same instruction name)."""
+    # a sample of launches per launching thread is enough for the majority
+    sample: dict[tuple, list] = {}
+    for ev in gpu:
+        if ev.join != "launch" or not ev.launch:
+            continue
+        lst = sample.setdefault(ev.launch["thread"], [])
+        if len(lst) < 4 * VOTES_ENOUGH:
+            label = ev.launch["args"].get("hlo_op") or ev.args.get("hlo_op")
+            if label:
+                lst.append((ev.launch, label))
+    labels = {label for lst in sample.values() for _, label in lst}
+    # label -> thread -> (sorted starts, ends): one bisect per thread that has the name
+    index: dict[str, dict] = {}
+    for key, events in host_threads.items():
+        for h in events:
+            if h["name"] in labels:
+                index.setdefault(h["name"], {}).setdefault(key, []).append(
+                    (h["start"], h["start"] + h["dur"]))
+    for per_thread in index.values():
+        for key, iv in per_thread.items():
+            iv.sort()
+            per_thread[key] = ([s for s, _ in iv], [e for _, e in iv])
+    votes: dict[tuple, dict] = {}
+    decided: dict[tuple, int] = {}
+    for L, label in (x for lst in sample.values() for x in lst):
+        if decided.get(L["thread"], 0) >= VOTES_ENOUGH:
+            continue
+        t = L["start"]
+        cands = []
+        for key, (starts, ends) in index.get(label, {}).items():
+            if key == L["thread"]:
+                continue
+            i = bisect.bisect_right(starts, t) - 1
+            if i >= 0 and ends[i] >= t:
+                cands.append(key)
+        if len(cands) == 1:
+            v = votes.setdefault(L["thread"], {})
+            v[cands[0]] = v.get(cands[0], 0) + 1
+            decided[L["thread"]] = decided.get(L["thread"], 0) + 1
+    return {t: max(v, key=v.get) for t, v in votes.items()}
+
+
+def last_end(gpu, host_threads) -> int:
+    """When the trace's last event ends, GPU or host (0 without events)."""
+    ends = [max(map(operator.attrgetter("end"), gpu))] if gpu else []
+    ends += [max(h["start"] + h["dur"] for h in hs) for hs in host_threads.values() if hs]
+    return max(ends, default=0)
+
+
+def union_ps(intervals) -> int:
+    total, cur_s, cur_e = 0, None, None
+    for s, e in sorted(intervals):
+        if e <= s:
+            continue  # empty (or a negative duration the tracer wrote): covers nothing
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                total += cur_e - cur_s
+            cur_s, cur_e = s, e
+        elif e > cur_e:
+            cur_e = e
+    if cur_e is not None:
+        total += cur_e - cur_s
+    return total
+
+
+def stream_budget(events, start, end) -> dict:
+    """Partition [start, end) of one stream into category time and idle, exactly."""
+    out = {"compute": 0, "collective": 0, "memcpy": 0}
+    covered = start
+    for ev in sorted(events, key=lambda e: (e.start, -e.dur)):
+        s, e = max(ev.start, covered), min(ev.end, end)
+        if e > s:
+            out[ev.category] += e - s
+            covered = e
+    out["idle"] = (end - start) - sum(out.values())
+    return out

@@ -1,0 +1,703 @@
+"""Step 1's analysis of a trace whose steps are framed (standard library only).
+
+From the GPU events of the analysed steps: per step and GPU the SKIP metrics, busy and idle time,
+the critical stream and its gaps (`per_step_rows`: the rows of steps.csv, streams.csv and
+gaps.csv); which GPUs run which programs (`gpu_groups`); the verdict by the named thresholds on
+the GPU that ends each step last (`verdict`); the straggler; host time by Python-traced call
+(`python_lines`); and the result skip_stats.json holds (`build_result`). Pure functions: they
+never print or write.
+"""
+
+from __future__ import annotations
+
+import bisect
+import operator
+import statistics
+from dataclasses import dataclass, field
+
+import trace_rules as rules
+from gap_causes import between_steps, cause_words, classify_gaps, gap_parts
+from gpu_events import stream_budget, union_ps
+from step_framing import PROFILER_CALL_RE, CallTree, Step
+
+# Verdict thresholds, applied on the GPU that finishes each step last, on its critical stream.
+# Launch-bound: the stream waits on the host for at least this share of the step. 25% is where
+# removing the wait would shorten the step by a quarter: big enough to be the first thing to fix.
+LAUNCH_BOUND_HOST_SHARE = 0.25
+# Device-bound: the critical stream is busy (or has work queued) for at least this share of the
+# step and the host share stays under HOST_SHARE_NEGLIGIBLE: the GPU, not the host, sets the pace.
+DEVICE_BOUND_BUSY_SHARE = 0.75
+HOST_SHARE_NEGLIGIBLE = 0.10
+# Collective/straggler-bound: collective kernels (which include waiting for peers) cover at least
+# this share of the step on the bounding GPU, with more than one GPU in the capture.
+COLLECTIVE_BOUND_SHARE = 0.25
+# Between steps: the GPU that ends a step sits idle after its last kernel until the next step
+# starts. At this share of the step period the time inside the step no longer tells the whole
+# story (a tenth of the wall time is beyond what the in-step verdict weighs): the verdict line
+# says so and names the cause class.
+BETWEEN_STEPS_SHARE = 0.10
+# Straggler: the rule and its margin are shared with the cross-host summary (trace_rules).
+STRAGGLER_MAJORITY = rules.STRAGGLER_MAJORITY
+STRAGGLER_MIN_LEAD_PS = rules.STRAGGLER_MIN_LEAD_PS
+STRAGGLER_MIN_LEAD_SHARE = rules.STRAGGLER_MIN_LEAD_SHARE
+
+# Picoseconds (the analysis's unit) to microseconds (the result's).
+PS_TO_US = 1e-6
+
+# What a GPU event's correlation id joined (gpu_events.join_events), in the order the result
+# and summary.txt name them.
+JOIN_KEYS = ("launch", "graph_launch", "other", "none", "ambiguous", "no_correlation_id")
+# What no single capture can answer: said in every result.
+NEEDS_NEW_CAPTURE = ("how the step time moves with batch size (the SKIP paper's CPU-bound vs "
+                     "GPU-bound test needs a batch-size sweep, not one capture)")
+
+
+@dataclass
+class Analysis:
+    """One trace up to its steps (skip_stats.analyse): the GPU events, every step, how the steps
+    were found, the steps analysed, what cannot be computed and the notes. analyse also sets
+    joins, exec_of (launching thread -> execution thread), host_threads, python_tracer_on,
+    call_tree, gap_events (a gap_causes.GapIndex) and thread_names; run sets stream_names."""
+    events: list
+    steps: list
+    step_source: str
+    analysed: list
+    refusals: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
+
+
+def step_refusals(gpu, launches: bool, analysed) -> list[str]:
+    """What cannot be computed on these events, one sentence each: no GPU events, no launch
+    events (`launches`: whether any host event carries a correlation id), GPU events launched by
+    graphs, no complete step among the `analysed` ones."""
+    refusals = []
+    if not gpu:
+        refusals.append("no GPU events: this trace has no /device:GPU stream events (a CPU "
+                        "capture?); nothing about GPU time can be computed")
+    if gpu and not launches:
+        refusals.append("no launch events: no host event carries a correlation_id, so queue "
+                        "delay, TKLQT and the host/device classification of gaps are unknown")
+    graph = sum(1 for e in gpu if e.graph)
+    if graph:
+        refusals.append(f"{graph} GPU events were launched by graphs (command buffers): they "
+                        "have no launch call of their own, so launch delay and TKLQT exclude "
+                        "them; gaps before them are judged by their graph's one launch call")
+    if gpu and not analysed:
+        refusals.append("only partial steps: the capture holds no complete step, so per-step "
+                        "figures describe a fragment")
+    return refusals
+
+
+def per_step_rows(a: Analysis) -> tuple[list, list, list, dict]:
+    """steps.csv rows, streams.csv rows, gaps.csv rows, and the verdict's inputs."""
+    analysed = {s.number: s for s in a.analysed}
+    by_gpu_step: dict[tuple, list] = {}
+    for ev in a.events:
+        if ev.step in analysed:
+            by_gpu_step.setdefault((ev.device, ev.step), []).append(ev)
+    devices = sorted({ev.device for ev in a.events})
+    critical = critical_streams(by_gpu_step, devices)
+    step_rows, gap_rows = [], []
+    stream_acc: dict[tuple, dict] = {}
+    verdict_in = []
+    for num, st in sorted(analysed.items()):
+        ends = {}
+        exec_starts = [x.start for x in st.executions]
+        for d in devices:
+            evs = by_gpu_step.get((d, num), [])
+            if not evs:
+                continue
+            row, per_stream, gaps = gpu_step_row(a, st, d, evs, critical.get(d), exec_starts)
+            ends[d] = row["end_ps"]
+            gap_rows.extend(gaps)
+            step_rows.append(row)
+            add_stream_budgets(stream_acc, d, per_stream, st.start, row["end_ps"])
+        if ends:
+            verdict_in.append((num, ends))
+    between_steps(a, step_rows)
+    groups = gpu_groups(a, by_gpu_step)
+    main, compared = weighed_gpus(groups)
+    return step_rows, stream_acc, gap_rows, {"critical": critical, "ends": verdict_in,
+                                             "groups": groups, "main_group": main,
+                                             "compared": compared}
+
+
+def critical_streams(by_gpu_step, devices) -> dict:
+    """GPU -> its critical stream: the stream with the most kernel-busy time over the analysed
+    steps (the lowest stream id among equals)."""
+    busy_by_stream: dict[tuple, int] = {}
+    for (d, _), evs in by_gpu_step.items():
+        per_stream: dict[int, list] = {}
+        for ev in evs:
+            per_stream.setdefault(ev.stream, []).append((ev.start, ev.end))
+        for s, iv in per_stream.items():
+            busy_by_stream[(d, s)] = busy_by_stream.get((d, s), 0) + union_ps(iv)
+    critical = {}
+    for d in devices:
+        cands = {s: b for (dd, s), b in busy_by_stream.items() if dd == d}
+        if cands:
+            critical[d] = max(sorted(cands), key=lambda s: cands[s])
+    return critical
+
+
+def gpu_step_row(a: Analysis, st: Step, d: int, evs: list, crit, exec_starts) -> tuple:
+    """One GPU's events of one step: its steps.csv row (from the step's start to its last
+    event's end), its events by stream, and the gaps.csv rows of its critical stream."""
+    start = st.start
+    # one pass over the step's events on this GPU (the hot loop of a large trace)
+    end = evs[0].end
+    kernel_sum = tklqt = n_launched = 0
+    busy_iv, coll_iv = [], []
+    per_stream: dict[int, list] = {}
+    for e in evs:
+        es, ee = e.start, e.end
+        if ee > end:
+            end = ee
+        if ee > start:
+            busy_iv.append((es if es > start else start, ee))
+        kernel_sum += e.dur
+        if e.join == "launch" and e.launch:
+            tklqt += es - e.launch["start"]
+            n_launched += 1
+        if e.category == "collective":
+            coll_iv.append((es, ee))
+        lst = per_stream.get(e.stream)
+        if lst is None:
+            lst = per_stream[e.stream] = []
+        lst.append(e)
+    dur = end - start
+    busy = union_ps(busy_iv)
+    crit_evs = sorted(per_stream.get(crit, ()), key=lambda e: e.start)
+    host_late, device_wait, unknown, gaps = classify_gaps(a, crit_evs, start, d, st.number)
+    coll = union_ps(coll_iv)
+    n_exec, programs, between_programs = step_programs(evs, exec_starts, crit)
+    row = {
+        "step": st.number, "device": d, "source": st.source, "start_ps": start, "end_ps": end,
+        "dur_ps": dur, "kernels": len(evs), "busy_ps": busy, "idle_ps": dur - busy,
+        "critical_stream": crit, "tklqt_ps": tklqt if n_launched else None,
+        "akd_ps": kernel_sum / len(evs), "il_ps": dur, "il_idle_ps": dur - kernel_sum,
+        "union_idle_ps": dur - busy, "host_late_ps": host_late,
+        "device_wait_ps": device_wait, "unknown_gap_ps": unknown,
+        "collective_ps": coll, "launched": n_launched, "executions": n_exec,
+        "programs": programs, "between_programs_ps": between_programs}
+    return row, per_stream, gaps
+
+
+def add_stream_budgets(stream_acc: dict, d: int, per_stream: dict, start: int, end: int) -> None:
+    """Add one GPU's step window [start, end) to its streams' totals (streams.csv): span,
+    compute, collective, memcpy and idle time, events."""
+    for s, sevs in per_stream.items():
+        b = stream_budget(sevs, start, end)
+        acc = stream_acc.setdefault((d, s), {"span": 0, "compute": 0, "collective": 0,
+                                             "memcpy": 0, "idle": 0, "events": 0})
+        acc["span"] += end - start
+        for k in ("compute", "collective", "memcpy", "idle"):
+            acc[k] += b[k]
+        acc["events"] += len(sevs)
+
+
+def weighed_gpus(groups: list) -> tuple[list, list]:
+    """The GPUs the verdict is weighed on, and those whose work is compared. The verdict is
+    weighed on every GPU that runs the step's programs (pipeline stages included: the step ends
+    when its last stage does); work is compared, and a straggler named, only inside one group:
+    the program group with the most GPU time among those of two GPUs or more (none: every GPU
+    runs programs of its own, so nothing is compared)."""
+    runs = [d for g in groups if g["kind"] == "programs" for d in g["devices"]]
+    main = sorted(runs) or (groups[0]["devices"] if groups else [])
+    compared = next((g["devices"] for g in groups if len(g["devices"]) > 1 and
+                     (g["kind"] == "programs" or not runs)), [])
+    if len(groups) == 1:
+        compared = groups[0]["devices"]
+    return main, compared
+
+
+def step_programs(evs, exec_starts, crit=None) -> tuple:
+    """One GPU's events of one step: how many of the step's program executions ran kernels on
+    it, its programs in order of their first kernel with their executions (`module xN`), and
+    the critical stream's idle between the kernels of two different executions while the host
+    was still launching the next one (the dispatch between programs: the host_late gaps that
+    lie between two executions). An event belongs to the execution whose host events began
+    last before its launch (its own start where it joined no launch)."""
+    if len(exec_starts) <= 1:
+        # no execution, or one (the common case of one program per step): no dispatch between
+        # programs; the programs in order of their first kernel, in one pass
+        first: dict[str, int] = {}
+        for e in evs:
+            m = e.args.get("hlo_module")
+            if m and (m not in first or e.start < first[m]):
+                first[m] = e.start
+        mods = sorted(first, key=lambda m: (first[m], m))
+        if not exec_starts:
+            return None, "; ".join(mods), None
+        return (1 if mods else 0), "; ".join(f"{m} x1" for m in mods), 0
+    idx_of = {}
+    for e in evs:
+        L = e.launch
+        t = L["start"] if L is not None and e.join in ("launch", "graph_launch") else e.start
+        idx_of[e] = max(0, bisect.bisect_right(exec_starts, t) - 1)
+    order = sorted(evs, key=operator.attrgetter("start"))
+    runs: dict[str, set] = {}
+    for e in order:
+        m = e.args.get("hlo_module")
+        if m:
+            runs.setdefault(m, set()).add(idx_of[e])
+    # on the critical stream, as classify_gaps cuts it: a host_late gap (the next kernel's launch
+    # call had not ended when the stream went idle) between two executions' kernels; so the
+    # dispatch is a part of host_late_us, never more (a copy on another stream inside the gap
+    # does not cut it; a gap before a kernel queued in time waits on the device)
+    between = 0
+    cur_end, cur_idx = None, None
+    for e in order:
+        if crit is not None and e.stream != crit:
+            continue
+        i = idx_of[e]
+        if cur_end is not None and e.start > cur_end and i != cur_idx:
+            between += sum(b - a for a, b, cause in gap_parts(cur_end, e)
+                           if cause == "host_late")
+        if cur_end is None or e.end > cur_end:
+            cur_end, cur_idx = e.end, i
+    executions = len({idx_of[e] for e in evs if e.args.get("hlo_module")})
+    programs = "; ".join(f"{m} x{len(ix)}" for m, ix in runs.items())
+    return executions, programs, between
+
+
+def gpu_groups(a: Analysis, by_gpu_step) -> list[dict]:
+    """GPUs grouped by the programs they run in the analysed steps (module names of their
+    kernels), the group with the most GPU time first. A GPU that runs no program's kernels is
+    said for what it holds: argument copies only (memcpys outside a program), memcpys only, or
+    kernels without a program label. Work is compared, and a straggler named, only inside a
+    group: GPUs that run other programs do other work."""
+    per: dict[int, dict] = {}
+    for (d, _), evs in by_gpu_step.items():
+        g = per.setdefault(d, {"modules": set(), "ps": 0, "events": 0, "copies": 0,
+                                "memcpy": 0})
+        ps = copies = memcpy = 0
+        mods = set()
+        for e in evs:  # a hot loop: every analysed event once
+            ps += e.dur
+            m = e.args.get("hlo_module")
+            if m:
+                mods.add(m)
+            elif e.category != "memcpy":
+                continue
+            elif rules.is_argument_copy(e.category, e.args, e.graph):
+                copies += 1
+            else:
+                memcpy += 1
+        g["modules"] |= mods
+        g["ps"] += ps
+        g["events"] += len(evs)
+        g["copies"] += copies
+        g["memcpy"] += memcpy
+    groups: dict[tuple, dict] = {}
+    for d, g in sorted(per.items()):
+        key = tuple(sorted(g["modules"]))
+        if key:
+            kind = "programs"
+        elif g["copies"] == g["events"]:
+            kind = "argument copies only"
+        elif g["copies"] + g["memcpy"] == g["events"]:
+            kind = "memcpys only"
+        else:
+            kind = "kernels without a program label"
+        grp = groups.setdefault((key, kind), {"programs": list(key), "kind": kind,
+                                             "devices": [], "gpu_ps": 0, "events": 0,
+                                             "copies": 0})
+        grp["devices"].append(d)
+        for k in ("events", "copies"):
+            grp[k] += g[k]
+        grp["gpu_ps"] += g["ps"]
+    return sorted(groups.values(), key=lambda x: (x["kind"] != "programs", -x["gpu_ps"],
+                                                  x["devices"]))
+
+
+def enclosing_call(tree: CallTree, st: Step) -> str | None:
+    """The innermost Python-traced call that encloses every program dispatch of a step (its
+    first execution's start to its last one's): the user's function a `jax.jit` around it would
+    make one program; None when no traced call encloses them all."""
+    if len(st.executions) < 2:
+        return None
+    h = tree.innermost_enclosing(st.executions[0].start, st.executions[-1].start)
+    return h["name"] if h else None
+
+
+def step_frames(a: Analysis, step_rows, info) -> dict:
+    """The one home of the step frames later steps use: per analysed step its start, its end
+    and bounding GPU (the latest end among the GPUs that run the step's programs), the next
+    step's start (any step of the capture: the period) and the window (start to the later of
+    its end and the next start); the median step (the lower median by duration of the complete
+    analysed steps, else of all analysed ones: a step that ran) and the straggler margin.
+    Step 3 draws the median step and step 6 takes its figures from it."""
+    main = set(info.get("main_group") or ())
+    order = sorted(a.steps, key=lambda st: st.start)
+    nxt = {st.number: order[i + 1].start for i, st in enumerate(order[:-1])}
+    partial = {s.number for s in a.analysed if s.partial}
+    by: dict[int, list] = {}
+    for r in step_rows:
+        by.setdefault(r["step"], []).append(r)
+    frames = []
+    for n, rows in sorted(by.items()):
+        mine = [r for r in rows if r["device"] in main] or rows
+        end = max(r["end_ps"] for r in mine)
+        bound = min(r["device"] for r in mine if r["end_ps"] == end)
+        start = min(r["start_ps"] for r in rows)
+        ns = nxt.get(n)
+        wend = max(end, ns) if ns is not None and ns > start else end
+        frames.append({"step": n, "start_us": start / 1e6, "end_us": end / 1e6,
+                       "bounding_gpu": bound, "dur_us": (end - start) / 1e6,
+                       "next_start_us": None if ns is None else ns / 1e6,
+                       "window_us": (wend - start) / 1e6, "partial": n in partial})
+    pool = [f for f in frames if not f["partial"]] or frames
+    median = None
+    why = ""
+    if pool:
+        ranked = sorted(pool, key=lambda f: (f["dur_us"], f["step"]))
+        median = ranked[(len(ranked) - 1) // 2]["step"]
+        why = (f"step {median}: the lower-median duration of the {len(ranked)} "
+               f"{'complete ' if pool is not frames or not partial else ''}analysed step(s)")
+    return {"median_step": median, "why": why, "steps": frames,
+            "margin": {"floor_us": STRAGGLER_MIN_LEAD_PS / 1e6,
+                       "pct_of_step": 100.0 * STRAGGLER_MIN_LEAD_SHARE},
+            "label": "measured"}
+
+
+def dispatch_summary(a: Analysis, step_rows) -> dict | None:
+    """Steps that hold several program executions: executions per step, the GPU idle between
+    two executions' kernels (steps.csv), and the Python-traced call that encloses a step's
+    dispatches in most steps (the function to jit whole)."""
+    rows = [r for r in step_rows if r.get("executions")]
+    if not rows or max(r["executions"] for r in rows) < 2:
+        return None
+    names = []
+    tree = getattr(a, "call_tree", None)
+    if tree is not None:
+        for st in a.analysed:
+            name = enclosing_call(tree, st)
+            if name:
+                names.append(name)
+    top = max(sorted(set(names)), key=names.count) if names else None
+    return {"executions_per_step": spread([r["executions"] for r in rows], "count", "measured"),
+            "between_programs_idle_us": spread([r["between_programs_ps"] for r in rows], "us",
+                                               "measured", 1e-6),
+            "enclosing_call": top, "enclosing_call_steps": names.count(top) if top else 0,
+            "steps": len(a.analysed), "label": "measured"}
+
+
+def group_sentence(g: dict, steps: int) -> str:
+    """What a group of GPUs holds, in words (per analysed step)."""
+    gpus = ", ".join(map(str, g["devices"]))
+    who = f"GPU {gpus}" if len(g["devices"]) == 1 else f"GPUs {gpus}"
+    per = max(steps, 1)
+    if g["kind"] == "programs":
+        progs = ", ".join(g["programs"][:6]) + (f" and {len(g['programs']) - 6} more"
+                                               if len(g["programs"]) > 6 else "")
+        verb = "runs" if len(g["devices"]) == 1 else "run"
+        return (f"{who} {verb} {progs}: {g['events'] / per / len(g['devices']):,.0f} GPU events "
+                f"and {g['gpu_ps'] / 1e6 / per / len(g['devices']):,.1f} us of GPU time per GPU "
+                "and step")
+    return (f"{who} {'holds' if len(g['devices']) == 1 else 'hold'} {g['kind']}: "
+            f"{g['events'] / per / len(g['devices']):,.0f} events, "
+            f"{g['gpu_ps'] / 1e6 / per / len(g['devices']):,.1f} us per GPU and step "
+            f"({g['copies']} argument copies in all)")
+
+
+def verdict(a: Analysis, step_rows, info) -> tuple[str, list, dict]:
+    """Apply the named thresholds on the GPU that finishes each step last: the verdict, the
+    lines of its rule, and the figures it was weighed on."""
+    if not step_rows:
+        return "not computable", ["no analysed step has GPU events"], {}
+    bound = bounding_rows(step_rows, info)
+    host = [r["host_late_ps"] / r["dur_ps"] for r in bound if r["dur_ps"]]
+    busy = [(r["dur_ps"] - r["host_late_ps"] - r["unknown_gap_ps"]) / r["dur_ps"]
+            for r in bound if r["dur_ps"]]
+    coll = [r["collective_ps"] / r["dur_ps"] for r in bound if r["dur_ps"]]
+    unknown = [r["unknown_gap_ps"] / r["dur_ps"] for r in bound if r["dur_ps"]]
+    main = set(info.get("main_group") or ()) or {r["device"] for r in step_rows}
+    h, b, c, u = (statistics.median(x) for x in (host, busy, coll, unknown))
+    # GPUs that wait for a straggler spend it inside collective kernels: take the GPU that
+    # spends the most step time in collectives, not only the bounding one
+    coll_all = [r["collective_ps"] / r["dur_ps"] for r in step_rows
+                if r["dur_ps"] and r["device"] in main]
+    c_max = max(coll_all) if coll_all else 0.0
+    figures = {"host_share": host, "busy_share": busy, "collective_share": coll,
+               "unknown_share": unknown}
+    rule = (f"on the GPU that finishes each step last (among those that run the step's "
+            f"programs), critical stream: host-late share "
+            f"{h:.1%}, busy-or-queued share {b:.1%}, collective share {c:.1%}, unknown gap "
+            f"share {u:.1%} (medians over {len(bound)} steps)")
+    name, fired = weigh(h, b, max(c, c_max), u, len(main))
+    lines = [rule] + fired
+    between, between_figures = weigh_between_steps(a, bound, name)
+    figures.update(between_figures)
+    return name, lines + between, figures
+
+
+def bounding_rows(step_rows, info) -> list[dict]:
+    """Per step, the steps.csv row of the GPU that ends it last among those that run the step's
+    programs (every GPU where none does; the lowest ordinal among equals)."""
+    by = {(r["step"], r["device"]): r for r in step_rows}
+    bound = []
+    main = set(info.get("main_group") or ())
+    for num, ends in info["ends"]:
+        mine = {d: t for d, t in ends.items() if d in main} or ends
+        last = max(sorted(mine), key=lambda d: mine[d])
+        bound.append(by[(num, last)])
+    return bound
+
+
+def weigh(h: float, b: float, c: float, u: float, gpus: int) -> tuple[str, list]:
+    """The verdict from the median shares of the step on the bounding GPU (host-late `h`,
+    busy-or-queued `b`, unknown gaps `u`), the largest collective share `c` on any GPU that runs
+    the step, and how many GPUs run it; with the thresholds that fired, in words."""
+    fired = []
+    if gpus > 1 and c >= COLLECTIVE_BOUND_SHARE:
+        fired.append(f"collective share up to {c:.1%} of a step on one GPU >= "
+                     f"COLLECTIVE_BOUND_SHARE {COLLECTIVE_BOUND_SHARE:.0%} with {gpus} GPUs")
+        name = "collective/straggler-bound"
+    elif h >= LAUNCH_BOUND_HOST_SHARE:
+        fired.append(f"host-late share {h:.1%} >= LAUNCH_BOUND_HOST_SHARE "
+                     f"{LAUNCH_BOUND_HOST_SHARE:.0%}")
+        name = "launch-bound"
+    elif b >= DEVICE_BOUND_BUSY_SHARE and h < HOST_SHARE_NEGLIGIBLE:
+        fired.append(f"busy-or-queued share {b:.1%} >= DEVICE_BOUND_BUSY_SHARE "
+                     f"{DEVICE_BOUND_BUSY_SHARE:.0%} and host-late share {h:.1%} < "
+                     f"HOST_SHARE_NEGLIGIBLE {HOST_SHARE_NEGLIGIBLE:.0%}")
+        name = "device-bound"
+    else:
+        fired.append("no threshold fired alone")
+        name = "mixed"
+    if u > HOST_SHARE_NEGLIGIBLE:
+        fired.append(f"caution: {u:.1%} of the bounding stream's step is gaps of unknown cause "
+                     "(graph kernels or unjoined events)")
+    return name, fired
+
+
+def weigh_between_steps(a: Analysis, bound: list[dict], name: str) -> tuple[list, dict]:
+    """The idle between steps on the bounding GPU, against the step period: the rule's lines,
+    and the figures `between_share`, `between_cause` and, at BETWEEN_STEPS_SHARE or more,
+    `qualifier` (the verdict holds within the step only). Nothing without a next step."""
+    between = [r for r in bound if r.get("period_ps")]
+    if not between:
+        return [], {}
+    shares = [r["idle_between_ps"] / r["period_ps"] for r in between]
+    share = statistics.median(shares)
+    causes = [r["between_cause"] for r in between if r["idle_between_ps"]]
+    cause = max(sorted(set(causes)), key=causes.count) if causes else "none (no idle)"
+    figures = {"between_share": shares, "between_cause": cause}
+    words = cause_words(cause, getattr(a, "python_tracer_on", False))
+    lines = [f"between steps, on the same GPU: {share:.1%} of the step period (start to "
+             f"the next step's start) is GPU idle after the step's last kernel (median "
+             f"over {len(between)} steps); host in that idle: {words}"]
+    if share >= BETWEEN_STEPS_SHARE:
+        figures["qualifier"] = (f"{name} within the step; {share:.0%} of the step period is "
+                                f"between steps, {words} "
+                                f"(cause: {cause})")
+        lines.append(f"between-steps share {share:.1%} >= BETWEEN_STEPS_SHARE "
+                     f"{BETWEEN_STEPS_SHARE:.0%}: the verdict holds within the step only")
+    return lines, figures
+
+
+def spread(values, unit: str, label: str, scale: float = 1.0) -> dict | None:
+    """A figure across steps and GPUs: median, min, max (None where nothing was measured)."""
+    values = [v * scale for v in values if v is not None]
+    if not values:
+        return None
+    return {"value": statistics.median(values), "min": min(values), "max": max(values),
+            "unit": unit, "label": label}
+
+
+def build_result(a: Analysis, joins, name, rule, figures, step_rows, info) -> dict:
+    """Everything summary.txt says, as data (fields: references/scratch-layout.md)."""
+    result = result_head(a, joins, name, rule)
+    if not step_rows:
+        return result
+    result["figures"] = step_figures(step_rows, figures)
+    result["verdict_qualifier"] = figures.get("qualifier")
+    if any(r.get("period_ps") for r in step_rows):
+        result["between_steps"] = {"cause": figures.get("between_cause"), "label": "inferred",
+                                   "threshold_pct_of_period": 100.0 * BETWEEN_STEPS_SHARE}
+    host = sum(r["host_late_ps"] for r in step_rows)
+    span = sum(r["dur_ps"] for r in step_rows)
+    result["host_device_split"] = {"host_pct_of_step": 100 * host / span,
+                                   "device_pct_of_step": 100 - 100 * host / span,
+                                   "label": "inferred"}
+    result["dispatch"] = dispatch_summary(a, step_rows)
+    result["frames"] = step_frames(a, step_rows, info)
+    result["gpu_groups"] = group_entries(info, len({r["step"] for r in step_rows}))
+    if len(result["gpu_groups"]) > 1:
+        result["notes"].append(groups_note(result["gpu_groups"], info))
+    gpus = sorted(info.get("compared") or ())
+    if len(gpus) > 1:
+        sub = dict(info, ends=[(n, {d: t for d, t in e.items() if d in gpus})
+                               for n, e in info["ends"]])
+        result["straggler"] = straggler([r for r in step_rows if r["device"] in gpus], sub,
+                                        PS_TO_US)
+        if str(a.step_source).startswith("the whole capture"):
+            # one window that is not a step: which GPU ends it last says nothing about steps
+            result["straggler"]["is_straggler"] = False
+    return result
+
+
+def result_head(a: Analysis, joins, name, rule) -> dict:
+    """The result of a trace before its figures: status, verdict, the steps, the joins, notes
+    and refusals; every later field empty (None, [] or {}): the whole result where no analysed
+    step has GPU events."""
+    analysed = {s.number for s in a.analysed}
+    total = len(a.events)
+    return {
+        "step": "skip_stats", "status": "done" if a.events else "not computable",
+        "verdict": name, "rule": rule,
+        "steps": {"source": a.step_source, "analysed": [s.number for s in a.analysed],
+                  "skipped_partial": [s.number for s in a.steps
+                                      if s.partial and s.number not in analysed],
+                  "partial_analysed": [s.number for s in a.analysed if s.partial]},
+        "joins": {k: joins.get(k, 0) for k in JOIN_KEYS + ("shared_ids_without_graph_launch",)},
+        "gpu_events": total,
+        "join_rate_pct_of_gpu_events": 100.0 * joins.get("launch", 0) / total if total else 0.0,
+        "figures": {}, "host_device_split": None, "straggler": None, "gpu_groups": [],
+        "dispatch": None, "frames": None,
+        "verdict_qualifier": None, "between_steps": None,
+        "notes": list(a.notes), "refusals": list(a.refusals),
+        "needs_new_capture": [NEEDS_NEW_CAPTURE],
+    }
+
+
+def step_figures(step_rows, figures) -> dict:
+    """The result's `figures`: each steps.csv measure across steps and GPUs, and the verdict's
+    shares on the bounding GPU, as spreads (median, min, max)."""
+    fig = {}
+    for key, col, unit, label in (
+            ("step_duration_us", "dur_ps", "us", "measured"),
+            ("kernels_per_step_per_gpu", "kernels", "count", "measured"),
+            ("busy_us", "busy_ps", "us", "measured"),
+            ("union_idle_us", "union_idle_ps", "us", "measured"),
+            ("il_idle_us", "il_idle_ps", "us", "measured"),
+            ("tklqt_us", "tklqt_ps", "us", "measured"),
+            ("akd_us", "akd_ps", "us", "measured"),
+            ("il_us", "il_ps", "us", "measured"),
+            ("executions_per_step", "executions", "count", "measured"),
+            ("between_programs_idle_us", "between_programs_ps", "us", "measured")):
+        fig[key] = spread([r[col] for r in step_rows], unit, label,
+                          PS_TO_US if unit == "us" else 1.0)
+    for key in ("host_share", "busy_share", "collective_share"):
+        fig[key + "_pct_of_step"] = spread(figures.get(key, []), "pct", "inferred", 100.0)
+    with_period = [r for r in step_rows if r.get("period_ps")]
+    fig["period_us"] = spread([r["period_ps"] for r in with_period], "us", "measured", PS_TO_US)
+    fig["idle_between_us"] = spread([r["idle_between_ps"] for r in with_period], "us",
+                                    "measured", PS_TO_US)
+    fig["idle_between_pct_of_period"] = spread(
+        [r["idle_between_ps"] / r["period_ps"] for r in with_period], "pct", "measured", 100.0)
+    # the same ratio of measured times as idle_between_pct_of_period, on the bounding GPU only:
+    # one label for one kind of value
+    fig["between_share_pct_of_period"] = spread(figures.get("between_share", []), "pct",
+                                                "measured", 100.0)
+    return fig
+
+
+def group_entries(info, n_steps: int) -> list[dict]:
+    """The result's `gpu_groups`: each group of GPUs with its work per GPU and step, its
+    sentence, whether its work is compared and whether it runs the step."""
+    return [
+        {"devices": g["devices"], "kind": g["kind"], "programs": g["programs"],
+         "events_per_gpu_and_step": g["events"] / max(n_steps, 1) / len(g["devices"]),
+         "gpu_us_per_gpu_and_step": {"value": g["gpu_ps"] * PS_TO_US / max(n_steps, 1)
+                                     / len(g["devices"]), "unit": "us", "label": "measured"},
+         "argument_copies": g["copies"], "sentence": group_sentence(g, n_steps),
+         "compared": g["devices"] == info.get("compared"),
+         "runs_step": g["kind"] == "programs" or g["devices"] == info.get("main_group")}
+        for g in info.get("groups") or []]
+
+
+def groups_note(entries: list[dict], info) -> str:
+    """The note of a capture whose GPUs do different work: each group's sentence, which GPUs
+    are compared, and which GPUs the verdict is weighed on."""
+    gpus = sorted(info.get("compared") or ())
+    return ("GPUs do different work: " + "; ".join(g["sentence"] for g in entries)
+            + (f". Work is compared and a straggler named only among GPUs "
+               f"{', '.join(map(str, gpus))}, the group of GPUs that run the same programs with "
+               "the most GPU time" if gpus else
+               ". No two GPUs run the same programs (pipeline stages, or one GPU with work): "
+               "work is not compared and no straggler is named")
+            + "; the verdict is weighed on the GPU that ends each step last among GPU(s) "
+            + ", ".join(map(str, info.get("main_group") or [])) + ", which run the step's "
+            "programs")
+
+
+def straggler(step_rows, info, us_) -> dict:
+    """Which GPU ends each step last, by how much, and whether that is a straggler: one GPU last
+    in more than STRAGGLER_MAJORITY of the steps, ahead of the next GPU by more than the margin
+    in the median of those steps; a step whose two last GPUs end within the margin is a tie."""
+    dur = {(r["step"], r["device"]): r["dur_ps"] for r in step_rows}
+    spreads, lasts, leads = [], [], {}
+    for num, ends in info["ends"]:
+        spreads.append(max(ends.values()) - min(ends.values()))
+        order = sorted(ends, key=lambda d: (-ends[d], d))
+        if len(order) < 2:
+            continue
+        lead = ends[order[0]] - ends[order[1]]
+        margin = max(STRAGGLER_MIN_LEAD_PS, STRAGGLER_MIN_LEAD_SHARE
+                     * dur.get((num, order[0]), 0))
+        if lead <= margin:
+            lasts.append(None)  # a tie
+            continue
+        lasts.append(order[0])
+        leads.setdefault(order[0], []).append(lead)
+    counts = {d: lasts.count(d) for d in sorted({d for d in lasts if d is not None})}
+    ties = lasts.count(None)
+    top = max(sorted(counts), key=lambda d: counts[d]) if counts else None
+    is_straggler = top is not None and counts[top] > STRAGGLER_MAJORITY * len(lasts)
+    coll: dict = {}
+    for r in step_rows:
+        coll.setdefault(r["device"], []).append(r["collective_ps"])
+    med = {d: statistics.median(v) for d, v in coll.items()}
+    least = min(sorted(med), key=lambda d: med[d])
+    return {
+        "gpu": top, "is_straggler": is_straggler,
+        "steps_last": counts.get(top, 0), "steps": len(lasts), "ties": ties,
+        "last_counts": {str(d): c for d, c in sorted(counts.items(), key=lambda kv: -kv[1])},
+        "lead_us": spread(leads.get(top, []), "us", "measured", us_),
+        "margin_us": {"value": STRAGGLER_MIN_LEAD_PS * us_, "unit": "us", "label": "inferred",
+                      "pct_of_step": 100.0 * STRAGGLER_MIN_LEAD_SHARE},
+        "end_spread_us": spread(spreads, "us", "measured", us_),
+        "least_collective_gpu": least if any(med.values()) else None,
+        "least_collective_us": med[least] * us_,
+        "most_collective_us": max(med.values()) * us_}
+
+
+def python_lines(host_threads) -> list[dict]:
+    """Host time under the Python tracer, per traced name (`$<file>:<line> <function>`, or
+    `$builtins <function>`): calls, total (inclusive) and self time (less the traced calls
+    nested in it on the same thread; a call that blocks, waiting for the GPUs, holds that
+    wait as its own time), threads; by self time, largest first. The profiler's own start and
+    stop calls are left out. Empty when the tracer was off."""
+    per: dict[str, dict] = {}
+    for key, events in host_threads.items():
+        traced = [h for h in events if h["name"].startswith(rules.PYTHON_TRACER_PREFIX)
+                  and not PROFILER_CALL_RE.match(h["name"])]
+        traced.sort(key=lambda h: (h["start"], -h["dur"]))
+        stack: list = []  # (end, the enclosing call's name totals)
+        for h in traced:
+            start, end = h["start"], h["start"] + h["dur"]
+            while stack and stack[-1][0] <= start:
+                stack.pop()
+            acc = per.get(h["name"])
+            if acc is None:
+                acc = per[h["name"]] = {"name": h["name"], "calls": 0, "total_ps": 0,
+                                        "self_ps": 0, "threads": set()}
+            acc["calls"] += 1
+            acc["total_ps"] += h["dur"]
+            acc["self_ps"] += h["dur"]
+            acc["threads"].add(key)
+            if stack:  # nested in the call below it: not that call's own time
+                stack[-1][1]["self_ps"] -= min(end, stack[-1][0]) - start
+            stack.append((end, acc))
+    return sorted(per.values(), key=lambda r: (-r["self_ps"], r["name"]))
+
+
+def python_tracer(py: list) -> dict:
+    """skip_stats.json `python_tracer` from python_lines' rows: names, calls, their own time and
+    the host threads they ran on."""
+    return {"names": len(py), "calls": sum(r["calls"] for r in py),
+            "self_us": {"value": sum(r["self_ps"] for r in py) / 1e6, "unit": "us",
+                        "label": "measured"},
+            "threads": len({t for r in py for t in r["threads"]})}

@@ -1,0 +1,369 @@
+"""Step 1's files (standard library only): rows.csv (one line per GPU event; on a large trace a
+forked child writes it while the parent computes the rest), streams.csv, steps.csv, gaps.csv,
+python_lines.csv, and summary.txt, a rendering of the result. Writers format what the analysis
+computed; they compute no figure.
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+import os
+import sys
+from pathlib import Path
+
+import trace_rules as rules
+from skip_analysis import JOIN_KEYS, Analysis
+from trace_rules import pct, us, write_csv
+
+# From this many GPU events on, rows.csv is written by a forked child while this process computes
+# the other tables (a second core; where there is no fork, it is written first, here). Under it
+# the fork costs more than it saves.
+FORK_ROWS_MIN = 100_000
+
+RESULT_FILE = "skip_stats.json"
+ROW_COLUMNS = ["device", "stream", "stream_name", "kernel", "category", "start_us", "dur_us",
+               "end_us", "correlation_id", "join", "launch_name", "launch_thread",
+               "launch_start_us", "launch_dur_us", "queue_us", "launch_to_start_us", "hlo_op",
+               "hlo_module", "graph", "step"]
+PYTHON_LINES_COLUMNS = ["name", "calls", "total_us", "self_us", "threads"]
+
+
+def write_rows(path, a: Analysis) -> int:
+    """One line per GPU event, streamed to the file. This is the hot loop of a large trace:
+    strings repeat (kernel, stream, op names), so each is quoted once and looked up after."""
+    names = a.thread_names
+    quoted: dict[str, str] = {}
+
+    def q(v):
+        r = quoted.get(v)
+        if r is None:
+            r = quoted[v] = rules.quote(v)
+        return r
+    streams = {k: q(v) for k, v in a.stream_names.items()}
+    threads = {k: q(v) for k, v in names.items()}
+    n = 0
+    events = sorted(a.events, key=operator.attrgetter("device", "stream", "start"))
+    # the columns that repeat from event to event, each combination formatted once
+    heads: dict[tuple, str] = {}
+    tails: dict[tuple, str] = {}
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        fh.write(",".join(ROW_COLUMNS) + "\n")
+        buf = []
+        append = buf.append
+        for ev in events:
+            join = ev.join
+            L = ev.launch
+            start = ev.start
+            if L is not None and join != "ambiguous":
+                ls, ld = L["start"], L["dur"]
+                lname = quoted.get(L["name"]) or q(L["name"])
+                if join == "launch":
+                    launch = (f"{lname},{threads.get(L['thread'], '')},{ls / 1e6:.3f},"
+                              f"{ld / 1e6:.3f},{(start - ls - ld) / 1e6:.3f},"
+                              f"{(start - ls) / 1e6:.3f}")
+                else:
+                    launch = (f"{lname},{threads.get(L['thread'], '')},{ls / 1e6:.3f},"
+                              f"{ld / 1e6:.3f},,")
+            else:
+                launch = ",,,,,"
+            args = ev.args
+            key = (ev.device, ev.stream, ev.name, ev.category)
+            head = heads.get(key)
+            if head is None:
+                head = heads[key] = (
+                    f"{ev.device},{ev.stream},{streams.get((ev.device, ev.stream), '')},"
+                    f"{q(ev.name)},{ev.category},")
+            key = (args.get("hlo_op", ""), args.get("hlo_module", ""), ev.graph, ev.step)
+            tail = tails.get(key)
+            if tail is None:
+                hlo_op, hlo_module, graph, step = key
+                tail = tails[key] = (f"{q(hlo_op)},{q(hlo_module)},{1 if graph else 0},"
+                                     f"{'' if step is None else step}\n")
+            cid = args.get("correlation_id", "")
+            if type(cid) is not int:
+                cid = q(str(cid))  # a malformed id (text with commas, quotes) stays one field
+            append(f"{head}{start / 1e6:.3f},{ev.dur / 1e6:.3f},{ev.end / 1e6:.3f},{cid},"
+                   f"{join},{launch},{tail}")
+            n += 1
+            if n % 10_000 == 0:
+                fh.write("".join(buf))
+                buf.clear()
+        fh.write("".join(buf))
+    return n
+
+
+class RowsJob:
+    """rows.csv, the one table as long as the trace: written by a forked child (it sees the
+    analysed events as they are at the fork, copy-on-write) while this process computes and
+    writes the other tables; `wait()` gives its row count or raises OSError with the child's
+    reason. Without os.fork, or under FORK_ROWS_MIN events, it is written here at once."""
+
+    def __init__(self, path: Path, a):
+        self.pid = None
+        self.n = None
+        if not hasattr(os, "fork") or len(a.events) < FORK_ROWS_MIN:
+            self.n = write_rows(path, a)
+            return
+        r, w = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the child: writes, reports its count (or why not) and exits at once
+            code = 1
+            try:
+                os.close(r)
+                os.write(w, str(write_rows(path, a)).encode())
+                code = 0
+            except BaseException as exc:  # noqa: BLE001 - said to the parent, which raises
+                try:
+                    os.write(w, f"!{type(exc).__name__}: {exc}"[:2000].encode("utf-8",
+                                                                           "replace"))
+                except BaseException:  # noqa: BLE001, S110 - nothing left to tell
+                    pass
+            finally:
+                os._exit(code)
+        os.close(w)
+        self.pid, self.fd = pid, r
+
+    def wait(self) -> int:
+        if self.pid is None:
+            return self.n
+        chunks = []
+        while True:
+            chunk = os.read(self.fd, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        os.close(self.fd)
+        _, status = os.waitpid(self.pid, 0)
+        self.pid = None
+        text = b"".join(chunks).decode("utf-8", "replace")
+        if os.waitstatus_to_exitcode(status) != 0 or not text.isdigit():
+            raise OSError(text[1:] if text.startswith("!") else
+                          f"the process writing rows.csv ended with status {status}")
+        self.n = int(text)
+        return self.n
+
+    def abort(self) -> None:
+        """Stop the child (this process failed or was interrupted) and reap it."""
+        if self.pid is None:
+            return
+        try:
+            os.kill(self.pid, 15)
+        except OSError:
+            pass
+        try:
+            os.waitpid(self.pid, 0)
+            os.close(self.fd)
+        except OSError:
+            pass
+        self.pid = None
+
+
+def write_tables(tmp: Path, a: Analysis, stream_acc, critical, step_rows, gap_rows) -> list:
+    """streams.csv, steps.csv, gaps.csv (rows.csv is RowsJob's)."""
+    written = []
+    stream_rows = []
+    for (d, s), acc in sorted(stream_acc.items()):
+        span = acc["span"]
+        stream_rows.append([d, s, a.stream_names.get((d, s), ""), us(span),
+                            us(acc["compute"]), us(acc["collective"]), us(acc["memcpy"]),
+                            us(acc["idle"]), pct(acc["compute"], span),
+                            pct(acc["collective"], span), pct(acc["memcpy"], span),
+                            pct(acc["idle"], span), acc["events"], int(critical.get(d) == s)])
+    written.append(("streams.csv", write_csv(tmp / "streams.csv", [
+        "device", "stream", "stream_name", "span_us", "compute_us", "collective_us",
+        "memcpy_us", "idle_us", "compute_pct_of_span", "collective_pct_of_span",
+        "memcpy_pct_of_span", "idle_pct_of_span",
+        "events", "critical"], stream_rows)))
+    written.append(("steps.csv", write_csv(tmp / "steps.csv", [
+        "step", "device", "source", "start_us", "end_us", "dur_us", "kernels", "busy_us",
+        "idle_us", "idle_pct_of_step", "critical_stream", "tklqt_us", "akd_us", "il_us",
+        "il_idle_us", "union_idle_us", "host_late_us", "device_wait_us", "unknown_gap_us",
+        "period_us", "idle_between_us", "idle_between_pct_of_period", "between_cause",
+        "between_host_events", "executions", "between_programs_idle_us", "programs"],
+        [[r["step"], r["device"], r["source"], us(r["start_ps"]), us(r["end_ps"]),
+          us(r["dur_ps"]), r["kernels"], us(r["busy_ps"]), us(r["idle_ps"]),
+          pct(r["idle_ps"], r["dur_ps"]), r["critical_stream"], us(r["tklqt_ps"]),
+          us(r["akd_ps"]), us(r["il_ps"]), us(r["il_idle_ps"]), us(r["union_idle_ps"]),
+          us(r["host_late_ps"]), us(r["device_wait_ps"]), us(r["unknown_gap_ps"]),
+          us(r["period_ps"]), us(r["idle_between_ps"]),
+          pct(r["idle_between_ps"], r["period_ps"]) if r["period_ps"] else "",
+          r["between_cause"], r["between_events"],
+          "" if r["executions"] is None else r["executions"], us(r["between_programs_ps"]),
+          r["programs"]]
+         for r in step_rows])))
+    written.append(("gaps.csv", write_csv(tmp / "gaps.csv", [
+        "device", "stream", "step", "start_us", "end_us", "dur_us", "kernel_before",
+        "kernel_after", "cause", "launch_thread", "host_events", "python_traced_us"],
+        [[g["device"], g["stream"], g["step"], us(g["start_ps"]), us(g["end_ps"]),
+          us(g["dur_ps"]), g["kernel_before"], g["kernel_after"], g["cause"],
+          g["launch_thread"], g["host_events"], us(g["python_traced_ps"])]
+         for g in sorted(gap_rows, key=lambda g: (g["device"], g["start_ps"]))])))
+    return written
+
+
+def _rng(f: dict | None, fmt) -> str:
+    if f is None:
+        return "n/a"
+    return f"{fmt(f['value'])} ({fmt(f['min'])}-{fmt(f['max'])})"
+
+
+def render_summary(r: dict) -> list[str]:
+    """summary.txt: a rendering of the result, nothing computed here."""
+    out = [f"verdict: {r.get('verdict_qualifier') or r['verdict']}"]
+    out += [f"rule: {x}" for x in r["rule"]]
+    out += steps_lines(r)
+    out += joins_lines(r)
+    if r["figures"]:
+        out += figures_lines(r)
+    if r["straggler"]:
+        out += straggler_lines(r)
+    out += python_tracer_lines(r.get("python_tracer") or {})
+    out += [f"note: {n}" for n in r["notes"]]
+    out += [f"cannot compute: {x}" for x in r["refusals"]]
+    out += [f"needs a new capture: {x}" for x in r["needs_new_capture"]]
+    return [rules.printable(line) for line in out]  # a newline in a name stays on its line
+
+
+def steps_lines(r: dict) -> list[str]:
+    """How the steps were found and which were analysed; the program executions per step and
+    the GPU groups where there are several."""
+    st = r["steps"]
+    out = [f"steps: from {st['source']}; {len(st['analysed'])} analysed "
+           f"({', '.join(map(str, st['analysed'])) or 'none'})"
+           + (f"; skipped as partial: {', '.join(map(str, st['skipped_partial']))}"
+              if st["skipped_partial"] else "")
+           + (f"; partial but analysed for want of a complete one: "
+              f"{', '.join(map(str, st['partial_analysed']))}"
+              if st["partial_analysed"] else "")]
+    f0 = r["figures"]
+    if (f0.get("executions_per_step") or {}).get("max", 0) > 1:
+        bp = f0.get("between_programs_idle_us")
+        out.append(f"  program executions per step and GPU: "
+                   f"{_rng(f0['executions_per_step'], lambda v: f'{v:.0f}')}; the critical stream "
+                   f"waiting on the host between two executions' kernels: "
+                   f"{_rng(bp, lambda v: f'{v:,.1f} us')} per step "
+                   "(steps.csv programs, executions, between_programs_idle_us)")
+        dp = r.get("dispatch") or {}
+        if dp.get("enclosing_call"):
+            out.append(f"  the Python call that encloses a step's dispatches: "
+                       f"{dp['enclosing_call']} (in {dp['enclosing_call_steps']} of "
+                       f"{dp['steps']} steps)")
+    for g in r.get("gpu_groups") or []:
+        if len(r["gpu_groups"]) > 1:
+            out.append(f"  GPU group{' (compared)' if g['compared'] else ''}: {g['sentence']}")
+    return out
+
+
+def joins_lines(r: dict) -> list[str]:
+    """What the correlation ids joined, and notes on the ids that joined no launch."""
+    j = r["joins"]
+    out = ["joins: " + ", ".join(f"{k} {j[k]}" for k in JOIN_KEYS)
+           + f" (of {r['gpu_events']} GPU events; join rate to a launch call "
+           f"{r['join_rate_pct_of_gpu_events']:.1f}%)"]
+    if j["other"]:
+        out.append(f"note: {j['other']} GPU events carry a correlation id that belongs to a "
+                   "host event that is not a launch (e.g. a stream wait): they are not joined "
+                   "to a launch")
+    if j["shared_ids_without_graph_launch"]:
+        out.append(f"note: {j['shared_ids_without_graph_launch']} GPU events share a "
+                   "correlation id with another on the same GPU without a graph launch")
+    return out
+
+
+def figures_lines(r: dict) -> list[str]:
+    """The figures as median (min-max) across analysed steps and GPUs, and the host/device
+    split."""
+    f = r["figures"]
+    f_us = lambda v: f"{v:,.1f} us"  # noqa: E731
+    f_pct = lambda v: f"{v:.1f}%"  # noqa: E731
+    out = ["figures: median (min-max) across analysed steps and GPUs"]
+    out.append(f"  step duration: {_rng(f['step_duration_us'], f_us)}")
+    out.append("  kernels per step per GPU: "
+               f"{_rng(f['kernels_per_step_per_gpu'], lambda v: f'{v:.0f}')}")
+    out.append(f"  busy (union of all streams): {_rng(f['busy_us'], f_us)}")
+    out.append(f"  idle from the union (IL - union busy): {_rng(f['union_idle_us'], f_us)}")
+    out.append("  idle as the SKIP paper computes it (IL - sum of kernel time; double-counts "
+               f"overlapping streams): {_rng(f['il_idle_us'], f_us)}")
+    out.append(f"  TKLQT (sum of kernel start - launch start): {_rng(f['tklqt_us'], f_us)}")
+    out.append(f"  AKD (mean kernel duration): {_rng(f['akd_us'], f_us)}")
+    out.append("  IL (first host op of the step to its last kernel's end): "
+               f"{_rng(f['il_us'], f_us)}")
+    for k, label in (("host_share_pct_of_step", "host-late share of the step (bounding GPU)"),
+                     ("busy_share_pct_of_step", "busy-or-queued share (bounding GPU)"),
+                     ("collective_share_pct_of_step", "collective share (bounding GPU)")):
+        out.append(f"  {label}: {_rng(f[k], f_pct)}")
+    if f.get("period_us"):
+        out.append(f"  step period (start to the next step's start, every GPU): "
+                   f"{_rng(f['period_us'], f_us)}")
+        out.append(f"  GPU idle between steps (each GPU's last kernel to the next step's "
+                   f"start, every GPU): "
+                   f"{_rng(f['idle_between_us'], f_us)}, "
+                   f"{_rng(f['idle_between_pct_of_period'], f_pct)} of the period; cause: "
+                   f"{(r.get('between_steps') or {}).get('cause')} (steps.csv "
+                   "between_host_events)")
+    hd = r["host_device_split"]
+    out.append(f"  host/device split on the critical streams: host "
+               f"{hd['host_pct_of_step']:.2f}%, device {hd['device_pct_of_step']:.2f}% "
+               "of step time")
+    return out
+
+
+def straggler_lines(r: dict) -> list[str]:
+    """Which GPU ends the steps last and whether it is a straggler; the GPU with the least
+    collective time."""
+    sg = r["straggler"]
+    dist = ", ".join([f"GPU {d} in {c}" for d, c in sg["last_counts"].items()]
+                     + ([f"a tie in {sg['ties']}"] if sg["ties"] else []))
+    spread_txt = _rng(sg["end_spread_us"], lambda v: f"{v:,.1f} us")
+    margin = (f"{sg['margin_us']['value']:,.1f} us or "
+              f"{sg['margin_us']['pct_of_step']:.1f}% of the step")
+    if str(r["steps"]["source"]).startswith("the whole capture"):
+        out = [f"no straggler: the capture has no steps (one whole-capture window, "
+               f"last: {dist})"]
+    elif sg["is_straggler"]:
+        out = [f"straggler: GPU {sg['gpu']} finishes last in {sg['steps_last']} of "
+               f"{sg['steps']} steps, ahead of the next GPU by "
+               f"{_rng(sg['lead_us'], lambda v: f'{v:,.1f} us')} (margin {margin}); "
+               f"last per step: {dist}; spread of step end times {spread_txt}"]
+    else:
+        out = [f"no straggler: the last GPU changes from step to step (last: {dist} "
+               f"of {sg['steps']} steps; a lead within {margin} is a tie); spread of "
+               f"step end times {spread_txt}"]
+    if sg["least_collective_gpu"] is not None:
+        out.append(f"  collective time per step: GPU {sg['least_collective_gpu']} has the "
+                   f"least ({sg['least_collective_us']:,.1f} us, others up to "
+                   f"{sg['most_collective_us']:,.1f} us): collective kernels include "
+                   "waiting for peers, so the GPU that waits least is the one the others "
+                   "wait for")
+    return out
+
+
+def python_tracer_lines(pt: dict) -> list[str]:
+    """What the Python tracer recorded, or that it recorded nothing."""
+    if pt.get("calls"):
+        return [f"python tracer: on; {pt['calls']:,} traced calls of {pt['names']:,} names on "
+                f"{pt['threads']} host thread(s), {pt['self_us']['value']:,.1f} us of their "
+                "own time (python_lines.csv: host time by Python line, largest first; "
+                "upper bounds, the tracer slows what it traces; a blocking call's wait is "
+                "its own time; the profiler's start and stop calls left out)"]
+    return ["python tracer: no traced call (it was off, or traced nothing): host time "
+            "by Python line is not in this capture"]
+
+
+def write_python_lines(path: Path, py: list) -> int:
+    """python_lines.csv from skip_analysis.python_lines' rows; returns the row count."""
+    return write_csv(path, PYTHON_LINES_COLUMNS,
+                     ([r["name"], r["calls"], us(r["total_ps"]), us(r["self_ps"]),
+                       len(r["threads"])] for r in py))
+
+
+def write_result(tmp: Path, result: dict) -> list:
+    """summary.txt (the result rendered) and skip_stats.json; returns their (file, count)."""
+    lines = render_summary(result)
+    (tmp / "summary.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (tmp / RESULT_FILE).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n",
+                                   encoding="utf-8")
+    return [("summary.txt", len(lines)), (RESULT_FILE, 1)]
