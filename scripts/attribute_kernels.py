@@ -759,7 +759,7 @@ def write_kernels(path: Path, kernels, sources) -> int:
     def q(v):
         r = quoted.get(v)
         if r is None:
-            r = quoted[v] = rules.quote(v)
+            r = quoted[v] = scratch.quote(v)
         return r
     src: dict = {}
     with open(path, "w", newline="", encoding="utf-8") as fh:

@@ -230,7 +230,7 @@ def check_same_work(a, step_rows, idle_gpus, groups=None, compared=None) -> list
                        f"GPU {d} is idle in this capture (no events): it did no work to compare"))
     groups = [g for g in (groups or []) if g["devices"]]
     if len(groups) > 1:
-        import skip_stats
+        import skip_analysis
         n_steps = len({r["step"] for r in step_rows})
         compared = set(compared or ())
         runs = [d for g in groups if g["kind"] == "programs" for d in g["devices"]]
@@ -238,7 +238,7 @@ def check_same_work(a, step_rows, idle_gpus, groups=None, compared=None) -> list
         for g in groups:
             if set(g["devices"]) == compared:
                 continue
-            sentence = skip_stats.group_sentence(g, n_steps)
+            sentence = skip_analysis.group_sentence(g, n_steps)
             for d in g["devices"]:
                 if g["kind"] == "programs" and len(g["devices"]) == 1:
                     why = (f"GPU {d} runs programs no other GPU runs ({sentence}): its work is "
@@ -298,7 +298,7 @@ def check_same_work(a, step_rows, idle_gpus, groups=None, compared=None) -> list
 
 
 def check_stream_budgets(a, stream_acc) -> list[dict]:
-    import skip_stats
+    import gpu_events
     out = []
     analysed = {s.number: s for s in a.analysed}
     ends: dict = {}
@@ -318,7 +318,7 @@ def check_stream_budgets(a, stream_acc) -> list[dict]:
             start, end = st.start, ends[(d, num)]
             iv = [(max(e.start, start), min(e.end, end))
                   for e in by_stream_step.get((d, s, num), ()) if e.end > start]
-            idle2 += (end - start) - skip_stats.union_ps(iv)
+            idle2 += (end - start) - gpu_events.union_ps(iv)
         ok = parts == acc["span"] and idle2 == acc["idle"]
         out.append(row("stream_budget", d, s, "pass" if ok else "fail", parts, acc["span"], "ps",
                        "compute + collective + memcpy + idle", "span", "" if ok else

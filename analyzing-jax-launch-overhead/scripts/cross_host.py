@@ -27,11 +27,10 @@ left out of the comparison.
 
 from __future__ import annotations
 
-import csv
-import json
 import statistics
 from pathlib import Path
 
+import scratch
 import trace_rules as rules
 
 # a host is "the slow host" by the rule step 1 uses for GPUs: slowest in more than this share of
@@ -40,33 +39,19 @@ SLOW_MAJORITY = rules.STRAGGLER_MAJORITY
 SLOW_MIN_LEAD_US = rules.STRAGGLER_MIN_LEAD_PS / 1e6
 SLOW_MIN_LEAD_SHARE = rules.STRAGGLER_MIN_LEAD_SHARE
 
-HOSTS_COLUMNS = ["host", "folder", "exit", "seconds", "gpus", "verdict", "steps", "step_us",
-                 "step_min_us", "step_max_us", "period_us", "period_min_us", "period_max_us",
-                 "slowest_in_steps", "compute_us_per_gpu_step", "collective_us_per_gpu_step",
-                 "kernel_time_ratio", "kernel_time_ratio_min", "kernel_time_ratio_max",
-                 "same_kernels", "top_change_kind", "top_change", "top_saving_us",
-                 "trust_items", "error", "not_read"]
-HOST_STEPS_COLUMNS = ["step", "host", "gpus", "bounding_device", "dur_us", "busy_us",
-                      "period_us", "slowest", "behind_slowest_us"]
-HOST_KERNELS_COLUMNS = ["kernel", "host", "kernels", "mean_us", "ratio_to_median_host"]
+HOST_STEPS_COLUMNS = scratch.columns("host_steps.csv")
 # a host whose kernels all run within this much of the median host's time runs them alike
 SAME_SPEED_TOLERANCE = 0.05
 
 
-def _json(path: Path) -> dict:
-    try:
-        d = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
-        return {}
-    return d if isinstance(d, dict) else {}
+def _json(folder: Path, file: str) -> dict:
+    """A host's result (scratch.Scratch.json), {} where it is missing or unreadable."""
+    return scratch.Scratch(folder).json(file) or {}
 
 
-def _rows(path: Path) -> list[dict]:
-    try:
-        with open(path, newline="", encoding="utf-8") as fh:
-            return list(csv.DictReader(fh))
-    except (OSError, ValueError, csv.Error):
-        return []
+def _rows(folder: Path, file: str) -> list[dict]:
+    """A host's table (scratch.Scratch.rows), [] where it is missing or unreadable."""
+    return scratch.Scratch(folder).rows(file) or []
 
 
 def _num(v) -> float | None:
@@ -89,7 +74,7 @@ def host_steps(folder: Path) -> dict:
     """step -> {dur_us, busy_us, period_us, bounding_device, gpus} from one host's steps.csv:
     the step's bounding GPU is the one with the longest duration (it finishes last)."""
     by_step: dict = {}
-    for r in _rows(folder / "steps.csv"):
+    for r in _rows(folder, "steps.csv"):
         dur = _num(r.get("dur_us"))
         if dur is None:
             continue
@@ -107,7 +92,7 @@ def host_steps(folder: Path) -> dict:
 
 def _per_gpu_step(folder: Path, column: str, steps: int) -> float | None:
     """streams.csv's total of `column` over the analysed steps, per GPU with events and step."""
-    rows = _rows(folder / "streams.csv")
+    rows = _rows(folder, "streams.csv")
     gpus = {r.get("device") for r in rows}
     vals = [_num(r.get(column)) for r in rows]
     if not rows or not steps or any(v is None for v in vals):
@@ -117,11 +102,10 @@ def _per_gpu_step(folder: Path, column: str, steps: int) -> float | None:
 
 def _kernel_means(folder: Path) -> dict[str, tuple[int, float]] | None:
     """kernel name -> (count, mean us) from step 4's kernel_names.csv; None where absent."""
-    path = folder / "attribution" / "kernel_names.csv"
-    if not path.is_file():
+    if not (folder / "attribution" / "kernel_names.csv").is_file():
         return None
     out = {}
-    for r in _rows(path):
+    for r in _rows(folder, "attribution/kernel_names.csv"):
         n, us = _num(r.get("kernels")), _num(r.get("gpu_us"))
         if n and us is not None:
             out[r.get("kernel", "")] = (int(n), us / n)
@@ -234,7 +218,7 @@ def _tables_read(folder: Path, res: dict, current: dict, ss: dict) -> tuple[bool
                         "the changes and trust list made from them) are from another "
                         "capture than this run's: not read")
     step4 = res["exit"] == 0 and _same_file(
-        (_json(folder / "attribution" / "attribute_kernels.json").get("capture") or {})
+        (_json(folder, "attribution/attribute_kernels.json").get("capture") or {})
         .get("xplane"), current.get("xplane"))
     return step1, step4, not_read
 
@@ -245,16 +229,16 @@ def host_row(out: Path, res: dict, run_dir: str) -> tuple[dict, dict, dict | Non
     from the tables of its folder that are read."""
     folder = out / res["folder"]
     current = _capture_files(run_dir, res["host"])
-    ss = _json(folder / "skip_stats.json")
+    ss = _json(folder, "skip_stats.json")
     step1, step4, not_read = _tables_read(folder, res, current, ss)
     if not step1:
         ss = {}
     st = host_steps(folder) if step1 else {}
     durs = [s["dur_us"] for s in st.values()]
     periods = [s["period_us"] for s in st.values() if s["period_us"] is not None]
-    changes = _rows(folder / "changes.csv") if step1 else []
+    changes = _rows(folder, "changes.csv") if step1 else []
     lines = [r for r in changes if r.get("cause_kind") == "python_line"]
-    trust = _json(folder / "trust.json") if step1 else {}
+    trust = _json(folder, "trust.json") if step1 else {}
     means = _kernel_means(folder) if step4 else None
     items = ((trust.get("figures") or {}).get("items") or {}).get("value")
     row = {
@@ -520,21 +504,19 @@ def write(out: Path, r: dict) -> list[tuple[str, int]]:
     written = []
     text = render(r)
     with rules.replace_files(out, prefix=".hosts-") as tmp:
-        written.append(("hosts.csv", rules.write_csv(tmp / "hosts.csv", HOSTS_COLUMNS, rows)))
-        written.append(("host_steps.csv", rules.write_csv(
-            tmp / "host_steps.csv", HOST_STEPS_COLUMNS,
+        written.append(("hosts.csv", scratch.write_table(tmp, "hosts.csv", rows)))
+        written.append(("host_steps.csv", scratch.write_table(
+            tmp, "host_steps.csv",
             ([_fmt(x[c]) for c in HOST_STEPS_COLUMNS] for x in r["host_steps"]))))
         if r.get("host_kernels"):
-            written.append(("host_kernels.csv", rules.write_csv(
-                tmp / "host_kernels.csv", HOST_KERNELS_COLUMNS,
+            written.append(("host_kernels.csv", scratch.write_table(
+                tmp, "host_kernels.csv",
                 ([x["kernel"], x["host"], x["kernels"], _fmt(x["mean_us"]),
                   "" if x["ratio_to_median_host"] is None else f"{x['ratio_to_median_host']:.4f}"]
                  for x in r["host_kernels"]))))
         elif (out / "host_kernels.csv").is_file():  # an earlier pass's: not this one's
             (out / "host_kernels.csv").unlink()
-        (tmp / "hosts.json").write_text(json.dumps(r, indent=1, sort_keys=True, default=str),
-                                        encoding="utf-8")
-        written.append(("hosts.json", 1))
+        written.append(("hosts.json", scratch.write_result(tmp, "hosts.json", r, default=str)))
         (tmp / "hosts.txt").write_text("\n".join(text) + "\n", encoding="utf-8")
         written.append(("hosts.txt", len(text)))
     return written

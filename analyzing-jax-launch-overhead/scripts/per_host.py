@@ -16,7 +16,6 @@ an existing engine's map over hosts (references/architecture.md).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -25,6 +24,7 @@ import time
 from pathlib import Path
 
 import cross_host
+import scratch
 import trace_rules as rules
 
 # per host, memory is about this many times its capture files' size plus a base: the
@@ -38,12 +38,6 @@ _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 # summary's files and what a report at the run's level writes beside them
 _RESERVED = {"hosts.csv", "host_steps.csv", "host_kernels.csv", "hosts.json", "hosts.txt",
              "logs", "report.md", "report.html", "factcheck.csv", "factcheck.json"}
-
-
-def add_arguments(ap) -> None:
-    ap.add_argument("--jobs", type=int, default=None,
-                    help="with a run of several hosts: how many hosts to analyse at once "
-                         "(default: the cores, fewer when memory is short)")
 
 
 def folder_names(hosts: list[str]) -> dict[str, str]:
@@ -256,11 +250,11 @@ def scratch_hosts(out: Path) -> tuple[list[tuple[str, str]], str] | None:
     if not (out / "hosts.json").is_file() or any(
             (out / f).exists() for f in ("skip_stats.json", "capture_info.json")):
         return None
+    d = scratch.Scratch(out).json("hosts.json")
     try:
-        d = json.loads((out / "hosts.json").read_text(encoding="utf-8"))
         pairs = [(str(h["host"]), str(h["folder"])) for h in d["hosts"]]
         run_dir = str(d.get("run_dir") or "")
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
+    except (KeyError, TypeError, AttributeError):
         return None
     ok = [(h, f) for h, f in pairs if _SAFE_NAME.fullmatch(f) and (out / f).is_dir()]
     return (ok, run_dir) if ok else None

@@ -23,7 +23,6 @@ Exit codes: 0 done (refusals included); 1 the input cannot be read or is not a t
 
 from __future__ import annotations
 
-import argparse
 import gc
 import os
 import sys
@@ -32,7 +31,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-import per_host  # noqa: E402
+import step_cli  # noqa: E402  (the command line, errors, exit codes)
 import trace_rules as rules  # noqa: E402
 from gap_causes import GapIndex  # noqa: E402
 from gpu_events import (  # noqa: E402
@@ -40,12 +39,10 @@ from gpu_events import (  # noqa: E402
     join_events,
     last_end,
     launch_threads_to_exec,
-    union_ps,  # noqa: F401 - reconcile.py (step 2) reads it here
 )
 from skip_analysis import (  # noqa: E402
     Analysis,
     build_result,
-    group_sentence,  # noqa: F401 - reconcile.py (step 2) reads it here
     per_step_rows,
     python_lines,
     python_tracer,
@@ -168,54 +165,34 @@ def trace_identity(path) -> dict:
         return {"trace": str(path), "bytes": None, "mtime_ns": None}
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog="\n".join(__doc__.splitlines()[1:]))
-    ap.add_argument("capture")
-    ap.add_argument("--out", type=Path, default=Path("."))
-    ap.add_argument("--run")
-    ap.add_argument("--host")
-    per_host.add_arguments(ap)
-    args = ap.parse_args(argv)
-    fanned = per_host.maybe_fan_out("skip_stats", __file__, argv, args.capture, args.run,
-                                   args.host, args.out, args.jobs)
-    if fanned is not None:
-        return fanned
+STEP = step_cli.Step("skip_stats", __doc__, __file__)
+
+
+def body(args) -> list[str]:
     # Millions of small objects and no reference cycles: the cyclic collector would only rescan
     # the growing heap again and again (it doubled the run time on a 1M-event trace).
     gc.disable()
-    try:
-        files = capture_inputs.resolve(args.capture, run=args.run, host=args.host)
-        if files.trace is None:
-            raise capture_inputs.CaptureError(
-                f"no <host>.trace.json.gz for host {files.host} in {files.run_dir}; "
-                "skip_stats.py reads the trace, which jax.profiler writes beside the xplane.pb")
-        for n in files.notes:
-            print(f"skip_stats: {n}", file=sys.stderr)
-        result, written = run(files.trace, args.out)
-    except (capture_inputs.CaptureError, trace_reader.TraceError) as exc:
-        print(f"skip_stats: {rules.printable(exc)}", file=sys.stderr)
-        return 1
-    except OSError as exc:  # the scratch folder: permissions, a full disk
-        print(f"skip_stats: cannot write into {rules.printable(args.out)}: "
-              f"{exc.strerror or exc}", file=sys.stderr)
-        return 1
-    except MemoryError:
-        print(f"skip_stats: {rules.printable(args.capture)} is too large to analyse in this "
-              "machine's memory", file=sys.stderr)
-        return 1
-    for fname, n in written:
-        print(f"wrote {args.out / fname} ({n} {'lines' if fname.endswith('.txt') else 'rows'})")
-    print(f"verdict: {result['verdict']}")
-    print("Next: read summary.txt, then check streams.csv shares and gaps.csv causes "
-          "(the analyzing-jax-launch-overhead skill explains each).")
-    return 0
+    files = capture_inputs.resolve(args.capture, run=args.run, host=args.host)
+    if files.trace is None:
+        raise capture_inputs.CaptureError(
+            f"no <host>.trace.json.gz for host {files.host} in {files.run_dir}; "
+            "skip_stats.py reads the trace, which jax.profiler writes beside the xplane.pb")
+    for n in files.notes:
+        step_cli.say(STEP, n)
+    result, written = run(files.trace, args.out)
+    return step_cli.wrote(args.out, written) + [
+        f"verdict: {result['verdict']}",
+        "Next: read summary.txt, then check streams.csv shares and gaps.csv causes "
+        "(the analyzing-jax-launch-overhead skill explains each)."]
+
+
+def main(argv=None) -> int:
+    return step_cli.main(STEP, body, argv)
 
 
 if __name__ == "__main__":
     KEEP_TO_EXIT = True
-    code = rules.run_main("skip_stats", main)
+    code = step_cli.run(STEP, main)
     try:
         sys.stdout.flush()
         sys.stderr.flush()

@@ -6,15 +6,15 @@ computed; they compute no figure.
 
 from __future__ import annotations
 
-import json
 import operator
 import os
 import sys
 from pathlib import Path
 
+import scratch
 import trace_rules as rules
 from skip_analysis import JOIN_KEYS, Analysis
-from trace_rules import pct, us, write_csv
+from trace_rules import pct, us
 
 # From this many GPU events on, rows.csv is written by a forked child while this process computes
 # the other tables (a second core; where there is no fork, it is written first, here). Under it
@@ -22,11 +22,6 @@ from trace_rules import pct, us, write_csv
 FORK_ROWS_MIN = 100_000
 
 RESULT_FILE = "skip_stats.json"
-ROW_COLUMNS = ["device", "stream", "stream_name", "kernel", "category", "start_us", "dur_us",
-               "end_us", "correlation_id", "join", "launch_name", "launch_thread",
-               "launch_start_us", "launch_dur_us", "queue_us", "launch_to_start_us", "hlo_op",
-               "hlo_module", "graph", "step"]
-PYTHON_LINES_COLUMNS = ["name", "calls", "total_us", "self_us", "threads"]
 
 
 def write_rows(path, a: Analysis) -> int:
@@ -38,7 +33,7 @@ def write_rows(path, a: Analysis) -> int:
     def q(v):
         r = quoted.get(v)
         if r is None:
-            r = quoted[v] = rules.quote(v)
+            r = quoted[v] = scratch.quote(v)
         return r
     streams = {k: q(v) for k, v in a.stream_names.items()}
     threads = {k: q(v) for k, v in names.items()}
@@ -48,7 +43,7 @@ def write_rows(path, a: Analysis) -> int:
     heads: dict[tuple, str] = {}
     tails: dict[tuple, str] = {}
     with open(path, "w", newline="", encoding="utf-8") as fh:
-        fh.write(",".join(ROW_COLUMNS) + "\n")
+        fh.write(scratch.header("rows.csv"))  # the line below, in its declared order
         buf = []
         append = buf.append
         for ev in events:
@@ -172,18 +167,9 @@ def write_tables(tmp: Path, a: Analysis, stream_acc, critical, step_rows, gap_ro
                             us(acc["idle"]), pct(acc["compute"], span),
                             pct(acc["collective"], span), pct(acc["memcpy"], span),
                             pct(acc["idle"], span), acc["events"], int(critical.get(d) == s)])
-    written.append(("streams.csv", write_csv(tmp / "streams.csv", [
-        "device", "stream", "stream_name", "span_us", "compute_us", "collective_us",
-        "memcpy_us", "idle_us", "compute_pct_of_span", "collective_pct_of_span",
-        "memcpy_pct_of_span", "idle_pct_of_span",
-        "events", "critical"], stream_rows)))
-    written.append(("steps.csv", write_csv(tmp / "steps.csv", [
-        "step", "device", "source", "start_us", "end_us", "dur_us", "kernels", "busy_us",
-        "idle_us", "idle_pct_of_step", "critical_stream", "tklqt_us", "akd_us", "il_us",
-        "il_idle_us", "union_idle_us", "host_late_us", "device_wait_us", "unknown_gap_us",
-        "period_us", "idle_between_us", "idle_between_pct_of_period", "between_cause",
-        "between_host_events", "executions", "between_programs_idle_us", "programs"],
-        [[r["step"], r["device"], r["source"], us(r["start_ps"]), us(r["end_ps"]),
+    written.append(("streams.csv", scratch.write_table(tmp, "streams.csv", stream_rows)))
+    written.append(("steps.csv", scratch.write_table(tmp, "steps.csv", (
+        [r["step"], r["device"], r["source"], us(r["start_ps"]), us(r["end_ps"]),
           us(r["dur_ps"]), r["kernels"], us(r["busy_ps"]), us(r["idle_ps"]),
           pct(r["idle_ps"], r["dur_ps"]), r["critical_stream"], us(r["tklqt_ps"]),
           us(r["akd_ps"]), us(r["il_ps"]), us(r["il_idle_ps"]), us(r["union_idle_ps"]),
@@ -193,14 +179,12 @@ def write_tables(tmp: Path, a: Analysis, stream_acc, critical, step_rows, gap_ro
           r["between_cause"], r["between_events"],
           "" if r["executions"] is None else r["executions"], us(r["between_programs_ps"]),
           r["programs"]]
-         for r in step_rows])))
-    written.append(("gaps.csv", write_csv(tmp / "gaps.csv", [
-        "device", "stream", "step", "start_us", "end_us", "dur_us", "kernel_before",
-        "kernel_after", "cause", "launch_thread", "host_events", "python_traced_us"],
-        [[g["device"], g["stream"], g["step"], us(g["start_ps"]), us(g["end_ps"]),
+         for r in step_rows))))
+    written.append(("gaps.csv", scratch.write_table(tmp, "gaps.csv", (
+        [g["device"], g["stream"], g["step"], us(g["start_ps"]), us(g["end_ps"]),
           us(g["dur_ps"]), g["kernel_before"], g["kernel_after"], g["cause"],
           g["launch_thread"], g["host_events"], us(g["python_traced_ps"])]
-         for g in sorted(gap_rows, key=lambda g: (g["device"], g["start_ps"]))])))
+         for g in sorted(gap_rows, key=lambda g: (g["device"], g["start_ps"]))))))
     return written
 
 
@@ -355,15 +339,14 @@ def python_tracer_lines(pt: dict) -> list[str]:
 
 def write_python_lines(path: Path, py: list) -> int:
     """python_lines.csv from skip_analysis.python_lines' rows; returns the row count."""
-    return write_csv(path, PYTHON_LINES_COLUMNS,
-                     ([r["name"], r["calls"], us(r["total_ps"]), us(r["self_ps"]),
-                       len(r["threads"])] for r in py))
+    return scratch.write_table(path.parent, path.name,
+                               ([r["name"], r["calls"], us(r["total_ps"]), us(r["self_ps"]),
+                                 len(r["threads"])] for r in py))
 
 
 def write_result(tmp: Path, result: dict) -> list:
     """summary.txt (the result rendered) and skip_stats.json; returns their (file, count)."""
     lines = render_summary(result)
     (tmp / "summary.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    (tmp / RESULT_FILE).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n",
-                                   encoding="utf-8")
-    return [("summary.txt", len(lines)), (RESULT_FILE, 1)]
+    scratch.write_result(tmp, RESULT_FILE, result)
+    return [("summary.txt", len(lines)), (RESULT_FILE, None)]

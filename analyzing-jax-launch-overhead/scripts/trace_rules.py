@@ -13,7 +13,7 @@ module from here, never the reverse).
 - HLO opcode sets: what launches nothing, what waits, what controls, what communicates.
 - Streams and stragglers: a stream's role from its busy time per category (`stream_role`), and
   which GPUs finish a step last, several within `STRAGGLER_TIE_PS` being a tie (`last_finishers`).
-- Units and formatting (`us`, `pct`), CSV writing (`write_csv`), atomic output folders
+- Units and formatting (`us`, `pct`), atomic output folders
   (`atomic_folder`) and files (`replace_files`): a failed run leaves no half-written table;
   `quiet_fd2` keeps a library's C++ log off the terminal.
 """
@@ -139,29 +139,6 @@ def pct(num, den) -> str:
     return f"{100.0 * num / den:.2f}" if den else ""
 
 
-def quote(value) -> str:
-    v = "" if value is None else str(value)
-    if any(c in v for c in ',"\n\r'):
-        return '"' + v.replace('"', '""') + '"'
-    return v
-
-
-def write_csv(path, columns, rows) -> int:
-    """One CSV table: a header, then the rows (streamed in blocks); returns the row count."""
-    n = 0
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        fh.write(",".join(columns) + "\n")
-        buf = []
-        for r in rows:
-            buf.append(",".join(quote(v) for v in r) + "\n")
-            n += 1
-            if len(buf) >= 10_000:
-                fh.write("".join(buf))
-                buf.clear()
-        fh.write("".join(buf))
-    return n
-
-
 @contextlib.contextmanager
 def atomic_folder(final: Path):
     """Yield a temporary folder beside `final`; on success it replaces `final` whole, on any
@@ -202,7 +179,6 @@ def replace_files(out: Path, prefix: str = ".out-"):
 def quiet_fd2():
     """Send file descriptor 2 to a sink for the block: XProf's C++ code logs there, and its
     lines must stay off the user's terminal."""
-    import sys
     sys.stderr.flush()
     saved = os.dup(2)
     with tempfile.TemporaryFile() as sink:
@@ -387,24 +363,3 @@ def is_cpu_thunk(stats) -> bool:
 def is_gpu_runtime_call(stats) -> bool:
     """A host event the GPU tracer (CUPTI, roctracer) recorded: it carries a correlation id."""
     return "correlation_id" in stats
-
-
-def run_main(prog: str, main) -> int:
-    """An entry script's exit code from `main()`, with the two ways out that are not its own:
-    the reader of its output went away (`| head`: the files are written; nothing more is said,
-    exit 141 as for SIGPIPE) and an interrupt (one sentence, exit 130), never a traceback."""
-    try:
-        code = main()
-        sys.stdout.flush()  # here, not at the interpreter's exit, where it could not be caught
-        return code
-    except BrokenPipeError:
-        try:  # the interpreter flushes stdout at exit: point it somewhere that takes it
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
-        except (OSError, ValueError):
-            pass
-        return 141
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted; files already written stay as they were or whole",
-              file=sys.stderr)
-        return 130
