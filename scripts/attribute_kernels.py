@@ -1096,10 +1096,10 @@ def program_rows(kernels, programs_names: dict, execs: dict, steps) -> list[dict
             "kernels": e["kernels"],
             "kernels_per_execution": round(e["kernels"] / n, 2) if pid is not None and n
             else None,
-            "gpu_us": round(e["ps"] / 1e6, 3),
+            "gpu_us": rules.us_value(e["ps"]),
             "pct_of_gpu_time": round(100.0 * e["ps"] / total, 2) if total else 0.0,
-            "attributed_us": round(e["attributed"] / 1e6, 3),
-            "host_dispatch_us": round(host_ps / 1e6, 3) if host_ps is not None else None,
+            "attributed_us": rules.us_value(e["attributed"]),
+            "host_dispatch_us": rules.us_value(host_ps),
             "host_dispatch": "measured" if host_ps is not None else (
                 "not recorded" if pid is not None else ""),
             "steps": sorted(e["steps"]) if steps is not None else None,
@@ -1196,7 +1196,7 @@ def how_rows(groups) -> list[tuple]:
 
 def _classes_json(g) -> dict:
     total = sum(v[1] for v in g.values())
-    return {c: {"kernels": g[c][0], "gpu_us": round(g[c][1] / 1e6, 3),
+    return {c: {"kernels": g[c][0], "gpu_us": rules.us_value(g[c][1]),
                 "pct_of_group": round(100.0 * g[c][1] / total, 2) if total else 0.0}
             for c in CLASSES}
 
@@ -1254,7 +1254,7 @@ def kernel_figures(kernels, g: dict, total: int) -> dict:
     fig = {
         "kernels": scratch.figure(len(kernels), "count", "measured"),
         "devices": scratch.figure(len({k.device for k in kernels}), "count", "measured"),
-        "kernel_time_us": scratch.figure(round(total / 1e6, 3), "us", "measured"),
+        "kernel_time_us": scratch.figure(rules.us_value(total), "us", "measured"),
         "graph_kernels": scratch.figure(sum(1 for k in kernels if k.graph), "count", "measured"),
         "attributed_pct_of_gpu_time": scratch.figure(ours, "pct", "inferred"),
     }
@@ -1302,8 +1302,8 @@ def none_entries(kernels) -> list[dict]:
             e[0] += 1
             e[1] += k.dur
         none.append({"why": why or "unmatched", "label": label, "kernels": len(ks),
-                     "gpu_us": round(sum(k.dur for k in ks) / 1e6, 3),
-                     "largest": [{"kernel": n, "count": c, "gpu_us": round(t / 1e6, 3)}
+                     "gpu_us": rules.us_value(sum(k.dur for k in ks)),
+                     "largest": [{"kernel": n, "count": c, "gpu_us": rules.us_value(t)}
                                  for n, (c, t) in sorted(top.items(),
                                                          key=lambda kv: -kv[1][1])[:5]]})
     return none

@@ -1170,15 +1170,24 @@ EXPOSED_COLLECTIVE = Prose(
 def exposed_collective(ctx: Context) -> list:
     """Collective kernels on the critical path while no compute or copy runs (the collective
     slice); its saving is their exposed part."""
+    return exposed_slice(ctx, "collective", "collective",
+                         f"collective kernels run while no compute or copy does on GPU "
+                         f"{ctx.bound}")
+
+
+def exposed_slice(ctx: Context, part: str, labels: str, what: str) -> list:
+    """The row of a critical-path slice whose exposed part (`<part>_exposed`) is the saving:
+    `what`, then its time in the median step and its largest events (`labels`); nothing
+    without rows.csv or below MIN_SAVING_US."""
     if ctx.rows is None:
         return []
-    sav, mp, b = ctx.each("collective_exposed"), ctx.median_path, ctx.bound
-    if sav[ctx.at] < MIN_SAVING_US and mp["collective"] < MIN_SAVING_US:
+    sav, mp = ctx.each(f"{part}_exposed"), ctx.median_path
+    if sav[ctx.at] < MIN_SAVING_US and mp[part] < MIN_SAVING_US:
         return []
-    return [Row(f"collective kernels run while no compute or copy does on GPU {b}: "
-                f"{fmt(mp['collective'])} us of step {ctx.median}"
-                + largest_labels(mp["labels"]["collective"]),
-                f"GPU {b}", 100.0 * mp["collective_exposed"] / ctx.window, spread(sav, ctx.at))]
+    return [Row(f"{what}: {fmt(mp[part])} us of step {ctx.median}"
+                + largest_labels(mp["labels"][labels]),
+                f"GPU {ctx.bound}", 100.0 * mp[f"{part}_exposed"] / ctx.window,
+                spread(sav, ctx.at))]
 
 
 MEMCPY = Prose(
@@ -1196,16 +1205,10 @@ def memcpy(ctx: Context) -> list:
     """memcpys outside the program on the critical path while no compute runs (the memcpy_arg
     slice; the program's own copies are instructions, ranked with them); its saving is their
     exposed part."""
-    if ctx.rows is None:
-        return []
-    sav, mp, b = ctx.each("memcpy_arg_exposed"), ctx.median_path, ctx.bound
-    if sav[ctx.at] < MIN_SAVING_US and mp["memcpy_arg"] < MIN_SAVING_US:
-        return []
-    return [Row("memcpys without an instruction label (argument copies and other copies "
-                "outside the program) on the critical path while no compute runs: "
-                f"{fmt(mp['memcpy_arg'])} us of step {ctx.median}"
-                + largest_labels(mp["labels"]["arg"]),
-                f"GPU {b}", 100.0 * mp["memcpy_arg_exposed"] / ctx.window, spread(sav, ctx.at))]
+    return exposed_slice(ctx, "memcpy_arg", "arg",
+                         "memcpys without an instruction label (argument copies and other "
+                         "copies outside the program) on the critical path while no compute "
+                         "runs")
 
 
 KERNEL_GAPS = Prose(

@@ -51,8 +51,9 @@ SIBLING = sibling.on_path()
 if SIBLING is not None:
     import scratch  # noqa: E402  (sibling skill: the scratch folder, read once)
     import step_cli  # noqa: E402  (sibling skill: the command line, the per-host pass)
+    import trace_rules as rules  # noqa: E402  (sibling skill: units)
 else:
-    scratch = step_cli = None
+    scratch = step_cli = rules = None
 
 
 class Step:
@@ -138,13 +139,6 @@ def run_step(step: Step, args, out: Path, failed: dict[str, str], t0: float) -> 
     return p.returncode
 
 
-def _us(value) -> str:
-    try:
-        return f"{float(value):,.1f} us"
-    except (TypeError, ValueError):
-        return "? us"
-
-
 # A name printed longer than this is cut to its two ends with "…" between: ROCm's Tensile kernel
 # names run to 800 characters and one would fill the screen; the tables keep every name whole.
 MAX_NAME_CHARS = 100
@@ -201,8 +195,10 @@ def where_to_look(out: Path, failed: dict[str, str], factcheck_rc: int | None) -
     # here too, since it often holds more of the step than change 1
     line = next((r for r in ranked[3:] if r.get("cause_kind") == "python_line"), None)
     for r in top + ([line] if line else []):
-        lines.append(f"change {r.get('rank')}: {r.get('cause')} (saves {_us(r.get('saving_us'))} "
-                     f"of {_us(r.get('step_us'))} per step; inferred, not run)"
+        saves = rules.us_text(r.get("saving_us"), "? us")
+        of = rules.us_text(r.get("step_us"), "? us")
+        lines.append(f"change {r.get('rank')}: {r.get('cause')} (saves {saves} "
+                     f"of {of} per step; inferred, not run)"
                      + ("; the largest Python line" if r is line else ""))
     if not top:
         lines.append("changes: none ranked (see changes.json refusals)")

@@ -580,13 +580,7 @@ class Plan:
         directly or through others. Two instructions of one computation without a data path
         between them may run in either order, or at once, inside a command buffer: XLA records
         commands with dependencies from the buffers they use, not in the schedule's order."""
-        if a == b:
-            return True
-        pair = self._pair(a, b)
-        if pair is None:
-            return True
-        anc, pos, ia, ib = pair
-        return bool((anc[ia] >> pos[ib]) & 1 or (anc[ib] >> pos[ia]) & 1)
+        return self._reads(a, b, either=True, unknown=True)
 
     def _pair(self, a: str, b: str):
         """(ancestry bits, positions, id of a, id of b) where a and b are instructions of one
@@ -604,13 +598,18 @@ class Plan:
     def reads(self, a: str, b: str) -> bool:
         """Whether instruction a reads b's result, directly or through others (one
         computation; the same instruction's events count as read in turn)."""
+        return self._reads(a, b, either=False, unknown=False)
+
+    def _reads(self, a: str, b: str, either: bool, unknown: bool) -> bool:
+        """Whether a reads b's result (or, with `either`, b reads a's); `unknown` where they are
+        not instructions of one computation; True for the same instruction."""
         if a == b:
             return True
         pair = self._pair(a, b)
         if pair is None:
-            return False
+            return unknown
         anc, pos, ia, ib = pair
-        return bool((anc[ia] >> pos[ib]) & 1)
+        return bool((anc[ia] >> pos[ib]) & 1 or either and (anc[ib] >> pos[ia]) & 1)
 
     def _ancestry(self, comp_id: int) -> tuple[dict, dict]:
         """Per instruction of a computation, the set of instructions whose results it reads

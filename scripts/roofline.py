@@ -137,12 +137,12 @@ def analyse(rows, res, programs, gpu: dict, peaks: dict) -> tuple[list[list], di
             no_ceiling_ps += ps
         out_rows.append(table_row(r, c, ins, runs, spot, ceilings.get("hbm_bandwidth")))
     figures = {
-        "gpu_time_us": {"value": round(total_ps / 1e6, 3), "unit": "us", "label": "measured"},
-        "not_computable_us": {"value": round(no_cost_ps / 1e6, 3), "unit": "us",
+        "gpu_time_us": {"value": rules.us_value(total_ps), "unit": "us", "label": "measured"},
+        "not_computable_us": {"value": rules.us_value(no_cost_ps), "unit": "us",
                               "label": "measured"},
         "not_computable_pct_of_attributed": {"value": float(pct(no_cost_ps, total_ps) or 0),
                                              "unit": "pct", "label": "inferred"},
-        "no_ceiling_us": {"value": round(no_ceiling_ps / 1e6, 3), "unit": "us",
+        "no_ceiling_us": {"value": rules.us_value(no_ceiling_ps), "unit": "us",
                           "label": "measured"},
         "executions": {"value": counts.get(str((res.get("program") or {}).get("id")),
                                            (0, 0))[0], "unit": "count", "label": "measured"},
@@ -315,8 +315,8 @@ def refuse_without_hlo(capture, out: Path, space, gpu: dict) -> tuple[dict, list
     result = {
         "step": "roofline", "status": "refused", "capture": capture_json(capture),
         "program": None, "gpu": gpu_json(gpu), "ceilings": [],
-        "figures": {"gpu_time_us": scratch.figure(round(busy_ps / 1e6, 3), "us", "measured"),
-                    "not_computable_us": scratch.figure(round(busy_ps / 1e6, 3), "us",
+        "figures": {"gpu_time_us": scratch.figure(rules.us_value(busy_ps), "us", "measured"),
+                    "not_computable_us": scratch.figure(rules.us_value(busy_ps), "us",
                                                         "measured")},
         "trust_list": refusals, "refusals": refusals, "tables": {TABLE: 0},
     }

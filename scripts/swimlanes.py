@@ -52,6 +52,7 @@ import scratch  # noqa: E402  (sibling skill: the scratch files' declarations, r
 import step_cli  # noqa: E402  (sibling skill: the command line, errors, exit codes)
 import svg  # noqa: E402  (SVG elements and text widths, shared with roofline.py)
 import trace_rules as rules  # noqa: E402  (sibling skill: the classification rules)
+from trace_rules import us_value  # noqa: E402  (sibling skill: units)
 
 RESULT_FILE = "swimlanes.json"
 SVG_FILE = "swimlanes.svg"
@@ -146,10 +147,6 @@ class WindowError(SwimlaneError):
 def to_ps(us_text: str) -> int:
     """A `_us` cell (three decimals) as integer picoseconds."""
     return round(float(us_text) * 1_000_000)
-
-
-def us3(ps: int) -> float:
-    return round(ps / 1e6, 3)
 
 
 def ensure_step1(capture, out: Path) -> bool:
@@ -292,7 +289,7 @@ def choose_step(s1: dict, steps: dict, requested: int | None) -> dict:
                 + (f"; skipped as partial: {', '.join(map(str, skipped))}" if skipped else "")
                 + "); pass one of the analysed steps")
         n = requested
-        why = f"step {n}, chosen by --step ({us3(dur[n]):,.3f} us)"
+        why = f"step {n}, chosen by --step ({us_value(dur[n]):,.3f} us)"
         if n in partial:
             why += "; it is partial (the profile started or stopped inside it)"
     elif complete:
@@ -303,11 +300,12 @@ def choose_step(s1: dict, steps: dict, requested: int | None) -> dict:
             n = median  # step 1's frames are the one home of the median step
         lo, hi = dur[order[0]], dur[order[-1]]
         why = (f"step {n}: the median-duration step of the {len(order)} complete analysed "
-               f"step(s) ({us3(dur[n]):,.3f} us; they range {us3(lo):,.3f} to {us3(hi):,.3f} us)")
+               f"step(s) ({us_value(dur[n]):,.3f} us; they range {us_value(lo):,.3f} to "
+               f"{us_value(hi):,.3f} us)")
     elif whole:
         n = min(steps)
         why = ("the capture has no steps (no StepTraceAnnotation and no program executions), so "
-               f"step 1 took the whole capture as one window ({us3(dur[n]):,.3f} us): it is "
+               f"step 1 took the whole capture as one window ({us_value(dur[n]):,.3f} us): it is "
                "drawn whole; it is not a step")
     else:
         raise SwimlaneError(
@@ -340,9 +338,9 @@ def window(chosen: dict, start_us: float | None, end_us: float | None) -> tuple[
     v0 = chosen["start"] - pad if start_us is None else round(start_us * 1_000_000)
     v1 = chosen["end"] + pad if end_us is None else round(end_us * 1_000_000)
     if v1 <= v0:
-        raise WindowError(f"the window is empty: --start {us3(v0):,.3f} us is not before its "
-                          f"end {us3(v1):,.3f} us (step {chosen['number']} spans "
-                          f"{us3(chosen['start']):,.3f} to {us3(chosen['end']):,.3f} us)")
+        raise WindowError(f"the window is empty: --start {us_value(v0):,.3f} us is not before its "
+                          f"end {us_value(v1):,.3f} us (step {chosen['number']} spans "
+                          f"{us_value(chosen['start']):,.3f} to {us_value(chosen['end']):,.3f} us)")
     return v0, v1, start_us is not None or end_us is not None
 
 
@@ -432,32 +430,32 @@ def straggler_of(chosen: dict, rows: list[dict]) -> tuple[dict | None, list, lis
     others = [d for d in ends if d not in lasts]
     nxt = max(others, key=lambda d: (ends[d], -d)) if others else None
     by_dev = {r["device"]: r for r in mine}
-    gpus = [{"device": d, "end_us": us3(ends[d]), "last_kernel": by_dev[d]["last_kernel"],
+    gpus = [{"device": d, "end_us": us_value(ends[d]), "last_kernel": by_dev[d]["last_kernel"],
              "last_stretch": by_dev[d]["last_stretch"],
              "stretch_start_us": None if by_dev[d]["stretch_start"] is None
-             else us3(by_dev[d]["stretch_start"]),
-             "stretch_us": None if by_dev[d]["stretch"] is None else us3(by_dev[d]["stretch"])}
+             else us_value(by_dev[d]["stretch_start"]),
+             "stretch_us": None if by_dev[d]["stretch"] is None else us_value(by_dev[d]["stretch"])}
             for d in lasts]
     lag = latest - ends[first]
     margin = latest - ends[nxt] if nxt is not None else None
     tie = len(lasts) > 1
-    after = (f"{us3(lag):,.3f} us after the other GPU (GPU {first})" if nxt == first else
-             f"{us3(lag):,.3f} us after the first GPU to finish (GPU {first}) and "
-             f"{us3(margin):,.3f} us after the next (GPU {nxt})") if nxt is not None else ""
+    after = (f"{us_value(lag):,.3f} us after the other GPU (GPU {first})" if nxt == first else
+             f"{us_value(lag):,.3f} us after the first GPU to finish (GPU {first}) and "
+             f"{us_value(margin):,.3f} us after the next (GPU {nxt})") if nxt is not None else ""
     if tie and nxt is None:
         sentence = (f"no straggler in step {n}: all {len(lasts)} GPUs finish within "
-                    f"{us3(tie_ps):,.3f} us of the last (step 1's margin: a tie; "
-                    f"spread {us3(lag):,.3f} us)")
+                    f"{us_value(tie_ps):,.3f} us of the last (step 1's margin: a tie; "
+                    f"spread {us_value(lag):,.3f} us)")
     elif tie:
         sentence = (f"GPUs {', '.join(map(str, lasts))} tie for last in step {n} (their ends "
-                    f"lie within {us3(tie_ps):,.3f} us of the last, step 1's margin of 5 us "
+                    f"lie within {us_value(tie_ps):,.3f} us of the last, step 1's margin of 5 us "
                     f"or 0.5% of the step), {after}")
     else:
         g0 = gpus[0]
         r = by_dev[lasts[0]]
         if r["last_stretch"] == "collective":
             how = (f"it ends in the collective kernel {r['last_kernel']} "
-                   f"({us3(r['last_dur']):,.3f} us)")
+                   f"({us_value(r['last_dur']):,.3f} us)")
         else:
             frm = "its last collective" if r["stretch_start"] != chosen["start"] else \
                 "the step's start"
@@ -465,10 +463,10 @@ def straggler_of(chosen: dict, rows: list[dict]) -> tuple[dict | None, list, lis
                    f"mostly {STRETCH_WORDS.get(r['last_stretch'], r['last_stretch'])}; its last "
                    f"kernel is {r['last_kernel']}")
         sentence = f"GPU {lasts[0]} finishes step {n} last, {after}; {how}"
-    fig = lambda v: None if v is None else {"value": us3(v), "unit": "us",  # noqa: E731
+    fig = lambda v: None if v is None else {"value": us_value(v), "unit": "us",  # noqa: E731
                                             "label": "measured"}
     return {"gpus": gpus, "tie": tie, "first_gpu": first, "next_gpu": nxt, "lag_us": fig(lag),
-            "margin_us": fig(margin), "tie_within_us": us3(tie_ps),
+            "margin_us": fig(margin), "tie_within_us": us_value(tie_ps),
             "sentence": sentence}, [], []
 
 
@@ -1007,10 +1005,10 @@ def run(capture, out: Path, step: int | None = None, start_us: float | None = No
         "inputs": {"step1": "ran" if ran else "read", "attribution": attribution},
         "chosen": {"step": chosen["number"], "why": chosen["why"], "source": chosen["source"],
                    "partial": chosen["partial"], "whole_capture": chosen["whole_capture"],
-                   "start_us": us3(chosen["start"]), "end_us": us3(chosen["end"]),
-                   "duration_us": {"value": us3(chosen["dur"]), "unit": "us",
+                   "start_us": us_value(chosen["start"]), "end_us": us_value(chosen["end"]),
+                   "duration_us": {"value": us_value(chosen["dur"]), "unit": "us",
                                    "label": "measured"}},
-        "window": {"start_us": us3(v0), "end_us": us3(v1), "zoomed": zoomed},
+        "window": {"start_us": us_value(v0), "end_us": us_value(v1), "zoomed": zoomed},
         "lanes": [], "merged": {"events": counts["merged_events"], "bars": counts["merged_bars"],
                                 "pixel_us": round(pixel_ps / 1e6, 6), "below_px": merge_px},
         "drawn": {k: counts[k] for k in ("gpu_events", "host_calls", "alone", "gaps",
@@ -1047,9 +1045,9 @@ def read_rows(out: Path, steps: dict, chosen: dict, v0: int, v1: int, zoomed: bo
     if rows.span is None:
         raise SwimlaneError(f"{path} holds no GPU event, so there are no GPU lanes to draw")
     if zoomed and (v1 <= rows.span[0] or v0 >= rows.span[1]):
-        raise SwimlaneError(f"the window {us3(v0):,.3f} to {us3(v1):,.3f} us holds no GPU "
-                            f"event: the capture's GPU events span {us3(rows.span[0]):,.3f} to "
-                            f"{us3(rows.span[1]):,.3f} us")
+        raise SwimlaneError(f"the window {us_value(v0):,.3f} to {us_value(v1):,.3f} us holds "
+                            "no GPU event: the capture's GPU events span "
+                            f"{us_value(rows.span[0]):,.3f} to {us_value(rows.span[1]):,.3f} us")
     return rows
 
 
@@ -1127,10 +1125,9 @@ def window_notes(s1: dict, chosen: dict, ran: bool, zoomed: bool, v0: int, v1: i
 def write_outputs(out: Path, result: dict, text: str, strag_rows: list) -> list:
     """swimlanes.svg, stragglers.csv and swimlanes.json (with the sizes in `tables`), each to a
     temporary name and renamed; returns the (file, rows or bytes) written."""
-    csv_rows = [[r["step"], r["device"], f"{r['end'] / 1e6:.3f}", f"{r['lag'] / 1e6:.3f}",
+    csv_rows = [[r["step"], r["device"], rules.us(r["end"]), rules.us(r["lag"]),
                  r["last_kernel"], r["last_stretch"],
-                 "" if r["stretch_start"] is None else f"{r['stretch_start'] / 1e6:.3f}",
-                 "" if r["stretch"] is None else f"{r['stretch'] / 1e6:.3f}",
+                 rules.us(r["stretch_start"]), rules.us(r["stretch"]),
                  int(r["finishes_last"]), int(r["compared"])] for r in strag_rows]
     with rules.replace_files(out, ".swimlanes-") as tmp:
         (tmp / SVG_FILE).write_text(text, encoding="utf-8")
@@ -1149,7 +1146,7 @@ def steps_last(rows: list[dict]) -> list[dict]:
             continue  # no two GPUs run the same programs: nobody finishes last
         last = sorted(r["device"] for r in mine if r["finishes_last"])
         out.append({"step": n, "gpus": last, "tie": len(last) > 1,
-                    "spread_us": us3(max(r["lag"] for r in mine))})
+                    "spread_us": us_value(max(r["lag"] for r in mine))})
     return out
 
 

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import scratch
 import trace_rules as rules
+from trace_rules import us_text
 
 # a host is "the slow host" by the rule step 1 uses for GPUs: slowest in more than this share of
 # the steps every host ran, by more than the margin (the larger of an absolute and a relative lead)
@@ -399,14 +400,10 @@ def cross_host_result(hosts, with_steps, compared, slow, kernel_rows, run_dir, s
     }
 
 
-def _us(v) -> str:
-    return "n/a" if v is None else f"{v:,.1f} us"
-
-
 def _rng(f: dict | None) -> str:
     if not f:
         return "n/a"
-    return f"{_us(f['value'])} ({_us(f['min'])}-{_us(f['max'])})"
+    return f"{us_text(f['value'])} ({us_text(f['min'])}-{us_text(f['max'])})"
 
 
 def render(r: dict) -> list[str]:
@@ -432,10 +429,10 @@ def render(r: dict) -> list[str]:
                      + ("" if h["same_kernels"] is None else
                         ", the same kernels" if h["same_kernels"] else ", other kernels or counts"))
         if h["top_change"]:
-            line += (f"; change 1: {h['top_change_kind']} (saves {_us(h['top_saving_us'])} "
+            line += (f"; change 1: {h['top_change_kind']} (saves {us_text(h['top_saving_us'])} "
                      "per step; inferred, not run)")
         if h.get("top_line"):
-            line += (f"; largest Python line: saves {_us(h['top_line_saving_us'])} per step "
+            line += (f"; largest Python line: saves {us_text(h['top_line_saving_us'])} per step "
                      "(changes.csv)")
         out.append(rules.printable(line))
     sh = r["slow_host"]

@@ -13,7 +13,8 @@ module from here, never the reverse).
 - HLO opcode sets: what launches nothing, what waits, what controls, what communicates.
 - Streams and stragglers: a stream's role from its busy time per category (`stream_role`), and
   which GPUs finish a step last, several within `STRAGGLER_TIE_PS` being a tie (`last_finishers`).
-- Units and formatting (`us`, `pct`), atomic output folders
+- Units and formatting, one home: `us` (a table cell), `us_value` (a result's value), `us_text`
+  (a sentence's), `pct`; atomic output folders
   (`atomic_folder`) and files (`replace_files`): a failed run leaves no half-written table;
   `quiet_fd2` keeps a library's C++ log off the terminal.
 """
@@ -129,9 +130,23 @@ COLLECTIVE_OPCODES = frozenset({
 
 
 def us(ps) -> str:
-    """Picoseconds as microseconds with three decimals (nanosecond resolution); empty for
-    None (a figure that does not apply)."""
+    """Picoseconds as a table cell in microseconds with three decimals (nanosecond
+    resolution); empty for None (a figure that does not apply)."""
     return "" if ps is None else f"{ps / 1e6:.3f}"
+
+
+def us_value(ps) -> float | None:
+    """Picoseconds as a result's value in microseconds, rounded to the nanosecond."""
+    return None if ps is None else round(ps / 1e6, 3)
+
+
+def us_text(value, missing: str = "n/a") -> str:
+    """Microseconds (a number or a table cell) for a sentence: "1,234.5 us"; `missing` where it
+    is None or not a number."""
+    try:
+        return f"{float(value):,.1f} us"
+    except (TypeError, ValueError):
+        return missing
 
 
 def pct(num, den) -> str:
