@@ -15,6 +15,10 @@ SIBLING_SCRIPTS = REPO / "analyzing-jax-launch-overhead" / "scripts"
 SHARED_CAPTURES = REPO.parent / "shared" / "captures"
 REQUIRE_SHARED = os.environ.get("JAXTRACE_REQUIRE_SHARED") == "1"
 
+# every scratch table read by a script under test refuses a column it does not declare
+# (scratch.STRICT): the declarations cover every column any reader asks for
+os.environ["JAXTRACE_SCRATCH_STRICT"] = "1"
+
 for p in (ROOT_SCRIPTS, SIBLING_SCRIPTS, REPO / "tests"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))

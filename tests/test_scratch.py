@@ -130,7 +130,16 @@ def test_the_writers_and_the_reader_refuse_what_is_not_declared(tmp_path):
 
     s = scratch.Scratch(tmp_path)
     assert s.json("trust.json") == good
-    assert s.rows("missing.csv") is None and s.json("missing.json") is None
+    assert s.rows("gaps.csv") is None and s.json("missing.json") is None  # not written
+    with pytest.raises(scratch.ScratchError):
+        s.rows("missing.csv")  # not declared
+    (tmp_path / "stragglers.csv").write_text(scratch.header("stragglers.csv") +
+                                             "0,1,2.000,0.000,k,compute,,,1,1\n")
+    (row,) = s.rows("stragglers.csv")
+    assert row["end_us"] == "2.000"
+    if scratch.STRICT:  # under the tests: a column no declaration names is refused
+        with pytest.raises(scratch.ScratchError):
+            row.get("not_a_column")
     with pytest.raises(scratch.ScratchError):
         s.values("stragglers.csv", "not_a_column")
     with pytest.raises(scratch.ScratchError):

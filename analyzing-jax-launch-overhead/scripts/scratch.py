@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -239,12 +240,40 @@ def records(folder: Path, file: str):
     path = Path(folder) / file
     if not path.is_file():
         return None
-    return _records(path)
+    return _records(path, file)
 
 
-def _records(path: Path):
+def _records(path: Path, file: str):
     with open(path, newline="", encoding="utf-8") as fh:
-        yield from csv.DictReader(fh)
+        if STRICT:
+            for r in csv.DictReader(fh):
+                yield DeclaredRow(file, r)
+        else:
+            yield from csv.DictReader(fh)
+
+
+# Under the tests (JAXTRACE_SCRATCH_STRICT=1, set by tests/conftest.py for every script they
+# run), each row read through Scratch.rows or records refuses a column its table does not
+# declare: every column any reader asks for is declared. Off elsewhere: plain dicts, no cost.
+STRICT = os.environ.get("JAXTRACE_SCRATCH_STRICT") == "1"
+
+
+class DeclaredRow(dict):
+    """A row that refuses a column its table does not declare (ScratchError)."""
+
+    __slots__ = ("file",)
+
+    def __init__(self, file: str, row: dict):
+        super().__init__(row)
+        self.file = file
+
+    def __getitem__(self, key):
+        column(self.file, key)
+        return super().__getitem__(key)
+
+    def get(self, key, default=None):
+        column(self.file, key)
+        return super().get(key, default)
 
 
 def stream(folder: Path, file: str, names) -> object:
@@ -295,10 +324,13 @@ class Scratch:
         return self._cache[file]
 
     def rows(self, file: str) -> list[dict] | None:
+        """A declared table's rows as dicts; None when missing or unreadable."""
         if file not in self._cache:
+            table(file)
             try:
                 with open(self.folder / file, newline="", encoding="utf-8") as fh:
-                    self._cache[file] = list(csv.DictReader(fh))
+                    rows = list(csv.DictReader(fh))
+                self._cache[file] = [DeclaredRow(file, r) for r in rows] if STRICT else rows
             except (OSError, UnicodeDecodeError, csv.Error):
                 self._cache[file] = None
         return self._cache[file]
