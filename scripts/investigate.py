@@ -26,9 +26,10 @@ A step that cannot run (its script exits non-zero) does not stop the others: the
 the trust list (trust.py --failed) and the later steps work with what there is. Only a capture
 that cannot be read at all (step 0 exits 1), or a missing package (step 0 exits 3), ends the run.
 
-Ends with where to look: the verdict line, the top three changes, the trust-list count, and the
-files written. A name over 100 characters (MAX_NAME_CHARS) is printed cut to its two ends; the
-tables keep it whole.
+Ends with where to look: the verdict line, the top three changes (and the largest Python line
+where it ranks lower: Python lines rank last), the trust-list count, and the files written. A
+name over 100 characters (MAX_NAME_CHARS) is printed cut to its two ends; the tables keep it
+whole.
 
 Exit codes: 0 done (steps that could not run are in the trust list and said on stdout); 1 the
 capture cannot be used (one sentence says why); 2 usage; 3 a package the scripts need is missing
@@ -181,7 +182,8 @@ def _count(n, noun: str) -> str:
 
 
 def where_to_look(out: Path, failed: dict[str, str], factcheck_rc: int | None) -> list[str]:
-    """The closing lines: verdict, top three changes, trust-list count, files written."""
+    """The closing lines: verdict, top three changes (and the largest Python line below them),
+    trust-list count, files written."""
     lines = []
     summary = out / "summary.txt"
     verdict = next((ln.strip() for ln in (summary.read_text(encoding="utf-8").splitlines()

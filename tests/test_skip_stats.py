@@ -354,7 +354,7 @@ def test_v100_capture_without_steps_is_one_partial_window(shared, tmp_path):
     p = run(shared / "tf-profiler-demo-v100/tf2.4-bert-multiworker-8xv100", tmp_path)
     assert p.returncode == 0, p.stderr
     summary = (tmp_path / "summary.txt").read_text()
-    assert "steps: from the whole capture; 1 analysed (0)" in summary
+    assert "steps: from the whole capture; 1 analysed (step 0)" in summary
     assert "cannot compute: only partial steps" in summary
     assert "events on GPU lines that are not streams" in summary
 

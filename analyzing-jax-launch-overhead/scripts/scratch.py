@@ -356,8 +356,14 @@ def render_table(t: Table) -> list[str]:
     return out + [""]
 
 
+KIND_WORDS = {"json": "A result (JSON)", "text": "Text", "svg": "A picture (SVG)",
+              "html": "A page (HTML)", "markdown": "Markdown", "folder": "A folder"}
+
+
 def render_file(f: File) -> list[str]:
-    out = [f"### `{f.file}` ({f.producer})", f.what]
+    what = f.what[:1].upper() + f.what[1:]
+    out = [f"### `{f.file}` ({f.producer})",
+           f"{KIND_WORDS.get(f.kind, f.kind)}: {f.what}" if f.kind in KIND_WORDS else what]
     if f.fields:
         out += ["", f.fields.strip()]
     if f.figures:
@@ -390,9 +396,11 @@ INTRO = r"""
 # The scratch folder: every file the tools write
 
 Generated from `analyzing-jax-launch-overhead/scripts/scratch.py`, where each file is declared
-once; do not edit it by hand: change the declaration, then regenerate it with
+once; do not edit it by hand: change the declaration, then, in a checkout of the bundle,
+regenerate it with
 `python3 -P analyzing-jax-launch-overhead/scripts/scratch.py > references/scratch-layout.md`
-(a test keeps the two equal).
+(a test keeps the two equal). Each table below lists its columns with their unit and label;
+a result file lists its figures with their one label.
 
 Read this when you join two tables, when a column's unit is unclear, or before a script writes a
 new file (its issue declares the file in `scratch.py` first, then the code).
@@ -1672,7 +1680,8 @@ host's timestamps are on its own clock.
 - `rows.csv` ↔ `attribution/kernels.csv`: on `device, stream, start_us` (the same GPU event; both
   read the same capture: the trace and the xplane agree on GPU events to the picosecond, which
   `capture_info.py` checks).
-- `rows.csv.step` ↔ `steps.csv.step` (and `device`).
+- `rows.csv.step` ↔ `steps.csv.step` (and `device`); likewise `gaps.csv` and `stragglers.csv`
+  (`step`, `device`) ↔ `steps.csv`.
 - `streams.csv` ↔ `steps.csv`: `device` and `critical_stream = stream`.
 - `kernels.csv.instruction` ↔ `ops.csv.instruction` (within `program_id`);
   `kernels.csv.user_frame` ↔ `lines.csv.user_frame`.

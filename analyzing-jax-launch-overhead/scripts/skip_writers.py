@@ -211,16 +211,23 @@ def render_summary(r: dict) -> list[str]:
     return [rules.printable(line) for line in out]  # a newline in a name stays on its line
 
 
+def step_numbers(numbers: list) -> str:
+    """Step numbers named as such ("step 0", "steps 1, 2, 3"), never read as a count."""
+    if not numbers:
+        return ""
+    return ("step " if len(numbers) == 1 else "steps ") + ", ".join(map(str, numbers))
+
+
 def steps_lines(r: dict) -> list[str]:
     """How the steps were found and which were analysed; the program executions per step and
     the GPU groups where there are several."""
     st = r["steps"]
     out = [f"steps: from {st['source']}; {len(st['analysed'])} analysed "
-           f"({', '.join(map(str, st['analysed'])) or 'none'})"
-           + (f"; skipped as partial: {', '.join(map(str, st['skipped_partial']))}"
+           f"({step_numbers(st['analysed']) or 'none'})"
+           + (f"; skipped as partial: {step_numbers(st['skipped_partial'])}"
               if st["skipped_partial"] else "")
            + (f"; partial but analysed for want of a complete one: "
-              f"{', '.join(map(str, st['partial_analysed']))}"
+              f"{step_numbers(st['partial_analysed'])}"
               if st["partial_analysed"] else "")]
     f0 = r["figures"]
     if (f0.get("executions_per_step") or {}).get("max", 0) > 1:
