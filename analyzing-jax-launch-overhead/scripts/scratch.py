@@ -9,8 +9,10 @@ a JSON result's report figures are `Figure`s, each with the one label it is writ
 
 Producers write through `write_table` (the declared header, the rows in its order) and
 `write_result` (sorted keys, one indent, its figures checked against their declarations);
-consumers read through `Scratch` (each file read once, a column asked for by name and refused
-when it is not declared). `references/scratch-layout.md` is rendered from these declarations
+consumers read through `Scratch` (each file read once; `values` refuses an undeclared
+column), `stream` (a table's declared columns, streamed, for tables of millions of rows) and
+`records` (rows as dicts, streamed). Under the tests (STRICT) every row read refuses a column
+its table does not declare. `references/scratch-layout.md` is rendered from these declarations
 (`render_layout`); a test keeps the two equal. Standard library only: the launch-overhead skill
 runs where nothing is installed.
 
@@ -101,9 +103,14 @@ DECLARED: dict[str, Table | File] = {}  # both, in declaration order (the docume
 
 
 def declare(*items) -> None:
+    """Declare tables and files, once each; every label one of LABELS (empty for a key or a
+    text column)."""
     for it in items:
         if it.file in DECLARED:
             raise ScratchError(f"{it.file} is declared twice")
+        for c in getattr(it, "columns", ()) + getattr(it, "figures", ()):
+            if c.label not in LABELS + (("",) if isinstance(c, Column) else ()):
+                raise ScratchError(f"{it.file}: {c.name} has the label {c.label!r}")
         DECLARED[it.file] = it
         (TABLES if isinstance(it, Table) else FILES)[it.file] = it
 
