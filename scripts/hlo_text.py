@@ -493,6 +493,18 @@ def _dimension_attributes(ins: Any, op: str, add: Callable[[str], None]) -> None
         add(f"batch_group_count={ins.batch_group_count}")
 
 
+# A gather's and a scatter's dimension numbers as HLO text prints them: the fields always
+# printed, then those printed only when set, then index_vector_dim.
+_INDEXING_DIMS = {
+    "gather_dimension_numbers": (
+        ("offset_dims", "collapsed_slice_dims", "start_index_map"),
+        ("operand_batching_dims", "start_indices_batching_dims")),
+    "scatter_dimension_numbers": (
+        ("update_window_dims", "inserted_window_dims", "scatter_dims_to_operand_dims"),
+        ("input_batching_dims", "scatter_indices_batching_dims")),
+}
+
+
 def _dimension_numbers(ins: Any, add: Callable[[str], None]) -> None:
     """Add the dot, ragged dot, gather and scatter dimension numbers and the operand
     precision."""
@@ -512,27 +524,17 @@ def _dimension_numbers(ins: Any, add: Callable[[str], None]) -> None:
         r = ins.ragged_dot_dimension_numbers
         add("lhs_ragged_dims=" + _ints(r.lhs_ragged_dimensions))
         add("rhs_group_dims=" + _ints(r.rhs_group_dimensions))
-    if ins.HasField("gather_dimension_numbers"):
-        g = ins.gather_dimension_numbers
-        add("offset_dims=" + _ints(g.offset_dims))
-        add("collapsed_slice_dims=" + _ints(g.collapsed_slice_dims))
-        add("start_index_map=" + _ints(g.start_index_map))
-        if g.operand_batching_dims:
-            add("operand_batching_dims=" + _ints(g.operand_batching_dims))
-        if g.start_indices_batching_dims:
-            add("start_indices_batching_dims=" + _ints(g.start_indices_batching_dims))
-        add(f"index_vector_dim={g.index_vector_dim}")
-        add("slice_sizes=" + _ints(ins.gather_slice_sizes))
-    if ins.HasField("scatter_dimension_numbers"):
-        s = ins.scatter_dimension_numbers
-        add("update_window_dims=" + _ints(s.update_window_dims))
-        add("inserted_window_dims=" + _ints(s.inserted_window_dims))
-        add("scatter_dims_to_operand_dims=" + _ints(s.scatter_dims_to_operand_dims))
-        if s.input_batching_dims:
-            add("input_batching_dims=" + _ints(s.input_batching_dims))
-        if s.scatter_indices_batching_dims:
-            add("scatter_indices_batching_dims=" + _ints(s.scatter_indices_batching_dims))
-        add(f"index_vector_dim={s.index_vector_dim}")
+    for field_name, (always, when_set) in _INDEXING_DIMS.items():
+        if ins.HasField(field_name):
+            d = getattr(ins, field_name)
+            for name in always:
+                add(f"{name}=" + _ints(getattr(d, name)))
+            for name in when_set:
+                if getattr(d, name):
+                    add(f"{name}=" + _ints(getattr(d, name)))
+            add(f"index_vector_dim={d.index_vector_dim}")
+            if field_name == "gather_dimension_numbers":
+                add("slice_sizes=" + _ints(ins.gather_slice_sizes))
     if ins.indices_are_sorted:
         add("indices_are_sorted=true")
     if ins.unique_indices:
