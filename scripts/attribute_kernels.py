@@ -66,6 +66,7 @@ SIBLING = sibling.on_path()
 import scratch  # noqa: E402  (sibling skill: the scratch files' declarations, writers)
 import step_cli  # noqa: E402  (sibling skill: the command line, errors, exit codes)
 import trace_rules as rules  # noqa: E402  (sibling skill: the classification rules)
+from step_cli import progress  # noqa: E402
 from trace_rules import CONTROL_OPCODES, pct, us  # noqa: E402
 
 try:
@@ -476,7 +477,10 @@ def attribute(kernels, programs, chosen, notes: list, counted: dict,
     plans: dict = {}
     assign_programs(kernels, programs, chosen)
     by = by_device_and_program(kernels, programs)
+    done = 0
     for (_, pid), ks in sorted(by.items(), key=lambda kv: str(kv[0])):
+        progress("matching kernels to instructions", done, len(kernels), "kernels")
+        done += len(ks)
         if pid not in wrapped:
             wrapped[pid] = Program(programs[pid][1], pid)
         if ks[0].cpu:
@@ -830,15 +834,19 @@ def run(capture, out: Path, opts: Options) -> tuple[dict, list]:
     t0 = time.perf_counter()
     kernels, cpu = read_kernels(capture)
     with rules.atomic_folder(out / "attribution") as tmp:
+        if opts.use_xprof:
+            progress("XProf: extracting the programs' HLO")
         copy, blobs, xprof_names_s = copy_and_convert(files.xplane, tmp, opts.use_xprof)
         m = match_capture(capture, kernels, cpu, blobs, opts)
         t_match = time.perf_counter() - t0
+        progress("writing the tables", len(m.kernels), unit="kernels")
         tables = write_tables(tmp, m, opts, read_steps(Path(out), files))
         refusals = [f"cannot attribute the kernels of program {n}({p}) because {why}"
                     for p, (n, why) in sorted(m.unreadable.items())]
         hlo_names = write_hlo_texts(tmp, m, tables, opts, refusals)
         coverage, xprof_s = None, 0.0
         if opts.use_xprof:
+            progress("XProf: its hlo_stats, for the coverage check")
             coverage, xprof_s, err = xprof_coverage(copy)
             if err:
                 m.notes.append(_user_path(err, copy, files.xplane))

@@ -101,6 +101,7 @@ def program_rows(space) -> list[dict]:
 
 def build_inventory(files, space, trace, programs, xplane_error, trace_error) -> dict:
     """The inventory as data (capture_info.json; fields: references/scratch-layout.md)."""
+    step_cli.progress("counting each GPU's events in the xplane and the trace")
     xg = gpu_counts_xplane(space) if space else {}
     tg = gpu_counts_trace(trace) if trace else {}
     gpus, checks, refusals = [], [], []

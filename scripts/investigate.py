@@ -41,6 +41,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -99,6 +100,22 @@ def _tail_sentence(text: str) -> str:
     return (lines[-1] if lines else "no output")[:400]
 
 
+def run_relaying(cmd: list[str]) -> subprocess.CompletedProcess:
+    """Run a step's script, its output kept whole; its progress lines (step_cli.progress) are
+    also relayed to stderr as they come, so a long step is seen alive."""
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as so:
+        proc = subprocess.Popen(cmd, stdout=so, stderr=subprocess.PIPE, text=True,
+                                encoding="utf-8", errors="replace")
+        err = []
+        for line in proc.stderr:
+            err.append(line)
+            if step_cli.PROGRESS_MARK in line:
+                print(f"           {line.rstrip()}", file=sys.stderr, flush=True)
+        code = proc.wait()
+        so.seek(0)
+        return subprocess.CompletedProcess(cmd, code, so.read(), "".join(err))
+
+
 def run_step(step: Step, args, out: Path, failed: dict[str, str], t0: float) -> int | None:
     """Run one step's script; return its exit code (None when the script is missing)."""
     print(f"[{time.monotonic() - t0:6.1f} s] {step.label}: {step.doing} ({step.name}.py)",
@@ -124,7 +141,7 @@ def run_step(step: Step, args, out: Path, failed: dict[str, str], t0: float) -> 
     else:
         out_arg = True
     cmd += ["--out", str(out)] if out_arg else []
-    p = subprocess.run(cmd, capture_output=True, text=True)
+    p = run_relaying(cmd)
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     (logs / f"{step.name}.txt").write_text(

@@ -394,6 +394,7 @@ def run(capture, out: Path) -> tuple[dict, list]:
     if space is None and trace is None:
         raise step_cli.StepError(f"nothing to reconcile in {files.run_dir}: {xplane_why}; "
                                  f"{trace_why}")
+    step_cli.progress("comparing the trace's and the xplane's GPU events")
     rows = check_events(space, trace, xplane_why, trace_why)
     if trace is None:
         for check in ("launch_join", "kernels_per_step", "same_work_across_gpus",
@@ -403,7 +404,10 @@ def run(capture, out: Path) -> tuple[dict, list]:
     else:
         import skip_stats
         a, _ = skip_stats.analyse(trace)
+        step_cli.progress("measuring each step and GPU", len(a.analysed), unit="steps")
         step_rows, stream_acc, _, info = skip_stats.per_step_rows(a)
+        step_cli.progress("checking joins, steps, same work and stream budgets",
+                          len(a.events), unit="GPU events")
         idle = sorted(set(trace.gpu_pids()) - {e.device for e in a.events})
         rows += check_joins(a)
         rows += check_kernels_per_step(a, step_rows)

@@ -334,6 +334,8 @@ def run(capture, out: Path, use_xprof: bool = True) -> tuple[dict, list[tuple[st
     rows, res = read_attribution(out, capture)
     pid, programs = load_programs(space, rows, res)
     gpu = gpu_ceilings.identify_space(space)
+    step_cli.progress("costing each instruction and placing it under its ceiling", len(rows),
+                      unit="instructions")
     table, a = analyse(rows, res, programs, gpu, gpu_ceilings.load_peaks())
     xprof = add_xprof_figures(table, programs, out, use_xprof)
     refusals = [gpu["why"]] if gpu["why"] else []

@@ -1041,6 +1041,8 @@ def read_rows(out: Path, steps: dict, chosen: dict, v0: int, v1: int, zoomed: bo
     """rows.csv read for the chosen step and the window; SwimlaneError where it holds no GPU
     event, or none in a zoomed window."""
     path = out / "rows.csv"
+    step_cli.progress("reading step 1's rows.csv", path.stat().st_size >> 20 if path.is_file()
+                      else 0, unit="MiB")
     rows = Rows(out, set(steps), chosen["number"], v0, v1)
     if rows.span is None:
         raise SwimlaneError(f"{path} holds no GPU event, so there are no GPU lanes to draw")

@@ -35,7 +35,7 @@ except ImportError:  # imported without an entry script's path set-up: find the 
     import sibling
     sibling.on_path()
     from trace_rules import MAX_TIME_PS
-from step_cli import StepError
+from step_cli import StepError, progress
 
 GPU_PLANE_RE = re.compile(r"^/device:GPU:(\d+)$")
 METADATA_PLANE = "/host:metadata"
@@ -321,6 +321,7 @@ def load_space(path) -> Space:
         if size > MAX_XPLANE_BYTES:
             raise XPlaneError(f"{path} is {size:,} bytes, over the 2 GiB protobuf can parse; "
                               "it is not an xplane XProf wrote")
+        progress("reading the xplane", size >> 20, unit="MiB")
         data = path.read_bytes()
     except OSError as exc:
         raise XPlaneError(f"cannot read {path}: {exc.strerror or exc}") from exc

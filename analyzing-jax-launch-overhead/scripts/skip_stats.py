@@ -50,6 +50,7 @@ from skip_analysis import (  # noqa: E402
     verdict,
 )
 from skip_writers import RowsJob, write_python_lines, write_result, write_tables  # noqa: E402
+from step_cli import progress  # noqa: E402
 from step_framing import (  # noqa: E402
     CallTree,
     assign_steps,
@@ -70,6 +71,7 @@ def analyse(trace) -> tuple[Analysis, dict]:
     """Step 1 on a trace up to its steps: the GPU events joined to their host calls, the steps
     framed and each event given its step, the notes and what cannot be computed; returns the
     Analysis and the join counts. What the trace lacks is said in the Analysis, never raised."""
+    progress("collecting GPU and host events", len(trace.events), unit="trace events")
     gpu, other_gpu_lines, host_threads, by_corr = collect(trace)
     notes = []
     if len(trace.events) == EXPORTER_EVENT_CAP:
@@ -79,9 +81,11 @@ def analyse(trace) -> tuple[Analysis, dict]:
     if other_gpu_lines:
         notes.append(f"{other_gpu_lines} events on GPU lines that are not streams (derived lines "
                      "such as Steps or TensorFlow Ops) were left out")
+    progress("joining GPU events to their launches", len(gpu), unit="GPU events")
     joins = join_events(gpu, by_corr, host_threads)
     scan = host_scan(host_threads)  # one pass over the host events for the step framing
     tree = CallTree(host_threads) if scan["tracer"] else None  # the Python calls' nesting
+    progress("finding the steps", len(gpu), unit="GPU events")
     steps, source, step_notes = find_steps(gpu, host_threads, last_end(gpu, host_threads), scan,
                                            tree)
     notes += step_notes
@@ -128,9 +132,11 @@ def run(trace, out: Path) -> tuple[dict, list]:
     with rules.replace_files(out, ".skip_stats-") as tmp:
         rows_job = RowsJob(tmp / "rows.csv", a)  # the events are final once analysed
         try:
+            progress("measuring each step and GPU", len(a.analysed), unit="steps")
             step_rows, stream_acc, gap_rows, info = per_step_rows(a)
             name, rule, figures = verdict(a, step_rows, info) if a.events else \
                 ("not computable", ["no GPU events"], {})
+            progress("writing the tables", len(a.events), unit="GPU events")
             written = write_tables(tmp, a, stream_acc, info["critical"], step_rows, gap_rows)
             py = python_lines(a.host_threads)
             written.append(("python_lines.csv", write_python_lines(tmp / "python_lines.csv", py)))

@@ -15,7 +15,11 @@ that does the work and returns the lines to print. Everything else is here:
   a MemoryError says the capture is too large for this machine; an interrupt is one sentence
   (exit 130) and a closed pipe exits 141; never a traceback;
 - the closing lines: `wrote <path> (<n> rows | lines | bytes)` per file, the step's summary,
-  then its "Next:" line.
+  then its "Next:" line;
+- progress: `progress(what, done, total)` says on stderr what a long step is doing, with its
+  counts (`<step>: … <what>: <done> of <total> (<seconds> s)`), at most every
+  PROGRESS_EVERY_S seconds, a new phase at once, none in a quick step's first seconds: a user
+  watching a two-minute run knows it is alive. investigate.py relays these lines as they come.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +36,11 @@ import trace_rules as rules
 
 UNUSABLE, USAGE, MISSING_PACKAGE = 1, 2, 3
 INTERRUPTED, PIPE_CLOSED = 130, 141
+# A long step says what it does at least this often (seconds): often enough that a user
+# watching knows it is alive, rarely enough not to drown its other lines. JAXTRACE_PROGRESS_EVERY
+# sets another interval (0: every call, as the tests do).
+PROGRESS_EVERY_S = float(os.environ.get("JAXTRACE_PROGRESS_EVERY", "2"))
+PROGRESS_MARK = ": … "  # what investigate.py looks for to relay a step's progress lines
 
 
 class StepError(Exception):
@@ -66,6 +76,34 @@ class Step:
     options: Callable[[argparse.ArgumentParser], None] | None = None
     out_help: str | None = None
     fan_out: bool = True
+
+
+class _Progress:
+    """Where the current step is: its name, its start, the phase and the last line's time."""
+
+    name = ""
+    start = time.monotonic()
+    phase = None
+    last = float("-inf")
+
+
+def progress(what: str, done: int | None = None, total: int | None = None,
+             unit: str = "") -> None:
+    """Say on stderr what the step is doing (`what`), with `done` of `total` `unit` where given:
+    at once when `what` is a new phase, else at most every PROGRESS_EVERY_S seconds; nothing
+    in a step's first PROGRESS_EVERY_S seconds (a quick step stays quiet). Costs a clock read
+    when nothing is said: callable from a loop every few thousand items."""
+    now = time.monotonic()
+    if now - _Progress.start < PROGRESS_EVERY_S or (
+            what == _Progress.phase and now - _Progress.last < PROGRESS_EVERY_S):
+        return
+    _Progress.phase, _Progress.last = what, now
+    count = ""
+    if done is not None:
+        count = f": {done:,}" + (f" of {total:,}" if total is not None else "") + \
+            (f" {unit}" if unit else "")
+    print(f"{_Progress.name or os.path.basename(sys.argv[0])}{PROGRESS_MARK}{what}{count} "
+          f"({now - _Progress.start:.1f} s)", file=sys.stderr, flush=True)
 
 
 def parser(step: Step) -> argparse.ArgumentParser:
@@ -125,6 +163,7 @@ def main(step: Step, body: Callable, argv=None) -> int:
     a verdict of its own to exit with (the fact check's 4)."""
     ap = parser(step)
     args = ap.parse_args(argv)
+    _Progress.name, _Progress.start = step.name, time.monotonic()
     fanned = _fanned(step, args, argv)
     if fanned is not None:
         return fanned

@@ -37,7 +37,7 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from step_cli import StepError
+from step_cli import StepError, progress
 
 try:
     from trace_rules import MAX_TIME_PS
@@ -312,9 +312,17 @@ def _clean_event(ev: dict) -> int:
     return n
 
 
+def _mib(path: Path) -> int:
+    try:
+        return path.stat().st_size >> 20
+    except OSError:
+        return 0
+
+
 def load_trace(path) -> Trace:
     """Load a trace; raise TraceError with one sentence when it is not XLA's trace JSON."""
     path = Path(path)
+    progress("reading the trace", _mib(path), unit="MiB")
     text = _read_text(path)
     if not text.strip():
         raise TraceError(f"{path} holds no data; expected XProf's trace JSON")
@@ -337,7 +345,10 @@ def load_trace(path) -> Trace:
     entries = doc["traceEvents"]
     lo, hi = -MAX_TIME_US, MAX_TIME_US
     id_args = INTEGER_ARGS
+    progress("checking the trace's events", 0, len(entries), "events")
     for i, ev in enumerate(entries):
+        if not i & 0xFFFF:
+            progress("checking the trace's events", i, len(entries), "events")
         if type(ev) is not dict:
             raise TraceError(f"{path} has traceEvents entry {i:,} that is {_kind(ev)}, not an "
                              "object")
