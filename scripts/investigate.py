@@ -15,7 +15,9 @@ which steps 2 and 5 read), reconcile.py (step 2), swimlanes.py (step 3), rooflin
 changes.py (step 6), trust.py (step 7), report_draft.py (report_draft.md), factcheck.py (on the
 draft), and with --page build_page.py of the writing-trace-report-pages skill (report_draft.html,
 the draft as one self-contained page). Progress goes to stderr: the step, what it does, the
-elapsed time. Each script's own output is kept in DIR/logs/<script>.txt.
+elapsed time, and while a long step runs its own progress lines (`<step>: … <what it does>:
+<count> (<seconds> s)`, at most every 2 s). Each script's own output is kept in
+DIR/logs/<script>.txt.
 
 A run folder with several hosts and no --host: the whole job runs once per host, each host in
 its own process into DIR/<host>/ (--jobs N at once; default the cores, fewer when memory is

@@ -403,6 +403,8 @@ def load_programs(space, rows: list[dict], res: dict) -> tuple[int, dict]:
 def add_xprof_figures(table: list[list], programs: dict, out: Path, use_xprof: bool) -> dict:
     """XProf's FLOPs and bytes added to the table's rows (add_xprof); the result's `xprof`:
     the rows that got them and a note on the others."""
+    if use_xprof:
+        step_cli.progress("XProf: its own FLOPs and bytes per instruction")
     xcosts, xnote = xprof_figures.costs(out) if use_xprof else ({}, "XProf's figures skipped "
                                                                    "(--no-xprof)")
     with_xprof = add_xprof(table, xcosts, programs)
