@@ -187,8 +187,11 @@ def graph_launch_ids(space) -> set:
 def collect_kernels(space) -> tuple[list, bool]:
     """GPU stream events; for a CPU capture, XLA:CPU thunk events (control thunks left out)."""
     kernel = km.Kernel
-    kernels = [kernel(*t) for plane in space.gpu_planes() for line in plane.lines
-               if line.name.startswith("Stream #") for t in _flat(plane.gpu_ordinal, line)]
+    kernels = []
+    for plane in space.gpu_planes():
+        progress("collecting each GPU's kernels", len(kernels), unit="kernels so far")
+        kernels += [kernel(*t) for line in plane.lines if line.name.startswith("Stream #")
+                    for t in _flat(plane.gpu_ordinal, line)]
     if kernels:
         launched = graph_launch_ids(space)
         if launched:

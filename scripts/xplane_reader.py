@@ -244,7 +244,8 @@ class Space:
         self.errors = list(proto.errors)
         self.warnings = list(proto.warnings)
         seen: set = set()
-        for p in proto.planes:
+        for i, p in enumerate(proto.planes):
+            progress("checking the xplane's planes", i, len(proto.planes), "planes")
             if (p.name in UNIQUE_PLANES or GPU_PLANE_RE.match(p.name)) and p.name in seen:
                 raise XPlaneError(f"{path} holds two planes named {_name(p.name)}; XProf writes "
                                   "each once, so the file is corrupt or merged")
