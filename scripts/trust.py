@@ -259,31 +259,34 @@ class Facts:
 
 # ---------------------------------------------------------------- analyses (pure)
 
+# The rows.csv columns summarise_rows reads (streamed as lists: a table of a million rows).
+ROW_FACT_COLUMNS = ["device", "dur_us", "graph", "category", "join", "launch_name", "step",
+                    "correlation_id", "hlo_op"]
+
+
 def summarise_rows(rows, amd_devices: set) -> RowFacts:
-    """One pass over rows.csv: GPU time, graph events, collectives, ROCm memcpys, and the
-    kernels each graph replay recorded (replays inside analysed steps only: a replay cut by the
-    capture's start or end is not short)."""
+    """One pass over rows.csv (the cells of ROW_FACT_COLUMNS, scratch.stream): GPU time, graph
+    events, collectives, ROCm memcpys, and the kernels each graph replay recorded (replays
+    inside analysed steps only: a replay cut by the capture's start or end is not short)."""
     f = RowFacts()
     launches: dict = {}  # (device, correlation id) -> [launch name, labels, events]
-    for r in rows:
-        dur = _num(r.get("dur_us"), 0.0)
+    for device, dur_us, graph, category, join, launch_name, step, corr, hlo_op in rows:
+        dur = _num(dur_us, 0.0)
         f.gpu_us += dur
-        if r.get("graph") == "1":
+        if graph == "1":
             f.graph_events += 1
             f.graph_us += dur
-        if r.get("category") == "collective":
+        if category == "collective":
             f.collective_events += 1
             f.collective_us += dur
-        if (r.get("device") in amd_devices and r.get("category") == "memcpy"
-                and r.get("join") == "launch"
-                and ROCM_MEMCPY_LAUNCH.match(r.get("launch_name") or "")):
+        if (device in amd_devices and category == "memcpy" and join == "launch"
+                and ROCM_MEMCPY_LAUNCH.match(launch_name)):
             f.rocm_memcpy += 1
             f.rocm_memcpy_us += dur
-        if r.get("join") == "graph_launch" and r.get("step", "") != "":
-            e = launches.setdefault((r["device"], r.get("correlation_id")),
-                                    [r.get("launch_name") or "", set(), 0])
-            if r.get("hlo_op"):
-                e[1].add(r["hlo_op"])
+        if join == "graph_launch" and step != "":
+            e = launches.setdefault((device, corr), [launch_name, set(), 0])
+            if hlo_op:
+                e[1].add(hlo_op)
             e[2] += 1
     graphs: dict = {}
     for (device, _), (name, labels, n) in launches.items():
@@ -478,12 +481,19 @@ def async_label_items(inp: Inputs, facts: Facts) -> list:
     if inp.get("attribute_kernels") is None:
         return []
     n, us, labels = 0, 0.0, set()
-    for r in scratch.records(inp.out, "attribution/kernels.csv") or ():
-        if (r.get("category") == "collective" and r.get("graph") != "1" and r.get("hlo_op")
-                and r.get("match") != "exact"):
-            n += 1
-            us += _num(r.get("dur_us"), 0.0)
-            labels.add(r["hlo_op"])
+    if not (inp.out / "attribution" / "kernels.csv").is_file():
+        return []
+    try:  # streamed as lists: a table of a million kernels
+        for category, graph, hlo_op, match, dur_us in scratch.stream(
+                inp.out, "attribution/kernels.csv",
+                ["category", "graph", "hlo_op", "match", "dur_us"]):
+            if category == "collective" and graph != "1" and hlo_op and match != "exact":
+                n += 1
+                us += _num(dur_us, 0.0)
+                labels.add(hlo_op)
+    except scratch.TableError as exc:
+        inp.notes.append(f"attribution/kernels.csv was not read: {exc}")
+        return []
     if not n:
         return []
     shown = ", ".join(sorted(labels)[:5]) + (", ..." if len(labels) > 5 else "")
@@ -796,8 +806,12 @@ def collect(inp: Inputs, failed: dict) -> tuple[list, list, Facts]:
     ci = inp.get("capture_info") or {}
     amd = {str(g.get("ordinal")) for g in ci.get("gpus") or []
            if str((g.get("device") or {}).get("device_vendor") or "").upper() == "AMD"}
-    rows = scratch.records(inp.out, "rows.csv")
-    rf = summarise_rows(rows, amd) if rows is not None else None
+    rf = None
+    if (inp.out / "rows.csv").is_file():
+        try:
+            rf = summarise_rows(scratch.stream(inp.out, "rows.csv", ROW_FACT_COLUMNS), amd)
+        except scratch.TableError as exc:
+            inp.notes.append(f"rows.csv was not read: {exc}")
     total = _fig(inp.get("attribute_kernels"), "kernel_time_us")
     source = "attribution/attribute_kernels.json: figures.kernel_time_us"
     if not total and rf is not None:
