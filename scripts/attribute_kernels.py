@@ -122,7 +122,7 @@ def copy_and_convert(xplane: Path, folder: Path, use_xprof: bool) -> tuple[Path,
                 raw_to_tool_data.xspace_to_tool_names([str(copy)])
         except Exception as exc:  # noqa: BLE001 - XProf's own failure, said in one sentence
             raise step_cli.StepError(f"XProf could not read {xplane}: "
-                             f"{_user_path(exc, copy, xplane)}") from exc
+                                     f"{_user_path(exc, copy, xplane)}") from exc
         seconds = time.perf_counter() - t
         for f in sorted(dest.glob("*.hlo_proto.pb")):
             m = PROGRAM_FILE_RE.match(f.name)
@@ -430,13 +430,13 @@ def choose_program(kernels, programs, requested, unreadable=None) -> tuple[int, 
     readable = ", ".join(f"{n}({i})" for i, (n, _) in sorted(programs.items()))
     if requested is not None and requested in unreadable:
         raise step_cli.StepError(f"--program {requested} cannot be attributed: "
-                         f"{unreadable[requested][1]}; readable programs: {readable}")
+                                 f"{unreadable[requested][1]}; readable programs: {readable}")
     top = max(sorted(all_time, key=str), key=lambda p: all_time[p]) if all_time else None
     if requested is None and top in unreadable:
         share = 100.0 * all_time[top] / (sum(k.dur for k in kernels) or 1)
         raise step_cli.StepError(f"cannot attribute the program with the most kernel time "
-                         f"({share:.1f}%): {unreadable[top][1]}; pass --program ID to attribute "
-                         f"another ({readable})")
+                                 f"({share:.1f}%): {unreadable[top][1]}; pass --program ID to "
+                                 f"attribute another ({readable})")
     notes = []
     groups: dict[bytes, list[int]] = {}
     for pid, (_, module) in programs.items():
@@ -446,7 +446,7 @@ def choose_program(kernels, programs, requested, unreadable=None) -> tuple[int, 
         if requested not in programs:
             ids = ", ".join(f"{n}({i})" for i, (n, _) in sorted(programs.items()))
             raise step_cli.StepError(f"--program {requested} is not a program of this capture; "
-                             f"programs: {ids}")
+                                     f"programs: {ids}")
         chosen = requested
         notes.append(f"{programs[chosen][0]}({chosen}) chosen by --program")
     elif gpu_time:
@@ -833,7 +833,7 @@ def run(capture, out: Path, opts: Options) -> tuple[dict, list]:
     files = capture.files
     if files.xplane is None:
         raise step_cli.StepError(f"no <host>.xplane.pb for host {files.host} in {files.run_dir}; "
-                         "attribution reads the xplane (the trace.json has no HLO)")
+                                 "attribution reads the xplane (the trace.json has no HLO)")
     t0 = time.perf_counter()
     kernels, cpu = read_kernels(capture)
     with rules.atomic_folder(out / "attribution") as tmp:
@@ -871,11 +871,11 @@ def read_kernels(capture) -> tuple[list, bool]:
     space = xplane_reader.space_of(capture)
     if not space.hlo_protos():
         raise step_cli.StepError(f"{files.xplane} holds no HLO programs (no /host:metadata): "
-                         "kernels cannot be attributed to instructions or lines")
+                                 "kernels cannot be attributed to instructions or lines")
     kernels, cpu = collect_kernels(space)
     if not kernels:
         raise step_cli.StepError(f"{files.xplane} has no GPU stream events and no XLA:CPU "
-                         "thunk events: there are no kernels to attribute")
+                                 "thunk events: there are no kernels to attribute")
     return kernels, cpu
 
 
@@ -905,7 +905,7 @@ def match_capture(capture, kernels, cpu: bool, blobs: dict, opts: Options) -> Ma
     if not protos:
         _, why = next(iter(unreadable.values()))
         raise step_cli.StepError(f"no program in {files.xplane} can be attributed: {why}" +
-                         (f" (and {len(unreadable) - 1} more unreadable)"
+                                 (f" (and {len(unreadable) - 1} more unreadable)"
                           if len(unreadable) > 1 else ""))
     chosen, notes, _ = choose_program(kernels, protos, opts.program, unreadable)
     counted: dict = {}
