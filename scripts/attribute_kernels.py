@@ -66,6 +66,7 @@ SIBLING = sibling.on_path()
 import scratch  # noqa: E402  (sibling skill: the scratch files' declarations, writers)
 import step_cli  # noqa: E402  (sibling skill: the command line, errors, exit codes)
 import trace_rules as rules  # noqa: E402  (sibling skill: the classification rules)
+import xprof_figures  # noqa: E402  (XProf's conversions, each in a child process)
 from step_cli import progress  # noqa: E402
 from trace_rules import CONTROL_OPCODES, pct, us  # noqa: E402
 
@@ -111,16 +112,13 @@ def copy_and_convert(xplane: Path, folder: Path, use_xprof: bool) -> tuple[Path,
     protos: dict[int, tuple[str, bytes]] = {}
     seconds = 0.0
     if use_xprof:
+        t = time.perf_counter()
         try:
-            from xprof.convert import raw_to_tool_data
+            xprof_figures.convert(copy)
         except ImportError as exc:
             raise step_cli.MissingPackage(
                 f"the xprof package is not installed ({exc}); {INSTALL}") from exc
-        t = time.perf_counter()
-        try:
-            with rules.quiet_fd2():
-                raw_to_tool_data.xspace_to_tool_names([str(copy)])
-        except Exception as exc:  # noqa: BLE001 - XProf's own failure, said in one sentence
+        except xprof_figures.XProfError as exc:
             raise step_cli.StepError(f"XProf could not read {xplane}: "
                                      f"{_user_path(exc, copy, xplane)}") from exc
         seconds = time.perf_counter() - t
@@ -633,18 +631,12 @@ def xprof_coverage(copy: Path) -> tuple[float | None, float, str]:
     """XProf's hlo_stats total self time (us) on this capture, and its seconds."""
     import json
 
-    from xprof.convert import raw_to_tool_data
     t = time.perf_counter()
     try:
-        with rules.quiet_fd2():
-            out = raw_to_tool_data.xspace_to_tool_data([str(copy)], "hlo_stats",
-                                                       {"use_saved_result": False})
-    except Exception as exc:  # noqa: BLE001 - reported, not fatal
+        data = xprof_figures.convert(copy, "hlo_stats", names=False)
+    except (ImportError, xprof_figures.XProfError) as exc:  # reported, not fatal
         return None, time.perf_counter() - t, f"XProf's hlo_stats failed: {exc}"
     seconds = time.perf_counter() - t
-    data = out[0] if isinstance(out, tuple) else out
-    if isinstance(data, bytes):
-        data = data.decode("utf-8", "replace")
     # kept beside the copy for the roofline step, which would otherwise convert it again
     (copy.parent / XPROF_HLO_STATS).write_text(data if isinstance(data, str) else "",
                                                encoding="utf-8", errors="replace")

@@ -6,16 +6,9 @@ is never touched). Each reader returns a note instead where XProf cannot give th
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
-
-try:
-    import trace_rules as rules
-except ImportError:  # imported without an entry script's path set-up: find the sibling skill
-    import sys
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import sibling
-    sibling.on_path()
-    import trace_rules as rules
 
 # XProf's hlo_stats gives per op a FLOP rate in GFLOP/s and a memory bandwidth in GiB/s (found
 # by comparison: its bytes came out 6.9% = 1 - 1e9/2^30 under ours on every row) over its
@@ -29,15 +22,58 @@ def xplane_copies(out: Path) -> list[Path]:
     return sorted((out / "attribution" / "xplane").glob("*.xplane.pb"))
 
 
-def tool_data(copy: Path, tool: str):
-    """XProf's `tool` converted from the xplane `copy` (its stderr silenced); raises whatever
-    XProf raises, the import of xprof included."""
-    from xprof.convert import raw_to_tool_data
-    with rules.quiet_fd2():
-        raw_to_tool_data.xspace_to_tool_names([str(copy)])
-        data = raw_to_tool_data.xspace_to_tool_data([str(copy)], tool,
-                                                     {"use_saved_result": False})
-    return data[0] if isinstance(data, tuple) else data
+class XProfError(Exception):
+    """XProf could not convert the xplane; the message is XProf's own."""
+
+
+# XProf's conversions run in a child process: XProf holds the whole xplane in its own (C++)
+# memory while it converts, 1.4 GiB at five times the seed's size; in the step's process that
+# came on top of the step's own data (attribute_kernels peaked at 2.4 GiB, 1.06 without XProf).
+# The child writes the tool's data on stdout; a failure is its last stderr line; exit 3 where
+# xprof is not installed. XProf's C++ log goes to the child's stderr and is not shown.
+_CHILD = r"""
+import sys
+try:
+    from xprof.convert import raw_to_tool_data as r
+except ImportError as exc:
+    sys.stderr.write("\nXPROF-ERROR: " + str(exc) + "\n")
+    sys.exit(3)
+copy, tool, names = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+try:
+    if names:
+        r.xspace_to_tool_names([copy])
+    if tool:
+        data = r.xspace_to_tool_data([copy], tool, {"use_saved_result": False})
+        data = data[0] if isinstance(data, tuple) else data
+        if isinstance(data, str):
+            data = data.encode("utf-8", "replace")
+        sys.stdout.buffer.write(data or b"")
+except Exception as exc:
+    sys.stderr.write("\nXPROF-ERROR: " + (str(exc) or type(exc).__name__).replace("\n", " ")
+                     + "\n")
+    sys.exit(1)
+"""
+
+
+def convert(copy: Path, tool: str = "", names: bool = True) -> str:
+    """XProf on the xplane `copy`, in a child process: with `names`, its list of tools (which
+    writes each program's <module>(<id>).hlo_proto.pb beside the copy), then `tool`'s data (text;
+    empty without a tool). Raises ImportError where xprof is not installed, XProfError with
+    XProf's message where it fails."""
+    p = subprocess.run([sys.executable, "-c", _CHILD, str(copy), tool, "1" if names else "0"],
+                       capture_output=True)
+    if p.returncode:
+        err = p.stderr.decode("utf-8", "replace")
+        why = next((ln[len("XPROF-ERROR: "):] for ln in reversed(err.splitlines())
+                    if ln.startswith("XPROF-ERROR: ")), f"exit {p.returncode}")
+        raise (ImportError if p.returncode == 3 else XProfError)(why)
+    return p.stdout.decode("utf-8", "replace")
+
+
+def tool_data(copy: Path, tool: str) -> str:
+    """XProf's `tool` converted from the xplane `copy` (convert: a child process); raises
+    whatever convert raises."""
+    return convert(copy, tool)
 
 
 def costs(out: Path) -> tuple[dict, str]:

@@ -57,3 +57,31 @@ def test_the_standard_library_steps_run_under_it(tmp_path):
         p = bare([script, EXAMPLE, "--out", out], tmp_path)
         assert p.returncode == 0, (script.name, p.stderr)
     assert (out / "summary.txt").is_file() and (out / "swimlanes.svg").is_file()
+
+
+def test_without_xprof_step_4_is_exit_3_and_step_5_says_why(tmp_path):
+    """XProf runs in a child process (xprof_figures.convert): an xprof that cannot be imported
+    there is still step 4's exit 3 with the install line, and step 5's note, never a traceback."""
+    fake = tmp_path / "site" / "xprof"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text('raise ImportError("No module named xprof.convert")\n')
+    env = dict(__import__("os").environ, PYTHONPATH=str(tmp_path / "site"))
+    out = tmp_path / "out"
+    p = subprocess.run([sys.executable, "-P", str(NEEDS["attribute_kernels"]), str(EXAMPLE),
+                        "--out", str(out)], capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 3, (p.returncode, p.stderr)
+    assert p.stderr.strip().splitlines() == [
+        "attribute_kernels: the xprof package is not installed (No module named xprof.convert); "
+        "pip install -r requirements.txt (jax, jaxlib, xprof, protobuf, numpy)"]
+    assert not (out / "attribution").exists()
+    # step 5 on a step 4 that ran with --no-xprof... then asked for XProf's figures
+    p = subprocess.run([sys.executable, "-P", str(NEEDS["attribute_kernels"]), str(EXAMPLE),
+                        "--out", str(out), "--no-xprof"], capture_output=True, text=True,
+                       timeout=300, env=env)
+    assert p.returncode == 0, p.stderr
+    p = subprocess.run([sys.executable, "-P", str(NEEDS["roofline"]), str(EXAMPLE),
+                        "--out", str(out)], capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+    import json
+    xc = json.loads((out / "roofline.json").read_text())["xprof_ceiling"]
+    assert "No module named xprof.convert" in xc["note"], xc
