@@ -44,6 +44,7 @@ sentence says why); 2 usage; 3 a missing package (protobuf, for the xplane).
 
 from __future__ import annotations
 
+import gc
 import json
 import statistics
 import sys
@@ -118,13 +119,15 @@ def trace_streams(trace) -> dict:
     return out
 
 
-def check_events(space, trace, xplane_why: str, trace_why: str) -> list[dict]:
+def check_events(x, trace, xplane_why: str, trace_why: str) -> list[dict]:
+    """Per GPU and stream, the trace's event count and summed time against the xplane's (`x`:
+    xplane_streams, None where the xplane could not be read)."""
     name = "gpu_events_json_vs_xplane"
-    if space is None or trace is None:
+    if x is None or trace is None:
         return [row(name, status="not checkable", sentence=(
             f"GPU events json = xplane cannot be checked because "
-            f"{xplane_why if space is None else trace_why}"))]
-    x, t = xplane_streams(space), trace_streams(trace)
+            f"{xplane_why if x is None else trace_why}"))]
+    t = trace_streams(trace)
     capped = len(trace.events) >= _exporter_cap()
     out = []
     for d, s in sorted(set(x) | set(t)):
@@ -368,17 +371,24 @@ def check_attribution(out_dir: Path) -> list[dict]:
 
 # ---------------------------------------------------------------- run
 
-def run(capture, out: Path) -> tuple[dict, list]:
-    """Step 2 on a capture (capture_inputs.Capture, each file read once per process)."""
+def run(capture, out: Path, own_process: bool = False) -> tuple[dict, list]:
+    """Step 2 on a capture (capture_inputs.Capture, each file read once per process). In a
+    process of its own (`own_process`, the command line) the decoded xplane is let go once its
+    per-stream counts are taken, before the trace is read: the step's peak memory is then the
+    trace's and step 1's analysis, not those and the xplane's; steps sharing the Capture in one
+    process keep it."""
     files = capture.files
-    space = trace = None
+    xstreams = trace = None
     xplane_why = trace_why = ""
     if files.xplane is None:
         xplane_why = "the capture has no .xplane.pb"
     else:
         try:
             import xplane_reader
-            space = xplane_reader.space_of(capture)
+            xstreams = xplane_streams(xplane_reader.space_of(capture))
+            if own_process:  # its per-stream counts are all this step reads of the xplane:
+                capture.cache.pop("space", None)  # let go before the trace is read (its
+                gc.collect()  # planes and lines refer to each other: the collector frees them)
         except ImportError as exc:
             raise step_cli.MissingPackage(f"a package is missing ({exc}); pip install -r "
                                           "requirements.txt") from exc
@@ -391,11 +401,11 @@ def run(capture, out: Path) -> tuple[dict, list]:
             trace = capture.trace
         except (trace_reader.TraceError, capture_inputs.CaptureError) as exc:
             trace_why = f"the trace cannot be read ({exc})"
-    if space is None and trace is None:
+    if xstreams is None and trace is None:
         raise step_cli.StepError(f"nothing to reconcile in {files.run_dir}: {xplane_why}; "
                                  f"{trace_why}")
     step_cli.progress("comparing the trace's and the xplane's GPU events")
-    rows = check_events(space, trace, xplane_why, trace_why)
+    rows = check_events(xstreams, trace, xplane_why, trace_why)
     if trace is None:
         for check in ("launch_join", "kernels_per_step", "same_work_across_gpus",
                       "stream_budget"):
@@ -413,7 +423,7 @@ def run(capture, out: Path) -> tuple[dict, list]:
         rows += check_kernels_per_step(a, step_rows)
         rows += check_same_work(a, step_rows, idle, info.get("groups"), info.get("compared"))
         rows += check_stream_budgets(a, stream_acc)
-    if space is None:
+    if xstreams is None:
         rows.append(row("attribution", status="not checkable",
                         sentence=f"the attribution cannot be reconciled because {xplane_why}"))
     else:
@@ -433,7 +443,7 @@ STEP = step_cli.Step("reconcile", __doc__, __file__)
 
 
 def body(args) -> list[str]:
-    result, written = run(step_cli.open_capture(STEP, args), args.out)
+    result, written = run(step_cli.open_capture(STEP, args), args.out, own_process=True)
     c = result["counts"]
     lines = step_cli.wrote(args.out, written)
     lines.append(f"checks: {c['pass']} pass, {c['fail']} fail, {c['not checkable']} not checkable")
