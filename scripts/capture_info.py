@@ -27,6 +27,7 @@ Exit codes: 0 done; 1 the input cannot be read or is not a capture; 2 usage;
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from pathlib import Path
@@ -99,10 +100,34 @@ def program_rows(space) -> list[dict]:
     return rows
 
 
-def build_inventory(files, space, trace, programs, xplane_error, trace_error) -> dict:
-    """The inventory as data (capture_info.json; fields: references/scratch-layout.md)."""
-    step_cli.progress("counting each GPU's events in the xplane and the trace")
-    xg = gpu_counts_xplane(space) if space else {}
+def xplane_facts(space) -> dict:
+    """What the inventory reads of the xplane, taken at once so that the decoded xplane can be
+    let go before the trace is read: each GPU's counts and device stats, the host plane's lines,
+    events and (without GPU planes) its XLA:CPU thunks and GPU runtime calls, the profile's
+    span, and the stats repeated on one event (counted as the events decode, so taken last)."""
+    step_cli.progress("counting each GPU's events in the xplane")
+    xg = gpu_counts_xplane(space)
+    host = space.plane("/host:CPU")
+    facts = {"gpus": xg, "host": None, "cpu_thunk_events": None, "calls": None,
+             "profile_ms": None}
+    if host and not xg:
+        stats = [e.stats for ln in host.lines for e in ln.events(HOST_STATS)]
+        facts["cpu_thunk_events"] = sum(1 for st in stats if rules.is_cpu_thunk(st))
+        facts["calls"] = sum(1 for st in stats if rules.is_gpu_runtime_call(st))
+    if host:
+        facts["host"] = {"lines": len(host.lines), "xplane_events": host.event_count()}
+    start, stop = space.profile_times_ns()
+    if start and stop and stop >= start:
+        facts["profile_ms"] = (stop - start) / 1e6
+    facts["repeated_stat_events"] = space.repeated_stat_events  # after every decode
+    return facts
+
+
+def build_inventory(files, xf, trace, programs, xplane_error, trace_error) -> dict:
+    """The inventory as data (capture_info.json; fields: references/scratch-layout.md), from
+    the xplane's facts (`xf`: xplane_facts, None where it could not be read) and the trace."""
+    step_cli.progress("counting each GPU's events in the trace")
+    xg = xf["gpus"] if xf else {}
     tg = gpu_counts_trace(trace) if trace else {}
     gpus, checks, refusals = [], [], []
     for o in sorted(set(xg) | set(tg)):
@@ -131,31 +156,24 @@ def build_inventory(files, space, trace, programs, xplane_error, trace_error) ->
               "trace": {"file": files.trace.name if files.trace else None, "error": trace_error,
                         "notes": list(trace.notes) if trace else []},
               "gpus": gpus, "cpu_thunk_events": None, "host": None, "profile_ms": None,
-              "repeated_stat_events": space.repeated_stat_events if space else 0,
+              "repeated_stat_events": 0,
               "programs": programs, "checks": checks, "refusals": refusals}
-    if space:
-        host = space.plane("/host:CPU")
-        calls = None
-        if host and not xg:
-            stats = [e.stats for ln in host.lines for e in ln.events(HOST_STATS)]
-            result["cpu_thunk_events"] = sum(1 for st in stats if rules.is_cpu_thunk(st))
-            calls = sum(1 for st in stats if rules.is_gpu_runtime_call(st))
-            if calls:
-                refusals.append(f"cannot count GPU events in the xplane because it has no "
-                                f"/device:GPU plane while its host plane holds {calls} GPU "
-                                "runtime calls (events with a correlation id): its GPU planes "
-                                "are missing, so it is not a CPU capture")
-        if host:
-            h = {"lines": len(host.lines), "xplane_events": host.event_count(),
-                 "trace_events": None, "gpu_runtime_calls": calls}
+    if xf:
+        calls = xf["calls"]
+        result["cpu_thunk_events"] = xf["cpu_thunk_events"]
+        if calls:
+            refusals.append(f"cannot count GPU events in the xplane because it has no "
+                            f"/device:GPU plane while its host plane holds {calls} GPU "
+                            "runtime calls (events with a correlation id): its GPU planes "
+                            "are missing, so it is not a CPU capture")
+        if xf["host"]:
+            h = {**xf["host"], "trace_events": None, "gpu_runtime_calls": calls}
             if trace:
                 pids = set(trace.host_pids())
                 h["trace_events"] = sum(1 for e in trace.events if e.get("pid") in pids)
             result["host"] = h
-        start, stop = space.profile_times_ns()
-        if start and stop and stop >= start:
-            result["profile_ms"] = (stop - start) / 1e6
-        result["repeated_stat_events"] = space.repeated_stat_events  # after every decode
+        result["profile_ms"] = xf["profile_ms"]
+        result["repeated_stat_events"] = xf["repeated_stat_events"]
     if programs is not None and not programs:
         refusals.append("cannot attribute kernels to instructions or source lines because the "
                         "xplane holds no HLO (/host:metadata)")
@@ -243,12 +261,14 @@ def render(r: dict) -> list[str]:
     return [rules.printable(line) for line in out]
 
 
-def run(capture) -> dict:
+def run(capture, own_process: bool = False) -> dict:
     """Step 0 on a capture (capture_inputs.Capture: each file read once per process, shared with
     the later steps); the inventory as data. A file that cannot be read is said in the result;
-    a StepError (exit 1, or 3 for a missing package) when neither can."""
+    a StepError (exit 1, or 3 for a missing package) when neither can. In a process of its own
+    (`own_process`) the decoded xplane is let go once its facts are taken, before the trace is
+    read (the step's peak is then one file's, not both)."""
     files = capture.files
-    space = trace = programs = None
+    xf = trace = programs = None
     xplane_error = trace_error = None
     missing_dependency = False
     if files.xplane:
@@ -256,12 +276,17 @@ def run(capture) -> dict:
             import xplane_reader
             space = xplane_reader.space_of(capture)
             programs = program_rows(space)
+            xf = xplane_facts(space)
+            del space
+            if own_process:
+                capture.cache.pop("space", None)
+                gc.collect()  # its planes and lines refer to each other
         except Exception as exc:  # noqa: BLE001 - each reported as one sentence
             import xprotos
             missing_dependency = isinstance(exc, (ImportError, xprotos.MissingDependency))
             xplane_error = (rules.printable(exc) if not isinstance(exc, ImportError)
                             else f"{exc}; pip install -r requirements.txt")
-            space = programs = None
+            xf = programs = None
             if missing_dependency:
                 # a half inventory would read as "no programs": say what is missing instead
                 raise step_cli.MissingPackage(
@@ -271,11 +296,11 @@ def run(capture) -> dict:
             trace = capture.trace
         except trace_reader.TraceError as exc:
             trace_error = rules.printable(exc)
-    if space is None and trace is None:
+    if xf is None and trace is None:
         raise step_cli.StepError(f"nothing readable in {files.run_dir}: "
                                  f"{xplane_error or trace_error or 'no files'}",
                                  3 if missing_dependency and not trace_error else 1)
-    return build_inventory(files, space, trace, programs, xplane_error, trace_error)
+    return build_inventory(files, xf, trace, programs, xplane_error, trace_error)
 
 
 def write_json(path: Path, data: dict) -> None:
@@ -295,7 +320,7 @@ STEP = step_cli.Step("capture_info", __doc__, __file__,
 
 def body(args) -> list[str]:
     files = capture_inputs.resolve(args.capture, run=args.run, host=args.host)
-    result = run(capture_inputs.Capture(files))
+    result = run(capture_inputs.Capture(files), own_process=True)
     write_json(args.out / RESULT_FILE, result)  # first: what is printed after cannot cost it
     return render(result) + step_cli.wrote(args.out, [(RESULT_FILE, None)])
 
