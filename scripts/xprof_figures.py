@@ -70,12 +70,6 @@ def convert(copy: Path, tool: str = "", names: bool = True) -> str:
     return p.stdout.decode("utf-8", "replace")
 
 
-def tool_data(copy: Path, tool: str) -> str:
-    """XProf's `tool` converted from the xplane `copy` (convert: a child process); raises
-    whatever convert raises."""
-    return convert(copy, tool)
-
-
 def costs(out: Path) -> tuple[dict, str]:
     """(program id, instruction) -> (FLOPs, bytes) per run as XProf's hlo_stats computes them
     (step 4's saved conversion, hlo_stats.json, where it left one); and a note saying why there
@@ -88,7 +82,7 @@ def costs(out: Path) -> tuple[dict, str]:
         if saved.is_file() and saved.stat().st_size:
             data = saved.read_text()
         else:
-            data = tool_data(copies[0], "hlo_stats")
+            data = convert(copies[0], "hlo_stats")
         table = json.loads(data)
         cols = [c["id"] for c in table["cols"]]
         at = {k: cols.index(k) for k in ("program_id", "hlo_op_name", "avg_self_time",
@@ -116,7 +110,7 @@ def peaks(out: Path) -> dict:
     if not copies:
         return {"note": "XProf's ceilings not shown: step 4 left no xplane copy"}
     try:
-        tables = json.loads(tool_data(copies[0], "roofline_model"))
+        tables = json.loads(convert(copies[0], "roofline_model"))
         props = next(t["p"] for t in tables if isinstance(t, dict) and t.get("p"))
         return {"device_type": props.get("device_type"),
                 "compute_flop_per_s": float(props["peak_flop_rate"]) * 1e9,

@@ -97,6 +97,10 @@ def col(name: str, unit: str, label: str, meaning: str) -> Column:
     return Column(name, unit, label, meaning)
 
 
+KIND_WORDS = {"json": "A result (JSON)", "text": "Text", "svg": "A picture (SVG)",
+              "html": "A page (HTML)", "markdown": "Markdown", "folder": "A folder"}
+
+
 TABLES: dict[str, Table] = {}
 FILES: dict[str, File] = {}
 DECLARED: dict[str, Table | File] = {}  # both, in declaration order (the document's order)
@@ -108,6 +112,8 @@ def declare(*items) -> None:
     for it in items:
         if it.file in DECLARED:
             raise ScratchError(f"{it.file} is declared twice")
+        if isinstance(it, File) and it.kind not in KIND_WORDS:
+            raise ScratchError(f"{it.file}: the kind {it.kind!r} is none of {list(KIND_WORDS)}")
         for c in getattr(it, "columns", ()) + getattr(it, "figures", ()):
             if c.label not in LABELS + (("",) if isinstance(c, Column) else ()):
                 raise ScratchError(f"{it.file}: {c.name} has the label {c.label!r}")
@@ -240,6 +246,12 @@ def figure(value, unit: str, label: str, rng: dict | None = None,
 
 # ---------------------------------------------------------------- reader
 
+# Under the tests (JAXTRACE_SCRATCH_STRICT=1, set by tests/conftest.py for every script they
+# run), each row read through Scratch.rows or records refuses a column its table does not
+# declare: every column any reader asks for is declared. Off elsewhere: plain dicts, no cost.
+STRICT = os.environ.get("JAXTRACE_SCRATCH_STRICT") == "1"
+
+
 def records(folder: Path, file: str):
     """The rows of the declared table `file` under `folder` as dicts, streamed (a table of
     millions of rows is never held whole); None when the file is not there."""
@@ -257,12 +269,6 @@ def _records(path: Path, file: str):
                 yield DeclaredRow(file, r)
         else:
             yield from csv.DictReader(fh)
-
-
-# Under the tests (JAXTRACE_SCRATCH_STRICT=1, set by tests/conftest.py for every script they
-# run), each row read through Scratch.rows or records refuses a column its table does not
-# declare: every column any reader asks for is declared. Off elsewhere: plain dicts, no cost.
-STRICT = os.environ.get("JAXTRACE_SCRATCH_STRICT") == "1"
 
 
 class DeclaredRow(dict):
@@ -363,14 +369,8 @@ def render_table(t: Table) -> list[str]:
     return out + [""]
 
 
-KIND_WORDS = {"json": "A result (JSON)", "text": "Text", "svg": "A picture (SVG)",
-              "html": "A page (HTML)", "markdown": "Markdown", "folder": "A folder"}
-
-
 def render_file(f: File) -> list[str]:
-    what = f.what[:1].upper() + f.what[1:]
-    out = [f"### `{f.file}` ({f.producer})",
-           f"{KIND_WORDS.get(f.kind, f.kind)}: {f.what}" if f.kind in KIND_WORDS else what]
+    out = [f"### `{f.file}` ({f.producer})", f"{KIND_WORDS[f.kind]}: {f.what}"]
     if f.fields:
         out += ["", f.fields.strip()]
     if f.figures:
