@@ -106,7 +106,8 @@ def digests(tree: Path, base: Path) -> dict[str, str]:
     for p in sorted(tree.rglob("*")):
         rel = p.relative_to(tree)
         if (p.is_file() and "logs" not in rel.parts and rel.name != "DIGESTS.json"
-                and "attribution/xplane" not in rel.as_posix()):
+                and "attribution/xplane" not in rel.as_posix()
+                and ".handoff" not in rel.parts):  # step inputs keyed to paths and times
             out[rel.as_posix()] = hashlib.sha256(masked(p.read_bytes(), base, p.name)).hexdigest()
     return out
 

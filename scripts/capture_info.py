@@ -261,12 +261,13 @@ def render(r: dict) -> list[str]:
     return [rules.printable(line) for line in out]
 
 
-def run(capture, own_process: bool = False) -> dict:
+def run(capture, own_process: bool = False, out: Path | None = None) -> dict:
     """Step 0 on a capture (capture_inputs.Capture: each file read once per process, shared with
     the later steps); the inventory as data. A file that cannot be read is said in the result;
     a StepError (exit 1, or 3 for a missing package) when neither can. In a process of its own
     (`own_process`) the decoded xplane is let go once its facts are taken, before the trace is
-    read (the step's peak is then one file's, not both)."""
+    read (the step's peak is then one file's, not both). With `out`, the xplane's per-stream
+    totals are handed on there for step 2 (scratch.handoff_put)."""
     files = capture.files
     xf = trace = programs = None
     xplane_error = trace_error = None
@@ -277,6 +278,9 @@ def run(capture, own_process: bool = False) -> dict:
             space = xplane_reader.space_of(capture)
             programs = program_rows(space)
             xf = xplane_facts(space)
+            if out is not None:
+                scratch.handoff_put(out, "xplane_streams", [files.xplane],
+                                    {"streams": xplane_reader.stream_totals(space)})
             del space
             if own_process:
                 capture.cache.pop("space", None)
@@ -320,7 +324,7 @@ STEP = step_cli.Step("capture_info", __doc__, __file__,
 
 def body(args) -> list[str]:
     files = capture_inputs.resolve(args.capture, run=args.run, host=args.host)
-    result = run(capture_inputs.Capture(files), own_process=True)
+    result = run(capture_inputs.Capture(files), own_process=True, out=args.out)
     write_json(args.out / RESULT_FILE, result)  # first: what is printed after cannot cost it
     return render(result) + step_cli.wrote(args.out, [(RESULT_FILE, None)])
 

@@ -243,7 +243,8 @@ def where_to_look(out: Path, failed: dict[str, str], factcheck_rc: int | None) -
     if failed:
         lines.append("could not run: " + "; ".join(f"{k} ({v})" for k, v in failed.items()))
     files = sorted(str(p.relative_to(out)) for p in out.rglob("*")
-                   if p.is_file() and "xplane" not in p.parts and "logs" not in p.parts)
+                   if p.is_file() and "xplane" not in p.parts and "logs" not in p.parts
+                   and not p.relative_to(out).parts[0].startswith("."))
     lines.append(f"files in {out}: " + ", ".join(files))
     lines.append(f"Next: read {out / 'report_draft.md'} and judge each marked place from its "
                  f"table (SKILL.md), then rerun factcheck.py on the report.")

@@ -36,7 +36,10 @@ The checks (SKILL.md step 2):
                                  DIR): events per program execution within what the schedule
                                  predicts; and the share of attributed time below the confidence
 A capture with one of its two files runs what it can; the rest is not checkable, with the reason.
-It reads the capture once (and step 1's analysis in-process), and writes nothing else.
+What steps 0 and 1 handed on for these very files it reads from DIR/.handoff/ (per-stream totals,
+checks 2 to 5 on step 1's analysis, each keyed to its file's size and modification time);
+without them it reads the capture once and runs step 1's analysis in-process. It writes nothing
+else.
 
 Exit codes: 0 done (failed checks included: they are results); 1 the input cannot be used (one
 sentence says why); 2 usage; 3 a missing package (protobuf, for the xplane).
@@ -46,7 +49,6 @@ from __future__ import annotations
 
 import gc
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -56,9 +58,11 @@ import sibling  # noqa: E402  (where the sibling skill is: one home)
 
 SIBLING = sibling.on_path()
 
+import model_checks  # noqa: E402  (sibling skill: checks 2 to 5, step 1's model)
 import scratch  # noqa: E402  (sibling skill: the scratch files' declarations, writers)
 import step_cli  # noqa: E402  (sibling skill: the command line, errors, exit codes)
 import trace_rules as rules  # noqa: E402  (sibling skill)
+from model_checks import row  # noqa: E402
 
 import capture_inputs  # noqa: E402  (sibling skill)
 import trace_reader  # noqa: E402  (sibling skill)
@@ -66,69 +70,23 @@ import trace_reader  # noqa: E402  (sibling skill)
 RESULT_FILE = "reconcile.json"
 TABLE = "reconciliation.csv"
 COLUMNS = scratch.columns(TABLE)
-# Compute + memcpy time per step (collectives left out: they include waiting for peers) of GPUs
-# that do the same work differs by launch jitter and data; more than this relative difference
-# from the GPUs' median is a GPU that runs slower or faster, reported.
-SAME_WORK_TIME_TOLERANCE = 0.10
 # Attributed time placed below the attribution's confidence threshold: above this share the
 # attribution goes on the trust list (a few percent is what a clean graph capture shows).
 LOW_CONFIDENCE_SHARE_MAX_PCT = 5.0
-IDS_LISTED = 10  # correlation ids quoted in a sentence
-
-
-def _num(v):
-    """A figure as written: whole numbers without a decimal point."""
-    return int(v) if isinstance(v, float) and v.is_integer() else v
-
-
-def row(check, device="", stream="", status="pass", a="", b="", unit="", what_a="",
-        what_b="", sentence="") -> dict:
-    return {"check": check, "device": device, "stream": stream, "status": status,
-            "figure_a": _num(a), "figure_b": _num(b), "unit": unit, "what_a": what_a,
-            "what_b": what_b, "trust_sentence": sentence}
 
 
 # ---------------------------------------------------------------- check 1
 
-def xplane_streams(space) -> dict:
-    """(device, stream) -> [events, summed duration ps] from the xplane's GPU planes."""
-    out = {}
-    for plane in space.gpu_planes():
-        for line in plane.lines:
-            if not line.name.startswith("Stream #"):
-                continue
-            n = total = 0
-            for ev in line._proto.events:
-                n += 1
-                total += ev.duration_ps
-            out[(plane.gpu_ordinal, line.id)] = [n, total]
-    return out
-
-
-def trace_streams(trace) -> dict:
-    ordinal = {pid: o for o, pid in trace.gpu_pids().items()}
-    streams = {k for k, name in trace.threads.items() if name.startswith("Stream #")}
-    out: dict = {}
-    for ev in trace.events:
-        o = ordinal.get(ev.get("pid"))
-        if o is None or (ev["pid"], ev.get("tid")) not in streams:
-            continue
-        e = out.setdefault((o, ev["tid"]), [0, 0])
-        e[0] += 1
-        e[1] += trace_reader.ps(ev.get("dur", 0))
-    return out
-
-
-def check_events(x, trace, xplane_why: str, trace_why: str) -> list[dict]:
-    """Per GPU and stream, the trace's event count and summed time against the xplane's (`x`:
-    xplane_streams, None where the xplane could not be read)."""
+def check_events(x, t, n_events, xplane_why: str, trace_why: str) -> list[dict]:
+    """Per GPU and stream, the trace's event count and summed time (`t`: (device, stream) ->
+    [events, ps], `n_events` the trace's complete events) against the xplane's (`x`, the same
+    from the xplane); either None where its file could not be read."""
     name = "gpu_events_json_vs_xplane"
-    if x is None or trace is None:
+    if x is None or t is None:
         return [row(name, status="not checkable", sentence=(
             f"GPU events json = xplane cannot be checked because "
             f"{xplane_why if x is None else trace_why}"))]
-    t = trace_streams(trace)
-    capped = len(trace.events) >= _exporter_cap()
+    capped = n_events >= _exporter_cap()
     out = []
     for d, s in sorted(set(x) | set(t)):
         xn, xd = x.get((d, s), [0, 0])
@@ -151,184 +109,6 @@ def check_events(x, trace, xplane_why: str, trace_why: str) -> list[dict]:
 def _exporter_cap() -> int:
     import skip_stats
     return skip_stats.EXPORTER_EVENT_CAP
-
-
-# ---------------------------------------------------------------- checks 2 to 5 (step 1's model)
-
-def check_joins(a) -> list[dict]:
-    out = []
-    by_device: dict = {}
-    for e in a.events:
-        by_device.setdefault(e.device, []).append(e)
-    for d, evs in sorted(by_device.items()):
-        bad = [e for e in evs if e.join not in ("launch", "graph_launch")]
-        graphs = {e.args.get("correlation_id") for e in evs if e.join == "graph_launch"}
-        joined = len(evs) - len(bad)
-        sentence = ""
-        if bad:
-            by: dict[str, list] = {}
-            for e in bad:
-                by.setdefault(e.join, []).append(str(e.args.get("correlation_id", "-")))
-            sentence = f"GPU {d}: {len(bad)} of {len(evs)} events join no launch call: " + \
-                "; ".join(f"{k} {len(v)} (ids {', '.join(sorted(set(v))[:IDS_LISTED])})"
-                          for k, v in sorted(by.items()))
-        out.append(row("launch_join", d, "", "fail" if bad else "pass", joined, len(evs),
-                       "count", f"events joined to a launch ({len(graphs)} graph launches)",
-                       "GPU events", sentence))
-    return out
-
-
-def check_kernels_per_step(a, step_rows) -> list[dict]:
-    out = []
-    if not step_rows:
-        return [row("kernels_per_step", status="not checkable",
-                    sentence="kernels per step cannot be checked because no complete step was "
-                             "analysed")]
-    partial = any(s.partial for s in a.analysed)
-    for d in sorted({r["device"] for r in step_rows}):
-        per = {r["step"]: r["kernels"] for r in step_rows if r["device"] == d}
-        if len(per) < 2:
-            out.append(row("kernels_per_step", d, "", "not checkable", sum(per.values()), "",
-                           "count", "events in the one analysed step", "",
-                           f"kernels per step cannot be checked on GPU {d}: one analysed step"
-                           + (" (a partial one: the capture holds no complete step)"
-                              if partial else "")))
-            continue
-        common = statistics.mode(per.values())
-        odd = {s: n for s, n in per.items() if n != common}
-        out.append(row("kernels_per_step", d, "", "fail" if odd else "pass", min(per.values()),
-                       max(per.values()), "count", "fewest events in a step",
-                       "most events in a step", "" if not odd else
-                       f"GPU {d}: {common} events in most steps, but " +
-                       ", ".join(f"{n} in step {s}" for s, n in sorted(odd.items()))))
-    return out
-
-
-def _per_device(a, steps) -> tuple[dict, dict]:
-    """One pass over the events: per GPU, the program's compute + memcpy time per step
-    (collective kernels left out: their time includes waiting for the peers; argument copies
-    left out: a GPU that receives the inputs copies more, which the events check explains), and
-    argument copies (memcpys with no hlo_op and a launch of their own) in steps."""
-    time_ps: dict = {}
-    copies: dict = {}
-    for e in a.events:
-        if e.step not in steps:
-            continue
-        if rules.is_argument_copy(e.category, e.args, e.graph):
-            copies[e.device] = copies.get(e.device, 0) + 1
-        elif e.category != "collective":
-            t = time_ps.setdefault(e.device, {})
-            t[e.step] = t.get(e.step, 0) + e.dur
-    return time_ps, copies
-
-
-def check_same_work(a, step_rows, idle_gpus, groups=None, compared=None) -> list[dict]:
-    """Same work across the GPUs that run the same programs (step 1's GPU groups): a GPU that
-    runs other programs, or holds only argument copies, does other work, which is said (a pass
-    with its explanation), never compared for speed."""
-    out = []
-    devices = sorted({r["device"] for r in step_rows})
-    for d in idle_gpus:
-        out.append(row("same_work_across_gpus", d, "", "not checkable", "", "", "", "", "",
-                       f"GPU {d} is idle in this capture (no events): it did no work to compare"))
-    groups = [g for g in (groups or []) if g["devices"]]
-    if len(groups) > 1:
-        import skip_analysis
-        n_steps = len({r["step"] for r in step_rows})
-        compared = set(compared or ())
-        runs = [d for g in groups if g["kind"] == "programs" for d in g["devices"]]
-        ref = sorted(compared) or sorted(runs)
-        for g in groups:
-            if set(g["devices"]) == compared:
-                continue
-            sentence = skip_analysis.group_sentence(g, n_steps)
-            for d in g["devices"]:
-                if g["kind"] == "programs" and len(g["devices"]) == 1:
-                    why = (f"GPU {d} runs programs no other GPU runs ({sentence}): its work is "
-                           "compared with none")
-                elif g["kind"] == "programs":
-                    why = (f"GPU {d} runs other programs than GPU(s) "
-                           f"{', '.join(map(str, ref))}: {sentence}")
-                else:
-                    why = (f"GPU {d} does other work than GPU(s) {', '.join(map(str, ref))}: "
-                           f"{sentence}")
-                out.append(row("same_work_across_gpus", d, "", "pass", "", "", "", "", "", why))
-            if g["kind"] == "programs" and len(g["devices"]) > 1:
-                out += check_same_work(a, [r for r in step_rows if r["device"] in
-                                           set(g["devices"])], [], None)
-        if compared:
-            out += check_same_work(a, [r for r in step_rows if r["device"] in compared], [],
-                                   None)
-        return out
-    if len(devices) < 2:
-        if devices:
-            out.append(row("same_work_across_gpus", devices[0], "", "not checkable",
-                           sentence="one GPU with work: nothing to compare it with"))
-        return out
-    steps = sorted({r["step"] for r in step_rows})
-    kern = {d: statistics.median([r["kernels"] for r in step_rows if r["device"] == d])
-            for d in devices}
-    per_step, n_copies = _per_device(a, set(steps))
-    time_ps = {d: statistics.median(per_step[d].values()) if per_step.get(d) else 0
-               for d in devices}
-    ref_k = statistics.median(kern.values())
-    ref_t = statistics.median(time_ps.values())
-    copies = {d: n_copies.get(d, 0) / max(len(steps), 1) for d in devices}
-    for d in devices:
-        diff = kern[d] - ref_k
-        explained = diff and abs(diff - (copies[d] - statistics.median(copies.values()))) < 0.5
-        status = "pass" if diff == 0 or explained else "fail"
-        out.append(row("same_work_across_gpus_events", d, "", status, kern[d], ref_k, "count",
-                       "events per step (median)", "median over GPUs",
-                       "" if diff == 0 else
-                       (f"GPU {d}: {kern[d]:g} events per step vs {ref_k:g} on the others, "
-                        f"explained by {copies[d]:g} argument copies per step"
-                        if explained else
-                        f"GPU {d}: {kern[d]:g} events per step vs {ref_k:g} on the others, "
-                        "not explained by the capture")))
-        off = abs(time_ps[d] - ref_t) / ref_t if ref_t else 0.0
-        out.append(row("same_work_across_gpus_time", d, "",
-                       "pass" if off <= SAME_WORK_TIME_TOLERANCE else "fail",
-                       rules.us(time_ps[d]), rules.us(ref_t), "us",
-                       "compute + memcpy time per step without argument copies (median)",
-                       "median over GPUs",
-                       "" if off <= SAME_WORK_TIME_TOLERANCE else
-                       f"GPU {d}: {rules.us(time_ps[d])} us of compute and memcpy time per step "
-                       f"vs {rules.us(ref_t)} us on the others ({100 * off:.1f}% apart) for the "
-                       "same work: this GPU runs slower or faster (clocks, power, contention: "
-                       "the capture cannot say which)"))
-    return out
-
-
-def check_stream_budgets(a, stream_acc) -> list[dict]:
-    import gpu_events
-    out = []
-    analysed = {s.number: s for s in a.analysed}
-    ends: dict = {}
-    by_stream_step: dict = {}  # (device, stream, step) -> events, grouped once
-    for e in a.events:
-        if e.step in analysed:
-            k = (e.device, e.step)
-            ends[k] = max(ends.get(k, 0), e.end)
-            by_stream_step.setdefault((e.device, e.stream, e.step), []).append(e)
-    for (d, s), acc in sorted(stream_acc.items()):
-        parts = acc["compute"] + acc["collective"] + acc["memcpy"] + acc["idle"]
-        # idle a second way: the span minus the union of the stream's events in each window
-        idle2 = 0
-        for num, st in analysed.items():
-            if (d, num) not in ends:
-                continue
-            start, end = st.start, ends[(d, num)]
-            iv = [(max(e.start, start), min(e.end, end))
-                  for e in by_stream_step.get((d, s, num), ()) if e.end > start]
-            idle2 += (end - start) - gpu_events.union_ps(iv)
-        ok = parts == acc["span"] and idle2 == acc["idle"]
-        out.append(row("stream_budget", d, s, "pass" if ok else "fail", parts, acc["span"], "ps",
-                       "compute + collective + memcpy + idle", "span", "" if ok else
-                       f"GPU {d} stream {s}: the budget parts add up to {parts} ps for a span "
-                       f"of {acc['span']} ps (idle {acc['idle']} ps vs {idle2} ps from the "
-                       "union of its events)"))
-    return out
 
 
 # ---------------------------------------------------------------- check 6
@@ -371,58 +151,78 @@ def check_attribution(out_dir: Path) -> list[dict]:
 
 # ---------------------------------------------------------------- run
 
-def run(capture, out: Path, own_process: bool = False) -> tuple[dict, list]:
-    """Step 2 on a capture (capture_inputs.Capture, each file read once per process). In a
-    process of its own (`own_process`, the command line) the decoded xplane is let go once its
-    per-stream counts are taken, before the trace is read: the step's peak memory is then the
-    trace's and step 1's analysis, not those and the xplane's; steps sharing the Capture in one
-    process keep it."""
+def _by_stream(streams) -> dict:
+    """[[device, stream, events, ps], ...] -> (device, stream) -> [events, ps]."""
+    return {(d, s): [n, ps] for d, s, n, ps in streams}
+
+
+def xplane_side(capture, out: Path, own_process: bool) -> tuple[dict | None, str]:
+    """The xplane's per-stream totals: step 0's hand-off when made from this very xplane, else
+    read (in a process of its own the decoded xplane is let go at once: its totals are all
+    this step reads of it); and why there are none."""
     files = capture.files
-    xstreams = trace = None
-    xplane_why = trace_why = ""
     if files.xplane is None:
-        xplane_why = "the capture has no .xplane.pb"
-    else:
-        try:
-            import xplane_reader
-            xstreams = xplane_streams(xplane_reader.space_of(capture))
-            if own_process:  # its per-stream counts are all this step reads of the xplane:
-                capture.cache.pop("space", None)  # let go before the trace is read (its
-                gc.collect()  # planes and lines refer to each other: the collector frees them)
-        except ImportError as exc:
-            raise step_cli.MissingPackage(f"a package is missing ({exc}); pip install -r "
-                                          "requirements.txt") from exc
-        except Exception as exc:  # noqa: BLE001 - the reader's own sentence
-            xplane_why = f"the xplane cannot be read ({exc})"
+        return None, "the capture has no .xplane.pb"
+    got = scratch.handoff_get(out, "xplane_streams", [files.xplane])
+    if got is not None:
+        return _by_stream(got["streams"]), ""
+    try:
+        import xplane_reader
+        streams = xplane_reader.stream_totals(xplane_reader.space_of(capture))
+        if own_process:  # let go before the trace is read (its planes and lines refer to
+            capture.cache.pop("space", None)  # each other: the collector frees them)
+            gc.collect()
+        return _by_stream(streams), ""
+    except ImportError as exc:
+        raise step_cli.MissingPackage(f"a package is missing ({exc}); pip install -r "
+                                      "requirements.txt") from exc
+    except Exception as exc:  # noqa: BLE001 - the reader's own sentence
+        return None, f"the xplane cannot be read ({exc})"
+
+
+def trace_side(capture, out: Path) -> tuple[dict | None, int, list | None, str]:
+    """The trace's per-stream totals, its complete events, and the rows of checks 2 to 5 on
+    step 1's analysis: step 1's hand-offs when made from this very trace, else the trace read
+    and step 1's analysis run here; and why there are none."""
+    files = capture.files
     if files.trace is None:
-        trace_why = "the capture has no .trace.json.gz"
-    else:
-        try:
-            trace = capture.trace
-        except (trace_reader.TraceError, capture_inputs.CaptureError) as exc:
-            trace_why = f"the trace cannot be read ({exc})"
-    if xstreams is None and trace is None:
-        raise step_cli.StepError(f"nothing to reconcile in {files.run_dir}: {xplane_why}; "
-                                 f"{trace_why}")
+        return None, 0, None, "the capture has no .trace.json.gz"
+    streams = scratch.handoff_get(out, "trace_streams", [files.trace])
+    checks = scratch.handoff_get(out, "model_checks", [files.trace])
+    if streams is not None and checks is not None:
+        return _by_stream(streams["streams"]), streams["events"], checks["rows"], ""
+    try:
+        trace = capture.trace
+    except (trace_reader.TraceError, capture_inputs.CaptureError) as exc:
+        return None, 0, None, f"the trace cannot be read ({exc})"
+    import skip_stats
+    t = model_checks.trace_streams(trace)
+    a, _ = skip_stats.analyse(trace)
+    step_cli.progress("measuring each step and GPU", len(a.analysed), unit="steps")
+    step_rows, stream_acc, _, info = skip_stats.per_step_rows(a)
+    step_cli.progress("checking joins, steps, same work and stream budgets",
+                      len(a.events), unit="GPU events")
+    idle = sorted(set(trace.gpu_pids()) - {e.device for e in a.events})
+    return t, len(trace.events), model_checks.rows(a, step_rows, stream_acc, info, idle), ""
+
+
+def run(capture, out: Path, own_process: bool = False) -> tuple[dict, list]:
+    """Step 2 on a capture (capture_inputs.Capture, each file read once per process): what steps
+    0 and 1 handed on for these very files (scratch.handoff_get), else the files themselves."""
+    xstreams, xplane_why = xplane_side(capture, out, own_process)
+    tstreams, n_events, model_rows, trace_why = trace_side(capture, out)
+    if xstreams is None and tstreams is None:
+        raise step_cli.StepError(f"nothing to reconcile in {capture.files.run_dir}: "
+                                 f"{xplane_why}; {trace_why}")
     step_cli.progress("comparing the trace's and the xplane's GPU events")
-    rows = check_events(xstreams, trace, xplane_why, trace_why)
-    if trace is None:
+    rows = check_events(xstreams, tstreams, n_events, xplane_why, trace_why)
+    if model_rows is None:
         for check in ("launch_join", "kernels_per_step", "same_work_across_gpus",
                       "stream_budget"):
             rows.append(row(check, status="not checkable",
                             sentence=f"{check} cannot be checked because {trace_why}"))
     else:
-        import skip_stats
-        a, _ = skip_stats.analyse(trace)
-        step_cli.progress("measuring each step and GPU", len(a.analysed), unit="steps")
-        step_rows, stream_acc, _, info = skip_stats.per_step_rows(a)
-        step_cli.progress("checking joins, steps, same work and stream budgets",
-                          len(a.events), unit="GPU events")
-        idle = sorted(set(trace.gpu_pids()) - {e.device for e in a.events})
-        rows += check_joins(a)
-        rows += check_kernels_per_step(a, step_rows)
-        rows += check_same_work(a, step_rows, idle, info.get("groups"), info.get("compared"))
-        rows += check_stream_budgets(a, stream_acc)
+        rows += model_rows
     if xstreams is None:
         rows.append(row("attribution", status="not checkable",
                         sentence=f"the attribution cannot be reconciled because {xplane_why}"))

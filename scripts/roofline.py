@@ -350,8 +350,8 @@ def run(capture, out: Path, use_xprof: bool = True) -> tuple[dict, list[tuple[st
             "capture_memory_bandwidth_bytes_per_s": gpu.get("xprof_memory_bandwidth_bytes_per_s"),
             "capture_note": "the capture's memory_bandwidth stat (2 x memory clock x bus width "
                             "/ 8); never used (about half the datasheet on AMD)",
-            **(xprof_figures.peaks(out) if use_xprof else {"note": "XProf's ceilings skipped "
-                                                             "(--no-xprof)"}),
+            **(xprof_figures.peaks(out, space) if use_xprof else
+               {"note": "XProf's ceilings skipped (--no-xprof)"}),
             "label": "read"},
         "figures": a["figures"],
         "trust_list": a["trust"] + refusals,

@@ -313,6 +313,21 @@ def _check_times(path: Path, plane) -> None:
                               f"{MAX_TIME_PS:,} ps, so the file is corrupt")
 
 
+def stream_totals(space: Space) -> list[list[int]]:
+    """[device, stream line id, events, summed duration ps] of every GPU plane's "Stream #"
+    line, in plane and line order (step 2's check 1 against the trace's)."""
+    out = []
+    for plane in space.gpu_planes():
+        for line in plane.lines:
+            if line.name.startswith("Stream #"):
+                n = total = 0
+                for ev in line._proto.events:
+                    n += 1
+                    total += ev.duration_ps
+                out.append([plane.gpu_ordinal, line.id, n, total])
+    return out
+
+
 def load_space(path) -> Space:
     """Parse an xplane.pb file; raise XPlaneError with one sentence when it cannot be read."""
     path = Path(path)

@@ -354,6 +354,59 @@ class Scratch:
         return None if rows is None else [r.get(name, "") for r in rows]
 
 
+# ---------------------------------------------------------------- hand-offs between steps
+
+# What one step computed from a capture file and a later step needs again (per-stream totals,
+# step 1's model checks) is handed on in `.handoff/<name>.json`, keyed to the source files'
+# resolved paths, sizes and modification times: a later step reads it only when every source
+# is the very file it would read itself, else computes it from the capture as it would alone.
+HANDOFF = ".handoff"
+
+
+def identity(path) -> dict | None:
+    """A capture file as a hand-off's key: its resolved path, size and modification time."""
+    try:
+        p = Path(path).resolve()
+        st = p.stat()
+    except (OSError, TypeError, ValueError, RuntimeError):
+        return None
+    return {"file": str(p), "bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def handoff_put(folder: Path, name: str, sources: list, payload: dict) -> None:
+    """Hand `payload` (JSON-able) on under `name`, keyed to the files `sources`; written whole
+    (a rename) or not at all; nothing when a source cannot be identified."""
+    keys = [identity(p) for p in sources]
+    if None in keys or not keys:
+        return
+    folder = Path(folder) / HANDOFF
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".{name}.{os.getpid()}.tmp"
+    try:
+        tmp.write_text(json.dumps({"sources": keys, "payload": payload}), encoding="utf-8")
+        os.replace(tmp, folder / f"{name}.json")
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def handoff_get(folder: Path, name: str, sources: list) -> dict | None:
+    """The payload handed on under `name` when its sources are the files `sources` as they are
+    now (same resolved paths, sizes, modification times); None when it is missing, unreadable
+    or was made from other files."""
+    keys = [identity(p) for p in sources]
+    if None in keys or not keys:
+        return None
+    try:
+        d = json.loads((Path(folder) / HANDOFF / f"{name}.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(d, dict) or d.get("sources") != keys or not isinstance(
+            d.get("payload"), dict):
+        return None
+    return d["payload"]
+
+
 # ---------------------------------------------------------------- the layout document
 
 def _cell(text: str) -> str:
@@ -1255,8 +1308,9 @@ elsewhere), and later steps read this file, never the prose. Top-level fields:
   coverage at least XProf's hlo_stats).
 - `refusals`: sentences "cannot ... because ...".
 - `low_confidence_below`: the confidence threshold (0.6); `timing_s`: `matching`,
-  `xprof_extraction`, `xprof_hlo_stats`; `hlo_text`: the HLO text's file name, or null;
-  `tables`: file -> rows written.
+  `xprof_extraction`, `xprof_hlo_stats` (the seconds the step waited for XProf's hlo_stats,
+  which converts in its own process while the step matches and writes); `hlo_text`: the HLO
+  text's file name, or null; `tables`: file -> rows written.
 - `executions`: per device (as a string), the chosen program's `executions` (counted as
   `programs.csv` says, `from` naming how), its `events` (argument copies left out), and the
   events one execution expects:
@@ -1533,6 +1587,22 @@ declare(File(
 declare(File(
     "logs/<script>.txt", "investigate.py", "text",
     "the command each step ran and all it printed"))
+
+declare(File(
+    ".handoff/<name>.json", "capture_info.py, skip_stats.py", "json",
+    "what a step computed from a capture file and a later step needs again, keyed to that file; "
+    "not a result: a later step's input, read only when made from the very file it reads",
+    fields="""
+`sources` (each source file's resolved `file` path, `bytes` and `mtime_ns`) and `payload`.
+A reader takes the payload only when every source is, now, the file it would read itself (same
+path, size and modification time); otherwise it reads the capture as it would alone. Written
+whole (a rename). The hand-offs: `xplane_streams` (capture_info.py, from the xplane: per GPU
+and stream line the event count and summed duration in ps, `streams` as [device, stream,
+events, ps]); `trace_streams` (skip_stats.py, from the trace: the same per stream line, and
+`events`, the trace's complete events); `model_checks` (skip_stats.py, from the trace: the
+rows of step 2's checks 2 to 5 on step 1's analysis, `rows`, in reconciliation.csv's columns).
+reconcile.py reads all three.
+"""))
 
 declare(File(
     "<host>/", "per_host.py", "folder",

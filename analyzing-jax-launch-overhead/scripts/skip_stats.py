@@ -31,6 +31,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import model_checks  # noqa: E402  (step 2's checks 2 to 5, handed on)
+import scratch  # noqa: E402  (the scratch folder: hand-offs)
 import step_cli  # noqa: E402  (the command line, errors, exit codes)
 import trace_rules as rules  # noqa: E402
 from gap_causes import GapIndex  # noqa: E402
@@ -128,6 +130,11 @@ def run(trace, out: Path) -> tuple[dict, list]:
         _KEPT.append(trace)
     source = trace_identity(trace.path)
     a.stream_names = stream_names(trace)
+    streams = {"streams": [[d, s, n, t] for (d, s), (n, t) in
+                           sorted(model_checks.trace_streams(trace).items())],
+               "events": len(trace.events)}
+    idle_gpus = sorted(set(trace.gpu_pids()) - {e.device for e in a.events})
+    trace_path = trace.path
     del trace  # the analysis holds what it needs; free the parsed json before writing
     with rules.replace_files(out, ".skip_stats-") as tmp:
         rows_job = RowsJob(tmp / "rows.csv", a)  # the events are final once analysed
@@ -140,6 +147,8 @@ def run(trace, out: Path) -> tuple[dict, list]:
             written = write_tables(tmp, a, stream_acc, info["critical"], step_rows, gap_rows)
             py = python_lines(a.host_threads)
             written.append(("python_lines.csv", write_python_lines(tmp / "python_lines.csv", py)))
+            progress("checking step 1's model for step 2", len(a.events), unit="GPU events")
+            checks = model_checks.rows(a, step_rows, stream_acc, info, idle_gpus)
             written.insert(0, ("rows.csv", rows_job.wait()))
         except BaseException:
             rows_job.abort()
@@ -151,6 +160,9 @@ def run(trace, out: Path) -> tuple[dict, list]:
         if KEEP_TO_EXIT:
             _KEPT.append(a)
         written[:0] = write_result(tmp, result)
+    # for step 2, which would otherwise read the trace and run this analysis again
+    scratch.handoff_put(out, "trace_streams", [trace_path], streams)
+    scratch.handoff_put(out, "model_checks", [trace_path], {"rows": checks})
     return result, written
 
 

@@ -1,0 +1,233 @@
+"""Step 1's model checked against itself (standard library only): the checks 2 to 5 of step 2's
+reconciliation (launch joins, kernels per step, same work across GPUs, stream budgets) and the
+trace's per-stream totals of check 1. They need step 1's analysis in memory, so step 1
+(skip_stats.py) computes them where it has it and hands them to step 2 in the scratch folder
+(scratch.handoff_put: `.handoff/model_checks.json`, `.handoff/trace_streams.json`, each keyed to
+the trace's size and modification time); reconcile.py computes them itself only where that
+hand-off is missing or was made from another file (reconcile.py, a capture read apart)."""
+
+from __future__ import annotations
+
+import statistics
+
+import gpu_events
+import skip_analysis
+import trace_rules as rules
+
+import trace_reader
+
+# Compute + memcpy time per step (collectives left out: they include waiting for peers) of GPUs
+# that do the same work differs by launch jitter and data; more than this relative difference
+# from the GPUs' median is a GPU that runs slower or faster, reported.
+SAME_WORK_TIME_TOLERANCE = 0.10
+IDS_LISTED = 10  # correlation ids quoted in a sentence
+
+
+def _num(v):
+    """A figure as written: whole numbers without a decimal point."""
+    return int(v) if isinstance(v, float) and v.is_integer() else v
+
+
+def row(check, device="", stream="", status="pass", a="", b="", unit="", what_a="",
+        what_b="", sentence="") -> dict:
+    return {"check": check, "device": device, "stream": stream, "status": status,
+            "figure_a": _num(a), "figure_b": _num(b), "unit": unit, "what_a": what_a,
+            "what_b": what_b, "trust_sentence": sentence}
+
+
+def trace_streams(trace) -> dict:
+    """(device, stream) -> [events, summed duration ps] of the trace's GPU stream lines."""
+    ordinal = {pid: o for o, pid in trace.gpu_pids().items()}
+    streams = {k for k, name in trace.threads.items() if name.startswith("Stream #")}
+    out: dict = {}
+    for ev in trace.events:
+        o = ordinal.get(ev.get("pid"))
+        if o is None or (ev["pid"], ev.get("tid")) not in streams:
+            continue
+        e = out.setdefault((o, ev["tid"]), [0, 0])
+        e[0] += 1
+        e[1] += trace_reader.ps(ev.get("dur", 0))
+    return out
+
+
+# ---------------------------------------------------------------- checks 2 to 5
+
+def check_joins(a) -> list[dict]:
+    out = []
+    by_device: dict = {}
+    for e in a.events:
+        by_device.setdefault(e.device, []).append(e)
+    for d, evs in sorted(by_device.items()):
+        bad = [e for e in evs if e.join not in ("launch", "graph_launch")]
+        graphs = {e.args.get("correlation_id") for e in evs if e.join == "graph_launch"}
+        joined = len(evs) - len(bad)
+        sentence = ""
+        if bad:
+            by: dict[str, list] = {}
+            for e in bad:
+                by.setdefault(e.join, []).append(str(e.args.get("correlation_id", "-")))
+            sentence = f"GPU {d}: {len(bad)} of {len(evs)} events join no launch call: " + \
+                "; ".join(f"{k} {len(v)} (ids {', '.join(sorted(set(v))[:IDS_LISTED])})"
+                          for k, v in sorted(by.items()))
+        out.append(row("launch_join", d, "", "fail" if bad else "pass", joined, len(evs),
+                       "count", f"events joined to a launch ({len(graphs)} graph launches)",
+                       "GPU events", sentence))
+    return out
+
+
+def check_kernels_per_step(a, step_rows) -> list[dict]:
+    out = []
+    if not step_rows:
+        return [row("kernels_per_step", status="not checkable",
+                    sentence="kernels per step cannot be checked because no complete step was "
+                             "analysed")]
+    partial = any(s.partial for s in a.analysed)
+    for d in sorted({r["device"] for r in step_rows}):
+        per = {r["step"]: r["kernels"] for r in step_rows if r["device"] == d}
+        if len(per) < 2:
+            out.append(row("kernels_per_step", d, "", "not checkable", sum(per.values()), "",
+                           "count", "events in the one analysed step", "",
+                           f"kernels per step cannot be checked on GPU {d}: one analysed step"
+                           + (" (a partial one: the capture holds no complete step)"
+                              if partial else "")))
+            continue
+        common = statistics.mode(per.values())
+        odd = {s: n for s, n in per.items() if n != common}
+        out.append(row("kernels_per_step", d, "", "fail" if odd else "pass", min(per.values()),
+                       max(per.values()), "count", "fewest events in a step",
+                       "most events in a step", "" if not odd else
+                       f"GPU {d}: {common} events in most steps, but " +
+                       ", ".join(f"{n} in step {s}" for s, n in sorted(odd.items()))))
+    return out
+
+
+def _per_device(a, steps) -> tuple[dict, dict]:
+    """One pass over the events: per GPU, the program's compute + memcpy time per step
+    (collective kernels left out: their time includes waiting for the peers; argument copies
+    left out: a GPU that receives the inputs copies more, which the events check explains), and
+    argument copies (memcpys with no hlo_op and a launch of their own) in steps."""
+    time_ps: dict = {}
+    copies: dict = {}
+    for e in a.events:
+        if e.step not in steps:
+            continue
+        if rules.is_argument_copy(e.category, e.args, e.graph):
+            copies[e.device] = copies.get(e.device, 0) + 1
+        elif e.category != "collective":
+            t = time_ps.setdefault(e.device, {})
+            t[e.step] = t.get(e.step, 0) + e.dur
+    return time_ps, copies
+
+
+def check_same_work(a, step_rows, idle_gpus, groups=None, compared=None) -> list[dict]:
+    """Same work across the GPUs that run the same programs (step 1's GPU groups): a GPU that
+    runs other programs, or holds only argument copies, does other work, which is said (a pass
+    with its explanation), never compared for speed."""
+    out = []
+    devices = sorted({r["device"] for r in step_rows})
+    for d in idle_gpus:
+        out.append(row("same_work_across_gpus", d, "", "not checkable", "", "", "", "", "",
+                       f"GPU {d} is idle in this capture (no events): it did no work to compare"))
+    groups = [g for g in (groups or []) if g["devices"]]
+    if len(groups) > 1:
+        n_steps = len({r["step"] for r in step_rows})
+        compared = set(compared or ())
+        runs = [d for g in groups if g["kind"] == "programs" for d in g["devices"]]
+        ref = sorted(compared) or sorted(runs)
+        for g in groups:
+            if set(g["devices"]) == compared:
+                continue
+            sentence = skip_analysis.group_sentence(g, n_steps)
+            for d in g["devices"]:
+                if g["kind"] == "programs" and len(g["devices"]) == 1:
+                    why = (f"GPU {d} runs programs no other GPU runs ({sentence}): its work is "
+                           "compared with none")
+                elif g["kind"] == "programs":
+                    why = (f"GPU {d} runs other programs than GPU(s) "
+                           f"{', '.join(map(str, ref))}: {sentence}")
+                else:
+                    why = (f"GPU {d} does other work than GPU(s) {', '.join(map(str, ref))}: "
+                           f"{sentence}")
+                out.append(row("same_work_across_gpus", d, "", "pass", "", "", "", "", "", why))
+            if g["kind"] == "programs" and len(g["devices"]) > 1:
+                out += check_same_work(a, [r for r in step_rows if r["device"] in
+                                           set(g["devices"])], [], None)
+        if compared:
+            out += check_same_work(a, [r for r in step_rows if r["device"] in compared], [],
+                                   None)
+        return out
+    if len(devices) < 2:
+        if devices:
+            out.append(row("same_work_across_gpus", devices[0], "", "not checkable",
+                           sentence="one GPU with work: nothing to compare it with"))
+        return out
+    steps = sorted({r["step"] for r in step_rows})
+    kern = {d: statistics.median([r["kernels"] for r in step_rows if r["device"] == d])
+            for d in devices}
+    per_step, n_copies = _per_device(a, set(steps))
+    time_ps = {d: statistics.median(per_step[d].values()) if per_step.get(d) else 0
+               for d in devices}
+    ref_k = statistics.median(kern.values())
+    ref_t = statistics.median(time_ps.values())
+    copies = {d: n_copies.get(d, 0) / max(len(steps), 1) for d in devices}
+    for d in devices:
+        diff = kern[d] - ref_k
+        explained = diff and abs(diff - (copies[d] - statistics.median(copies.values()))) < 0.5
+        status = "pass" if diff == 0 or explained else "fail"
+        out.append(row("same_work_across_gpus_events", d, "", status, kern[d], ref_k, "count",
+                       "events per step (median)", "median over GPUs",
+                       "" if diff == 0 else
+                       (f"GPU {d}: {kern[d]:g} events per step vs {ref_k:g} on the others, "
+                        f"explained by {copies[d]:g} argument copies per step"
+                        if explained else
+                        f"GPU {d}: {kern[d]:g} events per step vs {ref_k:g} on the others, "
+                        "not explained by the capture")))
+        off = abs(time_ps[d] - ref_t) / ref_t if ref_t else 0.0
+        out.append(row("same_work_across_gpus_time", d, "",
+                       "pass" if off <= SAME_WORK_TIME_TOLERANCE else "fail",
+                       rules.us(time_ps[d]), rules.us(ref_t), "us",
+                       "compute + memcpy time per step without argument copies (median)",
+                       "median over GPUs",
+                       "" if off <= SAME_WORK_TIME_TOLERANCE else
+                       f"GPU {d}: {rules.us(time_ps[d])} us of compute and memcpy time per step "
+                       f"vs {rules.us(ref_t)} us on the others ({100 * off:.1f}% apart) for the "
+                       "same work: this GPU runs slower or faster (clocks, power, contention: "
+                       "the capture cannot say which)"))
+    return out
+
+
+def check_stream_budgets(a, stream_acc) -> list[dict]:
+    out = []
+    analysed = {s.number: s for s in a.analysed}
+    ends: dict = {}
+    by_stream_step: dict = {}  # (device, stream, step) -> events, grouped once
+    for e in a.events:
+        if e.step in analysed:
+            k = (e.device, e.step)
+            ends[k] = max(ends.get(k, 0), e.end)
+            by_stream_step.setdefault((e.device, e.stream, e.step), []).append(e)
+    for (d, s), acc in sorted(stream_acc.items()):
+        parts = acc["compute"] + acc["collective"] + acc["memcpy"] + acc["idle"]
+        # idle a second way: the span minus the union of the stream's events in each window
+        idle2 = 0
+        for num, st in analysed.items():
+            if (d, num) not in ends:
+                continue
+            start, end = st.start, ends[(d, num)]
+            iv = [(max(e.start, start), min(e.end, end))
+                  for e in by_stream_step.get((d, s, num), ()) if e.end > start]
+            idle2 += (end - start) - gpu_events.union_ps(iv)
+        ok = parts == acc["span"] and idle2 == acc["idle"]
+        out.append(row("stream_budget", d, s, "pass" if ok else "fail", parts, acc["span"], "ps",
+                       "compute + collective + memcpy + idle", "span", "" if ok else
+                       f"GPU {d} stream {s}: the budget parts add up to {parts} ps for a span "
+                       f"of {acc['span']} ps (idle {acc['idle']} ps vs {idle2} ps from the "
+                       "union of its events)"))
+    return out
+
+
+def rows(a, step_rows, stream_acc, info, idle_gpus) -> list[dict]:
+    """Checks 2 to 5 on step 1's analysis `a` and its per-step tables, in reconcile's order."""
+    return (check_joins(a) + check_kernels_per_step(a, step_rows)
+            + check_same_work(a, step_rows, idle_gpus, info.get("groups"), info.get("compared"))
+            + check_stream_budgets(a, stream_acc))

@@ -1,0 +1,158 @@
+"""One read per capture: what steps 0 and 1 hand on to step 2 (scratch.handoff_put/get) gives
+step 2 the very table it computes from the capture itself, is never taken from another file or
+a changed one, and spares step 2 the trace; XProf's peaks from the planes' headers equal its
+peaks from the whole xplane; an XProf conversion started and then abandoned leaves nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from capgen.generate import generate
+from capgen.scenarios import ALL_SCENARIOS, MULTI_PROGRAM_SCENARIOS
+from conftest import REPO
+
+SCRIPTS = REPO / "scripts"
+SIBLING = REPO / "analyzing-jax-launch-overhead" / "scripts"
+
+
+def step(script, capture, out, *extra):
+    p = subprocess.run([sys.executable, "-P", str(script), str(capture), "--out", str(out),
+                        *extra], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    return p
+
+
+def reconciled(capture, out, handed_on: bool) -> bytes:
+    """reconciliation.csv of step 2 after step 4, with steps 0 and 1 first (their hand-offs)
+    or without them (step 2 reads the capture itself)."""
+    if handed_on:
+        step(SCRIPTS / "capture_info.py", capture, out)
+        step(SIBLING / "skip_stats.py", capture, out)
+    step(SCRIPTS / "attribute_kernels.py", capture, out, "--no-xprof")
+    step(SCRIPTS / "reconcile.py", capture, out)
+    assert (out / ".handoff" / "model_checks.json").is_file() == handed_on
+    return (out / "reconciliation.csv").read_bytes()
+
+
+SCENES = ["rocm-8gpu-straggler", "nvidia-cb-partial", "eager-op-by-op", "pipeline-stages",
+          "rocm-json-disagrees", "rocm-non-launch-correlation"]
+
+
+@pytest.mark.parametrize("name", SCENES)
+def test_step_2_from_the_hand_offs_equals_step_2_from_the_capture(tmp_path, name):
+    scenario = {**ALL_SCENARIOS, **MULTI_PROGRAM_SCENARIOS}[name]
+    r = generate(scenario, tmp_path / "capture")
+    a = reconciled(r.run_dir, tmp_path / "a", handed_on=True)
+    b = reconciled(r.run_dir, tmp_path / "b", handed_on=False)
+    assert a == b
+    assert b"fail" in a or name not in ("rocm-json-disagrees", "rocm-non-launch-correlation")
+
+
+@pytest.fixture(scope="module")
+def handed(tmp_path_factory):
+    base = tmp_path_factory.mktemp("handed")
+    r = generate(ALL_SCENARIOS["rocm-8gpu-straggler"], base / "capture")
+    out = base / "out"
+    reconciled(r.run_dir, out, handed_on=True)
+    return r, out
+
+
+def test_step_2_reads_no_trace_when_step_1_handed_on(handed, tmp_path):
+    import capture_inputs
+    import reconcile
+
+    r, out = handed
+
+    class NoTrace(capture_inputs.Capture):
+        @property
+        def trace(self):
+            raise AssertionError("step 2 read the trace although step 1 handed on")
+
+    files = capture_inputs.resolve(r.run_dir)
+    t, n, rows, why = reconcile.trace_side(NoTrace(files), out)
+    assert why == "" and n > 0 and rows and t
+
+
+def test_a_changed_or_other_capture_is_never_read_from_a_stale_hand_off(handed, tmp_path):
+    import scratch
+
+    r, out = handed
+    trace = next(r.run_dir.glob("*.trace.json.gz"))
+    assert scratch.handoff_get(out, "model_checks", [trace]) is not None
+    # the same bytes under another name: another file
+    other = tmp_path / trace.name
+    shutil.copy2(trace, other)
+    assert scratch.handoff_get(out, "model_checks", [other]) is None
+    # the same file, modified (its time moved): computed again, never read stale
+    st = trace.stat()
+    os.utime(trace, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    try:
+        assert scratch.handoff_get(out, "model_checks", [trace]) is None
+        p = step(SCRIPTS / "reconcile.py", r.run_dir, out)
+        assert "checks:" in p.stdout
+    finally:
+        os.utime(trace, ns=(st.st_atime_ns, st.st_mtime_ns))
+    # a hand-off cut short or not JSON reads as none
+    path = out / ".handoff" / "trace_streams.json"
+    path.write_text(path.read_text()[:40])
+    assert scratch.handoff_get(out, "trace_streams", [trace]) is None
+
+
+def test_a_hand_off_is_keyed_and_whole(tmp_path):
+    import scratch
+
+    src = tmp_path / "h.trace.json.gz"
+    src.write_bytes(b"x")
+    scratch.handoff_put(tmp_path / "out", "t", [src], {"a": [1, 2]})
+    d = json.loads((tmp_path / "out" / ".handoff" / "t.json").read_text())
+    assert d["payload"] == {"a": [1, 2]}
+    assert d["sources"][0]["bytes"] == 1 and d["sources"][0]["file"] == str(src.resolve())
+    assert scratch.handoff_get(tmp_path / "out", "t", [src]) == {"a": [1, 2]}
+    assert scratch.handoff_get(tmp_path / "out", "t", [tmp_path / "missing"]) is None
+    assert [p.name for p in (tmp_path / "out" / ".handoff").iterdir()] == ["t.json"]
+
+
+# ---------------------------------------------------------------- XProf's conversions
+
+def _xplanes(shared) -> list:
+    return sorted(shared.glob("**/*.xplane.pb"))
+
+
+def test_xprof_peaks_from_the_planes_headers_equal_those_from_the_whole_xplane(shared,
+                                                                                tmp_path):
+    """Step 5 hands XProf's roofline_model only the planes' stats and metadata (no events):
+    on every shared capture its peaks are those it gives for the whole xplane."""
+    pytest.importorskip("xprof")
+    import xplane_reader
+    import xprof_figures
+
+    seen = 0
+    for i, xplane in enumerate(_xplanes(shared)):
+        folder = tmp_path / str(i) / "attribution" / "xplane"
+        folder.mkdir(parents=True)
+        shutil.copy2(xplane, folder / xplane.name)
+        space = xplane_reader.load_space(xplane)
+        whole = xprof_figures.peaks(tmp_path / str(i))
+        headers = xprof_figures.peaks(tmp_path / str(i), space)
+        assert whole == headers, xplane
+        seen += "compute_flop_per_s" in whole
+    assert seen >= 3
+
+
+def test_an_abandoned_xprof_conversion_is_ended(tmp_path):
+    """A step that fails while XProf converts in its child ends the child (Pending.cancel)."""
+    pytest.importorskip("xprof")
+    import xprof_figures
+
+    big = tmp_path / "h.xplane.pb"
+    big.write_bytes(b"\x0a\x00" * 10)
+    pending = xprof_figures.Pending(big, "hlo_stats", names=False)
+    proc = pending._proc
+    pending.cancel()
+    assert proc.poll() is not None
