@@ -17,9 +17,10 @@ process's peak resident memory (from the kernel's rusage of that child) are repo
 - `xprof TOOL`: `xprof.convert.raw_to_tool_data.xspace_to_tool_data` on a fresh copy of the
   xplane (no cached results), the incumbent's own conversion.
 With --paired the script and its floor (json.load for a trace reader, the xplane parse for
-attribute_kernels.py) alternate, floor then script, N times; each pair gives a ratio, and the
-`vs floor` column is the median ratio of the pairs (min-max): a machine that slows down for a
-while moves both halves of a pair, not one item's median.
+attribute_kernels.py, both one after the other in one process for investigate.py) alternate,
+floor then script, N times; each pair gives a ratio, and the `vs floor` column is the median
+ratio of the pairs (min-max): a machine that slows down for a while moves both halves of a
+pair, not one item's median.
 Rows are printed and appended to bench/RESULTS.md with the machine they ran on. Timing is never
 asserted anywhere: this file is where speed and memory are measured and recorded.
 
@@ -54,6 +55,12 @@ FLOOR_JSON = "import gzip, json, sys\nf = sys.argv[1]\n" \
     "with o(f, 'rb') as fh:\n    d = json.load(fh)\nprint(len(d['traceEvents']))\n"
 FLOOR_XPLANE = "import sys\nsys.path.insert(0, sys.argv[2])\nimport xprotos\n" \
     "s = xprotos.classes()['XSpace'].FromString(open(sys.argv[1], 'rb').read())\n" \
+    "print(sum(len(ln.events) for p in s.planes for ln in p.lines))\n"
+# both files loaded in one process, one after the other: the least the whole job does
+FLOOR_BOTH = FLOOR_JSON.replace("d = json.load(fh)", "d = json.load(fh)\ndel d") \
+    .replace("print(len(d['traceEvents']))\n", "") + \
+    "sys.path.insert(0, sys.argv[3])\nimport xprotos\n" \
+    "s = xprotos.classes()['XSpace'].FromString(open(sys.argv[2], 'rb').read())\n" \
     "print(sum(len(ln.events) for p in s.planes for ln in p.lines))\n"
 XPROF = "import sys\nfrom xprof.convert import raw_to_tool_data as r\n" \
     "out = r.xspace_to_tool_data([sys.argv[1]], sys.argv[2], {'use_saved_result': False})\n" \
@@ -107,7 +114,7 @@ def measure(name, make_cmd, repeat, prepare=None) -> dict:
 
 
 def _target(script: Path, files) -> str:
-    if script.name == "capture_info.py":
+    if script.name in ("capture_info.py", "investigate.py"):
         return str(files.run_dir)
     return str(files.xplane or files.trace) if "attribute" in script.name or \
         not files.trace else str(files.trace)
@@ -121,7 +128,10 @@ def paired(args, files, py) -> int:
     script = args.script.resolve()
     target = _target(script, files)
     extra = shlex.split(args.args)
-    if "attribute" in script.name or not files.trace:
+    if script.name == "investigate.py" and files.trace and files.xplane:
+        floor_name, floor_cmd = "floor json.load + xplane parse", [
+            py, "-c", FLOOR_BOTH, str(files.trace), str(files.xplane), str(REPO / "scripts")]
+    elif "attribute" in script.name or not files.trace:
         floor_name, floor_cmd = "floor xplane parse", [py, "-c", FLOOR_XPLANE, str(files.xplane),
                                                        str(REPO / "scripts")]
     else:

@@ -804,6 +804,7 @@ class Options:
     program: int | None = None
     user_re: re.Pattern | None = None
     use_xprof: bool = True
+    steps_when_told: bool = False  # step 1 runs beside this step (investigate.py)
 
 
 # What a program's name may keep in a file name: the rest becomes "_" (a name from a capture
@@ -840,6 +841,9 @@ def run(capture, out: Path, opts: Options) -> tuple[dict, list]:
             m = match_capture(capture, kernels, cpu, blobs, opts)
             t_match = time.perf_counter() - t0
             progress("writing the tables", len(m.kernels), unit="kernels")
+            if opts.steps_when_told:  # step 1 writes steps.csv meanwhile: wait for its end
+                progress("waiting for step 1's steps.csv")
+                sys.stdin.readline()  # a line, or the end of input: step 1 has ended
             tables = write_tables(tmp, m, opts, read_steps(Path(out), files))
             refusals = [f"cannot attribute the kernels of program {n}({p}) because {why}"
                         for p, (n, why) in sorted(m.unreadable.items())]
@@ -1425,6 +1429,10 @@ def options(ap) -> None:
                     "frameworks flax, praxis, paxml, equinox, haiku, optax, keras)")
     ap.add_argument("--no-xprof", action="store_true",
                     help="skip XProf (its HLO protos and its coverage cross-check)")
+    ap.add_argument("--steps-when-told", action="store_true",
+                    help="read step 1's steps.csv only once a line (or the end of input) "
+                         "comes on standard input: investigate.py runs step 1 beside this "
+                         "step and says so when step 1 has ended")
 
 
 STEP = step_cli.Step("attribute_kernels", __doc__, __file__, options=options)
@@ -1440,7 +1448,8 @@ def body(args) -> list[str]:
     gc.disable()  # many small objects, no cycles (see skip_stats.py)
     try:
         result, written = run(step_cli.open_capture(STEP, args), args.out,
-                              Options(args.program, user_re, not args.no_xprof))
+                              Options(args.program, user_re, not args.no_xprof,
+                                      args.steps_when_told))
     except ImportError as exc:  # protobuf or xprof (xprotos.MissingDependency is one)
         raise step_cli.MissingPackage(f"a package is missing ({exc}); {INSTALL}") from exc
     return step_cli.wrote(args.out / ATT, written) + [

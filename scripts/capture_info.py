@@ -38,6 +38,7 @@ import sibling  # noqa: E402  (where the sibling skill is: one home)
 
 SIBLING = sibling.on_path()
 
+import model_checks  # noqa: E402  (sibling skill: step 1's counts of the trace)
 import scratch  # noqa: E402  (sibling skill: the scratch files' declarations, writers)
 import step_cli  # noqa: E402  (sibling skill: the command line, errors, exit codes)
 import trace_rules as rules  # noqa: E402  (sibling skill)
@@ -61,18 +62,6 @@ def gpu_counts_xplane(space) -> dict[int, dict]:
         streams = {ln.id: (ln.name, len(ln)) for ln in plane.lines}
         out[plane.gpu_ordinal] = {"stats": plane.stats, "lines": streams,
                                   "events": sum(n for _, n in streams.values())}
-    return out
-
-
-def gpu_counts_trace(trace) -> dict[int, dict]:
-    ordinal_of = {pid: o for o, pid in trace.gpu_pids().items()}
-    out = {o: {"events": 0, "threads": {}} for o in ordinal_of.values()}
-    for ev in trace.events:
-        o = ordinal_of.get(ev.get("pid"))
-        if o is not None:
-            d = out[o]
-            d["events"] += 1
-            d["threads"][ev.get("tid")] = d["threads"].get(ev.get("tid"), 0) + 1
     return out
 
 
@@ -123,12 +112,12 @@ def xplane_facts(space) -> dict:
     return facts
 
 
-def build_inventory(files, xf, trace, programs, xplane_error, trace_error) -> dict:
+def build_inventory(files, xf, tf, programs, xplane_error, trace_error) -> dict:
     """The inventory as data (capture_info.json; fields: references/scratch-layout.md), from
-    the xplane's facts (`xf`: xplane_facts, None where it could not be read) and the trace."""
-    step_cli.progress("counting each GPU's events in the trace")
+    the xplane's facts (`xf`: xplane_facts) and the trace's (`tf`: model_checks.trace_totals),
+    each None where its file could not be read."""
     xg = xf["gpus"] if xf else {}
-    tg = gpu_counts_trace(trace) if trace else {}
+    tg = {o: {"events": n} for o, n in tf["gpu_events"]} if tf else {}
     gpus, checks, refusals = [], [], []
     for o in sorted(set(xg) | set(tg)):
         x, t = xg.get(o), tg.get(o)
@@ -154,7 +143,7 @@ def build_inventory(files, xf, trace, programs, xplane_error, trace_error) -> di
               "xplane": {"file": files.xplane.name if files.xplane else None,
                          "error": xplane_error},
               "trace": {"file": files.trace.name if files.trace else None, "error": trace_error,
-                        "notes": list(trace.notes) if trace else []},
+                        "notes": list(tf["notes"]) if tf else []},
               "gpus": gpus, "cpu_thunk_events": None, "host": None, "profile_ms": None,
               "repeated_stat_events": 0,
               "programs": programs, "checks": checks, "refusals": refusals}
@@ -168,9 +157,8 @@ def build_inventory(files, xf, trace, programs, xplane_error, trace_error) -> di
                             "are missing, so it is not a CPU capture")
         if xf["host"]:
             h = {**xf["host"], "trace_events": None, "gpu_runtime_calls": calls}
-            if trace:
-                pids = set(trace.host_pids())
-                h["trace_events"] = sum(1 for e in trace.events if e.get("pid") in pids)
+            if tf:
+                h["trace_events"] = tf["host_events"]
             result["host"] = h
         result["profile_ms"] = xf["profile_ms"]
         result["repeated_stat_events"] = xf["repeated_stat_events"]
@@ -267,9 +255,11 @@ def run(capture, own_process: bool = False, out: Path | None = None) -> dict:
     a StepError (exit 1, or 3 for a missing package) when neither can. In a process of its own
     (`own_process`) the decoded xplane is let go once its facts are taken, before the trace is
     read (the step's peak is then one file's, not both). With `out`, the xplane's per-stream
-    totals are handed on there for step 2 (scratch.handoff_put)."""
+    totals are handed on there for step 2 (scratch.handoff_put), and the trace is read only
+    where step 1 has not handed on its counts of this very file (it holds the decoded trace;
+    investigate.py runs step 0 after it)."""
     files = capture.files
-    xf = trace = programs = None
+    xf = tf = programs = streams = None
     xplane_error = trace_error = None
     missing_dependency = False
     if files.xplane:
@@ -278,9 +268,7 @@ def run(capture, own_process: bool = False, out: Path | None = None) -> dict:
             space = xplane_reader.space_of(capture)
             programs = program_rows(space)
             xf = xplane_facts(space)
-            if out is not None:
-                scratch.handoff_put(out, "xplane_streams", [files.xplane],
-                                    {"streams": xplane_reader.stream_totals(space)})
+            streams = xplane_reader.stream_totals(space) if out is not None else None
             del space
             if own_process:
                 capture.cache.pop("space", None)
@@ -296,15 +284,22 @@ def run(capture, own_process: bool = False, out: Path | None = None) -> dict:
                 raise step_cli.MissingPackage(
                     f"cannot read {files.xplane.name}: {xplane_error}") from None
     if files.trace:
-        try:
-            trace = capture.trace
-        except trace_reader.TraceError as exc:
-            trace_error = rules.printable(exc)
-    if xf is None and trace is None:
+        # step 1's counts of this very trace where it handed them on, else the trace read here
+        tf = scratch.handoff_get(out, "trace_facts", [files.trace]) if out is not None else None
+        if tf is None:
+            try:
+                trace = capture.trace
+                step_cli.progress("counting each GPU's events in the trace")
+                tf = model_checks.trace_totals(trace)[1]
+            except trace_reader.TraceError as exc:
+                trace_error = rules.printable(exc)
+    if xf is None and tf is None:
         raise step_cli.StepError(f"nothing readable in {files.run_dir}: "
                                  f"{xplane_error or trace_error or 'no files'}",
                                  3 if missing_dependency and not trace_error else 1)
-    return build_inventory(files, xf, trace, programs, xplane_error, trace_error)
+    if streams is not None:  # the step has succeeded: its hand-off to step 2
+        scratch.handoff_put(out, "xplane_streams", [files.xplane], {"streams": streams})
+    return build_inventory(files, xf, tf, programs, xplane_error, trace_error)
 
 
 def write_json(path: Path, data: dict) -> None:

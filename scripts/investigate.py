@@ -9,24 +9,30 @@ Usage:
 Example:
     python3 -P $B/scripts/investigate.py ~/logs/plugins/profile/2026_02_20_13_54_10 --out scratch
 
-Runs each step's own script in this order, each in its own process, all writing into DIR
-(default ./): capture_info.py (step 0), skip_stats.py (step 1), attribute_kernels.py (step 4,
-which steps 2 and 5 read), reconcile.py (step 2), swimlanes.py (step 3), roofline.py (step 5),
-changes.py (step 6), trust.py (step 7), report_draft.py (report_draft.md), factcheck.py (on the
-draft), and with --page build_page.py of the writing-trace-report-pages skill (report_draft.html,
-the draft as one self-contained page). Progress goes to stderr: the step, what it does, the
-elapsed time, and while a long step runs its own progress lines (`<step>: … <what it does>:
-<count> (<seconds> s)`, at most every 2 s). Each script's own output is kept in
-DIR/logs/<script>.txt.
+Runs each step's own script, each in its own process, all writing into DIR (default ./):
+capture_info.py (step 0), skip_stats.py (step 1), attribute_kernels.py (step 4), reconcile.py
+(step 2), swimlanes.py (step 3), roofline.py (step 5), changes.py (step 6), trust.py (step 7),
+report_draft.py (report_draft.md), factcheck.py (on the draft), and with --page build_page.py of
+the writing-trace-report-pages skill (report_draft.html, the draft as one self-contained page).
+Each step starts once the steps whose tables or hand-offs it reads have ended, up to --jobs at
+once (default: the cores, at most 3, fewer when the capture's estimated memory per step does not
+fit): steps 1 and 4 side by side (step 4 waits for step 1's steps.csv at its end, told on its
+standard input), step 0 after step 1 (from step 1's counts of the trace), steps 2, 3 and 5 once
+step 4 has ended, then 6, 7, the draft and its check. --jobs 1 runs them one at a time; the
+tables are the same. Progress goes to stderr: each step as it starts and ends with the elapsed
+time, and while a long step runs its own progress lines (`<step>: … <what it does>: <count>
+(<seconds> s)`, at most every 2 s). Each script's own output is kept in DIR/logs/<script>.txt.
 
 A run folder with several hosts and no --host: the whole job runs once per host, each host in
-its own process into DIR/<host>/ (--jobs N at once; default the cores, fewer when memory is
-short), then DIR/hosts.txt, hosts.csv and host_steps.csv compare the hosts (per-host verdicts,
-the slowest host per step, the spread of step times); the exit code is the largest of the hosts'.
+its own process into DIR/<host>/ (--jobs N hosts at once, each host's steps one at a time;
+default the cores, fewer when memory is short), then DIR/hosts.txt, hosts.csv and host_steps.csv
+compare the hosts (per-host verdicts, the slowest host per step, the spread of step times); the
+exit code is the largest of the hosts'.
 
 A step that cannot run (its script exits non-zero) does not stop the others: the reason goes to
 the trust list (trust.py --failed) and the later steps work with what there is. Only a capture
-that cannot be read at all (step 0 exits 1), or a missing package (step 0 exits 3), ends the run.
+that cannot be read at all (step 0 exits 1), or a missing package (step 0 exits 3), ends the run
+(nothing more starts; what ran beside step 0 is not said: it failed on the same capture).
 
 Ends with where to look: the verdict line, the top three changes (and the largest Python line
 where it ranks lower: Python lines rank last), the trust-list count, and the files written. A
@@ -40,10 +46,12 @@ capture cannot be used (one sentence says why); 2 usage; 3 a package the scripts
 
 from __future__ import annotations
 
+import concurrent.futures
 import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -62,12 +70,18 @@ else:
 
 class Step:
     """One script of the job: its file, the step it serves, what it does (for the progress
-    line), and whether it reads the capture (else only the scratch folder)."""
+    line), whether it reads the capture (else only the scratch folder), and the steps whose
+    tables or hand-offs it reads (`after`: it starts once they have ended; None: after every
+    step before it in the job), and those it may run beside, told on its standard input when
+    they have ended (`told`, with the option `told_option` that makes it wait for that)."""
 
     def __init__(self, name: str, path: Path | None, label: str, doing: str,
-                 reads_capture: bool = True, xprof: bool = False):
+                 reads_capture: bool = True, xprof: bool = False,
+                 after: tuple[str, ...] | None = None, told: tuple[str, ...] = (),
+                 told_option: str = ""):
         self.name, self.path, self.label, self.doing = name, path, label, doing
-        self.reads_capture, self.xprof = reads_capture, xprof
+        self.reads_capture, self.xprof, self.after = reads_capture, xprof, after
+        self.told, self.told_option = told, told_option
 
 
 PAGE = next((p for p in (HERE.parent / "writing-trace-report-pages" / "scripts" / "build_page.py",
@@ -78,14 +92,22 @@ PAGE = next((p for p in (HERE.parent / "writing-trace-report-pages" / "scripts" 
 def steps() -> list[Step]:
     skip = SIBLING / "skip_stats.py" if SIBLING else None
     return [
-        Step("capture_info", HERE / "capture_info.py", "step 0", "inventory of the capture"),
-        Step("skip_stats", skip, "step 1", "verdict: host, device or waiting"),
+        # step 1's counts of the trace (it holds it decoded), not the trace read again
+        Step("capture_info", HERE / "capture_info.py", "step 0", "inventory of the capture",
+             after=("skip_stats",)),
+        Step("skip_stats", skip, "step 1", "verdict: host, device or waiting", after=()),
+        # steps.csv gives each kernel its step: needed only for its tables, at its end
         Step("attribute_kernels", HERE / "attribute_kernels.py", "step 4",
-             "kernel -> instruction -> Python line", xprof=True),
-        Step("reconcile", HERE / "reconcile.py", "step 2", "reconciling independent totals"),
-        Step("swimlanes", HERE / "swimlanes.py", "step 3", "drawing one step's swimlanes"),
+             "kernel -> instruction -> Python line", xprof=True, after=(),
+             told=("skip_stats",), told_option="--steps-when-told"),
+        # the hand-offs of steps 0 and 1, and step 4's result
+        Step("reconcile", HERE / "reconcile.py", "step 2", "reconciling independent totals",
+             after=("capture_info", "skip_stats", "attribute_kernels")),
+        # rows.csv, steps.csv, gaps.csv, and step 4's kernels.csv for the instructions
+        Step("swimlanes", HERE / "swimlanes.py", "step 3", "drawing one step's swimlanes",
+             after=("skip_stats", "attribute_kernels")),
         Step("roofline", HERE / "roofline.py", "step 5", "FLOPs, bytes and ceilings",
-             xprof=True),
+             xprof=True, after=("attribute_kernels",)),
         Step("changes", HERE / "changes.py", "step 6", "ranking what to change",
              reads_capture=False),
         Step("trust", HERE / "trust.py", "step 7", "the trust list", reads_capture=False),
@@ -102,30 +124,52 @@ def _tail_sentence(text: str) -> str:
     return (lines[-1] if lines else "no output")[:400]
 
 
-def run_relaying(cmd: list[str]) -> subprocess.CompletedProcess:
+_SAID = threading.Lock()  # steps run side by side: one line at a time on stderr
+
+
+def say(line: str) -> None:
+    with _SAID:
+        print(line, file=sys.stderr, flush=True)
+
+
+def run_relaying(cmd: list[str], tell=None) -> subprocess.CompletedProcess:
     """Run a step's script, its output kept whole; its progress lines (step_cli.progress) are
-    also relayed to stderr as they come, so a long step is seen alive."""
+    also relayed to stderr as they come, so a long step is seen alive. With `tell` (a callable
+    that returns once the steps it runs beside have ended), the script's standard input gets
+    one line then."""
     with tempfile.TemporaryFile("w+", encoding="utf-8") as so:
         proc = subprocess.Popen(cmd, stdout=so, stderr=subprocess.PIPE, text=True,
-                                encoding="utf-8", errors="replace")
+                                encoding="utf-8", errors="replace",
+                                stdin=subprocess.PIPE if tell else subprocess.DEVNULL)
+        if tell:
+            threading.Thread(target=_tell, args=(proc, tell), daemon=True).start()
         err = []
         for line in proc.stderr:
             err.append(line)
             if step_cli.PROGRESS_MARK in line:
-                print(f"           {line.rstrip()}", file=sys.stderr, flush=True)
+                say(f"           {line.rstrip()}")
         code = proc.wait()
         so.seek(0)
         return subprocess.CompletedProcess(cmd, code, so.read(), "".join(err))
 
 
-def run_step(step: Step, args, out: Path, failed: dict[str, str], t0: float) -> int | None:
-    """Run one step's script; return its exit code (None when the script is missing)."""
-    print(f"[{time.monotonic() - t0:6.1f} s] {step.label}: {step.doing} ({step.name}.py)",
-          file=sys.stderr, flush=True)
+def _tell(proc, tell) -> None:
+    tell()
+    try:
+        proc.stdin.write("\n")
+        proc.stdin.close()
+    except (OSError, ValueError):  # the step has ended already
+        pass
+
+
+def run_step(step: Step, args, out: Path, failed: dict[str, str], t0: float,
+             tell=None) -> int | None:
+    """Run one step's script; return its exit code (None when the script is missing). Why it
+    could not run goes into `failed` (said by the caller: run_job). `tell`: see run_relaying
+    (the step is given its told_option)."""
+    say(f"[{time.monotonic() - t0:6.1f} s] {step.label}: {step.doing} ({step.name}.py)")
     if step.path is None or not step.path.is_file():
         failed[step.name] = f"{step.name}.py is not in this bundle"
-        print(f"           {step.name} could not run: {failed[step.name]}", file=sys.stderr,
-              flush=True)
         return None
     cmd = [sys.executable, "-P", str(step.path)]
     if step.reads_capture:
@@ -133,17 +177,17 @@ def run_step(step: Step, args, out: Path, failed: dict[str, str], t0: float) -> 
         cmd += [f"--run={args.run}"] if args.run else []
         cmd += [f"--host={args.host}"] if args.host else []
         cmd += ["--no-xprof"] if args.no_xprof and step.xprof else []
-    if step.name == "report_draft" or step.name == "trust":
-        cmd += [f"--failed={k}={v}" for k, v in failed.items()] if step.name == "trust" else []
+    if step.name == "trust":
+        cmd += [f"--failed={k}={v}" for k, v in failed.items()]
+    cmd += [step.told_option] if tell else []
     if step.name in ("factcheck", "build_page"):
         cmd.append(str(out / "report_draft.md"))
     if step.name == "build_page":
         cmd += ["--scratch", str(out), "--out", str(out / "report_draft.html")]
-        out_arg = False
     else:
-        out_arg = True
-    cmd += ["--out", str(out)] if out_arg else []
-    p = run_relaying(cmd)
+        cmd += ["--out", str(out)]
+    started = time.monotonic()
+    p = run_relaying(cmd, tell)
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     (logs / f"{step.name}.txt").write_text(
@@ -153,10 +197,83 @@ def run_step(step: Step, args, out: Path, failed: dict[str, str], t0: float) -> 
     if p.returncode != 0 and not (step.name == "factcheck" and p.returncode == 4):
         failed[step.name] = (f"exit {p.returncode}: "
                              f"{_tail_sentence(p.stderr or p.stdout)}")
-        if not (step.name == "capture_info" and p.returncode in (1, 3)):  # main() says it
-            print(f"           {step.name} could not run: {failed[step.name]}", file=sys.stderr,
-                  flush=True)
+    say(f"[{time.monotonic() - t0:6.1f} s] {step.label} ended "
+        f"({time.monotonic() - started:.1f} s)")
     return p.returncode
+
+
+# The most steps of this job that are ever ready at once (steps 2, 3 and 5, once step 4 ends).
+MOST_STEPS_AT_ONCE = 3
+
+
+def steps_at_once(args) -> tuple[int, str]:
+    """How many steps run side by side, and why: --jobs, else the cores (at most
+    MOST_STEPS_AT_ONCE), fewer where their memory (estimated from the capture's size, as for
+    the hosts of a run) would pass what is available now."""
+    if args.jobs is not None:
+        return max(1, args.jobs), f"--jobs {args.jobs}"
+    import per_host
+
+    import capture_inputs
+    try:
+        files = capture_inputs.resolve(args.capture, run=args.run, host=args.host)
+        size = sum(f.stat().st_size for f in (files.xplane, files.trace) if f is not None)
+    except (capture_inputs.CaptureError, OSError):
+        size = 0  # step 0 says why in its own sentence
+    return per_host.processes_at_once(MOST_STEPS_AT_ONCE, size, "step")
+
+
+def run_job(todo: list[Step], args, out: Path, failed: dict[str, str], t0: float,
+            jobs: int) -> dict[str, int | None]:
+    """Run every step once the steps it reads (`after`) have ended, at most `jobs` at once and
+    in the job's order where several are ready; returns each step's exit code. A step with
+    `told` starts once those have started and is told when they end. Step 0 is the gate: where
+    it finds the capture unusable (exit 1 or 3) nothing more starts, and what ran beside it is
+    not said (its failure would follow from the same capture). A step that could not run is
+    said once step 0 has passed."""
+    order = [st.name for st in todo]
+    after = {st.name: (set(st.after) & set(order) if st.after is not None
+                       else set(order[:i])) for i, st in enumerate(todo)}
+    ended = {name: threading.Event() for name in order}
+    codes: dict[str, int | None] = {}
+    held: list[str] = []  # failures said once the gate has passed
+    gate = None if "capture_info" in order else True
+    pending, running = list(todo), {}
+
+    def ready(st) -> bool:
+        return after[st.name] <= codes.keys() and all(
+            t not in order or t not in (p.name for p in pending) for t in st.told)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+        while pending or running:
+            while len(running) < jobs and gate is not False:
+                st = next((st for st in pending if ready(st)), None)
+                if st is None:
+                    break
+                pending.remove(st)
+                waits = [ended[t] for t in st.told if t in order and t not in codes]
+                tell = (lambda w=waits: [e.wait() for e in w]) if waits else None
+                running[pool.submit(run_step, st, args, out, failed, t0, tell)] = st
+            if not running:
+                break
+            done, _ = concurrent.futures.wait(running,
+                                              return_when=concurrent.futures.FIRST_COMPLETED)
+            for fut in sorted(done, key=lambda f: order.index(running[f].name)):
+                st = running.pop(fut)
+                codes[st.name] = fut.result()
+                ended[st.name].set()
+                line = (f"           {st.name} could not run: {failed[st.name]}"
+                        if st.name in failed else None)
+                if st.name == "capture_info":
+                    gate = codes[st.name] not in (1, 3)
+                    lines, held = (held + [line] if line else held) if gate else [], []
+                    for ln in lines:
+                        say(ln)
+                elif line and gate:
+                    say(line)
+                elif line:
+                    held.append(line)
+    return codes
 
 
 # A name printed longer than this is cut to its two ends with "…" between: ROCm's Tensile kernel
@@ -267,18 +384,19 @@ def body(args):
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     failed: dict[str, str] = {}
-    factcheck_rc = None
     todo = steps() + ([Step("build_page", PAGE, "page", "the HTML page of the draft",
                             reads_capture=False)] if args.page else [])
-    for step in todo:
-        rc = run_step(step, args, out, failed, t0)
-        if step.name == "capture_info" and rc in (1, 3):  # its own sentence, as it said it
-            print(failed["capture_info"].split(": ", 1)[-1], file=sys.stderr)
-            return [], rc
-        if step.name == "factcheck":
-            factcheck_rc = rc
-    print(f"[{time.monotonic() - t0:6.1f} s] done", file=sys.stderr, flush=True)
-    return where_to_look(out, failed, factcheck_rc)
+    jobs, why = steps_at_once(args)
+    say(f"[{0.0:6.1f} s] up to {jobs} step{'s' if jobs > 1 else ''} at once ({why}); each "
+        "starts once the steps whose tables it reads have ended")
+    codes = run_job(todo, args, out, failed, t0, jobs)
+    rc = codes.get("capture_info")
+    if rc in (1, 3):  # its own sentence, as it said it
+        print(failed["capture_info"].split(": ", 1)[-1], file=sys.stderr)
+        return [], rc
+    say(f"[{time.monotonic() - t0:6.1f} s] done")
+    ordered = {k: failed[k] for k in (st.name for st in todo) if k in failed}
+    return where_to_look(out, ordered, codes.get("factcheck"))
 
 
 def main(argv=None) -> int:

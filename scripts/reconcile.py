@@ -196,7 +196,7 @@ def trace_side(capture, out: Path) -> tuple[dict | None, int, list | None, str]:
     except (trace_reader.TraceError, capture_inputs.CaptureError) as exc:
         return None, 0, None, f"the trace cannot be read ({exc})"
     import skip_stats
-    t = model_checks.trace_streams(trace)
+    t, _ = model_checks.trace_totals(trace)
     a, _ = skip_stats.analyse(trace)
     step_cli.progress("measuring each step and GPU", len(a.analysed), unit="steps")
     step_rows, stream_acc, _, info = skip_stats.per_step_rows(a)

@@ -68,6 +68,7 @@ SHARED_GEMM = (REPO.parent / "shared" / "captures" / "tracelens-amd-rocm" / "mi3
 for _p in (ROOT_SCRIPTS, SIBLING_SCRIPTS, REPO / "tests"):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
+import scratch  # noqa: E402  (the scratch folder's declarations: its hand-off folder)
 
 # (module, file, which mutants it runs on), in investigate.py's order.
 ENTRY = (
@@ -955,7 +956,10 @@ def classify(rc, why: str, err: str, before: dict, after: dict, out: Path,
         return why, ""
     if "Traceback (most recent call last)" in err or rc == TRACEBACK_RC:
         return "traceback", err.strip().splitlines()[-1][:300] if err.strip() else ""
-    temps = [r for r in after if any(part.startswith(".") for part in Path(r).parts)]
+    # hidden names are temporary, but for the steps' declared hand-offs (.handoff/<name>.json)
+    temps = [r for r in after if any(part.startswith(".") for part in Path(r).parts)
+             and not (Path(r).parts[0] == scratch.HANDOFF and (
+                 len(Path(r).parts) == 1 or not Path(r).name.startswith(".")))]
     if temps:
         return "leftover", f"temporary files left: {temps[:3]}"
     if rc not in (0, 1, 2, 3):

@@ -64,8 +64,9 @@ def handed(tmp_path_factory):
 
 
 def test_step_2_reads_no_trace_when_step_1_handed_on(handed, tmp_path):
-    import capture_inputs
     import reconcile
+
+    import capture_inputs
 
     r, out = handed
 
@@ -129,8 +130,9 @@ def test_xprof_peaks_from_the_planes_headers_equal_those_from_the_whole_xplane(s
     """Step 5 hands XProf's roofline_model only the planes' stats and metadata (no events):
     on every shared capture its peaks are those it gives for the whole xplane."""
     pytest.importorskip("xprof")
-    import xplane_reader
     import xprof_figures
+
+    import xplane_reader
 
     seen = 0
     for i, xplane in enumerate(_xplanes(shared)):

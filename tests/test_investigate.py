@@ -24,6 +24,51 @@ FACTCHECK = REPO / "scripts" / "factcheck.py"
 EXAMPLE = REPO / "examples" / "minigpt-h100-2gpu-cb"
 STEP_LINES = ["step 0", "step 1", "step 4", "step 2", "step 3", "step 5", "step 6", "step 7",
               "report", "fact check"]
+# the steps whose tables or hand-offs each step reads: it starts once they have ended (step 4
+# runs beside step 1 and waits for its steps.csv on its standard input)
+READS = {"step 0": {"step 1"}, "step 1": set(), "step 4": set(),
+         "step 2": {"step 0", "step 1", "step 4"}, "step 3": {"step 1", "step 4"},
+         "step 5": {"step 4"}, "step 6": {"step 0", "step 1", "step 2", "step 3", "step 4",
+                                          "step 5"},
+         "step 7": set(STEP_LINES[:7]), "report": set(STEP_LINES[:8]),
+         "fact check": set(STEP_LINES[:9])}
+
+
+def schedule(stderr: str) -> tuple[list, int]:
+    """The progress lines as (event, label) in order ("start", "end", "done"), and the most steps
+    that ran at once; the first line says how many may."""
+    events, running, most = [], set(), 0
+    for ln in stderr.splitlines():
+        m = re.match(r"\[\s*[0-9.]+ s\] (.*)", ln)
+        if not m:
+            continue
+        text = m.group(1)
+        end = re.fullmatch(r"(.+) ended \([0-9.]+ s\)", text)
+        if end:
+            events.append(("end", end.group(1)))
+            running.discard(end.group(1))
+        elif text == "done":
+            events.append(("done", ""))
+        elif ": " in text and not text.startswith("up to "):
+            label = text.split(":")[0]
+            events.append(("start", label))
+            running.add(label)
+            most = max(most, len(running))
+    return events, most
+
+
+def check_schedule(stderr: str, labels=STEP_LINES) -> None:
+    events, most = schedule(stderr)
+    at_once = int(re.search(r"up to (\d+) steps? at once", stderr).group(1))
+    assert most <= at_once, (most, at_once)
+    starts = [lb for e, lb in events if e == "start"]
+    assert sorted(starts) == sorted(labels), starts
+    assert sorted(lb for e, lb in events if e == "end") == sorted(labels)
+    assert events[-1] == ("done", "")
+    for label in labels:
+        began = events.index(("start", label))
+        for dep in READS[label] & set(labels):
+            assert events.index(("end", dep)) < began, (label, dep, events)
 TABLES = ["capture_info.json", "summary.txt", "skip_stats.json", "rows.csv", "streams.csv",
           "steps.csv", "gaps.csv", "attribution/kernels.csv", "attribution/ops.csv",
           "attribution/lines.csv", "attribution/how.csv", "reconciliation.csv", "reconcile.json",
@@ -56,14 +101,45 @@ def example(tmp_path_factory):
     return p, out
 
 
+def test_one_step_at_a_time_writes_what_steps_side_by_side_write(example, tmp_path):
+    """--jobs 1 runs the steps one by one in the job's order (step 4 then reads a steps.csv
+    already there, without waiting): every table and result equals the side-by-side run's."""
+    _, out = example
+    p = subprocess.run([sys.executable, "-P", str(SCRIPT), str(EXAMPLE), "--out",
+                        str(tmp_path / "one"), "--jobs", "1"], capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode == 0, p.stderr
+    check_schedule(p.stderr)
+    events, most = schedule(p.stderr)
+    assert most == 1 and [lb for e, lb in events if e == "start"][:3] == [
+        "step 1", "step 0", "step 4"], events
+    side = out / "logs" / "attribute_kernels.txt"
+    assert "--steps-when-told" in side.read_text().splitlines()[0]
+    assert "--steps-when-told" not in (tmp_path / "one" / "logs" /
+                                       "attribute_kernels.txt").read_text().splitlines()[0]
+
+    def tables(folder):
+        return {k: v for k, v in tree_digest(folder).items()
+                if not k.startswith(("logs/", ".handoff/", "attribution/xplane/"))
+                and k not in ("report_draft.md", "factcheck.csv", "factcheck.json")}
+    a, b = tables(out), tables(tmp_path / "one")
+    assert a.keys() == b.keys() and len(a) > 20
+    timed = {"attribution/attribute_kernels.json", "attribution/summary.txt"}  # its seconds
+    assert [k for k in a if a[k] != b[k] and k not in timed] == []
+    one, two = (json.loads((f / "attribution" / "attribute_kernels.json").read_text())
+                for f in (out, tmp_path / "one"))
+    assert one.pop("timing_s").keys() == two.pop("timing_s").keys() and one == two
+    one, two = ([ln for ln in (f / "attribution" / "summary.txt").read_text().splitlines()
+                 if not ln.startswith("timing:")] for f in (out, tmp_path / "one"))
+    assert one == two
+
+
 def test_the_example_runs_every_step_and_says_where_to_look(example):
     p, out = example
     assert p.returncode == 0, p.stderr
     assert "Traceback" not in p.stderr
-    # progress: each step with its elapsed time, in order, then done
-    progress = [ln for ln in p.stderr.splitlines() if re.match(r"\[\s*[0-9.]+ s\] ", ln)]
-    labels = [re.sub(r"^\[\s*[0-9.]+ s\] ", "", ln).split(":")[0] for ln in progress]
-    assert labels == STEP_LINES + ["done"], labels
+    # progress: each step started and ended once, after the steps it reads, then done
+    check_schedule(p.stderr)
     assert "could not run" not in p.stderr
     for name in TABLES:
         assert (out / name).is_file(), name
@@ -233,6 +309,7 @@ def test_every_file_written_is_in_the_scratch_layout(example):
             continue
         rel = str(p.relative_to(out))
         name = ("logs/<script>.txt" if rel.startswith("logs/") else
+                ".handoff/<name>.json" if rel.startswith(".handoff/") else
                 "attribution/<module>(<id>).hlo.txt" if rel.endswith(".hlo.txt") else rel)
         assert name in table, rel
 

@@ -241,7 +241,7 @@ def test_writes_into_the_current_directory_by_default(tmp_path, corpus):
     p = subprocess.run([BARE, "-I", "-S", "-P", str(SCRIPT), str(r.trace)], cwd=tmp_path,
                        capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
-    assert sorted(f.name for f in tmp_path.iterdir()) == sorted(OUTPUTS)
+    assert sorted(f.name for f in tmp_path.iterdir()) == sorted([*OUTPUTS, ".handoff"])
     assert p.stdout.splitlines()[0] == f"wrote {Path('.') / 'summary.txt'} " \
         f"({len((tmp_path / 'summary.txt').read_text().splitlines())} lines)"
 

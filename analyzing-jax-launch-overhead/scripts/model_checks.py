@@ -1,10 +1,12 @@
-"""Step 1's model checked against itself (standard library only): the checks 2 to 5 of step 2's
-reconciliation (launch joins, kernels per step, same work across GPUs, stream budgets) and the
-trace's per-stream totals of check 1. They need step 1's analysis in memory, so step 1
-(skip_stats.py) computes them where it has it and hands them to step 2 in the scratch folder
-(scratch.handoff_put: `.handoff/model_checks.json`, `.handoff/trace_streams.json`, each keyed to
-the trace's size and modification time); reconcile.py computes them itself only where that
-hand-off is missing or was made from another file (reconcile.py, a capture read apart)."""
+"""What step 1 computes for steps 0 and 2 from the trace it holds (standard library only): the
+checks 2 to 5 of step 2's reconciliation on step 1's model (launch joins, kernels per step, same
+work across GPUs, stream budgets), the trace's per-stream totals of check 1, and the trace's
+counts step 0's inventory reads. They need the decoded trace or step 1's analysis in memory, so
+step 1 (skip_stats.py) computes them where it has both and hands them on in the scratch folder
+(scratch.handoff_put: `.handoff/model_checks.json`, `trace_streams.json`, `trace_facts.json`,
+each keyed to the trace's path, size and modification time); reconcile.py and capture_info.py
+compute them from the capture only where a hand-off is missing or was made from another
+file (a step run on its own)."""
 
 from __future__ import annotations
 
@@ -35,19 +37,32 @@ def row(check, device="", stream="", status="pass", a="", b="", unit="", what_a=
             "what_b": what_b, "trust_sentence": sentence}
 
 
-def trace_streams(trace) -> dict:
-    """(device, stream) -> [events, summed duration ps] of the trace's GPU stream lines."""
+def trace_totals(trace) -> tuple[dict, dict]:
+    """One pass over the trace's complete events: (device, stream) -> [events, summed duration
+    ps] of its GPU "Stream #" lines (step 2's check 1), and what step 0's inventory reads of the
+    trace (`gpu_events`: [ordinal, events] of every GPU process, `host_events`: the host
+    process's events, `notes`: what the reader repaired)."""
     ordinal = {pid: o for o, pid in trace.gpu_pids().items()}
     streams = {k for k, name in trace.threads.items() if name.startswith("Stream #")}
+    host = set(trace.host_pids())
+    per_gpu = {o: 0 for o in ordinal.values()}
+    n_host = 0
     out: dict = {}
+    ps = trace_reader.ps
     for ev in trace.events:
-        o = ordinal.get(ev.get("pid"))
-        if o is None or (ev["pid"], ev.get("tid")) not in streams:
+        pid = ev.get("pid")
+        o = ordinal.get(pid)
+        if o is None:
+            n_host += pid in host
             continue
-        e = out.setdefault((o, ev["tid"]), [0, 0])
-        e[0] += 1
-        e[1] += trace_reader.ps(ev.get("dur", 0))
-    return out
+        per_gpu[o] += 1
+        if (pid, ev.get("tid")) in streams:
+            e = out.setdefault((o, ev["tid"]), [0, 0])
+            e[0] += 1
+            e[1] += ps(ev.get("dur", 0))
+    facts = {"gpu_events": [[o, n] for o, n in sorted(per_gpu.items())], "host_events": n_host,
+             "notes": list(trace.notes)}
+    return out, facts
 
 
 # ---------------------------------------------------------------- checks 2 to 5

@@ -3,12 +3,12 @@
 A multi-host job writes one `<host>.xplane.pb` and `<host>.trace.json.gz` per host into the same
 run folder. Given such a folder and no `--host`, every entry script of the bundle hands its
 arguments to `fan_out`: it starts the same script once per host, as a user would by hand (the
-same arguments, then `--host=H --out=OUT/<folder>`, the folder the host's name or host-<n>), at
-most `jobs` processes at a time, each holding one host's capture and returning its memory when
-it ends; then `cross_host` writes the
-cross-host summary into OUT (hosts.csv, host_steps.csv, host_kernels.csv, hosts.json,
-hosts.txt). Each host's
-output is kept in OUT/<host>/logs/<script>.txt. `--host` still selects one host.
+same arguments, then `--jobs=1 --host=H --out=OUT/<folder>`, the folder the host's name or
+host-<n>; `--jobs=1`: the hosts are what runs at once, not a host's steps), at most `jobs`
+processes at a time, each holding one host's capture and returning its memory when it ends;
+then `cross_host` writes the cross-host summary into OUT (hosts.csv, host_steps.csv,
+host_kernels.csv, hosts.json, hosts.txt). Each host's output is kept in
+OUT/<host>/logs/<script>.txt. `--host` still selects one host.
 
 This is the whole scheduler, on purpose: beyond one machine the same per-host processes map onto
 an existing engine's map over hosts (references/architecture.md).
@@ -89,17 +89,24 @@ def plan_jobs(files, requested: int | None) -> tuple[int, str]:
     n = len(files.hosts)
     if requested is not None:
         return max(1, min(requested, n)), f"{requested} asked"
+    return processes_at_once(n, max((_capture_bytes(files.run_dir, h) for h in files.hosts),
+                                    default=0), "host")
+
+
+def processes_at_once(most: int, capture_bytes: int, each: str) -> tuple[int, str]:
+    """How many processes that each hold a capture of `capture_bytes` run at once, and why: the
+    cores (at most `most`), fewer where their estimated memory together would pass the memory
+    available now (`each` names one: a host, a step)."""
     cores = _cores()
-    jobs, why = min(cores, n), f"{cores} cores"
+    jobs, why = min(cores, most), f"{cores} cores"
     avail = _available_memory()
     if avail:
-        per = MEMORY_BASE + MEMORY_PER_CAPTURE_BYTE * max(
-            (_capture_bytes(files.run_dir, h) for h in files.hosts), default=0)
+        per = MEMORY_BASE + MEMORY_PER_CAPTURE_BYTE * capture_bytes
         fit = max(1, avail // per)
         if fit < jobs:
-            jobs, why = int(fit), (f"{cores} cores, but about {per / 2**20:,.0f} MiB per host "
+            jobs, why = int(fit), (f"{cores} cores, but about {per / 2**20:,.0f} MiB per {each} "
                                    f"and {avail / 2**20:,.0f} MiB available")
-    return jobs, why
+    return max(1, jobs), why
 
 
 def _say(text: str) -> None:
@@ -153,7 +160,8 @@ def fan_out(prog: str, script: str | Path, argv: list[str], files, out: Path,
          f"on its own into {rules.printable(out)}/<host>/, {n_jobs} at a time ({why})")
     argv = _without(argv, ("--out", "--jobs"))
     # one argument each (`--host=-x` stays a value even when a name starts with a dash)
-    todo = [(h, names[h], [sys.executable, str(script), *argv, f"--host={h}",
+    # each host's process runs its steps one at a time: the hosts are what runs at once
+    todo = [(h, names[h], [sys.executable, str(script), *argv, "--jobs=1", f"--host={h}",
                            f"--out={out / names[h]}"]) for h in files.hosts]
     return _run_and_summarise(prog, Path(script).stem, todo, out, n_jobs, str(files.run_dir))
 

@@ -1598,10 +1598,12 @@ A reader takes the payload only when every source is, now, the file it would rea
 path, size and modification time); otherwise it reads the capture as it would alone. Written
 whole (a rename). The hand-offs: `xplane_streams` (capture_info.py, from the xplane: per GPU
 and stream line the event count and summed duration in ps, `streams` as [device, stream,
-events, ps]); `trace_streams` (skip_stats.py, from the trace: the same per stream line, and
-`events`, the trace's complete events); `model_checks` (skip_stats.py, from the trace: the
-rows of step 2's checks 2 to 5 on step 1's analysis, `rows`, in reconciliation.csv's columns).
-reconcile.py reads all three.
+events, ps]); from the trace, by skip_stats.py, which holds it decoded: `trace_streams` (the
+same per stream line, and `events`, the trace's complete events), `model_checks` (the rows of
+step 2's checks 2 to 5 on step 1's analysis, `rows`, in reconciliation.csv's columns) and
+`trace_facts` (what step 0's inventory reads of the trace: `gpu_events` as [ordinal, events],
+`host_events`, the reader's `notes`). reconcile.py reads the first three, capture_info.py the
+last; each reads the capture itself where its hand-off is missing or stale.
 """))
 
 declare(File(

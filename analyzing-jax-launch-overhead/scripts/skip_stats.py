@@ -130,8 +130,8 @@ def run(trace, out: Path) -> tuple[dict, list]:
         _KEPT.append(trace)
     source = trace_identity(trace.path)
     a.stream_names = stream_names(trace)
-    streams = {"streams": [[d, s, n, t] for (d, s), (n, t) in
-                           sorted(model_checks.trace_streams(trace).items())],
+    per_stream, facts = model_checks.trace_totals(trace)
+    streams = {"streams": [[d, s, n, t] for (d, s), (n, t) in sorted(per_stream.items())],
                "events": len(trace.events)}
     idle_gpus = sorted(set(trace.gpu_pids()) - {e.device for e in a.events})
     trace_path = trace.path
@@ -162,6 +162,7 @@ def run(trace, out: Path) -> tuple[dict, list]:
         written[:0] = write_result(tmp, result)
     # for step 2, which would otherwise read the trace and run this analysis again
     scratch.handoff_put(out, "trace_streams", [trace_path], streams)
+    scratch.handoff_put(out, "trace_facts", [trace_path], facts)
     scratch.handoff_put(out, "model_checks", [trace_path], {"rows": checks})
     return result, written
 
