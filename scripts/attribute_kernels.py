@@ -842,8 +842,7 @@ def run(capture, out: Path, opts: Options) -> tuple[dict, list]:
             t_match = time.perf_counter() - t0
             progress("writing the tables", len(m.kernels), unit="kernels")
             if opts.steps_when_told:  # step 1 writes steps.csv meanwhile: wait for its end
-                progress("waiting for step 1's steps.csv")
-                sys.stdin.readline()  # a line, or the end of input: step 1 has ended
+                step_cli.wait_until_told("step 1's steps.csv")
             tables = write_tables(tmp, m, opts, read_steps(Path(out), files))
             refusals = [f"cannot attribute the kernels of program {n}({p}) because {why}"
                         for p, (n, why) in sorted(m.unreadable.items())]

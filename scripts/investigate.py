@@ -103,9 +103,10 @@ def steps() -> list[Step]:
         # the hand-offs of steps 0 and 1, and step 4's result
         Step("reconcile", HERE / "reconcile.py", "step 2", "reconciling independent totals",
              after=("capture_info", "skip_stats", "attribute_kernels")),
-        # rows.csv, steps.csv, gaps.csv, and step 4's kernels.csv for the instructions
+        # rows.csv, steps.csv, gaps.csv; step 4's kernels.csv for the tooltips, at its end
         Step("swimlanes", HERE / "swimlanes.py", "step 3", "drawing one step's swimlanes",
-             after=("skip_stats", "attribute_kernels")),
+             after=("skip_stats",), told=("attribute_kernels",),
+             told_option="--kernels-when-told"),
         Step("roofline", HERE / "roofline.py", "step 5", "FLOPs, bytes and ceilings",
              xprof=True, after=("attribute_kernels",)),
         Step("changes", HERE / "changes.py", "step 6", "ranking what to change",

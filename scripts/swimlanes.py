@@ -974,12 +974,13 @@ def draw_notes(canvas: Canvas, notes: list[str], y: int) -> int:
 # ---------------------------------------------------------------- the step
 
 def run(capture, out: Path, step: int | None = None, start_us: float | None = None,
-        end_us: float | None = None) -> tuple[dict, list]:
+        end_us: float | None = None, kernels_when_told: bool = False) -> tuple[dict, list]:
     """Step 3 on a capture_inputs.Capture: draws the step into `out` (swimlanes.svg,
     stragglers.csv, swimlanes.json, each written to a temporary name and renamed); runs step 1
     first where its tables are missing. Returns the result and the (file, rows) written.
     Raises SwimlaneError (WindowError for an empty window), capture_inputs.CaptureError and
-    trace_reader.TraceError."""
+    trace_reader.TraceError. With `kernels_when_told`, step 4's kernels.csv is read only once
+    a line comes on standard input (investigate.py runs step 4 meanwhile)."""
     out = Path(out)
     ran = ensure_step1(capture, out)
     s1, steps, gaps = read_step1(out)
@@ -997,6 +998,8 @@ def run(capture, out: Path, step: int | None = None, start_us: float | None = No
         notes.append(f"the window holds more events at least a pixel wide than {MAX_BARS:,} "
                      f"bars can show: events narrower than {merge_px:g} pixels were merged; "
                      "zoom with --start/--end to see them one by one")
+    if kernels_when_told:
+        step_cli.wait_until_told("step 4's kernels.csv")
     instructions, attribution, why = tooltip_instructions(out, lanes)
     notes += why + window_notes(s1, chosen, ran, zoomed, v0, v1)
     result = {
@@ -1169,6 +1172,10 @@ def options(ap) -> None:
                     help="window start, microseconds from the profile start")
     ap.add_argument("--end", type=float, metavar="US",
                     help="window end, microseconds from the profile start")
+    ap.add_argument("--kernels-when-told", action="store_true",
+                    help="read step 4's attribution/kernels.csv only once a line (or the end "
+                         "of input) comes on standard input: investigate.py runs step 4 beside "
+                         "this step and says so when step 4 has ended")
 
 
 STEP = step_cli.Step("swimlanes", __doc__, __file__, options=options)
@@ -1182,7 +1189,7 @@ def body(args) -> list[str]:
         raise step_cli.UsageError(f"--start {args.start} must be before --end {args.end}")
     gc.disable()  # many small objects, no cycles (see skip_stats.py)
     result, written = run(step_cli.open_capture(STEP, args), args.out, args.step, args.start,
-                          args.end)
+                          args.end, args.kernels_when_told)
     sg = result["straggler"]
     return step_cli.wrote(args.out, written) + [
         f"step: {rules.printable(result['chosen']['why'])}",

@@ -27,7 +27,7 @@ STEP_LINES = ["step 0", "step 1", "step 4", "step 2", "step 3", "step 5", "step 
 # the steps whose tables or hand-offs each step reads: it starts once they have ended (step 4
 # runs beside step 1 and waits for its steps.csv on its standard input)
 READS = {"step 0": {"step 1"}, "step 1": set(), "step 4": set(),
-         "step 2": {"step 0", "step 1", "step 4"}, "step 3": {"step 1", "step 4"},
+         "step 2": {"step 0", "step 1", "step 4"}, "step 3": {"step 1"},
          "step 5": {"step 4"}, "step 6": {"step 0", "step 1", "step 2", "step 3", "step 4",
                                           "step 5"},
          "step 7": set(STEP_LINES[:7]), "report": set(STEP_LINES[:8]),

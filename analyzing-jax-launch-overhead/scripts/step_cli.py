@@ -106,6 +106,16 @@ def progress(what: str, done: int | None = None, total: int | None = None,
           f"({now - _Progress.start:.1f} s)", file=sys.stderr, flush=True)
 
 
+def wait_until_told(what: str) -> None:
+    """Wait for a line (or the end of input) on standard input: investigate.py runs a step
+    beside the step that writes `what`, and says so there when that step has ended."""
+    progress(f"waiting for {what}")
+    try:
+        sys.stdin.readline()
+    except (OSError, ValueError):  # no input at all: nothing to wait for
+        pass
+
+
 def parser(step: Step) -> argparse.ArgumentParser:
     lines = step.doc.splitlines()
     ap = argparse.ArgumentParser(description=lines[0],
