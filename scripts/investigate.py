@@ -16,12 +16,16 @@ report_draft.py (report_draft.md), factcheck.py (on the draft), and with --page 
 the writing-trace-report-pages skill (report_draft.html, the draft as one self-contained page).
 Each step starts once the steps whose tables or hand-offs it reads have ended, up to --jobs at
 once (default: the cores, at most 3, fewer when the capture's estimated memory per step does not
-fit): steps 1 and 4 side by side (step 4 waits for step 1's steps.csv at its end, told on its
-standard input), step 0 after step 1 (from step 1's counts of the trace), steps 2, 3 and 5 once
-step 4 has ended, then 6, 7, the draft and its check. --jobs 1 runs them one at a time; the
-tables are the same. Progress goes to stderr: each step as it starts and ends with the elapsed
-time, and while a long step runs its own progress lines (`<step>: … <what it does>: <count>
-(<seconds> s)`, at most every 2 s). Each script's own output is kept in DIR/logs/<script>.txt.
+fit): steps 1 and 4 side by side; step 0 (from step 1's counts of the trace) and step 3 once
+step 1 has ended; steps 2 and 5 once step 4 has; step 7 reads rows.csv and kernels.csv while 2,
+3, 5 and 6 run; then the draft and its check. A step that starts before a table it reads last
+is written (step 4: steps.csv; step 3: kernels.csv; step 7: the other results) waits for it: this
+command says so on the step's standard input when its writer has ended, with the steps that
+failed so far (step_cli.wait_until_told), and keeps a slot free for the steps it waits for.
+--jobs 1 runs them one at a time, each after its writers; the tables are the same. Progress
+goes to stderr: each step as it starts and ends with the elapsed time, and while a long step runs
+its own progress lines (`<step>: … <what it does>: <count> (<seconds> s)`, at most every 2 s).
+Each script's own output is kept in DIR/logs/<script>.txt.
 
 A run folder with several hosts and no --host: the whole job runs once per host, each host in
 its own process into DIR/<host>/ (--jobs N hosts at once, each host's steps one at a time;
@@ -111,7 +115,11 @@ def steps() -> list[Step]:
              xprof=True, after=("attribute_kernels",)),
         Step("changes", HERE / "changes.py", "step 6", "ranking what to change",
              reads_capture=False),
-        Step("trust", HERE / "trust.py", "step 7", "the trust list", reads_capture=False),
+        # its long reads (rows.csv, kernels.csv) first, the other results at its end
+        Step("trust", HERE / "trust.py", "step 7", "the trust list", reads_capture=False,
+             after=("capture_info", "skip_stats", "attribute_kernels"),
+             told=("reconcile", "swimlanes", "roofline", "changes"),
+             told_option="--rest-when-told"),
         Step("report_draft", HERE / "report_draft.py", "report", "writing report_draft.md",
              reads_capture=False),
         Step("factcheck", HERE / "factcheck.py", "fact check", "checking every number of the draft",
@@ -136,8 +144,8 @@ def say(line: str) -> None:
 def run_relaying(cmd: list[str], tell=None) -> subprocess.CompletedProcess:
     """Run a step's script, its output kept whole; its progress lines (step_cli.progress) are
     also relayed to stderr as they come, so a long step is seen alive. With `tell` (a callable
-    that returns once the steps it runs beside have ended), the script's standard input gets
-    one line then."""
+    that returns once the steps it runs beside have ended, with the lines to tell it), the
+    script's standard input gets those lines and its end then."""
     with tempfile.TemporaryFile("w+", encoding="utf-8") as so:
         proc = subprocess.Popen(cmd, stdout=so, stderr=subprocess.PIPE, text=True,
                                 encoding="utf-8", errors="replace",
@@ -155,9 +163,9 @@ def run_relaying(cmd: list[str], tell=None) -> subprocess.CompletedProcess:
 
 
 def _tell(proc, tell) -> None:
-    tell()
+    lines = tell()
     try:
-        proc.stdin.write("\n")
+        proc.stdin.write("".join(f"{ln}\n" for ln in lines))
         proc.stdin.close()
     except (OSError, ValueError):  # the step has ended already
         pass
@@ -224,11 +232,22 @@ def steps_at_once(args) -> tuple[int, str]:
     return per_host.processes_at_once(MOST_STEPS_AT_ONCE, size, "step")
 
 
+def _teller(events: list, failed: dict):
+    """What a step that waits is told: nothing until `events` are set, then the steps that
+    failed so far (STEP=REASON lines)."""
+    def tell() -> list[str]:
+        for e in events:
+            e.wait()
+        return [f"{k}={v}" for k, v in dict(failed).items()]
+    return tell
+
+
 def run_job(todo: list[Step], args, out: Path, failed: dict[str, str], t0: float,
             jobs: int) -> dict[str, int | None]:
     """Run every step once the steps it reads (`after`) have ended, at most `jobs` at once and
     in the job's order where several are ready; returns each step's exit code. A step with
-    `told` starts once those have started and is told when they end. Step 0 is the gate: where
+    `told` may start before those have ended, and is told when they have (with the steps that
+    failed so far), while a slot is left to steps that do not wait. Step 0 is the gate: where
     it finds the capture unusable (exit 1 or 3) nothing more starts, and what ran beside it is
     not said (its failure would follow from the same capture). A step that could not run is
     said once step 0 has passed."""
@@ -241,9 +260,14 @@ def run_job(todo: list[Step], args, out: Path, failed: dict[str, str], t0: float
     gate = None if "capture_info" in order else True
     pending, running = list(todo), {}
 
+    def waits(st) -> list[str]:
+        return [t for t in st.told if t in order and t not in codes]
+
     def ready(st) -> bool:
-        return after[st.name] <= codes.keys() and all(
-            t not in order or t not in (p.name for p in pending) for t in st.told)
+        # a step that would wait for others keeps a slot: one slot is always left to steps
+        # that do not wait, so the steps it waits for can run
+        waiting = sum(1 for r in running.values() if waits(r))
+        return after[st.name] <= codes.keys() and (not waits(st) or waiting < jobs - 1)
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
         while pending or running:
@@ -252,8 +276,7 @@ def run_job(todo: list[Step], args, out: Path, failed: dict[str, str], t0: float
                 if st is None:
                     break
                 pending.remove(st)
-                waits = [ended[t] for t in st.told if t in order and t not in codes]
-                tell = (lambda w=waits: [e.wait() for e in w]) if waits else None
+                tell = _teller([ended[t] for t in waits(st)], failed) if waits(st) else None
                 running[pool.submit(run_step, st, args, out, failed, t0, tell)] = st
             if not running:
                 break

@@ -248,10 +248,22 @@ class RowFacts:
 
 
 @dataclass
+class Scanned:
+    """The two tables as long as the capture, each read in one pass before anything else (with
+    --rest-when-told, while the last steps still run): step 1's rows.csv (summarise_rows) and
+    the collective kernels of step 4's kernels.csv outside graphs matched not exactly."""
+    rows: RowFacts | None = None
+    rows_note: str = ""
+    collectives: tuple | None = None  # (kernels, us, labels); None: no kernels.csv
+    kernels_note: str = ""
+
+
+@dataclass
 class Facts:
     total_us: float | None
     total_source: str
     rows: RowFacts | None
+    scanned: Scanned = field(default_factory=Scanned)
     consumed: set = field(default_factory=set)  # sentences an item here already states
     folded: list = field(default_factory=list)   # failed checks an item here already states
     python_tracer_seen: bool | None = None       # None: gaps.csv not there
@@ -478,22 +490,12 @@ def program_items(inp: Inputs, facts: Facts) -> list:
 def async_label_items(inp: Inputs, facts: Facts) -> list:
     """Collective kernels outside graphs whose tracer label names no instruction of the saved
     HLO: their label is kept, and their instruction was placed by order."""
-    if inp.get("attribute_kernels") is None:
+    if inp.get("attribute_kernels") is None or facts.scanned.collectives is None:
         return []
-    n, us, labels = 0, 0.0, set()
-    if not (inp.out / "attribution" / "kernels.csv").is_file():
+    if facts.scanned.kernels_note:
+        inp.notes.append(facts.scanned.kernels_note)
         return []
-    try:  # streamed as lists: a table of a million kernels
-        for category, graph, hlo_op, match, dur_us in scratch.stream(
-                inp.out, "attribution/kernels.csv",
-                ["category", "graph", "hlo_op", "match", "dur_us"]):
-            if category == "collective" and graph != "1" and hlo_op and match != "exact":
-                n += 1
-                us += _num(dur_us, 0.0)
-                labels.add(hlo_op)
-    except scratch.TableError as exc:
-        inp.notes.append(f"attribution/kernels.csv was not read: {exc}")
-        return []
+    n, us, labels = facts.scanned.collectives
     if not n:
         return []
     shown = ", ".join(sorted(labels)[:5]) + (", ..." if len(labels) > 5 else "")
@@ -802,21 +804,43 @@ def needs_new_capture(inp: Inputs, items: list, facts: Facts) -> list:
     return q
 
 
-def collect(inp: Inputs, failed: dict) -> tuple[list, list, Facts]:
-    ci = inp.get("capture_info") or {}
-    amd = {str(g.get("ordinal")) for g in ci.get("gpus") or []
+def scan_tables(out: Path, failed: dict) -> Scanned:
+    """Read the long tables (Scanned); what cannot be read is a note, said where it matters."""
+    out = Path(out)
+    sc = Scanned()
+    ci = None if "capture_info" in failed else scratch.Scratch(out).json("capture_info.json")
+    amd = {str(g.get("ordinal")) for g in (ci or {}).get("gpus") or []
            if str((g.get("device") or {}).get("device_vendor") or "").upper() == "AMD"}
-    rf = None
-    if (inp.out / "rows.csv").is_file():
+    if (out / "rows.csv").is_file():
         try:
-            rf = summarise_rows(scratch.stream(inp.out, "rows.csv", ROW_FACT_COLUMNS), amd)
+            sc.rows = summarise_rows(scratch.stream(out, "rows.csv", ROW_FACT_COLUMNS), amd)
         except scratch.TableError as exc:
-            inp.notes.append(f"rows.csv was not read: {exc}")
+            sc.rows_note = f"rows.csv was not read: {exc}"
+    if (out / "attribution" / "kernels.csv").is_file():
+        n, us, labels = 0, 0.0, set()
+        try:  # streamed as lists: a table of a million kernels
+            for category, graph, hlo_op, match, dur_us in scratch.stream(
+                    out, "attribution/kernels.csv",
+                    ["category", "graph", "hlo_op", "match", "dur_us"]):
+                if category == "collective" and graph != "1" and hlo_op and match != "exact":
+                    n += 1
+                    us += _num(dur_us, 0.0)
+                    labels.add(hlo_op)
+        except scratch.TableError as exc:
+            sc.kernels_note = f"attribution/kernels.csv was not read: {exc}"
+        sc.collectives = (n, us, labels)
+    return sc
+
+
+def collect(inp: Inputs, failed: dict, scanned: Scanned) -> tuple[list, list, Facts]:
+    rf = scanned.rows
+    if scanned.rows_note:
+        inp.notes.append(scanned.rows_note)
     total = _fig(inp.get("attribute_kernels"), "kernel_time_us")
     source = "attribution/attribute_kernels.json: figures.kernel_time_us"
     if not total and rf is not None:
         total, source = rf.gpu_us, "rows.csv: dur_us, sum"
-    facts = Facts(total or None, source if total else "", rf)
+    facts = Facts(total or None, source if total else "", rf, scanned)
     items = step_failed_items(inp, failed) + no_hlo_items(inp, facts)
     items += reconciliation_items(inp, facts)  # before replay_items: it folds checks into it
     items += (replay_items(facts)
@@ -914,6 +938,11 @@ def parse_failed(values: list) -> dict:
 def options(ap) -> None:
     ap.add_argument("--failed", action="append", metavar="STEP=REASON",
                     help="a step that could not run, and why (repeatable)")
+    ap.add_argument("--rest-when-told", action="store_true",
+                    help="read rows.csv and kernels.csv, then wait for the end of standard "
+                         "input before reading the other steps' results; each line before it "
+                         "is one more --failed STEP=REASON: investigate.py runs this beside "
+                         "the last steps and says so when they have ended")
 
 
 STEP = step_cli.Step("trust", __doc__, __file__, reads="scratch", options=options,
@@ -922,8 +951,13 @@ STEP = step_cli.Step("trust", __doc__, __file__, reads="scratch", options=option
 
 def body(args) -> list[str]:
     failed = parse_failed(args.failed)
+    if not Path(args.out).is_dir():
+        load(args.out, failed)  # its one sentence
+    scanned = scan_tables(args.out, failed)
+    if args.rest_when_told:
+        failed.update(parse_failed(step_cli.wait_until_told("the other steps' results")))
     inp = load(args.out, failed)
-    items, questions, facts = collect(inp, failed)
+    items, questions, facts = collect(inp, failed, scanned)
     result = build_result(inp, items, questions, facts)
     out = step_cli.wrote(args.out, write(args.out, items, questions, result))
     fig = result["figures"]

@@ -30,7 +30,7 @@ READS = {"step 0": {"step 1"}, "step 1": set(), "step 4": set(),
          "step 2": {"step 0", "step 1", "step 4"}, "step 3": {"step 1"},
          "step 5": {"step 4"}, "step 6": {"step 0", "step 1", "step 2", "step 3", "step 4",
                                           "step 5"},
-         "step 7": set(STEP_LINES[:7]), "report": set(STEP_LINES[:8]),
+         "step 7": {"step 0", "step 1", "step 4"}, "report": set(STEP_LINES[:8]),
          "fact check": set(STEP_LINES[:9])}
 
 

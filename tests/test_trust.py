@@ -340,6 +340,28 @@ def test_failed_steps_are_items_and_stale_results_are_not_read(tmp_path):
     assert len(result["refusals"]) == 3
 
 
+def test_told_after_its_long_reads_it_writes_what_its_arguments_give(tmp_path):
+    """--rest-when-told (investigate.py runs trust beside the last steps): the failures that
+    come on standard input count as --failed; the files equal those of --failed arguments."""
+    out = tmp_path / "out"
+    scratch(out)
+    (out / "reconcile.json").unlink()
+    failed = ["attribute_kernels=exit 1: the xplane holds no HLO", "6=not run yet"]
+    r = run_trust(out, *[a for f in failed for a in ("--failed", f)])
+    assert r.returncode == 0, r.stderr
+    given = {f: (out / f).read_bytes() for f in ("trust.csv", "trust.json")}
+    told = subprocess.run([BARE, "-I", "-S", "-P", str(SCRIPT), "--out", str(out),
+                           "--rest-when-told", "--failed", failed[0]],
+                          input=failed[1] + "\n\n", capture_output=True, text=True,
+                          timeout=600)
+    assert told.returncode == 0, told.stderr
+    assert {f: (out / f).read_bytes() for f in given} == given
+    bad = subprocess.run([BARE, "-I", "-S", "-P", str(SCRIPT), "--out", str(out),
+                          "--rest-when-told"], input="no such step\n", capture_output=True,
+                         text=True, timeout=600)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
 def test_bad_input(tmp_path):
     r = run_trust(tmp_path / "nowhere")
     assert r.returncode == 1 and r.stderr.count("\n") == 1 and "does not exist" in r.stderr

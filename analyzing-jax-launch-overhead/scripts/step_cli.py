@@ -106,14 +106,15 @@ def progress(what: str, done: int | None = None, total: int | None = None,
           f"({now - _Progress.start:.1f} s)", file=sys.stderr, flush=True)
 
 
-def wait_until_told(what: str) -> None:
-    """Wait for a line (or the end of input) on standard input: investigate.py runs a step
-    beside the step that writes `what`, and says so there when that step has ended."""
+def wait_until_told(what: str) -> list[str]:
+    """Wait for the end of standard input: investigate.py runs a step beside the steps that
+    write `what`, and closes the step's input when they have ended; returns the non-empty
+    lines written before (what the step is told, such as the steps that failed)."""
     progress(f"waiting for {what}")
     try:
-        sys.stdin.readline()
-    except (OSError, ValueError):  # no input at all: nothing to wait for
-        pass
+        return [ln.rstrip("\n") for ln in sys.stdin if ln.strip()]
+    except (OSError, ValueError, UnicodeDecodeError):  # no input at all: nothing to wait for
+        return []
 
 
 def parser(step: Step) -> argparse.ArgumentParser:
