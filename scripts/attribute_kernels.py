@@ -9,7 +9,8 @@ Usage:
 Example:
     python3 -P $B/scripts/attribute_kernels.py ~/logs/plugins/profile/2026_02_20_13_54_10
 
-Reads only the .xplane.pb. It first copies it to ./attribution/xplane/ and has XProf write the
+Reads only the .xplane.pb. It first copies it to ./attribution/xplane/ (the device planes whole,
+the other planes without their events: all XProf reads here) and has XProf write the
 `<module>(<id>).hlo_proto.pb` files beside the copy (the capture folder is never written to).
 Writes into ./attribution/ (or DIR/attribution/):
     kernels.csv  every GPU event (kernels, memcpys, memsets): its instruction, the inner
@@ -101,14 +102,15 @@ def _user_path(exc, copy: Path, xplane: Path) -> str:
 
 
 def copy_and_convert(xplane: Path, folder: Path, use_xprof: bool) -> tuple[Path, dict, float]:
-    """Copy the xplane to folder/xplane/ and have XProf write the HLO protos there.
+    """Copy the xplane to folder/xplane/ (its device planes' events and every plane's metadata:
+    xprof_figures.device_copy) and have XProf write the HLO protos there.
     Returns the copy, {program id: (module name, serialized HloProto)} and XProf's seconds."""
     dest = folder / "xplane"
     if dest.exists():
         shutil.rmtree(dest)  # stale protos of another capture would be reused by XProf
     dest.mkdir(parents=True)
     copy = dest / xplane.name
-    shutil.copy2(xplane, copy)
+    xprof_figures.device_copy(xplane, copy)  # XProf reads the device planes' events only
     protos: dict[int, tuple[str, bytes]] = {}
     seconds = 0.0
     if use_xprof:

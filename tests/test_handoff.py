@@ -158,3 +158,64 @@ def test_an_abandoned_xprof_conversion_is_ended(tmp_path):
     proc = pending._proc
     pending.cancel()
     assert proc.poll() is not None
+
+
+def _hlo_stats(path):
+    import xprof_figures
+    return xprof_figures.convert(path, "hlo_stats", names=False)
+
+
+def test_xprof_reads_the_same_from_the_device_planes_copy(shared, tmp_path):
+    """Step 4 hands XProf the xplane without the host plane's events (device_copy): on every
+    shared capture and on generated ones (command buffers on and off, eight GPUs), XProf's
+    hlo_stats of the copy is byte for byte its hlo_stats of the whole xplane, and the copy
+    decodes to the same planes, device events and metadata."""
+    pytest.importorskip("xprof")
+    import xprof_figures
+
+    import xprotos
+
+    xplanes = _xplanes(shared)
+    for name in ("nvidia-cb-partial", "rocm-8gpu-straggler", "nvidia-off"):
+        r = generate(ALL_SCENARIOS[name], tmp_path / name)
+        xplanes += sorted(r.run_dir.glob("*.xplane.pb"))
+    trimmed = 0
+    XSpace = xprotos.classes()["XSpace"]
+    for i, xplane in enumerate(xplanes):
+        whole, copy = tmp_path / f"w{i}" / xplane.name, tmp_path / f"c{i}" / xplane.name
+        whole.parent.mkdir()
+        copy.parent.mkdir()
+        shutil.copy2(xplane, whole)
+        trimmed += xprof_figures.device_copy(xplane, copy)
+        assert _hlo_stats(copy) == _hlo_stats(whole), xplane
+        a, b = XSpace.FromString(xplane.read_bytes()), XSpace.FromString(copy.read_bytes())
+        assert [p.name for p in a.planes] == [p.name for p in b.planes]
+        assert list(a.hostnames) == list(b.hostnames)
+        for pa, pb in zip(a.planes, b.planes, strict=True):
+            assert pa.event_metadata == pb.event_metadata and list(pa.stats) == list(pb.stats)
+            if pa.name.startswith("/device:"):
+                assert pa == pb
+            else:
+                assert len(pb.lines) == 0
+    assert trimmed >= len(xplanes) - 1  # the V100 TF capture too: it has device events
+
+
+def test_the_device_planes_copy_of_a_cpu_capture_or_odd_bytes_is_the_whole_file(tmp_path):
+    import xprof_figures
+
+    import xprotos
+
+    XSpace = xprotos.classes()["XSpace"]
+    xs = XSpace()
+    host = xs.planes.add()
+    host.name = "/host:CPU"
+    line = host.lines.add()
+    line.events.add().duration_ps = 5
+    src = tmp_path / "cpu.xplane.pb"
+    src.write_bytes(xs.SerializeToString())
+    assert not xprof_figures.device_copy(src, tmp_path / "a.xplane.pb")
+    assert (tmp_path / "a.xplane.pb").read_bytes() == src.read_bytes()
+    odd = tmp_path / "odd.xplane.pb"
+    odd.write_bytes(b"\x0a\xff\xff\xff\x0f" + b"x" * 10)
+    assert not xprof_figures.device_copy(odd, tmp_path / "b.xplane.pb")
+    assert (tmp_path / "b.xplane.pb").read_bytes() == odd.read_bytes()

@@ -1094,7 +1094,8 @@ capture). Header only when the capture has no traced call (the tracer off). `ski
 
 declare(File(
     "attribution/xplane/", "attribute_kernels.py", "folder",
-    "a copy of the xplane, XProf's `<module>(<id>).hlo_proto.pb` files beside it, and XProf's "
+    "a copy of the xplane (the device planes whole, the other planes without their events), "
+    "XProf's `<module>(<id>).hlo_proto.pb` files beside it, and XProf's "
     "hlo_stats output (`hlo_stats.json`, which `roofline.py` reads instead of converting again)",
     fields="""
 The copy is made so that XProf writes its files beside it, never into the capture folder; its
