@@ -265,17 +265,23 @@ def assign_programs(kernels, programs, chosen) -> None:
         k.program_id = ids[0] if ids and len(ids) == 1 else chosen
 
 
-def host_executions(space) -> list[HostExecution]:
-    """Every execution the host recorded: per host line, each ExecuteThunks event, and each
-    `<module>:XLA GPU module` event that no ExecuteThunks of its line holds (the same
-    execution)."""
+def host_record(space) -> tuple[list[HostExecution], list[tuple]]:
+    """One pass over the host plane: every execution it recorded (per host line, each
+    ExecuteThunks event, and each `<module>:XLA GPU module` event that no ExecuteThunks of its
+    line holds: the same execution), and (start, line, correlation id) of every event with a
+    correlation id (the runtime calls that launch GPU events), by start."""
     host = space.plane("/host:CPU")
     out: list[HostExecution] = []
+    calls: list[tuple] = []
     if host is None:
-        return out
+        return out, calls
+    wanted = EXECUTION_STATS | {"correlation_id"}
     for line in host.lines:
         thunks, mods = [], []
-        for ev in line.events(EXECUTION_STATS):
+        for ev in line.events(wanted):
+            c = ev.stats.get("correlation_id")
+            if c is not None:
+                calls.append((ev.start_ps, line.id, c))
             name = ev.name
             m = EXECUTE_THUNKS_RE.match(name)
             if m:
@@ -302,23 +308,8 @@ def host_executions(space) -> list[HostExecution]:
             out.append(m)
         out.extend(thunks)
     out.sort(key=lambda e: (e.start, e.line))
-    return out
-
-
-def launch_calls(space, wanted: set) -> list[tuple]:
-    """(start, line, correlation id) of the host's runtime calls whose correlation id is in
-    `wanted` (the launches of the capture's GPU events), by start."""
-    host = space.plane("/host:CPU")
-    out = []
-    if host is None or not wanted:
-        return out
-    for line in host.lines:
-        for ev in line.events(frozenset({"correlation_id"})):
-            c = ev.stats.get("correlation_id")
-            if c is not None and c in wanted:
-                out.append((ev.start_ps, line.id, c))
-    out.sort(key=lambda t: (t[0], t[1]))
-    return out
+    calls.sort(key=lambda t: (t[0], t[1]))
+    return out, calls
 
 
 def map_executions(execs, launches, owner, names) -> list:
@@ -384,8 +375,9 @@ def count_executions(space, kernels, names: dict, launches_counted: dict,
     for k in kernels:
         if k.program_id is not None and k.corr is not None and not k.cpu:
             owner.setdefault(k.corr, set()).add((k.program_id, k.device))
-    execs = host_executions(space)
-    mapped = map_executions(execs, launch_calls(space, set(owner)), owner, names) \
+    execs, calls = host_record(space)
+    # the runtime calls that launched the capture's GPU events
+    mapped = map_executions(execs, [c for c in calls if c[2] in owner], owner, names) \
         if execs else []
     host: dict = {}
     for e, key in zip(execs, mapped, strict=True):
