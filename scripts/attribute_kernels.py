@@ -1236,6 +1236,7 @@ def build_result(*, files, m: Matched, tables: Tables, coverage, opts, refusals:
                    "pct_of_gpu_time": round(100.0 * sum(k.dur for k in unsaved) / total, 2)
                    if total else 0,
                    "programs": sorted({k.program_id for k in unsaved})} if unsaved else None,
+        "collectives_by_order": collectives_by_order(kernels),
         "source": source_counts(tables.ops, m.sources),
         "coverage": cov, "checks": [check], "refusals": refusals,
         "low_confidence_below": km.LOW_CONFIDENCE,
@@ -1252,6 +1253,21 @@ def build_result(*, files, m: Matched, tables: Tables, coverage, opts, refusals:
         "programs": tables.progs,
         "steps_note": tables.steps_note,
     }
+
+
+def collectives_by_order(kernels) -> dict:
+    """Collective kernels outside graphs whose tracer label names no instruction of the saved
+    HLO (matched other than exactly: their instruction comes from the collective-start matched
+    by order): `kernels`, `gpu_us` (their kernels.csv dur_us cells summed in its row order, as
+    a reader of the table would: the kernels are in that order here) and their `labels`; step 7
+    reads these instead of scanning kernels.csv again."""
+    n, us, labels = 0, 0.0, set()
+    for k in kernels:
+        if k.category == "collective" and not k.graph and k.hlo_op and k.match != "exact":
+            n += 1
+            us += float(f"{k.dur / 1e6:.3f}")
+            labels.add(k.hlo_op)
+    return {"kernels": n, "gpu_us": us, "labels": sorted(labels)}
 
 
 def kernel_figures(kernels, g: dict, total: int) -> dict:

@@ -16,9 +16,9 @@ report_draft.py (report_draft.md), factcheck.py (on the draft), and with --page 
 the writing-trace-report-pages skill (report_draft.html, the draft as one self-contained page).
 Each step starts once the steps whose tables or hand-offs it reads have ended, up to --jobs at
 once (default: the cores, at most 3, fewer when the capture's estimated memory per step does not
-fit): steps 1 and 4 side by side; step 0 (from step 1's counts of the trace) and step 3 once
-step 1 has ended; steps 2 and 5 once step 4 has; step 7 reads rows.csv and kernels.csv while 2,
-3, 5 and 6 run; then the draft and its check. A step that starts before a table it reads last
+fit): steps 1 and 4 side by side; step 3 and step 0 (from step 1's counts of the trace) once
+step 1 has ended; steps 2 and 5 once step 4 has; step 7 reads rows.csv while 2, 3, 5 and 6 run;
+then the draft and its check. A step that starts before a table it reads last
 is written (step 4: steps.csv; step 3: kernels.csv; step 7: the other results) waits for it: this
 command says so on the step's standard input when its writer has ended, with the steps that
 failed so far (step_cli.wait_until_told), and keeps a slot free for the steps it waits for.
@@ -95,27 +95,28 @@ PAGE = next((p for p in (HERE.parent / "writing-trace-report-pages" / "scripts" 
 
 def steps() -> list[Step]:
     skip = SIBLING / "skip_stats.py" if SIBLING else None
+    # in the order a step is chosen among those ready at once: the longest first
     return [
-        # step 1's counts of the trace (it holds it decoded), not the trace read again
-        Step("capture_info", HERE / "capture_info.py", "step 0", "inventory of the capture",
-             after=("skip_stats",)),
         Step("skip_stats", skip, "step 1", "verdict: host, device or waiting", after=()),
         # steps.csv gives each kernel its step: needed only for its tables, at its end
         Step("attribute_kernels", HERE / "attribute_kernels.py", "step 4",
              "kernel -> instruction -> Python line", xprof=True, after=(),
              told=("skip_stats",), told_option="--steps-when-told"),
-        # the hand-offs of steps 0 and 1, and step 4's result
-        Step("reconcile", HERE / "reconcile.py", "step 2", "reconciling independent totals",
-             after=("capture_info", "skip_stats", "attribute_kernels")),
         # rows.csv, steps.csv, gaps.csv; step 4's kernels.csv for the tooltips, at its end
         Step("swimlanes", HERE / "swimlanes.py", "step 3", "drawing one step's swimlanes",
              after=("skip_stats",), told=("attribute_kernels",),
              told_option="--kernels-when-told"),
+        # step 1's counts of the trace (it holds it decoded), not the trace read again
+        Step("capture_info", HERE / "capture_info.py", "step 0", "inventory of the capture",
+             after=("skip_stats",)),
+        # the hand-offs of steps 0 and 1, and step 4's result
+        Step("reconcile", HERE / "reconcile.py", "step 2", "reconciling independent totals",
+             after=("capture_info", "skip_stats", "attribute_kernels")),
         Step("roofline", HERE / "roofline.py", "step 5", "FLOPs, bytes and ceilings",
              xprof=True, after=("attribute_kernels",)),
         Step("changes", HERE / "changes.py", "step 6", "ranking what to change",
              reads_capture=False),
-        # its long reads (rows.csv, kernels.csv) first, the other results at its end
+        # its long read (rows.csv) first, the other results at its end
         Step("trust", HERE / "trust.py", "step 7", "the trust list", reads_capture=False,
              after=("capture_info", "skip_stats", "attribute_kernels"),
              told=("reconcile", "swimlanes", "roofline", "changes"),

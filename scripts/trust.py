@@ -10,11 +10,13 @@ Example:
 
 Reads the results of steps 0 to 6 in the scratch folder ./ (or DIR), never the capture:
 capture_info.json, skip_stats.json (with rows.csv and gaps.csv), attribution/
-attribute_kernels.json (with how.csv and kernels.csv), reconcile.json, swimlanes.json,
-roofline.json (with roofline.csv) and changes.json (with changes.csv). It collects what they
-found; it computes only what no step records (graph replays that recorded fewer kernels than
-another replay of the same graph, async collective labels absent from the saved HLO, Python
-tracer events in the gaps, ROCm memcpy launches), each from those tables. Standard library only.
+attribute_kernels.json (with how.csv), reconcile.json, swimlanes.json, roofline.json (with
+roofline.csv) and changes.json (with changes.csv). It collects what they found; it computes only
+what no step records (graph replays that recorded fewer kernels than another replay of the same
+graph, Python tracer events in the gaps, ROCm memcpy launches), each from those tables; the async
+collective labels absent from the saved HLO are step 4's count (collectives_by_order). With
+--rest-when-told (investigate.py) it reads rows.csv first, while the last steps run, then the
+rest once its standard input ends. Standard library only.
 Writes into ./ (or DIR):
     trust.csv   section, item, kind, count, gpu_us, pct_of_gpu_time, source, detail: the trust
                 items
@@ -249,12 +251,12 @@ class RowFacts:
 
 @dataclass
 class Scanned:
-    """The two tables as long as the capture, each read in one pass before anything else (with
-    --rest-when-told, while the last steps still run): step 1's rows.csv (summarise_rows) and
-    the collective kernels of step 4's kernels.csv outside graphs matched not exactly."""
+    """What is read first (with --rest-when-told, while the last steps still run): step 1's
+    rows.csv (summarise_rows, one pass) and step 4's count of the collective kernels outside
+    graphs matched other than exactly (attribute_kernels.json collectives_by_order)."""
     rows: RowFacts | None = None
     rows_note: str = ""
-    collectives: tuple | None = None  # (kernels, us, labels); None: no kernels.csv
+    collectives: tuple | None = None  # (kernels, us, labels); None: no step 4 result
     kernels_note: str = ""
 
 
@@ -490,10 +492,11 @@ def program_items(inp: Inputs, facts: Facts) -> list:
 def async_label_items(inp: Inputs, facts: Facts) -> list:
     """Collective kernels outside graphs whose tracer label names no instruction of the saved
     HLO: their label is kept, and their instruction was placed by order."""
-    if inp.get("attribute_kernels") is None or facts.scanned.collectives is None:
+    if inp.get("attribute_kernels") is None:
         return []
     if facts.scanned.kernels_note:
         inp.notes.append(facts.scanned.kernels_note)
+    if facts.scanned.collectives is None:
         return []
     n, us, labels = facts.scanned.collectives
     if not n:
@@ -805,7 +808,8 @@ def needs_new_capture(inp: Inputs, items: list, facts: Facts) -> list:
 
 
 def scan_tables(out: Path, failed: dict) -> Scanned:
-    """Read the long tables (Scanned); what cannot be read is a note, said where it matters."""
+    """Read what is read first (Scanned); what cannot be read is a note, said where it
+    matters."""
     out = Path(out)
     sc = Scanned()
     ci = None if "capture_info" in failed else scratch.Scratch(out).json("capture_info.json")
@@ -816,19 +820,15 @@ def scan_tables(out: Path, failed: dict) -> Scanned:
             sc.rows = summarise_rows(scratch.stream(out, "rows.csv", ROW_FACT_COLUMNS), amd)
         except scratch.TableError as exc:
             sc.rows_note = f"rows.csv was not read: {exc}"
-    if (out / "attribution" / "kernels.csv").is_file():
-        n, us, labels = 0, 0.0, set()
-        try:  # streamed as lists: a table of a million kernels
-            for category, graph, hlo_op, match, dur_us in scratch.stream(
-                    out, "attribution/kernels.csv",
-                    ["category", "graph", "hlo_op", "match", "dur_us"]):
-                if category == "collective" and graph != "1" and hlo_op and match != "exact":
-                    n += 1
-                    us += _num(dur_us, 0.0)
-                    labels.add(hlo_op)
-        except scratch.TableError as exc:
-            sc.kernels_note = f"attribution/kernels.csv was not read: {exc}"
-        sc.collectives = (n, us, labels)
+    att = None if "attribute_kernels" in failed else \
+        scratch.Scratch(out).json("attribution/attribute_kernels.json")
+    got = (att or {}).get("collectives_by_order")
+    if att is not None:
+        try:  # step 4 counts them on its kernels (its result), not this step on kernels.csv
+            sc.collectives = (int(got["kernels"]), float(got["gpu_us"]), set(got["labels"]))
+        except (KeyError, TypeError, ValueError):
+            sc.kernels_note = ("attribution/attribute_kernels.json has no collectives_by_order "
+                               "(an older step 4 wrote it): rerun attribute_kernels.py")
     return sc
 
 
@@ -939,7 +939,7 @@ def options(ap) -> None:
     ap.add_argument("--failed", action="append", metavar="STEP=REASON",
                     help="a step that could not run, and why (repeatable)")
     ap.add_argument("--rest-when-told", action="store_true",
-                    help="read rows.csv and kernels.csv, then wait for the end of standard "
+                    help="read rows.csv and step 4's result, then wait for the end of standard "
                          "input before reading the other steps' results; each line before it "
                          "is one more --failed STEP=REASON: investigate.py runs this beside "
                          "the last steps and says so when they have ended")

@@ -589,7 +589,8 @@ def test_rows_and_kernels_agree_on_the_corpus(tmp_path, name):
 RESULT_FIELDS = {"step", "status", "capture", "program", "device", "control_thunks_left_out",
                  "executions", "programs", "scope", "steps_note", "hlo_texts",
                  "figures", "classes", "none", "no_hlo", "source", "coverage", "checks",
-                 "refusals", "low_confidence_below", "timing_s", "hlo_text", "tables"}
+                 "refusals", "low_confidence_below", "timing_s", "hlo_text", "tables",
+                 "collectives_by_order"}
 FIGURES = {"kernels", "devices", "kernel_time_us", "graph_kernels", "attributed_pct_of_gpu_time",
            "low_confidence_kernels", "low_confidence_pct_of_all_attributed"}
 
@@ -808,3 +809,25 @@ def test_launch_count_ignores_split_k_and_optional_events(shared):
         counted: dict = {}
         ak.attribute(kernels, protos, chosen, notes, counted, built)
         assert {key: counted[key]["launches"] for key in want} == want
+
+
+@pytest.mark.parametrize("name", ["nvidia-8gpu-prelabels", "rocm-8gpu-straggler",
+                                  "nvidia-8gpu-cb-collectives"])
+def test_collectives_by_order_is_what_kernels_csv_holds(tmp_path, name):
+    """attribute_kernels.json's collectives_by_order (what step 7 reads) is kernels.csv's
+    collective rows outside graphs matched other than exactly, summed in the table's order."""
+    import json
+    r = generate(SCENARIOS[name], tmp_path / "cap")
+    p = run(r.run_dir, tmp_path / "out")
+    assert p.returncode == 0, p.stderr
+    att = tmp_path / "out" / "attribution"
+    n, us, labels = 0, 0.0, set()
+    with open(att / "kernels.csv", newline="") as fh:
+        for row in csv.DictReader(fh):
+            if (row["category"] == "collective" and row["graph"] != "1" and row["hlo_op"]
+                    and row["match"] != "exact"):
+                n, us = n + 1, us + float(row["dur_us"])
+                labels.add(row["hlo_op"])
+    got = json.loads((att / "attribute_kernels.json").read_text())["collectives_by_order"]
+    assert got == {"kernels": n, "gpu_us": us, "labels": sorted(labels)}
+    assert n > 0 or name != "nvidia-8gpu-prelabels"  # its labels name no saved instruction

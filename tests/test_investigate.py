@@ -111,8 +111,8 @@ def test_one_step_at_a_time_writes_what_steps_side_by_side_write(example, tmp_pa
     assert p.returncode == 0, p.stderr
     check_schedule(p.stderr)
     events, most = schedule(p.stderr)
-    assert most == 1 and [lb for e, lb in events if e == "start"][:3] == [
-        "step 1", "step 0", "step 4"], events
+    assert most == 1 and [lb for e, lb in events if e == "start"][:4] == [
+        "step 1", "step 4", "step 3", "step 0"], events
     side = out / "logs" / "attribute_kernels.txt"
     assert "--steps-when-told" in side.read_text().splitlines()[0]
     assert "--steps-when-told" not in (tmp_path / "one" / "logs" /

@@ -199,7 +199,10 @@ def scratch(out: Path):
                                        "id"]},
         "none": [{"why": "outside", "label": "argument copies", "kernels": 1, "gpu_us": 4.0,
                   "largest": [{"kernel": "copy", "count": 1, "gpu_us": 4.0}]}],
-        "no_hlo": None, "checks": [], "refusals": []})
+        "no_hlo": None, "checks": [], "refusals": [],
+        # what step 4 counts on the kernels.csv rows below
+        "collectives_by_order": {"kernels": 2, "gpu_us": 8.0,
+                                 "labels": ["all-gather.1", "all-gather.2"]}})
     write_csv(out / "attribution/how.csv",
               ["program_id", "match", "kernels", "gpu_us", "pct_of_group", "low_confidence_kernels",
                "low_confidence_us", "low_confidence_pct_of_group"],

@@ -1301,6 +1301,10 @@ elsewhere), and later steps read this file, never the prose. Top-level fields:
 - `none`: one entry per reason (`why`: `outside`, `no slot`, `unmatched`) with `label`,
   `kernels`, `gpu_us` and the `largest` five kernel names (`kernel`, `count`, `gpu_us`).
 - `no_hlo`: `{kernels, pct_of_gpu_time, programs}` of kernels whose program has no HLO, or null.
+- `collectives_by_order`: `{kernels, gpu_us, labels}` of the collective kernels outside graphs
+  whose label names no instruction of the saved HLO (kernels.csv: category=collective, graph=0,
+  match other than exact, an hlo_op), `gpu_us` their dur_us cells summed in the table's order:
+  what step 7 reads for its item instead of scanning kernels.csv.
 - `source`: `kernels`, `with_user_frame`, `no_source_kernels`, `no_source_pct_of_attributed`,
   `library_only_kernels`, `library_only_pct_of_attributed` (of `ops.csv`'s attributed time: every
   program, or the `--program` one).
