@@ -131,18 +131,16 @@ def copy_and_convert(xplane: Path, folder: Path, use_xprof: bool) -> tuple[Path,
     return copy, protos, seconds
 
 
-def load(capture, blobs: dict):
-    """The capture's xplane (decoded once per process) and its programs, each parsed and
-    checked (hlo_program.load): XProf's protos where it wrote them, else the capture's own
-    /host:metadata. Returns the space, {id: (name, module)} and {id: Program} of the readable
-    programs, and {id: (name, why)} of the others (a refusal each, not the loss of the run)."""
-    import xplane_reader
+def load(metadata_protos: dict, blobs: dict):
+    """The programs, each parsed and checked (hlo_program.load): XProf's protos (`blobs`)
+    where it wrote them, else the capture's own /host:metadata (`metadata_protos`:
+    Space.hlo_protos). Returns {id: (name, module)} and {id: Program} of the readable programs,
+    and {id: (name, why)} of the others (a refusal each, not the loss of the run)."""
     from hlo_program import ProgramError
     from hlo_program import load as load_program
-    space = xplane_reader.space_of(capture)
     if not blobs:
         blobs = {pid: (name.rsplit("(", 1)[0], blob)
-                 for pid, (name, blob) in space.hlo_protos().items()}
+                 for pid, (name, blob) in metadata_protos.items()}
     protos, built, unreadable = {}, {}, {}
     for pid, (name, blob) in sorted(blobs.items()):
         try:
@@ -152,7 +150,7 @@ def load(capture, blobs: dict):
             continue
         protos[pid] = (name, prog.module)
         built[pid] = prog
-    return space, protos, built, unreadable
+    return protos, built, unreadable
 
 
 KERNEL_STATS = frozenset({"correlation_id", "hlo_op", "program_id", "memcpy_details",
@@ -364,7 +362,7 @@ def map_executions(execs, launches, owner, names) -> list:
     return out
 
 
-def count_executions(space, kernels, names: dict, launches_counted: dict,
+def count_executions(host: tuple, kernels, names: dict, launches_counted: dict,
                      covered: dict) -> dict:
     """(program id, device) -> {executions, from, host_us, host_executions}: from the host's
     execution events where they map to the program (`host execution events`), else from its
@@ -375,7 +373,7 @@ def count_executions(space, kernels, names: dict, launches_counted: dict,
     for k in kernels:
         if k.program_id is not None and k.corr is not None and not k.cpu:
             owner.setdefault(k.corr, set()).add((k.program_id, k.device))
-    execs, calls = host_record(space)
+    execs, calls = host  # host_record
     # the runtime calls that launched the capture's GPU events
     mapped = map_executions(execs, [c for c in calls if c[2] in owner], owner, names) \
         if execs else []
@@ -799,6 +797,7 @@ class Options:
     user_re: re.Pattern | None = None
     use_xprof: bool = True
     steps_when_told: bool = False  # step 1 runs beside this step (investigate.py)
+    own_process: bool = False      # the command line: the decoded xplane is let go once read
 
 
 # What a program's name may keep in a file name: the rest becomes "_" (a name from a capture
@@ -823,7 +822,7 @@ def run(capture, out: Path, opts: Options) -> tuple[dict, list]:
         raise step_cli.StepError(f"no <host>.xplane.pb for host {files.host} in {files.run_dir}; "
                                  "attribution reads the xplane (the trace.json has no HLO)")
     t0 = time.perf_counter()
-    kernels, cpu = read_kernels(capture)
+    x = read_xplane(capture, opts.own_process)
     with rules.atomic_folder(out / "attribution") as tmp:
         if opts.use_xprof:
             progress("XProf: extracting the programs' HLO")
@@ -832,7 +831,7 @@ def run(capture, out: Path, opts: Options) -> tuple[dict, list]:
         pending = xprof_figures.Pending(copy, "hlo_stats", names=False) if opts.use_xprof \
             else None
         try:
-            m = match_capture(capture, kernels, cpu, blobs, opts)
+            m = match_capture(capture, x, blobs, opts)
             t_match = time.perf_counter() - t0
             progress("writing the tables", len(m.kernels), unit="kernels")
             if opts.steps_when_told:  # step 1 writes steps.csv meanwhile: wait for its end
@@ -860,21 +859,39 @@ def run(capture, out: Path, opts: Options) -> tuple[dict, list]:
     return result, written
 
 
-def read_kernels(capture) -> tuple[list, bool]:
+@dataclasses.dataclass
+class XPlaneRead:
+    """What step 4 reads of the xplane, all taken while it is decoded: its events as Kernels,
+    the host plane's executions and launch calls (host_record), the programs' HLO protos."""
+    kernels: list
+    cpu: bool
+    host: tuple
+    protos: dict
+
+
+def read_xplane(capture, let_go: bool = False) -> XPlaneRead:
     """The capture's events (collect_kernels), read through our own reader first: a file that
     is not a sound xplane is said in one sentence naming it, before anything is copied or XProf
-    reads it; one without programs or events is refused (a StepError)."""
+    reads it; one without programs or events is refused (a StepError). With `let_go` (a process
+    of its own) the decoded xplane is let go once read: at ten times the seed's size it is
+    1.4 GB, held through the matching and the tables before."""
     import xplane_reader
     files = capture.files
     space = xplane_reader.space_of(capture)
-    if not space.hlo_protos():
+    protos = space.hlo_protos()
+    if not protos:
         raise step_cli.StepError(f"{files.xplane} holds no HLO programs (no /host:metadata): "
                                  "kernels cannot be attributed to instructions or lines")
     kernels, cpu = collect_kernels(space)
     if not kernels:
         raise step_cli.StepError(f"{files.xplane} has no GPU stream events and no XLA:CPU "
                                  "thunk events: there are no kernels to attribute")
-    return kernels, cpu
+    read = XPlaneRead(kernels, cpu, host_record(space), protos)
+    if let_go:
+        del space
+        capture.cache.pop("space", None)
+        gc.collect()  # its planes and lines refer to each other
+    return read
 
 
 @dataclasses.dataclass
@@ -895,11 +912,12 @@ class Matched:
     sources: Sources
 
 
-def match_capture(capture, kernels, cpu: bool, blobs: dict, opts: Options) -> Matched:
+def match_capture(capture, x: XPlaneRead, blobs: dict, opts: Options) -> Matched:
     """Load the programs (XProf's protos in `blobs`, else the capture's), choose one, match
     every event and count each program's executions."""
     files = capture.files
-    space, protos, built, unreadable = load(capture, blobs)
+    kernels, cpu = x.kernels, x.cpu
+    protos, built, unreadable = load(x.protos, blobs)
     if not protos:
         _, why = next(iter(unreadable.values()))
         raise step_cli.StepError(f"no program in {files.xplane} can be attributed: {why}" +
@@ -911,7 +929,7 @@ def match_capture(capture, kernels, cpu: bool, blobs: dict, opts: Options) -> Ma
     control = sum(1 for k in kernels if k.match == "control")
     kernels = [k for k in kernels if k.match != "control"]
     names = {pid: name for pid, (name, _) in protos.items()}
-    execs = count_executions(space, kernels, names,
+    execs = count_executions(x.host, kernels, names,
                              {key: c["launches"] for key, c in counted.items()},
                              {key: c["covered"] for key, c in counted.items()})
     return Matched(kernels, cpu, control, protos, unreadable, programs, plans, chosen, notes,
@@ -1458,7 +1476,7 @@ def body(args) -> list[str]:
     try:
         result, written = run(step_cli.open_capture(STEP, args), args.out,
                               Options(args.program, user_re, not args.no_xprof,
-                                      args.steps_when_told))
+                                      args.steps_when_told, own_process=True))
     except ImportError as exc:  # protobuf or xprof (xprotos.MissingDependency is one)
         raise step_cli.MissingPackage(f"a package is missing ({exc}); {INSTALL}") from exc
     return step_cli.wrote(args.out / ATT, written) + [

@@ -803,8 +803,9 @@ def test_launch_count_ignores_split_k_and_optional_events(shared):
     for case, want in (("mi300x-jax0.8-gemm", {(49, 0): 3, (21, 0): 3, (1, 0): 12}),
                        ("mi300x-jax0.8-conv3d-8gpu", {(15, d): 5 for d in range(8)})):
         cap = capture_inputs.open_capture(str(shared / "tracelens-amd-rocm" / case))
-        space, protos, built, unreadable = ak.load(cap, {})
-        kernels, _ = ak.collect_kernels(space)
+        x = ak.read_xplane(cap)
+        protos, built, unreadable = ak.load(x.protos, {})
+        kernels = x.kernels
         chosen, notes, _ = ak.choose_program(kernels, protos, None, unreadable)
         counted: dict = {}
         ak.attribute(kernels, protos, chosen, notes, counted, built)
