@@ -249,6 +249,12 @@ def render(r: dict) -> list[str]:
     return [rules.printable(line) for line in out]
 
 
+def _trace_facts(p: dict) -> dict:
+    """Step 1's hand-off of the trace's counts, taken apart (scratch.handoff_get's shape)."""
+    return {"gpu_events": [(int(o), int(n)) for o, n in p["gpu_events"]],
+            "host_events": int(p["host_events"]), "notes": [str(x) for x in p["notes"]]}
+
+
 def run(capture, own_process: bool = False, out: Path | None = None) -> dict:
     """Step 0 on a capture (capture_inputs.Capture: each file read once per process, shared with
     the later steps); the inventory as data. A file that cannot be read is said in the result;
@@ -285,7 +291,8 @@ def run(capture, own_process: bool = False, out: Path | None = None) -> dict:
                     f"cannot read {files.xplane.name}: {xplane_error}") from None
     if files.trace:
         # step 1's counts of this very trace where it handed them on, else the trace read here
-        tf = scratch.handoff_get(out, "trace_facts", [files.trace]) if out is not None else None
+        tf = scratch.handoff_get(out, "trace_facts", [files.trace], _trace_facts) \
+            if out is not None else None
         if tf is None:
             try:
                 trace = capture.trace

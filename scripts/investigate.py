@@ -18,10 +18,10 @@ Each step starts once the steps whose tables or hand-offs it reads have ended, u
 once (default: the cores, at most 3, fewer when the capture's estimated memory per step does not
 fit): steps 1 and 4 side by side; step 3 and step 0 (from step 1's counts of the trace) once
 step 1 has ended; steps 2 and 5 once step 4 has; step 7 reads rows.csv while 2, 3, 5 and 6 run;
-then the draft and its check. A step that starts before a table it reads last
-is written (step 4: steps.csv; step 3: kernels.csv; step 7: the other results) waits for it: this
-command says so on the step's standard input when its writer has ended, with the steps that
-failed so far (step_cli.wait_until_told), and keeps a slot free for the steps it waits for.
+then the draft and its check. A step that starts before a table it reads last is written
+(step 4: steps.csv; step 3: kernels.csv; step 7: the other results) waits for it: this command
+says so on the step's standard input when its writer has ended, with the steps that failed so
+far (step_cli.wait_until_told), and keeps a slot free for the steps it waits for.
 --jobs 1 runs them one at a time, each after its writers; the tables are the same. Progress
 goes to stderr: each step as it starts and ends with the elapsed time, and while a long step runs
 its own progress lines (`<step>: … <what it does>: <count> (<seconds> s)`, at most every 2 s).

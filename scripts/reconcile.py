@@ -152,8 +152,14 @@ def check_attribution(out_dir: Path) -> list[dict]:
 # ---------------------------------------------------------------- run
 
 def _by_stream(streams) -> dict:
-    """[[device, stream, events, ps], ...] -> (device, stream) -> [events, ps]."""
-    return {(d, s): [n, ps] for d, s, n, ps in streams}
+    """[[device, stream, events, ps], ...] -> (device, stream) -> [events, ps]; ValueError or
+    TypeError where an entry is not four integers."""
+    out = {}
+    for d, s, n, ps in streams:
+        if not all(type(v) is int for v in (d, s, n, ps)):
+            raise ValueError("not an integer")
+        out[(d, s)] = [n, ps]
+    return out
 
 
 def xplane_side(capture, out: Path, own_process: bool) -> tuple[dict | None, str]:
@@ -163,9 +169,10 @@ def xplane_side(capture, out: Path, own_process: bool) -> tuple[dict | None, str
     files = capture.files
     if files.xplane is None:
         return None, "the capture has no .xplane.pb"
-    got = scratch.handoff_get(out, "xplane_streams", [files.xplane])
+    got = scratch.handoff_get(out, "xplane_streams", [files.xplane],
+                              lambda p: _by_stream(p["streams"]))
     if got is not None:
-        return _by_stream(got["streams"]), ""
+        return got, ""
     try:
         import xplane_reader
         streams = xplane_reader.stream_totals(xplane_reader.space_of(capture))
@@ -187,10 +194,12 @@ def trace_side(capture, out: Path) -> tuple[dict | None, int, list | None, str]:
     files = capture.files
     if files.trace is None:
         return None, 0, None, "the capture has no .trace.json.gz"
-    streams = scratch.handoff_get(out, "trace_streams", [files.trace])
-    checks = scratch.handoff_get(out, "model_checks", [files.trace])
+    streams = scratch.handoff_get(out, "trace_streams", [files.trace],
+                                  lambda p: (_by_stream(p["streams"]), int(p["events"])))
+    checks = scratch.handoff_get(out, "model_checks", [files.trace],
+                                 lambda p: [{c: r[c] for c in COLUMNS} for r in p["rows"]])
     if streams is not None and checks is not None:
-        return _by_stream(streams["streams"]), streams["events"], checks["rows"], ""
+        return streams[0], streams[1], checks, ""
     try:
         trace = capture.trace
     except (trace_reader.TraceError, capture_inputs.CaptureError) as exc:

@@ -101,8 +101,12 @@ def test_a_changed_or_other_capture_is_never_read_from_a_stale_hand_off(handed, 
         os.utime(trace, ns=(st.st_atime_ns, st.st_mtime_ns))
     # a hand-off cut short or not JSON reads as none
     path = out / ".handoff" / "trace_streams.json"
-    path.write_text(path.read_text()[:40])
-    assert scratch.handoff_get(out, "trace_streams", [trace]) is None
+    kept = path.read_text()
+    path.write_text(kept[:40])
+    try:
+        assert scratch.handoff_get(out, "trace_streams", [trace]) is None
+    finally:
+        path.write_text(kept)
 
 
 def test_a_hand_off_is_keyed_and_whole(tmp_path):
@@ -219,3 +223,27 @@ def test_the_device_planes_copy_of_a_cpu_capture_or_odd_bytes_is_the_whole_file(
     odd.write_bytes(b"\x0a\xff\xff\xff\x0f" + b"x" * 10)
     assert not xprof_figures.device_copy(odd, tmp_path / "b.xplane.pb")
     assert (tmp_path / "b.xplane.pb").read_bytes() == odd.read_bytes()
+
+
+def test_a_hand_off_not_of_its_shape_is_read_as_none(handed, tmp_path):
+    """A hand-off someone edited (its key still right) is read as missing: the step reads the
+    capture itself and writes the same table, never a traceback."""
+    r, out = handed
+    before = (out / "reconciliation.csv").read_bytes()
+    info = (out / "capture_info.json").read_bytes()
+    for name, bad in (("model_checks", {"rows": [{"check": "x"}]}),
+                      ("trace_streams", {"streams": [[0, 1, "two", 3]], "events": 5}),
+                      ("xplane_streams", {"streams": "no"}),
+                      ("trace_facts", {"gpu_events": [[0]], "host_events": 1, "notes": []})):
+        path = out / ".handoff" / f"{name}.json"
+        kept = path.read_text()
+        d = json.loads(kept)
+        d["payload"] = bad
+        path.write_text(json.dumps(d))
+        try:
+            step(SCRIPTS / "reconcile.py", r.run_dir, out)
+            step(SCRIPTS / "capture_info.py", r.run_dir, out)
+            assert (out / "reconciliation.csv").read_bytes() == before, name
+            assert (out / "capture_info.json").read_bytes() == info, name
+        finally:
+            path.write_text(kept)

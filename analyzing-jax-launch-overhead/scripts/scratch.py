@@ -390,10 +390,12 @@ def handoff_put(folder: Path, name: str, sources: list, payload: dict) -> None:
             tmp.unlink()
 
 
-def handoff_get(folder: Path, name: str, sources: list) -> dict | None:
+def handoff_get(folder: Path, name: str, sources: list, shape=None):
     """The payload handed on under `name` when its sources are the files `sources` as they are
-    now (same resolved paths, sizes, modification times); None when it is missing, unreadable
-    or was made from other files."""
+    now (same resolved paths, sizes, modification times), through `shape` (a function that
+    takes it apart as the reader needs it and raises KeyError, TypeError or ValueError where it
+    is not what was handed on); None when it is missing, unreadable, not of that shape or was
+    made from other files: the reader then reads the capture itself."""
     keys = [identity(p) for p in sources]
     if None in keys or not keys:
         return None
@@ -404,7 +406,10 @@ def handoff_get(folder: Path, name: str, sources: list) -> dict | None:
     if not isinstance(d, dict) or d.get("sources") != keys or not isinstance(
             d.get("payload"), dict):
         return None
-    return d["payload"]
+    try:
+        return shape(d["payload"]) if shape else d["payload"]
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 # ---------------------------------------------------------------- the layout document

@@ -147,7 +147,8 @@ def run(trace, out: Path) -> tuple[dict, list]:
             written = write_tables(tmp, a, stream_acc, info["critical"], step_rows, gap_rows)
             py = python_lines(a.host_threads)
             written.append(("python_lines.csv", write_python_lines(tmp / "python_lines.csv", py)))
-            progress("checking step 1's model for step 2", len(a.events), unit="GPU events")
+            progress("checking joins, steps, same work and stream budgets for step 2",
+                     len(a.events), unit="GPU events")
             checks = model_checks.rows(a, step_rows, stream_acc, info, idle_gpus)
             written.insert(0, ("rows.csv", rows_job.wait()))
         except BaseException:
