@@ -121,6 +121,9 @@ AGGREGATES = ("median", "min", "max", "sum", "mean", "count", "first", "range")
 # and the citation is taken to cite something else, and the number is uncited.
 MAX_GAP_WORDS = 3
 CLAIM_CHARS = 200  # a claim is trimmed to this many characters in factcheck.csv
+# A written exponent of more digits than this (e1000 and beyond: past every float and every
+# table) is no figure; Decimal would refuse to scale by it.
+MAX_EXPONENT_DIGITS = 3
 FAILS_PRINTED = 20  # failing claims printed on stdout; factcheck.csv has them all
 # Words after which an integer is an identifier, not a figure (contracts: step, GPU, device,
 # stream, rank; also program, section, line, item, check, which reports use the same way), and
@@ -331,7 +334,11 @@ def clean_report(text: str) -> str:
             if m and m.group(1) == fence:
                 fence = None
             lines[i] = ""
-    return COMMENT_RE.sub(lambda m: blank(m.group(0)), "\n".join(lines))
+    text = "\n".join(lines)
+    # a "<!--" after the last "-->" never closes: only the text up to it is searched (else each
+    # unclosed one is a search to the end, thousands of them a quadratic time)
+    cut = text.rfind("-->") + 3 if "-->" in text else 0
+    return COMMENT_RE.sub(lambda m: blank(m.group(0)), text[:cut]) + text[cut:]
 
 
 def blocks(text: str):
@@ -519,6 +526,9 @@ def scan_numbers(text: str, skips: list, orig: str | None = None):
                 break
         raw = m.group(0).replace(",", "")
         mant, _, exp = raw.lower().partition("e")
+        if len(exp.lstrip("+-")) > MAX_EXPONENT_DIGITS:  # 1e999999999: no figure is that
+            skips.append((s, e, "a number whose exponent no figure has"))
+            continue
         decimals = len(mant.split(".")[1]) if "." in mant else 0
         quantum = D(1).scaleb(int(exp or 0) - decimals)
         nums.append(Num(start, end, sign * D(raw), quantum, unit, rel))
@@ -1083,22 +1093,29 @@ def check_segment(scratch, text: str, where, claim_of, ctx: Context, rows: list)
                     cite=dc, label=label, found=found,
                     why=why + (" (the column header's citation)" if why else ""))
             covered.append(((0, len(text)), f"inside the text cell checked against {dc.table}"))
-    for k, cite in enumerate(cites):
-        before = [f for f in figures if f.end <= cite.start and id(f) not in claimed]
-        fig = before[-1] if before else None
+    # one walk: the figures before each citation not yet claimed (a stack: only its top is
+    # ever claimed), and where the previous citation ended
+    by_end = sorted(figures, key=lambda f: f.end)
+    unclaimed: list = []
+    nxt = prev = 0
+    for cite in cites:
+        while nxt < len(by_end) and by_end[nxt].end <= cite.start:
+            unclaimed.append(by_end[nxt])
+            nxt += 1
+        fig = unclaimed[-1] if unclaimed else None
         res = None
         if cite.label is not None or cite.selector is not None:
             # a quoted text cell that ends in a number is a text claim, not that number's
             # the quoted text starts after the previous citation (a file merely named in
             # parentheses, "(roofline.svg)", is no citation)
-            prev = next((c.end for c in reversed(cites[:k])
-                         if c.label is not None or c.selector is not None), 0)
             res = check_text_claim(scratch, cite, text, prev)
+            prev = cite.end
         rows_only = all(c.is_row_ref() for c in cite.members())
         if (fig is not None and gap_ok(masked[fig.end:cite.start]) and not ctx.skip_all
                 and (not skip_reason(masked, fig) if rows_only  # "step 3 (...: step=3)"
                      else res is None or res[0] != "ok")):
             claimed[id(fig)] = cite
+            unclaimed.pop()
             continue
         if cite.label is None and cite.selector is None:
             continue  # a file named in parentheses, not a citation
@@ -1157,8 +1174,16 @@ def add_row(rows, where, claim_of, pos, figure, verdict, cite=None, label="", fo
 
 
 def collapse(s: str) -> str:
-    s = re.sub(r"\s+", " ", s).strip()
-    return s if len(s) <= CLAIM_CHARS else s[:CLAIM_CHARS - 1] + "…"
+    """The claim as factcheck.csv shows it: whitespace collapsed, cut to CLAIM_CHARS. Only as
+    much of `s` is read as those characters need: a paragraph of one endless sentence holding
+    thousands of citations gives each of its rows the same claim, never a copy of all of it."""
+    n = CLAIM_CHARS * 2
+    while True:
+        c = re.sub(r"\s+", " ", s[:n]).strip()
+        if len(c) > CLAIM_CHARS or n >= len(s):
+            break
+        n *= 4
+    return c if len(c) <= CLAIM_CHARS else c[:CLAIM_CHARS - 1] + "…"
 
 
 def check_report(scratch: Scratch, text: str) -> list[Row]:

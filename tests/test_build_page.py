@@ -424,3 +424,16 @@ def test_the_printout_counts_what_the_page_holds(scratch, tmp_path):
     assert p.returncode == 0, p.stderr
     m2 = re.search(r"(\d+) tables: (\d+) from the report", p.stdout)
     assert (int(m2.group(1)), int(m2.group(2))) == (tables + 1, tables - scratch_tables + 1)
+
+
+def test_comments_never_closed_end_in_linear_time(scratch, tmp_path):
+    """20,000 "<!--" with no "-->" after them (ran past 120 s): the page is built, the text
+    after them kept (an unclosed comment hides nothing, as before)."""
+    report = tmp_path / "r.md"
+    report.write_text((scratch / "report_draft.md").read_text() + "\n" + "<!-- " * 20000
+                      + "the tail\n")
+    p = subprocess.run([sys.executable, "-P", str(BUILD), str(report), "--scratch",
+                        str(scratch), "--out", str(tmp_path / "r.html")],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert "the tail" in (tmp_path / "r.html").read_text()

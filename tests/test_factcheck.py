@@ -691,3 +691,26 @@ def test_a_csv_column_carries_its_declared_label(tmp_path):
     assert p.returncode == 4
     (row,) = [x for x in rows if x["verdict"] in FAILING]
     assert row["verdict"] == "no_label" and "measured" in row["why"], row
+
+
+def test_reports_shaped_to_be_expensive_finish_in_linear_time(scratch, tmp_path):
+    """A paragraph of 20,000 citations in one sentence, 20,000 citations never closed, 20,000
+    HTML comments never closed, an exponent of nine digits: each ends (a 60 s bound on inputs
+    that ran past 120 s) with a result, never a traceback; the number is skipped as no figure."""
+    out = scratch
+    cases = {
+        "many": "The step " + " ".join(
+            f"took {i}.0 us (measured; steps.csv: dur_us, step=1, device=0)," for i in
+            range(20000)) + "\n",
+        "unclosed": "It took 5 us (measured; steps.csv: dur_us " * 20000 + "\n",
+        "comments": "<!-- " * 20000 + "text\n",
+        "exponent": "It took 1e999999999 us (measured; steps.csv: dur_us, step=1, device=0).\n",
+    }
+    for name, text in cases.items():
+        path = tmp_path / f"{name}.md"
+        path.write_text(text)
+        p = subprocess.run([sys.executable, "-P", str(SCRIPT), str(path), "--out", str(out)],
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode in (0, 4) and "Traceback" not in p.stderr, (name, p.stderr[-500:])
+    rows = read(out / "factcheck.csv")
+    assert any(row["verdict"] == "skipped" and "exponent" in row["why"] for row in rows)

@@ -681,7 +681,10 @@ def build(report: Path, scratch: Path) -> tuple[str, dict]:
         raise ImportError
     text = read_text(report, MAX_REPORT_BYTES)
     judges = len(JUDGE_RE.findall(text))
-    text = COMMENT_RE.sub("", text)
+    # a "<!--" after the last "-->" never closes: only the text up to it is searched (each
+    # unclosed one would be a search to the end: thousands of them, a quadratic time)
+    cut = text.rfind("-->") + 3 if "-->" in text else 0
+    text = COMMENT_RE.sub("", text[:cut]) + text[cut:]
     tables = [t for t in pt.read_tables(scratch) if not shown_in_report(text, t.spec)]
     r = Render(md, token_cls, scratch, report.parent)
     ids = {}
