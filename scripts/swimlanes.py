@@ -36,7 +36,9 @@ GPU events, no complete step, a step that was not analysed, a table that is not 
 
 from __future__ import annotations
 
+import bisect
 import gc
+import itertools
 import json
 import math
 import sys
@@ -365,9 +367,14 @@ def last_stretch(evs: list, gaps: list, step_start: int) -> tuple:
             idle.append((covered, s))
         tally[STRETCH_OF_CATEGORY.get(cat, "compute")] += e - max(s, covered)
         covered = e
+    # the gaps by start, and the latest end among the first k: the gaps an idle stretch
+    # overlaps are found by bisection, not by a scan of every gap per stretch
+    gaps = sorted(gaps, key=lambda g: g["start"])
+    starts = [g["start"] for g in gaps]
+    reach = list(itertools.accumulate((g["end"] for g in gaps), max))
     for s, e in idle:
         left = e - s
-        for g in gaps:
+        for g in gaps[bisect.bisect_right(reach, s):bisect.bisect_left(starts, e)]:
             o = min(e, g["end"]) - max(s, g["start"])
             if o > 0:
                 tally[g["cause"] if g["cause"] in tally else "unknown"] += o

@@ -487,3 +487,35 @@ def test_runs_from_any_folder_into_the_current_one(tiny, tmp_path):
     assert p.returncode == 0, p.stderr
     assert {f.name for f in tmp_path.iterdir()} >= set(OUTPUTS) | {"rows.csv", "steps.csv"}
     assert p.stdout.splitlines()[0].startswith("wrote swimlanes.svg (")
+
+
+def _tiny_trace(path, n: int) -> None:
+    """n tiny kernels on one GPU stream, each launched by its own host call and 2 us after the
+    last: a capture without steps, one gap before each kernel."""
+    ev = [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "/device:GPU:0"}},
+          {"ph": "M", "name": "thread_name", "pid": 1, "tid": 7,
+           "args": {"name": "Stream #7(Kernel)"}},
+          {"ph": "M", "name": "process_name", "pid": 2, "args": {"name": "/host:CPU"}},
+          {"ph": "M", "name": "thread_name", "pid": 2, "tid": 3, "args": {"name": "python"}}]
+    for i in range(n):
+        t = 10.0 + i * 3.0
+        ev.append({"ph": "X", "name": "cudaLaunchKernel", "pid": 2, "tid": 3, "ts": t,
+                   "dur": 0.5, "args": {"correlation_id": str(i + 1)}})
+        ev.append({"ph": "X", "name": f"fusion_{i % 7}", "pid": 1, "tid": 7, "ts": t + 1.0,
+                   "dur": 0.5, "args": {"correlation_id": str(i + 1), "hlo_op": f"f.{i % 7}"}})
+    with gzip.open(path, "wt") as fh:
+        json.dump({"traceEvents": ev + [{}]}, fh)
+
+
+def test_many_gaps_without_steps_end_in_linear_time(tmp_path):
+    """20,000 kernels, each after a gap, in a capture without steps: step 1 (56.8 s before: each
+    gap scanned its launch thread) and step 3 (its last stretch scanned every gap per idle
+    stretch: past 120 s on 125,000 kernels) each finish, within a bound far below those."""
+    trace = tmp_path / "h.trace.json.gz"
+    _tiny_trace(trace, 20000)
+    for script in (REPO / "analyzing-jax-launch-overhead" / "scripts" / "skip_stats.py",
+                   REPO / "scripts" / "swimlanes.py"):
+        p = subprocess.run([sys.executable, "-P", str(script), str(trace), "--out",
+                            str(tmp_path / "out")], capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, (script.name, p.stderr[-500:])
+    assert "the whole capture as one window" in p.stdout

@@ -127,6 +127,16 @@ def classify_gaps(a: Analysis, crit_evs, step_start, device, step):
     return totals["host_late"], totals["device_wait"], totals["unknown"], rows
 
 
+def does_work(a: Analysis, thread) -> bool:
+    """Whether a host thread holds any event that is not a runtime API call: asked once per
+    thread (a capture of many gaps asked it once per gap, each a scan of the thread)."""
+    known = a.__dict__.setdefault("_does_work", {})
+    if thread not in known:
+        known[thread] = any(not RUNTIME_API_RE.search(h["name"])
+                            for h in a.host_threads.get(thread, []))
+    return known[thread]
+
+
 def gap_host_events(a: Analysis, ev, start, end) -> tuple[str, str, int | None]:
     """The thread that launched the event after a gap (for a graph kernel, its graph's launch
     call), the host events that overlap the gap on it, and the time Python-traced calls cover in
@@ -136,8 +146,7 @@ def gap_host_events(a: Analysis, ev, start, end) -> tuple[str, str, int | None]:
     launch_thread = ev.launch["thread"]
     thread = a.exec_of.get(launch_thread)
     if thread is None:
-        own = a.host_threads.get(launch_thread, [])
-        if any(not RUNTIME_API_RE.search(h["name"]) for h in own):
+        if does_work(a, launch_thread):
             thread = launch_thread  # launches sit on the thread that did the work
         else:
             return a.thread_names.get(launch_thread, "") + " (unknown: no execution thread " \
