@@ -560,6 +560,11 @@ def program_plan(prog, pid, by: dict, notes: list):
     for w, n in sorted(plan.inferred_trips.items()):
         notes.append(f"program {pid}: while loop {w} has no known trip count; "
                      f"{n} iterations per execution inferred from the labels")
+    if plan.cut:
+        notes.append(f"program {pid}: its while loops of unknown trip count expand past "
+                     f"{km.MAX_PLAN_EVENTS:,} events per execution; the iterations past that "
+                     "were left out of its schedule, so the kernels they launched stay "
+                     "unmatched")
     return plan
 
 

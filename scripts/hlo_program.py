@@ -116,6 +116,7 @@ class Program:
         self._locations = list(sfi.file_locations)
         self._frames = list(sfi.stack_frames)
         self._stacks: dict[int, list[Frame]] = {}
+        self._comp_frames: dict[int, list[Frame]] = {}
         if check:
             self.check()
 
@@ -271,7 +272,9 @@ class Program:
         return out
 
     def frames(self, ins) -> list[Frame]:
-        """Source frames of an instruction (innermost first), looking into fusions if needed."""
+        """Source frames of an instruction (innermost first), looking into fusions if needed
+        (each fused computation's answer memoized: fusions nested and shared would otherwise
+        be searched once per path to them, twice as often per level)."""
         md = ins.metadata
         if md.stack_frame_id:
             frames = self.stack(md.stack_frame_id)
@@ -281,14 +284,22 @@ class Program:
             return [Frame(md.source_file, md.source_line, "")]
         if ins.opcode == "fusion":
             for comp_id in ins.called_computation_ids:
-                comp = self.computations.get(comp_id)
-                if comp is None:
-                    continue
-                for inner in reversed(comp.instructions):  # the root is stored last
-                    frames = self.frames(inner)
-                    if frames:
-                        return frames
+                frames = self._computation_frames(comp_id)
+                if frames:
+                    return frames
         return []
+
+    def _computation_frames(self, comp_id: int) -> list[Frame]:
+        """The frames of a fused computation's last instruction that has any (its root is stored
+        last); [] for none. Memoized; calls nest at most MAX_CALL_DEPTH deep (checked)."""
+        memo = self._comp_frames.get(comp_id)
+        if memo is None:
+            self._comp_frames[comp_id] = []  # a call back to it (a cycle the checks refused)
+            comp = self.computations.get(comp_id)
+            memo = next((f for f in (self.frames(inner) for inner in reversed(comp.instructions))
+                         if f), []) if comp is not None else []
+            self._comp_frames[comp_id] = memo
+        return memo
 
     def user_frame(self, ins, user_re: re.Pattern | None = None) -> Frame | None:
         """The first frame that counts as user code (``user_re`` matches its file; by default a

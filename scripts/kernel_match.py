@@ -36,6 +36,7 @@ their confidence, and placements by position alone keep only their own fit (`_un
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass
@@ -90,6 +91,10 @@ DELETE = 100           # a required expected event not seen (missing replay, dro
 LEAD = 1               # per expected event skipped before a launch's first event
 INF = 1 << 40
 MAX_TRIPS = 4096       # iterations expanded for a loop whose trip count is inferred (memory bound)
+# Events one execution of a program may expand to through its loops of unknown trip count: each
+# is bounded by MAX_TRIPS, but nested they multiply (three deep: 4096^3). Past this the
+# remaining iterations are left out (`cut`, said in a note): their kernels stay unmatched.
+MAX_PLAN_EVENTS = 1_000_000
 WINDOW_CAP_EXTRA = 64  # expected events beyond one execution that a window may span
 
 # Confidence: a placed event's own fit, averaged with its neighbours' in the same launch.
@@ -296,7 +301,9 @@ class Plan:
         return out
 
     def fingerprint(self, comp_id: int) -> bytes:
-        """A computation's structure with names and ids left out (operands by position)."""
+        """A computation's structure with names and ids left out (operands by position), as a
+        32-byte digest: a callee enters its caller's by its digest, so the size stays fixed
+        however deep fusions nest (pasted whole, it doubled with each level that calls two)."""
         memo = self._fp_memo.get(comp_id)
         if memo is not None:
             return memo
@@ -315,7 +322,7 @@ class Plan:
             parts.append(repr([pos.get(o, -1) for o in ins.operand_ids]).encode())
             parts.append(b"|".join(self.fingerprint(cc) for cc in ins.called_computation_ids))
             parts.append(b"R" if ins.id == comp.root_id else b"-")
-        out = b"\x00".join(parts)
+        out = hashlib.blake2b(b"\x00".join(parts), digest_size=32).digest()
         self._fp_memo[comp_id] = out
         return out
 
@@ -427,6 +434,7 @@ class Plan:
 
     def _expand(self) -> None:
         prog = self.program
+        self.cut = False  # loops of unknown trip count left out past MAX_PLAN_EVENTS
 
         def walk(comp_id: int, scope: tuple, depth: int) -> None:
             if depth > 64 or comp_id not in prog.computations:
@@ -454,6 +462,9 @@ class Plan:
                     else:
                         trips = self._trips(ins, body, comp_id)
                     for it in range(trips + 1):
+                        if len(self.events) > MAX_PLAN_EVENTS:
+                            self.cut = True
+                            break
                         for c in cond:
                             walk(c, inner, depth + 1)
                         self._add_slot(ins, scope, [Expect(0, "copy", "", optional=True)])

@@ -1,0 +1,103 @@
+"""Inputs shaped to be expensive, not broken: HLO whose fusions nest deep and share their
+callees, and loops of unknown trip count that would expand without end. Each is answered in
+time linear in the program, or cut at a stated bound with a note; never a hang."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from capgen.generate import generate
+from capgen.scenarios import SCENARIOS
+from conftest import REPO
+
+DEEP = r"""
+import sys
+sys.path[:0] = [sys.argv[2], sys.argv[3]]
+import xprotos
+import kernel_match as km
+from hlo_program import Program
+
+def nested(depth):
+    C = xprotos.classes()
+    m = C["HloModuleProto"](name="jit_deep", id=1)
+    ids = iter(range(1, 10**6))
+    prev = None
+    for k in range(depth + 1):
+        comp = m.computations.add(name=f"c{k}", id=100000 + k)
+        p = comp.instructions.add(name=f"p{k}", opcode="parameter", id=next(ids))
+        if prev is None:
+            r = comp.instructions.add(name=f"add{k}", opcode="add", id=next(ids),
+                                      operand_ids=[p.id, p.id])
+        else:  # two fusions calling the level below: every path to the bottom doubles
+            a = comp.instructions.add(name=f"fa{k}", opcode="fusion", id=next(ids),
+                                      operand_ids=[p.id], fusion_kind="kLoop")
+            a.called_computation_ids.append(prev)
+            r = comp.instructions.add(name=f"fb{k}", opcode="fusion", id=next(ids),
+                                      operand_ids=[a.id], fusion_kind="kLoop")
+            r.called_computation_ids.append(prev)
+        for ins in comp.instructions:
+            ins.shape.element_type = 11
+            ins.shape.dimensions.append(4)
+        comp.root_id = r.id
+        prev = comp.id
+    m.entry_computation_id = prev
+    m.entry_computation_name = f"c{depth}"
+    return m
+
+m = nested(int(sys.argv[1]))
+prog = Program(m, 1)
+root = prog.computations[m.entry_computation_id].instructions[-1]
+assert prog.frames(root) == []
+fp = km.Plan(prog).fingerprint(m.entry_computation_id)
+print(len(fp))
+"""
+
+
+def test_fusions_nested_40_deep_sharing_their_callees(tmp_path):
+    """Each level calls the one below twice: 2^40 paths. Searching a fusion's frames and its
+    structure's fingerprint once per computation (20 deep took 1.3 s, 24 deep ran past 120 s,
+    40 deep past 23 GB): done at once, the fingerprint a fixed 32 bytes."""
+    p = subprocess.run([sys.executable, "-c", DEEP, "40", str(REPO / "scripts"),
+                        str(REPO / "analyzing-jax-launch-overhead" / "scripts")],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr[-1000:]
+    assert p.stdout.strip() == "32"
+
+
+def test_loops_of_unknown_trip_count_expand_to_a_bound(tmp_path, monkeypatch):
+    """A loop whose trip count the HLO does not give, taken to run ten million times (nested
+    loops multiply to that and beyond): its schedule stops at MAX_PLAN_EVENTS events per
+    execution, says so (`cut`), and the note names what was left out."""
+    import attribute_kernels
+    import kernel_match as km
+
+    import xplane_reader
+    from hlo_program import load
+    monkeypatch.setattr(km, "MAX_PLAN_EVENTS", 20_000)
+    r = generate(SCENARIOS["nvidia-unknown-trip-count-xla-cb"], tmp_path / "cap")
+    space = xplane_reader.load_space(next(r.run_dir.glob("*.xplane.pb")))
+    (pid, (_, blob)), = space.hlo_protos().items()
+    prog = load(blob, pid)
+    plan = km.Plan(prog, {}, 0, unknown_trip_count=10**7)
+    assert plan.cut and 20_000 < len(plan.events) < 20_000 + 1_000
+    assert not km.Plan(prog, {}, 0).cut  # one iteration: nothing left out
+    notes: list = []
+    monkeypatch.setattr(km, "Plan", lambda *a, **k: plan)
+    attribute_kernels.program_plan(prog, pid, {}, notes)
+    assert any("expand past 20,000 events per execution" in n for n in notes), notes
+
+
+@pytest.mark.parametrize("name", ["nvidia-unknown-trip-count-xla-cb", "nvidia-cb-partial"])
+def test_the_bounds_change_nothing_on_ordinary_programs(tmp_path, name):
+    """The corpus's programs stay whole (no cut) and attribute as before (the golden outputs
+    are unchanged: bench/golden.py)."""
+    p = subprocess.run([sys.executable, "-P", str(REPO / "scripts" / "attribute_kernels.py"),
+                        str(generate(SCENARIOS[name], tmp_path / "cap").run_dir), "--out",
+                        str(tmp_path / "out"), "--no-xprof"], capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode == 0, p.stderr
+    assert "left out of its schedule" not in (tmp_path / "out" / "attribution" /
+                                              "summary.txt").read_text()
