@@ -246,10 +246,14 @@ class Space:
         seen: set = set()
         for i, p in enumerate(proto.planes):
             progress("checking the xplane's planes", i, len(proto.planes), "planes")
-            if (p.name in UNIQUE_PLANES or GPU_PLANE_RE.match(p.name)) and p.name in seen:
-                raise XPlaneError(f"{path} holds two planes named {_name(p.name)}; XProf writes "
+            # a GPU plane by its ordinal: /device:GPU:0 and /device:GPU:00 are one GPU twice
+            m = GPU_PLANE_RE.match(p.name)
+            key = ("GPU", int(m.group(1))) if m else p.name
+            if (p.name in UNIQUE_PLANES or m) and key in seen:
+                raise XPlaneError(f"{path} holds two planes for {_name(p.name)}"
+                                  f"{' (GPU ' + str(key[1]) + ')' if m else ''}; XProf writes "
                                   "each once, so the file is corrupt or merged")
-            seen.add(p.name)
+            seen.add(key)
             _check_times(path, p)
         self.planes = [Plane(p, self) for p in proto.planes]
 

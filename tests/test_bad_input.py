@@ -128,6 +128,17 @@ def xplane_without_gpu_planes(seed) -> bytes:
     return space.SerializeToString()
 
 
+def xplane_with_gpu_00(seed) -> bytes:
+    """The seed's xplane with a copy of its GPU 0 plane named /device:GPU:00."""
+    import xprotos
+    space = xprotos.classes()["XSpace"].FromString(seed["xplane"])
+    gpu0 = next(p for p in space.planes if p.name == "/device:GPU:0")
+    twin = space.planes.add()
+    twin.CopyFrom(gpu0)
+    twin.name = "/device:GPU:00"
+    return space.SerializeToString()
+
+
 # ---------------------------------------------------------------- the matrix
 
 def _case(name, bad, build, words=None):
@@ -197,7 +208,16 @@ CASES = [
           lambda t, s, **_: run_folder(t, gz(dumps({**s["doc"], "traceEvents": s["doc"][
               "traceEvents"] + [{"ph": "M", "pid": 99, "name": "process_name",
                                  "args": {"name": "/device:GPU:0"}}]})), s["xplane"]),
-          "names two processes /device:GPU:0"),
+          "names two processes for GPU 0"),
+    # one ordinal written two ways is the same GPU twice (it vanished from the tables before)
+    _case("gpu-00-process", "trace",
+          lambda t, s, **_: run_folder(t, gz(dumps({**s["doc"], "traceEvents": s["doc"][
+              "traceEvents"] + [{"ph": "M", "pid": 99, "name": "process_name",
+                                 "args": {"name": "/device:GPU:00"}}]})), s["xplane"]),
+          "names two processes for GPU 0"),
+    _case("gpu-00-plane", "xplane",
+          lambda t, s, **_: run_folder(t, s["trace_gz"], xplane_with_gpu_00(s)),
+          "holds two planes for /device:GPU:00 (GPU 0)"),
     _case("gzip-bomb", "trace", lambda t, s, bomb, **_: run_folder(t, bomb, s["xplane"]),
           "gzip bomb"),
     _case("empty-xplane", "xplane", lambda t, s, **_: run_folder(t, s["trace_gz"], b""),

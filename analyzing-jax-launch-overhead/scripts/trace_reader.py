@@ -397,14 +397,16 @@ def load_trace(path) -> Trace:
                              "traces")
         raise TraceError(f"{path} has a complete event (traceEvents entry {i:,}) whose "
                          f"{_bad_complete(ev)}; the file is corrupt or not XLA's trace")
-    gpu_names: dict[str, int] = {}
+    gpu_pids: dict[int, tuple[int, str]] = {}  # by ordinal: GPU:0 and GPU:00 are one GPU
     for pid, name in sorted(processes.items()):
-        if GPU_PROCESS_RE.match(name):
-            if name in gpu_names:
-                raise TraceError(f"{path} names two processes {name} (pids "
-                                 f"{gpu_names[name]} and {pid}); XLA names each GPU's "
-                                 "process once, so the file is corrupt or merged")
-            gpu_names[name] = pid
+        m = GPU_PROCESS_RE.match(name)
+        if m:
+            o = int(m.group(1))
+            if o in gpu_pids:
+                raise TraceError(f"{path} names two processes for GPU {o} ({gpu_pids[o][1]}, pid "
+                                 f"{gpu_pids[o][0]}, and {name}, pid {pid}); XLA names each "
+                                 "GPU's process once, so the file is corrupt or merged")
+            gpu_pids[o] = (pid, name)
     metadata = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
     unit = doc.get("displayTimeUnit")
     notes = []
