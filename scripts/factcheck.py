@@ -1128,41 +1128,49 @@ def check_segment(scratch, text: str, where, claim_of, ctx: Context, rows: list)
                 found=found, why=why)
         if span and verdict == "ok":
             covered.append((span, f"inside the text quoted from {cite.table} (checked as text)"))
+    check_figures(scratch, text, masked, figures, cites, claimed, covered, ctx,
+                  lambda *a, **k: add_row(rows, where, claim_of, *a, **k))
+
+
+def check_figures(scratch, text: str, masked: str, figures, cites, claimed: dict,
+                  covered: list, ctx, add) -> None:
+    """check_segment's verdict on each figure: claimed by a citation, inside a quoted text,
+    skipped, under the column header's citation, or without one (`add`: add_row's rest)."""
+    starts = [c.start for c in cites]
     for fig in figures:
         inside = next((why for (s, e), why in covered if s <= fig.start and fig.end <= e), "")
         if inside and id(fig) not in claimed:
-            add_row(rows, where, claim_of, fig.start, text[fig.start:fig.end], "skipped",
-                    why=inside)
+            add(fig.start, text[fig.start:fig.end], "skipped", why=inside)
             continue
         rel = fig.parts[0][1].rel
         written = rel + re.sub(r"\s+", " ", text[fig.start:fig.end]).strip()
         cite = claimed.get(id(fig))
         if cite is not None:
             verdict, label, found, why = check_figure(scratch, fig, cite, ctx.default_unit)
-            add_row(rows, where, claim_of, fig.start, written, verdict, cite=cite, label=label,
-                    found=found, why=why)
+            add(fig.start, written, verdict, cite=cite, label=label, found=found, why=why)
             continue
         ints = all(n.quantum == 1 and n.unit is None for _, n in fig.parts)
         reason = ctx.skip_all or (ctx.skip_ints if ints else "") or skip_reason(masked, fig)
         if reason:
-            add_row(rows, where, claim_of, fig.start, written, "skipped", why=reason)
+            add(fig.start, written, "skipped", why=reason)
         elif ctx.default_cite is not None:
             cite = ctx.default_cite
             verdict, label, found, why = check_figure(scratch, fig, cite, ctx.default_unit)
-            add_row(rows, where, claim_of, fig.start, written, verdict, cite=cite, label=label,
-                    found=found, why=why + (" (the column header's citation)" if why else ""))
+            add(fig.start, written, verdict, cite=cite, label=label, found=found,
+                why=why + (" (the column header's citation)" if why else ""))
         elif LABEL_ONLY_RE.match(text, fig.end):
             lab = LABEL_ONLY_RE.match(text, fig.end).group(1)
-            add_row(rows, where, claim_of, fig.start, written, "no_table", label=lab,
-                    why="a label but no table: write (label; table: column or path)")
+            add(fig.start, written, "no_table", label=lab,
+                why="a label but no table: write (label; table: column or path)")
         else:
-            later = next((c for c in cites if c.start >= fig.end), None)
+            k = bisect.bisect_left(starts, fig.end)  # the first citation after it
+            later = cites[k] if k < len(cites) else None
             if later is not None and not re.search(r"[.!?]\s", masked[fig.end:later.start]):
                 why = ("its citation is too far: at most three plain words may stand between a "
                        "number and its citation; cite it right after the number")
             else:
                 why = "no citation: write (label; table: column or path) after it"
-            add_row(rows, where, claim_of, fig.start, written, "no_table", why=why)
+            add(fig.start, written, "no_table", why=why)
 
 
 def add_row(rows, where, claim_of, pos, figure, verdict, cite=None, label="", found="", why=""):

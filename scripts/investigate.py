@@ -4,7 +4,7 @@
 Usage:
     python3 -P investigate.py <xplane.pb | trace.json.gz | run folder | log folder>
                               [--out DIR] [--run NAME] [--host NAME] [--no-xprof] [--page]
-                              [--jobs N]
+                              [--jobs N] [--step-limit SECONDS]
 
 Example:
     python3 -P $B/scripts/investigate.py ~/logs/plugins/profile/2026_02_20_13_54_10 --out scratch
@@ -33,8 +33,10 @@ default the cores, fewer when memory is short), then DIR/hosts.txt, hosts.csv an
 compare the hosts (per-host verdicts, the slowest host per step, the spread of step times); the
 exit code is the largest of the hosts'.
 
-A step that cannot run (its script exits non-zero) does not stop the others: the reason goes to
-the trust list (trust.py --failed) and the later steps work with what there is. Only a capture
+A step that cannot run (its script exits non-zero, or runs past its time limit: --step-limit,
+by default 600 s plus 6 s per MiB of the capture's files; it is then ended and exits 124) does
+not stop the others: the reason goes to the trust list (trust.py --failed) and the later steps
+work with what there is. Only a capture
 that cannot be read at all (step 0 exits 1), or a missing package (step 0 exits 3), ends the run
 (nothing more starts; what ran beside step 0 is not said: it failed on the same capture).
 
@@ -45,7 +47,8 @@ whole.
 
 Exit codes: 0 done (steps that could not run are in the trust list and said on stdout); 1 the
 capture cannot be used (one sentence says why); 2 usage; 3 a package the scripts need is missing
-(step 0 says which, and the install line); 130 interrupted.
+(step 0 says which, and the install line); 130 interrupted, 143 terminated (SIGTERM): the
+running steps are ended first, each letting its temporary folders go.
 """
 
 from __future__ import annotations
@@ -142,29 +145,91 @@ def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
 
-def run_relaying(cmd: list[str], tell=None) -> subprocess.CompletedProcess:
+# The steps' processes now running: ended with the job when it is interrupted or terminated
+# (stop_all), never left to write after it has gone.
+_RUNNING: set = set()
+_RUNNING_LOCK = threading.Lock()
+STOP_GRACE_S = 10  # after SIGTERM, a step's time to let its temporary files go; then SIGKILL
+
+
+def _stop(proc, why: list | None = None, reason: str = "") -> None:
+    if why is not None:
+        why.append(reason)
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def stop_all() -> None:
+    """End every step still running (SIGTERM, then SIGKILL after STOP_GRACE_S) and wait."""
+    with _RUNNING_LOCK:
+        procs = list(_RUNNING)
+    for proc in procs:
+        _stop(proc)
+
+
+def run_relaying(cmd: list[str], tell=None, limit: float | None = None) \
+        -> subprocess.CompletedProcess:
     """Run a step's script, its output kept whole; its progress lines (step_cli.progress) are
     also relayed to stderr as they come, so a long step is seen alive. With `tell` (a callable
     that returns once the steps it runs beside have ended, with the lines to tell it), the
-    script's standard input gets those lines and its end then."""
+    script's standard input gets those lines and its end then. Past `limit` seconds the script
+    is ended (exit TIMED_OUT, and the sentence why as its last stderr line)."""
     with tempfile.TemporaryFile("w+", encoding="utf-8") as so:
         proc = subprocess.Popen(cmd, stdout=so, stderr=subprocess.PIPE, text=True,
                                 encoding="utf-8", errors="replace",
                                 stdin=subprocess.PIPE if tell else subprocess.DEVNULL)
+        with _RUNNING_LOCK:
+            _RUNNING.add(proc)
+        late: list = []
+        clock = _Clock(proc, late, limit)
         if tell:
-            threading.Thread(target=_tell, args=(proc, tell), daemon=True).start()
+            threading.Thread(target=_tell, args=(proc, tell, clock), daemon=True).start()
         err = []
         for line in proc.stderr:
             err.append(line)
             if step_cli.PROGRESS_MARK in line:
                 say(f"           {line.rstrip()}")
         code = proc.wait()
+        clock.cancel()
+        with _RUNNING_LOCK:
+            _RUNNING.discard(proc)
+        if late:
+            code = TIMED_OUT
+            err.append(late[0] + "\n")
         so.seek(0)
         return subprocess.CompletedProcess(cmd, code, so.read(), "".join(err))
 
 
-def _tell(proc, tell) -> None:
+class _Clock:
+    """A step's time limit: past `limit` seconds it is ended (_stop) and `late` says why. A step
+    that waits to be told has its limit again from then: the time it waited was its writer's."""
+
+    def __init__(self, proc, late: list, limit: float | None):
+        self.proc, self.late, self.limit = proc, late, limit
+        self._timer = None
+        self.restart()
+
+    def restart(self) -> None:
+        self.cancel()
+        if self.limit:
+            self._timer = threading.Timer(self.limit, _stop, (
+                self.proc, self.late,
+                f"it ran past its time limit of {self.limit:,.0f} s (--step-limit)"))
+            self._timer.daemon = True
+            self._timer.start()
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+
+def _tell(proc, tell, clock) -> None:
     lines = tell()
+    clock.restart()
     try:
         proc.stdin.write("".join(f"{ln}\n" for ln in lines))
         proc.stdin.close()
@@ -197,7 +262,7 @@ def run_step(step: Step, args, out: Path, failed: dict[str, str], t0: float,
     else:
         cmd += ["--out", str(out)]
     started = time.monotonic()
-    p = run_relaying(cmd, tell)
+    p = run_relaying(cmd, tell, args.step_limit)
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     (logs / f"{step.name}.txt").write_text(
@@ -212,6 +277,24 @@ def run_step(step: Step, args, out: Path, failed: dict[str, str], t0: float,
     return p.returncode
 
 
+# A step's time limit by default (--step-limit): ten minutes plus 6 s per MiB of the capture's
+# files (a step takes about 0.1 s per MiB at five and ten times the seed's size: 60 times that
+# margin), so that a step that runs away fails alone instead of holding the job.
+STEP_LIMIT_BASE_S = 600
+STEP_LIMIT_PER_MIB_S = 6
+TIMED_OUT = 124  # a step's exit code when it ran past its time limit, as timeout(1) says
+
+
+def capture_bytes(args) -> int:
+    """The capture's files together (0 where they cannot be found: step 0 says why)."""
+    import capture_inputs
+    try:
+        files = capture_inputs.resolve(args.capture, run=args.run, host=args.host)
+        return sum(f.stat().st_size for f in (files.xplane, files.trace) if f is not None)
+    except (capture_inputs.CaptureError, OSError):
+        return 0
+
+
 # The most steps of this job that are ever ready at once (steps 2, 3 and 5, once step 4 ends).
 MOST_STEPS_AT_ONCE = 3
 
@@ -223,14 +306,7 @@ def steps_at_once(args) -> tuple[int, str]:
     if args.jobs is not None:
         return max(1, args.jobs), f"--jobs {args.jobs}"
     import per_host
-
-    import capture_inputs
-    try:
-        files = capture_inputs.resolve(args.capture, run=args.run, host=args.host)
-        size = sum(f.stat().st_size for f in (files.xplane, files.trace) if f is not None)
-    except (capture_inputs.CaptureError, OSError):
-        size = 0  # step 0 says why in its own sentence
-    return per_host.processes_at_once(MOST_STEPS_AT_ONCE, size, "step")
+    return per_host.processes_at_once(MOST_STEPS_AT_ONCE, capture_bytes(args), "step")
 
 
 def _teller(events: list, failed: dict):
@@ -243,6 +319,70 @@ def _teller(events: list, failed: dict):
     return tell
 
 
+class Job:
+    """The steps of one job and where each stands (run_job)."""
+
+    def __init__(self, todo: list[Step], args, out: Path, failed: dict[str, str], t0: float,
+                 jobs: int):
+        self.args, self.out, self.failed, self.t0, self.jobs = args, out, failed, t0, jobs
+        self.order = [st.name for st in todo]
+        self.after = {st.name: (set(st.after) & set(self.order) if st.after is not None
+                                else set(self.order[:i])) for i, st in enumerate(todo)}
+        self.ended = {name: threading.Event() for name in self.order}
+        self.codes: dict[str, int | None] = {}
+        self.held: list[str] = []  # failures said once the gate has passed
+        self.gate = None if "capture_info" in self.order else True
+        self.pending, self.running = list(todo), {}
+
+    def waits(self, st) -> list[str]:
+        return [t for t in st.told if t in self.order and t not in self.codes]
+
+    def ready(self, st) -> bool:
+        # a step that would wait for others keeps a slot: one slot is always left to steps
+        # that do not wait, so the steps it waits for can run
+        waiting = sum(1 for r in self.running.values() if self.waits(r))
+        return self.after[st.name] <= self.codes.keys() and (
+            not self.waits(st) or waiting < self.jobs - 1)
+
+    def start_ready(self, pool) -> None:
+        while len(self.running) < self.jobs and self.gate is not False:
+            st = next((st for st in self.pending if self.ready(st)), None)
+            if st is None:
+                return
+            self.pending.remove(st)
+            tell = _teller([self.ended[t] for t in self.waits(st)], self.failed) \
+                if self.waits(st) else None
+            self.running[pool.submit(run_step, st, self.args, self.out, self.failed, self.t0,
+                                     tell)] = st
+
+    def finish(self, fut) -> None:
+        st = self.running.pop(fut)
+        self.codes[st.name] = fut.result()
+        self.ended[st.name].set()
+        line = (f"           {st.name} could not run: {self.failed[st.name]}"
+                if st.name in self.failed else None)
+        if st.name == "capture_info":
+            self.gate = self.codes[st.name] not in (1, 3)
+            lines = (self.held + ([line] if line else [])) if self.gate else []
+            self.held = []
+            for ln in lines:
+                say(ln)
+        elif line and self.gate:
+            say(line)
+        elif line:
+            self.held.append(line)
+
+    def run(self, pool) -> None:
+        while self.pending or self.running:
+            self.start_ready(pool)
+            if not self.running:
+                return
+            done, _ = concurrent.futures.wait(self.running,
+                                              return_when=concurrent.futures.FIRST_COMPLETED)
+            for fut in sorted(done, key=lambda f: self.order.index(self.running[f].name)):
+                self.finish(fut)
+
+
 def run_job(todo: list[Step], args, out: Path, failed: dict[str, str], t0: float,
             jobs: int) -> dict[str, int | None]:
     """Run every step once the steps it reads (`after`) have ended, at most `jobs` at once and
@@ -251,54 +391,16 @@ def run_job(todo: list[Step], args, out: Path, failed: dict[str, str], t0: float
     failed so far), while a slot is left to steps that do not wait. Step 0 is the gate: where
     it finds the capture unusable (exit 1 or 3) nothing more starts, and what ran beside it is
     not said (its failure would follow from the same capture). A step that could not run is
-    said once step 0 has passed."""
-    order = [st.name for st in todo]
-    after = {st.name: (set(st.after) & set(order) if st.after is not None
-                       else set(order[:i])) for i, st in enumerate(todo)}
-    ended = {name: threading.Event() for name in order}
-    codes: dict[str, int | None] = {}
-    held: list[str] = []  # failures said once the gate has passed
-    gate = None if "capture_info" in order else True
-    pending, running = list(todo), {}
-
-    def waits(st) -> list[str]:
-        return [t for t in st.told if t in order and t not in codes]
-
-    def ready(st) -> bool:
-        # a step that would wait for others keeps a slot: one slot is always left to steps
-        # that do not wait, so the steps it waits for can run
-        waiting = sum(1 for r in running.values() if waits(r))
-        return after[st.name] <= codes.keys() and (not waits(st) or waiting < jobs - 1)
-
+    said once step 0 has passed. Interrupted or terminated, the job ends its running steps
+    (SIGTERM; they let their temporary folders go) before it waits for them."""
+    job = Job(todo, args, out, failed, t0, jobs)
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-        while pending or running:
-            while len(running) < jobs and gate is not False:
-                st = next((st for st in pending if ready(st)), None)
-                if st is None:
-                    break
-                pending.remove(st)
-                tell = _teller([ended[t] for t in waits(st)], failed) if waits(st) else None
-                running[pool.submit(run_step, st, args, out, failed, t0, tell)] = st
-            if not running:
-                break
-            done, _ = concurrent.futures.wait(running,
-                                              return_when=concurrent.futures.FIRST_COMPLETED)
-            for fut in sorted(done, key=lambda f: order.index(running[f].name)):
-                st = running.pop(fut)
-                codes[st.name] = fut.result()
-                ended[st.name].set()
-                line = (f"           {st.name} could not run: {failed[st.name]}"
-                        if st.name in failed else None)
-                if st.name == "capture_info":
-                    gate = codes[st.name] not in (1, 3)
-                    lines, held = (held + [line] if line else held) if gate else [], []
-                    for ln in lines:
-                        say(ln)
-                elif line and gate:
-                    say(line)
-                elif line:
-                    held.append(line)
-    return codes
+        try:
+            job.run(pool)
+        except BaseException:
+            stop_all()  # before the pool waits for the threads that wait for the steps
+            raise
+    return job.codes
 
 
 # A name printed longer than this is cut to its two ends with "…" between: ROCm's Tensile kernel
@@ -397,6 +499,10 @@ def where_to_look(out: Path, failed: dict[str, str], factcheck_rc: int | None) -
 def options(ap) -> None:
     ap.add_argument("--no-xprof", action="store_true",
                     help="leave XProf's own figures out of steps 4 and 5 (faster)")
+    ap.add_argument("--step-limit", type=float, metavar="SECONDS",
+                    help=f"end a step that runs longer than this; it goes to the trust list and "
+                         f"the others go on (default: {STEP_LIMIT_BASE_S} s plus "
+                         f"{STEP_LIMIT_PER_MIB_S} s per MiB of the capture's files; 0: none)")
     ap.add_argument("--page", action="store_true",
                     help="then build the HTML page of the draft (writing-trace-report-pages)")
 
@@ -412,8 +518,11 @@ def body(args):
     todo = steps() + ([Step("build_page", PAGE, "page", "the HTML page of the draft",
                             reads_capture=False)] if args.page else [])
     jobs, why = steps_at_once(args)
+    if args.step_limit is None:
+        args.step_limit = STEP_LIMIT_BASE_S + STEP_LIMIT_PER_MIB_S * capture_bytes(args) / 2**20
     say(f"[{0.0:6.1f} s] up to {jobs} step{'s' if jobs > 1 else ''} at once ({why}); each "
-        "starts once the steps whose tables it reads have ended")
+        "starts once the steps whose tables it reads have ended" + (
+            f"; a step is ended past {args.step_limit:,.0f} s" if args.step_limit else ""))
     codes = run_job(todo, args, out, failed, t0, jobs)
     rc = codes.get("capture_info")
     if rc in (1, 3):  # its own sentence, as it said it

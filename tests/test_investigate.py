@@ -273,6 +273,67 @@ def test_a_missing_step_goes_to_the_trust_list_and_the_rest_runs(tmp_path):
     assert json.loads((out / "factcheck.json").read_text())["verdict"] == "pass"
 
 
+def test_a_step_past_its_time_limit_fails_alone(tmp_path):
+    """A bundle whose step 3 never ends (it sleeps), run with --step-limit 3: step 3 is ended
+    and goes to the trust list as having run past its limit; every other step runs; the job
+    ends; nothing of step 3 is written, and no process of it is left."""
+    bundle = tmp_path / "bundle"
+    shutil.copytree(REPO / "scripts", bundle / "scripts",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "analyzing-jax-launch-overhead",
+                    bundle / "analyzing-jax-launch-overhead",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "references", bundle / "references")  # step 5's ceilings
+    swim = bundle / "scripts" / "swimlanes.py"
+    swim.write_text(swim.read_text().replace(
+        "def body(args) -> list[str]:\n", "def body(args) -> list[str]:\n"
+        "    import time\n    time.sleep(600)\n", 1))
+    out = tmp_path / "scratch"
+    p = subprocess.run([sys.executable, "-P", str(bundle / "scripts" / "investigate.py"),
+                        str(EXAMPLE), "--out", str(out), "--step-limit", "3"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "a step is ended past 3 s" in p.stderr
+    assert "swimlanes could not run: exit 124: it ran past its time limit of 3 s " \
+           "(--step-limit)" in p.stderr
+    assert not (out / "swimlanes.svg").exists() and (out / "changes.csv").is_file()
+    failed = [r for r in read(out / "trust.csv") if r["kind"] == "step_failed"]
+    assert len(failed) == 1 and "swimlanes" in failed[0]["item"], failed
+    assert not [f for f in out.iterdir() if f.name.startswith(".swimlanes")]
+
+
+def test_sigterm_ends_the_job_and_its_steps_leave_no_temporary_folder(tmp_path):
+    """SIGTERM to investigate.py while step 4 works inside its temporary folder (a bundle whose
+    step 4 sleeps there): the job forwards it, step 4 unwinds (its temporary folder and XProf's
+    child go), the job exits 143 within seconds, and nothing half-written is left."""
+    import signal
+    import time
+    bundle = tmp_path / "bundle"
+    for d in ("scripts", "analyzing-jax-launch-overhead", "references"):
+        shutil.copytree(REPO / d, bundle / d, ignore=shutil.ignore_patterns("__pycache__"))
+    ak = bundle / "scripts" / "attribute_kernels.py"
+    ak.write_text(ak.read_text().replace(
+        "def write_tables(folder: Path, m: Matched, opts: Options, steps: tuple) -> Tables:\n",
+        "def write_tables(folder: Path, m: Matched, opts: Options, steps: tuple) -> Tables:\n"
+        "    (folder / 'kernels.csv').write_text('half')\n"
+        "    import time\n    time.sleep(600)\n", 1))
+    out = tmp_path / "scratch"
+    proc = subprocess.Popen([sys.executable, "-P", str(bundle / "scripts" / "investigate.py"),
+                             str(EXAMPLE), "--out", str(out)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not list(out.glob(".attribution.*/kernels.csv")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert list(out.glob(".attribution.*/kernels.csv")), "step 4 never reached its tables"
+    t = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert time.monotonic() - t < 30 and "Traceback" not in err
+    assert not [f.name for f in out.iterdir() if f.name.startswith(".attribution")]
+    assert not (out / "attribution").exists()
+
+
 @pytest.mark.parametrize("what", ["missing", "empty_folder", "not_a_capture"])
 def test_unusable_input_is_one_sentence(tmp_path, what):
     if what == "missing":

@@ -13,7 +13,8 @@ that does the work and returns the lines to print. Everything else is here:
 - the ways out: `StepError` carries one sentence and its exit code (1 the input cannot be used,
   2 usage, 3 a package is missing); an OSError is the scratch folder's (cannot write into it);
   a MemoryError says the capture is too large for this machine; an interrupt is one sentence
-  (exit 130) and a closed pipe exits 141; never a traceback;
+  (exit 130), SIGTERM too (exit 143: raised as `Terminated` where the step is, so that its
+  temporary folders and child processes go), and a closed pipe exits 141; never a traceback;
 - the closing lines: `wrote <path> (<n> rows | lines | bytes)` per file, the step's summary,
   then its "Next:" line;
 - progress: `progress(what, done, total)` says on stderr what a long step is doing, with its
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -35,7 +37,7 @@ from pathlib import Path
 import trace_rules as rules
 
 UNUSABLE, USAGE, MISSING_PACKAGE = 1, 2, 3
-INTERRUPTED, PIPE_CLOSED = 130, 141
+INTERRUPTED, PIPE_CLOSED, TERMINATED = 130, 141, 143  # 128 + SIGINT, SIGPIPE, SIGTERM
 # A long step says what it does at least this often (seconds): often enough that a user
 # watching knows it is alive, rarely enough not to drown its other lines. JAXTRACE_PROGRESS_EVERY
 # sets another interval (0: every call, as the tests do).
@@ -185,8 +187,9 @@ def main(step: Step, body: Callable, argv=None) -> int:
             ap.error(str(exc))
         say(step, exc)
         return exc.code
-    except OSError as exc:  # the scratch folder: permissions, a full disk
-        say(step, f"cannot write into {args.out}: {exc.strerror or exc}")
+    except OSError as exc:  # the scratch folder (permissions, a full disk), a file missing
+        say(step, f"cannot use {exc.filename}: {exc.strerror or exc}" if exc.filename else
+            f"cannot write into {args.out}: {exc.strerror or exc}")
         return UNUSABLE
     except MemoryError:
         what = getattr(args, "capture", None) or args.out
@@ -216,6 +219,10 @@ def run(step: Step | str, main_fn: Callable[[], int]) -> int:
     exit 141 as for SIGPIPE) and an interrupt (one sentence, exit 130), never a traceback."""
     name = step if isinstance(step, str) else step.name
     try:
+        signal.signal(signal.SIGTERM, _terminated)  # unwound like an interrupt: temp folders go
+    except (ValueError, OSError):  # not the main thread, or no such signal here
+        pass
+    try:
         code = main_fn()
         sys.stdout.flush()  # here, not at the interpreter's exit, where it could not be caught
         return code
@@ -226,7 +233,20 @@ def run(step: Step | str, main_fn: Callable[[], int]) -> int:
         except (OSError, ValueError):
             pass
         return PIPE_CLOSED
+    except Terminated:
+        print(f"{name}: terminated; files already written stay as they were or whole",
+              file=sys.stderr)
+        return TERMINATED
     except KeyboardInterrupt:
         print(f"{name}: interrupted; files already written stay as they were or whole",
               file=sys.stderr)
         return INTERRUPTED
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised where the step is so that its temporary folders and child processes are
+    let go on the way out, as for an interrupt."""
+
+
+def _terminated(signum, frame):
+    raise Terminated()
