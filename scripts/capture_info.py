@@ -326,6 +326,7 @@ STEP = step_cli.Step("capture_info", __doc__, __file__,
 
 def body(args) -> list[str]:
     files = capture_inputs.resolve(args.capture, run=args.run, host=args.host)
+    step_cli.claim_for(files, args.out)
     result = run(capture_inputs.Capture(files), own_process=True, out=args.out)
     write_json(args.out / RESULT_FILE, result)  # first: what is printed after cannot cost it
     return render(result) + step_cli.wrote(args.out, [(RESULT_FILE, None)])

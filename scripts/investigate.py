@@ -54,7 +54,9 @@ running steps are ended first, each letting its temporary folders go.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -510,9 +512,62 @@ def options(ap) -> None:
 STEP = step_cli.Step("investigate", __doc__, __file__, options=options) if step_cli else None
 
 
+@contextlib.contextmanager
+def holding(out: Path):
+    """The job's lock on its scratch folder: a second investigate.py into it is refused (one
+    sentence) while this one runs. Where the system has no file locks, none is taken."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    path = out / scratch.HANDOFF / "investigate.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+", encoding="utf-8") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise step_cli.StepError(f"another investigate.py is writing into {out}: wait for "
+                                     "it to end, or use another --out") from None
+        try:
+            yield
+        finally:
+            path.unlink(missing_ok=True)
+
+
+def start_afresh(args, out: Path) -> None:
+    """A folder holding another capture's tables (scratch.other_capture) is emptied of every
+    declared file first: none of them may be read beside this capture's."""
+    import capture_inputs
+    try:
+        files = capture_inputs.resolve(args.capture, run=args.run, host=args.host)
+    except capture_inputs.CaptureError:
+        return  # step 0 says why
+    other = scratch.other_capture(out, [f for f in (files.xplane, files.trace) if f])
+    if other:
+        for p in scratch.outputs(out):
+            if p.name == "logs":  # read by no step, each replaced as its step runs; the
+                continue  # per-host pass writes this job's own log there as it runs
+            if p.name == scratch.HANDOFF:
+                for q in p.iterdir():
+                    if q.name != "investigate.lock":
+                        q.unlink()
+            elif p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            else:
+                p.unlink()
+        say(f"[{0.0:6.1f} s] {out} held the tables of another capture ({other}): removed")
+
+
 def body(args):
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
+    with holding(out):
+        start_afresh(args, out)
+        return run_all(args, out)
+
+
+def run_all(args, out: Path):
     t0 = time.monotonic()
     failed: dict[str, str] = {}
     todo = steps() + ([Step("build_page", PAGE, "page", "the HTML page of the draft",

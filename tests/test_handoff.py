@@ -90,12 +90,18 @@ def test_a_changed_or_other_capture_is_never_read_from_a_stale_hand_off(handed, 
     other = tmp_path / trace.name
     shutil.copy2(trace, other)
     assert scratch.handoff_get(out, "model_checks", [other]) is None
-    # the same file, modified (its time moved): computed again, never read stale
+    # the same file, modified (its time moved): its hand-off is never read, and a step refuses
+    # to write its tables beside the ones made from the file as it was (one capture a folder)
     st = trace.stat()
     os.utime(trace, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
     try:
         assert scratch.handoff_get(out, "model_checks", [trace]) is None
-        p = step(SCRIPTS / "reconcile.py", r.run_dir, out)
+        p = subprocess.run([sys.executable, "-P", str(SCRIPTS / "reconcile.py"),
+                            str(r.run_dir), "--out", str(out)], capture_output=True, text=True,
+                           timeout=600)
+        assert p.returncode == 1 and "holds the tables of another capture" in p.stderr
+        fresh = tmp_path / "fresh"
+        p = step(SCRIPTS / "reconcile.py", r.run_dir, fresh)  # alone: from the capture
         assert "checks:" in p.stdout
     finally:
         os.utime(trace, ns=(st.st_atime_ns, st.st_mtime_ns))

@@ -528,3 +528,40 @@ def test_the_printout_cuts_long_names_and_the_tables_keep_them(example, tmp_path
         inv.short_name(name).split("…")[1])
     assert read(folder / "changes.csv")[0]["cause"].startswith(name)  # the table: whole
     assert str(folder) in lines[-1]  # a path is printed whole
+
+
+def test_one_capture_per_scratch_folder(tmp_path):
+    """A scratch folder holds one capture's tables: a step of another capture refuses it in one
+    sentence (nothing written); investigate.py on another capture empties it first and says so;
+    a second investigate.py into a folder one is writing into is refused."""
+    import time
+
+    from capgen.generate import generate
+    from capgen.scenarios import SCENARIOS
+    other = generate(SCENARIOS["rocm-8gpu-straggler"], tmp_path / "other").run_dir
+    out = tmp_path / "scratch"
+    assert investigate(EXAMPLE, out).returncode == 0
+    before = tree_digest(out)
+    p = subprocess.run([sys.executable, "-P", str(REPO / "analyzing-jax-launch-overhead" /
+                                                  "scripts" / "skip_stats.py"), str(other),
+                        "--out", str(out)], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 1 and "holds the tables of another capture" in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1 and tree_digest(out) == before
+    p = investigate(other, out)
+    assert p.returncode == 0, p.stderr
+    assert "held the tables of another capture" in p.stderr
+    info = json.loads((out / "capture_info.json").read_text())
+    assert info["capture"]["run_dir"] == str(other)
+    assert json.loads((out / "factcheck.json").read_text())["verdict"] == "pass"
+    # two at once: the second is refused while the first holds the folder
+    first = subprocess.Popen([sys.executable, "-P", str(SCRIPT), str(other), "--out", str(out)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    lock = out / ".handoff" / "investigate.lock"
+    deadline = time.monotonic() + 60
+    while not lock.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    second = investigate(other, out)
+    first.wait(timeout=600)
+    assert second.returncode == 1, second.stderr
+    assert "another investigate.py is writing into" in second.stderr
+    assert first.returncode == 0 and not lock.exists()

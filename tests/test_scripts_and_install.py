@@ -104,7 +104,8 @@ def test_capture_info_runs_from_checkout_and_installs(tmp_path, shared):
     assert "  jit_dot(5): module jit_dot, 4 computations, 10 instructions" in out
     # capture_info writes its inventory as data, and nothing else but its hand-off to step 2
     assert sorted(p.name for p in scratch.iterdir()) == [".handoff", "capture_info.json"]
-    assert [p.name for p in (scratch / ".handoff").iterdir()] == ["xplane_streams.json"]
+    assert sorted(p.name for p in (scratch / ".handoff").iterdir()) == [
+        "capture.json", "xplane_streams.json"]  # the folder's claim, and step 2's hand-off
     import json
     inv = json.loads((scratch / "capture_info.json").read_text())
     assert inv["checks"] == [{"name": "GPU events per device: json = xplane", "device": 0,

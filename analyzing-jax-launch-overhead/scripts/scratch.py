@@ -412,6 +412,77 @@ def handoff_get(folder: Path, name: str, sources: list, shape=None):
         return None
 
 
+# ---------------------------------------------------------------- one capture per folder
+
+# Every table in a scratch folder belongs to one capture: each step that reads a capture file
+# claims the folder for it first (`.handoff/capture.json`: each file's identity), and refuses a
+# folder claimed by another (its tables would stand beside the other capture's and be read
+# together). investigate.py starts a job by emptying a folder claimed by another capture.
+CLAIM = "capture"
+
+
+def _kind(path) -> str:
+    name = Path(path).name
+    return "xplane" if name.endswith(".xplane.pb") else "trace"
+
+
+def claimed(folder: Path) -> dict:
+    """The capture files the folder's tables were made from (kind -> identity); {} for none."""
+    try:
+        d = json.loads((Path(folder) / HANDOFF / f"{CLAIM}.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return d if isinstance(d, dict) else {}
+
+
+def other_capture(folder: Path, sources: list) -> str:
+    """Where the folder holds the tables of another capture than `sources`, that capture's file
+    (its path as claimed); else ''."""
+    have = claimed(folder)
+    for p in sources:
+        was, now = have.get(_kind(p)), identity(p)
+        if was and now and was != now:
+            return str(was.get("file"))
+    return ""
+
+
+def claim(folder: Path, sources: list) -> None:
+    """Claim the folder for the capture files `sources` (see CLAIM); TableError, one sentence,
+    where it holds the tables of another capture."""
+    other = other_capture(folder, sources)
+    if other:
+        raise TableError(f"{folder} holds the tables of another capture ({other}, or the same "
+                         "file since changed): write into another --out, or empty it first "
+                         "(investigate.py does)")
+    have = claimed(folder)
+    for p in sources:
+        if identity(p) is not None:
+            have[_kind(p)] = identity(p)
+    target = Path(folder) / HANDOFF
+    target.mkdir(parents=True, exist_ok=True)
+    tmp = target / f".{CLAIM}.{os.getpid()}.tmp"
+    try:
+        tmp.write_text(json.dumps(have), encoding="utf-8")
+        os.replace(tmp, target / f"{CLAIM}.json")
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def outputs(folder: Path) -> list[Path]:
+    """The declared files and folders present at the top of `folder` (every step's output, the
+    hand-offs, the logs): what investigate.py removes before a job on another capture."""
+    folder = Path(folder)
+    out = set()
+    for name in DECLARED:
+        # the top of each declared path (attribution/, logs/, .handoff/, a file); a pattern's
+        # own top is a name (<host>/): never removed
+        top = name.split("/", 1)[0]
+        if "<" not in top and (folder / top).exists():
+            out.add(folder / top)
+    return sorted(out)
+
+
 # ---------------------------------------------------------------- the layout document
 
 def _cell(text: str) -> str:
@@ -1613,7 +1684,12 @@ same per stream line, and `events`, the trace's complete events), `model_checks`
 step 2's checks 2 to 5 on step 1's analysis, `rows`, in reconciliation.csv's columns) and
 `trace_facts` (what step 0's inventory reads of the trace: `gpu_events` as [ordinal, events],
 `host_events`, the reader's `notes`). reconcile.py reads the first three, capture_info.py the
-last; each reads the capture itself where its hand-off is missing or stale.
+last; each reads the capture itself where its hand-off is missing or stale. `capture.json` is
+the folder's claim (CLAIM): the identity of each capture file (`xplane`, `trace`) its tables were
+made from, recorded by each step that reads a capture once it succeeds; a step of another
+capture (or of the same file since changed) refuses the folder in one sentence, and
+investigate.py empties it first. `investigate.lock` is held while investigate.py runs: a second
+one into the folder is refused.
 """))
 
 declare(File(

@@ -199,6 +199,7 @@ def body(args) -> list[str]:
             "skip_stats.py reads the trace, which jax.profiler writes beside the xplane.pb")
     for n in files.notes:
         step_cli.say(STEP, n)
+    step_cli.claim_for(files, args.out)
     result, written = run(files.trace, args.out)
     return step_cli.wrote(args.out, written) + [
         f"verdict: {result['verdict']}",

@@ -162,12 +162,31 @@ def say(step: Step | str, sentence) -> None:
 
 
 def open_capture(step: Step, args):
-    """The capture the arguments name (capture_inputs.Capture), its notes said on stderr."""
+    """The capture the arguments name (capture_inputs.Capture), its notes said on stderr; the
+    scratch folder claimed for it (claim_for)."""
     import capture_inputs
     capture = capture_inputs.open_capture(args.capture, run=args.run, host=args.host)
     for n in capture.files.notes:
         say(step, n)
+    claim_for(capture.files, args.out)
     return capture
+
+
+_CLAIMED: list = []  # (folder, files) a step claims, recorded once it has succeeded (main)
+
+
+def claim_for(files, out) -> None:
+    """The scratch folder `out` is to hold this capture's tables: a StepError in one sentence
+    where it holds another capture's (scratch.other_capture); the claim is recorded when the
+    step succeeds (a failed step leaves the folder as it was)."""
+    import scratch
+    sources = [f for f in (files.xplane, files.trace) if f is not None]
+    other = scratch.other_capture(out, sources)
+    if other:
+        raise StepError(f"{out} holds the tables of another capture ({other}, or the same file "
+                        "since changed): write into another --out, or empty it first "
+                        "(investigate.py does)")
+    _CLAIMED.append((out, sources))
 
 
 def main(step: Step, body: Callable, argv=None) -> int:
@@ -182,6 +201,11 @@ def main(step: Step, body: Callable, argv=None) -> int:
         return fanned
     try:
         out = body(args)
+        lines, code = out if isinstance(out, tuple) else (out, 0)
+        if code == 0:  # the tables written are this capture's: the folder is claimed for it
+            import scratch
+            for folder, sources in _CLAIMED:
+                scratch.claim(folder, sources)
     except StepError as exc:
         if exc.code == USAGE:
             ap.error(str(exc))
@@ -195,7 +219,6 @@ def main(step: Step, body: Callable, argv=None) -> int:
         what = getattr(args, "capture", None) or args.out
         say(step, f"{what} is too large to analyse in this machine's memory")
         return UNUSABLE
-    lines, code = out if isinstance(out, tuple) else (out, 0)
     for line in lines:
         print(line)
     return code
