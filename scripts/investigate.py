@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import os
 import re
 import shutil
 import subprocess
@@ -265,11 +266,11 @@ def run_step(step: Step, args, out: Path, failed: dict[str, str], t0: float,
         cmd += ["--out", str(out)]
     started = time.monotonic()
     p = run_relaying(cmd, tell, args.step_limit)
-    logs = out / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    (logs / f"{step.name}.txt").write_text(
-        "$ " + " ".join(cmd) + "\n" + p.stdout + ("\n--- stderr\n" + p.stderr if p.stderr
-                                                  else ""), encoding="utf-8")
+    logs = scratch.own_dir(out / "logs")  # a planted link is replaced, never followed
+    tmp = logs / f".{step.name}.{os.getpid()}.tmp"
+    tmp.write_text("$ " + " ".join(cmd) + "\n" + p.stdout + (
+        "\n--- stderr\n" + p.stderr if p.stderr else ""), encoding="utf-8")
+    os.replace(tmp, logs / f"{step.name}.txt")  # a link in the file's place is replaced too
     # the fact check exits 4 when a claim fails: a result, not a failure to run
     if p.returncode != 0 and not (step.name == "factcheck" and p.returncode == 4):
         failed[step.name] = (f"exit {p.returncode}: "
@@ -521,8 +522,9 @@ def holding(out: Path):
     except ImportError:
         yield
         return
-    path = out / scratch.HANDOFF / "investigate.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = scratch.own_dir(out / scratch.HANDOFF) / "investigate.lock"
+    if path.is_symlink():
+        path.unlink()  # a planted link is replaced, never followed
     with open(path, "a+", encoding="utf-8") as fh:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -565,3 +565,20 @@ def test_one_capture_per_scratch_folder(tmp_path):
     assert second.returncode == 1, second.stderr
     assert "another investigate.py is writing into" in second.stderr
     assert first.returncode == 0 and not lock.exists()
+
+
+def test_links_planted_in_the_scratch_folder_are_replaced_not_followed(tmp_path):
+    """`--out/logs`, `--out/.handoff` and a log file planted as symbolic links to elsewhere: the
+    job replaces them with its own folder and files; nothing is written where they pointed."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "keep.txt").write_text("mine")
+    out = tmp_path / "scratch"
+    out.mkdir()
+    (out / "logs").symlink_to(elsewhere, target_is_directory=True)
+    (out / ".handoff").symlink_to(elsewhere, target_is_directory=True)
+    p = investigate(EXAMPLE, out)
+    assert p.returncode == 0, p.stderr
+    assert sorted(f.name for f in elsewhere.iterdir()) == ["keep.txt"]
+    assert not (out / "logs").is_symlink() and (out / "logs" / "skip_stats.txt").is_file()
+    assert not (out / ".handoff").is_symlink()

@@ -363,6 +363,16 @@ class Scratch:
 HANDOFF = ".handoff"
 
 
+def own_dir(path: Path) -> Path:
+    """`path` as a folder of the scratch folder's own: a symbolic link planted in its place is
+    replaced by a real folder, never followed (it would send the files elsewhere)."""
+    path = Path(path)
+    if path.is_symlink():
+        path.unlink()
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def identity(path) -> dict | None:
     """A capture file as a hand-off's key: its resolved path, size and modification time."""
     try:
@@ -379,8 +389,7 @@ def handoff_put(folder: Path, name: str, sources: list, payload: dict) -> None:
     keys = [identity(p) for p in sources]
     if None in keys or not keys:
         return
-    folder = Path(folder) / HANDOFF
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = own_dir(Path(folder) / HANDOFF)
     tmp = folder / f".{name}.{os.getpid()}.tmp"
     try:
         tmp.write_text(json.dumps({"sources": keys, "payload": payload}), encoding="utf-8")
@@ -458,8 +467,7 @@ def claim(folder: Path, sources: list) -> None:
     for p in sources:
         if identity(p) is not None:
             have[_kind(p)] = identity(p)
-    target = Path(folder) / HANDOFF
-    target.mkdir(parents=True, exist_ok=True)
+    target = own_dir(Path(folder) / HANDOFF)
     tmp = target / f".{CLAIM}.{os.getpid()}.tmp"
     try:
         tmp.write_text(json.dumps(have), encoding="utf-8")
