@@ -28,13 +28,13 @@ from pathlib import Path
 import xprotos
 
 try:
-    from trace_rules import MAX_TIME_PS
+    from trace_rules import MAX_TIME_PS, cut_name
 except ImportError:  # imported without an entry script's path set-up: find the sibling skill
     import sys
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import sibling
     sibling.on_path()
-    from trace_rules import MAX_TIME_PS
+    from trace_rules import MAX_TIME_PS, cut_name
 from step_cli import StepError, progress
 
 GPU_PLANE_RE = re.compile(r"^/device:GPU:(\d+)$")
@@ -170,7 +170,8 @@ class Plane:
         self.id = proto.id
         self.name = proto.name
         self.stat_names = {k: v.name for k, v in proto.stat_metadata.items()}
-        self.event_names = {k: v.name for k, v in proto.event_metadata.items()}
+        # a name past trace_rules.MAX_NAME_CHARS is cut, as the trace reader cuts it
+        self.event_names = {k: cut_name(v.name) for k, v in proto.event_metadata.items()}
         self.metadata_stats = {}
         for k, md in proto.event_metadata.items():
             if md.stats:

@@ -101,3 +101,49 @@ def test_the_bounds_change_nothing_on_ordinary_programs(tmp_path, name):
     assert p.returncode == 0, p.stderr
     assert "left out of its schedule" not in (tmp_path / "out" / "attribution" /
                                               "summary.txt").read_text()
+
+
+def test_names_of_a_megabyte_are_cut_where_they_are_read(tmp_path):
+    """60 kernels named by one 1,000,000-character name (an 822 MB kernels.csv before): the trace
+    reader cuts each at MAX_NAME_CHARS and says how many it cut; rows.csv stays small; the
+    xplane reader cuts a metadata name the same way."""
+    import gzip
+    import json
+
+    import trace_rules
+
+    import xplane_reader
+    import xprotos
+    big = "k" * 1_000_000
+    ev = [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "/device:GPU:0"}},
+          {"ph": "M", "name": "thread_name", "pid": 1, "tid": 7,
+           "args": {"name": "Stream #7(Kernel)"}},
+          {"ph": "M", "name": "process_name", "pid": 2, "args": {"name": "/host:CPU"}}]
+    for i in range(60):
+        ev.append({"ph": "X", "name": "cudaLaunchKernel", "pid": 2, "tid": 3, "ts": 10.0 + 3 * i,
+                   "dur": 0.5, "args": {"correlation_id": str(i + 1)}})
+        ev.append({"ph": "X", "name": big, "pid": 1, "tid": 7, "ts": 11.0 + 3 * i, "dur": 0.5,
+                   "args": {"correlation_id": str(i + 1)}})
+    trace = tmp_path / "h.trace.json.gz"
+    with gzip.open(trace, "wt") as fh:
+        json.dump({"traceEvents": ev + [{}]}, fh)
+    p = subprocess.run([sys.executable, "-P", str(REPO / "analyzing-jax-launch-overhead" /
+                                                  "scripts" / "skip_stats.py"), str(trace),
+                        "--out", str(tmp_path / "out")], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "out" / "rows.csv").stat().st_size < 60 * 2 * trace_rules.MAX_NAME_CHARS
+    p = subprocess.run([sys.executable, "-P", str(REPO / "scripts" / "capture_info.py"),
+                        str(trace), "--out", str(tmp_path / "out")], capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    notes = json.loads((tmp_path / "out" / "capture_info.json").read_text())["trace"]["notes"]
+    assert any("60 event name(s) longer than 4,096 characters" in n for n in notes), notes
+    assert trace_rules.cut_name(big).endswith("…[995,904 more characters]")
+    xs = xprotos.classes()["XSpace"]()
+    plane = xs.planes.add(name="/device:GPU:0", id=1)
+    plane.event_metadata[1].name = big
+    path = tmp_path / "h.xplane.pb"
+    path.write_bytes(xs.SerializeToString())
+    space = xplane_reader.load_space(path)
+    assert space.gpu_planes()[0].event_names[1] == trace_rules.cut_name(big)

@@ -40,10 +40,10 @@ from pathlib import Path
 from step_cli import StepError, progress
 
 try:
-    from trace_rules import MAX_TIME_PS
+    from trace_rules import MAX_NAME_CHARS, MAX_TIME_PS, cut_name
 except ImportError:  # imported alone (a test): the sibling module is beside this file
     sys.path.append(str(Path(__file__).resolve().parent))
-    from trace_rules import MAX_TIME_PS
+    from trace_rules import MAX_NAME_CHARS, MAX_TIME_PS, cut_name
 
 GPU_PROCESS_RE = re.compile(r"^/device:GPU:(\d+)$")
 HOST_CPU_PROCESS = "/host:CPU"
@@ -345,6 +345,7 @@ def load_trace(path) -> Trace:
     entries = doc["traceEvents"]
     lo, hi = -MAX_TIME_US, MAX_TIME_US
     id_args = INTEGER_ARGS
+    long_names = 0
     progress("checking the trace's events", 0, len(entries), "events")
     for i, ev in enumerate(entries):
         if not i & 0xFFFF:
@@ -375,6 +376,9 @@ def load_trace(path) -> Trace:
                             if not (_args_text(args) and _ids_ok(args)):
                                 first_bad = first_bad or (i, ev)
                             break
+                if len(ev["name"]) > MAX_NAME_CHARS:
+                    ev["name"] = cut_name(ev["name"])
+                    long_names += 1
                 append(ev)
             elif first_bad is None:
                 first_bad = (i, ev)
@@ -397,7 +401,24 @@ def load_trace(path) -> Trace:
                              "traces")
         raise TraceError(f"{path} has a complete event (traceEvents entry {i:,}) whose "
                          f"{_bad_complete(ev)}; the file is corrupt or not XLA's trace")
-    gpu_pids: dict[int, tuple[int, str]] = {}  # by ordinal: GPU:0 and GPU:00 are one GPU
+    _check_gpu_processes(path, processes)
+    metadata = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+    unit = doc.get("displayTimeUnit")
+    notes = []
+    if long_names:
+        notes.append(f"the trace has {long_names:,} event name(s) longer than "
+                     f"{MAX_NAME_CHARS:,} characters; each was cut to that length (its end "
+                     "says how many more it had)")
+    if cleaned:
+        notes.append(f"the trace has {cleaned} string(s) holding a lone surrogate escape "
+                     "(\\ud800 to \\udfff: no character); each was replaced by U+FFFD")
+    return Trace(path, metadata, unit if isinstance(unit, str) else None, processes, threads,
+                 events, phases, len(entries), notes)
+
+
+def _check_gpu_processes(path: Path, processes: dict) -> None:
+    """One process per GPU ordinal (/device:GPU:0 and /device:GPU:00 are one GPU twice)."""
+    gpu_pids: dict[int, tuple[int, str]] = {}
     for pid, name in sorted(processes.items()):
         m = GPU_PROCESS_RE.match(name)
         if m:
@@ -407,14 +428,6 @@ def load_trace(path) -> Trace:
                                  f"{gpu_pids[o][0]}, and {name}, pid {pid}); XLA names each "
                                  "GPU's process once, so the file is corrupt or merged")
             gpu_pids[o] = (pid, name)
-    metadata = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
-    unit = doc.get("displayTimeUnit")
-    notes = []
-    if cleaned:
-        notes.append(f"the trace has {cleaned} string(s) holding a lone surrogate escape "
-                     "(\\ud800 to \\udfff: no character); each was replaced by U+FFFD")
-    return Trace(path, metadata, unit if isinstance(unit, str) else None, processes, threads,
-                 events, phases, len(entries), notes)
 
 
 def _metadata(path: Path, i: int, ev: dict, processes: dict, threads: dict) -> None:
