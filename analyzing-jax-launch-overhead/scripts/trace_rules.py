@@ -352,8 +352,9 @@ MAX_TIME_PS = 10**18
 
 # An event's name longer than this is cut where it is read, by both readers alike: a kernel name
 # of a megabyte on 60 kernels wrote an 822 MB kernels.csv and held 2.5 GB. The longest real
-# names seen (ROCm's Tensile kernels) run to about 800 characters.
-MAX_NAME_CHARS = 4096
+# names seen run to 4,174 characters (composable_kernel's ck_tile attention kernels on the
+# shared MI355X capture; ROCm's Tensile GEMMs to about 800): the bound keeps 15 times that.
+MAX_NAME_CHARS = 65536
 
 
 def cut_name(name: str) -> str:
