@@ -52,6 +52,10 @@ _PATH_SPLIT_RE = re.compile(r"[/\\]")
 # Calls (fusions, while bodies, branches) nest a few levels in XLA's programs (a fusion in a
 # while body in a while body is 3); the matcher follows 64, so a deeper program is not XLA's.
 MAX_CALL_DEPTH = 64
+# Frames kept of one instruction's stack, innermost first: JAX records the user's frames of a
+# traceback (tens); a chain of 200,000 frames walked whole for each instruction took 70 s and
+# 2.2 GB. The user's line is the first frame outside the libraries, near the innermost end.
+MAX_STACK_FRAMES = 256
 # Instruction runs in one execution, while loops unrolled by their known trip counts: the
 # matcher holds one slot per run. The largest program seen (the PAX A100 step, 37,026
 # instructions) runs about 12,000; MaxText's scanned layers about 3,500. Ten million slots would
@@ -257,7 +261,8 @@ class Program:
     def _stack(self, frame_id: int) -> list[Frame]:
         out = []
         seen = set()
-        while 0 < frame_id <= len(self._frames) and frame_id not in seen:
+        while 0 < frame_id <= len(self._frames) and frame_id not in seen \
+                and len(out) < MAX_STACK_FRAMES:
             seen.add(frame_id)
             fr = self._frames[frame_id - 1]
             loc_id = fr.file_location_id
