@@ -545,8 +545,8 @@ def start_afresh(args, out: Path) -> None:
         files = capture_inputs.resolve(args.capture, run=args.run, host=args.host)
     except capture_inputs.CaptureError:
         return  # step 0 says why
-    other = scratch.other_capture(out, [f for f in (files.xplane, files.trace) if f])
-    if other:
+    other = scratch.claimed(out).get("xplane" if files.xplane else "trace", {}).get("file")
+    if scratch.other_capture(out, [f for f in (files.xplane, files.trace) if f]):
         for p in scratch.outputs(out):
             if p.name == "logs":  # read by no step, each replaced as its step runs; the
                 continue  # per-host pass writes this job's own log there as it runs

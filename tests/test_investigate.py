@@ -253,14 +253,17 @@ def test_the_v100_capture_without_hlo_runs_to_the_end_and_says_so(shared, tmp_pa
     assert json.loads((out / "factcheck.json").read_text())["verdict"] == "pass"
 
 
+def copy_bundle(tmp_path: Path, *folders: str) -> Path:
+    """A copy of the bundle's `folders` under tmp_path/bundle, to break one step of it."""
+    bundle = tmp_path / "bundle"
+    for d in folders:
+        shutil.copytree(REPO / d, bundle / d, ignore=shutil.ignore_patterns("__pycache__"))
+    return bundle
+
+
 def test_a_missing_step_goes_to_the_trust_list_and_the_rest_runs(tmp_path):
     """A bundle installed without roofline.py: step 5 is said, the others run."""
-    bundle = tmp_path / "bundle"
-    shutil.copytree(REPO / "scripts", bundle / "scripts",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(REPO / "analyzing-jax-launch-overhead",
-                    bundle / "analyzing-jax-launch-overhead",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    bundle = copy_bundle(tmp_path, "scripts", "analyzing-jax-launch-overhead")
     (bundle / "scripts" / "roofline.py").unlink()
     out = tmp_path / "scratch"
     p = investigate(EXAMPLE, out, script=bundle / "scripts" / "investigate.py")
@@ -277,13 +280,8 @@ def test_a_step_past_its_time_limit_fails_alone(tmp_path):
     """A bundle whose step 3 never ends (it sleeps), run with --step-limit 3: step 3 is ended
     and goes to the trust list as having run past its limit; every other step runs; the job
     ends; nothing of step 3 is written, and no process of it is left."""
-    bundle = tmp_path / "bundle"
-    shutil.copytree(REPO / "scripts", bundle / "scripts",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(REPO / "analyzing-jax-launch-overhead",
-                    bundle / "analyzing-jax-launch-overhead",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(REPO / "references", bundle / "references")  # step 5's ceilings
+    bundle = copy_bundle(tmp_path, "scripts", "analyzing-jax-launch-overhead",
+                         "references")  # references/: step 5's ceilings
     swim = bundle / "scripts" / "swimlanes.py"
     swim.write_text(swim.read_text().replace(
         "def body(args) -> list[str]:\n", "def body(args) -> list[str]:\n"
@@ -308,9 +306,7 @@ def test_sigterm_ends_the_job_and_its_steps_leave_no_temporary_folder(tmp_path):
     child go), the job exits 143 within seconds, and nothing half-written is left."""
     import signal
     import time
-    bundle = tmp_path / "bundle"
-    for d in ("scripts", "analyzing-jax-launch-overhead", "references"):
-        shutil.copytree(REPO / d, bundle / d, ignore=shutil.ignore_patterns("__pycache__"))
+    bundle = copy_bundle(tmp_path, "scripts", "analyzing-jax-launch-overhead", "references")
     ak = bundle / "scripts" / "attribute_kernels.py"
     ak.write_text(ak.read_text().replace(
         "def write_tables(folder: Path, m: Matched, opts: Options, steps: tuple) -> Tables:\n",

@@ -445,24 +445,21 @@ def claimed(folder: Path) -> dict:
 
 
 def other_capture(folder: Path, sources: list) -> str:
-    """Where the folder holds the tables of another capture than `sources`, that capture's file
-    (its path as claimed); else ''."""
+    """Where the folder holds the tables of another capture than `sources`, the sentence that
+    refuses it (naming that capture's file as claimed); else ''."""
     have = claimed(folder)
     for p in sources:
         was, now = have.get(_kind(p)), identity(p)
         if was and now and was != now:
-            return str(was.get("file"))
+            return (f"{folder} holds the tables of another capture ({was.get('file')}, or the "
+                    "same file since changed): write into another --out, or empty it first "
+                    "(investigate.py does)")
     return ""
 
 
 def claim(folder: Path, sources: list) -> None:
-    """Claim the folder for the capture files `sources` (see CLAIM); TableError, one sentence,
-    where it holds the tables of another capture."""
-    other = other_capture(folder, sources)
-    if other:
-        raise TableError(f"{folder} holds the tables of another capture ({other}, or the same "
-                         "file since changed): write into another --out, or empty it first "
-                         "(investigate.py does)")
+    """Record the folder's claim for the capture files `sources` (see CLAIM); the caller has
+    checked other_capture."""
     have = claimed(folder)
     for p in sources:
         if identity(p) is not None:

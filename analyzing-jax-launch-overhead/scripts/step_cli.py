@@ -181,11 +181,9 @@ def claim_for(files, out) -> None:
     step succeeds (a failed step leaves the folder as it was)."""
     import scratch
     sources = [f for f in (files.xplane, files.trace) if f is not None]
-    other = scratch.other_capture(out, sources)
-    if other:
-        raise StepError(f"{out} holds the tables of another capture ({other}, or the same file "
-                        "since changed): write into another --out, or empty it first "
-                        "(investigate.py does)")
+    refusal = scratch.other_capture(out, sources)
+    if refusal:
+        raise StepError(refusal)
     _CLAIMED.append((out, sources))
 
 
