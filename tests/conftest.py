@@ -60,3 +60,24 @@ def pytest_generate_tests(metafunc):
                 reason=f"{SHARED_CAPTURES} is absent (a user's clone has no ../shared)"))])
         else:
             metafunc.parametrize("capture", caps, ids=[capture_id(c) for c in caps])
+
+
+def cost_doubles(run, make, n: int, repeats: int = 3, ratio: float = 3.0) -> tuple:
+    """The time bound of the tests on inputs shaped to be expensive, measured against the input
+    itself rather than this machine's clock: run(make(n // 2)) and run(make(n)), the fastest of
+    `repeats` each; the whole must cost under `ratio` times the half (a linear cost doubles, a
+    quadratic one quadruples, an exponential one squares). Returns the two times."""
+    import time
+
+    times = []
+    for k in (n // 2, n):
+        data, best = make(k), float("inf")
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            run(data)
+            best = min(best, time.perf_counter() - t0)
+        times.append(best)
+    half, whole = times
+    assert whole < ratio * half + 0.002, (
+        f"size {n // 2:,}: {half:.4f} s, size {n:,}: {whole:.4f} s: more than {ratio}x")
+    return half, whole

@@ -20,7 +20,16 @@ import zlib
 from pathlib import Path
 
 import pytest
-from test_build_page import BUILD, EXAMPLE, HOSTILE, INVESTIGATE, plant
+from test_build_page import (
+    BUILD,
+    EXAMPLE,
+    HOSTILE,
+    INVESTIGATE,
+    LEAKS,
+    leaky_svg,
+    page_of_drawing,
+    plant,
+)
 
 from conftest import REPO
 
@@ -78,7 +87,7 @@ def pages(tmp_path_factory):
             "shots": shots}
 
 
-def open_page(browser, path: Path, width=1280, height=800):
+def open_page(browser, path: Path, width=1280, height=800, settle_ms=0):
     ctx = browser.new_context(viewport={"width": width, "height": height})
     page = ctx.new_page()
     seen = {"requests": [], "errors": [], "dialogs": []}
@@ -93,6 +102,7 @@ def open_page(browser, path: Path, width=1280, height=800):
     page.on("dialog", dialog)
     page.goto(path.as_uri())
     page.wait_for_load_state("load")
+    page.wait_for_timeout(settle_ms)  # what styles and references load after the load event
     return ctx, page, seen
 
 
@@ -226,3 +236,28 @@ def test_screenshots_are_kept(pages):
     shots = sorted(p.name for p in pages["shots"].iterdir())
     print("screenshots:", pages["shots"], shots)
     assert REPO.is_dir()
+
+
+def test_a_drawing_naming_outside_resources_loads_nothing(browser, pages, tmp_path):
+    """The drawing of test_build_page.leaky_svg, inline in a bare page, makes Chromium ask for
+    most of its outside resources (the ways are live, so the check can fail); the same drawing
+    on the built page asks for none: the request log holds the page alone."""
+    host = "http://127.0.0.1:9"  # the discard port: each request is logged, then refused
+    raw = tmp_path / "raw.html"
+    raw.write_text("<!doctype html><html><body>" + leaky_svg(host) + "</body></html>",
+                   encoding="utf-8")
+    ctx, page, seen = open_page(browser, raw, settle_ms=1500)
+    ctx.close()
+    followed = {u.removeprefix(host + "/") for u in seen["requests"] if u.startswith(host)}
+    assert followed <= set(LEAKS) and len(followed) >= 15, sorted(followed)
+    built = tmp_path / "built.html"
+    p = page_of_drawing(pages["page"].parent, tmp_path / "s", leaky_svg(host), built)
+    assert p.returncode == 0, p.stderr
+    ctx, page, seen = open_page(browser, built, settle_ms=1500)
+    try:
+        page.mouse.move(100, 100)  # a cursor image loads on hover
+        page.wait_for_timeout(300)
+        assert seen["requests"] == [built.as_uri()], seen["requests"]
+        assert page.locator("svg[role=img] rect").count() == 13
+    finally:
+        ctx.close()

@@ -18,7 +18,10 @@ scratch folder it cites (default: the report's folder). Writes one HTML file (de
   at the top says what measured, read and inferred mean) followed by its source in small type;
 - the report's own SVG drawings (swimlanes.svg, roofline.svg) embedded inline, cleaned (no
   script, no event attribute, no outside reference, their CSS scoped to the figure), with a
-  <title> for screen readers; any other image is named, not loaded;
+  <title> for screen readers; any other image is named, not loaded. The cleaner judges each
+  parsed attribute and CSS value as the browser will read it (names in any case, entities
+  decoded): a value with an escape, a comment, an at-rule or a function other than colours,
+  transforms, arithmetic and url(#own-id) is dropped, as is an href outside the drawing;
 - the scratch folder's tables (changes, trust list, streams, steps, stragglers, gaps,
   reconciliation, instructions, Python lines, attribution classes, roofline, kernel names, the
   longest kernels) as real <table>s: <caption>, <th scope="col">, units in the headers,
@@ -70,6 +73,18 @@ NUM_START_RE = re.compile(r"^[<>≈~]?\s*(-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?
 CITED_FILE_RE = re.compile(r";\s*([\w./-]+\.(?:csv|json))\s*:")
 COMMENT_RE = re.compile(r"<!--.*?-->", re.S)
 JUDGE_RE = re.compile(r"<!--\s*judge:", re.I)
+# The CSS functions a drawing may use: colours, transforms, arithmetic, and url() to an id of its
+# own; any other (image(), image-set(), cross-fade(), element(), src(), paint(), an unknown
+# name) could load something. A bare parenthesis is a block, not a function.
+CSS_FUNCTIONS = {"", "rgb", "rgba", "hsl", "hsla", "hwb", "lab", "lch", "oklab", "oklch", "calc",
+                 "min", "max", "clamp", "translate", "translatex", "translatey", "rotate",
+                 "scale", "scalex", "scaley", "matrix", "skewx", "skewy", "url"}
+SPACE_RE = re.compile(r"\s*")
+FUNCTION_RE = re.compile(r"(?<![\w-])([\w-]*)\(")  # from a word's start: linear
+OWN_URL_RE = re.compile(r"url\(\s*#([\w.:-]+)\s*\)", re.I)
+# attributes the browser does not read as CSS: checked for what they are, not as CSS values
+NOT_CSS = {"id", "class", "href", "role", "aria-label", "aria-labelledby", "data-device",
+           "version"}
 # What a drawing may hold: SVG shapes, text and paint servers, nothing that runs, loads or leaves
 # the figure (an <img> or any other HTML element inside inline SVG is a real HTML element).
 SVG_ELEMENTS = {"svg", "g", "defs", "title", "desc", "style", "rect", "line", "polyline",
@@ -173,18 +188,19 @@ def mark(label: str, source: str | None, not_run: bool = False) -> str:
 def scope_css(css: str, scope: str, prefix: str) -> str:
     """The drawing's CSS with every selector under #scope, @-rules and outside urls dropped, and
     its own url(#id) references renamed with the figure's prefix."""
-    css = re.sub(r"/\*.*?\*/", "", css, flags=re.S)
-    out, i = [], 0
+    css = strip_comments(css)
+    out, i, j = [], 0, -1
     while i < len(css):
-        j = css.find("{", i)
+        if j < i:  # the next "{" is searched for once, not again per statement before it
+            j = css.find("{", i)
         if j < 0:
             break
-        sel = css[i:j].strip()
-        semi = css.find(";", i)
-        if sel.startswith("@") and 0 <= semi < j:  # a statement (@import, @charset): dropped
+        at = css.startswith("@", SPACE_RE.match(css, i).end())
+        semi = css.find(";", i, j) if at else -1
+        if semi >= 0:  # a statement (@import, @charset): dropped
             i = semi + 1
             continue
-        if sel.startswith("@"):
+        if at:
             depth, k = 1, j + 1
             while k < len(css) and depth:
                 depth += {"{": 1, "}": -1}.get(css[k], 0)
@@ -194,32 +210,51 @@ def scope_css(css: str, scope: str, prefix: str) -> str:
         k = css.find("}", j)
         if k < 0:
             break
+        sel = css[i:j].strip()
         decls = [d for d in css[j + 1:k].split(";") if d.strip() and safe_style(d)]
         body = ";".join(rename_urls(d, prefix) for d in decls)
         # a selector is kept only as a descendant of the figure: one that starts with a
         # combinator (~ + >) or escapes would reach the page around it
         sels = ",".join(f"#{scope} {x.strip()}" for x in sel.split(",")
-                        if x.strip() and x.strip()[0] not in "~+>" and "\\" not in x)
+                        if x.strip() and x.strip()[0] not in "~+>"
+                        and not any(c in x for c in "\\;{}@<"))
         if sels and body:
             out.append(f"{sels}{{{body}}}")
         i = k + 1
     return "\n".join(out)
 
 
+def strip_comments(css: str) -> str:
+    """CSS without its comments, in one pass (an unclosed one runs to the end, as in CSS)."""
+    out, i = [], 0
+    while (j := css.find("/*", i)) >= 0:
+        out.append(css[i:j])
+        k = css.find("*/", j + 2)
+        if k < 0:
+            return "".join(out)
+        i = k + 2
+    out.append(css[i:])
+    return "".join(out)
+
+
 def safe_style(text: str) -> bool:
-    """A declaration (or attribute value) that can load nothing: no escapes (which could spell
-    anything), no image-set, expression, import or script, and url() only to the figure's own
-    ids."""
-    low = text.lower().replace(" ", "")
-    if "\\" in low or any(w in low for w in ("expression(", "javascript:", "@import",
-                                                "behavior:", "image-set", "image(", "-moz-binding",
-                                                "src(")):
+    """A CSS value or declaration (a style, a presentation attribute) that can load nothing,
+    judged on the text as the browser will read it (entities already decoded by the parser),
+    case-insensitively: no escapes or comments (which could spell anything), no at-rule, and
+    every function one of CSS_FUNCTIONS, url() naming only an id of the figure's own."""
+    low = text.lower()
+    if any(c in low for c in "\\@<") or "/*" in low or "javascript:" in low:
         return False
-    return all(u.startswith("url(#") for u in re.findall(r"url\([^)]*", low))
+    for m in FUNCTION_RE.finditer(low):
+        if m.group(1) not in CSS_FUNCTIONS:
+            return False
+        if m.group(1) == "url" and not OWN_URL_RE.match(low, m.start()):
+            return False
+    return True
 
 
 def rename_urls(text: str, prefix: str) -> str:
-    return re.sub(r"url\(\s*#([^)\s]+)\s*\)", lambda m: f"url(#{prefix}{m.group(1)})", text)
+    return OWN_URL_RE.sub(lambda m: f"url(#{prefix}{m.group(1)})", text)
 
 
 def local(tag: str) -> str:
@@ -232,9 +267,10 @@ def clean_svg(el: ET.Element, prefix: str, scope: str) -> None:
             el.remove(child)  # comments and processing instructions
             continue
         name = local(child.tag)
-        href = child.get("href") or child.get(f"{{{XLINK_NS}}}href")
+        outside = any(local(k).lower() == "href" and not v.startswith("#")
+                      for k, v in child.attrib.items())  # HREF= is href= in HTML
         if (not child.tag.startswith(f"{{{SVG_NS}}}") or name not in SVG_ELEMENTS
-                or (href and not href.startswith("#"))):
+                or outside):
             el.remove(child)  # not SVG, not on the list, or pointing outside the figure
             continue
         if name == "style":
@@ -246,21 +282,18 @@ def clean_svg(el: ET.Element, prefix: str, scope: str) -> None:
                 continue
         clean_svg(child, prefix, scope)
     for key in list(el.attrib):
+        # the HTML parser lowercases attribute names: FILL= is fill=, HREF= is href=
         name, value = local(key).lower(), el.attrib[key]
         if (name not in SVG_ATTRIBUTES or (key.startswith("{") and not key.startswith(
-                f"{{{XLINK_NS}}}")) or (name == "href" and not value.startswith("#"))):
-            del el.attrib[key]
-        elif name == "style" and not safe_style(value):
+                f"{{{XLINK_NS}}}")) or (name == "href" and not value.startswith("#"))
+                or (name not in NOT_CSS and not safe_style(value))):
             del el.attrib[key]
         elif name == "id":
             el.attrib[key] = prefix + value
         elif name == "href":
             el.attrib[key] = "#" + prefix + value[1:]
-        elif "url(" in value:
-            if not safe_style(value):
-                del el.attrib[key]
-            else:
-                el.attrib[key] = rename_urls(value, prefix)
+        elif name not in NOT_CSS:
+            el.attrib[key] = rename_urls(value, prefix)
 
 
 def embed_svg(path: Path, n: int, alt: str) -> str:
