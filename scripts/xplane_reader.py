@@ -13,13 +13,16 @@ What the reader guarantees (anything else is an XPlaneError: one sentence naming
 - the file is at most ``MAX_XPLANE_BYTES`` and parses as an XSpace with planes; no two planes
   share a ``/device:GPU:<n>``, ``/host:CPU`` or ``/host:metadata`` name;
 - every event's start and duration are within ``trace_rules.MAX_TIME_PS``, the duration never
-  negative (checked for every event when the file is loaded);
+  negative, and no event outlasts the profile (``trace_rules.runs_past_capture``: none ends
+  after every event's start by more than the capture's own length and a minute), checked for
+  every event when the file is loaded;
 - every stat the bundle reads (``STAT_KINDS``) holds the kind XLA writes it as: an integer
   (never negative) or a string, or bytes for ``Hlo Proto``; checked where stats are decoded.
 """
 
 from __future__ import annotations
 
+import operator
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -28,13 +31,13 @@ from pathlib import Path
 import xprotos
 
 try:
-    from trace_rules import MAX_TIME_PS, cut_name
+    from trace_rules import MAX_TIME_PS, cut_name, runs_past_capture
 except ImportError:  # imported without an entry script's path set-up: find the sibling skill
     import sys
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import sibling
     sibling.on_path()
-    from trace_rules import MAX_TIME_PS, cut_name
+    from trace_rules import MAX_TIME_PS, cut_name, runs_past_capture
 from step_cli import StepError, progress
 
 GPU_PLANE_RE = re.compile(r"^/device:GPU:(\d+)$")
@@ -245,6 +248,7 @@ class Space:
         self.errors = list(proto.errors)
         self.warnings = list(proto.warnings)
         seen: set = set()
+        extents: list = []
         for i, p in enumerate(proto.planes):
             progress("checking the xplane's planes", i, len(proto.planes), "planes")
             # a GPU plane by its ordinal: /device:GPU:0 and /device:GPU:00 are one GPU twice
@@ -255,7 +259,8 @@ class Space:
                                   f"{' (GPU ' + str(key[1]) + ')' if m else ''}; XProf writes "
                                   "each once, so the file is corrupt or merged")
             seen.add(key)
-            _check_times(path, p)
+            extents.extend(_check_times(path, p))
+        _check_extent(path, extents)
         self.planes = [Plane(p, self) for p in proto.planes]
 
     def plane(self, name: str) -> Plane | None:
@@ -293,9 +298,11 @@ class Space:
         return env.stats.get("profile_start_time"), env.stats.get("profile_stop_time")
 
 
-def _check_times(path: Path, plane) -> None:
+def _check_times(path: Path, plane) -> list:
     """Every event of the plane starts within MAX_TIME_PS of the profile start and lasts 0 to
-    MAX_TIME_PS; else the sentence names the first event that does not."""
+    MAX_TIME_PS; else the sentence names the first event that does not. Returns each line's
+    extent: (first start, last start, last end, the plane, the line, its timestamp in ps)."""
+    extents = []
     for ln in plane.lines:
         evs = ln.events
         if not evs:
@@ -305,6 +312,8 @@ def _check_times(path: Path, plane) -> None:
         durs = [e.duration_ps for e in evs]
         if (min(durs) >= 0 and max(durs) <= MAX_TIME_PS and base + min(offs) >= -MAX_TIME_PS
                 and base + max(offs) <= MAX_TIME_PS):
+            extents.append((base + min(offs), base + max(offs),
+                            base + max(map(operator.add, offs, durs)), plane, ln, base))
             continue
         for i, (o, d) in enumerate(zip(offs, durs, strict=True)):
             if d < 0 or d > MAX_TIME_PS:
@@ -316,6 +325,23 @@ def _check_times(path: Path, plane) -> None:
             raise XPlaneError(f"{path} has an event (number {i:,} of line {_name(ln.name)} on "
                               f"plane {_name(plane.name)}) with {what}; expected 0 to "
                               f"{MAX_TIME_PS:,} ps, so the file is corrupt")
+    return extents
+
+
+def _check_extent(path: Path, extents: list) -> None:
+    """No event outlasts the capture (trace_rules.runs_past_capture)."""
+    if not extents:
+        return
+    first, last = min(e[0] for e in extents), max(e[1] for e in extents)
+    _, _, end, plane, ln, base = max(extents, key=lambda e: e[2])
+    if runs_past_capture(first, last, end):
+        i = next(i for i, e in enumerate(ln.events)
+                 if base + e.offset_ps + e.duration_ps == end)
+        raise XPlaneError(f"{path} has an event (number {i:,} of line {_name(ln.name)} on "
+                          f"plane {_name(plane.name)}) lasting {ln.events[i].duration_ps:,} "
+                          f"ps, to {(end - last) / 1e6:,.0f} us after the last event starts, "
+                          f"while all start within {(last - first) / 1e6:,.0f} us: it "
+                          "outlasts the profile that recorded it, so the file is corrupt")
 
 
 def stream_totals(space: Space) -> list[list[int]]:

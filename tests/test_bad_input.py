@@ -139,6 +139,15 @@ def xplane_with_gpu_00(seed) -> bytes:
     return space.SerializeToString()
 
 
+def xplane_with_a_kernel_of(seed, duration_ps: int) -> bytes:
+    """The seed's xplane with its first GPU kernel lasting duration_ps."""
+    import xprotos
+    space = xprotos.classes()["XSpace"].FromString(seed["xplane"])
+    gpu0 = next(p for p in space.planes if p.name == "/device:GPU:0")
+    next(ln for ln in gpu0.lines if ln.events).events[0].duration_ps = duration_ps
+    return space.SerializeToString()
+
+
 # ---------------------------------------------------------------- the matrix
 
 def _case(name, bad, build, words=None):
@@ -218,6 +227,14 @@ CASES = [
     _case("gpu-00-plane", "xplane",
           lambda t, s, **_: run_folder(t, s["trace_gz"], xplane_with_gpu_00(s)),
           "holds two planes for /device:GPU:00 (GPU 0)"),
+    # within the readers' 64-bit bound, but longer than the profile: 11.6 days in a 2 ms capture
+    # (negative idle figures in steps.csv before)
+    _case("kernel-outlasts-the-trace", "trace",
+          lambda t, s, **_: run_folder(t, with_event(s, dur=1e12), s["xplane"]),
+          "outlasts the profile that recorded it"),
+    _case("kernel-outlasts-the-xplane", "xplane",
+          lambda t, s, **_: run_folder(t, s["trace_gz"], xplane_with_a_kernel_of(s, 10**18)),
+          "outlasts the profile that recorded it"),
     _case("gzip-bomb", "trace", lambda t, s, bomb, **_: run_folder(t, bomb, s["xplane"]),
           "gzip bomb"),
     _case("empty-xplane", "xplane", lambda t, s, **_: run_folder(t, s["trace_gz"], b""),

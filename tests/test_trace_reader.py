@@ -73,3 +73,24 @@ def test_bad_input_is_one_sentence(tmp_path, name, raw, words):
         trace_reader.load_trace(path)
     assert words in str(err.value)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("span_us, tail_us, refused", [
+    (45_316, 59_000_000, False),  # a long last kernel in a short capture: its minute allowed
+    (45_316, 61_000_000, True),   # past the minute and the capture's own length: refused
+    (90_000_000, 89_000_000, False),  # within a long capture's own length
+    (90_000_000, 91_000_000, True)])
+def test_an_event_that_outlasts_the_capture_is_refused(tmp_path, span_us, tail_us, refused):
+    """trace_rules.runs_past_capture: an event may end after every event's start by at most the
+    capture's own length, or a minute where the capture is shorter."""
+    events = json.loads(json.dumps(EVENTS))
+    events[4]["ts"] = 45317.13 - span_us  # the host event: the capture's first start
+    events[3]["dur"] = tail_us  # the kernel, the last start
+    path = _write(tmp_path, _doc(events))
+    if not refused:
+        assert len(trace_reader.load_trace(path).events) == 2
+        return
+    with pytest.raises(trace_reader.TraceError, match=r"traceEvents entry 3, 'fusion_1'\) "
+                       r"lasting [\d,]+ us, to [\d,]+ us after the last event starts, while all"
+                       r" start within [\d,]+ us: it outlasts the profile"):
+        trace_reader.load_trace(path)

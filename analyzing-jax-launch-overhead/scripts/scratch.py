@@ -1106,7 +1106,9 @@ declare(Table(
   the host dispatches the next program. A part of `host_late_us`, never more (step 6 takes it
   out of the host-gap row).
 - `tklqt_us`, `akd_us`, `il_us`, `il_idle_us` (the paper's idle figure) and `union_idle_us` are
-  the SKIP metrics.
+  the SKIP metrics. `il_idle_us` is `il_us` less the sum of the step's kernel times, as the
+  paper defines it: negative where kernels of several streams overlap (their sum then exceeds
+  the step); `union_idle_us` (the step less the union of its kernels) never is.
 - `host_late_us`, `device_wait_us`, `unknown_gap_us`: the critical stream's idle time in the step
   (from the step's start), split by the cause of each gap as in `gaps.csv`; their sum plus the
   stream's busy time is `dur_us`. They are of the critical stream alone, so their sum can exceed

@@ -16,6 +16,8 @@ the file, the entry and what was expected):
 - every complete event has an integer ``pid`` and ``tid``, a string ``name``, and ``ts`` and
   ``dur`` that are JSON numbers (never strings) with ``|ts|`` and ``dur`` in 0 ..
   ``trace_rules.MAX_TIME_PS`` (in picoseconds): finite, a duration never negative;
+- no event outlasts the profile: none ends after every event's start by more than the
+  capture's own length and a minute (``trace_rules.runs_past_capture``);
 - ``args``, where present, is an object whose values are strings (XLA writes every value so;
   a finite number is taken as its decimal text, anything else refused), and whose ids
   (``INTEGER_ARGS``: the correlation id, device, step, graph and program ids) are integers
@@ -40,10 +42,10 @@ from pathlib import Path
 from step_cli import StepError, progress
 
 try:
-    from trace_rules import MAX_NAME_CHARS, MAX_TIME_PS, cut_name
+    from trace_rules import MAX_NAME_CHARS, MAX_TIME_PS, cut_name, runs_past_capture
 except ImportError:  # imported alone (a test): the sibling module is beside this file
     sys.path.append(str(Path(__file__).resolve().parent))
-    from trace_rules import MAX_NAME_CHARS, MAX_TIME_PS, cut_name
+    from trace_rules import MAX_NAME_CHARS, MAX_TIME_PS, cut_name, runs_past_capture
 
 GPU_PROCESS_RE = re.compile(r"^/device:GPU:(\d+)$")
 HOST_CPU_PROCESS = "/host:CPU"
@@ -346,6 +348,7 @@ def load_trace(path) -> Trace:
     lo, hi = -MAX_TIME_US, MAX_TIME_US
     id_args = INTEGER_ARGS
     long_names = 0
+    first_ts, last_ts, last_end, last_i = hi, lo, lo, -1  # the capture's extent
     progress("checking the trace's events", 0, len(entries), "events")
     for i, ev in enumerate(entries):
         if not i & 0xFFFF:
@@ -380,6 +383,12 @@ def load_trace(path) -> Trace:
                     ev["name"] = cut_name(ev["name"])
                     long_names += 1
                 append(ev)
+                if ts > last_ts:
+                    last_ts = ts
+                if ts < first_ts:
+                    first_ts = ts
+                if ts + dur > last_end:
+                    last_end, last_i = ts + dur, i
             elif first_bad is None:
                 first_bad = (i, ev)
         elif ph == "M":
@@ -401,9 +410,17 @@ def load_trace(path) -> Trace:
                              "traces")
         raise TraceError(f"{path} has a complete event (traceEvents entry {i:,}) whose "
                          f"{_bad_complete(ev)}; the file is corrupt or not XLA's trace")
+    if last_i >= 0:
+        _check_extent(path, entries[last_i], last_i, first_ts, last_ts)
     _check_gpu_processes(path, processes)
     metadata = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
     unit = doc.get("displayTimeUnit")
+    return Trace(path, metadata, unit if isinstance(unit, str) else None, processes, threads,
+                 events, phases, len(entries), _repairs(long_names, cleaned))
+
+
+def _repairs(long_names: int, cleaned: int) -> list[str]:
+    """The notes saying what the reader changed as it read."""
     notes = []
     if long_names:
         notes.append(f"the trace has {long_names:,} event name(s) longer than "
@@ -412,8 +429,18 @@ def load_trace(path) -> Trace:
     if cleaned:
         notes.append(f"the trace has {cleaned} string(s) holding a lone surrogate escape "
                      "(\\ud800 to \\udfff: no character); each was replaced by U+FFFD")
-    return Trace(path, metadata, unit if isinstance(unit, str) else None, processes, threads,
-                 events, phases, len(entries), notes)
+    return notes
+
+
+def _check_extent(path: Path, ev: dict, i: int, first_ts, last_ts) -> None:
+    """The event that ends last (entry i) does not outlast the profile."""
+    last_end = ev["ts"] + ev["dur"]
+    if runs_past_capture(ps(first_ts), ps(last_ts), ps(last_end)):
+        raise TraceError(f"{path} has a complete event (traceEvents entry {i:,}, "
+                         f"{_show(ev['name'])}) lasting {ev['dur']:,.0f} us, to "
+                         f"{last_end - last_ts:,.0f} us after the last event starts, while all "
+                         f"start within {last_ts - first_ts:,.0f} us: it outlasts the profile "
+                         "that recorded it, so the file is corrupt")
 
 
 def _check_gpu_processes(path: Path, processes: dict) -> None:

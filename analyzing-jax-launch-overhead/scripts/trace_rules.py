@@ -350,6 +350,20 @@ def last_finishers(ends: dict, tie_ps: int = STRAGGLER_TIE_PS) -> list:
 # also keeps a start plus a duration inside a 64-bit integer (the matcher's numpy arrays).
 MAX_TIME_PS = 10**18
 
+# An event that ends after every event of the capture has started, by more than the capture's
+# own length (from its first start to its last) and more than a minute, lasted longer than the
+# profile that recorded it: its time is not of this profile (a kernel of 10^12 us, within
+# MAX_TIME_PS, stretched its step to 11.6 days and every idle figure of the step with it). The
+# readers refuse the file, naming the event. A real last kernel ends microseconds to seconds
+# after the last start; a long-running one inside a short capture is allowed its minute.
+MIN_OVERRUN_PS = 60 * 10**12
+
+
+def runs_past_capture(first_start_ps: int, last_start_ps: int, end_ps: int) -> bool:
+    """Whether an event ending at end_ps outlasts the capture whose events start from
+    first_start_ps to last_start_ps (MIN_OVERRUN_PS)."""
+    return end_ps - last_start_ps > max(last_start_ps - first_start_ps, MIN_OVERRUN_PS)
+
 # An event's name longer than this is cut where it is read, by both readers alike: a kernel name
 # of a megabyte on 60 kernels wrote an 822 MB kernels.csv and held 2.5 GB. The longest real
 # names seen run to 4,174 characters (composable_kernel's ck_tile attention kernels on the
