@@ -8,63 +8,19 @@ import subprocess
 import sys
 
 import pytest
+import shapes
 
 from capgen.generate import generate
 from capgen.scenarios import SCENARIOS
 from conftest import REPO
 
-DEEP = r"""
-import sys
-sys.path[:0] = [sys.argv[2], sys.argv[3]]
-import xprotos
-import kernel_match as km
-from hlo_program import Program
-
-def nested(depth):
-    C = xprotos.classes()
-    m = C["HloModuleProto"](name="jit_deep", id=1)
-    ids = iter(range(1, 10**6))
-    prev = None
-    for k in range(depth + 1):
-        comp = m.computations.add(name=f"c{k}", id=100000 + k)
-        p = comp.instructions.add(name=f"p{k}", opcode="parameter", id=next(ids))
-        if prev is None:
-            r = comp.instructions.add(name=f"add{k}", opcode="add", id=next(ids),
-                                      operand_ids=[p.id, p.id])
-        else:  # two fusions calling the level below: every path to the bottom doubles
-            a = comp.instructions.add(name=f"fa{k}", opcode="fusion", id=next(ids),
-                                      operand_ids=[p.id], fusion_kind="kLoop")
-            a.called_computation_ids.append(prev)
-            r = comp.instructions.add(name=f"fb{k}", opcode="fusion", id=next(ids),
-                                      operand_ids=[a.id], fusion_kind="kLoop")
-            r.called_computation_ids.append(prev)
-        for ins in comp.instructions:
-            ins.shape.element_type = 11
-            ins.shape.dimensions.append(4)
-        comp.root_id = r.id
-        prev = comp.id
-    m.entry_computation_id = prev
-    m.entry_computation_name = f"c{depth}"
-    return m
-
-m = nested(int(sys.argv[1]))
-prog = Program(m, 1)
-root = prog.computations[m.entry_computation_id].instructions[-1]
-assert prog.frames(root) == []
-fp = km.Plan(prog).fingerprint(m.entry_computation_id)
-print(len(fp))
-"""
-
 
 def test_fusions_nested_40_deep_sharing_their_callees(tmp_path):
     """Each level calls the one below twice: 2^40 paths. Searching a fusion's frames and its
     structure's fingerprint once per computation (20 deep took 1.3 s, 24 deep ran past 120 s,
-    40 deep past 23 GB): done at once, the fingerprint a fixed 32 bytes."""
-    p = subprocess.run([sys.executable, "-c", DEEP, "40", str(REPO / "scripts"),
-                        str(REPO / "analyzing-jax-launch-overhead" / "scripts")],
-                       capture_output=True, text=True, timeout=60)
-    assert p.returncode == 0, p.stderr[-1000:]
-    assert p.stdout.strip() == "32"
+    40 deep past 23 GB): done at once, the fingerprint a fixed 32 bytes (tests/shapes.py)."""
+    frames, fingerprint = shapes.fusion_depth(40, tmp_path)()
+    assert frames == [] and len(fingerprint) == 32
 
 
 def test_loops_of_unknown_trip_count_expand_to_a_bound(tmp_path, monkeypatch):
@@ -151,36 +107,18 @@ def test_names_of_a_megabyte_are_cut_where_they_are_read(tmp_path):
 
 
 def test_a_stack_frame_chain_of_200000_frames(tmp_path):
-    """One instruction per frame of a 200,000-frame chain (70 s and 2.2 GB before: each stack
-    walked whole): each instruction's stack is its innermost MAX_STACK_FRAMES frames."""
-    p = subprocess.run([sys.executable, "-c", CHAIN, str(REPO / "scripts"),
-                        str(REPO / "analyzing-jax-launch-overhead" / "scripts")],
-                       capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0, p.stderr[-1000:]
-    assert p.stdout.split() == ["256", "1", "user.py:199991"]  # the innermost kept
+    """One instruction per tenth frame of a 200,000-frame chain (70 s and 2.2 GB before: each
+    stack walked whole): each instruction's stack is its innermost MAX_STACK_FRAMES frames."""
+    stacks = shapes.frame_chain(200_000, tmp_path)()
+    assert len(stacks[-1]) == 256 and len(stacks[0]) == 1
+    assert f"{stacks[-1][0].file}:{stacks[-1][0].line}" == "user.py:199991"  # the innermost
 
 
-CHAIN = r"""
-import sys
-sys.path[:0] = sys.argv[1:3]
-import xprotos
-from hlo_program import Program
-n = 200_000
-m = xprotos.classes()["HloModuleProto"](name="jit_chain", id=1)
-sfi = m.stack_frame_index
-sfi.file_names.append("user.py")
-sfi.function_names.append("f")
-for i in range(n):
-    loc = sfi.file_locations.add(file_name_id=1, function_name_id=1, line=i + 1)
-    sfi.stack_frames.add(file_location_id=i + 1, parent_frame_id=i)  # frame i+1 -> frame i
-comp = m.computations.add(name="main", id=1)
-for i in range(0, n, 10):  # 20,000 instructions, each on a deeper frame
-    ins = comp.instructions.add(name=f"c{i}", opcode="constant", id=i + 1)
-    ins.shape.element_type = 11
-    ins.metadata.stack_frame_id = i + 1
-comp.root_id = ins.id
-m.entry_computation_id = 1
-prog = Program(m, 1, check=False)
-deep = prog.frames(comp.instructions[-1])
-print(len(deep), len(prog.frames(comp.instructions[0])), f"{deep[0].file}:{deep[0].line}")
-"""
+@pytest.mark.parametrize("name", list(shapes.SHAPES))
+def test_each_shape_costs_twice_at_twice_the_size(tmp_path, name):
+    """tests/shapes.py: each input shaped to be expensive (a count, a length, a depth, a width)
+    run at n/2 and n; the second costs under 3 times the first (quadratic would be 4 times), and
+    no run passes 60 s. Sizes are those at which the costs found were seconds to minutes: 20,000
+    kernels under one long host event took 45 s (11.5 s at 10,000)."""
+    r = shapes.check(shapes.SHAPES[name], tmp_path, timeout=60)
+    assert r["failure"] is None, r
