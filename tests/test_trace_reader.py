@@ -94,3 +94,14 @@ def test_an_event_that_outlasts_the_capture_is_refused(tmp_path, span_us, tail_u
                        r"lasting [\d,]+ us, to [\d,]+ us after the last event starts, while all"
                        r" start within [\d,]+ us: it outlasts the profile"):
         trace_reader.load_trace(path)
+
+
+@pytest.mark.parametrize("limit, counted", [(5, "6"), (6, "7")])
+def test_a_trace_of_more_events_than_the_tools_take_is_refused(tmp_path, monkeypatch, limit,
+                                                               counted):
+    """More than MAX_TRACE_EVENTS: refused before parsing where the text's "ph" keys say so
+    (6 here), else once parsed (7 entries, one without "ph"), saying what to do."""
+    monkeypatch.setattr(trace_reader, "MAX_TRACE_EVENTS", limit)
+    with pytest.raises(trace_reader.TraceError, match=rf"holds {counted} events, more than the "
+                       rf"{limit} these tools are built for .*: profile fewer steps"):
+        trace_reader.load_trace(_write(tmp_path, _doc(EVENTS)))

@@ -12,7 +12,8 @@ What the reader guarantees to every step (anything else is a TraceError: one sen
 the file, the entry and what was expected):
 - the text is at most ``MAX_GZIP_RATIO`` times its gzip's size (at least
   ``MIN_DECOMPRESSED_CAP``, never over ``MAX_TRACE_BYTES``), UTF-8, strict JSON (no NaN or
-  Infinity) nested less deep than the interpreter's recursion limit;
+  Infinity) nested less deep than the interpreter's recursion limit, of at most
+  ``MAX_TRACE_EVENTS`` events (counted in the text before it is parsed);
 - every complete event has an integer ``pid`` and ``tid``, a string ``name``, and ``ts`` and
   ``dur`` that are JSON numbers (never strings) with ``|ts|`` and ``dur`` in 0 ..
   ``trace_rules.MAX_TIME_PS`` (in picoseconds): finite, a duration never negative;
@@ -63,6 +64,11 @@ MIN_DECOMPRESSED_CAP = 64 << 20
 # events, about 0.7 kB each with their args (the 156,800-kernel MaxText trace is 109 MB of text
 # for 390,000 events): 4 GiB is five times that, and more than a 24 GiB machine can parse.
 MAX_TRACE_BYTES = 4 << 30
+# No trace of more events than this is read: XLA's exporter writes at most 1,000,000 for one
+# capture, and step 1 holds about 1.4 kB per event (1,000,000 tiny events: 1.35 GB peak, 11 s;
+# 2,000,000: 2.7 GB, 25 s; 5,000,000 took 6.9 GB). The count is taken from the text before it is
+# parsed (each event's "ph" key), so a larger trace is refused before its memory is spent.
+MAX_TRACE_EVENTS = 2_000_000
 READ_CHUNK = 1 << 20
 MAX_TIME_US = MAX_TIME_PS / 1e6
 _NUMBER = (int, float)
@@ -330,6 +336,7 @@ def load_trace(path) -> Trace:
         raise TraceError(f"{path} holds no data; expected XProf's trace JSON")
     # a lone surrogate can only be an escape (\ud800 to \udfff): look for one first (fast)
     surrogates = _SURROGATE_ESCAPE_RE.search(text) is not None
+    _check_size(path, text.count('"ph":'))  # each event's key (a value is never followed by ':')
     doc = _parse(path, text)
     del text
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
@@ -345,6 +352,7 @@ def load_trace(path) -> Trace:
     first_bad = None
     cleaned = 0
     entries = doc["traceEvents"]
+    _check_size(path, len(entries))
     lo, hi = -MAX_TIME_US, MAX_TIME_US
     id_args = INTEGER_ARGS
     long_names = 0
@@ -417,6 +425,16 @@ def load_trace(path) -> Trace:
     unit = doc.get("displayTimeUnit")
     return Trace(path, metadata, unit if isinstance(unit, str) else None, processes, threads,
                  events, phases, len(entries), _repairs(long_names, cleaned))
+
+
+def _check_size(path: Path, events: int) -> None:
+    """At most MAX_TRACE_EVENTS events."""
+    if events > MAX_TRACE_EVENTS:
+        raise TraceError(f"{path} holds {events:,} events, more than the {MAX_TRACE_EVENTS:,} "
+                         "these tools are built for (XLA's exporter writes at most 1,000,000 "
+                         "for one capture; each costs about 1.4 kB of memory here): profile "
+                         "fewer steps (a shorter window between jax.profiler's start and stop) "
+                         "and analyse that capture")
 
 
 def _repairs(long_names: int, cleaned: int) -> list[str]:
