@@ -240,6 +240,15 @@ def _tell(proc, tell, clock) -> None:
         pass
 
 
+def could_not_run(step: Step, out: Path, failed: dict[str, str], why: str) -> None:
+    """Say why the step could not run (in `failed`), and remove what it wrote on an earlier
+    run of this capture, so that no later step reads that as this run's (a step run alone
+    keeps its earlier tables when it refuses: a mistyped option loses nothing)."""
+    gone = scratch.remove_produced(out, f"{step.name}.py")
+    failed[step.name] = why + (f" (the {len(gone)} file(s) it wrote before are removed)"
+                               if gone else "")
+
+
 def run_step(step: Step, args, out: Path, failed: dict[str, str], t0: float,
              tell=None) -> int | None:
     """Run one step's script; return its exit code (None when the script is missing). Why it
@@ -247,7 +256,7 @@ def run_step(step: Step, args, out: Path, failed: dict[str, str], t0: float,
     (the step is given its told_option)."""
     say(f"[{time.monotonic() - t0:6.1f} s] {step.label}: {step.doing} ({step.name}.py)")
     if step.path is None or not step.path.is_file():
-        failed[step.name] = f"{step.name}.py is not in this bundle"
+        could_not_run(step, out, failed, f"{step.name}.py is not in this bundle")
         return None
     cmd = [sys.executable, "-P", str(step.path)]
     if step.reads_capture:
@@ -273,8 +282,8 @@ def run_step(step: Step, args, out: Path, failed: dict[str, str], t0: float,
     os.replace(tmp, logs / f"{step.name}.txt")  # a link in the file's place is replaced too
     # the fact check exits 4 when a claim fails: a result, not a failure to run
     if p.returncode != 0 and not (step.name == "factcheck" and p.returncode == 4):
-        failed[step.name] = (f"exit {p.returncode}: "
-                             f"{_tail_sentence(p.stderr or p.stdout)}")
+        could_not_run(step, out, failed,
+                      f"exit {p.returncode}: {_tail_sentence(p.stderr or p.stdout)}")
     say(f"[{time.monotonic() - t0:6.1f} s] {step.label} ended "
         f"({time.monotonic() - started:.1f} s)")
     return p.returncode

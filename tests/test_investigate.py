@@ -578,3 +578,25 @@ def test_links_planted_in_the_scratch_folder_are_replaced_not_followed(tmp_path)
     assert sorted(f.name for f in elsewhere.iterdir()) == ["keep.txt"]
     assert not (out / "logs").is_symlink() and (out / "logs" / "skip_stats.txt").is_file()
     assert not (out / ".handoff").is_symlink()
+
+
+def test_a_step_that_fails_takes_its_earlier_tables_with_it(tmp_path):
+    """A job into a folder holding a finished job of the same capture, with step 5 now failing
+    (its script exits 1): roofline.csv, roofline.json and roofline.svg of the first job are
+    removed, said, and the trust list carries step 5; nothing reads them as this job's. Step 5
+    run alone and refusing keeps them (test_attribute_kernels: a failed run leaves the previous
+    tables whole)."""
+    out = tmp_path / "scratch"
+    assert investigate(EXAMPLE, out).returncode == 0
+    assert (out / "roofline.csv").is_file() and (out / "roofline.svg").is_file()
+    bundle = copy_bundle(tmp_path, "scripts", "analyzing-jax-launch-overhead", "references")
+    (bundle / "scripts" / "roofline.py").write_text(
+        "import sys\nsys.exit('roofline: this step is broken on purpose')\n")
+    p = investigate(EXAMPLE, out, script=bundle / "scripts" / "investigate.py")
+    assert p.returncode == 0, p.stderr
+    assert ("roofline could not run: exit 1: roofline: this step is broken on purpose (the 3 "
+            "file(s) it wrote before are removed)") in p.stderr
+    assert not any(out.glob("roofline.*"))
+    failed = [r for r in read(out / "trust.csv") if r["kind"] == "step_failed"]
+    assert len(failed) == 1 and "roofline" in failed[0]["item"], failed
+    assert json.loads((out / "factcheck.json").read_text())["verdict"] == "pass"

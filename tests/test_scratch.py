@@ -154,3 +154,19 @@ def test_a_figure_has_one_label_wherever_it_is_declared():
             assert seen.setdefault(g.name, (g.unit, g.label)) == (g.unit, g.label), \
                 (f.file, g.name)
 
+
+
+def test_remove_produced_takes_a_steps_declared_files_alone(tmp_path):
+    """What investigate.py removes of a step that failed: its declared files, a pattern's
+    matches and its folders; never another step's, the logs or the hand-offs."""
+    for rel in ["attribution/kernels.csv", "attribution/jit_f(3).hlo.txt", "attribution/xplane/a",
+                "attribution/notes.md", "steps.csv", "logs/attribute_kernels.txt",
+                ".handoff/capture.json"]:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("x")
+    gone = scratch.remove_produced(tmp_path, "attribute_kernels.py")
+    assert sorted(gone) == ["attribution/jit_f(3).hlo.txt", "attribution/kernels.csv",
+                            "attribution/xplane"]
+    left = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file())
+    assert left == [".handoff/capture.json", "attribution/notes.md", "logs/attribute_kernels.txt",
+                    "steps.csv"]

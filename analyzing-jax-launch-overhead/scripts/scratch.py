@@ -25,6 +25,8 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
+import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -486,6 +488,23 @@ def outputs(folder: Path) -> list[Path]:
         if "<" not in top and (folder / top).exists():
             out.add(folder / top)
     return sorted(out)
+
+
+def remove_produced(folder: Path, script: str) -> list[str]:
+    """Remove the tables and files `script` writes (as declared: a pattern's names matched,
+    <host>/ folders, logs and hand-offs never) from `folder`; the names removed. What
+    investigate.py does when a step fails, so that no later step reads what it wrote before."""
+    folder, removed = Path(folder), []
+    for name, item in DECLARED.items():
+        if item.producer != script or name.startswith(("logs/", ".handoff/", "<")):
+            continue
+        for path in sorted(folder.glob(re.sub(r"<[^>]*>", "*", name.rstrip("/")))):
+            if path.is_symlink() or path.is_file():
+                path.unlink()
+            elif path.is_dir():
+                shutil.rmtree(path)
+            removed.append(path.relative_to(folder).as_posix())
+    return removed
 
 
 # ---------------------------------------------------------------- the layout document
