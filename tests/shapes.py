@@ -31,6 +31,7 @@ SCRIPTS = REPO / "scripts"
 SIBLING = REPO / "analyzing-jax-launch-overhead" / "scripts"
 PAGE = REPO / "writing-trace-report-pages" / "scripts"
 RATIO = 3.0
+HOST_PID = 10**6  # above any GPU's pid of a shape
 
 
 # ---------------------------------------------------------------- traces
@@ -43,8 +44,8 @@ def _trace_file(path: Path, events: list) -> Path:
 
 
 def _meta(gpus: int = 1, streams: int = 1) -> list:
-    ev = [{"ph": "M", "name": "process_name", "pid": 1000, "args": {"name": "/host:CPU"}},
-          {"ph": "M", "name": "thread_name", "pid": 1000, "tid": 3, "args": {"name": "python"}}]
+    ev = [{"ph": "M", "name": "process_name", "pid": HOST_PID, "args": {"name": "/host:CPU"}},
+          {"ph": "M", "name": "thread_name", "pid": HOST_PID, "tid": 3, "args": {"name": "python"}}]
     for g in range(gpus):
         ev.append({"ph": "M", "name": "process_name", "pid": g + 1,
                    "args": {"name": f"/device:GPU:{g}"}})
@@ -55,7 +56,7 @@ def _meta(gpus: int = 1, streams: int = 1) -> list:
 
 
 def _launched(ev: list, t: float, corr: int, pid: int, tid: int, name: str) -> None:
-    ev.append({"ph": "X", "name": "cudaLaunchKernel", "pid": 1000, "tid": 3, "ts": t,
+    ev.append({"ph": "X", "name": "cudaLaunchKernel", "pid": HOST_PID, "tid": 3, "ts": t,
                "dur": 0.5, "args": {"correlation_id": str(corr)}})
     ev.append({"ph": "X", "name": name, "pid": pid, "tid": tid, "ts": t + 1.0, "dur": 0.5,
                "args": {"correlation_id": str(corr), "hlo_op": name}})
@@ -74,7 +75,7 @@ def long_host_event(n: int, folder: Path) -> list[str]:
     capture (an outer Python function, a wait): each gap's search for the host events that
     overlap it started a capture's length back."""
     ev = _meta()
-    ev.append({"ph": "X", "name": "$train.py:10 main", "pid": 1000, "tid": 3, "ts": 5.0,
+    ev.append({"ph": "X", "name": "$train.py:10 main", "pid": HOST_PID, "tid": 3, "ts": 5.0,
                "dur": 10.0 + 3.0 * n, "args": {}})
     for i in range(n):
         _launched(ev, 10.0 + 3.0 * i, i + 1, 1, 7, f"fusion.{i % 7}")
@@ -86,12 +87,12 @@ def many_gpus(n: int, folder: Path) -> list[str]:
     each in 4 steps of a step-numbered annotation."""
     ev = _meta(gpus=n)
     for g in range(n):
-        ev.append({"ph": "M", "name": "thread_name", "pid": 1000, "tid": 100 + g,
+        ev.append({"ph": "M", "name": "thread_name", "pid": HOST_PID, "tid": 100 + g,
                    "args": {"name": f"device {g}"}})
     corr = 0
     for step in range(4):
         t0 = 10.0 + step * 100.0
-        ev.append({"ph": "X", "name": "train", "pid": 1000, "tid": 3, "ts": t0, "dur": 95.0,
+        ev.append({"ph": "X", "name": "train", "pid": HOST_PID, "tid": 3, "ts": t0, "dur": 95.0,
                    "args": {"step_num": str(step)}})
         for g in range(n):
             for k in range(5):
@@ -108,7 +109,7 @@ def one_thread_gpus(n: int, folder: Path) -> list[str]:
     ev = _meta(gpus=n)
     t = 10.0
     for i in range(10_240):
-        ev.append({"ph": "X", "name": "cudaLaunchKernel", "pid": 1000, "tid": 3, "ts": t,
+        ev.append({"ph": "X", "name": "cudaLaunchKernel", "pid": HOST_PID, "tid": 3, "ts": t,
                    "dur": 0.8, "args": {"correlation_id": str(i + 1)}})
         ev.append({"ph": "X", "name": f"fusion.{i % 7}", "pid": i % n + 1, "tid": 7,
                    "ts": t + 0.9, "dur": 0.1, "args": {"correlation_id": str(i + 1)}})
@@ -119,7 +120,7 @@ def one_thread_gpus(n: int, folder: Path) -> list[str]:
 def many_streams(n: int, folder: Path) -> list[str]:
     """One GPU with n streams, 10 kernels on each, in one step."""
     ev = _meta(streams=n)
-    ev.append({"ph": "X", "name": "train", "pid": 1000, "tid": 3, "ts": 5.0,
+    ev.append({"ph": "X", "name": "train", "pid": HOST_PID, "tid": 3, "ts": 5.0,
                "dur": 10.0 + 3.0 * 10 * n, "args": {"step_num": "0"}})
     corr = 0
     for k in range(10):
@@ -262,6 +263,7 @@ class Shape:
     script: Path | None  # the script run on the files; None: `make` returns a callable
     make: object  # (n, folder) -> argv of the script, or a callable to time in-process
     n: int  # the size a test runs (and its half); --scale multiplies it
+    most: int | None = None  # the readers' stated bound on n: larger is refused, by design
 
 
 SHAPES = {s.name: s for s in [
@@ -271,6 +273,8 @@ SHAPES = {s.name: s for s in [
     Shape("long-host-event-step3", "kernels", SCRIPTS / "swimlanes.py", long_host_event,
           20_000),
     Shape("many-gpus", "GPUs", SIBLING / "skip_stats.py", many_gpus, 512),
+    Shape("many-gpus-step3", "GPUs", SCRIPTS / "swimlanes.py", many_gpus, 512),
+    Shape("many-gpus-step0", "GPUs", SCRIPTS / "capture_info.py", many_gpus, 512),
     Shape("one-thread-gpus", "GPUs", SIBLING / "skip_stats.py", one_thread_gpus, 512),
     Shape("many-streams", "streams", SIBLING / "skip_stats.py", many_streams, 1_000),
     Shape("long-name", "characters", SIBLING / "skip_stats.py", long_name, 600_000),
@@ -281,7 +285,8 @@ SHAPES = {s.name: s for s in [
           40_000),
     Shape("page-comments", "comments", PAGE / "build_page.py", page_comments, 40_000),
     Shape("drawing-sheet", "characters", PAGE / "build_page.py", drawing_sheet, 200_000),
-    Shape("fusion-depth", "levels", None, fusion_depth, 40),
+    # hlo_program.MAX_CALL_DEPTH: a program nesting calls deeper is refused as corrupt
+    Shape("fusion-depth", "levels", None, fusion_depth, 40, most=63),
     Shape("frame-chain", "frames", None, frame_chain, 40_000),
 ]}
 
@@ -326,6 +331,8 @@ def check(shape: Shape, work: Path, scale: float = 1.0, timeout: float = 120.0,
           repeats: int = 2) -> dict:
     """The shape at n/2 and n: its costs and a verdict."""
     n = max(2, int(shape.n * scale))
+    if shape.most is not None:
+        n = min(n, shape.most)
     half = costs(shape, n // 2, work, timeout, repeats)
     whole = costs(shape, n, work, timeout, repeats) if half.outcome == "ok" else half
     bad = next((r.outcome for r in (half, whole) if r.outcome != "ok"), None)

@@ -72,11 +72,15 @@ class GapIndex:
         self.built: dict = {}
 
     def get(self, key) -> list:
-        """[(starts, events, longest duration)] per class of the thread; [] when it has none."""
+        """[(starts, events, longest duration)] per class of the thread (key None: of every
+        thread together, so that a search over all threads is one search, not one a thread);
+        [] when it has none."""
         if key not in self.built:
             by_class: dict = {}
             known = _CONTAINER
-            for h in self.host_threads.get(key, ()):  # a hot loop: every host event once
+            events = (h for evs in self.host_threads.values() for h in evs) if key is None \
+                else self.host_threads.get(key, ())
+            for h in events:  # a hot loop: every host event once
                 name = h["name"]
                 c = known.get(name)
                 if c is None:
@@ -173,7 +177,7 @@ def host_events_in(a: Analysis, start: int, end: int, threads=None,
     window. `traced`, when given, receives the time Python-traced calls cover (their union)."""
     per: dict[str, list] = {}
     spans = []
-    for thread in a.host_threads if threads is None else threads:
+    for thread in (None,) if threads is None else threads:
         for starts, evs, longest in a.gap_events.get(thread):
             i = bisect.bisect_left(starts, start - longest)
             while i < len(evs) and evs[i][0] < end:

@@ -97,8 +97,11 @@ def check_kernels_per_step(a, step_rows) -> list[dict]:
                     sentence="kernels per step cannot be checked because no complete step was "
                              "analysed")]
     partial = any(s.partial for s in a.analysed)
-    for d in sorted({r["device"] for r in step_rows}):
-        per = {r["step"]: r["kernels"] for r in step_rows if r["device"] == d}
+    by_device: dict[int, dict] = {}  # grouped once: a filter per GPU was GPUs x rows
+    for r in step_rows:
+        by_device.setdefault(r["device"], {})[r["step"]] = r["kernels"]
+    for d in sorted(by_device):
+        per = by_device[d]
         if len(per) < 2:
             out.append(row("kernels_per_step", d, "", "not checkable", sum(per.values()), "",
                            "count", "events in the one analysed step", "",
@@ -165,8 +168,9 @@ def check_same_work(a, step_rows, idle_gpus, groups=None, compared=None) -> list
                            f"{sentence}")
                 out.append(row("same_work_across_gpus", d, "", "pass", "", "", "", "", "", why))
             if g["kind"] == "programs" and len(g["devices"]) > 1:
-                out += check_same_work(a, [r for r in step_rows if r["device"] in
-                                           set(g["devices"])], [], None)
+                members = set(g["devices"])  # once, not once per row
+                out += check_same_work(a, [r for r in step_rows if r["device"] in members], [],
+                                       None)
         if compared:
             out += check_same_work(a, [r for r in step_rows if r["device"] in compared], [],
                                    None)
@@ -177,8 +181,10 @@ def check_same_work(a, step_rows, idle_gpus, groups=None, compared=None) -> list
                            sentence="one GPU with work: nothing to compare it with"))
         return out
     steps = sorted({r["step"] for r in step_rows})
-    kern = {d: statistics.median([r["kernels"] for r in step_rows if r["device"] == d])
-            for d in devices}
+    kernels_of: dict[int, list] = {}
+    for r in step_rows:
+        kernels_of.setdefault(r["device"], []).append(r["kernels"])
+    kern = {d: statistics.median(kernels_of.get(d, [])) for d in devices}
     per_step, n_copies = _per_device(a, set(steps))
     time_ps = {d: statistics.median(per_step[d].values()) if per_step.get(d) else 0
                for d in devices}

@@ -132,9 +132,12 @@ def critical_streams(by_gpu_step, devices) -> dict:
             per_stream.setdefault(ev.stream, []).append((ev.start, ev.end))
         for s, iv in per_stream.items():
             busy_by_stream[(d, s)] = busy_by_stream.get((d, s), 0) + union_ps(iv)
+    streams_of: dict[int, dict] = {}
+    for (d, s), b in busy_by_stream.items():
+        streams_of.setdefault(d, {})[s] = b
     critical = {}
     for d in devices:
-        cands = {s: b for (dd, s), b in busy_by_stream.items() if dd == d}
+        cands = streams_of.get(d)
         if cands:
             critical[d] = max(sorted(cands), key=lambda s: cands[s])
     return critical
