@@ -321,3 +321,20 @@ def test_no_slow_host_when_the_slowest_changes(tmp_path):
         fh.write("9,0,50,25,60\n")
     r = cross_host.summarise(tmp_path, results)
     assert r["steps"]["not_on_every_host"] == 1 and len(r["steps"]["compared"]) == 4
+
+
+def test_processes_at_once_by_cores_and_memory(monkeypatch):
+    """The cores, fewer where the estimated memory (MEMORY_PER_CAPTURE_BYTE times the capture
+    plus MEMORY_BASE each) does not fit, and a sentence where not even one fits."""
+    import per_host
+    monkeypatch.setattr(per_host, "_cores", lambda: 8)
+    per = per_host.MEMORY_BASE + per_host.MEMORY_PER_CAPTURE_BYTE * (100 << 20)
+    monkeypatch.setattr(per_host, "_available_memory", lambda: 10 * per)
+    assert per_host.processes_at_once(3, 100 << 20, "step") == (3, "8 cores")
+    monkeypatch.setattr(per_host, "_available_memory", lambda: 2 * per + 1)
+    jobs, why = per_host.processes_at_once(3, 100 << 20, "step")
+    assert jobs == 2 and "MiB per step" in why and "alone" not in why
+    monkeypatch.setattr(per_host, "_available_memory", lambda: per // 2)
+    jobs, why = per_host.processes_at_once(3, 100 << 20, "host")
+    assert jobs == 1 and why.endswith("one host alone may need more memory than is available: "
+                                      "if it is killed, profile fewer steps for a smaller capture")

@@ -106,6 +106,9 @@ def processes_at_once(most: int, capture_bytes: int, each: str) -> tuple[int, st
         if fit < jobs:
             jobs, why = int(fit), (f"{cores} cores, but about {per / 2**20:,.0f} MiB per {each} "
                                    f"and {avail / 2**20:,.0f} MiB available")
+        if per > avail:  # not even one fits: said, not refused (the estimate has a margin)
+            why += (f"; one {each} alone may need more memory than is available: if it is "
+                    "killed, profile fewer steps for a smaller capture")
     return max(1, jobs), why
 
 
