@@ -196,7 +196,9 @@ LABEL_PART = r"[^;()]{0,40}?"
 SELECTOR_PART = r"(?:[^()]|\([^()]*\))*?"
 CITE_RE = re.compile(
     r"\(\s*(?:(?P<label>" + LABEL_PART + r")\s*;\s*)?(?P<table>[\w./-]+\.(?:csv|json|txt|md|svg))"
-    r"(?:\s*:\s*(?P<sel>" + SELECTOR_PART + r"))?\s*\)")
+    # the selector takes its own spaces (stripped where it is read): a space that either the
+    # selector or a pattern after it could take made an unclosed one quadratic in its spaces
+    r"(?:\s*:(?P<sel>" + SELECTOR_PART + r")|\s*)\)")
 MAX_LABEL_CHARS = 40  # a label is a word or three ("inferred, not run"); longer is prose
 TABLE_NAME = r"[\w./-]+\.(?:csv|json|txt|md|svg)"
 TABLE_TOKEN_RE = re.compile(r"(?P<table>" + TABLE_NAME + r")(?:\s*:\s*(?P<sel>.*))?", re.S)
@@ -205,7 +207,8 @@ LABEL_ONLY_RE = re.compile(
     r"[\s*_]*(?:[A-Za-z][\w'/-]*\s+){0,3}\(\s*[*_]*(measured|read|inferred(?:,\s*not run)?)"
     r"[*_]*\s*\)")
 CODE_SPAN_RE = re.compile(r"(`+)(.+?)\1", re.S)
-LINK_TARGET_RE = re.compile(r"\]\([^)\s]*\)|<?https?://[^\s>)]+>?")
+# a link's target holds no "(": a run of "](" was each scanned to the end (quadratic)
+LINK_TARGET_RE = re.compile(r"\]\([^()\s]*\)|<?https?://[^\s>)]+>?")
 RANGE_SEP_RE = re.compile(r"^\s*(?:–|—|−|-|to)\s*$")
 PAREN_OPEN_RE = re.compile(r"^\s*\(\s*(?:range:?\s*|min[–-]max:?\s*)?$")
 PAREN_CLOSE_RE = re.compile(r"[^()\d\n]{0,60}?\)")
@@ -220,7 +223,7 @@ LIST_MARKER_RE = re.compile(r"^(\s*)(\d+[.)])(?=\s)")
 SENTENCE_END_RE = re.compile(r"(?<=[.!?])\s+(?=[A-Z*_`\[(<])|\n(?=\s*(?:[-*+]|\d+[.)])\s)")
 FENCE_RE = re.compile(r"^\s*(```|~~~)")
 COMMENT_RE = re.compile(r"<!--.*?-->", re.S)
-SEPARATOR_RE = re.compile(r"^\s*\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?\s*$")
+SEPARATOR_RE = re.compile(r"^\s*(?:\|\s*)?:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?\s*$")
 
 
 class NoTable(Exception):

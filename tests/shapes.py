@@ -168,6 +168,40 @@ def unclosed_comments(n: int, folder: Path) -> list[str]:
             str(folder)]
 
 
+def report_of(unit: str):
+    """A report of one paragraph: `unit` n times (runs a pattern could rescan)."""
+    def make(n: int, folder: Path) -> list[str]:
+        text = "# R\n\nIt took 5 us (measured; steps.csv: dur_us) " + unit * n + "\n"
+        return [str(_scratch_report(folder, text)), "--out", str(folder)]
+    return make
+
+
+def table_rule(n: int, folder: Path) -> list[str]:
+    """A table whose second line, where its rule would be, is n spaces and a letter."""
+    text = "# R\n\n| a |\n" + " " * n + "x\n| 5 us (measured; steps.csv: dur_us) |\n"
+    return [str(_scratch_report(folder, text)), "--out", str(folder)]
+
+
+def page_citations(n: int, folder: Path) -> list[str]:
+    """The page of a report of n citations never closed."""
+    report = _scratch_report(folder, "# R\n\n" + "It took 5 us (measured; steps.csv: dur_us " * n
+                             + "\n")
+    return [str(report), "--scratch", str(folder), "--out", str(folder / "p.html")]
+
+
+def spaced_citation(n: int, folder: Path) -> list[str]:
+    """One citation never closed, its source n spaces long (a pattern that tries each length
+    of a lazy group against the spaces after it is quadratic in them)."""
+    report = _scratch_report(folder, "# R\n\nIt took 5 us (measured; steps.csv: dur_us"
+                             + " " * n + "x\n")
+    return [str(report), "--out", str(folder)]
+
+
+def page_spaced_citation(n: int, folder: Path) -> list[str]:
+    argv = spaced_citation(n, folder)
+    return [argv[0], "--scratch", str(folder), "--out", str(folder / "p.html")]
+
+
 def page_comments(n: int, folder: Path) -> list[str]:
     report = _scratch_report(folder, "# R\n\n" + "<!-- " * n + "text\n")
     return [str(report), "--scratch", str(folder), "--out", str(folder / "p.html")]
@@ -283,6 +317,16 @@ SHAPES = {s.name: s for s in [
           20_000),
     Shape("unclosed-comments", "comments", SCRIPTS / "factcheck.py", unclosed_comments,
           40_000),
+    Shape("report-of-spaces", "spaces", SCRIPTS / "factcheck.py", report_of(" "), 400_000),
+    Shape("report-of-exponents", "'1e'", SCRIPTS / "factcheck.py", report_of("1e"), 100_000),
+    Shape("report-of-link-starts", "'](' ", SCRIPTS / "factcheck.py", report_of("]("),
+          100_000),
+    Shape("report-table-rule", "spaces", SCRIPTS / "factcheck.py", table_rule, 400_000),
+    Shape("report-of-words", "words", SCRIPTS / "factcheck.py", report_of("ab "), 100_000),
+    Shape("page-citations", "citations", PAGE / "build_page.py", page_citations, 20_000),
+    Shape("spaced-citation", "spaces", SCRIPTS / "factcheck.py", spaced_citation, 200_000),
+    Shape("page-spaced-citation", "spaces", PAGE / "build_page.py", page_spaced_citation,
+          200_000),
     Shape("page-comments", "comments", PAGE / "build_page.py", page_comments, 40_000),
     Shape("drawing-sheet", "characters", PAGE / "build_page.py", drawing_sheet, 200_000),
     # hlo_program.MAX_CALL_DEPTH: a program nesting calls deeper is refused as corrupt
