@@ -134,10 +134,16 @@ def steps() -> list[Step]:
     ]
 
 
+# A step's sentence is printed whole up to this many characters (a path or a name can make it
+# long; a cut one ends in "…" and logs/<step>.txt holds it whole): 400 cut real sentences.
+MAX_SENTENCE_CHARS = 2000
+
+
 def _tail_sentence(text: str) -> str:
     """The last non-empty line a failing script printed (its one sentence), trimmed."""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return (lines[-1] if lines else "no output")[:400]
+    line = lines[-1] if lines else "no output"
+    return line if len(line) <= MAX_SENTENCE_CHARS else line[:MAX_SENTENCE_CHARS - 1] + "…"
 
 
 _SAID = threading.Lock()  # steps run side by side: one line at a time on stderr
@@ -240,6 +246,9 @@ def _tell(proc, tell, clock) -> None:
         pass
 
 
+SENTENCES: dict[str, str] = {}  # what each step that failed said, as it said it
+
+
 def could_not_run(step: Step, out: Path, failed: dict[str, str], why: str) -> None:
     """Say why the step could not run (in `failed`), and remove what it wrote on an earlier
     run of this capture, so that no later step reads that as this run's (a step run alone
@@ -282,10 +291,11 @@ def run_step(step: Step, args, out: Path, failed: dict[str, str], t0: float,
     os.replace(tmp, logs / f"{step.name}.txt")  # a link in the file's place is replaced too
     # the fact check exits 4 when a claim fails: a result, not a failure to run
     if p.returncode != 0 and not (step.name == "factcheck" and p.returncode == 4):
-        could_not_run(step, out, failed,
-                      f"exit {p.returncode}: {_tail_sentence(p.stderr or p.stdout)}")
+        SENTENCES[step.name] = _tail_sentence(p.stderr or p.stdout)
+        could_not_run(step, out, failed, f"exit {p.returncode}: {SENTENCES[step.name]}")
+    status = f"exit {p.returncode}, " if p.returncode else ""
     say(f"[{time.monotonic() - t0:6.1f} s] {step.label} ended "
-        f"({time.monotonic() - started:.1f} s)")
+        f"({status}{time.monotonic() - started:.1f} s)")
     return p.returncode
 
 
@@ -592,7 +602,7 @@ def run_all(args, out: Path):
     codes = run_job(todo, args, out, failed, t0, jobs)
     rc = codes.get("capture_info")
     if rc in (1, 3):  # its own sentence, as it said it
-        print(failed["capture_info"].split(": ", 1)[-1], file=sys.stderr)
+        print(SENTENCES.get("capture_info") or failed["capture_info"], file=sys.stderr)
         return [], rc
     say(f"[{time.monotonic() - t0:6.1f} s] done")
     ordered = {k: failed[k] for k in (st.name for st in todo) if k in failed}

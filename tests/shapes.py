@@ -319,7 +319,7 @@ SHAPES = {s.name: s for s in [
           40_000),
     Shape("report-of-spaces", "spaces", SCRIPTS / "factcheck.py", report_of(" "), 400_000),
     Shape("report-of-exponents", "'1e'", SCRIPTS / "factcheck.py", report_of("1e"), 100_000),
-    Shape("report-of-link-starts", "'](' ", SCRIPTS / "factcheck.py", report_of("]("),
+    Shape("report-of-link-starts", "']('", SCRIPTS / "factcheck.py", report_of("]("),
           100_000),
     Shape("report-table-rule", "spaces", SCRIPTS / "factcheck.py", table_rule, 400_000),
     Shape("report-of-words", "words", SCRIPTS / "factcheck.py", report_of("ab "), 100_000),

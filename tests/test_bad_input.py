@@ -398,6 +398,14 @@ def test_investigate_on_bad_input(tmp_path, seed):
                         "--out", str(tmp_path / "o1"), "--no-xprof"],
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == 1 and p.stderr.strip().splitlines()[-1].startswith("capture_info: ")
+    # a sentence past 400 characters (a long path) is printed whole: it is what the user is told
+    deep = tmp_path / ("d" * 200) / ("e" * 200) / "nowhere"
+    p = subprocess.run([sys.executable, "-P", str(fz.INVESTIGATE), str(deep), "--out",
+                        str(tmp_path / "o3"), "--no-xprof"], capture_output=True, text=True,
+                       timeout=600)
+    said = (tmp_path / "o3" / "logs" / "capture_info.txt").read_text().strip().splitlines()[-1]
+    assert p.returncode == 1 and len(said) > 400 and p.stderr.strip().splitlines()[-1] == said
+    assert "step 0 ended (exit 1, " in p.stderr
     d = run_folder(tmp_path, with_event(seed, dur=-1.0), seed["xplane"])
     out = tmp_path / "o2"
     p = subprocess.run([sys.executable, "-P", str(fz.INVESTIGATE), str(d), "--out", str(out),

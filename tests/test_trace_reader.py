@@ -103,5 +103,5 @@ def test_a_trace_of_more_events_than_the_tools_take_is_refused(tmp_path, monkeyp
     (6 here), else once parsed (7 entries, one without "ph"), saying what to do."""
     monkeypatch.setattr(trace_reader, "MAX_TRACE_EVENTS", limit)
     with pytest.raises(trace_reader.TraceError, match=rf"holds {counted} events, more than the "
-                       rf"{limit} these tools are built for .*: profile fewer steps"):
+                       rf"{limit} these tools take .*: profile fewer steps"):
         trace_reader.load_trace(_write(tmp_path, _doc(EVENTS)))

@@ -431,10 +431,10 @@ def _check_size(path: Path, events: int) -> None:
     """At most MAX_TRACE_EVENTS events."""
     if events > MAX_TRACE_EVENTS:
         raise TraceError(f"{path} holds {events:,} events, more than the {MAX_TRACE_EVENTS:,} "
-                         "these tools are built for (XLA's exporter writes at most 1,000,000 "
-                         "for one capture; each costs about 1.4 kB of memory here): profile "
-                         "fewer steps (a shorter window between jax.profiler's start and stop) "
-                         "and analyse that capture")
+                         "these tools take (each costs about 1.4 kB of memory here); XLA's "
+                         "exporter writes at most 1,000,000 for one capture, so this one is "
+                         "merged or another tool's: profile fewer steps (a shorter window "
+                         "between jax.profiler's start and stop) and analyse that capture")
 
 
 def _repairs(long_names: int, cleaned: int) -> list[str]:
