@@ -599,6 +599,7 @@ def run_all(args, out: Path):
     say(f"[{0.0:6.1f} s] up to {jobs} step{'s' if jobs > 1 else ''} at once ({why}); each "
         "starts once the steps whose tables it reads have ended" + (
             f"; a step is ended past {args.step_limit:,.0f} s" if args.step_limit else ""))
+    SENTENCES.clear()  # of this job alone (main may run again in one process)
     codes = run_job(todo, args, out, failed, t0, jobs)
     rc = codes.get("capture_info")
     if rc in (1, 3):  # its own sentence, as it said it

@@ -364,6 +364,7 @@ def runs_past_capture(first_start_ps: int, last_start_ps: int, end_ps: int) -> b
     first_start_ps to last_start_ps (MIN_OVERRUN_PS)."""
     return end_ps - last_start_ps > max(last_start_ps - first_start_ps, MIN_OVERRUN_PS)
 
+
 # An event's name longer than this is cut where it is read, by both readers alike: a kernel name
 # of a megabyte on 60 kernels wrote an 822 MB kernels.csv and held 2.5 GB. The longest real
 # names seen run to 4,174 characters (composable_kernel's ck_tile attention kernels on the
