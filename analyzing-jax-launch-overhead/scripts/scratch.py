@@ -1691,6 +1691,73 @@ declare(File(
     "the draft as one self-contained page, written by `investigate.py --page` (build_page.py of "
     "writing-trace-report-pages)"))
 
+declare(Table(
+    "compare.csv", "compare.py",
+    row="compared figure: a step figure, the verdict and its parts, a host-side figure, the GPU "
+        "time per step of a program, instruction, kernel family or Python line, or one of "
+        "BEFORE's ranked changes",
+    order="section (step, verdict, verdict_part, host, program, instruction, family, line, "
+          "prediction); within a GPU-time section by the size of the change, largest first; "
+          "predictions by rank",
+    columns=(
+        col("section", "", "", "what the row compares (order above)"),
+        col("key", "", "",
+            "the figure, or what the row matches across the captures: the module name, "
+            "`<module>: <instruction> (<opcode>)`, the family, the source line, or "
+            "`<rank>. <cause_kind> (<where>)`"),
+        col("before", "us", "measured",
+            "BEFORE's value (median per step; a verdict's word; for a prediction the predicted "
+            "saving, inferred); units as `unit` says"),
+        col("after", "us", "measured",
+            "AFTER's value (for a prediction the measured change of its cause, inferred)"),
+        col("change", "us", "inferred", "`after` less `before` (3 decimals)"),
+        col("change_pct", "pct", "inferred", "`change` as a share of `before` (2 decimals)"),
+        col("unit", "", "", "`us`, `count`, or empty for a word"),
+        col("label", "", "",
+            "the row's own label: `measured` (steps.csv figures), `inferred` (per-step GPU "
+            "time of the attribution tables, the verdict, predictions)"),
+        col("status", "", "",
+            "`changed` or `within spread` (step figures, by the rule), `new` or `gone` (a key "
+            "of one capture alone), `not comparable`, `not measurable`, `same`"),
+        col("note", "", "", "how the value was had, and for a step figure the rule's reason"),
+    ),
+    notes="""
+Written by `compare.py BEFORE AFTER`, into its own `--out` (not a capture's scratch folder).
+- The rule for `changed`: the per-step values of the two captures do not overlap, each side has
+  two analysed steps or more, and the medians differ by 1% or more; otherwise `within spread`,
+  never a gain.
+- Per step: `step_period` (a step's start to the next's) and `step_time` (the longest GPU's
+  duration) per analysed step; host-side times the largest over GPUs, counts the sum over GPUs;
+  the GPU time of a program, instruction, family or line is its capture-wide `gpu_us` over the
+  capture's analysed steps (all GPUs).
+- `prediction` rows: `before` is BEFORE's `changes.csv` `saving_us`, `after` the measured
+  change of the quantity its cause names (host-late, dispatch idle, idle between steps, device
+  wait, straggler lag, or the GPU time of its family, instruction or line), per step; the note
+  gives the step period's change as a multiple of the prediction.
+"""))
+
+declare(File(
+    "compare.json", "compare.py", "json",
+    "figures (the step period and step time before and after, with min and max), whether the "
+    "difference counts, the verdicts, what moved, predictions, notes, refusals",
+    fields="""
+`step` (`compare`), `status` (`done`), `figures` (below), `significant` (true or false by the
+rule of `compare.csv`), `significance` (`of`: `step_period` or `step_time`, `why`, `rule`),
+`verdict_before`, `verdict_after`, `moved` (up to three step parts, largest change first:
+`part`, `words`, `before_us`, `after_us`), `predictions` (one per BEFORE change: `rank`,
+`cause`, `where`, `predicted_saving_us`, `measured_change_us` (null where not measurable),
+`step_period_change_us`, `error_ratio`: the step period's change over the prediction),
+`notes`, `refusals`, `inputs` (`before`, `after`: the scratch folders read), `tables`.
+""",
+    figures=(
+        Figure("step_period_before_us", "us", "measured",
+               "BEFORE's median step period (min and max over its steps)"),
+        Figure("step_period_after_us", "us", "measured", "AFTER's median step period"),
+        Figure("step_time_before_us", "us", "measured",
+               "BEFORE's median step time (the longest GPU's), min and max"),
+        Figure("step_time_after_us", "us", "measured", "AFTER's median step time"),
+    )))
+
 declare(File(
     "logs/<script>.txt", "investigate.py", "text",
     "the command each step ran and all it printed"))

@@ -73,7 +73,7 @@ class Step:
     name: str                  # the script's name without .py, the prefix of its messages
     doc: str                   # the module docstring: the --help text
     script: str                # the script's __file__ (the per-host pass runs it again)
-    reads: str = "capture"     # capture | scratch (only the scratch folder) | report
+    reads: str = "capture"     # capture | scratch (only the scratch folder) | report | pair
     capture_check: bool = False  # a scratch step that may be given the capture to check against
     options: Callable[[argparse.ArgumentParser], None] | None = None
     out_help: str | None = None
@@ -131,6 +131,9 @@ def parser(step: Step) -> argparse.ArgumentParser:
                         help="optional: checked against the scratch folder's capture, never read")
     elif step.reads == "report":
         ap.add_argument("report", type=Path)
+    elif step.reads == "pair":  # two captures or scratch folders: before and after
+        ap.add_argument("before")
+        ap.add_argument("after")
     if step.options:
         step.options(ap)
     ap.add_argument("--out", type=Path, default=Path("."),

@@ -1,0 +1,445 @@
+#!/usr/bin/env python3
+"""Before and after: did the change help, by how much, what moved, and was the estimate right.
+
+Usage:
+    python3 -P compare.py BEFORE AFTER [--out DIR] [--no-xprof]
+
+Example:
+    python3 -P $B/scripts/compare.py runs/before runs/after --out /tmp/jaxtrace-compare
+
+BEFORE and AFTER are each a capture (anything investigate.py takes) or a scratch folder the
+investigation already wrote (it holds capture_info.json). A capture is investigated first, into
+DIR/before or DIR/after (investigate.py, whole); a scratch folder is read as it is, never
+written. Writes into DIR (default ./):
+    compare.csv   section, key, before, after, change, change_pct, unit, label, status, note:
+                  the step period and step time, the verdict, the host side (kernels,
+                  dispatches, host-late time, idle between steps, per step), GPU time per step
+                  of each program, instruction, kernel family and Python line (matched across
+                  the two by what survives recompilation: the module's name, the instruction's
+                  name and opcode, the family, the source line; rows of one side alone are
+                  `new` or `gone`), and each of BEFORE's ranked changes beside what moved
+    compare.json  the result: figures (the step period and step time before and after, each
+                  with min and max), `significant` (the rule below), the verdicts, what moved
+                  the verdict, `predictions`, notes, refusals
+The rule: a difference counts only where the per-step values of the two captures do not overlap
+(every step after is faster than every step before, or slower) and each side has two steps or
+more; otherwise it is within the step-to-step spread and is said as such, never as a gain. Per
+step means: the step period (one step's start to the next's) and step time (the longest GPU's)
+of each analysed step; host-side times the largest over GPUs, counts the sum; GPU time of a
+program, instruction, family or line its capture-wide time over the capture's analysed steps.
+A prediction's error is the measured change of the step period over the predicted saving.
+
+Exit codes: 0 done; 1 a side cannot be used (one sentence says which and why, and what can
+still be compared); 2 usage; 3 a package is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import sibling  # noqa: E402  (where the sibling skill is: one home)
+
+SIBLING = sibling.on_path()
+
+import scratch  # noqa: E402  (sibling skill: the scratch files' declarations, writers)
+import step_cli  # noqa: E402  (sibling skill: the command line, errors, exit codes)
+import trace_rules as rules  # noqa: E402  (sibling skill: units, atomic outputs)
+
+TABLE, RESULT = "compare.csv", "compare.json"
+SIDES = ("before", "after")
+# below this share of BEFORE's value a difference is no change whatever the spread (timer
+# rounding, a few nanoseconds of a microsecond-long step)
+MIN_CHANGE_PCT = 1.0
+
+
+# ---------------------------------------------------------------- the two sides
+
+def is_scratch(path: Path) -> bool:
+    return path.is_dir() and (path / "capture_info.json").is_file()
+
+
+def side_folder(arg: str, name: str, out: Path, no_xprof: bool) -> Path:
+    """The scratch folder of one side: the argument itself, or DIR/<name> investigated now."""
+    path = Path(arg)
+    if is_scratch(path):
+        return path
+    if not path.exists():
+        raise step_cli.StepError(f"{name.upper()} {arg} does not exist; expected a capture or a "
+                                 "scratch folder investigate.py wrote")
+    folder = out / name
+    cmd = [sys.executable, "-P", str(HERE / "investigate.py"), str(path), "--out", str(folder)]
+    step_cli.progress(f"investigating {name.upper()}")
+    p = subprocess.run(cmd + (["--no-xprof"] if no_xprof else []), capture_output=True,
+                       text=True)
+    if p.returncode != 0 or not is_scratch(folder):
+        lines = [ln for ln in (p.stderr or p.stdout).splitlines() if ln.strip()]
+        raise step_cli.StepError(f"{name.upper()} {arg} cannot be investigated: "
+                                 f"{lines[-1] if lines else 'no output'}", p.returncode or 1)
+    return folder
+
+
+def rows(folder: Path, file: str) -> list[dict]:
+    got = scratch.records(folder, file)
+    return list(got) if got is not None else []
+
+
+def num(v) -> float | None:
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return None
+    return x if x == x else None
+
+
+def load_json(path: Path) -> dict:
+    try:
+        d = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return d if isinstance(d, dict) else {}
+
+
+class Side:
+    """What one capture's scratch folder says, per analysed step (`role`: before or after)."""
+
+    def __init__(self, folder: Path, role: str):
+        self.folder, self.role = folder, role
+        self.info = load_json(folder / "capture_info.json")
+        self.skip = load_json(folder / "skip_stats.json")
+        self.steps_rows = rows(folder, "steps.csv")
+        by_step: dict = {}
+        for r in self.steps_rows:
+            by_step.setdefault(r["step"], []).append(r)
+        self.by_step = by_step
+        self.steps = len(by_step)
+        self.has_hlo = (folder / "attribution" / "ops.csv").is_file()
+
+    def per_step(self, column: str, how=max) -> list[float]:
+        """One value per analysed step: `how` over its GPUs' rows (max, or sum)."""
+        out = []
+        for rs in self.by_step.values():
+            vals = [v for v in (num(r.get(column)) for r in rs) if v is not None]
+            if vals:
+                out.append(how(vals))
+        return out
+
+    def gpu_time(self, file: str, key) -> dict:
+        """{key: GPU us per step} of an attribution table, keys from `key(row)`."""
+        out: dict = {}
+        for r in rows(self.folder, file):
+            k, us = key(r), num(r.get("gpu_us"))
+            if k and us is not None:
+                out[k] = out.get(k, 0.0) + us / max(1, self.steps)
+        return out
+
+
+# ---------------------------------------------------------------- figures and the rule
+
+def summary(values: list[float]) -> dict | None:
+    if not values:
+        return None
+    return {"value": statistics.median(values), "min": min(values), "max": max(values),
+            "n": len(values)}
+
+
+def significance(before: list[float], after: list[float]) -> tuple[bool, str]:
+    """The stated rule (module docstring): (counts, why in words)."""
+    if len(before) < 2 or len(after) < 2:
+        return False, (f"{len(before)} step(s) before and {len(after)} after: no step-to-step "
+                       "spread to judge a difference against")
+    mb, ma = statistics.median(before), statistics.median(after)
+    if mb and abs(ma - mb) < MIN_CHANGE_PCT / 100 * mb:
+        return False, f"the medians differ by less than {MIN_CHANGE_PCT:g}%"
+    if max(after) < min(before) or min(after) > max(before):
+        return True, ("every step after is " + ("faster" if ma < mb else "slower")
+                      + " than every step before")
+    return False, ("the steps of the two captures overlap (before "
+                   f"{rules.us_text(min(before))} to {rules.us_text(max(before))}, after "
+                   f"{rules.us_text(min(after))} to {rules.us_text(max(after))}): the "
+                   "difference is within the step-to-step spread")
+
+
+def change_cells(b, a) -> tuple:
+    if b is None or a is None:
+        return "", ""
+    pct = round(100.0 * (a - b) / b, 2) if b else ""
+    return round(a - b, 3), pct
+
+
+def row(section, key, b, a, unit, label, status="", note="") -> list:
+    ch, pct = change_cells(b, a) if isinstance(b, float | int) or isinstance(a, float | int) \
+        else ("", "")
+    return [section, key, _cell(b), _cell(a), ch, pct, unit, label, status, note]
+
+
+def _cell(v):
+    return round(v, 3) if isinstance(v, float) else ("" if v is None else v)
+
+
+def step_rows(sides: dict) -> tuple[list, dict, dict]:
+    """The step period and step time rows, their figures, and the significance verdict."""
+    out, figs, verdicts = [], {}, {}
+    for name, column, how in (("step_period", "period_us", max), ("step_time", "dur_us", max)):
+        vals = {s: sides[s].per_step(column, how) for s in SIDES}
+        sums = {s: summary(vals[s]) for s in SIDES}
+        if sums["before"] is None or sums["after"] is None:
+            out.append(row("step", name, None, None, "us", "measured", "not comparable",
+                           "no analysed step on " + " and ".join(
+                               s.upper() for s in SIDES if sums[s] is None)))
+            continue
+        sig, why = significance(vals["before"], vals["after"])
+        verdicts[name] = (sig, why)
+        for s in SIDES:
+            figs[f"{name}_{s}_us"] = scratch.figure(sums[s]["value"], "us", "measured",
+                                                    sums[s], decimals=3)
+        out.append(row("step", name, sums["before"]["value"], sums["after"]["value"], "us",
+                       "measured", "changed" if sig else "within spread",
+                       f"median of {sums['before']['n']} and {sums['after']['n']} steps; "
+                       f"before {rules.us_text(sums['before']['min'])} to "
+                       f"{rules.us_text(sums['before']['max'])}, after "
+                       f"{rules.us_text(sums['after']['min'])} to "
+                       f"{rules.us_text(sums['after']['max'])}; {why}"))
+    return out, figs, verdicts
+
+
+# What moves a verdict: the step's parts as steps.csv splits them (largest over GPUs per step).
+PARTS = (("busy_us", "GPU busy"), ("host_late_us", "host late (critical stream)"),
+         ("device_wait_us", "device wait (critical stream)"),
+         ("unknown_gap_us", "unknown gaps (critical stream)"),
+         ("idle_between_us", "idle between steps"),
+         ("between_programs_idle_us", "idle between programs"))
+HOST = (("kernels", "kernels per step", sum, "count"),
+        ("executions", "dispatches per step", sum, "count"),
+        ("host_late_us", "host-late time per step", max, "us"),
+        ("idle_between_us", "idle between steps", max, "us"),
+        ("between_programs_idle_us", "idle between programs per step", max, "us"))
+
+
+def verdict_rows(sides: dict) -> tuple[list, list]:
+    """The verdict before and after, and the step parts that moved most (largest first)."""
+    v = {s: str(sides[s].skip.get("verdict") or "") for s in SIDES}
+    out = [row("verdict", "verdict", v["before"], v["after"], "", "inferred",
+               "changed" if v["before"] != v["after"] else "same")]
+    moved = []
+    for column, words in PARTS:
+        b = summary(sides["before"].per_step(column))
+        a = summary(sides["after"].per_step(column))
+        if b and a and abs(a["value"] - b["value"]) >= 0.001:
+            moved.append((abs(a["value"] - b["value"]), column, words, b["value"], a["value"]))
+    moved.sort(reverse=True)
+    for _, column, words, b, a in moved:
+        out.append(row("verdict_part", column, b, a, "us", "measured", "",
+                       f"{words}: median per step"))
+    return out, [{"part": c, "words": w, "before_us": round(b, 3), "after_us": round(a, 3)}
+                 for _, c, w, b, a in moved[:3]]
+
+
+def host_rows(sides: dict) -> list:
+    out = []
+    for column, words, how, unit in HOST:
+        b = summary(sides["before"].per_step(column, how))
+        a = summary(sides["after"].per_step(column, how))
+        if b is None and a is None:
+            continue
+        out.append(row("host", words, b and b["value"], a and a["value"], unit, "measured",
+                       "" if b and a else "not comparable", "median per step"))
+    return out
+
+
+# ---------------------------------------------------------------- GPU time by what survives
+
+KEYS = {  # section: (table, key of a row: what survives recompilation)
+    "program": ("attribution/programs.csv", lambda r: r.get("module", "")),
+    "instruction": ("attribution/ops.csv", lambda r: "{}: {} ({})".format(
+        r.get("module", ""), r.get("instruction", ""), r.get("opcode", ""))),
+    "family": ("attribution/families.csv", lambda r: r.get("family", "")),
+    "line": ("attribution/lines.csv", lambda r: r.get("user_frame", "")),
+}
+
+
+def gpu_time_rows(sides: dict, refusals: list) -> tuple[list, dict]:
+    out, times = [], {}
+    if not all(sides[s].has_hlo for s in SIDES):
+        lacking = " and ".join(s.upper() for s in SIDES if not sides[s].has_hlo)
+        refusals.append(f"cannot compare programs, instructions, kernel families and Python "
+                        f"lines because {lacking} has no attribution (no xplane, or step 4 "
+                        "could not run); the steps and the host side are compared")
+        return out, times
+    for section, (file, key) in KEYS.items():
+        t = {s: sides[s].gpu_time(file, key) for s in SIDES}
+        times[section] = t
+        keys = sorted(set(t["before"]) | set(t["after"]),  # the largest change first, then by key
+                      key=lambda k: (-round(abs(t["after"].get(k, 0.0) - t["before"].get(k, 0.0)),
+                                            3), k))
+        for k in keys:
+            b, a = t["before"].get(k), t["after"].get(k)
+            status = "new" if b is None else "gone" if a is None else ""
+            out.append(row(section, k, b if b is not None else 0.0,
+                           a if a is not None else 0.0, "us", "inferred", status,
+                           "GPU time per step (all GPUs)"))
+    return out, times
+
+
+# ---------------------------------------------------------------- predictions
+
+def where_name(where: str) -> str:
+    """The name a change's `where` begins with (before " (")."""
+    return where.split(" (", 1)[0].strip()
+
+
+def gpu_of(where: str) -> int | None:
+    m = re.match(r"GPU (\d+)", where)
+    return int(m.group(1)) if m else None
+
+
+def cause_measure(side: Side, kind: str, where: str, times: dict) -> float | None:
+    """The per-step quantity a change of `kind` at `where` removes, measured on one side."""
+    steps_columns = {"host_gap": "host_late_us", "dispatch": "between_programs_idle_us",
+                     "idle_between_steps": "idle_between_us", "kernel_gaps": "device_wait_us"}
+    if kind in steps_columns:
+        d = gpu_of(where)
+        vals = [num(r.get(steps_columns[kind])) for rs in side.by_step.values() for r in rs
+                if d is None or r.get("device") == str(d)]
+        vals = [v for v in vals if v is not None]
+        return statistics.median(vals) if vals else None
+    if kind == "straggler_wait":
+        lags = [num(r.get("lag_us")) for r in rows(side.folder, "stragglers.csv")]
+        lags = [v for v in lags if v is not None]
+        return statistics.median(lags) if lags else 0.0
+    section = {"kernel_family": "family", "memcpy": "family", "python_line": "line"}.get(kind)
+    name = "memcpy" if kind == "memcpy" else where_name(where)
+    if kind == "instruction":
+        t = times.get("instruction", {}).get(side.role, {})
+        return sum(v for k, v in t.items() if k.split(": ", 1)[-1].startswith(name + " ("))
+    if section:
+        return times.get(section, {}).get(side.role, {}).get(
+            where if kind == "python_line" else name, 0.0)
+    return None
+
+
+def predictions(sides: dict, times: dict, period: dict | None) -> tuple[list, list]:
+    """BEFORE's ranked changes beside the measured change of their cause and of the step
+    period; (result entries, table rows)."""
+    entries, out = [], []
+    step_change = (period["before"] - period["after"]) if period else None
+    for c in rows(sides["before"].folder, "changes.csv"):
+        kind, where = c.get("cause_kind", ""), c.get("where", "")
+        pred = num(c.get("saving_us"))
+        b = cause_measure(sides["before"], kind, where, times)
+        a = cause_measure(sides["after"], kind, where, times)
+        measured = round(b - a, 3) if b is not None and a is not None else None
+        ratio = round(step_change / pred, 2) if step_change is not None and pred else None
+        note = ("not measurable from the tables compared" if measured is None else
+                f"its cause {rules.us_text(b)} per step before, {rules.us_text(a)} after")
+        entries.append({"rank": int(num(c.get("rank")) or 0), "cause": kind, "where": where,
+                        "predicted_saving_us": pred, "measured_change_us": measured,
+                        "step_period_change_us": None if step_change is None
+                        else round(step_change, 3), "error_ratio": ratio})
+        out.append(row("prediction", f"{c.get('rank')}. {kind} ({where})", pred, measured,
+                       "us", "inferred", "" if measured is not None else "not measurable",
+                       note + ("" if ratio is None else
+                               f"; the step period moved {ratio:g} times the prediction")))
+    return entries, out
+
+
+# ---------------------------------------------------------------- comparable at all
+
+def comparable(sides: dict, notes: list) -> None:
+    """Say what differs between the captures that bears on comparing them."""
+    def gpus(s):
+        return (sides[s].info.get("capture") or {}).get("gpus") or \
+            (sides[s].info.get("xplane") or {}).get("gpus")
+    g = {s: gpus(s) for s in SIDES}
+    if g["before"] and g["after"] and g["before"] != g["after"]:
+        notes.append(f"the captures hold other GPUs ({g['before']} before, {g['after']} after): "
+                     "per-step times compare, per-GPU rows may not")
+    mods = {s: {r.get("module") for r in rows(sides[s].folder, "attribution/programs.csv")}
+            for s in SIDES}
+    if mods["before"] and mods["after"] and not mods["before"] & mods["after"]:
+        notes.append("the captures share no program (by module name): they run other programs "
+                     "entirely, so every program, instruction and line is new or gone; the "
+                     "step period and the host side still compare")
+
+
+def compare(before: Path, after: Path) -> tuple[list, dict]:
+    sides = {"before": Side(before, "before"), "after": Side(after, "after")}
+    notes, refusals = [], []
+    comparable(sides, notes)
+    table, figs, sig = step_rows(sides)
+    vrows, moved = verdict_rows(sides)
+    table += vrows + host_rows(sides)
+    gt, times = gpu_time_rows(sides, refusals)
+    table += gt
+    key = "step_period" if "step_period" in sig else "step_time" if "step_time" in sig else None
+    period = ({s: figs[f"{key}_{s}_us"]["value"] for s in SIDES} if key else None)
+    preds, prow = predictions(sides, times, period)
+    table += prow
+    result = {
+        "step": "compare", "status": "done", "figures": figs,
+        "significant": bool(key and sig[key][0]),
+        "significance": {"of": key, "why": sig[key][1] if key else "no analysed step",
+                         "rule": "the per-step values of the two captures do not overlap, "
+                                 f"two steps or more each, and differ by {MIN_CHANGE_PCT:g}% or "
+                                 "more"},
+        "verdict_before": sides["before"].skip.get("verdict"),
+        "verdict_after": sides["after"].skip.get("verdict"),
+        "moved": moved, "predictions": preds, "notes": notes, "refusals": refusals,
+        "inputs": {s: str(sides[s].folder) for s in SIDES},
+        "tables": {TABLE: len(table)},
+    }
+    return table, result
+
+
+# ---------------------------------------------------------------- the step
+
+def options(ap) -> None:
+    ap.add_argument("--no-xprof", action="store_true",
+                    help="investigate a capture without XProf's cross-checks (faster)")
+
+
+STEP = step_cli.Step("compare", __doc__, __file__, reads="pair", options=options,
+                     out_help="where the comparison (and the investigations of captures) go "
+                              "(default: .)", fan_out=False)
+
+
+def body(args) -> list[str]:
+    out = Path(args.out)
+    before = side_folder(args.before, "before", out, args.no_xprof)
+    after = side_folder(args.after, "after", out, args.no_xprof)
+    if before.resolve() == after.resolve():
+        raise step_cli.StepError(f"BEFORE and AFTER are one folder ({before}): give two")
+    table, result = compare(before, after)
+    with rules.replace_files(out, ".compare-") as tmp:
+        written = [(TABLE, scratch.write_table(tmp, TABLE, table)),
+                   (RESULT, scratch.write_result(tmp, RESULT, result))]
+    lines = step_cli.wrote(out, written)
+    figs = result["figures"]
+    for name in ("step_period", "step_time"):
+        if f"{name}_before_us" in figs:
+            b, a = figs[f"{name}_before_us"]["value"], figs[f"{name}_after_us"]["value"]
+            lines.append(f"{name.replace('_', ' ')}: {rules.us_text(b)} -> {rules.us_text(a)}"
+                         + (f" ({100 * (a - b) / b:+.1f}%)" if b else ""))
+    lines.append(("a change: " if result["significant"] else "no change counted: ")
+                 + result["significance"]["why"])
+    lines.append(f"verdict: {result['verdict_before']} -> {result['verdict_after']}")
+    for p in result["predictions"][:3]:
+        lines.append(f"  change {p['rank']} ({p['cause']}): predicted {p['predicted_saving_us']} "
+                     f"us, its cause moved {p['measured_change_us']} us, the step "
+                     f"{p['step_period_change_us']} us")
+    lines += [f"  {s}" for s in result["notes"] + result["refusals"]]
+    return lines
+
+
+def main(argv=None) -> int:
+    return step_cli.main(STEP, body, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(step_cli.run(STEP, main))

@@ -1,0 +1,166 @@
+"""compare.py (before and after) on generated pairs with truth: command buffers off then on (the
+launch gaps gone), every kernel 20% faster, the same program under another seed (noise only);
+its measured deltas against the generator's steps, the rule that calls a difference inside the
+spread no change, BEFORE's predictions beside what moved, scratch folders as input (never
+written), and bad input as one sentence."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from capgen.generate import generate
+from capgen.scenarios import SCENARIOS
+from conftest import REPO
+
+COMPARE = REPO / "scripts" / "compare.py"
+
+
+def compare(before, after, out, *extra):
+    return subprocess.run([sys.executable, "-P", str(COMPARE), str(before), str(after), "--out",
+                           str(out), "--no-xprof", *extra], capture_output=True, text=True,
+                          timeout=600)
+
+
+def read(path: Path) -> list[dict]:
+    with open(path, newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def truth_periods(run_dir: Path) -> list[float]:
+    """The generator's step periods (us): one step's start to the next's, on GPU 0."""
+    rows = [r for r in read(run_dir.parent.parent.parent / "truth" / "steps.csv")
+            if r["device"] == "0"]
+    starts = sorted(int(r["start_ps"]) for r in rows)
+    return [(b - a) / 1e6 for a, b in zip(starts, starts[1:], strict=False)]
+
+
+@pytest.fixture(scope="module")
+def pairs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pairs")
+    off, dev = SCENARIOS["nvidia-off"], SCENARIOS["nvidia-device-bound"]
+    made = {
+        "off": generate(off, root / "off"),
+        "on": generate(dataclasses.replace(off, command_buffers="all"), root / "on"),
+        "on-seed7": generate(dataclasses.replace(off, command_buffers="all", seed=7),
+                             root / "on-seed7"),
+        "dev": generate(dev, root / "dev"),
+        "dev-fast": generate(dataclasses.replace(dev, work_scale=dev.work_scale * 0.8),
+                             root / "dev-fast"),
+    }
+    return root, {k: Path(r.run_dir) for k, r in made.items()}
+
+
+def run_pair(pairs, before, after, name):
+    root, runs = pairs
+    out = root / name
+    p = compare(runs[before], runs[after], out)
+    assert p.returncode == 0, p.stderr
+    return out, p, json.loads((out / "compare.json").read_text())
+
+
+def test_command_buffers_on_the_step_period_and_the_prediction(pairs):
+    """Off then on: the step period's change equals the generator's within 1%, it counts (every
+    step after faster), the verdict moves from launch-bound with host-late time the largest
+    part, and BEFORE's change 1 (the host gaps) stands beside what its cause and the step
+    moved."""
+    out, p, res = run_pair(pairs, "off", "on", "cb")
+    _, runs = pairs
+    figs = res["figures"]
+    for side, run in (("before", runs["off"]), ("after", runs["on"])):
+        truth = sorted(truth_periods(run))
+        assert figs[f"step_period_{side}_us"]["value"] == pytest.approx(
+            truth[len(truth) // 2], rel=0.01)
+        assert figs[f"step_period_{side}_us"]["label"] == "measured"
+    assert res["significant"] is True and "faster" in res["significance"]["why"]
+    assert res["verdict_before"] == "launch-bound" and res["moved"][0]["part"] == "host_late_us"
+    first = res["predictions"][0]
+    assert first["rank"] == 1 and first["cause"] == "host_gap"
+    assert first["measured_change_us"] > 0.9 * first["predicted_saving_us"]
+    assert first["error_ratio"] == pytest.approx(
+        first["step_period_change_us"] / first["predicted_saving_us"], abs=0.01)
+    assert "change 1 (host_gap): predicted" in p.stdout
+    rows = read(out / "compare.csv")
+    assert [r["status"] for r in rows if r["section"] == "step"] == ["changed", "changed"]
+
+
+def test_every_kernel_faster_moves_its_families_and_instructions(pairs):
+    """Kernels 20% faster on a device-bound program: the step time and every family's and
+    program's GPU time per step 20% down (within 1%), matched by name; the verdict the same."""
+    out, _, res = run_pair(pairs, "dev", "dev-fast", "fast")
+    b, a = res["figures"]["step_time_before_us"]["value"], res["figures"]["step_time_after_us"][
+        "value"]
+    assert a / b == pytest.approx(0.8, abs=0.01) and res["significant"]
+    assert res["verdict_before"] == res["verdict_after"] == "device-bound"
+    rows = read(out / "compare.csv")
+    for r in rows:
+        if r["section"] in ("program", "family") and float(r["before"]) > 100:
+            assert float(r["change_pct"]) == pytest.approx(-20, abs=1), r
+    assert not [r for r in rows if r["status"] in ("new", "gone")]
+
+
+def test_noise_alone_is_no_change(pairs):
+    """The same program under another seed: no change counted, said why."""
+    out, p, res = run_pair(pairs, "on", "on-seed7", "noise")
+    assert res["significant"] is False and "no change counted" in p.stdout
+    assert {r["status"] for r in read(out / "compare.csv") if r["section"] == "step"} == {
+        "within spread"}
+
+
+def test_scratch_folders_are_read_as_they_are(pairs, tmp_path):
+    """Two scratch folders the investigation wrote: the same comparison, nothing written into
+    them."""
+    root, _ = pairs
+    before, after = root / "cb" / "before", root / "cb" / "after"
+
+    def digest(folder):
+        return {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.rglob("*")
+                if p.is_file()}
+    was = (digest(before), digest(after))
+    p = compare(before, after, tmp_path / "again")
+    assert p.returncode == 0, p.stderr
+    assert (digest(before), digest(after)) == was
+    assert read(tmp_path / "again" / "compare.csv") == read(root / "cb" / "compare.csv")
+    assert not (tmp_path / "again" / "before").exists()
+
+
+def test_a_side_without_hlo_compares_what_it_can(pairs, tmp_path):
+    """AFTER without its xplane: programs, instructions, families and lines are refused in one
+    sentence; the steps and the host side are compared."""
+    _, runs = pairs
+    trace_only = tmp_path / "t" / "plugins" / "profile" / "r"
+    trace_only.mkdir(parents=True)
+    for f in runs["on"].glob("*.trace.json.gz"):
+        (trace_only / f.name).write_bytes(f.read_bytes())
+    p = compare(runs["off"], trace_only, tmp_path / "o")
+    assert p.returncode == 0, p.stderr
+    res = json.loads((tmp_path / "o" / "compare.json").read_text())
+    assert res["significant"] and any("because AFTER has no attribution" in r
+                                      for r in res["refusals"])
+    assert not [r for r in read(tmp_path / "o" / "compare.csv") if r["section"] == "program"]
+
+
+@pytest.mark.parametrize("case", ["missing", "same", "unusable"])
+def test_bad_input_is_one_sentence(pairs, tmp_path, case):
+    _, runs = pairs
+    bad = tmp_path / "bad" / "plugins" / "profile" / "r"
+    bad.mkdir(parents=True)
+    (bad / "h.trace.json.gz").write_bytes(b"not gzip")
+    before, after = {"missing": (runs["off"], tmp_path / "nowhere"),
+                     "same": (runs["off"], runs["off"]),
+                     "unusable": (runs["off"], bad)}[case]
+    if case == "same":
+        compare(before, tmp_path / "nowhere", tmp_path / "o")  # investigates BEFORE once
+        before = after = tmp_path / "o" / "before"
+    p = compare(before, after, tmp_path / "o2")
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip() and "…" not in ln]
+    assert p.returncode == 1 and len(lines) == 1 and lines[0].startswith("compare: "), p.stderr
+    assert "Traceback" not in p.stderr
+    assert not (tmp_path / "o2" / "compare.csv").exists()
