@@ -57,12 +57,24 @@ SIDES = ("before", "after")
 # below this share of BEFORE's value a difference is no change whatever the spread (timer
 # rounding, a few nanoseconds of a microsecond-long step)
 MIN_CHANGE_PCT = 1.0
+RULE = ("the per-step values of the two captures do not overlap, two steps or more each, and "
+        f"their medians differ by {MIN_CHANGE_PCT:g}% or more")
 
 
 # ---------------------------------------------------------------- the two sides
 
+def kind(path: Path) -> str | None:
+    """`host`: one capture's scratch folder; `run`: a run of several hosts (investigate.py's
+    per-host pass: a folder per host and hosts.csv); None: neither."""
+    if path.is_dir() and (path / "capture_info.json").is_file():
+        return "host"
+    if path.is_dir() and (path / "hosts.csv").is_file():
+        return "run"
+    return None
+
+
 def is_scratch(path: Path) -> bool:
-    return path.is_dir() and (path / "capture_info.json").is_file()
+    return kind(path) is not None
 
 
 def side_folder(arg: str, name: str, out: Path, no_xprof: bool) -> Path:
@@ -385,9 +397,7 @@ def compare(before: Path, after: Path) -> tuple[list, dict]:
         "step": "compare", "status": "done", "figures": figs,
         "significant": bool(key and sig[key][0]),
         "significance": {"of": key, "why": sig[key][1] if key else "no analysed step",
-                         "rule": "the per-step values of the two captures do not overlap, "
-                                 f"two steps or more each, and differ by {MIN_CHANGE_PCT:g}% or "
-                                 "more"},
+                         "rule": RULE},
         "verdict_before": sides["before"].skip.get("verdict"),
         "verdict_after": sides["after"].skip.get("verdict"),
         "moved": moved, "predictions": preds, "notes": notes, "refusals": refusals,
@@ -409,17 +419,110 @@ STEP = step_cli.Step("compare", __doc__, __file__, reads="pair", options=options
                               "(default: .)", fan_out=False)
 
 
+def run_hosts(folder: Path) -> dict[str, Path]:
+    """{host: its scratch folder} of a run's hosts.csv (the hosts whose pass finished)."""
+    out = {}
+    for r in rows(folder, "hosts.csv"):
+        sub = folder / r.get("folder", "")
+        if r.get("host") and kind(sub) == "host":
+            out[r["host"]] = sub
+    return out
+
+
+def compare_runs(before: Path, after: Path, out: Path) -> tuple[list, dict, list]:
+    """Two runs of several hosts: host by host into out/<host>/, then the run as a whole (its
+    steps: each the slowest host's, from host_steps.csv)."""
+    hosts = {s: run_hosts(f) for s, f in (("before", before), ("after", after))}
+    both = sorted(set(hosts["before"]) & set(hosts["after"]))
+    if not both:
+        raise step_cli.StepError(f"BEFORE ({before}) and AFTER ({after}) share no host by name "
+                                 "that finished: compare one host's folder of each instead")
+    written, per_host = [], []
+    for h in both:
+        table, result = compare(hosts["before"][h], hosts["after"][h])
+        written += write(out, table, result, h)
+        per_host.append({"host": h, "significant": result["significant"],
+                         "why": result["significance"]["why"],
+                         "verdict_before": result["verdict_before"],
+                         "verdict_after": result["verdict_after"]})
+    table, result = compare_run_steps(before, after)
+    result["hosts"] = per_host
+    for h in sorted(set(hosts["before"]) ^ set(hosts["after"])):
+        result["notes"].append(f"host {h} is in {'BEFORE' if h in hosts['before'] else 'AFTER'}"
+                               " alone: not compared")
+    for ph in per_host:
+        table.append(row("host_result", ph["host"], ph["verdict_before"], ph["verdict_after"],
+                         "", "inferred", "changed" if ph["significant"] else "within spread",
+                         ph["why"]))
+    return table, result, written
+
+
+def compare_run_steps(before: Path, after: Path) -> tuple[list, dict]:
+    """The run's step period and step time per step (the slowest host's), by the rule."""
+    per = {}
+    for s, f in (("before", before), ("after", after)):
+        by_step: dict = {}
+        for r in rows(f, "host_steps.csv"):
+            d, pd = num(r.get("dur_us")), num(r.get("period_us"))
+            cur = by_step.setdefault(r.get("step"), [None, None])
+            cur[0] = d if cur[0] is None or (d is not None and d > cur[0]) else cur[0]
+            cur[1] = pd if cur[1] is None or (pd is not None and pd > cur[1]) else cur[1]
+        per[s] = by_step
+    table, figs, sig = [], {}, {}
+    for i, name in ((1, "step_period"), (0, "step_time")):
+        vals = {s: [v[i] for v in per[s].values() if v[i] is not None] for s in SIDES}
+        if not vals["before"] or not vals["after"]:
+            continue
+        sig[name] = significance(vals["before"], vals["after"])
+        sums = {s: summary(vals[s]) for s in SIDES}
+        for s in SIDES:
+            figs[f"{name}_{s}_us"] = scratch.figure(sums[s]["value"], "us", "measured",
+                                                    sums[s], decimals=3)
+        table.append(row("step", name, sums["before"]["value"], sums["after"]["value"], "us",
+                         "measured", "changed" if sig[name][0] else "within spread",
+                         f"the slowest host's, median of {sums['before']['n']} and "
+                         f"{sums['after']['n']} steps; {sig[name][1]}"))
+    key = "step_period" if "step_period" in sig else "step_time" if "step_time" in sig else None
+    return table, {
+        "step": "compare", "status": "done", "figures": figs,
+        "significant": bool(key and sig[key][0]),
+        "significance": {"of": key, "why": sig[key][1] if key else "no analysed step",
+                         "rule": RULE},
+        "verdict_before": None, "verdict_after": None, "moved": [], "predictions": [],
+        "notes": ["a run of several hosts: each host is compared in its own folder "
+                  "(<host>/compare.csv); here the run's steps, each the slowest host's"],
+        "refusals": [], "inputs": {"before": str(before), "after": str(after)},
+        "tables": {TABLE: len(table)}}
+
+
+def write(out: Path, table: list, result: dict, stands_for: str = "") -> list:
+    """compare.csv and compare.json into out (or out/<host>), each whole."""
+    target = out / stands_for if stands_for else out
+    result["tables"] = {TABLE: len(table)}
+    with rules.replace_files(target, ".compare-") as tmp:
+        written = [(TABLE, scratch.write_table(tmp, TABLE, table)),
+                   (RESULT, scratch.write_result(tmp, RESULT, result))]
+    return [(f"{stands_for}/{f}" if stands_for else f, n) for f, n in written]
+
+
 def body(args) -> list[str]:
     out = Path(args.out)
     before = side_folder(args.before, "before", out, args.no_xprof)
     after = side_folder(args.after, "after", out, args.no_xprof)
     if before.resolve() == after.resolve():
         raise step_cli.StepError(f"BEFORE and AFTER are one folder ({before}): give two")
-    table, result = compare(before, after)
-    with rules.replace_files(out, ".compare-") as tmp:
-        written = [(TABLE, scratch.write_table(tmp, TABLE, table)),
-                   (RESULT, scratch.write_result(tmp, RESULT, result))]
-    lines = step_cli.wrote(out, written)
+    kinds = {"before": kind(before), "after": kind(after)}
+    if kinds["before"] != kinds["after"]:
+        one, run = ("BEFORE", "AFTER") if kinds["before"] == "host" else ("AFTER", "BEFORE")
+        raise step_cli.StepError(f"{run} is a run of several hosts and {one} one host's: "
+                                 f"compare one host's folder of {run} (<folder>/<host>) with "
+                                 f"{one}")
+    if kinds["before"] == "run":
+        table, result, written = compare_runs(before, after, out)
+    else:
+        table, result = compare(before, after)
+        written = []
+    lines = step_cli.wrote(out, written + write(out, table, result))
     figs = result["figures"]
     for name in ("step_period", "step_time"):
         if f"{name}_before_us" in figs:
@@ -428,11 +531,15 @@ def body(args) -> list[str]:
                          + (f" ({100 * (a - b) / b:+.1f}%)" if b else ""))
     lines.append(("a change: " if result["significant"] else "no change counted: ")
                  + result["significance"]["why"])
-    lines.append(f"verdict: {result['verdict_before']} -> {result['verdict_after']}")
+    if result["verdict_before"] or result["verdict_after"]:
+        lines.append(f"verdict: {result['verdict_before']} -> {result['verdict_after']}")
     for p in result["predictions"][:3]:
         lines.append(f"  change {p['rank']} ({p['cause']}): predicted {p['predicted_saving_us']} "
                      f"us, its cause moved {p['measured_change_us']} us, the step "
                      f"{p['step_period_change_us']} us")
+    for h in result.get("hosts", []):
+        lines.append(f"  host {h['host']}: {h['verdict_before']} -> {h['verdict_after']}; "
+                     + ("a change" if h["significant"] else "no change counted") + f": {h['why']}")
     lines += [f"  {s}" for s in result["notes"] + result["refusals"]]
     return lines
 

@@ -164,3 +164,26 @@ def test_bad_input_is_one_sentence(pairs, tmp_path, case):
     assert p.returncode == 1 and len(lines) == 1 and lines[0].startswith("compare: "), p.stderr
     assert "Traceback" not in p.stderr
     assert not (tmp_path / "o2" / "compare.csv").exists()
+
+
+def test_a_slow_host_fixed_host_by_host(tmp_path):
+    """Three hosts, host 1 planted 1.5x slower, then the same run without it: each host compared
+    in its own folder (host 1 changed, the others within the spread), the run's step time, the
+    slowest host's per step, down by a third (within 1%)."""
+    from capgen.generate import generate_hosts
+    sc = dataclasses.replace(SCENARIOS["nvidia-device-bound"], gpus=2, steps=3)
+    slow = generate_hosts(sc, tmp_path / "slow", hosts=3, slow_host=1, slow_factor=1.5)
+    fixed = generate_hosts(sc, tmp_path / "fixed", hosts=3, slow_host=None)
+    p = compare(slow[0].run_dir, fixed[0].run_dir, tmp_path / "o")
+    assert p.returncode == 0, p.stderr
+    res = json.loads((tmp_path / "o" / "compare.json").read_text())
+    b, a = (res["figures"][f"step_time_{s}_us"]["value"] for s in ("before", "after"))
+    assert a / b == pytest.approx(1 / 1.5, rel=0.01) and res["significant"]
+    assert {h["host"]: h["significant"] for h in res["hosts"]} == {
+        "gen-host-0": False, "gen-host-1": True, "gen-host-2": False}
+    for h in ("gen-host-0", "gen-host-1", "gen-host-2"):
+        assert (tmp_path / "o" / h / "compare.csv").is_file()
+    # a run against one host's folder is refused, saying what to give instead
+    q = compare(tmp_path / "o" / "before", tmp_path / "o" / "after" / "gen-host-1",
+                tmp_path / "o2")
+    assert q.returncode == 1 and "compare one host's folder of BEFORE" in q.stderr

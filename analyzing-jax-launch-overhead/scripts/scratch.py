@@ -1697,8 +1697,8 @@ declare(Table(
         "time per step of a program, instruction, kernel family or Python line, or one of "
         "BEFORE's ranked changes",
     order="section (step, verdict, verdict_part, host, program, instruction, family, line, "
-          "prediction); within a GPU-time section by the size of the change, largest first; "
-          "predictions by rank",
+          "prediction; for a run of several hosts: step, then host_result per host); within a "
+          "GPU-time section by the size of the change, largest first; predictions by rank",
     columns=(
         col("section", "", "", "what the row compares (order above)"),
         col("key", "", "",
@@ -1747,7 +1747,11 @@ rule of `compare.csv`), `significance` (`of`: `step_period` or `step_time`, `why
 `part`, `words`, `before_us`, `after_us`), `predictions` (one per BEFORE change: `rank`,
 `cause`, `where`, `predicted_saving_us`, `measured_change_us` (null where not measurable),
 `step_period_change_us`, `error_ratio`: the step period's change over the prediction),
-`notes`, `refusals`, `inputs` (`before`, `after`: the scratch folders read), `tables`.
+`notes`, `refusals`, `inputs` (`before`, `after`: the scratch folders read), `tables`. For two
+runs of several hosts, each host common to both is compared into `<host>/compare.csv` and
+`<host>/compare.json`; the top-level result is the run's (its steps each the slowest host's, from
+`host_steps.csv`; no verdict or predictions) with `hosts`: per host `host`, `significant`, `why`,
+`verdict_before`, `verdict_after`.
 """,
     figures=(
         Figure("step_period_before_us", "us", "measured",
