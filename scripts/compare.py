@@ -269,8 +269,8 @@ def host_rows(sides: dict) -> list:
 
 KEYS = {  # section: (table, key of a row: what survives recompilation)
     "program": ("attribution/programs.csv", lambda r: r.get("module", "")),
-    "instruction": ("attribution/ops.csv", lambda r: "{}: {} ({})".format(
-        r.get("module", ""), r.get("instruction", ""), r.get("opcode", ""))),
+    "instruction": ("attribution/ops.csv", lambda r: "/".join(
+        (r.get("module", ""), r.get("instruction", ""), r.get("opcode", "")))),
     "family": ("attribution/families.csv", lambda r: r.get("family", "")),
     "line": ("attribution/lines.csv", lambda r: r.get("user_frame", "")),
 }
@@ -329,7 +329,7 @@ def cause_measure(side: Side, kind: str, where: str, times: dict) -> float | Non
     name = "memcpy" if kind == "memcpy" else where_name(where)
     if kind == "instruction":
         t = times.get("instruction", {}).get(side.role, {})
-        return sum(v for k, v in t.items() if k.split(": ", 1)[-1].startswith(name + " ("))
+        return sum(v for k, v in t.items() if k.split("/")[1:2] == [name])
     if section:
         return times.get(section, {}).get(side.role, {}).get(
             where if kind == "python_line" else name, 0.0)
@@ -354,10 +354,11 @@ def predictions(sides: dict, times: dict, period: dict | None) -> tuple[list, li
                         "predicted_saving_us": pred, "measured_change_us": measured,
                         "step_period_change_us": None if step_change is None
                         else round(step_change, 3), "error_ratio": ratio})
-        out.append(row("prediction", f"{c.get('rank')}. {kind} ({where})", pred, measured,
-                       "us", "inferred", "" if measured is not None else "not measurable",
-                       note + ("" if ratio is None else
-                               f"; the step period moved {ratio:g} times the prediction")))
+        out.append(row("prediction", f"change {c.get('rank')}", pred, measured, "us",
+                       "inferred", "" if measured is not None else "not measurable",
+                       f"{kind} at {where}: {note}" + ("" if ratio is None else
+                                                        f"; the step period moved {ratio:g} "
+                                                        "times the prediction")))
     return entries, out
 
 

@@ -1703,14 +1703,16 @@ declare(Table(
         col("section", "", "", "what the row compares (order above)"),
         col("key", "", "",
             "the figure, or what the row matches across the captures: the module name, "
-            "`<module>: <instruction> (<opcode>)`, the family, the source line, or "
-            "`<rank>. <cause_kind> (<where>)`"),
+            "`<module>/<instruction>/<opcode>`, the family, the source line, or `change <rank>` "
+            "(its cause and where in `note`)"),
         col("before", "us", "measured",
             "BEFORE's value (median per step; a verdict's word; for a prediction the predicted "
             "saving, inferred); units as `unit` says"),
         col("after", "us", "measured",
             "AFTER's value (for a prediction the measured change of its cause, inferred)"),
-        col("change", "us", "inferred", "`after` less `before` (3 decimals)"),
+        col("change", "us", "inferred",
+            "`after` less `before` (3 decimals); for a prediction the measured less the "
+            "predicted"),
         col("change_pct", "pct", "inferred", "`change` as a share of `before` (2 decimals)"),
         col("unit", "", "", "`us`, `count`, or empty for a word"),
         col("label", "", "",
