@@ -52,7 +52,7 @@ import scratch  # noqa: E402  (sibling skill: the scratch files' declarations, w
 import step_cli  # noqa: E402  (sibling skill: the command line, errors, exit codes)
 import trace_rules as rules  # noqa: E402  (sibling skill: units, atomic outputs)
 
-TABLE, RESULT = "compare.csv", "compare.json"
+TABLE, RESULT, DRAFT = "compare.csv", "compare.json", "compare_draft.md"
 SIDES = ("before", "after")
 # below this share of BEFORE's value a difference is no change whatever the spread (timer
 # rounding, a few nanoseconds of a microsecond-long step)
@@ -496,13 +496,67 @@ def compare_run_steps(before: Path, after: Path) -> tuple[list, dict]:
         "tables": {TABLE: len(table)}}
 
 
+def cite(label: str, column: str, section: str, key: str) -> str:
+    return f"({label}; {TABLE}: {column}, section={section}, key={key})"
+
+
+def fig(value) -> str:
+    return f"{value:,.3f}"
+
+
+def draft(table: list, result: dict) -> str:
+    """The report's "Before and after" section: every figure cited from compare.csv, the
+    judgement places marked."""
+    by = {(r[0], r[1]): r for r in table}
+    out = ["## Before and after", ""]
+    for name in ("step_period", "step_time"):
+        r = by.get(("step", name))
+        if not r or r[2] == "":
+            continue
+        out.append(f"- {name.replace('_', ' ').capitalize()}: {fig(r[2])} us "
+                   f"{cite('measured', 'before', 'step', name)} before, {fig(r[3])} us "
+                   f"{cite('measured', 'after', 'step', name)} after, "
+                   f"{r[5]:+.2f}% {cite('measured', 'change_pct', 'step', name)}: "
+                   + ("a change by the rule (" if r[8] == "changed" else
+                      "no change counted: within the step-to-step spread (")
+                   + f"{result['significance']['why']}).")
+    if result.get("verdict_before"):
+        out.append(f"- Verdict: {result['verdict_before']} before, {result['verdict_after']} "
+                   "after.")
+    for m in result.get("moved", []):
+        r = by[("verdict_part", m["part"])]
+        out.append(f"- {m['words'].capitalize()}: {fig(r[2])} us "
+                   f"{cite('measured', 'before', 'verdict_part', m['part'])} to {fig(r[3])} us "
+                   f"{cite('measured', 'after', 'verdict_part', m['part'])} per step.")
+    out += ["", "<!-- judge: did the change help? Say it only where the rule counts a change; "
+            "name what moved, from the rows above. -->", ""]
+    for p in result.get("predictions", []):
+        key = f"change {p['rank']}"
+        line = (f"- Change {p['rank']} ({p['cause']}) predicted {fig(p['predicted_saving_us'])} "
+                f"us {cite('inferred', 'before', 'prediction', key)}")
+        if p["measured_change_us"] is not None:
+            line += (f"; its cause moved {fig(p['measured_change_us'])} us "
+                     f"{cite('inferred', 'after', 'prediction', key)}")
+        out.append(line + ".")
+    if result.get("predictions"):
+        out += ["", "<!-- judge: how far to trust the next estimate: compare each prediction "
+                "with what its cause and the step period moved (compare.json: predictions). "
+                "-->"]
+    for s in result.get("refusals", []) + result.get("notes", []):
+        out.append(f"- {s}")
+    return "\n".join(out) + "\n"
+
+
 def write(out: Path, table: list, result: dict, stands_for: str = "") -> list:
-    """compare.csv and compare.json into out (or out/<host>), each whole."""
+    """compare.csv, compare.json and compare_draft.md into out (or out/<host>), each whole."""
     target = out / stands_for if stands_for else out
     result["tables"] = {TABLE: len(table)}
     with rules.replace_files(target, ".compare-") as tmp:
+        text = draft(table, result)
+        (tmp / DRAFT).write_text(text, encoding="utf-8")
         written = [(TABLE, scratch.write_table(tmp, TABLE, table)),
-                   (RESULT, scratch.write_result(tmp, RESULT, result))]
+                   (RESULT, scratch.write_result(tmp, RESULT, result)),
+                   (DRAFT, text.count("\n"))]
     return [(f"{stands_for}/{f}" if stands_for else f, n) for f, n in written]
 
 

@@ -117,7 +117,7 @@ def test_noise_alone_is_no_change(pairs):
 def test_scratch_folders_are_read_as_they_are(pairs, tmp_path):
     """Two scratch folders the investigation wrote: the same comparison, nothing written into
     them."""
-    root, _ = pairs
+    root = run_pair(pairs, "off", "on", "cb")[0].parent
     before, after = root / "cb" / "before", root / "cb" / "after"
 
     def digest(folder):
@@ -187,3 +187,33 @@ def test_a_slow_host_fixed_host_by_host(tmp_path):
     q = compare(tmp_path / "o" / "before", tmp_path / "o" / "after" / "gen-host-1",
                 tmp_path / "o2")
     assert q.returncode == 1 and "compare one host's folder of BEFORE" in q.stderr
+
+
+def test_the_draft_section_passes_the_fact_check_and_makes_a_page(pairs, tmp_path):
+    """compare_draft.md (the report's "Before and after" section) cites every figure from
+    compare.csv: the fact check on the comparison's folder passes it, and fails it with one
+    label changed; the page skill shows the comparison's tables."""
+    folder, _, _ = run_pair(pairs, "off", "on", "cb-draft")
+    draft = (folder / "compare_draft.md").read_text(encoding="utf-8")
+    assert draft.startswith("## Before and after") and "<!-- judge:" in draft
+    fc = [sys.executable, "-P", str(REPO / "scripts" / "factcheck.py")]
+    report = tmp_path / "report.md"
+    report.write_text("# Report\n\n" + draft, encoding="utf-8")
+    p = subprocess.run(fc + [str(report), "--out", str(folder)], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    report.write_text("# Report\n\n" + draft.replace("(measured; compare.csv: before, "
+                                                     "section=step", "(inferred; compare.csv: "
+                                                     "before, section=step", 1))
+    p = subprocess.run(fc + [str(report), "--out", str(folder)], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 4 and "no_label" in p.stdout
+    page = tmp_path / "p.html"
+    q = subprocess.run([sys.executable, "-P", str(REPO / "writing-trace-report-pages" / "scripts"
+                                                  / "build_page.py"), str(folder /
+                                                                          "compare_draft.md"),
+                        "--scratch", str(folder), "--out", str(page)], capture_output=True,
+                       text=True, timeout=120)
+    assert q.returncode == 0, q.stderr
+    html = page.read_text(encoding="utf-8")
+    assert "Before and after: the step" in html and "prediction beside what its cause" in html

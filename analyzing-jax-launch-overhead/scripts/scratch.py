@@ -1705,15 +1705,17 @@ declare(Table(
             "the figure, or what the row matches across the captures: the module name, "
             "`<module>/<instruction>/<opcode>`, the family, the source line, or `change <rank>` "
             "(its cause and where in `note`)"),
-        col("before", "us", "measured",
-            "BEFORE's value (median per step; a verdict's word; for a prediction the predicted "
-            "saving, inferred); units as `unit` says"),
-        col("after", "us", "measured",
-            "AFTER's value (for a prediction the measured change of its cause, inferred)"),
-        col("change", "us", "inferred",
-            "`after` less `before` (3 decimals); for a prediction the measured less the "
-            "predicted"),
-        col("change_pct", "pct", "inferred", "`change` as a share of `before` (2 decimals)"),
+        col("before", "us", "",
+            "(labelled per row: `label`) BEFORE's value (median per step; a verdict's word; "
+            "for a prediction the predicted saving, inferred); units as `unit` says"),
+        col("after", "us", "",
+            "(labelled per row: `label`) AFTER's value (for a prediction the measured change "
+            "of its cause, inferred)"),
+        col("change", "us", "",
+            "(labelled per row: `label`) `after` less `before` (3 decimals); for a prediction "
+            "the measured less the predicted"),
+        col("change_pct", "pct", "",
+            "(labelled per row: `label`) `change` as a share of `before` (2 decimals)"),
         col("unit", "", "", "`us`, `count`, or empty for a word"),
         col("label", "", "",
             "the row's own label: `measured` (steps.csv figures), `inferred` (per-step GPU "
@@ -1763,6 +1765,12 @@ runs of several hosts, each host common to both is compared into `<host>/compare
                "BEFORE's median step time (the longest GPU's), min and max"),
         Figure("step_time_after_us", "us", "measured", "AFTER's median step time"),
     )))
+
+declare(File(
+    "compare_draft.md", "compare.py", "markdown",
+    "the report's \"Before and after\" section: the step figures, the verdicts, what moved and "
+    "each prediction beside what its cause moved, every figure cited from `compare.csv`, the "
+    "judgement places marked; it passes the fact check run on the comparison's folder"))
 
 declare(File(
     "logs/<script>.txt", "investigate.py", "text",

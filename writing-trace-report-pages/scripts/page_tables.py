@@ -52,6 +52,21 @@ class Spec:
 
 
 SPECS = [
+    Spec("compare.csv", "Before and after: the step", ["key", "before", "after", "change",
+                                                         "change_pct", "status", "note"],
+         where=("section", "step")),
+    Spec("compare.csv", "Before and after: the host side per step",
+         ["key", "before", "after", "change", "change_pct", "unit"], where=("section", "host")),
+    Spec("compare.csv", "Before and after: each change's prediction beside what its cause "
+         "moved", ["key", "before", "after", "note"], top=30, where=("section", "prediction")),
+    Spec("compare.csv", "Before and after: kernel families, GPU time per step",
+         ["key", "before", "after", "change", "change_pct", "status"],
+         where=("section", "family")),
+    Spec("compare.csv", "Before and after: instructions, GPU time per step (largest changes)",
+         ["key", "before", "after", "change", "change_pct", "status"],
+         where=("section", "instruction")),
+    Spec("compare.csv", "Before and after: hosts", ["key", "before", "after", "status", "note"],
+         top=64, where=("section", "host_result")),
     Spec("changes.csv", "Changes, ranked by their share of the step (inferred, not run)",
          ["rank", "cause_kind", "where", "pct_of_step", "saving_us", "saving_min_us",
           "saving_max_us", "step_if_gone_us", "knob"], top=30),
