@@ -54,6 +54,9 @@ def pairs(tmp_path_factory):
         "dev": generate(dev, root / "dev"),
         "dev-fast": generate(dataclasses.replace(dev, work_scale=dev.work_scale * 0.8),
                              root / "dev-fast"),
+        "dev-slow": generate(dataclasses.replace(dev, work_scale=dev.work_scale * 1.1),
+                             root / "dev-slow"),
+        "split": generate(SCENARIOS["train-plus-optimizer-annotated"], root / "split"),
     }
     return root, {k: Path(r.run_dir) for k, r in made.items()}
 
@@ -217,3 +220,17 @@ def test_the_draft_section_passes_the_fact_check_and_makes_a_page(pairs, tmp_pat
     assert q.returncode == 0, q.stderr
     html = page.read_text(encoding="utf-8")
     assert "Before and after: the step" in html and "prediction beside what its cause" in html
+
+
+def test_a_regression_and_a_program_split_out(pairs):
+    """Kernels 10% slower: counted as slower (every step after slower), 10% within 1%. The
+    optimizer split out of the step into a program of its own: the train step matched by its
+    module's name (its GPU time the same within 1%), the optimizer `new`."""
+    _, _, res = run_pair(pairs, "dev", "dev-slow", "slow")
+    b, a = (res["figures"][f"step_time_{s}_us"]["value"] for s in ("before", "after"))
+    assert res["significant"] and "slower" in res["significance"]["why"]
+    assert a / b == pytest.approx(1.1, abs=0.01)
+    out, _, _ = run_pair(pairs, "off", "split", "split")
+    progs = {r["key"]: r for r in read(out / "compare.csv") if r["section"] == "program"}
+    assert progs["jit_apply_updates"]["status"] == "new"
+    assert float(progs["jit_train_step"]["change_pct"]) == pytest.approx(0, abs=1)
