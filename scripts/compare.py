@@ -321,6 +321,10 @@ def cause_measure(side: Side, kind: str, where: str, times: dict) -> float | Non
                 if d is None or r.get("device") == str(d)]
         vals = [v for v in vals if v is not None]
         return statistics.median(vals) if vals else None
+    if kind == "exposed_collective":  # step 6's critical path of its median step
+        v = ((load_json(side.folder / "changes.json").get("critical_path") or {})
+             .get("collective") or {}).get("value")
+        return num(v)
     if kind == "straggler_wait":
         lags = [num(r.get("lag_us")) for r in rows(side.folder, "stragglers.csv")]
         lags = [v for v in lags if v is not None]
@@ -589,9 +593,11 @@ def body(args) -> list[str]:
     if result["verdict_before"] or result["verdict_after"]:
         lines.append(f"verdict: {result['verdict_before']} -> {result['verdict_after']}")
     for p in result["predictions"][:3]:
-        lines.append(f"  change {p['rank']} ({p['cause']}): predicted {p['predicted_saving_us']} "
-                     f"us, its cause moved {p['measured_change_us']} us, the step "
-                     f"{p['step_period_change_us']} us")
+        moved = ("its cause not measurable from these tables" if p["measured_change_us"] is None
+                 else f"its cause moved {rules.us_text(p['measured_change_us'])}")
+        lines.append(f"  change {p['rank']} ({p['cause']}): predicted "
+                     f"{rules.us_text(p['predicted_saving_us'])}, {moved}, the step period "
+                     f"{rules.us_text(p['step_period_change_us'])}")
     for h in result.get("hosts", []):
         lines.append(f"  host {h['host']}: {h['verdict_before']} -> {h['verdict_after']}; "
                      + ("a change" if h["significant"] else "no change counted") + f": {h['why']}")

@@ -1736,8 +1736,9 @@ Written by `compare.py BEFORE AFTER`, into its own `--out` (not a capture's scra
   capture's analysed steps (all GPUs).
 - `prediction` rows: `before` is BEFORE's `changes.csv` `saving_us`, `after` the measured
   change of the quantity its cause names (host-late, dispatch idle, idle between steps, device
-  wait, straggler lag, or the GPU time of its family, instruction or line), per step; the note
-  gives the step period's change as a multiple of the prediction.
+  wait, straggler lag, the exposed collective time of step 6's critical path, or the GPU time
+  of its family, instruction or line), per step; the note gives the step period's change as a
+  multiple of the prediction.
 """))
 
 declare(File(
