@@ -342,28 +342,53 @@ def cause_measure(side: Side, kind: str, where: str, times: dict) -> float | Non
 
 def predictions(sides: dict, times: dict, period: dict | None) -> tuple[list, list]:
     """BEFORE's ranked changes beside the measured change of their cause and of the step
-    period; (result entries, table rows)."""
-    entries, out = [], []
+    period; (result entries, table rows). `cause_ratio`: the share of the predicted saving its
+    cause lost. The step period's change is one effect of whatever was changed: it is set
+    against the change whose cause moved most (`error_ratio`), none other."""
+    entries = []
     step_change = (period["before"] - period["after"]) if period else None
     for c in rows(sides["before"].folder, "changes.csv"):
         kind, where = c.get("cause_kind", ""), c.get("where", "")
         pred = num(c.get("saving_us"))
         b = cause_measure(sides["before"], kind, where, times)
         a = cause_measure(sides["after"], kind, where, times)
-        measured = round(b - a, 3) if b is not None and a is not None else None
-        ratio = round(step_change / pred, 2) if step_change is not None and pred else None
-        note = ("not measurable from the tables compared" if measured is None else
-                f"its cause {rules.us_text(b)} per step before, {rules.us_text(a)} after")
         entries.append({"rank": int(num(c.get("rank")) or 0), "cause": kind, "where": where,
-                        "predicted_saving_us": pred, "measured_change_us": measured,
+                        "predicted_saving_us": pred,
+                        "measured_change_us": round(b - a, 3) if None not in (a, b) else None,
+                        "cause_before_us": b, "cause_after_us": a,
+                        "cause_ratio": round((b - a) / pred, 2) if None not in (a, b) and pred
+                        else None,
                         "step_period_change_us": None if step_change is None
-                        else round(step_change, 3), "error_ratio": ratio})
-        out.append(row("prediction", f"change {c.get('rank')}", pred, measured, "us",
-                       "inferred", "" if measured is not None else "not measurable",
-                       f"{kind} at {where}: {note}" + ("" if ratio is None else
-                                                        f"; the step period moved {ratio:g} "
-                                                        "times the prediction")))
-    return entries, out
+                        else round(step_change, 3), "error_ratio": None})
+    moved = [e for e in entries if e["cause_ratio"] is not None
+             and e["cause_ratio"] >= MIN_CAUSE_RATIO]
+    if moved and step_change is not None:
+        top = max(moved, key=lambda e: (e["measured_change_us"], -e["rank"]))
+        top["error_ratio"] = round(step_change / top["predicted_saving_us"], 2)
+    return entries, [prediction_row(e) for e in entries]
+
+
+# A change whose cause lost less than this share of its predicted saving was not made (or did
+# nothing): the step period's change is not set against it.
+MIN_CAUSE_RATIO = 0.5
+
+
+def prediction_row(e: dict) -> list:
+    b, a = e["cause_before_us"], e["cause_after_us"]
+    if e["measured_change_us"] is None:
+        note = "its cause is not measurable from the tables compared"
+    else:
+        note = (f"its cause {rules.us_text(b)} per step before, {rules.us_text(a)} after "
+                f"({e['cause_ratio']:g} of the prediction)")
+        note += (f"; the step period moved {e['error_ratio']:g} times the prediction"
+                 if e["error_ratio"] is not None else
+                 "; the step period's change is set against the change whose cause moved most"
+                 if (e["cause_ratio"] or 0) >= MIN_CAUSE_RATIO else
+                 "; its cause hardly moved: a change not made, or without effect")
+    return row("prediction", f"change {e['rank']}", e["predicted_saving_us"],
+               e["measured_change_us"], "us", "inferred",
+               "" if e["measured_change_us"] is not None else "not measurable",
+               f"{e['cause']} at {e['where']}: {note}")
 
 
 # ---------------------------------------------------------------- comparable at all
@@ -595,9 +620,11 @@ def body(args) -> list[str]:
     for p in result["predictions"][:3]:
         moved = ("its cause not measurable from these tables" if p["measured_change_us"] is None
                  else f"its cause moved {rules.us_text(p['measured_change_us'])}")
+        step = ("" if p["error_ratio"] is None else
+                f", the step period {rules.us_text(p['step_period_change_us'])} "
+                f"({p['error_ratio']:g} of the prediction)")
         lines.append(f"  change {p['rank']} ({p['cause']}): predicted "
-                     f"{rules.us_text(p['predicted_saving_us'])}, {moved}, the step period "
-                     f"{rules.us_text(p['step_period_change_us'])}")
+                     f"{rules.us_text(p['predicted_saving_us'])}, {moved}{step}")
     for h in result.get("hosts", []):
         lines.append(f"  host {h['host']}: {h['verdict_before']} -> {h['verdict_after']}; "
                      + ("a change" if h["significant"] else "no change counted") + f": {h['why']}")

@@ -89,6 +89,7 @@ def test_command_buffers_on_the_step_period_and_the_prediction(pairs):
     assert first["measured_change_us"] > 0.9 * first["predicted_saving_us"]
     assert first["error_ratio"] == pytest.approx(
         first["step_period_change_us"] / first["predicted_saving_us"], abs=0.01)
+    assert all(q["error_ratio"] is None for q in res["predictions"][1:])  # changes not made
     assert "change 1 (host_gap): predicted" in p.stdout
     rows = read(out / "compare.csv")
     assert [r["status"] for r in rows if r["section"] == "step"] == ["changed", "changed"]

@@ -1751,7 +1751,10 @@ rule of `compare.csv`), `significance` (`of`: `step_period` or `step_time`, `why
 `verdict_before`, `verdict_after`, `moved` (up to three step parts, largest change first:
 `part`, `words`, `before_us`, `after_us`), `predictions` (one per BEFORE change: `rank`,
 `cause`, `where`, `predicted_saving_us`, `measured_change_us` (null where not measurable),
-`step_period_change_us`, `error_ratio`: the step period's change over the prediction),
+`cause_before_us`, `cause_after_us`, `cause_ratio` (the measured change over the prediction),
+`step_period_change_us`, `error_ratio`: the step period's change over the prediction, for the
+one change whose cause moved most and by half its prediction or more, null for the others: the
+step's change is one effect of what was changed, set against no change that was not made),
 `notes`, `refusals`, `inputs` (`before`, `after`: the scratch folders read), `tables`. For two
 runs of several hosts, each host common to both is compared into `<host>/compare.csv` and
 `<host>/compare.json`; the top-level result is the run's (its steps each the slowest host's, from
