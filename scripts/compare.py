@@ -13,11 +13,15 @@ DIR/before or DIR/after (investigate.py, whole); a scratch folder is read as it 
 written. Writes into DIR (default ./):
     compare.csv   section, key, before, after, change, change_pct, unit, label, status, note:
                   the step period and step time, the verdict, the host side (kernels,
-                  dispatches, host-late time, idle between steps, per step), GPU time per step
-                  of each program, instruction, kernel family and Python line (matched across
-                  the two by what survives recompilation: the module's name, the instruction's
-                  name and opcode, the family, the source line; rows of one side alone are
-                  `new` or `gone`), and each of BEFORE's ranked changes beside what moved
+                  dispatches, kernels launched one by one and in graphs, host-late time, idle
+                  between steps, per step), GPU time per step of each program, instruction,
+                  kernel family, kernel name and Python line (matched across the two by what
+                  survives recompilation: the module's name, the instruction's name and
+                  opcode, the family, the kernel's name, the source line; rows of one side
+                  alone are `new` or `gone`), and each of BEFORE's ranked changes beside what
+                  moved
+    compare_draft.md  the report's "Before and after" section, every figure cited from
+                  compare.csv (the fact check passes it with --out DIR)
     compare.json  the result: figures (the step period and step time before and after, each
                   with min and max), `significant` (the rule below), the verdicts, what moved
                   the verdict, `predictions`, notes, refusals
@@ -255,6 +259,18 @@ def verdict_rows(sides: dict) -> tuple[list, list]:
 
 def host_rows(sides: dict) -> list:
     out = []
+    for join, words in (("launch", "kernels launched one by one per step"),
+                        ("graph_launch", "kernels launched in graphs per step")):
+        vals = {}
+        for s in SIDES:
+            n = num((sides[s].skip.get("joins") or {}).get(join))
+            vals[s] = n / sides[s].steps if n is not None and sides[s].steps else None
+        if vals["before"] is not None or vals["after"] is not None:
+            out.append(row("host", words, vals["before"], vals["after"], "count", "measured",
+                           "" if None not in vals.values() else "not comparable",
+                           "GPU events of the whole capture joined to a launch call of their "
+                           "own or to a graph's (skip_stats.json: joins), over its analysed "
+                           "steps"))
     for column, words, how, unit in HOST:
         b = summary(sides["before"].per_step(column, how))
         a = summary(sides["after"].per_step(column, how))
@@ -272,6 +288,7 @@ KEYS = {  # section: (table, key of a row: what survives recompilation)
     "instruction": ("attribution/ops.csv", lambda r: "/".join(
         (r.get("module", ""), r.get("instruction", ""), r.get("opcode", "")))),
     "family": ("attribution/families.csv", lambda r: r.get("family", "")),
+    "kernel": ("attribution/kernel_names.csv", lambda r: r.get("kernel", "")),
     "line": ("attribution/lines.csv", lambda r: r.get("user_frame", "")),
 }
 

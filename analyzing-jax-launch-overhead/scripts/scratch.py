@@ -1694,16 +1694,17 @@ declare(File(
 declare(Table(
     "compare.csv", "compare.py",
     row="compared figure: a step figure, the verdict and its parts, a host-side figure, the GPU "
-        "time per step of a program, instruction, kernel family or Python line, or one of "
-        "BEFORE's ranked changes",
-    order="section (step, verdict, verdict_part, host, program, instruction, family, line, "
-          "prediction; for a run of several hosts: step, then host_result per host); within a "
+        "time per step of a program, instruction, kernel family, kernel name or Python line, or "
+        "one of BEFORE's ranked changes",
+    order="section (step, verdict, verdict_part, host, program, instruction, family, "
+          "kernel, line, prediction; for a run of several hosts: step, then host_result per host); within a "
           "GPU-time section by the size of the change, largest first; predictions by rank",
     columns=(
         col("section", "", "", "what the row compares (order above)"),
         col("key", "", "",
             "the figure, or what the row matches across the captures: the module name, "
-            "`<module>/<instruction>/<opcode>`, the family, the source line, or `change <rank>` "
+            "`<module>/<instruction>/<opcode>`, the family, the kernel name, the source line, "
+            "or `change <rank>` "
             "(its cause and where in `note`)"),
         col("before", "us", "",
             "(labelled per row: `label`) BEFORE's value (median per step; a verdict's word; "
