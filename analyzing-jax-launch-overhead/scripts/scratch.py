@@ -1697,8 +1697,9 @@ declare(Table(
         "time per step of a program, instruction, kernel family, kernel name or Python line, or "
         "one of BEFORE's ranked changes",
     order="section (step, verdict, verdict_part, host, program, instruction, family, "
-          "kernel, line, prediction; for a run of several hosts: step, then host_result per host); within a "
-          "GPU-time section by the size of the change, largest first; predictions by rank",
+          "kernel, line, prediction; for a run of several hosts: step, then host_result per "
+          "host); within a GPU-time section by the size of the change, largest first; "
+          "predictions by rank",
     columns=(
         col("section", "", "", "what the row compares (order above)"),
         col("key", "", "",
