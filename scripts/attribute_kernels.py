@@ -1057,6 +1057,8 @@ def write_op_and_line_tables(folder: Path, ops: dict, programs: dict, sources, g
     of all GPU event time (`pct_of_gpu_time`, as kernel_names.csv)."""
     attributed = sum(t for _, t, _ in ops.values())
     op_rows = []
+    structures = {pid: km.Structure(prog) for pid, prog in programs.items()
+                  if prog is not None}
     for (pid, name), (n, t, cat) in sorted(ops.items(),
                                            key=lambda kv: (-kv[1][1], str(kv[0][0]), kv[0][1])):
         opn, src, user = sources.get(pid, name)
@@ -1065,7 +1067,8 @@ def write_op_and_line_tables(folder: Path, ops: dict, programs: dict, sources, g
         op_rows.append((pid, name, ins.opcode if ins is not None else "", cat, n, us(t),
                         pct(t, attributed), pct(t, gpu_time), opn, src, user,
                         prog.name if prog is not None else "", runs.get((pid, name), ""),
-                        sources.framework(pid, name)))
+                        sources.framework(pid, name),
+                        structures[pid].fusion_digest(ins) if ins is not None else ""))
     lines: dict[tuple, list] = {}
     for (pid, ins_name), (n, t, _) in ops.items():  # per instruction, then per line
         user = sources.get(pid, ins_name)[2]

@@ -303,17 +303,41 @@ def gpu_time_rows(sides: dict, refusals: list) -> tuple[list, dict]:
         return out, times
     for section, (file, key) in KEYS.items():
         t = {s: sides[s].gpu_time(file, key) for s in SIDES}
+        renamed = renames(sides, t) if section == "instruction" else {}
+        for old, new in renamed.items():  # one row, under AFTER's name
+            t["before"][new] = t["before"].pop(old)
+        was = {new: old for old, new in renamed.items()}
         times[section] = t
         keys = sorted(set(t["before"]) | set(t["after"]),  # the largest change first, then by key
                       key=lambda k: (-round(abs(t["after"].get(k, 0.0) - t["before"].get(k, 0.0)),
                                             3), k))
         for k in keys:
             b, a = t["before"].get(k), t["after"].get(k)
-            status = "new" if b is None else "gone" if a is None else ""
+            status = ("new" if b is None else "gone" if a is None else
+                      "renamed" if k in was else "")
             out.append(row(section, k, b if b is not None else 0.0,
                            a if a is not None else 0.0, "us", "inferred", status,
-                           "GPU time per step (all GPUs)"))
+                           "GPU time per step (all GPUs)" + (
+                               f"; before named {was[k].split('/')[1]} (the same fusion "
+                               "structure: ops.csv fingerprint)" if k in was else "")))
     return out, times
+
+
+def renames(sides: dict, t: dict) -> dict:
+    """{BEFORE's instruction key: AFTER's} for instructions of one side alone that share their
+    module, opcode and fusion fingerprint with exactly one of the other side alone: a fusion
+    that recompilation renamed."""
+    def alone_by_print(s, other):
+        prints: dict = {}
+        for r in rows(sides[s].folder, "attribution/ops.csv"):
+            k = KEYS["instruction"][1](r)
+            fp = r.get("fingerprint", "")
+            if fp and k in t[s] and k not in t[other]:
+                prints.setdefault((r.get("module", ""), r.get("opcode", ""), fp), set()).add(k)
+        return prints
+    b, a = alone_by_print("before", "after"), alone_by_print("after", "before")
+    return {next(iter(b[fp])): next(iter(a[fp])) for fp in b.keys() & a.keys()
+            if len(b[fp]) == 1 and len(a[fp]) == 1}
 
 
 # ---------------------------------------------------------------- predictions

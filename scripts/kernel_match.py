@@ -209,6 +209,60 @@ def _backend(ins) -> dict:
     return cfg if isinstance(cfg, dict) else {}
 
 
+class Structure:
+    """A program's computations and fusions by their structure, names and ids left out
+    (memoized): the kernel reuse key of a fusion, and what matches an instruction across two
+    compilations that renamed it (compare.py, through ops.csv's `fingerprint`)."""
+
+    def __init__(self, program: Program):
+        self.program = program
+        self._memo: dict[int, bytes] = {}
+
+    def fingerprint(self, comp_id: int) -> bytes:
+        """A computation's structure with names and ids left out (operands by position), as a
+        32-byte digest: a callee enters its caller's by its digest, so the size stays fixed
+        however deep fusions nest (pasted whole, it doubled with each level that calls two)."""
+        memo = self._memo.get(comp_id)
+        if memo is not None:
+            return memo
+        self._memo[comp_id] = b"cycle"
+        comp = self.program.computations.get(comp_id)
+        if comp is None:
+            return b""
+        pos = {ins.id: i for i, ins in enumerate(comp.instructions)}
+        parts = []
+        for ins in comp.instructions:
+            c = type(ins)()
+            c.CopyFrom(ins)
+            for f in _VOLATILE_FIELDS:
+                c.ClearField(f)
+            parts.append(c.SerializeToString(deterministic=True))
+            parts.append(repr([pos.get(o, -1) for o in ins.operand_ids]).encode())
+            parts.append(b"|".join(self.fingerprint(cc) for cc in ins.called_computation_ids))
+            parts.append(b"R" if ins.id == comp.root_id else b"-")
+        out = hashlib.blake2b(b"\x00".join(parts), digest_size=32).digest()
+        self._memo[comp_id] = out
+        return out
+
+    def fusion_key(self, ins) -> bytes:
+        """What makes two fusions launch one kernel (XLA's kernel reuse): kind, backend config,
+        shapes and the fused computation's fingerprint."""
+        prog = self.program
+        fcfg = _backend(ins).get("fusion_backend_config", {})
+        operands = [prog.instructions[o].shape.SerializeToString(deterministic=True)
+                    for o in ins.operand_ids if o in prog.instructions]
+        return b"\x01".join([
+            ins.fusion_kind.encode(), json.dumps(fcfg, sort_keys=True).encode(),
+            ins.shape.SerializeToString(deterministic=True), b"".join(operands),
+            b"|".join(self.fingerprint(c) for c in ins.called_computation_ids)])
+
+    def fusion_digest(self, ins) -> str:
+        """A fusion's key as 16 hex digits ('' for an instruction that is not a fusion)."""
+        if ins.opcode != "fusion":
+            return ""
+        return hashlib.blake2b(self.fusion_key(ins), digest_size=8).hexdigest()
+
+
 class Plan:
     """One program's expected GPU events per execution, kernel names, and label resolution."""
 
@@ -216,7 +270,7 @@ class Plan:
                  event_total: int = 0, unknown_trip_count: int = 1):
         self.program = program
         self.unknown_trip_count = unknown_trip_count
-        self._fp_memo: dict[int, bytes] = {}
+        self.structure = Structure(program)
         self.scheduled_comps = self._scheduled_computations()
         self.launcher = self._resolution()
         # events per launching instruction, from the labels (for loops of unknown trip count)
@@ -301,40 +355,10 @@ class Plan:
         return out
 
     def fingerprint(self, comp_id: int) -> bytes:
-        """A computation's structure with names and ids left out (operands by position), as a
-        32-byte digest: a callee enters its caller's by its digest, so the size stays fixed
-        however deep fusions nest (pasted whole, it doubled with each level that calls two)."""
-        memo = self._fp_memo.get(comp_id)
-        if memo is not None:
-            return memo
-        self._fp_memo[comp_id] = b"cycle"
-        comp = self.program.computations.get(comp_id)
-        if comp is None:
-            return b""
-        pos = {ins.id: i for i, ins in enumerate(comp.instructions)}
-        parts = []
-        for ins in comp.instructions:
-            c = type(ins)()
-            c.CopyFrom(ins)
-            for f in _VOLATILE_FIELDS:
-                c.ClearField(f)
-            parts.append(c.SerializeToString(deterministic=True))
-            parts.append(repr([pos.get(o, -1) for o in ins.operand_ids]).encode())
-            parts.append(b"|".join(self.fingerprint(cc) for cc in ins.called_computation_ids))
-            parts.append(b"R" if ins.id == comp.root_id else b"-")
-        out = hashlib.blake2b(b"\x00".join(parts), digest_size=32).digest()
-        self._fp_memo[comp_id] = out
-        return out
+        return self.structure.fingerprint(comp_id)
 
     def _fusion_key(self, ins) -> bytes:
-        prog = self.program
-        fcfg = _backend(ins).get("fusion_backend_config", {})
-        operands = [prog.instructions[o].shape.SerializeToString(deterministic=True)
-                    for o in ins.operand_ids if o in prog.instructions]
-        return b"\x01".join([
-            ins.fusion_kind.encode(), json.dumps(fcfg, sort_keys=True).encode(),
-            ins.shape.SerializeToString(deterministic=True), b"".join(operands),
-            b"|".join(self.fingerprint(c) for c in ins.called_computation_ids)])
+        return self.structure.fusion_key(ins)
 
     def _predicted_name(self, ins) -> str:
         """The kernel name a fusion launches: its own, or that of the first identical fusion."""

@@ -10,6 +10,7 @@ import csv
 import dataclasses
 import hashlib
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -235,3 +236,41 @@ def test_a_regression_and_a_program_split_out(pairs):
     progs = {r["key"]: r for r in read(out / "compare.csv") if r["section"] == "program"}
     assert progs["jit_apply_updates"]["status"] == "new"
     assert float(progs["jit_train_step"]["change_pct"]) == pytest.approx(0, abs=1)
+
+
+def test_a_fusion_renamed_by_recompilation_is_matched_by_its_structure(pairs, tmp_path):
+    """AFTER's ops.csv with two fusions renamed (as a recompilation renumbers them) and one of
+    them 40% faster: each is matched to its BEFORE row by module, opcode and fusion fingerprint
+    (`renamed`, under its new name), not listed as gone and new; two fusions of one structure
+    renamed alike match neither (new, and gone)."""
+    before = run_pair(pairs, "off", "on", "cb")[0] / "before"
+    after = tmp_path / "after"
+    shutil.copytree(before, after)
+    path = after / "attribution" / "ops.csv"
+    rows = read(path)
+    counts = {}
+    for r in rows:
+        counts[r["fingerprint"]] = counts.get(r["fingerprint"], 0) + 1
+    unique = [r for r in rows if r["fingerprint"] and counts[r["fingerprint"]] == 1][:2]
+    fp = next(f for f, n in counts.items() if f and n > 1)
+    shared = [r for r in rows if r["fingerprint"] == fp][:2]  # two renamed alike: ambiguous
+    olds = [r["instruction"] for r in unique + shared]
+    for r in unique + shared:
+        r["instruction"] += ".renumbered"
+    unique[0]["gpu_us"] = f"{float(unique[0]['gpu_us']) * 0.6:.3f}"
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    p = compare(before, after, tmp_path / "o")
+    assert p.returncode == 0, p.stderr
+    got = {r["key"]: r for r in read(tmp_path / "o" / "compare.csv")
+           if r["section"] == "instruction"}
+    for r, old in zip(unique, olds, strict=False):
+        k = f"{r['module']}/{r['instruction']}/{r['opcode']}"
+        assert got[k]["status"] == "renamed" and f"before named {old} " in got[k]["note"]
+        assert f"{r['module']}/{old}/{r['opcode']}" not in got
+    k0 = f"{unique[0]['module']}/{unique[0]['instruction']}/{unique[0]['opcode']}"
+    assert float(got[k0]["change_pct"]) == pytest.approx(-40, abs=0.5)
+    for r in shared:
+        assert got[f"{r['module']}/{r['instruction']}/{r['opcode']}"]["status"] == "new"

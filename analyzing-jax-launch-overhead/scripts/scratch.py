@@ -1287,6 +1287,11 @@ declare(Table(
         col("framework_frame", "", "",
             "the instruction's innermost frame inside a modelling framework, as "
             "`<package>/<path>:<line> <function>`; empty when none"),
+        col("fingerprint", "", "",
+            "a fusion's structure as 16 hex digits (kind, backend config, shapes and the fused "
+            "computation with names and ids left out: what XLA's kernel reuse compares), equal "
+            "across two compilations that renamed it (compare.py matches by it); empty for "
+            "an instruction that is not a fusion or whose HLO is not held"),
     ),
     notes="""
 Every program (an op-by-op capture runs dozens of small programs); `--program ID` keeps that
