@@ -274,3 +274,22 @@ def test_a_fusion_renamed_by_recompilation_is_matched_by_its_structure(pairs, tm
     assert float(got[k0]["change_pct"]) == pytest.approx(-40, abs=0.5)
     for r in shared:
         assert got[f"{r['module']}/{r['instruction']}/{r['opcode']}"]["status"] == "new"
+
+
+def test_the_independent_generators_pair(shared, tmp_path):
+    """The shared command-buffer pair of the independent generator (command buffers off, then
+    on): the step periods equal its truth.json's (median of its steps' begin to the next's)
+    within 1%, the difference counts, and change 1 (the host gaps) stands beside what moved."""
+    base = shared / "independent-generator"
+    p = compare(base / "minigpt-h100-cb-off", base / "minigpt-h100-cb-on", tmp_path / "o")
+    assert p.returncode == 0, p.stderr
+    res = json.loads((tmp_path / "o" / "compare.json").read_text())
+    for side, case in (("before", "minigpt-h100-cb-off"), ("after", "minigpt-h100-cb-on")):
+        truth = json.loads((base / case / "truth.json").read_text())
+        steps = truth["steps"] if isinstance(truth, dict) else truth
+        begins = [s["begin_ps"] for s in steps]
+        periods = sorted((b - a) / 1e6 for a, b in zip(begins, begins[1:], strict=False))
+        assert res["figures"][f"step_period_{side}_us"]["value"] == pytest.approx(
+            periods[len(periods) // 2], rel=0.01)
+    assert res["significant"] and res["predictions"][0]["cause"] == "host_gap"
+    assert res["predictions"][0]["error_ratio"] is not None
