@@ -443,7 +443,8 @@ def comparable(sides: dict, notes: list) -> None:
     if g["before"] and g["after"] and g["before"] != g["after"]:
         notes.append(f"the captures hold other GPUs ({g['before']} before, {g['after']} after): "
                      "per-step times compare, per-GPU rows may not")
-    mods = {s: {r.get("module") for r in rows(sides[s].folder, "attribution/programs.csv")}
+    mods = {s: {r.get("module") for r in rows(sides[s].folder, "attribution/programs.csv")
+                if r.get("program_id", "").isdigit()}  # programs, not the events of none
             for s in SIDES}
     if mods["before"] and mods["after"] and not mods["before"] & mods["after"]:
         notes.append("the captures share no program (by module name): they run other programs "

@@ -293,3 +293,17 @@ def test_the_independent_generators_pair(shared, tmp_path):
             periods[len(periods) // 2], rel=0.01)
     assert res["significant"] and res["predictions"][0]["cause"] == "host_gap"
     assert res["predictions"][0]["error_ratio"] is not None
+
+
+def test_other_programs_entirely_are_said(pairs, tmp_path):
+    """A training step against an op-by-op loop of other programs: said in a note (every
+    program, instruction and line new or gone), the steps and host side still compared."""
+    _, runs = pairs
+    eager = generate(SCENARIOS["eager-op-by-op"], tmp_path / "eager")
+    p = compare(runs["off"], eager.run_dir, tmp_path / "o")
+    assert p.returncode == 0, p.stderr
+    res = json.loads((tmp_path / "o" / "compare.json").read_text())
+    assert any("share no program" in n for n in res["notes"]), res["notes"]
+    rows = read(tmp_path / "o" / "compare.csv")
+    assert {r["status"] for r in rows if r["section"] == "program"} <= {"new", "gone", ""}
+    assert [r for r in rows if r["section"] == "step"]
