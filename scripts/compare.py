@@ -97,7 +97,8 @@ def side_folder(arg: str, name: str, out: Path, no_xprof: bool) -> Path:
     if p.returncode != 0 or not is_scratch(folder):
         lines = [ln for ln in (p.stderr or p.stdout).splitlines() if ln.strip()]
         raise step_cli.StepError(f"{name.upper()} {arg} cannot be investigated: "
-                                 f"{lines[-1] if lines else 'no output'}", p.returncode or 1)
+                                 f"{lines[-1] if lines else 'no output'}",
+                                 p.returncode if p.returncode == 3 else 1)
     return folder
 
 
