@@ -152,7 +152,7 @@ def _without(argv: list[str], options: tuple[str, ...]) -> list[str]:
 
 
 def fan_out(prog: str, script: str | Path, argv: list[str], files, out: Path,
-            jobs: int | None = None) -> int:
+            jobs: int | None = None, scheduler: str | None = None) -> int:
     """Run `script` once per host of `files` (capture_inputs.run_hosts), then the cross-host
     summary. Returns the largest exit code of the hosts (0 when every host succeeded), 1 when
     the scratch folder cannot be used, 130 when interrupted."""
@@ -161,16 +161,17 @@ def fan_out(prog: str, script: str | Path, argv: list[str], files, out: Path,
     n_jobs, why = plan_jobs(files, jobs)
     _say(f"{prog}: {len(files.hosts)} hosts in {rules.printable(files.run_dir)}; each analysed "
          f"on its own into {rules.printable(out)}/<host>/, {n_jobs} at a time ({why})")
-    argv = _without(argv, ("--out", "--jobs"))
+    argv = _without(argv, ("--out", "--jobs", "--scheduler"))
     # one argument each (`--host=-x` stays a value even when a name starts with a dash)
     # each host's process runs its steps one at a time: the hosts are what runs at once
     todo = [(h, names[h], [sys.executable, str(script), *argv, "--jobs=1", f"--host={h}",
                            f"--out={out / names[h]}"]) for h in files.hosts]
-    return _run_and_summarise(prog, Path(script).stem, todo, out, n_jobs, str(files.run_dir))
+    return _run_and_summarise(prog, Path(script).stem, todo, out, n_jobs, str(files.run_dir),
+                              scheduler)
 
 
 def _run_and_summarise(prog: str, stem: str, todo: list, out: Path, n_jobs: int,
-                       run_dir: str) -> int:
+                       run_dir: str, scheduler: str | None = None) -> int:
     try:
         out.mkdir(parents=True, exist_ok=True)
         for _, folder, _ in todo:
@@ -179,7 +180,12 @@ def _run_and_summarise(prog: str, stem: str, todo: list, out: Path, n_jobs: int,
         print(f"{prog}: cannot create the scratch folders in {rules.printable(out)}: "
               f"{exc.strerror or exc}", file=sys.stderr)
         return 1
-    results = _run_all(prog, stem, todo, out, n_jobs)
+    if scheduler:  # each host a task on a Dask cluster (cluster_hosts)
+        import cluster_hosts
+        results = cluster_hosts.run_all(prog, stem, todo, out, n_jobs, scheduler, _say,
+                                        _last_sentence)
+    else:
+        results = _run_all(prog, stem, todo, out, n_jobs)
     if results is None:
         return 130
     summary = cross_host.summarise(out, results, run_dir=run_dir, script=stem)
@@ -272,7 +278,7 @@ def scratch_hosts(out: Path) -> tuple[list[tuple[str, str]], str] | None:
 
 
 def maybe_fan_out_scratch(prog: str, script: str | Path, argv: list[str] | None, out: Path,
-                          jobs: int | None) -> int | None:
+                          jobs: int | None, scheduler: str | None = None) -> int | None:
     """For the steps that read only the scratch folder (changes, trust, the draft): when `out`
     is a per-host pass's folder, run the script on each host's folder and summarise again; its
     exit code, or None when `out` is one host's folder."""
@@ -281,16 +287,18 @@ def maybe_fan_out_scratch(prog: str, script: str | Path, argv: list[str] | None,
         return None
     pairs, run_dir = found
     n_jobs = max(1, min(jobs or _cores(), len(pairs)))
-    args = _without(list(sys.argv[1:] if argv is None else argv), ("--out", "--jobs"))
+    args = _without(list(sys.argv[1:] if argv is None else argv),
+                    ("--out", "--jobs", "--scheduler"))
     _say(f"{prog}: {rules.printable(out)} holds a per-host pass of {len(pairs)} hosts; "
          f"running on each host's folder, {n_jobs} at a time")
     todo = [(h, f, [sys.executable, str(script), *args, f"--out={Path(out) / f}"])
             for h, f in pairs]
-    return _run_and_summarise(prog, Path(script).stem, todo, Path(out), n_jobs, run_dir)
+    return _run_and_summarise(prog, Path(script).stem, todo, Path(out), n_jobs, run_dir,
+                              scheduler)
 
 
 def maybe_fan_out(prog: str, script: str | Path, argv: list[str] | None, capture, run, host,
-                  out: Path, jobs: int | None) -> int | None:
+                  out: Path, jobs: int | None, scheduler: str | None = None) -> int | None:
     """The per-host pass when `capture` leads to a run of several hosts and no host was named
     (its exit code); None when it leads to one capture (the script goes on as usual). A path
     that leads nowhere is left to the script's own resolve and its sentence."""
@@ -304,4 +312,4 @@ def maybe_fan_out(prog: str, script: str | Path, argv: list[str] | None, capture
     for n in files.notes:
         print(f"{prog}: {rules.printable(n)}", file=sys.stderr)
     args = list(sys.argv[1:] if argv is None else argv)
-    return fan_out(prog, script, args, files, out, jobs)
+    return fan_out(prog, script, args, files, out, jobs, scheduler)

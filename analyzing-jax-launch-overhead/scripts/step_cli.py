@@ -145,6 +145,11 @@ def parser(step: Step) -> argparse.ArgumentParser:
         ap.add_argument("--jobs", type=int, default=None,
                         help="with a run of several hosts: how many hosts to analyse at once "
                              "(default: the cores, fewer when memory is short)")
+        ap.add_argument("--scheduler", metavar="ADDRESS",
+                        help="with a run of several hosts: run each host's pass as a task on "
+                             "the Dask cluster at ADDRESS (tcp://host:8786), or on a "
+                             "LocalCluster started here with 'local'; captures and --out must "
+                             "be paths every worker sees (default: local processes)")
     return ap
 
 
@@ -154,8 +159,9 @@ def _fanned(step: Step, args, argv) -> int | None:
     import per_host
     if getattr(args, "capture", None) is not None:
         return per_host.maybe_fan_out(step.name, step.script, argv, args.capture, args.run,
-                                      args.host, args.out, args.jobs)
-    return per_host.maybe_fan_out_scratch(step.name, step.script, argv, args.out, args.jobs)
+                                      args.host, args.out, args.jobs, args.scheduler)
+    return per_host.maybe_fan_out_scratch(step.name, step.script, argv, args.out, args.jobs,
+                                          args.scheduler)
 
 
 def say(step: Step | str, sentence) -> None:
@@ -197,7 +203,11 @@ def main(step: Step, body: Callable, argv=None) -> int:
     ap = parser(step)
     args = ap.parse_args(argv)
     _Progress.name, _Progress.start = step.name, time.monotonic()
-    fanned = _fanned(step, args, argv)
+    try:
+        fanned = _fanned(step, args, argv)
+    except StepError as exc:  # the cluster cannot be had (--scheduler): one sentence
+        say(step, exc)
+        return exc.code
     if fanned is not None:
         return fanned
     try:

@@ -1,0 +1,107 @@
+"""The per-host pass on a Dask cluster: `--scheduler ADDRESS` (a running scheduler, e.g.
+tcp://head:8786) or `--scheduler local` (a LocalCluster started on this machine).
+
+Each host's pass is one task: the same command the local pass starts (per_host.fan_out), run as
+a process on a worker, writing that host's scratch folder OUT/<host>/ itself. So the captures and
+OUT must be paths every worker sees (a shared file system), and the workers must have this
+bundle and its Python at the same paths. Only each host's exit code and time come back over the
+network; the cross-host reduce (cross_host) then reads the hosts' summary tables from OUT, its
+memory bounded by the hosts' summaries, never their captures.
+
+A task whose worker fails or is lost is retried once on another worker; a second loss fails
+that host alone, with a sentence, and the other hosts go on. Progress on stderr: each host as it
+ends (done / total), failures named as they happen.
+
+Needs the `distributed` package (the root skill's requirements.txt pins it); without it the
+option is refused with the install line (exit 3). Without `--scheduler` nothing here is loaded.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from step_cli import MissingPackage, StepError
+
+INSTALL = "pip install distributed==2026.8.0 (the root skill's requirements.txt pins it)"
+# How often a task is run again after its worker failed or was lost: once.
+RETRIES = 1
+
+
+def run_host(cmd: list[str], log: str) -> dict:
+    """One host's pass, as a task on a worker: the command, its output to the host's log."""
+    start = time.monotonic()
+    with open(log, "w", encoding="utf-8") as fh:
+        fh.write("$ " + " ".join(cmd) + "\n")
+        fh.flush()
+        p = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    return {"rc": p.returncode, "seconds": time.monotonic() - start}
+
+
+def _client(scheduler: str, n_jobs: int):
+    try:
+        import cloudpickle
+        import dask
+        from distributed import Client, LocalCluster
+    except ImportError as exc:
+        raise MissingPackage(f"--scheduler needs the distributed package, which is not "
+                             f"installed ({exc.name}): {INSTALL}") from exc
+    # the task is pickled whole: a worker need not import this module
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    # a task whose worker dies is run again at most RETRIES times, then fails its host
+    dask.config.set({"distributed.scheduler.allowed-failures": RETRIES})
+    try:
+        if scheduler == "local":
+            cluster = LocalCluster(n_workers=n_jobs, threads_per_worker=1, processes=True,
+                                   dashboard_address=None, silence_logs=50)
+            return Client(cluster), cluster
+        return Client(scheduler, timeout="30s"), None
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise StepError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from exc
+
+
+def run_all(prog: str, stem: str, todo: list, out: Path, n_jobs: int, scheduler: str,
+            say, last_sentence) -> list[dict] | None:
+    """Each (host, folder, command) of `todo` as a task on the cluster; the results in `todo`'s
+    order (per_host's shape), None when interrupted. `say` prints a progress line,
+    `last_sentence(log)` is a failed host's sentence."""
+    client, cluster = _client(scheduler, n_jobs)
+    t0 = time.monotonic()
+    results: dict[str, dict] = {}
+    try:
+        from distributed import as_completed
+        futures = {}
+        for h, folder, cmd in todo:
+            log = str(Path(out) / folder / "logs" / f"{stem}.txt")
+            fut = client.submit(run_host, cmd, log, key=f"{stem}-{folder}", pure=False,
+                                retries=RETRIES)
+            futures[fut] = (h, folder)
+        say(f"{prog}: {len(todo)} hosts as tasks on the Dask cluster "
+            f"({'a LocalCluster of ' + str(n_jobs) + ' workers' if cluster else scheduler})")
+        for fut in as_completed(futures):
+            h, folder = futures[fut]
+            try:
+                r = fut.result()
+                rc = 128 - r["rc"] if r["rc"] < 0 else r["rc"]
+                error = "" if rc == 0 else last_sentence(Path(out) / folder / "logs" /
+                                                         f"{stem}.txt")
+                secs = r["seconds"]
+            except Exception as exc:  # noqa: BLE001  (a lost worker, twice: this host fails)
+                rc, secs = 1, 0.0
+                error = (f"{prog}: the host's task failed on the cluster after "
+                         f"{RETRIES + 1} tries: {type(exc).__name__}: {str(exc)[:200]}")
+            results[h] = {"host": h, "folder": folder, "exit": rc, "seconds": round(secs, 1),
+                          "error": error}
+            say(f"[{time.monotonic() - t0:6.1f} s] {h}: "
+                + ("done" if rc == 0 else f"exit {rc}: {error}")
+                + f" ({secs:.1f} s; {len(results)} of {len(todo)} hosts)")
+    except KeyboardInterrupt:
+        say(f"{prog}: interrupted; the hosts that finished are in their folders")
+        return None
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+    return [results[h] for h, _, _ in todo]
