@@ -10,8 +10,9 @@ then `cross_host` writes the cross-host summary into OUT (hosts.csv, host_steps.
 host_kernels.csv, hosts.json, hosts.txt). Each host's output is kept in
 OUT/<host>/logs/<script>.txt. `--host` still selects one host.
 
-This is the whole scheduler, on purpose: beyond one machine the same per-host processes map onto
-an existing engine's map over hosts (references/architecture.md).
+With `--scheduler ADDRESS` (or `local`) the same per-host commands run as tasks on a Dask
+cluster instead of local processes (cluster_hosts.py, references/architecture.md); the summary
+is the same.
 """
 
 from __future__ import annotations
