@@ -338,3 +338,37 @@ def test_processes_at_once_by_cores_and_memory(monkeypatch):
     jobs, why = per_host.processes_at_once(3, 100 << 20, "host")
     assert jobs == 1 and why.endswith("one host alone may need more memory than is available: "
                                       "if it is killed, profile fewer steps for a smaller capture")
+
+
+@pytest.fixture(scope="module")
+def spanning(tmp_path_factory):
+    """Eight hosts whose all-reduce spans every host (capgen cross_host), one 1.3x slower in
+    compute, and the same run without it: step 1 over each."""
+    root = tmp_path_factory.mktemp("spanning")
+    sc = dataclasses.replace(SCENARIOS["rocm-8gpu"], work_scale=20.0, thunk_host_ps=10**6,
+                             launch_ps=2 * 10**6, step_python_ps=20 * 10**6, gpus=2, steps=4)
+    out = {}
+    for name, slow in (("slow", 3), ("even", None)):
+        run = generate_hosts(sc, root / name, hosts=8, slow_host=slow, slow_factor=1.3,
+                             cross_host=True)[0].run_dir
+        p = _run(SIBLING_SCRIPTS / "skip_stats.py", run, "--out", root / f"out-{name}")
+        assert p.returncode == 0, p.stderr[-2000:]
+        out[name] = (root / f"out-{name}", p)
+    return out
+
+
+def test_collectives_spanning_hosts_converge_and_the_culprit_is_named(spanning):
+    """Every host's step within 1% of the others (the slow host holds them all back inside the
+    all-reduce), so no slow host by step time; the culprit rule names the planted host from its
+    compute and its short wait; the run without one names none."""
+    folder, p = spanning["slow"]
+    rows = _read(folder / "hosts.csv")
+    steps = [float(r["step_us"]) for r in rows]
+    assert max(steps) / min(steps) < 1.01
+    summary = json.loads((folder / "hosts.json").read_text())
+    assert summary["slow_host"]["is_slow_host"] is False
+    c = summary["culprit"]
+    assert c["host"] == "gen-host-3" and c["lead_pct"] > 20 and "the others wait for it" in c["why"]
+    assert "culprit: gen-host-3 (" in p.stdout
+    even = json.loads((spanning["even"][0] / "hosts.json").read_text())["culprit"]
+    assert even["host"] is None and "no single host stands out" in even["why"]

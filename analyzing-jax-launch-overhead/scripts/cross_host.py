@@ -342,9 +342,50 @@ def waits_sentence(hosts: list[dict]) -> str | None:
                 "the program (a barrier, a parameter server, the input) is not in the capture")
     if coll:
         return ("collective time on some host: when collectives span hosts, every host waits "
-                "for the slowest inside them, so step times converge; then the host with the "
-                "most compute_us_per_gpu_step (hosts.csv) is the one the others wait for")
+                "for the slowest inside them, so step times converge and the slowest step "
+                "does not name the slow host; the culprit line names the host the others "
+                "wait for, by its rule (hosts.json culprit)")
     return None
+
+
+# The host the others wait for, when collectives span hosts: its compute per GPU step leads the
+# next host's by this share or more, and it spends the least time in collectives of all.
+CULPRIT_MIN_LEAD = 0.05
+CULPRIT_RULE = (
+    "when collectives span hosts every host waits inside them for the last to arrive, so step "
+    "times converge and cannot name the slow host; the evidence that survives is compute time "
+    "per GPU step (hosts.csv compute_us_per_gpu_step) and time inside collectives "
+    "(collective_us_per_gpu_step, which holds the waiting): the culprit is the host whose "
+    f"compute leads the next host's by {100 * CULPRIT_MIN_LEAD:g}% or more and which spends the "
+    "least time in collectives (the others wait for it); otherwise no culprit")
+
+
+def culprit(hosts: list[dict]) -> dict:
+    """hosts.json `culprit`: the host that holds the others back inside collectives spanning
+    hosts (CULPRIT_RULE), or none, with why."""
+    have = [h for h in hosts if h["compute_us_per_gpu_step"] and
+            h["collective_us_per_gpu_step"] is not None]
+    out = {"host": None, "rule": CULPRIT_RULE, "label": "inferred"}
+    if len(have) < 2:
+        return {**out, "why": f"{len(have)} host(s) with compute and collective time per GPU "
+                              "step: nothing to compare"}
+    if not any(h["collective_us_per_gpu_step"] for h in have):
+        return {**out, "why": "no collective time on any host: no host waits for another "
+                              "inside the program"}
+    by_compute = sorted(have, key=lambda h: (-h["compute_us_per_gpu_step"], h["host"]))
+    top, second = by_compute[0], by_compute[1]
+    lead = top["compute_us_per_gpu_step"] / second["compute_us_per_gpu_step"] - 1
+    waits = sorted(h["collective_us_per_gpu_step"] for h in have)
+    least = min(have, key=lambda h: (h["collective_us_per_gpu_step"], h["host"]))
+    facts = (f"{top['host']} computes {us_text(top['compute_us_per_gpu_step'])} per GPU step, "
+             f"{100 * lead:.1f}% above the next ({second['host']}, "
+             f"{us_text(second['compute_us_per_gpu_step'])}); the least time in collectives is "
+             f"{least['host']}'s ({us_text(least['collective_us_per_gpu_step'])}, the median "
+             f"host's {us_text(waits[len(waits) // 2])})")
+    if lead >= CULPRIT_MIN_LEAD and least is top:
+        return {**out, "host": top["host"], "lead_pct": round(100 * lead, 2),
+                "why": facts + ": the others wait for it"}
+    return {**out, "why": facts + ": no single host stands out by the rule"}
 
 
 def speed_needs(hosts: list[dict]) -> list[str]:
@@ -394,6 +435,7 @@ def cross_host_result(hosts, with_steps, compared, slow, kernel_rows, run_dir, s
         "slow_host": slow,
         "verdicts": verdicts,
         "waits": waits_sentence(hosts),
+        "culprit": culprit(hosts),
         "host_steps": compared["rows"],
         "host_kernels": kernel_rows,
         "notes": notes, "refusals": refusals, "needs_new_capture": speed_needs(hosts),
@@ -461,6 +503,9 @@ def render(r: dict) -> list[str]:
         f"{v} on {len(h)} ({', '.join(h)})" for v, h in r["verdicts"].items())))
     if r.get("waits"):
         out.append(f"waits: {r['waits']}")
+    c = r.get("culprit")
+    if c:
+        out.append(f"culprit: {c['host'] or 'none'} ({c['why']})")
     out += [rules.printable(f"needs a new capture: {n}") for n in r.get("needs_new_capture", [])]
     out += [f"note: {n}" for n in r["notes"]]
     out.append("tables: hosts.csv (one row per host), host_steps.csv (one row per step and "

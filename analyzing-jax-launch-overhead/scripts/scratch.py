@@ -1926,7 +1926,11 @@ medians, `step_spread_us`: per step the slowest minus the fastest host's duratio
 `is_slow_host`: slowest in more than half of the compared steps, `steps`, `steps_slowest`,
 `ties`, `slowest_counts`, `lead_us`, `margin_us`, `label` inferred), `verdicts` (verdict ->
 hosts), `waits` (whether hosts can wait for each other inside the program: no collective time on
-any host, or some), `host_steps`, `host_kernels`, `needs_new_capture` (a host that runs the same
+any host, or some), `culprit` (the host the others wait for inside collectives spanning hosts:
+`host` or null, `why` with its figures, `rule`, `lead_pct` where named, `label` inferred: the
+host whose compute per GPU step leads the next host's by 5% or more and which spends the least
+time in collectives; step times converge there and cannot name it), `host_steps`,
+`host_kernels`, `needs_new_capture` (a host that runs the same
 kernels more than 5% slower than the median host: why, which the capture cannot say), `notes`,
 `refusals`. Only durations are compared across hosts, never start or end times: each host's
 timestamps are on its own clock.

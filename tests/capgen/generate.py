@@ -154,6 +154,11 @@ class Scenario:
     # several programs per step (None: one execution of `program` on every GPU per step); the
     # plan's programs replace `program` and `program_id`
     plan: Plan | None = None
+    # collectives that span hosts (generate_hosts(..., cross_host=True)): for each collective of
+    # a step, ((step, instruction, occurrence), ps) the latest any other host's GPU arrives at
+    # it; the collective ends `transfer` after the last participant of every host arrives
+    # (NCCL/RCCL: an all-reduce completes on no rank before every rank has contributed)
+    peer_arrivals: tuple = ()
 
 
 @dataclass(slots=True)
@@ -200,6 +205,8 @@ class Result:
     defects: list
     iterations: list = field(default_factory=list)
     programs: list = field(default_factory=list)
+    # (step, instruction, occurrence) -> ps this host's last GPU arrived at that collective
+    arrivals: dict = field(default_factory=dict)
 
 
 class _Compiled:
@@ -391,6 +398,9 @@ class _Sim:
     def __init__(self, sc: Scenario):
         self.sc = sc
         self.fl = flavours.FLAVOURS[sc.vendor]
+        self.coll_seen: dict[tuple, int] = {}
+        self.arrivals: dict[tuple, int] = {}
+        self.peer_arrivals = dict(sc.peer_arrivals)
         self.rng = random.Random(sc.seed)
         self.enabled = DEFAULT_COMMANDS | set(sc.graph_commands) | (
             {"COLLECTIVES"} if sc.command_buffers == "all" else set())
@@ -714,7 +724,12 @@ class _Sim:
                     starts[g] = max(ls + sc.launch_ps + sc.queue_latency_ps, coll_free[g],
                                     compute_free[g])
                 transfer = max(self._duration(k, 0) for k in th.kernels)
-                end = max(starts.values()) + transfer
+                nth = self.coll_seen.get((step, th.instruction), 0)  # (n: the thunks)
+                self.coll_seen[(step, th.instruction)] = nth + 1
+                self.arrivals[(step, th.instruction, nth)] = max(starts.values())
+                # every participant, this host's GPUs and (cross_host) every other host's
+                end = max(max(starts.values()),
+                          self.peer_arrivals.get((step, th.instruction, nth), 0)) + transfer
                 for g in gpus:
                     ls = cursor[g] + sc.thunk_host_ps
                     self._op_launch(prog, g, th, th.kernels[0], ls, starts[g], end - starts[g],
@@ -1131,7 +1146,7 @@ def generate(sc: Scenario, out_dir) -> Result:
                            "straggler": sc.straggler_gpu is not None}
     (truth / "scenario.json").write_text(json.dumps(meta, indent=1, sort_keys=True, default=str))
     return Result(run_dir, xplane, trace, truth, kernel_rows, sim.steps, defects, iterations,
-                  programs)
+                  programs, sim.arrivals)
 
 
 ITERATION_COLUMNS = ["iteration", "device", "start_ps", "end_ps", "first_launch_ps", "busy_ps",
@@ -1225,16 +1240,41 @@ def _write_csv(path: Path, rows: list[dict], columns: list[str] | None = None) -
 
 
 def generate_hosts(sc: Scenario, out_dir, hosts: int, slow_host: int | None = None,
-                   slow_factor: float = 1.5) -> list[Result]:
+                   slow_factor: float = 1.5, cross_host: bool = False) -> list[Result]:
     """A multi-host run as a multi-host job writes it: one `<host>.xplane.pb` and
     `<host>.trace.json.gz` per host in the same run folder (jax.profiler on each process writes
     its own host's files, named after the host; xprof's profile plugin lists a run's hosts from
     those file names). Host i is `sc` with its own name (`<sc.host>-<i>`) and seed; host
     `slow_host` runs every kernel `slow_factor` times slower. Each host's truth goes to
     truth/<host>/ and truth/hosts.csv names the hosts and the planted slow one.
-    Not simulated: collectives that span hosts (here each host's collectives wait only for its
-    own GPUs, so the slow host's steps are longer, not everyone's)."""
+    `cross_host`: the collectives span hosts (one all-reduce over every host's GPUs, as a
+    data-parallel job across hosts runs it): each ends `transfer` after the last participant of
+    every host arrives, so one slow host makes every host wait inside its collectives and every
+    host's step as long as its own. The hosts are simulated together by fixed point: each pass
+    gives every host the latest arrival of the others at each collective from the pass before,
+    until no arrival moves (arrivals only grow, bounded by the slowest host's). Without it each
+    host's collectives wait only for its own GPUs."""
     out_dir = Path(out_dir)
+    specs = [replace(sc, host=f"{sc.host}-{i}", seed=sc.seed + i,
+                     work_scale=sc.work_scale * (slow_factor if i == slow_host else 1.0))
+             for i in range(hosts)]
+    peers: list[dict] = [{} for _ in specs]
+    for _ in range(MAX_HOST_PASSES if cross_host else 1):
+        with tempfile.TemporaryDirectory() as tmp:
+            arrivals = [generate(replace(h, peer_arrivals=tuple(sorted(peers[i].items()))),
+                                 Path(tmp) / str(i)).arrivals for i, h in enumerate(specs)]
+        new = [{k: max(a.get(k, 0) for j, a in enumerate(arrivals) if j != i)
+                for k in arrivals[i]} for i in range(len(specs))]
+        if not cross_host or new == peers:
+            break
+        peers = new
+    return _write_hosts(specs, peers, out_dir, slow_host)
+
+
+MAX_HOST_PASSES = 20  # fixed-point passes of a cross-host run (a few suffice: 2 to 4 seen)
+
+
+def _write_hosts(specs: list, peers: list, out_dir: Path, slow_host) -> list[Result]:
     run_dir = out_dir / "plugins" / "profile" / RUN
     if run_dir.exists():
         shutil.rmtree(run_dir)
@@ -1244,12 +1284,9 @@ def generate_hosts(sc: Scenario, out_dir, hosts: int, slow_host: int | None = No
         shutil.rmtree(truth)
     truth.mkdir()
     results, rows = [], []
-    for i in range(hosts):
-        slow = i == slow_host
-        hsc = replace(sc, host=f"{sc.host}-{i}", seed=sc.seed + i,
-                      work_scale=sc.work_scale * (slow_factor if slow else 1.0))
+    for i, hsc in enumerate(specs):
         with tempfile.TemporaryDirectory() as tmp:
-            r = generate(hsc, tmp)
+            r = generate(replace(hsc, peer_arrivals=tuple(sorted(peers[i].items()))), tmp)
             xplane = run_dir / r.xplane.name
             trace = run_dir / r.trace.name
             shutil.move(r.xplane, xplane)
@@ -1257,6 +1294,7 @@ def generate_hosts(sc: Scenario, out_dir, hosts: int, slow_host: int | None = No
             host_truth = truth / hsc.host
             shutil.move(r.truth_dir, host_truth)
         results.append(Result(run_dir, xplane, trace, host_truth, r.kernels, r.steps, r.defects))
-        rows.append({"host": hsc.host, "work_scale": hsc.work_scale, "slow": 1 if slow else 0})
+        rows.append({"host": hsc.host, "work_scale": hsc.work_scale,
+                     "slow": 1 if i == slow_host else 0})
     _write_csv(truth / "hosts.csv", rows)
     return results
