@@ -372,3 +372,8 @@ def test_collectives_spanning_hosts_converge_and_the_culprit_is_named(spanning):
     assert "culprit: gen-host-3 (" in p.stdout
     even = json.loads((spanning["even"][0] / "hosts.json").read_text())["culprit"]
     assert even["host"] is None and "no single host stands out" in even["why"]
+    # the run's own draft: every figure cited from hosts.csv / hosts.json, fact-checked there
+    draft = (folder / "hosts_draft.md").read_text(encoding="utf-8")
+    assert "holds the others back inside collectives spanning hosts: gen-host-3." in draft
+    fc = _run(ROOT_SCRIPTS / "factcheck.py", folder / "hosts_draft.md", "--out", folder)
+    assert fc.returncode == 0, fc.stdout + fc.stderr

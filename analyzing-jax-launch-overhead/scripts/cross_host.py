@@ -382,9 +382,10 @@ def culprit(hosts: list[dict]) -> dict:
              f"{us_text(second['compute_us_per_gpu_step'])}); the least time in collectives is "
              f"{least['host']}'s ({us_text(least['collective_us_per_gpu_step'])}, the median "
              f"host's {us_text(waits[len(waits) // 2])})")
+    out.update({"most_compute": top["host"], "next": second["host"], "least_in_collectives":
+                least["host"], "lead_pct": round(100 * lead, 2)})
     if lead >= CULPRIT_MIN_LEAD and least is top:
-        return {**out, "host": top["host"], "lead_pct": round(100 * lead, 2),
-                "why": facts + ": the others wait for it"}
+        return {**out, "host": top["host"], "why": facts + ": the others wait for it"}
     return {**out, "why": facts + ": no single host stands out by the rule"}
 
 
@@ -561,5 +562,56 @@ def write(out: Path, r: dict) -> list[tuple[str, int]]:
         written.append(("hosts.json", scratch.write_result(tmp, "hosts.json", r, default=str)))
         (tmp / "hosts.txt").write_text("\n".join(text) + "\n", encoding="utf-8")
         written.append(("hosts.txt", len(text)))
+        md = draft(r)
+        (tmp / "hosts_draft.md").write_text(md, encoding="utf-8")
+        written.append(("hosts_draft.md", md.count("\n")))
     return written
+
+
+def draft(r: dict) -> str:
+    """hosts_draft.md: the report of the whole run, every figure cited from hosts.csv (the
+    fact check run with --out on this folder covers it), judgement places marked."""
+    out = ["# The run across hosts", "",
+           f"{len(r['hosts'])} hosts (read; hosts.json: figures.hosts), each analysed on its "
+           "own (each host's report: `<host>/report_draft.md`).", ""]
+    for h in r["hosts"]:
+        key = f"host={h['host']}"
+        if h["exit"] != 0 or not h["step_us"]:
+            why = h["error"] or h.get("not_read") or "no steps"
+            out.append(f"- {h['host']}: not compared ({why}).")
+            continue
+        line = (f"- {h['host']}: verdict {h['verdict']}; step {_fmt(h['step_us']['value'])} us "
+                f"(measured; hosts.csv: step_us, {key})")
+        if h["compute_us_per_gpu_step"] is not None:
+            line += (f", compute {_fmt(h['compute_us_per_gpu_step'])} us per GPU step (measured; "
+                     f"hosts.csv: compute_us_per_gpu_step, {key})")
+        if h["collective_us_per_gpu_step"] is not None:
+            line += (f", in collectives {_fmt(h['collective_us_per_gpu_step'])} us (measured; "
+                     f"hosts.csv: collective_us_per_gpu_step, {key})")
+        out.append(line + ".")
+    slow = r.get("slow_host") or {}
+    out += ["", "Slow host by step time: " + (
+        f"{slow['host']}, slowest in {slow['steps_slowest']} (inferred; hosts.json: "
+        f"slow_host.steps_slowest) of {slow['steps']} (inferred; hosts.json: slow_host.steps) "
+        "compared steps."
+        if slow.get("is_slow_host") else "none (no host is slowest in most steps by more than "
+        "the margin).")]
+    c = r.get("culprit") or {}
+    if c.get("most_compute"):
+        def cite(column, host):
+            by = {h["host"]: h for h in r["hosts"]}
+            return (f"{_fmt(by[host][column])} us (measured; hosts.csv: {column}, "
+                    f"host={host})")
+        out.append("Host that holds the others back inside collectives spanning hosts: "
+                   + (c["host"] or "none by the rule") + f". {c['most_compute']} computes "
+                   f"{cite('compute_us_per_gpu_step', c['most_compute'])} per GPU step, "
+                   f"{c['lead_pct']}% (inferred; hosts.json: culprit.lead_pct) above the next "
+                   f"host, {c['next']} ({cite('compute_us_per_gpu_step', c['next'])}); the "
+                   f"least time in collectives is {c['least_in_collectives']}'s "
+                   f"({cite('collective_us_per_gpu_step', c['least_in_collectives'])}).")
+    elif c:
+        out.append(f"Host that holds the others back: none ({c['why']}).")
+    out += ["", "<!-- judge: which host to look at first and why, from the rows above and "
+            "that host's own report; say 'no single host' where the rules name none. -->", ""]
+    return "\n".join(out) + "\n"
 

@@ -38,6 +38,7 @@ _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 # names a host's folder may not take (compared without case: some file systems ignore it): the
 # summary's files and what a report at the run's level writes beside them
 _RESERVED = {"hosts.csv", "host_steps.csv", "host_kernels.csv", "hosts.json", "hosts.txt",
+             "hosts_draft.md",
              "logs", "report.md", "report.html", "factcheck.csv", "factcheck.json"}
 
 

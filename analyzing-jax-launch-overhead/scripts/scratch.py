@@ -1949,6 +1949,12 @@ declare(File(
     "the rendering of `hosts.json`: per-host verdicts, the slow host, the spread of step times",
     fields="A rendering of `hosts.json`: nothing in it is computed elsewhere."))
 
+declare(File(
+    "hosts_draft.md", "cross_host.py", "markdown",
+    "the report of the whole run: per host its verdict, step, compute and collective time per "
+    "GPU step cited from `hosts.csv`, the slow host by step time and the host that holds the "
+    "others back, a judgement place; the fact check run on this folder covers it"))
+
 OUTRO = """
 ## The cross-host summary (`per_host.py`, `cross_host.py`)
 Given a run folder with several hosts and no `--host`, a script runs itself once per host (the
