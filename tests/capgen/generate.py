@@ -1134,6 +1134,10 @@ def generate(sc: Scenario, out_dir) -> Result:
     programs = _truth_programs(sim, sc, kernels)
     _write_csv(truth / "programs.csv", programs, PROGRAM_COLUMNS)
     meta = asdict(sc)
+    # the other hosts' arrivals (cross_host) are a simulation input, said by their count
+    arrivals = meta.pop("peer_arrivals")
+    if arrivals:
+        meta["peer_arrivals"] = len(arrivals)
     meta.update({"module": sim.module, "labels": {v: list(k) for k, v in sim.labels.items()},
                  "extra_program_ids": getattr(sim, "extra", []),
                  "compute_streams": sim.compute_stream,
