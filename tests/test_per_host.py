@@ -369,6 +369,9 @@ def test_collectives_spanning_hosts_converge_and_the_culprit_is_named(spanning):
     assert summary["slow_host"]["is_slow_host"] is False
     c = summary["culprit"]
     assert c["host"] == "gen-host-3" and c["lead_pct"] > 20 and "the others wait for it" in c["why"]
+    assert c["last_to_arrive"] == c["least_in_collectives"] == "gen-host-3"
+    arrivals = {r["host"]: float(r["arrival_us"]) for r in rows}
+    assert max(arrivals, key=arrivals.get) == "gen-host-3"
     assert "culprit: gen-host-3 (" in p.stdout
     even = json.loads((spanning["even"][0] / "hosts.json").read_text())["culprit"]
     assert even["host"] is None and "no single host stands out" in even["why"]

@@ -261,8 +261,21 @@ def host_row(out: Path, res: dict, run_dir: str) -> tuple[dict, dict, dict | Non
         "top_change_kind": changes[0].get("cause_kind") if changes else None,
         "top_saving_us": _num(changes[0].get("saving_us")) if changes else None,
         "trust_items": items,
+        "arrival_us": _arrival(folder) if step1 else None,
     }
     return row, st, means
+
+
+def _arrival(folder: Path) -> float | None:
+    """The median over the host's steps of its latest GPU's arrival at the step's last
+    collective (steps.csv arrival_us); None without collectives."""
+    per_step: dict = {}
+    for r in _rows(folder, "steps.csv"):
+        v = _num(r.get("arrival_us"))
+        if v is not None:
+            per_step[r.get("step")] = max(v, per_step.get(r.get("step"), v))
+    vals = sorted(per_step.values())
+    return vals[len(vals) // 2] if vals else None
 
 
 def same_kernels(h: dict, hosts: list[dict], means: dict) -> bool | None:
@@ -354,10 +367,12 @@ CULPRIT_MIN_LEAD = 0.05
 CULPRIT_RULE = (
     "when collectives span hosts every host waits inside them for the last to arrive, so step "
     "times converge and cannot name the slow host; the evidence that survives is compute time "
-    "per GPU step (hosts.csv compute_us_per_gpu_step) and time inside collectives "
-    "(collective_us_per_gpu_step, which holds the waiting): the culprit is the host whose "
-    f"compute leads the next host's by {100 * CULPRIT_MIN_LEAD:g}% or more and which spends the "
-    "least time in collectives (the others wait for it); otherwise no culprit")
+    "per GPU step (hosts.csv compute_us_per_gpu_step), time inside collectives "
+    "(collective_us_per_gpu_step, which holds the waiting) and when each host arrives at its "
+    "steps' last collective (arrival_us): the culprit is the host whose compute leads the next "
+    f"host's by {100 * CULPRIT_MIN_LEAD:g}% or more, which spends the least time in collectives "
+    "and, where arrivals are known, arrives last (the others wait for it); otherwise no "
+    "culprit")
 
 
 def culprit(hosts: list[dict]) -> dict:
@@ -382,9 +397,15 @@ def culprit(hosts: list[dict]) -> dict:
              f"{us_text(second['compute_us_per_gpu_step'])}); the least time in collectives is "
              f"{least['host']}'s ({us_text(least['collective_us_per_gpu_step'])}, the median "
              f"host's {us_text(waits[len(waits) // 2])})")
+    arrived = [h for h in have if h.get("arrival_us") is not None]
+    last = max(arrived, key=lambda h: (h["arrival_us"], h["host"])) if arrived else None
+    if last is not None:
+        facts += (f"; the last to arrive at the steps' last collective is {last['host']} "
+                  f"({us_text(last['arrival_us'])} into the step)")
     out.update({"most_compute": top["host"], "next": second["host"], "least_in_collectives":
-                least["host"], "lead_pct": round(100 * lead, 2)})
-    if lead >= CULPRIT_MIN_LEAD and least is top:
+                least["host"], "lead_pct": round(100 * lead, 2),
+                "last_to_arrive": last["host"] if last is not None else None})
+    if lead >= CULPRIT_MIN_LEAD and least is top and (last is None or last is top):
         return {**out, "host": top["host"], "why": facts + ": the others wait for it"}
     return {**out, "why": facts + ": no single host stands out by the rule"}
 
@@ -543,7 +564,7 @@ def write(out: Path, r: dict) -> list[tuple[str, int]]:
                      h["top_change_kind"] or "",
                      h["top_change"] or "",
                      _fmt(h["top_saving_us"]), _fmt(h["trust_items"]), h["error"],
-                     h.get("not_read") or ""])
+                     h.get("not_read") or "", _fmt(h.get("arrival_us"))])
     written = []
     text = render(r)
     with rules.replace_files(out, prefix=".hosts-") as tmp:
@@ -608,7 +629,10 @@ def draft(r: dict) -> str:
                    f"{c['lead_pct']}% (inferred; hosts.json: culprit.lead_pct) above the next "
                    f"host, {c['next']} ({cite('compute_us_per_gpu_step', c['next'])}); the "
                    f"least time in collectives is {c['least_in_collectives']}'s "
-                   f"({cite('collective_us_per_gpu_step', c['least_in_collectives'])}).")
+                   f"({cite('collective_us_per_gpu_step', c['least_in_collectives'])})"
+                   + (f"; the last to arrive at the steps' last collective is "
+                      f"{c['last_to_arrive']}, at {cite('arrival_us', c['last_to_arrive'])} "
+                      "into the step" if c.get("last_to_arrive") else "") + ".")
     elif c:
         out.append(f"Host that holds the others back: none ({c['why']}).")
     out += ["", "<!-- judge: which host to look at first and why, from the rows above and "

@@ -1117,6 +1117,10 @@ declare(Table(
         col("programs", "", "",
             "this GPU's programs in the step in order of their first kernel, each with its "
             "executions (`jit_dot x3; jit_add x2`)"),
+        col("arrival_us", "us", "measured",
+            "from the step's start to the end of this GPU's last kernel that is not a "
+            "collective, before the step's last collective starts: when it arrives at that "
+            "collective (a GPU that arrives early waits inside it); empty without collectives"),
     ),
     notes=STEP_SOURCE + """\
 - `executions`: an event belongs to the execution whose host events began last before its
@@ -1864,6 +1868,9 @@ declare(Table(
         col("trust_items", "count", "inferred", "`trust.json` items"),
         col("error", "", "", "the sentence the host's process ended with"),
         col("not_read", "", "", "why the host's tables were not read (below)"),
+        col("arrival_us", "us", "measured",
+            "when the host arrives at its steps' last collective: the median over its steps of "
+            "its latest GPU's `steps.csv` `arrival_us`; empty without collectives"),
     ),
     notes=HOSTS_BY + """.
 - `not_read`: why the host's tables were not read (its pass failed; or its step-1 tables, left in
@@ -1927,9 +1934,11 @@ medians, `step_spread_us`: per step the slowest minus the fastest host's duratio
 `ties`, `slowest_counts`, `lead_us`, `margin_us`, `label` inferred), `verdicts` (verdict ->
 hosts), `waits` (whether hosts can wait for each other inside the program: no collective time on
 any host, or some), `culprit` (the host the others wait for inside collectives spanning hosts:
-`host` or null, `why` with its figures, `rule`, `lead_pct` where named, `label` inferred: the
-host whose compute per GPU step leads the next host's by 5% or more and which spends the least
-time in collectives; step times converge there and cannot name it), `host_steps`,
+`host` or null, `why` with its figures, `rule`, `most_compute`, `next`, `lead_pct`,
+`least_in_collectives`, `last_to_arrive`, `label` inferred: the host whose compute per GPU step
+leads the next host's by 5% or more, which spends the least time in collectives and, where
+arrivals are known, arrives last at the steps' last collective; step times converge there and
+cannot name it), `host_steps`,
 `host_kernels`, `needs_new_capture` (a host that runs the same
 kernels more than 5% slower than the median host: why, which the capture cannot say), `notes`,
 `refusals`. Only durations are compared across hosts, never start or end times: each host's

@@ -170,6 +170,11 @@ def gpu_step_row(a: Analysis, st: Step, d: int, evs: list, crit, exec_starts) ->
         lst.append(e)
     dur = end - start
     busy = union_ps(busy_iv)
+    arrival = None  # the end of its last other kernel before the step's last collective starts
+    if coll_iv:
+        last = max(cs for cs, _ in coll_iv)
+        arrival = max((e.end for e in evs if e.category != "collective" and e.end <= last),
+                      default=None)
     crit_evs = sorted(per_stream.get(crit, ()), key=lambda e: e.start)
     host_late, device_wait, unknown, gaps = classify_gaps(a, crit_evs, start, d, st.number)
     coll = union_ps(coll_iv)
@@ -182,7 +187,8 @@ def gpu_step_row(a: Analysis, st: Step, d: int, evs: list, crit, exec_starts) ->
         "union_idle_ps": dur - busy, "host_late_ps": host_late,
         "device_wait_ps": device_wait, "unknown_gap_ps": unknown,
         "collective_ps": coll, "launched": n_launched, "executions": n_exec,
-        "programs": programs, "between_programs_ps": between_programs}
+        "programs": programs, "between_programs_ps": between_programs,
+        "arrival_ps": None if arrival is None else max(0, arrival - start)}
     return row, per_stream, gaps
 
 

@@ -178,7 +178,7 @@ def write_tables(tmp: Path, a: Analysis, stream_acc, critical, step_rows, gap_ro
           pct(r["idle_between_ps"], r["period_ps"]) if r["period_ps"] else "",
           r["between_cause"], r["between_events"],
           "" if r["executions"] is None else r["executions"], us(r["between_programs_ps"]),
-          r["programs"]]
+          r["programs"], us(r.get("arrival_ps"))]
          for r in step_rows))))
     written.append(("gaps.csv", scratch.write_table(tmp, "gaps.csv", (
         [g["device"], g["stream"], g["step"], us(g["start_ps"]), us(g["end_ps"]),
