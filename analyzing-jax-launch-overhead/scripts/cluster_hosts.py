@@ -8,8 +8,10 @@ bundle and its Python at the same paths. Only each host's exit code and time com
 network; the cross-host reduce (cross_host) then reads the hosts' summary tables from OUT, its
 memory bounded by the hosts' summaries, never their captures.
 
-A task whose worker fails or is lost is retried once on another worker; a second loss fails
-that host alone, with a sentence, and the other hosts go on. Progress on stderr: each host as it
+A task whose worker fails or is lost is retried once on another worker (on a LocalCluster; a
+running scheduler's own `distributed.scheduler.allowed-failures` decides how often a lost
+worker's task runs again, 3 by default); then that host fails alone, with a sentence, and the
+other hosts go on. Progress on stderr: each host as it
 ends (done / total), failures named as they happen.
 
 Needs the `distributed` package (the root skill's requirements.txt pins it); without it the
