@@ -101,22 +101,25 @@ def _per_gpu_step(folder: Path, column: str, steps: int) -> float | None:
     return sum(vals) / len(gpus) / steps
 
 
-def _kernel_means(folder: Path) -> dict[str, tuple[int, float]] | None:
-    """kernel name -> (count, mean us) from step 4's kernel_names.csv; None where absent."""
+def _kernel_means(folder: Path) -> dict[str, tuple[int, float, bool]] | None:
+    """kernel name -> (count, mean us, a collective) from step 4's kernel_names.csv; None where
+    absent."""
     if not (folder / "attribution" / "kernel_names.csv").is_file():
         return None
     out = {}
     for r in _rows(folder, "attribution/kernel_names.csv"):
         n, us = _num(r.get("kernels")), _num(r.get("gpu_us"))
         if n and us is not None:
-            out[r.get("kernel", "")] = (int(n), us / n)
+            out[r.get("kernel", "")] = (int(n), us / n,
+                                        "collective" in (r.get("family") or "").lower())
     return out
 
 
 def compare_kernels(means: dict[str, dict]) -> tuple[list, dict]:
     """host_kernels.csv rows, and per host: the median (min, max) over the kernel names every
-    host ran of its mean time over the median host's, and whether its names and counts per
-    step are the median host's (`same_kernels`)."""
+    host ran (collectives left out: their time holds waiting) of its mean time over the median
+    host's, and whether its names and counts per step are the median host's
+    (`same_kernels`)."""
     hosts = [h for h, m in means.items() if m]
     if len(hosts) < 2:
         return [], {}
@@ -125,11 +128,12 @@ def compare_kernels(means: dict[str, dict]) -> tuple[list, dict]:
     for k in sorted(common):
         med = statistics.median(means[h][k][1] for h in hosts)
         for h in hosts:
-            n, mean = means[h][k]
+            n, mean, collective = means[h][k]
             ratio = mean / med if med > 0 else None
             rows.append({"kernel": k, "host": h, "kernels": n, "mean_us": mean,
                          "ratio_to_median_host": ratio})
-            if ratio is not None:
+            # a collective's time holds its wait for the other GPUs and hosts: not a speed
+            if ratio is not None and not collective:
                 ratios[h].append(ratio)
     out = {}
     for h in hosts:
@@ -285,7 +289,7 @@ def same_kernels(h: dict, hosts: list[dict], means: dict) -> bool | None:
     ref = [means[x["host"]] for x in hosts if means.get(x["host"]) and x is not h]
     if not m or not ref:
         return None
-    per_step = {k: n / max(h["steps"], 1) for k, (n, _) in m.items()}
+    per_step = {k: v[0] / max(h["steps"], 1) for k, v in m.items()}
     return any(
         set(o) == set(m) and all(abs(o[k][0] / max(x["steps"], 1) - per_step[k])
                                  <= 0.01 * per_step[k] for k in m)

@@ -1855,8 +1855,9 @@ declare(Table(
             "`streams.csv` collective total over the analysed steps, per GPU with events and "
             "per step"),
         col("kernel_time_ratio", "ratio", "measured",
-            "over the kernel names every host ran (`host_kernels.csv`), the median of this "
-            "host's mean kernel time over the median host's"),
+            "over the kernel names every host ran (`host_kernels.csv`) but collectives (their "
+            "time holds the wait for other GPUs and hosts), the median of this host's mean "
+            "kernel time over the median host's"),
         col("kernel_time_ratio_min", "ratio", "measured", "the smallest such ratio"),
         col("kernel_time_ratio_max", "ratio", "measured", "the largest such ratio"),
         col("same_kernels", "", "",
