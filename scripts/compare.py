@@ -77,14 +77,10 @@ def kind(path: Path) -> str | None:
     return None
 
 
-def is_scratch(path: Path) -> bool:
-    return kind(path) is not None
-
-
 def side_folder(arg: str, name: str, out: Path, no_xprof: bool) -> Path:
     """The scratch folder of one side: the argument itself, or DIR/<name> investigated now."""
     path = Path(arg)
-    if is_scratch(path):
+    if kind(path) is not None:
         return path
     if not path.exists():
         raise step_cli.StepError(f"{name.upper()} {arg} does not exist; expected a capture or a "
@@ -94,7 +90,7 @@ def side_folder(arg: str, name: str, out: Path, no_xprof: bool) -> Path:
     step_cli.progress(f"investigating {name.upper()}")
     p = subprocess.run(cmd + (["--no-xprof"] if no_xprof else []), capture_output=True,
                        text=True)
-    if p.returncode != 0 or not is_scratch(folder):
+    if p.returncode != 0 or kind(folder) is None:
         lines = [ln for ln in (p.stderr or p.stdout).splitlines() if ln.strip()]
         raise step_cli.StepError(f"{name.upper()} {arg} cannot be investigated: "
                                  f"{lines[-1] if lines else 'no output'}",
@@ -200,30 +196,46 @@ def _cell(v):
     return round(v, 3) if isinstance(v, float) else ("" if v is None else v)
 
 
+def step_figure(name: str, before: list, after: list, figs: dict, sig: dict,
+                whose: str = "") -> list:
+    """The compare.csv row of one step figure (`step_period` or `step_time`) from its per-step
+    values on each side; its figures and its verdict by the rule go into `figs` and `sig`."""
+    sums = {"before": summary(before), "after": summary(after)}
+    sig[name] = significance(before, after)
+    for s in SIDES:
+        figs[f"{name}_{s}_us"] = scratch.figure(sums[s]["value"], "us", "measured", sums[s],
+                                                decimals=3)
+    b, a = sums["before"], sums["after"]
+    return row("step", name, b["value"], a["value"], "us", "measured",
+               "changed" if sig[name][0] else "within spread",
+               f"{whose}median of {b['n']} and {a['n']} steps; before "
+               f"{rules.us_text(b['min'])} to {rules.us_text(b['max'])}, after "
+               f"{rules.us_text(a['min'])} to {rules.us_text(a['max'])}; {sig[name][1]}")
+
+
 def step_rows(sides: dict) -> tuple[list, dict, dict]:
     """The step period and step time rows, their figures, and the significance verdict."""
-    out, figs, verdicts = [], {}, {}
-    for name, column, how in (("step_period", "period_us", max), ("step_time", "dur_us", max)):
-        vals = {s: sides[s].per_step(column, how) for s in SIDES}
-        sums = {s: summary(vals[s]) for s in SIDES}
-        if sums["before"] is None or sums["after"] is None:
+    out, figs, sig = [], {}, {}
+    for name, column in (("step_period", "period_us"), ("step_time", "dur_us")):
+        vals = {s: sides[s].per_step(column) for s in SIDES}
+        if not vals["before"] or not vals["after"]:
             out.append(row("step", name, None, None, "us", "measured", "not comparable",
                            "no analysed step on " + " and ".join(
-                               s.upper() for s in SIDES if sums[s] is None)))
+                               s.upper() for s in SIDES if not vals[s])))
             continue
-        sig, why = significance(vals["before"], vals["after"])
-        verdicts[name] = (sig, why)
-        for s in SIDES:
-            figs[f"{name}_{s}_us"] = scratch.figure(sums[s]["value"], "us", "measured",
-                                                    sums[s], decimals=3)
-        out.append(row("step", name, sums["before"]["value"], sums["after"]["value"], "us",
-                       "measured", "changed" if sig else "within spread",
-                       f"median of {sums['before']['n']} and {sums['after']['n']} steps; "
-                       f"before {rules.us_text(sums['before']['min'])} to "
-                       f"{rules.us_text(sums['before']['max'])}, after "
-                       f"{rules.us_text(sums['after']['min'])} to "
-                       f"{rules.us_text(sums['after']['max'])}; {why}"))
-    return out, figs, verdicts
+        out.append(step_figure(name, vals["before"], vals["after"], figs, sig))
+    return out, figs, sig
+
+
+def result_of(figs: dict, sig: dict, table: list, **rest) -> dict:
+    """compare.json: the figures, whether the difference counts (the step period's verdict,
+    else the step time's) and the rest."""
+    key = "step_period" if "step_period" in sig else "step_time" if "step_time" in sig else None
+    return {"step": "compare", "status": "done", "figures": figs,
+            "significant": bool(key and sig[key][0]),
+            "significance": {"of": key, "why": sig[key][1] if key else "no analysed step",
+                             "rule": RULE},
+            **rest, "tables": {TABLE: len(table)}}
 
 
 # What moves a verdict: the step's parts as steps.csv splits them (largest over GPUs per step).
@@ -462,21 +474,16 @@ def compare(before: Path, after: Path) -> tuple[list, dict]:
     table += vrows + host_rows(sides)
     gt, times = gpu_time_rows(sides, refusals)
     table += gt
-    key = "step_period" if "step_period" in sig else "step_time" if "step_time" in sig else None
-    period = ({s: figs[f"{key}_{s}_us"]["value"] for s in SIDES} if key else None)
-    preds, prow = predictions(sides, times, period)
+    result = result_of(figs, sig, table,
+                       verdict_before=sides["before"].skip.get("verdict"),
+                       verdict_after=sides["after"].skip.get("verdict"), moved=moved,
+                       predictions=[], notes=notes, refusals=refusals,
+                       inputs={s: str(sides[s].folder) for s in SIDES})
+    key = result["significance"]["of"]
+    period = {s: figs[f"{key}_{s}_us"]["value"] for s in SIDES} if key else None
+    result["predictions"], prow = predictions(sides, times, period)
     table += prow
-    result = {
-        "step": "compare", "status": "done", "figures": figs,
-        "significant": bool(key and sig[key][0]),
-        "significance": {"of": key, "why": sig[key][1] if key else "no analysed step",
-                         "rule": RULE},
-        "verdict_before": sides["before"].skip.get("verdict"),
-        "verdict_after": sides["after"].skip.get("verdict"),
-        "moved": moved, "predictions": preds, "notes": notes, "refusals": refusals,
-        "inputs": {s: str(sides[s].folder) for s in SIDES},
-        "tables": {TABLE: len(table)},
-    }
+    result["tables"] = {TABLE: len(table)}
     return table, result
 
 
@@ -532,40 +539,24 @@ def compare_runs(before: Path, after: Path, out: Path) -> tuple[list, dict, list
 
 def compare_run_steps(before: Path, after: Path) -> tuple[list, dict]:
     """The run's step period and step time per step (the slowest host's), by the rule."""
-    per = {}
+    per = {}  # side -> column -> step -> the largest over the hosts
     for s, f in (("before", before), ("after", after)):
-        by_step: dict = {}
+        per[s] = {"dur_us": {}, "period_us": {}}
         for r in rows(f, "host_steps.csv"):
-            d, pd = num(r.get("dur_us")), num(r.get("period_us"))
-            cur = by_step.setdefault(r.get("step"), [None, None])
-            cur[0] = d if cur[0] is None or (d is not None and d > cur[0]) else cur[0]
-            cur[1] = pd if cur[1] is None or (pd is not None and pd > cur[1]) else cur[1]
-        per[s] = by_step
+            for column, by_step in per[s].items():
+                v = num(r.get(column))
+                if v is not None:
+                    by_step[r.get("step")] = max(v, by_step.get(r.get("step"), v))
     table, figs, sig = [], {}, {}
-    for i, name in ((1, "step_period"), (0, "step_time")):
-        vals = {s: [v[i] for v in per[s].values() if v[i] is not None] for s in SIDES}
-        if not vals["before"] or not vals["after"]:
-            continue
-        sig[name] = significance(vals["before"], vals["after"])
-        sums = {s: summary(vals[s]) for s in SIDES}
-        for s in SIDES:
-            figs[f"{name}_{s}_us"] = scratch.figure(sums[s]["value"], "us", "measured",
-                                                    sums[s], decimals=3)
-        table.append(row("step", name, sums["before"]["value"], sums["after"]["value"], "us",
-                         "measured", "changed" if sig[name][0] else "within spread",
-                         f"the slowest host's, median of {sums['before']['n']} and "
-                         f"{sums['after']['n']} steps; {sig[name][1]}"))
-    key = "step_period" if "step_period" in sig else "step_time" if "step_time" in sig else None
-    return table, {
-        "step": "compare", "status": "done", "figures": figs,
-        "significant": bool(key and sig[key][0]),
-        "significance": {"of": key, "why": sig[key][1] if key else "no analysed step",
-                         "rule": RULE},
-        "verdict_before": None, "verdict_after": None, "moved": [], "predictions": [],
-        "notes": ["a run of several hosts: each host is compared in its own folder "
-                  "(<host>/compare.csv); here the run's steps, each the slowest host's"],
-        "refusals": [], "inputs": {"before": str(before), "after": str(after)},
-        "tables": {TABLE: len(table)}}
+    for name, column in (("step_period", "period_us"), ("step_time", "dur_us")):
+        b, a = (list(per[s][column].values()) for s in SIDES)
+        if b and a:
+            table.append(step_figure(name, b, a, figs, sig, "the slowest host's, "))
+    return table, result_of(
+        figs, sig, table, verdict_before=None, verdict_after=None, moved=[], predictions=[],
+        notes=["a run of several hosts: each host is compared in its own folder "
+               "(<host>/compare.csv); here the run's steps, each the slowest host's"],
+        refusals=[], inputs={"before": str(before), "after": str(after)})
 
 
 def cite(label: str, column: str, section: str, key: str) -> str:

@@ -623,8 +623,9 @@ def draft(r: dict) -> str:
         "the margin).")]
     c = r.get("culprit") or {}
     if c.get("most_compute"):
+        by = {h["host"]: h for h in r["hosts"]}
+
         def cite(column, host):
-            by = {h["host"]: h for h in r["hosts"]}
             return (f"{_fmt(by[host][column])} us (measured; hosts.csv: {column}, "
                     f"host={host})")
         out.append("Host that holds the others back inside collectives spanning hosts: "
