@@ -124,6 +124,7 @@ class Side:
 
     def __init__(self, folder: Path, role: str):
         self.folder, self.role = folder, role
+        self._tables: dict[str, list] = {}
         self.info = load_json(folder / "capture_info.json")
         self.skip = load_json(folder / "skip_stats.json")
         self.steps_rows = rows(folder, "steps.csv")
@@ -143,10 +144,17 @@ class Side:
                 out.append(how(vals))
         return out
 
+    def table(self, file: str) -> list[dict]:
+        """A table of the side's folder, read once however many comparisons ask for it."""
+        got = self._tables.get(file)
+        if got is None:
+            got = self._tables[file] = rows(self.folder, file)
+        return got
+
     def gpu_time(self, file: str, key) -> dict:
         """{key: GPU us per step} of an attribution table, keys from `key(row)`."""
         out: dict = {}
-        for r in rows(self.folder, file):
+        for r in self.table(file):
             k, us = key(r), num(r.get("gpu_us"))
             if k and us is not None:
                 out[k] = out.get(k, 0.0) + us / max(1, self.steps)
@@ -342,7 +350,7 @@ def renames(sides: dict, t: dict) -> dict:
     that recompilation renamed."""
     def alone_by_print(s, other):
         prints: dict = {}
-        for r in rows(sides[s].folder, "attribution/ops.csv"):
+        for r in sides[s].table("attribution/ops.csv"):
             k = KEYS["instruction"][1](r)
             fp = r.get("fingerprint", "")
             if fp and k in t[s] and k not in t[other]:
@@ -380,7 +388,7 @@ def cause_measure(side: Side, kind: str, where: str, times: dict) -> float | Non
              .get("collective") or {}).get("value")
         return num(v)
     if kind == "straggler_wait":
-        lags = [num(r.get("lag_us")) for r in rows(side.folder, "stragglers.csv")]
+        lags = [num(r.get("lag_us")) for r in side.table("stragglers.csv")]
         lags = [v for v in lags if v is not None]
         return statistics.median(lags) if lags else 0.0
     section = {"kernel_family": "family", "memcpy": "family", "python_line": "line"}.get(kind)
@@ -456,7 +464,7 @@ def comparable(sides: dict, notes: list) -> None:
     if g["before"] and g["after"] and g["before"] != g["after"]:
         notes.append(f"the captures hold other GPUs ({g['before']} before, {g['after']} after): "
                      "per-step times compare, per-GPU rows may not")
-    mods = {s: {r.get("module") for r in rows(sides[s].folder, "attribution/programs.csv")
+    mods = {s: {r.get("module") for r in sides[s].table("attribution/programs.csv")
                 if r.get("program_id", "").isdigit()}  # programs, not the events of none
             for s in SIDES}
     if mods["before"] and mods["after"] and not mods["before"] & mods["after"]:
