@@ -367,8 +367,12 @@ def count_executions(host: tuple, kernels, names: dict, launches_counted: dict,
     """(program id, device) -> {executions, from, host_us, host_executions}: from the host's
     execution events where they map to the program (`host execution events`), else from its
     launches (`launches`: kernel_match.launch_executions), else from the alignment's coverage
-    of the schedule (`alignment`, the weakest). host_us: the mapped events' summed duration
-    (ExecuteThunks where recorded, else the module event; None: not recorded)."""
+    of the schedule (`alignment`, the weakest). Where the host's count differs from the
+    executions the GPU events show (launches, else coverage), the GPU's count is used (`GPU
+    events (the host recorded N)`): FLOPs and bytes are set against the kernels' time, and a
+    host can record executions whose kernels fall outside the device trace. host_us: the
+    mapped events' summed duration (ExecuteThunks where recorded, else the module event; None:
+    not recorded)."""
     owner: dict = {}
     for k in kernels:
         if k.program_id is not None and k.corr is not None and not k.cpu:
@@ -386,7 +390,15 @@ def count_executions(host: tuple, kernels, names: dict, launches_counted: dict,
     out: dict = {}
     keys = {(k.program_id, k.device) for k in kernels if k.program_id is not None}
     for key in keys:
-        if key in host:
+        gpu = launches_counted.get(key) or round(covered.get(key) or 0)
+        if key in host and gpu and host[key][0] != gpu:
+            # the host recorded executions whose kernels the device trace does not hold (it
+            # started before the device trace), or fewer than ran: the kernels' time is that of
+            # the executions seen on the GPU
+            n, ps = host[key]
+            out[key] = {"executions": gpu, "from": f"GPU events (the host recorded {n})",
+                        "host_ps": ps, "host_executions": n}
+        elif key in host:
             n, ps = host[key]
             out[key] = {"executions": n, "from": "host execution events", "host_ps": ps}
         elif launches_counted.get(key):

@@ -6,6 +6,7 @@ input."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import subprocess
 import sys
@@ -437,3 +438,29 @@ def test_plot_text_is_escaped_and_well_formed():
     ET.fromstring(text)
     assert "Roofline: jit_f&#x27;s (7)" in text and "XProf&#x27;s own ceilings" in text
     assert "&#39;" not in text and "fusion.\ufffd&lt;1&gt;" in text
+
+
+@pytest.mark.parametrize("reused", [False, True])
+def test_runs_are_the_executions_the_gpu_ran(tmp_path, reused):
+    """The host records executions whose GPU events the device trace lacks (it started late):
+    every run count and rate is set against the executions the GPU shows. Where those
+    executions' launch calls carry the captured kernels' correlation ids (ids that restart),
+    each seems to own GPU events: the GPU's count is kept, the host's said beside it."""
+    late = 2
+    sc = dataclasses.replace(SCENARIOS["rocm-off"], steps=6, device_trace_late=late,
+                             late_ids_reused=reused)
+    r = generate(sc, tmp_path / "capture")
+    truth = {int(p["program_id"]): int(p["executions"]) for p in r.programs}
+    out = tmp_path / "out"
+    assert _run(STEP4, r.run_dir, out, "--no-xprof").returncode == 0
+    assert _run(SCRIPT, r.run_dir, out, "--no-xprof").returncode == 0
+    with open(out / "attribution" / "programs.csv", newline="") as fh:
+        progs = {p["program_id"]: p for p in csv.DictReader(fh)}
+    main = progs[str(sc.program_id)]
+    assert int(main["executions"]) == truth[sc.program_id] - late
+    assert main["executions_from"] == (f"GPU events (the host recorded {truth[sc.program_id]})"
+                                       if reused else "host execution events")
+    with open(out / "roofline.csv", newline="") as fh:
+        rows = [x for x in csv.DictReader(fh) if x["pct_of_ceiling"]]
+    assert rows and all(float(x["pct_of_ceiling"]) <= 100 for x in rows)
+    assert all(int(x["runs"]) % (truth[sc.program_id] - late) == 0 for x in rows)

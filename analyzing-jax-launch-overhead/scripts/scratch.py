@@ -1339,8 +1339,8 @@ declare(Table(
         col("gpus", "", "", "devices, space-separated"),
         col("executions_per_gpu", "", "", "`device=count` joined by spaces"),
         col("executions_from", "", "",
-            "how executions were counted: `host execution events`, `launches` or `alignment` "
-            "(below)"),
+            "how executions were counted: `host execution events`, `GPU events (the host "
+            "recorded N)`, `launches` or `alignment` (below)"),
         col("kernels", "count", "measured", "its GPU events (kernels, memcpys, memsets)"),
         col("kernels_per_execution", "count", "measured", "`kernels` / `executions`"),
         col("gpu_us", "us", "measured", "its GPU event time"),
@@ -1362,6 +1362,10 @@ declare(Table(
   correlation ids of its first required kind over its runs per execution; the most common
   value), else `alignment` (the matcher's coverage of the schedule, the weakest). Never a
   pairing of kernels with optional events (a second GEMM taken for a split-K reduction).
+  Where the host's events count other than the GPU events show (launches, else coverage), the
+  GPU's count is kept, `GPU events (the host recorded N)`: the host may record executions
+  whose kernels started before the device trace did, and every figure per execution is set
+  against the kernels' time.
 - `steps`: from `steps.csv` (step 1, in the same scratch folder for the same capture); empty
   when there is no such `steps.csv` (`attribute_kernels.json` `steps_note` says why).
 """))

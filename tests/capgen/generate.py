@@ -150,6 +150,14 @@ class Scenario:
     drop_graph_kernels: int = 0       # graph replays under-recorded
     json_drop_gpu_events: int = 0     # the json disagrees with its xplane
     non_launch_correlations: int = 0  # kernels whose id joins a hipStreamWaitEvent
+    # the device trace starts after the host's: the first N program executions' GPU events are
+    # absent while the host keeps their execution events and launch calls (as on an older ROCm
+    # tracer, whose host records 29 executions where the GPU shows 5)
+    device_trace_late: int = 0
+    # with it, the host's launch calls of those executions carry the correlation ids of the
+    # executions the device trace holds (a tracer whose ids restart): each such execution seems
+    # to own captured GPU events
+    late_ids_reused: bool = False
     expected_verdict: str = ""
     # several programs per step (None: one execution of `program` on every GPU per step); the
     # plan's programs replace `program` and `program_id`
@@ -1099,6 +1107,23 @@ def generate(sc: Scenario, out_dir) -> Result:
                             "device": 0, "stream": group[0].stream, "correlation_id": cid,
                             "count": len(group), "description": "kernels without hlo_op whose "
                             "shared correlation id belongs to a stream-wait host event"})
+    if sc.device_trace_late:
+        late = {e["execution"] for e in sim.executions[:sc.device_trace_late]}
+        if sc.late_ids_reused:
+            ids: dict = {}
+            for k in sim.kernels:
+                ids.setdefault(k.execution, set()).add(k.correlation_id)
+            order = [sorted(ids.get(e["execution"], ())) for e in sim.executions]
+            kept = order[len(late)]
+            reuse = {c: kept[i % len(kept)] for n in sorted(late) for i, c in enumerate(order[n])}
+            for e in sim.host:
+                e.stats = [(st[0], st[1], reuse.get(st[2], st[2]))
+                           if st[0] == "correlation_id" else st for st in e.stats]
+        kernels = [k for k in kernels if k.execution not in late]
+        defects.append({"defect_id": "D3", "kind": "device_trace_late", "device": "",
+                        "stream": "", "correlation_id": "", "count": len(late),
+                        "description": "program executions recorded on the host whose GPU "
+                                       "events the device trace does not hold"})
     if sc.straggler_gpu is not None:
         defects.append({"defect_id": "S1", "kind": "straggler", "device": sc.straggler_gpu,
                         "stream": "", "correlation_id": "", "count": "",
