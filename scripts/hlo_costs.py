@@ -5,8 +5,6 @@ how often an instruction runs per execution of its program. Rules: references/ro
 
 from __future__ import annotations
 
-import json
-import re
 from dataclasses import dataclass
 
 try:
@@ -18,6 +16,8 @@ except ImportError:  # imported without an entry script's path set-up: find the 
     import sibling
     sibling.on_path()
     from trace_rules import COLLECTIVE_OPCODES, CONTROL_OPCODES, NO_LAUNCH_OPCODES
+
+import custom_costs
 
 import xprotos
 
@@ -33,8 +33,9 @@ FLOAT_TYPES = frozenset({"f16", "bf16", "f32", "f64", "c64", "c128", "f8e5m2", "
                          "f8e4m3b11fnuz", "f8e5m2fnuz", "f8e4m3fnuz", "f8e4m3", "f8e3m4",
                          "f4e2m1fn"})
 SLICE_OPCODES = frozenset({"slice", "dynamic-slice", "gather"})
-GEMM_TARGET_RE = re.compile(r"^__cublas\$|^__hipblas|gemm|matmul", re.IGNORECASE)
-CUDNN_CONV_RE = re.compile(r"^__cudnn\$conv|^__miopen\$conv", re.IGNORECASE)
+# What an instruction's work is (Cost.kind): what a measured target of the same kind compares
+WORK_KINDS = ("attention", "gemm", "convolution", "reduction", "elementwise", "data movement",
+              "copy", "collective", "kernel", "custom")
 
 
 def _prod(xs) -> int:
@@ -75,6 +76,7 @@ class Cost:
     tf32_allowed: bool = False        # an f32 dot at DEFAULT precision may run as TF32
     vector_f64: bool = False
     why: str | None = None            # set when not computable
+    kind: str = ""                    # the work: WORK_KINDS (what_work)
 
 
 def dot_flops(out_shape, lhs_shape, lhs_contracting) -> int:
@@ -94,9 +96,11 @@ def conv_flops(out_shape, kernel_shape, dn) -> int:
 class Costs:
     """FLOPs and bytes of one program's instructions."""
 
-    def __init__(self, program, group_size: int | None = None):
+    def __init__(self, program, group_size: int | None = None,
+                 user: custom_costs.UserCosts | None = None):
         self.p = program
         self.group_size = group_size  # GPUs taking part when a collective names no groups
+        self.user = user              # the user's --costs table, read before the registry
         self.users: dict[int, list] = {}
         for ins in program.instructions.values():
             for o in ins.operand_ids:
@@ -159,41 +163,20 @@ class Costs:
             c.vector_f64 = True
 
     def custom_call_flops(self, ins, c: Cost) -> None:
-        target = ins.custom_call_target
-        out = ins.shape.tuple_shapes[0] if ins.shape.tuple_shapes else ins.shape
-        if GEMM_TARGET_RE.search(target):
-            try:
-                cfg = json.loads(ins.backend_config or b"{}")
-                dn = cfg.get("gemm_backend_config", cfg)["dot_dimension_numbers"]
-                contracting = [int(d) for d in dn["lhs_contracting_dimensions"]]
-            except (ValueError, KeyError, TypeError):
-                c.why = (f"custom call {target} has no dot_dimension_numbers in its backend "
-                         "config")
-                return
-            lhs = self.operand(ins, 0).shape
-            c.flops += dot_flops(out, lhs, contracting)
-            c.matrix_dtype = c.matrix_dtype or dtype_name(lhs)
-            c.tf32_allowed = True
-            c.method = "backend config"
-        elif CUDNN_CONV_RE.search(target):
-            dn = ins.convolution_dimension_numbers
-            a, b = self.operand(ins, 0).shape, self.operand(ins, 1).shape
-            if "BackwardInput" in target:
-                fwd_out, kernel = a, b
-            elif "BackwardFilter" in target:
-                fwd_out, kernel = b, out
-            else:
-                fwd_out, kernel = out, b
-            if not dn.kernel_spatial_dimensions and not dn.input_spatial_dimensions and \
-                    len(kernel.dimensions) > 2:
-                c.why = f"custom call {target} carries no convolution dimension numbers"
-                return
-            c.flops += conv_flops(fwd_out, kernel, dn)
-            c.matrix_dtype = c.matrix_dtype or dtype_name(a)
-            c.tf32_allowed = True
-            c.method = "backend config"
-        else:
-            c.why = f"custom call {target} has no cost model here"
+        """A custom call's FLOPs (custom_costs' registry, the user's table first)."""
+        cc = self.call_cost(ins)
+        if cc.why is not None:
+            c.why = cc.why
+            return
+        c.flops += cc.flops
+        c.matrix_dtype = c.matrix_dtype or cc.matrix_dtype
+        c.tf32_allowed = c.tf32_allowed or cc.kind in ("gemm", "convolution")
+        c.method = cc.method
+        c.kind = cc.kind
+
+    def call_cost(self, ins) -> custom_costs.CallCost:
+        return custom_costs.call_cost(
+            ins, [self.p.instructions[o].shape for o in ins.operand_ids], self.user)
 
     # ---- bytes
     def _source(self, ins):
@@ -374,11 +357,39 @@ class Costs:
             c.bytes = self.fusion_bytes(ins)
             if c.method == "shapes":
                 c.method = "fused computation"
+        elif op == "custom-call":
+            c.bytes = self.call_cost(ins).bytes
         else:
-            c.bytes = self.plain_bytes(ins) if op != "custom-call" else (
-                sum(nbytes(self.p.instructions[o].shape) for o in ins.operand_ids)
-                + nbytes(ins.shape.tuple_shapes[0] if ins.shape.tuple_shapes else ins.shape))
+            c.bytes = self.plain_bytes(ins)
+        c.kind = c.kind or self.what_work(ins)
         return c
+
+    def what_work(self, ins) -> str:
+        """The kind of work an instruction does (WORK_KINDS), for comparing it with the same
+        kind of work elsewhere in the capture: a dot or convolution anywhere in it (a GEMM
+        fusion), else a reduction, else element-wise; copies; collectives."""
+        op = ins.opcode
+        if op in ("copy", "copy-start") or op in COLLECTIVE_OPCODES:
+            return "copy" if op.startswith("copy") else "collective"
+        found = set()
+        stack, seen = [ins], set()
+        while stack:
+            i = stack.pop()
+            found.add(i.opcode)
+            if i.opcode in ("fusion", "call"):
+                for cid in i.called_computation_ids:
+                    if cid not in seen:
+                        seen.add(cid)
+                        stack += list(self.p.computations[cid].instructions)
+        if "dot" in found:
+            return "gemm"
+        if "convolution" in found:
+            return "convolution"
+        if found & {"reduce", "reduce-window", "scatter", "select-and-scatter"}:
+            return "reduction"
+        if found & FLOP_OPCODES:
+            return "elementwise"
+        return "data movement"
 
     # ---- how often an instruction runs per execution of the program
     def runs_per_execution(self, ins) -> int | None:

@@ -4,7 +4,7 @@
 Usage:
     python3 -P investigate.py <xplane.pb | trace.json.gz | run folder | log folder>
                               [--out DIR] [--run NAME] [--host NAME] [--no-xprof] [--page]
-                              [--jobs N] [--step-limit SECONDS]
+                              [--jobs N] [--step-limit SECONDS] [--costs FILE]
 
 Example:
     python3 -P $B/scripts/investigate.py ~/logs/plugins/profile/2026_02_20_13_54_10 --out scratch
@@ -273,6 +273,8 @@ def run_step(step: Step, args, out: Path, failed: dict[str, str], t0: float,
         cmd += [f"--run={args.run}"] if args.run else []
         cmd += [f"--host={args.host}"] if args.host else []
         cmd += ["--no-xprof"] if args.no_xprof and step.xprof else []
+        cmd += [f"--costs={args.costs.resolve()}"] if args.costs and step.name == "roofline" \
+            else []
     if step.name == "trust":
         cmd += [f"--failed={k}={v}" for k, v in failed.items()]
     cmd += [step.told_option] if tell else []
@@ -525,6 +527,9 @@ def options(ap) -> None:
                     help=f"end a step that runs longer than this; it goes to the trust list and "
                          f"the others go on (default: {STEP_LIMIT_BASE_S} s plus "
                          f"{STEP_LIMIT_PER_MIB_S} s per MiB of the capture's files; 0: none)")
+    ap.add_argument("--costs", type=Path, metavar="FILE",
+                    help="step 5: a CSV of FLOP and byte formulas for custom calls no model "
+                         "knows (references/roofline.md)")
     ap.add_argument("--page", action="store_true",
                     help="then build the HTML page of the draft (writing-trace-report-pages)")
 

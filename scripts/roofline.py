@@ -3,7 +3,7 @@
 
 Usage:
     python3 -P roofline.py <xplane.pb | run folder | log folder> [--out DIR]
-                           [--run NAME] [--host NAME]
+                           [--run NAME] [--host NAME] [--costs FILE]
 
 Example:
     python3 -P $B/scripts/attribute_kernels.py ~/logs/plugins/profile/2026_02_20_13_54_10
@@ -33,6 +33,7 @@ Exit codes: 0 done; 1 the input cannot be used (one sentence says why: e.g. step
 
 from __future__ import annotations
 
+import bisect
 import csv
 import json
 import math
@@ -110,17 +111,18 @@ def program_executions(res: dict) -> dict:
     return out
 
 
-def analyse(rows, res, programs, gpu: dict, peaks: dict) -> tuple[list[list], dict]:
+def analyse(rows, res, programs, gpu: dict, peaks: dict,
+            user=None) -> tuple[list[list], dict]:
     """roofline.csv rows and the figures of the result. `programs`: program id (str) ->
-    Program (a single Program: every row is that program's)."""
+    Program (a single Program: every row is that program's); `user`: the --costs table."""
     if not isinstance(programs, dict):
         programs = {str(programs.id): programs}
     counts = program_executions(res)
     costs = {pid: Costs(p, group_size=counts.get(pid, (0, 0))[1]
-                        if counts.get(pid, (0, 0))[1] > 1 else None)
+                        if counts.get(pid, (0, 0))[1] > 1 else None, user=user)
              for pid, p in programs.items()}
     ceilings = peaks.get(gpu["model"] or "", {})
-    out_rows, used, no_cost = [], {}, []
+    placed, used, no_cost = [], {}, []
     total_ps = no_cost_ps = no_ceiling_ps = 0
     for r in rows:
         ps = round(float(r["gpu_us"] or 0) * 1e6)
@@ -135,7 +137,10 @@ def analyse(rows, res, programs, gpu: dict, peaks: dict) -> tuple[list[list], di
             used.update((x.key, x) for x in spot.used)
         if spot.why:
             no_ceiling_ps += ps
-        out_rows.append(table_row(r, c, ins, runs, spot, ceilings.get("hbm_bandwidth")))
+        placed.append((r, c, ins, runs, spot, ps))
+    targets = same_work_targets(placed)
+    out_rows = [table_row(r, c, ins, runs, spot, ceilings.get("hbm_bandwidth"), targets[n])
+                for n, (r, c, ins, runs, spot, _) in enumerate(placed)]
     figures = {
         "gpu_time_us": {"value": rules.us_value(total_ps), "unit": "us", "label": "measured"},
         "not_computable_us": {"value": rules.us_value(no_cost_ps), "unit": "us",
@@ -149,8 +154,44 @@ def analyse(rows, res, programs, gpu: dict, peaks: dict) -> tuple[list[list], di
         "executions_all_programs": {"value": sum(n for n, _ in counts.values()),
                                     "unit": "count", "label": "measured"},
     }
-    return out_rows, {"figures": figures, "trust": not_computable_trust(no_cost, total_ps),
+    withheld = [f"{r['instruction']}: {spot.why}" for r, _, _, _, spot, _ in placed
+                if spot.why and spot.why.startswith(WITHHELD)]
+    return out_rows, {"figures": figures, "trust": not_computable_trust(no_cost, total_ps)
+                      + without_point_trust(placed, total_ps) + withheld_trust(withheld),
                       "used": used}
+
+
+# A measured target compares work of the same kind and a similar size: within this factor of
+# the instruction's FLOPs (compute-bound) or bytes (memory-bound) per run, so a small GEMM that
+# cannot fill the GPU is not held to a large one's rate
+SAME_SIZE_FACTOR = 4.0
+# Every instruction holding at least this share of the attributed time gets a roofline point or
+# a sentence on the trust list saying what is missing
+POINT_MIN_PCT = 1.0
+WITHHELD = "withheld:"
+
+
+def same_work_targets(placed: list) -> list[tuple]:
+    """Per placed row, the best share of its ceiling that the capture shows for the same kind
+    of work (the `work` kind, ceiling dtype and binding) of a similar size (SAME_SIZE_FACTOR),
+    itself included: (pct, instruction), or (None, "") where it has no share."""
+    groups: dict = {}
+    for n, (_, c, _, _, spot, _) in enumerate(placed):
+        if spot.share is None:
+            continue
+        size = c.flops if spot.binding == "compute" else c.bytes
+        groups.setdefault((c.kind, spot.key, spot.binding), []).append((size or 0, n))
+    out: list[tuple] = [(None, "")] * len(placed)
+    for members in groups.values():
+        members.sort()
+        sizes = [m[0] for m in members]
+        for size, n in members:
+            lo = bisect.bisect_left(sizes, size / SAME_SIZE_FACTOR)
+            hi = bisect.bisect_right(sizes, size * SAME_SIZE_FACTOR)
+            best = max((placed[m][4].share, placed[m][0]["instruction"])
+                       for _, m in members[lo:hi])
+            out[n] = best
+    return out
 
 
 def row_cost(r: dict, programs: dict, costs: dict, counts: dict) -> tuple[Cost, object, int | None]:
@@ -216,12 +257,29 @@ def place(c: Cost, runs: int, ps: int, category: str, model: str | None,
     if not key:
         spot.binding, spot.used = "memory", (hbm,)
         spot.share = 100.0 * spot.bytes_per_s / hbm.value
-        return spot
+        return past_limit(spot, hbm.value)
     mem_roof = spot.intensity * hbm.value if spot.intensity is not None else math.inf
     spot.attainable = min(comp_c.value, mem_roof)
     spot.binding = "compute" if comp_c.value <= mem_roof else "memory"
     spot.share = 100.0 * spot.flop_per_s / spot.attainable
     spot.used = (hbm, comp_c)
+    return past_limit(spot, hbm.value)
+
+
+def past_limit(spot: Placement, hbm: float) -> Placement:
+    """The placement with its share withheld (`why` says so) where it passes a physical limit:
+    above 100% of its ceiling, or moving its bytes faster than the GPU's memory. Either is a
+    counting error (runs, FLOPs or bytes) or data served from a cache, never a rate to publish;
+    the rates stay in the row for finding which."""
+    over = []
+    if spot.share is not None and spot.share > 100.0:
+        over.append(f"{spot.share:.1f}% of its {spot.binding} ceiling")
+    if spot.bytes_per_s is not None and spot.bytes_per_s > hbm:
+        over.append(f"{spot.bytes_per_s / hbm:.2f}x the memory bandwidth")
+    if over:
+        spot.why = (f"{WITHHELD} its measured time gives {' and '.join(over)}: a run count, "
+                    "FLOP or byte count too high, or data served from a cache; not published")
+        spot.share = spot.attainable = None
     return spot
 
 
@@ -241,8 +299,10 @@ def no_ceiling_why(model, category: str, secs: float, hbm, key, comp_c) -> str |
     return None
 
 
-def table_row(r: dict, c: Cost, ins, runs: int | None, spot: Placement, hbm) -> list:
-    """One roofline.csv row (COLUMNS up to no_ceiling_why; add_xprof adds XProf's)."""
+def table_row(r: dict, c: Cost, ins, runs: int | None, spot: Placement, hbm,
+              target: tuple) -> list:
+    """One roofline.csv row (COLUMNS up to best_same_work; add_xprof adds XProf's); `target`:
+    same_work_targets' (pct, instruction)."""
     comp_c = spot.compute
     show_c = comp_c if comp_c is not None and comp_c.value is not None else None
     method = f"not computable: {c.why}" if c.why is not None else c.method
@@ -259,6 +319,8 @@ def table_row(r: dict, c: Cost, ins, runs: int | None, spot: Placement, hbm) -> 
         _g(hbm.value) if hbm and hbm.value else "", hbm.tag if hbm else "",
         hbm.source if hbm else "", spot.binding, _g(spot.attainable),
         f"{spot.share:.2f}" if spot.share is not None else "", spot.why or "",
+        c.kind if c.why is None else "", f"{target[0]:.2f}" if target[0] is not None else "",
+        target[1],
     ]
 
 
@@ -272,6 +334,29 @@ def not_computable_trust(no_cost: list, total_ps: int) -> list[str]:
     return [f"FLOPs or bytes are not computable for {len(no_cost)} instructions with "
             f"{no_cost_ps / 1e6:.3f} us of GPU time ({pct(no_cost_ps, total_ps)}% of "
             f"the program's attributed time); largest: {top}."]
+
+
+def without_point_trust(placed: list, total_ps: int) -> list[str]:
+    """The trust-list sentence naming every instruction of at least POINT_MIN_PCT of the
+    attributed time without a roofline point, each with what is missing; none when every one
+    has its point."""
+    missing = [(ps, r["instruction"], spot.why if spot.why != "FLOPs or bytes not computable"
+                else c.why) for r, c, _, _, spot, ps in placed
+               if spot.share is None and total_ps and 100.0 * ps / total_ps >= POINT_MIN_PCT]
+    if not missing:
+        return []
+    missing.sort(key=lambda m: (-m[0], m[1]))
+    return [f"{len(missing)} instructions of {POINT_MIN_PCT:g}% or more of the attributed time "
+            "have no roofline point: " + "; ".join(
+                f"{n} ({pct(ps, total_ps)}%: {why})" for ps, n, why in missing) + "."]
+
+
+def withheld_trust(withheld: list) -> list[str]:
+    """The trust-list sentence for the shares withheld past a physical limit."""
+    if not withheld:
+        return []
+    return [f"{len(withheld)} roofline shares are withheld past a physical limit: "
+            + "; ".join(withheld[:5]) + (" ..." if len(withheld) > 5 else "") + "."]
 
 
 def add_xprof(table: list[list], costs: dict, program=None) -> int:
@@ -323,11 +408,25 @@ def refuse_without_hlo(capture, out: Path, space, gpu: dict) -> tuple[dict, list
     return result, _write_all(out, [], result, None)
 
 
-def run(capture, out: Path, use_xprof: bool = True) -> tuple[dict, list[tuple[str, int]]]:
+def read_costs(path: Path | None):
+    """The user's --costs table (custom_costs.UserCosts), None without one; a StepError where
+    it cannot be used."""
+    if path is None:
+        return None
+    import custom_costs
+    try:
+        return custom_costs.UserCosts(path)
+    except custom_costs.CostsTableError as exc:
+        raise step_cli.StepError(str(exc)) from exc
+
+
+def run(capture, out: Path, use_xprof: bool = True,
+        costs: Path | None = None) -> tuple[dict, list[tuple[str, int]]]:
     """Step 5 on a capture_inputs.Capture, after step 4 wrote into `out`: roofline.csv,
     roofline.json and roofline.svg (the refusal alone where the capture holds no HLO). Returns
     the result and the (file, rows) written. Raises StepError (MissingPackage among them)."""
     out = Path(out)
+    user = read_costs(costs)
     space = read_space(capture)
     if not space.hlo_protos():
         return refuse_without_hlo(capture, out, space, gpu_ceilings.identify_space(space))
@@ -336,7 +435,7 @@ def run(capture, out: Path, use_xprof: bool = True) -> tuple[dict, list[tuple[st
     gpu = gpu_ceilings.identify_space(space)
     step_cli.progress("costing each instruction and placing it under its ceiling", len(rows),
                       unit="instructions")
-    table, a = analyse(rows, res, programs, gpu, gpu_ceilings.load_peaks())
+    table, a = analyse(rows, res, programs, gpu, gpu_ceilings.load_peaks(), user)
     xprof = add_xprof_figures(table, programs, out, use_xprof)
     refusals = [gpu["why"]] if gpu["why"] else []
     result = {
@@ -635,6 +734,9 @@ def caption_lines(table, result, pts: list[tuple]) -> list[str]:
 def options(ap) -> None:
     ap.add_argument("--no-xprof", action="store_true",
                     help="leave out XProf's own FLOPs and bytes per instruction")
+    ap.add_argument("--costs", type=Path, metavar="FILE",
+                    help="a CSV of FLOP and byte formulas for custom calls no model knows "
+                         "(columns match, flops, bytes, kind; references/roofline.md)")
 
 
 STEP = step_cli.Step("roofline", __doc__, __file__, options=options)
@@ -642,7 +744,7 @@ STEP = step_cli.Step("roofline", __doc__, __file__, options=options)
 
 def body(args) -> list[str]:
     result, written = run(step_cli.open_capture(STEP, args), args.out,
-                          use_xprof=not args.no_xprof)
+                          use_xprof=not args.no_xprof, costs=args.costs)
     g = result["gpu"]
     out = step_cli.wrote(args.out, written)
     out.append(f"GPU: {g['model'] or 'not identified: ' + g['why']}")

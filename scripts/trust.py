@@ -722,6 +722,7 @@ def refusal_items(inp: Inputs, facts: Facts) -> list:
             sentences += [n for n in r.get("notes") or [] if any(k in n for k in LIMITING_NOTES)]
         if step == "roofline":
             sentences += list(r.get("trust_list") or [])
+        sentences += list(r.get("withheld") or [])  # figures past a physical limit (scratch)
         for s in sentences:
             if not s or s in seen:
                 continue

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import scratch
 
 from conftest import REPO, SHARED_CAPTURES
 
@@ -232,6 +233,21 @@ def test_every_shared_jax_capture_runs_to_the_end(shared, tmp_path, rel):
     fc = json.loads((tmp_path / "scratch" / "factcheck.json").read_text())
     assert fc["verdict"] == "pass", fc["failing"][:5]
     assert p.stdout.startswith("verdict: ")
+    assert_no_figure_past_a_limit(tmp_path / "scratch")
+
+
+def assert_no_figure_past_a_limit(out):
+    """No table cell past its column's declared limit, nothing withheld, and at most 5% of the
+    attributed GPU time without FLOPs or bytes."""
+    for name in scratch.TABLES:
+        rows = scratch.records(out, name) if (out / name).is_file() else None
+        cols = scratch.columns(name)
+        for r in rows or ():
+            assert not scratch.past_limits(name, [r.get(c, "") for c in cols]), (name, r)
+    for res in out.rglob("*.json"):
+        assert "withheld" not in json.loads(res.read_text()), res
+    roof = json.loads((out / "roofline.json").read_text())
+    assert roof["figures"]["not_computable_pct_of_attributed"]["value"] <= 5.0
 
 
 def test_the_v100_capture_without_hlo_runs_to_the_end_and_says_so(shared, tmp_path):

@@ -172,3 +172,27 @@ def test_remove_produced_takes_a_steps_declared_files_alone(tmp_path):
     left = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file())
     assert left == [".handoff/capture.json", "attribution/notes.md", "logs/attribute_kernels.txt",
                     "steps.csv"]
+
+
+def test_a_figure_past_its_limit_is_withheld(tmp_path):
+    """A cell past its column's declared limit is written empty and said in the next result's
+    `withheld` (for the trust list); a cell at its limit is kept."""
+    cols = scratch.columns("roofline.csv")
+    row = [""] * len(cols)
+    row[cols.index("program_id")], row[cols.index("instruction")] = "7", "fusion.3"
+    row[cols.index("pct_of_ceiling")] = "321.00"
+    ok = list(row)
+    ok[cols.index("pct_of_ceiling")] = "100.00"
+    assert scratch.write_table(tmp_path, "roofline.csv", [row, ok]) == 2
+    text = (tmp_path / "roofline.csv").read_text().splitlines()
+    assert text[1].split(",")[cols.index("pct_of_ceiling")] == ""
+    assert text[2].split(",")[cols.index("pct_of_ceiling")] == "100.00"
+    scratch.write_result(tmp_path, "roofline.json", {"step": "roofline"})
+    withheld = json.loads((tmp_path / "roofline.json").read_text())["withheld"]
+    assert len(withheld) == 1 and "7 fusion.3: pct_of_ceiling 321" in withheld[0]
+    scratch.write_result(tmp_path, "roofline.json", {"step": "roofline"})
+    assert "withheld" not in json.loads((tmp_path / "roofline.json").read_text())
+    c = scratch.columns("changes.csv")
+    saving = [""] * len(c)
+    saving[c.index("step_us")], saving[c.index("saving_us")] = "100.0", "120.0"
+    assert scratch.past_limits("changes.csv", saving)[0][1] == "saving_us"

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import re
 import shutil
@@ -58,6 +59,7 @@ class Column:
                        # "" text
     label: str         # measured | read | inferred | "" (a key or text, not a figure)
     meaning: str
+    at_most: str = ""  # its physical limit: a number, or another column of the same row
 
 
 @dataclass(frozen=True)
@@ -95,8 +97,8 @@ class File:
 
 # ---------------------------------------------------------------- declarations
 
-def col(name: str, unit: str, label: str, meaning: str) -> Column:
-    return Column(name, unit, label, meaning)
+def col(name: str, unit: str, label: str, meaning: str, at_most: str = "") -> Column:
+    return Column(name, unit, label, meaning, at_most)
 
 
 KIND_WORDS = {"json": "A result (JSON)", "text": "Text", "svg": "A picture (SVG)",
@@ -176,12 +178,63 @@ def path_of(folder: Path, file: str, stands_for: str = "") -> Path:
     return Path(folder) / rel
 
 
+# Figures that write_table withheld (a cell past its column's declared limit, `at_most`) since
+# the last write_result, which writes them into its result's `withheld` for the trust list.
+WITHHELD: list[str] = []
+LIMIT_SLACK = 1e-6  # relative: a figure rounded to its printed decimals is not past its limit
+
+
+def _number(v) -> float | None:
+    if isinstance(v, bool) or v is None or v == "":
+        return None
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def past_limits(file: str, row) -> list[tuple[int, str, float, float, str]]:
+    """The cells of one row (cells in the declared order) past their column's declared limit:
+    (index, column, value, limit, what the limit is)."""
+    t = table(file)
+    out = []
+    for i, c in enumerate(t.columns):
+        if not c.at_most or i >= len(row):
+            continue
+        v = _number(row[i])
+        if v is None:
+            continue
+        limit, what = _number(c.at_most), c.at_most
+        if limit is None and c.at_most in t.names:
+            limit = _number(row[t.names.index(c.at_most)])
+        if limit is not None and v > limit * (1 + LIMIT_SLACK) + 1e-9:
+            out.append((i, c.name, v, limit, what))
+    return out
+
+
+def _withhold(file: str, row, first_key: str):
+    """The row with every cell past its limit emptied (each said in WITHHELD); the row itself
+    where none is."""
+    bad = past_limits(file, row)
+    if not bad:
+        return row
+    row = list(row)
+    for i, name, v, limit, what in bad:
+        row[i] = ""
+        WITHHELD.append(f"{file} {first_key}: {name} {v:.6g} is past its physical limit "
+                        f"({what} = {limit:.6g}) and is withheld, a counting error to find")
+    return row
+
+
 def write_table(folder: Path, file: str, rows, stands_for: str = "") -> int:
     """The declared table `file` under `folder` (path_of): its header, then `rows` (sequences of
     cells in the declared order, streamed in blocks); returns the row count. A row of another
     width is a defect of the producer (checked on the first row: the rows of one table share a
-    shape)."""
+    shape). A cell past its column's declared limit (`at_most`) is written empty and said in
+    WITHHELD: a figure past a physical limit is never published."""
     names = columns(file)
+    limited = any(c.at_most for c in table(file).columns)
     path = path_of(folder, file, stands_for)
     path.parent.mkdir(parents=True, exist_ok=True)
     n = 0
@@ -191,6 +244,8 @@ def write_table(folder: Path, file: str, rows, stands_for: str = "") -> int:
         for r in rows:
             if n == 0 and len(r) != len(names):
                 raise ScratchError(f"{file}: a row of {len(r)} cells for {len(names)} columns")
+            if limited:
+                r = _withhold(file, r, " ".join(str(x) for x in r[:2]))
             buf.append(",".join(quote(v) for v in r) + "\n")
             n += 1
             if len(buf) >= 10_000:
@@ -225,7 +280,11 @@ def result_text(file: str, data: dict, **dumps) -> str:
 
 
 def write_result(folder: Path, file: str, data: dict, stands_for: str = "", **dumps) -> int:
-    """Write the declared result `file` under `folder` (path_of); returns 1 (one result)."""
+    """Write the declared result `file` under `folder` (path_of), with the figures its tables
+    withheld since the last result (`withheld`, for the trust list); returns 1 (one result)."""
+    if WITHHELD:
+        data = {**data, "withheld": list(data.get("withheld", [])) + WITHHELD}
+        WITHHELD.clear()
     path = path_of(folder, file, stands_for)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(result_text(file, data, **dumps), encoding="utf-8")
@@ -516,7 +575,8 @@ def _cell(text: str) -> str:
 def render_table(t: Table) -> list[str]:
     out = [f"### `{t.file}` ({t.producer})", f"One row per {t.row}; rows by {t.order}.", "",
            "| column | unit | label | meaning |", "|---|---|---|---|"]
-    out += [f"| `{c.name}` | {c.unit} | {c.label} | {_cell(c.meaning)} |" for c in t.columns]
+    out += [f"| `{c.name}` | {c.unit} | {c.label} | {_cell(c.meaning)}"
+            f"{f' (at most `{c.at_most}`)' if c.at_most else ''} |" for c in t.columns]
     if t.notes:
         out += ["", t.notes.strip()]
     return out + [""]
@@ -744,8 +804,18 @@ declare(Table(
         col("attainable_flop_per_s", "flop/s", "inferred",
             "min(compute, intensity x bandwidth)"),
         col("pct_of_ceiling", "pct", "inferred",
-            "achieved / attainable (bytes/s over bandwidth where there are no FLOPs)"),
-        col("no_ceiling_why", "", "", "empty when a ceiling applies, else why not"),
+            "achieved / attainable (bytes/s over bandwidth where there are no FLOPs)", "100"),
+        col("no_ceiling_why", "", "",
+            "empty when a ceiling applies, else why not (`withheld: ...` where its measured "
+            "time puts it past a physical limit: above its ceiling or faster than memory)"),
+        col("work", "", "",
+            "the kind of work: attention, gemm, convolution, reduction, elementwise, data "
+            "movement, copy, kernel or custom (empty where not computable)"),
+        col("best_same_work_pct", "pct", "inferred",
+            "the best `pct_of_ceiling` this capture shows for the same `work`, ceiling and "
+            "binding at a similar size (within 4x its FLOPs, compute-bound, or bytes, "
+            "memory-bound), itself included: a target this GPU reached", "100"),
+        col("best_same_work", "", "", "the instruction that reached it"),
         col("xprof_run_flops", "flop", "read",
             "XProf's hlo_stats FLOPs per run (read from XProf; its counts are inferred by its "
             "own rules)"),
@@ -1530,10 +1600,10 @@ declare(Table(
             "cause, rank=N`)"),
         col("where", "", "", "the GPU, stream, instruction or line"),
         col("pct_of_step", "pct", NOT_RUN,
-            "the cause's time in the median step as a share of its window (`step_us`)"),
+            "the cause's time in the median step as a share of its window (`step_us`)", "100"),
         col("step_us", "us", "measured",
             "the median step's window, the same on every row (3 decimals)"),
-        col("saving_us", "us", NOT_RUN, "the saving in the median step"),
+        col("saving_us", "us", NOT_RUN, "the saving in the median step", "step_us"),
         col("saving_min_us", "us", NOT_RUN, "the smallest saving across the steps used"),
         col("saving_max_us", "us", NOT_RUN, "the largest saving across the steps used"),
         col("step_if_gone_us", "us", NOT_RUN, "`step_us` - `saving_us`"),
