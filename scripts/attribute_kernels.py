@@ -1032,16 +1032,25 @@ def write_result(folder: Path, result: dict, written: list) -> list:
 
 def op_totals(kernels, only=None) -> dict:
     """(program id, instruction) -> [kernels, GPU ps, category] over the attributed kernels of
-    every program (of program `only` where given)."""
+    every program (of program `only` where given); the category is that of the kernels holding
+    most of the instruction's time (a fused-attention call's fill kernel does not make it a
+    copy)."""
     ops: dict[tuple, list] = {}
+    by_category: dict[tuple, dict] = {}
     for k in kernels:
         if k.instruction and (only is None or k.program_id == only):
             key = (k.program_id, k.instruction)
             o = ops.get(key)
             if o is None:
                 o = ops[key] = [0, 0, k.category]
+                by_category[key] = {}
             o[0] += 1
             o[1] += k.dur
+            cats = by_category[key]
+            cats[k.category] = cats.get(k.category, 0) + k.dur
+    for key, cats in by_category.items():
+        if len(cats) > 1:
+            ops[key][2] = max(sorted(cats), key=lambda c: cats[c])
     return ops
 
 

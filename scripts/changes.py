@@ -92,6 +92,12 @@ FAR_FROM_CEILING_PCT = 10.0
 # an instruction row; a family spread thin over many is a pattern with one knob.
 FAMILY_MIN_PCT_OF_GPU_TIME = 5.0
 FAMILY_MIN_INSTRUCTIONS = 3
+# Two GEMMs are the same work where their FLOPs a run are within this factor (as roofline.py's
+# measured targets): a small GEMM that cannot fill the GPU is not held to a large one's rate
+SAME_SIZE_FACTOR = 4.0
+# A measured target is named where it is at least this much above the instruction's own share
+# (relative): closer than 10% is the spread of one kind of kernel, not another way to run it
+TARGET_MARGIN = 1.1
 
 
 class ChangesError(step_cli.StepError):
@@ -875,10 +881,16 @@ def distances(work: list, total_us: float, roof: list, several: bool) -> tuple[l
             no_ceiling.append((name, share, (r or {}).get("no_ceiling_why")
                                or "not in roofline.csv", o.get("user_frame", "")))
             continue
+        best = num(r.get("best_same_work_pct"))
         cands.append({"instruction": name, "share": share, "pct": pct,
                       "cut": share * max(0.0, 1.0 - pct / 100.0),
                       "binding": r.get("binding", ""), "user_frame": o.get("user_frame", ""),
-                      "method": r.get("method", ""), "ceiling_dtype": r.get("ceiling_dtype", "")})
+                      "method": r.get("method", ""), "ceiling_dtype": r.get("ceiling_dtype", ""),
+                      "work": r.get("work", ""), "backend": r.get("backend", ""),
+                      "best": best if best is not None and best >= pct * TARGET_MARGIN
+                      else None, "at_best": best is not None,
+                      "best_by": r.get("best_same_work", ""),
+                      "flops": num(r.get("run_flops"))})
     cands.sort(key=lambda c: (-c["cut"], c["instruction"]))
     return cands, no_ceiling
 
@@ -953,6 +965,7 @@ class Row:
     knob: str | None = None
     extra: dict | None = None
     named: frozenset = frozenset()
+    measured: float | None = None  # the median step's saving at a target this capture reached
 
 
 @dataclass
@@ -1330,13 +1343,33 @@ INSTRUCTION = Prose(
     source="attribution/ops.csv; roofline.csv; rows.csv; steps.csv; gaps.csv",
     assumptions={
         "row": ("it would run at its {binding} ceiling ({ceiling}; FLOPs and bytes from the HLO: "
-                "{method}); {time}; {exposed}"),
+                "{method}){target}; {time}; {exposed}"),
+        "target": (", at most; at the best rate this capture shows for the same work "
+                   "({best}% of the ceiling, {by}) it saves saving_measured_us, measured on "
+                   "this GPU"),
         "memory": "memory bandwidth",
         "compute": "{dtype}'s peak"},
     knob={
         "memory": ("fusion (fewer bytes moved: see what XLA left unfused), a Pallas/Triton "
                    "kernel, a larger batch size (more work per byte)"),
         "compute": "{dtype}, a Pallas/Triton kernel, a larger batch size",
+        # by the kind of work (roofline.csv work), each naming what in the capture supports it
+        "attention": (
+            "the fused-attention implementation: its backend and version (Transformer Engine's "
+            "fused-attention backend, cuDNN's version, or the CK / AOTriton kernels on ROCm: "
+            "check in your build which one ran), the layout and mask it is given (a causal "
+            "mask halves the work only where the kernel skips masked blocks); dropout's own "
+            "cost is measured by a capture with dropout 0; a lower precision (fp8 attention) "
+            "only where the model tolerates it"),
+        "gemm": (
+            "the GEMM's backend and tiling: XLA's autotuner chose {backend} here; compare the "
+            "library and Triton (--xla_gpu_enable_triton_gemm, --xla_gpu_autotune_level; check "
+            "the flags in your build), split-K, and shapes that fill the GPU (dimensions in "
+            "multiples of the tile, a larger batch)"),
+        "elementwise": ("fusion into the producer or consumer (fewer bytes moved: see what XLA "
+                        "left unfused), a larger batch size (more work per launch)"),
+        "reduction": ("fusion of the reduction with its producer, fewer passes over the same "
+                      "data (one reduction for several statistics)"),
         "far": "at under 10% of its ceiling check the kernel's launch size and occupancy first",
         "from f32": "a lower-precision dtype on the matrix units (bf16 for f32)",
         "from bf16": ("fp8 on the matrix units where the model tolerates it and the GPU has them "
@@ -1356,16 +1389,23 @@ def dtype_knob(dtype: str) -> str:
 
 
 def instruction_prose(c: dict, exposed: str) -> tuple[str, str]:
-    """An instruction row's assumptions and knob: by what binds it (memory bandwidth, else its
-    dtype's peak), and launch size first when it runs far from its ceiling."""
+    """An instruction row's assumptions and knob: the knob by the kind of work (attention, GEMM,
+    element-wise, reduction), else by what binds it (memory bandwidth, else its dtype's peak),
+    and launch size first when it runs far from its ceiling."""
     said, knobs = INSTRUCTION.assumptions, INSTRUCTION.knob
     memory = c["binding"] == "memory"
+    target = said["target"].format(best=pct_text(c["best"]), by=c["best_by"]) \
+        if c.get("best") else ""
     assumptions = said["row"].format(
         binding=c["binding"], method=c["method"], time=INSTRUCTION_TIME, exposed=exposed,
-        ceiling=said["memory"] if memory else said["compute"].format(
+        target=target, ceiling=said["memory"] if memory else said["compute"].format(
             dtype=c["ceiling_dtype"] or "its dtype"))
-    knob = knobs["memory"] if memory else knobs["compute"].format(
-        dtype=dtype_knob(c["ceiling_dtype"]))
+    work = c.get("work", "")
+    if work in ("attention", "gemm") and not memory or work in ("elementwise", "reduction"):
+        knob = knobs[work].format(backend=c.get("backend") or "its backend")
+    else:
+        knob = knobs["memory"] if memory else knobs["compute"].format(
+            dtype=dtype_knob(c["ceiling_dtype"]))
     if c["pct"] < FAR_FROM_CEILING_PCT:
         knob += "; " + knobs["far"]
     return assumptions, knob
@@ -1381,6 +1421,20 @@ def no_ceiling_refusal(ctx: Context, top: list) -> list:
             for n, sh, why, _ in big_no) + " because there is no ceiling to measure their "
             "distance to"]
     return []
+
+
+def pct_text(x: float) -> str:
+    """A share in a sentence: one decimal, two significant digits under 1%."""
+    return f"{x:.1f}" if x >= 1 else f"{x:.2g}"
+
+
+def measured_saving(c: dict, exposed_compute: float, target: float | None = None) -> float:
+    """The median step's saving were the instruction to run at `target` percent of its ceiling
+    (default: the best rate this capture shows for the same work), 0 where it already does."""
+    target = c["best"] if target is None else target
+    if not target or target <= c["pct"]:
+        return 0.0
+    return c["share"] * (1.0 - c["pct"] / target) * exposed_compute
 
 
 @cause("instruction", INSTRUCTION)
@@ -1403,18 +1457,116 @@ def instruction(ctx: Context) -> Found | list:
         if sav[at] < MIN_SAVING_US:
             continue
         assumptions, knob = instruction_prose(c, exposed)
+        reached = (f"; the same work reaches {pct_text(c['best'])}% in this capture "
+                   f"({c['best_by']})" if c["best"] else "")
         rows.append(Row(
             f"{c['instruction']} takes {fmt(c['share'] * cm)} us of step {median} at "
-            f"{c['pct']:.1f}% of its {c['binding']} ceiling on {ce.model}",
+            f"{c['pct']:.1f}% of its {c['binding']} ceiling on {ce.model}{reached}",
             c["instruction"] + (f" ({c['user_frame']})" if c["user_frame"] else ""),
             100.0 * c["cut"] * cm * exposure / ctx.window, spread(sav, at),
-            assumptions, knob, named=frozenset({i})))
+            assumptions, knob, named=frozenset({i}),
+            measured=measured_saving(c, cm * exposure) if c["at_best"] else None))
     listed = {i for r in rows for i in r.named}
     hidden = sum(c["cut"] for i, c in top if i not in listed) * cm
     notes = [f"not listed: the top instructions' distance to their ceilings, {fmt(hidden)} us of "
              f"step {median}, is hidden behind the host (it lies before the step's last host-late "
              "gap); it would count once the host gaps are gone"] if hidden >= MIN_SAVING_US else []
     return Found(rows, notes, no_ceiling_refusal(ctx, top))
+
+
+GEMM_BACKEND = Prose(
+    source="roofline.csv (work, backend, pct_of_ceiling, run_flops); attribution/ops.csv; "
+           "steps.csv; gaps.csv; rows.csv",
+    assumptions=(
+        "each GEMM of the slower backend would run at the rate the other backend reaches in "
+        "this capture for the same dtype and a similar size (within 4x the FLOPs a run): a "
+        "target measured on this GPU, not a datasheet figure; the same kernel time as the "
+        "instruction rows of these GEMMs: never add the two; {time}; {exposed}"),
+    knob={
+        "to library": (
+            "send these dots to the library: XLA's autotuner chose Triton GEMM fusions for "
+            "them (--xla_gpu_enable_triton_gemm=false, or a higher --xla_gpu_autotune_level so "
+            "the autotuner times the library too; check the flags in your build)"),
+        "to triton": (
+            "let XLA generate these GEMMs: they run as library calls "
+            "({target}); with --xla_gpu_enable_triton_gemm on and the autotuner comparing "
+            "both (--xla_gpu_autotune_level; check the flags in your build), or the dot "
+            "written so XLA can fuse it"),
+        "other": "compare the two backends for these shapes: {fast} against {slow}"})
+
+
+def backend_family(backend: str) -> str:
+    """A backend's family for comparing GEMMs: `library` (any library call), `triton`, or the
+    backend as it is."""
+    return "library" if backend.startswith("library") else backend
+
+
+@cause("gemm_backend", GEMM_BACKEND)
+def gemm_backend(ctx: Context) -> list:
+    """Where the same GEMM work (compute-bound, same ceiling dtype, FLOPs a run within
+    SAME_SIZE_FACTOR) runs on two backends in the capture (a library call and a Triton fusion),
+    a row per slower backend: its GEMMs below the other backend's best rate, each saving its
+    distance to that rate (measured on this GPU)."""
+    ce = ctx.ceilings
+    if ce is None:
+        return []
+    gemms = [(i, c) for i, c in enumerate(ce.cands)
+             if c.get("work") == "gemm" and c["binding"] == "compute" and c.get("backend")
+             and c.get("flops")]
+    rows = []
+    cm, exposure = ctx.median_path["compute"], ctx.median_path["exposure"]
+    for dtype in sorted({c["ceiling_dtype"] for _, c in gemms}):
+        same = [(i, c) for i, c in gemms if c["ceiling_dtype"] == dtype]
+        families = sorted({backend_family(c["backend"]) for _, c in same})
+        for slow in families:
+            for fast in families:
+                if fast == slow:
+                    continue
+                rows += backend_row(ctx, same, slow, fast, cm * exposure)
+    return rows
+
+
+def backend_row(ctx: Context, same: list, slow: str, fast: str, exposed: float) -> list:
+    """The row for the GEMMs of backend family `slow` that the `fast` family's GEMMs of a
+    similar size outrun; none where none does or the saving is under MIN_SAVING_US."""
+    mine, named, target_by = [], set(), {}
+    for i, c in same:
+        if backend_family(c["backend"]) != slow:
+            continue
+        others = [o for _, o in same if backend_family(o["backend"]) == fast
+                  and c["flops"] / SAME_SIZE_FACTOR <= o["flops"] <= c["flops"] * SAME_SIZE_FACTOR]
+        best = max(others, key=lambda o: o["pct"], default=None)
+        if best is None or best["pct"] <= c["pct"]:
+            continue
+        mine.append((c, best))
+        named.add(i)
+        target_by[best["instruction"]] = best
+    if not mine:
+        return []
+    per_step = [sum(measured_saving(c, ctx.paths[n]["compute"] * ctx.paths[n]["exposure"],
+                                    b["pct"]) for c, b in mine) for n in ctx.chosen]
+    if per_step[ctx.at] < MIN_SAVING_US:
+        return []
+    top = max(target_by.values(), key=lambda o: o["pct"])
+    lo, hi = min(c["pct"] for c, _ in mine), max(c["pct"] for c, _ in mine)
+    names = ", ".join(c["instruction"] for c, _ in mine[:4]) + (" ..." if len(mine) > 4 else "")
+    said = GEMM_BACKEND
+    knob = said.knob["to library"] if fast == "library" and slow == "triton" else \
+        said.knob["to triton"].format(target=mine[0][0]["backend"].removeprefix("library ")) \
+        if fast == "triton" and slow == "library" else \
+        said.knob["other"].format(fast=fast, slow=slow)
+    cm = ctx.median_path["compute"]
+    return [Row(
+        f"the {fast} GEMM {top['instruction']} does the same work ({top['flops'] / 1e9:,.1f} "
+        f"GFLOP a run, {mine[0][0]['ceiling_dtype']}) at {top['pct']:.1f}% of its ceiling where "
+        f"the {slow} GEMMs {names} reach {f'{lo:.1f}' if lo == hi else f'{lo:.1f}-{hi:.1f}'}% "
+        f"({fmt(sum(c['share'] for c, _ in mine) * cm)} us of step {ctx.median})",
+        f"{slow} GEMMs ({len(mine)} instructions)", 100.0 * per_step[ctx.at] / ctx.window,
+        spread(per_step, ctx.at),
+        said.assumptions.format(time=INSTRUCTION_TIME, exposed=EXPOSED_PART.format(
+            pct=100 * ctx.median_path["exposure"], step=ctx.median)),
+        knob, named=frozenset(named), measured=per_step[ctx.at],
+        extra={"backend": slow, "target_backend": fast, "target": top["instruction"]})]
 
 
 PYTHON_LINE = Prose(
@@ -1521,7 +1673,7 @@ def written(c: Cause, r: Row) -> dict:
         prose[part] = text
     return {"cause_kind": c.kind, "cause": r.cause, "where": r.where, "pct_of_step": r.pct,
             "saving": r.saving, **prose, "label": LABEL, "source": c.prose.source,
-            "named": r.named, **(r.extra or {})}
+            "named": r.named, "measured": r.measured, **(r.extra or {})}
 
 
 def ranked(rows: list) -> list:
@@ -1629,6 +1781,8 @@ def build_result(a: dict) -> dict:
             "saving_us": figure(c["saving"]["value"], "us", "inferred", c["saving"]),
             "step_if_gone_us": figure(round(step["value"], 3) - round(c["saving"]["value"], 3),
                                       "us", "inferred"),
+            **({"saving_measured_us": figure(c["measured"], "us", "inferred")}
+               if c.get("measured") is not None else {}),
             "assumptions": c["assumptions"], "knob": c["knob"], "label": c["label"],
             "source": c["source"]})
         if c["cause_kind"] == "kernel_family":
@@ -1659,7 +1813,9 @@ def csv_rows(result: dict) -> list:
         out.append([c["rank"], c["cause_kind"], c["cause"], c["where"],
                     f"{c['pct_of_step']['value']:.2f}",
                     f"{result['figures']['step_us']['value']:.3f}", f"{s['value']:.3f}",
-                    f"{s['min']:.3f}", f"{s['max']:.3f}", f"{c['step_if_gone_us']['value']:.3f}",
+                    f"{s['min']:.3f}", f"{s['max']:.3f}",
+                    f"{c['saving_measured_us']['value']:.3f}" if "saving_measured_us" in c
+                    else "", f"{c['step_if_gone_us']['value']:.3f}",
                     c["assumptions"], c["knob"], c["label"], c["source"]])
     return out
 

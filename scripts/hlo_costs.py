@@ -77,6 +77,7 @@ class Cost:
     vector_f64: bool = False
     why: str | None = None            # set when not computable
     kind: str = ""                    # the work: WORK_KINDS (what_work)
+    backend: str = ""                 # who runs it (backend_of)
 
 
 def dot_flops(out_shape, lhs_shape, lhs_contracting) -> int:
@@ -91,6 +92,21 @@ def conv_flops(out_shape, kernel_shape, dn) -> int:
     window = _prod(kernel_shape.dimensions[d] for d in dn.kernel_spatial_dimensions)
     return 2 * _prod(out_shape.dimensions) * window * int(
         kernel_shape.dimensions[dn.kernel_input_feature_dimension])
+
+
+def backend_of(ins) -> str:
+    """Who generates the instruction's kernel: a library (`library <custom call target>`), a
+    Triton fusion (`triton`: the fusion backend config's kind names Triton), another fusion
+    emitter (`<kind>`), else XLA's own emitters (`xla`)."""
+    if ins.opcode == "custom-call":
+        return f"library {ins.custom_call_target}"
+    if ins.opcode == "fusion":
+        kind = str((custom_costs.attributes(ins.backend_config).get("fusion_backend_config")
+                    or {}).get("kind") or "")
+        if "triton" in kind.lower():
+            return "triton"
+        return kind.strip("_") or "xla"
+    return "xla"
 
 
 class Costs:
@@ -362,6 +378,7 @@ class Costs:
         else:
             c.bytes = self.plain_bytes(ins)
         c.kind = c.kind or self.what_work(ins)
+        c.backend = backend_of(ins)
         return c
 
     def what_work(self, ins) -> str:

@@ -319,8 +319,8 @@ def table_row(r: dict, c: Cost, ins, runs: int | None, spot: Placement, hbm,
         _g(hbm.value) if hbm and hbm.value else "", hbm.tag if hbm else "",
         hbm.source if hbm else "", spot.binding, _g(spot.attainable),
         f"{spot.share:.2f}" if spot.share is not None else "", spot.why or "",
-        c.kind if c.why is None else "", f"{target[0]:.2f}" if target[0] is not None else "",
-        target[1],
+        c.kind if c.why is None else "", c.backend if c.why is None else "",
+        f"{target[0]:.2f}" if target[0] is not None else "", target[1],
     ]
 
 

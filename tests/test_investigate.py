@@ -616,3 +616,31 @@ def test_a_step_that_fails_takes_its_earlier_tables_with_it(tmp_path):
     failed = [r for r in read(out / "trust.csv") if r["kind"] == "step_failed"]
     assert len(failed) == 1 and "roofline" in failed[0]["item"], failed
     assert json.loads((out / "factcheck.json").read_text())["verdict"] == "pass"
+
+
+def test_a_modern_model_ranks_attention_then_the_gemm_backend(shared, tmp_path):
+    """The real MI355X Transformer Engine capture: the four fused-attention calls rank first
+    with their share of the bf16 ceiling and an attention knob (no fp8-for-everything); the
+    GEMM backend comes next, set against the library GEMM's 35.0% measured in the same
+    capture; every instruction row's measured saving lies within its ceiling saving."""
+    out = tmp_path / "scratch"
+    p = investigate(SHARED_CAPTURES / "tracelens-amd-rocm/mi355x-jax-te-fused-attn", out)
+    assert p.returncode == 0, p.stderr
+    with open(out / "changes.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    top = rows[:4]
+    assert all(r["cause_kind"] == "instruction" and "te_fused_attn" in r["where"] for r in top)
+    assert all("fused-attention implementation" in r["knob"] and "fp8 on the matrix" not in
+               r["knob"] for r in top)
+    assert all(re.search(r"at [67]\.\d% of its compute ceiling on MI355X", r["cause"])
+               for r in top)
+    backend = rows[4]
+    assert backend["cause_kind"] == "gemm_backend"
+    assert "library GEMM custom-call.1" in backend["cause"] and "at 35.0%" in backend["cause"]
+    assert "triton GEMMs gemm_fusion_dot" in backend["cause"]
+    assert backend["saving_measured_us"] == backend["saving_us"]
+    for r in rows:
+        if r["saving_measured_us"]:
+            assert float(r["saving_measured_us"]) <= float(r["saving_us"])
+    fc = json.loads((out / "factcheck.json").read_text())
+    assert fc["verdict"] == "pass", fc["failing"][:5]

@@ -811,6 +811,10 @@ declare(Table(
         col("work", "", "",
             "the kind of work: attention, gemm, convolution, reduction, elementwise, data "
             "movement, copy, kernel or custom (empty where not computable)"),
+        col("backend", "", "",
+            "who generates its kernel: `library <custom call target>` (cuBLAS, hipBLASLt, "
+            "cuDNN, Transformer Engine, ...), `triton` (a Triton fusion: XLA's GEMM fusions), "
+            "another fusion emitter's kind, or `xla` (XLA's own emitters)"),
         col("best_same_work_pct", "pct", "inferred",
             "the best `pct_of_ceiling` this capture shows for the same `work`, ceiling and "
             "binding at a similar size (within 4x its FLOPs, compute-bound, or bytes, "
@@ -1593,7 +1597,8 @@ declare(Table(
         col("rank", "", "", "the cause's rank"),
         col("cause_kind", "", "",
             "`dispatch`, `host_gap`, `straggler_wait`, `exposed_collective`, `memcpy`, "
-            "`kernel_gaps`, `kernel_family`, `instruction`, `python_line`, `idle_between_steps` "
+            "`kernel_gaps`, `kernel_family`, `instruction`, `gemm_backend`, `python_line`, "
+            "`idle_between_steps` "
             "(what each saving assumes: references/changes.md)"),
         col("cause", "", "",
             "one sentence with its own figures (quote it whole, cited as text: `changes.csv: "
@@ -1606,6 +1611,11 @@ declare(Table(
         col("saving_us", "us", NOT_RUN, "the saving in the median step", "step_us"),
         col("saving_min_us", "us", NOT_RUN, "the smallest saving across the steps used"),
         col("saving_max_us", "us", NOT_RUN, "the largest saving across the steps used"),
+        col("saving_measured_us", "us", NOT_RUN,
+            "the saving in the median step were it to reach a rate this capture shows for the "
+            "same work (`roofline.csv` `best_same_work_pct`, or the other backend's): the low "
+            "end of a range whose high end, at the datasheet ceiling, is `saving_us`; empty "
+            "where the cause has no measured target", "saving_us"),
         col("step_if_gone_us", "us", NOT_RUN, "`step_us` - `saving_us`"),
         col("assumptions", "", "", "what the saving assumes"),
         col("knob", "", "", "the change to test, a hypothesis"),
