@@ -705,15 +705,59 @@ def cause_family(name: str, family: str) -> str | None:
     return None
 
 
-def family_rows(kernels, name_rows) -> list[tuple]:
+def _through(prog, ins, opcodes=("bitcast",)):
+    """The instruction under a chain of `opcodes` (first operands)."""
+    while ins.opcode in opcodes and ins.operand_ids:
+        ins = prog.instructions[ins.operand_ids[0]]
+    return ins
+
+
+def split_k_reductions(programs) -> set[tuple]:
+    """(program id, instruction) of XLA's own split-K reductions, from the program rather than
+    kernel names: a fusion that reduces, over its leading dimension, the result of a fusion
+    whose root is a dot with a batch dimension leading its output. XLA's split-K rewrite
+    (xla/service/gpu/split_k_gemm_rewriter.cc, MakeDotSplitKBatch) splits K into such a batch
+    dimension of partial sums and sums them in a reduction after the GEMM fusion."""
+    out = set()
+    for pid, prog in programs.items():
+        for ins in prog.instructions.values():
+            if ins.opcode != "fusion" or not ins.called_computation_ids:
+                continue
+            comp = prog.computations.get(ins.called_computation_ids[0])
+            if comp is None:
+                continue
+            for r in comp.instructions:
+                if r.opcode != "reduce" or list(r.dimensions) != [0] or not r.operand_ids:
+                    continue
+                src = _through(prog, prog.instructions[r.operand_ids[0]])
+                if src.opcode != "parameter" or src.parameter_number >= len(ins.operand_ids):
+                    continue
+                gemm = _through(prog, prog.instructions[ins.operand_ids[src.parameter_number]])
+                if gemm.opcode != "fusion" or not gemm.called_computation_ids:
+                    continue
+                gc = prog.computations.get(gemm.called_computation_ids[0])
+                root = prog.instructions.get(gc.root_id) if gc is not None else None
+                root = _through(prog, root, ("bitcast", "convert", "copy")) if root else None
+                if root is None or root.opcode != "dot" or \
+                        not root.dot_dimension_numbers.lhs_batch_dimensions:
+                    continue
+                if list(src.shape.dimensions[:1]) == list(root.shape.dimensions[:1]):
+                    out.add((pid, ins.name))
+                    break
+    return out
+
+
+def family_rows(kernels, name_rows, split_k: set = frozenset()) -> list[tuple]:
     """families.csv: per family of cause_family, its kernels, distinct names, GPU time and share,
     the instructions (program id, instruction) its attributed kernels span, the programs, and the
-    largest instructions by its time (`<program_id>:<instruction>=us`)."""
+    largest instructions by its time (`<program_id>:<instruction>=us`). `split_k`: XLA's own
+    split-K reductions (split_k_reductions), counted as split-K whatever their kernels' names."""
     family_of = {r[0]: cause_family(r[0], r[1]) for r in name_rows}
     total = sum(k.dur for k in kernels)
     per: dict[str, dict] = {}
     for k in kernels:
-        fam = family_of.get(k.name)
+        fam = "split-K reduction" if (k.program_id, k.instruction) in split_k else \
+            family_of.get(k.name)
         if fam is None:
             continue
         f = per.setdefault(fam, {"n": 0, "t": 0, "names": set(), "ins": {}, "progs": set()})
@@ -982,8 +1026,9 @@ def write_tables(folder: Path, m: Matched, opts: Options, steps: tuple) -> Table
     name_rows = kernel_name_rows(kernels, plans_names(m.programs))
     written.append(("kernel_names.csv", scratch.write_table(
         folder, "attribution/kernel_names.csv", name_rows, stands_for=ATT)))
+    families = family_rows(kernels, name_rows, split_k_reductions(m.programs))
     written.append(("families.csv", scratch.write_table(
-        folder, "attribution/families.csv", family_rows(kernels, name_rows), stands_for=ATT)))
+        folder, "attribution/families.csv", families, stands_for=ATT)))
     return Tables(written, ops, progs, groups, steps[1])
 
 

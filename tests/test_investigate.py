@@ -644,3 +644,10 @@ def test_a_modern_model_ranks_attention_then_the_gemm_backend(shared, tmp_path):
             assert float(r["saving_measured_us"]) <= float(r["saving_us"])
     fc = json.loads((out / "factcheck.json").read_text())
     assert fc["verdict"] == "pass", fc["failing"][:5]
+    # XLA's own split-K, found from the program (the reductions' kernels are plain fusions)
+    with open(out / "attribution" / "families.csv", newline="") as fh:
+        fam = {r["family"]: r for r in csv.DictReader(fh)}
+    assert fam["split-K reduction"]["instructions"] == "5"
+    assert 7.0 < float(fam["split-K reduction"]["pct_of_gpu_time"]) < 7.2
+    assert any(r["cause_kind"] == "kernel_family" and r["where"].startswith("split-K")
+               for r in rows)

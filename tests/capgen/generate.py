@@ -1160,6 +1160,9 @@ def generate(sc: Scenario, out_dir) -> Result:
     _write_csv(truth / "programs.csv", programs, PROGRAM_COLUMNS)
     meta = asdict(sc)
     # the other hosts' arrivals (cross_host) are a simulation input, said by their count
+    for planted in ("device_trace_late", "late_ids_reused"):  # said only where planted
+        if not meta[planted]:
+            del meta[planted]
     arrivals = meta.pop("peer_arrivals")
     if arrivals:
         meta["peer_arrivals"] = len(arrivals)
