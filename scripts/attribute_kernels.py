@@ -397,7 +397,7 @@ def count_executions(host: tuple, kernels, names: dict, launches_counted: dict,
             # the executions seen on the GPU
             n, ps = host[key]
             out[key] = {"executions": gpu, "from": f"GPU events (the host recorded {n})",
-                        "host_ps": ps, "host_executions": n}
+                        "host_ps": ps}
         elif key in host:
             n, ps = host[key]
             out[key] = {"executions": n, "from": "host execution events", "host_ps": ps}
@@ -714,37 +714,34 @@ def _through(prog, ins, opcodes=("bitcast",)):
 
 def split_k_reductions(programs) -> set[tuple]:
     """(program id, instruction) of XLA's own split-K reductions, from the program rather than
-    kernel names: a fusion that reduces, over its leading dimension, the result of a fusion
-    whose root is a dot with a batch dimension leading its output. XLA's split-K rewrite
+    kernel names (is_split_k_reduction)."""
+    return {(pid, ins.name) for pid, prog in programs.items()
+            for ins in prog.instructions.values() if is_split_k_reduction(prog, ins)}
+
+
+def is_split_k_reduction(prog, ins) -> bool:
+    """A fusion that reduces, over its leading dimension, the result of a fusion whose root is
+    a dot with a batch dimension leading its output. XLA's split-K rewrite
     (xla/service/gpu/split_k_gemm_rewriter.cc, MakeDotSplitKBatch) splits K into such a batch
     dimension of partial sums and sums them in a reduction after the GEMM fusion."""
-    out = set()
-    for pid, prog in programs.items():
-        for ins in prog.instructions.values():
-            if ins.opcode != "fusion" or not ins.called_computation_ids:
-                continue
-            comp = prog.computations.get(ins.called_computation_ids[0])
-            if comp is None:
-                continue
-            for r in comp.instructions:
-                if r.opcode != "reduce" or list(r.dimensions) != [0] or not r.operand_ids:
-                    continue
-                src = _through(prog, prog.instructions[r.operand_ids[0]])
-                if src.opcode != "parameter" or src.parameter_number >= len(ins.operand_ids):
-                    continue
-                gemm = _through(prog, prog.instructions[ins.operand_ids[src.parameter_number]])
-                if gemm.opcode != "fusion" or not gemm.called_computation_ids:
-                    continue
-                gc = prog.computations.get(gemm.called_computation_ids[0])
-                root = prog.instructions.get(gc.root_id) if gc is not None else None
-                root = _through(prog, root, ("bitcast", "convert", "copy")) if root else None
-                if root is None or root.opcode != "dot" or \
-                        not root.dot_dimension_numbers.lhs_batch_dimensions:
-                    continue
-                if list(src.shape.dimensions[:1]) == list(root.shape.dimensions[:1]):
-                    out.add((pid, ins.name))
-                    break
-    return out
+    comp = prog.computations.get(ins.called_computation_ids[0]) \
+        if ins.opcode == "fusion" and ins.called_computation_ids else None
+    for r in comp.instructions if comp is not None else ():
+        if r.opcode != "reduce" or list(r.dimensions) != [0] or not r.operand_ids:
+            continue
+        src = _through(prog, prog.instructions[r.operand_ids[0]])
+        if src.opcode != "parameter" or src.parameter_number >= len(ins.operand_ids):
+            continue
+        gemm = _through(prog, prog.instructions[ins.operand_ids[src.parameter_number]])
+        gc = prog.computations.get(gemm.called_computation_ids[0]) \
+            if gemm.opcode == "fusion" and gemm.called_computation_ids else None
+        root = prog.instructions.get(gc.root_id) if gc is not None else None
+        root = _through(prog, root, ("bitcast", "convert", "copy")) if root else None
+        if root is not None and root.opcode == "dot" and \
+                root.dot_dimension_numbers.lhs_batch_dimensions and \
+                list(src.shape.dimensions[:1]) == list(root.shape.dimensions[:1]):
+            return True
+    return False
 
 
 def family_rows(kernels, name_rows, split_k: set = frozenset()) -> list[tuple]:

@@ -92,9 +92,6 @@ FAR_FROM_CEILING_PCT = 10.0
 # an instruction row; a family spread thin over many is a pattern with one knob.
 FAMILY_MIN_PCT_OF_GPU_TIME = 5.0
 FAMILY_MIN_INSTRUCTIONS = 3
-# Two GEMMs are the same work where their FLOPs a run are within this factor (as roofline.py's
-# measured targets): a small GEMM that cannot fill the GPU is not held to a large one's rate
-SAME_SIZE_FACTOR = 4.0
 # A measured target is named where it is at least this much above the instruction's own share
 # (relative): closer than 10% is the spread of one kind of kernel, not another way to run it
 TARGET_MARGIN = 1.1
@@ -1504,9 +1501,9 @@ def backend_family(backend: str) -> str:
 @cause("gemm_backend", GEMM_BACKEND)
 def gemm_backend(ctx: Context) -> list:
     """Where the same GEMM work (compute-bound, same ceiling dtype, FLOPs a run within
-    SAME_SIZE_FACTOR) runs on two backends in the capture (a library call and a Triton fusion),
-    a row per slower backend: its GEMMs below the other backend's best rate, each saving its
-    distance to that rate (measured on this GPU)."""
+    rules.SAME_SIZE_FACTOR) runs on two backends in the capture (a library call and a Triton
+    fusion), a row per slower backend: its GEMMs below the other backend's best rate, each
+    saving its distance to that rate (measured on this GPU)."""
     ce = ctx.ceilings
     if ce is None:
         return []
@@ -1514,7 +1511,6 @@ def gemm_backend(ctx: Context) -> list:
              if c.get("work") == "gemm" and c["binding"] == "compute" and c.get("backend")
              and c.get("flops")]
     rows = []
-    cm, exposure = ctx.median_path["compute"], ctx.median_path["exposure"]
     for dtype in sorted({c["ceiling_dtype"] for _, c in gemms}):
         same = [(i, c) for i, c in gemms if c["ceiling_dtype"] == dtype]
         families = sorted({backend_family(c["backend"]) for _, c in same})
@@ -1522,19 +1518,20 @@ def gemm_backend(ctx: Context) -> list:
             for fast in families:
                 if fast == slow:
                     continue
-                rows += backend_row(ctx, same, slow, fast, cm * exposure)
+                rows += backend_row(ctx, same, slow, fast)
     return rows
 
 
-def backend_row(ctx: Context, same: list, slow: str, fast: str, exposed: float) -> list:
+def backend_row(ctx: Context, same: list, slow: str, fast: str) -> list:
     """The row for the GEMMs of backend family `slow` that the `fast` family's GEMMs of a
     similar size outrun; none where none does or the saving is under MIN_SAVING_US."""
     mine, named, target_by = [], set(), {}
     for i, c in same:
         if backend_family(c["backend"]) != slow:
             continue
+        near = rules.SAME_SIZE_FACTOR
         others = [o for _, o in same if backend_family(o["backend"]) == fast
-                  and c["flops"] / SAME_SIZE_FACTOR <= o["flops"] <= c["flops"] * SAME_SIZE_FACTOR]
+                  and c["flops"] / near <= o["flops"] <= c["flops"] * near]
         best = max(others, key=lambda o: o["pct"], default=None)
         if best is None or best["pct"] <= c["pct"]:
             continue
@@ -1551,10 +1548,10 @@ def backend_row(ctx: Context, same: list, slow: str, fast: str, exposed: float) 
     lo, hi = min(c["pct"] for c, _ in mine), max(c["pct"] for c, _ in mine)
     names = ", ".join(c["instruction"] for c, _ in mine[:4]) + (" ..." if len(mine) > 4 else "")
     said = GEMM_BACKEND
-    knob = said.knob["to library"] if fast == "library" and slow == "triton" else \
-        said.knob["to triton"].format(target=mine[0][0]["backend"].removeprefix("library ")) \
-        if fast == "triton" and slow == "library" else \
-        said.knob["other"].format(fast=fast, slow=slow)
+    knob = said.knob.get({("triton", "library"): "to library",
+                          ("library", "triton"): "to triton"}.get((slow, fast), "other"))
+    knob = knob.format(target=mine[0][0]["backend"].removeprefix("library "), fast=fast,
+                       slow=slow)
     cm = ctx.median_path["compute"]
     return [Row(
         f"the {fast} GEMM {top['instruction']} does the same work ({top['flops'] / 1e9:,.1f} "
@@ -1565,8 +1562,7 @@ def backend_row(ctx: Context, same: list, slow: str, fast: str, exposed: float) 
         spread(per_step, ctx.at),
         said.assumptions.format(time=INSTRUCTION_TIME, exposed=EXPOSED_PART.format(
             pct=100 * ctx.median_path["exposure"], step=ctx.median)),
-        knob, named=frozenset(named), measured=per_step[ctx.at],
-        extra={"backend": slow, "target_backend": fast, "target": top["instruction"]})]
+        knob, named=frozenset(named), measured=per_step[ctx.at])]
 
 
 PYTHON_LINE = Prose(

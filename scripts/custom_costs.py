@@ -27,10 +27,10 @@ import csv
 import json
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-import xprotos
+from xprotos import dtype_name, nbytes
 
 GEMM_TARGET_RE = re.compile(r"^__cublas\$|^__hipblas|gemm|matmul", re.IGNORECASE)
 TE_GEMM_RE = re.compile(r"^te_gemm(_v2)?_ffi$")
@@ -71,7 +71,6 @@ class CallCost:
     kind: str = "custom"
     matrix_dtype: str | None = None
     why: str | None = None
-    notes: list = field(default_factory=list)
 
 
 # ---------------------------------------------------------------- backend configs
@@ -148,25 +147,12 @@ def _dims(shape) -> list[int]:
     return [int(d) for d in shape.dimensions]
 
 
-def _dtype(shape) -> str:
-    if shape.tuple_shapes:
-        return _dtype(shape.tuple_shapes[0])
-    return xprotos.PRIMITIVE_TYPES.get(shape.element_type, f"type{shape.element_type}")
-
-
-def _nbytes(shape) -> int:
-    if shape.tuple_shapes:
-        return sum(_nbytes(s) for s in shape.tuple_shapes)
-    bits = xprotos.PRIMITIVE_BITS.get(_dtype(shape))
-    return 0 if bits is None else (math.prod(_dims(shape)) * bits + 7) // 8
-
-
 def io_bytes(ins, operands: list) -> int:
     """Operands read plus results written, a u8/s8 scratch result (a workspace) left out."""
     results = list(ins.shape.tuple_shapes) or [ins.shape]
-    written = sum(_nbytes(s) for s in results if not (
-        len(results) > 1 and _dtype(s) in SCRATCH_TYPES))
-    return sum(_nbytes(o) for o in operands) + written
+    written = sum(nbytes(s) for s in results if not (
+        len(results) > 1 and dtype_name(s) in SCRATCH_TYPES))
+    return sum(nbytes(o) for o in operands) + written
 
 
 # ---------------------------------------------------------------- attention
@@ -200,15 +186,43 @@ def attention_flops(batch: int, heads: int, sq: int, skv: int, d_qk: int, d_v: i
     return round(fwd * BACKWARD_FACTOR) if backward else fwd
 
 
-def _mask_words(causal, left, right, padding, dropout) -> str:
-    words = [f"causal ({causal})" if causal else "no causal mask"]
-    if left >= 0 or right >= 0:
-        words.append(f"window ({left}, {right})")
-    if padding:
-        words.append("padding counted at the maximum lengths (an upper bound)")
-    if dropout:
-        words.append(f"dropout {dropout:g} (no FLOPs counted for it)")
-    return ", ".join(words)
+@dataclass
+class Attention:
+    """One fused-attention call's sizes and mask, as its backend config gives them (`kv`: how
+    its key/value heads are said, `GQA groups n` or `KV heads n`)."""
+    backward: bool
+    batch: int
+    heads: int
+    kv: str
+    sq: int
+    skv: int
+    d_qk: int
+    d_v: int
+    causal: str | None
+    left: int
+    right: int
+    padding: bool
+    dropout: float
+
+    def cost(self, ins, operands: list) -> CallCost:
+        """Its FLOPs (attention_flops), bytes (operands + results) and how they were read."""
+        words = [f"causal ({self.causal})" if self.causal else "no causal mask"]
+        if self.left >= 0 or self.right >= 0:
+            words.append(f"window ({self.left}, {self.right})")
+        if self.padding:
+            words.append("padding counted at the maximum lengths (an upper bound)")
+        if self.dropout:
+            words.append(f"dropout {self.dropout:g} (no FLOPs counted for it)")
+        if self.backward:
+            words[-1] += "; 2.5x the forward, QK^T recomputed"
+        return CallCost(
+            attention_flops(self.batch, self.heads, self.sq, self.skv, self.d_qk, self.d_v,
+                            self.causal, self.left, self.right, self.backward),
+            io_bytes(ins, operands),
+            f"backend config (attention {'backward' if self.backward else 'forward'}: batch "
+            f"{self.batch}, heads {self.heads}, {self.kv}, lengths {self.sq}x{self.skv}, head "
+            f"dims {self.d_qk}/{self.d_v}, {', '.join(words)})",
+            "attention", dtype_name(operands[0]) if operands else None)
 
 
 def te_attention(ins, operands: list, cfg: dict) -> CallCost:
@@ -228,15 +242,9 @@ def te_attention(ins, operands: list, cfg: dict) -> CallCost:
     left, right = int(cfg.get("window_size_left", -1)), int(cfg.get("window_size_right", -1))
     if causal and right > 0:
         right = 0  # a causal mask already hides every key after the diagonal
-    flops = attention_flops(b, h, sq, skv, d_qk, d_v, causal, left, right, backward)
-    dropout = float(cfg.get("dropout_probability", 0) or 0)
-    return CallCost(
-        flops, io_bytes(ins, operands),
-        f"backend config (attention {'backward' if backward else 'forward'}: batch {b}, "
-        f"heads {h}, GQA groups {cfg.get('num_gqa_groups', h)}, lengths {sq}x{skv}, head dims "
-        f"{d_qk}/{d_v}, {_mask_words(causal, left, right, mask in TE_PADDING, dropout)}"
-        f"{'; 2.5x the forward, QK^T recomputed' if backward else ''})",
-        "attention", _dtype(operands[0]) if operands else None)
+    return Attention(backward, b, h, f"GQA groups {cfg.get('num_gqa_groups', h)}", sq, skv,
+                     d_qk, d_v, causal, left, right, mask in TE_PADDING,
+                     float(cfg.get("dropout_probability", 0) or 0)).cost(ins, operands)
 
 
 def cudnn_attention(ins, operands: list, cfg: dict) -> CallCost:
@@ -275,15 +283,8 @@ def cudnn_attention(ins, operands: list, cfg: dict) -> CallCost:
     causal = "top-left" if "CAUSAL" in mask or f.get("is_causal_mask") is True else None
     window = int(f.get("sliding_window_length", 0) or 0)
     left = window - 1 if window > 0 else -1  # the window holds the diagonal and window-1 before
-    flops = attention_flops(b, n, t, s, d_qk, d_v, causal, left, -1, backward)
-    dropout = float(f.get("dropout_rate", 0) or 0)
-    return CallCost(
-        flops, io_bytes(ins, operands),
-        f"backend config (attention {'backward' if backward else 'forward'}: batch {b}, heads "
-        f"{n}, KV heads {kv_heads}, lengths {t}x{s}, head dims {d_qk}/{d_v}, "
-        f"{_mask_words(causal, left, -1, 'PADDING' in mask, dropout)}"
-        f"{'; 2.5x the forward, QK^T recomputed' if backward else ''})",
-        "attention", _dtype(operands[0]))
+    return Attention(backward, b, n, f"KV heads {kv_heads}", t, s, d_qk, d_v, causal, left, -1,
+                     "PADDING" in mask, float(f.get("dropout_rate", 0) or 0)).cost(ins, operands)
 
 
 # ---------------------------------------------------------------- GEMMs and convolutions
@@ -303,8 +304,8 @@ def library_gemm(ins, operands: list, cfg: dict) -> CallCost:
     except (KeyError, TypeError, ValueError, IndexError, AttributeError):
         return CallCost(why=f"custom call {target} has no dot_dimension_numbers in its backend "
                             "config", kind="gemm")
-    return CallCost(flops, sum(_nbytes(o) for o in operands) + _nbytes(out), "backend config",
-                    "gemm", _dtype(operands[0]))
+    return CallCost(flops, sum(nbytes(o) for o in operands) + nbytes(out), "backend config",
+                    "gemm", dtype_name(operands[0]))
 
 
 def te_gemm(ins, operands: list, cfg: dict) -> CallCost:
@@ -323,7 +324,7 @@ def te_gemm(ins, operands: list, cfg: dict) -> CallCost:
         return CallCost(why=f"custom call {ins.custom_call_target} lacks its axis boundaries "
                             "in the backend config", kind="gemm")
     return CallCost(2 * m * n * k, io_bytes(ins, operands),
-                    f"backend config (GEMM {m}x{n}x{k})", "gemm", _dtype(operands[0]))
+                    f"backend config (GEMM {m}x{n}x{k})", "gemm", dtype_name(operands[0]))
 
 
 def convolution(ins, operands: list, cfg: dict) -> CallCost:
@@ -346,8 +347,8 @@ def convolution(ins, operands: list, cfg: dict) -> CallCost:
     kd = _dims(kernel)
     flops = 2 * math.prod(_dims(fwd_out)) * math.prod(
         kd[d] for d in dn.kernel_spatial_dimensions) * kd[dn.kernel_input_feature_dimension]
-    return CallCost(flops, sum(_nbytes(o) for o in operands) + _nbytes(out), "backend config",
-                    "convolution", _dtype(a))
+    return CallCost(flops, sum(nbytes(o) for o in operands) + nbytes(out), "backend config",
+                    "convolution", dtype_name(a))
 
 
 def elementwise_call(ins, operands: list, cfg: dict) -> CallCost:
@@ -471,8 +472,6 @@ class UserCosts:
     numeric attributes by name, `operand_bytes`, `result_bytes`, `in<i>_d<j>` (operand i's
     dimension j) and `out_d<j>` (the first result's)."""
 
-    COLUMNS = ("match", "flops", "bytes", "kind")
-
     def __init__(self, path: Path):
         self.path = Path(path)
         self.rows: list[UserRow] = []
@@ -507,8 +506,8 @@ class UserCosts:
         names = {k: v for k, v in cfg.items()
                  if isinstance(v, int | float) and not isinstance(v, bool)}
         out = ins.shape.tuple_shapes[0] if ins.shape.tuple_shapes else ins.shape
-        names["operand_bytes"] = sum(_nbytes(o) for o in operands)
-        names["result_bytes"] = io_bytes(ins, []) if ins.shape.tuple_shapes else _nbytes(out)
+        names["operand_bytes"] = sum(nbytes(o) for o in operands)
+        names["result_bytes"] = io_bytes(ins, [])
         for i, o in enumerate(operands):
             for j, d in enumerate(_dims(o)):
                 names[f"in{i}_d{j}"] = d
@@ -517,7 +516,7 @@ class UserCosts:
         where = f"{self.path.name} line {row.line}"
         try:
             flops = int(_evaluate(row.flops, names))
-            nbytes = int(_evaluate(row.bytes, names)) if row.bytes is not None else \
+            n_bytes = int(_evaluate(row.bytes, names)) if row.bytes is not None else \
                 io_bytes(ins, operands)
         except KeyError as exc:
             return CallCost(why=f"the costs table ({where}) names {exc.args[0]}, which custom "
@@ -525,8 +524,8 @@ class UserCosts:
         except (ArithmeticError, ValueError, TypeError) as exc:
             return CallCost(why=f"the costs table's formula ({where}) fails on "
                                 f"{ins.name}: {exc}", kind=row.kind)
-        if flops < 0 or nbytes < 0:
+        if flops < 0 or n_bytes < 0:
             return CallCost(why=f"the costs table's formula ({where}) gives a negative figure "
                                 f"for {ins.name}", kind=row.kind)
-        return CallCost(flops, nbytes, f"costs table ({where})", row.kind,
-                        _dtype(operands[0]) if operands else None)
+        return CallCost(flops, n_bytes, f"costs table ({where})", row.kind,
+                        dtype_name(operands[0]) if operands else None)

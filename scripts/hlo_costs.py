@@ -5,7 +5,7 @@ how often an instruction runs per execution of its program. Rules: references/ro
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 try:
     from trace_rules import COLLECTIVE_OPCODES, CONTROL_OPCODES, NO_LAUNCH_OPCODES
@@ -19,7 +19,7 @@ except ImportError:  # imported without an entry script's path set-up: find the 
 
 import custom_costs
 
-import xprotos
+from xprotos import dtype_name, nbytes
 
 # Element-wise opcodes counted as one FLOP per output element (transcendentals included, as one).
 FLOP_OPCODES = frozenset({
@@ -35,7 +35,7 @@ FLOAT_TYPES = frozenset({"f16", "bf16", "f32", "f64", "c64", "c128", "f8e5m2", "
 SLICE_OPCODES = frozenset({"slice", "dynamic-slice", "gather"})
 # What an instruction's work is (Cost.kind): what a measured target of the same kind compares
 WORK_KINDS = ("attention", "gemm", "convolution", "reduction", "elementwise", "data movement",
-              "copy", "collective", "kernel", "custom")
+              "copy", "kernel", "custom")
 
 
 def _prod(xs) -> int:
@@ -51,20 +51,6 @@ def elements(shape) -> int:
     return _prod(shape.dimensions)
 
 
-def dtype_name(shape) -> str:
-    if shape.tuple_shapes:
-        return dtype_name(shape.tuple_shapes[0])
-    return xprotos.PRIMITIVE_TYPES.get(shape.element_type, f"type{shape.element_type}")
-
-
-def nbytes(shape) -> int:
-    """Bytes of an array (sum over a tuple); token/opaque count 0."""
-    if shape.tuple_shapes:
-        return sum(nbytes(s) for s in shape.tuple_shapes)
-    bits = xprotos.PRIMITIVE_BITS.get(dtype_name(shape))
-    return 0 if bits is None else (_prod(shape.dimensions) * bits + 7) // 8
-
-
 @dataclass
 class Cost:
     """FLOPs and bytes of one run of an instruction and how they were obtained; both None, with
@@ -78,6 +64,7 @@ class Cost:
     why: str | None = None            # set when not computable
     kind: str = ""                    # the work: WORK_KINDS (what_work)
     backend: str = ""                 # who runs it (backend_of)
+    opcodes: set = field(default_factory=set)  # the opcodes add_flops walked through
 
 
 def dot_flops(out_shape, lhs_shape, lhs_contracting) -> int:
@@ -92,6 +79,22 @@ def conv_flops(out_shape, kernel_shape, dn) -> int:
     window = _prod(kernel_shape.dimensions[d] for d in dn.kernel_spatial_dimensions)
     return 2 * _prod(out_shape.dimensions) * window * int(
         kernel_shape.dimensions[dn.kernel_input_feature_dimension])
+
+
+def what_work(found: set) -> str:
+    """The kind of work (WORK_KINDS) of an instruction whose costing walked through the opcodes
+    `found` (its fused computations included), for comparing it with the same kind of work
+    elsewhere in the capture: a dot or convolution anywhere in it (a GEMM fusion), else a
+    reduction, else element-wise arithmetic, else data movement."""
+    if "dot" in found:
+        return "gemm"
+    if "convolution" in found:
+        return "convolution"
+    if found & {"reduce", "reduce-window", "scatter", "select-and-scatter"}:
+        return "reduction"
+    if found & FLOP_OPCODES:
+        return "elementwise"
+    return "data movement"
 
 
 def backend_of(ins) -> str:
@@ -132,6 +135,7 @@ class Costs:
 
     def add_flops(self, ins, c: Cost) -> None:
         op = ins.opcode
+        c.opcodes.add(op)
         if op == "dot":
             lhs = self.operand(ins, 0).shape
             c.flops += dot_flops(ins.shape, lhs,
@@ -361,10 +365,17 @@ class Costs:
         if op in CONTROL_OPCODES or op in NO_LAUNCH_OPCODES:
             return Cost(None, None, "not computable",
                         why=f"{op} is control flow; its work is in the instructions it runs")
+        if op == "custom-call":
+            cc = self.call_cost(ins)
+            if cc.why is not None:
+                return Cost(None, None, "not computable", why=cc.why)
+            return Cost(cc.flops, cc.bytes, cc.method, cc.matrix_dtype,
+                        cc.kind in ("gemm", "convolution"), kind=cc.kind, backend=backend_of(ins))
         c = Cost()
         if op in ("copy", "copy-start"):
             src = nbytes(self.operand(ins, 0).shape)
-            c.bytes, c.method = 2 * src, "shapes (copy: read + write)"
+            c.bytes, c.method, c.kind, c.backend = 2 * src, "shapes (copy: read + write)", \
+                "copy", backend_of(ins)
             return c
         self.add_flops(ins, c)
         if c.why:
@@ -373,40 +384,11 @@ class Costs:
             c.bytes = self.fusion_bytes(ins)
             if c.method == "shapes":
                 c.method = "fused computation"
-        elif op == "custom-call":
-            c.bytes = self.call_cost(ins).bytes
         else:
             c.bytes = self.plain_bytes(ins)
-        c.kind = c.kind or self.what_work(ins)
+        c.kind = c.kind or what_work(c.opcodes)
         c.backend = backend_of(ins)
         return c
-
-    def what_work(self, ins) -> str:
-        """The kind of work an instruction does (WORK_KINDS), for comparing it with the same
-        kind of work elsewhere in the capture: a dot or convolution anywhere in it (a GEMM
-        fusion), else a reduction, else element-wise; copies; collectives."""
-        op = ins.opcode
-        if op in ("copy", "copy-start") or op in COLLECTIVE_OPCODES:
-            return "copy" if op.startswith("copy") else "collective"
-        found = set()
-        stack, seen = [ins], set()
-        while stack:
-            i = stack.pop()
-            found.add(i.opcode)
-            if i.opcode in ("fusion", "call"):
-                for cid in i.called_computation_ids:
-                    if cid not in seen:
-                        seen.add(cid)
-                        stack += list(self.p.computations[cid].instructions)
-        if "dot" in found:
-            return "gemm"
-        if "convolution" in found:
-            return "convolution"
-        if found & {"reduce", "reduce-window", "scatter", "select-and-scatter"}:
-            return "reduction"
-        if found & FLOP_OPCODES:
-            return "elementwise"
-        return "data movement"
 
     # ---- how often an instruction runs per execution of the program
     def runs_per_execution(self, ins) -> int | None:

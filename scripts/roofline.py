@@ -161,10 +161,6 @@ def analyse(rows, res, programs, gpu: dict, peaks: dict,
                       "used": used}
 
 
-# A measured target compares work of the same kind and a similar size: within this factor of
-# the instruction's FLOPs (compute-bound) or bytes (memory-bound) per run, so a small GEMM that
-# cannot fill the GPU is not held to a large one's rate
-SAME_SIZE_FACTOR = 4.0
 # Every instruction holding at least this share of the attributed time gets a roofline point or
 # a sentence on the trust list saying what is missing
 POINT_MIN_PCT = 1.0
@@ -173,8 +169,9 @@ WITHHELD = "withheld:"
 
 def same_work_targets(placed: list) -> list[tuple]:
     """Per placed row, the best share of its ceiling that the capture shows for the same kind
-    of work (the `work` kind, ceiling dtype and binding) of a similar size (SAME_SIZE_FACTOR),
-    itself included: (pct, instruction), or (None, "") where it has no share."""
+    of work (the `work` kind, ceiling dtype and binding) of a similar size
+    (trace_rules.SAME_SIZE_FACTOR), itself included: (pct, instruction), or (None, "") where
+    it has no share."""
     groups: dict = {}
     for n, (_, c, _, _, spot, _) in enumerate(placed):
         if spot.share is None:
@@ -186,8 +183,8 @@ def same_work_targets(placed: list) -> list[tuple]:
         members.sort()
         sizes = [m[0] for m in members]
         for size, n in members:
-            lo = bisect.bisect_left(sizes, size / SAME_SIZE_FACTOR)
-            hi = bisect.bisect_right(sizes, size * SAME_SIZE_FACTOR)
+            lo = bisect.bisect_left(sizes, size / rules.SAME_SIZE_FACTOR)
+            hi = bisect.bisect_right(sizes, size * rules.SAME_SIZE_FACTOR)
             best = max((placed[m][4].share, placed[m][0]["instruction"])
                        for _, m in members[lo:hi])
             out[n] = best

@@ -408,6 +408,24 @@ PRIMITIVE_BITS = {
 }
 
 
+def dtype_name(shape) -> str:
+    """A ShapeProto's element type by name (a tuple's first element's)."""
+    while shape.tuple_shapes:
+        shape = shape.tuple_shapes[0]
+    return PRIMITIVE_TYPES.get(shape.element_type, f"type{shape.element_type}")
+
+
+def nbytes(shape) -> int:
+    """Bytes of a ShapeProto's array (summed over a tuple); token/opaque count 0."""
+    if shape.tuple_shapes:
+        return sum(nbytes(s) for s in shape.tuple_shapes)
+    bits = PRIMITIVE_BITS.get(dtype_name(shape))
+    n = 1
+    for d in shape.dimensions:
+        n *= int(d)
+    return 0 if bits is None else (n * bits + 7) // 8
+
+
 class MissingDependency(ImportError):
     """The protobuf runtime is not installed (a missing package: exit 3 in every step)."""
 

@@ -120,6 +120,10 @@ WAIT_OPCODES = frozenset({
     "copy-done", "send-done", "recv-done", "async-update",
 })
 CONTROL_OPCODES = frozenset({"while", "call", "conditional"})
+# Two instructions are the same work at a similar size where their FLOPs (compute-bound) or
+# bytes (memory-bound) a run are within this factor: a measured target (step 5) or another
+# backend's rate (step 6) is never a small kernel that cannot fill the GPU held to a large one
+SAME_SIZE_FACTOR = 4.0
 COLLECTIVE_OPCODES = frozenset({
     "all-reduce", "all-reduce-start", "all-gather", "all-gather-start", "reduce-scatter",
     "all-to-all", "collective-permute", "collective-permute-start", "collective-broadcast",
