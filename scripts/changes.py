@@ -92,8 +92,9 @@ FAR_FROM_CEILING_PCT = 10.0
 # an instruction row; a family spread thin over many is a pattern with one knob.
 FAMILY_MIN_PCT_OF_GPU_TIME = 5.0
 FAMILY_MIN_INSTRUCTIONS = 3
-# A measured target is named where it is at least this much above the instruction's own share
-# (relative): closer than 10% is the spread of one kind of kernel, not another way to run it
+# A measured target is named in the cause's sentence where it is at least this much above the
+# instruction's own share (relative): closer than 10% is the spread of one kind of kernel, not
+# another way to run it (saving_measured_us counts any distance to it)
 TARGET_MARGIN = 1.1
 
 
@@ -885,7 +886,7 @@ def distances(work: list, total_us: float, roof: list, several: bool) -> tuple[l
                       "method": r.get("method", ""), "ceiling_dtype": r.get("ceiling_dtype", ""),
                       "work": r.get("work", ""), "backend": r.get("backend", ""),
                       "best": best if best is not None and best >= pct * TARGET_MARGIN
-                      else None, "at_best": best is not None,
+                      else None, "best_raw": best,
                       "best_by": r.get("best_same_work", ""),
                       "flops": num(r.get("run_flops"))})
     cands.sort(key=lambda c: (-c["cut"], c["instruction"]))
@@ -1255,8 +1256,9 @@ def kernel_gaps(ctx: Context) -> list:
 
 FAMILY_KNOBS = {
     "split-K reduction": (
-        "the GEMMs' algorithm choice: split-K is what cuBLAS/hipBLASLt picked for these shapes "
-        "(XLA's autotuning and the workspace it allows decide it); larger or batched GEMMs "
+        "the GEMMs' algorithm choice: split-K is what the GEMM backend picked for these shapes "
+        "(cuBLAS/hipBLASLt's heuristics within the workspace XLA allows, or XLA's autotuner "
+        "for its Triton GEMM fusions); larger or batched GEMMs "
         "(fewer, bigger dots: a larger K split less), another layout or dtype of the operands"),
     "layout transpose": (
         "layouts: keep tensors in the order their consumers read them (the einsum/dot dimension "
@@ -1271,7 +1273,7 @@ FAMILY_KNOBS = {
         "(fusion), accumulation in the consumer"),
 }
 FAMILY_CANNOT_SHOW = {
-    "split-K reduction": "why the library chose split-K for these GEMMs (its autotuning results "
+    "split-K reduction": "why the backend chose split-K for these GEMMs (its autotuning results "
                          "and workspace size are not in the capture)",
     "layout transpose": "why XLA chose these layouts (the layout assignment pass is not in the "
                         "capture; the HLO shows the result only)",
@@ -1462,7 +1464,8 @@ def instruction(ctx: Context) -> Found | list:
             c["instruction"] + (f" ({c['user_frame']})" if c["user_frame"] else ""),
             100.0 * c["cut"] * cm * exposure / ctx.window, spread(sav, at),
             assumptions, knob, named=frozenset({i}),
-            measured=measured_saving(c, cm * exposure) if c["at_best"] else None))
+            measured=measured_saving(c, cm * exposure, c["best_raw"])
+            if c["best_raw"] is not None else None))
     listed = {i for r in rows for i in r.named}
     hidden = sum(c["cut"] for i, c in top if i not in listed) * cm
     notes = [f"not listed: the top instructions' distance to their ceilings, {fmt(hidden)} us of "
@@ -1478,7 +1481,9 @@ GEMM_BACKEND = Prose(
         "each GEMM of the slower backend would run at the rate the other backend reaches in "
         "this capture for the same dtype and a similar size (within 4x the FLOPs a run): a "
         "target measured on this GPU, not a datasheet figure; the same kernel time as the "
-        "instruction rows of these GEMMs: never add the two; {time}; {exposed}"),
+        "instruction rows of these GEMMs: never add the two; the split-K reductions after "
+        "them (a kernel_family row, where there is one) are not counted, though a GEMM that "
+        "needs no split would save them too; {time}; {exposed}"),
     knob={
         "to library": (
             "send these dots to the library: XLA's autotuner chose Triton GEMM fusions for "

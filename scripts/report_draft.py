@@ -140,8 +140,8 @@ def results(s: Scratch) -> list[str]:
             rank = f"rank={r['rank']}"
             out.append(
                 f"- Change {r['rank']}: {md_cell(r['cause'])} (inferred; changes.csv: cause, "
-                f"{rank}): saves "
-                f"{cell(r['saving_us'], 'us', 'inferred', 'changes.csv', 'saving_us', rank)}"
+                f"{rank}): saves " + measured_part(r, rank)
+                + f"{cell(r['saving_us'], 'us', 'inferred', 'changes.csv', 'saving_us', rank)}"
                 f" of the step (inferred, not run). " + judge(
                     ("say whether change 1 is the one to test first and why; its knob: "
                      if r["rank"] == "1" else
@@ -389,19 +389,31 @@ def ops_section(s: Scratch) -> list[str]:
     return out
 
 
+def measured_part(r: dict, key: str) -> str:
+    """'<saving at a rate this capture reached> to ' before a change's saving, where it has
+    one (changes.csv saving_measured_us), else nothing."""
+    if not r.get("saving_measured_us"):
+        return ""
+    m = cell(r["saving_measured_us"], "us", "inferred", "changes.csv", "saving_measured_us", key)
+    return f"{m} (at a rate this capture reached) to "
+
+
 def changes_section(s: Scratch) -> list[str]:
     out = ["## 5. Changes (estimates: inferred, not run)", ""]
     changes = s.rows("changes.csv")
     cj = s.json("changes.json") or {}
     if changes is None:
         return out + [missing("changes.csv", "step 6 did not run"), ""]
-    out += ["| rank | cause | saving per step | range | step if gone | knob to test |",
-            "|---|---|---|---|---|---|"]
+    out += ["| rank | cause | saving per step | at a rate this capture reached | range | "
+            "step if gone | knob to test |", "|---|---|---|---|---|---|---|"]
     for r in changes:
         k = f"rank={r['rank']}"
+        measured = cell(r["saving_measured_us"], "us", "inferred", CH, "saving_measured_us",
+                        k) if r.get("saving_measured_us") else "no measured target"
         out.append(
             f"| {r['rank']} | {md_cell(r['cause'])} (inferred; {CH}: cause, {k}) | "
             f"{cell(r['saving_us'], 'us', 'inferred', 'changes.csv', 'saving_us', k)} | "
+            f"{measured} | "
             f"{cell(r['saving_min_us'], 'us', 'inferred', 'changes.csv', 'saving_min_us', k)}"
             f" to {cell(r['saving_max_us'], 'us', 'inferred', CH, 'saving_max_us', k)} | "
             f"{cell(r['step_if_gone_us'], 'us', 'inferred', CH, 'step_if_gone_us', k)} | "
