@@ -186,5 +186,5 @@ def test_split_k_reductions_are_a_family_cause_with_what_the_capture_cannot_show
     assert split and "algorithm choice" in split[0]["knob"]
     trust = [t for t in read(out / "trust.csv") if t["kind"] == "kernel_family"]
     assert any(t["item"].startswith(f"split-K reduction kernels (change {split[0]['rank']}): "
-                                    "the capture cannot show why the library chose split-K")
+                                    "the capture cannot show why the backend chose split-K")
                for t in trust)
