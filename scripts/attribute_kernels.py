@@ -18,6 +18,9 @@ Writes into ./attribution/ (or DIR/attribution/):
     ops.csv      per (program, instruction), every program (--program: one): kernels, GPU time,
                  its share of the table's attributed time and of all GPU time, executions,
                  framework frame
+    phases.csv   per phase (forward, backward, optimizer, outside differentiation, from the
+                 op_name's jvp/transpose and the frames): instructions, GPU time, a sentence
+                 where a phase is absent ("no optimizer update in these programs")
     lines.csv    per Python line (user frame; else framework frame): GPU time, the same two
                  shares, kernels, instructions, programs
     programs.csv per program: executions (host execution events, else launches), kernels per
@@ -1131,7 +1134,8 @@ def write_op_and_line_tables(folder: Path, ops: dict, programs: dict, sources, g
                         pct(t, attributed), pct(t, gpu_time), opn, src, user,
                         prog.name if prog is not None else "", runs.get((pid, name), ""),
                         sources.framework(pid, name),
-                        structures[pid].fusion_digest(ins) if ins is not None else ""))
+                        structures[pid].fusion_digest(ins) if ins is not None else "",
+                        rules.phase(opn, sources.framework(pid, name))))
     lines: dict[tuple, list] = {}
     for (pid, ins_name), (n, t, _) in ops.items():  # per instruction, then per line
         user = sources.get(pid, ins_name)[2]
@@ -1151,8 +1155,43 @@ def write_op_and_line_tables(folder: Path, ops: dict, programs: dict, sources, g
                           len(pids)))
     return [("ops.csv", scratch.write_table(folder, "attribution/ops.csv", op_rows,
                                             stands_for=ATT)),
+            ("phases.csv", scratch.write_table(folder, "attribution/phases.csv",
+                                               phase_rows(op_rows, ops, attributed, gpu_time),
+                                               stands_for=ATT)),
             ("lines.csv", scratch.write_table(folder, "attribution/lines.csv", line_rows,
                                               stands_for=ATT))]
+
+
+def phase_rows(op_rows: list, ops: dict, attributed: int, gpu_time: int) -> list[tuple]:
+    """phases.csv: each of trace_rules.PHASES with its instructions, kernels and GPU time (a
+    row even where none ran), and a sentence where a phase's absence says what the program is."""
+    at = {p: [0, 0, 0, set()] for p in rules.PHASES}
+    for r in op_rows:
+        n, t, _ = ops[(r[0], r[1])]
+        a = at[r[-1]]
+        a[0] += 1
+        a[1] += n
+        a[2] += t
+        a[3].add(r[0])
+    fwd, bwd, opt, out, _ = (at[p] for p in rules.PHASES)
+    said = {}
+    if not fwd[0] and not bwd[0]:
+        said["forward"] = ("no instruction is under differentiation (no jvp or transpose in any "
+                           "op_name): inference, evaluation, or gradients taken outside jax's "
+                           "autodiff")
+    elif fwd[0] and not bwd[0]:
+        said["backward"] = ("no backward: the programs differentiate (jvp) without transposing "
+                            "(forward mode or a linearization only)")
+    if bwd[0] and not opt[0]:
+        said["optimizer"] = (
+            "no optimizer update in these programs: they compute a loss and its gradients only "
+            "(an update in a program the capture lacks, or on the host, is not seen)"
+            if not out[0] else
+            f"no instruction has an optimizer's frame (optax, flax's train state, keras) or "
+            f"name scope; the {out[0]} instructions outside differentiation ({us(out[2])} us) "
+            "may hold an update written by hand")
+    return [(p, a[0], a[1], us(a[2]), pct(a[2], attributed), pct(a[2], gpu_time), len(a[3]),
+             said.get(p, "")) for p, a in at.items()]
 
 
 def program_rows(kernels, programs_names: dict, execs: dict, steps) -> list[dict]:

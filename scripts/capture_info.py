@@ -38,6 +38,7 @@ import sibling  # noqa: E402  (where the sibling skill is: one home)
 
 SIBLING = sibling.on_path()
 
+import gpu_ceilings  # noqa: E402
 import model_checks  # noqa: E402  (sibling skill: step 1's counts of the trace)
 import scratch  # noqa: E402  (sibling skill: the scratch files' declarations, writers)
 import step_cli  # noqa: E402  (sibling skill: the command line, errors, exit codes)
@@ -89,6 +90,29 @@ def program_rows(space) -> list[dict]:
     return rows
 
 
+def profiler_calls(host) -> dict | None:
+    """The profiler's own start-up and stop on the host (trace_rules.PROFILER_CALL_RE): each
+    call's total ms, and the ms between the end of the last start and the first stop (the
+    traced work); None when the host plane records neither."""
+    if host is None:
+        return None
+    ids = {k: m.group(1) for k, name, _ in host.event_metadata_items()
+           if (m := rules.PROFILER_CALL_RE.search(name))}
+    if not ids:
+        return None
+    spans: dict[str, list] = {"start_trace": [], "stop_trace": []}
+    for ln in host.lines:
+        for name, start, dur, _ in ln.select(frozenset(ids), frozenset()):
+            call = rules.PROFILER_CALL_RE.search(name).group(1)
+            spans[call].append((start, start + dur))
+    out = {f"{call}_ms": sum(b - a for a, b in sp) / 1e9 if sp else None
+           for call, sp in spans.items()}
+    starts, stops = spans["start_trace"], spans["stop_trace"]
+    out["between_ms"] = (min(a for a, _ in stops) - max(b for _, b in starts)) / 1e9 \
+        if starts and stops and min(a for a, _ in stops) >= max(b for _, b in starts) else None
+    return out
+
+
 def xplane_facts(space) -> dict:
     """What the inventory reads of the xplane, taken at once so that the decoded xplane can be
     let go before the trace is read: each GPU's counts and device stats, the host plane's lines,
@@ -108,6 +132,8 @@ def xplane_facts(space) -> dict:
     start, stop = space.profile_times_ns()
     if start and stop and stop >= start:
         facts["profile_ms"] = (stop - start) / 1e6
+    facts["profiler"] = profiler_calls(host)
+    facts["gpu"] = gpu_ceilings.identify_space(space)
     facts["repeated_stat_events"] = space.repeated_stat_events  # after every decode
     return facts
 
@@ -145,6 +171,7 @@ def build_inventory(files, xf, tf, programs, xplane_error, trace_error) -> dict:
               "trace": {"file": files.trace.name if files.trace else None, "error": trace_error,
                         "notes": list(tf["notes"]) if tf else []},
               "gpus": gpus, "cpu_thunk_events": None, "host": None, "profile_ms": None,
+              "profiler": None, "gpu_model": None,
               "repeated_stat_events": 0,
               "programs": programs, "checks": checks, "refusals": refusals}
     if xf:
@@ -161,6 +188,9 @@ def build_inventory(files, xf, tf, programs, xplane_error, trace_error) -> dict:
                 h["trace_events"] = tf["host_events"]
             result["host"] = h
         result["profile_ms"] = xf["profile_ms"]
+        result["profiler"] = xf["profiler"]
+        result["gpu_model"] = {k: xf["gpu"].get(k) for k in ("model", "basis", "why",
+                                                              "devices")}
         result["repeated_stat_events"] = xf["repeated_stat_events"]
     if programs is not None and not programs:
         refusals.append("cannot attribute kernels to instructions or source lines because the "
@@ -226,6 +256,17 @@ def render(r: dict) -> list[str]:
         out.append(line)
     if r["profile_ms"]:
         out.append(f"profile: {r['profile_ms']:.3f} ms wall clock")
+    p = r.get("profiler") or {}
+    for call, what in (("start_trace", "start-up"), ("stop_trace", "stop")):
+        if p.get(f"{call}_ms") is not None:
+            out.append(f"  of which {p[f'{call}_ms']:.3f} ms the profiler's own {what} ({call})")
+    if p.get("between_ms") is not None:
+        out.append(f"  traced work (from the end of start_trace to stop_trace): "
+                   f"{p['between_ms']:.3f} ms")
+    g = r.get("gpu_model")
+    if g:
+        out.append(f"GPU model: {g['model']} ({g['basis']})" if g["model"] else
+                   f"GPU model: not identified ({g['why']})")
     if r["repeated_stat_events"]:
         out.append(f"note: {r['repeated_stat_events']} stats repeated a key on one event; "
                    "the first value was kept")

@@ -38,6 +38,7 @@ DRAFT = "report_draft.md"
 TOP_ROWS = 8  # instructions and Python lines listed: enough to cover most time in practice
 RECONCILE_ROWS = 20  # failed checks listed; the rest are named by their file, not counted
 HOW, OPS, LINES = "attribution/how.csv", "attribution/ops.csv", "attribution/lines.csv"
+PHASES = "attribution/phases.csv"
 CH = "changes.csv"
 KNOWN_TABLES = ("capture_info.json", "skip_stats.json", "attribution/attribute_kernels.json")
 
@@ -117,9 +118,36 @@ def code(text: str) -> str:
 # ---------------------------------------------------------------- sections
 
 
+def gpu_line(s: Scratch) -> list[str]:
+    """The GPU the capture identifies and the profiler's own start-up beside the wall clock
+    (capture_info.json): the first thing a reader checks against the machine they meant."""
+    info = s.json("capture_info.json") or {}
+    g = info.get("gpu_model") or {}
+    out = []
+    if g.get("model"):
+        out.append(f"- GPU: **{g['model']}** (read; capture_info.json: gpu_model.model), "
+                   f"identified from the device stats by peaks.md section 4. "
+                   + judge("say it is the GPU the user meant, or that it is not"))
+    elif g.get("why"):
+        out.append(f"- GPU: not identified: {md_cell(g['why'])} (read; capture_info.json: "
+                   "gpu_model.why)")
+    p = info.get("profiler") or {}
+    if info.get("profile_ms") and p.get("start_trace_ms") is not None:
+        t = "capture_info.json"
+        wall = cite(info["profile_ms"], "ms", "measured", t, "profile_ms", 3)
+        line = (f"- Wall clock of the profile: {wall}, of which "
+                f"{cite(p['start_trace_ms'], 'ms', 'measured', t, 'profiler.start_trace_ms', 3)}"
+                " is the profiler's own start-up (start_trace), not the program's")
+        if p.get("between_ms") is not None:
+            line += (f"; the traced work between start-up and stop takes "
+                     f"{cite(p['between_ms'], 'ms', 'measured', t, 'profiler.between_ms', 3)}")
+        out.append(line + ".")
+    return out
+
+
 def results(s: Scratch) -> list[str]:
     skip = s.json("skip_stats.json")
-    out = ["## Results", ""]
+    out = ["## Results", ""] + gpu_line(s)
     if skip:
         out.append(f"- Verdict: **{skip.get('verdict')}** (inferred; skip_stats.json: verdict). "
                    + judge("say in one sentence what bounds the step, from skip_stats.json "
@@ -341,6 +369,7 @@ def ops_section(s: Scratch) -> list[str]:
                        f"{cell(r['gpu_us'], 'us', 'measured', OPS, 'gpu_us', k)} | "
                        f"{shares(r, OPS, k)} | "
                        f"{code(r['user_frame'] or r['source'] or '')} | {reach} |")
+    out += phases_part(s)
     lines = (s.rows("attribution/lines.csv") or [])[:TOP_ROWS]
     if lines and refusals["lines"]:
         if refusals["lines"] != refusals["ops"]:
@@ -387,6 +416,27 @@ def ops_section(s: Scratch) -> list[str]:
                       "distance to the ceiling (roofline.csv pct_of_ceiling, binding) says "
                       "anything about them; a small instruction cannot fill the GPU"), ""]
     return out
+
+
+def phases_part(s: Scratch) -> list[str]:
+    """GPU time per phase of the program (phases.csv), and what an absent phase says."""
+    rows = s.rows(PHASES)
+    if not rows:
+        return []
+    out = ["", "| phase | instructions | GPU time | share of GPU time |", "|---|---|---|---|"]
+    said = []
+    for r in rows:
+        k = f"phase={r['phase']}"
+        if r["sentence"]:
+            said.append(f"{md_cell(r['sentence'])} (inferred; {PHASES}: sentence, {k})")
+        if r["instructions"] == "0":
+            continue
+        out.append(f"| {r['phase']} | "
+                   f"{cell(r['instructions'], '', 'measured', PHASES, 'instructions', k, 0)} | "
+                   f"{cell(r['gpu_us'], 'us', 'measured', PHASES, 'gpu_us', k)} | "
+                   f"{cell(r['pct_of_gpu_time'], '%', 'inferred', PHASES, 'pct_of_gpu_time', k, 2)}"
+                   " |")
+    return out + [""] + [f"- {t}" for t in said]
 
 
 def measured_part(r: dict, key: str) -> str:
@@ -465,6 +515,8 @@ def draft(s: Scratch) -> str:
     hosts = cap.get("hosts") or []
     title = code(Path(str(name)).name) + (f", host {code(host)}" if host and len(hosts) > 1
                                           else "")
+    model = (info.get("gpu_model") or {}).get("model")
+    title += f", on {model}" if model else ""
     head = [f"# Why the step is slow: {title}", "",
             "<!-- draft: written by report_draft.py from the tables in this folder: every figure "
             "is cited as (label; table: selector); each judge comment marks a sentence to write "

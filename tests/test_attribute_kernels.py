@@ -13,6 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import trace_rules as rules
 
 import xplane_reader
 from capgen.generate import generate
@@ -833,3 +834,39 @@ def test_collectives_by_order_is_what_kernels_csv_holds(tmp_path, name):
     got = json.loads((att / "attribute_kernels.json").read_text())["collectives_by_order"]
     assert got == {"kernels": n, "gpu_us": us, "labels": sorted(labels)}
     assert n > 0 or name != "nvidia-8gpu-prelabels"  # its labels name no saved instruction
+
+
+@pytest.mark.parametrize("op_name, frame, want", [
+    ("jit(loss_fn)/transpose(jvp())/te_fused_attn_backward_ffi", "", "backward"),
+    ("jit(loss_fn)/jvp(bsd,de->bse)/dot_general", "", "forward"),
+    ("jit(f)/vmap(transpose(jvp(g)))/mul", "", "backward"),
+    ("jit(train_step)/jvp(loss)/reduce_sum", "optax/_src/transform.py:1 f", "forward"),
+    ("jit(train_step)/mul", "optax/_src/transform.py:88 update_fn", "optimizer"),
+    ("jit(train_step)/sgd/sub", "", "optimizer"),
+    ("jit(train_step)/jit(myjvp)/transposed/add", "", "outside"),
+    ("jit(jvp_free)/transpose", "", "outside"),
+    ("", "", "unnamed"),
+])
+def test_phase_from_the_name_stack(op_name, frame, want):
+    """jax's own transform names (jvp, transpose) decide; a function or primitive that merely
+    contains the word does not; an optimizer is known by its frame or its name scope."""
+    assert rules.phase(op_name, frame) == want
+
+
+def test_phases_cover_the_ops_table(corpus):
+    """phases.csv adds up to ops.csv, phase by phase; the generated train step (minigpt, an
+    SGD under the name scope `sgd`) has a forward, a backward and an optimizer, and no
+    sentence of a missing phase."""
+    _, out = corpus("nvidia-cb-partial")
+    ops = read(out / "ops.csv")
+    phases = read(out / "phases.csv")
+    assert [p["phase"] for p in phases] == list(rules.PHASES)
+    for p in phases:
+        mine = [o for o in ops if o["phase"] == p["phase"]]
+        assert int(p["instructions"]) == len(mine)
+        assert float(p["gpu_us"]) == pytest.approx(sum(float(o["gpu_us"]) for o in mine),
+                                                   abs=0.002 * len(mine) + 0.001)
+    by = {p["phase"]: p for p in phases}
+    assert all(int(by[k]["instructions"]) > 0 for k in ("forward", "backward", "optimizer"))
+    assert not any(p["sentence"] for p in phases)
+    assert all("sgd" in o["op_name"] for o in ops if o["phase"] == "optimizer")

@@ -651,3 +651,22 @@ def test_a_modern_model_ranks_attention_then_the_gemm_backend(shared, tmp_path):
     assert 7.0 < float(fam["split-K reduction"]["pct_of_gpu_time"]) < 7.2
     assert any(r["cause_kind"] == "kernel_family" and r["where"].startswith("split-K")
                for r in rows)
+    # what the program is: loss and gradients, no update; the GPU and the profiler's start-up
+    with open(out / "attribution" / "phases.csv", newline="") as fh:
+        ph = {r["phase"]: r for r in csv.DictReader(fh)}
+    assert (ph["forward"]["instructions"], ph["backward"]["instructions"]) == ("11", "9")
+    assert ph["optimizer"]["gpu_us"] == "0.000"
+    assert ph["optimizer"]["sentence"].startswith("no optimizer update in these programs")
+    with open(out / "attribution" / "ops.csv", newline="") as fh:
+        ops = list(csv.DictReader(fh))
+    assert sum(float(r["gpu_us"]) for r in ops) == pytest.approx(
+        sum(float(r["gpu_us"]) for r in ph.values()), abs=0.01)
+    assert {r["phase"] for r in ops if "te_fused_attn_backward" in r["instruction"]} == {
+        "backward"}
+    info = json.loads((out / "capture_info.json").read_text())
+    assert info["gpu_model"]["model"] == "MI355X"
+    assert info["profiler"]["start_trace_ms"] / info["profile_ms"] > 0.99
+    assert 10 < info["profiler"]["between_ms"] < 20
+    draft = (out / "report_draft.md").read_text()
+    assert draft.splitlines()[0].endswith(", on MI355X")
+    assert "no optimizer update in these programs" in draft

@@ -678,7 +678,14 @@ declare(File(
   `trace_events` (null where that file lacks it), `agree` (null where only one file has it),
   `device` (the plane's device stats), `lines` (`id`, `name`, `events`).
 - `cpu_thunk_events` (CPU captures), `host` (`lines`, `xplane_events`, `trace_events`),
-  `profile_ms`, `repeated_stat_events`.
+  `profile_ms` (the profile's wall clock), `repeated_stat_events`.
+- `profiler`: null where the host plane records no profiler call, else `start_trace_ms`,
+  `stop_trace_ms` (the profiler's own start-up and stop on the host, `trace_rules.
+  PROFILER_CALL_RE`; null where absent) and `between_ms` (from the end of the start-up to the
+  stop: the traced work).
+- `gpu_model`: `model` (the GPU the device stats identify, peaks.md section 4; null where none
+  is), `basis`, `why` (null, or why it is not identified), `devices` (GPU planes with device
+  stats); null without a readable xplane.
 - `programs`: null (no readable xplane), or one per program: `program_id`, `entry`, `module`,
   `computations`, `instructions`, `while_loops` (known trip counts, null where unknown), `error`
   (null, or why its HLO could not be read: that program alone is refused).
@@ -1370,6 +1377,13 @@ declare(Table(
             "computation with names and ids left out: what XLA's kernel reuse compares), equal "
             "across two compilations that renamed it (compare.py matches by it); empty for "
             "an instruction that is not a fusion or whose HLO is not held"),
+        col("phase", "", "",
+            "`forward` (under jvp in its op_name: what differentiation traced, the loss "
+            "included), `backward` (under transpose), `optimizer` (an optimizer's frame: optax, "
+            "flax's train state, keras; or a name scope naming one: `sgd`, `adam`, ...), "
+            "`outside` (no differentiation: inference, an update under no telling name, loss "
+            "scaling, an eager op), `unnamed` (no op_name: an instruction XLA made, a copy, a "
+            "layout change, a combined collective's slices); `trace_rules.phase`"),
     ),
     notes="""
 Every program (an op-by-op capture runs dozens of small programs); `--program ID` keeps that
@@ -1543,6 +1557,29 @@ declare(Table(
         col("gpu_us_per_gpu", "us", "measured", "`gpu_us` / `gpus`"),
     ),
     notes="Needs no matching."))
+
+declare(Table(
+    "attribution/phases.csv", "attribute_kernels.py",
+    row="phase of the program (`ops.csv` phase), each of the five whether or not it ran",
+    order="forward, backward, optimizer, outside, unnamed",
+    columns=(
+        col("phase", "", "", "as `ops.csv` phase"),
+        col("instructions", "count", "measured", "its `ops.csv` rows"),
+        col("kernels", "count", "measured", "their attributed GPU events"),
+        col("gpu_us", "us", "measured", "their kernel time"),
+        col("pct_of_attributed", "pct", "inferred", "of `ops.csv`'s attributed kernel time"),
+        col("pct_of_gpu_time", "pct", "inferred", "of all GPU event time"),
+        col("programs", "count", "measured", "distinct programs its instructions belong to"),
+        col("sentence", "", "",
+            "what an absent phase says of the program (\"no optimizer update in these "
+            "programs: ...\", \"no instruction is under differentiation ...\"); empty "
+            "otherwise"),
+    ),
+    notes="""
+The phases are read from jax's name stack: differentiation names what it traced `jvp(...)` and
+the cotangent pass `transpose(...)` (`jax/_src/interpreters/ad.py`); a loss is part of the
+forward. An optimizer has no name of its own: its instructions are known by their frames only.
+"""))
 
 declare(Table(
     "attribution/families.csv", "attribute_kernels.py",

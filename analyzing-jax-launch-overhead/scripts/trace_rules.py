@@ -130,6 +130,46 @@ COLLECTIVE_OPCODES = frozenset({
     "ragged-all-to-all", "send", "recv",
 })
 
+# ---------------------------------------------------------------- what the program is
+
+# An instruction's phase, from jax's name stack (its op_name) and its frames. jax names what
+# differentiation traced `jvp(...)` and the cotangent pass `transpose(...)`
+# (jax/_src/interpreters/ad.py: transform_name_stack('jvp') and ('transpose')), whatever the
+# entry point (grad, value_and_grad, vjp). An optimizer's update has no name of jax's own: it is
+# known by its frames (optax, flax's train state, keras optimizers) or by a name scope that
+# names an optimizer. An instruction XLA made (a copy, a layout change, the slices of a
+# combined collective) carries no op_name: no phase can be read from it.
+PHASES = ("forward", "backward", "optimizer", "outside", "unnamed")
+_BACKWARD_RE = re.compile(r"(?:^|[/(])transpose\(")
+_FORWARD_RE = re.compile(r"(?:^|[/(])(?:jvp|linearize)\(")
+OPTIMIZER_FRAME_RE = re.compile(r"^(?:optax|flax/training|keras/src/optimizers|keras/optimizers)/")
+OPTIMIZER_SCOPE_RE = re.compile(
+    r"(?:^|/)(?:sgd|momentum|nesterov|adam|adamw|adafactor|adagrad|lamb|lars|lion|rmsprop|"
+    r"shampoo|optimizer|optim|opt_update|apply_gradients|apply_updates)(?:/|$)", re.I)
+
+
+def phase(op_name: str, framework_frame: str = "") -> str:
+    """`backward` (under transpose), `forward` (under jvp: what differentiation traced, the
+    loss included), `optimizer` (an optimizer's frame or name scope), `unnamed` (no op_name),
+    else `outside` (no differentiation: inference, an update written by hand under no telling
+    name, loss scaling, an eager op)."""
+    if not op_name:
+        return "unnamed"
+    if _BACKWARD_RE.search(op_name):
+        return "backward"
+    if _FORWARD_RE.search(op_name):
+        return "forward"
+    if OPTIMIZER_FRAME_RE.match(framework_frame or "") or OPTIMIZER_SCOPE_RE.search(op_name):
+        return "optimizer"
+    return "outside"
+
+
+# The profiler's own calls on the host (the Python tracer names a Python function
+# `$<file>:<line> <name>`): jax.profiler's start_trace and stop_trace. Their time is the
+# profiler's, not the program's: a capture's wall clock can be almost all start-up.
+PROFILER_CALL_RE = re.compile(r"(?:^|[\s.:])(start_trace|stop_trace)$")
+
+
 # ---------------------------------------------------------------- units and files
 
 
