@@ -92,6 +92,9 @@ FAR_FROM_CEILING_PCT = 10.0
 # an instruction row; a family spread thin over many is a pattern with one knob.
 FAMILY_MIN_PCT_OF_GPU_TIME = 5.0
 FAMILY_MIN_INSTRUCTIONS = 3
+# but a split-K reduction is one GEMM's partial sums: a cause of its own under a single GEMM
+# (the knob is that GEMM's split; an eager program holds one GEMM)
+FAMILY_MIN_INSTRUCTIONS_OF = {"split-K reduction": 1}
 # A measured target is named in the cause's sentence where it is at least this much above the
 # instruction's own share (relative): closer than 10% is the spread of one kind of kernel, not
 # another way to run it (saving_measured_us counts any distance to it)
@@ -964,6 +967,8 @@ class Row:
     extra: dict | None = None
     named: frozenset = frozenset()
     measured: float | None = None  # the median step's saving at a target this capture reached
+    kernel_cut: list | None = None  # per step used: kernel time it removes beyond the named
+    #                                 instructions' distance to their ceilings (combined adds it)
 
 
 @dataclass
@@ -1048,6 +1053,126 @@ def dispatch(ctx: Context) -> list:
                 "executions' kernels while the host dispatches the next",
                 f"GPU {b}", 100.0 * between[at] / ctx.window, spread(between, at),
                 knob=f"{jit}; {knob['always']}")]
+
+
+FUSED_ON_JIT = Prose(
+    source="attribution/kernels.csv; attribution/programs.csv; roofline.csv; steps.csv",
+    assumptions=(
+        "with the jax.jit of the dispatch row: XLA fuses each run of back-to-back element-wise "
+        "passes that now run as separate programs into one kernel (passes that feed one "
+        "another, as a line of eager element-wise code does; a result the Python code keeps "
+        "stays a pass of its own, and independent passes in a row would not fuse); the fused "
+        "kernel moves the largest pass's bytes (roofline.csv run_bytes: its operands read and "
+        "its result written once) at the best byte rate these passes reached "
+        "(saving_measured_us) or at the memory ceiling (saving_us): an upper bound on what "
+        "fusion saves; once the programs are one, their kernel time is the step's"),
+    knob=("the jax.jit of the dispatch row (XLA fuses element-wise chains itself; nothing to "
+          "write by hand); where a chain stays unfused once jitted, see what XLA left unfused "
+          "(the HLO after optimisation)"))
+# A run of passes is counted where its fused saving is at least this share of its time: a pair
+# of small passes whose fused kernel would move as much as they do is no change.
+FUSED_MIN_SHARE = 0.2
+
+
+def elementwise_passes(ctx: Context) -> dict:
+    """(program id, instruction) -> (bytes a kernel moves, memory ceiling B/s) of the
+    element-wise instructions of roofline.csv with one kernel a run."""
+    out = {}
+    for r in tables(ctx.out).rows("roofline.csv") or []:
+        b, runs, k = num(r.get("run_bytes")), num(r.get("runs")), num(r.get("kernels"))
+        ceiling = num(r.get("memory_ceiling_bytes_per_s"))
+        if r.get("work") == "elementwise" and b and runs and k == runs and ceiling:
+            out[(r.get("program_id", ""), r["instruction"])] = (b, ceiling)
+    return out
+
+
+def pass_runs(events: list, ew: dict, one_kernel: set) -> list:
+    """The runs of back-to-back element-wise kernels (`events`: (start, dur, pid, instruction,
+    user frame) in start order) that span at least two program executions: each a list of
+    (dur us, bytes, ceiling, user frame). A program with one kernel an execution starts a new
+    execution at each kernel; another, where its program id changes."""
+    runs, cur, execs, prev = [], [], 0, None
+    for _, dur, pid, ins, frame in events + [(0.0, 0.0, None, None, "")]:
+        info = ew.get((pid, ins))
+        if info is None or dur <= 0:
+            if execs >= 2:
+                runs.append(cur)
+            cur, execs, prev = [], 0, None
+            continue
+        if pid != prev or pid in one_kernel:
+            execs += 1
+        prev = pid
+        cur.append((dur, info[0], info[1], frame))
+    return runs
+
+
+def fused_saving(run: list) -> tuple[float, float]:
+    """(saving at the best rate the run's passes reached, saving at the memory ceiling), us."""
+    total = sum(d for d, _, _, _ in run)
+    big = max(b for _, b, _, _ in run)
+    ceiling = min(c for _, _, c, _ in run)
+    rate = min(ceiling, max(b / (d * 1e-6) for d, b, _, _ in run))
+    return total - big / rate * 1e6, total - big / ceiling * 1e6
+
+
+@cause("fused_on_jit", FUSED_ON_JIT)
+def fused_on_jit(ctx: Context) -> list:
+    """What the jit of the dispatch row brings besides the dispatch: the element-wise passes
+    that run back to back as separate programs (eager jnp code) fuse into one kernel each run;
+    the saving bounded by the bytes of the largest pass (FUSED_ON_JIT's assumptions). Only
+    where the dispatch row stands (a step of several program executions)."""
+    if ctx.dispatch_idle is None:
+        return []
+    ew = elementwise_passes(ctx)
+    path = ctx.out / "attribution" / "kernels.csv"
+    if not ew or not path.is_file():
+        return []
+    one_kernel = {p.get("program_id", "") for p in
+                  tables(ctx.out).rows("attribution/programs.csv") or []
+                  if (num(p.get("kernels_per_execution")) or 0) <= 1.0}
+    spans = {n: (str(ctx.frames[n]["bound"]), ctx.frames[n]["start"], ctx.frames[n]["end"])
+             for n in ctx.chosen}
+    events: dict = {n: [] for n in ctx.chosen}
+    with open(path, newline="", encoding="utf-8") as fh:
+        for k in csv.DictReader(fh):
+            t = num(k.get("start_us"))
+            if not k.get("instruction") and k.get("category") == "memcpy":
+                continue  # an argument copy between two programs: no kernel of the chain
+            for n, (dev, a, b) in spans.items():
+                if k.get("device") == dev and t is not None and a <= t < b:
+                    events[n].append((t, num(k.get("dur_us")) or 0.0, k.get("program_id", ""),
+                                      k.get("instruction", ""), k.get("user_frame", "")))
+    measured, ceiling, median_runs = [], [], []
+    for n in ctx.chosen:
+        runs = [r for r in pass_runs(sorted(events[n]), ew, one_kernel)
+                if fused_saving(r)[0] >= FUSED_MIN_SHARE * sum(d for d, *_ in r)]
+        sav = [fused_saving(r) for r in runs]
+        measured.append(sum(m for m, _ in sav))
+        ceiling.append(sum(c for _, c in sav))
+        if n == ctx.median:
+            median_runs = runs
+    at = ctx.at
+    if ceiling[at] < MIN_SAVING_US:
+        return []
+    lines: dict = {}
+    for r in median_runs:
+        for d, _, _, frame in r:
+            ln = lines.setdefault(frame.split(" ")[0] or "no line", [0, 0.0])
+            ln[0] += 1
+            ln[1] += d
+    top = sorted(lines.items(), key=lambda kv: (-kv[1][1], kv[0]))
+    passes = sum(len(r) for r in median_runs)
+    total = sum(d for r in median_runs for d, *_ in r)
+    return [Row(
+        f"once jitted, XLA can fuse {rules.plural(len(median_runs), 'run')} of back-to-back "
+        f"element-wise passes that now run as separate programs: {passes} passes, "
+        f"{fmt(total)} us of step {ctx.median}, into "
+        f"{rules.plural(len(median_runs), 'kernel')}; largest: "
+        + ", ".join(f"{line} {rules.plural(n, 'pass', 'passes')} {fmt(t)} us"
+                    for line, (n, t) in top[:3]),
+        top[0][0], 100.0 * ceiling[at] / ctx.window, spread(ceiling, at),
+        measured=measured[at], kernel_cut=ceiling,
+        extra={"passes": passes, "runs": len(median_runs)})]
 
 
 HOST_GAP = Prose(
@@ -1296,7 +1421,8 @@ KERNEL_FAMILY = Prose(
 def kernel_family(ctx: Context) -> list:
     """Kernel families of attribution/families.csv (split-K reductions, layout transposes,
     copies, memsets) of at least FAMILY_MIN_PCT_OF_GPU_TIME spread over at least
-    FAMILY_MIN_INSTRUCTIONS instructions. Its time in a step is its share of all GPU time times
+    FAMILY_MIN_INSTRUCTIONS instructions (a split-K reduction under one GEMM is enough:
+    FAMILY_MIN_INSTRUCTIONS_OF). Its time in a step is its share of all GPU time times
     the step's compute time on its bounding GPU; the saving, an upper bound, is that time's
     exposed part (the family's kernels gone). Collectives by kind are ranked as exposed
     collectives, not here."""
@@ -1305,7 +1431,7 @@ def kernel_family(ctx: Context) -> list:
         name, pct = f.get("family", ""), num(f.get("pct_of_gpu_time"))
         n_ins = int(num(f.get("instructions")) or 0)
         if name not in FAMILY_KNOBS or pct is None or pct < FAMILY_MIN_PCT_OF_GPU_TIME or \
-                n_ins < FAMILY_MIN_INSTRUCTIONS:
+                n_ins < FAMILY_MIN_INSTRUCTIONS_OF.get(name, FAMILY_MIN_INSTRUCTIONS):
             continue
         share = pct / 100.0
         sav = [share * ctx.paths[n]["compute"] * ctx.paths[n]["exposure"] for n in ctx.chosen]
@@ -1317,10 +1443,11 @@ def kernel_family(ctx: Context) -> list:
             if ins:
                 top.append(f"{ins} (program {pid})")
         rows.append(Row(
-            f"{name} kernels take {pct:.2f}% of GPU time over {n_ins} instructions (about "
+            f"{name} kernels take {pct:.2f}% of GPU time over "
+            f"{rules.plural(n_ins, 'instruction')} (about "
             f"{fmt(share * ctx.median_path['compute'])} us of step {ctx.median}); largest under "
             + ", ".join(top[:3]),
-            f"{name} ({n_ins} instructions)", 100.0 * sav[ctx.at] / ctx.window,
+            f"{name} ({rules.plural(n_ins, 'instruction')})", 100.0 * sav[ctx.at] / ctx.window,
             spread(sav, ctx.at),
             assumptions=KERNEL_FAMILY.assumptions.format(cannot_show=FAMILY_CANNOT_SHOW[name]),
             knob=FAMILY_KNOBS[name],
@@ -1674,7 +1801,8 @@ def written(c: Cause, r: Row) -> dict:
         prose[part] = text
     return {"cause_kind": c.kind, "cause": r.cause, "where": r.where, "pct_of_step": r.pct,
             "saving": r.saving, **prose, "label": LABEL, "source": c.prose.source,
-            "named": r.named, "measured": r.measured, **(r.extra or {})}
+            "named": r.named, "measured": r.measured, "kernel_cut": r.kernel_cut,
+            **(r.extra or {})}
 
 
 def ranked(rows: list) -> list:
@@ -1698,10 +1826,11 @@ def combined(ctx: Context, rows: list) -> dict:
     cut = sum(c["cut"] for i, c in enumerate(ctx.ceilings.cands) if i in named) \
         if ctx.ceilings is not None else 0.0
     comb = []
-    for n in ctx.chosen:
+    for i, n in enumerate(ctx.chosen):
         p = ctx.paths[n]
         straggler = ctx.straggler_work.get(n, {}).get("full", 0.0)
-        compute_side = min(p["compute"], straggler + cut * p["compute"])
+        fused = sum(r["kernel_cut"][i] for r in rows if r.get("kernel_cut"))
+        compute_side = min(p["compute"], straggler + cut * p["compute"] + fused)
         c = (max(0.0, p["host_late"] - ctx.lead_in) + p["collective"] + p["memcpy_arg"]
              + p["idle_between"] + (p["idle_before"] if ctx.rows is not None else 0.0)
              + compute_side)
@@ -1757,11 +1886,13 @@ COMBINE_RULE = (
     "collective and straggler savings count only their part after it, and grow once the host "
     "gaps are gone; (2) Python lines are the instructions' kernel time grouped by line: never add "
     "a line to an instruction; (3) the straggler's extra work and the instructions' distance to "
-    "their ceilings shorten the same compute time, so together they never exceed it. "
+    "their ceilings shorten the same compute time, so together they never exceed it; (4) the "
+    "element-wise passes a jit would fuse are counted with the dispatch they need. "
     "combined_saving_us is every listed cause gone at once with all work exposed: host-late "
     "time + collective + memcpy + idle between steps + idle between kernels + min(compute, "
     "straggler + the instructions "
-    "the instruction and Python-line rows name, each once), per step, capped at the step time; "
+    "the instruction and Python-line rows name, each once + the fused passes' kernel time), per "
+    "step, capped at the step time; "
     "an upper bound, never a sum of the rows.")
 
 

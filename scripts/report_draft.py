@@ -516,7 +516,7 @@ def draft(s: Scratch) -> str:
     title = code(Path(str(name)).name) + (f", host {code(host)}" if host and len(hosts) > 1
                                           else "")
     model = (info.get("gpu_model") or {}).get("model")
-    title += f", on {model}" if model else ""
+    title += f", on {code(model)}" if model else ""
     head = [f"# Why the step is slow: {title}", "",
             "<!-- draft: written by report_draft.py from the tables in this folder: every figure "
             "is cited as (label; table: selector); each judge comment marks a sentence to write "

@@ -635,7 +635,8 @@ def family_items(inp: Inputs, facts: Facts) -> list:
         out.append(item("kernel_family", f"{c.get('family')} kernels (change {c.get('rank')}): "
                         f"the capture cannot show {c.get('cannot_show')}",
                         f"changes.json: causes, rank={c.get('rank')}",
-                        f"{c.get('instructions')} instructions; the saving is an upper bound "
+                        f"{rules.plural(c.get('instructions'), 'instruction')}; the saving is an "
+                        "upper bound "
                         "(the family's kernels gone)", count=c.get("instructions"),
                         gpu_us=_num((c.get("family_gpu_us") or {}).get("value")),
                         total_us=facts.total_us))

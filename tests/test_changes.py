@@ -27,8 +27,9 @@ STEPS = [REPO / "scripts" / "capture_info.py",
          REPO / "analyzing-jax-launch-overhead" / "scripts" / "skip_stats.py",
          REPO / "scripts" / "attribute_kernels.py", REPO / "scripts" / "reconcile.py",
          REPO / "scripts" / "swimlanes.py", REPO / "scripts" / "roofline.py"]
-KINDS = {"dispatch", "host_gap", "kernel_gaps", "kernel_family", "exposed_collective",
-         "straggler_wait", "memcpy", "instruction", "python_line", "idle_between_steps"}
+KINDS = {"dispatch", "fused_on_jit", "gemm_backend", "host_gap", "kernel_gaps", "kernel_family",
+         "exposed_collective", "straggler_wait", "memcpy", "instruction", "python_line",
+         "idle_between_steps"}
 COLUMNS = ["rank", "cause_kind", "cause", "where", "pct_of_step", "step_us", "saving_us",
            "saving_min_us", "saving_max_us", "saving_measured_us", "step_if_gone_us",
            "assumptions", "knob", "label", "source"]
@@ -497,7 +498,7 @@ def test_registry_is_the_documented_cause_kinds():
     row = next(ln for ln in section.splitlines() if ln.startswith("| `cause_kind` |"))
     listed = re.findall(r"`([a-z_]+)`", row.split("|")[4].split("(", 1)[0])
     assert registry == table == listed
-    assert len(set(registry)) == len(registry) == 11
+    assert len(set(registry)) == len(registry) == 12
     assert {c.kind for c in changes.REGISTRY if c.regroups} == {"python_line", "kernel_family"}
 
 

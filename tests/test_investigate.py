@@ -668,5 +668,5 @@ def test_a_modern_model_ranks_attention_then_the_gemm_backend(shared, tmp_path):
     assert info["profiler"]["start_trace_ms"] / info["profile_ms"] > 0.99
     assert 10 < info["profiler"]["between_ms"] < 20
     draft = (out / "report_draft.md").read_text()
-    assert draft.splitlines()[0].endswith(", on MI355X")
+    assert draft.splitlines()[0].endswith(", on `MI355X`")
     assert "no optimizer update in these programs" in draft

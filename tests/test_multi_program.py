@@ -188,3 +188,46 @@ def test_split_k_reductions_are_a_family_cause_with_what_the_capture_cannot_show
     assert any(t["item"].startswith(f"split-K reduction kernels (change {split[0]['rank']}): "
                                     "the capture cannot show why the backend chose split-K")
                for t in trust)
+
+
+def test_eager_element_wise_passes_fuse_once_jitted_bounded_by_their_bytes(investigated):
+    """The MLP op by op with its GELU as eight jnp passes (one line) after the bias add: the jit
+    of the dispatch row also fuses the nine back-to-back element-wise programs into one kernel;
+    the fused_on_jit row's measured saving is their planted time less the largest pass's bytes
+    (counted here from the shapes: T x F bf16 tensors, a scalar operand 4 bytes) at the best
+    byte rate the planted passes reached. The split-K GEMM's partial-sum kernel is a family of
+    its own under one GEMM, and a program without differentiation says so."""
+    from capgen.small_programs import GELU_PASSES, F, T
+    r, out, _ = investigated("eager-gelu-passes")
+    check_steps_are_the_iterations(r, out)
+    changes = read(out / "changes.csv")
+    assert changes[0]["cause_kind"] == "dispatch"
+    fused = next(c for c in changes if c["cause_kind"] == "fused_on_jit")
+    assert "9 passes" in fused["cause"] and "/workspace/model.py:36 8 passes" in fused["cause"]
+    median = json.loads((out / "changes.json").read_text())["steps"]["median"]
+    builder = {p.program_id: p.key for p in
+               MULTI_PROGRAM_SCENARIOS["eager-gelu-passes"].plan.programs}
+    tensor = T * F * 2
+    moved, durs = [], []
+    for k in r.kernels:
+        name = builder[k["program_id"]]
+        if k["step"] != median or not k["instruction"] or not (
+                name in GELU_PASSES or name == "add_bias_up"):
+            continue  # another step, an argument copy, or no pass
+        # the bias add reads x [T, F] and b [F]; a pass reads its tensors and scalars
+        operands = GELU_PASSES[name][2] if name in GELU_PASSES else "x"
+        moved.append((operands.count("x") + 1) * tensor + 4 * operands.count("s")
+                     + (F * 2 if name == "add_bias_up" else 0))
+        durs.append(k["dur_ps"] / 1e12)
+    assert len(moved) == 9
+    rate = max(b / d for b, d in zip(moved, durs, strict=True))
+    want = sum(durs) * 1e6 - max(moved) / rate * 1e6
+    assert float(fused["saving_measured_us"]) == pytest.approx(want, abs=0.05)
+    assert float(fused["saving_measured_us"]) <= float(fused["saving_us"]) <= sum(durs) * 1e6
+    fam = {f["family"]: f for f in read(out / "attribution" / "families.csv")}
+    assert fam["split-K reduction"]["instructions"] == "1"
+    assert any(c["cause_kind"] == "kernel_family" and
+               c["where"] == "split-K reduction (1 instruction)" for c in changes)
+    phases = {p["phase"]: p for p in read(out / "attribution" / "phases.csv")}
+    assert phases["forward"]["sentence"].startswith("no instruction is under differentiation")
+    assert json.loads((out / "factcheck.json").read_text())["verdict"] == "pass"

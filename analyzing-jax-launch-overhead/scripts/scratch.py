@@ -1604,7 +1604,8 @@ declare(Table(
     ),
     notes="""
 Step 6 ranks a family of at least 5% of GPU time over at least 3 instructions (`changes.py`
-`FAMILY_MIN_PCT_OF_GPU_TIME`, `FAMILY_MIN_INSTRUCTIONS`; collectives are ranked as exposed
+`FAMILY_MIN_PCT_OF_GPU_TIME`, `FAMILY_MIN_INSTRUCTIONS`; a split-K reduction under one GEMM is
+enough, `FAMILY_MIN_INSTRUCTIONS_OF`; collectives are ranked as exposed
 collectives instead); step 7 says what the capture cannot show about it.
 """))
 
@@ -1633,9 +1634,9 @@ declare(Table(
     columns=(
         col("rank", "", "", "the cause's rank"),
         col("cause_kind", "", "",
-            "`dispatch`, `host_gap`, `straggler_wait`, `exposed_collective`, `memcpy`, "
-            "`kernel_gaps`, `kernel_family`, `instruction`, `gemm_backend`, `python_line`, "
-            "`idle_between_steps` "
+            "`dispatch`, `fused_on_jit`, `host_gap`, `straggler_wait`, `exposed_collective`, "
+            "`memcpy`, `kernel_gaps`, `kernel_family`, `instruction`, `gemm_backend`, "
+            "`python_line`, `idle_between_steps` "
             "(what each saving assumes: references/changes.md)"),
         col("cause", "", "",
             "one sentence with its own figures (quote it whole, cited as text: `changes.csv: "

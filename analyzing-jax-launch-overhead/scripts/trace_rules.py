@@ -173,6 +173,11 @@ PROFILER_CALL_RE = re.compile(r"(?:^|[\s.:])(start_trace|stop_trace)$")
 # ---------------------------------------------------------------- units and files
 
 
+def plural(n, word: str, many: str | None = None) -> str:
+    """`n word`, the word in the plural unless n is 1 (`many`: an irregular plural)."""
+    return f"{n} {word if n in (1, '1') else many or word + 's'}"
+
+
 def us(ps) -> str:
     """Picoseconds as a table cell in microseconds with three decimals (nanosecond
     resolution); empty for None (a figure that does not apply)."""

@@ -37,6 +37,11 @@ MiniGPT step aside):
       72     y = layers[0](x)
       73     return apply_layers(y, layers[1:]) if layers[1:] else y
 
+- `eager-gelu-passes`: the block's MLP op by op (dense up, GELU, dense down) with the GELU
+  written as jnp operations on line 36 (`0.5 * x * (1 + jnp.tanh(c * (x + 0.044715 * x ** 3)))`):
+  eight element-wise passes, each a one-primitive program (jit_integer_pow, jit_multiply by a
+  scalar or a tensor, jit_add, jit_tanh), dispatch-bound; jitted, XLA would fuse them into one.
+  The dense down is a split-K Triton GEMM (four f32 partial sums, then their reduction fusion).
 - `train-plus-optimizer` (and `-annotated`): the MiniGPT train step, then a separate optimizer
   program (jit_apply_updates, five fusions) each iteration; no step annotation, or one around
   both.
@@ -84,6 +89,26 @@ def _eager_plan() -> Plan:
     programs = tuple(ProgramDef(k, f"small:{k}", 21 + 2 * i)
                      for i, k in enumerate(EAGER_PROGRAMS))
     # the host's time before each dispatch varies a little from op to op (deterministically)
+    iteration = tuple(Execution(k, host_before_ps=EAGER_HOST_PS + (i * 13 % 5) * 6 * US,
+                                python=calls, argument_copies=copies, copy_bytes=4)
+                      for i, (k, calls, copies) in enumerate(ops))
+    return Plan(programs, iteration, dispatch_bound=True)
+
+
+# The MLP of the block op by op with its GELU written as jnp operations (small_programs
+# GELU_PASSES): dense up, eight element-wise passes from line 36, dense down.
+GELU_EAGER_ORDER = ("gelu_pow", "gelu_mul_scalar", "gelu_add", "gelu_mul_scalar", "gelu_tanh",
+                    "gelu_add_scalar", "gelu_mul", "gelu_mul_scalar")
+
+
+def _gelu_eager_plan() -> Plan:
+    names = ("matmul_up", "add_bias_up", *dict.fromkeys(GELU_EAGER_ORDER), "matmul_down_split_k")
+    programs = tuple(ProgramDef(k, f"small:{k}", 21 + 2 * i) for i, k in enumerate(names))
+    mlp = (BLOCK, f"{APPLY}#1")
+    ops = [("matmul_up", (*mlp, f"{DENSE}#up"), 0), ("add_bias_up", (*mlp, f"{DENSE}#up"), 0),
+           *((k, (*mlp, f"{APPLY}#2"), 1 if k.endswith("scalar") else 0)
+             for k in GELU_EAGER_ORDER),
+           ("matmul_down_split_k", (*mlp, f"{APPLY}#2", f"{APPLY}#3", f"{DENSE}#down"), 0)]
     iteration = tuple(Execution(k, host_before_ps=EAGER_HOST_PS + (i * 13 % 5) * 6 * US,
                                 python=calls, argument_copies=copies, copy_bytes=4)
                       for i, (k, calls, copies) in enumerate(ops))
@@ -213,6 +238,9 @@ MULTI_PROGRAM_SCENARIOS = {s.name: s for s in [
              plan=_eager_plan()),
     Scenario("eager-op-by-op-rocm", vendor="rocm", program="", steps=3, step_annotations=False,
              plan=_eager_plan()),
+    # the MLP op by op, its GELU as eight jnp element-wise passes of one line
+    Scenario("eager-gelu-passes", vendor="nvidia", program="", steps=4, step_annotations=False,
+             plan=_gelu_eager_plan()),
     # a train step and a separate optimizer program, without and with a step annotation
     Scenario("train-plus-optimizer", vendor="nvidia", program="", steps=4,
              step_annotations=False, plan=TRAIN_PLUS_OPTIMIZER),

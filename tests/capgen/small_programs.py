@@ -295,6 +295,44 @@ def matmul(m: int, k: int, n: int, callers, triton_batch: int = 0) -> Program:
     return b.finish(out)
 
 
+def matmul_split_k(m: int, k: int, n: int, splits: int, callers) -> Program:
+    """jit_matmul as XLA's split-K rewrite makes it (xla/service/gpu/split_k_gemm_rewriter.cc,
+    MakeDotSplitKBatch): a Triton GEMM fusion whose dot splits K into a leading batch dimension
+    of `splits` f32 partial sums, then a reduction fusion summing them over that dimension (and
+    converting to bf16): two kernels, the second the partial-sum kernel."""
+    b = _Builder("jit_matmul")
+    fr = _model_frames(b, 15, "matmul", callers)
+    x = b.parameter("x.1", BF16, (m, k))
+    w = b.parameter("w.1", BF16, (k, n))
+    ks = k // splits
+
+    def gemm(comp, ps):
+        lhs = b.ins(comp, "bitcast", "bitcast", BF16, (m, splits, ks), ps[:1])
+        lhs = b.ins(comp, "transpose", "transpose", BF16, (splits, m, ks), (lhs,),
+                    dimensions=[1, 0, 2])
+        rhs = b.ins(comp, "bitcast", "bitcast", BF16, (splits, ks, n), ps[1:])
+        d = b.ins(comp, "dot", "dot", F32, (splits, m, n), (lhs, rhs))
+        d.dot_dimension_numbers.lhs_contracting_dimensions.append(2)
+        d.dot_dimension_numbers.rhs_contracting_dimensions.append(1)
+        d.dot_dimension_numbers.lhs_batch_dimensions.append(0)
+        d.dot_dimension_numbers.rhs_batch_dimensions.append(0)
+        return d
+    partial = b.fusion("gemm_fusion_dot", "kCustom", [x, w], gemm, frame=fr, op="dot_general",
+                       config=TRITON_CONFIG.replace(b'"num_ctas":1', b'"num_ctas":1,'
+                                                    b'"split_k":"%d"' % splits),
+                       comp_base="gemm_fusion_dot_computation")
+    add_ = b.scalar_add()
+
+    def total(comp, ps):
+        zero = b.ins(comp, "constant", "constant", F32, ())
+        r = b.ins(comp, "reduce", "reduce", F32, (m, n), (ps[0], zero), dimensions=[0],
+                  called_computation_ids=[add_.id])
+        return b.ins(comp, "convert", "convert", BF16, (m, n), (r,))
+    out = b.fusion("loop_reduce_fusion", "kLoop", [partial], total, frame=fr,
+                   op="dot_general", comp_base="fused_reduce")
+    return b.finish(out)
+
+
 def add(dims, other_dims, callers) -> Program:
     """jit_add for one pair of shapes: one loop fusion (a bias broadcast, or a residual)."""
     b = _Builder("jit_add")
@@ -404,6 +442,48 @@ def gelu() -> Program:
     return b.finish(out)
 
 
+# GELU written with jnp operations and called without jit: each operation dispatches a cached
+# one-primitive program (jit_integer_pow, jit_multiply, ...) over the MLP's activations, all from
+# one source line (36: `0.5 * x * (1 + jnp.tanh(c * (x + 0.044715 * x ** 3)))`). A Python float
+# operand is a weakly typed f32 scalar argument; a program is compiled per operand signature, so
+# multiply by a scalar and multiply by a tensor are two programs of one name.
+GELU_PASSES = {  # builder -> (module, opcode, operands: "x" a tensor, "s" a scalar)
+    "gelu_pow": ("jit_integer_pow", "integer_pow", "x"),
+    "gelu_mul_scalar": ("jit_multiply", "multiply", "xs"),
+    "gelu_add": ("jit_add", "add", "xx"),
+    "gelu_tanh": ("jit_tanh", "tanh", "x"),
+    "gelu_add_scalar": ("jit_add", "add", "xs"),
+    "gelu_mul": ("jit_multiply", "multiply", "xx"),
+}
+
+
+def gelu_pass(name: str) -> Program:
+    """One pass of the eager GELU: one loop fusion of one primitive (bf16 computed in f32)."""
+    module, op, operands = GELU_PASSES[name]
+    b = _Builder(module)
+    dims = (T, F)
+    params = [b.parameter(f"{'xy'[i]}.1", BF16 if o == "x" else F32, dims if o == "x" else ())
+              for i, o in enumerate(operands)]
+    fr = _model_frames(b, 36, "gelu_eager", [(44, "block_forward"), (73, "apply_layers"),
+                                             (72, "apply_layers")])
+
+    def body(comp, ps):
+        cv = [b.ins(comp, "convert", "convert", F32, tuple(p.shape.dimensions), (p,))
+              if p.shape.element_type == BF16 else p for p in ps]
+        cv = [c if tuple(c.shape.dimensions) == dims else
+              b.ins(comp, "broadcast", "broadcast", F32, dims, (c,)) for c in cv]
+        if op == "integer_pow":  # x ** 3, as XLA expands it
+            y = b.ins(comp, "multiply", "multiply", F32, dims,
+                      (b.ins(comp, "multiply", "multiply", F32, dims, (cv[0], cv[0])), cv[0]))
+        else:
+            y = b.ins(comp, op, op, F32, dims, cv)
+        return b.ins(comp, "convert", "convert", BF16, dims, (y,))
+    root = "multiply" if op == "integer_pow" else op  # a fusion is named after its root
+    out = b.fusion(f"loop_{root}_fusion", "kLoop", params, body, frame=fr, op=op,
+                   comp_base=f"fused_{op}")
+    return b.finish(out)
+
+
 # ------------------------------------------------------------------- an optimizer program
 P = 1 << 20  # parameters the optimizer updates (a flat f32 vector)
 
@@ -496,6 +576,9 @@ BUILDERS = {
     "matmul_down": lambda: matmul(T, F, D, [(44, "block_forward"), (73, "apply_layers"),
                                             (73, "apply_layers"), (72, "apply_layers"),
                                             (61, "dense")]),
+    "matmul_down_split_k": lambda: matmul_split_k(T, F, D, 4, [
+        (44, "block_forward"), (73, "apply_layers"), (73, "apply_layers"),
+        (72, "apply_layers"), (61, "dense")]),
     "add_bias": lambda: add((T, D), (D,), [(42, "block_forward"), (51, "attention"),
                                            (61, "dense")]),
     "add_bias_up": lambda: add((T, F), (F,), [(44, "block_forward"), (72, "apply_layers"),
@@ -506,6 +589,7 @@ BUILDERS = {
     "multiply": multiply,
     "softmax": softmax,
     "gelu": gelu,
+    **{k: (lambda k=k: gelu_pass(k)) for k in GELU_PASSES},
     "apply_updates": apply_updates,
     # pipeline stages: stage<k> on GPU k; the last stage of a pipeline also computes the loss
     **{f"stage{k}": (lambda k=k: stage(k)) for k in range(4)},
