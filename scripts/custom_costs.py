@@ -467,7 +467,8 @@ class UserRow:
 
 class UserCosts:
     """A user's table of FLOP and byte formulas (CSV: `match`, a regular expression searched in
-    the custom call's target and its instruction's name; `flops`; `bytes`, empty for the call's
+    the custom call's target, its instruction's name and a kernel name its backend config
+    gives (Pallas's `name`); `flops`; `bytes`, empty for the call's
     operands and results; `kind`, optional). A formula is arithmetic over the backend config's
     numeric attributes by name, `operand_bytes`, `result_bytes`, `in<i>_d<j>` (operand i's
     dimension j) and `out_d<j>` (the first result's)."""
@@ -497,8 +498,10 @@ class UserCosts:
             raise CostsTableError(f"cannot read the costs table {self.path}: {exc}") from exc
 
     def cost(self, ins, operands: list, cfg: dict) -> CallCost | None:
+        kernel = cfg.get("name") if isinstance(cfg.get("name"), str) else ""  # Pallas's name
         for row in self.rows:
-            if row.pattern.search(ins.custom_call_target) or row.pattern.search(ins.name):
+            if any(row.pattern.search(t) for t in (ins.custom_call_target, ins.name, kernel)
+                   if t):
                 return self._apply(row, ins, operands, cfg)
         return None
 

@@ -129,7 +129,7 @@ def analyse(rows, res, programs, gpu: dict, peaks: dict,
         total_ps += ps
         c, ins, runs = row_cost(r, programs, costs, counts)
         if c.why is not None:
-            spot = Placement(why="FLOPs or bytes not computable")
+            spot = Placement(why=f"FLOPs or bytes not computable: {c.why}")
             no_cost_ps += ps
             no_cost.append((ps, r["instruction"], c.why))
         else:
@@ -337,8 +337,7 @@ def without_point_trust(placed: list, total_ps: int) -> list[str]:
     """The trust-list sentence naming every instruction of at least POINT_MIN_PCT of the
     attributed time without a roofline point, each with what is missing; none when every one
     has its point."""
-    missing = [(ps, r["instruction"], spot.why if spot.why != "FLOPs or bytes not computable"
-                else c.why) for r, c, _, _, spot, ps in placed
+    missing = [(ps, r["instruction"], spot.why) for r, _, _, _, spot, ps in placed
                if spot.share is None and total_ps and 100.0 * ps / total_ps >= POINT_MIN_PCT]
     if not missing:
         return []

@@ -272,3 +272,60 @@ def test_bad_costs_table_one_sentence(shared, tmp_path):
     p = _run("roofline.py", cap, "--out", out, "--no-xprof", "--costs", bad)
     assert p.returncode == 1 and len(p.stderr.strip().splitlines()) == 1
     assert "c.csv line 2" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_generated_custom_calls_costed_from_their_configs(tmp_path):
+    """A generated capture (tests/capgen `custom-calls`): Transformer Engine and cuDNN attention
+    calls with other masks, GQA, windows, lengths and dropout, written as the libraries write
+    their configs, and Pallas calls without and with a cost estimate, through the capture's
+    proto, the attribution and step 5: each call's FLOPs a run are the formulas' (brute-force
+    mask counting, 4 x pairs x head dims, 2.5x for a backward), the kernel without an estimate
+    gets a sentence naming --costs, and a --costs row naming that kernel fills it in."""
+    from capgen.generate import generate
+    from capgen.scenarios import SCENARIOS
+    from capgen.small_programs import CUDNN_CALLS, PALLAS_ESTIMATE, TE_CALLS
+    r = generate(SCENARIOS["custom-calls"], tmp_path / "capture")
+    out = tmp_path / "out"
+    assert _run("attribute_kernels.py", r.run_dir, "--out", out, "--no-xprof").returncode == 0
+    p = _run("roofline.py", r.run_dir, "--out", out, "--no-xprof")
+    assert p.returncode == 0, p.stderr
+    with open(out / "roofline.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    by_line = {}
+    with open(out / "attribution" / "ops.csv", newline="") as fh:
+        for o in csv.DictReader(fh):
+            by_line[int(o["source"].rsplit(":", 1)[1])] = o["instruction"]
+    flops = {r["instruction"]: r for r in rows}
+    want = []
+    for cfg in TE_CALLS.values():  # forward, then backward, on consecutive lines
+        causal = {0: None, 2: "top-left", 4: "bottom-right"}[cfg["mask_type"]]
+        pairs = brute_pairs(cfg["q_max_seqlen"], cfg["kv_max_seqlen"], causal,
+                            cfg["window_size_left"], cfg["window_size_right"])
+        f = 2 * pairs * (cfg["qk_head_dim"] + cfg["v_head_dim"]) * cfg["input_batch"] * \
+            cfg["attn_heads"]
+        want += [f, round(2.5 * f)]
+    for c in CUDNN_CALLS.values():
+        cf = c["cfg"]
+        inter = [int(d) for d in cf.get("intermediate_tensor_shape", {}).get("dimensions", [])]
+        b, n, t, s = inter or (c["q"][0], c["q"][1], c["q"][2], c["kv"][2])  # BNTH from bmm1
+        d = c["q"][-1]
+        window = cf.get("sliding_window_length", 0)
+        pairs = brute_pairs(t, s, "top-left" if cf["mask_type"] == "CAUSAL" else None,
+                            window - 1 if window else -1, -1)
+        f = 2 * pairs * 2 * d * b * n
+        want.append(round(2.5 * f) if "Backward" in c["target"] else f)
+    got = [flops[by_line[line]] for line in sorted(by_line)]
+    assert [int(g["run_flops"]) for g in got[:len(want)]] == want
+    assert all(g["work"] == "attention" and g["pct_of_ceiling"] for g in got[:len(want)])
+    plain, estimated = got[len(want):]
+    assert not plain["run_flops"] and "pallas_plain" in plain["no_ceiling_why"] and \
+        "--costs" in plain["no_ceiling_why"]
+    assert (int(estimated["run_flops"]), int(estimated["run_bytes"])) == (
+        PALLAS_ESTIMATE["flops"], PALLAS_ESTIMATE["bytes_accessed"])
+    table = tmp_path / "costs.csv"
+    table.write_text("match,flops,bytes\n^pallas_plain$,2 * in0_d0 * in0_d1,\n")
+    p = _run("roofline.py", r.run_dir, "--out", out, "--no-xprof", "--costs", table)
+    assert p.returncode == 0, p.stderr
+    with open(out / "roofline.csv", newline="") as fh:
+        row = next(x for x in csv.DictReader(fh) if x["instruction"] == plain["instruction"])
+    assert int(row["run_flops"]) == 2 * 4096 * 1024 and row["pct_of_ceiling"]

@@ -42,6 +42,11 @@ MiniGPT step aside):
   eight element-wise passes, each a one-primitive program (jit_integer_pow, jit_multiply by a
   scalar or a tensor, jit_add, jit_tanh), dispatch-bound; jitted, XLA would fuse them into one.
   The dense down is a split-K Triton GEMM (four f32 partial sums, then their reduction fusion).
+- `custom-calls`: one program of custom calls whose FLOPs only their backend configs state:
+  Transformer Engine fused attention forward and backward (no mask; causal with dropout; grouped
+  KV heads with a bottom-right window), cuDNN fused attention as XLA writes its config (causal
+  from dimension numbers; no mask from the intermediate shape; a backward with grouped KV heads,
+  a sliding window and dropout), and a Pallas Triton kernel without and with a cost estimate.
 - `train-plus-optimizer` (and `-annotated`): the MiniGPT train step, then a separate optimizer
   program (jit_apply_updates, five fusions) each iteration; no step annotation, or one around
   both.
@@ -114,6 +119,10 @@ def _gelu_eager_plan() -> Plan:
                       for i, (k, calls, copies) in enumerate(ops))
     return Plan(programs, iteration, dispatch_bound=True)
 
+
+# Fused-attention and kernel calls (small_programs.custom_calls), one program a step.
+CUSTOM_CALLS = Plan((ProgramDef("calls", "small:custom_calls", 21),),
+                    (Execution("calls", host_before_ps=40 * US),))
 
 TRAIN_PLUS_OPTIMIZER = Plan(
     (ProgramDef("train", "minigpt-1gpu", 17, "train_step"),
@@ -241,6 +250,9 @@ MULTI_PROGRAM_SCENARIOS = {s.name: s for s in [
     # the MLP op by op, its GELU as eight jnp element-wise passes of one line
     Scenario("eager-gelu-passes", vendor="nvidia", program="", steps=4, step_annotations=False,
              plan=_gelu_eager_plan()),
+    # Transformer Engine and cuDNN attention (masks, GQA, windows, dropout) and Pallas calls
+    Scenario("custom-calls", vendor="nvidia", program="", steps=3, step_annotations=False,
+             plan=CUSTOM_CALLS),
     # a train step and a separate optimizer program, without and with a step annotation
     Scenario("train-plus-optimizer", vendor="nvidia", program="", steps=4,
              step_annotations=False, plan=TRAIN_PLUS_OPTIMIZER),

@@ -24,7 +24,7 @@ import json
 import xprotos
 from hlo_program import Program
 
-PRED, S8, F32, BF16 = 1, 2, 11, 16
+PRED, S8, U8, S32, F32, BF16, TUPLE = 1, 2, 6, 4, 11, 16, 13
 # The backend config XLA writes on loop and input fusions (as in tests/data/minigpt-h100).
 FUSION_CONFIG = json.dumps({
     "operation_queue_id": "0", "force_earliest_schedule": False, "reification_cost": [],
@@ -484,6 +484,145 @@ def gelu_pass(name: str) -> Program:
     return b.finish(out)
 
 
+# ------------------------------------------------------------------- custom calls
+# Fused attention and kernel calls as the libraries write their backend configs, for the
+# custom-call cost model's end-to-end truth (tests/test_custom_costs.py computes each call's
+# FLOPs from these parameters with formulas of its own).
+# Transformer Engine: the MLIR attribute dictionary of te_fused_attn_*_ffi, keys and types as
+# the shared MI355X capture shows them (qkv_layout 5: BS3HD packed; 9: BSHD_BS2HD, grouped KV).
+TE_CALLS = {
+    "te_plain": dict(input_batch=2, attn_heads=8, num_gqa_groups=8, q_max_seqlen=512,
+                     kv_max_seqlen=512, qk_head_dim=64, v_head_dim=64, mask_type=0,
+                     dropout_probability=0.0, window_size_left=-1, window_size_right=-1),
+    "te_causal_dropout": dict(input_batch=1, attn_heads=16, num_gqa_groups=16,
+                              q_max_seqlen=1024, kv_max_seqlen=1024, qk_head_dim=128,
+                              v_head_dim=128, mask_type=2, dropout_probability=0.1,
+                              window_size_left=-1, window_size_right=-1),
+    "te_gqa_window": dict(input_batch=2, attn_heads=16, num_gqa_groups=4, q_max_seqlen=256,
+                          kv_max_seqlen=512, qk_head_dim=64, v_head_dim=64, mask_type=4,
+                          dropout_probability=0.0, window_size_left=127, window_size_right=0),
+}
+# cuDNN through XLA: `cudnn_fmha_backend_config` in the GpuBackendConfig JSON, snake_case keys,
+# int64 as strings, the mask by name (xla/backends/gpu/tests/gpu_fused_mha_test.cc; fields of
+# CudnnfMHABackendConfig in xla/service/gpu/backend_configs.proto). Q, K, V shapes and the
+# layout their dimension numbers or intermediate tensor shape [B, N, T, S] imply.
+CUDNN_CALLS = {
+    # BNTH, sized from bmm1's dimension numbers (no intermediate shape), causal
+    "cudnn_causal": dict(target="__cudnn$fmhaSoftmax", q=(2, 6, 1024, 64),
+                         kv=(2, 6, 1024, 64), cfg={
+                             "fmha_scale": 0.125, "dropout_rate": 0, "mask_type": "CAUSAL",
+                             "seed": "42", "bmm1_dot_dimension_numbers": {
+                                 "lhs_contracting_dimensions": ["3"],
+                                 "rhs_contracting_dimensions": ["3"],
+                                 "lhs_batch_dimensions": ["0", "1"],
+                                 "rhs_batch_dimensions": ["0", "1"]},
+                             "bmm2_dot_dimension_numbers": {
+                                 "lhs_contracting_dimensions": ["3"],
+                                 "rhs_contracting_dimensions": ["2"],
+                                 "lhs_batch_dimensions": ["0", "1"],
+                                 "rhs_batch_dimensions": ["0", "1"]}}),
+    # BTNH, no mask, query and key lengths apart, sized by the intermediate shape
+    "cudnn_plain": dict(target="__cudnn$fmhaSoftmax", q=(4, 256, 4, 32), kv=(4, 384, 4, 32),
+                        cfg={"fmha_scale": 0.17, "dropout_rate": 0, "mask_type": "NO_MASK",
+                             "intermediate_tensor_shape": {
+                                 "element_type": "BF16", "dimensions": ["4", "4", "256", "384"]}}),
+    # a backward with grouped KV heads (8 query heads, 2 KV), a window and dropout
+    "cudnn_window_gqa_backward": dict(
+        target="__cudnn$fmhaSoftmaxDropoutBackward", q=(2, 128, 8, 64), kv=(2, 128, 2, 64),
+        cfg={"fmha_scale": 0.125, "dropout_rate": 0.1, "mask_type": "NO_MASK", "seed": "7",
+             "sliding_window_length": 32, "intermediate_tensor_shape": {
+                 "element_type": "BF16", "dimensions": ["2", "8", "128", "128"]}}),
+}
+# Pallas on GPU lowers to __gpu$xla.gpu.triton with the kernel's name and IR in an MLIR
+# dictionary and no cost estimate; a config that carries one is read.
+PALLAS_ESTIMATE = {"flops": 10 * 4096 * 1024, "bytes_accessed": 2 * 4096 * 1024 * 4,
+                   "transcendentals": 0}
+
+
+def _mlir_attrs(cfg: dict) -> bytes:
+    """Attributes as MLIR prints a dictionary: `key = value : type`, sorted by key."""
+    def typed(v):
+        if isinstance(v, bool):
+            return str(v).lower()
+        return f"{v:e} : f64" if isinstance(v, float) else f"{v} : i64"
+    return ("{" + ", ".join(f"{k} = {typed(v)}" for k, v in sorted(cfg.items())) + "}").encode()
+
+
+def _call(b: _Builder, target: str, operands, outs, config: bytes, frame: int, op: str):
+    """A custom call whose result is a tuple of `outs` ((dtype, dims) each), scheduled, with
+    the get-tuple-element of its first result."""
+    cc = b.entry.instructions.add(name=b.name("custom-call"), opcode="custom-call", id=b._id(),
+                                  custom_call_target=target, backend_config=config)
+    cc.shape.element_type = TUPLE
+    for dtype, dims in outs:
+        _shape(cc.shape.tuple_shapes.add(), dtype, dims)
+    cc.operand_ids.extend(o.id for o in operands)
+    cc.metadata.op_name = f"jit({b.fn})/{op}"
+    cc.metadata.stack_frame_id = frame
+    b.schedule.append(cc.id)
+    dtype, dims = outs[0]
+    gte = b.ins(b.entry, "get-tuple-element", "get-tuple-element", dtype, dims, (cc,),
+                frame=frame, op=op, tuple_index=0)
+    b.schedule.append(gte.id)
+    return gte
+
+
+def custom_calls() -> Program:
+    """jit_attention_calls: each call of TE_CALLS forward and backward, of CUDNN_CALLS, and a
+    Pallas Triton kernel without and with a cost estimate, each under its own model.py line;
+    the results tupled."""
+    b = _Builder("jit_attention_calls")
+    outs = []
+    line = 80
+
+    def frame():
+        nonlocal line
+        line += 1
+        return _model_frames(b, line, "attention_calls", [(46, "block_forward")])
+    for name, cfg in TE_CALLS.items():
+        bs, h, g = cfg["input_batch"], cfg["attn_heads"], cfg["num_gqa_groups"]
+        sq, skv, d = cfg["q_max_seqlen"], cfg["kv_max_seqlen"], cfg["qk_head_dim"]
+        packed = g == h and sq == skv
+        full = {**cfg, "qkv_layout": 5 if packed else 9, "is_training": True,
+                "scaling_factor": d ** -0.5, "deterministic": False}
+        ins = ([b.parameter(f"qkv_{name}.1", BF16, (bs, sq, 3, h, d))] if packed else
+               [b.parameter(f"q_{name}.1", BF16, (bs, sq, h, d)),
+                b.parameter(f"kv_{name}.1", BF16, (bs, skv, 2, g, d))])
+        fwd = _call(b, "te_fused_attn_forward_ffi", ins,
+                    [(BF16, (bs, sq, h, cfg["v_head_dim"])), (U8, (1 << 20,))],
+                    _mlir_attrs(full), frame(), "te_fused_attn_forward_ffi")
+        bwd = _call(b, "te_fused_attn_backward_ffi", [*ins, fwd],
+                    [*((BF16, tuple(i.shape.dimensions)) for i in ins), (U8, (1 << 20,))],
+                    _mlir_attrs(full), frame(), "transpose(jvp())/te_fused_attn_backward_ffi")
+        outs += [fwd, bwd]
+    for name, c in CUDNN_CALLS.items():
+        q = b.parameter(f"q_{name}.1", BF16, c["q"])
+        k = b.parameter(f"k_{name}.1", BF16, c["kv"])
+        v = b.parameter(f"v_{name}.1", BF16, c["kv"])
+        ops, res = [q, k, v], [(BF16, c["q"])]
+        if "Backward" in c["target"]:
+            ops += [b.parameter(f"stats_{name}.1", F32, c["q"][:3]),
+                    b.parameter(f"o_{name}.1", BF16, c["q"]),
+                    b.parameter(f"do_{name}.1", BF16, c["q"])]
+            res = [(BF16, c["q"]), (BF16, c["kv"]), (BF16, c["kv"])]
+        config = json.dumps({"operation_queue_id": "0", "wait_on_operation_queues": [],
+                             "cudnn_fmha_backend_config": c["cfg"]},
+                            separators=(",", ":")).encode()
+        outs.append(_call(b, c["target"], ops, [*res, (U8, (0,))], config, frame(),
+                          "dot_product_attention"))
+    for name, estimate in (("pallas_plain", None), ("pallas_estimated", PALLAS_ESTIMATE)):
+        x = b.parameter(f"x_{name}.1", F32, (4096, 1024))
+        config = (json.dumps({"name": name, "cost_estimate": estimate}).encode() if estimate
+                  else b'{name = "' + name.encode() + b'", ir = "ML\\EFR", '
+                       b'num_stages = 3 : i32, num_warps = 4 : i32}')
+        outs.append(_call(b, "__gpu$xla.gpu.triton", [x], [(F32, (4096, 1024))], config,
+                          frame(), "pallas_call"))
+    root = b.ins(b.entry, "tuple", "tuple", TUPLE, (), outs)
+    for o in outs:
+        _shape(root.shape.tuple_shapes.add(), o.shape.element_type, tuple(o.shape.dimensions))
+    return b.finish(root)
+
+
 # ------------------------------------------------------------------- an optimizer program
 P = 1 << 20  # parameters the optimizer updates (a flat f32 vector)
 
@@ -591,6 +730,7 @@ BUILDERS = {
     "gelu": gelu,
     **{k: (lambda k=k: gelu_pass(k)) for k in GELU_PASSES},
     "apply_updates": apply_updates,
+    "custom_calls": custom_calls,
     # pipeline stages: stage<k> on GPU k; the last stage of a pipeline also computes the loss
     **{f"stage{k}": (lambda k=k: stage(k)) for k in range(4)},
     **{f"stage{k}_loss": (lambda k=k: stage(k, loss=True)) for k in range(4)},
