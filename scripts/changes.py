@@ -1526,7 +1526,7 @@ def instruction_prose(c: dict, exposed: str) -> tuple[str, str]:
         binding=c["binding"], method=c["method"], time=INSTRUCTION_TIME, exposed=exposed,
         target=target, ceiling=said["memory"] if memory else said["compute"].format(
             dtype=c["ceiling_dtype"] or "its dtype"))
-    work = c.get("work", "")
+    work = c.get("work", "").removesuffix(" backward")
     if work in ("attention", "gemm") and not memory or work in ("elementwise", "reduction"):
         knob = knobs[work].format(backend=c.get("backend") or "its backend")
     else:

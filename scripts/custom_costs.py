@@ -222,7 +222,8 @@ class Attention:
             f"backend config (attention {'backward' if self.backward else 'forward'}: batch "
             f"{self.batch}, heads {self.heads}, {self.kv}, lengths {self.sq}x{self.skv}, head "
             f"dims {self.d_qk}/{self.d_v}, {', '.join(words)})",
-            "attention", dtype_name(operands[0]) if operands else None)
+            "attention backward" if self.backward else "attention",
+            dtype_name(operands[0]) if operands else None)
 
 
 def te_attention(ins, operands: list, cfg: dict) -> CallCost:

@@ -34,8 +34,10 @@ FLOAT_TYPES = frozenset({"f16", "bf16", "f32", "f64", "c64", "c128", "f8e5m2", "
                          "f4e2m1fn"})
 SLICE_OPCODES = frozenset({"slice", "dynamic-slice", "gather"})
 # What an instruction's work is (Cost.kind): what a measured target of the same kind compares
-WORK_KINDS = ("attention", "gemm", "convolution", "reduction", "elementwise", "data movement",
-              "copy", "kernel", "custom")
+# (an attention backward is work of its own: its kernels recompute and reduce what the forward's
+# do not, so a forward is never held to a backward's rate)
+WORK_KINDS = ("attention", "attention backward", "gemm", "convolution", "reduction",
+              "elementwise", "data movement", "copy", "kernel", "custom")
 
 
 def _prod(xs) -> int:

@@ -816,7 +816,8 @@ declare(Table(
             "empty when a ceiling applies, else why not (`withheld: ...` where its measured "
             "time puts it past a physical limit: above its ceiling or faster than memory)"),
         col("work", "", "",
-            "the kind of work: attention, gemm, convolution, reduction, elementwise, data "
+            "the kind of work: attention, attention backward (a work of its own: a forward is "
+            "never held to a backward's rate), gemm, convolution, reduction, elementwise, data "
             "movement, copy, kernel or custom (empty where not computable)"),
         col("backend", "", "",
             "who generates its kernel: `library <custom call target>` (cuBLAS, hipBLASLt, "
