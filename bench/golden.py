@@ -19,6 +19,13 @@ seconds, DIR and the checkout itself (so another DIR or worktree compares equal)
 the digests in DIR/then/DIGESTS.json; compare may run in another DIR against a copy of then/
 (--then=PATH).
 compare prints each file that differs or is missing on one side and exits 1 when any does.
+
+    python3 -P bench/golden.py check [--write]  # a few scenarios against tests/golden/digests.json
+
+check runs the bundled example and the generated scenarios of CHECKED (no shared capture: the
+file must hold on any checkout) in a temporary folder and compares their digests with the ones
+kept in the repository, printing each file that moved; --write keeps the new digests instead,
+so a change's commit shows which outputs it moved (tests/test_golden.py runs check).
 """
 
 from __future__ import annotations
@@ -41,7 +48,15 @@ GENERATED = [  # (name, capgen arguments)
     ("gen-eager-op-by-op", ["eager-op-by-op"]),
     ("gen-pipeline-stages", ["pipeline-stages"]),
     ("gen-rocm-8gpu-2hosts", ["rocm-8gpu", "--hosts", "2", "--slow-host", "1"]),
+    ("gen-eager-gelu-passes", ["eager-gelu-passes"]),
+    ("gen-custom-calls", ["custom-calls"]),
 ]
+
+
+# the scenarios whose digests the repository keeps (tests/golden/digests.json)
+CHECKED = ("gen-nvidia-cb-partial", "gen-rocm-8gpu-straggler", "gen-eager-op-by-op",
+           "gen-eager-gelu-passes", "gen-custom-calls")
+KEPT = ROOT / "tests" / "golden" / "digests.json"
 
 
 def shared_captures() -> list[tuple[str, Path]]:
@@ -52,11 +67,13 @@ def shared_captures() -> list[tuple[str, Path]]:
     return found
 
 
-def generate(base: Path) -> list[tuple[str, Path]]:
+def generate(base: Path, only=None) -> list[tuple[str, Path]]:
     caps = base / "captures"
     env = dict(os.environ, PYTHONPATH=f"{ROOT / 'tests'}:{ROOT / 'scripts'}")
     out = []
     for name, argv in GENERATED:
+        if only is not None and name not in only:
+            continue
         dest = caps / name
         if not dest.exists():
             subprocess.run([PY, "-m", "capgen", argv[0], str(dest), *argv[1:]], env=env,
@@ -65,9 +82,9 @@ def generate(base: Path) -> list[tuple[str, Path]]:
     return out
 
 
-def run_all(base: Path, into: Path) -> None:
-    targets = shared_captures() + [("example", ROOT / "examples" / "minigpt-h100-2gpu-cb")]
-    targets += generate(base)
+def run_all(base: Path, into: Path, only=None) -> None:
+    targets = [] if only is not None else shared_captures()
+    targets += [("example", ROOT / "examples" / "minigpt-h100-2gpu-cb")] + generate(base, only)
     if into.exists():
         shutil.rmtree(into)
     into.mkdir(parents=True)
@@ -112,7 +129,41 @@ def digests(tree: Path, base: Path) -> dict[str, str]:
     return out
 
 
+def differ(then: dict, now: dict) -> int:
+    """Print each file that moved; the count."""
+    bad = 0
+    for rel in sorted(set(then) | set(now)):
+        if then.get(rel) != now.get(rel):
+            bad += 1
+            side = "only then" if rel not in now else "only now" if rel not in then else "differs"
+            print(f"{side}: {rel}")
+    print(f"{len(then)} files then, {len(now)} now, {bad} differ")
+    return bad
+
+
+def check(write: bool) -> int:
+    """The kept scenarios against tests/golden/digests.json (or --write them)."""
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="golden-") as tmp:
+        base = Path(tmp).resolve()
+        run_all(base, base / "now", only=CHECKED)
+        now = digests(base / "now", base)
+    if write:
+        KEPT.parent.mkdir(parents=True, exist_ok=True)
+        KEPT.write_text(json.dumps(now, indent=1, sort_keys=True) + "\n")
+        print(f"{len(now)} digests kept in {KEPT.relative_to(ROOT)}")
+        return 0
+    then = json.loads(KEPT.read_text()) if KEPT.is_file() else {}
+    if differ(then, now):
+        print("outputs moved: if the change means to move them, keep the new digests with "
+              "python3 -P bench/golden.py check --write and commit them with the change")
+        return 1
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["check"] and argv[1:] in ([], ["--write"]):
+        return check(argv[1:] == ["--write"])
     then_dir = None
     if len(argv) == 3 and argv[2].startswith("--then="):
         then_dir = Path(argv.pop()[len("--then="):]).resolve()
@@ -129,15 +180,7 @@ def main(argv: list[str]) -> int:
     run_all(base, base / "now")
     then_dir = then_dir or base / "then"
     then = json.loads((then_dir / "DIGESTS.json").read_text())
-    now = digests(base / "now", base)
-    bad = 0
-    for rel in sorted(set(then) | set(now)):
-        if then.get(rel) != now.get(rel):
-            bad += 1
-            side = "only then" if rel not in now else "only now" if rel not in then else "differs"
-            print(f"{side}: {rel}")
-    print(f"{len(then)} files then, {len(now)} now, {bad} differ")
-    return 1 if bad else 0
+    return 1 if differ(then, digests(base / "now", base)) else 0
 
 
 if __name__ == "__main__":

@@ -265,7 +265,9 @@ def render(r: dict) -> list[str]:
                    f"{p['between_ms']:.3f} ms")
     g = r.get("gpu_model")
     if g:
-        out.append(f"GPU model: {g['model']} ({g['basis']})" if g["model"] else
+        out.append(f"GPU model: {g['model']} (its vendor, compute capability, cores, clock and "
+                   f"memory match that model's row; evidence {g['basis']}: "
+                   "references/peaks-sources.md)" if g["model"] else
                    f"GPU model: not identified ({g['why']})")
     if r["repeated_stat_events"]:
         out.append(f"note: {r['repeated_stat_events']} stats repeated a key on one event; "

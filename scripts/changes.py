@@ -883,7 +883,8 @@ def distances(work: list, total_us: float, roof: list, several: bool) -> tuple[l
                                or "not in roofline.csv", o.get("user_frame", "")))
             continue
         best = num(r.get("best_same_work_pct"))
-        cands.append({"instruction": name, "share": share, "pct": pct,
+        cands.append({"instruction": name, "key": (o.get("program_id", ""), o["instruction"]),
+                      "share": share, "pct": pct,
                       "cut": share * max(0.0, 1.0 - pct / 100.0),
                       "binding": r.get("binding", ""), "user_frame": o.get("user_frame", ""),
                       "method": r.get("method", ""), "ceiling_dtype": r.get("ceiling_dtype", ""),
@@ -967,8 +968,9 @@ class Row:
     extra: dict | None = None
     named: frozenset = frozenset()
     measured: float | None = None  # the median step's saving at a target this capture reached
-    kernel_cut: list | None = None  # per step used: kernel time it removes beyond the named
-    #                                 instructions' distance to their ceilings (combined adds it)
+    kernel_cut: list | None = None  # per step used: kernel time it removes, in place of the
+    #                                 distance to their ceilings of the instructions it `fuses`
+    fuses: frozenset = frozenset()  # indices of Ceilings.cands whose cut kernel_cut replaces
 
 
 @dataclass
@@ -1089,8 +1091,9 @@ def elementwise_passes(ctx: Context) -> dict:
 def pass_runs(events: list, ew: dict, one_kernel: set) -> list:
     """The runs of back-to-back element-wise kernels (`events`: (start, dur, pid, instruction,
     user frame) in start order) that span at least two program executions: each a list of
-    (dur us, bytes, ceiling, user frame). A program with one kernel an execution starts a new
-    execution at each kernel; another, where its program id changes."""
+    (dur us, bytes, ceiling, user frame, (program id, instruction)). A program with one kernel
+    an execution starts a new execution at each kernel; another, where its program id
+    changes."""
     runs, cur, execs, prev = [], [], 0, None
     for _, dur, pid, ins, frame in events + [(0.0, 0.0, None, None, "")]:
         info = ew.get((pid, ins))
@@ -1102,16 +1105,16 @@ def pass_runs(events: list, ew: dict, one_kernel: set) -> list:
         if pid != prev or pid in one_kernel:
             execs += 1
         prev = pid
-        cur.append((dur, info[0], info[1], frame))
+        cur.append((dur, info[0], info[1], frame, (pid, ins)))
     return runs
 
 
 def fused_saving(run: list) -> tuple[float, float]:
     """(saving at the best rate the run's passes reached, saving at the memory ceiling), us."""
-    total = sum(d for d, _, _, _ in run)
-    big = max(b for _, b, _, _ in run)
-    ceiling = min(c for _, _, c, _ in run)
-    rate = min(ceiling, max(b / (d * 1e-6) for d, b, _, _ in run))
+    total = sum(p[0] for p in run)
+    big = max(p[1] for p in run)
+    ceiling = min(p[2] for p in run)
+    rate = min(ceiling, max(p[1] / (p[0] * 1e-6) for p in run))
     return total - big / rate * 1e6, total - big / ceiling * 1e6
 
 
@@ -1142,13 +1145,14 @@ def fused_on_jit(ctx: Context) -> list:
                 if k.get("device") == dev and t is not None and a <= t < b:
                     events[n].append((t, num(k.get("dur_us")) or 0.0, k.get("program_id", ""),
                                       k.get("instruction", ""), k.get("user_frame", "")))
-    measured, ceiling, median_runs = [], [], []
+    measured, ceiling, median_runs, fused_keys = [], [], [], set()
     for n in ctx.chosen:
         runs = [r for r in pass_runs(sorted(events[n]), ew, one_kernel)
                 if fused_saving(r)[0] >= FUSED_MIN_SHARE * sum(d for d, *_ in r)]
         sav = [fused_saving(r) for r in runs]
         measured.append(sum(m for m, _ in sav))
         ceiling.append(sum(c for _, c in sav))
+        fused_keys.update(p[4] for r in runs for p in r)
         if n == ctx.median:
             median_runs = runs
     at = ctx.at
@@ -1156,22 +1160,29 @@ def fused_on_jit(ctx: Context) -> list:
         return []
     lines: dict = {}
     for r in median_runs:
-        for d, _, _, frame in r:
+        for d, _, _, frame, _ in r:
             ln = lines.setdefault(frame.split(" ")[0] or "no line", [0, 0.0])
             ln[0] += 1
             ln[1] += d
     top = sorted(lines.items(), key=lambda kv: (-kv[1][1], kv[0]))
     passes = sum(len(r) for r in median_runs)
     total = sum(d for r in median_runs for d, *_ in r)
+    idle = ctx.dispatch_idle[at]
+    fuses = frozenset(i for i, c in enumerate(ctx.ceilings.cands) if c["key"] in fused_keys) \
+        if ctx.ceilings is not None else frozenset()
+    where = ", ".join(line for line, _ in top[:3]) + (
+        f" and {rules.plural(len(top) - 3, 'other line')}" if len(top) > 3 else "")
     return [Row(
         f"once jitted, XLA can fuse {rules.plural(len(median_runs), 'run')} of back-to-back "
         f"element-wise passes that now run as separate programs: {passes} passes, "
         f"{fmt(total)} us of step {ctx.median}, into "
         f"{rules.plural(len(median_runs), 'kernel')}; largest: "
         + ", ".join(f"{line} {rules.plural(n, 'pass', 'passes')} {fmt(t)} us"
-                    for line, (n, t) in top[:3]),
-        top[0][0], 100.0 * ceiling[at] / ctx.window, spread(ceiling, at),
-        measured=measured[at], kernel_cut=ceiling,
+                    for line, (n, t) in top[:3])
+        + f"; with the dispatch row's {fmt(idle)} us (the same jit, other time) the jit saves "
+          f"{fmt(idle + measured[at])} to {fmt(idle + ceiling[at])} us of step {ctx.median}",
+        where, 100.0 * ceiling[at] / ctx.window, spread(ceiling, at),
+        measured=measured[at], kernel_cut=ceiling, fuses=fuses,
         extra={"passes": passes, "runs": len(median_runs)})]
 
 
@@ -1802,6 +1813,7 @@ def written(c: Cause, r: Row) -> dict:
     return {"cause_kind": c.kind, "cause": r.cause, "where": r.where, "pct_of_step": r.pct,
             "saving": r.saving, **prose, "label": LABEL, "source": c.prose.source,
             "named": r.named, "measured": r.measured, "kernel_cut": r.kernel_cut,
+            "fuses": r.fuses,
             **(r.extra or {})}
 
 
@@ -1822,7 +1834,8 @@ def ranked(rows: list) -> list:
 def combined(ctx: Context, rows: list) -> dict:
     """Every listed cause gone at once, all work exposed, per step (COMBINE_RULE: an upper bound,
     capped at the step's window): the median step's with the min and max across steps."""
-    named = {i for r in rows for i in r["named"]}
+    # a fused pass's cut is in its fused_on_jit row's kernel time (never counted twice)
+    named = {i for r in rows for i in r["named"]} - {i for r in rows for i in r["fuses"]}
     cut = sum(c["cut"] for i, c in enumerate(ctx.ceilings.cands) if i in named) \
         if ctx.ceilings is not None else 0.0
     comb = []
@@ -1887,12 +1900,13 @@ COMBINE_RULE = (
     "gaps are gone; (2) Python lines are the instructions' kernel time grouped by line: never add "
     "a line to an instruction; (3) the straggler's extra work and the instructions' distance to "
     "their ceilings shorten the same compute time, so together they never exceed it; (4) the "
-    "element-wise passes a jit would fuse are counted with the dispatch they need. "
+    "element-wise passes a jit would fuse count their fused saving in place of their distance "
+    "to the ceiling. "
     "combined_saving_us is every listed cause gone at once with all work exposed: host-late "
     "time + collective + memcpy + idle between steps + idle between kernels + min(compute, "
     "straggler + the instructions "
-    "the instruction and Python-line rows name, each once + the fused passes' kernel time), per "
-    "step, capped at the step time; "
+    "the instruction and Python-line rows name, each once, a fused pass by its fused saving), "
+    "per step, capped at the step time; "
     "an upper bound, never a sum of the rows.")
 
 

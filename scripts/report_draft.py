@@ -126,7 +126,8 @@ def gpu_line(s: Scratch) -> list[str]:
     out = []
     if g.get("model"):
         out.append(f"- GPU: **{g['model']}** (read; capture_info.json: gpu_model.model), "
-                   f"identified from the device stats by peaks.md section 4. "
+                   f"identified from the device stats (vendor, compute capability, cores, clock, "
+                   f"memory; evidence in references/peaks-sources.md). "
                    + judge("say it is the GPU the user meant, or that it is not"))
     elif g.get("why"):
         out.append(f"- GPU: not identified: {md_cell(g['why'])} (read; capture_info.json: "

@@ -31,8 +31,6 @@ from test_build_page import (
     plant,
 )
 
-from conftest import REPO
-
 REQUIRE = os.environ.get("JAXTRACE_REQUIRE_BROWSER") == "1"
 CHROMIUM = (os.environ.get("JAXTRACE_CHROMIUM") or shutil.which("chromium")
             or shutil.which("chromium-browser"))
@@ -229,13 +227,6 @@ def test_prints_without_clipped_tables(browser, pages):
         (pages["shots"] / "page.pdf").write_bytes(pdf)
     finally:
         ctx.close()
-
-
-def test_screenshots_are_kept(pages):
-    """Where the screenshots went (printed for a person to look at)."""
-    shots = sorted(p.name for p in pages["shots"].iterdir())
-    print("screenshots:", pages["shots"], shots)
-    assert REPO.is_dir()
 
 
 def test_a_drawing_naming_outside_resources_loads_nothing(browser, pages, tmp_path):
