@@ -24,6 +24,25 @@ for p in (ROOT_SCRIPTS, SIBLING_SCRIPTS, REPO / "tests"):
         sys.path.insert(0, str(p))
 
 
+# The tiers (pytest.ini): `shared` for tests that read ../shared, `browser` for the browser's,
+# `slow` for those tests/slow.txt lists (tests/tiers.py writes it from a timed run) or that say
+# so themselves, `quick` for all others: `bash tests/run.sh -m quick` on every change.
+SHARED_FIXTURES = frozenset({"shared", "shared_attributed", "independent", "capture"})
+SLOW = frozenset((REPO / "tests" / "slow.txt").read_text().split())
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if SHARED_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.shared)
+        if item.path.name == "test_page_browser.py":
+            item.add_marker(pytest.mark.browser)
+        if item.nodeid.split("[")[0] in SLOW:
+            item.add_marker(pytest.mark.slow)
+        if not any(item.get_closest_marker(m) for m in ("shared", "browser", "slow")):
+            item.add_marker(pytest.mark.quick)
+
+
 def shared_manifest() -> dict | None:
     path = SHARED_CAPTURES / "manifest.json"
     return json.loads(path.read_text()) if path.is_file() else None

@@ -159,8 +159,8 @@ def test_headings_are_in_order_and_the_header_says_what_was_captured(scratch):
     # the title is the heading as read: the draft's code span around the run name is not shown
     # as backticks
     html = (scratch / "report_draft.html").read_text(encoding="utf-8")
-    assert "<h1>Why the step is slow: 2026_01_01_00_00_00</h1>" in html
-    assert "<title>Why the step is slow: 2026_01_01_00_00_00</title>" in html
+    assert "<h1>Why the step is slow: 2026_01_01_00_00_00, on H100 SXM5 80GB</h1>" in html
+    assert "<title>Why the step is slow: 2026_01_01_00_00_00, on H100 SXM5 80GB</title>" in html
 
 
 def test_every_citation_is_a_visible_label(scratch):
