@@ -44,7 +44,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "analyzing-jax-launch-overhead" / "scripts")]
-import capture_inputs  # noqa: E402
+from tracekit import capture_inputs
 
 RESULTS = REPO / "bench" / "RESULTS.md"
 HEADER = ("| date | machine | capture | size | item | runs | median_s | min_s | max_s | "

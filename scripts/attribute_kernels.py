@@ -63,16 +63,19 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-import sibling  # noqa: E402  (where the sibling skill is: one home)
+import sibling  # where the sibling skill is: one home
 
 SIBLING = sibling.on_path()
 
-import scratch  # noqa: E402  (sibling skill: the scratch files' declarations, writers)
-import step_cli  # noqa: E402  (sibling skill: the command line, errors, exit codes)
-import trace_rules as rules  # noqa: E402  (sibling skill: the classification rules)
-import xprof_figures  # noqa: E402  (XProf's conversions, each in a child process)
-from step_cli import progress  # noqa: E402
-from trace_rules import CONTROL_OPCODES, pct, us  # noqa: E402
+import xprof_figures  # XProf's conversions, each in a child process
+
+from tracekit import (
+    scratch,  # sibling skill: the scratch files' declarations, writers
+    step_cli,  # sibling skill: the command line, errors, exit codes
+)
+from tracekit import trace_rules as rules  # sibling skill: the classification rules
+from tracekit.step_cli import progress
+from tracekit.trace_rules import CONTROL_OPCODES, pct, us
 
 try:
     import kernel_match as km  # numpy, installed with jax

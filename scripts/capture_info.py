@@ -34,18 +34,20 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-import sibling  # noqa: E402  (where the sibling skill is: one home)
+import sibling  # where the sibling skill is: one home
 
 SIBLING = sibling.on_path()
 
-import gpu_ceilings  # noqa: E402
-import model_checks  # noqa: E402  (sibling skill: step 1's counts of the trace)
-import scratch  # noqa: E402  (sibling skill: the scratch files' declarations, writers)
-import step_cli  # noqa: E402  (sibling skill: the command line, errors, exit codes)
-import trace_rules as rules  # noqa: E402  (sibling skill)
+import gpu_ceilings
+import model_checks  # sibling skill: step 1's counts of the trace
 
-import capture_inputs  # noqa: E402  (sibling skill)
-import trace_reader  # noqa: E402  (sibling skill)
+from tracekit import (
+    capture_inputs,  # sibling skill
+    scratch,  # sibling skill: the scratch files' declarations, writers
+    step_cli,  # sibling skill: the command line, errors, exit codes
+    trace_reader,  # sibling skill
+)
+from tracekit import trace_rules as rules  # sibling skill
 
 RESULT_FILE = "capture_info.json"
 HOST_STATS = frozenset({"hlo_op", "program_id", "correlation_id"})

@@ -47,15 +47,16 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-import sibling  # noqa: E402  (where the sibling skill is: one home)
+import sibling  # where the sibling skill is: one home
 
 SIBLING = sibling.on_path()
 
-import scratch  # noqa: E402  (sibling skill: the scratch files' declarations, readers, writers)
-import step_cli  # noqa: E402  (sibling skill: the command line, errors, exit codes)
-import trace_rules as rules  # noqa: E402  (sibling skill: tie rule, CSV writing, atomic files)
-
-import capture_inputs  # noqa: E402  (sibling skill)
+from tracekit import (
+    capture_inputs,  # sibling skill
+    scratch,  # sibling skill: the scratch files' declarations, readers, writers
+    step_cli,  # sibling skill: the command line, errors, exit codes
+)
+from tracekit import trace_rules as rules  # sibling skill: tie rule, CSV writing, atomic files
 
 RESULT_FILE = "changes.json"
 TABLE = "changes.csv"

@@ -48,13 +48,15 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-import sibling  # noqa: E402  (where the sibling skill is: one home)
+import sibling  # where the sibling skill is: one home
 
 SIBLING = sibling.on_path()
 
-import scratch  # noqa: E402  (sibling skill: the scratch files' declarations, writers)
-import step_cli  # noqa: E402  (sibling skill: the command line, errors, exit codes)
-import trace_rules as rules  # noqa: E402  (sibling skill: units, atomic outputs)
+from tracekit import (
+    scratch,  # sibling skill: the scratch files' declarations, writers
+    step_cli,  # sibling skill: the command line, errors, exit codes
+)
+from tracekit import trace_rules as rules  # sibling skill: units, atomic outputs
 
 TABLE, RESULT, DRAFT = "compare.csv", "compare.json", "compare_draft.md"
 SIDES = ("before", "after")

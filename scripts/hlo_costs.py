@@ -7,18 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-try:
-    from trace_rules import COLLECTIVE_OPCODES, CONTROL_OPCODES, NO_LAUNCH_OPCODES
-except ImportError:  # imported without an entry script's path set-up: find the sibling skill
-    import sys
-    from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import sibling
-    sibling.on_path()
-    from trace_rules import COLLECTIVE_OPCODES, CONTROL_OPCODES, NO_LAUNCH_OPCODES
-
 import custom_costs
 
+from tracekit.trace_rules import COLLECTIVE_OPCODES, CONTROL_OPCODES, NO_LAUNCH_OPCODES
 from xprotos import dtype_name, nbytes
 
 # Element-wise opcodes counted as one FLOP per output element (transcendentals included, as one).

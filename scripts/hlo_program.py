@@ -23,18 +23,10 @@ import json
 import re
 from dataclasses import dataclass
 
-try:
-    from trace_rules import NO_LAUNCH_OPCODES  # noqa: F401  (re-exported: one home)
-except ImportError:  # imported without an entry script's path set-up: find the sibling skill
-    import sys
-    from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import sibling
-    sibling.on_path()
-    from trace_rules import NO_LAUNCH_OPCODES  # noqa: F401
-
-from trace_rules import WAIT_OPCODES
-
+from tracekit.trace_rules import (
+    NO_LAUNCH_OPCODES,  # noqa: F401  (re-exported: one home)
+    WAIT_OPCODES,
+)
 from xprotos import PRIMITIVE_TYPES
 
 # The default "user code" frame: the first frame (innermost first) in none of these libraries,

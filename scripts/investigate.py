@@ -67,13 +67,15 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-import sibling  # noqa: E402  (where the sibling skill is: one home)
+import sibling  # where the sibling skill is: one home
 
 SIBLING = sibling.on_path()
 if SIBLING is not None:
-    import scratch  # noqa: E402  (sibling skill: the scratch folder, read once)
-    import step_cli  # noqa: E402  (sibling skill: the command line, the per-host pass)
-    import trace_rules as rules  # noqa: E402  (sibling skill: units)
+    from tracekit import (
+        scratch,  # sibling skill: the scratch folder, read once
+        step_cli,  # sibling skill: the command line, the per-host pass
+    )
+    from tracekit import trace_rules as rules  # sibling skill: units
 else:
     scratch = step_cli = rules = None
 
@@ -311,7 +313,7 @@ TIMED_OUT = 124  # a step's exit code when it ran past its time limit, as timeou
 
 def capture_bytes(args) -> int:
     """The capture's files together (0 where they cannot be found: step 0 says why)."""
-    import capture_inputs
+    from tracekit import capture_inputs
     try:
         files = capture_inputs.resolve(args.capture, run=args.run, host=args.host)
         return sum(f.stat().st_size for f in (files.xplane, files.trace) if f is not None)
@@ -329,7 +331,7 @@ def steps_at_once(args) -> tuple[int, str]:
     the hosts of a run) would pass what is available now."""
     if args.jobs is not None:
         return max(1, args.jobs), f"--jobs {args.jobs}"
-    import per_host
+    from tracekit import per_host
     return per_host.processes_at_once(MOST_STEPS_AT_ONCE, capture_bytes(args), "step")
 
 
@@ -567,7 +569,7 @@ def holding(out: Path):
 def start_afresh(args, out: Path) -> None:
     """A folder holding another capture's tables (scratch.other_capture) is emptied of every
     declared file first: none of them may be read beside this capture's."""
-    import capture_inputs
+    from tracekit import capture_inputs
     try:
         files = capture_inputs.resolve(args.capture, run=args.run, host=args.host)
     except capture_inputs.CaptureError:

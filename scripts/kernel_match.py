@@ -42,7 +42,9 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
-from trace_rules import (
+
+from hlo_program import Program
+from tracekit.trace_rules import (
     COLLECTIVE_OPCODES,
     CONTROL_OPCODES,
     KINDS,
@@ -51,8 +53,6 @@ from trace_rules import (
     WAIT_OPCODES,
     kernel_kind,
 )
-
-from hlo_program import Program
 
 REDUCING_OPCODES = frozenset({"reduce", "reduce-window", "scatter", "select-and-scatter"})
 # What a memcpy-like fused computation may hold besides its copy.

@@ -26,13 +26,13 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-import sibling  # noqa: E402  (where the sibling skill is: one home)
+import sibling  # where the sibling skill is: one home
 
 SIBLING = sibling.on_path()
 
-import step_cli  # noqa: E402  (sibling skill: the command line, errors, exit codes)
-import trace_rules as rules  # noqa: E402  (sibling skill)
-from scratch import Scratch  # noqa: E402  (sibling skill: the scratch folder, read once)
+from tracekit import step_cli  # sibling skill: the command line, errors, exit codes
+from tracekit import trace_rules as rules  # sibling skill
+from tracekit.scratch import Scratch  # sibling skill: the scratch folder, read once
 
 DRAFT = "report_draft.md"
 TOP_ROWS = 8  # instructions and Python lines listed: enough to cover most time in practice

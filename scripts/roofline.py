@@ -43,18 +43,21 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-import sibling  # noqa: E402  (where the sibling skill is: one home)
+import sibling  # where the sibling skill is: one home
 
 SIBLING = sibling.on_path()
 
-import gpu_ceilings  # noqa: E402  (peaks.csv, the GPU, its ceilings)
-import scratch  # noqa: E402  (sibling skill: the scratch files' declarations, writers)
-import step_cli  # noqa: E402  (sibling skill: the command line, errors, exit codes)
-import svg  # noqa: E402  (SVG elements and text widths, shared with swimlanes.py)
-import trace_rules as rules  # noqa: E402  (sibling skill)
-import xprof_figures  # noqa: E402  (XProf's own figures, shown beside ours)
-from hlo_costs import Cost, Costs, dtype_name  # noqa: E402  (FLOPs and bytes per instruction)
-from trace_rules import pct  # noqa: E402  (sibling skill: shared rules)
+import gpu_ceilings  # peaks.csv, the GPU, its ceilings
+import svg  # SVG elements and text widths, shared with swimlanes.py
+import xprof_figures  # XProf's own figures, shown beside ours
+from hlo_costs import Cost, Costs, dtype_name  # FLOPs and bytes per instruction
+
+from tracekit import (
+    scratch,  # sibling skill: the scratch files' declarations, writers
+    step_cli,  # sibling skill: the command line, errors, exit codes
+)
+from tracekit import trace_rules as rules  # sibling skill
+from tracekit.trace_rules import pct  # sibling skill: shared rules
 
 RESULT_FILE = "roofline.json"
 TABLE = "roofline.csv"

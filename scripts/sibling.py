@@ -13,7 +13,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 NAME = "analyzing-jax-launch-overhead"
-MARKER = "trace_rules.py"  # the sibling's rules module: present in every copy of that skill
+MARKER = "tracekit/__init__.py"  # the platform package: present in every copy of that skill
 
 
 def find() -> Path | None:

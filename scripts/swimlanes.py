@@ -46,15 +46,18 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-import sibling  # noqa: E402  (where the sibling skill is: one home)
+import sibling  # where the sibling skill is: one home
 
 SIBLING = sibling.on_path()
 
-import scratch  # noqa: E402  (sibling skill: the scratch files' declarations, readers)
-import step_cli  # noqa: E402  (sibling skill: the command line, errors, exit codes)
-import svg  # noqa: E402  (SVG elements and text widths, shared with roofline.py)
-import trace_rules as rules  # noqa: E402  (sibling skill: the classification rules)
-from trace_rules import us_value  # noqa: E402  (sibling skill: units)
+import svg  # SVG elements and text widths, shared with roofline.py
+
+from tracekit import (
+    scratch,  # sibling skill: the scratch files' declarations, readers
+    step_cli,  # sibling skill: the command line, errors, exit codes
+)
+from tracekit import trace_rules as rules  # sibling skill: the classification rules
+from tracekit.trace_rules import us_value  # sibling skill: units
 
 RESULT_FILE = "swimlanes.json"
 SVG_FILE = "swimlanes.svg"

@@ -44,13 +44,15 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-import sibling  # noqa: E402  (where the sibling skill is: one home)
+import sibling  # where the sibling skill is: one home
 
 SIBLING = sibling.on_path()
 
-import scratch  # noqa: E402  (sibling skill: the scratch files' declarations, writers)
-import step_cli  # noqa: E402  (sibling skill: the command line, errors, exit codes)
-import trace_rules as rules  # noqa: E402  (sibling skill: CSV writing, atomic outputs)
+from tracekit import (
+    scratch,  # sibling skill: the scratch files' declarations, writers
+    step_cli,  # sibling skill: the command line, errors, exit codes
+)
+from tracekit import trace_rules as rules  # sibling skill: CSV writing, atomic outputs
 
 RESULT_FILE = "trust.json"
 TABLE = "trust.csv"

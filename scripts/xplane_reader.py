@@ -29,16 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import xprotos
-
-try:
-    from trace_rules import MAX_TIME_PS, cut_name, runs_past_capture
-except ImportError:  # imported without an entry script's path set-up: find the sibling skill
-    import sys
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import sibling
-    sibling.on_path()
-    from trace_rules import MAX_TIME_PS, cut_name, runs_past_capture
-from step_cli import StepError, progress
+from tracekit.step_cli import StepError, progress
+from tracekit.trace_rules import MAX_TIME_PS, cut_name, runs_past_capture
 
 GPU_PLANE_RE = re.compile(r"^/device:GPU:(\d+)$")
 METADATA_PLANE = "/host:metadata"

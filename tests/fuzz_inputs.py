@@ -68,7 +68,7 @@ SHARED_GEMM = (REPO.parent / "shared" / "captures" / "tracelens-amd-rocm" / "mi3
 for _p in (ROOT_SCRIPTS, SIBLING_SCRIPTS, REPO / "tests"):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
-import scratch  # noqa: E402  (the scratch folder's declarations: its hand-off folder)
+from tracekit import scratch  # the scratch folder's declarations: its hand-off folder
 
 # (module, file, which mutants it runs on), in investigate.py's order.
 ENTRY = (

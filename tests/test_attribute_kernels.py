@@ -13,13 +13,13 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-import trace_rules as rules
 
 import xplane_reader
 from capgen.generate import generate
 from capgen.scenarios import SCENARIOS
 from conftest import REPO
 from hlo_program import Program
+from tracekit import trace_rules as rules
 from xspace_builder import XSpaceBuilder
 
 SCRIPT = REPO / "scripts" / "attribute_kernels.py"
@@ -801,7 +801,7 @@ def test_launch_count_ignores_split_k_and_optional_events(shared):
     programs give 3 each (the alignment's coverage said 1.5), the conv3d one 5 per GPU."""
     import attribute_kernels as ak
 
-    import capture_inputs
+    from tracekit import capture_inputs
     for case, want in (("mi300x-jax0.8-gemm", {(49, 0): 3, (21, 0): 3, (1, 0): 12}),
                        ("mi300x-jax0.8-conv3d-8gpu", {(15, d): 5 for d in range(8)})):
         cap = capture_inputs.open_capture(str(shared / "tracelens-amd-rocm" / case))

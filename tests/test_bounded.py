@@ -67,10 +67,9 @@ def test_names_of_a_megabyte_are_cut_where_they_are_read(tmp_path):
     import gzip
     import json
 
-    import trace_rules
-
     import xplane_reader
     import xprotos
+    from tracekit import trace_rules
     big = "k" * 1_000_000
     ev = [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "/device:GPU:0"}},
           {"ph": "M", "name": "thread_name", "pid": 1, "tid": 7,

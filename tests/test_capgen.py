@@ -11,12 +11,12 @@ from collections import Counter
 
 import pytest
 
-import trace_reader
 import xplane_reader
 from capgen import realism
 from capgen.generate import Scenario, generate
 from capgen.scenarios import ALL_SCENARIOS as SCENARIOS
 from conftest import SHARED_CAPTURES
+from tracekit import trace_reader
 
 NEEDS_SHARED = {n for n, s in SCENARIOS.items()
                 if s.program in ("maxtext-h100", "conv3d-mi300x", "pax-a100")}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from capture_inputs import CaptureError, resolve
+from tracekit.capture_inputs import CaptureError, resolve
 
 
 def _run(root, name, hosts=("h",), kinds=("xplane.pb", "trace.json.gz")):

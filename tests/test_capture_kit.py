@@ -8,9 +8,9 @@ import subprocess
 import sys
 import tarfile
 
-import trace_reader
 import xplane_reader
 from conftest import REPO
+from tracekit import trace_reader
 
 
 def test_kit_dry_run_packs_a_readable_capture(tmp_path):

@@ -308,7 +308,7 @@ ROW_COLS = ["device", "stream", "stream_name", "kernel", "category", "start_us",
 def write(path, cols, rows):
     """One of step 1's tables as scratch.py declares it: the given columns' cells in their
     declared places, the columns not given empty."""
-    import scratch
+    from tracekit import scratch
     declared = scratch.columns(path.name)
     assert set(cols) <= set(declared), set(cols) - set(declared)
     with open(path, "w", newline="", encoding="utf-8") as fh:
@@ -418,7 +418,7 @@ def test_rows_of_other_steps_are_left_out_not_trusted(tmp_path, launch_bound):
     _, full, _ = launch_bound
     out = tmp_path / "out"
     shutil.copytree(full, out)
-    import scratch
+    from tracekit import scratch
     (out / "rows.csv").write_text(scratch.header("rows.csv") +
                                   "9,9,x,y,compute,1.0,1.0,2.0,,,,,,,,,,,0,77\ngarbage\n")
     p = run(out)
@@ -558,7 +558,8 @@ def test_programs_in_steps_reads_the_cell_step_4_writes():
     to 2 and 5 runs in step 5 (the space-separated runs were read as one part before)."""
     sys.path.insert(0, str(REPO / "scripts"))
     import changes  # puts the sibling's folder on sys.path too
-    import trace_rules
+
+    from tracekit import trace_rules
     progs = [{"program_id": "7", "steps": trace_rules.format_ranges([0, 1, 2, 5])},
              {"program_id": "9", "steps": "3"}]
     assert progs[0]["steps"] == "0-2 5"

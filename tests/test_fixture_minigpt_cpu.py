@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-import trace_reader
 import xplane_reader
 from hlo_program import Program
+from tracekit import trace_reader
 
 RUN = Path(__file__).parent / "data" / "minigpt-cpu" / "plugins" / "profile" / \
     "2026_01_01_00_00_00"

@@ -66,7 +66,7 @@ def handed(tmp_path_factory):
 def test_step_2_reads_no_trace_when_step_1_handed_on(handed, tmp_path):
     import reconcile
 
-    import capture_inputs
+    from tracekit import capture_inputs
 
     r, out = handed
 
@@ -81,7 +81,7 @@ def test_step_2_reads_no_trace_when_step_1_handed_on(handed, tmp_path):
 
 
 def test_a_changed_or_other_capture_is_never_read_from_a_stale_hand_off(handed, tmp_path):
-    import scratch
+    from tracekit import scratch
 
     r, out = handed
     trace = next(r.run_dir.glob("*.trace.json.gz"))
@@ -116,7 +116,7 @@ def test_a_changed_or_other_capture_is_never_read_from_a_stale_hand_off(handed, 
 
 
 def test_a_hand_off_is_keyed_and_whole(tmp_path):
-    import scratch
+    from tracekit import scratch
 
     src = tmp_path / "h.trace.json.gz"
     src.write_bytes(b"x")

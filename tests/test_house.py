@@ -11,6 +11,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 FOLDERS = [REPO / "scripts", REPO / "analyzing-jax-launch-overhead" / "scripts",
+           REPO / "analyzing-jax-launch-overhead" / "scripts" / "tracekit",
            REPO / "writing-trace-report-pages" / "scripts"]
 MAX_FUNCTION_LINES = 100
 MAX_PARSERS = 3  # step_cli, and the scripts that are not steps (the page)
@@ -74,6 +75,33 @@ def test_one_home_for_writers_readers_and_units():
 
 
 def test_the_scratch_folder_is_declared_in_a_skill():
-    import scratch
-    assert Path(scratch.__file__).parent.name == "scripts"
+    from tracekit import scratch
+    where = Path(scratch.__file__).parent
+    assert (where.name, where.parent.parent.name) == ("tracekit", "analyzing-jax-launch-overhead")
     assert len(scratch.TABLES) >= 20 and len(scratch.FILES) >= 10
+
+
+PLATFORM = {p.stem for p in (REPO / "analyzing-jax-launch-overhead" / "scripts" / "tracekit")
+            .glob("*.py")} - {"__init__"}
+
+
+def test_the_platform_is_one_package_imported_by_name():
+    """Every import of a platform module names the package (`from tracekit import scratch`);
+    sys.path is edited only by an entry script's bootstrap (once) and by sibling.py, the one
+    home of the lookup of the skill beside; no redundant noqa for imports below it."""
+    bare, edits = [], []
+    for p, tree in sources():
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Import):
+                bare += [f"{p.name}: import {a.name}" for a in n.names if a.name in PLATFORM]
+            elif isinstance(n, ast.ImportFrom) and n.module in PLATFORM and not n.level:
+                bare.append(f"{p.name}: from {n.module} import ...")
+        text = p.read_text(encoding="utf-8")
+        n_edits = len(re.findall(r"^[^#\n]*sys\.path(\.insert|\.append|\[)", text, re.M))
+        entry = "__main__" in text or p.name == "sibling.py"
+        if n_edits > (2 if p.name == "sibling.py" else 1) or (n_edits and not entry):
+            edits.append(f"{p.relative_to(REPO)}: {n_edits}")
+        if "noqa: E402" in text:
+            edits.append(f"{p.relative_to(REPO)}: noqa E402 (ruff.toml ignores E402)")
+    assert not bare, bare
+    assert not edits, edits

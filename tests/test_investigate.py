@@ -16,9 +16,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import scratch
 
 from conftest import REPO, SHARED_CAPTURES
+from tracekit import scratch
 
 SCRIPT = REPO / "scripts" / "investigate.py"
 FACTCHECK = REPO / "scripts" / "factcheck.py"

@@ -16,14 +16,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import cross_host
-import per_host
 import pytest
 
-import capture_inputs
 from capgen.generate import generate_hosts
 from capgen.scenarios import SCENARIOS
 from conftest import ROOT_SCRIPTS, SIBLING_SCRIPTS
+from tracekit import capture_inputs, cross_host, per_host
 
 ENTRY = {
     "capture_info": ROOT_SCRIPTS / "capture_info.py",
@@ -326,7 +324,7 @@ def test_no_slow_host_when_the_slowest_changes(tmp_path):
 def test_processes_at_once_by_cores_and_memory(monkeypatch):
     """The cores, fewer where the estimated memory (MEMORY_PER_CAPTURE_BYTE times the capture
     plus MEMORY_BASE each) does not fit, and a sentence where not even one fits."""
-    import per_host
+    from tracekit import per_host
     monkeypatch.setattr(per_host, "_cores", lambda: 8)
     per = per_host.MEMORY_BASE + per_host.MEMORY_PER_CAPTURE_BYTE * (100 << 20)
     monkeypatch.setattr(per_host, "_available_memory", lambda: 10 * per)

@@ -11,9 +11,9 @@ import subprocess
 import sys
 
 import pytest
-import scratch  # the sibling skill's, on sys.path through conftest
 
 from conftest import REPO, SIBLING_SCRIPTS
+from tracekit import scratch  # the sibling skill's, on sys.path through conftest
 
 EXAMPLE = REPO / "examples" / "minigpt-h100-2gpu-cb"
 LAYOUT = REPO / "references" / "scratch-layout.md"
@@ -58,7 +58,7 @@ def test_the_layout_document_is_the_rendering_of_the_declarations():
 
 
 def test_the_script_prints_the_layout():
-    p = subprocess.run([sys.executable, "-P", str(SIBLING_SCRIPTS / "scratch.py")],
+    p = subprocess.run([sys.executable, "-P", str(SIBLING_SCRIPTS / "scratch_layout.py")],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and p.stdout == LAYOUT.read_text(encoding="utf-8")
 

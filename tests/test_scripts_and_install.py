@@ -62,7 +62,8 @@ def test_install_places_three_skills_named_after_their_folders(tmp_path, link):
     assert (root / "references" / "scratch-layout.md").is_file()
     assert not (root / "tests").exists() and not (root / "analyzing-jax-launch-overhead").exists()
     # the spec's cross-skill path resolves in the install
-    assert (root / ".." / "analyzing-jax-launch-overhead" / "scripts" / "trace_reader.py").is_file()
+    assert (root / ".." / "analyzing-jax-launch-overhead" / "scripts" / "tracekit"
+            / "trace_reader.py").is_file()
     # a second install refuses to overwrite, --force replaces
     r = _run([REPO / "install_skills.py", dest], tmp_path)
     assert r.returncode == 1 and "pass --force" in r.stderr
@@ -282,7 +283,7 @@ def test_three_steps_in_one_process_read_each_file_once(tmp_path, shared):
     import capture_info
     import skip_stats
 
-    import capture_inputs
+    from tracekit import capture_inputs
     cap = capture_inputs.open_capture(shared / "independent-generator" / "minigpt-h100-cb-on")
     inv = capture_info.run(cap)
     try:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-import trace_reader
 import xplane_reader
 from conftest import SHARED_CAPTURES
+from tracekit import trace_reader
 
 
 def _space(capture):

@@ -251,7 +251,7 @@ def test_a_trace_cut_at_the_exporter_cap_is_said(corpus, monkeypatch):
     sys.path.insert(0, str(SCRIPT.parent))
     import skip_stats
 
-    import trace_reader
+    from tracekit import trace_reader
     r, _ = corpus("rocm-off")
     trace = trace_reader.load_trace(r.trace)
     monkeypatch.setattr(skip_stats, "EXPORTER_EVENT_CAP", len(trace.events))

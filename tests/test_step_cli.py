@@ -7,7 +7,8 @@ from __future__ import annotations
 import errno
 
 import pytest
-import step_cli
+
+from tracekit import step_cli
 
 DOC = """Step X: a test step.
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-import trace_reader
+from tracekit import trace_reader
 
 
 def _doc(events):

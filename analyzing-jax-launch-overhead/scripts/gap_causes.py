@@ -14,8 +14,9 @@ import bisect
 import re
 from typing import TYPE_CHECKING
 
-import trace_rules as rules
 from gpu_events import union_ps
+
+from tracekit import trace_rules as rules
 
 if TYPE_CHECKING:
     from skip_analysis import Analysis

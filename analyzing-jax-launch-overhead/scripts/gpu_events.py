@@ -14,9 +14,8 @@ import bisect
 import operator
 import sys
 
-import trace_rules as rules
-
-import trace_reader
+from tracekit import trace_reader
+from tracekit import trace_rules as rules
 
 PROGRESS_EVENTS = 500_000  # report progress on stderr above this many events
 # Launch-thread -> execution-thread mapping: after this many unambiguous matches for one

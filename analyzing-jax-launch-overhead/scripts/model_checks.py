@@ -14,9 +14,9 @@ import statistics
 
 import gpu_events
 import skip_analysis
-import trace_rules as rules
 
-import trace_reader
+from tracekit import trace_reader
+from tracekit import trace_rules as rules
 
 # Compute + memcpy time per step (collectives left out: they include waiting for peers) of GPUs
 # that do the same work differs by launch jitter and data; more than this relative difference

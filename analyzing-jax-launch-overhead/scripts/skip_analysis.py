@@ -15,10 +15,11 @@ import operator
 import statistics
 from dataclasses import dataclass, field
 
-import trace_rules as rules
 from gap_causes import between_steps, cause_words, classify_gaps, gap_parts
 from gpu_events import stream_budget, union_ps
 from step_framing import PROFILER_CALL_RE, CallTree, Step
+
+from tracekit import trace_rules as rules
 
 # Verdict thresholds, applied on the GPU that finishes each step last, on its critical stream.
 # Launch-bound: the stream waits on the host for at least this share of the step. 25% is where

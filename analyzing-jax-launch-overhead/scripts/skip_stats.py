@@ -31,18 +31,15 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-import model_checks  # noqa: E402  (step 2's checks 2 to 5, handed on)
-import scratch  # noqa: E402  (the scratch folder: hand-offs)
-import step_cli  # noqa: E402  (the command line, errors, exit codes)
-import trace_rules as rules  # noqa: E402
-from gap_causes import GapIndex  # noqa: E402
-from gpu_events import (  # noqa: E402
+import model_checks  # step 2's checks 2 to 5, handed on
+from gap_causes import GapIndex
+from gpu_events import (
     collect,
     join_events,
     last_end,
     launch_threads_to_exec,
 )
-from skip_analysis import (  # noqa: E402
+from skip_analysis import (
     Analysis,
     build_result,
     per_step_rows,
@@ -51,9 +48,8 @@ from skip_analysis import (  # noqa: E402
     step_refusals,
     verdict,
 )
-from skip_writers import RowsJob, write_python_lines, write_result, write_tables  # noqa: E402
-from step_cli import progress  # noqa: E402
-from step_framing import (  # noqa: E402
+from skip_writers import RowsJob, write_python_lines, write_result, write_tables
+from step_framing import (
     CallTree,
     assign_steps,
     find_steps,
@@ -62,8 +58,14 @@ from step_framing import (  # noqa: E402
     program_call_starts,
 )
 
-import capture_inputs  # noqa: E402
-import trace_reader  # noqa: E402
+from tracekit import (
+    capture_inputs,
+    scratch,  # the scratch folder: hand-offs
+    step_cli,  # the command line, errors, exit codes
+    trace_reader,
+)
+from tracekit import trace_rules as rules
+from tracekit.step_cli import progress
 
 # XLA's trace exporter (jaxlib 0.10.2) keeps at most this many events and drops the rest by time.
 EXPORTER_EVENT_CAP = 1_000_000

@@ -11,10 +11,11 @@ import os
 import sys
 from pathlib import Path
 
-import scratch
-import trace_rules as rules
 from skip_analysis import JOIN_KEYS, Analysis
-from trace_rules import pct, us
+
+from tracekit import scratch
+from tracekit import trace_rules as rules
+from tracekit.trace_rules import pct, us
 
 # From this many GPU events on, rows.csv is written by a forked child while this process computes
 # the other tables (a second core; where there is no fork, it is written first, here). Under it

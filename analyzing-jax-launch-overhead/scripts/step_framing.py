@@ -17,7 +17,7 @@ import re
 import statistics
 from dataclasses import dataclass, field
 
-import trace_rules as rules
+from tracekit import trace_rules as rules
 
 # Steps from the repeating cycle of program executions (no step annotation). A cycle length p is
 # accepted when the executed programs' names repeat with period p for at least this share of the

@@ -18,6 +18,10 @@ import dataclasses
 import sys
 import time
 
+import sibling  # scripts/ is on the path (above): it finds the platform, tracekit
+
+sibling.on_path()
+
 
 def main(argv=None) -> int:
     from capgen.generate import generate, generate_hosts

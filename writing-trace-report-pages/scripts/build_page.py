@@ -51,9 +51,10 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+# bootstrap: this skill's modules, and the platform (tracekit) of the skill installed beside it
+sys.path[:0] = [str(HERE), str(HERE.parent.parent / "analyzing-jax-launch-overhead" / "scripts")]
 
-import page_tables as pt  # noqa: E402
+import page_tables as pt
 
 MAX_REPORT_BYTES = 20 << 20  # a report is text: larger than this is not a report
 MAX_SVG_BYTES = 16 << 20

@@ -11,22 +11,14 @@ from __future__ import annotations
 import csv
 import heapq
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 csv.field_size_limit(1 << 24)
 
-# The tables' declarations live in the launch-overhead skill (scratch.py, standard library), beside
-# this skill in an install and in a checkout alike; without it the tables show no label marks.
-_SIBLING = (Path(__file__).resolve().parent.parent.parent / "analyzing-jax-launch-overhead"
-            / "scripts")
-if (_SIBLING / "scratch.py").is_file() and str(_SIBLING) not in sys.path:
-    sys.path.insert(0, str(_SIBLING))
-try:
-    import scratch
-except ImportError:
-    scratch = None
+# The tables' declarations: the platform (tracekit, standard library) of the launch-overhead
+# skill, beside this skill in an install and in a checkout alike (build_page.py's bootstrap).
+from tracekit import scratch
 
 CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 NUMBER_RE = re.compile(r"^-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")
@@ -134,9 +126,7 @@ class Table:
 
 def label_of(file: str, column: str) -> str:
     """The label scratch.py declares for a column ("inferred, not run" shown as inferred: the
-    caption says not run); empty for keys and text, or where the sibling skill is missing."""
-    if scratch is None:
-        return ""
+    caption says not run); empty for keys and text."""
     try:
         return scratch.column(file, column).label.split(",")[0]
     except scratch.ScratchError:

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from step_cli import StepError
+from tracekit.step_cli import StepError
 
 XPLANE_SUFFIX = ".xplane.pb"
 TRACE_SUFFIXES = (".trace.json.gz", ".trace.json")
@@ -54,7 +54,7 @@ class Capture:
     def trace(self):
         t = self.cache.get("trace")
         if t is None:
-            import trace_reader
+            from tracekit import trace_reader
             if self.files.trace is None:
                 raise CaptureError(f"no <host>.trace.json.gz for host {self.files.host} in "
                                    f"{self.files.run_dir}; jax.profiler writes it beside the "

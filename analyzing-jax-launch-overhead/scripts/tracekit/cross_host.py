@@ -30,9 +30,9 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-import scratch
-import trace_rules as rules
-from trace_rules import us_text
+from tracekit import scratch
+from tracekit import trace_rules as rules
+from tracekit.trace_rules import us_text
 
 # a host is "the slow host" by the rule step 1 uses for GPUs: slowest in more than this share of
 # the steps every host ran, by more than the margin (the larger of an absolute and a relative lead)

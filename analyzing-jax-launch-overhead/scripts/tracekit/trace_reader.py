@@ -40,13 +40,8 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from step_cli import StepError, progress
-
-try:
-    from trace_rules import MAX_NAME_CHARS, MAX_TIME_PS, cut_name, runs_past_capture
-except ImportError:  # imported alone (a test): the sibling module is beside this file
-    sys.path.append(str(Path(__file__).resolve().parent))
-    from trace_rules import MAX_NAME_CHARS, MAX_TIME_PS, cut_name, runs_past_capture
+from tracekit.step_cli import StepError, progress
+from tracekit.trace_rules import MAX_NAME_CHARS, MAX_TIME_PS, cut_name, runs_past_capture
 
 GPU_PROCESS_RE = re.compile(r"^/device:GPU:(\d+)$")
 HOST_CPU_PROCESS = "/host:CPU"

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import trace_rules as rules
+from tracekit import trace_rules as rules
 
 UNUSABLE, USAGE, MISSING_PACKAGE = 1, 2, 3
 INTERRUPTED, PIPE_CLOSED, TERMINATED = 130, 141, 143  # 128 + SIGINT, SIGPIPE, SIGTERM
@@ -156,7 +156,7 @@ def parser(step: Step) -> argparse.ArgumentParser:
 def _fanned(step: Step, args, argv) -> int | None:
     if not step.fan_out:
         return None
-    import per_host
+    from tracekit import per_host
     if getattr(args, "capture", None) is not None:
         return per_host.maybe_fan_out(step.name, step.script, argv, args.capture, args.run,
                                       args.host, args.out, args.jobs, args.scheduler)
@@ -173,7 +173,7 @@ def say(step: Step | str, sentence) -> None:
 def open_capture(step: Step, args):
     """The capture the arguments name (capture_inputs.Capture), its notes said on stderr; the
     scratch folder claimed for it (claim_for)."""
-    import capture_inputs
+    from tracekit import capture_inputs
     capture = capture_inputs.open_capture(args.capture, run=args.run, host=args.host)
     for n in capture.files.notes:
         say(step, n)
@@ -188,7 +188,7 @@ def claim_for(files, out) -> None:
     """The scratch folder `out` is to hold this capture's tables: a StepError in one sentence
     where it holds another capture's (scratch.other_capture); the claim is recorded when the
     step succeeds (a failed step leaves the folder as it was)."""
-    import scratch
+    from tracekit import scratch
     sources = [f for f in (files.xplane, files.trace) if f is not None]
     refusal = scratch.other_capture(out, sources)
     if refusal:
@@ -214,7 +214,7 @@ def main(step: Step, body: Callable, argv=None) -> int:
         out = body(args)
         lines, code = out if isinstance(out, tuple) else (out, 0)
         if code == 0:  # the tables written are this capture's: the folder is claimed for it
-            import scratch
+            from tracekit import scratch
             for folder, sources in _CLAIMED:
                 scratch.claim(folder, sources)
     except StepError as exc:

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """The scratch folder as data: every table and result file the bundle writes, declared once.
 
 Each CSV table is a `Table`: its file (relative to the scratch folder), the script that writes it,
@@ -16,8 +15,9 @@ its table does not declare. `references/scratch-layout.md` is rendered from thes
 (`render_layout`); a test keeps the two equal. Standard library only: the launch-overhead skill
 runs where nothing is installed.
 
-Usage (regenerate the layout document after changing a declaration):
-    python3 -P analyzing-jax-launch-overhead/scripts/scratch.py > references/scratch-layout.md
+Regenerate the layout document after changing a declaration (from the checkout's root):
+    python3 -P analyzing-jax-launch-overhead/scripts/scratch_layout.py \
+        > references/scratch-layout.md
 """
 
 from __future__ import annotations
@@ -28,13 +28,10 @@ import math
 import os
 import re
 import shutil
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-if __name__ == "__main__":  # run as a script with -P: its own folder is not on sys.path
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-from step_cli import StepError  # noqa: E402
+from tracekit.step_cli import StepError
 
 csv.field_size_limit(1 << 30)  # gaps.csv host_events cells of long gaps are long
 
@@ -615,10 +612,10 @@ def render_layout() -> str:
 INTRO = r"""
 # The scratch folder: every file the tools write
 
-Generated from `analyzing-jax-launch-overhead/scripts/scratch.py`, where each file is declared
-once; do not edit it by hand: change the declaration, then, in a checkout of the bundle,
+Generated from `analyzing-jax-launch-overhead/scripts/tracekit/scratch.py`, where each file is
+declared once; do not edit it by hand: change the declaration, then, in a checkout of the bundle,
 regenerate it with
-`python3 -P analyzing-jax-launch-overhead/scripts/scratch.py > references/scratch-layout.md`
+`python3 -P analyzing-jax-launch-overhead/scripts/scratch_layout.py > references/scratch-layout.md`
 (a test keeps the two equal). Each table below lists its columns with their unit and label;
 a result file lists its figures with their one label.
 
@@ -2128,6 +2125,3 @@ CPU capture). The HLO text file's `<module>` keeps letters, digits and `_.+=-` (
 csv module as the same strings.
 """
 
-
-if __name__ == "__main__":
-    sys.stdout.write(render_layout())

@@ -24,9 +24,8 @@ import sys
 import time
 from pathlib import Path
 
-import cross_host
-import scratch
-import trace_rules as rules
+from tracekit import cross_host, scratch
+from tracekit import trace_rules as rules
 
 # per host, memory is about this many times its capture files' size plus a base: the
 # proportional set size summed over a host's processes (step 1 forks a writer of rows.csv) peaked
@@ -183,7 +182,7 @@ def _run_and_summarise(prog: str, stem: str, todo: list, out: Path, n_jobs: int,
               f"{exc.strerror or exc}", file=sys.stderr)
         return 1
     if scheduler:  # each host a task on a Dask cluster (cluster_hosts)
-        import cluster_hosts
+        from tracekit import cluster_hosts
         results = cluster_hosts.run_all(prog, stem, todo, out, n_jobs, scheduler, _say,
                                         _last_sentence)
     else:
@@ -304,7 +303,7 @@ def maybe_fan_out(prog: str, script: str | Path, argv: list[str] | None, capture
     """The per-host pass when `capture` leads to a run of several hosts and no host was named
     (its exit code); None when it leads to one capture (the script goes on as usual). A path
     that leads nowhere is left to the script's own resolve and its sentence."""
-    import capture_inputs
+    from tracekit import capture_inputs
     try:
         files = capture_inputs.run_hosts(capture, run=run, host=host)
     except capture_inputs.CaptureError:
