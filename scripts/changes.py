@@ -57,6 +57,7 @@ from tracekit import (
     step_cli,  # sibling skill: the command line, errors, exit codes
 )
 from tracekit import trace_rules as rules  # sibling skill: tie rule, CSV writing, atomic files
+from tracekit.scratch import number
 
 RESULT_FILE = "changes.json"
 TABLE = "changes.csv"
@@ -148,13 +149,6 @@ def total(a: list, lo: float = float("-inf"), hi: float = float("inf")) -> float
 def tables(out: Path) -> scratch.Scratch:
     """The scratch folder's files, each read once (scratch.Scratch)."""
     return scratch.Scratch(out)
-
-
-def num(v) -> float | None:
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return None
 
 
 def read_steps(out: Path) -> dict:
@@ -875,7 +869,7 @@ def distances(work: list, total_us: float, roof: list, several: bool) -> tuple[l
     for o in work:
         r = by_ins.get((o.get("program_id", ""), o["instruction"]))
         share = float(o["gpu_us"]) / total_us
-        pct = num(r.get("pct_of_ceiling")) if r else None
+        pct = number(r.get("pct_of_ceiling")) if r else None
         # an instruction name repeats across programs: name the program where there are several
         name = (f"{o.get('module', '')}({o.get('program_id', '')}) {o['instruction']}"
                 if several else o["instruction"])
@@ -883,7 +877,7 @@ def distances(work: list, total_us: float, roof: list, several: bool) -> tuple[l
             no_ceiling.append((name, share, (r or {}).get("no_ceiling_why")
                                or "not in roofline.csv", o.get("user_frame", "")))
             continue
-        best = num(r.get("best_same_work_pct"))
+        best = number(r.get("best_same_work_pct"))
         cands.append({"instruction": name, "key": (o.get("program_id", ""), o["instruction"]),
                       "share": share, "pct": pct,
                       "cut": share * max(0.0, 1.0 - pct / 100.0),
@@ -893,7 +887,7 @@ def distances(work: list, total_us: float, roof: list, several: bool) -> tuple[l
                       "best": best if best is not None and best >= pct * TARGET_MARGIN
                       else None, "best_raw": best,
                       "best_by": r.get("best_same_work", ""),
-                      "flops": num(r.get("run_flops"))})
+                      "flops": number(r.get("run_flops"))})
     cands.sort(key=lambda c: (-c["cut"], c["instruction"]))
     return cands, no_ceiling
 
@@ -906,7 +900,8 @@ def read_ceilings(ctx: Context) -> Ceilings | None:
     ops = steps_ops(ctx)
     if ops is None:
         return None
-    work = [o for o in ops if o.get("category") in ("compute", "memcpy") and num(o.get("gpu_us"))]
+    work = [o for o in ops
+            if o.get("category") in ("compute", "memcpy") and number(o.get("gpu_us"))]
     total_us = sum(float(o["gpu_us"]) for o in work)
     if total_us <= 0:
         ctx.refusals.append("cannot rank instructions because attribution/ops.csv holds no "
@@ -914,7 +909,7 @@ def read_ceilings(ctx: Context) -> Ceilings | None:
         return None
     att = ((tables(ctx.out).json("attribution/attribute_kernels.json") or {}).get("figures")
            or {}).get("attributed_pct_of_gpu_time") or {}
-    if num(att.get("value")) is not None and float(att["value"]) < 100.0 - 1e-6:
+    if number(att.get("value")) is not None and float(att["value"]) < 100.0 - 1e-6:
         ctx.notes.append(f"{float(att['value']):.1f}% of kernel time is attributed to an "
                          "instruction (attribute_kernels.json): instruction shares are of the "
                          "attributed time")
@@ -1082,8 +1077,8 @@ def elementwise_passes(ctx: Context) -> dict:
     element-wise instructions of roofline.csv with one kernel a run."""
     out = {}
     for r in tables(ctx.out).rows("roofline.csv") or []:
-        b, runs, k = num(r.get("run_bytes")), num(r.get("runs")), num(r.get("kernels"))
-        ceiling = num(r.get("memory_ceiling_bytes_per_s"))
+        b, runs, k = number(r.get("run_bytes")), number(r.get("runs")), number(r.get("kernels"))
+        ceiling = number(r.get("memory_ceiling_bytes_per_s"))
         if r.get("work") == "elementwise" and b and runs and k == runs and ceiling:
             out[(r.get("program_id", ""), r["instruction"])] = (b, ceiling)
     return out
@@ -1133,18 +1128,18 @@ def fused_on_jit(ctx: Context) -> list:
         return []
     one_kernel = {p.get("program_id", "") for p in
                   tables(ctx.out).rows("attribution/programs.csv") or []
-                  if (num(p.get("kernels_per_execution")) or 0) <= 1.0}
+                  if (number(p.get("kernels_per_execution")) or 0) <= 1.0}
     spans = {n: (str(ctx.frames[n]["bound"]), ctx.frames[n]["start"], ctx.frames[n]["end"])
              for n in ctx.chosen}
     events: dict = {n: [] for n in ctx.chosen}
     with open(path, newline="", encoding="utf-8") as fh:
         for k in csv.DictReader(fh):
-            t = num(k.get("start_us"))
+            t = number(k.get("start_us"))
             if not k.get("instruction") and k.get("category") == "memcpy":
                 continue  # an argument copy between two programs: no kernel of the chain
             for n, (dev, a, b) in spans.items():
                 if k.get("device") == dev and t is not None and a <= t < b:
-                    events[n].append((t, num(k.get("dur_us")) or 0.0, k.get("program_id", ""),
+                    events[n].append((t, number(k.get("dur_us")) or 0.0, k.get("program_id", ""),
                                       k.get("instruction", ""), k.get("user_frame", "")))
     measured, ceiling, median_runs, fused_keys = [], [], [], set()
     for n in ctx.chosen:
@@ -1440,8 +1435,8 @@ def kernel_family(ctx: Context) -> list:
     collectives, not here."""
     rows = []
     for f in tables(ctx.out).rows("attribution/families.csv") or []:
-        name, pct = f.get("family", ""), num(f.get("pct_of_gpu_time"))
-        n_ins = int(num(f.get("instructions")) or 0)
+        name, pct = f.get("family", ""), number(f.get("pct_of_gpu_time"))
+        n_ins = int(number(f.get("instructions")) or 0)
         if name not in FAMILY_KNOBS or pct is None or pct < FAMILY_MIN_PCT_OF_GPU_TIME or \
                 n_ins < FAMILY_MIN_INSTRUCTIONS_OF.get(name, FAMILY_MIN_INSTRUCTIONS):
             continue
@@ -1464,7 +1459,7 @@ def kernel_family(ctx: Context) -> list:
             assumptions=KERNEL_FAMILY.assumptions.format(cannot_show=FAMILY_CANNOT_SHOW[name]),
             knob=FAMILY_KNOBS[name],
             extra={"family": name, "cannot_show": FAMILY_CANNOT_SHOW[name],
-                   "family_gpu_us": num(f.get("gpu_us")), "instructions": n_ins}))
+                   "family_gpu_us": number(f.get("gpu_us")), "instructions": n_ins}))
     return rows
 
 

@@ -57,6 +57,7 @@ from tracekit import (
     step_cli,  # sibling skill: the command line, errors, exit codes
 )
 from tracekit import trace_rules as rules  # sibling skill: units, atomic outputs
+from tracekit.scratch import number
 
 TABLE, RESULT, DRAFT = "compare.csv", "compare.json", "compare_draft.md"
 SIDES = ("before", "after")
@@ -105,14 +106,6 @@ def rows(folder: Path, file: str) -> list[dict]:
     return list(got) if got is not None else []
 
 
-def num(v) -> float | None:
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
-        return None
-    return x if x == x else None
-
-
 def load_json(path: Path) -> dict:
     try:
         d = json.loads(path.read_text(encoding="utf-8"))
@@ -141,7 +134,7 @@ class Side:
         """One value per analysed step: `how` over its GPUs' rows (max, or sum)."""
         out = []
         for rs in self.by_step.values():
-            vals = [v for v in (num(r.get(column)) for r in rs) if v is not None]
+            vals = [v for v in (number(r.get(column)) for r in rs) if v is not None]
             if vals:
                 out.append(how(vals))
         return out
@@ -157,7 +150,7 @@ class Side:
         """{key: GPU us per step} of an attribution table, keys from `key(row)`."""
         out: dict = {}
         for r in self.table(file):
-            k, us = key(r), num(r.get("gpu_us"))
+            k, us = key(r), number(r.get("gpu_us"))
             if k and us is not None:
                 out[k] = out.get(k, 0.0) + us / max(1, self.steps)
         return out
@@ -286,7 +279,7 @@ def host_rows(sides: dict) -> list:
                         ("graph_launch", "kernels launched in graphs per step")):
         vals = {}
         for s in SIDES:
-            n = num((sides[s].skip.get("joins") or {}).get(join))
+            n = number((sides[s].skip.get("joins") or {}).get(join))
             vals[s] = n / sides[s].steps if n is not None and sides[s].steps else None
         if vals["before"] is not None or vals["after"] is not None:
             out.append(row("host", words, vals["before"], vals["after"], "count", "measured",
@@ -381,16 +374,16 @@ def cause_measure(side: Side, kind: str, where: str, times: dict) -> float | Non
                      "idle_between_steps": "idle_between_us", "kernel_gaps": "device_wait_us"}
     if kind in steps_columns:
         d = gpu_of(where)
-        vals = [num(r.get(steps_columns[kind])) for rs in side.by_step.values() for r in rs
+        vals = [number(r.get(steps_columns[kind])) for rs in side.by_step.values() for r in rs
                 if d is None or r.get("device") == str(d)]
         vals = [v for v in vals if v is not None]
         return statistics.median(vals) if vals else None
     if kind == "exposed_collective":  # step 6's critical path of its median step
         v = ((load_json(side.folder / "changes.json").get("critical_path") or {})
              .get("collective") or {}).get("value")
-        return num(v)
+        return number(v)
     if kind == "straggler_wait":
-        lags = [num(r.get("lag_us")) for r in side.table("stragglers.csv")]
+        lags = [number(r.get("lag_us")) for r in side.table("stragglers.csv")]
         lags = [v for v in lags if v is not None]
         return statistics.median(lags) if lags else 0.0
     section = {"kernel_family": "family", "memcpy": "family", "python_line": "line"}.get(kind)
@@ -413,10 +406,10 @@ def predictions(sides: dict, times: dict, period: dict | None) -> tuple[list, li
     step_change = (period["before"] - period["after"]) if period else None
     for c in rows(sides["before"].folder, "changes.csv"):
         kind, where = c.get("cause_kind", ""), c.get("where", "")
-        pred = num(c.get("saving_us"))
+        pred = number(c.get("saving_us"))
         b = cause_measure(sides["before"], kind, where, times)
         a = cause_measure(sides["after"], kind, where, times)
-        entries.append({"rank": int(num(c.get("rank")) or 0), "cause": kind, "where": where,
+        entries.append({"rank": int(number(c.get("rank")) or 0), "cause": kind, "where": where,
                         "predicted_saving_us": pred,
                         "measured_change_us": round(b - a, 3) if None not in (a, b) else None,
                         "cause_before_us": b, "cause_after_us": a,
@@ -554,7 +547,7 @@ def compare_run_steps(before: Path, after: Path) -> tuple[list, dict]:
         per[s] = {"dur_us": {}, "period_us": {}}
         for r in rows(f, "host_steps.csv"):
             for column, by_step in per[s].items():
-                v = num(r.get(column))
+                v = number(r.get(column))
                 if v is not None:
                     by_step[r.get("step")] = max(v, by_step.get(r.get("step"), v))
     table, figs, sig = [], {}, {}

@@ -53,6 +53,7 @@ from tracekit import (
     step_cli,  # sibling skill: the command line, errors, exit codes
 )
 from tracekit import trace_rules as rules  # sibling skill: CSV writing, atomic outputs
+from tracekit.scratch import number
 
 RESULT_FILE = "trust.json"
 TABLE = "trust.csv"
@@ -210,16 +211,9 @@ def load(out: Path, failed: dict) -> Inputs:
     return inp
 
 
-def _num(v, default=None):
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return default
-
-
 def _fig(result: dict | None, name: str):
     f = ((result or {}).get("figures") or {}).get(name)
-    return _num(f.get("value")) if isinstance(f, dict) else None
+    return number(f.get("value")) if isinstance(f, dict) else None
 
 
 # ---------------------------------------------------------------- model
@@ -287,7 +281,7 @@ def summarise_rows(rows, amd_devices: set) -> RowFacts:
     f = RowFacts()
     launches: dict = {}  # (device, correlation id) -> [launch name, labels, events]
     for device, dur_us, graph, category, join, launch_name, step, corr, hlo_op in rows:
-        dur = _num(dur_us, 0.0)
+        dur = number(dur_us, 0.0)
         f.gpu_us += dur
         if graph == "1":
             f.graph_events += 1
@@ -420,7 +414,7 @@ def reconciliation_items(inp: Inputs, facts: Facts) -> list:
         on = f" ({gpus_text(where)})" if where else ""
         if status == "fail":
             if fam in EVENT_COUNT_FAMILIES:
-                n = sum(abs(int(_num(r.get("figure_a"), 0)) - int(_num(r.get("figure_b"), 0)))
+                n = sum(abs(int(number(r.get("figure_a"), 0)) - int(number(r.get("figure_b"), 0)))
                         for r in rs if r.get("unit") == "count")
             else:
                 n = len({(r.get("device"), r.get("stream")) for r in rs})
@@ -481,8 +475,8 @@ def program_items(inp: Inputs, facts: Facts) -> list:
         how = scratch.records(inp.out, "attribution/how.csv")
         for r in how or ():
             if r.get("program_id") in ids and r.get("program_id") != chosen:
-                other_us += _num(r.get("gpu_us"), 0.0)
-                other_k += _num(r.get("kernels"), 0.0)
+                other_us += number(r.get("gpu_us"), 0.0)
+                other_k += number(r.get("kernels"), 0.0)
         out.append(item("duplicate_program", f"one program saved under {len(ids)} ids "
                         f"({' and '.join(ids)}): {int(other_k)} kernels ran under an id other than "
                         f"{chosen}", "attribution/attribute_kernels.json: program.notes; "
@@ -525,14 +519,14 @@ def attribution_items(inp: Inputs, facts: Facts) -> list:
         out.append(item("unattributed", f"GPU events with no instruction: {what}",
                         "attribution/attribute_kernels.json: none", f"{n.get('label')}"
                         + (f"; largest: {largest}" if largest else ""), count=n.get("kernels"),
-                        gpu_us=_num(n.get("gpu_us")), total_us=facts.total_us))
+                        gpu_us=number(n.get("gpu_us")), total_us=facts.total_us))
     nh = att.get("no_hlo")
     if nh and nh.get("kernels"):
         facts.consumed.update(s for s in att.get("refusals") or []
                               if "have no HLO in the capture" in s)
         us = None
         if facts.total_us and nh.get("pct_of_gpu_time") is not None:
-            us = facts.total_us * _num(nh.get("pct_of_gpu_time"), 0.0) / 100.0
+            us = facts.total_us * number(nh.get("pct_of_gpu_time"), 0.0) / 100.0
         out.append(item("unattributed", "kernels of programs with no HLO in the capture",
                         "attribution/attribute_kernels.json: no_hlo",
                         f"programs {nh.get('programs')}", count=nh.get("kernels"), gpu_us=us,
@@ -543,14 +537,14 @@ def attribution_items(inp: Inputs, facts: Facts) -> list:
     verdict = (" | reconcile: " + rec_fail[0].get("trust_sentence", "")) if rec_fail else ""
     how = scratch.records(inp.out, "attribution/how.csv")
     by_class = [r for r in how or () if r.get("program_id") == "all"
-                and _num(r.get("low_confidence_kernels"), 0) > 0]
+                and number(r.get("low_confidence_kernels"), 0) > 0]
     for r in by_class:
         out.append(item("low_confidence", f"GPU time placed by {r['match']} with a confidence "
                         f"below {threshold}", "attribution/how.csv: program_id=all, "
                         f"match={r['match']}",
                         f"{r.get('low_confidence_pct_of_group')}% of all kernel time{verdict}",
-                        count=int(_num(r.get("low_confidence_kernels"), 0)),
-                        gpu_us=_num(r.get("low_confidence_us")), total_us=facts.total_us))
+                        count=int(number(r.get("low_confidence_kernels"), 0)),
+                        gpu_us=number(r.get("low_confidence_us")), total_us=facts.total_us))
     if how is None and (_fig(att, "low_confidence_kernels") or 0) > 0:
         out.append(item("low_confidence", f"GPU time placed with a confidence below {threshold}",
                         "attribution/attribute_kernels.json: "
@@ -594,10 +588,10 @@ def python_tracer_items(inp: Inputs, facts: Facts) -> list:
         if not traced:
             continue
         n += 1
-        idle += _num(g.get("dur_us"), 0.0)
+        idle += number(g.get("dur_us"), 0.0)
         # the time traced calls cover in the gap (their union: nested calls once); a gaps.csv
         # without the column gives the largest name's, a lower bound
-        covered = _num(g.get("python_traced_us"), None)
+        covered = number(g.get("python_traced_us"), None)
         overlap += covered if covered is not None else max(v for _, v in traced)
         for name, v in traced:
             names[name] = names.get(name, 0.0) + v
@@ -640,7 +634,7 @@ def family_items(inp: Inputs, facts: Facts) -> list:
                         f"{rules.plural(c.get('instructions'), 'instruction')}; the saving is an "
                         "upper bound "
                         "(the family's kernels gone)", count=c.get("instructions"),
-                        gpu_us=_num((c.get("family_gpu_us") or {}).get("value")),
+                        gpu_us=number((c.get("family_gpu_us") or {}).get("value")),
                         total_us=facts.total_us))
     return out
 
@@ -698,7 +692,7 @@ def roofline_items(inp: Inputs, facts: Facts) -> list:
             w = r.get("no_ceiling_why") or ""
             if w and not (r.get("method") or "").startswith("not computable"):
                 n += 1
-                us += _num(r.get("gpu_us"), 0.0)
+                us += number(r.get("gpu_us"), 0.0)
                 why[w] = why.get(w, 0) + 1
         if n:
             reasons = "; ".join(f"{w} ({k})" for w, k in sorted(why.items()))
@@ -798,7 +792,7 @@ def needs_new_capture(inp: Inputs, items: list, facts: Facts) -> list:
     ranked = [r for r in scratch.records(inp.out, "changes.csv") or ()
               if (r.get("knob") or "").strip()]
     for r in ranked[:CHANGES_ASKED]:
-        gone = _num(r.get("step_if_gone_us"))
+        gone = number(r.get("step_if_gone_us"))
         est = f" (estimated {gone:.1f} us, inferred, not run)" if gone is not None else ""
         q.append(question(f"the step time with rank {r.get('rank')}'s change made: "
                           f"{r.get('cause_kind')} at {r.get('where')}{est}",

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from tracekit import scratch
 from tracekit import trace_rules as rules
+from tracekit.scratch import number
 from tracekit.trace_rules import us_text
 
 # a host is "the slow host" by the rule step 1 uses for GPUs: slowest in more than this share of
@@ -55,14 +56,6 @@ def _rows(folder: Path, file: str) -> list[dict]:
     return scratch.Scratch(folder).rows(file) or []
 
 
-def _num(v) -> float | None:
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
-        return None
-    return x if x == x and abs(x) != float("inf") else None
-
-
 def _step_key(v):
     """Step numbers compare as integers when they are; other step names as text."""
     try:
@@ -76,15 +69,15 @@ def host_steps(folder: Path) -> dict:
     the step's bounding GPU is the one with the longest duration (it finishes last)."""
     by_step: dict = {}
     for r in _rows(folder, "steps.csv"):
-        dur = _num(r.get("dur_us"))
+        dur = number(r.get("dur_us"))
         if dur is None:
             continue
         by_step.setdefault(r.get("step", ""), []).append(r)
     out = {}
     for step, rows in by_step.items():
-        top = max(rows, key=lambda r: (_num(r.get("dur_us")), str(r.get("device"))))
-        periods = [p for p in (_num(r.get("period_us")) for r in rows) if p is not None]
-        out[step] = {"dur_us": _num(top.get("dur_us")), "busy_us": _num(top.get("busy_us")),
+        top = max(rows, key=lambda r: (number(r.get("dur_us")), str(r.get("device"))))
+        periods = [p for p in (number(r.get("period_us")) for r in rows) if p is not None]
+        out[step] = {"dur_us": number(top.get("dur_us")), "busy_us": number(top.get("busy_us")),
                      "period_us": statistics.median(periods) if periods else None,
                      "bounding_device": top.get("device", ""),
                      "gpus": len({r.get("device") for r in rows})}
@@ -95,7 +88,7 @@ def _per_gpu_step(folder: Path, column: str, steps: int) -> float | None:
     """streams.csv's total of `column` over the analysed steps, per GPU with events and step."""
     rows = _rows(folder, "streams.csv")
     gpus = {r.get("device") for r in rows}
-    vals = [_num(r.get(column)) for r in rows]
+    vals = [number(r.get(column)) for r in rows]
     if not rows or not steps or any(v is None for v in vals):
         return None
     return sum(vals) / len(gpus) / steps
@@ -108,7 +101,7 @@ def _kernel_means(folder: Path) -> dict[str, tuple[int, float, bool]] | None:
         return None
     out = {}
     for r in _rows(folder, "attribution/kernel_names.csv"):
-        n, us = _num(r.get("kernels")), _num(r.get("gpu_us"))
+        n, us = number(r.get("kernels")), number(r.get("gpu_us"))
         if n and us is not None:
             out[r.get("kernel", "")] = (int(n), us / n,
                                         "collective" in (r.get("family") or "").lower())
@@ -261,9 +254,9 @@ def host_row(out: Path, res: dict, run_dir: str) -> tuple[dict, dict, dict | Non
         if step1 else None,
         "top_change": changes[0].get("cause") if changes else None,
         "top_line": lines[0].get("cause") if lines else None,
-        "top_line_saving_us": _num(lines[0].get("saving_us")) if lines else None,
+        "top_line_saving_us": number(lines[0].get("saving_us")) if lines else None,
         "top_change_kind": changes[0].get("cause_kind") if changes else None,
-        "top_saving_us": _num(changes[0].get("saving_us")) if changes else None,
+        "top_saving_us": number(changes[0].get("saving_us")) if changes else None,
         "trust_items": items,
         "arrival_us": _arrival(folder) if step1 else None,
     }
@@ -275,7 +268,7 @@ def _arrival(folder: Path) -> float | None:
     collective (steps.csv arrival_us); None without collectives."""
     per_step: dict = {}
     for r in _rows(folder, "steps.csv"):
-        v = _num(r.get("arrival_us"))
+        v = number(r.get("arrival_us"))
         if v is not None:
             per_step[r.get("step")] = max(v, per_step.get(r.get("step"), v))
     vals = sorted(per_step.values())

@@ -181,14 +181,16 @@ WITHHELD: list[str] = []
 LIMIT_SLACK = 1e-6  # relative: a figure rounded to its printed decimals is not past its limit
 
 
-def _number(v) -> float | None:
+def number(v, default=None) -> float | None:
+    """A table cell or a result's value as a finite float; `default` for an empty cell, a
+    boolean, NaN, an infinity or anything that is not a number (the one number parser)."""
     if isinstance(v, bool) or v is None or v == "":
-        return None
+        return default
     try:
         x = float(v)
     except (TypeError, ValueError):
-        return None
-    return x if math.isfinite(x) else None
+        return default
+    return x if math.isfinite(x) else default
 
 
 def past_limits(file: str, row) -> list[tuple[int, str, float, float, str]]:
@@ -199,12 +201,12 @@ def past_limits(file: str, row) -> list[tuple[int, str, float, float, str]]:
     for i, c in enumerate(t.columns):
         if not c.at_most or i >= len(row):
             continue
-        v = _number(row[i])
+        v = number(row[i])
         if v is None:
             continue
-        limit, what = _number(c.at_most), c.at_most
+        limit, what = number(c.at_most), c.at_most
         if limit is None and c.at_most in t.names:
-            limit = _number(row[t.names.index(c.at_most)])
+            limit = number(row[t.names.index(c.at_most)])
         if limit is not None and v > limit * (1 + LIMIT_SLACK) + 1e-9:
             out.append((i, c.name, v, limit, what))
     return out
