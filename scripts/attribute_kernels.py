@@ -70,10 +70,10 @@ SIBLING = sibling.on_path()
 import xprof_figures  # XProf's conversions, each in a child process
 
 from tracekit import (
-    scratch,  # sibling skill: the scratch files' declarations, writers
-    step_cli,  # sibling skill: the command line, errors, exit codes
+    scratch,  # the scratch files' declarations, writers
+    step_cli,  # the command line, errors, exit codes
 )
-from tracekit import trace_rules as rules  # sibling skill: the classification rules
+from tracekit import trace_rules as rules  # the classification rules
 from tracekit.step_cli import progress
 from tracekit.trace_rules import CONTROL_OPCODES, pct, us
 
@@ -1278,12 +1278,12 @@ def read_steps(out: Path, files) -> tuple[dict | None, str]:
                       "skip_stats.py, first)")
     meta = out / "skip_stats.json"
     try:
-        was = (json.loads(meta.read_text(encoding="utf-8")).get("capture") or {}).get("trace") \
+        was = json.loads(meta.read_text(encoding="utf-8")).get("capture") \
             if meta.is_file() else None
     except (OSError, ValueError, AttributeError):
         was = None
-    if was and files.trace is not None and Path(was).resolve() != Path(files.trace).resolve():
-        return None, (f"steps not given: steps.csv was written for {was}, not "
+    if not scratch.written_for(was, files.trace):
+        return None, (f"steps not given: steps.csv was written for {was.get('file')}, not "
                       f"{files.trace}")
     by: dict = {}
     try:
@@ -1356,7 +1356,8 @@ def build_result(*, files, m: Matched, tables: Tables, coverage, opts, refusals:
                         f"{sorted({k.program_id for k in missing})} have no HLO in the capture")
     return {
         "step": "attribute_kernels", "status": "done",
-        "capture": {"xplane": str(files.xplane), "host": files.host, "run": files.run_dir.name},
+        "capture": {"xplane": scratch.identity(files.xplane), "host": files.host,
+                    "run": files.run_dir.name},
         "program": {"id": chosen, "name": m.protos[chosen][0], "notes": m.notes},
         "device": "CPU" if m.cpu else "GPU", "control_thunks_left_out": m.control,
         "figures": fig,

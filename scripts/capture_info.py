@@ -42,12 +42,12 @@ import gpu_ceilings
 import model_checks  # sibling skill: step 1's counts of the trace
 
 from tracekit import (
-    capture_inputs,  # sibling skill
-    scratch,  # sibling skill: the scratch files' declarations, writers
-    step_cli,  # sibling skill: the command line, errors, exit codes
-    trace_reader,  # sibling skill
+    capture_inputs,
+    scratch,  # the scratch files' declarations, writers
+    step_cli,  # the command line, errors, exit codes
+    trace_reader,
 )
-from tracekit import trace_rules as rules  # sibling skill
+from tracekit import trace_rules as rules
 
 RESULT_FILE = "capture_info.json"
 HOST_STATS = frozenset({"hlo_op", "program_id", "correlation_id"})
@@ -167,6 +167,8 @@ def build_inventory(files, xf, tf, programs, xplane_error, trace_error) -> dict:
         gpus.append(g)
     result = {"step": "capture_info", "status": "done",
               "capture": {"run_dir": str(files.run_dir), "host": files.host,
+                          "trace": scratch.identity(files.trace) if files.trace else None,
+                          "xplane": scratch.identity(files.xplane) if files.xplane else None,
                           "hosts": list(files.hosts), "notes": list(files.notes)},
               "xplane": {"file": files.xplane.name if files.xplane else None,
                          "error": xplane_error},

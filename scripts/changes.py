@@ -52,11 +52,11 @@ import sibling  # where the sibling skill is: one home
 SIBLING = sibling.on_path()
 
 from tracekit import (
-    capture_inputs,  # sibling skill
-    scratch,  # sibling skill: the scratch files' declarations, readers, writers
-    step_cli,  # sibling skill: the command line, errors, exit codes
+    capture_inputs,
+    scratch,  # the scratch files' declarations, readers, writers
+    step_cli,  # the command line, errors, exit codes
 )
-from tracekit import trace_rules as rules  # sibling skill: tie rule, CSV writing, atomic files
+from tracekit import trace_rules as rules  # tie rule, CSV writing, atomic files
 from tracekit.scratch import number
 
 RESULT_FILE = "changes.json"
@@ -1987,8 +1987,8 @@ def check_capture(capture: str, run_name, host, out: Path) -> str | None:
         return ("cannot check that the tables are this capture's: the scratch folder has no "
                 "capture_info.json (step 0)")
     c = ci.get("capture") or {}
-    same = Path(c.get("run_dir", "")).resolve() == files.run_dir.resolve() and \
-        c.get("host") == files.host
+    same = c.get("host") == files.host and all(
+        scratch.written_for(c.get(k), getattr(files, k)) for k in ("trace", "xplane"))
     if not same:
         raise ChangesError(f"the scratch folder {out} holds the tables of {c.get('run_dir')} "
                            f"(host {c.get('host')}), not of {files.run_dir} (host {files.host}); "

@@ -53,10 +53,10 @@ import sibling  # where the sibling skill is: one home
 SIBLING = sibling.on_path()
 
 from tracekit import (
-    scratch,  # sibling skill: the scratch files' declarations, writers
-    step_cli,  # sibling skill: the command line, errors, exit codes
+    scratch,  # the scratch files' declarations, writers
+    step_cli,  # the command line, errors, exit codes
 )
-from tracekit import trace_rules as rules  # sibling skill: units, atomic outputs
+from tracekit import trace_rules as rules  # units, atomic outputs
 from tracekit.scratch import number
 
 TABLE, RESULT, DRAFT = "compare.csv", "compare.json", "compare_draft.md"

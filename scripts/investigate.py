@@ -72,10 +72,10 @@ import sibling  # where the sibling skill is: one home
 SIBLING = sibling.on_path()
 if SIBLING is not None:
     from tracekit import (
-        scratch,  # sibling skill: the scratch folder, read once
-        step_cli,  # sibling skill: the command line, the per-host pass
+        scratch,  # the scratch folder, read once
+        step_cli,  # the command line, the per-host pass
     )
-    from tracekit import trace_rules as rules  # sibling skill: units
+    from tracekit import trace_rules as rules  # units
 else:
     scratch = step_cli = rules = None
 

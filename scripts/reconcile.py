@@ -62,12 +62,12 @@ import model_checks  # sibling skill: checks 2 to 5, step 1's model
 from model_checks import row
 
 from tracekit import (
-    capture_inputs,  # sibling skill
-    scratch,  # sibling skill: the scratch files' declarations, writers
-    step_cli,  # sibling skill: the command line, errors, exit codes
-    trace_reader,  # sibling skill
+    capture_inputs,
+    scratch,  # the scratch files' declarations, writers
+    step_cli,  # the command line, errors, exit codes
+    trace_reader,
 )
-from tracekit import trace_rules as rules  # sibling skill
+from tracekit import trace_rules as rules
 
 RESULT_FILE = "reconcile.json"
 TABLE = "reconciliation.csv"

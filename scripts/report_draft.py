@@ -30,9 +30,9 @@ import sibling  # where the sibling skill is: one home
 
 SIBLING = sibling.on_path()
 
-from tracekit import step_cli  # sibling skill: the command line, errors, exit codes
-from tracekit import trace_rules as rules  # sibling skill
-from tracekit.scratch import Scratch  # sibling skill: the scratch folder, read once
+from tracekit import step_cli  # the command line, errors, exit codes
+from tracekit import trace_rules as rules
+from tracekit.scratch import Scratch  # the scratch folder, read once
 
 DRAFT = "report_draft.md"
 TOP_ROWS = 8  # instructions and Python lines listed: enough to cover most time in practice

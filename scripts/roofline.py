@@ -53,11 +53,11 @@ import xprof_figures  # XProf's own figures, shown beside ours
 from hlo_costs import Cost, Costs, dtype_name  # FLOPs and bytes per instruction
 
 from tracekit import (
-    scratch,  # sibling skill: the scratch files' declarations, writers
-    step_cli,  # sibling skill: the command line, errors, exit codes
+    scratch,  # the scratch files' declarations, writers
+    step_cli,  # the command line, errors, exit codes
 )
-from tracekit import trace_rules as rules  # sibling skill
-from tracekit.trace_rules import pct  # sibling skill: shared rules
+from tracekit import trace_rules as rules
+from tracekit.trace_rules import pct  # shared rules
 
 RESULT_FILE = "roofline.json"
 TABLE = "roofline.csv"
@@ -91,10 +91,9 @@ def read_attribution(out: Path, capture) -> tuple[list[dict], dict]:
     except (OSError, ValueError) as exc:
         raise step_cli.StepError(f"cannot read step 4's tables in {folder}: {exc}") from exc
     was = (res.get("capture") or {}).get("xplane")
-    if was and capture.files.xplane and Path(was).resolve() != Path(
-            capture.files.xplane).resolve():
+    if not scratch.written_for(was, capture.files.xplane):
         raise step_cli.StepError(f"cannot build the roofline because {folder} was written for "
-                                 f"{was}, not {capture.files.xplane}; rerun "
+                                 f"{was.get('file')}, not {capture.files.xplane}; rerun "
                                  "attribute_kernels.py on this capture")
     return rows, res
 

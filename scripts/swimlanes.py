@@ -53,11 +53,11 @@ SIBLING = sibling.on_path()
 import svg  # SVG elements and text widths, shared with roofline.py
 
 from tracekit import (
-    scratch,  # sibling skill: the scratch files' declarations, readers
-    step_cli,  # sibling skill: the command line, errors, exit codes
+    scratch,  # the scratch files' declarations, readers
+    step_cli,  # the command line, errors, exit codes
 )
-from tracekit import trace_rules as rules  # sibling skill: the classification rules
-from tracekit.trace_rules import us_value  # sibling skill: units
+from tracekit import trace_rules as rules  # the classification rules
+from tracekit.trace_rules import us_value  # units
 
 RESULT_FILE = "swimlanes.json"
 SVG_FILE = "swimlanes.svg"

@@ -49,10 +49,10 @@ import sibling  # where the sibling skill is: one home
 SIBLING = sibling.on_path()
 
 from tracekit import (
-    scratch,  # sibling skill: the scratch files' declarations, writers
-    step_cli,  # sibling skill: the command line, errors, exit codes
+    scratch,  # the scratch files' declarations, writers
+    step_cli,  # the command line, errors, exit codes
 )
-from tracekit import trace_rules as rules  # sibling skill: CSV writing, atomic outputs
+from tracekit import trace_rules as rules  # CSV writing, atomic outputs
 from tracekit.scratch import number
 
 RESULT_FILE = "trust.json"

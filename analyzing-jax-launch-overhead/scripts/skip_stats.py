@@ -130,7 +130,7 @@ def run(trace, out: Path) -> tuple[dict, list]:
     a, joins = analyse(trace)
     if KEEP_TO_EXIT:  # freed by the exit, not one object at a time (about 1 s on 1M events)
         _KEPT.append(trace)
-    source = trace_identity(trace.path)
+    source = scratch.identity(trace.path)
     a.stream_names = stream_names(trace)
     per_stream, facts = model_checks.trace_totals(trace)
     streams = {"streams": [[d, s, n, t] for (d, s), (n, t) in sorted(per_stream.items())],
@@ -175,16 +175,6 @@ def run(trace, out: Path) -> tuple[dict, list]:
 # returns; imported (tests, another step), nothing is kept.
 KEEP_TO_EXIT = False
 _KEPT: list = []
-
-
-def trace_identity(path) -> dict:
-    """The trace a result was computed from: its path as given, size and modification time, so
-    that a reader can tell a table of this capture from an earlier one left in the folder."""
-    try:
-        st = Path(path).stat()
-        return {"trace": str(path), "bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
-    except (OSError, TypeError, ValueError):
-        return {"trace": str(path), "bytes": None, "mtime_ns": None}
 
 
 STEP = step_cli.Step("skip_stats", __doc__, __file__)

@@ -148,31 +148,6 @@ def _capture_files(run_dir: str, host: str) -> dict:
     return {"trace": trace, "xplane": xplane if xplane.is_file() else None}
 
 
-def _same_file(recorded, current) -> bool:
-    """Whether a result's recorded input path is `current` (True when nothing is known: a
-    hand-made folder, or no run folder to compare with)."""
-    if recorded is None or current is None:
-        return True
-    try:
-        return Path(str(recorded)).resolve() == Path(current).resolve()
-    except (OSError, ValueError, RuntimeError):
-        return False
-
-
-def _same_trace(recorded, current) -> bool:
-    """skip_stats.json's `capture` (path, bytes, mtime_ns) against the run's trace now."""
-    if not isinstance(recorded, dict) or current is None:
-        return True
-    if not _same_file(recorded.get("trace"), current):
-        return False
-    try:
-        st = Path(current).stat()
-    except OSError:
-        return False
-    return recorded.get("bytes") in (None, st.st_size) and \
-        recorded.get("mtime_ns") in (None, st.st_mtime_ns)
-
-
 def _spread(values: list[float], label: str) -> dict | None:
     if not values:
         return None
@@ -207,7 +182,7 @@ def _tables_read(folder: Path, res: dict, current: dict, ss: dict) -> tuple[bool
     its step-4 tables are read: its pass succeeded and they are of this run's capture; and why
     not, in words."""
     not_read = []
-    step1 = res["exit"] == 0 and _same_trace(ss.get("capture"), current.get("trace"))
+    step1 = res["exit"] == 0 and scratch.written_for(ss.get("capture"), current.get("trace"))
     if res["exit"] != 0:
         not_read.append(f"its pass failed (exit {res['exit']}): no table of its folder is "
                         "read")
@@ -215,7 +190,7 @@ def _tables_read(folder: Path, res: dict, current: dict, ss: dict) -> tuple[bool
         not_read.append("its step-1 tables (skip_stats.json, steps.csv, streams.csv and "
                         "the changes and trust list made from them) are from another "
                         "capture than this run's: not read")
-    step4 = res["exit"] == 0 and _same_file(
+    step4 = res["exit"] == 0 and scratch.written_for(
         (_json(folder, "attribution/attribute_kernels.json").get("capture") or {})
         .get("xplane"), current.get("xplane"))
     return step1, step4, not_read

@@ -434,13 +434,28 @@ def own_dir(path: Path) -> Path:
 
 
 def identity(path) -> dict | None:
-    """A capture file as a hand-off's key: its resolved path, size and modification time."""
+    """A capture file as the one record of which input a table or hand-off was made from: its
+    resolved path, size and modification time; None where it cannot be read."""
     try:
         p = Path(path).resolve()
         st = p.stat()
     except (OSError, TypeError, ValueError, RuntimeError):
         return None
     return {"file": str(p), "bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def written_for(recorded, path) -> bool:
+    """The one rule of "were these tables written for this capture?": `recorded` (an identity
+    record a result keeps) against the file `path` now: the same resolved file, and its size and
+    modification time where recorded. True where nothing is recorded or `path` is None (a folder
+    made by hand, or no such file to compare with)."""
+    if not recorded or path is None:
+        return True
+    now = identity(path)
+    if not isinstance(recorded, dict) or now is None:
+        return False
+    return recorded.get("file") == now["file"] and all(
+        recorded.get(k) in (None, now[k]) for k in ("bytes", "mtime_ns"))
 
 
 def handoff_put(folder: Path, name: str, sources: list, payload: dict) -> None:
@@ -671,7 +686,8 @@ declare(File(
     "capture_info.json", "capture_info.py", "json",
     "the inventory: files, GPUs with their json/xplane event counts, programs, checks, refusals",
     fields="""
-- `step` (`capture_info`), `status` (`done`), `capture` (`run_dir`, `host`, `hosts`, `notes`),
+- `step` (`capture_info`), `status` (`done`), `capture` (`run_dir`, `host`, `hosts`, `notes`,
+  `trace` and `xplane`: each file's identity record, `file`, `bytes`, `mtime_ns`, or null),
   `xplane` and `trace` (`file`, `error`: null, or why it could not be read).
 - `gpus`: one per GPU plane or trace process: `ordinal`, `idle`, `xplane_events`,
   `trace_events` (null where that file lacks it), `agree` (null where only one file has it),
@@ -963,8 +979,9 @@ The step's result as data; `summary.txt` is a rendering of it. Fields:
   GPUs, pipeline stages included), `compared` (true for the program group of two GPUs or more
   with the most GPU time: the straggler and step 2's same-work comparison are taken among its
   GPUs only; none is compared where no two GPUs run the same programs).
-- `capture`: the trace the result is of: `trace` (its path as given), `bytes`, `mtime_ns` (so a
-  table left from another capture in a re-used folder can be told apart).
+- `capture`: the trace the result is of, as an identity record (`scratch.identity`: `file`, its
+  resolved path, `bytes`, `mtime_ns`), so a table left from another capture in a re-used folder
+  is told apart (`scratch.written_for`, the one rule every step and the host pass apply).
 - `joins`: GPU events per join kind (`launch`, `graph_launch`, `other`, `none`, `ambiguous`,
   `no_correlation_id`, `shared_ids_without_graph_launch`); `gpu_events`;
   `join_rate_pct_of_gpu_events`.
@@ -1484,7 +1501,8 @@ declare(File(
     fields="""
 The step's result as data; `summary.txt` is a rendering of it (nothing in the summary is computed
 elsewhere), and later steps read this file, never the prose. Top-level fields:
-- `step` (`attribute_kernels`), `status` (`done`), `capture` (`xplane`, `host`, `run`).
+- `step` (`attribute_kernels`), `status` (`done`), `capture` (`xplane`: the identity record of
+  the xplane read, `file`, `bytes`, `mtime_ns`; `host`, `run`).
 - `program`: `id`, `name`, `notes` (why it was chosen; programs saved twice; inferred trip counts;
   a missing HLO text; how many HLO texts were written). The chosen program (the most GPU time,
   or `--program`) is the one whose HLO a step needing one program reads.
