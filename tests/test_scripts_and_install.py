@@ -132,7 +132,7 @@ def test_sibling_readers_need_only_the_standard_library(tmp_path, shared):
     """A bare interpreter (-I: isolated, -S: no site-packages) reads a trace and finds files."""
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]);"
-        "import capture_inputs, trace_reader;"
+        "from tracekit import capture_inputs, trace_reader;"
         "f = capture_inputs.resolve(sys.argv[2]);"
         "t = trace_reader.load_trace(f.trace);"
         "print(f.host, len(t.events), sorted(t.gpu_pids()))"
