@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tracekit.step_cli import StepError
+from tracekit.base import StepError
 
 XPLANE_SUFFIX = ".xplane.pb"
 TRACE_SUFFIXES = (".trace.json.gz", ".trace.json")

@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from tracekit.step_cli import MissingPackage, StepError
+from tracekit.base import MissingPackage, StepError
 
 INSTALL = "pip install distributed==2026.8.0 (the root skill's requirements.txt pins it)"
 # How often a task is run again after its worker failed or was lost: once.

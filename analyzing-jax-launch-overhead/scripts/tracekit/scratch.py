@@ -31,7 +31,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tracekit.step_cli import StepError
+from tracekit.base import StepError
 
 csv.field_size_limit(1 << 30)  # gaps.csv host_events cells of long gaps are long
 

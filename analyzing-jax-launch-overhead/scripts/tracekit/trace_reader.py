@@ -40,7 +40,7 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tracekit.step_cli import StepError, progress
+from tracekit.base import StepError, progress
 from tracekit.trace_rules import MAX_NAME_CHARS, MAX_TIME_PS, cut_name, runs_past_capture
 
 GPU_PROCESS_RE = re.compile(r"^/device:GPU:(\d+)$")
