@@ -99,13 +99,13 @@ def profiler_calls(host) -> dict | None:
     if host is None:
         return None
     ids = {k: m.group(1) for k, name, _ in host.event_metadata_items()
-           if (m := rules.PROFILER_CALL_RE.search(name))}
+           if (m := rules.PROFILER_CALL_RE.match(name)) and m.group(1) != "trace"}
     if not ids:
         return None
     spans: dict[str, list] = {"start_trace": [], "stop_trace": []}
     for ln in host.lines:
         for name, start, dur, _ in ln.select(frozenset(ids), frozenset()):
-            call = rules.PROFILER_CALL_RE.search(name).group(1)
+            call = rules.PROFILER_CALL_RE.match(name).group(1)
             spans[call].append((start, start + dur))
     out = {f"{call}_ms": sum(b - a for a, b in sp) / 1e9 if sp else None
            for call, sp in spans.items()}

@@ -314,7 +314,7 @@ class Context:
 
 
 @dataclass
-class Scratch:
+class TableCache:
     folder: Path
     cache: dict = field(default_factory=dict)
 
@@ -609,7 +609,7 @@ def skip_reason(text: str, fig: Figure) -> str:
 
 # ---------------------------------------------------------------- analysis: tables
 
-def load_table(scratch: Scratch, name: str):
+def load_table(scratch: TableCache, name: str):
     if name in scratch.cache:
         return scratch.cache[name]
     rel = Path(name)
@@ -703,7 +703,7 @@ def aggregate(values: list, agg: str, what: str):
     return D(fn(dec))
 
 
-def lookup(scratch: Scratch, cite: Citation, roles: set[str]) -> dict:
+def lookup(scratch: TableCache, cite: Citation, roles: set[str]) -> dict:
     """role (value, min, max) -> (value: Decimal | str, table unit | None); plus 'label'."""
     if not cite.selector:
         raise NoTable(f"the citation names {cite.table} but no column or path")
@@ -1199,7 +1199,7 @@ def collapse(s: str) -> str:
     return c if len(c) <= CLAIM_CHARS else c[:CLAIM_CHARS - 1] + "…"
 
 
-def check_report(scratch: Scratch, text: str) -> list[Row]:
+def check_report(scratch: TableCache, text: str) -> list[Row]:
     rows: list[Row] = []
     cleaned = clean_report(text)
     line_start = [0]
@@ -1357,7 +1357,7 @@ def run(report: Path, out: Path):
     except (OSError, UnicodeDecodeError) as exc:
         raise step_cli.StepError(
             f"the report {report} cannot be read as UTF-8 text ({exc})") from None
-    rows = check_report(Scratch(out), text.replace("\r\n", "\n"))
+    rows = check_report(TableCache(out), text.replace("\r\n", "\n"))
     result = result_of(rows, report)
     return rows, result, write(out, rows, result)
 

@@ -80,7 +80,7 @@ else:
     scratch = step_cli = rules = None
 
 
-class Step:
+class JobStep:
     """One script of the job: its file, the step it serves, what it does (for the progress
     line), whether it reads the capture (else only the scratch folder), and the steps whose
     tables or hand-offs it reads (`after`: it starts once they have ended; None: after every
@@ -101,38 +101,38 @@ PAGE = next((p for p in (HERE.parent / "writing-trace-report-pages" / "scripts" 
                          / "build_page.py") if p.is_file()), None)
 
 
-def steps() -> list[Step]:
+def steps() -> list[JobStep]:
     skip = SIBLING / "skip_stats.py" if SIBLING else None
     # in the order a step is chosen among those ready at once: the longest first
     return [
-        Step("skip_stats", skip, "step 1", "verdict: host, device or waiting", after=()),
+        JobStep("skip_stats", skip, "step 1", "verdict: host, device or waiting", after=()),
         # steps.csv gives each kernel its step: needed only for its tables, at its end
-        Step("attribute_kernels", HERE / "attribute_kernels.py", "step 4",
-             "kernel -> instruction -> Python line", xprof=True, after=(),
-             told=("skip_stats",), told_option="--steps-when-told"),
+        JobStep("attribute_kernels", HERE / "attribute_kernels.py", "step 4",
+                "kernel -> instruction -> Python line", xprof=True, after=(),
+                told=("skip_stats",), told_option="--steps-when-told"),
         # rows.csv, steps.csv, gaps.csv; step 4's kernels.csv for the tooltips, at its end
-        Step("swimlanes", HERE / "swimlanes.py", "step 3", "drawing one step's swimlanes",
-             after=("skip_stats",), told=("attribute_kernels",),
-             told_option="--kernels-when-told"),
+        JobStep("swimlanes", HERE / "swimlanes.py", "step 3", "drawing one step's swimlanes",
+                after=("skip_stats",), told=("attribute_kernels",),
+                told_option="--kernels-when-told"),
         # step 1's counts of the trace (it holds it decoded), not the trace read again
-        Step("capture_info", HERE / "capture_info.py", "step 0", "inventory of the capture",
-             after=("skip_stats",)),
+        JobStep("capture_info", HERE / "capture_info.py", "step 0", "inventory of the capture",
+                after=("skip_stats",)),
         # the hand-offs of steps 0 and 1, and step 4's result
-        Step("reconcile", HERE / "reconcile.py", "step 2", "reconciling independent totals",
-             after=("capture_info", "skip_stats", "attribute_kernels")),
-        Step("roofline", HERE / "roofline.py", "step 5", "FLOPs, bytes and ceilings",
-             xprof=True, after=("attribute_kernels",)),
-        Step("changes", HERE / "changes.py", "step 6", "ranking what to change",
-             reads_capture=False),
+        JobStep("reconcile", HERE / "reconcile.py", "step 2", "reconciling independent totals",
+                after=("capture_info", "skip_stats", "attribute_kernels")),
+        JobStep("roofline", HERE / "roofline.py", "step 5", "FLOPs, bytes and ceilings",
+                xprof=True, after=("attribute_kernels",)),
+        JobStep("changes", HERE / "changes.py", "step 6", "ranking what to change",
+                reads_capture=False),
         # its long read (rows.csv) first, the other results at its end
-        Step("trust", HERE / "trust.py", "step 7", "the trust list", reads_capture=False,
-             after=("capture_info", "skip_stats", "attribute_kernels"),
-             told=("reconcile", "swimlanes", "roofline", "changes"),
-             told_option="--rest-when-told"),
-        Step("report_draft", HERE / "report_draft.py", "report", "writing report_draft.md",
-             reads_capture=False),
-        Step("factcheck", HERE / "factcheck.py", "fact check", "checking every number of the draft",
-             reads_capture=False),
+        JobStep("trust", HERE / "trust.py", "step 7", "the trust list", reads_capture=False,
+                after=("capture_info", "skip_stats", "attribute_kernels"),
+                told=("reconcile", "swimlanes", "roofline", "changes"),
+                told_option="--rest-when-told"),
+        JobStep("report_draft", HERE / "report_draft.py", "report", "writing report_draft.md",
+                reads_capture=False),
+        JobStep("factcheck", HERE / "factcheck.py", "fact check",
+                "checking every number of the draft", reads_capture=False),
     ]
 
 
@@ -251,7 +251,7 @@ def _tell(proc, tell, clock) -> None:
 SENTENCES: dict[str, str] = {}  # what each step that failed said, as it said it
 
 
-def could_not_run(step: Step, out: Path, failed: dict[str, str], why: str) -> None:
+def could_not_run(step: JobStep, out: Path, failed: dict[str, str], why: str) -> None:
     """Say why the step could not run (in `failed`), and remove what it wrote on an earlier
     run of this capture, so that no later step reads that as this run's (a step run alone
     keeps its earlier tables when it refuses: a mistyped option loses nothing)."""
@@ -260,7 +260,7 @@ def could_not_run(step: Step, out: Path, failed: dict[str, str], why: str) -> No
                                if gone else "")
 
 
-def run_step(step: Step, args, out: Path, failed: dict[str, str], t0: float,
+def run_step(step: JobStep, args, out: Path, failed: dict[str, str], t0: float,
              tell=None) -> int | None:
     """Run one step's script; return its exit code (None when the script is missing). Why it
     could not run goes into `failed` (said by the caller: run_job). `tell`: see run_relaying
@@ -348,7 +348,7 @@ def _teller(events: list, failed: dict):
 class Job:
     """The steps of one job and where each stands (run_job)."""
 
-    def __init__(self, todo: list[Step], args, out: Path, failed: dict[str, str], t0: float,
+    def __init__(self, todo: list[JobStep], args, out: Path, failed: dict[str, str], t0: float,
                  jobs: int):
         self.args, self.out, self.failed, self.t0, self.jobs = args, out, failed, t0, jobs
         self.order = [st.name for st in todo]
@@ -409,12 +409,12 @@ class Job:
                 self.finish(fut)
 
 
-def run_job(todo: list[Step], args, out: Path, failed: dict[str, str], t0: float,
+def run_job(todo: list[JobStep], args, out: Path, failed: dict[str, str], t0: float,
             jobs: int) -> dict[str, int | None]:
     """Run every step once the steps it reads (`after`) have ended, at most `jobs` at once and
     in the job's order where several are ready; returns each step's exit code. A step with
     `told` may start before those have ended, and is told when they have (with the steps that
-    failed so far), while a slot is left to steps that do not wait. Step 0 is the gate: where
+    failed so far), while a slot is left to steps that do not wait. JobStep 0 is the gate: where
     it finds the capture unusable (exit 1 or 3) nothing more starts, and what ran beside it is
     not said (its failure would follow from the same capture). A step that could not run is
     said once step 0 has passed. Interrupted or terminated, the job ends its running steps
@@ -601,8 +601,8 @@ def body(args):
 def run_all(args, out: Path):
     t0 = time.monotonic()
     failed: dict[str, str] = {}
-    todo = steps() + ([Step("build_page", PAGE, "page", "the HTML page of the draft",
-                            reads_capture=False)] if args.page else [])
+    todo = steps() + ([JobStep("build_page", PAGE, "page", "the HTML page of the draft",
+                               reads_capture=False)] if args.page else [])
     jobs, why = steps_at_once(args)
     if args.step_limit is None:
         args.step_limit = STEP_LIMIT_BASE_S + STEP_LIMIT_PER_MIB_S * capture_bytes(args) / 2**20

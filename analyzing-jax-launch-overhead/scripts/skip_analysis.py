@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from gap_causes import between_steps, cause_words, classify_gaps, gap_parts
 from gpu_events import stream_budget, union_ps
-from step_framing import PROFILER_CALL_RE, CallTree, Step
+from step_framing import CallTree, StepFrame
 
 from tracekit import trace_rules as rules
 
@@ -144,7 +144,7 @@ def critical_streams(by_gpu_step, devices) -> dict:
     return critical
 
 
-def gpu_step_row(a: Analysis, st: Step, d: int, evs: list, crit, exec_starts) -> tuple:
+def gpu_step_row(a: Analysis, st: StepFrame, d: int, evs: list, crit, exec_starts) -> tuple:
     """One GPU's events of one step: its steps.csv row (from the step's start to its last
     event's end), its events by stream, and the gaps.csv rows of its critical stream."""
     start = st.start
@@ -321,7 +321,7 @@ def gpu_groups(a: Analysis, by_gpu_step) -> list[dict]:
                                                   x["devices"]))
 
 
-def enclosing_call(tree: CallTree, st: Step) -> str | None:
+def enclosing_call(tree: CallTree, st: StepFrame) -> str | None:
     """The innermost Python-traced call that encloses every program dispatch of a step (its
     first execution's start to its last one's): the user's function a `jax.jit` around it would
     make one program; None when no traced call encloses them all."""
@@ -683,7 +683,7 @@ def python_lines(host_threads) -> list[dict]:
     per: dict[str, dict] = {}
     for key, events in host_threads.items():
         traced = [h for h in events if h["name"].startswith(rules.PYTHON_TRACER_PREFIX)
-                  and not PROFILER_CALL_RE.match(h["name"])]
+                  and not rules.PROFILER_CALL_RE.match(h["name"])]
         traced.sort(key=lambda h: (h["start"], -h["dur"]))
         stack: list = []  # (end, the enclosing call's name totals)
         for h in traced:

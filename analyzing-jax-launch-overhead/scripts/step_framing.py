@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import bisect
 import operator
-import re
 import statistics
 from dataclasses import dataclass, field
 
@@ -45,12 +44,10 @@ CYCLE_CANDIDATE_SHARE = 0.3
 # median pause before every other execution of the cycle; otherwise the pauses do not mark a
 # boundary and the capture's first execution starts the first step (said in the notes).
 PHASE_PAUSE_RATIO = 1.5
-# The profiler's own traced calls (they span the capture): no step's call, not the program's time.
-PROFILER_CALL_RE = re.compile(r"^\$profiler\.py:\d+ (start_trace|stop_trace|trace)$")
 
 
 @dataclass
-class Step:
+class StepFrame:
     number: int
     start: int
     end: int
@@ -259,7 +256,7 @@ class CallTree:
         self.threads = []  # per thread: (starts, calls, parent index, nesting depth)
         for events in host_threads.values():
             calls = sorted((h for h in events if h["name"].startswith(rules.PYTHON_TRACER_PREFIX)
-                            and not PROFILER_CALL_RE.match(h["name"])),
+                            and not rules.PROFILER_CALL_RE.match(h["name"])),
                            key=lambda h: (h["start"], -h["dur"]))
             if not calls:
                 continue
@@ -344,7 +341,7 @@ def cycle_steps(execs: list, trace_end: int, notes: list,
         group = [execs[j] for j in idx]
         nxt = groups[k + 1][0] if k + 1 < len(groups) else None
         end = execs[nxt].start if nxt is not None else trace_end
-        st = Step(k, group[0].start, end, "", launched=max(x.end for x in group))
+        st = StepFrame(k, group[0].start, end, "", launched=max(x.end for x in group))
         st.executions = group
         st.extra = extra[k]
         st.partial = [names[j] for j in idx[:p]] != cycle
@@ -462,7 +459,7 @@ def python_call_steps(host_threads, execs: list, trace_end: int, notes: list):
     for k, c in enumerate(calls):
         end = calls[k + 1]["start"] if k + 1 < len(calls) else max(trace_end,
                                                                     c["start"] + c["dur"])
-        st = Step(k, c["start"], end, f"python:{name}")
+        st = StepFrame(k, c["start"], end, f"python:{name}")
         lo, hi = bisect.bisect_left(starts, c["start"]), bisect.bisect_left(
             starts, c["start"] + c["dur"])
         st.executions = execs[lo:hi]
@@ -489,7 +486,7 @@ def annotated_steps(host_threads, scan: dict | None = None) -> list:
                     continue
     if not marks:
         return []
-    steps = [Step(n, min(h["start"] for h in hs), max(h["start"] + h["dur"] for h in hs),
+    steps = [StepFrame(n, min(h["start"] for h in hs), max(h["start"] + h["dur"] for h in hs),
                   "annotation") for n, hs in sorted(marks.items())]
     # the program executions that began inside each annotated step
     execs = program_executions(host_threads, scan)
@@ -531,7 +528,7 @@ def find_steps(gpu, host_threads, trace_end, scan: dict | None = None,
         why = (f"no StepTraceAnnotation, and the {len(execs)} program execution(s) on the host "
                "do not repeat in a cycle")
     notes.append(f"{why}: the whole capture is analysed as one window")
-    st = Step(0, start, end, "capture", partial=True)
+    st = StepFrame(0, start, end, "capture", partial=True)
     st.executions = execs
     return [st], "the whole capture", notes
 

@@ -167,7 +167,9 @@ def phase(op_name: str, framework_frame: str = "") -> str:
 # The profiler's own calls on the host (the Python tracer names a Python function
 # `$<file>:<line> <name>`): jax.profiler's start_trace and stop_trace. Their time is the
 # profiler's, not the program's: a capture's wall clock can be almost all start-up.
-PROFILER_CALL_RE = re.compile(r"(?:^|[\s.:])(start_trace|stop_trace)$")
+# jax.profiler's own Python functions as the Python tracer names them (`trace` is the context
+# manager around a whole capture): never a step's work, never the program's time.
+PROFILER_CALL_RE = re.compile(r"^\$profiler\.py:\d+ (start_trace|stop_trace|trace)$")
 
 
 # ---------------------------------------------------------------- units and files
