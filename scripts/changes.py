@@ -77,9 +77,6 @@ DISPATCH_MIN_EXECUTIONS = 2
 # A saving below this in the median is not listed: 1 us is below the jitter of a single launch,
 # so a smaller figure says nothing about a cause.
 MIN_SAVING_US = 1.0
-# The GPU that ends the step last is named a straggler only when it is the same GPU in more than
-# this share of the steps; a GPU that is last now and then is launch jitter, not a cause.
-STRAGGLER_MIN_SHARE = 0.5
 # A host gap is said to be "before the first launch" when the step's leading gap holds at least
 # this share of the step's host-late time: then the knob is the host's work before the step (the
 # input pipeline, dispatch), not the launches between kernels.
@@ -585,11 +582,12 @@ def find_straggler(s1: dict | None, frames: dict, gpus: list, whole: bool, notes
         notes.append("no straggler: step 1 finds the GPU that ends a step last changing from "
                      "step to step, or ties (skip_stats.json straggler)")
     elif multi and alone:
-        cand = max(sorted(set(alone)), key=alone.count)
-        if alone.count(cand) > STRAGGLER_MIN_SHARE * len(frames):
+        cand, is_straggler, counts = rules.majority_last(
+            [x[0] if len(x) == 1 else None for x in (fr["last"] for fr in frames.values())])
+        if is_straggler:
             return cand, alone, peers
         notes.append(f"no straggler: the GPU that ends a step last changes from step to step "
-                     f"(GPU {cand} in {alone.count(cand)} of {len(frames)} steps), or ties")
+                     f"(GPU {cand} in {counts.get(cand, 0)} of {len(frames)} steps), or ties")
     return None, alone, peers
 
 

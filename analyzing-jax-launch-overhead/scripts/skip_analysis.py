@@ -38,7 +38,6 @@ COLLECTIVE_BOUND_SHARE = 0.25
 # says so and names the cause class.
 BETWEEN_STEPS_SHARE = 0.10
 # Straggler: the rule and its margin are shared with the cross-host summary (trace_rules).
-STRAGGLER_MAJORITY = rules.STRAGGLER_MAJORITY
 STRAGGLER_MIN_LEAD_PS = rules.STRAGGLER_MIN_LEAD_PS
 STRAGGLER_MIN_LEAD_SHARE = rules.STRAGGLER_MIN_LEAD_SHARE
 
@@ -635,27 +634,22 @@ def groups_note(entries: list[dict], info) -> str:
 
 def straggler(step_rows, info, us_) -> dict:
     """Which GPU ends each step last, by how much, and whether that is a straggler: one GPU last
-    in more than STRAGGLER_MAJORITY of the steps, ahead of the next GPU by more than the margin
-    in the median of those steps; a step whose two last GPUs end within the margin is a tie."""
+    in most of the steps, each time ahead of the next GPU by more than the margin (the one rule
+    of steps 1, 3 and 6 and of the hosts: trace_rules.last_alone, majority_last); a step whose
+    two last GPUs end within the margin is a tie."""
     dur = {(r["step"], r["device"]): r["dur_ps"] for r in step_rows}
     spreads, lasts, leads = [], [], {}
     for num, ends in info["ends"]:
         spreads.append(max(ends.values()) - min(ends.values()))
-        order = sorted(ends, key=lambda d: (-ends[d], d))
-        if len(order) < 2:
+        if len(ends) < 2:
             continue
-        lead = ends[order[0]] - ends[order[1]]
-        margin = max(STRAGGLER_MIN_LEAD_PS, STRAGGLER_MIN_LEAD_SHARE
-                     * dur.get((num, order[0]), 0))
-        if lead <= margin:
-            lasts.append(None)  # a tie
-            continue
-        lasts.append(order[0])
-        leads.setdefault(order[0], []).append(lead)
-    counts = {d: lasts.count(d) for d in sorted({d for d in lasts if d is not None})}
+        top_now = max(ends, key=lambda d: (ends[d], -d))  # the margin is of its step's length
+        last, lead = rules.last_alone(ends, dur.get((num, top_now), 0))
+        lasts.append(last)  # None: a tie
+        if last is not None:
+            leads.setdefault(last, []).append(lead)
     ties = lasts.count(None)
-    top = max(sorted(counts), key=lambda d: counts[d]) if counts else None
-    is_straggler = top is not None and counts[top] > STRAGGLER_MAJORITY * len(lasts)
+    top, is_straggler, counts = rules.majority_last(lasts)
     coll: dict = {}
     for r in step_rows:
         coll.setdefault(r["device"], []).append(r["collective_ps"])

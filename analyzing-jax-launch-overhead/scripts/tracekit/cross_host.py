@@ -37,7 +37,6 @@ from tracekit.trace_rules import us_text
 
 # a host is "the slow host" by the rule step 1 uses for GPUs: slowest in more than this share of
 # the steps every host ran, by more than the margin (the larger of an absolute and a relative lead)
-SLOW_MAJORITY = rules.STRAGGLER_MAJORITY
 SLOW_MIN_LEAD_US = rules.STRAGGLER_MIN_LEAD_PS / 1e6
 SLOW_MIN_LEAD_SHARE = rules.STRAGGLER_MIN_LEAD_SHARE
 
@@ -299,13 +298,12 @@ def compare_steps(steps_of: dict, with_steps: list) -> dict:
 
 def slow_host(compared: dict, with_steps: list) -> dict:
     """The result's `slow_host`: the host slowest in the most compared steps, and whether it
-    is the slow host (slowest in more than SLOW_MAJORITY of them, by more than the margin);
+    is the slow host (trace_rules.majority_last: slowest in most of them, by more than the margin);
     `slowest_counts` holds each host's count of steps it was slowest in."""
     slowest, common = compared["slowest"], compared["common"]
-    counts = {h: slowest.count(h) for h in with_steps if slowest.count(h)}
-    top_host = max(sorted(counts), key=lambda h: counts[h]) if counts else None
-    is_slow = (len(with_steps) > 1 and top_host is not None
-               and counts[top_host] > SLOW_MAJORITY * len(common))
+    top_host, is_slow, counts = rules.majority_last(
+        [h if h in with_steps else None for h in slowest])
+    is_slow = is_slow and len(with_steps) > 1
     return {
         "host": top_host, "is_slow_host": is_slow, "steps": len(common),
         "steps_slowest": counts.get(top_host, 0), "ties": slowest.count(None),

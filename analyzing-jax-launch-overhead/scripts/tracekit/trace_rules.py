@@ -324,6 +324,25 @@ def straggler_margin_ps(step_ps: int) -> float:
     return max(STRAGGLER_MIN_LEAD_PS, STRAGGLER_MIN_LEAD_SHARE * step_ps)
 
 
+def last_alone(ends: dict, step_ps: int):
+    """The GPU (or host) that ends a step last ahead of the next by more than the step's margin
+    (straggler_margin_ps); None for a tie or fewer than two; with its lead (ps, or None)."""
+    order = sorted(ends, key=lambda d: (-ends[d], str(d)))
+    if len(order) < 2:
+        return None, None
+    lead = ends[order[0]] - ends[order[1]]
+    return (order[0], lead) if lead > straggler_margin_ps(step_ps) else (None, None)
+
+
+def majority_last(lasts: list) -> tuple:
+    """The straggler rule over the steps compared (`lasts`: each step's last_alone, None for a
+    tie): (the one most often last, whether it is last in more than STRAGGLER_MAJORITY of the
+    steps, ties counted, and each one's count of steps it ended last)."""
+    counts = {d: lasts.count(d) for d in sorted({d for d in lasts if d is not None}, key=str)}
+    top = max(counts, key=lambda d: counts[d]) if counts else None
+    return top, top is not None and counts[top] > STRAGGLER_MAJORITY * len(lasts), counts
+
+
 def _groups(s1) -> list:
     groups = (s1 or {}).get("gpu_groups") if isinstance(s1, dict) else None
     return [g for g in groups if isinstance(g, dict) and isinstance(g.get("devices"), list)] \
