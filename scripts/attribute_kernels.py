@@ -645,7 +645,6 @@ def op_name(prog, ins) -> str:
 def xprof_coverage(pending, copy: Path) -> tuple[float | None, float, str]:
     """XProf's hlo_stats total self time (us) on this capture (`pending`: its conversion,
     started once the copy was made), and the seconds this step waited for it."""
-    import json
 
     t = time.perf_counter()
     try:
@@ -1271,30 +1270,22 @@ def programs_csv_rows(progs: list[dict]) -> list[tuple]:
 def read_steps(out: Path, files) -> tuple[dict | None, str]:
     """Step 1's steps.csv in the scratch folder, when it was written for this capture's host:
     device -> ([starts in ps], [(step, end ps)]), and a note; (None, why) otherwise."""
-    import csv
-    path = out / "steps.csv"
-    if not path.is_file():
+    folder = scratch.Scratch(out)
+    try:
+        rows = folder.typed("steps.csv", need=("step", "device", "start_us", "end_us"))
+    except scratch.TableError as exc:
+        return None, f"steps not given: {exc}"
+    if rows is None:
         return None, ("steps not given: no steps.csv in the scratch folder (run step 1, "
                       "skip_stats.py, first)")
-    meta = out / "skip_stats.json"
-    try:
-        was = json.loads(meta.read_text(encoding="utf-8")).get("capture") \
-            if meta.is_file() else None
-    except (OSError, ValueError, AttributeError):
-        was = None
+    was = (folder.json("skip_stats.json") or {}).get("capture")
     if not scratch.written_for(was, files.trace):
         return None, (f"steps not given: steps.csv was written for {was.get('file')}, not "
                       f"{files.trace}")
     by: dict = {}
-    try:
-        with open(path, newline="", encoding="utf-8") as fh:
-            for r in csv.DictReader(fh):
-                dev = r["device"]
-                dev = int(dev) if dev.isdigit() else dev
-                by.setdefault(dev, []).append((round(float(r["start_us"]) * 1e6),
-                                               round(float(r["end_us"]) * 1e6), int(r["step"])))
-    except (OSError, ValueError, KeyError) as exc:
-        return None, f"steps not given: steps.csv could not be read ({exc})"
+    for r in rows:
+        by.setdefault(r["device"], []).append((round(r["start_us"] * 1e6),
+                                               round(r["end_us"] * 1e6), r["step"]))
     steps = {}
     for dev, rows in by.items():
         rows.sort()

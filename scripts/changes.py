@@ -149,33 +149,30 @@ def tables(out: Path) -> scratch.Scratch:
 
 
 def read_steps(out: Path) -> dict:
-    """steps.csv as {step: {device: row}}, numbers as floats."""
-    rows = tables(out).rows("steps.csv")
+    """steps.csv as {step: {device: row}} (its declared types: scratch.Scratch.typed)."""
+    try:
+        rows = tables(out).typed("steps.csv", need=(
+            "step", "device", "start_us", "end_us", "dur_us", "critical_stream", "host_late_us",
+            "device_wait_us", "unknown_gap_us", "il_us", "il_idle_us"))
+    except scratch.TableError as exc:
+        raise ChangesError(str(exc)) from None
     if rows is None:
         raise ChangesError(f"{out} has no steps.csv: run step 1 (skip_stats.py) into this "
                            "scratch folder first")
-    need = {"step", "device", "start_us", "end_us", "dur_us", "critical_stream", "host_late_us",
-            "device_wait_us", "unknown_gap_us", "il_us", "il_idle_us"}
-    if rows and not need <= set(rows[0]):
-        raise ChangesError(f"{out / 'steps.csv'} is not step 1's steps.csv (missing columns "
-                           f"{', '.join(sorted(need - set(rows[0])))}); run skip_stats.py again")
     steps: dict = {}
     for r in rows:
-        try:
-            steps.setdefault(int(r["step"]), {})[int(r["device"])] = {
-                "start": float(r["start_us"]), "end": float(r["end_us"]),
-                "dur": float(r["dur_us"]), "crit": r["critical_stream"],
-                "host_late": float(r["host_late_us"] or 0),
-                "device_wait": float(r["device_wait_us"] or 0),
-                "unknown": float(r["unknown_gap_us"] or 0),
-                "kernel_sum": float(r["il_us"] or 0) - float(r["il_idle_us"] or 0),
-                "executions": int(r["executions"]) if r.get("executions") else None,
-                "period": float(r["period_us"]) if r.get("period_us") else None,
-                "between_programs": float(r.get("between_programs_idle_us") or 0)}
-        except (TypeError, ValueError):
+        if not isinstance(r["step"], int) or r["start_us"] is None or r["end_us"] is None:
             raise ChangesError(f"{out / 'steps.csv'} has a row that is not step 1's (step "
-                               f"{r.get('step')!r}, device {r.get('device')!r}); run "
-                               "skip_stats.py again") from None
+                               f"{r['step']!r}, device {r['device']!r}); run "
+                               "skip_stats.py again")
+        steps.setdefault(r["step"], {})[r["device"]] = {
+            "start": r["start_us"], "end": r["end_us"], "dur": r["dur_us"],
+            "crit": "" if r["critical_stream"] is None else str(r["critical_stream"]),
+            "host_late": r["host_late_us"] or 0.0, "device_wait": r["device_wait_us"] or 0.0,
+            "unknown": r["unknown_gap_us"] or 0.0,
+            "kernel_sum": (r["il_us"] or 0.0) - (r["il_idle_us"] or 0.0),
+            "executions": r["executions"], "period": r["period_us"],
+            "between_programs": r["between_programs_idle_us"] or 0.0}
     return steps
 
 

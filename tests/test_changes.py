@@ -458,7 +458,7 @@ def test_bad_input_is_one_sentence(tmp_path, launch_bound):
     assert "run step 1 (skip_stats.py)" in run(empty).stderr
     (empty / "steps.csv").write_text("a,b\n1,2\n")
     p = run(empty)
-    assert p.returncode == 1 and "is not step 1's steps.csv" in p.stderr
+    assert p.returncode == 1 and "is not the table skip_stats.py writes" in p.stderr
     assert run(empty, "--bogus").returncode == 2
     # a capture named on the command line must be the one the tables came from
     r, out, _ = launch_bound

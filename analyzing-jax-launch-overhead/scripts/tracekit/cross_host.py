@@ -51,8 +51,12 @@ def _json(folder: Path, file: str) -> dict:
 
 
 def _rows(folder: Path, file: str) -> list[dict]:
-    """A host's table (scratch.Scratch.rows), [] where it is missing or unreadable."""
-    return scratch.Scratch(folder).rows(file) or []
+    """A host's table as its declaration reads it (scratch.Scratch.typed), [] where it is
+    missing, unreadable or not step 1's."""
+    try:
+        return scratch.Scratch(folder).typed(file) or []
+    except scratch.TableError:
+        return []
 
 
 def _step_key(v):

@@ -181,6 +181,26 @@ WITHHELD: list[str] = []
 LIMIT_SLACK = 1e-6  # relative: a figure rounded to its printed decimals is not past its limit
 
 
+# Key columns that hold integers where they can (a step number, a GPU ordinal, a stream or
+# program id); "CPU" or "(outside programs)" stay text.
+INT_KEYS = frozenset({"step", "device", "stream", "program_id"})
+
+
+def parse(col: Column, cell):
+    """A cell as its declaration reads it: a figure (a column with a unit) as a float, a count
+    as an int, an empty one None; an integer key as an int; text as written."""
+    if cell is None or cell == "":
+        return None if col.unit else ""
+    if col.unit:
+        x = number(cell)
+        if x is None:
+            raise ValueError(f"its {col.name} {cell!r} is not a number")
+        return int(x) if col.unit == "count" and x.is_integer() else x
+    if col.name in INT_KEYS and cell.lstrip("-").isdigit():
+        return int(cell)
+    return cell
+
+
 def number(v, default=None) -> float | None:
     """A table cell or a result's value as a finite float; `default` for an empty cell, a
     boolean, NaN, an infinity or anything that is not a number (the one number parser)."""
@@ -407,6 +427,32 @@ class Scratch:
             except (OSError, UnicodeDecodeError, csv.Error):
                 self._cache[file] = None
         return self._cache[file]
+
+    def typed(self, file: str, need=()) -> list[dict] | None:
+        """A declared table's rows, each cell as its column's declaration reads it (`parse`; a
+        declared column the file lacks reads as None): the one reader of typed rows. None where
+        the file is missing or unreadable; TableError where it is not its producer's (a column
+        of `need` missing, a number that is not one)."""
+        key = "typed:" + file
+        rows = self.rows(file)
+        if rows is None:
+            return None
+        got = set(rows[0]) if rows else set()
+        lacking = [n for n in need if rows and n not in got]
+        if lacking:
+            raise TableError(f"{self.folder / file} is not the table {table(file).producer} "
+                             f"writes (no {', '.join(lacking)}): run {table(file).producer} "
+                             "again")
+        if key not in self._cache:
+            cols = table(file).columns
+            try:
+                self._cache[key] = [{c.name: parse(c, r.get(c.name)) if c.name in got else None
+                                     for c in cols} for r in rows]
+            except ValueError as exc:
+                raise TableError(f"{self.folder / file} is not the table "
+                                 f"{table(file).producer} writes ({exc}): run it "
+                                 "again") from None
+        return self._cache[key]
 
     def values(self, file: str, name: str) -> list[str] | None:
         column(file, name)
