@@ -473,13 +473,12 @@ def test_bad_input_is_one_sentence(tmp_path, launch_bound):
 
 
 def test_interval_helpers():
-    sys.path.insert(0, str(REPO / "scripts"))
-    import changes
-    assert changes.union([(5, 7), (1, 3), (2, 4), (7, 8), (9, 9)]) == [[1, 4], [5, 8]]
-    assert changes.subtract([[0, 10], [20, 30]], [[2, 3], [8, 22], [29, 40]]) == \
+    import critical_path
+    assert critical_path.union([(5, 7), (1, 3), (2, 4), (7, 8), (9, 9)]) == [[1, 4], [5, 8]]
+    assert critical_path.subtract([[0, 10], [20, 30]], [[2, 3], [8, 22], [29, 40]]) == \
         [[0, 2], [3, 8], [22, 29]]
-    assert changes.total([[0, 10], [20, 30]], 5, 25) == 10
-    assert changes.spread([3, 1, 2], 0) == {"value": 3, "min": 1, "max": 3}
+    assert critical_path.total([[0, 10], [20, 30]], 5, 25) == 10
+    assert critical_path.spread([3, 1, 2], 0) == {"value": 3, "min": 1, "max": 3}
 
 
 def test_registry_is_the_documented_cause_kinds():
@@ -556,12 +555,11 @@ def test_capture_without_hlo_ranks_the_host_and_refuses_instructions(shared, tmp
 def test_programs_in_steps_reads_the_cell_step_4_writes():
     """programs.csv steps is rules.format_ranges' cell ("0-2 5"): a program that ran in steps 0
     to 2 and 5 runs in step 5 (the space-separated runs were read as one part before)."""
-    sys.path.insert(0, str(REPO / "scripts"))
-    import changes  # puts the sibling's folder on sys.path too
+    import critical_path
 
     from tracekit import trace_rules
     progs = [{"program_id": "7", "steps": trace_rules.format_ranges([0, 1, 2, 5])},
              {"program_id": "9", "steps": "3"}]
     assert progs[0]["steps"] == "0-2 5"
-    assert changes.programs_in_steps(progs, [5]) == {"7"}
-    assert changes.programs_in_steps(progs, [3, 4]) == {"9"}
+    assert critical_path.programs_in_steps(progs, [5]) == {"7"}
+    assert critical_path.programs_in_steps(progs, [3, 4]) == {"9"}
