@@ -35,7 +35,6 @@ why: no step 1 tables, tables of another capture); 2 usage.
 
 from __future__ import annotations
 
-import csv
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -297,15 +296,14 @@ def fused_on_jit(ctx: Context) -> list:
     spans = {n: (str(ctx.frames[n]["bound"]), ctx.frames[n]["start"], ctx.frames[n]["end"])
              for n in ctx.chosen}
     events: dict = {n: [] for n in ctx.chosen}
-    with open(path, newline="", encoding="utf-8") as fh:
-        for k in csv.DictReader(fh):
-            t = number(k.get("start_us"))
-            if not k.get("instruction") and k.get("category") == "memcpy":
-                continue  # an argument copy between two programs: no kernel of the chain
-            for n, (dev, a, b) in spans.items():
-                if k.get("device") == dev and t is not None and a <= t < b:
-                    events[n].append((t, number(k.get("dur_us")) or 0.0, k.get("program_id", ""),
-                                      k.get("instruction", ""), k.get("user_frame", "")))
+    for k in scratch.records(ctx.out, "attribution/kernels.csv"):
+        t = number(k.get("start_us"))
+        if not k.get("instruction") and k.get("category") == "memcpy":
+            continue  # an argument copy between two programs: no kernel of the chain
+        for n, (dev, a, b) in spans.items():
+            if k.get("device") == dev and t is not None and a <= t < b:
+                events[n].append((t, number(k.get("dur_us")) or 0.0, k.get("program_id", ""),
+                                  k.get("instruction", ""), k.get("user_frame", "")))
     measured, ceiling, median_runs, fused_keys = [], [], [], set()
     for n in ctx.chosen:
         runs = [r for r in pass_runs(sorted(events[n]), ew, one_kernel)

@@ -39,7 +39,6 @@ still be compared); 2 usage; 3 a package is missing.
 
 from __future__ import annotations
 
-import json
 import re
 import statistics
 import subprocess
@@ -101,17 +100,6 @@ def side_folder(arg: str, name: str, out: Path, no_xprof: bool) -> Path:
     return folder
 
 
-def rows(folder: Path, file: str) -> list[dict]:
-    got = scratch.records(folder, file)
-    return list(got) if got is not None else []
-
-
-def load_json(path: Path) -> dict:
-    try:
-        d = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return d if isinstance(d, dict) else {}
 
 
 class Side:
@@ -119,10 +107,10 @@ class Side:
 
     def __init__(self, folder: Path, role: str):
         self.folder, self.role = folder, role
-        self._tables: dict[str, list] = {}
-        self.info = load_json(folder / "capture_info.json")
-        self.skip = load_json(folder / "skip_stats.json")
-        self.steps_rows = rows(folder, "steps.csv")
+        self.files = scratch.Scratch(folder)  # each file read once
+        self.info = self.files.json("capture_info.json") or {}
+        self.skip = self.files.json("skip_stats.json") or {}
+        self.steps_rows = self.table("steps.csv")
         by_step: dict = {}
         for r in self.steps_rows:
             by_step.setdefault(r["step"], []).append(r)
@@ -140,11 +128,9 @@ class Side:
         return out
 
     def table(self, file: str) -> list[dict]:
-        """A table of the side's folder, read once however many comparisons ask for it."""
-        got = self._tables.get(file)
-        if got is None:
-            got = self._tables[file] = rows(self.folder, file)
-        return got
+        """A table of the side's folder ([] where missing), read once however many comparisons
+        ask for it."""
+        return self.files.rows(file) or []
 
     def gpu_time(self, file: str, key) -> dict:
         """{key: GPU us per step} of an attribution table, keys from `key(row)`."""
@@ -379,7 +365,7 @@ def cause_measure(side: Side, kind: str, where: str, times: dict) -> float | Non
         vals = [v for v in vals if v is not None]
         return statistics.median(vals) if vals else None
     if kind == "exposed_collective":  # step 6's critical path of its median step
-        v = ((load_json(side.folder / "changes.json").get("critical_path") or {})
+        v = (((side.files.json("changes.json") or {}).get("critical_path") or {})
              .get("collective") or {}).get("value")
         return number(v)
     if kind == "straggler_wait":
@@ -404,7 +390,7 @@ def predictions(sides: dict, times: dict, period: dict | None) -> tuple[list, li
     against the change whose cause moved most (`error_ratio`), none other."""
     entries = []
     step_change = (period["before"] - period["after"]) if period else None
-    for c in rows(sides["before"].folder, "changes.csv"):
+    for c in sides["before"].table("changes.csv"):
         kind, where = c.get("cause_kind", ""), c.get("where", "")
         pred = number(c.get("saving_us"))
         b = cause_measure(sides["before"], kind, where, times)
@@ -505,7 +491,7 @@ STEP = step_cli.Step("compare", __doc__, __file__, reads="pair", options=options
 def run_hosts(folder: Path) -> dict[str, Path]:
     """{host: its scratch folder} of a run's hosts.csv (the hosts whose pass finished)."""
     out = {}
-    for r in rows(folder, "hosts.csv"):
+    for r in scratch.Scratch(folder).rows("hosts.csv") or []:
         sub = folder / r.get("folder", "")
         if r.get("host") and kind(sub) == "host":
             out[r["host"]] = sub
@@ -545,7 +531,7 @@ def compare_run_steps(before: Path, after: Path) -> tuple[list, dict]:
     per = {}  # side -> column -> step -> the largest over the hosts
     for s, f in (("before", before), ("after", after)):
         per[s] = {"dur_us": {}, "period_us": {}}
-        for r in rows(f, "host_steps.csv"):
+        for r in scratch.Scratch(f).rows("host_steps.csv") or []:
             for column, by_step in per[s].items():
                 v = number(r.get(column))
                 if v is not None:

@@ -48,7 +48,6 @@ sentence says why); 2 usage; 3 a missing package (protobuf, for the xplane).
 from __future__ import annotations
 
 import gc
-import json
 import sys
 from pathlib import Path
 
@@ -122,7 +121,7 @@ def check_attribution(out_dir: Path) -> list[dict]:
                     sentence="the attribution cannot be reconciled because step 4 "
                              "(attribute_kernels.py) has not run in this scratch folder")]
     try:
-        att = json.loads(path.read_text())
+        att = scratch.Scratch(out_dir).json("attribution/attribute_kernels.json")
         execs = att["executions"]
         low = att["figures"]["low_confidence_pct_of_all_attributed"]["value"]
     except (ValueError, KeyError, TypeError) as exc:

@@ -34,8 +34,6 @@ Exit codes: 0 done; 1 the input cannot be used (one sentence says why: e.g. step
 from __future__ import annotations
 
 import bisect
-import csv
-import json
 import math
 import sys
 from dataclasses import dataclass
@@ -84,12 +82,11 @@ def read_attribution(out: Path, capture) -> tuple[list[dict], dict]:
             f"cannot build the roofline because {ops} is missing; run step 4 first: python3 -P "
             f"scripts/attribute_kernels.py {capture.files.xplane or capture.files.run_dir} "
             f"--out {out}")
-    try:
-        res = json.loads(result.read_text(encoding="utf-8"))
-        with open(ops, newline="", encoding="utf-8") as fh:
-            rows = list(csv.DictReader(fh))
-    except (OSError, ValueError) as exc:
-        raise step_cli.StepError(f"cannot read step 4's tables in {folder}: {exc}") from exc
+    tables = scratch.Scratch(out)
+    res, rows = tables.json("attribution/attribute_kernels.json"), tables.rows(
+        "attribution/ops.csv")
+    if res is None or rows is None:
+        raise step_cli.StepError(f"cannot read step 4's tables in {folder}: run step 4 again")
     was = (res.get("capture") or {}).get("xplane")
     if not scratch.written_for(was, capture.files.xplane):
         raise step_cli.StepError(f"cannot build the roofline because {folder} was written for "

@@ -39,7 +39,6 @@ from __future__ import annotations
 import bisect
 import gc
 import itertools
-import json
 import math
 import sys
 from pathlib import Path
@@ -165,10 +164,10 @@ def ensure_step1(capture, out: Path) -> bool:
 
 def read_step1(out: Path) -> tuple[dict, dict, list]:
     """skip_stats.json, steps.csv as {step: {device: row}}, gaps.csv rows."""
+    s1 = scratch.Scratch(out).json("skip_stats.json")
     try:
-        s1 = json.loads((out / "skip_stats.json").read_text(encoding="utf-8"))
         s1["steps"]["analysed"]  # noqa: B018 - the field this step relies on
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (KeyError, TypeError) as exc:
         raise SwimlaneError(f"{out / 'skip_stats.json'} is not step 1's result ({exc}); run "
                             "skip_stats.py into this folder again, or delete it") from exc
     steps: dict[int, dict] = {}

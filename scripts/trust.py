@@ -36,7 +36,6 @@ sentence says why: it does not exist, or no step has written there); 2 usage.
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from dataclasses import dataclass, field
@@ -200,10 +199,11 @@ def load(out: Path, failed: dict) -> Inputs:
         if not path.is_file():
             inp.missing[step] = f"{rel} is missing: the step did not run here, or failed"
             continue
-        try:
-            inp.results[step] = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            inp.missing[step] = f"{rel} cannot be read ({exc.__class__.__name__})"
+        got = scratch.Scratch(out).json(rel)
+        if got is None:
+            inp.missing[step] = f"{rel} cannot be read (not a JSON object)"
+        else:
+            inp.results[step] = got
     if not inp.results:
         raise step_cli.StepError(f"no step has written its result into {out} (none of "
                                  f"{', '.join(rel for _, rel, _ in STEPS.values())}): run "
