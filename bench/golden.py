@@ -24,8 +24,9 @@ compare prints each file that differs or is missing on one side and exits 1 when
 
 check runs the bundled example and the generated scenarios of CHECKED (no shared capture: the
 file must hold on any checkout) in a temporary folder and compares their digests with the ones
-kept in the repository, printing each file that moved; --write keeps the new digests instead,
-so a change's commit shows which outputs it moved (tests/test_golden.py runs check).
+kept in the repository, and a few small tables (KEPT_TEXT) with their text kept beside them,
+printing each file that moved and the rows that did; --write keeps the new digests and texts
+instead, so a change's commit shows what it moved (tests/test_golden.py runs check).
 """
 
 from __future__ import annotations
@@ -57,6 +58,11 @@ GENERATED = [  # (name, capgen arguments)
 CHECKED = ("gen-nvidia-cb-partial", "gen-rocm-8gpu-straggler", "gen-eager-op-by-op",
            "gen-eager-gelu-passes", "gen-custom-calls")
 KEPT = ROOT / "tests" / "golden" / "digests.json"
+# Small outputs kept as text besides their digests, so that a change's diff shows the rows it
+# moved: one generated scenario's tables, a step each (tests/golden/<scenario>/<file>).
+KEPT_TEXT = ("gen-eager-gelu-passes", ("steps.csv", "attribution/programs.csv",
+                                       "attribution/ops.csv", "attribution/phases.csv",
+                                       "roofline.csv", "changes.csv"))
 
 
 def shared_captures() -> list[tuple[str, Path]]:
@@ -158,13 +164,31 @@ def check(write: bool) -> int:
         base = Path(tmp).resolve()
         run_all(base, base / "now", only=CHECKED)
         now = digests(base / "now", base)
+        name, files = KEPT_TEXT
+        texts = {f: masked((base / "now" / name / f).read_bytes(), base, Path(f).name)
+                 for f in files}
+    kept_dir = KEPT.parent / name
     if write:
+        for f, data in texts.items():
+            (kept_dir / f).parent.mkdir(parents=True, exist_ok=True)
+            (kept_dir / f).write_bytes(data)
         KEPT.parent.mkdir(parents=True, exist_ok=True)
         KEPT.write_text(json.dumps(now, indent=1, sort_keys=True) + "\n")
         print(f"{len(now)} digests kept in {KEPT.relative_to(ROOT)}")
         return 0
     then = json.loads(KEPT.read_text()) if KEPT.is_file() else {}
-    if differ(then, now):
+    moved = differ(then, now)
+    for f, data in texts.items():
+        was = (kept_dir / f).read_bytes() if (kept_dir / f).is_file() else b""
+        if was != data:
+            moved += 1
+            print(f"text differs: tests/golden/{name}/{f}")
+            old_rows, new_rows = was.decode().splitlines(), data.decode().splitlines()
+            for row in [r for r in old_rows if r not in new_rows][:5]:
+                print(f"  - {row[:200]}")
+            for row in [r for r in new_rows if r not in old_rows][:5]:
+                print(f"  + {row[:200]}")
+    if moved:
         print("outputs moved: if the change means to move them, keep the new digests with "
               "python3 -P bench/golden.py check --write and commit them with the change")
         return 1
