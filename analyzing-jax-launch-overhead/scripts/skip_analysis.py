@@ -55,15 +55,24 @@ NEEDS_NEW_CAPTURE = ("how the step time moves with batch size (the SKIP paper's 
 @dataclass
 class Analysis:
     """One trace up to its steps (skip_stats.analyse): the GPU events, every step, how the steps
-    were found, the steps analysed, what cannot be computed and the notes. analyse also sets
-    joins, exec_of (launching thread -> execution thread), host_threads, python_tracer_on,
-    call_tree, gap_events (a gap_causes.GapIndex) and thread_names; run sets stream_names."""
+    were found, the steps analysed, what cannot be computed and the notes; the joins of GPU
+    events to launches, each launching thread's execution thread, the host threads, whether the
+    Python tracer was on, its call tree, the host events of the gaps (a gap_causes.GapIndex) and
+    the thread names; `stream_names` (each GPU stream's line name) is set by skip_stats.run."""
     events: list
     steps: list
     step_source: str
     analysed: list
     refusals: list = field(default_factory=list)
     notes: list = field(default_factory=list)
+    joins: dict = field(default_factory=dict)
+    exec_of: dict = field(default_factory=dict)
+    host_threads: dict = field(default_factory=dict)
+    python_tracer_on: bool = False
+    call_tree: object = None
+    gap_events: object = None
+    thread_names: dict = field(default_factory=dict)
+    stream_names: dict = field(default_factory=dict)
 
 
 def step_refusals(gpu, launches: bool, analysed) -> list[str]:

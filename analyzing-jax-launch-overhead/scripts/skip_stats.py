@@ -99,14 +99,10 @@ def analyse(trace) -> tuple[Analysis, dict]:
     refusals = step_refusals(gpu, bool(by_corr), analysed)
     if gpu and not analysed:
         analysed = list(steps)  # only partial steps (refused): they are what there is
-    a = Analysis(gpu, steps, source, analysed, refusals=refusals, notes=notes)
-    a.joins = joins
-    a.exec_of = launch_threads_to_exec(gpu, host_threads)
-    a.host_threads = host_threads
-    a.python_tracer_on = scan["tracer"]
-    a.call_tree = tree
-    a.gap_events = GapIndex(host_threads)
-    a.thread_names = trace.threads
+    a = Analysis(gpu, steps, source, analysed, refusals=refusals, notes=notes, joins=joins,
+                 exec_of=launch_threads_to_exec(gpu, host_threads), host_threads=host_threads,
+                 python_tracer_on=scan["tracer"], call_tree=tree,
+                 gap_events=GapIndex(host_threads), thread_names=trace.threads)
     return a, joins
 
 
