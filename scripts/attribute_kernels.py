@@ -1561,10 +1561,7 @@ def options(ap) -> None:
                     "frameworks flax, praxis, paxml, equinox, haiku, optax, keras)")
     ap.add_argument("--no-xprof", action="store_true",
                     help="skip XProf (its HLO protos and its coverage cross-check)")
-    ap.add_argument("--steps-when-told", action="store_true",
-                    help="read step 1's steps.csv only once a line (or the end of input) "
-                         "comes on standard input: investigate.py runs step 1 beside this "
-                         "step and says so when step 1 has ended")
+    step_cli.told_option(ap, "--steps-when-told", "step 1's steps.csv", "step 1")
 
 
 STEP = step_cli.Step("attribute_kernels", __doc__, __file__, options=options)

@@ -1181,10 +1181,8 @@ def options(ap) -> None:
                     help="window start, microseconds from the profile start")
     ap.add_argument("--end", type=float, metavar="US",
                     help="window end, microseconds from the profile start")
-    ap.add_argument("--kernels-when-told", action="store_true",
-                    help="read step 4's attribution/kernels.csv only once a line (or the end "
-                         "of input) comes on standard input: investigate.py runs step 4 beside "
-                         "this step and says so when step 4 has ended")
+    step_cli.told_option(ap, "--kernels-when-told", "step 4's attribution/kernels.csv",
+                         "step 4")
 
 
 STEP = step_cli.Step("swimlanes", __doc__, __file__, options=options)

@@ -64,6 +64,15 @@ class Step:
     fan_out: bool = True
 
 
+def told_option(ap: argparse.ArgumentParser, flag: str, reads: str, writer: str) -> None:
+    """The option of a step investigate.py may start beside the step it reads (`writer`, which
+    writes `reads`): with it the step waits for its standard input to end (wait_until_told)."""
+    ap.add_argument(flag, action="store_true",
+                    help=f"read {reads} only once a line (or the end of input) comes on standard "
+                         f"input: investigate.py runs {writer} beside this step and says so "
+                         f"when {writer} has ended")
+
+
 def wait_until_told(what: str) -> list[str]:
     """Wait for the end of standard input: investigate.py runs a step beside the steps that
     write `what`, and closes the step's input when they have ended; returns the non-empty
