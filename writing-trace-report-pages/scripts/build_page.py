@@ -568,7 +568,7 @@ def table_html(t: pt.Table, tid: str) -> str:
         lab = labels.get(c)
         m = (f' <span class="lbl lbl-{LABELS[lab]}">{lab}</span>' if lab else "")
         cls = ' class="num"' if isnum else ""
-        head.append(f'<th scope="col"{cls}>{esc(pt.heading_of(c))}{m}</th>')
+        head.append(f'<th scope="col"{cls}>{esc(pt.heading_of(spec.file, c))}{m}</th>')
     body = []
     for r in t.rows:
         cells = []
@@ -584,9 +584,9 @@ def table_html(t: pt.Table, tid: str) -> str:
             else:
                 cells.append(f"<td>{esc(v)}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
-    how = (f"top {len(t.rows):,} of {t.total:,} rows" + (f" by {pt.heading_of(spec.sort)}"
-                                                         if spec.sort else "")
-           if t.rest else f"{t.total:,} row{'s' if t.total != 1 else ''}")
+    by = f" by {pt.heading_of(spec.file, spec.sort)}" if spec.sort else ""
+    how = (f"top {len(t.rows):,} of {t.total:,} rows{by}" if t.rest
+           else f"{t.total:,} row{'s' if t.total != 1 else ''}")
     cap = f"{spec.caption} ({how}; {spec.file})"
     rest = (f'<p class="rest">{t.rest:,} more row{"s" if t.rest != 1 else ""} in '
             f"<code>{esc(spec.file)}</code>, not shown.</p>" if t.rest else "")

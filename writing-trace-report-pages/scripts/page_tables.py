@@ -22,9 +22,6 @@ from tracekit import scratch
 
 CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 NUMBER_RE = re.compile(r"^-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")
-UNITS = (("_flop_per_s", "FLOP/s"), ("_bytes_per_s", "B/s"), ("_flop_per_byte", "FLOP/B"),
-         ("_us", "µs"), ("_ps", "ps"), ("_ms", "ms"), ("_pct", "%"), ("_bytes", "B"),
-         ("_flops", "FLOP"))
 # A percentage names its denominator (references/scratch-layout.md): pct_of_<denominator>, or
 # <what>_pct_of_<denominator>.
 PCT_OF_RE = re.compile(r"(?:^|_)pct_of_([a-z0-9_]+)$")
@@ -138,28 +135,18 @@ def clean(text: str) -> str:
     return CONTROL_RE.sub("", text)
 
 
-def unit_of(column: str) -> str:
-    if PCT_OF_RE.search(column):
-        return "%"
-    return next((u for suffix, u in UNITS if column.endswith(suffix)), "")
-
-
-def heading_of(column: str) -> str:
-    """A column header in words with its unit: gpu_us -> 'gpu (µs)'; a percentage with its
-    denominator: idle_pct_of_step -> 'idle (% of step)', pct_of_gpu_time -> 'share (% of gpu
-    time)'."""
+def heading_of(file: str, column: str) -> str:
+    """A column header in words with its declared unit (scratch.UNIT_SYMBOLS): gpu_us -> 'gpu
+    (µs)'; a percentage with its denominator: idle_pct_of_step -> 'idle (% of step)',
+    pct_of_gpu_time -> 'share (% of gpu time)'."""
     m = PCT_OF_RE.search(column)
     if m:
         name = column[:m.start()].replace("_", " ") or "share"
         return f"{name} (% of {m.group(1).replace('_', ' ')})"
-    unit = unit_of(column)
-    name = column
-    for suffix, u in UNITS:
-        if u == unit and column.endswith(suffix):
-            name = column[: -len(suffix)]
-            break
+    symbol, suffix = scratch.UNIT_SYMBOLS.get(scratch.column(file, column).unit, ("", ""))
+    name = column[: -len(suffix)] if suffix and column.endswith(suffix) else column
     name = name.replace("_", " ")
-    return f"{name} ({unit})" if unit else name
+    return f"{name} ({symbol})" if symbol else name
 
 
 def is_number(cell: str) -> bool:

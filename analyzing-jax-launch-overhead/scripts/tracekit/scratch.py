@@ -94,6 +94,15 @@ class File:
 
 # ---------------------------------------------------------------- declarations
 
+# How a page writes a declared unit, and the end of a column's name that states it (the naming
+# rule of the layout document: gpu_us, run_bytes, achieved_flop_per_s); a unit not here (count,
+# ratio, s) is written with no symbol.
+UNIT_SYMBOLS = {"us": ("µs", "_us"), "ps": ("ps", "_ps"), "ms": ("ms", "_ms"),
+                "pct": ("%", "_pct"), "bytes": ("B", "_bytes"), "flop": ("FLOP", "_flops"),
+                "flop/s": ("FLOP/s", "_flop_per_s"), "bytes/s": ("B/s", "_bytes_per_s"),
+                "flop/byte": ("FLOP/B", "_flop_per_byte")}
+
+
 def col(name: str, unit: str, label: str, meaning: str, at_most: str = "") -> Column:
     return Column(name, unit, label, meaning, at_most)
 
