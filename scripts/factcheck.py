@@ -290,7 +290,8 @@ def lookup_csv(name, data, items, roles):
     if not sel:
         raise NoTable(f"no row of {name} has {where}")
     units = {r.get("unit") for r in sel} if "unit" in header else set()
-    unit = column_unit(column) or (units.pop() if len(units) == 1 else None)
+    unit = declared_unit(name, column) or column_unit(column) or (
+        units.pop() if len(units) == 1 else None)
     out = {}
     cells = [r.get(column, "") for r in sel]
     for role in roles:
@@ -317,6 +318,21 @@ def lookup_csv(name, data, items, roles):
     if out["label"] is None and agg != "count":  # the column's one label (scratch.py)
         out["label"] = declared_label(name, column)
     return out
+
+
+# A declared unit (scratch.Column.unit) as this check's table unit (TABLE_UNITS); a count or
+# ratio has none.
+DECLARED_UNITS = {"us": "us", "ps": "ps", "ms": "ms", "s": "s", "pct": "pct", "bytes": "bytes",
+                  "flop": "FLOP", "flop/s": "FLOP/s", "bytes/s": "B/s", "flop/byte": "FLOP/B"}
+
+
+def declared_unit(table: str, column: str) -> str | None:
+    """The unit scratch.py declares for a table's column, as TABLE_UNITS names it; None for a
+    count, a ratio, text, and a table or column it does not declare."""
+    try:
+        return DECLARED_UNITS.get(scratch.column(table, column).unit)
+    except scratch.ScratchError:
+        return None
 
 
 def declared_label(table: str, column: str) -> str | None:
