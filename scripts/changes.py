@@ -293,7 +293,7 @@ def fused_on_jit(ctx: Context) -> list:
     one_kernel = {p.get("program_id", "") for p in
                   tables(ctx.out).rows("attribution/programs.csv") or []
                   if (number(p.get("kernels_per_execution")) or 0) <= 1.0}
-    spans = {n: (str(ctx.frames[n]["bound"]), ctx.frames[n]["start"], ctx.frames[n]["end"])
+    spans = {n: (str(ctx.frames[n].bound), ctx.frames[n].start, ctx.frames[n].end)
              for n in ctx.chosen}
     events: dict = {n: [] for n in ctx.chosen}
     for k in scratch.records(ctx.out, "attribution/kernels.csv"):
@@ -392,7 +392,7 @@ def host_gap(ctx: Context) -> list:
     hsav = []
     for n, fr in ctx.frames.items():
         g = {d: r for d, r in ctx.steps[n].items() if d in ctx.gpus} or ctx.steps[n]
-        hsav.append(max(0.0, fr["end"] - max(r["end"] - r["host_late"] for r in g.values())))
+        hsav.append(max(0.0, fr.end - max(r["end"] - r["host_late"] for r in g.values())))
     between = ctx.dispatch_idle
     if between is not None:
         hsav = [max(0.0, v - b) for v, b in zip(hsav, between, strict=True)]
@@ -1006,7 +1006,7 @@ def combined(ctx: Context, rows: list) -> dict:
         c = (max(0.0, p["host_late"] - ctx.lead_in) + p["collective"] + p["memcpy_arg"]
              + p["idle_between"] + (p["idle_before"] if ctx.rows is not None else 0.0)
              + compute_side)
-        comb.append(min(c, ctx.frames[n]["window"]))
+        comb.append(min(c, ctx.frames[n].window))
     return spread(comb, ctx.at)
 
 
@@ -1097,7 +1097,7 @@ def build_result(a: dict) -> dict:
     comb = a["combined"]
     return {
         "step": "changes", "status": "done", "verdict": a["verdict"],
-        "steps": {"used": a["steps"], "median": a["median"], "bounding_gpu": mf["bound"],
+        "steps": {"used": a["steps"], "median": a["median"], "bounding_gpu": mf.bound,
                   "why": a["why"],
                   "straggler": a["straggler"]},
         "figures": {

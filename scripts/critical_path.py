@@ -295,6 +295,22 @@ def choose_steps(steps: dict, s1: dict | None, notes: list) -> tuple[list, bool]
     return analysed, whole
 
 
+@dataclass(frozen=True)
+class Frame:
+    """One step as step 6 frames it (us from the profile start): its number, the GPU that ends
+    it (`bound`), its start and end on that GPU, the next analysed step's start (None where none
+    follows), the end of its window and the window (start to the later of its end and the next
+    step's start), and the GPUs that finish it last (step 1's tie rule)."""
+    step: int
+    bound: int
+    start: float
+    end: float
+    next_start: float | None
+    window_end: float
+    window: float
+    last: list
+
+
 def step_frames(steps: dict, chosen: list, compared: set | None = None) -> dict:
     """Per chosen step: its start, the GPU that ends it (the bounding GPU, among the compared
     GPUs: rules.compared_gpus), its end, the start of the next analysed step (when there is one),
@@ -312,12 +328,11 @@ def step_frames(steps: dict, chosen: list, compared: set | None = None) -> dict:
             # the next step is not analysed (a partial one), but step 1 measured the period
             next_start = start + g[b]["period"]
         wend = max(end, next_start) if next_start is not None else end
-        frames[n] = {"step": n, "bound": b, "start": start, "end": end, "next_start": next_start,
-                     "window_end": wend, "window": wend - start,
-                     # step 1's tie: within its margin of the latest end
-                     "last": rules.last_finishers(
-                         {d: round(r["end"] * 1e6) for d, r in g.items()},
-                         rules.straggler_margin_ps(round((end - start) * 1e6)))}
+        frames[n] = Frame(n, b, start, end, next_start, wend, wend - start,
+                          # step 1's tie: within its margin of the latest end
+                          rules.last_finishers(
+                              {d: round(r["end"] * 1e6) for d, r in g.items()},
+                              rules.straggler_margin_ps(round((end - start) * 1e6))))
     return frames
 
 
@@ -336,7 +351,7 @@ def median_step(out: Path, chosen: list, frames: dict) -> tuple[int, str]:
     if median in chosen:
         return median, (f"step {median}: step 1's median step (skip_stats.json frames), the "
                         f"lower-median step by duration of the {len(chosen)} step(s) used")
-    order = sorted(chosen, key=lambda n: (frames[n]["end"] - frames[n]["start"], n))
+    order = sorted(chosen, key=lambda n: (frames[n].end - frames[n].start, n))
     n = order[(len(order) - 1) // 2]
     return n, (f"step {n}: the lower-median step by duration of the {len(order)} step(s) used")
 
@@ -345,7 +360,7 @@ def intersect(a: list, b: list) -> list:
     return subtract(a, subtract(a, b))
 
 
-def critical_path(fr: dict, row: dict, rows: dict | None, gaps: dict | None) -> dict:
+def critical_path(fr: Frame, row: dict, rows: dict | None, gaps: dict | None) -> dict:
     """The bounding GPU's step window cut into disjoint slices, each µs counted once: on its
     critical stream up to its last event, host_late (waiting on a launch), the stream's own
     collectives and unlabelled memcpys, compute (everything else it ran), and its other gaps,
@@ -355,8 +370,8 @@ def critical_path(fr: dict, row: dict, rows: dict | None, gaps: dict | None) -> 
     host-late gap: work before it is hidden behind the host (shortening it only lengthens that
     gap), work after it is exposed (the `_exposed` figures; `exposure`, the exposed share of
     compute)."""
-    n = fr["step"]
-    s0, s1 = fr["start"], fr["window_end"]
+    n = fr.step
+    s0, s1 = fr.start, fr.window_end
     L = min(max(s0, (gaps or {}).get("host_end", {}).get(n, s0)), s1)
     out = {"window": s1 - s0, "host_late": row["host_late"]}
     if rows is None:
@@ -417,11 +432,11 @@ def layered(crit: dict, other: dict) -> dict:
             "to_c": (subtract(ck0, ck1), subtract(ca0, ca)), "to_a": subtract(ck1, ck)}
 
 
-def event_slices(fr: dict, row: dict, rows: dict, other_gaps: list, L: float) -> dict:
+def event_slices(fr: Frame, row: dict, rows: dict, other_gaps: list, L: float) -> dict:
     """The slices with rows.csv (`other_gaps`: the critical stream's gaps that are not host-late,
     from gaps.csv), with the labels of the collectives and memcpys by time and the critical
     stream's gaps of 1 us or more that no other stream filled (`big_gaps`: count, us)."""
-    n, s0, s1 = fr["step"], fr["start"], fr["window_end"]
+    n, s0, s1 = fr.step, fr.start, fr.window_end
     gaps_total = row["device_wait"] + row["unknown"]
     ce = min(max(rows["crit_end"].get(n, s0), s0), s1)
     labels, crit, other = window_events(rows, n, s0, s1)
@@ -496,7 +511,7 @@ def find_straggler(s1: dict | None, frames: dict, gpus: list, whole: bool, notes
     that ends each step last alone (steps with a tie left out), and the GPUs compared
     (rules.compared_gpus: those that run the same programs, the only candidates)."""
     multi = len(gpus) > 1
-    alone = [x[0] for x in (fr["last"] for fr in frames.values()) if len(x) == 1]
+    alone = [x[0] for x in (fr.last for fr in frames.values()) if len(x) == 1]
     s1_strag = (s1 or {}).get("straggler") if isinstance((s1 or {}).get("straggler"),
                                                          dict) else None
     peers = rules.compared_gpus(s1)
@@ -514,7 +529,7 @@ def find_straggler(s1: dict | None, frames: dict, gpus: list, whole: bool, notes
                      "step to step, or ties (skip_stats.json straggler)")
     elif multi and alone:
         cand, is_straggler, counts = rules.majority_last(
-            [x[0] if len(x) == 1 else None for x in (fr["last"] for fr in frames.values())])
+            [x[0] if len(x) == 1 else None for x in (fr.last for fr in frames.values())])
         if is_straggler:
             return cand, alone, peers
         notes.append(f"no straggler: the GPU that ends a step last changes from step to step "
@@ -527,7 +542,7 @@ def read_step_tables(out: Path, steps: dict, frames: dict, median: int, all_coll
     """gaps.csv and rows.csv, streamed for the GPU that ends each step (read_gaps, read_rows);
     each None, with a refusal, where it is missing or not step 1's, rows.csv also where it holds
     no event of these steps' critical streams (with a note). `inputs` records which were read."""
-    bound = {n: (str(fr["bound"]), steps[n][fr["bound"]]["crit"]) for n, fr in frames.items()}
+    bound = {n: (str(fr.bound), steps[n][fr.bound]["crit"]) for n, fr in frames.items()}
     gaps = guarded(read_gaps, out / "gaps.csv", bound, median)
     inputs["gaps.csv"] = gaps is not None
     if gaps is None:
@@ -536,7 +551,7 @@ def read_step_tables(out: Path, steps: dict, frames: dict, median: int, all_coll
                         "step 1's (all work is taken as exposed)")
     host_end = (gaps or {}).get("host_end") or {}
     rows = guarded(read_rows, out / "rows.csv", bound, all_collectives,
-                   {n: host_end.get(n, fr["start"]) for n, fr in frames.items()})
+                   {n: host_end.get(n, fr.start) for n, fr in frames.items()})
     lost = [n for n in frames if rows is not None and n not in rows["crit_end"]]
     if lost:
         notes.append(f"rows.csv holds no event of the critical stream of step(s) "
@@ -553,12 +568,12 @@ def read_step_tables(out: Path, steps: dict, frames: dict, median: int, all_coll
     return gaps, rows
 
 
-def host_details(median_rows: list, fr: dict) -> dict:
+def host_details(median_rows: list, fr: Frame) -> dict:
     """The median step's host-late gaps: count, the leading gap (before the first kernel), and
     the host events inside them summed by name."""
     gaps = [r for r in median_rows if r.get("cause") == "host_late"]
     lead = sum(float(r["dur_us"]) for r in gaps
-               if not r.get("kernel_before") and abs(float(r["start_us"]) - fr["start"]) < 1e-3)
+               if not r.get("kernel_before") and abs(float(r["start_us"]) - fr.start) < 1e-3)
     names: dict = {}
     for r in gaps:
         for name, v in rules.parse_host_events(r.get("host_events")):
@@ -570,7 +585,7 @@ def host_details(median_rows: list, fr: dict) -> dict:
                                if "(unknown" not in r.get("launch_thread", "")} - {""})}
 
 
-def median_host(gaps: dict | None, fr: dict, whole: bool, notes: list
+def median_host(gaps: dict | None, fr: Frame, whole: bool, notes: list
                 ) -> tuple[dict | None, float]:
     """The median step's host-late gaps (host_details; None without gaps.csv), and the capture's
     lead-in: with no steps the window is the whole capture, and the wait before its first kernel
@@ -638,7 +653,7 @@ class Context:
     @property
     def bound(self) -> int:
         """The GPU that ends the median step: the step's critical path is its."""
-        return self.frames[self.median]["bound"]
+        return self.frames[self.median].bound
 
     @property
     def median_path(self) -> dict:
@@ -648,13 +663,13 @@ class Context:
     @property
     def window(self) -> float:
         """The median step's window (us): every row's pct_of_step is of it."""
-        return self.frames[self.median]["window"]
+        return self.frames[self.median].window
 
     @cached_property
     def step(self) -> dict:
         """The step time: the window, from the step's start to the later of its end and the next
         step's start (the period where one follows; the duration where the next overlaps)."""
-        return spread([self.frames[n]["window"] for n in self.chosen], self.at)
+        return spread([self.frames[n].window for n in self.chosen], self.at)
 
     def each(self, key: str) -> list:
         """A critical-path figure in each step used."""
@@ -663,7 +678,7 @@ class Context:
     @cached_property
     def executions(self) -> list:
         """Per step used: the program executions on the GPU that ends it (steps.csv)."""
-        return [self.steps[n][self.frames[n]["bound"]].get("executions") or 0
+        return [self.steps[n][self.frames[n].bound].get("executions") or 0
                 for n in self.chosen]
 
     @cached_property
@@ -672,7 +687,7 @@ class Context:
         kernels, the host dispatching the next program (steps.csv between_programs_idle_us, at
         most its host-late time); None unless a step holds DISPATCH_MIN_EXECUTIONS executions
         and the median step waits so at least MIN_SAVING_US."""
-        between = [min(self.steps[n][self.frames[n]["bound"]].get("between_programs") or 0.0,
+        between = [min(self.steps[n][self.frames[n].bound].get("between_programs") or 0.0,
                        self.paths[n]["host_late"]) for n in self.chosen]
         if max(self.executions, default=0) >= DISPATCH_MIN_EXECUTIONS and \
                 between[self.at] >= MIN_SAVING_US:
@@ -695,7 +710,7 @@ class Context:
                     for d, r in self.steps[n].items() if self.peers is None or d in self.peers}
             w = work.get(self.straggler, 0.0)
             ex = max(0.0, w - statistics.median(work.values()))
-            if fr["bound"] != self.straggler or w <= 0:
+            if fr.bound != self.straggler or w <= 0:
                 # it did not end this step: making it faster would not end the step sooner
                 out[n] = {"excess": ex, "full": 0.0, "exposed": 0.0}
                 continue
@@ -722,7 +737,7 @@ def build_context(out: Path, s1: dict | None, steps: dict, inputs: dict) -> Cont
     straggler, alone, peers = find_straggler(s1, frames, gpus, whole, notes)
     gaps, rows = read_step_tables(out, steps, frames, median, straggler is not None, inputs,
                                   notes, refusals)
-    paths = {n: critical_path(fr, steps[n][fr["bound"]], rows, gaps)
+    paths = {n: critical_path(fr, steps[n][fr.bound], rows, gaps)
              for n, fr in frames.items()}
     host, lead_in = median_host(gaps, frames[median], whole, notes)
     # the others wait for a straggler inside collectives: without any collective kernel in the
