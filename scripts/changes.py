@@ -396,7 +396,7 @@ def host_gap(ctx: Context) -> list:
     between = ctx.dispatch_idle
     if between is not None:
         hsav = [max(0.0, v - b) for v, b in zip(hsav, between, strict=True)]
-    waits = ctx.median_path["host_late"]
+    waits = ctx.median_path.host_late
     host_late = max(0.0, waits - (between[ctx.at] if between is not None else 0.0))
     if ctx.lead_in:
         host_late = max(0.0, waits - ctx.lead_in)
@@ -488,11 +488,11 @@ def exposed_slice(ctx: Context, part: str, labels: str, what: str) -> list:
     if ctx.rows is None:
         return []
     sav, mp = ctx.each(f"{part}_exposed"), ctx.median_path
-    if sav[ctx.at] < MIN_SAVING_US and mp[part] < MIN_SAVING_US:
+    if sav[ctx.at] < MIN_SAVING_US and getattr(mp, part) < MIN_SAVING_US:
         return []
-    return [Row(f"{what}: {fmt(mp[part])} us of step {ctx.median}"
-                + largest_labels(mp["labels"][labels]),
-                f"GPU {ctx.bound}", 100.0 * mp[f"{part}_exposed"] / ctx.window,
+    return [Row(f"{what}: {fmt(getattr(mp, part))} us of step {ctx.median}"
+                + largest_labels(mp.labels[labels]),
+                f"GPU {ctx.bound}", 100.0 * getattr(mp, f"{part}_exposed") / ctx.window,
                 spread(sav, ctx.at))]
 
 
@@ -539,14 +539,14 @@ def kernel_gaps(ctx: Context) -> list:
     sav, mp, b = ctx.each("idle_before_exposed"), ctx.median_path, ctx.bound
     if sav[ctx.at] < MIN_SAVING_US:
         return []
-    n_big, big_us = mp["big_gaps"]
+    n_big, big_us = mp.big_gaps
     return [Row(f"the critical stream of GPU {b} is idle between its kernels with no launch "
-                f"late from the host: {fmt(mp['idle_before'])} us of step {ctx.median}, "
+                f"late from the host: {fmt(mp.idle_before)} us of step {ctx.median}, "
                 f"{n_big} gap(s) of 1 us or more that no other stream filled holding "
-                f"{fmt(min(big_us, mp['idle_before']))} us of it, the rest gaps under 1 us "
+                f"{fmt(min(big_us, mp.idle_before))} us of it, the rest gaps under 1 us "
                 "between kernels",
                 f"GPU {b} stream {ctx.steps[ctx.median][b]['crit']}",
-                100.0 * mp["idle_before_exposed"] / ctx.window, spread(sav, ctx.at))]
+                100.0 * mp.idle_before_exposed / ctx.window, spread(sav, ctx.at))]
 
 
 FAMILY_KNOBS = {
@@ -604,7 +604,7 @@ def kernel_family(ctx: Context) -> list:
                 n_ins < FAMILY_MIN_INSTRUCTIONS_OF.get(name, FAMILY_MIN_INSTRUCTIONS):
             continue
         share = pct / 100.0
-        sav = [share * ctx.paths[n]["compute"] * ctx.paths[n]["exposure"] for n in ctx.chosen]
+        sav = [share * ctx.paths[n].compute * ctx.paths[n].exposure for n in ctx.chosen]
         if sav[ctx.at] < MIN_SAVING_US:
             continue
         top = []
@@ -615,7 +615,7 @@ def kernel_family(ctx: Context) -> list:
         rows.append(Row(
             f"{name} kernels take {pct:.2f}% of GPU time over "
             f"{rules.plural(n_ins, 'instruction')} (about "
-            f"{fmt(share * ctx.median_path['compute'])} us of step {ctx.median}); largest under "
+            f"{fmt(share * ctx.median_path.compute)} us of step {ctx.median}); largest under "
             + ", ".join(top[:3]),
             f"{name} ({rules.plural(n_ins, 'instruction')})", 100.0 * sav[ctx.at] / ctx.window,
             spread(sav, ctx.at),
@@ -713,7 +713,7 @@ def no_ceiling_refusal(ctx: Context, top: list) -> list:
     big_no = sorted(ctx.ceilings.no_ceiling, key=lambda x: (-x[1], x[0]))[:3]
     if big_no and (not top or big_no[0][1] > top[-1][1]["cut"]):
         return ["cannot estimate a saving for " + ", ".join(
-            f"{n} ({fmt(sh * ctx.median_path['compute'])} us of step {ctx.median}: {why})"
+            f"{n} ({fmt(sh * ctx.median_path.compute)} us of step {ctx.median}: {why})"
             for n, sh, why, _ in big_no) + " because there is no ceiling to measure their "
             "distance to"]
     return []
@@ -744,12 +744,12 @@ def instruction(ctx: Context) -> Found | list:
     if ce is None:
         return []
     at, median = ctx.at, ctx.median
-    cm, exposure = ctx.median_path["compute"], ctx.median_path["exposure"]
+    cm, exposure = ctx.median_path.compute, ctx.median_path.exposure
     exposed = EXPOSED_PART.format(pct=100 * exposure, step=median)
     top = [(i, c) for i, c in enumerate(ce.cands) if c["cut"] > 0][:TOP_INSTRUCTIONS]
     rows = []
     for i, c in top:
-        sav = [c["cut"] * ctx.paths[n]["compute"] * ctx.paths[n]["exposure"] for n in ctx.chosen]
+        sav = [c["cut"] * ctx.paths[n].compute * ctx.paths[n].exposure for n in ctx.chosen]
         if sav[at] < MIN_SAVING_US:
             continue
         assumptions, knob = instruction_prose(c, exposed)
@@ -842,7 +842,7 @@ def backend_row(ctx: Context, same: list, slow: str, fast: str) -> list:
         target_by[best["instruction"]] = best
     if not mine:
         return []
-    per_step = [sum(measured_saving(c, ctx.paths[n]["compute"] * ctx.paths[n]["exposure"],
+    per_step = [sum(measured_saving(c, ctx.paths[n].compute * ctx.paths[n].exposure,
                                     b["pct"]) for c, b in mine) for n in ctx.chosen]
     if per_step[ctx.at] < MIN_SAVING_US:
         return []
@@ -854,7 +854,7 @@ def backend_row(ctx: Context, same: list, slow: str, fast: str) -> list:
                           ("library", "triton"): "to triton"}.get((slow, fast), "other"))
     knob = knob.format(target=mine[0][0]["backend"].removeprefix("library "), fast=fast,
                        slow=slow)
-    cm = ctx.median_path["compute"]
+    cm = ctx.median_path.compute
     return [Row(
         f"the {fast} GEMM {top['instruction']} does the same work ({top['flops'] / 1e9:,.1f} "
         f"GFLOP a run, {mine[0][0]['ceiling_dtype']}) at {top['pct']:.1f}% of its ceiling where "
@@ -863,7 +863,7 @@ def backend_row(ctx: Context, same: list, slow: str, fast: str) -> list:
         f"{slow} GEMMs ({len(mine)} instructions)", 100.0 * per_step[ctx.at] / ctx.window,
         spread(per_step, ctx.at),
         said.assumptions.format(time=INSTRUCTION_TIME, exposed=EXPOSED_PART.format(
-            pct=100 * ctx.median_path["exposure"], step=ctx.median)),
+            pct=100 * ctx.median_path.exposure, step=ctx.median)),
         knob, named=frozenset(named), measured=per_step[ctx.at])]
 
 
@@ -898,11 +898,11 @@ def python_line(ctx: Context) -> list:
         if frame:
             no_line[frame] = no_line.get(frame, 0.0) + sh
     at, median, said = ctx.at, ctx.median, PYTHON_LINE.assumptions
-    cm, exposure = ctx.median_path["compute"], ctx.median_path["exposure"]
+    cm, exposure = ctx.median_path.compute, ctx.median_path.exposure
     exposed = EXPOSED_PART.format(pct=100 * exposure, step=median)
     rows = []
     for frame, ln in sorted(lines.items(), key=lambda kv: (-kv[1]["cut"], kv[0]))[:TOP_LINES]:
-        sav = [ln["cut"] * ctx.paths[n]["compute"] * ctx.paths[n]["exposure"] for n in ctx.chosen]
+        sav = [ln["cut"] * ctx.paths[n].compute * ctx.paths[n].exposure for n in ctx.chosen]
         if sav[at] < MIN_SAVING_US:
             continue
         missing = no_line.get(frame, 0.0) * cm
@@ -935,7 +935,7 @@ def idle_between_steps(ctx: Context) -> Found:
         "cannot measure the GPU idle between steps because no analysed step is followed by "
         "another analysed step (only the idle after the critical stream's last kernel up to the "
         "step's end is counted)"]
-    sav, idle, b = ctx.each("idle_between"), ctx.median_path["idle_between"], ctx.bound
+    sav, idle, b = ctx.each("idle_between"), ctx.median_path.idle_between, ctx.bound
     if sav[ctx.at] < MIN_SAVING_US:
         return Found([], refusals=refusals)
     return Found([Row(f"GPU {b} is idle after its critical stream's last kernel until the next "
@@ -1002,9 +1002,9 @@ def combined(ctx: Context, rows: list) -> dict:
         p = ctx.paths[n]
         straggler = ctx.straggler_work.get(n, {}).get("full", 0.0)
         fused = sum(r["kernel_cut"][i] for r in rows if r.get("kernel_cut"))
-        compute_side = min(p["compute"], straggler + cut * p["compute"] + fused)
-        c = (max(0.0, p["host_late"] - ctx.lead_in) + p["collective"] + p["memcpy_arg"]
-             + p["idle_between"] + (p["idle_before"] if ctx.rows is not None else 0.0)
+        compute_side = min(p.compute, straggler + cut * p.compute + fused)
+        c = (max(0.0, p.host_late - ctx.lead_in) + p.collective + p.memcpy_arg
+             + p.idle_between + (p.idle_before if ctx.rows is not None else 0.0)
              + compute_side)
         comb.append(min(c, ctx.frames[n].window))
     return spread(comb, ctx.at)
@@ -1039,8 +1039,8 @@ def analyse(out: Path) -> dict:
     return {"status": "done", "steps": ctx.chosen, "median": ctx.median, "why": ctx.why,
             "frames": ctx.frames, "step": ctx.step, "causes": ranked(rows),
             "combined": combined(ctx, rows),
-            "critical_path": {k: ctx.median_path[k] for k in CRITICAL_PATH_SLICES},
-            "exposure": ctx.median_path["exposure"], "straggler": ctx.straggler,
+            "critical_path": {k: getattr(ctx.median_path, k) for k in CRITICAL_PATH_SLICES},
+            "exposure": ctx.median_path.exposure, "straggler": ctx.straggler,
             "refusals": ctx.refusals + refusals, "notes": notes, "inputs": inputs,
             "verdict": (s1 or {}).get("verdict")}
 

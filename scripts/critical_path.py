@@ -10,7 +10,7 @@ import csv
 import functools
 import re
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
@@ -311,6 +311,28 @@ class Frame:
     last: list
 
 
+@dataclass(frozen=True)
+class CriticalPath:
+    """A step's window on the GPU that ends it, cut into disjoint slices (us, each counted once:
+    critical_path), with the part of each after the last host-late gap (`_exposed`), the
+    exposed share of compute, and where rows.csv was read, the labels of the collectives and
+    memcpys (`labels`) and the count and time of the gaps the critical stream waited in."""
+    window: float
+    host_late: float
+    compute: float
+    compute_exposed: float
+    memcpy_arg: float
+    memcpy_arg_exposed: float
+    collective: float
+    collective_exposed: float
+    idle_before: float
+    idle_before_exposed: float
+    idle_between: float
+    exposure: float
+    labels: dict = field(default_factory=dict)
+    big_gaps: tuple = (0, 0.0)
+
+
 def step_frames(steps: dict, chosen: list, compared: set | None = None) -> dict:
     """Per chosen step: its start, the GPU that ends it (the bounding GPU, among the compared
     GPUs: rules.compared_gpus), its end, the start of the next analysed step (when there is one),
@@ -360,7 +382,8 @@ def intersect(a: list, b: list) -> list:
     return subtract(a, subtract(a, b))
 
 
-def critical_path(fr: Frame, row: dict, rows: dict | None, gaps: dict | None) -> dict:
+def critical_path(fr: Frame, row: dict, rows: dict | None, gaps: dict | None
+                  ) -> CriticalPath:
     """The bounding GPU's step window cut into disjoint slices, each µs counted once: on its
     critical stream up to its last event, host_late (waiting on a launch), the stream's own
     collectives and unlabelled memcpys, compute (everything else it ran), and its other gaps,
@@ -379,7 +402,7 @@ def critical_path(fr: Frame, row: dict, rows: dict | None, gaps: dict | None) ->
     else:
         out.update(event_slices(fr, row, rows, (gaps or {}).get("other", {}).get(n, []), L))
     out["exposure"] = out["compute_exposed"] / out["compute"] if out["compute"] > 0 else 0.0
-    return out
+    return CriticalPath(**out)
 
 
 def budget_slices(row: dict, s0: float, s1: float, L: float) -> dict:
@@ -656,7 +679,7 @@ class Context:
         return self.frames[self.median].bound
 
     @property
-    def median_path(self) -> dict:
+    def median_path(self) -> CriticalPath:
         """The median step's critical path."""
         return self.paths[self.median]
 
@@ -673,7 +696,7 @@ class Context:
 
     def each(self, key: str) -> list:
         """A critical-path figure in each step used."""
-        return [self.paths[n][key] for n in self.chosen]
+        return [getattr(self.paths[n], key) for n in self.chosen]
 
     @cached_property
     def executions(self) -> list:
@@ -688,7 +711,7 @@ class Context:
         most its host-late time); None unless a step holds DISPATCH_MIN_EXECUTIONS executions
         and the median step waits so at least MIN_SAVING_US."""
         between = [min(self.steps[n][self.frames[n].bound].get("between_programs") or 0.0,
-                       self.paths[n]["host_late"]) for n in self.chosen]
+                       self.paths[n].host_late) for n in self.chosen]
         if max(self.executions, default=0) >= DISPATCH_MIN_EXECUTIONS and \
                 between[self.at] >= MIN_SAVING_US:
             return between
@@ -714,8 +737,8 @@ class Context:
                 # it did not end this step: making it faster would not end the step sooner
                 out[n] = {"excess": ex, "full": 0.0, "exposed": 0.0}
                 continue
-            cm = p["compute"] + p["memcpy_arg"]
-            cm_exp = p["compute_exposed"] + p["memcpy_arg_exposed"]
+            cm = p.compute + p.memcpy_arg
+            cm_exp = p.compute_exposed + p.memcpy_arg_exposed
             out[n] = {"excess": ex, "full": min(ex * cm / w, cm),
                       "exposed": min(ex * cm_exp / w, cm_exp)}
         return out
@@ -862,7 +885,7 @@ def read_ceilings(ctx: Context) -> Ceilings | None:
     if roof is None or (rj or {}).get("status") == "refused":
         why = "roofline.csv is missing (step 5 did not run)" if roof is None else \
             "; ".join((rj or {}).get("refusals", [])) or "step 5 refused"
-        cm = ctx.median_path["compute"]
+        cm = ctx.median_path.compute
         ctx.refusals.append(
             "cannot say how far the top instructions are from their ceiling because " + why
             + "; by kernel time they are " + ", ".join(
