@@ -1130,14 +1130,14 @@ def write_op_and_line_tables(folder: Path, ops: dict, programs: dict, sources, g
     for (pid, name), (n, t, cat) in sorted(ops.items(),
                                            key=lambda kv: (-kv[1][1], str(kv[0][0]), kv[0][1])):
         opn, src, user = sources.get(pid, name)
+        fw = sources.framework(pid, name)
         prog = programs.get(pid)
         ins = prog.by_name.get(name) if prog is not None else None
         op_rows.append((pid, name, ins.opcode if ins is not None else "", cat, n, us(t),
                         pct(t, attributed), pct(t, gpu_time), opn, src, user,
-                        prog.name if prog is not None else "", runs.get((pid, name), ""),
-                        sources.framework(pid, name),
+                        prog.name if prog is not None else "", runs.get((pid, name), ""), fw,
                         structures[pid].fusion_digest(ins) if ins is not None else "",
-                        rules.phase(opn, sources.framework(pid, name))))
+                        rules.phase(opn, fw)))
     lines: dict[tuple, list] = {}
     for (pid, ins_name), (n, t, _) in ops.items():  # per instruction, then per line
         user = sources.get(pid, ins_name)[2]
