@@ -53,13 +53,13 @@ HEADER = ("| date | machine | capture | size | item | runs | median_s | min_s | 
 FLOOR_JSON = "import gzip, json, sys\nf = sys.argv[1]\n" \
     "o = gzip.open if open(f, 'rb').read(2) == b'\\x1f\\x8b' else open\n" \
     "with o(f, 'rb') as fh:\n    d = json.load(fh)\nprint(len(d['traceEvents']))\n"
-FLOOR_XPLANE = "import sys\nsys.path.insert(0, sys.argv[2])\nimport xprotos\n" \
+FLOOR_XPLANE = "import sys\nsys.path.insert(0, sys.argv[2])\nfrom jaxperf.read import xprotos\n" \
     "s = xprotos.classes()['XSpace'].FromString(open(sys.argv[1], 'rb').read())\n" \
     "print(sum(len(ln.events) for p in s.planes for ln in p.lines))\n"
 # both files loaded in one process, one after the other: the least the whole job does
 FLOOR_BOTH = FLOOR_JSON.replace("d = json.load(fh)", "d = json.load(fh)\ndel d") \
     .replace("print(len(d['traceEvents']))\n", "") + \
-    "sys.path.insert(0, sys.argv[3])\nimport xprotos\n" \
+    "sys.path.insert(0, sys.argv[3])\nfrom jaxperf.read import xprotos\n" \
     "s = xprotos.classes()['XSpace'].FromString(open(sys.argv[2], 'rb').read())\n" \
     "print(sum(len(ln.events) for p in s.planes for ln in p.lines))\n"
 XPROF = "import sys\nfrom xprof.convert import raw_to_tool_data as r\n" \

@@ -61,14 +61,9 @@ import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import sibling  # where the sibling skill is: one home
-
-SIBLING = sibling.on_path()
-
-import xprof_figures  # XProf's conversions, each in a child process
-
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bootstrap; sibling.py: the platform
+import sibling  # noqa: F401
+from jaxperf.read import xprof_figures  # XProf's conversions, each in a child process
 from tracekit import (
     scratch,  # the scratch files' declarations, writers
     step_cli,  # the command line, errors, exit codes
@@ -78,7 +73,7 @@ from tracekit.step_cli import progress
 from tracekit.trace_rules import CONTROL_OPCODES, pct, us
 
 try:
-    import kernel_match as km  # numpy, installed with jax
+    from jaxperf.match import kernel_match as km  # numpy, installed with jax
 except ImportError as _exc:  # said in one sentence by main(), exit 3
     km = None
     KM_ERROR = _exc
@@ -142,8 +137,8 @@ def load(metadata_protos: dict, blobs: dict):
     where it wrote them, else the capture's own /host:metadata (`metadata_protos`:
     Space.hlo_protos). Returns {id: (name, module)} and {id: Program} of the readable programs,
     and {id: (name, why)} of the others (a refusal each, not the loss of the run)."""
-    from hlo_program import ProgramError
-    from hlo_program import load as load_program
+    from jaxperf.program.hlo_program import ProgramError
+    from jaxperf.program.hlo_program import load as load_program
     if not blobs:
         blobs = {pid: (name.rsplit("(", 1)[0], blob)
                  for pid, (name, blob) in metadata_protos.items()}
@@ -483,7 +478,7 @@ def attribute(kernels, programs, chosen, notes: list, counted: dict,
     executions the alignment covered, "events": events launched by the program,
     "expected_min", "expected_max": events one execution expects (required only, and all)}.
     `built`: the programs already wrapped (and checked) by load()."""
-    from hlo_program import Program
+    from jaxperf.program.hlo_program import Program
     wrapped = dict(built or {})
     plans: dict = {}
     assign_programs(kernels, programs, chosen)
@@ -938,7 +933,7 @@ def read_xplane(capture, let_go: bool = False) -> XPlaneRead:
     reads it; one without programs or events is refused (a StepError). With `let_go` (a process
     of its own) the decoded xplane is let go once read: at ten times the seed's size it is
     1.4 GB, held through the matching and the tables before."""
-    import xplane_reader
+    from jaxperf.read import xplane_reader
     files = capture.files
     space = xplane_reader.space_of(capture)
     protos = space.hlo_protos()
@@ -1048,7 +1043,7 @@ def write_hlo_texts(folder: Path, m: Matched, tables: Tables, opts: Options,
         pname = protos[pid][0]
         fname = f"{safe_file_name(pname)}({pid}).hlo.txt"
         try:
-            import hlo_text
+            from jaxperf.program import hlo_text
             tables.written.append((fname, hlo_text.write_hlo_text(protos[pid][1],
                                                                    folder / fname)))
             hlo_names[pid] = fname

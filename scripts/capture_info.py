@@ -32,15 +32,10 @@ import os
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import sibling  # where the sibling skill is: one home
-
-SIBLING = sibling.on_path()
-
-import gpu_ceilings
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bootstrap; sibling.py: the platform
+import sibling  # noqa: F401
 import model_checks  # sibling skill: step 1's counts of the trace
-
+from jaxperf.cost import gpu_ceilings
 from tracekit import (
     capture_inputs,
     scratch,  # the scratch files' declarations, writers
@@ -72,7 +67,7 @@ def program_rows(space) -> list[dict]:
     """One row per program in /host:metadata; a program whose HLO cannot be read, or is not
     consistent (hlo_program.load's checks), gets an `error` (a refusal for that program, not the
     loss of the whole xplane)."""
-    from hlo_program import Program, ProgramError, load
+    from jaxperf.program.hlo_program import Program, ProgramError, load
     rows = []
     for pid, (name, blob) in sorted(space.hlo_protos().items()):
         try:
@@ -317,7 +312,7 @@ def run(capture, own_process: bool = False, out: Path | None = None) -> dict:
     missing_dependency = False
     if files.xplane:
         try:
-            import xplane_reader
+            from jaxperf.read import xplane_reader
             space = xplane_reader.space_of(capture)
             programs = program_rows(space)
             xf = xplane_facts(space)
@@ -327,7 +322,7 @@ def run(capture, own_process: bool = False, out: Path | None = None) -> dict:
                 capture.cache.pop("space", None)
                 gc.collect()  # its planes and lines refer to each other
         except Exception as exc:  # noqa: BLE001 - each reported as one sentence
-            import xprotos
+            from jaxperf.read import xprotos
             missing_dependency = isinstance(exc, (ImportError, xprotos.MissingDependency))
             xplane_error = (rules.printable(exc) if not isinstance(exc, ImportError)
                             else f"{exc}; pip install -r requirements.txt")

@@ -40,13 +40,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import sibling  # where the sibling skill is: one home
-
-SIBLING = sibling.on_path()
-
-from critical_path import (  # the steps, their frames and critical paths, the context
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bootstrap; sibling.py: the platform
+import sibling  # noqa: F401
+from jaxperf.steps.critical_path import (  # the steps, their frames and critical paths, the context
     MIN_SAVING_US,
     TOP_INSTRUCTIONS,
     ChangesError,
@@ -57,7 +53,6 @@ from critical_path import (  # the steps, their frames and critical paths, the c
     spread,
     tables,
 )
-
 from tracekit import (
     capture_inputs,
     scratch,  # the scratch files' declarations, readers, writers

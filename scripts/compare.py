@@ -45,11 +45,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import sibling  # where the sibling skill is: one home
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bootstrap; sibling.py: the platform
+import sibling
 
-SIBLING = sibling.on_path()
+HERE = sibling.HERE
 
 from tracekit import (
     scratch,  # the scratch files' declarations, writers

@@ -93,13 +93,9 @@ import sys
 from decimal import Decimal
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import sibling  # where the sibling skill is: one home
-
-SIBLING = sibling.on_path()
-
-from citations import (  # a report's numbers and citations: the grammar checked here
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bootstrap; sibling.py: the platform
+import sibling  # noqa: F401
+from jaxperf.report.citations import (  # a report's numbers and citations: the grammar checked here
     NUM_RE,
     WRITTEN_UNITS,
     Citation,
@@ -120,7 +116,6 @@ from citations import (  # a report's numbers and citations: the grammar checked
     split_cells,
     split_selector,
 )
-
 from tracekit import (
     scratch,  # the scratch files' declarations
     step_cli,  # the command line, errors, exit codes

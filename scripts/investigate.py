@@ -60,13 +60,12 @@ import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import sibling  # where the sibling skill is: one home
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bootstrap; sibling.py: the platform
+import sibling
 
-SIBLING = sibling.on_path()
-if SIBLING is not None:
-    from job_runner import (  # each step a child process, relayed, timed, told, stopped
+HERE = sibling.HERE
+if sibling.DIR is not None:
+    from jaxperf.job.job_runner import (  # each step a child process, relayed, timed, told, stopped
         SENTENCES,
         STEP_LIMIT_BASE_S,
         STEP_LIMIT_PER_MIB_S,
@@ -76,7 +75,6 @@ if SIBLING is not None:
         say,
         steps_at_once,
     )
-
     from tracekit import (
         scratch,  # the scratch folder, read once
         step_cli,  # the command line, the per-host pass
@@ -92,7 +90,7 @@ PAGE = next((p for p in (HERE.parent / "writing-trace-report-pages" / "scripts" 
 
 
 def steps() -> list[JobStep]:
-    skip = SIBLING / "skip_stats.py" if SIBLING else None
+    skip = sibling.DIR / "skip_stats.py" if sibling.DIR else None
     # in the order a step is chosen among those ready at once: the longest first
     return [
         JobStep("skip_stats", skip, "step 1", "verdict: host, device or waiting", after=()),

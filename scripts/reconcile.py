@@ -51,15 +51,10 @@ import gc
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import sibling  # where the sibling skill is: one home
-
-SIBLING = sibling.on_path()
-
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bootstrap; sibling.py: the platform
+import sibling  # noqa: F401
 import model_checks  # sibling skill: checks 2 to 5, step 1's model
 from model_checks import row
-
 from tracekit import (
     capture_inputs,
     scratch,  # the scratch files' declarations, writers
@@ -175,7 +170,7 @@ def xplane_side(capture, out: Path, own_process: bool) -> tuple[dict | None, str
     if got is not None:
         return got, ""
     try:
-        import xplane_reader
+        from jaxperf.read import xplane_reader
         streams = xplane_reader.stream_totals(xplane_reader.space_of(capture))
         if own_process:  # let go before the trace is read (its planes and lines refer to
             capture.cache.pop("space", None)  # each other: the collector frees them)

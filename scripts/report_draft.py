@@ -24,12 +24,8 @@ import re
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import sibling  # where the sibling skill is: one home
-
-SIBLING = sibling.on_path()
-
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bootstrap; sibling.py: the platform
+import sibling  # noqa: F401
 from tracekit import step_cli  # the command line, errors, exit codes
 from tracekit import trace_rules as rules
 from tracekit.scratch import Scratch  # the scratch folder, read once

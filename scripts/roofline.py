@@ -39,17 +39,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import sibling  # where the sibling skill is: one home
-
-SIBLING = sibling.on_path()
-
-import gpu_ceilings  # peaks.csv, the GPU, its ceilings
-import svg  # SVG elements and text widths, shared with swimlanes.py
-import xprof_figures  # XProf's own figures, shown beside ours
-from hlo_costs import Cost, Costs, dtype_name  # FLOPs and bytes per instruction
-
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bootstrap; sibling.py: the platform
+import sibling  # noqa: F401
+from jaxperf.cost import gpu_ceilings  # peaks.csv, the GPU, its ceilings
+from jaxperf.cost.hlo_costs import Cost, Costs, dtype_name  # FLOPs and bytes per instruction
+from jaxperf.read import xprof_figures  # XProf's own figures, shown beside ours
+from jaxperf.report import svg  # SVG elements and text widths, shared with swimlanes.py
 from tracekit import (
     scratch,  # the scratch files' declarations, writers
     step_cli,  # the command line, errors, exit codes
@@ -408,7 +403,7 @@ def read_costs(path: Path | None):
     it cannot be used."""
     if path is None:
         return None
-    import custom_costs
+    from jaxperf.cost import custom_costs
     try:
         return custom_costs.UserCosts(path)
     except custom_costs.CostsTableError as exc:
@@ -466,7 +461,7 @@ def read_space(capture):
     """The capture's decoded xplane; a StepError where it cannot be read (XPlaneError), a
     MissingPackage where protobuf is missing."""
     try:
-        import xplane_reader
+        from jaxperf.read import xplane_reader
         return xplane_reader.space_of(capture)
     except ImportError as exc:  # protobuf (xprotos.MissingDependency is one)
         raise step_cli.MissingPackage(f"a package is missing ({exc}); {INSTALL}") from exc
@@ -476,7 +471,7 @@ def load_programs(space, rows: list[dict], res: dict) -> tuple[int, dict]:
     """The id of the program step 4 chose, and program id (str) -> Program for it and every
     other program with rows in ops.csv that the capture holds readable (the others' rows say
     "not computable" with the reason). a StepError where the chosen one cannot be read."""
-    from hlo_program import ProgramError, load
+    from jaxperf.program.hlo_program import ProgramError, load
     pid = int((res.get("program") or {}).get("id"))
     protos = space.hlo_protos()
     if pid not in protos:

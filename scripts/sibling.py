@@ -3,7 +3,8 @@ skill in an install (skills side by side) or inside it in a checkout. The one ho
 every entry script of this skill makes before it imports the sibling's standard-library modules
 (`capture_inputs`, `trace_reader`, `trace_rules`, `per_host`, `skip_stats`, ...).
 
-    sys.path.insert(0, str(HERE)); import sibling; SIBLING = sibling.on_path()
+    sys.path.insert(0, str(Path(__file__).resolve().parent))  # bootstrap; sibling.py: the platform
+    import sibling
 """
 
 from __future__ import annotations
@@ -32,3 +33,6 @@ def on_path() -> Path | None:
         if str(p) not in sys.path:
             sys.path.insert(0, str(p))
     return DIR
+
+
+on_path()  # importing this module is the bootstrap

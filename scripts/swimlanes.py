@@ -43,14 +43,9 @@ import math
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import sibling  # where the sibling skill is: one home
-
-SIBLING = sibling.on_path()
-
-import svg  # SVG elements and text widths, shared with roofline.py
-
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bootstrap; sibling.py: the platform
+import sibling  # noqa: F401
+from jaxperf.report import svg  # SVG elements and text widths, shared with roofline.py
 from tracekit import (
     scratch,  # the scratch files' declarations, readers
     step_cli,  # the command line, errors, exit codes

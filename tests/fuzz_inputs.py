@@ -407,12 +407,12 @@ def _short(v) -> str:
 # ---------------------------------------------------------------- xplane mutants
 
 def _space(seed: Seed):
-    import xprotos
+    from jaxperf.read import xprotos
     return xprotos.classes()["XSpace"].FromString(seed.xplane)
 
 
 def _hlo_cls():
-    import xprotos
+    from jaxperf.read import xprotos
     return xprotos.classes()["HloProto"]
 
 

@@ -4,7 +4,7 @@ so that a test can compare the answers on a perturbed list with the original one
 
 from __future__ import annotations
 
-import kernel_match as km
+from jaxperf.match import kernel_match as km
 
 
 class Event(km.Kernel):

@@ -221,7 +221,7 @@ def drawing_sheet(n: int, folder: Path) -> list[str]:
 
 def _hlo_module(name: str):
     sys.path[:0] = [str(SCRIPTS), str(SIBLING)]
-    import xprotos
+    from jaxperf.read import xprotos
     return xprotos.classes()["HloModuleProto"](name=name, id=1)
 
 
@@ -254,9 +254,8 @@ def fusion_depth(n: int, folder: Path):
 
     def run():
         """The root's frames and the program's fingerprint."""
-        import kernel_match as km
-
-        from hlo_program import Program
+        from jaxperf.match import kernel_match as km
+        from jaxperf.program.hlo_program import Program
         prog = Program(m, 1)
         return (prog.frames(prog.computations[m.entry_computation_id].instructions[-1]),
                 km.Plan(prog).fingerprint(m.entry_computation_id))
@@ -282,7 +281,7 @@ def frame_chain(n: int, folder: Path):
 
     def run():
         """Each instruction's stack (its frames, innermost first)."""
-        from hlo_program import Program
+        from jaxperf.program.hlo_program import Program
         prog = Program(m, 1, check=False)
         return [prog.frames(ins) for ins in comp.instructions]
     return run

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-import xplane_reader
 from capgen.generate import generate
 from capgen.scenarios import SCENARIOS
 from conftest import REPO
-from hlo_program import Program
+from jaxperf.program.hlo_program import Program
+from jaxperf.read import xplane_reader
 from tracekit import trace_rules as rules
 from xspace_builder import XSpaceBuilder
 
@@ -225,7 +225,7 @@ def test_program_option(tmp_path):
 
 
 def _no_gpu_capture(tmp_path):
-    import xprotos
+    from jaxperf.read import xprotos
     b = XSpaceBuilder()
     b.hlo_program(xprotos.classes()["HloModuleProto"](name="jit_f", id=3))
     b.plane("/device:GPU:0")
@@ -266,7 +266,7 @@ def test_bad_user_re_is_a_usage_error(tmp_path):
 
 def test_kernel_name_normalization():
     sys.path.insert(0, str(REPO / "scripts"))
-    import kernel_match as km
+    from jaxperf.match import kernel_match as km
     assert km.normalize_kernel_name("input_transpose_fusion_1.kd") == "input_transpose_fusion_1"
     assert km.normalize_kernel_name("void cublasLt::splitKreduce_kernel<32, 16>(x)") == \
         "cublasLt::splitKreduce_kernel"
@@ -276,7 +276,7 @@ def test_kernel_name_normalization():
     assert km.kernel_kind("loop_add_fusion_3.kd") == "compute"
     assert Counter(km.kernel_kind(n) for n in ("gemm_fusion_dot_3", "sm90_xmma_gemm_bf16")) == \
         {"gemm": 2}
-    assert Path(km.__file__).parent == REPO / "scripts"
+    assert Path(km.__file__).parent == REPO / "scripts" / "jaxperf" / "match"
 
 
 def test_kernels_of_a_program_without_saved_hlo_are_none(tmp_path):
@@ -426,8 +426,9 @@ def test_command_buffers_on_xprof_misses_what_we_attribute(shared, independent):
 def _matcher_inputs(xplane: Path, out: Path):
     """The plan and, per device, the matcher's events in launch order, from a run's kernels.csv
     (with the answers as found on the unperturbed capture)."""
-    import kernel_match as km
     from matcher_events import event
+
+    from jaxperf.match import kernel_match as km
     space = xplane_reader.load_space(xplane)
     rows = read(out / "kernels.csv")
     pid = Counter(r["program_id"] for r in rows).most_common(1)[0][0]
@@ -452,8 +453,9 @@ def _matcher_inputs(xplane: Path, out: Path):
 def _perturb(items, k, rng, names):
     """k insertions, k deletions and k renames at random places; returns the new list and the
     indices (into the original) of the events that survive."""
-    import kernel_match as km
     from matcher_events import event, fresh
+
+    from jaxperf.match import kernel_match as km
     items = list(items)
     ops = ["insert"] * k + ["delete"] * k + ["rename"] * k
     rng.shuffle(ops)
@@ -480,7 +482,7 @@ def test_perturbations_cost_errors_in_proportion(corpus, name, request):
     constant measured: see references/attribution.md), never as a cascade."""
     import random
 
-    import kernel_match as km
+    from jaxperf.match import kernel_match as km
     if name in NEEDS_SHARED:
         request.getfixturevalue("shared")
     r, out = corpus(name)
@@ -521,7 +523,8 @@ def test_a_large_program_is_printed_without_jaxlib(shared, corpus):
 
 def test_summary_says_when_the_hlo_text_could_not_be_written(tmp_path, monkeypatch):
     import attribute_kernels
-    import hlo_text
+
+    from jaxperf.program import hlo_text
 
     def fail(module, path):
         Path(path).write_text("half")

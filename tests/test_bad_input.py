@@ -117,7 +117,7 @@ def with_event(seed, **fields):
 
 
 def xplane_without_gpu_planes(seed) -> bytes:
-    import xprotos
+    from jaxperf.read import xprotos
     space = xprotos.classes()["XSpace"].FromString(seed["xplane"])
     keep = [type(p)() for p in space.planes if not p.name.startswith("/device:GPU")]
     for k, p in zip(keep, [p for p in space.planes if not p.name.startswith("/device:GPU")],
@@ -130,7 +130,7 @@ def xplane_without_gpu_planes(seed) -> bytes:
 
 def xplane_with_gpu_00(seed) -> bytes:
     """The seed's xplane with a copy of its GPU 0 plane named /device:GPU:00."""
-    import xprotos
+    from jaxperf.read import xprotos
     space = xprotos.classes()["XSpace"].FromString(seed["xplane"])
     gpu0 = next(p for p in space.planes if p.name == "/device:GPU:0")
     twin = space.planes.add()
@@ -141,7 +141,7 @@ def xplane_with_gpu_00(seed) -> bytes:
 
 def xplane_with_a_kernel_of(seed, duration_ps: int) -> bytes:
     """The seed's xplane with its first GPU kernel lasting duration_ps."""
-    import xprotos
+    from jaxperf.read import xprotos
     space = xprotos.classes()["XSpace"].FromString(seed["xplane"])
     gpu0 = next(p for p in space.planes if p.name == "/device:GPU:0")
     next(ln for ln in gpu0.lines if ln.events).events[0].duration_ps = duration_ps
@@ -319,7 +319,7 @@ def test_gpu_planes_removed_is_not_a_cpu_capture(tmp_path, seed):
     p = _run("capture_info", d, tmp_path / "out")
     assert p.returncode == 0
     info = json.loads((tmp_path / "out" / "capture_info.json").read_text())
-    import xplane_reader
+    from jaxperf.read import xplane_reader
     host = xplane_reader.load_space(d / f"{HOST}.xplane.pb").plane("/host:CPU")
     calls = sum(1 for ln in host.lines for e in ln.events() if "correlation_id" in e.stats)
     assert calls > 50
@@ -332,7 +332,7 @@ def test_a_flipped_hlo_byte_is_a_refusal_for_that_program(tmp_path, seed):
     """The instance: one flipped byte in an HLO blob crashed attribute_kernels.py (DecodeError)
     and made capture_info.py reject the capture. Now the program is unreadable: a refusal in
     step 0; step 4, whose only program it is, says so in one sentence."""
-    import xprotos
+    from jaxperf.read import xprotos
     space = xprotos.classes()["XSpace"].FromString(seed["xplane"])
     md = next(p for p in space.planes if p.name == "/host:metadata")
     st = next(s for k in sorted(md.event_metadata) for s in md.event_metadata[k].stats
@@ -468,7 +468,7 @@ def _read(path):
 
 
 def test_hostile_names_read_back_from_the_csvs_as_the_same_strings(tmp_path, seed):
-    import xprotos
+    from jaxperf.read import xprotos
     # the trace: each GPU kernel and launch name gets a hostile prefix
     doc = json.loads(json.dumps(seed["doc"]))
     planted = {}
@@ -501,7 +501,7 @@ def test_hostile_names_read_back_from_the_csvs_as_the_same_strings(tmp_path, see
     assert len(launches) > 3
     p = _run("attribute_kernels", d, out, "--no-xprof")
     assert p.returncode == 0, p.stderr
-    import xplane_reader
+    from jaxperf.read import xplane_reader
     sp = xplane_reader.load_space(d / f"{HOST}.xplane.pb")
     names = {e.name for pl in sp.gpu_planes() for ln in pl.lines if ln.name.startswith("Stream #")
              for e in ln.events()}

@@ -28,10 +28,10 @@ def test_loops_of_unknown_trip_count_expand_to_a_bound(tmp_path, monkeypatch):
     loops multiply to that and beyond): its schedule stops at MAX_PLAN_EVENTS events per
     execution, says so (`cut`), and the note names what was left out."""
     import attribute_kernels
-    import kernel_match as km
 
-    import xplane_reader
-    from hlo_program import load
+    from jaxperf.match import kernel_match as km
+    from jaxperf.program.hlo_program import load
+    from jaxperf.read import xplane_reader
     monkeypatch.setattr(km, "MAX_PLAN_EVENTS", 20_000)
     r = generate(SCENARIOS["nvidia-unknown-trip-count-xla-cb"], tmp_path / "cap")
     space = xplane_reader.load_space(next(r.run_dir.glob("*.xplane.pb")))
@@ -67,8 +67,7 @@ def test_names_of_a_megabyte_are_cut_where_they_are_read(tmp_path):
     import gzip
     import json
 
-    import xplane_reader
-    import xprotos
+    from jaxperf.read import xplane_reader, xprotos
     from tracekit import trace_rules
     big = "k" * 1_000_000
     ev = [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "/device:GPU:0"}},

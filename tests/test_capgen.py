@@ -11,11 +11,11 @@ from collections import Counter
 
 import pytest
 
-import xplane_reader
 from capgen import realism
 from capgen.generate import Scenario, generate
 from capgen.scenarios import ALL_SCENARIOS as SCENARIOS
 from conftest import SHARED_CAPTURES
+from jaxperf.read import xplane_reader
 from tracekit import trace_reader
 
 NEEDS_SHARED = {n for n, s in SCENARIOS.items()

@@ -8,8 +8,8 @@ import subprocess
 import sys
 import tarfile
 
-import xplane_reader
 from conftest import REPO
+from jaxperf.read import xplane_reader
 from tracekit import trace_reader
 
 

@@ -473,7 +473,7 @@ def test_bad_input_is_one_sentence(tmp_path, launch_bound):
 
 
 def test_interval_helpers():
-    import critical_path
+    from jaxperf.steps import critical_path
     assert critical_path.union([(5, 7), (1, 3), (2, 4), (7, 8), (9, 9)]) == [[1, 4], [5, 8]]
     assert critical_path.subtract([[0, 10], [20, 30]], [[2, 3], [8, 22], [29, 40]]) == \
         [[0, 2], [3, 8], [22, 29]]
@@ -555,8 +555,7 @@ def test_capture_without_hlo_ranks_the_host_and_refuses_instructions(shared, tmp
 def test_programs_in_steps_reads_the_cell_step_4_writes():
     """programs.csv steps is rules.format_ranges' cell ("0-2 5"): a program that ran in steps 0
     to 2 and 5 runs in step 5 (the space-separated runs were read as one part before)."""
-    import critical_path
-
+    from jaxperf.steps import critical_path
     from tracekit import trace_rules
     progs = [{"program_id": "7", "steps": trace_rules.format_ranges([0, 1, 2, 5])},
              {"program_id": "9", "steps": "3"}]

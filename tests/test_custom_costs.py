@@ -10,12 +10,11 @@ import json
 import subprocess
 import sys
 
-import custom_costs
-import hlo_costs
 import pytest
 from test_roofline import BF16, F32, Hlo
 
 from conftest import REPO
+from jaxperf.cost import custom_costs, hlo_costs
 
 U8, TUPLE = 6, 13
 TE_CAPTURE = "tracelens-amd-rocm/mi355x-jax-te-fused-attn"

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-import xplane_reader
-from hlo_program import Program
+from jaxperf.program.hlo_program import Program
+from jaxperf.read import xplane_reader
 from tracekit import trace_reader
 
 RUN = Path(__file__).parent / "data" / "minigpt-cpu" / "plugins" / "profile" / \

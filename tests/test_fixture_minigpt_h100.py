@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-import xprotos
-from hlo_program import NO_LAUNCH_OPCODES, Program
+from jaxperf.program.hlo_program import NO_LAUNCH_OPCODES, Program
+from jaxperf.read import xprotos
 
 DATA = Path(__file__).parent / "data" / "minigpt-h100"
 

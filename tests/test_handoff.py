@@ -140,9 +140,7 @@ def test_xprof_peaks_from_the_planes_headers_equal_those_from_the_whole_xplane(s
     """Step 5 hands XProf's roofline_model only the planes' stats and metadata (no events):
     on every shared capture its peaks are those it gives for the whole xplane."""
     pytest.importorskip("xprof")
-    import xprof_figures
-
-    import xplane_reader
+    from jaxperf.read import xplane_reader, xprof_figures
 
     seen = 0
     for i, xplane in enumerate(_xplanes(shared)):
@@ -160,7 +158,7 @@ def test_xprof_peaks_from_the_planes_headers_equal_those_from_the_whole_xplane(s
 def test_an_abandoned_xprof_conversion_is_ended(tmp_path):
     """A step that fails while XProf converts in its child ends the child (Pending.cancel)."""
     pytest.importorskip("xprof")
-    import xprof_figures
+    from jaxperf.read import xprof_figures
 
     big = tmp_path / "h.xplane.pb"
     big.write_bytes(b"\x0a\x00" * 10)
@@ -171,7 +169,7 @@ def test_an_abandoned_xprof_conversion_is_ended(tmp_path):
 
 
 def _hlo_stats(path):
-    import xprof_figures
+    from jaxperf.read import xprof_figures
     return xprof_figures.convert(path, "hlo_stats", names=False)
 
 
@@ -181,9 +179,7 @@ def test_xprof_reads_the_same_from_the_device_planes_copy(shared, tmp_path):
     hlo_stats of the copy is byte for byte its hlo_stats of the whole xplane, and the copy
     decodes to the same planes, device events and metadata."""
     pytest.importorskip("xprof")
-    import xprof_figures
-
-    import xprotos
+    from jaxperf.read import xprof_figures, xprotos
 
     xplanes = _xplanes(shared)
     for name in ("nvidia-cb-partial", "rocm-8gpu-straggler", "nvidia-off"):
@@ -211,9 +207,7 @@ def test_xprof_reads_the_same_from_the_device_planes_copy(shared, tmp_path):
 
 
 def test_the_device_planes_copy_of_a_cpu_capture_or_odd_bytes_is_the_whole_file(tmp_path):
-    import xprof_figures
-
-    import xprotos
+    from jaxperf.read import xprof_figures, xprotos
 
     XSpace = xprotos.classes()["XSpace"]
     xs = XSpace()

@@ -5,8 +5,8 @@ fills only `stack_frame_id` (capture-format.md). Both must give the same kind of
 
 from __future__ import annotations
 
-import xplane_reader
-from hlo_program import Program
+from jaxperf.program.hlo_program import Program
+from jaxperf.read import xplane_reader
 
 RUNS = {
     "gemm": "mi300x-jax0.8-gemm/plugins/profile/2026_02_20_13_54_10/tw003.xplane.pb",
@@ -63,8 +63,8 @@ def test_pax_framework_frames_are_not_user_code(shared):
     """The PAX FSDP program: praxis's einsum wrapper (base_ops.py:42) was the default user frame;
     every frame is in paxml, praxis, flax or an installed package, so there is no user frame,
     and the framework frame names the praxis call."""
-    import hlo_program
     from capgen.programs import load_program
+    from jaxperf.program import hlo_program
     p = load_program("pax-a100")
     einsums = [i for i in p.instructions.values()
                if p.frames(i) and str(p.frames(i)[0]) == "/opt/praxis/praxis/layers/base_ops.py:42"]

@@ -7,11 +7,10 @@ import lzma
 import re
 from pathlib import Path
 
-import hlo_text
 import pytest
 
-import xplane_reader
-import xprotos
+from jaxperf.program import hlo_text
+from jaxperf.read import xplane_reader, xprotos
 
 DATA = Path(__file__).parent / "data"
 CPU_RUN = DATA / "minigpt-cpu" / "plugins" / "profile" / "2026_01_01_00_00_00" / \

@@ -12,7 +12,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 FOLDERS = [REPO / "scripts", REPO / "analyzing-jax-launch-overhead" / "scripts",
            REPO / "analyzing-jax-launch-overhead" / "scripts" / "tracekit",
-           REPO / "writing-trace-report-pages" / "scripts"]
+           REPO / "writing-trace-report-pages" / "scripts",
+           *sorted(p.parent for p in (REPO / "scripts" / "jaxperf").rglob("__init__.py"))]
 MAX_FUNCTION_LINES = 100
 MAX_PARSERS = 3  # step_cli, and the scripts that are not steps (the page)
 STEP_MAIN_LINES = 3
@@ -105,3 +106,30 @@ def test_the_platform_is_one_package_imported_by_name():
             edits.append(f"{p.relative_to(REPO)}: noqa E402 (ruff.toml ignores E402)")
     assert not bare, bare
     assert not edits, edits
+
+
+LAYERS = ("read", "program", "match", "cost", "steps", "report", "job")  # jaxperf/__init__.py
+
+
+def test_the_root_skill_shows_its_layers():
+    """scripts/ holds the entry scripts (each with a main) and sibling.py; the modules they
+    share are in the package jaxperf, one folder a layer, each layer importing only the layers
+    above it in jaxperf/__init__.py's list (and the platform)."""
+    top = sorted(p.name for p in (REPO / "scripts").glob("*.py")
+                 if "__main__" not in p.read_text(encoding="utf-8"))
+    assert top == ["sibling.py"], top
+    pkg = REPO / "scripts" / "jaxperf"
+    assert sorted(p.name for p in pkg.iterdir() if p.is_dir() and p.name != "__pycache__") \
+        == sorted(LAYERS)
+    wrong = []
+    for p in pkg.rglob("*.py"):
+        layer = p.parent.name
+        text = p.read_text(encoding="utf-8")
+        if "__main__" in text:
+            wrong.append(f"{p.name}: a main in the library")
+        for n in ast.walk(ast.parse(text)):
+            if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("jaxperf."):
+                used = n.module.split(".")[1]
+                if LAYERS.index(used) > LAYERS.index(layer):
+                    wrong.append(f"{layer}/{p.name} imports {n.module} (a layer below)")
+    assert not wrong, wrong

@@ -14,15 +14,15 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-import kernel_match as km
 import pytest
 from matcher_events import event, fresh
 
-import xplane_reader
 from capgen.generate import generate
 from capgen.scenarios import SCENARIOS
 from conftest import REPO
-from hlo_program import Program
+from jaxperf.match import kernel_match as km
+from jaxperf.program.hlo_program import Program
+from jaxperf.read import xplane_reader
 
 SCRIPT = REPO / "scripts" / "attribute_kernels.py"
 SCENARIOS_TRIED = ["nvidia-cb-all", "nvidia-maxtext-8gpu", "nvidia-reuse-splitk-cb"]

@@ -11,17 +11,15 @@ import json
 import subprocess
 import sys
 
-import gpu_ceilings
-import hlo_costs
 import pytest
 import roofline
 
-import xplane_reader
-import xprotos
 from capgen.generate import generate
 from capgen.scenarios import SCENARIOS
 from conftest import REPO
-from hlo_program import Program
+from jaxperf.cost import gpu_ceilings, hlo_costs
+from jaxperf.program.hlo_program import Program
+from jaxperf.read import xplane_reader, xprotos
 
 SCRIPT = REPO / "scripts" / "roofline.py"
 STEP4 = REPO / "scripts" / "attribute_kernels.py"

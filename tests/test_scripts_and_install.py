@@ -248,7 +248,7 @@ def test_capture_info_one_unreadable_program_is_a_refusal_for_it_alone(tmp_path)
     the other programs are still inventoried."""
     import json
 
-    import xprotos
+    from jaxperf.read import xprotos
     from xspace_builder import XSpaceBuilder
     b = XSpaceBuilder()
     b.hlo_program(xprotos.classes()["HloModuleProto"](name="jit_good", id=3))
@@ -281,8 +281,8 @@ def test_three_steps_in_one_process_read_each_file_once(tmp_path, shared):
 
     import attribute_kernels
     import capture_info
-    import skip_stats
 
+    import skip_stats
     from tracekit import capture_inputs
     cap = capture_inputs.open_capture(shared / "independent-generator" / "minigpt-h100-cb-on")
     inv = capture_info.run(cap)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-import xplane_reader
 from conftest import SHARED_CAPTURES
+from jaxperf.read import xplane_reader
 from tracekit import trace_reader
 
 

@@ -250,7 +250,6 @@ def test_a_trace_cut_at_the_exporter_cap_is_said(corpus, monkeypatch):
     """The exporter keeps 1,000,000 events; tested on a small trace by moving the cap."""
     sys.path.insert(0, str(SCRIPT.parent))
     import skip_stats
-
     from tracekit import trace_reader
     r, _ = corpus("rocm-off")
     trace = trace_reader.load_trace(r.trace)

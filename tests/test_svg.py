@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-import svg
+from jaxperf.report import svg
 
 
 def test_esc_makes_any_text_safe_xml():

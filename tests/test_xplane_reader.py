@@ -6,9 +6,8 @@ import gzip
 
 import pytest
 
-import xplane_reader
-import xprotos
-from hlo_program import Program
+from jaxperf.program.hlo_program import Program
+from jaxperf.read import xplane_reader, xprotos
 from xspace_builder import XSpaceBuilder
 
 

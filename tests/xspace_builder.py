@@ -13,7 +13,7 @@ Stat values: int -> int64_value, float -> double_value, str -> str_value, bytes 
 
 from __future__ import annotations
 
-import xprotos
+from jaxperf.read import xprotos
 
 
 class _Plane:

@@ -15,7 +15,6 @@ import re
 from typing import TYPE_CHECKING
 
 from gpu_events import union_ps
-
 from tracekit import trace_rules as rules
 
 if TYPE_CHECKING:

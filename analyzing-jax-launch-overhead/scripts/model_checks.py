@@ -14,7 +14,6 @@ import statistics
 
 import gpu_events
 import skip_analysis
-
 from tracekit import trace_reader
 from tracekit import trace_rules as rules
 

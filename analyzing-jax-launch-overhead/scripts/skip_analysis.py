@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from gap_causes import between_steps, cause_words, classify_gaps, gap_parts
 from gpu_events import stream_budget, union_ps
 from step_framing import CallTree, StepFrame
-
 from tracekit import trace_rules as rules
 
 # Verdict thresholds, applied on the GPU that finishes each step last, on its critical stream.

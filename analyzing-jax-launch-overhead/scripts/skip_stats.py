@@ -57,7 +57,6 @@ from step_framing import (
     mark_partial,
     program_call_starts,
 )
-
 from tracekit import (
     capture_inputs,
     scratch,  # the scratch folder: hand-offs

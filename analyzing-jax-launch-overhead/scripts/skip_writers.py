@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 from skip_analysis import JOIN_KEYS, Analysis
-
 from tracekit import scratch
 from tracekit import trace_rules as rules
 from tracekit.trace_rules import pct, us

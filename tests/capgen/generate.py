@@ -33,7 +33,6 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-import xprotos
 from capgen import flavours
 from capgen.programs import (
     KernelSpec,
@@ -45,6 +44,7 @@ from capgen.programs import (
     sanitize,
     variant,
 )
+from jaxperf.read import xprotos
 
 RUN = "2026_01_01_00_00_00"
 US = 1_000_000  # picoseconds per microsecond

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from math import prod
 from pathlib import Path
 
-import xprotos
-from hlo_program import Program
+from jaxperf.program.hlo_program import Program
+from jaxperf.read import xprotos
 
 TESTS = Path(__file__).resolve().parent.parent
 SHARED = TESTS.parent.parent / "shared" / "captures"
@@ -121,7 +121,7 @@ def load_program(name: str) -> Program:
         from capgen import small_programs
         return small_programs.build(name.removeprefix("small:"))
     if name in CAPTURE_PROGRAMS:
-        import xplane_reader
+        from jaxperf.read import xplane_reader
         path, program_id = CAPTURE_PROGRAMS[name]
         _, blob = xplane_reader.load_space(path).hlo_protos()[program_id]
         return Program(xplane_reader.parse_hlo(blob), program_id)

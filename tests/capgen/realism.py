@@ -12,7 +12,7 @@ import gzip
 import json
 import re
 
-import xprotos
+from jaxperf.read import xprotos
 
 NUM = re.compile(r"-?\d+")
 CHAIN_EVENTS = ("GpuExecutable::ExecuteThunks", "PjRtStreamExecutorLoadedExecutable::Execute",

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import json
 
-import xprotos
-from hlo_program import Program
+from jaxperf.program.hlo_program import Program
+from jaxperf.read import xprotos
 
 PRED, S8, U8, S32, F32, BF16, TUPLE = 1, 2, 6, 4, 11, 16, 13
 # The backend config XLA writes on loop and input fusions (as in tests/data/minigpt-h100).

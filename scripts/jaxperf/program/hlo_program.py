@@ -23,11 +23,11 @@ import json
 import re
 from dataclasses import dataclass
 
+from jaxperf.read.xprotos import PRIMITIVE_TYPES
 from tracekit.trace_rules import (
     NO_LAUNCH_OPCODES,  # noqa: F401  (re-exported: one home)
     WAIT_OPCODES,
 )
-from xprotos import PRIMITIVE_TYPES
 
 # The default "user code" frame: the first frame (innermost first) in none of these libraries,
 # matched on a path component (`/opt/praxis/praxis/layers/base_ops.py` is praxis). The one list:
@@ -81,7 +81,7 @@ class ProgramError(ValueError):
 def load(blob: bytes, program_id: int | None = None) -> Program:
     """Parse a serialized ``xla.HloProto`` and check it: a ProgramError when it does not parse
     or is inconsistent."""
-    import xprotos
+    from jaxperf.read import xprotos
     try:
         module = xprotos.classes()["HloProto"].FromString(blob).hlo_module
     except xprotos.MissingDependency:

@@ -30,7 +30,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from xprotos import dtype_name, nbytes
+from jaxperf.read.xprotos import dtype_name, nbytes
 
 GEMM_TARGET_RE = re.compile(r"^__cublas\$|^__hipblas|gemm|matmul", re.IGNORECASE)
 TE_GEMM_RE = re.compile(r"^te_gemm(_v2)?_ffi$")

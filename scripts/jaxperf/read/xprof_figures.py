@@ -257,7 +257,7 @@ def header_copy(space, path: Path) -> Path:
     lines (events): what XProf's roofline_model reads for its peaks (the device's stats). On
     the 5x-seed capture its conversion of the whole xplane took 5.6 s, of this copy (1.7 MB
     of 89 MB) 0.2 s, with the same peaks (tests compare the two on every shared capture)."""
-    import xprotos
+    from jaxperf.read import xprotos
     xs = xprotos.classes()["XSpace"]()
     xs.hostnames.extend(space.hostnames)
     for plane in space.planes:

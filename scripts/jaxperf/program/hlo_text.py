@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from xprotos import PRIMITIVE_TYPES
+from jaxperf.read.xprotos import PRIMITIVE_TYPES
 
 # Constants with more elements than this print as {...} (as XLA does by default).
 MAX_CONSTANT_ELEMENTS = 10

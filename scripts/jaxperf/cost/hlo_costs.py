@@ -7,10 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import custom_costs
-
+from jaxperf.cost import custom_costs
+from jaxperf.read.xprotos import dtype_name, nbytes
 from tracekit.trace_rules import COLLECTIVE_OPCODES, CONTROL_OPCODES, NO_LAUNCH_OPCODES
-from xprotos import dtype_name, nbytes
 
 # Element-wise opcodes counted as one FLOP per output element (transcendentals included, as one).
 FLOP_OPCODES = frozenset({

@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import xprotos
+from jaxperf.read import xprotos
 from tracekit.step_cli import StepError, progress
 from tracekit.trace_rules import MAX_TIME_PS, cut_name, runs_past_capture
 

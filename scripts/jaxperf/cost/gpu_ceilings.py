@@ -8,7 +8,7 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
-PEAKS_CSV = Path(__file__).resolve().parent.parent / "references" / "peaks.csv"
+PEAKS_CSV = Path(__file__).resolve().parents[3] / "references" / "peaks.csv"  # the skill root
 
 # memory_size differs by up to ~0.5% between drivers (peaks.md section 4: three A100 40GB
 # readings span 206 MB); a 2% band separates every pair in the table (the closest, H100 80GB vs

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hlo_program import Program
+from jaxperf.program.hlo_program import Program
 from tracekit.trace_rules import (
     COLLECTIVE_OPCODES,
     CONTROL_OPCODES,

@@ -1,0 +1,1 @@
+"""An instruction's FLOPs and bytes, custom calls' from their configs, the GPU's ceilings."""

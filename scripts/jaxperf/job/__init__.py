@@ -1,0 +1,1 @@
+"""The runner of investigate.py's steps, each a child process."""

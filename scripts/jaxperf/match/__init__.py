@@ -1,0 +1,1 @@
+"""Each GPU kernel matched to the HLO instruction that launched it."""

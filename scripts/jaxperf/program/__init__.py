@@ -1,0 +1,1 @@
+"""An HLO program: its schedules, source frames and text."""
