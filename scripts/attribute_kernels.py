@@ -64,10 +64,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bootstrap; sibling.py: the platform
 import sibling  # noqa: F401
 from jaxperf.read import xprof_figures  # XProf's conversions, each in a child process
-from tracekit import (
-    scratch,  # the scratch files' declarations, writers
-    step_cli,  # the command line, errors, exit codes
-)
+from tracekit import scratch, step_cli
 from tracekit import trace_rules as rules  # the classification rules
 from tracekit.step_cli import progress
 from tracekit.trace_rules import CONTROL_OPCODES, pct, us
@@ -85,10 +82,9 @@ COVERAGE_TOLERANCE_PCT = 0.01
 PROGRAM_FILE_RE = re.compile(r"^(.*)\((\d{1,19})\)\.hlo_proto\.pb$")
 
 
-FAMILIES = (  # kernel families by name, first match wins (kind from kernel_match first)
-    ("collective", "NCCL/RCCL collective"), ("copy", "memcpy"), ("memset", "memset"),
-    ("gemm_aux", "split-K reduction"),
-)
+# a kernel's family: its kind's where it has one, else the first its name says
+FAMILY_OF_KIND = {"collective": "NCCL/RCCL collective", "copy": "memcpy", "memset": "memset",
+                  "gemm_aux": "split-K reduction"}
 TRITON_RE = re.compile(r"^(triton|gemm_fusion|fusion_.*triton)")
 CONV_RE = re.compile(r"Im2Col|Im3d2Col|cudnn|miopen|conv", re.IGNORECASE)
 ATTENTION_RE = re.compile(r"fmha|flash|attn|attention|ck_tile", re.IGNORECASE)
@@ -663,21 +659,14 @@ def xprof_coverage(pending, copy: Path) -> tuple[float | None, float, str]:
 def kernel_family(name: str, xla_names: set) -> str:
     """What kind of code a kernel name says it is (no matching involved)."""
     kind = rules.kernel_kind(name)
-    for k, fam in FAMILIES:
-        if kind == k:
-            return fam
     norm = km.normalize_kernel_name(name)
-    if TRITON_RE.match(norm):
-        return "Triton kernel (XLA)"
-    if kind == "gemm":
-        return "library GEMM (cuBLAS / hipBLASLt)"
-    if norm in xla_names or "fusion" in norm:
-        return "XLA fusion"
-    if CONV_RE.search(norm):
-        return "convolution library"
-    if ATTENTION_RE.search(norm):
-        return "attention library"
-    return "other kernel"
+    said = ((kind in FAMILY_OF_KIND, FAMILY_OF_KIND.get(kind)),
+            (TRITON_RE.match(norm), "Triton kernel (XLA)"),
+            (kind == "gemm", "library GEMM (cuBLAS / hipBLASLt)"),
+            (norm in xla_names or "fusion" in norm, "XLA fusion"),
+            (CONV_RE.search(norm), "convolution library"),
+            (ATTENTION_RE.search(norm), "attention library"))
+    return next((family for hit, family in said if hit), "other kernel")
 
 
 # Kernel families that can be a cause of their own in step 6 when their time spans many

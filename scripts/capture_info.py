@@ -36,12 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # bootstrap; sibling.p
 import sibling  # noqa: F401
 import model_checks  # sibling skill: step 1's counts of the trace
 from jaxperf.cost import gpu_ceilings
-from tracekit import (
-    capture_inputs,
-    scratch,  # the scratch files' declarations, writers
-    step_cli,  # the command line, errors, exit codes
-    trace_reader,
-)
+from tracekit import capture_inputs, scratch, step_cli, trace_reader
 from tracekit import trace_rules as rules
 
 RESULT_FILE = "capture_info.json"

@@ -53,11 +53,7 @@ from jaxperf.steps.critical_path import (  # the steps, their frames and critica
     spread,
     tables,
 )
-from tracekit import (
-    capture_inputs,
-    scratch,  # the scratch files' declarations, readers, writers
-    step_cli,  # the command line, errors, exit codes
-)
+from tracekit import capture_inputs, scratch, step_cli
 from tracekit import trace_rules as rules  # tie rule, CSV writing, atomic files
 from tracekit.scratch import number
 

@@ -50,10 +50,7 @@ import sibling
 
 HERE = sibling.HERE
 
-from tracekit import (
-    scratch,  # the scratch files' declarations, writers
-    step_cli,  # the command line, errors, exit codes
-)
+from tracekit import scratch, step_cli
 from tracekit import trace_rules as rules  # units, atomic outputs
 from tracekit.scratch import number
 

@@ -116,10 +116,7 @@ from jaxperf.report.citations import (  # a report's numbers and citations: the 
     split_cells,
     split_selector,
 )
-from tracekit import (
-    scratch,  # the scratch files' declarations
-    step_cli,  # the command line, errors, exit codes
-)
+from tracekit import scratch, step_cli
 from tracekit import trace_rules as rules  # CSV writing, atomic outputs
 
 TABLE = "factcheck.csv"

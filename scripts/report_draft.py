@@ -90,6 +90,11 @@ def judge(what: str) -> str:
     return f"<!-- judge: {what} -->"
 
 
+def asked(what: str) -> list[str]:
+    """A section's last lines: what the agent is asked to judge there."""
+    return ["", judge(what), ""]
+
+
 def missing(table: str, why: str) -> str:
     return f"_Not available: `{table}` is missing ({why}); see the trust list._"
 
@@ -144,7 +149,7 @@ def gpu_line(s: Scratch) -> list[str]:
 
 def results(s: Scratch) -> list[str]:
     skip = s.json("skip_stats.json")
-    out = ["## Results", ""] + gpu_line(s)
+    out = gpu_line(s)
     if skip:
         out.append(f"- Verdict: **{skip.get('verdict')}** (inferred; skip_stats.json: verdict). "
                    + judge("say in one sentence what bounds the step, from skip_stats.json "
@@ -185,11 +190,10 @@ def results(s: Scratch) -> list[str]:
 
 
 def verdict_section(s: Scratch) -> list[str]:
-    out = ["## 1. Verdict and causes", ""]
     skip = s.json("skip_stats.json")
     if not skip:
-        return out + [missing("skip_stats.json", "step 1 did not run"), ""]
-    out += [f"Verdict: **{skip.get('verdict')}** (inferred; skip_stats.json: verdict). Rule:", ""]
+        return [missing("skip_stats.json", "step 1 did not run"), ""]
+    out = [f"Verdict: **{skip.get('verdict')}** (inferred; skip_stats.json: verdict). Rule:", ""]
     out += [f"- {md_cell(r)} (inferred; skip_stats.json: rule.{n})"
             for n, r in enumerate(skip.get("rule") or [])]
     out += ["", "| figure | median, range across steps and GPUs |", "|---|---|"]
@@ -215,19 +219,17 @@ def verdict_section(s: Scratch) -> list[str]:
             out.append(f"- GPU {g['device']} stream {g['stream']} step {g['step']}: "
                        f"{cell(g['dur_us'], 'us', 'measured', 'gaps.csv', 'dur_us', key, 3)}; "
                        f"host events inside: {code(g['host_events'] or 'none recorded')}")
-    out += ["", judge("name the host-side causes (gaps.csv host_events) and whether the "
-                      "verdict holds on every GPU (steps.csv)"), ""]
-    return out
+    return out + asked("name the host-side causes (gaps.csv host_events) and whether the "
+                       "verdict holds on every GPU (steps.csv)")
 
 
 def reconciliation_section(s: Scratch) -> list[str]:
-    out = ["## 2. Reconciliation", ""]
     rec = s.json("reconcile.json")
     if not rec:
-        return out + [missing("reconcile.json", "step 2 did not run"), ""]
+        return [missing("reconcile.json", "step 2 did not run"), ""]
     counts = rec.get("counts") or {}
-    out.append(", ".join(f"{k}: {cite(v, '', 'measured', 'reconcile.json', 'counts.' + k, 0)}"
-                         for k, v in sorted(counts.items())))
+    out = [", ".join(f"{k}: {cite(v, '', 'measured', 'reconcile.json', 'counts.' + k, 0)}"
+                     for k, v in sorted(counts.items()))]
     bad = [r for r in (s.rows("reconciliation.csv") or []) if r["status"] != "pass"]
     if bad:
         out += ["", "| check | GPU | stream | status | trust-list sentence |",
@@ -242,13 +244,12 @@ def reconciliation_section(s: Scratch) -> list[str]:
             # no count here: no table holds it (the counts per status are cited above)
             out.append("| the other rows | | | | in reconciliation.csv, every row whose status "
                        "is not pass |")
-    out += ["", judge("say whether any failed check changes a figure quoted below "
-                      "(reconciliation.csv trust_sentence)"), ""]
-    return out
+    return out + asked("say whether any failed check changes a figure quoted below "
+                       "(reconciliation.csv trust_sentence)")
 
 
 def streams_section(s: Scratch) -> list[str]:
-    out = ["## 3. GPUs and streams", ""]
+    out: list[str] = []
     streams = s.rows("streams.csv")
     if streams is None:
         out.append(missing("streams.csv", "step 1 did not run"))
@@ -272,9 +273,8 @@ def streams_section(s: Scratch) -> list[str]:
                        f"straggler.sentence)")
     else:
         out += ["", missing("swimlanes.json", "step 3 did not run")]
-    out += ["", judge("which stream is the critical path and what the last GPU waits for "
-                      "(swimlanes.svg, stragglers.csv)"), ""]
-    return out
+    return out + asked("which stream is the critical path and what the last GPU waits for "
+                       "(swimlanes.svg, stragglers.csv)")
 
 
 def shares(r: dict, table: str, key: str) -> str:
@@ -320,27 +320,24 @@ def refused_lines(refusals: list[tuple[str, str]], table: str, what: str,
 
 
 def ops_section(s: Scratch) -> list[str]:
-    out = ["## 4. Top instructions and Python lines", ""]
     att = s.json("attribution/attribute_kernels.json")
     if not att:
-        return out + [missing("attribution/attribute_kernels.json",
-                              "step 4 did not run or the capture has no HLO"), ""]
+        return [missing("attribution/attribute_kernels.json",
+                        "step 4 did not run or the capture has no HLO"), ""]
     t = "attribution/attribute_kernels.json"
     refusals = rank_refusals(s)
     prog = att.get("program") or {}
     program = f"{prog.get('name')}({prog.get('id')})"
-    out.append(f"Attributed: {fig(s, t, 'attributed_pct_of_gpu_time', 2)} of kernel time; low "
-               f"confidence: {fig(s, t, 'low_confidence_pct_of_all_attributed', 2)} of the "
-               f"attributed time; XProf's hlo_stats covers "
-               f"{fig(s, t, 'xprof_hlo_stats_pct_of_gpu_time', 2)} of kernel time.")
+    out = [f"Attributed: {fig(s, t, 'attributed_pct_of_gpu_time', 2)} of kernel time; low "
+           f"confidence: {fig(s, t, 'low_confidence_pct_of_all_attributed', 2)} of the "
+           f"attributed time; XProf's hlo_stats covers "
+           f"{fig(s, t, 'xprof_hlo_stats_pct_of_gpu_time', 2)} of kernel time."]
     how = [r for r in (s.rows("attribution/how.csv") or []) if r["program_id"] == "all"]
     if how:
-        out += ["", "| match class | kernels | share of GPU time |", "|---|---|---|"]
-        for r in how:
-            k = f"program_id=all, match={r['match']}"
-            out.append(f"| {r['match']} | "
-                       f"{cell(r['kernels'], '', 'measured', HOW, 'kernels', k, 0)} | "
-                       f"{cell(r['pct_of_group'], '%', 'inferred', HOW, 'pct_of_group', k, 2)} |")
+        out += ["", "| match class | kernels | share of GPU time |", "|---|---|---|"] + [
+            f"| {r['match']} | {cell(r['kernels'], '', 'measured', HOW, 'kernels', k, 0)} | "
+            f"{cell(r['pct_of_group'], '%', 'inferred', HOW, 'pct_of_group', k, 2)} |"
+            for r in how for k in [f"program_id=all, match={r['match']}"]]
     roof = {(r.get("program_id", ""), r["instruction"]): r
             for r in (s.rows("roofline.csv") or [])}
     ops = (s.rows("attribution/ops.csv") or [])[:TOP_ROWS]
@@ -404,15 +401,13 @@ def ops_section(s: Scratch) -> list[str]:
     else:
         out += ["", missing("roofline.json", "step 5 did not run")]
     if refusals["ops"] or refusals["lines"]:
-        out += ["", judge("say what the refusal above leaves unanswered (which instructions and "
-                          "lines cost most in a step) and which capture would answer it (the "
-                          "trust list's needs-a-new-capture rows); state no share of the one "
-                          "program as the step's"), ""]
-        return out
-    out += ["", judge("which instructions and lines to look at first, and whether their "
-                      "distance to the ceiling (roofline.csv pct_of_ceiling, binding) says "
-                      "anything about them; a small instruction cannot fill the GPU"), ""]
-    return out
+        return out + asked("say what the refusal above leaves unanswered (which instructions and "
+                           "lines cost most in a step) and which capture would answer it (the "
+                           "trust list's needs-a-new-capture rows); state no share of the one "
+                           "program as the step's")
+    return out + asked("which instructions and lines to look at first, and whether their "
+                       "distance to the ceiling (roofline.csv pct_of_ceiling, binding) says "
+                       "anything about them; a small instruction cannot fill the GPU")
 
 
 def phases_part(s: Scratch) -> list[str]:
@@ -446,12 +441,11 @@ def measured_part(r: dict, key: str) -> str:
 
 
 def changes_section(s: Scratch) -> list[str]:
-    out = ["## 5. Changes (estimates: inferred, not run)", ""]
     changes = s.rows("changes.csv")
     cj = s.json("changes.json") or {}
     if changes is None:
-        return out + [missing("changes.csv", "step 6 did not run"), ""]
-    out += ["| rank | cause | saving per step | at a rate this capture reached | range | "
+        return [missing("changes.csv", "step 6 did not run"), ""]
+    out = ["| rank | cause | saving per step | at a rate this capture reached | range | "
             "step if gone | knob to test |", "|---|---|---|---|---|---|---|"]
     for r in changes:
         k = f"rank={r['rank']}"
@@ -472,21 +466,19 @@ def changes_section(s: Scratch) -> list[str]:
     rule = cj.get("combine_rule")
     if rule:
         out += ["", f"How they combine: {md_cell(rule)} (inferred; changes.json: combine_rule)"]
-    out += ["", judge("order the changes for the user and say which to test first, with the "
-                      "knob as a hypothesis (changes.csv assumptions)"), ""]
-    return out
+    return out + asked("order the changes for the user and say which to test first, with the "
+                       "knob as a hypothesis (changes.csv assumptions)")
 
 
 def trust_section(s: Scratch) -> list[str]:
-    out = ["## 6. Where this capture cannot be trusted", ""]
     rows = s.rows("trust.csv")
     if rows is None:
-        return out + [missing("trust.csv", "step 7 did not run"), ""]
+        return [missing("trust.csv", "step 7 did not run"), ""]
     items = [r for r in rows if r["section"] == "trust"]
     needs = [r for r in rows if r["section"] == "needs_new_capture"]
     # the item is the row's key (header filters item=*): its own numbers are found through it
     sel = "section=trust, item=*"
-    out += [f"| item | count (measured; trust.csv: count, {sel}) "
+    out = [f"| item | count (measured; trust.csv: count, {sel}) "
             f"| GPU time (us) (measured; trust.csv: gpu_us, {sel}) "
             f"| share of GPU time (%) (inferred; trust.csv: pct_of_gpu_time, {sel}) "
             f"| what it means (inferred; trust.csv: detail, {sel}) |", "|---|---|---|---|---|"]
@@ -500,8 +492,18 @@ def trust_section(s: Scratch) -> list[str]:
         out += [f"| {md_cell(r['item'])} | {md_cell(r['detail'])} |" for r in needs]
     else:
         out.append("- none")
-    out += ["", judge("say which trust items limit the changes above (trust.csv detail)"), ""]
-    return out
+    return out + asked("say which trust items limit the changes above (trust.csv detail)")
+
+
+SECTIONS = (  # the report's sections in order: heading, lines
+    ("## Results", results),
+    ("## 1. Verdict and causes", verdict_section),
+    ("## 2. Reconciliation", reconciliation_section),
+    ("## 3. GPUs and streams", streams_section),
+    ("## 4. Top instructions and Python lines", ops_section),
+    ("## 5. Changes (estimates: inferred, not run)", changes_section),
+    ("## 6. Where this capture cannot be trusted", trust_section),
+)
 
 
 def draft(s: Scratch) -> str:
@@ -518,9 +520,9 @@ def draft(s: Scratch) -> str:
             "<!-- draft: written by report_draft.py from the tables in this folder: every figure "
             "is cited as (label; table: selector); each judge comment marks a sentence to write "
             "from the table it names. Run factcheck.py on the finished report. -->", ""]
-    parts = (head + results(s) + verdict_section(s) + reconciliation_section(s)
-             + streams_section(s) + ops_section(s) + changes_section(s) + trust_section(s))
-    return "\n".join(parts).rstrip() + "\n"
+    for heading, section in SECTIONS:
+        head += [heading, ""] + section(s)
+    return "\n".join(head).rstrip() + "\n"
 
 
 STEP = step_cli.Step("report_draft", __doc__, __file__, reads="scratch")

@@ -45,10 +45,7 @@ from jaxperf.cost import gpu_ceilings  # peaks.csv, the GPU, its ceilings
 from jaxperf.cost.hlo_costs import Cost, Costs, dtype_name  # FLOPs and bytes per instruction
 from jaxperf.read import xprof_figures  # XProf's own figures, shown beside ours
 from jaxperf.report import svg  # SVG elements and text widths, shared with swimlanes.py
-from tracekit import (
-    scratch,  # the scratch files' declarations, writers
-    step_cli,  # the command line, errors, exit codes
-)
+from tracekit import scratch, step_cli
 from tracekit import trace_rules as rules
 from tracekit.trace_rules import pct  # shared rules
 

@@ -46,10 +46,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bootstrap; sibling.py: the platform
 import sibling  # noqa: F401
 from jaxperf.report import svg  # SVG elements and text widths, shared with roofline.py
-from tracekit import (
-    scratch,  # the scratch files' declarations, readers
-    step_cli,  # the command line, errors, exit codes
-)
+from tracekit import scratch, step_cli
 from tracekit import trace_rules as rules  # the classification rules
 from tracekit.trace_rules import us_value  # units
 

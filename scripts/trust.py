@@ -43,10 +43,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bootstrap; sibling.py: the platform
 import sibling  # noqa: F401
-from tracekit import (
-    scratch,  # the scratch files' declarations, writers
-    step_cli,  # the command line, errors, exit codes
-)
+from tracekit import scratch, step_cli
 from tracekit import trace_rules as rules  # CSV writing, atomic outputs
 from tracekit.scratch import number
 

@@ -57,12 +57,7 @@ from step_framing import (
     mark_partial,
     program_call_starts,
 )
-from tracekit import (
-    capture_inputs,
-    scratch,  # the scratch folder: hand-offs
-    step_cli,  # the command line, errors, exit codes
-    trace_reader,
-)
+from tracekit import capture_inputs, scratch, step_cli, trace_reader
 from tracekit import trace_rules as rules
 from tracekit.step_cli import progress
 

@@ -22,6 +22,7 @@ Regenerate the layout document after changing a declaration (from the checkout's
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import math
@@ -376,6 +377,20 @@ class DeclaredRow(dict):
     def get(self, key, default=None):
         column(self.file, key)
         return super().get(key, default)
+
+
+@contextlib.contextmanager
+def lines(path: Path, file: str):
+    """The text lines after the header of the declared table `file` at `path`, for a reader
+    that splits them itself in a hot loop (an open file); None where the file is missing,
+    unreadable or has another header (not its producer's: what needs it is refused)."""
+    try:
+        fh = open(path, newline="", encoding="utf-8")
+    except OSError:
+        yield None
+        return
+    with fh:
+        yield fh if fh.readline() == header(file) else None
 
 
 def stream(folder: Path, file: str, names) -> object:

@@ -57,18 +57,17 @@ def kernel_kind(name: str, hlo_op: str | None = None, memcpy: bool = False) -> s
     return out
 
 
+# a kernel's kind by its name: the first that matches (else compute)
+NAME_KINDS = (("collective", COLLECTIVE_KERNEL_RE.search), ("memset", MEMSET_KERNEL_RE.search),
+              ("copy", COPY_KERNEL_RE.search), ("gemm_aux", GEMM_AUX_RE.search),
+              ("gemm", GEMM_KERNEL_RE.match))
+
+
 def _kind(name: str, hlo_op: str, memcpy: bool) -> str:
-    if COLLECTIVE_KERNEL_RE.search(name) or (hlo_op and COLLECTIVE_HLO_RE.match(hlo_op)):
+    if hlo_op and COLLECTIVE_HLO_RE.match(hlo_op):
         return "collective"
-    if MEMSET_KERNEL_RE.search(name):
-        return "memset"
-    if memcpy or COPY_KERNEL_RE.search(name):
-        return "copy"
-    if GEMM_AUX_RE.search(name):
-        return "gemm_aux"
-    if GEMM_KERNEL_RE.match(name):
-        return "gemm"
-    return "compute"
+    kind = next((k for k, test in NAME_KINDS if test(name)), "compute")
+    return "copy" if memcpy and kind not in ("collective", "memset") else kind
 
 
 def category(name: str, hlo_op: str | None = None, memcpy: bool = False) -> str:

@@ -71,9 +71,7 @@ class Event:
 @dataclass
 class Line:
     id: int
-    display_id: int
     name: str
-    display_name: str
     timestamp_ns: int
     plane: Plane = field(repr=False)
     _proto: object = field(repr=False)
@@ -173,7 +171,7 @@ class Plane:
                 self.metadata_stats[k] = self.decode_stats(md.stats)
         self.stats = self.decode_stats(proto.stats)
         self.lines = [
-            Line(ln.id, ln.display_id, ln.name, ln.display_name, ln.timestamp_ns, self, ln)
+            Line(ln.id, ln.name, ln.timestamp_ns, self, ln)
             for ln in proto.lines
         ]
 

@@ -120,20 +120,15 @@ def read_gaps(path: Path, bound: dict, median: int | None) -> dict | None:
     other: dict = {n: [] for n in bound}
     median_rows: list = []
     med = str(median)
-    try:
-        fh = open(path, newline="", encoding="utf-8")
-    except OSError:
-        return None
-    with fh:
-        if fh.readline() != scratch.header("gaps.csv"):
-            return None  # not step 1's gaps.csv: the causes that need it are refused
-        cols = GAPS
+    with scratch.lines(path, "gaps.csv") as fh:
+        if fh is None:
+            return None  # no step 1's gaps.csv: the causes that need it are refused
         for line in fh:
             p = line.split(",", 3)
             if len(p) < 4 or want.get(p[2]) != (p[0], p[1]):
                 continue
             if p[2] == med:
-                median_rows.append(dict(zip(cols, next(csv.reader([line])), strict=False)))
+                median_rows.append(dict(zip(GAPS, next(csv.reader([line])), strict=False)))
             if ",host_late," in p[3]:
                 last_host[p[2]] = p[3]
             else:
@@ -211,13 +206,9 @@ def read_rows(path: Path, bound: dict, all_collectives: bool, after: dict | None
     crit_last: dict = {}
     coll_sum: dict = {}
     bad = 0
-    try:
-        fh = open(path, newline="", encoding="utf-8")
-    except OSError:
-        return None
-    with fh:
-        if fh.readline() != scratch.header("rows.csv"):
-            return None  # not step 1's rows.csv: the causes that need it are refused
+    with scratch.lines(path, "rows.csv") as fh:
+        if fh is None:
+            return None  # no step 1's rows.csv: the causes that need it are refused
         for line in fh:
             step = line[line.rfind(",") + 1:].rstrip()
             b = want.get(step)
