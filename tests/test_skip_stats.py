@@ -130,7 +130,7 @@ def test_stream_budgets_add_up_to_the_span(corpus):
 def test_stream_budget_partition_is_exact_in_picoseconds():
     sys.path.insert(0, str(SCRIPT.parent))
     import gpu_events
-    E = gpu_events.GpuEvent
+    E = gpu_events.TraceEvent
     evs = [E(0, 1, "a", 100, 50, {}, "compute"), E(0, 1, "b", 120, 100, {}, "collective"),
            E(0, 1, "c", 400, 7, {}, "memcpy"), E(0, 1, "d", 405, 1000, {}, "compute")]
     b = gpu_events.stream_budget(evs, 90, 500)
@@ -576,7 +576,7 @@ def test_gpu_groups_compare_only_gpus_that_run_the_same_programs():
 
     def ev(device, module, cat="compute", dur=10):
         args = {"hlo_module": module} if module else {}
-        e = gpu_events.GpuEvent(device, 1, "k", 0, dur * 1_000_000, args, cat)
+        e = gpu_events.TraceEvent(device, 1, "k", 0, dur * 1_000_000, args, cat)
         e.step = 0
         return e
     by = {(0, 0): [ev(0, None, "memcpy", 1) for _ in range(5)],
@@ -684,7 +684,7 @@ def test_every_python_call_is_a_whole_step_however_many_programs_it_runs():
         events.append(call("$train.py:20 train_iteration", t, t + 900))
         for j in range(k):
             events.append(_exec(next(progs), t + 20 + 100 * j, t + 60 + 100 * j))
-            ev = gpu_events.GpuEvent(0, 7, "k", (t + 70 + 100 * j) * 1_000_000, 10_000_000,
+            ev = gpu_events.TraceEvent(0, 7, "k", (t + 70 + 100 * j) * 1_000_000, 10_000_000,
                                      {}, "compute")
             gpu.append(ev)
         t += 1000

@@ -1,9 +1,9 @@
 """GPU events from the trace and their host calls (standard library only).
 
-Step 1's load: every GPU stream event (kernel, memcpy, memset) as a GpuEvent with its category,
-the host events by thread and by correlation id (`collect`); each GPU event joined to its host
-call (`join_events`); each launching thread mapped to the thread that ran the execution
-(`launch_threads_to_exec`); and the time a set of events covers (`union_ps`, `stream_budget`).
+Step 1's load: every GPU stream event (kernel, memcpy, memset) as a TraceEvent (the platform's
+GpuEvent with step 1's fields), the host events by thread and by correlation id (`collect`);
+each GPU event joined to its host call (`join_events`); each launching thread mapped to the
+thread that ran the execution (`launch_threads_to_exec`); and the time a set of events covers (`union_ps`, `stream_budget`).
 Times are integer picoseconds. Classification rules: trace_rules.py. Only `collect` writes, to
 stderr: what the reader repaired, and its progress through a large trace.
 """
@@ -16,6 +16,7 @@ import sys
 
 from tracekit import trace_reader
 from tracekit import trace_rules as rules
+from tracekit.events import GpuEvent
 
 PROGRESS_EVENTS = 500_000  # report progress on stderr above this many events
 # Launch-thread -> execution-thread mapping: after this many unambiguous matches for one
@@ -23,10 +24,10 @@ PROGRESS_EVENTS = 500_000  # report progress on stderr above this many events
 VOTES_ENOUGH = 200
 
 
-class GpuEvent:
-    """One GPU stream event (kernel, memcpy, memset); times in integer picoseconds."""
-    __slots__ = ("device", "stream", "name", "start", "dur", "end", "args", "category", "join",
-                 "launch", "graph", "step")
+class TraceEvent(GpuEvent):
+    """A GPU event as step 1 reads it from the trace: its end, the trace's args, its join to a
+    host call (`join`: launch, graph_launch, other or none; `launch`: that call) and its step."""
+    __slots__ = ("end", "args", "join", "launch", "step")
 
     def __init__(self, device, stream, name, start, dur, args, category="compute"):
         self.device = device
@@ -112,7 +113,7 @@ def _collect(trace):
                     continue
                 args = ev.get("args", empty)
                 name = ev["name"]
-                append_gpu(GpuEvent(o, tid, name, round(ev["ts"] * 1_000_000),
+                append_gpu(TraceEvent(o, tid, name, round(ev["ts"] * 1_000_000),
                                     round(ev["dur"] * 1_000_000), args, categorize(name, args)))
             elif pid in host_pids:
                 key = (pid, ev["tid"])

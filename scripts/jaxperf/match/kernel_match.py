@@ -44,6 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from jaxperf.program.hlo_program import Program
+from tracekit.events import GpuEvent
 from tracekit.trace_rules import (
     COLLECTIVE_OPCODES,
     CONTROL_OPCODES,
@@ -125,18 +126,15 @@ class Expect:
     repeat: bool = False  # the slot may launch more events of this kind
 
 
-class Kernel:
-    """One GPU event (a kernel, memcpy or memset; on a CPU capture an XLA:CPU thunk event) and
-    the answer for it: the one record of an event in step 4. attribute_kernels builds one per
-    event from the capture (device, stream, start and dur in ps, name, correlation id, the
-    tracer's hlo_op and hlo_module labels, program id, whether it ran in a graph, whether it is
-    a memcpy) and fills `kind` and `group` before matching; `match` reads name, kind, hlo_op,
+class Kernel(GpuEvent):
+    """A GPU event (tracekit.events.GpuEvent) and the answer for it: the record of an event in
+    step 4. attribute_kernels builds one per event from the capture (its GpuEvent fields, the
+    correlation id, the tracer's hlo_op and hlo_module labels, program id, whether it is a
+    memcpy) and fills `kind` and `group` before matching; `match` reads name, kind, hlo_op,
     group, corr (and start, dur, stream where known: they show whether a launch's events ran at
-    once) and fills instruction, inner, match, why and confidence. A plain class with slots: a
-    capture holds hundreds of thousands of events."""
-    __slots__ = ("device", "stream", "start", "dur", "name", "corr", "hlo_op", "program_id",
-                 "own_program", "category", "graph", "instruction", "match", "cpu", "why",
-                 "inner", "confidence", "kind", "group", "module")
+    once) and fills instruction, inner, match, why and confidence."""
+    __slots__ = ("corr", "hlo_op", "program_id", "own_program", "instruction", "match", "cpu",
+                 "why", "inner", "confidence", "kind", "group", "module")
 
     def __init__(self, device, stream, start, dur, name, corr, hlo_op, program_id, graph,
                  memcpy, module=None, cpu=False):
