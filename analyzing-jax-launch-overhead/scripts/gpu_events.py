@@ -3,9 +3,10 @@
 Step 1's load: every GPU stream event (kernel, memcpy, memset) as a TraceEvent (the platform's
 GpuEvent with step 1's fields), the host events by thread and by correlation id (`collect`);
 each GPU event joined to its host call (`join_events`); each launching thread mapped to the
-thread that ran the execution (`launch_threads_to_exec`); and the time a set of events covers (`union_ps`, `stream_budget`).
-Times are integer picoseconds. Classification rules: trace_rules.py. Only `collect` writes, to
-stderr: what the reader repaired, and its progress through a large trace.
+thread that ran the execution (`launch_threads_to_exec`); and the time a set of events covers
+(`union_ps`, `stream_budget`). Times are integer picoseconds. Classification rules:
+trace_rules.py. Only `collect` writes, to stderr: what the reader repaired, and its progress
+through a large trace.
 """
 
 from __future__ import annotations
