@@ -1,0 +1,272 @@
+"""What step 4 reads of a capture before matching: its GPU events as kernel_match.Kernel records
+(`collect_kernels`; on a CPU capture its XLA:CPU thunk events), the program each event belongs
+to (`assign_programs`), the host's execution events (`host_record`), the program and GPU each
+execution ran (`map_executions`) and how many times each program ran on each GPU
+(`count_executions`)."""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import re
+
+from jaxperf.match.kernel_match import Kernel
+from tracekit import step_cli
+from tracekit import trace_rules as rules
+from tracekit.step_cli import progress
+
+KERNEL_STATS = frozenset({"correlation_id", "hlo_op", "program_id", "memcpy_details",
+                          "hlo_module"}) | \
+    rules.GRAPH_ID_STATS
+
+
+def _flat(ordinal, line) -> list[tuple]:
+    """One stream's events as the tuples kernel_match.Kernel takes (without `cpu`)."""
+    lid = line.id
+    graph_ids = rules.GRAPH_ID_STATS
+    return [(ordinal, lid, start, dur, name, st.get("correlation_id"), st.get("hlo_op"),
+             st.get("program_id"), not graph_ids.isdisjoint(st), "memcpy_details" in st,
+             st.get("hlo_module"))
+            for name, start, dur, st in line.tuples(KERNEL_STATS)]
+
+
+def graph_launch_ids(space) -> set:
+    """Correlation ids of the host's graph-launch calls (cuGraphLaunch, hipGraphLaunch)."""
+    out: set = set()
+    for plane in space.planes:
+        if plane.name != "/host:CPU":
+            continue
+        mids = frozenset(m for m, n in plane.event_names.items() if rules.is_graph_launch(n))
+        for line in plane.lines:
+            for _, _, _, st in line.select(mids, frozenset({"correlation_id"})):
+                if "correlation_id" in st:
+                    out.add(st["correlation_id"])
+    return out
+
+
+def collect_kernels(space) -> tuple[list, bool]:
+    """GPU stream events; for a CPU capture, XLA:CPU thunk events (control thunks left out)."""
+    kernel = Kernel
+    kernels = []
+    for plane in space.gpu_planes():
+        progress("collecting each GPU's kernels", len(kernels), unit="kernels so far")
+        kernels += [kernel(*t) for line in plane.lines if line.name.startswith("Stream #")
+                    for t in _flat(plane.gpu_ordinal, line)]
+    if kernels:
+        launched = graph_launch_ids(space)
+        if launched:
+            for k in kernels:
+                k.graph = rules.in_graph(k.graph, k.corr in launched)
+    if kernels:
+        return kernels, False
+    host = space.plane("/host:CPU")
+    if host is None:
+        return [], False
+    runtime_calls = 0
+    for line in host.lines:
+        for ev in line.events(KERNEL_STATS):
+            st = ev.stats
+            if rules.is_cpu_thunk(st):
+                kernels.append(kernel("CPU", line.id, ev.start_ps, ev.duration_ps, ev.name,
+                                      st.get("correlation_id"), st.get("hlo_op"),
+                                      st.get("program_id"), "cuda_graph_id" in st,
+                                      "memcpy_details" in st, st.get("hlo_module"), cpu=True))
+            elif rules.is_gpu_runtime_call(st):
+                runtime_calls += 1
+    if runtime_calls and not kernels:
+        raise step_cli.StepError(
+            f"{space.path} has {runtime_calls:,} GPU runtime calls on /host:CPU (events with a "
+            "correlation id: launches, memcpys) but no GPU stream events: its /device:GPU "
+            "planes are missing or empty, so there are no kernels to attribute (it is not a "
+            "CPU capture)")
+    return kernels, True
+
+
+# ---------------------------------------------------------------- executions
+
+OUTSIDE = "(outside programs)"  # how.csv / programs.csv key of events launched by no program
+# The host's execution events (XLA's GPU runtime, one per execution per GPU): the thunk loop,
+# `[<ordinal>] GpuExecutable::ExecuteThunks` (stat module_name), and inside it
+# `<module>:XLA GPU module`; either may be alone (capture-format.md, execution chain).
+EXECUTE_THUNKS_RE = re.compile(r"^(?:\[(\d+)\] )?GpuExecutable::ExecuteThunks$")
+MODULE_EVENT_SUFFIX = ":XLA GPU module"
+EXECUTION_STATS = frozenset({"module_name", "program_id", "correlation_id"})
+
+
+@dataclasses.dataclass(slots=True)
+class HostExecution:
+    line: int
+    start: int
+    end: int
+    module: str
+    program_id: int | None = None
+    ordinal: int | None = None
+
+
+def assign_programs(kernels, programs, chosen) -> None:
+    """Give each event without a program id its program: an argument copy (a memcpy with no
+    hlo_op, no hlo_module, not in a graph: trace_rules.is_argument_copy) belongs to none
+    (program_id None: OUTSIDE, class none, why outside); another takes the one program its
+    hlo_module names, else the chosen program."""
+    by_name: dict[str, list] = {}
+    for pid, (name, _) in programs.items():
+        by_name.setdefault(name, []).append(pid)
+    for k in kernels:
+        if k.program_id is not None:
+            continue
+        if not k.cpu:
+            kind = rules.kernel_kind(k.name, k.hlo_op, k.category == "memcpy")
+            category = rules.CATEGORY_OF_KIND.get(kind, "compute")
+            if not k.module and rules.is_argument_copy(
+                    category, {"hlo_op": k.hlo_op} if k.hlo_op else {}, k.graph):
+                k.category, k.match, k.why = category, "none", "outside"
+                continue
+        ids = by_name.get(k.module) if k.module else None
+        k.program_id = ids[0] if ids and len(ids) == 1 else chosen
+
+
+def host_record(space) -> tuple[list[HostExecution], list[tuple]]:
+    """One pass over the host plane: every execution it recorded (per host line, each
+    ExecuteThunks event, and each `<module>:XLA GPU module` event that no ExecuteThunks of its
+    line holds: the same execution), and (start, line, correlation id) of every event with a
+    correlation id (the runtime calls that launch GPU events), by start."""
+    host = space.plane("/host:CPU")
+    out: list[HostExecution] = []
+    calls: list[tuple] = []
+    if host is None:
+        return out, calls
+    wanted = EXECUTION_STATS | {"correlation_id"}
+    for line in host.lines:
+        thunks, mods = [], []
+        for ev in line.events(wanted):
+            c = ev.stats.get("correlation_id")
+            if c is not None:
+                calls.append((ev.start_ps, line.id, c))
+            name = ev.name
+            m = EXECUTE_THUNKS_RE.match(name)
+            if m:
+                pid = ev.stats.get("program_id")
+                thunks.append(HostExecution(line.id, ev.start_ps, ev.start_ps + ev.duration_ps,
+                                            str(ev.stats.get("module_name") or ""),
+                                            pid if isinstance(pid, int) else None,
+                                            int(m.group(1)) if m.group(1) else None))
+            elif name.endswith(MODULE_EVENT_SUFFIX):
+                pid = ev.stats.get("program_id")
+                mods.append(HostExecution(line.id, ev.start_ps, ev.start_ps + ev.duration_ps,
+                                          name[:-len(MODULE_EVENT_SUFFIX)],
+                                          pid if isinstance(pid, int) else None))
+        thunks.sort(key=lambda e: e.start)
+        starts = [t.start for t in thunks]
+        for m in mods:
+            i = bisect.bisect_right(starts, m.start) - 1
+            if i >= 0 and thunks[i].end >= m.end:
+                t = thunks[i]
+                t.module = t.module or m.module
+                if t.program_id is None:
+                    t.program_id = m.program_id
+                continue
+            out.append(m)
+        out.extend(thunks)
+    out.sort(key=lambda e: (e.start, e.line))
+    calls.sort(key=lambda t: (t[0], t[1]))
+    return out, calls
+
+
+def map_executions(execs, launches, owner, names) -> list:
+    """Each host execution's (program id, device), or None where it cannot be told. `owner`:
+    correlation id -> {(program id, device)} of the events it launched; `names`: program id ->
+    module name. An execution is the one program of its module name among the launch calls
+    that start inside it; where executions of other threads run at the same time, only the
+    launch threads seen serving this execution thread alone elsewhere count (the runtime
+    launches from the executing thread, or on ROCm from a thread of its own per GPU)."""
+    starts = [t[0] for t in launches]
+
+    def inside(e):
+        lo = bisect.bisect_left(starts, e.start)
+        hi = bisect.bisect_right(starts, e.end)
+        return [launches[i] for i in range(lo, hi)]
+
+    def owners(e, calls):
+        found = set()
+        for _, _, c in calls:
+            for pid, dev in owner.get(c, ()):
+                if e.program_id is not None and pid != e.program_id:
+                    continue
+                if e.program_id is None and names.get(pid) != e.module:
+                    continue
+                if e.ordinal is not None and isinstance(dev, int) and dev != e.ordinal:
+                    continue
+                found.add((pid, dev))
+        return found
+
+    out: list = [None] * len(execs)
+    votes: dict[tuple, int] = {}
+    pending = []
+    for i, e in enumerate(execs):
+        calls = inside(e)
+        own = [t for t in calls if t[1] == e.line]  # launched from the executing thread
+        found = owners(e, own or calls)
+        if len(found) == 1:
+            out[i] = next(iter(found))
+            for _, ln, c in (own or calls):
+                if owner.get(c) and out[i] in owner[c]:
+                    votes[(ln, e.line)] = votes.get((ln, e.line), 0) + 1
+        else:
+            pending.append((i, e, calls))
+    serves: dict[int, int] = {}  # launch line -> the execution line it serves most
+    for (ln, el), n in sorted(votes.items()):
+        if n > votes.get((ln, serves.get(ln)), 0):
+            serves[ln] = el
+    for i, e, calls in pending:
+        found = owners(e, [t for t in calls if serves.get(t[1]) == e.line])
+        if len(found) == 1:
+            out[i] = next(iter(found))
+    return out
+
+
+def count_executions(host: tuple, kernels, names: dict, launches_counted: dict,
+                     covered: dict) -> dict:
+    """(program id, device) -> {executions, from, host_us, host_executions}: from the host's
+    execution events where they map to the program (`host execution events`), else from its
+    launches (`launches`: kernel_match.launch_executions), else from the alignment's coverage
+    of the schedule (`alignment`, the weakest). Where the host's count differs from the
+    executions the GPU events show (launches, else coverage), the GPU's count is used (`GPU
+    events (the host recorded N)`): FLOPs and bytes are set against the kernels' time, and a
+    host can record executions whose kernels fall outside the device trace. host_us: the
+    mapped events' summed duration (ExecuteThunks where recorded, else the module event; None:
+    not recorded)."""
+    owner: dict = {}
+    for k in kernels:
+        if k.program_id is not None and k.corr is not None and not k.cpu:
+            owner.setdefault(k.corr, set()).add((k.program_id, k.device))
+    execs, calls = host  # host_record
+    # the runtime calls that launched the capture's GPU events
+    mapped = map_executions(execs, [c for c in calls if c[2] in owner], owner, names) \
+        if execs else []
+    host: dict = {}
+    for e, key in zip(execs, mapped, strict=True):
+        if key is not None:
+            h = host.setdefault(key, [0, 0])
+            h[0] += 1
+            h[1] += e.end - e.start
+    out: dict = {}
+    keys = {(k.program_id, k.device) for k in kernels if k.program_id is not None}
+    for key in keys:
+        gpu = launches_counted.get(key) or round(covered.get(key) or 0)
+        if key in host and gpu and host[key][0] != gpu:
+            # the host recorded executions whose kernels the device trace does not hold (it
+            # started before the device trace), or fewer than ran: the kernels' time is that of
+            # the executions seen on the GPU
+            n, ps = host[key]
+            out[key] = {"executions": gpu, "from": f"GPU events (the host recorded {n})",
+                        "host_ps": ps}
+        elif key in host:
+            n, ps = host[key]
+            out[key] = {"executions": n, "from": "host execution events", "host_ps": ps}
+        elif launches_counted.get(key):
+            out[key] = {"executions": launches_counted[key], "from": "launches",
+                        "host_ps": None}
+        else:
+            out[key] = {"executions": round(covered.get(key) or 0), "from": "alignment",
+                        "host_ps": None}
+    return out

@@ -1,0 +1,152 @@
+"""A kernel's family from its name (the kind of code it is: a library GEMM, an XLA fusion, a
+collective, ...), the families that can be a cause of their own in step 6 (split-K reductions,
+layout transposes, copies, memsets, collectives by kind) and XLA's own split-K reductions found
+from the program: families.csv and kernel_names.csv."""
+
+from __future__ import annotations
+
+import re
+
+from jaxperf.match import kernel_match as km
+from tracekit import trace_rules as rules
+from tracekit.trace_rules import pct, us
+
+# a kernel's family: its kind's where it has one, else the first its name says
+FAMILY_OF_KIND = {"collective": "NCCL/RCCL collective", "copy": "memcpy", "memset": "memset",
+                  "gemm_aux": "split-K reduction"}
+TRITON_RE = re.compile(r"^(triton|gemm_fusion|fusion_.*triton)")
+CONV_RE = re.compile(r"Im2Col|Im3d2Col|cudnn|miopen|conv", re.IGNORECASE)
+ATTENTION_RE = re.compile(r"fmha|flash|attn|attention|ck_tile", re.IGNORECASE)
+
+
+def kernel_family(name: str, xla_names: set) -> str:
+    """What kind of code a kernel name says it is (no matching involved)."""
+    kind = rules.kernel_kind(name)
+    norm = km.normalize_kernel_name(name)
+    said = ((kind in FAMILY_OF_KIND, FAMILY_OF_KIND.get(kind)),
+            (TRITON_RE.match(norm), "Triton kernel (XLA)"),
+            (kind == "gemm", "library GEMM (cuBLAS / hipBLASLt)"),
+            (norm in xla_names or "fusion" in norm, "XLA fusion"),
+            (CONV_RE.search(norm), "convolution library"),
+            (ATTENTION_RE.search(norm), "attention library"))
+    return next((family for hit, family in said if hit), "other kernel")
+
+
+# Kernel families that can be a cause of their own in step 6 when their time spans many
+# instructions: library reductions (split-K), layout transposes, copies, memsets, collectives
+# by kind. A transpose is an XLA fusion whose kernel name says so; a collective's kind is the
+# operation its name carries (NCCL's and RCCL's kernel names spell it).
+TRANSPOSE_RE = re.compile(r"transpose", re.IGNORECASE)
+COLLECTIVE_KIND_RE = re.compile(r"(all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|"
+                                r"send|recv|broadcast)", re.IGNORECASE)
+FAMILY_TOP_INSTRUCTIONS = 5  # instructions named per family in families.csv
+
+
+def cause_family(name: str, family: str) -> str | None:
+    """The family a kernel counts under in families.csv (None: an ordinary compute kernel)."""
+    if family == "split-K reduction":
+        return family
+    if family in ("memcpy", "memset"):
+        return family
+    if family == "NCCL/RCCL collective":
+        m = COLLECTIVE_KIND_RE.search(name)
+        kind = m.group(1).lower().replace("_", "") if m else "other"
+        return f"collective: {kind}"
+    if TRANSPOSE_RE.search(km.normalize_kernel_name(name)):
+        return "layout transpose"
+    return None
+
+
+def _through(prog, ins, opcodes=("bitcast",)):
+    """The instruction under a chain of `opcodes` (first operands)."""
+    while ins.opcode in opcodes and ins.operand_ids:
+        ins = prog.instructions[ins.operand_ids[0]]
+    return ins
+
+
+def split_k_reductions(programs) -> set[tuple]:
+    """(program id, instruction) of XLA's own split-K reductions, from the program rather than
+    kernel names (is_split_k_reduction)."""
+    return {(pid, ins.name) for pid, prog in programs.items()
+            for ins in prog.instructions.values() if is_split_k_reduction(prog, ins)}
+
+
+def is_split_k_reduction(prog, ins) -> bool:
+    """A fusion that reduces, over its leading dimension, the result of a fusion whose root is
+    a dot with a batch dimension leading its output. XLA's split-K rewrite
+    (xla/service/gpu/split_k_gemm_rewriter.cc, MakeDotSplitKBatch) splits K into such a batch
+    dimension of partial sums and sums them in a reduction after the GEMM fusion."""
+    comp = prog.computations.get(ins.called_computation_ids[0]) \
+        if ins.opcode == "fusion" and ins.called_computation_ids else None
+    for r in comp.instructions if comp is not None else ():
+        if r.opcode != "reduce" or list(r.dimensions) != [0] or not r.operand_ids:
+            continue
+        src = _through(prog, prog.instructions[r.operand_ids[0]])
+        if src.opcode != "parameter" or src.parameter_number >= len(ins.operand_ids):
+            continue
+        gemm = _through(prog, prog.instructions[ins.operand_ids[src.parameter_number]])
+        gc = prog.computations.get(gemm.called_computation_ids[0]) \
+            if gemm.opcode == "fusion" and gemm.called_computation_ids else None
+        root = prog.instructions.get(gc.root_id) if gc is not None else None
+        root = _through(prog, root, ("bitcast", "convert", "copy")) if root else None
+        if root is not None and root.opcode == "dot" and \
+                root.dot_dimension_numbers.lhs_batch_dimensions and \
+                list(src.shape.dimensions[:1]) == list(root.shape.dimensions[:1]):
+            return True
+    return False
+
+
+def family_rows(kernels, name_rows, split_k: set = frozenset()) -> list[tuple]:
+    """families.csv: per family of cause_family, its kernels, distinct names, GPU time and share,
+    the instructions (program id, instruction) its attributed kernels span, the programs, and the
+    largest instructions by its time (`<program_id>:<instruction>=us`). `split_k`: XLA's own
+    split-K reductions (split_k_reductions), counted as split-K whatever their kernels' names."""
+    family_of = {r[0]: cause_family(r[0], r[1]) for r in name_rows}
+    total = sum(k.dur for k in kernels)
+    per: dict[str, dict] = {}
+    for k in kernels:
+        fam = "split-K reduction" if (k.program_id, k.instruction) in split_k else \
+            family_of.get(k.name)
+        if fam is None:
+            continue
+        f = per.setdefault(fam, {"n": 0, "t": 0, "names": set(), "ins": {}, "progs": set()})
+        f["n"] += 1
+        f["t"] += k.dur
+        f["names"].add(k.name)
+        if k.instruction:
+            key = (k.program_id, k.instruction)
+            f["ins"][key] = f["ins"].get(key, 0) + k.dur
+            f["progs"].add(k.program_id)
+    rows = []
+    for fam, f in sorted(per.items(), key=lambda kv: (-kv[1]["t"], kv[0])):
+        top = sorted(f["ins"].items(), key=lambda kv: (-kv[1], str(kv[0])))
+        rows.append((fam, f["n"], len(f["names"]), us(f["t"]), pct(f["t"], total), len(f["ins"]),
+                     len(f["progs"]), " | ".join(f"{p}:{i}={us(t)}" for (p, i), t in
+                                                 top[:FAMILY_TOP_INSTRUCTIONS])))
+    return rows
+
+
+def plans_names(programs) -> set:
+    """Sanitized names of every instruction of every program: what XLA's own kernels are called."""
+    out = set()
+    for prog in programs.values():
+        out.update(km.sanitize(n) for n in prog.by_name)
+    return out
+
+
+def kernel_name_rows(kernels, xla_names: set) -> list[tuple]:
+    total = sum(k.dur for k in kernels)
+    by: dict[str, list] = {}
+    for k in kernels:
+        e = by.get(k.name)
+        if e is None:
+            e = by[k.name] = [0, 0, set()]
+        e[0] += 1
+        e[1] += k.dur
+        e[2].add(k.device)
+    rows = []
+    for name, (n, t, devs) in sorted(by.items(), key=lambda kv: (-kv[1][1], kv[0])):
+        g = len(devs)
+        rows.append((name, kernel_family(name, xla_names), n, us(t), pct(t, total), g,
+                     f"{n / g:.1f}", us(t / g)))
+    return rows
