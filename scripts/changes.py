@@ -48,7 +48,6 @@ from jaxperf.steps.critical_path import (  # the steps, their frames and critica
     ChangesError,
     Context,
     build_context,
-    fmt,
     read_steps,
     spread,
     tables,
@@ -56,6 +55,7 @@ from jaxperf.steps.critical_path import (  # the steps, their frames and critica
 from tracekit import capture_inputs, scratch, step_cli
 from tracekit import trace_rules as rules  # tie rule, CSV writing, atomic files
 from tracekit.scratch import number
+from tracekit.trace_rules import number_text, us_text
 
 RESULT_FILE = "changes.json"
 TABLE = "changes.csv"
@@ -157,7 +157,7 @@ def cause(kind: str, prose: Prose, regroups: bool = False):
 def largest_labels(labels: dict) -> str:
     """The three largest labels by kernel time, as the end of a cause sentence ('' for none)."""
     top = sorted(labels.items(), key=lambda kv: (-kv[1], kv[0]))
-    return (f"; largest by kernel time: {', '.join(f'{n} {fmt(v)} us' for n, v in top[:3])}"
+    return (f"; largest by kernel time: {', '.join(f'{n} {us_text(v)}' for n, v in top[:3])}"
             if top else "")
 
 
@@ -202,7 +202,7 @@ def dispatch(ctx: Context) -> list:
         traced = ((ctx.s1 or {}).get("python_tracer") or {}).get("calls")
         jit = knob["unnamed"].format(n=n, why=knob["tracer on" if traced else "tracer off"])
     return [Row(f"dispatch between programs: {n} program executions in step {ctx.median}, "
-                f"{fmt(between[at])} us the critical stream of GPU {b} waits between two "
+                f"{us_text(between[at])} the critical stream of GPU {b} waits between two "
                 "executions' kernels while the host dispatches the next",
                 f"GPU {b}", 100.0 * between[at] / ctx.window, spread(between, at),
                 knob=f"{jit}; {knob['always']}")]
@@ -325,12 +325,13 @@ def fused_on_jit(ctx: Context) -> list:
     return [Row(
         f"once jitted, XLA can fuse {rules.plural(len(median_runs), 'run')} of back-to-back "
         f"element-wise passes that now run as separate programs: {passes} passes, "
-        f"{fmt(total)} us of step {ctx.median}, into "
+        f"{us_text(total)} of step {ctx.median}, into "
         f"{rules.plural(len(median_runs), 'kernel')}; largest: "
-        + ", ".join(f"{line} {rules.plural(n, 'pass', 'passes')} {fmt(t)} us"
+        + ", ".join(f"{line} {rules.plural(n, 'pass', 'passes')} {us_text(t)}"
                     for line, (n, t) in top[:3])
-        + f"; with the dispatch row's {fmt(idle)} us (the same jit, other time) the jit saves "
-          f"{fmt(idle + measured[at])} to {fmt(idle + ceiling[at])} us of step {ctx.median}",
+        + f"; with the dispatch row's {us_text(idle)} (the same jit, other time) the jit saves "
+          f"{number_text(idle + measured[at])} to {us_text(idle + ceiling[at])} of step "
+          f"{ctx.median}",
         where, 100.0 * ceiling[at] / ctx.window, spread(ceiling, at),
         measured=measured[at], kernel_cut=ceiling, fuses=fuses,
         extra={"passes": passes, "runs": len(median_runs)})]
@@ -383,7 +384,7 @@ def host_gap(ctx: Context) -> list:
     hsav = []
     for n, fr in ctx.frames.items():
         g = {d: r for d, r in ctx.steps[n].items() if d in ctx.gpus} or ctx.steps[n]
-        hsav.append(max(0.0, fr.end - max(r["end"] - r["host_late"] for r in g.values())))
+        hsav.append(max(0.0, fr.end - max(r.end - r.host_late for r in g.values())))
     between = ctx.dispatch_idle
     if between is not None:
         hsav = [max(0.0, v - b) for v, b in zip(hsav, between, strict=True)]
@@ -395,11 +396,11 @@ def host_gap(ctx: Context) -> list:
     if hsav[ctx.at] < MIN_SAVING_US and host_late < MIN_SAVING_US:
         return []
     hd, b = ctx.host, ctx.bound
-    words = (f"the critical stream waits on the host: {fmt(host_late)} us of step {ctx.median}"
+    words = (f"the critical stream waits on the host: {us_text(host_late)} of step {ctx.median}"
              + (" besides the dispatch between programs" if between is not None else ""))
     if hd:
-        named = ", ".join(f"{n} {fmt(v)} us" for n, v in hd["events"][:HOST_EVENTS_NAMED])
-        words += (f", in {hd['gaps']} gap(s) of 1 us or more, {fmt(hd['leading_us'])} us "
+        named = ", ".join(f"{n} {us_text(v)}" for n, v in hd["events"][:HOST_EVENTS_NAMED])
+        words += (f", in {hd['gaps']} gap(s) of 1 us or more, {us_text(hd['leading_us'])} "
                   "of it before the first kernel")
         if named:
             inc = " (the dispatch gaps included)" if between is not None else ""
@@ -409,7 +410,7 @@ def host_gap(ctx: Context) -> list:
     knob = host_knob(hd["leading_us"] if hd else 0.0, host_late,
                      100.0 * graph / (graph + launched) if graph + launched else 0.0,
                      bool(hd and hd["python_tracer"]))
-    where = f"GPU {b} stream {ctx.steps[ctx.median][b]['crit']}" + (
+    where = f"GPU {b} stream {ctx.steps[ctx.median][b].crit}" + (
         f" (launching thread {', '.join(hd['threads'])})" if hd and hd["threads"] else "")
     return [Row(words, where, 100.0 * host_late / ctx.window, spread(hsav, ctx.at), knob=knob)]
 
@@ -445,7 +446,7 @@ def straggler_wait(ctx: Context) -> list:
     reason = ("it runs more GPU events per step than the others: " + more) if more else \
         "it runs the same events slower than the others"
     return [Row(f"GPU {g} ends {ctx.alone.count(g)} of {len(ctx.chosen)} steps last; its compute "
-                f"and memcpy kernels take {fmt(work[ctx.median]['excess'])} us in step "
+                f"and memcpy kernels take {us_text(work[ctx.median]['excess'])} in step "
                 f"{ctx.median} more than the median GPU's, and the other GPUs wait for it "
                 f"({reason})",
                 f"GPU {g}", 100.0 * sav[ctx.at] / ctx.window, spread(sav, ctx.at),
@@ -481,7 +482,7 @@ def exposed_slice(ctx: Context, part: str, labels: str, what: str) -> list:
     sav, mp = ctx.each(f"{part}_exposed"), ctx.median_path
     if sav[ctx.at] < MIN_SAVING_US and getattr(mp, part) < MIN_SAVING_US:
         return []
-    return [Row(f"{what}: {fmt(getattr(mp, part))} us of step {ctx.median}"
+    return [Row(f"{what}: {number_text(getattr(mp, part))} us of step {ctx.median}"
                 + largest_labels(mp.labels[labels]),
                 f"GPU {ctx.bound}", 100.0 * getattr(mp, f"{part}_exposed") / ctx.window,
                 spread(sav, ctx.at))]
@@ -532,11 +533,11 @@ def kernel_gaps(ctx: Context) -> list:
         return []
     n_big, big_us = mp.big_gaps
     return [Row(f"the critical stream of GPU {b} is idle between its kernels with no launch "
-                f"late from the host: {fmt(mp.idle_before)} us of step {ctx.median}, "
+                f"late from the host: {us_text(mp.idle_before)} of step {ctx.median}, "
                 f"{n_big} gap(s) of 1 us or more that no other stream filled holding "
-                f"{fmt(min(big_us, mp.idle_before))} us of it, the rest gaps under 1 us "
+                f"{number_text(min(big_us, mp.idle_before))} us of it, the rest gaps under 1 us "
                 "between kernels",
-                f"GPU {b} stream {ctx.steps[ctx.median][b]['crit']}",
+                f"GPU {b} stream {ctx.steps[ctx.median][b].crit}",
                 100.0 * mp.idle_before_exposed / ctx.window, spread(sav, ctx.at))]
 
 
@@ -606,7 +607,7 @@ def kernel_family(ctx: Context) -> list:
         rows.append(Row(
             f"{name} kernels take {pct:.2f}% of GPU time over "
             f"{rules.plural(n_ins, 'instruction')} (about "
-            f"{fmt(share * ctx.median_path.compute)} us of step {ctx.median}); largest under "
+            f"{us_text(share * ctx.median_path.compute)} of step {ctx.median}); largest under "
             + ", ".join(top[:3]),
             f"{name} ({rules.plural(n_ins, 'instruction')})", 100.0 * sav[ctx.at] / ctx.window,
             spread(sav, ctx.at),
@@ -704,7 +705,7 @@ def no_ceiling_refusal(ctx: Context, top: list) -> list:
     big_no = sorted(ctx.ceilings.no_ceiling, key=lambda x: (-x[1], x[0]))[:3]
     if big_no and (not top or big_no[0][1] > top[-1][1]["cut"]):
         return ["cannot estimate a saving for " + ", ".join(
-            f"{n} ({fmt(sh * ctx.median_path.compute)} us of step {ctx.median}: {why})"
+            f"{n} ({us_text(sh * ctx.median_path.compute)} of step {ctx.median}: {why})"
             for n, sh, why, _ in big_no) + " because there is no ceiling to measure their "
             "distance to"]
     return []
@@ -747,7 +748,7 @@ def instruction(ctx: Context) -> Found | list:
         reached = (f"; the same work reaches {pct_text(c['best'])}% in this capture "
                    f"({c['best_by']})" if c["best"] else "")
         rows.append(Row(
-            f"{c['instruction']} takes {fmt(c['share'] * cm)} us of step {median} at "
+            f"{c['instruction']} takes {us_text(c['share'] * cm)} of step {median} at "
             f"{c['pct']:.1f}% of its {c['binding']} ceiling on {ce.model}{reached}",
             c["instruction"] + (f" ({c['user_frame']})" if c["user_frame"] else ""),
             100.0 * c["cut"] * cm * exposure / ctx.window, spread(sav, at),
@@ -756,7 +757,7 @@ def instruction(ctx: Context) -> Found | list:
             if c["best_raw"] is not None else None))
     listed = {i for r in rows for i in r.named}
     hidden = sum(c["cut"] for i, c in top if i not in listed) * cm
-    notes = [f"not listed: the top instructions' distance to their ceilings, {fmt(hidden)} us of "
+    notes = [f"not listed: the top instructions' distance to their ceilings, {us_text(hidden)} of "
              f"step {median}, is hidden behind the host (it lies before the step's last host-late "
              "gap); it would count once the host gaps are gone"] if hidden >= MIN_SAVING_US else []
     return Found(rows, notes, no_ceiling_refusal(ctx, top))
@@ -850,7 +851,7 @@ def backend_row(ctx: Context, same: list, slow: str, fast: str) -> list:
         f"the {fast} GEMM {top['instruction']} does the same work ({top['flops'] / 1e9:,.1f} "
         f"GFLOP a run, {mine[0][0]['ceiling_dtype']}) at {top['pct']:.1f}% of its ceiling where "
         f"the {slow} GEMMs {names} reach {f'{lo:.1f}' if lo == hi else f'{lo:.1f}-{hi:.1f}'}% "
-        f"({fmt(sum(c['share'] for c, _ in mine) * cm)} us of step {ctx.median})",
+        f"({number_text(sum(c['share'] for c, _ in mine) * cm)} us of step {ctx.median})",
         f"{slow} GEMMs ({len(mine)} instructions)", 100.0 * per_step[ctx.at] / ctx.window,
         spread(per_step, ctx.at),
         said.assumptions.format(time=INSTRUCTION_TIME, exposed=EXPOSED_PART.format(
@@ -897,11 +898,11 @@ def python_line(ctx: Context) -> list:
         if sav[at] < MIN_SAVING_US:
             continue
         missing = no_line.get(frame, 0.0) * cm
-        no_ceiling = said["no ceiling"].format(us=fmt(missing), step=median) \
+        no_ceiling = said["no ceiling"].format(us=number_text(missing), step=median) \
             if missing >= MIN_SAVING_US else ""
         rows.append(Row(
             f"the instructions of {frame.split(' ')[0]} ({len(ln['named'])} with a ceiling) take "
-            f"{fmt(ln['share'] * cm)} us of step {median}, {fmt(ln['cut'] * cm)} us of it above "
+            f"{us_text(ln['share'] * cm)} of step {median}, {us_text(ln['cut'] * cm)} of it above "
             "their ceilings",
             frame, 100.0 * ln["cut"] * cm * exposure / ctx.window, spread(sav, at),
             said["row"].format(no_ceiling=no_ceiling, time=INSTRUCTION_TIME, exposed=exposed),
@@ -930,7 +931,7 @@ def idle_between_steps(ctx: Context) -> Found:
     if sav[ctx.at] < MIN_SAVING_US:
         return Found([], refusals=refusals)
     return Found([Row(f"GPU {b} is idle after its critical stream's last kernel until the next "
-                      f"step starts: {fmt(idle)} us after step {ctx.median}",
+                      f"step starts: {us_text(idle)} after step {ctx.median}",
                       f"GPU {b}", 100.0 * idle / ctx.window, spread(sav, ctx.at))],
                  refusals=refusals)
 

@@ -29,6 +29,7 @@ import sibling  # noqa: F401
 from tracekit import step_cli  # the command line, errors, exit codes
 from tracekit import trace_rules as rules
 from tracekit.scratch import Scratch  # the scratch folder, read once
+from tracekit.trace_rules import number_text
 
 DRAFT = "report_draft.md"
 TOP_ROWS = 8  # instructions and Python lines listed: enough to cover most time in practice
@@ -44,13 +45,9 @@ KNOWN_TABLES = ("capture_info.json", "skip_stats.json", "attribution/attribute_k
 UNITS = {"us": "us", "pct": "%", "count": "", "bytes": "B"}
 
 
-def fmt(value: float, decimals: int) -> str:
-    return f"{value:,.{decimals}f}"
-
-
 def num(value, decimals: int) -> str:
     """A table cell's number rounded for a column whose header carries the citation."""
-    return "" if value in (None, "") else fmt(float(value), decimals)
+    return "" if value in (None, "") else number_text(float(value), decimals)
 
 
 def cite(value, unit: str, label: str, table: str, selector: str, decimals: int = 1) -> str:
@@ -60,7 +57,7 @@ def cite(value, unit: str, label: str, table: str, selector: str, decimals: int 
         return "n/a"
     v = float(value)
     sep = "" if unit in ("%", "") else " "
-    return f"{fmt(v, decimals)}{sep}{unit} ({label}; {table}: {selector})"
+    return f"{number_text(v, decimals)}{sep}{unit} ({label}; {table}: {selector})"
 
 
 def fig(scratch: Scratch, table: str, key: str, decimals: int = 1) -> str:

@@ -48,7 +48,7 @@ import sibling  # noqa: F401
 from jaxperf.report import svg  # SVG elements and text widths, shared with roofline.py
 from tracekit import scratch, step_cli
 from tracekit import trace_rules as rules  # the classification rules
-from tracekit.trace_rules import us_value  # units
+from tracekit.trace_rules import number_text, us_value  # units
 
 RESULT_FILE = "swimlanes.json"
 SVG_FILE = "swimlanes.svg"
@@ -579,8 +579,7 @@ def nice_step(span: float, target: int = 10) -> float:
 
 
 def fmt_us(v: float, step: float) -> str:
-    decimals = 0 if step >= 1 else min(3, -math.floor(math.log10(step)))
-    return f"{v:,.{decimals}f}"
+    return number_text(v, 0 if step >= 1 else min(3, -math.floor(math.log10(step))))
 
 
 class Canvas:

@@ -190,11 +190,17 @@ def us_value(ps) -> float | None:
     return None if ps is None else round(ps / 1e6, 3)
 
 
+def number_text(value: float, decimals: int = 1) -> str:
+    """A number for a sentence or a report: thousands separated, `decimals` places
+    ("1,234.5"): the one formatter of figures in text."""
+    return f"{value:,.{decimals}f}"
+
+
 def us_text(value, missing: str = "n/a") -> str:
     """Microseconds (a number or a table cell) for a sentence: "1,234.5 us"; `missing` where it
     is None or not a number."""
     try:
-        return f"{float(value):,.1f} us"
+        return number_text(float(value)) + " us"
     except (TypeError, ValueError):
         return missing
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from tracekit import scratch, step_cli
 from tracekit import trace_rules as rules
 from tracekit.scratch import number
+from tracekit.trace_rules import number_text, us_text
 
 # Instructions and Python lines listed as causes: the few a reader acts on; the rest of the
 # kernel time stays in changes.json's critical path as compute.
@@ -82,8 +83,28 @@ def tables(out: Path) -> scratch.Scratch:
     return scratch.Scratch(out)
 
 
+@dataclass(frozen=True, slots=True)
+class StepRow:
+    """One GPU's row of one step in steps.csv, as step 6 reads it (microseconds): its start,
+    end and duration, its critical stream, its host-late, device-wait and unknown gaps on that
+    stream, its kernels' summed time (il_us - il_idle_us), its program executions, the period
+    to the next step's start and the critical stream's wait between two executions."""
+    start: float
+    end: float
+    dur: float
+    crit: str
+    host_late: float
+    device_wait: float
+    unknown: float
+    kernel_sum: float
+    executions: int | None
+    period: float | None
+    between_programs: float
+
+
 def read_steps(out: Path) -> dict:
-    """steps.csv as {step: {device: row}} (its declared types: scratch.Scratch.typed)."""
+    """steps.csv as {step: {device: StepRow}} (read through its declared types:
+    scratch.Scratch.typed)."""
     try:
         rows = tables(out).typed("steps.csv", need=(
             "step", "device", "start_us", "end_us", "dur_us", "critical_stream", "host_late_us",
@@ -99,14 +120,12 @@ def read_steps(out: Path) -> dict:
             raise ChangesError(f"{out / 'steps.csv'} has a row that is not step 1's (step "
                                f"{r['step']!r}, device {r['device']!r}); run "
                                "skip_stats.py again")
-        steps.setdefault(r["step"], {})[r["device"]] = {
-            "start": r["start_us"], "end": r["end_us"], "dur": r["dur_us"],
-            "crit": "" if r["critical_stream"] is None else str(r["critical_stream"]),
-            "host_late": r["host_late_us"] or 0.0, "device_wait": r["device_wait_us"] or 0.0,
-            "unknown": r["unknown_gap_us"] or 0.0,
-            "kernel_sum": (r["il_us"] or 0.0) - (r["il_idle_us"] or 0.0),
-            "executions": r["executions"], "period": r["period_us"],
-            "between_programs": r["between_programs_idle_us"] or 0.0}
+        steps.setdefault(r["step"], {})[r["device"]] = StepRow(
+            r["start_us"], r["end_us"], r["dur_us"],
+            "" if r["critical_stream"] is None else str(r["critical_stream"]),
+            r["host_late_us"] or 0.0, r["device_wait_us"] or 0.0, r["unknown_gap_us"] or 0.0,
+            (r["il_us"] or 0.0) - (r["il_idle_us"] or 0.0), r["executions"], r["period_us"],
+            r["between_programs_idle_us"] or 0.0)
     return steps
 
 
@@ -332,19 +351,19 @@ def step_frames(steps: dict, chosen: list, compared: set | None = None) -> dict:
     frames = {}
     for n in chosen:
         g = {d: r for d, r in steps[n].items() if compared is None or d in compared} or steps[n]
-        end = max(r["end"] for r in g.values())
-        b = min(d for d, r in g.items() if r["end"] == end)
-        start = g[b]["start"]
+        end = max(r.end for r in g.values())
+        b = min(d for d, r in g.items() if r.end == end)
+        start = g[b].start
         nxt = steps.get(n + 1)
-        next_start = min(r["start"] for r in nxt.values()) if nxt else None
-        if next_start is None and g[b].get("period"):
+        next_start = min(r.start for r in nxt.values()) if nxt else None
+        if next_start is None and g[b].period:
             # the next step is not analysed (a partial one), but step 1 measured the period
-            next_start = start + g[b]["period"]
+            next_start = start + g[b].period
         wend = max(end, next_start) if next_start is not None else end
         frames[n] = Frame(n, b, start, end, next_start, wend, wend - start,
                           # step 1's tie: within its margin of the latest end
                           rules.last_finishers(
-                              {d: round(r["end"] * 1e6) for d, r in g.items()},
+                              {d: round(r.end * 1e6) for d, r in g.items()},
                               rules.straggler_margin_ps(round((end - start) * 1e6))))
     return frames
 
@@ -373,7 +392,7 @@ def intersect(a: list, b: list) -> list:
     return subtract(a, subtract(a, b))
 
 
-def critical_path(fr: Frame, row: dict, rows: dict | None, gaps: dict | None
+def critical_path(fr: Frame, row: StepRow, rows: dict | None, gaps: dict | None
                   ) -> CriticalPath:
     """The bounding GPU's step window cut into disjoint slices, each µs counted once: on its
     critical stream up to its last event, host_late (waiting on a launch), the stream's own
@@ -387,7 +406,7 @@ def critical_path(fr: Frame, row: dict, rows: dict | None, gaps: dict | None
     n = fr.step
     s0, s1 = fr.start, fr.window_end
     L = min(max(s0, (gaps or {}).get("host_end", {}).get(n, s0)), s1)
-    out = {"window": s1 - s0, "host_late": row["host_late"]}
+    out = {"window": s1 - s0, "host_late": row.host_late}
     if rows is None:
         out.update(budget_slices(row, s0, s1, L))
     else:
@@ -396,16 +415,16 @@ def critical_path(fr: Frame, row: dict, rows: dict | None, gaps: dict | None
     return CriticalPath(**out)
 
 
-def budget_slices(row: dict, s0: float, s1: float, L: float) -> dict:
+def budget_slices(row: StepRow, s0: float, s1: float, L: float) -> dict:
     """The slices without rows.csv: the critical stream's budget from steps.csv alone (its busy
     time all compute, its other gaps all idle)."""
-    gaps_total = row["device_wait"] + row["unknown"]
-    busy = max(0.0, row["dur"] - row["host_late"] - gaps_total)
-    return {"compute": busy, "compute_exposed": max(0.0, min(busy, row["end"] - L)),
+    gaps_total = row.device_wait + row.unknown
+    busy = max(0.0, row.dur - row.host_late - gaps_total)
+    return {"compute": busy, "compute_exposed": max(0.0, min(busy, row.end - L)),
             "memcpy_arg": 0.0, "memcpy_arg_exposed": 0.0, "collective": 0.0,
             "collective_exposed": 0.0, "idle_before": gaps_total,
             "idle_before_exposed": gaps_total if L <= s0 else 0.0,
-            "idle_between": max(0.0, s1 - row["end"])}
+            "idle_between": max(0.0, s1 - row.end)}
 
 
 def window_events(rows: dict, n: int, s0: float, s1: float) -> tuple[dict, dict, dict]:
@@ -446,17 +465,17 @@ def layered(crit: dict, other: dict) -> dict:
             "to_c": (subtract(ck0, ck1), subtract(ca0, ca)), "to_a": subtract(ck1, ck)}
 
 
-def event_slices(fr: Frame, row: dict, rows: dict, other_gaps: list, L: float) -> dict:
+def event_slices(fr: Frame, row: StepRow, rows: dict, other_gaps: list, L: float) -> dict:
     """The slices with rows.csv (`other_gaps`: the critical stream's gaps that are not host-late,
     from gaps.csv), with the labels of the collectives and memcpys by time and the critical
     stream's gaps of 1 us or more that no other stream filled (`big_gaps`: count, us)."""
     n, s0, s1 = fr.step, fr.start, fr.window_end
-    gaps_total = row["device_wait"] + row["unknown"]
+    gaps_total = row.device_wait + row.unknown
     ce = min(max(rows["crit_end"].get(n, s0), s0), s1)
     labels, crit, other = window_events(rows, n, s0, s1)
     lay = layered(crit, other)
     # the critical stream up to its last event
-    busy = max(0.0, (ce - s0) - row["host_late"] - gaps_total)
+    busy = max(0.0, (ce - s0) - row.host_late - gaps_total)
     g = union([max(a, s0), min(b, ce)] for a, b in other_gaps)
     if rows.get("crit_after") is not None:
         # measured from the critical stream's own events after L, sub-microsecond gaps included
@@ -497,10 +516,6 @@ def spread(values: list, at: int) -> dict:
     return {"value": values[at], "min": min(values), "max": max(values)}
 
 
-def fmt(v: float) -> str:
-    return f"{v:,.1f}"
-
-
 def steps_used(steps: dict, s1: dict | None, notes: list) -> tuple[list, bool, bool]:
     """The steps the figures are medians over (choose_steps), less those no analysed step follows
     where others remain; whether the capture is one whole window (no steps); whether any of them
@@ -509,7 +524,7 @@ def steps_used(steps: dict, s1: dict | None, notes: list) -> tuple[list, bool, b
     # a step no analysed step follows has no measurable idle after it: its window would be short
     # by that idle, so it is left out where others remain
     followed = [n for n in chosen if n + 1 in steps or
-                any(r.get("period") for r in steps[n].values())]
+                any(r.period for r in steps[n].values())]
     if followed and len(followed) < len(chosen):
         left = [n for n in chosen if n not in followed]
         notes.append(f"step(s) {', '.join(map(str, left))} left out: no analysed step follows, so "
@@ -556,7 +571,7 @@ def read_step_tables(out: Path, steps: dict, frames: dict, median: int, all_coll
     """gaps.csv and rows.csv, streamed for the GPU that ends each step (read_gaps, read_rows);
     each None, with a refusal, where it is missing or not step 1's, rows.csv also where it holds
     no event of these steps' critical streams (with a note). `inputs` records which were read."""
-    bound = {n: (str(fr.bound), steps[n][fr.bound]["crit"]) for n, fr in frames.items()}
+    bound = {n: (str(fr.bound), steps[n][fr.bound].crit) for n, fr in frames.items()}
     gaps = guarded(read_gaps, out / "gaps.csv", bound, median)
     inputs["gaps.csv"] = gaps is not None
     if gaps is None:
@@ -609,7 +624,7 @@ def median_host(gaps: dict | None, fr: Frame, whole: bool, notes: list
     if not (whole and hd and hd["leading_us"] > 0):
         return hd, 0.0
     lead_in = hd["leading_us"]
-    notes.append(f"the capture has no steps: the {fmt(lead_in)} us before the first kernel are "
+    notes.append(f"the capture has no steps: the {us_text(lead_in)} before the first kernel are "
                  "the capture's lead-in, not a cost of a step, and are left out of the host "
                  "gap's saving")
     hd["leading_us"] = 0.0
@@ -692,7 +707,7 @@ class Context:
     @cached_property
     def executions(self) -> list:
         """Per step used: the program executions on the GPU that ends it (steps.csv)."""
-        return [self.steps[n][self.frames[n].bound].get("executions") or 0
+        return [self.steps[n][self.frames[n].bound].executions or 0
                 for n in self.chosen]
 
     @cached_property
@@ -701,7 +716,7 @@ class Context:
         kernels, the host dispatching the next program (steps.csv between_programs_idle_us, at
         most its host-late time); None unless a step holds DISPATCH_MIN_EXECUTIONS executions
         and the median step waits so at least MIN_SAVING_US."""
-        between = [min(self.steps[n][self.frames[n].bound].get("between_programs") or 0.0,
+        between = [min(self.steps[n][self.frames[n].bound].between_programs or 0.0,
                        self.paths[n].host_late) for n in self.chosen]
         if max(self.executions, default=0) >= DISPATCH_MIN_EXECUTIONS and \
                 between[self.at] >= MIN_SAVING_US:
@@ -720,7 +735,7 @@ class Context:
         out = {}
         for n, fr in self.frames.items():
             p = self.paths[n]
-            work = {d: r["kernel_sum"] - self.rows["coll_sum"].get((n, str(d)), 0.0)
+            work = {d: r.kernel_sum - self.rows["coll_sum"].get((n, str(d)), 0.0)
                     for d, r in self.steps[n].items() if self.peers is None or d in self.peers}
             w = work.get(self.straggler, 0.0)
             ex = max(0.0, w - statistics.median(work.values()))
@@ -880,7 +895,7 @@ def read_ceilings(ctx: Context) -> Ceilings | None:
         ctx.refusals.append(
             "cannot say how far the top instructions are from their ceiling because " + why
             + "; by kernel time they are " + ", ".join(
-                f"{o['instruction']} {fmt(float(o['gpu_us']) / total_us * cm)} us of step "
+                f"{o['instruction']} {number_text(float(o['gpu_us']) / total_us * cm)} us of step "
                 f"{ctx.median}" for o in work[:TOP_INSTRUCTIONS]))
         return None
     several = len({o.get("program_id", "") for o in ops}) > 1
