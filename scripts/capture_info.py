@@ -357,12 +357,19 @@ def write_json(path: Path, data: dict) -> None:
         tmp.unlink(missing_ok=True)
 
 
-STEP = step_cli.Step("capture_info", __doc__, __file__,
+def options(ap) -> None:
+    ap.add_argument("--resolved-note", action="append", default=[], metavar="TEXT",
+                    help="a note of the job that resolved the capture's files (investigate.py "
+                         "passes the files it chose and why), kept in capture_info.json")
+
+
+STEP = step_cli.Step("capture_info", __doc__, __file__, options=options,
                      out_help="folder for capture_info.json (default: the current folder)")
 
 
 def body(args) -> list[str]:
     files = capture_inputs.resolve(args.capture, run=args.run, host=args.host)
+    files.notes[:0] = args.resolved_note
     step_cli.claim_for(files, args.out)
     result = run(capture_inputs.Capture(files), own_process=True, out=args.out)
     write_json(args.out / RESULT_FILE, result)  # first: what is printed after cannot cost it

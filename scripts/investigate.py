@@ -261,13 +261,24 @@ def holding(out: Path):
             path.unlink(missing_ok=True)
 
 
-def start_afresh(args, out: Path) -> None:
-    """A folder holding another capture's tables (scratch.other_capture) is emptied of every
-    declared file first: none of them may be read beside this capture's."""
+def resolved(args):
+    """The capture's files, resolved once for the whole job (every step is given the same
+    files, whatever appears in the folder meanwhile), their notes said once; None where the
+    arguments lead to no capture (step 0 says why)."""
     from tracekit import capture_inputs
     try:
         files = capture_inputs.resolve(args.capture, run=args.run, host=args.host)
     except capture_inputs.CaptureError:
+        return None
+    for n in files.notes:
+        say(f"[{0.0:6.1f} s] {n}")
+    return files if files.xplane or files.trace else None
+
+
+def start_afresh(files, out: Path) -> None:
+    """A folder holding another capture's tables (scratch.other_capture) is emptied of every
+    declared file first: none of them may be read beside this capture's."""
+    if files is None:
         return  # step 0 says why
     other = scratch.claimed(out).get("xplane" if files.xplane else "trace", {}).get("file")
     if scratch.other_capture(out, [f for f in (files.xplane, files.trace) if f]):
@@ -289,7 +300,8 @@ def body(args):
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     with holding(out):
-        start_afresh(args, out)
+        args.files = resolved(args)
+        start_afresh(args.files, out)
         return run_all(args, out)
 
 
@@ -300,7 +312,8 @@ def run_all(args, out: Path):
                                reads_capture=False)] if args.page else [])
     jobs, why = steps_at_once(args)
     if args.step_limit is None:
-        args.step_limit = STEP_LIMIT_BASE_S + STEP_LIMIT_PER_MIB_S * capture_bytes(args) / 2**20
+        mib = capture_bytes(args.files) / 2**20
+        args.step_limit = STEP_LIMIT_BASE_S + STEP_LIMIT_PER_MIB_S * mib
     say(f"[{0.0:6.1f} s] up to {jobs} step{'s' if jobs > 1 else ''} at once ({why}); each "
         "starts once the steps whose tables it reads have ended" + (
             f"; a step is ended past {args.step_limit:,.0f} s" if args.step_limit else ""))

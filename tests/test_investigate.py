@@ -670,3 +670,26 @@ def test_a_modern_model_ranks_attention_then_the_gemm_backend(shared, tmp_path):
     draft = (out / "report_draft.md").read_text()
     assert draft.splitlines()[0].endswith(", on `MI355X`")
     assert "no optimizer update in these programs" in draft
+
+
+def test_the_capture_is_resolved_once_for_the_whole_job(tmp_path):
+    """A log folder of two runs: the job resolves it once (the newest run, said once and kept
+    in capture_info.json), and every step that reads the capture is given the same file."""
+    logs = tmp_path / "logs" / "plugins" / "profile"
+    run = next((EXAMPLE / "plugins" / "profile").iterdir())
+    for name in ("2026_01_01_00_00_00", "2026_02_01_00_00_00"):
+        shutil.copytree(run, logs / name)
+    out = tmp_path / "scratch"
+    p = investigate(tmp_path / "logs", out)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr.count("took the newest, 2026_02_01_00_00_00") == 1, p.stderr
+    notes = json.loads((out / "capture_info.json").read_text())["capture"]["notes"]
+    assert any("took the newest, 2026_02_01_00_00_00" in n for n in notes), notes
+    given = {}
+    for log in (out / "logs").glob("*.txt"):
+        cmd = log.read_text().splitlines()[0].split()
+        named = [a for a in cmd if a.endswith((".xplane.pb", ".trace.json.gz"))]
+        if named:
+            given[log.stem] = named
+    assert len(given) >= 6 and len({tuple(v) for v in given.values()}) == 1, given
+    assert "2026_02_01_00_00_00" in next(iter(given.values()))[0]

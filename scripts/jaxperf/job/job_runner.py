@@ -167,7 +167,11 @@ def run_step(step: JobStep, args, out: Path, failed: dict[str, str], t0: float,
         could_not_run(step, out, failed, f"{step.name}.py is not in this bundle")
         return None
     cmd = [sys.executable, "-P", str(step.path)]
-    if step.reads_capture:
+    if step.reads_capture and args.files is not None:  # the files the job resolved, once
+        cmd.append(str(args.files.xplane or args.files.trace))
+        cmd += [f"--resolved-note={n}" for n in args.files.notes] \
+            if step.name == "capture_info" else []
+    elif step.reads_capture:  # the user's words: step 0 says why they lead to no capture
         cmd.append(args.capture)
         cmd += [f"--run={args.run}"] if args.run else []
         cmd += [f"--host={args.host}"] if args.host else []
@@ -208,13 +212,12 @@ STEP_LIMIT_PER_MIB_S = 6
 TIMED_OUT = 124  # a step's exit code when it ran past its time limit, as timeout(1) says
 
 
-def capture_bytes(args) -> int:
-    """The capture's files together (0 where they cannot be found: step 0 says why)."""
-    from tracekit import capture_inputs
+def capture_bytes(files) -> int:
+    """The capture's files together (0 where there are none: step 0 says why)."""
     try:
-        files = capture_inputs.resolve(args.capture, run=args.run, host=args.host)
-        return sum(f.stat().st_size for f in (files.xplane, files.trace) if f is not None)
-    except (capture_inputs.CaptureError, OSError):
+        return sum(f.stat().st_size for f in (files.xplane, files.trace) if f is not None) \
+            if files is not None else 0
+    except OSError:
         return 0
 
 
@@ -229,7 +232,8 @@ def steps_at_once(args) -> tuple[int, str]:
     if args.jobs is not None:
         return max(1, args.jobs), f"--jobs {args.jobs}"
     from tracekit import per_host
-    return per_host.processes_at_once(MOST_STEPS_AT_ONCE, capture_bytes(args), "step")
+    return per_host.processes_at_once(MOST_STEPS_AT_ONCE, capture_bytes(args.files),
+                                      "step")
 
 
 def _teller(events: list, failed: dict):
