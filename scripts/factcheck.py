@@ -97,6 +97,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # bootstrap; sibling.p
 import sibling  # noqa: F401
 from jaxperf.report.citations import (  # a report's numbers and citations: the grammar checked here
     NUM_RE,
+    UNIT_RE,
     WRITTEN_UNITS,
     Citation,
     Context,
@@ -166,6 +167,7 @@ KEY_REF_RE = re.compile(r"=\s*\*(\d*)\s*(?=,|$)")  # a header filter's value: *,
 HEADING_NUMBER_RE = re.compile(r"^(\s*#{1,6}\s+)(\d+(?:\.\d+)*\.?)(?=\s)")
 LIST_MARKER_RE = re.compile(r"^(\s*)(\d+[.)])(?=\s)")
 SENTENCE_END_RE = re.compile(r"(?<=[.!?])\s+(?=[A-Z*_`\[(<])|\n(?=\s*(?:[-*+]|\d+[.)])\s)")
+AND_SEP_RE = re.compile(r"^\s*(?:and|,|&)\s*$")
 SEPARATOR_RE = re.compile(r"^\s*(?:\|\s*)?:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?\s*$")
 
 
@@ -483,6 +485,10 @@ def check_figure(scratch, fig: Figure, cite: Citation, default_unit: str | None)
     members = cite.members()
     if len(members) == 1 and not cite.is_row_ref():
         return check_one_figure(scratch, fig, cite, default_unit)
+    if paired(scratch, fig, members):  # "a to b (row 1's; row 2's)": two figures, in order
+        return combine([check_one_figure(scratch, Figure(n.start, n.end, [("value", n)]), c,
+                                         default_unit) for (_, n), c in zip(fig.parts, members,
+                                                                              strict=True)])
     results = []
     for c in members:
         if c.is_row_ref():
@@ -498,6 +504,27 @@ def check_figure(scratch, fig: Figure, cite: Citation, default_unit: str | None)
                     rows_found[3], "the citation names rows but no column: name the column "
                                    "that holds the figure (table: column, key=value)"])))
     return combine(results)
+
+
+def paired(scratch, fig: Figure, members: list) -> bool:
+    """Two numbers joined by "to", "-" or "and" before two citations that each select one row
+    are two figures, each checked against its own citation (not a range: one row has no
+    spread)."""
+    if len(fig.parts) != 2 or len(members) != 2 or any(c.is_row_ref() for c in members):
+        return False
+    try:
+        return all(c.table.endswith(".csv") and one_row(scratch, c) for c in members)
+    except NoTable:
+        return False
+
+
+def one_row(scratch, cite: Citation) -> bool:
+    """Whether a CSV citation's filters select exactly one row and it names no aggregate."""
+    items = split_selector(cite.selector or "")
+    if len(items) < 2 or any(i in AGGREGATES for i in items[1:]):
+        return False
+    return rows_of(scratch, Citation(cite.start, cite.end, cite.label, cite.table,
+                                     ", ".join(items[1:]))) == 1
 
 
 def check_row_ref(scratch, cite: Citation) -> tuple:
@@ -643,7 +670,15 @@ def check_segment(scratch, text: str, where, claim_of, ctx: Context, rows: list)
             s = m.start(2) + n.start()
             p = m.group(2)[n.start() - 1] if n.start() else ""
             if not (p.isalnum() or (p and p in "_.")):
-                add_row(rows, where, claim_of, s, n.group(0), "skipped", why="inside backticks")
+                unit = UNIT_RE.match(m.group(2), n.end())
+                if unit and (unit.group(1) or "") not in ("", "s", "B") and \
+                        m.group(2).strip() == n.group(0) + unit.group(0):  # `12 us`, `3.5%`
+                    add_row(rows, where, claim_of, s, n.group(0) + unit.group(0), "no_table",
+                            why="a figure with a unit inside backticks is not checked: write "
+                                "it outside code, with its citation")
+                else:
+                    add_row(rows, where, claim_of, s, n.group(0), "skipped",
+                            why="inside backticks")
         spans.append((m.start(), m.end()))
     spans += [(m.start(), m.end()) for m in LINK_TARGET_RE.finditer(masked)]
     masked = mask(masked, spans)
@@ -653,6 +688,14 @@ def check_segment(scratch, text: str, where, claim_of, ctx: Context, rows: list)
         add_row(rows, where, claim_of, s, text[s:e], "skipped", why=why)
     figures = group_figures(masked, nums, cites)
     claimed, covered = {}, []
+    for cite in cites:  # a figure written inside its citation: "(0.0%, inferred; ...)"
+        if cite.inner is not None:
+            s, e = cite.inner
+            inner = scan_numbers(mask(text, [(0, s), (e, len(text))]), [], text)
+            if inner:
+                fig = group_figures(text, inner)[0]
+                figures.append(fig)
+                claimed[id(fig)] = cite
     dc = ctx.default_cite
     if dc is not None and not cites and not ctx.skip_all and text.strip():
         # a table cell under a header citing a text column: the cell must say that text
@@ -672,7 +715,13 @@ def check_segment(scratch, text: str, where, claim_of, ctx: Context, rows: list)
         while nxt < len(by_end) and by_end[nxt].end <= cite.start:
             unclaimed.append(by_end[nxt])
             nxt += 1
-        fig = unclaimed[-1] if unclaimed else None
+        rows_only = all(c.is_row_ref() for c in cite.members())
+        # the nearest figure before it; a value's citation passes over the identifiers between
+        # ("610 us on GPU 0 in step 1 (...)"), a row citation claims one ("step 3 (...)")
+        k = len(unclaimed) - 1
+        while not rows_only and k > 0 and skip_reason(masked, unclaimed[k]):
+            k -= 1
+        fig = unclaimed[k] if unclaimed and cite.inner is None else None
         res = None
         if cite.label is not None or cite.selector is not None:
             # a quoted text cell that ends in a number is a text claim, not that number's
@@ -680,13 +729,24 @@ def check_segment(scratch, text: str, where, claim_of, ctx: Context, rows: list)
             # parentheses, "(roofline.svg)", is no citation)
             res = check_text_claim(scratch, cite, text, prev)
             prev = cite.end
-        rows_only = all(c.is_row_ref() for c in cite.members())
+        if (fig is not None and k > 0 and len(cite.members()) == 2 and not rows_only
+                and AND_SEP_RE.match(masked[unclaimed[k - 1].end:fig.start])
+                and len(unclaimed[k - 1].parts) == len(fig.parts) == 1):
+            a = unclaimed[k - 1]  # "a and b (c1; c2)": two figures, each its citation's
+            both = Figure(a.start, fig.end, [("min", a.parts[0][1]), ("max", fig.parts[0][1])])
+            if paired(scratch, both, cite.members()):
+                del unclaimed[k - 1]
+                k -= 1
+                figures.remove(a)
+                figures[figures.index(fig)] = fig = unclaimed[k] = both
         if (fig is not None and gap_ok(masked[fig.end:cite.start]) and not ctx.skip_all
                 and (not skip_reason(masked, fig) if rows_only  # "step 3 (...: step=3)"
                      else res is None or res[0] != "ok")):
             claimed[id(fig)] = cite
-            unclaimed.pop()
+            del unclaimed[k]
             continue
+        if cite.inner is not None:
+            continue  # its own figure, claimed above
         if cite.label is None and cite.selector is None:
             continue  # a file named in parentheses, not a citation
         if res is None:
@@ -798,7 +858,41 @@ def check_report(scratch: TableCache, text: str) -> list[Row]:
             seg = seg[:m.start(2)] + " " * len(m.group(2)) + seg[m.end(2):]
         check_segment(scratch, seg, where, claim_of, Context(), rows)
     rows.sort(key=lambda r: (r.line, r.pos))
+    restated(rows)
     return rows
+
+
+def written_value(figure: str) -> tuple | None:
+    """(value, unit) of one number as written ("100%", "30"), in the unit's base; None for
+    anything else (a range, a bound, words)."""
+    nums = scan_numbers(figure.strip(), [])
+    if len(nums) != 1 or nums[0].rel or nums[0].end != len(figure.strip()):
+        return None
+    dim, factor = WRITTEN_UNITS.get(nums[0].unit, (None, D(1)))
+    return nums[0].value * factor, dim
+
+
+def restated(rows: list[Row]) -> None:
+    """A round count or share written without a citation ("all 30 kernels", "100% of the
+    time") that restates a figure the report cites and the check found right elsewhere is that
+    figure again: ok, the row saying where it is cited. Whole numbers only: a figure written
+    with decimals is a measurement of its own and needs its citation."""
+    cited: dict = {}
+    for r in rows:
+        if r.verdict == "ok" and r.table:
+            v = written_value(r.figure)
+            if v is not None:
+                cited.setdefault(v, r)
+    for r in rows:
+        if r.verdict != "no_table" or not r.why.startswith(("no citation", "its citation is")):
+            continue
+        v = written_value(r.figure)
+        if v is None or "." in r.figure or v not in cited:
+            continue
+        src = cited[v]
+        r.verdict, r.label, r.table, r.selector, r.found_value = \
+            "ok", src.label, src.table, src.selector, src.found_value
+        r.why = f"restates the figure cited on line {src.line} ({src.table}: {src.selector})"
 
 
 def check_table(scratch, lines, line_start, rows):
@@ -896,8 +990,14 @@ def result_of(rows: list[Row], report: Path) -> dict:
         digest = hashlib.sha256(report.read_bytes()).hexdigest()
     except OSError:
         digest = None
+    skipped: dict = {}
+    for r in rows:
+        if r.verdict == "skipped":
+            kind = re.sub(r" after '[^']*'.*| \([^)]*\)$", "", r.why)
+            skipped[kind] = skipped.get(kind, 0) + 1
     return {"step": "factcheck", "status": "done", "verdict": "fail" if failing else "pass",
             "report": str(report), "report_sha256": digest, "figures": counts,
+            "skipped": dict(sorted(skipped.items(), key=lambda kv: (-kv[1], kv[0]))),
             "failing": [{"line": r.line, "figure": r.figure, "verdict": r.verdict,
                          "why": r.why, "claim": r.claim} for r in failing],
             "notes": notes, "refusals": [], "tables": {TABLE: len(rows)}}

@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 
-# Words allowed between a number and its citation ("2,140 graph kernels (measured; ...)"); more
-# and the citation is taken to cite something else, and the number is uncited.
-MAX_GAP_WORDS = 3
+# Words allowed between a number and its citation ("2,140 graph kernels on GPU 0 in step 3
+# (measured; ...)": plain words and the identifiers among them); more, or a sentence's end, and
+# the citation is taken to cite something else, and the number is uncited.
+MAX_GAP_WORDS = 6
 # A written exponent of more digits than this (e1000 and beyond: past every float and every
 # table) is no figure; Decimal would refuse to scale by it.
 MAX_EXPONENT_DIGITS = 3
@@ -31,6 +32,11 @@ IDENTIFIER_WORDS = ("steps?", "gpus?", "devices?", "streams?", "ranks?", "progra
                     "nodes?", "host", "workers?", "replicas?", "experts?", "pid", "tid",
                     "thread", "core", "chip", "slice", "task", "phase", "figure", "table",
                     "column", "row")
+# The plurals that are also verbs ("changes 12 to 16 launches"): a list of integers after one
+# names things ("changes 1, 2 and 3", "blocks 4 and 5"), a range only where no word follows
+# ("changes 1 to 3.").
+PLURAL_VERBS = ("changes", "causes", "blocks", "stages", "heads", "cores", "chips", "slices",
+                "tasks", "phases", "figures", "tables", "columns", "rows")
 ENUM_MAX = 20  # "(3) the ..." with at most this number is an enumeration
 YEARS = (1900, 2099)  # a 4-digit integer in this range, followed by no word, is a year
 D = Decimal
@@ -81,6 +87,15 @@ IDENT_LIST = r"#?\d+(?:\s*" + IDENT_SEP + r"\s*#?\d+)*"
 IDENT_BEFORE_RE = re.compile(
     r"(?i)\b(" + "|".join(IDENTIFIER_WORDS) + r")\s*(?:#|no\.?\s*|id\s*)?"
     r"(?:" + IDENT_LIST + r"\s*" + IDENT_SEP + r"\s*#?)?$")
+LIST_SEP = r"(?:,|and|or|&)"
+PLURAL_BEFORE_RE = re.compile(r"(?i)\b(" + "|".join(PLURAL_VERBS) + r")\s+((?:#?\d+\s*"
+                              + LIST_SEP + r"\s*)*)#?$")
+LIST_AFTER_RE = re.compile(r"^\s*" + LIST_SEP + r"\s*#?\d")
+WORD_AFTER_RE = re.compile(r"^\s+[a-z]")
+LINE_START_RE = re.compile(r"(?:^|\n)\s*(?:[-*+]\s+)?\(\s*$")
+# a figure written inside its citation's parentheses: "(0.0%, inferred; skip_stats.json: ...)"
+INNER_FIGURE_RE = re.compile(r"^\s*([<>≈~]?\s*-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?\s*\S{0,8}?)"
+                             r"\s*,\s*(measured|read|inferred(?:, not run)?)\s*$")
 FENCE_RE = re.compile(r"^\s*(```|~~~)")
 COMMENT_RE = re.compile(r"<!--.*?-->", re.S)
 
@@ -116,6 +131,7 @@ class Citation:
     table: str
     selector: str | None
     more: list = field(default_factory=list)
+    inner: tuple | None = None  # (start, end) of a figure written inside the parentheses
 
     def members(self) -> list:
         return [self] + self.more
@@ -326,9 +342,13 @@ def find_citations(text: str) -> list[Citation]:
         if m:
             label = m.group("label")
             sel = re.sub(r"\s+", " ", m.group("sel") or "").strip()
+            inner = INNER_FIGURE_RE.match(label) if label is not None else None
+            if inner:  # the figure inside: "(0.0%, inferred; ...)" cites 0.0%
+                label = inner.group(2)
+                inner = (m.start("label") + inner.start(1), m.start("label") + inner.end(1))
             out.append(Citation(m.start(), m.end(),
                                 re.sub(r"\s+", " ", label).strip() if label is not None
-                                else None, m.group("table"), sel or None))
+                                else None, m.group("table"), sel or None, inner=inner))
             pos = m.end()
             continue
         pos = i + 1
@@ -434,9 +454,10 @@ def inherit_units(parts):
 
 
 def gap_ok(gap: str) -> bool:
-    """Only up to MAX_GAP_WORDS plain words (and emphasis) between a number and its citation."""
+    """Only up to MAX_GAP_WORDS plain words, emphasis and identifiers ("on GPU 0 in step 3":
+    the caller passes over identifier figures only) between a number and its citation."""
     words = gap.replace("*", " ").replace("_", " ").split()
-    return len(words) <= MAX_GAP_WORDS and all(re.fullmatch(r"[A-Za-z][A-Za-z'/-]*", w)
+    return len(words) <= MAX_GAP_WORDS and all(re.fullmatch(r"[A-Za-z][A-Za-z'/-]*|#?\d+,?", w)
                                                for w in words)
 
 
@@ -448,9 +469,16 @@ def skip_reason(text: str, fig: Figure) -> str:
     if ints and IDENT_BEFORE_RE.search(before):
         word = IDENT_BEFORE_RE.search(before).group(1)
         return f"an identifier after '{word}'"
+    plural = PLURAL_BEFORE_RE.search(before) if ints else None
+    if plural and (plural.group(2) or (LIST_AFTER_RE.match(text[fig.end:fig.end + 8])
+                                       if len(nums) == 1 else
+                                       not WORD_AFTER_RE.match(text[fig.end:fig.end + 3]))):
+        return f"an identifier after '{plural.group(1)}' (a list of them)"
     if ints and len(nums) == 1 and nums[0].value <= ENUM_MAX and \
             re.search(r"\(\s*$", text[max(0, fig.start - 3):fig.start]) and \
-            re.match(r"\s*\)\s+[*_`\[]{0,2}[A-Za-z]", text[fig.end:fig.end + 6]):
+            re.match(r"\s*\)", text[fig.end:fig.end + 3]) and (
+                re.match(r"\s*\)\s+[*_`\[]{0,2}[A-Za-z]", text[fig.end:fig.end + 6])
+                or LINE_START_RE.search(text[max(0, fig.start - 8):fig.start])):
         return "an enumeration: (1), (2), ..."
     if ints and len(nums) == 1 and YEARS[0] <= nums[0].value <= YEARS[1] \
             and len(text[nums[0].start:nums[0].end]) == 4:
