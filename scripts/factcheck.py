@@ -993,7 +993,7 @@ def result_of(rows: list[Row], report: Path) -> dict:
     skipped: dict = {}
     for r in rows:
         if r.verdict == "skipped":
-            kind = re.sub(r" after '[^']*'.*| \([^)]*\)$", "", r.why)
+            kind = re.sub(r" after '[^']*'.*| (?:from|against) \S+.*| \([^)]*\)$", "", r.why)
             skipped[kind] = skipped.get(kind, 0) + 1
     return {"step": "factcheck", "status": "done", "verdict": "fail" if failing else "pass",
             "report": str(report), "report_sha256": digest, "figures": counts,
