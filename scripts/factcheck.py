@@ -8,64 +8,16 @@ Example:
     python3 -P $B/scripts/factcheck.py /tmp/jaxtrace/report.md --out /tmp/jaxtrace
 
 Reads the report (Markdown) and the tables of the scratch folder (the current directory, or
---out DIR). Every number in the report must be followed by its citation
-(references/report-template.md):
+--out DIR). Every number in the report must be followed by its citation,
     <number><unit> (<label>; <table>: <selector>)
     12.41 ms (measured; steps.csv: dur_us, median)
-    38.2% (inferred, not run; changes.csv: pct_of_step, rank=1)
-    49.3% (inferred; skip_stats.json: figures.host_share_pct_of_step.value)
-    8.07 ms (8.07-8.08 ms) (measured; steps.csv: dur_us, median)   value, then min-max
-- label: measured | read | inferred ("inferred, not run" counts as inferred). A figure its table
-  labels (a JSON figure's label, a CSV label column, else the label scratch.py declares for the
-  CSV column) carries that label: one label per value;
-  where the same value stands beside it under another name with the writer's label, the reason
-  names that path.
-- table: a .csv or .json file of the scratch folder, relative to it.
-- CSV selector: <column>, then optionally an aggregate (median, min, max, sum, mean, count, first,
-  range) and key=value filters; with no aggregate the filters must select exactly one row.
-  Quote a filter value holding a comma with "..." or backticks. Filters alone, no column
-  ("steps.csv: step=3, device=0"), cite rows: they must select at least one; they check no number.
-- Several citations in one parenthesis, separated by ";" or "|" (";" inside a Markdown table):
-    (measured; steps.csv: dur_us, step=3, device=0; inferred; changes.csv: step_us, rank=1)
-    (measured; a.csv: x, k=1 | measured; b.csv: y, k=2)
-  a citation without its own label takes the previous one's; the figure before them must hold in
-  every citation that names a column, at least one must, and each row citation must find rows.
-- JSON selector: a dotted path (list items by index: ceilings.0.value); a path to a figure
-  object {value, min, max} reads its value (a range written a-b reads min and max).
-- A range written "a-b" (or "a to b") is checked against min and max of the selection; a number
-  followed by a range in parentheses, "v (a-b)", against the aggregate and min and max. Where
-  the filters select one row and the table has <stem>_min<unit> / <stem>_max<unit> columns
-  (changes.csv saving_us: saving_min_us, saving_max_us), the range is read from them.
-- At most three plain words may stand between the number and its citation ("2,140 kernels (...)").
-- Units: the written unit is converted to the column's (suffix _us, _ps, _ms, _s, _pct, _bytes,
-  _flops, _flop_per_s, _bytes_per_s, _flop_per_byte, or a percentage's pct_of_<denominator>; a
-  JSON figure's "unit"; a CSV row's "unit" column): us/ms/s/ns/ps, %,
-  B/kB/MB/GB/TB/KiB/MiB/GiB/TiB, FLOP/s to PFLOP/s, B/s to TB/s and GiB/s, FLOP. No unit: as in
-  the table. The figure matches when the table value, rounded to the decimals written, equals it
-  (an exact half may go either way); "<x" and ">x" are bounds.
-- Markdown tables: a cell carries its own citation, or its column header does, as
-  "name (unit) (label; table: column, key=*)": "*" is replaced by the row's first cell, "*2" by
-  its second, ... (the row's key cells, then not checked). A key cell is read as shown: a code
-  span's text whole (`model.py:12 __call__`), else with backslash escapes undone and asterisk
-  emphasis off (underscores are kept: names). Integer cells of a column headed step, GPU,
-  device, stream or rank are identifiers.
-- A citation after words, not a number ("launch-bound (read; skip_stats.json: verdict)"), is
-  checked when the table holds text: that text must stand between the previous citation and
-  this one. Numbers inside text quoted verbatim this way are covered by that check (a tool's
-  sentence, e.g. swimlanes.json straggler.sentence, quoted whole).
-- Not figures (skipped): numbers in `backticks`, integers right after step, GPU, device, stream,
-  rank, program, section, line, item, check, change, cause, and the names of parts of a model or
-  a run: layer, block, stage, head, epoch, iteration, node, host, worker, replica, expert, pid,
-  tid, thread, core, chip, slice, task, phase, figure, table, column, row
-  (IDENTIFIER_WORDS; and lists of them: "GPUs 0-7", "steps 1, 2 and 3", "layers 0 through 7";
-  words that are also verbs only in the singular: "changes 12 to 16 launches" and "blocks 3
-  streams" are a verb and a figure, so write "change 6 and change 7"), file:line, name(17) and
-  `name`(17), words with digits (conv3d, H100), #13, years, enumerations "(1) the ...", heading
-  and list numbers. A number with a unit or a percent sign is a figure wherever it stands.
-  HTML comments, fenced code and citations inside backticks (examples) are ignored. A number
-  whose citation stands more than three words after it fails as too far.
-- A table cell under a header that cites a text column (a trust.csv detail, keyed by its row's
-  item with key=*) must say that text; the numbers inside it are covered by that check.
+    5.4% (inferred; = 100 * t / s; t = attribution/ops.csv: gpu_us, instruction=fusion.3;
+          s = steps.csv: dur_us, step=1, device=0)
+under the rules stated once, each with an example that passes and one that fails, on the first
+screen of references/report-template.md: labels (one per value, the table's own), CSV and JSON
+selectors, ranges, units and rounding, the words allowed before a citation, several citations
+in one parenthesis, figures derived by a formula (and derived.csv, whose rows are checked too),
+text citations, what is a name and not a figure, Markdown tables.
 
 Writes into ./ (or DIR):
     factcheck.csv   one row per number or cited claim, in report order: line, claim (the sentence
@@ -82,11 +34,13 @@ no_label or no_table): the failing claims are printed (up to 20) and all are in 
 
 from __future__ import annotations
 
+import ast
 import bisect
 import csv
 import decimal
 import hashlib
 import json
+import operator
 import re
 import statistics
 import sys
@@ -95,7 +49,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bootstrap; sibling.py: the platform
 import sibling  # noqa: F401
-from jaxperf.report.citations import (  # a report's numbers and citations: the grammar checked here
+from jaxperf.report.citations import (
+    MAX_GAP_WORDS,  # a report's numbers and citations: the grammar checked here
     NUM_RE,
     UNIT_RE,
     WRITTEN_UNITS,
@@ -112,6 +67,7 @@ from jaxperf.report.citations import (  # a report's numbers and citations: the 
     find_citations,
     gap_ok,
     group_figures,
+    parse_derived,
     scan_numbers,
     skip_reason,
     split_cells,
@@ -483,6 +439,8 @@ def check_figure(scratch, fig: Figure, cite: Citation, default_unit: str | None)
     parenthesis, the figure must hold in every one that names a column (a row reference only
     has to find its rows), and at least one must name a column."""
     members = cite.members()
+    if cite.derived is not None:
+        return check_derived(scratch, fig, cite)
     if len(members) == 1 and not cite.is_row_ref():
         return check_one_figure(scratch, fig, cite, default_unit)
     if paired(scratch, fig, members):  # "a to b (row 1's; row 2's)": two figures, in order
@@ -504,6 +462,114 @@ def check_figure(scratch, fig: Figure, cite: Citation, default_unit: str | None)
                     rows_found[3], "the citation names rows but no column: name the column "
                                    "that holds the figure (table: column, key=value)"])))
     return combine(results)
+
+
+def evaluate(expr: str, values: dict) -> Decimal:
+    """A formula's value in Decimal arithmetic: numbers, the bound names, + - * / ** and
+    parentheses; ValueError for anything else (a call, an unbound name)."""
+    def ev(n):
+        if isinstance(n, ast.Expression):
+            return ev(n.body)
+        if isinstance(n, ast.Constant) and isinstance(n.value, int | float) \
+                and not isinstance(n.value, bool):
+            return D(str(n.value))
+        if isinstance(n, ast.Name):
+            if n.id not in values:
+                raise ValueError(f"'{n.id}' is bound to no cited value or constant")
+            return values[n.id]
+        if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.USub | ast.UAdd):
+            return -ev(n.operand) if isinstance(n.op, ast.USub) else ev(n.operand)
+        if isinstance(n, ast.BinOp) and type(n.op) in BINARY:
+            return BINARY[type(n.op)](ev(n.left), ev(n.right))
+        raise ValueError(f"'{ast.unparse(n)}' is not arithmetic on the bound names")
+    try:
+        tree = ast.parse(expr.replace("×", "*").replace("−", "-"), mode="eval")
+    except SyntaxError:
+        raise ValueError("it is not a formula (numbers, names, + - * / ** and parentheses)") \
+            from None
+    with decimal.localcontext() as ctx:
+        ctx.prec = DECIMAL_PREC
+        return ev(tree)
+
+
+BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+          ast.Div: operator.truediv, ast.Pow: operator.pow}
+
+
+def derived_inputs(scratch, d) -> tuple[dict, list]:
+    """The bound names' values (each cited value read as its table holds it, in its table's
+    unit) and how they are shown; NoTable where one cannot be read."""
+    values, shown = {}, []
+    for name, src in d.inputs.items():
+        if isinstance(src, Decimal):
+            values[name] = src
+            shown.append(f"{name}={src} [{d.sources[name]}]")
+            continue
+        try:
+            v = lookup(scratch, src, {"value"})["value"][0]
+        except NoTable as exc:
+            raise NoTable(f"{name}: {exc}") from None
+        if not isinstance(v, Decimal):
+            raise NoTable(f"{name}: {src.table} holds '{str(v)[:40]}', not a number")
+        values[name] = v
+        shown.append(f"{name}={v}")
+    return values, shown
+
+
+def check_derived(scratch, fig: Figure, cite: Citation):
+    """(verdict, label, found, why) of a figure derived by a formula over cited values: the
+    check computes it and compares as with a table's value; a derived figure is inferred."""
+    _, label_why, label = check_label(cite)
+    d = cite.derived
+    try:
+        values, shown = derived_inputs(scratch, d)
+        result = evaluate(d.expr, values)
+    except NoTable as exc:
+        return "no_table", label, "", str(exc)
+    except (ValueError, ArithmeticError) as exc:
+        return "no_table", label, "", f"cannot compute '= {d.expr}': {exc}"
+    if len(fig.parts) != 1:
+        return "wrong_value", label, "", "a derived figure is one number: write one formula " \
+                                         "per figure"
+    ok, s, why = compare(fig.parts[0][1], result, None, None)
+    found = f"{s} (= {d.expr}: " + ", ".join(shown) + ")"
+    if not ok:
+        return "wrong_value", label, found, why.replace("the table gives", "the formula gives")
+    if label != "inferred":
+        return "no_label", label, found, label_why or (
+            "a figure derived by a formula is inferred: write (inferred; = ...)")
+    return "ok", label, found, ""
+
+
+DERIVED_FILE = "derived.csv"
+
+
+def check_derived_file(scratch) -> list[Row]:
+    """derived.csv, where the writer keeps derived figures: every row's formula computed and
+    its value compared (rows of line 0 in factcheck.csv)."""
+    if not (scratch.folder / DERIVED_FILE).is_file():
+        return []
+    try:
+        header, rows = load_table(scratch, DERIVED_FILE)
+    except NoTable as exc:
+        return [Row(0, 0, DERIVED_FILE, "", verdict="no_table", why=str(exc))]
+    out = []
+    for r in rows:
+        claim = f"{DERIVED_FILE}: name={r.get('name', '')}"
+        written = f"{r.get('value', '')}{r.get('unit', '')}".strip()
+        parsed = parse_derived("inferred; " + (r.get("formula") or ""))
+        nums = scan_numbers(str(r.get("value") or ""), [])
+        if parsed is None or len(nums) != 1:
+            out.append(Row(0, 0, claim, written, "inferred", DERIVED_FILE, "", "", "no_table",
+                           "the row needs a number in value and a formula `= <expr>; <name> = "
+                           "<table>: <selector>; ...` (references/report-template.md)"))
+            continue
+        cite = Citation(0, 0, "inferred", DERIVED_FILE, "= " + parsed[1].expr, derived=parsed[1])
+        verdict, label, found, why = check_derived(scratch, Figure(0, 0, [("value", nums[0])]),
+                                                   cite)
+        out.append(Row(0, 0, claim, written, label, DERIVED_FILE, cite.selector, found, verdict,
+                       why))
+    return out
 
 
 def paired(scratch, fig: Figure, members: list) -> bool:
@@ -723,7 +789,7 @@ def check_segment(scratch, text: str, where, claim_of, ctx: Context, rows: list)
             k -= 1
         fig = unclaimed[k] if unclaimed and cite.inner is None else None
         res = None
-        if cite.label is not None or cite.selector is not None:
+        if cite.derived is None and (cite.label is not None or cite.selector is not None):
             # a quoted text cell that ends in a number is a text claim, not that number's
             # the quoted text starts after the previous citation (a file merely named in
             # parentheses, "(roofline.svg)", is no citation)
@@ -796,8 +862,9 @@ def check_figures(scratch, text: str, masked: str, figures, cites, claimed: dict
             k = bisect.bisect_left(starts, fig.end)  # the first citation after it
             later = cites[k] if k < len(cites) else None
             if later is not None and not re.search(r"[.!?]\s", masked[fig.end:later.start]):
-                why = ("its citation is too far: at most three plain words may stand between a "
-                       "number and its citation; cite it right after the number")
+                why = (f"its citation is too far: at most {MAX_GAP_WORDS} words (and no "
+                       "other figure) may stand between a number and its citation; cite it "
+                       "right after the number")
             else:
                 why = "no citation: write (label; table: column or path) after it"
             add(fig.start, written, "no_table", why=why)
@@ -872,6 +939,15 @@ def written_value(figure: str) -> tuple | None:
     return nums[0].value * factor, dim
 
 
+CONSTANT_SHOWN_RE = re.compile(r"(\w+)=(-?[\d.]+(?:E[-+]?\d+)?) \[([^\]]+)\]")
+
+
+def constants_of(row: Row) -> list[tuple]:
+    """(name, value, source) of the named constants a derived figure's row shows."""
+    return [(n, D(v), s) for n, v, s in CONSTANT_SHOWN_RE.findall(row.found_value)] \
+        if row.selector.startswith("= ") else []
+
+
 def restated(rows: list[Row]) -> None:
     """A round count or share written without a citation ("all 30 kernels", "100% of the
     time") that restates a figure the report cites and the check found right elsewhere is that
@@ -883,16 +959,22 @@ def restated(rows: list[Row]) -> None:
             v = written_value(r.figure)
             if v is not None:
                 cited.setdefault(v, r)
+            for name, value, source in constants_of(r):
+                for dim in {d for d, _ in WRITTEN_UNITS.values()}:
+                    cited.setdefault((value, dim), Row(r.line, 0, "", "", r.label,
+                                                       f"[{source}]", name))
     for r in rows:
         if r.verdict != "no_table" or not r.why.startswith(("no citation", "its citation is")):
             continue
         v = written_value(r.figure)
-        if v is None or "." in r.figure or v not in cited:
+        src = cited.get(v) if v is not None else None
+        if src is None or ("." in r.figure and src.claim):  # a constant: as written, decimals
             continue
-        src = cited[v]
         r.verdict, r.label, r.table, r.selector, r.found_value = \
             "ok", src.label, src.table, src.selector, src.found_value
-        r.why = f"restates the figure cited on line {src.line} ({src.table}: {src.selector})"
+        r.why = (f"restates the figure cited on line {src.line} ({src.table}: "
+                 f"{src.selector})" if src.claim else
+                 f"restates the constant {src.selector} {src.table} of line {src.line}'s formula")
 
 
 def check_table(scratch, lines, line_start, rows):
@@ -1022,7 +1104,8 @@ def run(report: Path, out: Path):
     except (OSError, UnicodeDecodeError) as exc:
         raise step_cli.StepError(
             f"the report {report} cannot be read as UTF-8 text ({exc})") from None
-    rows = check_report(TableCache(out), text.replace("\r\n", "\n"))
+    cache = TableCache(out)
+    rows = check_derived_file(cache) + check_report(cache, text.replace("\r\n", "\n"))
     result = result_of(rows, report)
     return rows, result, write(out, rows, result)
 

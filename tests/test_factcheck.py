@@ -716,3 +716,64 @@ def test_reports_shaped_to_be_expensive_finish_in_linear_time(scratch, tmp_path)
         assert p.returncode in (0, 4) and "Traceback" not in p.stderr, (name, p.stderr[-500:])
     rows = read(out / "factcheck.csv")
     assert any(row["verdict"] == "skipped" and "exponent" in row["why"] for row in rows)
+
+
+def test_a_careful_writers_sentences_pass_and_derived_figures_are_computed(tmp_path):
+    """The grammar a careful writer follows: lists of change numbers are names, identifiers may
+    stand between a figure and its citation, two single-row citations give two figures, a
+    figure may stand inside its citation, a round count restating a cited one is that figure;
+    a derived figure's formula is computed from its cited values and constants (in the report
+    and in derived.csv), and a wrong result, a wrong label, an uncited count or a figure
+    written as code still fail."""
+    out = tmp_path / "scratch"
+    out.mkdir()
+    (out / "changes.csv").write_text(
+        "rank,pct_of_step,step_us,saving_us\n1,14.42,610.352,88.000\n2,13.17,610.352,80.400\n"
+        "3,4.10,610.352,25.000\n", encoding="utf-8")
+    (out / "trust.csv").write_text(
+        "section,item,kind,count,gpu_us,pct_of_gpu_time,source,detail\n"
+        "trust,Kernels with no instruction,unattributed,32,524.100,0.24,attribution/how.csv,\n",
+        encoding="utf-8")
+    (out / "derived.csv").write_text(
+        'name,value,unit,formula\nshare1,14.42,%,"= 100 * s / w; s = changes.csv: saving_us, '
+        'rank=1; w = changes.csv: step_us, rank=1"\nbad,20,%,"= 100 * s / w; s = changes.csv: '
+        'saving_us, rank=1; w = changes.csv: step_us, rank=1"\n', encoding="utf-8")
+    c = "(inferred, not run; changes.csv: pct_of_step, rank=1; changes.csv: pct_of_step, rank=2)"
+    f = "= 100 * s / w; s = changes.csv: saving_us, rank=1; w = changes.csv: step_us, rank=1"
+    k = "= b / peak * 1e6; b = 7.2e6 [bytes moved]; peak = 3.35e12 [peaks.md: H100 HBM3]"
+    text = f"""# Changes
+Changes 1, 2 and 3 come first; changes 1, 2, 3 and 2 touch the host, change 3 does not.
+The step takes 610.352 us on GPU 0 in step 1 (measured; changes.csv: step_us, rank=1).
+They save 14.42% to 13.17% {c}, 14.42% and 13.17% {c}, 14.42–13.17% {c} of the step.
+The first saves (14.42%, inferred, not run; changes.csv: pct_of_step, rank=1) of the step.
+There are 32 kernels (measured; trust.csv: count, kind=unattributed); those 32 kernels matter.
+Change 1 is 14.4% (inferred; {f}) of the step.
+At a 3.35 TB/s peak 7.2 MB take 2.1 us (inferred; {k}).
+Kept: 14.42% (inferred; derived.csv: value, name=share1).
+Planted: changes 12 to 16 launches; 33 kernels; `12.5 us`.
+Planted: 20.0% (inferred; {f}).
+Planted: 14.4% (measured; {f}).
+Planted: 3 (inferred; = open(x); x = 3 [a call]).
+"""
+    p, rows = check(text, out, tmp_path)
+    assert p.returncode == 4, p.stdout + p.stderr
+    checked = [(x["line"], x["figure"], x["verdict"]) for x in rows if x["verdict"] != "skipped"]
+    assert checked == [
+        ("0", "14.42%", "ok"), ("0", "20%", "wrong_value"),
+        ("3", "610.352 us", "ok"),
+        ("4", "14.42% to 13.17%", "ok"), ("4", "14.42% and 13.17%", "ok"),
+        ("4", "14.42–13.17%", "ok"),
+        ("5", "14.42%", "ok"),
+        ("6", "32", "ok"), ("6", "32", "ok"),
+        ("7", "14.4%", "ok"),
+        ("8", "3.35 TB/s", "ok"), ("8", "7.2 MB", "ok"), ("8", "2.1 us", "ok"),
+        ("9", "14.42%", "ok"),
+        ("10", "12 to 16", "no_table"), ("10", "33", "no_table"), ("10", "12.5 us", "no_table"),
+        ("11", "20.0%", "wrong_value"), ("12", "14.4%", "no_label"), ("13", "3", "no_table"),
+    ], checked
+    named = [x["figure"] for x in rows if "(a list of them)" in x["why"]]
+    assert named == ["1", "2", "3", "1", "2", "3", "2"], named
+    assert "restates the figure cited on line 6" in rows[[x["line"] for x in rows].index("6")
+                                                         + 1]["why"]
+    result = json.loads((out / "factcheck.json").read_text())
+    assert result["skipped"]["an identifier"] >= 9, result["skipped"]

@@ -1893,16 +1893,37 @@ follows words, in report order.
   key cell, a number inside a tool's text quoted verbatim and cited as text).
 """))
 
+declare(Table(
+    "derived.csv", "the report's writer",
+    row="figure the writer derived by a formula over cited values (optional)",
+    order="as written",
+    columns=(
+        col("name", "", "", "the figure's name: a report cites it as `(inferred; derived.csv: "
+            "value, name=...)`"),
+        col("value", "", "inferred", "the figure as the writer computed it, in `unit`"),
+        col("unit", "", "", "the unit `value` is written in (`us`, `%`, `GB/s`, ...; empty: "
+            "none)"),
+        col("formula", "", "", "`= <expr>; <name> = <table>: <selector>; <name> = <number> "
+            "[<source>]` (references/report-template.md, derived figures)"),
+    ),
+    notes="""
+Written by the report's writer, not by a step, where it keeps figures a table does not hold (a
+share of a ceiling, a what-if): factcheck.py computes every row's formula from the cited values
+and constants and fails a `value` the formula does not give (its rows in factcheck.csv have line
+0), so a figure cited from here is as checked as a table's.
+"""))
+
 declare(File(
     "factcheck.json", "factcheck.py", "json",
     "the check's result: verdict, counts per verdict, every failing claim",
     fields="""
-`step` (`factcheck`), `status` (`done`), `verdict` (`pass`: no wrong_value, no_label or no_table;
-else `fail`), `report` (the report's path), `figures` (plain counts per verdict: `ok`,
-`wrong_value`, `no_label`, `no_table`, `skipped`; not report figures), `failing` (every failing
-row: `line`, `figure`, `verdict`, `why`, `claim`), `notes` (e.g. the report holds no cited
-figure), `refusals` (empty), `tables` (`factcheck.csv`: rows). Exit code 0 on pass, 4 on fail,
-1 when the report or the scratch folder cannot be read.
+`step` (`factcheck`), `status` (`done`), `verdict` (`pass`: no wrong_value, no_label or
+no_table; else `fail`), `report` (the report's path), `figures` (plain counts per verdict: `ok`,
+`wrong_value`, `no_label`, `no_table`, `skipped`; not report figures), `skipped` (the skipped
+numbers counted by kind: an identifier, inside backticks, inside a quoted text, ...), `failing`
+(every failing row: `line`, `figure`, `verdict`, `why`, `claim`), `notes` (e.g. the report holds
+no cited figure), `refusals` (empty), `tables` (`factcheck.csv`: rows). Exit code 0 on pass, 4
+on fail, 1 when the report or the scratch folder cannot be read.
 """))
 
 declare(File(

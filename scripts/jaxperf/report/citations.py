@@ -96,6 +96,12 @@ LINE_START_RE = re.compile(r"(?:^|\n)\s*(?:[-*+]\s+)?\(\s*$")
 # a figure written inside its citation's parentheses: "(0.0%, inferred; skip_stats.json: ...)"
 INNER_FIGURE_RE = re.compile(r"^\s*([<>≈~]?\s*-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?\s*\S{0,8}?)"
                              r"\s*,\s*(measured|read|inferred(?:, not run)?)\s*$")
+# A derived figure's citation: "(inferred; = 100 * a / b; a = ops.csv: gpu_us, instruction=x;
+# b = steps.csv: dur_us, median; peak = 989e12 [peaks.md: H100 SXM bf16 dense])": the formula,
+# then each name bound to a cited table value or to a number with its source in brackets.
+FORMULA_RE = re.compile(r"^\s*=\s*(?P<expr>[^=]+?)\s*$")
+BINDING_RE = re.compile(r"^\s*(?P<name>[A-Za-z_]\w*)\s*=\s*(?P<rest>.+?)\s*$", re.S)
+CONSTANT_RE = re.compile(r"^(?P<num>-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*\[(?P<source>[^\]]+)\]$")
 FENCE_RE = re.compile(r"^\s*(```|~~~)")
 COMMENT_RE = re.compile(r"<!--.*?-->", re.S)
 
@@ -122,6 +128,15 @@ class Figure:
 
 
 @dataclass
+class Derived:
+    """A figure's formula (`expr`, Python arithmetic: + - * / ** and parentheses) and its
+    inputs: name -> the Citation of a table value, or a Decimal constant with its `sources`."""
+    expr: str
+    inputs: dict
+    sources: dict
+
+
+@dataclass
 class Citation:
     """One citation; a parenthesis holding several ("(measured; a.csv: x; inferred; b.csv: y)")
     is the first with the others in `more`, all with the parenthesis' offsets."""
@@ -132,6 +147,7 @@ class Citation:
     selector: str | None
     more: list = field(default_factory=list)
     inner: tuple | None = None  # (start, end) of a figure written inside the parentheses
+    derived: Derived | None = None  # a formula over cited values (the figure is its result)
 
     def members(self) -> list:
         return [self] + self.more
@@ -153,7 +169,7 @@ class Citation:
 
     def is_row_ref(self) -> bool:
         """A CSV citation of rows with no column ("steps.csv: step=3, device=0")."""
-        if not self.table.endswith(".csv") or not self.selector:
+        if self.derived is not None or not self.table.endswith(".csv") or not self.selector:
             return False
         items = split_selector(self.selector)
         return bool(items) and "=" in items[0]
@@ -324,6 +340,32 @@ def parse_group(inner: str):
     return out if out and pending is None else None
 
 
+def parse_derived(inner: str):
+    """(label, Derived) of a parenthesis `label; = formula; name = table: selector; name =
+    number [source]; ...`, or None when it is not one."""
+    parts = [re.sub(r"\s+", " ", p).strip() for p in split_group(inner)]
+    if len(parts) < 3 or len(parts[0]) > MAX_LABEL_CHARS:
+        return None
+    f = FORMULA_RE.match(parts[1])
+    if not f:
+        return None
+    inputs, sources = {}, {}
+    for part in parts[2:]:
+        b = BINDING_RE.match(part)
+        if not b:
+            return None
+        cited, const = TABLE_TOKEN_RE.fullmatch(b.group("rest")), CONSTANT_RE.match(b.group("rest"))
+        if cited:
+            inputs[b.group("name")] = Citation(0, 0, parts[0], cited.group("table"),
+                                               (cited.group("sel") or "").strip() or None)
+        elif const:
+            inputs[b.group("name")] = D(const.group("num"))
+            sources[b.group("name")] = const.group("source").strip()
+        else:
+            return None
+    return parts[0], Derived(f.group("expr"), inputs, sources)
+
+
 def find_citations(text: str) -> list[Citation]:
     out, pos = [], 0
     while True:
@@ -331,6 +373,14 @@ def find_citations(text: str) -> list[Citation]:
         if i < 0:
             return out
         m = GROUP_RE.match(text, i)
+        derived = parse_derived(m.group(1)) if m and "=" in m.group(1) else None
+        if derived:
+            label, d = derived
+            tables = sorted({c.table for c in d.inputs.values() if isinstance(c, Citation)})
+            out.append(Citation(m.start(), m.end(), label, " + ".join(tables) or "(constants)",
+                                "= " + d.expr, derived=d))
+            pos = m.end()
+            continue
         parsed = parse_group(m.group(1)) if m else None
         if parsed and len(parsed) > 1:
             cites = [Citation(m.start(), m.end(), lab, table, sel) for lab, table, sel in parsed]
