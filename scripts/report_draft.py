@@ -68,6 +68,9 @@ def fig(scratch: Scratch, table: str, key: str, decimals: int = 1) -> str:
         return "n/a"
     unit = UNITS.get(f.get("unit", ""), f.get("unit", ""))
     dec = 0 if f.get("unit") == "count" else decimals
+    if f.get("n") == 2 and f["min"] != f["max"]:  # two values: both, not their mean
+        return (f"{cite(f['min'], unit, f['label'], table, f'figures.{key}.min', dec)} and "
+                f"{cite(f['max'], unit, f['label'], table, f'figures.{key}.max', dec)}")
     text = cite(f["value"], unit, f["label"], table, f"figures.{key}.value", dec)
     if f.get("min") is not None and f.get("max") is not None and f["min"] != f["max"]:
         text += (f", range {cite(f['min'], unit, f['label'], table, f'figures.{key}.min', dec)}"

@@ -392,7 +392,7 @@ def test_result_json_has_its_documented_fields_and_summary_renders_it(corpus, na
     assert set(result) == RESULT_FIELDS
     assert result["tables"]["rows.csv"] == len(read(out / "rows.csv"))
     for f in result["figures"].values():
-        assert f is None or ({"value", "min", "max", "unit", "label"} == set(f) and
+        assert f is None or ({"value", "min", "max", "n", "unit", "label"} == set(f) and
                              f["min"] <= f["value"] <= f["max"])
     assert (result["straggler"] is not None) == (name == "rocm-8gpu-straggler")
     # every figure in summary.txt comes from the JSON: rendering it gives the file back
@@ -718,3 +718,25 @@ def test_a_real_capture_stopped_early_keeps_its_cycle(shared, tmp_path, cut):
     rows_b = {r["step"]: r for r in read(short / "steps.csv")}
     assert set(rows_b) == set(rows_a) - {max(rows_a, key=int)}
     assert all(rows_b[n]["dur_us"] == rows_a[n]["dur_us"] for n in rows_b)
+
+
+def test_two_unlike_values_are_said_as_both_not_as_a_median():
+    """A figure of two values (two step periods, 3,615.5 and 23,948.6 us) has no median worth
+    the name: the summary and the draft say both values, never their mean as a median."""
+    import report_draft
+
+    import skip_analysis
+    import skip_writers
+    f = skip_analysis.spread([3615.5, 23948.6], "us", "measured")
+    assert f["n"] == 2 and f["value"] == (3615.5 + 23948.6) / 2
+    text = skip_writers._rng(f, lambda v: f"{v:,.1f}")
+    assert text == "3,615.5 and 23,948.6 (two values)" and "13,782" not in text
+
+    class One:
+        def json(self, _):
+            return {"figures": {"period_us": f}}
+    drafted = report_draft.fig(One(), "skip_stats.json", "period_us")
+    assert drafted.startswith("3,615.5 us (measured; skip_stats.json: figures.period_us.min) and")
+    assert "13,782" not in drafted
+    three = skip_analysis.spread([1.0, 2.0, 9.0], "us", "measured")
+    assert skip_writers._rng(three, str) == "2.0 (1.0-9.0)"

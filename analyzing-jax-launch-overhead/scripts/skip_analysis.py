@@ -515,12 +515,13 @@ def weigh_between_steps(a: Analysis, bound: list[dict], name: str) -> tuple[list
 
 
 def spread(values, unit: str, label: str, scale: float = 1.0) -> dict | None:
-    """A figure across steps and GPUs: median, min, max (None where nothing was measured)."""
+    """A figure across steps and GPUs: median, min, max and how many values (`n`: a median of
+    two is their mean, said as the two values); None where nothing was measured."""
     values = [v * scale for v in values if v is not None]
     if not values:
         return None
     return {"value": statistics.median(values), "min": min(values), "max": max(values),
-            "unit": unit, "label": label}
+            "n": len(values), "unit": unit, "label": label}
 
 
 def build_result(a: Analysis, joins, name, rule, figures, step_rows, info) -> dict:

@@ -191,6 +191,8 @@ def write_tables(tmp: Path, a: Analysis, stream_acc, critical, step_rows, gap_ro
 def _rng(f: dict | None, fmt) -> str:
     if f is None:
         return "n/a"
+    if f.get("n") == 2 and f["min"] != f["max"]:  # the median of two is their mean: no median
+        return f"{fmt(f['min'])} and {fmt(f['max'])} (two values)"
     return f"{fmt(f['value'])} ({fmt(f['min'])}-{fmt(f['max'])})"
 
 
@@ -270,7 +272,7 @@ def figures_lines(r: dict) -> list[str]:
     f = r["figures"]
     f_us = lambda v: f"{v:,.1f} us"  # noqa: E731
     f_pct = lambda v: f"{v:.1f}%"  # noqa: E731
-    out = ["figures: median (min-max) across analysed steps and GPUs"]
+    out = ["figures: median (min-max) across analysed steps and GPUs (of two values, both)"]
     out.append(f"  step duration: {_rng(f['step_duration_us'], f_us)}")
     out.append("  kernels per step per GPU: "
                f"{_rng(f['kernels_per_step_per_gpu'], lambda v: f'{v:.0f}')}")

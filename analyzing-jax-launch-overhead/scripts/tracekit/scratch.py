@@ -1055,8 +1055,9 @@ The step's result as data; `summary.txt` is a rendering of it. Fields:
 - `joins`: GPU events per join kind (`launch`, `graph_launch`, `other`, `none`, `ambiguous`,
   `no_correlation_id`, `shared_ids_without_graph_launch`); `gpu_events`;
   `join_rate_pct_of_gpu_events`.
-- `figures`: name -> `{value, min, max, unit, label}` (median, min and max across the analysed
-  steps and GPUs; null where nothing was measured): `step_duration_us`,
+- `figures`: name -> `{value, min, max, n, unit, label}` (median, min and max across the
+  analysed steps and GPUs, and how many values: of two unlike values the median is their mean,
+  and the summary and the draft say both; null where nothing was measured): `step_duration_us`,
   `kernels_per_step_per_gpu`, `busy_us`, `union_idle_us`, `il_idle_us`, `tklqt_us`, `akd_us`,
   `il_us`, `executions_per_step` (program executions whose kernels ran on the GPU in the step),
   `between_programs_idle_us` (measured); `host_share_pct_of_step`, `busy_share_pct_of_step`,
