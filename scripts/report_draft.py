@@ -8,10 +8,14 @@ Example:
     python3 -P $B/scripts/report_draft.py --out scratch
 
 Reads the tables steps 0 to 7 wrote in DIR (default ./) and writes DIR/report_draft.md: the
-report in the order of references/report-template.md (results first; verdict and causes,
-reconciliation, GPUs and streams with the swimlanes, top instructions and Python lines with the
-roofline, changes, trust list), every number followed by its citation
-`(label; table: selector)` so that factcheck.py can find it again. The judgement sentences are
+report in the order of references/report-template.md, titled `<run> on <GPU>: <verdict>`: in
+brief (the GPU, what bounds the step, the step time, the top instructions and lines, the first
+change, the trust list), then verdict and causes, reconciliation, GPUs and streams with the
+swimlanes, top instructions and Python lines with the roofline, changes (assumptions once per
+kind), trust list, and an appendix of the tables behind them (a reader stops before it). Every
+number is followed by its citation `(label; table: selector)`, a figure with its range as
+`value (min–max)` before one citation, a table's figures cited once in its header, so that
+factcheck.py can find each again. The judgement sentences are
 left to the agent: each place is an HTML comment `<!-- judge: ... -->` saying what to decide and
 from which table. A section whose tables are missing says so, and why, instead of its figures.
 
@@ -33,6 +37,8 @@ from tracekit.trace_rules import number_text
 
 DRAFT = "report_draft.md"
 TOP_ROWS = 8  # instructions and Python lines listed: enough to cover most time in practice
+BRIEF_ROWS = 3  # instructions, lines and changes said in brief
+MAIN_ROWS = 5  # rows of a long table in its section; all of them in the appendix
 RECONCILE_ROWS = 20  # failed checks listed; the rest are named by their file, not counted
 HOW, OPS, LINES = "attribution/how.csv", "attribution/ops.csv", "attribution/lines.csv"
 PHASES = "attribution/phases.csv"
@@ -71,11 +77,13 @@ def fig(scratch: Scratch, table: str, key: str, decimals: int = 1) -> str:
     if f.get("n") == 2 and f["min"] != f["max"]:  # two values: both, not their mean
         return (f"{cite(f['min'], unit, f['label'], table, f'figures.{key}.min', dec)} and "
                 f"{cite(f['max'], unit, f['label'], table, f'figures.{key}.max', dec)}")
-    text = cite(f["value"], unit, f["label"], table, f"figures.{key}.value", dec)
-    if f.get("min") is not None and f.get("max") is not None and f["min"] != f["max"]:
-        text += (f", range {cite(f['min'], unit, f['label'], table, f'figures.{key}.min', dec)}"
-                 f" to {cite(f['max'], unit, f['label'], table, f'figures.{key}.max', dec)}")
-    return text
+    if f.get("min") is None or f.get("max") is None or f["min"] == f["max"]:
+        return cite(f["value"], unit, f["label"], table, f"figures.{key}.value", dec)
+    sep = "" if unit in ("%", "") else " "
+    # value (min–max) before one citation of the figure: the check reads all three
+    return (f"{number_text(float(f['value']), dec)}{sep}{unit} "
+            f"({number_text(float(f['min']), dec)}–{number_text(float(f['max']), dec)}{sep}"
+            f"{unit}) ({f['label']}; {table}: figures.{key})")
 
 
 def cell(value, unit: str, label: str, table: str, column: str, key: str,
@@ -127,8 +135,7 @@ def gpu_line(s: Scratch) -> list[str]:
     out = []
     if g.get("model"):
         out.append(f"- GPU: **{g['model']}** (read; capture_info.json: gpu_model.model), "
-                   f"identified from the device stats (vendor, compute capability, cores, clock, "
-                   f"memory; evidence in references/peaks-sources.md). "
+                   f"identified from its device stats (references/peaks-sources.md). "
                    + judge("say it is the GPU the user meant, or that it is not"))
     elif g.get("why"):
         out.append(f"- GPU: not identified: {md_cell(g['why'])} (read; capture_info.json: "
@@ -148,25 +155,30 @@ def gpu_line(s: Scratch) -> list[str]:
 
 
 def results(s: Scratch) -> list[str]:
+    """In brief: the answers to a user's usual questions, each cited: the GPU, the step time,
+    what bounds it, the top instructions and lines, the first changes, the trust list."""
     skip = s.json("skip_stats.json")
     out = gpu_line(s)
     if skip:
-        out.append(f"- Verdict: **{skip.get('verdict')}** (inferred; skip_stats.json: verdict). "
+        out.append(f"- What bounds the step: **{skip.get('verdict')}** (inferred; "
+                   f"skip_stats.json: verdict); the critical stream waits on the host "
+                   f"{fig(s, 'skip_stats.json', 'host_share_pct_of_step')} of the step. "
                    + judge("say in one sentence what bounds the step, from skip_stats.json "
                            "rule and figures; the verdict stands or is qualified"))
-        out.append(f"- Step time (a step's start to its last kernel: what step 1's verdict "
-                   f"weighs): {fig(s, 'skip_stats.json', 'step_duration_us')}.")
+        out.append(f"- Step time (its start to its last kernel): "
+                   f"{fig(s, 'skip_stats.json', 'step_duration_us')}.")
     else:
-        out.append("- Verdict: " + missing("skip_stats.json", "step 1 did not run"))
+        out.append("- What bounds the step: " + missing("skip_stats.json", "step 1 did not run"))
+    out += top_in_brief(s)
     cj = s.json("changes.json") or {}
     if ((cj.get("figures") or {}).get("step_us") or {}).get("value") is not None:
-        out.append(f"- Step period (start of the median step to the next step's start: the "
-                   f"window every change's share is of): {fig(s, 'changes.json', 'step_us')}; "
+        out.append(f"- Step period (to the next step's start: what each change's share is "
+                   f"of): {fig(s, 'changes.json', 'step_us')}; "
                    f"all changes at once save at most "
                    f"{fig(s, 'changes.json', 'combined_saving_us')} (an upper bound).")
     changes = s.rows("changes.csv")
     if changes:
-        for r in changes[:3]:
+        for r in changes[:1]:
             rank = f"rank={r['rank']}"
             out.append(
                 f"- Change {r['rank']}: {md_cell(r['cause'])} (inferred; changes.csv: cause, "
@@ -189,6 +201,31 @@ def results(s: Scratch) -> list[str]:
     return out + [""]
 
 
+def top_in_brief(s: Scratch) -> list[str]:
+    """The three instructions and Python lines with the most GPU time, where step 4 ranked
+    them (its refusal is said in section 4)."""
+    refusals = rank_refusals(s)
+    out = []
+    for table, what, col, refused in ((OPS, "Top instructions", "instruction", refusals["ops"]),
+                                      (LINES, "Top Python lines", "user_frame",
+                                       refusals["lines"])):
+        rows = [r for r in (s.rows(table) or [])[:BRIEF_ROWS] if r[col]]
+        if rows and not refused:
+            share = [cell(r["pct_of_gpu_time"], "%", "inferred", table, "pct_of_gpu_time",
+                          key_of(r, col), 2) for r in rows]
+            out.append(f"- {what} by share of GPU time: " + "; ".join(
+                f"{code(r[col])} {c}" for r, c in zip(rows, share, strict=True)) + ".")
+    return out
+
+
+def key_of(r: dict, col: str) -> str:
+    """A row's key in ops.csv (program and instruction: a name repeats across programs) or
+    lines.csv (the Python line)."""
+    if col == "instruction":
+        return f"program_id={r.get('program_id', '')}, instruction={r['instruction']}"
+    return f"user_frame={r['user_frame']}"
+
+
 def verdict_section(s: Scratch) -> list[str]:
     skip = s.json("skip_stats.json")
     if not skip:
@@ -196,19 +233,6 @@ def verdict_section(s: Scratch) -> list[str]:
     out = [f"Verdict: **{skip.get('verdict')}** (inferred; skip_stats.json: verdict). Rule:", ""]
     out += [f"- {md_cell(r)} (inferred; skip_stats.json: rule.{n})"
             for n, r in enumerate(skip.get("rule") or [])]
-    out += ["", "| figure | median, range across steps and GPUs |", "|---|---|"]
-    names = {"step_duration_us": "step duration", "busy_us": "GPU busy (union of streams)",
-             "union_idle_us": "GPU idle (step minus busy)",
-             "host_share_pct_of_step": "host-late share of the critical stream",
-             "busy_share_pct_of_step": "busy-or-queued share",
-             "collective_share_pct_of_step": "collective share",
-             "kernels_per_step_per_gpu": "kernels per step per GPU",
-             "tklqt_us": "TKLQT (sum of launch-to-start)", "akd_us": "AKD (average kernel "
-             "duration)"}
-    figures = skip.get("figures") or {}
-    for key, name in names.items():
-        if key in figures:
-            out.append(f"| {name} | {fig(s, 'skip_stats.json', key)} |")
     gaps = s.rows("gaps.csv") or []
     late = sorted((g for g in gaps if g.get("cause") == "host_late"),
                   key=lambda g: -float(g["dur_us"] or 0))[:3]
@@ -223,6 +247,24 @@ def verdict_section(s: Scratch) -> list[str]:
                        "verdict holds on every GPU (steps.csv)")
 
 
+STEP_FIGURES = {  # step 1's figures in the appendix, in order, with their names
+    "step_duration_us": "step duration", "busy_us": "GPU busy (union of streams)",
+    "union_idle_us": "GPU idle (step minus busy)",
+    "host_share_pct_of_step": "host-late share of the critical stream",
+    "busy_share_pct_of_step": "busy-or-queued share",
+    "collective_share_pct_of_step": "collective share",
+    "kernels_per_step_per_gpu": "kernels per step per GPU",
+    "tklqt_us": "TKLQT (sum of launch-to-start)", "akd_us": "AKD (average kernel duration)"}
+
+
+def figures_table(s: Scratch) -> list[str]:
+    """Step 1's figures across steps and GPUs (skip_stats.json), for the appendix."""
+    figures = (s.json("skip_stats.json") or {}).get("figures") or {}
+    return ["| figure | median (range) across steps and GPUs |", "|---|---|"] + [
+        f"| {name} | {fig(s, 'skip_stats.json', key)} |"
+        for key, name in STEP_FIGURES.items() if key in figures] + [""]
+
+
 def reconciliation_section(s: Scratch) -> list[str]:
     rec = s.json("reconcile.json")
     if not rec:
@@ -230,25 +272,30 @@ def reconciliation_section(s: Scratch) -> list[str]:
     counts = rec.get("counts") or {}
     out = [", ".join(f"{k}: {cite(v, '', 'measured', 'reconcile.json', 'counts.' + k, 0)}"
                      for k, v in sorted(counts.items()))]
+    if any(r["status"] != "pass" for r in s.rows("reconciliation.csv") or []):
+        out += ["", "Each check that did not pass, with its sentence: the appendix."]
+    return out + asked("say whether any failed check changes a figure quoted below "
+                       "(reconciliation.csv trust_sentence)")
+
+
+def failed_checks(s: Scratch) -> list[str]:
+    """Every reconciliation check that did not pass, with its trust-list sentence."""
+    out: list[str] = []
     bad = [r for r in (s.rows("reconciliation.csv") or []) if r["status"] != "pass"]
     if bad:
         out += ["", "| check | GPU | stream | status | trust-list sentence |",
                 "|---|---|---|---|---|"]
-        for r in bad[:RECONCILE_ROWS]:
+        for r in bad:
             key = f"check={r['check']}, device={r['device']}" + (
                 f", stream={r['stream']}" if r["stream"] else "")
             out.append(f"| {r['check']} | {r['device']} | {r['stream']} | {r['status']} | "
                        f"{md_cell(r['trust_sentence'])} (measured; reconciliation.csv: "
                        f"trust_sentence, {key}) |")
-        if len(bad) > RECONCILE_ROWS:
-            # no count here: no table holds it (the counts per status are cited above)
-            out.append("| the other rows | | | | in reconciliation.csv, every row whose status "
-                       "is not pass |")
-    return out + asked("say whether any failed check changes a figure quoted below "
-                       "(reconciliation.csv trust_sentence)")
+    return out + [""]
 
 
-def streams_section(s: Scratch) -> list[str]:
+def streams_table(s: Scratch) -> list[str]:
+    """Every GPU stream's shares of its span (streams.csv), for the appendix."""
     out: list[str] = []
     streams = s.rows("streams.csv")
     if streams is None:
@@ -264,6 +311,11 @@ def streams_section(s: Scratch) -> list[str]:
                                "memcpy_pct_of_span", "idle_pct_of_span")]
             out.append(f"| {r['device']} | {r['stream']} | {'yes' if r['critical'] == '1' else ''}"
                        f" | " + " | ".join(cells) + " |")
+    return out + [""]
+
+
+def streams_section(s: Scratch) -> list[str]:
+    out = ["Each stream's shares of its span: the appendix (streams.csv)."]
     sw = s.json("swimlanes.json")
     if sw:
         out += ["", "![swimlanes of one step](swimlanes.svg)", ""]
@@ -332,74 +384,22 @@ def ops_section(s: Scratch) -> list[str]:
            f"confidence: {fig(s, t, 'low_confidence_pct_of_all_attributed', 2)} of the "
            f"attributed time; XProf's hlo_stats covers "
            f"{fig(s, t, 'xprof_hlo_stats_pct_of_gpu_time', 2)} of kernel time."]
-    how = [r for r in (s.rows("attribution/how.csv") or []) if r["program_id"] == "all"]
-    if how:
-        out += ["", "| match class | kernels | share of GPU time |", "|---|---|---|"] + [
-            f"| {r['match']} | {cell(r['kernels'], '', 'measured', HOW, 'kernels', k, 0)} | "
-            f"{cell(r['pct_of_group'], '%', 'inferred', HOW, 'pct_of_group', k, 2)} |"
-            for r in how for k in [f"program_id=all, match={r['match']}"]]
-    roof = {(r.get("program_id", ""), r["instruction"]): r
-            for r in (s.rows("roofline.csv") or [])}
-    ops = (s.rows("attribution/ops.csv") or [])[:TOP_ROWS]
+    ops = (s.rows(OPS) or [])[:MAIN_ROWS]
     if ops and refusals["ops"]:
         out += refused_lines(refusals["ops"], OPS, "Instructions", program)
     elif ops:
-        out += ["", "| program | instruction | GPU time | share of attributed | share of GPU "
-                "time | Python line | ceiling reached |", "|---|---|---|---|---|---|---|"]
-        for r in ops:
-            # an instruction name repeats across programs (custom-call.1 in every jit_dot):
-            # the program id is part of the key
-            k = f"program_id={r.get('program_id', '')}, instruction={r['instruction']}"
-            rf = roof.get((r.get("program_id", ""), r["instruction"]))
-            if rf and rf["pct_of_ceiling"]:
-                reach = cite(rf["pct_of_ceiling"], "%", "inferred", "roofline.csv",
-                             "pct_of_ceiling, " + k, 2) + f" ({rf['binding']}-bound)"
-            else:
-                # the reason as text, cited: the numbers inside it are covered by its check
-                reach = (f"{md_cell(rf['no_ceiling_why'])} (inferred; roofline.csv: "
-                         f"no_ceiling_why, {k})" if rf and rf["no_ceiling_why"] else "")
-            prog = f"{r.get('module', '')}({r.get('program_id', '')})"
-            out.append(f"| {code(prog)} | {code(r['instruction'])} | "
-                       f"{cell(r['gpu_us'], 'us', 'measured', OPS, 'gpu_us', k)} | "
-                       f"{shares(r, OPS, k)} | "
-                       f"{code(r['user_frame'] or r['source'] or '')} | {reach} |")
+        out += ops_table(s, ops)
     out += phases_part(s)
-    lines = (s.rows("attribution/lines.csv") or [])[:TOP_ROWS]
+    lines = (s.rows(LINES) or [])[:MAIN_ROWS]
     if lines and refusals["lines"]:
         if refusals["lines"] != refusals["ops"]:
             out += refused_lines(refusals["lines"], LINES, "Python lines", program)
         else:
             out += ["", "Python lines: not ranked either (the same refusal)."]
     elif lines:
-        out += ["", "| Python line | GPU time | share of attributed | share of GPU time "
-                "| instructions |", "|---|---|---|---|---|"]
-        for r in lines:
-            if not r["user_frame"]:
-                continue  # no line: counted in how.csv and on the trust list
-            k = f"user_frame={r['user_frame']}"
-            out.append(f"| {code(r['user_frame'])} | "
-                       f"{cell(r['gpu_us'], 'us', 'measured', LINES, 'gpu_us', k)} | "
-                       f"{shares(r, LINES, k)} | "
-                       f"{cell(r['instructions'], '', 'measured', LINES, 'instructions', k, 0)}"
-                       " |")
-    rj = s.json("roofline.json")
-    if rj and rj.get("status") == "done":
-        out += ["", "![roofline of the chosen program](roofline.svg)", "",
-                f"GPU: `{rj['gpu'].get('model') or 'not identified'}` (inferred; roofline.json: "
-                f"gpu.model). Ceilings:", ""]
-        for n, c in enumerate(rj.get("ceilings") or []):
-            unit = "TFLOP/s" if c["unit"].startswith("FLOP") else "TB/s"
-            value = float(c["value"]) / 1e12  # factcheck converts T back (1 TB/s = 1e12 B/s)
-            where = f"ceilings.{n}.value"
-            out.append(f"- {c['ceiling']}: "
-                       f"{cite(value, unit, c['label'], 'roofline.json', where, 2)}"
-                       f", tag {c['tag']}, source {c['source']} (references/peaks-sources.md)")
-    elif rj:
-        out += ["", "Roofline refused: " + (
-            f"{md_cell(rj['refusals'][0])} (inferred; roofline.json: refusals.0)"
-            if rj.get("refusals") else "no reason given (roofline.json)")]
-    else:
-        out += ["", missing("roofline.json", "step 5 did not run")]
+        out += lines_table(lines)
+    out += ["", "The match classes, and more instructions and lines: the appendix."]
+    out += roofline_part(s)
     if refusals["ops"] or refusals["lines"]:
         return out + asked("say what the refusal above leaves unanswered (which instructions and "
                            "lines cost most in a step) and which capture would answer it (the "
@@ -408,6 +408,107 @@ def ops_section(s: Scratch) -> list[str]:
     return out + asked("which instructions and lines to look at first, and whether their "
                        "distance to the ceiling (roofline.csv pct_of_ceiling, binding) says "
                        "anything about them; a small instruction cannot fill the GPU")
+
+
+def ops_table(s: Scratch, ops: list) -> list[str]:
+    """Instructions with their GPU time, shares, Python line and the share of their ceiling
+    they reach (or why none is computable); the figures cited once in the header, by the row's
+    program id and instruction (an instruction name repeats across programs)."""
+    roof = {(r.get("program_id", ""), r["instruction"]): r for r in (s.rows("roofline.csv") or [])}
+    key = "program_id=*, instruction=*2"
+    out = ["", f"| program | instruction | GPU time (us) (measured; {OPS}: gpu_us, {key}) "
+           f"| share of attributed (%) (inferred; {OPS}: pct_of_attributed, {key}) "
+           f"| share of GPU time (%) (inferred; {OPS}: pct_of_gpu_time, {key}) "
+           "| Python line | ceiling reached |", "|---|---|---|---|---|---|---|"]
+    for r in ops:
+        k = key_of(r, "instruction")
+        rf = roof.get((r.get("program_id", ""), r["instruction"]))
+        if rf and rf["pct_of_ceiling"]:
+            reach = cite(rf["pct_of_ceiling"], "%", "inferred", "roofline.csv",
+                         "pct_of_ceiling, " + k, 2) + f" ({rf['binding']}-bound)"
+        else:
+            # the reason as text, cited: the numbers inside it are covered by its check
+            reach = (f"{md_cell(rf['no_ceiling_why'])} (inferred; roofline.csv: "
+                     f"no_ceiling_why, {k})" if rf and rf["no_ceiling_why"] else "")
+        out.append(f"| {r.get('program_id', '')} | {code(r['instruction'])} | "
+                   f"{num(r['gpu_us'], 1)} | {num(r['pct_of_attributed'], 2)} | "
+                   f"{num(r['pct_of_gpu_time'], 2)} | "
+                   f"{code(r['user_frame'] or r['source'] or '')} | {reach} |")
+    return out
+
+
+def lines_table(lines: list) -> list[str]:
+    key = "user_frame=*"
+    out = ["", f"| Python line | GPU time (us) (measured; {LINES}: gpu_us, {key}) "
+           f"| share of attributed (%) (inferred; {LINES}: pct_of_attributed, {key}) "
+           f"| share of GPU time (%) (inferred; {LINES}: pct_of_gpu_time, {key}) "
+           f"| instructions (measured; {LINES}: instructions, {key}) |", "|---|---|---|---|---|"]
+    for r in lines:
+        if not r["user_frame"]:
+            continue  # no line: counted in how.csv and on the trust list
+        out.append(f"| {code(r['user_frame'])} | {num(r['gpu_us'], 1)} | "
+                   f"{num(r['pct_of_attributed'], 2)} | {num(r['pct_of_gpu_time'], 2)} | "
+                   f"{num(r['instructions'], 0)} |")
+    return out
+
+
+def roofline_part(s: Scratch) -> list[str]:
+    rj = s.json("roofline.json")
+    if rj and rj.get("status") == "done":
+        out = ["", "![roofline of the chosen program](roofline.svg)", "",
+               f"GPU: `{rj['gpu'].get('model') or 'not identified'}` (inferred; roofline.json: "
+               f"gpu.model). Ceilings:", ""]
+        for n, c in enumerate(rj.get("ceilings") or []):
+            unit = "TFLOP/s" if c["unit"].startswith("FLOP") else "TB/s"
+            value = float(c["value"]) / 1e12  # factcheck converts T back (1 TB/s = 1e12 B/s)
+            where = f"ceilings.{n}.value"
+            out.append(f"- {c['ceiling']}: "
+                       f"{cite(value, unit, c['label'], 'roofline.json', where, 2)}"
+                       f", tag {c['tag']}, source {c['source']} (references/peaks-sources.md)")
+        return out
+    if rj:
+        return ["", "Roofline refused: " + (
+            f"{md_cell(rj['refusals'][0])} (inferred; roofline.json: refusals.0)"
+            if rj.get("refusals") else "no reason given (roofline.json)")]
+    return ["", missing("roofline.json", "step 5 did not run")]
+
+
+def appendix(s: Scratch) -> list[str]:
+    """The tables behind the sections, whole: each stream's shares, how kernels were matched,
+    the top instructions and Python lines, every change with its measured target and the step
+    if it were gone, every failed reconciliation check."""
+    out = ["### Step 1's figures", ""] + figures_table(s)
+    bad = failed_checks(s)
+    out += ["### Reconciliation checks that did not pass"] + bad if len(bad) > 1 else []
+    out += ["### GPUs and streams", ""] + streams_table(s)
+    how = [r for r in (s.rows(HOW) or []) if r["program_id"] == "all"]
+    if how:
+        out += ["### Match classes", "", "| match class | kernels | share of GPU time |",
+                "|---|---|---|"] + [
+            f"| {r['match']} | {cell(r['kernels'], '', 'measured', HOW, 'kernels', k, 0)} | "
+            f"{cell(r['pct_of_group'], '%', 'inferred', HOW, 'pct_of_group', k, 2)} |"
+            for r in how for k in [f"program_id=all, match={r['match']}"]] + [""]
+    refusals = rank_refusals(s)
+    ops = (s.rows(OPS) or [])[:TOP_ROWS]
+    if ops and not refusals["ops"]:
+        out += ["### Top instructions, more of them"] + ops_table(s, ops) + [""]
+    lines = (s.rows(LINES) or [])[:TOP_ROWS]
+    if lines and not refusals["lines"]:
+        out += ["### Top Python lines, more of them"] + lines_table(lines) + [""]
+    changes = s.rows(CH) or []
+    if changes:
+        out += ["### Every change", ""] + changes_table(changes, full=True) + [""]
+    rule = (s.json("changes.json") or {}).get("combine_rule")
+    if rule:
+        out += [f"How they combine: {md_cell(rule)} (inferred; changes.json: combine_rule)", ""]
+    out += assumptions(changes, changes[:MAIN_ROWS])
+    needs = [r for r in s.rows("trust.csv") or [] if r["section"] == "needs_new_capture"]
+    if needs:
+        out += ["### Questions that need a new capture", "",
+                "| question | the capture that answers it (inferred; trust.csv: detail, "
+                "section=needs_new_capture, item=*) |", "|---|---|"]
+        out += [f"| {md_cell(r['item'])} | {md_cell(r['detail'])} |" for r in needs] + [""]
+    return out
 
 
 def phases_part(s: Scratch) -> list[str]:
@@ -441,33 +542,62 @@ def measured_part(r: dict, key: str) -> str:
 
 
 def changes_section(s: Scratch) -> list[str]:
-    changes = s.rows("changes.csv")
+    changes = s.rows(CH)
     cj = s.json("changes.json") or {}
     if changes is None:
         return [missing("changes.csv", "step 6 did not run"), ""]
-    out = ["| rank | cause | saving per step | at a rate this capture reached | range | "
-            "step if gone | knob to test |", "|---|---|---|---|---|---|---|"]
-    for r in changes:
-        k = f"rank={r['rank']}"
-        measured = cell(r["saving_measured_us"], "us", "inferred", CH, "saving_measured_us",
-                        k) if r.get("saving_measured_us") else "no measured target"
-        out.append(
-            f"| {r['rank']} | {md_cell(r['cause'])} (inferred; {CH}: cause, {k}) | "
-            f"{cell(r['saving_us'], 'us', 'inferred', 'changes.csv', 'saving_us', k)} | "
-            f"{measured} | "
-            f"{cell(r['saving_min_us'], 'us', 'inferred', 'changes.csv', 'saving_min_us', k)}"
-            f" to {cell(r['saving_max_us'], 'us', 'inferred', CH, 'saving_max_us', k)} | "
-            f"{cell(r['step_if_gone_us'], 'us', 'inferred', CH, 'step_if_gone_us', k)} | "
-            f"{md_cell(r['knob'])} (inferred; {CH}: knob, {k}) |")
-    if changes:
-        out += ["", "Assumptions:", ""]
-        out += [f"- change {r['rank']}: {md_cell(r['assumptions'])} (inferred; {CH}: assumptions, "
-                f"rank={r['rank']})" for r in changes]
-    rule = cj.get("combine_rule")
-    if rule:
-        out += ["", f"How they combine: {md_cell(rule)} (inferred; changes.json: combine_rule)"]
+    out = changes_table(changes[:MAIN_ROWS], full=False)
+    if len(changes) > MAIN_ROWS:
+        out += ["", "Every change, with its saving at a rate this capture reached and the step "
+                "if it were gone: the appendix."]
+    out += assumptions(changes[:MAIN_ROWS])
+    if cj.get("combine_rule"):
+        out += ["", "How the savings combine (never add them): the appendix."]
     return out + asked("order the changes for the user and say which to test first, with the "
                        "knob as a hypothesis (changes.csv assumptions)")
+
+
+def assumptions(changes: list, shown: list = ()) -> list[str]:
+    """The assumptions once per kind of change, with the changes of that kind; the kinds of
+    `shown` (said in section 5) left out."""
+    said = {r["cause_kind"] for r in shown}
+    kinds: dict = {}
+    for r in changes:
+        if r["cause_kind"] not in said:
+            kinds.setdefault(r["cause_kind"], []).append(r)
+    if not kinds:
+        return []
+    return ["Assumptions, once per kind of change" + (" (the other kinds)" if said else "")
+            + ":", ""] + [
+        f"- {kind} ({'change' if len(rs) == 1 else 'changes'} "
+        f"{', '.join(r['rank'] for r in rs)}): {md_cell(rs[0]['assumptions'])} "
+        f"(inferred; {CH}: assumptions, rank={rs[0]['rank']})" for kind, rs in kinds.items()] + [""]
+
+
+def changes_table(changes: list, full: bool) -> list[str]:
+    """Changes with where they act, their saving (its range) and knob, cited once in the
+    header by rank; `full` adds the cause in words, the saving at a rate this capture reached
+    and the step if the cause were gone."""
+    k = "rank=*"
+    cols = ["rank", f"where (inferred; {CH}: where, {k})"]
+    cols += [f"cause (inferred; {CH}: cause, {k})"] if full else []
+    cols += [f"saving per step, range (us) (inferred, not run; {CH}: saving_us, {k})"]
+    cols += ["at a rate this capture reached (us)", f"step if gone (us) (inferred, not run; "
+             f"{CH}: step_if_gone_us, {k})"] if full else []
+    cols += [f"knob to test (inferred, not run; {CH}: knob, {k})"]
+    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in changes:
+        cells = [r["rank"], md_cell(r["where"])] + ([md_cell(r["cause"])] if full else [])
+        cells.append(f"{num(r['saving_us'], 1)} ({num(r['saving_min_us'], 1)}–"
+                     f"{num(r['saving_max_us'], 1)})")
+        if full:
+            cells.append(cell(r["saving_measured_us"], "us", "inferred", CH,
+                              "saving_measured_us", f"rank={r['rank']}")
+                         if r.get("saving_measured_us") else "no measured target")
+            cells.append(num(r["step_if_gone_us"], 1))
+        cells.append(md_cell(r["knob"]))
+        out.append("| " + " | ".join(cells) + " |")
+    return out
 
 
 def trust_section(s: Scratch) -> list[str]:
@@ -485,24 +615,20 @@ def trust_section(s: Scratch) -> list[str]:
     for r in items:
         out.append(f"| {md_cell(r['item'])} | {num(r['count'], 0)} | {num(r['gpu_us'], 1)} | "
                    f"{num(r['pct_of_gpu_time'], 2)} | {md_cell(r['detail'])} |")
-    out += ["", "### Needs a new capture", ""]
-    if needs:
-        out += ["| question | the capture that answers it (inferred; trust.csv: detail, "
-                "section=needs_new_capture, item=*) |", "|---|---|"]
-        out += [f"| {md_cell(r['item'])} | {md_cell(r['detail'])} |" for r in needs]
-    else:
-        out.append("- none")
+    out += ["", "The questions that need a new capture, and the capture that answers each: the "
+            "appendix." if needs else "No question needs a new capture."]
     return out + asked("say which trust items limit the changes above (trust.csv detail)")
 
 
 SECTIONS = (  # the report's sections in order: heading, lines
-    ("## Results", results),
+    ("## In brief", results),
     ("## 1. Verdict and causes", verdict_section),
     ("## 2. Reconciliation", reconciliation_section),
     ("## 3. GPUs and streams", streams_section),
     ("## 4. Top instructions and Python lines", ops_section),
     ("## 5. Changes (estimates: inferred, not run)", changes_section),
     ("## 6. Where this capture cannot be trusted", trust_section),
+    ("## Appendix: the tables behind the sections", appendix),
 )
 
 
@@ -515,11 +641,9 @@ def draft(s: Scratch) -> str:
     title = code(Path(str(name)).name) + (f", host {code(host)}" if host and len(hosts) > 1
                                           else "")
     model = (info.get("gpu_model") or {}).get("model")
-    title += f", on {code(model)}" if model else ""
-    head = [f"# Why the step is slow: {title}", "",
-            "<!-- draft: written by report_draft.py from the tables in this folder: every figure "
-            "is cited as (label; table: selector); each judge comment marks a sentence to write "
-            "from the table it names. Run factcheck.py on the finished report. -->", ""]
+    title += f" on {code(model)}" if model else ""
+    verdict = (s.json("skip_stats.json") or {}).get("verdict")
+    head = [f"# {title}: {verdict}" if verdict else f"# {title}", ""]  # the template's title
     for heading, section in SECTIONS:
         head += [heading, ""] + section(s)
     return "\n".join(head).rstrip() + "\n"

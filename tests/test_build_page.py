@@ -155,12 +155,12 @@ def test_headings_are_in_order_and_the_header_says_what_was_captured(scratch):
     for word in ("Capture", "Run", "Host", "GPUs", "Built", info["capture"]["host"],
                  "H100 SXM5 80GB", "2026_01_01_00_00_00"):
         assert word in text, word
-    assert "11 judgement places are still unwritten" in text
+    assert "9 judgement places are still unwritten" in text
     # the title is the heading as read: the draft's code span around the run name is not shown
     # as backticks
     html = (scratch / "report_draft.html").read_text(encoding="utf-8")
-    assert "<h1>Why the step is slow: 2026_01_01_00_00_00, on H100 SXM5 80GB</h1>" in html
-    assert "<title>Why the step is slow: 2026_01_01_00_00_00, on H100 SXM5 80GB</title>" in html
+    assert "<h1>2026_01_01_00_00_00 on H100 SXM5 80GB: mixed</h1>" in html
+    assert "<title>2026_01_01_00_00_00 on H100 SXM5 80GB: mixed</title>" in html
 
 
 def test_every_citation_is_a_visible_label(scratch):
@@ -169,7 +169,7 @@ def test_every_citation_is_a_visible_label(scratch):
     n = len(CITE.findall(body))
     html = (scratch / "report_draft.html").read_text(encoding="utf-8")
     marks = re.findall(r'<span class="cite"><span class="lbl lbl-([mri])">', html)
-    assert len(marks) == n > 200
+    assert len(marks) == n > 100
     # the legend names all three labels; header marks of the scratch tables are extra
     for lab in ("measured", "read", "inferred"):
         assert f'<span class="lbl lbl-{lab[0]}">{lab}</span>' in html
@@ -182,8 +182,7 @@ def test_tables_are_real_tables(scratch):
     assert n_tables >= 12
     assert html.count("<caption>") == n_tables
     # the report's own tables are captioned by their section, row count and cited files
-    assert re.search(r"<caption>3\. GPUs and streams \(\d+ rows; from streams\.csv\)</caption>",
-                     html)
+    assert re.search(r"<caption>GPUs and streams \(\d+ rows; from streams\.csv\)</caption>", html)
     # a scratch table the report already shows is not repeated below it
     assert "(changes.csv)" not in html and "; changes.csv)</caption>" not in html
     ths = [a for t, a in doc.attrs if t == "th"]

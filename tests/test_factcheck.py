@@ -382,11 +382,11 @@ def test_template_citations_parse():
         ok, _, label = factcheck.check_label(cites[0])
         assert ok and label in factcheck.LABELS, quoted
         assert cites[0].table.endswith((".csv", ".json")) and cites[0].selector
-    for section in ("## Results", "## Verdict and causes", "## Reconciliation",
+    for section in ("## In brief", "## Verdict and causes", "## Reconciliation",
                     "## Per GPU and stream", "## Top ops and Python lines", "## Changes",
                     "## Trust list"):
         assert section in text
-    order = [text.index(s) for s in ("## Results", "## Verdict", "## Reconciliation",
+    order = [text.index(s) for s in ("## In brief", "## Verdict", "## Reconciliation",
                                      "## Per GPU", "## Top ops", "## Changes", "## Trust")]
     assert order == sorted(order)
     assert "swimlanes.svg" in text and "roofline.svg" in text and "<!-- judge:" in text
