@@ -723,6 +723,29 @@ def mask(text: str, spans) -> str:
     return "".join(chars)
 
 
+def code_spans(masked: str, add) -> list[tuple]:
+    """The code spans of a segment (masked out by the caller); each number inside is skipped,
+    but a span that is a figure with its unit alone (`12 us`, `3.5%`) fails: a figure is never
+    hidden in code (`add`: add_row's rest)."""
+    spans = []
+    for m in CODE_SPAN_RE.finditer(masked):
+        for n in NUM_RE.finditer(m.group(2)):
+            s = m.start(2) + n.start()
+            p = m.group(2)[n.start() - 1] if n.start() else ""
+            if p.isalnum() or (p and p in "_."):
+                continue
+            unit = UNIT_RE.match(m.group(2), n.end())
+            if unit and (unit.group(1) or "") not in ("", "s", "B") and \
+                    m.group(2).strip() == n.group(0) + unit.group(0):
+                add(s, n.group(0) + unit.group(0), "no_table",
+                    why="a figure with a unit inside backticks is not checked: write it outside "
+                        "code, with its citation")
+            else:
+                add(s, n.group(0), "skipped", why="inside backticks")
+        spans.append((m.start(), m.end()))
+    return spans
+
+
 def check_segment(scratch, text: str, where, claim_of, ctx: Context, rows: list):
     """Every number and citation of one segment (a paragraph, a heading, a table cell).
     `where(pos)` -> (line, global position); `claim_of(pos)` -> the claim text."""
@@ -730,22 +753,7 @@ def check_segment(scratch, text: str, where, claim_of, ctx: Context, rows: list)
     cites = [c for c in find_citations(text)  # a citation shown in backticks is an example
              if not any(s < c.start < e for s, e in code)]
     masked = mask(text, [(c.start, c.end) for c in cites])
-    spans = []
-    for m in CODE_SPAN_RE.finditer(masked):
-        for n in NUM_RE.finditer(m.group(2)):
-            s = m.start(2) + n.start()
-            p = m.group(2)[n.start() - 1] if n.start() else ""
-            if not (p.isalnum() or (p and p in "_.")):
-                unit = UNIT_RE.match(m.group(2), n.end())
-                if unit and (unit.group(1) or "") not in ("", "s", "B") and \
-                        m.group(2).strip() == n.group(0) + unit.group(0):  # `12 us`, `3.5%`
-                    add_row(rows, where, claim_of, s, n.group(0) + unit.group(0), "no_table",
-                            why="a figure with a unit inside backticks is not checked: write "
-                                "it outside code, with its citation")
-                else:
-                    add_row(rows, where, claim_of, s, n.group(0), "skipped",
-                            why="inside backticks")
-        spans.append((m.start(), m.end()))
+    spans = code_spans(masked, lambda *a, **k: add_row(rows, where, claim_of, *a, **k))
     spans += [(m.start(), m.end()) for m in LINK_TARGET_RE.finditer(masked)]
     masked = mask(masked, spans)
     named = []

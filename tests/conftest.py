@@ -100,3 +100,11 @@ def cost_doubles(run, make, n: int, repeats: int = 3, ratio: float = 3.0) -> tup
     assert whole < ratio * half + 0.002, (
         f"size {n // 2:,}: {half:.4f} s, size {n:,}: {whole:.4f} s: more than {ratio}x")
     return half, whole
+
+
+def layout_text() -> str:
+    """The scratch layout document whole: references/scratch-layout.md and its parts, one per
+    step, in references/scratch-layout/."""
+    refs = REPO / "references"
+    return "\n".join(p.read_text(encoding="utf-8") for p in
+                     [refs / "scratch-layout.md", *sorted((refs / "scratch-layout").glob("*.md"))])

@@ -16,7 +16,7 @@ import pytest
 
 from capgen.generate import generate
 from capgen.scenarios import SCENARIOS
-from conftest import REPO
+from conftest import REPO, layout_text
 from jaxperf.program.hlo_program import Program
 from jaxperf.read import xplane_reader
 from tracekit import trace_rules as rules
@@ -619,7 +619,7 @@ def test_result_json_has_its_documented_fields_and_summary_renders_it(corpus, na
     # every figure of summary.txt comes from the JSON: rendering it gives the file back
     assert attribute_kernels.render_summary(result) == \
         (out / "summary.txt").read_text().splitlines()
-    documented = (REPO / "references" / "scratch-layout.md").read_text()
+    documented = layout_text()
     assert all(f"`{k}`" in documented for k in RESULT_FIELDS | FIGURES)
 
 

@@ -19,7 +19,7 @@ import pytest
 
 from capgen.generate import generate
 from capgen.scenarios import SCENARIOS
-from conftest import REPO, SHARED_CAPTURES
+from conftest import REPO, SHARED_CAPTURES, layout_text
 
 SCRIPT = REPO / "scripts" / "changes.py"
 BARE = getattr(sys, "_base_executable", sys.executable)
@@ -492,7 +492,7 @@ def test_registry_is_the_documented_cause_kinds():
     doc = (REPO / "references" / "changes.md").read_text(encoding="utf-8")
     section = doc.split("## Each cause\n", 1)[1].split("\n## ", 1)[0]
     table = re.findall(r"^\| `([a-z_]+)` \|", section.split("\n|---", 1)[1], re.M)
-    layout = (REPO / "references" / "scratch-layout.md").read_text(encoding="utf-8")
+    layout = layout_text()
     section = layout.split("### `changes.csv`", 1)[1].split("\n### ", 1)[0]
     row = next(ln for ln in section.splitlines() if ln.startswith("| `cause_kind` |"))
     listed = re.findall(r"`([a-z_]+)`", row.split("|")[4].split("(", 1)[0])

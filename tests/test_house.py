@@ -133,3 +133,23 @@ def test_the_root_skill_shows_its_layers():
                 if LAYERS.index(used) > LAYERS.index(layer):
                     wrong.append(f"{layer}/{p.name} imports {n.module} (a layer below)")
     assert not wrong, wrong
+
+
+SKILL_MAX_LINES = 250
+SKILL_MAX_CHARS = 16_000  # about 4,000 tokens at four characters a token
+CONTENTS_OVER_LINES = 100
+
+
+def test_the_skills_keep_their_budget_and_long_references_their_contents():
+    """SKILL.md at most 250 lines and about 4,000 tokens (a checklist, one command a step); each
+    sibling skill's SKILL.md too; every reference over 100 lines opens with a contents list."""
+    for skill in (REPO, REPO / "analyzing-jax-launch-overhead",
+                  REPO / "writing-trace-report-pages"):
+        text = (skill / "SKILL.md").read_text(encoding="utf-8")
+        assert len(text.splitlines()) <= SKILL_MAX_LINES, skill
+        assert len(text) <= SKILL_MAX_CHARS, (skill, len(text))
+    long = [p for p in (REPO / "references").rglob("*.md")
+            if len(p.read_text(encoding="utf-8").splitlines()) > CONTENTS_OVER_LINES]
+    assert long
+    lacking = [p.name for p in long if "\n## Contents\n" not in p.read_text(encoding="utf-8")]
+    assert not lacking, lacking

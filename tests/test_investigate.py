@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, SHARED_CAPTURES
+from conftest import REPO, SHARED_CAPTURES, layout_text
 from tracekit import scratch
 
 SCRIPT = REPO / "scripts" / "investigate.py"
@@ -376,7 +376,7 @@ def test_help_is_the_docstring():
 def test_every_file_written_is_in_the_scratch_layout(example):
     """references/scratch-layout.md's file table names every file the one command writes."""
     _, out = example
-    layout = (REPO / "references" / "scratch-layout.md").read_text(encoding="utf-8")
+    layout = layout_text()
     table = {m.group(1) for m in re.finditer(r"^\| `([^`]+)` \|", layout, re.M)}
     for p in out.rglob("*"):
         if not p.is_file() or "xplane" in p.relative_to(out).parts:

@@ -54,13 +54,24 @@ def example(tmp_path_factory):
 
 
 def test_the_layout_document_is_the_rendering_of_the_declarations():
-    assert LAYOUT.read_text(encoding="utf-8") == scratch.render_layout()
+    """scratch-layout.md and its parts, one per step, are the declarations rendered; no part
+    is left over from an earlier rendering."""
+    docs = scratch.render_layout()
+    for rel, text in docs.items():
+        assert (LAYOUT.parent / rel).read_text(encoding="utf-8") == text, rel
+    kept = {f"scratch-layout/{p.name}" for p in (LAYOUT.parent / "scratch-layout").glob("*.md")}
+    assert kept == set(docs) - {"scratch-layout.md"}
 
 
-def test_the_script_prints_the_layout():
+def test_the_script_writes_the_layout(tmp_path):
+    p = subprocess.run([sys.executable, "-P", str(SIBLING_SCRIPTS / "scratch_layout.py"),
+                        str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    for rel, text in scratch.render_layout().items():
+        assert (tmp_path / rel).read_text(encoding="utf-8") == text
     p = subprocess.run([sys.executable, "-P", str(SIBLING_SCRIPTS / "scratch_layout.py")],
                        capture_output=True, text=True, timeout=60)
-    assert p.returncode == 0 and p.stdout == LAYOUT.read_text(encoding="utf-8")
+    assert p.returncode == 2 and "usage" in p.stderr
 
 
 def test_each_declaration_is_well_formed():
@@ -90,10 +101,10 @@ def test_every_file_written_is_declared_with_its_header_and_figures(example):
                 assert fh.readline().rstrip("\n").split(",") == scratch.columns(rel), rel
         elif rel.endswith(".json") and isinstance(scratch.DECLARED.get(rel), scratch.File):
             scratch.check_figures(rel, json.loads(p.read_text(encoding="utf-8")))
-    # the single-host run writes every table of the layout but the cross-host ones and the
-    # comparison's (compare.py, of two captures)
+    # the single-host run writes every table of the layout but the cross-host ones, the
+    # comparison's (compare.py, of two captures) and the report writer's own (derived.csv)
     tables = {t for t, d in scratch.TABLES.items()
-              if d.producer not in ("cross_host.py", "compare.py")}
+              if d.producer not in ("cross_host.py", "compare.py", "the report's writer")}
     assert tables <= seen, tables - seen
 
 

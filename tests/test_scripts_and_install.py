@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, layout_text
 
 SKILL_DIRS = {"investigating-jax-traces": REPO,
               "analyzing-jax-launch-overhead": REPO / "analyzing-jax-launch-overhead",
@@ -306,5 +306,5 @@ def test_capture_info_printout_is_a_rendering_of_its_json(shared, tmp_path):
     inv = json.loads((tmp_path / "capture_info.json").read_text())
     printed = [ln for ln in r.stdout.splitlines() if not ln.startswith("wrote ")]
     assert capture_info.render(inv) == printed
-    documented = (REPO / "references" / "scratch-layout.md").read_text()
+    documented = layout_text()
     assert all(f"`{k}`" in documented for k in inv)

@@ -14,7 +14,7 @@ import pytest
 
 from capgen.generate import generate
 from capgen.scenarios import SCENARIOS
-from conftest import REPO
+from conftest import REPO, layout_text
 
 SCRIPT = REPO / "analyzing-jax-launch-overhead" / "scripts" / "skip_stats.py"
 BARE = getattr(sys, "_base_executable", sys.executable)
@@ -397,7 +397,7 @@ def test_result_json_has_its_documented_fields_and_summary_renders_it(corpus, na
     assert (result["straggler"] is not None) == (name == "rocm-8gpu-straggler")
     # every figure in summary.txt comes from the JSON: rendering it gives the file back
     assert skip_writers.render_summary(result) == (out / "summary.txt").read_text().splitlines()
-    documented = (REPO / "references" / "scratch-layout.md").read_text()
+    documented = layout_text()
     assert all(f"`{k}`" in documented for k in RESULT_FIELDS | set(result["figures"]))
 
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Print the scratch folder's layout document, rendered from its declarations
-(tracekit/scratch.py):
+"""Write the scratch folder's layout document, rendered from its declarations
+(tracekit/scratch.py), into a references folder: scratch-layout.md and one part per step in
+scratch-layout/:
 
-    python3 -P analyzing-jax-launch-overhead/scripts/scratch_layout.py \
-        > references/scratch-layout.md
+    python3 -P analyzing-jax-launch-overhead/scripts/scratch_layout.py references
 """
 
 import sys
@@ -14,4 +14,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # bootstrap: the trace
 from tracekit import scratch
 
 if __name__ == "__main__":
-    sys.stdout.write(scratch.render_layout())
+    if len(sys.argv) != 2 or not Path(sys.argv[1]).is_dir():
+        print("usage: scratch_layout.py REFERENCES_FOLDER (an existing folder)", file=sys.stderr)
+        raise SystemExit(2)
+    for rel, text in scratch.render_layout().items():
+        path = Path(sys.argv[1]) / rel
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text, encoding="utf-8")

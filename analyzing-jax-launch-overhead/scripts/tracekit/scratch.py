@@ -16,8 +16,7 @@ its table does not declare. `references/scratch-layout.md` is rendered from thes
 runs where nothing is installed.
 
 Regenerate the layout document after changing a declaration (from the checkout's root):
-    python3 -P analyzing-jax-launch-overhead/scripts/scratch_layout.py \
-        > references/scratch-layout.md
+    python3 -P analyzing-jax-launch-overhead/scripts/scratch_layout.py references
 """
 
 from __future__ import annotations
@@ -676,22 +675,61 @@ def render_file(f: File) -> list[str]:
     return out + [""]
 
 
-def render_layout() -> str:
-    """references/scratch-layout.md: the rules, the file list, then each file declared, in
-    declaration order, then the joins and the rules for bad input."""
+# The layout document's parts, one per step (or per kind of work): the producer's script -> the
+# part's file under references/scratch-layout/ and its title.
+LAYOUT_PARTS = {
+    "capture_info.py": ("step0-capture.md", "Step 0: what the capture holds"),
+    "skip_stats.py": ("step1-verdict.md", "Step 1: verdict and host-side causes"),
+    "reconcile.py": ("step2-reconciliation.md", "Step 2: reconciliation"),
+    "swimlanes.py": ("step3-swimlanes.md", "Step 3: swimlanes"),
+    "attribute_kernels.py": ("step4-attribution.md", "Step 4: kernel, instruction, Python line"),
+    "roofline.py": ("step5-roofline.md", "Step 5: roofline"),
+    "changes.py": ("step6-changes.md", "Step 6: changes"),
+    "trust.py": ("step7-trust.md", "Step 7: trust list"),
+    "report_draft.py": ("report.md", "The report: draft, fact check, page"),
+    "factcheck.py": ("report.md", ""), "the report's writer": ("report.md", ""),
+    "build_page.py": ("report.md", ""),
+    "compare.py": ("compare.md", "Before and after"),
+    "investigate.py": ("job.md", "The job: logs and hand-offs"),
+    "per_host.py": ("hosts.md", "Several hosts"), "cross_host.py": ("hosts.md", ""),
+}
+LAYOUT_DIR = "scratch-layout"
+
+
+def layout_part(item) -> str:
+    """The part of the layout document a declared file is in (by its first producer)."""
+    return LAYOUT_PARTS[item.producer.split(",")[0].strip()][0]
+
+
+def render_layout() -> dict[str, str]:
+    """references/scratch-layout.md (the rules, the file list with each file's part, the joins
+    and the rules for bad input) and references/scratch-layout/<part>.md, one per step: each
+    file declared, in declaration order. Keys: paths relative to references/."""
     items = list(DECLARED.values())
     out = [INTRO.strip(), "", "## Files", "",
-           "| file | producer | one row per | order |", "|---|---|---|---|"]
+           "| file | producer | one row per | order | in |", "|---|---|---|---|---|"]
     for it in items:
+        part = f"[{layout_part(it)}]({LAYOUT_DIR}/{layout_part(it)})"
         if isinstance(it, Table):
-            out.append(f"| `{it.file}` | `{it.producer}` | {_cell(it.row)} | {_cell(it.order)} |")
+            out.append(f"| `{it.file}` | `{it.producer}` | {_cell(it.row)} | {_cell(it.order)} "
+                       f"| {part} |")
         else:
-            out.append(f"| `{it.file}` | `{it.producer}` | ({it.kind}) {_cell(it.what)} | |")
+            out.append(f"| `{it.file}` | `{it.producer}` | ({it.kind}) {_cell(it.what)} | "
+                       f"| {part} |")
     out.append("")
+    docs = {"scratch-layout.md": "\n".join(out + [OUTRO.strip(), ""])}
+    titles = {f: title for f, title in LAYOUT_PARTS.values() if title}
+    parts: dict[str, list] = {}
     for it in items:
-        out += render_table(it) if isinstance(it, Table) else render_file(it)
-    out += [OUTRO.strip(), ""]
-    return "\n".join(out)
+        parts.setdefault(layout_part(it), []).append(it)
+    for part, its in parts.items():
+        docs[f"{LAYOUT_DIR}/{part}"] = "\n".join(
+            [f"# {titles[part]}: its files", "", "Generated from `tracekit/scratch.py` (see "
+             "`../scratch-layout.md`: the rules every file follows, and how the files join).",
+             "", "## Contents"] + [f"- `{it.file}`" for it in its] + [""]
+            + [ln for it in its for ln in (render_table(it) if isinstance(it, Table)
+                                           else render_file(it))])
+    return docs
 
 
 # ---------------------------------------------------------------- the declarations
@@ -702,8 +740,9 @@ INTRO = r"""
 Generated from `analyzing-jax-launch-overhead/scripts/tracekit/scratch.py`, where each file is
 declared once; do not edit it by hand: change the declaration, then, in a checkout of the bundle,
 regenerate it with
-`python3 -P analyzing-jax-launch-overhead/scripts/scratch_layout.py > references/scratch-layout.md`
-(a test keeps the two equal). Each table below lists its columns with their unit and label;
+`python3 -P analyzing-jax-launch-overhead/scripts/scratch_layout.py references`
+(a test keeps them equal). Each file's columns are in its step's part, `scratch-layout/<part>.md`
+(the last column below). Each table below lists its columns with their unit and label;
 a result file lists its figures with their one label.
 
 Read this when you join two tables, when a column's unit is unclear, or before a script writes a
@@ -711,6 +750,15 @@ new file (its issue declares the file in `scratch.py` first, then the code).
 
 The agent runs the scripts in one scratch folder (the current directory, or `--out DIR`). Nothing
 is ever written into the user's capture folder.
+
+## Contents
+- Rules for every JSON result
+- Rules for every CSV
+- Files (each with its part: `scratch-layout/step0-capture.md` to `step7-trust.md`, `report.md`,
+  `compare.md`, `job.md`, `hosts.md`)
+- The cross-host summary
+- How the files join
+- Bad input
 
 ## Rules for every JSON result
 Each step writes its result as `<step>.json` beside its tables: what its `summary.txt` (or, for
