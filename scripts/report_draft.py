@@ -171,11 +171,22 @@ def results(s: Scratch) -> list[str]:
         out.append("- What bounds the step: " + missing("skip_stats.json", "step 1 did not run"))
     out += top_in_brief(s)
     cj = s.json("changes.json") or {}
-    if ((cj.get("figures") or {}).get("step_us") or {}).get("value") is not None:
-        out.append(f"- Step period (to the next step's start: what each change's share is "
-                   f"of): {fig(s, 'changes.json', 'step_us')}; "
-                   f"all changes at once save at most "
-                   f"{fig(s, 'changes.json', 'combined_saving_us')} (an upper bound).")
+    period = (cj.get("figures") or {}).get("step_us") or {}
+    if period.get("value") is not None:
+        n = (cj.get("steps") or {}).get("median")
+        c = "changes.json"
+        cf = (cj.get("figures") or {}).get("combined_saving_us") or {}
+        comb = cite(cf.get("value"), "us", cf.get("label", "inferred"), c,
+                    "figures.combined_saving_us.value")
+        spread = (f"; across the steps it ranges "
+                  f"{cite(period['min'], 'us', period['label'], c, 'figures.step_us.min')} to "
+                  f"{cite(period['max'], 'us', period['label'], c, 'figures.step_us.max')}"
+                  if period.get("min") != period.get("max") else "")
+        out.append(f"- Step period of step {n} (the median-duration step, to the next step's "
+                   f"start: what each change's share is of): "
+                   f"{cite(period['value'], 'us', period['label'], c, 'figures.step_us.value')}"
+                   f"{spread}; "
+                   f"all changes at once save at most {comb} in step {n} (an upper bound).")
     changes = s.rows("changes.csv")
     if changes:
         for r in changes[:1]:
@@ -321,8 +332,18 @@ def streams_section(s: Scratch) -> list[str]:
         out += ["", "![swimlanes of one step](swimlanes.svg)", ""]
         sentence = (sw.get("straggler") or {}).get("sentence")
         if sentence:
-            out.append(f"Straggler: {md_cell(sentence)} (measured; swimlanes.json: "
+            out.append(f"In the drawn step: {md_cell(sentence)} (measured; swimlanes.json: "
                        f"straggler.sentence)")
+        across = (s.json("skip_stats.json") or {}).get("straggler") or {}
+        if across.get("steps") and across.get("gpu") is not None:
+            # the drawn step's last GPU is not a straggler unless it is last in most steps
+            j = "skip_stats.json"
+            last = cite(across.get("steps_last"), "", "measured", j, "straggler.steps_last", 0)
+            out.append(f"Across the steps: GPU {across['gpu']} is last in {last} of "
+                       f"{cite(across['steps'], '', 'measured', j, 'straggler.steps', 0)} steps; "
+                       "step 1 calls a GPU a straggler only when it is last in most steps, ahead "
+                       "of the next by its margin: "
+                       + ("it does here." if across.get("is_straggler") else "not here."))
     else:
         out += ["", missing("swimlanes.json", "step 3 did not run")]
     return out + asked("which stream is the critical path and what the last GPU waits for "
@@ -581,7 +602,8 @@ def changes_table(changes: list, full: bool) -> list[str]:
     k = "rank=*"
     cols = ["rank", f"where (inferred; {CH}: where, {k})"]
     cols += [f"cause (inferred; {CH}: cause, {k})"] if full else []
-    cols += [f"saving per step, range (us) (inferred, not run; {CH}: saving_us, {k})"]
+    cols += [f"saving in the median step (across steps: min–max) (us) (inferred, not run; "
+             f"{CH}: saving_us, {k})"]
     cols += ["at a rate this capture reached (us)", f"step if gone (us) (inferred, not run; "
              f"{CH}: step_if_gone_us, {k})"] if full else []
     cols += [f"knob to test (inferred, not run; {CH}: knob, {k})"]
