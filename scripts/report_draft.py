@@ -436,11 +436,12 @@ def ops_table(s: Scratch, ops: list) -> list[str]:
     they reach (or why none is computable); the figures cited once in the header, by the row's
     program id and instruction (an instruction name repeats across programs)."""
     roof = {(r.get("program_id", ""), r["instruction"]): r for r in (s.rows("roofline.csv") or [])}
-    key = "program_id=*, instruction=*2"
-    out = ["", f"| program | instruction | GPU time (us) (measured; {OPS}: gpu_us, {key}) "
+    key = "program_id=*, instruction=*3"
+    out = ["", "| program id | program | instruction "
+           f"| GPU time (us) (measured; {OPS}: gpu_us, {key}) "
            f"| share of attributed (%) (inferred; {OPS}: pct_of_attributed, {key}) "
            f"| share of GPU time (%) (inferred; {OPS}: pct_of_gpu_time, {key}) "
-           "| Python line | ceiling reached |", "|---|---|---|---|---|---|---|"]
+           "| Python line | ceiling reached |", "|---|---|---|---|---|---|---|---|"]
     for r in ops:
         k = key_of(r, "instruction")
         rf = roof.get((r.get("program_id", ""), r["instruction"]))
@@ -451,10 +452,11 @@ def ops_table(s: Scratch, ops: list) -> list[str]:
             # the reason as text, cited: the numbers inside it are covered by its check
             reach = (f"{md_cell(rf['no_ceiling_why'])} (inferred; roofline.csv: "
                      f"no_ceiling_why, {k})" if rf and rf["no_ceiling_why"] else "")
-        out.append(f"| {r.get('program_id', '')} | {code(r['instruction'])} | "
+        out.append(f"| {r.get('program_id', '')} | {code(r.get('module', ''))} | "
+                   f"{code(r['instruction'])} | "
                    f"{num(r['gpu_us'], 1)} | {num(r['pct_of_attributed'], 2)} | "
                    f"{num(r['pct_of_gpu_time'], 2)} | "
-                   f"{code(r['user_frame'] or r['source'] or '')} | {reach} |")
+                   f"{code(line) if (line := r['user_frame'] or r['source']) else ''} | {reach} |")
     return out
 
 

@@ -498,9 +498,8 @@ def test_every_program_of_a_real_eager_loop_is_ranked_with_its_program(shared, t
     assert not [r for r in changes["refusals"] if r.startswith("cannot rank instructions")]
     assert changes["causes"][0]["cause_kind"] == "dispatch"
     text = (out / "report_draft.md").read_text(encoding="utf-8")
-    assert "| `jit_dot(49)` | `custom-call.1` |" in text
-    assert "(measured; attribution/ops.csv: gpu_us, program_id=49, instruction=custom-call.1)" \
-        in text
+    assert "| 49 | `jit_dot` | `custom-call.1` |" in text
+    assert "(measured; attribution/ops.csv: gpu_us, program_id=*, instruction=*3)" in text
     assert json.loads((out / "factcheck.json").read_text())["verdict"] == "pass"
 
 
@@ -665,7 +664,7 @@ def test_a_modern_model_ranks_attention_then_the_gemm_backend(shared, tmp_path):
     assert info["profiler"]["start_trace_ms"] / info["profile_ms"] > 0.99
     assert 10 < info["profiler"]["between_ms"] < 20
     draft = (out / "report_draft.md").read_text()
-    assert draft.splitlines()[0].endswith(", on `MI355X`")
+    assert " on `MI355X`: " in draft.splitlines()[0]
     assert "no optimizer update in these programs" in draft
 
 

@@ -740,3 +740,19 @@ def test_two_unlike_values_are_said_as_both_not_as_a_median():
     assert "13,782" not in drafted
     three = skip_analysis.spread([1.0, 2.0, 9.0], "us", "measured")
     assert skip_writers._rng(three, str) == "2.0 (1.0-9.0)"
+
+
+def test_the_cause_between_steps_is_weighed_by_time_not_presence():
+    """One short prefetch call beside a long block_until_ready is not an input-pipeline wait:
+    the host is blocked on a result; a data loader that fills the idle is the input pipeline;
+    other work, or host events covering little of the idle, say so."""
+    import gap_causes as gc
+    idle = 45_000
+    block = [("$api.py:3154 block_until_ready", 43_500), ("prefetch_to_device", 390)]
+    assert gc.between_cause(block, 44_000, idle) == "waiting on a result"
+    loader = [("DataLoader.__next__", 30_000), ("$train.py:40 main", 44_000)]
+    assert gc.between_cause(loader, 44_000, idle) == "input pipeline"
+    other = [("$train.py:88 log_metrics", 20_000), ("device_put", 900)]
+    assert gc.between_cause(other, 44_000, idle) == "host work between steps"
+    assert gc.between_cause(block, 1_000, idle) == "mostly not recorded"
+    assert gc.between_cause([], 0, idle) == "not recorded"

@@ -40,6 +40,15 @@ CONTAINER_RE = re.compile(r"^(PjitFunction|PJRT_|PjRt|GpuExecutable::|Thunks::)|
 INPUT_PIPELINE_RE = re.compile(r"(?i)iterator|dataset|dataloader|data_loader|prefetch|next_batch|"
                                r"get_next|device_put|infeed|transfer_to_device|BufferFromPyval|"
                                r"HtoD|H2D|MemcpyH2D")
+# Host events whose names say the host is waiting on a result (block_until_ready, device_get,
+# reading a value, a stream or device synchronisation): idle between steps with these filling it
+# is the host blocked on a result, whatever else ran beside.
+SYNC_RE = re.compile(r"(?i)block_until_ready|block_host_until_ready|device_get|__array__|"
+                     r"\bitem\b|_value\b|synchroniz|Synchronize|await")
+# A named class explains the idle between steps only where one of its events holds at least this
+# share of the host time recorded there (one short prefetch call among milliseconds of other
+# work is not an input-pipeline wait).
+BETWEEN_CLASS_SHARE = 0.5
 # Host events covering less than this share of the idle between steps do not explain it (the
 # tail of the step's own sync wait, a launch call): the idle counts as not recorded.
 BETWEEN_RECORDED_SHARE = 0.10
@@ -199,7 +208,8 @@ def between_steps(a: Analysis, step_rows) -> None:
     """Per step and GPU: the step period (this step's start to the next step's, any step the
     capture holds), the GPU idle after its last kernel until the next step starts, the largest
     host events inside that idle (all host threads, containers left out) and its cause class:
-    input pipeline (input-preparing names), host work between steps, or not recorded."""
+    waiting on a result, input pipeline, host work between steps, or not recorded
+    (between_cause)."""
     order = sorted(a.steps, key=lambda st: st.start)
     nxt = {st.number: order[i + 1].start for i, st in enumerate(order[:-1])}
     for r in step_rows:
@@ -218,12 +228,21 @@ def between_steps(a: Analysis, step_rows) -> None:
 
 
 def between_cause(events, covered: int, idle: int) -> str:
+    """The cause class of the GPU idle between steps from the host events inside it ((name,
+    time) pairs) and the time they cover: the named class (waiting on a result, input
+    pipeline) one of whose events holds at least BETWEEN_CLASS_SHARE of that time, by time, not
+    by presence."""
     if not events:
         return "not recorded"
     if covered < BETWEEN_RECORDED_SHARE * idle:
         return "mostly not recorded"  # events there, but they cover under 10% of the idle
-    if any(INPUT_PIPELINE_RE.search(name) for name, _ in events):
-        return "input pipeline"
+    for cause, pattern in (("waiting on a result", SYNC_RE),
+                           ("input pipeline", INPUT_PIPELINE_RE)):
+        # the class's largest event against the time recorded there (events nest and overlap:
+        # their sum is no share)
+        if max((t for name, t in events if pattern.search(name)), default=0) >= \
+                BETWEEN_CLASS_SHARE * covered:
+            return cause
     return "host work between steps"
 
 
@@ -242,6 +261,8 @@ CAUSE_WORDS = {
     "mostly not recorded": "with host events covering under 10% of that idle (steps.csv "
                            "between_host_events names them)",
     "input pipeline": "with the host preparing input (iterator, transfer or device_put events)",
+    "waiting on a result": "with the host blocked waiting on a result (block_until_ready, "
+                           "device_get or a synchronisation: steps.csv between_host_events)",
     "host work between steps": "with the host busy in other work (the events named in "
                                "steps.csv between_host_events)",
 }

@@ -1319,9 +1319,10 @@ declare(Table(
             "`idle_between_us` as a share of `period_us`"),
         col("between_cause", "", "",
             "`not recorded` (no host event in the idle), `mostly not recorded` (host events "
-            "there, covering under 10% of it), `input pipeline` (iterator, data loader, "
-            "prefetch, device_put or host-to-device names), `host work between steps` "
-            "(anything else)"),
+            "there, covering under 10% of it), `waiting on a result` (block_until_ready, "
+            "device_get, a synchronisation: at least half the recorded host time), `input "
+            "pipeline` (iterator, data loader, prefetch, device_put or host-to-device names: at "
+            "least half of it), `host work between steps` (anything else)"),
         col("between_host_events", "", "",
             "the host events inside that idle, every thread, summed by name, the largest five "
             "(`name=us | ...`)"),
