@@ -217,6 +217,15 @@ def top_in_brief(s: Scratch) -> list[str]:
     them (its refusal is said in section 4)."""
     refusals = rank_refusals(s)
     out = []
+    kn = "attribution/kernel_names.csv"
+    top = (s.rows(kn) or [])[:BRIEF_ROWS]
+    names = [r for r in top if citeable(r["kernel"])]
+    if names:  # by name alone: no matching involved
+        share = [cell(r["pct_of_gpu_time"], "%", "inferred", kn, "pct_of_gpu_time",
+                      "kernel=" + kernel_key(r["kernel"]), 2) for r in names]
+        out.append("- Top kernels by name, share of GPU time: " + "; ".join(
+            f"{code(r['kernel'])} ({r['family']}) {c}" for r, c in zip(names, share, strict=True))
+            + ("; the longer names in kernel_names.csv" if len(names) < len(top) else "") + ".")
     for table, what, col, refused in ((OPS, "Top instructions", "instruction", refusals["ops"]),
                                       (LINES, "Top Python lines", "user_frame",
                                        refusals["lines"])):
@@ -227,6 +236,20 @@ def top_in_brief(s: Scratch) -> list[str]:
             out.append(f"- {what} by share of GPU time: " + "; ".join(
                 f"{code(r[col])} {c}" for r, c in zip(rows, share, strict=True)) + ".")
     return out
+
+
+MAX_CITED_NAME = 100  # a kernel name longer than this is left to its table, not cited inline
+
+
+def citeable(name: str) -> bool:
+    """Whether a kernel name can stand as a citation's filter value (short, and none of the
+    characters a citation or a code span is made of)."""
+    return bool(name) and len(name) <= MAX_CITED_NAME and not set(name) & set('"()`;|\n\\')
+
+
+def kernel_key(name: str) -> str:
+    """A kernel name as a filter value: quoted where it holds a comma."""
+    return f'"{name}"' if "," in name else name
 
 
 def key_of(r: dict, col: str) -> str:
