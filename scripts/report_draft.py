@@ -39,6 +39,7 @@ DRAFT = "report_draft.md"
 TOP_ROWS = 8  # instructions and Python lines listed: enough to cover most time in practice
 BRIEF_ROWS = 3  # instructions, lines and changes said in brief
 MAIN_ROWS = 5  # rows of a long table in its section; all of them in the appendix
+MAIN_CHANGES = 3  # changes in section 5 with their assumptions; every change in the appendix
 RECONCILE_ROWS = 20  # failed checks listed; the rest are named by their file, not counted
 HOW, OPS, LINES = "attribution/how.csv", "attribution/ops.csv", "attribution/lines.csv"
 PHASES = "attribution/phases.csv"
@@ -547,7 +548,7 @@ def appendix(s: Scratch) -> list[str]:
     rule = (s.json("changes.json") or {}).get("combine_rule")
     if rule:
         out += [f"How they combine: {md_cell(rule)} (inferred; changes.json: combine_rule)", ""]
-    out += assumptions(changes, changes[:MAIN_ROWS])
+    out += assumptions(changes, changes[:MAIN_CHANGES])
     needs = [r for r in s.rows("trust.csv") or [] if r["section"] == "needs_new_capture"]
     if needs:
         out += ["### Questions that need a new capture", "",
@@ -592,11 +593,11 @@ def changes_section(s: Scratch) -> list[str]:
     cj = s.json("changes.json") or {}
     if changes is None:
         return [missing("changes.csv", "step 6 did not run"), ""]
-    out = changes_table(changes[:MAIN_ROWS], full=False)
-    if len(changes) > MAIN_ROWS:
-        out += ["", "Every change, with its saving at a rate this capture reached and the step "
-                "if it were gone: the appendix."]
-    out += assumptions(changes[:MAIN_ROWS])
+    out = changes_table(changes[:MAIN_CHANGES], full=False)
+    if len(changes) > MAIN_CHANGES:
+        out += ["", "The other changes, and each with its saving at a rate this capture "
+                "reached and the step if it were gone: the appendix."]
+    out += assumptions(changes[:MAIN_CHANGES])
     if cj.get("combine_rule"):
         out += ["", "How the savings combine (never add them): the appendix."]
     return out + asked("order the changes for the user and say which to test first, with the "
