@@ -658,6 +658,10 @@ INSTRUCTION = Prose(
                         "left unfused), a larger batch size (more work per launch)"),
         "reduction": ("fusion of the reduction with its producer, fewer passes over the same "
                       "data (one reduction for several statistics)"),
+        "scatter": ("fewer colliding updates (a scatter-add's updates to one row serialise: "
+                    "sorted or unique indices, indices_are_sorted / unique_indices where they "
+                    "hold), or a dense form where the table is small (a one-hot matmul for an "
+                    "embedding's gradient)"),
         "far": "at under 10% of its ceiling check the kernel's launch size and occupancy first",
         "from f32": "a lower-precision dtype on the matrix units (bf16 for f32)",
         "from bf16": ("fp8 on the matrix units where the model tolerates it and the GPU has them "
@@ -678,8 +682,8 @@ def dtype_knob(dtype: str) -> str:
 
 def instruction_prose(c: dict, exposed: str) -> tuple[str, str]:
     """An instruction row's assumptions and knob: the knob by the kind of work (attention, GEMM,
-    element-wise, reduction), else by what binds it (memory bandwidth, else its dtype's peak),
-    and launch size first when it runs far from its ceiling."""
+    element-wise, reduction, scatter), else by what binds it (memory bandwidth, else its dtype's
+    peak), and launch size first when it runs far from its ceiling."""
     said, knobs = INSTRUCTION.assumptions, INSTRUCTION.knob
     memory = c["binding"] == "memory"
     target = said["target"].format(best=pct_text(c["best"]), by=c["best_by"]) \
@@ -689,7 +693,8 @@ def instruction_prose(c: dict, exposed: str) -> tuple[str, str]:
         target=target, ceiling=said["memory"] if memory else said["compute"].format(
             dtype=c["ceiling_dtype"] or "its dtype"))
     work = c.get("work", "").removesuffix(" backward")
-    if work in ("attention", "gemm") and not memory or work in ("elementwise", "reduction"):
+    if work in ("attention", "gemm") and not memory or \
+            work in ("elementwise", "reduction", "scatter"):
         knob = knobs[work].format(backend=c.get("backend") or "its backend")
     else:
         knob = knobs["memory"] if memory else knobs["compute"].format(

@@ -462,3 +462,19 @@ def test_runs_are_the_executions_the_gpu_ran(tmp_path, reused):
         rows = [x for x in csv.DictReader(fh) if x["pct_of_ceiling"]]
     assert rows and all(float(x["pct_of_ceiling"]) <= 100 for x in rows)
     assert all(int(x["runs"]) % (truth[sc.program_id] - late) == 0 for x in rows)
+
+
+def test_a_scatter_is_work_of_its_own():
+    """A scatter (an embedding's gradient: updates land by index, colliding ones serialise) is
+    never held to a reduction's rate, and its knob is about its indices, not a reduction's."""
+    import changes
+
+    from jaxperf.cost import hlo_costs
+    assert hlo_costs.what_work({"scatter", "add", "parameter"}) == "scatter"
+    assert hlo_costs.what_work({"reduce", "add"}) == "reduction"
+    assert hlo_costs.what_work({"dot", "scatter"}) == "gemm"
+    c = {"binding": "memory", "method": "fused computation", "best": 7.38,
+         "best_by": "input_scatter_fusion.1", "ceiling_dtype": "f32", "work": "scatter",
+         "pct": 0.14}
+    _, knob = changes.instruction_prose(c, "its exposed part")
+    assert "colliding updates" in knob and "reduction" not in knob

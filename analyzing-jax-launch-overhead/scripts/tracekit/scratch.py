@@ -950,8 +950,9 @@ declare(Table(
             "time puts it past a physical limit: above its ceiling or faster than memory)"),
         col("work", "", "",
             "the kind of work: attention, attention backward (a work of its own: a forward is "
-            "never held to a backward's rate), gemm, convolution, reduction, elementwise, data "
-            "movement, copy, kernel or custom (empty where not computable)"),
+            "never held to a backward's rate), gemm, convolution, scatter (its updates land by "
+            "index: never held to a reduction's rate), reduction, elementwise, data movement, "
+            "copy, kernel or custom (empty where not computable)"),
         col("backend", "", "",
             "who generates its kernel: `library <custom call target>` (cuBLAS, hipBLASLt, "
             "cuDNN, Transformer Engine, ...), `triton` (a Triton fusion: XLA's GEMM fusions), "

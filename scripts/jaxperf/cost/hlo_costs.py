@@ -26,8 +26,8 @@ SLICE_OPCODES = frozenset({"slice", "dynamic-slice", "gather"})
 # What an instruction's work is (Cost.kind): what a measured target of the same kind compares
 # (an attention backward is work of its own: its kernels recompute and reduce what the forward's
 # do not, so a forward is never held to a backward's rate)
-WORK_KINDS = ("attention", "attention backward", "gemm", "convolution", "reduction",
-              "elementwise", "data movement", "copy", "kernel", "custom")
+WORK_KINDS = ("attention", "attention backward", "gemm", "convolution", "scatter",
+              "reduction", "elementwise", "data movement", "copy", "kernel", "custom")
 
 
 def _prod(xs) -> int:
@@ -77,12 +77,15 @@ def what_work(found: set) -> str:
     """The kind of work (WORK_KINDS) of an instruction whose costing walked through the opcodes
     `found` (its fused computations included), for comparing it with the same kind of work
     elsewhere in the capture: a dot or convolution anywhere in it (a GEMM fusion), else a
-    reduction, else element-wise arithmetic, else data movement."""
+    scatter (its updates land by index: atomics, not a reduction's tree), else a reduction,
+    else element-wise arithmetic, else data movement."""
     if "dot" in found:
         return "gemm"
     if "convolution" in found:
         return "convolution"
-    if found & {"reduce", "reduce-window", "scatter", "select-and-scatter"}:
+    if found & {"scatter", "select-and-scatter"}:
+        return "scatter"
+    if found & {"reduce", "reduce-window"}:
         return "reduction"
     if found & FLOP_OPCODES:
         return "elementwise"
