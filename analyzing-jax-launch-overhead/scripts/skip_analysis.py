@@ -481,7 +481,16 @@ def weigh(h: float, b: float, c: float, u: float, gpus: int) -> tuple[str, list]
                      f"HOST_SHARE_NEGLIGIBLE {HOST_SHARE_NEGLIGIBLE:.0%}")
         name = "device-bound"
     else:
-        fired.append("no threshold fired alone")
+        # each threshold with the share it was held against: a mixed verdict says why
+        fired.append(f"no threshold fired alone: host-late share {h:.1%} < "
+                     f"LAUNCH_BOUND_HOST_SHARE {LAUNCH_BOUND_HOST_SHARE:.0%}; busy-or-queued "
+                     f"share {b:.1%} " + (
+                         f"< DEVICE_BOUND_BUSY_SHARE {DEVICE_BOUND_BUSY_SHARE:.0%}"
+                         if b < DEVICE_BOUND_BUSY_SHARE else
+                         f">= DEVICE_BOUND_BUSY_SHARE {DEVICE_BOUND_BUSY_SHARE:.0%} but host-late "
+                         f"share >= HOST_SHARE_NEGLIGIBLE {HOST_SHARE_NEGLIGIBLE:.0%}")
+                     + (f"; collective share up to {c:.1%} < COLLECTIVE_BOUND_SHARE "
+                        f"{COLLECTIVE_BOUND_SHARE:.0%}" if gpus > 1 else ""))
         name = "mixed"
     if u > HOST_SHARE_NEGLIGIBLE:
         fired.append(f"caution: {u:.1%} of the bounding stream's step is gaps of unknown cause "
