@@ -922,6 +922,17 @@ IDLE_BETWEEN_STEPS = Prose(
         "work between steps done ahead)"),
     knob=("input pipeline prefetching, async dispatch (no host synchronisation every step, e.g. "
           "reading the loss), the host's per-step Python work off the step's path"))
+# The knob to test first by what step 1 found in that idle (skip_stats.json between_steps.cause);
+# any other cause takes the Prose's.
+IDLE_BETWEEN_KNOBS = {
+    "waiting on a result": (
+        "async dispatch: stop blocking on every step's result (block_until_ready, reading the "
+        "loss or a metric each step); read results every N steps so the next step dispatches "
+        "while this one runs; then the host's per-step Python work off the step's path"),
+    "input pipeline": (
+        "input pipeline prefetching (prepare and device_put the next batch while this step "
+        "runs), then async dispatch (no host synchronisation every step)"),
+}
 
 
 @cause("idle_between_steps", IDLE_BETWEEN_STEPS)
@@ -935,9 +946,11 @@ def idle_between_steps(ctx: Context) -> Found:
     sav, idle, b = ctx.each("idle_between"), ctx.median_path.idle_between, ctx.bound
     if sav[ctx.at] < MIN_SAVING_US:
         return Found([], refusals=refusals)
+    cause = ((ctx.s1 or {}).get("between_steps") or {}).get("cause")
     return Found([Row(f"GPU {b} is idle after its critical stream's last kernel until the next "
                       f"step starts: {us_text(idle)} after step {ctx.median}",
-                      f"GPU {b}", 100.0 * idle / ctx.window, spread(sav, ctx.at))],
+                      f"GPU {b}", 100.0 * idle / ctx.window, spread(sav, ctx.at),
+                      knob=IDLE_BETWEEN_KNOBS.get(cause))],
                  refusals=refusals)
 
 

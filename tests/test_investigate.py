@@ -235,6 +235,16 @@ def test_every_shared_jax_capture_runs_to_the_end(shared, tmp_path, rel):
     assert fc["verdict"] == "pass", fc["failing"][:5]
     assert p.stdout.startswith("verdict: ")
     assert_no_figure_past_a_limit(tmp_path / "scratch")
+    # the idle between steps takes the knob of its cause: on the conv3d capture the host blocks
+    # on each step's result (block_until_ready), so async dispatch comes first, not prefetching
+    skip = json.loads((tmp_path / "scratch" / "skip_stats.json").read_text())
+    first = read(tmp_path / "scratch" / "changes.csv")[0]
+    if skip.get("between_steps", {}).get("cause") == "waiting on a result" and \
+            first["cause_kind"] == "idle_between_steps":
+        assert first["knob"].startswith("async dispatch: stop blocking"), first["knob"]
+    if rel.endswith("conv3d-8gpu"):
+        assert first["cause_kind"] == "idle_between_steps" and \
+            skip["between_steps"]["cause"] == "waiting on a result"
 
 
 def assert_no_figure_past_a_limit(out):
