@@ -780,8 +780,9 @@ def check_segment(scratch, text: str, where, claim_of, ctx: Context, rows: list)
                     cite=dc, label=label, found=found,
                     why=why + (" (the column header's citation)" if why else ""))
             covered.append(((0, len(text)), f"inside the text cell checked against {dc.table}"))
-    # one walk: the figures before each citation not yet claimed (a stack: only its top is
-    # ever claimed), and where the previous citation ended
+    # one walk: the figures before each citation not yet claimed (a stack: its top is claimed,
+    # or, for a value's citation, the nearest below the identifiers on top), and where the
+    # previous citation ended
     by_end = sorted(figures, key=lambda f: f.end)
     unclaimed: list = []
     nxt = prev = 0
@@ -961,28 +962,30 @@ def restated(rows: list[Row]) -> None:
     time") that restates a figure the report cites and the check found right elsewhere is that
     figure again: ok, the row saying where it is cited. Whole numbers only: a figure written
     with decimals is a measurement of its own and needs its citation."""
-    cited: dict = {}
+    cited: dict = {}  # (value, dimension) -> the row that cites it
+    constants: dict = {}  # value -> (name, source, row) of a derived figure's named constant
     for r in rows:
         if r.verdict == "ok" and r.table:
             v = written_value(r.figure)
             if v is not None:
                 cited.setdefault(v, r)
             for name, value, source in constants_of(r):
-                for dim in {d for d, _ in WRITTEN_UNITS.values()}:
-                    cited.setdefault((value, dim), Row(r.line, 0, "", "", r.label,
-                                                       f"[{source}]", name))
+                constants.setdefault(value, (name, source, r))
     for r in rows:
         if r.verdict != "no_table" or not r.why.startswith(("no citation", "its citation is")):
             continue
         v = written_value(r.figure)
-        src = cited.get(v) if v is not None else None
-        if src is None or ("." in r.figure and src.claim):  # a constant: as written, decimals
+        if v is None:
             continue
-        r.verdict, r.label, r.table, r.selector, r.found_value = \
-            "ok", src.label, src.table, src.selector, src.found_value
-        r.why = (f"restates the figure cited on line {src.line} ({src.table}: "
-                 f"{src.selector})" if src.claim else
-                 f"restates the constant {src.selector} {src.table} of line {src.line}'s formula")
+        if v in cited and "." not in r.figure:  # a whole number: the same figure again
+            src = cited[v]
+            r.verdict, r.label, r.table, r.selector, r.found_value = \
+                "ok", src.label, src.table, src.selector, src.found_value
+            r.why = f"restates the figure cited on line {src.line} ({src.table}: {src.selector})"
+        elif v[0] in constants:  # a constant, as written, decimals and all, in any unit
+            name, source, src = constants[v[0]]
+            r.verdict, r.label, r.table, r.selector = "ok", src.label, f"[{source}]", name
+            r.why = f"restates the constant {name} [{source}] of line {src.line}'s formula"
 
 
 def check_table(scratch, lines, line_start, rows):

@@ -315,17 +315,16 @@ def reconciliation_section(s: Scratch) -> list[str]:
 
 def failed_checks(s: Scratch) -> list[str]:
     """Every reconciliation check that did not pass, with its trust-list sentence."""
-    out: list[str] = []
     bad = [r for r in (s.rows("reconciliation.csv") or []) if r["status"] != "pass"]
-    if bad:
-        out += ["", "| check | GPU | stream | status | trust-list sentence |",
-                "|---|---|---|---|---|"]
-        for r in bad:
-            key = f"check={r['check']}, device={r['device']}" + (
-                f", stream={r['stream']}" if r["stream"] else "")
-            out.append(f"| {r['check']} | {r['device']} | {r['stream']} | {r['status']} | "
-                       f"{md_cell(r['trust_sentence'])} (measured; reconciliation.csv: "
-                       f"trust_sentence, {key}) |")
+    if not bad:
+        return []
+    out = ["", "| check | GPU | stream | status | trust-list sentence |", "|---|---|---|---|---|"]
+    for r in bad:
+        key = f"check={r['check']}, device={r['device']}" + (
+            f", stream={r['stream']}" if r["stream"] else "")
+        out.append(f"| {r['check']} | {r['device']} | {r['stream']} | {r['status']} | "
+                   f"{md_cell(r['trust_sentence'])} (measured; reconciliation.csv: "
+                   f"trust_sentence, {key}) |")
     return out + [""]
 
 
@@ -526,7 +525,7 @@ def appendix(s: Scratch) -> list[str]:
     if it were gone, every failed reconciliation check."""
     out = ["### Step 1's figures", ""] + figures_table(s)
     bad = failed_checks(s)
-    out += ["### Reconciliation checks that did not pass"] + bad if len(bad) > 1 else []
+    out += ["### Reconciliation checks that did not pass"] + bad if bad else []
     out += ["### GPUs and streams", ""] + streams_table(s)
     how = [r for r in (s.rows(HOW) or []) if r["program_id"] == "all"]
     if how:
