@@ -94,9 +94,10 @@ def profiler_calls(host) -> dict | None:
         return None
     spans: dict[str, list] = {"start_trace": [], "stop_trace": []}
     for ln in host.lines:
-        for name, start, dur, _ in ln.select(frozenset(ids), frozenset()):
-            call = rules.PROFILER_CALL_RE.match(name).group(1)
-            spans[call].append((start, start + dur))
+        c = ln.columns(frozenset(), ids)
+        for mid, start, dur in zip(c.mid.tolist(), c.start.tolist(), c.dur.tolist(),
+                                   strict=True):
+            spans[ids[mid]].append((start, start + dur))
     out = {f"{call}_ms": sum(b - a for a, b in sp) / 1e9 if sp else None
            for call, sp in spans.items()}
     starts, stops = spans["start_trace"], spans["stop_trace"]

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import itertools
 import re
+
+import numpy as np
 
 from jaxperf.match.kernel_match import Kernel
 from tracekit import step_cli
@@ -20,14 +23,17 @@ KERNEL_STATS = frozenset({"correlation_id", "hlo_op", "program_id", "memcpy_deta
     rules.GRAPH_ID_STATS
 
 
-def _flat(ordinal, line) -> list[tuple]:
-    """One stream's events as the tuples kernel_match.Kernel takes (without `cpu`)."""
-    lid = line.id
-    graph_ids = rules.GRAPH_ID_STATS
-    return [(ordinal, lid, start, dur, name, st.get("correlation_id"), st.get("hlo_op"),
-             st.get("program_id"), not graph_ids.isdisjoint(st), "memcpy_details" in st,
-             st.get("hlo_module"))
-            for name, start, dur, st in line.tuples(KERNEL_STATS)]
+def _stream_kernels(ordinal, line) -> list:
+    """One stream's events as kernel_match.Kernel records, built from the line's columns."""
+    c = line.columns(KERNEL_STATS)
+    st, has = c.stats, c.present
+    graph = np.zeros(len(c.mid), bool)
+    for k in rules.GRAPH_ID_STATS:
+        graph |= has[k]
+    return list(map(Kernel, itertools.repeat(ordinal), itertools.repeat(line.id),
+                    c.start.tolist(), c.dur.tolist(), c.names(), st["correlation_id"],
+                    st["hlo_op"], st["program_id"], graph.tolist(),
+                    has["memcpy_details"].tolist(), st["hlo_module"]))
 
 
 def graph_launch_ids(space) -> set:
@@ -38,9 +44,10 @@ def graph_launch_ids(space) -> set:
             continue
         mids = frozenset(m for m, n in plane.event_names.items() if rules.is_graph_launch(n))
         for line in plane.lines:
-            for _, _, _, st in line.select(mids, frozenset({"correlation_id"})):
-                if "correlation_id" in st:
-                    out.add(st["correlation_id"])
+            if mids:
+                out.update(line.columns(frozenset({"correlation_id"}), mids)
+                           .stats["correlation_id"])
+    out.discard(None)
     return out
 
 
@@ -50,8 +57,9 @@ def collect_kernels(space) -> tuple[list, bool]:
     kernels = []
     for plane in space.gpu_planes():
         progress("collecting each GPU's kernels", len(kernels), unit="kernels so far")
-        kernels += [kernel(*t) for line in plane.lines if line.name.startswith("Stream #")
-                    for t in _flat(plane.gpu_ordinal, line)]
+        for line in plane.lines:
+            if line.name.startswith("Stream #"):
+                kernels += _stream_kernels(plane.gpu_ordinal, line)
     if kernels:
         launched = graph_launch_ids(space)
         if launched:
@@ -135,26 +143,30 @@ def host_record(space) -> tuple[list[HostExecution], list[tuple]]:
     calls: list[tuple] = []
     if host is None:
         return out, calls
-    wanted = EXECUTION_STATS | {"correlation_id"}
+    thunk_ids, module_ids = {}, {}
+    for mid, name in host.event_names.items():
+        if m := EXECUTE_THUNKS_RE.match(name):
+            thunk_ids[mid] = int(m.group(1)) if m.group(1) else None
+        elif name.endswith(MODULE_EVENT_SUFFIX):
+            module_ids[mid] = name[:-len(MODULE_EVENT_SUFFIX)]
     for line in host.lines:
+        c = line.columns(EXECUTION_STATS)
+        st = c.stats
+        starts = c.start.tolist()
+        calls += [(t, line.id, x) for t, x in zip(starts, st["correlation_id"], strict=True)
+                  if x is not None]
         thunks, mods = [], []
-        for ev in line.events(wanted):
-            c = ev.stats.get("correlation_id")
-            if c is not None:
-                calls.append((ev.start_ps, line.id, c))
-            name = ev.name
-            m = EXECUTE_THUNKS_RE.match(name)
-            if m:
-                pid = ev.stats.get("program_id")
-                thunks.append(HostExecution(line.id, ev.start_ps, ev.start_ps + ev.duration_ps,
-                                            str(ev.stats.get("module_name") or ""),
-                                            pid if isinstance(pid, int) else None,
-                                            int(m.group(1)) if m.group(1) else None))
-            elif name.endswith(MODULE_EVENT_SUFFIX):
-                pid = ev.stats.get("program_id")
-                mods.append(HostExecution(line.id, ev.start_ps, ev.start_ps + ev.duration_ps,
-                                          name[:-len(MODULE_EVENT_SUFFIX)],
-                                          pid if isinstance(pid, int) else None))
+        for i in np.flatnonzero(np.isin(c.mid, list(thunk_ids) + list(module_ids))).tolist():
+            mid, start = int(c.mid[i]), starts[i]
+            pid = st["program_id"][i]
+            e = HostExecution(line.id, start, start + int(c.dur[i]), "",
+                              pid if isinstance(pid, int) else None)
+            if mid in thunk_ids:
+                e.module, e.ordinal = str(st["module_name"][i] or ""), thunk_ids[mid]
+                thunks.append(e)
+            else:
+                e.module = module_ids[mid]
+                mods.append(e)
         thunks.sort(key=lambda e: e.start)
         starts = [t.start for t in thunks]
         for m in mods:
@@ -187,17 +199,11 @@ def map_executions(execs, launches, owner, names) -> list:
         return [launches[i] for i in range(lo, hi)]
 
     def owners(e, calls):
-        found = set()
-        for _, _, c in calls:
-            for pid, dev in owner.get(c, ()):
-                if e.program_id is not None and pid != e.program_id:
-                    continue
-                if e.program_id is None and names.get(pid) != e.module:
-                    continue
-                if e.ordinal is not None and isinstance(dev, int) and dev != e.ordinal:
-                    continue
-                found.add((pid, dev))
-        return found
+        found = set().union(*[owner.get(c, ()) for _, _, c in calls])
+        return {(pid, dev) for pid, dev in found
+                if (pid == e.program_id if e.program_id is not None
+                    else names.get(pid) == e.module)
+                and (e.ordinal is None or not isinstance(dev, int) or dev == e.ordinal)}
 
     out: list = [None] * len(execs)
     votes: dict[tuple, int] = {}

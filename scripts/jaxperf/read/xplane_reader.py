@@ -7,6 +7,12 @@
   ``Space.repeated_stat_events``.
 - Times are integer picoseconds from the profile start:
   ``line.timestamp_ns * 1000 + event.offset_ps``.
+- Events are columns: protobuf parses the file with every line's events left as bytes
+  (``xprotos.BULK``); the events of all lines are then decoded at once (``wire``: a field at a
+  time across all of them) into metadata ids, offsets and durations, and a line's stats when it
+  is first read. ``Line.columns(only)`` gives numpy columns and one list per stat asked for;
+  ``Line.events()`` the same one event at a time, for small uses. A test holds the decoding
+  equal to protobuf's own parser on every shared capture.
 - ``/host:metadata`` holds one serialized ``xla.HloProto`` per program, keyed by program id.
 
 What the reader guarantees (anything else is an XPlaneError: one sentence naming the file):
@@ -22,13 +28,15 @@ What the reader guarantees (anything else is an XPlaneError: one sentence naming
 
 from __future__ import annotations
 
-import operator
+import itertools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jaxperf.read import xprotos
+import numpy as np
+
+from jaxperf.read import wire, xprotos
 from tracekit.step_cli import StepError, progress
 from tracekit.trace_rules import MAX_TIME_PS, cut_name, runs_past_capture
 
@@ -50,6 +58,7 @@ STAT_KINDS = {**{k: int for k in _INT_STATS}, **{k: str for k in _STR_STATS},
               "Hlo Proto": bytes}
 _KIND_WORDS = {int: "a non-negative integer", str: "a string", bytes: "bytes"}
 UNIQUE_PLANES = ("/host:CPU", "/host:metadata")
+_I64_MAX = (1 << 63) - 1
 
 
 class XPlaneError(StepError):
@@ -68,96 +77,172 @@ class Event:
         return self.start_ps + self.duration_ps
 
 
+@dataclass(slots=True)
+class Columns:
+    """Some of a line's events as columns: metadata ids, starts and durations (int64 arrays,
+    ps from the profile start) and, per stat name asked for, a list of each event's value
+    (None where it has none): its own stat, else its metadata's."""
+    mid: np.ndarray
+    start: np.ndarray
+    dur: np.ndarray
+    stats: dict
+    present: dict  # stat name -> bool array: the event has a value
+    plane: Plane
+
+    def names(self) -> list:
+        """Each event's name (its metadata's; "" where it has none)."""
+        return _mapped(self.mid, self.plane.event_names, "").tolist()
+
+
+# XStat's value fields: (field number, wire type) of double, uint64, int64, str, bytes, ref
+_VALUE_FIELDS = ((2, 1), (3, 0), (4, 0), (5, 2), (6, 2), (7, 0))
+
+
+class _Events:
+    """Every event of the file decoded at once, in bulk (wire.fields), lines back to back: the
+    metadata id, offset and duration of each; its stats' spans, kept per lockstep round
+    (event indices ascending in each) and decoded for a line when it is first read
+    (`stats`). `data`: the events' bytes, where string and bytes stats are read."""
+
+    def __init__(self, raw: list):
+        data, starts, ends = wire.spans(raw)
+        self.buf = wire.padded(data)
+        self.data = data
+        n = len(raw)
+        cols = {8: np.zeros(n, np.int64), 16: np.zeros(n, np.int64), 24: np.zeros(n, np.int64)}
+        self.rounds = []  # (event indices, payload positions, lengths) of the stats, per round
+        for idx, number, wt, val, length in wire.fields(self.buf, starts, ends):
+            tag = number << 3 | wt
+            for code, col in cols.items():  # metadata_id, offset_ps, duration_ps
+                m = tag == code
+                col[idx[m]] = wire.signed(val[m])
+            cols[16][idx[tag == 40]] = 0  # num_occurrences: offset_ps's oneof
+            m = tag == 34
+            if m.any():
+                self.rounds.append((idx[m], val[m].astype(np.int64), length[m]))
+        self.mid, self.off, self.dur = cols[8], cols[16], cols[24]
+
+    def stats(self, lo: int, hi: int) -> _Stats:
+        """The stats of events lo..hi-1, decoded."""
+        parts = []
+        for idx, at, length in self.rounds:
+            a, b = np.searchsorted(idx, (lo, hi)).tolist()
+            if b > a:
+                parts.append((idx[a:b], at[a:b], length[a:b]))
+        return _Stats(self, parts, lo)
+
+
+class _Stats:
+    """A line's stats, in the order written on each event: its event (within the line), stat
+    metadata id, value field (XStat's field number; 0: none), value bits or payload position,
+    payload length."""
+    __slots__ = ("event", "key", "kind", "val", "len")
+
+    def __init__(self, events: _Events, parts: list, lo: int):
+        cat = (lambda i: np.concatenate([p[i] for p in parts])) if parts else \
+            (lambda i: np.zeros(0, np.int64))
+        self.event, at, ln = cat(0) - lo, cat(1), cat(2)
+        ns = at.size
+        self.key, self.kind = np.zeros(ns, np.int64), np.zeros(ns, np.int8)
+        self.val, self.len = np.zeros(ns, np.uint64), np.zeros(ns, np.int64)
+        for idx, number, wt, val, length in wire.fields(events.buf, at, at + ln):
+            tag = number << 3 | wt
+            m = tag == 8
+            self.key[idx[m]] = wire.signed(val[m])
+            for f, w in _VALUE_FIELDS:
+                m = tag == (f << 3 | w)
+                if m.any():
+                    i = idx[m]
+                    self.kind[i], self.val[i], self.len[i] = f, val[m], length[m]
+
+
 @dataclass
 class Line:
     id: int
     name: str
     timestamp_ns: int
     plane: Plane = field(repr=False)
-    _proto: object = field(repr=False)
+    _events: _Events = field(repr=False)
+    _lo: int = field(repr=False)
+    _hi: int = field(repr=False)
+    _stats: _Stats | None = field(default=None, repr=False)
+    _counted: set = field(default_factory=set, repr=False)  # stat ids whose repeats are counted
 
     def __len__(self) -> int:
-        return len(self._proto.events)
+        return self._hi - self._lo
+
+    @property
+    def mid(self) -> np.ndarray:
+        return self._events.mid[self._lo:self._hi]
+
+    @property
+    def off(self) -> np.ndarray:
+        return self._events.off[self._lo:self._hi]
+
+    @property
+    def dur(self) -> np.ndarray:
+        return self._events.dur[self._lo:self._hi]
+
+    def columns(self, only: frozenset | None = None, metadata_ids=None) -> Columns:
+        """The events as columns with the stats named in `only` (None: every stat); with
+        `metadata_ids`, only the events whose metadata id is one of them."""
+        plane, mid = self.plane, self.mid
+        keep = None if metadata_ids is None else np.flatnonzero(
+            np.isin(mid, np.fromiter(metadata_ids, np.int64, len(metadata_ids))))
+        start = self.off + self.timestamp_ns * 1000
+        cols = Columns(mid if keep is None else mid[keep], start if keep is None else
+                       start[keep], self.dur if keep is None else self.dur[keep], {}, {}, plane)
+        names = plane.stat_names
+        wanted = set(names.values()) if only is None else only
+        for key in sorted(wanted):
+            values, has = self._stat(key, [k for k, n in names.items() if n == key])
+            cols.stats[key] = (values if keep is None else values[keep]).tolist()
+            cols.present[key] = has if keep is None else has[keep]
+        return cols
+
+    def _stat(self, key: str, ids: list) -> tuple[np.ndarray, np.ndarray]:
+        """Each event's value of stat `key` (stat metadata ids `ids`): its own first, else its
+        metadata's; None where neither (an object array), and where it has one."""
+        plane, mid = self.plane, self.mid
+        if self._stats is None:
+            self._stats = self._events.stats(self._lo, self._hi)
+        ev = self._stats
+        n = mid.size
+        col = np.full(n, None, dtype=object)
+        has = np.zeros(n, bool)
+        sel = np.flatnonzero(np.isin(ev.key, ids)) if ids else np.zeros(0, np.int64)
+        if sel.size:
+            events, first = np.unique(ev.event[sel], return_index=True)
+            if events.size < sel.size and key not in self._counted:
+                plane._space.repeated_stat_events += sel.size - events.size
+            self._counted.add(key)
+            sel = sel[first]  # a repeated key: the first value is kept
+            col[events] = plane.values(key, ev, sel)
+            has[events] = True
+        meta = {m: st[key] for m, st in plane.metadata_stats.items() if key in st}
+        if meta:
+            ids_ = np.array(sorted(meta), np.int64)
+            at = np.minimum(np.searchsorted(ids_, mid), ids_.size - 1)
+            fill = (ids_[at] == mid) & ~has
+            values = np.empty(ids_.size, object)
+            values[:] = [meta[m] for m in ids_.tolist()]
+            col[fill] = values[at[fill]]
+            has |= fill
+        return col, has
 
     def events(self, only: frozenset | None = None) -> Iterator[Event]:
-        """Decode this line's events one by one (nothing is cached). `only`: the stat names to
-        decode (others are skipped unread: much faster on large captures)."""
-        plane = self.plane
-        names = plane.event_names
-        meta_stats = plane.metadata_stats
-        decode = plane.decode_stats
-        ids = None
-        if only is not None:
-            ids = frozenset(k for k, n in plane.stat_names.items() if n in only)
-            meta_stats = {m: {k: v for k, v in st.items() if k in only}
-                          for m, st in meta_stats.items()}
-        base_ps = self.timestamp_ns * 1000
-        for ev in self._proto.events:
-            mid = ev.metadata_id
-            own = decode(ev.stats, ids) if ev.stats else None
-            shared = meta_stats.get(mid)
-            if shared and own:
-                stats = dict(shared)
-                stats.update(own)
-            else:
-                stats = dict(own or shared or ())
-            yield Event(names.get(mid, ""), base_ps + ev.offset_ps, ev.duration_ps, stats)
-
-
-    def tuples(self, only: frozenset) -> Iterator[tuple]:
-        """(name, start_ps, duration_ps, stats) per event, decoding only the stats named in
-        `only`: the fast path for large captures (no Event objects, no merging of unneeded
-        metadata stats)."""
-        plane = self.plane
-        names = plane.event_names
-        stat_names = plane.stat_names
-        ids = {k: n for k, n in stat_names.items() if n in only}
-        meta = {m: {k: v for k, v in st.items() if k in only}
-                for m, st in plane.metadata_stats.items()}
-        meta = {m: st for m, st in meta.items() if st}
-        base_ps = self.timestamp_ns * 1000
-        kinds = STAT_KINDS
-        for ev in self._proto.events:
-            mid = ev.metadata_id
-            own = {}
-            for st in ev.stats:
-                key = ids.get(st.metadata_id)
-                if key is None or key in own:  # a repeated key: the first value is kept
-                    continue
-                kind = st.WhichOneof("value")
-                value = own[key] = stat_names.get(st.ref_value, "") if kind == "ref_value" \
-                    else getattr(st, kind) if kind else None
-                want = kinds.get(key)
-                if want is not None and (type(value) is not want or
-                                         (want is int and value < 0)):
-                    plane.bad_stat(key, value)
-            shared = meta.get(mid)
-            yield (names.get(mid, ""), base_ps + ev.offset_ps, ev.duration_ps,
-                   {**shared, **own} if shared else own)
-
-
-    def select(self, metadata_ids: frozenset, only: frozenset) -> Iterator[tuple]:
-        """`tuples()` for the events whose metadata id is in `metadata_ids` only (the others
-        are skipped without decoding a stat)."""
-        if not metadata_ids:
-            return
-        plane = self.plane
-        names = plane.event_names
-        decode = plane.decode_stats
-        ids = frozenset(k for k, n in plane.stat_names.items() if n in only)
-        meta = plane.metadata_stats
-        base_ps = self.timestamp_ns * 1000
-        for ev in self._proto.events:
-            mid = ev.metadata_id
-            if mid not in metadata_ids:
-                continue
-            stats = {k: v for k, v in meta.get(mid, {}).items() if k in only}
-            stats.update(decode(ev.stats, ids))
-            yield names.get(mid, ""), base_ps + ev.offset_ps, ev.duration_ps, stats
+        """The events one by one, with the stats named in `only` (None: all)."""
+        c = self.columns(only)
+        keys = list(c.stats)
+        rows = zip(*c.stats.values(), strict=True) if keys else itertools.repeat(())
+        for name, start, dur, values in zip(c.names(), c.start.tolist(), c.dur.tolist(), rows,
+                                            strict=bool(keys)):
+            yield Event(name, start, dur,
+                        {k: v for k, v in zip(keys, values, strict=True) if v is not None})
 
 
 class Plane:
-    def __init__(self, proto, space: Space):
+    def __init__(self, proto, space: Space, events: _Events, first: int):
         self._proto = proto
         self._space = space
         self.id = proto.id
@@ -170,10 +255,12 @@ class Plane:
             if md.stats:
                 self.metadata_stats[k] = self.decode_stats(md.stats)
         self.stats = self.decode_stats(proto.stats)
-        self.lines = [
-            Line(ln.id, ln.name, ln.timestamp_ns, self, ln)
-            for ln in proto.lines
-        ]
+        self.events = events
+        self.lines = []
+        for ln in proto.lines:
+            self.lines.append(Line(ln.id, ln.name, ln.timestamp_ns, self, events, first,
+                                   first + len(ln.events)))
+            first += len(ln.events)
 
     def __repr__(self) -> str:
         return f"Plane({self.name!r}, lines={len(self.lines)})"
@@ -201,6 +288,46 @@ class Plane:
             out[key] = value
         return out
 
+    def values(self, key: str, ev: _Stats, sel: np.ndarray) -> list:
+        """The values of the stats at `sel` of a line's decoded events, as Python values (a ref
+        is the name of the stat-metadata entry it points at), each of the kind STAT_KINDS gives
+        `key`, else bad_stat."""
+        kind, val, length = ev.kind[sel], ev.val[sel], ev.len[sel]
+        out = np.full(sel.size, None, dtype=object)
+        for k in np.unique(kind).tolist():
+            m = np.flatnonzero(kind == k)
+            v = val[m]
+            if k == 2:
+                out[m] = v.view(np.float64).tolist()
+            elif k in (3, 4):
+                out[m] = (wire.signed(v) if k == 4 else v).tolist()
+            elif k == 7:
+                out[m] = _mapped(v, self.stat_names, "")
+            elif k in (5, 6):
+                data, seen = self.events.data, {}
+                at = v.astype(np.int64)
+                for i, a, b in zip(m.tolist(), at.tolist(), (at + length[m]).tolist(),
+                                   strict=True):
+                    raw = data[a:b]
+                    text = seen.get(raw)
+                    if text is None:
+                        try:
+                            text = seen[raw] = raw.decode() if k == 5 else raw
+                        except UnicodeDecodeError:
+                            raise XPlaneError(f"{self._space.path} has a {key} stat on plane "
+                                              f"{_name(self.name)} that is not UTF-8 text, so "
+                                              "the file is corrupt") from None
+                    out[i] = text
+        want = STAT_KINDS.get(key)
+        if want is not None:
+            ok = {int: (3, 4), str: (5, 7), bytes: (6,)}[want]
+            bad = ~np.isin(kind, ok)
+            if want is int:
+                bad |= (kind == 4) & (wire.signed(val) < 0)
+            if bad.any():
+                self.bad_stat(key, out[int(np.flatnonzero(bad)[0])])
+        return out.tolist()
+
     def bad_stat(self, key: str, value) -> None:
         """Raise the one sentence for a stat of the wrong kind."""
         shown = repr(value)
@@ -224,6 +351,14 @@ class Plane:
             yield k, md.name, self.metadata_stats.get(k, {})
 
 
+def _mapped(keys: np.ndarray, table: dict, default) -> np.ndarray:
+    """table[key] (else `default`) for each key, looked up once per distinct key."""
+    distinct, where = np.unique(keys, return_inverse=True)
+    values = np.empty(distinct.size, object)
+    values[:] = [table.get(k, default) for k in distinct.tolist()]
+    return values[where.reshape(-1)]
+
+
 def _name(text: str) -> str:
     """A plane or line name for a sentence: control characters escaped, cut at 60."""
     shown = repr(text)[1:-1]
@@ -238,7 +373,13 @@ class Space:
         self.errors = list(proto.errors)
         self.warnings = list(proto.warnings)
         seen: set = set()
-        extents: list = []
+        self.planes = []
+        try:
+            events = _Events([e for p in proto.planes for ln in p.lines for e in ln.events])
+        except wire.WireError as exc:
+            raise XPlaneError(f"{path} is not a readable XSpace protobuf: its events are "
+                              f"corrupt ({exc})") from exc
+        first = 0
         for i, p in enumerate(proto.planes):
             progress("checking the xplane's planes", i, len(proto.planes), "planes")
             # a GPU plane by its ordinal: /device:GPU:0 and /device:GPU:00 are one GPU twice
@@ -249,9 +390,9 @@ class Space:
                                   f"{' (GPU ' + str(key[1]) + ')' if m else ''}; XProf writes "
                                   "each once, so the file is corrupt or merged")
             seen.add(key)
-            extents.extend(_check_times(path, p))
-        _check_extent(path, extents)
-        self.planes = [Plane(p, self) for p in proto.planes]
+            self.planes.append(Plane(p, self, events, first))
+            first += sum(len(ln.events) for ln in p.lines)
+        _check_extent(path, [e for p in self.planes for e in _check_times(path, p)])
 
     def plane(self, name: str) -> Plane | None:
         for p in self.planes:
@@ -288,33 +429,36 @@ class Space:
         return env.stats.get("profile_start_time"), env.stats.get("profile_stop_time")
 
 
-def _check_times(path: Path, plane) -> list:
+def _check_times(path: Path, plane: Plane) -> list:
     """Every event of the plane starts within MAX_TIME_PS of the profile start and lasts 0 to
     MAX_TIME_PS; else the sentence names the first event that does not. Returns each line's
-    extent: (first start, last start, last end, the plane, the line, its timestamp in ps)."""
+    extent: (first start, last start, last end, the line, the event that ends last)."""
     extents = []
     for ln in plane.lines:
-        evs = ln.events
-        if not evs:
+        if not len(ln):
             continue
         base = ln.timestamp_ns * 1000
-        offs = [e.offset_ps for e in evs]
-        durs = [e.duration_ps for e in evs]
-        if (min(durs) >= 0 and max(durs) <= MAX_TIME_PS and base + min(offs) >= -MAX_TIME_PS
-                and base + max(offs) <= MAX_TIME_PS):
-            extents.append((base + min(offs), base + max(offs),
-                            base + max(map(operator.add, offs, durs)), plane, ln, base))
+        off, dur = ln.off, ln.dur
+        # the start base + offset within +-MAX_TIME_PS, compared without leaving int64
+        lo, hi = -MAX_TIME_PS - base, MAX_TIME_PS - base
+        bad = (dur < 0) | (dur > MAX_TIME_PS)
+        if lo > _I64_MAX or hi < -_I64_MAX:
+            bad[:] = True
+        else:
+            bad |= (off < max(lo, -_I64_MAX)) | (off > min(hi, _I64_MAX))
+        i = int(np.argmax(bad)) if bad.any() else None
+        if i is None:  # every start within +-MAX_TIME_PS, so base fits and nothing wraps
+            starts = off + np.int64(base)
+            ends = starts + dur
+            last = int(np.argmax(ends))
+            extents.append((int(starts.min()), int(starts.max()), int(ends[last]), ln, last))
             continue
-        for i, (o, d) in enumerate(zip(offs, durs, strict=True)):
-            if d < 0 or d > MAX_TIME_PS:
-                what = f"a duration of {d:,} ps"
-            elif abs(base + o) > MAX_TIME_PS:
-                what = f"a start {base + o:,} ps from the profile start"
-            else:
-                continue
-            raise XPlaneError(f"{path} has an event (number {i:,} of line {_name(ln.name)} on "
-                              f"plane {_name(plane.name)}) with {what}; expected 0 to "
-                              f"{MAX_TIME_PS:,} ps, so the file is corrupt")
+        o, d = int(off[i]), int(dur[i])
+        what = f"a duration of {d:,} ps" if d < 0 or d > MAX_TIME_PS else \
+            f"a start {base + o:,} ps from the profile start"
+        raise XPlaneError(f"{path} has an event (number {i:,} of line {_name(ln.name)} on "
+                          f"plane {_name(plane.name)}) with {what}; expected 0 to "
+                          f"{MAX_TIME_PS:,} ps, so the file is corrupt")
     return extents
 
 
@@ -323,12 +467,10 @@ def _check_extent(path: Path, extents: list) -> None:
     if not extents:
         return
     first, last = min(e[0] for e in extents), max(e[1] for e in extents)
-    _, _, end, plane, ln, base = max(extents, key=lambda e: e[2])
+    _, _, end, ln, i = max(extents, key=lambda e: e[2])
     if runs_past_capture(first, last, end):
-        i = next(i for i, e in enumerate(ln.events)
-                 if base + e.offset_ps + e.duration_ps == end)
         raise XPlaneError(f"{path} has an event (number {i:,} of line {_name(ln.name)} on "
-                          f"plane {_name(plane.name)}) lasting {ln.events[i].duration_ps:,} "
+                          f"plane {_name(ln.plane.name)}) lasting {int(ln.dur[i]):,} "
                           f"ps, to {(end - last) / 1e6:,.0f} us after the last event starts, "
                           f"while all start within {(last - first) / 1e6:,.0f} us: it "
                           "outlasts the profile that recorded it, so the file is corrupt")
@@ -341,11 +483,8 @@ def stream_totals(space: Space) -> list[list[int]]:
     for plane in space.gpu_planes():
         for line in plane.lines:
             if line.name.startswith("Stream #"):
-                n = total = 0
-                for ev in line._proto.events:
-                    n += 1
-                    total += ev.duration_ps
-                out.append([plane.gpu_ordinal, line.id, n, total])
+                out.append([plane.gpu_ordinal, line.id, len(line),
+                            sum(line.dur.tolist())])
     return out
 
 
@@ -367,7 +506,7 @@ def load_space(path) -> Space:
     if not data:
         raise XPlaneError(f"{path} is empty; expected a serialized XSpace from XProf")
     try:
-        proto = classes["XSpace"].FromString(data)
+        proto = classes[f"{xprotos.BULK}.XSpace"].FromString(data)
     except Exception as exc:  # the runtime raises DecodeError or RuntimeError by backend
         raise XPlaneError(
             f"{path} is not a readable XSpace protobuf (truncated or another format): {exc}"

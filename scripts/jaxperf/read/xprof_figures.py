@@ -258,7 +258,7 @@ def header_copy(space, path: Path) -> Path:
     the 5x-seed capture its conversion of the whole xplane took 5.6 s, of this copy (1.7 MB
     of 89 MB) 0.2 s, with the same peaks (tests compare the two on every shared capture)."""
     from jaxperf.read import xprotos
-    xs = xprotos.classes()["XSpace"]()
+    xs = xprotos.classes()[f"{xprotos.BULK}.XSpace"]()  # the classes xplane_reader parsed with
     xs.hostnames.extend(space.hostnames)
     for plane in space.planes:
         src, dst = plane._proto, xs.planes.add()

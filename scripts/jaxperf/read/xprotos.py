@@ -71,6 +71,14 @@ _XPLANE = {
     ],
 }
 
+# The same XSpace with each line's events left as bytes (`classes()["bulk.XSpace"]`): the wire
+# format of a message and of bytes is one, so the reader takes every event's bytes from the
+# parser and decodes them in bulk (jaxperf.read.wire), never one message object per event.
+BULK = "bulk"
+_XPLANE_BULK = {name: [(f[0], f[1], "bytes", f[3]) if (name, f[0]) == ("XLine", "events") else f
+                       for f in fields]
+                for name, fields in _XPLANE.items() if name != "XEvent"}
+
 _HLO = {
     "HloProto": [("hlo_module", 1, "HloModuleProto", "opt")],
     "HloModuleProto": [
@@ -494,11 +502,12 @@ def classes():
         raise MissingDependency(
             "the protobuf package is not installed: pip install -r requirements.txt") from exc
     pool = descriptor_pool.DescriptorPool()
-    _build(pool, descriptor_pb2, "tensorflow.profiler", _XPLANE)
-    _build(pool, descriptor_pb2, "xla", _HLO)
+    packages = (("tensorflow.profiler", _XPLANE), ("xla", _HLO), (BULK, _XPLANE_BULK))
+    for package, messages in packages:
+        _build(pool, descriptor_pb2, package, messages)
     out = {}
-    for package, messages in (("tensorflow.profiler", _XPLANE), ("xla", _HLO)):
+    for package, messages in packages:
         for name in messages:
-            out[name] = message_factory.GetMessageClass(
-                pool.FindMessageTypeByName(f"{package}.{name}"))
+            out[name if package != BULK else f"{BULK}.{name}"] = \
+                message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.{name}"))
     return out
