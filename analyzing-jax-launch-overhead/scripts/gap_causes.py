@@ -82,14 +82,25 @@ class GapIndex:
 
     def get(self, key) -> list:
         """[(starts, events, longest duration)] per class of the thread (key None: of every
-        thread together, so that a search over all threads is one search, not one a thread);
-        [] when it has none."""
-        if key not in self.built:
-            by_class: dict = {}
+        thread together, so that a search over all threads is one search, not one a thread,
+        merged from the threads' own); [] when it has none."""
+        built = self.built.get(key)
+        if built is not None:
+            return built
+        by_class: dict = {}
+        if key is None:  # each thread's classes, merged: every host event is sorted once
+            for k in self.host_threads:
+                for _, evs, _ in self.get(k):
+                    by_class.setdefault((evs[0][1] - evs[0][0]).bit_length() >> 1, []).append(evs)
+            merged = {}
+            for k, runs in by_class.items():
+                evs = [e for run in runs for e in run]
+                evs.sort()
+                merged[k] = evs
+            by_class = merged
+        else:
             known = _CONTAINER
-            events = (h for evs in self.host_threads.values() for h in evs) if key is None \
-                else self.host_threads.get(key, ())
-            for h in events:  # a hot loop: every host event once
+            for h in self.host_threads.get(key, ()):  # a hot loop: every host event once
                 name = h["name"]
                 c = known.get(name)
                 if c is None:
@@ -101,12 +112,12 @@ class GapIndex:
                 if lst is None:
                     lst = by_class[k] = []
                 lst.append((hs, hs + d, name))
-            classes = []
             for evs in by_class.values():
                 evs.sort()
-                classes.append(([e[0] for e in evs], evs, max(e[1] - e[0] for e in evs)))
-            self.built[key] = classes
-        return self.built[key]
+        classes = [([e[0] for e in evs], evs, max(e[1] - e[0] for e in evs))
+                   for evs in by_class.values()]
+        self.built[key] = classes
+        return classes
 
 
 def gap_parts(prev_end: int, ev) -> list:
