@@ -9,9 +9,10 @@ Usage:
 Example:
     python3 -P $B/scripts/attribute_kernels.py ~/logs/plugins/profile/2026_02_20_13_54_10
 
-Reads only the .xplane.pb. It first copies it to ./attribution/xplane/ (the device planes whole,
-the other planes without their events: all XProf reads here) and has XProf write the
-`<module>(<id>).hlo_proto.pb` files beside the copy (the capture folder is never written to).
+Reads only the .xplane.pb: its events and the programs' HLO (/host:metadata). For XProf's own
+hlo_stats, the coverage cross-check, it copies it to ./attribution/xplane/ (the device planes
+whole, the other planes without their events: all XProf reads here; the capture folder is never
+written to).
 Writes into ./attribution/ (or DIR/attribution/):
     kernels.csv  every GPU event (kernels, memcpys, memsets): its instruction, the inner
                  instruction its label named, match class, confidence, op_name, source, user frame
@@ -41,8 +42,7 @@ steps read) unless --program names one; every kernel is still listed.
 Match classes: exact, name, order, none (SKILL.md step 4; references/attribution.md).
 --user-re picks the frame that counts as user code (default: the first frame outside
 site-packages, jax and the frameworks of hlo_program.FRAMEWORK_PACKAGES).
---no-xprof skips the XProf coverage cross-check (and reads the HLO from
-the capture directly).
+--no-xprof skips the XProf coverage cross-check.
 A CPU capture is not an error: its XLA:CPU thunk events are the kernels of device "CPU".
 
 Exit codes: 0 done; 1 the input cannot be used (one sentence says why); 2 usage;
@@ -92,7 +92,6 @@ INSTALL = "pip install -r requirements.txt (jax, jaxlib, xprof, protobuf, numpy)
 # XProf's hlo_stats sums self times rounded to its own precision: differences below this are
 # rounding, not coverage.
 COVERAGE_TOLERANCE_PCT = 0.01
-PROGRAM_FILE_RE = re.compile(r"^(.*)\((\d{1,19})\)\.hlo_proto\.pb$")
 
 
 
@@ -105,48 +104,29 @@ def _user_path(exc, copy: Path, xplane: Path) -> str:
                            type(exc).__name__)
 
 
-def copy_and_convert(xplane: Path, folder: Path, use_xprof: bool) -> tuple[Path, dict, float]:
-    """Copy the xplane to folder/xplane/ (its device planes' events and every plane's metadata:
-    xprof_figures.device_copy) and have XProf write the HLO protos there.
-    Returns the copy, {program id: (module name, serialized HloProto)} and XProf's seconds."""
+def xplane_copy(xplane: Path, folder: Path) -> Path:
+    """Copy the xplane to folder/xplane/ for XProf's hlo_stats (its device planes' events and
+    every plane's metadata: xprof_figures.device_copy); returns the copy."""
     dest = folder / "xplane"
     if dest.exists():
-        shutil.rmtree(dest)  # stale protos of another capture would be reused by XProf
+        shutil.rmtree(dest)  # XProf would reuse the saved results of another capture
     dest.mkdir(parents=True)
     copy = dest / xplane.name
     xprof_figures.device_copy(xplane, copy)  # XProf reads the device planes' events only
-    protos: dict[int, tuple[str, bytes]] = {}
-    seconds = 0.0
-    if use_xprof:
-        t = time.perf_counter()
-        try:
-            xprof_figures.convert(copy)
-        except ImportError as exc:
-            raise step_cli.MissingPackage(
-                f"the xprof package is not installed ({exc}); {INSTALL}") from exc
-        except xprof_figures.XProfError as exc:
-            raise step_cli.StepError(f"XProf could not read {xplane}: "
-                                     f"{_user_path(exc, copy, xplane)}") from exc
-        seconds = time.perf_counter() - t
-        for f in sorted(dest.glob("*.hlo_proto.pb")):
-            m = PROGRAM_FILE_RE.match(f.name)
-            if m:
-                protos[int(m.group(2))] = (m.group(1), f.read_bytes())
-    return copy, protos, seconds
+    return copy
 
 
-def load(metadata_protos: dict, blobs: dict):
-    """The programs, each parsed and checked (hlo_program.load): XProf's protos (`blobs`)
-    where it wrote them, else the capture's own /host:metadata (`metadata_protos`:
-    Space.hlo_protos). Returns {id: (name, module)} and {id: Program} of the readable programs,
-    and {id: (name, why)} of the others (a refusal each, not the loss of the run)."""
+def load(metadata_protos: dict):
+    """The programs of the capture's /host:metadata (`metadata_protos`: Space.hlo_protos), each
+    parsed and checked (hlo_program.load). XProf's own extraction of them was dropped: on
+    every shared capture its protos parse equal to these, and it decoded the xplane again.
+    Returns {id: (name, module)} and {id: Program} of the readable programs, and {id: (name,
+    why)} of the others (a refusal each, not the loss of the run)."""
     from jaxperf.program.hlo_program import ProgramError
     from jaxperf.program.hlo_program import load as load_program
-    if not blobs:
-        blobs = {pid: (name.rsplit("(", 1)[0], blob)
-                 for pid, (name, blob) in metadata_protos.items()}
     protos, built, unreadable = {}, {}, {}
-    for pid, (name, blob) in sorted(blobs.items()):
+    for pid, (name, blob) in sorted(metadata_protos.items()):
+        name = name.rsplit("(", 1)[0]
         try:
             prog = load_program(blob, pid)
         except ProgramError as exc:
@@ -390,7 +370,10 @@ def xprof_coverage(pending, copy: Path) -> tuple[float | None, float, str]:
     t = time.perf_counter()
     try:
         data = pending.result()
-    except (ImportError, xprof_figures.XProfError) as exc:  # reported, not fatal
+    except ImportError as exc:
+        raise step_cli.MissingPackage(
+            f"the xprof package is not installed ({exc}); {INSTALL}") from exc
+    except xprof_figures.XProfError as exc:  # reported, not fatal
         return None, time.perf_counter() - t, f"XProf's hlo_stats failed: {exc}"
     seconds = time.perf_counter() - t
     # kept beside the copy for the roofline step, which would otherwise convert it again
@@ -488,14 +471,11 @@ def run(capture, out: Path, opts: Options) -> tuple[dict, list]:
     t0 = time.perf_counter()
     x = read_xplane(capture, opts.own_process)
     with rules.atomic_folder(out / "attribution") as tmp:
-        if opts.use_xprof:
-            progress("XProf: extracting the programs' HLO")
-        copy, blobs, xprof_names_s = copy_and_convert(files.xplane, tmp, opts.use_xprof)
+        copy = xplane_copy(files.xplane, tmp)
         # XProf's hlo_stats for the coverage check converts in its own process meanwhile
-        pending = xprof_figures.Pending(copy, "hlo_stats", names=False) if opts.use_xprof \
-            else None
+        pending = xprof_figures.Pending(copy, "hlo_stats") if opts.use_xprof else None
         try:
-            m = match_capture(capture, x, blobs, opts)
+            m = match_capture(capture, x, opts)
             t_match = time.perf_counter() - t0
             progress("writing the tables", len(m.kernels), unit="kernels")
             if opts.steps_when_told:  # step 1 writes steps.csv meanwhile: wait for its end
@@ -517,8 +497,7 @@ def run(capture, out: Path, opts: Options) -> tuple[dict, list]:
         result = build_result(
             files=files, m=m, tables=tables, coverage=coverage, opts=opts, refusals=refusals,
             hlo_names=hlo_names,
-            timing={"matching": round(t_match, 3), "xprof_extraction": round(xprof_names_s, 3),
-                    "xprof_hlo_stats": round(xprof_s, 3)})
+            timing={"matching": round(t_match, 3), "xprof_hlo_stats": round(xprof_s, 3)})
         written = write_result(tmp, result, tables.written)
     return result, written
 
@@ -576,12 +555,12 @@ class Matched:
     sources: Sources
 
 
-def match_capture(capture, x: XPlaneRead, blobs: dict, opts: Options) -> Matched:
-    """Load the programs (XProf's protos in `blobs`, else the capture's), choose one, match
-    every event and count each program's executions."""
+def match_capture(capture, x: XPlaneRead, opts: Options) -> Matched:
+    """Load the capture's programs, choose one, match every event and count each program's
+    executions."""
     files = capture.files
     kernels, cpu = x.kernels, x.cpu
-    protos, built, unreadable = load(x.protos, blobs)
+    protos, built, unreadable = load(x.protos)
     if not protos:
         _, why = next(iter(unreadable.values()))
         raise step_cli.StepError(f"no program in {files.xplane} can be attributed: {why}" +
@@ -1146,8 +1125,7 @@ def render_summary(r: dict) -> list[str]:
                  "kernel time to an instruction; XProf's hlo_stats cross-check skipped "
                  "(--no-xprof)")
     t = r["timing_s"]
-    s.append(f"timing: matching {t['matching']:.2f} s (XProf's HLO extraction "
-             f"{t['xprof_extraction']:.2f} s of it); XProf hlo_stats cross-check "
+    s.append(f"timing: matching {t['matching']:.2f} s; XProf hlo_stats cross-check "
              f"{t['xprof_hlo_stats']:.2f} s waited for (it converts while the step matches)")
     s.append(f"hlo text: {r['hlo_text']}" if r["hlo_text"] else
              "hlo text: not written (see the program: lines)")
@@ -1161,7 +1139,7 @@ def options(ap) -> None:
                     "code (default: the first frame outside site-packages, jax and the "
                     "frameworks flax, praxis, paxml, equinox, haiku, optax, keras)")
     ap.add_argument("--no-xprof", action="store_true",
-                    help="skip XProf (its HLO protos and its coverage cross-check)")
+                    help="skip XProf's coverage cross-check (its hlo_stats)")
     step_cli.told_option(ap, "--steps-when-told", "step 1's steps.csv", "step 1")
 
 

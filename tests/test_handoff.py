@@ -162,7 +162,7 @@ def test_an_abandoned_xprof_conversion_is_ended(tmp_path):
 
     big = tmp_path / "h.xplane.pb"
     big.write_bytes(b"\x0a\x00" * 10)
-    pending = xprof_figures.Pending(big, "hlo_stats", names=False)
+    pending = xprof_figures.Pending(big, "hlo_stats")
     proc = pending._proc
     pending.cancel()
     assert proc.poll() is not None
@@ -170,7 +170,7 @@ def test_an_abandoned_xprof_conversion_is_ended(tmp_path):
 
 def _hlo_stats(path):
     from jaxperf.read import xprof_figures
-    return xprof_figures.convert(path, "hlo_stats", names=False)
+    return xprof_figures.convert(path, "hlo_stats")
 
 
 def test_xprof_reads_the_same_from_the_device_planes_copy(shared, tmp_path):

@@ -1419,9 +1419,9 @@ capture). Header only when the capture has no traced call (the tracer off). `ski
 
 declare(File(
     "attribution/xplane/", "attribute_kernels.py", "folder",
-    "a copy of the xplane (the device planes whole, the other planes without their events), "
-    "XProf's `<module>(<id>).hlo_proto.pb` files beside it, and XProf's "
-    "hlo_stats output (`hlo_stats.json`, which `roofline.py` reads instead of converting again)",
+    "a copy of the xplane (the device planes whole, the other planes without their events) "
+    "and XProf's hlo_stats output (`hlo_stats.json`, which `roofline.py` reads instead of "
+    "converting again)",
     fields="""
 The copy is made so that XProf writes its files beside it, never into the capture folder; its
 conversion leaves its own intermediate files here too (`ALL_HOSTS.op_stats_v2.pb`).
@@ -1655,7 +1655,7 @@ elsewhere), and later steps read this file, never the prose. Top-level fields:
   coverage at least XProf's hlo_stats).
 - `refusals`: sentences "cannot ... because ...".
 - `low_confidence_below`: the confidence threshold (0.6); `timing_s`: `matching`,
-  `xprof_extraction`, `xprof_hlo_stats` (the seconds the step waited for XProf's hlo_stats,
+  `xprof_hlo_stats` (the seconds the step waited for XProf's hlo_stats,
   which converts in its own process while the step matches and writes); `hlo_text`: the HLO
   text's file name, or null; `tables`: file -> rows written.
 - `executions`: per device (as a string), the chosen program's `executions` (counted as

@@ -40,16 +40,13 @@ try:
 except ImportError as exc:
     sys.stderr.write("\nXPROF-ERROR: " + str(exc) + "\n")
     sys.exit(3)
-copy, tool, names = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+copy, tool = sys.argv[1], sys.argv[2]
 try:
-    if names:
-        r.xspace_to_tool_names([copy])
-    if tool:
-        data = r.xspace_to_tool_data([copy], tool, {"use_saved_result": False})
-        data = data[0] if isinstance(data, tuple) else data
-        if isinstance(data, str):
-            data = data.encode("utf-8", "replace")
-        sys.stdout.buffer.write(data or b"")
+    data = r.xspace_to_tool_data([copy], tool, {"use_saved_result": False})
+    data = data[0] if isinstance(data, tuple) else data
+    if isinstance(data, str):
+        data = data.encode("utf-8", "replace")
+    sys.stdout.buffer.write(data or b"")
 except Exception as exc:
     sys.stderr.write("\nXPROF-ERROR: " + (str(exc) or type(exc).__name__).replace("\n", " ")
                      + "\n")
@@ -58,16 +55,15 @@ except Exception as exc:
 
 
 class Pending:
-    """One XProf conversion running in its child process while the step goes on with its own
-    work (the two use two cores where there are): `result()` waits for its data, `cancel()`
-    ends it. With `names`, XProf's list of tools first (which writes each program's
-    <module>(<id>).hlo_proto.pb beside the copy); then `tool`'s data (empty without a tool)."""
+    """One XProf conversion (`tool`) running in its child process while the step goes on with
+    its own work (the two use two cores where there are): `result()` waits for its data,
+    `cancel()` ends it."""
 
-    def __init__(self, copy: Path, tool: str = "", names: bool = True):
+    def __init__(self, copy: Path, tool: str):
         self._out = tempfile.TemporaryFile()
         self._err = tempfile.TemporaryFile()
         self._proc = subprocess.Popen(
-            [sys.executable, "-c", _CHILD, str(copy), tool, "1" if names else "0"],
+            [sys.executable, "-c", _CHILD, str(copy), tool],
             stdin=subprocess.DEVNULL, stdout=self._out, stderr=self._err)
 
     def result(self) -> str:
@@ -98,9 +94,9 @@ class Pending:
         self._err.close()
 
 
-def convert(copy: Path, tool: str = "", names: bool = True) -> str:
+def convert(copy: Path, tool: str) -> str:
     """XProf on the xplane `copy` in a child process, waited for (Pending.result)."""
-    return Pending(copy, tool, names).result()
+    return Pending(copy, tool).result()
 
 
 def costs(out: Path) -> tuple[dict, str]:
@@ -135,7 +131,7 @@ def costs(out: Path) -> tuple[dict, str]:
     return out_costs, ""
 
 
-# XProf's conversions of step 4 (the HLO extraction and hlo_stats) read the device planes'
+# XProf's conversion of step 4 (hlo_stats) reads the device planes'
 # events and every plane's metadata; the host plane's events (as many again: each launch, each
 # Python call) only cost XProf time and memory (its child held 3 GB at ten times the seed's
 # size). `device_copy` writes the xplane without them, at the level of its bytes (XSpace field 1:
@@ -283,7 +279,7 @@ def peaks(out: Path, space=None) -> dict:
     try:
         with tempfile.TemporaryDirectory(prefix="jaxtrace-roofline-") as tmp:
             src = copies[0] if space is None else header_copy(space, Path(tmp) / copies[0].name)
-            tables = json.loads(convert(src, "roofline_model", names=False))
+            tables = json.loads(convert(src, "roofline_model"))
         props = next(t["p"] for t in tables if isinstance(t, dict) and t.get("p"))
         return {"device_type": props.get("device_type"),
                 "compute_flop_per_s": float(props["peak_flop_rate"]) * 1e9,
