@@ -37,6 +37,7 @@ GPU events, no complete step, a step that was not analysed, a table that is not 
 from __future__ import annotations
 
 import bisect
+import csv
 import gc
 import itertools
 import math
@@ -246,15 +247,31 @@ class Rows:
 
 def read_instructions(out: Path, keys: set) -> tuple[dict, str | None]:
     """{(device, stream, start_us): (instruction, match)} for the given keys, from step 4's
-    kernels.csv; a note instead where the file lacks its columns."""
+    kernels.csv (its first three cells are numbers: a line is parsed only where they are a
+    key's); a note instead where the file lacks its columns."""
     found: dict[tuple, tuple] = {}
+    wanted = {f"{d},{s},{t},": (d, s, t) for d, s, t in keys}
+    names = ["device", "stream", "start_us", "instruction", "match"]
     try:
-        for dev, stream, start, ins, match in scratch.stream(
-                out, ATTRIBUTION_FILE, ["device", "stream", "start_us", "instruction", "match"]):
-            k = (dev, stream, start)
-            if k in keys:
-                found[k] = (ins, match)
-    except scratch.TableError as exc:
+        with open(out / ATTRIBUTION_FILE, newline="", encoding="utf-8") as fh:
+            head = next(csv.reader([fh.readline()]), [])
+            missing = [c for c in names if c not in head]
+            if missing:
+                return {}, (f"{out / ATTRIBUTION_FILE} is not the table attribute_kernels.py "
+                            f"writes (it has no column {missing[0]}): tooltips name no "
+                            "instruction")
+            if head[:3] != names[:3]:
+                raise scratch.TableError(f"{out / ATTRIBUTION_FILE} does not start with "
+                                         "device, stream and start_us")
+            ins, match = head.index("instruction"), head.index("match")
+            for line in fh:
+                cut = line.find(",", line.find(",", line.find(",") + 1) + 1) + 1
+                k = wanted.get(line[:cut])
+                if k is not None:
+                    row = next(csv.reader([line]))
+                    if len(row) > max(ins, match):
+                        found[k] = (row[ins], row[match])
+    except (OSError, UnicodeDecodeError, scratch.TableError) as exc:
         return {}, f"{exc}: tooltips name no instruction"
     return found, None
 

@@ -25,6 +25,7 @@ import contextlib
 import csv
 import json
 import math
+import operator
 import os
 import re
 import shutil
@@ -393,10 +394,10 @@ def lines(path: Path, file: str):
 
 
 def stream(folder: Path, file: str, names) -> object:
-    """Yield each row of the declared table `file` under `folder` as the cells of the columns
-    `names` (each declared), in that order, streaming: a table of millions of rows is never
-    held whole. TableError where the file cannot be read, lacks a column or has a row cut
-    short."""
+    """Yield each row of the declared table `file` under `folder` as a tuple of the cells of
+    the columns `names` (each declared), in that order, streaming: a table of millions of rows
+    is never held whole. TableError where the file cannot be read, lacks a column or has a row
+    cut short."""
     for n in names:
         column(file, n)
     path = Path(folder) / file
@@ -414,11 +415,12 @@ def stream(folder: Path, file: str, names) -> object:
                              f"{missing[0]}); run {producer} into this folder again, or delete it")
         idx = [header.index(c) for c in names]
         width = max(idx) + 1
+        pick = operator.itemgetter(*idx) if len(idx) > 1 else (lambda row: (row[idx[0]],))
         for n, row in enumerate(reader, 2):
             if len(row) < width:
                 raise TableError(f"{path} line {n} has {len(row)} cells where the header has "
                                  f"{len(header)}: the table is cut or not {producer}'s")
-            yield [row[i] for i in idx]
+            yield pick(row)
 
 
 class Scratch:
