@@ -3,6 +3,7 @@ the installed skills are named after their folders; bad input gives one sentence
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -229,6 +230,24 @@ def test_bench_command_measures_every_item(shared, tmp_path):
     items = [line.split(" | ")[4] for line in r.stdout.splitlines() if line.startswith("| ")]
     assert items == ["script capture_info.py", "floor json.load", "floor xplane parse",
                      "xprof kernel_stats"]
+
+
+def test_scale_checks_measure_the_job_and_every_step(tmp_path):
+    """bench/scale.py on a capture of two steps: the floors, XProf, the job and each step alone
+    (its numbers are recorded in bench/RESULTS.md, never asserted)."""
+    r = subprocess.run([sys.executable, str(REPO / "bench" / "scale.py"), "--sizes", "2",
+                        "--work", str(tmp_path), "--no-append"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "PYTHONPATH": f"{REPO / 'tests'}:{REPO / 'scripts'}"})
+    assert r.returncode == 0, r.stderr
+    items = [line.split(" | ")[1] for line in r.stdout.splitlines() if line.startswith("| 0.125x")]
+    assert items[:5] == ["floor json.load (trace)", "floor xplane parse",
+                         "floor both, one process (read once)", "XProf hlo_stats",
+                         "the whole job (investigate.py)"]
+    assert {f"step alone: {s}.py" for s in ("skip_stats", "attribute_kernels", "swimlanes",
+                                             "capture_info", "reconcile", "roofline", "changes",
+                                             "trust", "report_draft", "factcheck")} <= set(items)
+    assert items[-1] == "step alone: attribute_kernels.py --no-xprof"
 
 
 def test_installed_skills_pass_the_agentskills_validator(tmp_path):
