@@ -525,11 +525,12 @@ def read_xplane(capture, let_go: bool = False) -> XPlaneRead:
     if not protos:
         raise step_cli.StepError(f"{files.xplane} holds no HLO programs (no /host:metadata): "
                                  "kernels cannot be attributed to instructions or lines")
-    kernels, cpu = collect_kernels(space)
+    execs, calls, launched = host_record(space)
+    kernels, cpu = collect_kernels(space, launched)
     if not kernels:
         raise step_cli.StepError(f"{files.xplane} has no GPU stream events and no XLA:CPU "
                                  "thunk events: there are no kernels to attribute")
-    read = XPlaneRead(kernels, cpu, host_record(space), protos)
+    read = XPlaneRead(kernels, cpu, (execs, calls), protos)
     if let_go:
         del space
         capture.cache.pop("space", None)

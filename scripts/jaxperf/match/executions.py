@@ -36,23 +36,9 @@ def _stream_kernels(ordinal, line) -> list:
                     has["memcpy_details"].tolist(), st["hlo_module"]))
 
 
-def graph_launch_ids(space) -> set:
-    """Correlation ids of the host's graph-launch calls (cuGraphLaunch, hipGraphLaunch)."""
-    out: set = set()
-    for plane in space.planes:
-        if plane.name != "/host:CPU":
-            continue
-        mids = frozenset(m for m, n in plane.event_names.items() if rules.is_graph_launch(n))
-        for line in plane.lines:
-            if mids:
-                out.update(line.columns(frozenset({"correlation_id"}), mids)
-                           .stats["correlation_id"])
-    out.discard(None)
-    return out
-
-
-def collect_kernels(space) -> tuple[list, bool]:
-    """GPU stream events; for a CPU capture, XLA:CPU thunk events (control thunks left out)."""
+def collect_kernels(space, launched: set) -> tuple[list, bool]:
+    """GPU stream events; for a CPU capture, XLA:CPU thunk events (control thunks left out).
+    `launched`: the correlation ids of the host's graph launches (host_record)."""
     kernel = Kernel
     kernels = []
     for plane in space.gpu_planes():
@@ -61,7 +47,6 @@ def collect_kernels(space) -> tuple[list, bool]:
             if line.name.startswith("Stream #"):
                 kernels += _stream_kernels(plane.gpu_ordinal, line)
     if kernels:
-        launched = graph_launch_ids(space)
         if launched:
             for k in kernels:
                 k.graph = rules.in_graph(k.graph, k.corr in launched)
@@ -133,17 +118,21 @@ def assign_programs(kernels, programs, chosen) -> None:
         k.program_id = ids[0] if ids and len(ids) == 1 else chosen
 
 
-def host_record(space) -> tuple[list[HostExecution], list[tuple]]:
+def host_record(space) -> tuple[list[HostExecution], list[tuple], set]:
     """One pass over the host plane: every execution it recorded (per host line, each
     ExecuteThunks event, and each `<module>:XLA GPU module` event that no ExecuteThunks of its
-    line holds: the same execution), and (start, line, correlation id) of every event with a
-    correlation id (the runtime calls that launch GPU events), by start."""
+    line holds: the same execution), (start, line, correlation id) of every event with a
+    correlation id (the runtime calls that launch GPU events), by start, and the correlation
+    ids of the graph launches (cuGraphLaunch, hipGraphLaunch)."""
     host = space.plane("/host:CPU")
     out: list[HostExecution] = []
     calls: list[tuple] = []
+    launched: set = set()
     if host is None:
-        return out, calls
+        return out, calls, launched
     thunk_ids, module_ids = {}, {}
+    graph_ids = np.array([m for m, n in host.event_names.items() if rules.is_graph_launch(n)],
+                         np.int64)
     for mid, name in host.event_names.items():
         if m := EXECUTE_THUNKS_RE.match(name):
             thunk_ids[mid] = int(m.group(1)) if m.group(1) else None
@@ -153,8 +142,9 @@ def host_record(space) -> tuple[list[HostExecution], list[tuple]]:
         c = line.columns(EXECUTION_STATS)
         st = c.stats
         starts = c.start.tolist()
-        calls += [(t, line.id, x) for t, x in zip(starts, st["correlation_id"], strict=True)
-                  if x is not None]
+        corr = st["correlation_id"]
+        calls += [(t, line.id, x) for t, x in zip(starts, corr, strict=True) if x is not None]
+        launched.update(corr[i] for i in np.flatnonzero(np.isin(c.mid, graph_ids)).tolist())
         thunks, mods = [], []
         for i in np.flatnonzero(np.isin(c.mid, list(thunk_ids) + list(module_ids))).tolist():
             mid, start = int(c.mid[i]), starts[i]
@@ -181,7 +171,8 @@ def host_record(space) -> tuple[list[HostExecution], list[tuple]]:
         out.extend(thunks)
     out.sort(key=lambda e: (e.start, e.line))
     calls.sort(key=lambda t: (t[0], t[1]))
-    return out, calls
+    launched.discard(None)
+    return out, calls, launched
 
 
 def map_executions(execs, launches, owner, names) -> list:

@@ -105,9 +105,7 @@ class _Events:
     (`stats`). `data`: the events' bytes, where string and bytes stats are read."""
 
     def __init__(self, raw: list):
-        data, starts, ends = wire.spans(raw)
-        self.buf = wire.padded(data)
-        self.data = data
+        self.buf, self.data, starts, ends = wire.spans(raw)
         n = len(raw)
         cols = {8: np.zeros(n, np.int64), 16: np.zeros(n, np.int64), 24: np.zeros(n, np.int64)}
         self.rounds = []  # (event indices, payload positions, lengths) of the stats, per round
@@ -117,9 +115,10 @@ class _Events:
                 m = tag == code
                 col[idx[m]] = wire.signed(val[m])
             cols[16][idx[tag == 40]] = 0  # num_occurrences: offset_ps's oneof
-            m = tag == 34
+            m = tag == 34  # a file is under 2 GiB: int32 holds every index and position
             if m.any():
-                self.rounds.append((idx[m], val[m].astype(np.int64), length[m]))
+                self.rounds.append((idx[m].astype(np.int32), val[m].astype(np.int32),
+                                    length[m].astype(np.int32)))
         self.mid, self.off, self.dur = cols[8], cols[16], cols[24]
 
     def stats(self, lo: int, hi: int) -> _Stats:
@@ -139,12 +138,12 @@ class _Stats:
     __slots__ = ("event", "key", "kind", "val", "len")
 
     def __init__(self, events: _Events, parts: list, lo: int):
-        cat = (lambda i: np.concatenate([p[i] for p in parts])) if parts else \
-            (lambda i: np.zeros(0, np.int64))
+        cat = (lambda i: np.concatenate([p[i] for p in parts]).astype(np.int64)) if parts \
+            else (lambda i: np.zeros(0, np.int64))
         self.event, at, ln = cat(0) - lo, cat(1), cat(2)
         ns = at.size
         self.key, self.kind = np.zeros(ns, np.int64), np.zeros(ns, np.int8)
-        self.val, self.len = np.zeros(ns, np.uint64), np.zeros(ns, np.int64)
+        self.val, self.len = np.zeros(ns, np.uint64), np.zeros(ns, np.int32)
         for idx, number, wt, val, length in wire.fields(events.buf, at, at + ln):
             tag = number << 3 | wt
             m = tag == 8
@@ -165,7 +164,6 @@ class Line:
     _events: _Events = field(repr=False)
     _lo: int = field(repr=False)
     _hi: int = field(repr=False)
-    _stats: _Stats | None = field(default=None, repr=False)
     _counted: set = field(default_factory=set, repr=False)  # stat ids whose repeats are counted
 
     def __len__(self) -> int:
@@ -185,7 +183,9 @@ class Line:
 
     def columns(self, only: frozenset | None = None, metadata_ids=None) -> Columns:
         """The events as columns with the stats named in `only` (None: every stat); with
-        `metadata_ids`, only the events whose metadata id is one of them."""
+        `metadata_ids`, only the events whose metadata id is one of them. The line's stats are
+        decoded for the call and let go after it (at ten times the seed's size the stats of
+        every line together are 15 million): ask for every stat needed in one call."""
         plane, mid = self.plane, self.mid
         keep = None if metadata_ids is None else np.flatnonzero(
             np.isin(mid, np.fromiter(metadata_ids, np.int64, len(metadata_ids))))
@@ -194,19 +194,18 @@ class Line:
                        start[keep], self.dur if keep is None else self.dur[keep], {}, {}, plane)
         names = plane.stat_names
         wanted = set(names.values()) if only is None else only
+        stats = self._events.stats(self._lo, self._hi) if wanted else None
         for key in sorted(wanted):
-            values, has = self._stat(key, [k for k, n in names.items() if n == key])
+            values, has = self._stat(stats, key, [k for k, n in names.items() if n == key])
             cols.stats[key] = (values if keep is None else values[keep]).tolist()
             cols.present[key] = has if keep is None else has[keep]
         return cols
 
-    def _stat(self, key: str, ids: list) -> tuple[np.ndarray, np.ndarray]:
-        """Each event's value of stat `key` (stat metadata ids `ids`): its own first, else its
-        metadata's; None where neither (an object array), and where it has one."""
+    def _stat(self, ev: _Stats, key: str, ids: list) -> tuple[np.ndarray, np.ndarray]:
+        """Each event's value of stat `key` (stat metadata ids `ids`) among the line's decoded
+        stats `ev`: its own first, else its metadata's; None where neither (an object array),
+        and where it has one."""
         plane, mid = self.plane, self.mid
-        if self._stats is None:
-            self._stats = self._events.stats(self._lo, self._hi)
-        ev = self._stats
         n = mid.size
         col = np.full(n, None, dtype=object)
         has = np.zeros(n, bool)
