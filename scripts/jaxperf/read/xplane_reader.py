@@ -104,9 +104,11 @@ class _Events:
     (event indices ascending in each) and decoded for a line when it is first read
     (`stats`). `data`: the events' bytes, where string and bytes stats are read."""
 
-    def __init__(self, raw: list):
+    def __init__(self, lines: list):
+        raw = [e for ln in lines for e in ln.events]
         self.buf, self.data, starts, ends = wire.spans(raw)
         n = len(raw)
+        del raw  # one bytes object per event: let go before the decoding's own arrays
         cols = {8: np.zeros(n, np.int64), 16: np.zeros(n, np.int64), 24: np.zeros(n, np.int64)}
         self.rounds = []  # (event indices, payload positions, lengths) of the stats, per round
         for idx, number, wt, val, length in wire.fields(self.buf, starts, ends):
@@ -374,7 +376,7 @@ class Space:
         seen: set = set()
         self.planes = []
         try:
-            events = _Events([e for p in proto.planes for ln in p.lines for e in ln.events])
+            events = _Events([ln for p in proto.planes for ln in p.lines])
         except wire.WireError as exc:
             raise XPlaneError(f"{path} is not a readable XSpace protobuf: its events are "
                               f"corrupt ({exc})") from exc
@@ -510,6 +512,7 @@ def load_space(path) -> Space:
         raise XPlaneError(
             f"{path} is not a readable XSpace protobuf (truncated or another format): {exc}"
         ) from exc
+    del data  # the parsed copy holds what is needed: the file's bytes are not kept meanwhile
     if not proto.planes:
         raise XPlaneError(f"{path} parsed but holds no planes; expected XProf's xplane.pb")
     return Space(proto, path)
