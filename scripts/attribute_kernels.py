@@ -66,6 +66,7 @@ import sibling  # noqa: F401
 from jaxperf.read import xprof_figures  # XProf's conversions, each in a child process
 from tracekit import scratch, step_cli
 from tracekit import trace_rules as rules  # the classification rules
+from tracekit.forked import Forked
 from tracekit.step_cli import progress
 from tracekit.trace_rules import CONTROL_OPCODES, pct, us
 
@@ -435,6 +436,9 @@ ATT = "attribution"  # the scratch sub-folder of this step (built in a temporary
 # first. Each is the program printed whole (the largest real ones run to tens of MB); a capture
 # of an op-by-op loop holds dozens of tiny programs, whose text adds little beside ops.csv.
 MAX_HLO_TEXTS = 10
+# From this many events on, kernels.csv is written by a forked child while this process writes
+# the other tables (tracekit.forked); under it the fork costs more than it saves.
+FORK_KERNELS_MIN = 100_000
 XPROF_HLO_STATS = "hlo_stats.json"  # XProf's hlo_stats output, in attribution/xplane/
 
 
@@ -478,12 +482,18 @@ def run(capture, out: Path, opts: Options) -> tuple[dict, list]:
             m = match_capture(capture, x, opts)
             t_match = time.perf_counter() - t0
             progress("writing the tables", len(m.kernels), unit="kernels")
-            if opts.steps_when_told:  # step 1 writes steps.csv meanwhile: wait for its end
-                step_cli.wait_until_told("step 1's steps.csv")
-            tables = write_tables(tmp, m, opts, read_steps(Path(out), files))
-            refusals = [f"cannot attribute the kernels of program {n}({p}) because {why}"
-                        for p, (n, why) in sorted(m.unreadable.items())]
-            hlo_names = write_hlo_texts(tmp, m, tables, opts, refusals)
+            job = kernels_job(tmp, m)
+            try:
+                if opts.steps_when_told:  # step 1 writes steps.csv meanwhile: wait for its end
+                    step_cli.wait_until_told("step 1's steps.csv")
+                tables = write_tables(tmp, m, opts, read_steps(Path(out), files))
+                refusals = [f"cannot attribute the kernels of program {n}({p}) because {why}"
+                            for p, (n, why) in sorted(m.unreadable.items())]
+                hlo_names = write_hlo_texts(tmp, m, tables, opts, refusals)
+                tables.written.insert(0, ("kernels.csv", job.wait()))
+            except BaseException:
+                job.abort()
+                raise
             coverage, xprof_s = None, 0.0
             if pending is not None:
                 progress("XProf: its hlo_stats, for the coverage check")
@@ -590,12 +600,19 @@ class Tables:
     steps_note: str     # read_steps' note
 
 
+def kernels_job(folder: Path, m: Matched) -> Forked:
+    """kernels.csv, the events sorted by device, stream and start (it needs no steps.csv): by a
+    forked child from FORK_KERNELS_MIN events on, while this process writes the rest."""
+    m.kernels.sort(key=lambda k: (str(k.device), k.stream, k.start))
+    return Forked(write_kernels, folder / "kernels.csv", m.kernels, m.sources,
+                  here=len(m.kernels) < FORK_KERNELS_MIN, what="kernels.csv")
+
+
 def write_tables(folder: Path, m: Matched, opts: Options, steps: tuple) -> Tables:
-    """kernels.csv (the events sorted by device, stream and start), ops.csv, lines.csv,
-    programs.csv, how.csv, kernel_names.csv and families.csv; `steps`: read_steps'."""
+    """ops.csv, lines.csv, programs.csv, how.csv, kernel_names.csv and families.csv (kernels.csv
+    is kernels_job's); `steps`: read_steps'."""
     kernels = m.kernels
-    kernels.sort(key=lambda k: (str(k.device), k.stream, k.start))
-    written = [("kernels.csv", write_kernels(folder / "kernels.csv", kernels, m.sources))]
+    written: list = []
     ops = op_totals(kernels, opts.program)
     written += write_op_and_line_tables(folder, ops, m.programs, m.sources,
                                         sum(k.dur for k in kernels),

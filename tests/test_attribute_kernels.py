@@ -873,3 +873,27 @@ def test_phases_cover_the_ops_table(corpus):
     assert all(int(by[k]["instructions"]) > 0 for k in ("forward", "backward", "optimizer"))
     assert not any(p["sentence"] for p in phases)
     assert all("sgd" in o["op_name"] for o in ops if o["phase"] == "optimizer")
+
+
+def test_kernels_written_by_a_forked_child_are_the_same(tmp_path, monkeypatch):
+    """From FORK_KERNELS_MIN events on a forked child writes kernels.csv while the step writes
+    the other tables: byte for byte the table of the one-process path; a child that fails fails
+    the step and leaves no attribution/."""
+    import attribute_kernels as ak
+
+    from tracekit import capture_inputs
+    example = REPO / "examples" / "minigpt-h100-2gpu-cb"
+    for fork, out in ((False, tmp_path / "here"), (True, tmp_path / "forked")):
+        monkeypatch.setattr(ak, "FORK_KERNELS_MIN", 0 if fork else 10**9)
+        ak.run(capture_inputs.open_capture(str(example)), out, ak.Options(use_xprof=False))
+    here, forked = (tmp_path / d / "attribution" for d in ("here", "forked"))
+    assert (forked / "kernels.csv").read_bytes() == (here / "kernels.csv").read_bytes()
+
+    def full(*_):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(ak, "FORK_KERNELS_MIN", 0)
+    monkeypatch.setattr(ak, "write_kernels", full)
+    with pytest.raises(OSError, match="No space left on device"):
+        ak.run(capture_inputs.open_capture(str(example)), tmp_path / "failed",
+               ak.Options(use_xprof=False))
+    assert not (tmp_path / "failed" / "attribution").exists()

@@ -48,7 +48,7 @@ from skip_analysis import (
     step_refusals,
     verdict,
 )
-from skip_writers import RowsJob, write_python_lines, write_result, write_tables
+from skip_writers import rows_job, write_python_lines, write_result, write_tables
 from step_framing import (
     CallTree,
     assign_steps,
@@ -129,7 +129,7 @@ def run(trace, out: Path) -> tuple[dict, list]:
     trace_path = trace.path
     del trace  # the analysis holds what it needs; free the parsed json before writing
     with rules.replace_files(out, ".skip_stats-") as tmp:
-        rows_job = RowsJob(tmp / "rows.csv", a)  # the events are final once analysed
+        rows = rows_job(tmp / "rows.csv", a)  # the events are final once analysed
         try:
             progress("measuring each step and GPU", len(a.analysed), unit="steps")
             step_rows, stream_acc, gap_rows, info = per_step_rows(a)
@@ -142,9 +142,9 @@ def run(trace, out: Path) -> tuple[dict, list]:
             progress("checking joins, steps, same work and stream budgets for step 2",
                      len(a.events), unit="GPU events")
             checks = model_checks.rows(a, step_rows, stream_acc, info, idle_gpus)
-            written.insert(0, ("rows.csv", rows_job.wait()))
+            written.insert(0, ("rows.csv", rows.wait()))
         except BaseException:
-            rows_job.abort()
+            rows.abort()
             raise
         result = build_result(a, joins, name, rule, figures, step_rows, info)
         result["python_tracer"] = python_tracer(py)

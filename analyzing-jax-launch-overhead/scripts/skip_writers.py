@@ -7,13 +7,12 @@ computed; they compute no figure.
 from __future__ import annotations
 
 import operator
-import os
-import sys
 from pathlib import Path
 
 from skip_analysis import JOIN_KEYS, Analysis
 from tracekit import scratch
 from tracekit import trace_rules as rules
+from tracekit.forked import Forked
 from tracekit.trace_rules import pct, us
 
 # From this many GPU events on, rows.csv is written by a forked child while this process computes
@@ -88,76 +87,14 @@ def write_rows(path, a: Analysis) -> int:
     return n
 
 
-class RowsJob:
-    """rows.csv, the one table as long as the trace: written by a forked child (it sees the
-    analysed events as they are at the fork, copy-on-write) while this process computes and
-    writes the other tables; `wait()` gives its row count or raises OSError with the child's
-    reason. Without os.fork, or under FORK_ROWS_MIN events, it is written here at once."""
-
-    def __init__(self, path: Path, a):
-        self.pid = None
-        self.n = None
-        if not hasattr(os, "fork") or len(a.events) < FORK_ROWS_MIN:
-            self.n = write_rows(path, a)
-            return
-        r, w = os.pipe()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:  # the child: writes, reports its count (or why not) and exits at once
-            code = 1
-            try:
-                os.close(r)
-                os.write(w, str(write_rows(path, a)).encode())
-                code = 0
-            except BaseException as exc:  # noqa: BLE001 - said to the parent, which raises
-                try:
-                    os.write(w, f"!{type(exc).__name__}: {exc}"[:2000].encode("utf-8",
-                                                                           "replace"))
-                except BaseException:  # noqa: BLE001, S110 - nothing left to tell
-                    pass
-            finally:
-                os._exit(code)
-        os.close(w)
-        self.pid, self.fd = pid, r
-
-    def wait(self) -> int:
-        if self.pid is None:
-            return self.n
-        chunks = []
-        while True:
-            chunk = os.read(self.fd, 65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
-        os.close(self.fd)
-        _, status = os.waitpid(self.pid, 0)
-        self.pid = None
-        text = b"".join(chunks).decode("utf-8", "replace")
-        if os.waitstatus_to_exitcode(status) != 0 or not text.isdigit():
-            raise OSError(text[1:] if text.startswith("!") else
-                          f"the process writing rows.csv ended with status {status}")
-        self.n = int(text)
-        return self.n
-
-    def abort(self) -> None:
-        """Stop the child (this process failed or was interrupted) and reap it."""
-        if self.pid is None:
-            return
-        try:
-            os.kill(self.pid, 15)
-        except OSError:
-            pass
-        try:
-            os.waitpid(self.pid, 0)
-            os.close(self.fd)
-        except OSError:
-            pass
-        self.pid = None
+def rows_job(path: Path, a) -> Forked:
+    """rows.csv, the one table as long as the trace: written by a forked child once the events
+    are analysed (tracekit.forked), here at once under FORK_ROWS_MIN events."""
+    return Forked(write_rows, path, a, here=len(a.events) < FORK_ROWS_MIN, what="rows.csv")
 
 
 def write_tables(tmp: Path, a: Analysis, stream_acc, critical, step_rows, gap_rows) -> list:
-    """streams.csv, steps.csv, gaps.csv (rows.csv is RowsJob's)."""
+    """streams.csv, steps.csv, gaps.csv (rows.csv is rows_job's)."""
     written = []
     stream_rows = []
     for (d, s), acc in sorted(stream_acc.items()):
