@@ -166,7 +166,7 @@ class Line:
     _events: _Events = field(repr=False)
     _lo: int = field(repr=False)
     _hi: int = field(repr=False)
-    _counted: set = field(default_factory=set, repr=False)  # stat ids whose repeats are counted
+    _counted: set = field(default_factory=set, repr=False)  # stat names whose repeats are counted
 
     def __len__(self) -> int:
         return self._hi - self._lo
@@ -191,7 +191,8 @@ class Line:
         plane, mid = self.plane, self.mid
         keep = None if metadata_ids is None else np.flatnonzero(
             np.isin(mid, np.fromiter(metadata_ids, np.int64, len(metadata_ids))))
-        start = self.off + self.timestamp_ns * 1000
+        # checked at load: with events, every start is within MAX_TIME_PS (int64)
+        start = self.off + (self.timestamp_ns * 1000 if len(self) else 0)
         cols = Columns(mid if keep is None else mid[keep], start if keep is None else
                        start[keep], self.dur if keep is None else self.dur[keep], {}, {}, plane)
         names = plane.stat_names
