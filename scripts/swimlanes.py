@@ -268,6 +268,11 @@ def read_instructions(out: Path, keys: set) -> tuple[dict, str | None]:
                 cut = line.find(",", line.find(",", line.find(",") + 1) + 1) + 1
                 k = wanted.get(line[:cut])
                 if k is not None:
+                    while line.count('"') % 2:  # a quoted cell holds a newline: read on
+                        more = fh.readline()
+                        if not more:
+                            break
+                        line += more
                     row = next(csv.reader([line]))
                     if len(row) > max(ins, match):
                         found[k] = (row[ins], row[match])

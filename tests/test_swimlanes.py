@@ -281,6 +281,22 @@ def test_kernel_tooltips_name_the_instruction_from_step_4(tiny, tmp_path):
         "file": "attribution/kernels.csv", "kernels_alone": 6, "joined": 2}}
 
 
+def test_a_kernel_name_holding_a_newline_still_joins(tiny, tmp_path):
+    """kernels.csv is read by its leading cells; a record whose quoted name spans two lines is
+    read whole, and the line after it is not taken for a record."""
+    assert run(tiny, tmp_path).returncode == 0
+    att = tmp_path / "attribution"
+    att.mkdir()
+    att.joinpath("kernels.csv").write_text(
+        "device,stream,start_us,dur_us,kernel,instruction,match\n"
+        '0,7,40.000,10.000,"fusion\n1,8,30.000,",fusion.2,exact\n')
+    p = run(tiny, tmp_path)
+    assert p.returncode == 0, p.stderr
+    tips = [t.text for t in svg_of(tmp_path).iter(f"{SVG}title") if t.text]
+    assert any("at 40.000 us" in t and "instruction: fusion.2 (exact)" in t for t in tips)
+    assert not any("at 30.000 us" in t and "instruction:" in t for t in tips)
+
+
 def test_start_end_zoom_into_a_window(tiny, tmp_path):
     p = run(tiny, tmp_path, "--start", "100", "--end", "200")
     assert p.returncode == 0, p.stderr

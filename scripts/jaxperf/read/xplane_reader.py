@@ -101,8 +101,8 @@ _VALUE_FIELDS = ((2, 1), (3, 0), (4, 0), (5, 2), (6, 2), (7, 0))
 class _Events:
     """Every event of the file decoded at once, in bulk (wire.fields), lines back to back: the
     metadata id, offset and duration of each; its stats' spans, kept per lockstep round
-    (event indices ascending in each) and decoded for a line when it is first read
-    (`stats`). `data`: the events' bytes, where string and bytes stats are read."""
+    (event indices ascending in each) and decoded for a line each time it is read (`stats`).
+    `data`: the events' bytes, where string and bytes stats are read."""
 
     def __init__(self, lines: list):
         raw = [e for ln in lines for e in ln.events]
@@ -119,8 +119,7 @@ class _Events:
             cols[16][idx[tag == 40]] = 0  # num_occurrences: offset_ps's oneof
             m = tag == 34  # a file is under 2 GiB: int32 holds every index and position
             if m.any():
-                self.rounds.append((idx[m].astype(np.int32), val[m].astype(np.int32),
-                                    length[m].astype(np.int32)))
+                self.rounds.append((idx[m], val[m].astype(np.int32), length[m]))
         self.mid, self.off, self.dur = cols[8], cols[16], cols[24]
 
     def stats(self, lo: int, hi: int) -> _Stats:
@@ -136,10 +135,11 @@ class _Events:
 class _Stats:
     """A line's stats, in the order written on each event: its event (within the line), stat
     metadata id, value field (XStat's field number; 0: none), value bits or payload position,
-    payload length."""
-    __slots__ = ("event", "key", "kind", "val", "len")
+    payload length; `data`: the bytes the payloads are in."""
+    __slots__ = ("event", "key", "kind", "val", "len", "data")
 
     def __init__(self, events: _Events, parts: list, lo: int):
+        self.data = events.data
         cat = (lambda i: np.concatenate([p[i] for p in parts]).astype(np.int64)) if parts \
             else (lambda i: np.zeros(0, np.int64))
         self.event, at, ln = cat(0) - lo, cat(1), cat(2)
@@ -257,7 +257,6 @@ class Plane:
             if md.stats:
                 self.metadata_stats[k] = self.decode_stats(md.stats)
         self.stats = self.decode_stats(proto.stats)
-        self.events = events
         self.lines = []
         for ln in proto.lines:
             self.lines.append(Line(ln.id, ln.name, ln.timestamp_ns, self, events, first,
@@ -306,7 +305,7 @@ class Plane:
             elif k == 7:
                 out[m] = _mapped(v, self.stat_names, "")
             elif k in (5, 6):
-                data, seen = self.events.data, {}
+                data, seen = ev.data, {}
                 at = v.astype(np.int64)
                 for i, a, b in zip(m.tolist(), at.tolist(), (at + length[m]).tolist(),
                                    strict=True):
@@ -393,7 +392,7 @@ class Space:
                                   "each once, so the file is corrupt or merged")
             seen.add(key)
             self.planes.append(Plane(p, self, events, first))
-            first += sum(len(ln.events) for ln in p.lines)
+            first += sum(map(len, self.planes[-1].lines))
         _check_extent(path, [e for p in self.planes for e in _check_times(path, p)])
 
     def plane(self, name: str) -> Plane | None:
