@@ -105,3 +105,84 @@ def test_a_trace_of_more_events_than_the_tools_take_is_refused(tmp_path, monkeyp
     with pytest.raises(trace_reader.TraceError, match=rf"holds {counted} events, more than the "
                        rf"{limit} these tools take .*: profile fewer steps"):
         trace_reader.load_trace(_write(tmp_path, _doc(EVENTS)))
+
+
+def _fields(t):
+    return (t.metadata, t.display_time_unit, t.processes, t.threads, t.events, t.phase_counts,
+            t.entry_count, t.notes)
+
+
+def _whole(monkeypatch, path):
+    """load_trace with the events parsed from the whole text (the fallback path)."""
+    with monkeypatch.context() as m:
+        m.setattr(trace_reader, "_parse_in_pieces", lambda p: None)
+        return trace_reader.load_trace(path)
+
+
+@pytest.mark.parametrize("separators", [(",", ":"), (", ", ": ")])
+def test_events_parsed_in_pieces_are_the_whole_texts(tmp_path, monkeypatch, separators):
+    """Cut into pieces of a few events (the exporter's compact text, and json.dump's), the trace
+    reads the same, strings that hold the cut's own bytes and lone surrogates included: a cut
+    inside a string leaves its piece unparseable, and the text is then parsed whole."""
+    events = json.loads(json.dumps(EVENTS))
+    for i in range(40):
+        events.append({"ph": "X", "pid": 3, "tid": 1, "ts": 3 + i, "dur": 0.5,
+                       "name": ["op", 'a},{"ph":"X"', "b}, {c", "\ud800"][i % 4] + str(i),
+                       "args": {"correlation_id": str(i)}})
+    text = json.dumps(_doc(events), separators=separators)
+    path = _write(tmp_path, None, raw=gzip.compress(text.encode()))
+    whole = _whole(monkeypatch, path)
+    monkeypatch.setattr(trace_reader, "READ_CHUNK", 50)  # many pieces of a small file
+    for piece in (1, 64, 700, 1 << 30):
+        monkeypatch.setattr(trace_reader, "PARSE_PIECE", piece)
+        assert _fields(trace_reader.load_trace(path)) == _fields(whole)
+    assert len(whole.events) == 42 and any("surrogate" in n for n in whole.notes)
+    # without strings that hold a cut's bytes, the pieces are what is read (no second reading)
+    plain = [e for e in events if "}" not in e.get("name", "")]
+    path = _write(tmp_path, None, "p.trace.json",
+                  raw=json.dumps(_doc(plain), separators=separators).encode())
+    doc, _ = trace_reader._parse_in_pieces(path)
+    assert doc == json.loads(path.read_text())
+
+
+@pytest.mark.parametrize("tail", ["]}", "],\"late\":1}", "]} x", "]}\n\n"])
+def test_a_text_of_another_shape_is_read_whole(tmp_path, monkeypatch, tail):
+    """Keys after the events, or anything after the document, are not the exporter's shape:
+    the whole text is parsed, and says what is wrong."""
+    text = json.dumps(_doc(EVENTS), separators=(",", ":"))[:-2] + tail
+    path = _write(tmp_path, None, "h.trace.json", raw=text.encode())
+    monkeypatch.setattr(trace_reader, "PARSE_PIECE", 64)
+    monkeypatch.setattr(trace_reader, "READ_CHUNK", 50)
+    assert (trace_reader._parse_in_pieces(path) is None) == (tail.strip() != "]}")
+    if tail == "]} x":
+        with pytest.raises(trace_reader.TraceError, match="not valid JSON"):
+            trace_reader.load_trace(path)
+    else:
+        assert _fields(trace_reader.load_trace(path)) == _fields(_whole(monkeypatch, path))
+
+
+def test_the_event_cap_counts_every_piece_before_parsing_past_it(tmp_path, monkeypatch):
+    """Over the cap, the pieces are counted to the end (the message gives the whole count) and
+    none is parsed after the count passes the cap."""
+    events = EVENTS + [dict(EVENTS[4], ts=3 + i) for i in range(30)]
+    path = _write(tmp_path, None,
+                  raw=gzip.compress(json.dumps(_doc(events), separators=(",", ":")).encode()))
+    monkeypatch.setattr(trace_reader, "PARSE_PIECE", 64)
+    monkeypatch.setattr(trace_reader, "READ_CHUNK", 50)
+    monkeypatch.setattr(trace_reader, "MAX_TRACE_EVENTS", 10)
+    parsed = []
+    loads = json.loads
+    monkeypatch.setattr(trace_reader.json, "loads",
+                        lambda s, **k: parsed.append(loads(s, **k)) or parsed[-1])
+    with pytest.raises(trace_reader.TraceError, match="holds 36 events, more than the 10"):
+        trace_reader.load_trace(path)
+    assert sum(len(p) for p in parsed if isinstance(p, list)) <= 10
+
+
+@pytest.mark.usefixtures("shared")
+def test_shared_traces_read_the_same_in_pieces(monkeypatch):
+    from conftest import SHARED_CAPTURES
+    for path in sorted(SHARED_CAPTURES.rglob("*.trace.json.gz")):
+        whole = _whole(monkeypatch, path)
+        assert trace_reader._parse_in_pieces(path) is not None, path
+        assert _fields(trace_reader.load_trace(path)) == _fields(whole), path

@@ -67,14 +67,15 @@ def join_kind(host_name: str, kernel_name: str) -> str:
     return kind
 
 
-def collect(trace):
+def collect(trace, release: bool = False):
     """GPU stream events, host events by thread, host events by correlation id. What the reader
     repaired (trace.notes), and GPU runtime calls in a trace without GPU processes, are said on
-    stderr."""
+    stderr. `release`: trace.events is emptied as it is read (its events' dicts freed a part at
+    a time, their memory reused by what is collected), for a caller that owns the trace."""
     for note in getattr(trace, "notes", ()):
         print(f"skip_stats: note: {note}", file=sys.stderr)
     try:
-        out = _collect(trace)
+        out = _collect(trace, release)
     except (KeyError, TypeError, ValueError, OverflowError) as exc:
         # trace_reader checks every field read here; this is the last line of defence
         raise trace_reader.TraceError(
@@ -90,7 +91,7 @@ def collect(trace):
     return out
 
 
-def _collect(trace):
+def _collect(trace, release):
     gpu_pid = {pid: o for o, pid in trace.gpu_pids().items()}
     host_pids = set(trace.host_pids())
     stream_threads = {k for k, name in trace.threads.items() if name.startswith("Stream #")}
@@ -104,7 +105,12 @@ def _collect(trace):
     for start in range(0, n, PROGRESS_EVENTS):
         if start:
             print(f"skip_stats: {start:,} of {n:,} events read", file=sys.stderr)
-        for ev in events[start:start + PROGRESS_EVENTS]:
+        if release:
+            part = events[:PROGRESS_EVENTS]
+            del events[:PROGRESS_EVENTS]
+        else:
+            part = events[start:start + PROGRESS_EVENTS]
+        for ev in part:
             pid = ev["pid"]
             o = gpu_pid.get(pid)
             if o is not None:

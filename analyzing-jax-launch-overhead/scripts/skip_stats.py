@@ -65,14 +65,16 @@ from tracekit.step_cli import progress
 EXPORTER_EVENT_CAP = 1_000_000
 
 
-def analyse(trace) -> tuple[Analysis, dict]:
+def analyse(trace, release: bool = False) -> tuple[Analysis, dict]:
     """Step 1 on a trace up to its steps: the GPU events joined to their host calls, the steps
     framed and each event given its step, the notes and what cannot be computed; returns the
-    Analysis and the join counts. What the trace lacks is said in the Analysis, never raised."""
-    progress("collecting GPU and host events", len(trace.events), unit="trace events")
-    gpu, other_gpu_lines, host_threads, by_corr = collect(trace)
+    Analysis and the join counts. What the trace lacks is said in the Analysis, never raised.
+    `release`: trace.events is emptied as it is read (gpu_events.collect)."""
+    events = len(trace.events)
+    progress("collecting GPU and host events", events, unit="trace events")
+    gpu, other_gpu_lines, host_threads, by_corr = collect(trace, release)
     notes = []
-    if len(trace.events) == EXPORTER_EVENT_CAP:
+    if events == EXPORTER_EVENT_CAP:
         notes.append(f"the trace holds exactly {EXPORTER_EVENT_CAP:,} complete events, the trace "
                      "exporter's cap: events after its last time are missing (the xplane has "
                      "them), so the last step is cut")
@@ -113,18 +115,19 @@ def run(trace, out: Path) -> tuple[dict, list]:
     Writes the tables, skip_stats.json and summary.txt in `out`, each file replaced whole (a
     temporary folder first); returns the result and the (file, rows) written. Raises
     trace_reader.TraceError on a malformed trace."""
+    owned = not isinstance(trace, (capture_inputs.Capture, trace_reader.Trace))
     if isinstance(trace, capture_inputs.Capture):
         trace = trace.trace  # read once per process, shared with the other steps
-    elif not isinstance(trace, trace_reader.Trace):
+    elif owned:
         trace = trace_reader.load_trace(trace)
-    a, joins = analyse(trace)
+    per_stream, facts = model_checks.trace_totals(trace)
+    streams = {"streams": [[d, s, n, t] for (d, s), (n, t) in sorted(per_stream.items())],
+               "events": len(trace.events)}
+    a, joins = analyse(trace, release=owned)  # a trace read here is let go as it is analysed
     if KEEP_TO_EXIT:  # freed by the exit, not one object at a time (about 1 s on 1M events)
         _KEPT.append(trace)
     source = scratch.identity(trace.path)
     a.stream_names = stream_names(trace)
-    per_stream, facts = model_checks.trace_totals(trace)
-    streams = {"streams": [[d, s, n, t] for (d, s), (n, t) in sorted(per_stream.items())],
-               "events": len(trace.events)}
     idle_gpus = sorted(set(trace.gpu_pids()) - {e.device for e in a.events})
     trace_path = trace.path
     del trace  # the analysis holds what it needs; free the parsed json before writing
