@@ -27,9 +27,11 @@ Writes into ./ (or DIR):
     factcheck.json  {step: "factcheck", status, verdict (pass or fail), figures (count per
                     verdict), failing (every failing row), report, notes, tables}
 
-Exit codes: 0 every figure is ok (skipped numbers do not fail); 1 the report or the scratch folder
-cannot be read (one sentence says why); 2 usage; 4 at least one figure failed (wrong_value,
-no_label or no_table): the failing claims are printed (up to 20) and all are in factcheck.csv.
+Exit codes: 0 every figure is ok (skipped numbers do not fail) and at least one was checked;
+1 the report or the scratch folder cannot be read (one sentence says why); 2 usage; 4 at least
+one figure failed (wrong_value, no_label or no_table; a figure that is not a finite decimal,
+such as NaN, inf or 0x1F, is wrong_value), or nothing was checked against a table: the failing
+claims are printed (up to 20) and all are in factcheck.csv.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # bootstrap; sibling.p
 import sibling  # noqa: F401
 from jaxperf.report.citations import (
     MAX_GAP_WORDS,  # a report's numbers and citations: the grammar checked here
+    NOT_DECIMAL_RE,
     NUM_RE,
     UNIT_RE,
     WRITTEN_UNITS,
@@ -786,7 +789,7 @@ def check_segment(scratch, text: str, where, claim_of, ctx: Context, rows: list)
     by_end = sorted(figures, key=lambda f: f.end)
     unclaimed: list = []
     nxt = prev = 0
-    for cite in cites:
+    for i, cite in enumerate(cites):
         while nxt < len(by_end) and by_end[nxt].end <= cite.start:
             unclaimed.append(by_end[nxt])
             nxt += 1
@@ -825,8 +828,15 @@ def check_segment(scratch, text: str, where, claim_of, ctx: Context, rows: list)
         if cite.label is None and cite.selector is None:
             continue  # a file named in parentheses, not a citation
         if res is None:
-            add_row(rows, where, claim_of, cite.start, "", "skipped", cite=cite,
-                    why="a citation with no number before it")
+            bad = NOT_DECIMAL_RE.search(masked, max(cites[i - 1].end if i else 0,
+                                                     cite.start - 80), cite.start)
+            if bad and not rows_only:  # NaN, inf, 0x1F, 1_135.9, 1e999999999 (...): no figure
+                add_row(rows, where, claim_of, bad.start(1), bad.group(1), "wrong_value",
+                        cite=cite, why=f"'{bad.group(1)}' is not a finite decimal figure "
+                        "(a figure is digits, with an optional point and exponent)")
+            else:
+                add_row(rows, where, claim_of, cite.start, "", "skipped", cite=cite,
+                        why="a citation with no number before it")
             continue
         verdict, label, found, why, figure, span = res
         add_row(rows, where, claim_of, cite.start, figure, verdict, cite=cite, label=label,
@@ -1088,7 +1098,9 @@ def result_of(rows: list[Row], report: Path) -> dict:
         if r.verdict == "skipped":
             kind = re.sub(r" after '[^']*'.*| (?:from|against) \S+.*| \([^)]*\)$", "", r.why)
             skipped[kind] = skipped.get(kind, 0) + 1
-    return {"step": "factcheck", "status": "done", "verdict": "fail" if failing else "pass",
+    checked = any(r.verdict != "skipped" for r in rows)  # nothing checked is no pass
+    return {"step": "factcheck", "status": "done",
+            "verdict": "fail" if failing or not checked else "pass",
             "report": str(report), "report_sha256": digest, "figures": counts,
             "skipped": dict(sorted(skipped.items(), key=lambda kv: (-kv[1], kv[0]))),
             "failing": [{"line": r.line, "figure": r.figure, "verdict": r.verdict,
@@ -1138,9 +1150,9 @@ def body(args):
     if failing:
         return out + [f"Next: correct each failing figure or its citation in {args.report} "
                       f"({len(failing)} in {TABLE}), then run the fact check again."], EXIT_FAILED
-    if result["notes"]:
+    if result["verdict"] == "fail":  # nothing was checked
         return out + ["Next: cite the report's figures (references/report-template.md), then "
-                      "run the fact check again."]
+                      "run the fact check again."], EXIT_FAILED
     return out + ["Next: every figure matches its table; hand the report over (SKILL.md, "
                   "Report)."]
 

@@ -170,9 +170,11 @@ def where_to_look(out: Path, failed: dict[str, str], factcheck_rc: int | None) -
     trust-list count, files written."""
     lines = []
     summary = out / "summary.txt"
-    verdict = next((ln.strip() for ln in (summary.read_text(encoding="utf-8").splitlines()
-                                          if summary.is_file() else [])
-                    if ln.startswith("verdict")), None)
+    try:
+        text = scratch.read_file(summary)
+    except (OSError, ValueError):
+        text = ""
+    verdict = next((ln.strip() for ln in text.splitlines() if ln.startswith("verdict")), None)
     lines.append(verdict or "verdict: none (step 1 did not run; see the trust list)")
     s = scratch.Scratch(out)
     ranked = s.rows("changes.csv") or []

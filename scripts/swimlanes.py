@@ -253,7 +253,7 @@ def read_instructions(out: Path, keys: set) -> tuple[dict, str | None]:
     wanted = {f"{d},{s},{t},": (d, s, t) for d, s, t in keys}
     names = ["device", "stream", "start_us", "instruction", "match"]
     try:
-        with open(out / ATTRIBUTION_FILE, newline="", encoding="utf-8") as fh:
+        with scratch.open_file(out / ATTRIBUTION_FILE) as fh:
             head = next(csv.reader([fh.readline()]), [])
             missing = [c for c in names if c not in head]
             if missing:

@@ -394,12 +394,15 @@ def test_template_citations_parse():
 
 def test_the_template_follows_its_own_rules(tmp_path):
     """Outside its fenced skeleton every number of the template is a non-figure (backticks,
-    identifiers) or an example in backticks: checked as a report it has nothing to fail."""
+    identifiers) or an example in backticks: checked as a report it has nothing to fail, and
+    nothing checked, which is no pass (exit 4, verdict fail, no failing figure)."""
     out = tmp_path / "scratch"
     out.mkdir()
     p = subprocess.run([BARE, "-I", "-S", "-P", str(SCRIPT), str(TEMPLATE), "--out", str(out)],
                        capture_output=True, text=True)
-    assert p.returncode == 0, p.stdout
+    assert p.returncode == 4, p.stdout
+    result = json.loads((out / "factcheck.json").read_text())
+    assert result["verdict"] == "fail" and result["failing"] == []
     rows = read(out / "factcheck.csv")
     assert rows and {x["verdict"] for x in rows} == {"skipped"}
     assert "no cited figure" in p.stdout and p.stdout.splitlines()[-1].startswith("Next: cite")
@@ -777,3 +780,29 @@ Planted: 3 (inferred; = open(x); x = 3 [a call]).
                                                          + 1]["why"]
     result = json.loads((out / "factcheck.json").read_text())
     assert result["skipped"]["an identifier"] >= 9, result["skipped"]
+
+
+@pytest.mark.parametrize("written", ["NaN", "nan", "inf", "-inf", "Infinity", "1e999999999",
+                                     "0x1F", "1_135.9", "−inf"])
+def test_a_figure_that_is_not_a_finite_decimal_fails(scratch, tmp_path, written):
+    """Before a citation, NaN, an infinity, another base, underscores or an exponent no figure
+    has is a wrong value, never skipped: with a true figure elsewhere the report still fails."""
+    steps = read(scratch / "steps.csv")
+    median_us = r(median(Decimal(x["dur_us"]) for x in steps), 1)
+    p, rows = check(f"The step takes {median_us} us (measured; steps.csv: dur_us, median).\n\n"
+                    f"It saves {written} us (measured; steps.csv: dur_us, median).\n",
+                    scratch, tmp_path)
+    assert p.returncode == 4, p.stdout
+    bad = by_figure(rows, written)
+    assert [x["verdict"] for x in bad if x["table"]] == ["wrong_value"]
+    assert "not a finite decimal figure" in bad[-1]["why"]
+    assert by_figure(rows, f"{median_us} us")[0]["verdict"] == "ok"
+    assert json.loads((scratch / "factcheck.json").read_text())["verdict"] == "fail"
+
+
+def test_words_and_names_near_a_citation_are_not_taken_for_a_number(scratch, tmp_path):
+    """'nanoseconds', 'info', a name such as conv_2 before a citation: no figure, so skipped."""
+    p, rows = check("Look at the info (steps.csv: dur_us, median) and conv_2 in "
+                    "nanoseconds (measured; steps.csv: dur_us, median).\n", scratch, tmp_path)
+    assert p.returncode == 4  # nothing checked
+    assert rows and {x["verdict"] for x in rows} == {"skipped"}

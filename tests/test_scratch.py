@@ -6,7 +6,9 @@ what is not declared."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -207,3 +209,43 @@ def test_a_figure_past_its_limit_is_withheld(tmp_path):
     saving = [""] * len(c)
     saving[c.index("step_us")], saving[c.index("saving_us")] = "100.0", "120.0"
     assert scratch.past_limits("changes.csv", saving)[0][1] == "saving_us"
+
+
+def test_only_regular_files_of_bounded_size_are_read(tmp_path, monkeypatch):
+    """A FIFO, a link to a device, a folder or a file past the limit named like a scratch file
+    is an OSError at once (never a read that waits for ever or fills memory); Scratch reads it
+    as missing."""
+    os.mkfifo(tmp_path / "steps.csv")
+    (tmp_path / "changes.json").symlink_to("/dev/zero")
+    (tmp_path / "trust.csv").mkdir()
+    (tmp_path / "ops.csv").write_text("a,b\n1,2\n")
+    for name, words in (("steps.csv", "not a regular file"), ("changes.json", "not a regular"),
+                        ("trust.csv", "not a regular")):
+        with pytest.raises(OSError, match=words):
+            scratch.open_file(tmp_path / name)
+    monkeypatch.setattr(scratch, "MAX_SCRATCH_BYTES", 4)
+    with pytest.raises(OSError, match="more than the 4 read"):
+        scratch.open_file(tmp_path / "ops.csv", limit=scratch.MAX_SCRATCH_BYTES)
+    s = scratch.Scratch(tmp_path)
+    assert s.rows("steps.csv") is None and s.json("changes.json") is None
+    assert s.rows("trust.csv") is None
+
+
+def test_later_steps_end_on_fifos_and_devices_named_like_tables(example, tmp_path):
+    """Every table the later steps read replaced by a FIFO or a link to /dev/zero: each step
+    ends (in seconds, without a traceback), saying what it could not read."""
+    out = tmp_path / "out"
+    shutil.copytree(example, out, symlinks=True)
+    for i, name in enumerate(("steps.csv", "roofline.csv", "attribution/ops.csv",
+                              "changes.csv", "trust.csv", "skip_stats.json", "roofline.json",
+                              "changes.json", "capture_info.json")):
+        (out / name).unlink()
+        if i % 2:
+            (out / name).symlink_to("/dev/zero")
+        else:
+            os.mkfifo(out / name)
+    for script in ("changes.py", "trust.py", "report_draft.py"):
+        p = subprocess.run([sys.executable, "-P", str(REPO / "scripts" / script), "--out",
+                            str(out)],
+                           capture_output=True, text=True, timeout=120)
+        assert "Traceback" not in p.stderr, (script, p.stderr)

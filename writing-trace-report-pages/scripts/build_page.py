@@ -44,6 +44,7 @@ import html
 import json
 import os
 import re
+import stat
 import string
 import sys
 import tempfile
@@ -137,7 +138,10 @@ def esc(s: str) -> str:
 
 def read_text(path: Path, limit: int) -> str:
     try:
-        size = path.stat().st_size
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):  # a FIFO would wait for ever, a device never end
+            raise PageError(f"{path} is not a regular file; a report or drawing is one")
+        size = st.st_size
         if size > limit:
             raise PageError(f"{path} is {size:,} bytes, more than the {limit:,} a report or "
                             "drawing may have")

@@ -29,6 +29,7 @@ import operator
 import os
 import re
 import shutil
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,6 +38,34 @@ from tracekit.base import StepError
 csv.field_size_limit(1 << 30)  # gaps.csv host_events cells of long gaps are long
 
 LABELS = ("measured", "read", "inferred", "inferred, not run")
+# No file of the scratch folder is read past this size: the longest table (rows.csv of a
+# million-event trace, kernels.csv of ten times the seed) is a few hundred MB.
+MAX_SCRATCH_BYTES = 4 << 30
+
+
+def open_file(path, binary: bool = False, limit: int = MAX_SCRATCH_BYTES):
+    """A scratch file (or a report) opened for reading only where it is a regular file of at
+    most `limit` bytes: a FIFO, a device (a link to /dev/zero), a folder or a file too large is
+    an OSError saying so, never a read that waits for ever or fills memory. Text as UTF-8 with
+    csv's newline handling."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens without waiting for a writer
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(f"{path} is not a regular file")
+        if st.st_size > limit:
+            raise OSError(f"{path} is {st.st_size:,} bytes, more than the {limit:,} read")
+        os.set_blocking(fd, True)
+        return open(fd, "rb") if binary else open(fd, newline="", encoding="utf-8")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_file(path, limit: int = MAX_SCRATCH_BYTES) -> str:
+    """The text of a scratch file or report (open_file's rules)."""
+    with open_file(path, limit=limit) as fh:
+        return fh.read()
 
 
 class ScratchError(Exception):
@@ -353,7 +382,7 @@ def records(folder: Path, file: str):
 
 
 def _records(path: Path, file: str):
-    with open(path, newline="", encoding="utf-8") as fh:
+    with open_file(path) as fh:
         if STRICT:
             for r in csv.DictReader(fh):
                 yield DeclaredRow(file, r)
@@ -385,7 +414,7 @@ def lines(path: Path, file: str):
     that splits them itself in a hot loop (an open file); None where the file is missing,
     unreadable or has another header (not its producer's: what needs it is refused)."""
     try:
-        fh = open(path, newline="", encoding="utf-8")
+        fh = open_file(path)
     except OSError:
         yield None
         return
@@ -403,9 +432,9 @@ def stream(folder: Path, file: str, names) -> object:
     path = Path(folder) / file
     producer = table(file).producer
     try:
-        fh = open(path, newline="", encoding="utf-8")
+        fh = open_file(path)
     except OSError as exc:
-        raise TableError(f"cannot read {path}: {exc.strerror}") from exc
+        raise TableError(f"cannot read {path}: {exc.strerror or exc}") from exc
     with fh:
         reader = csv.reader(fh)
         header = next(reader, None) or []
@@ -435,7 +464,7 @@ class Scratch:
         """A result (a JSON object); None when missing, unreadable or not an object."""
         if file not in self._cache:
             try:
-                d = json.loads((self.folder / file).read_text(encoding="utf-8"))
+                d = json.loads(read_file(self.folder / file))
             except (OSError, ValueError, RecursionError):
                 d = None
             self._cache[file] = d if isinstance(d, dict) else None
@@ -446,7 +475,7 @@ class Scratch:
         if file not in self._cache:
             table(file)
             try:
-                with open(self.folder / file, newline="", encoding="utf-8") as fh:
+                with open_file(self.folder / file) as fh:
                     rows = list(csv.DictReader(fh))
                 self._cache[file] = [DeclaredRow(file, r) for r in rows] if STRICT else rows
             except (OSError, UnicodeDecodeError, csv.Error):
@@ -555,7 +584,7 @@ def handoff_get(folder: Path, name: str, sources: list, shape=None):
     if None in keys or not keys:
         return None
     try:
-        d = json.loads((Path(folder) / HANDOFF / f"{name}.json").read_text(encoding="utf-8"))
+        d = json.loads(read_file(Path(folder) / HANDOFF / f"{name}.json"))
     except (OSError, ValueError, RecursionError):
         return None
     if not isinstance(d, dict) or d.get("sources") != keys or not isinstance(
@@ -584,7 +613,7 @@ def _kind(path) -> str:
 def claimed(folder: Path) -> dict:
     """The capture files the folder's tables were made from (kind -> identity); {} for none."""
     try:
-        d = json.loads((Path(folder) / HANDOFF / f"{CLAIM}.json").read_text(encoding="utf-8"))
+        d = json.loads(read_file(Path(folder) / HANDOFF / f"{CLAIM}.json"))
     except (OSError, ValueError, RecursionError):
         return {}
     return d if isinstance(d, dict) else {}

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jaxperf.read.xprotos import dtype_name, nbytes
+from tracekit import scratch
 
 GEMM_TARGET_RE = re.compile(r"^__cublas\$|^__hipblas|gemm|matmul", re.IGNORECASE)
 TE_GEMM_RE = re.compile(r"^te_gemm(_v2)?_ffi$")
@@ -478,7 +479,7 @@ class UserCosts:
         self.path = Path(path)
         self.rows: list[UserRow] = []
         try:
-            with open(self.path, newline="", encoding="utf-8") as fh:
+            with scratch.open_file(self.path) as fh:
                 reader = csv.DictReader(fh)
                 if not reader.fieldnames or not {"match", "flops"} <= set(reader.fieldnames):
                     raise CostsTableError(f"{self.path} needs the columns match and flops "

@@ -20,6 +20,16 @@ MAX_GAP_WORDS = 6
 # A written exponent of more digits than this (e1000 and beyond: past every float and every
 # table) is no figure; Decimal would refuse to scale by it.
 MAX_EXPONENT_DIGITS = 3
+
+# What stands where a figure should, before a citation, but is not a finite decimal: NaN and
+# infinities (a table's cell or a division by zero written out), other bases, digit groups
+# joined by underscores, an exponent no figure has. A figure of these fails the check; it is
+# never skipped. Up to three words (a unit) may stand between it and the citation.
+NOT_DECIMAL_RE = re.compile(
+    r"(?i)(?<![\w.])([-+\u2212]?(?:nan|inf(?:inity)?|0[xob][0-9a-f]+"
+    r"|\d[\d,]*_[\d_,]*(?:\.[\d_]+)?"
+    r"|\d[\d,]*(?:\.\d+)?e[-+]?\d{" + str(MAX_EXPONENT_DIGITS + 1) + r",}))(?![\w.])"
+    r"(?:%|x|\u00d7)?(?:\s+[^\W\d_]+(?:/[^\W\d_]+)?){0,3}\s*$")
 # Words after which an integer is an identifier, not a figure (contracts: step, GPU, device,
 # stream, rank; also program, section, line, item, check, which reports use the same way), and
 # the names a report gives to parts of a model or a run ("layer 4", "block 2", "stage 1",
