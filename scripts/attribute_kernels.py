@@ -1152,7 +1152,7 @@ def render_summary(r: dict) -> list[str]:
 
 
 def options(ap) -> None:
-    ap.add_argument("--program", type=int)
+    ap.add_argument("--program", type=step_cli.count(0))
     ap.add_argument("--user-re", help="regular expression: frames whose file matches are user "
                     "code (default: the first frame outside site-packages, jax and the "
                     "frameworks flax, praxis, paxml, equinox, haiku, optax, keras)")

@@ -225,7 +225,7 @@ def where_to_look(out: Path, failed: dict[str, str], factcheck_rc: int | None) -
 def options(ap) -> None:
     ap.add_argument("--no-xprof", action="store_true",
                     help="leave XProf's own figures out of steps 4 and 5 (faster)")
-    ap.add_argument("--step-limit", type=float, metavar="SECONDS",
+    ap.add_argument("--step-limit", type=step_cli.seconds, metavar="SECONDS",
                     help=f"end a step that runs longer than this; it goes to the trust list and "
                          f"the others go on (default: {STEP_LIMIT_BASE_S} s plus "
                          f"{STEP_LIMIT_PER_MIB_S} s per MiB of the capture's files; 0: none)")

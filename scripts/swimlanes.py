@@ -1189,10 +1189,11 @@ def lane_json(lane: dict) -> dict:
 
 
 def options(ap) -> None:
-    ap.add_argument("--step", type=int, help="the step to draw (default: the median one)")
-    ap.add_argument("--start", type=float, metavar="US",
+    ap.add_argument("--step", type=step_cli.count(0),
+                    help="the step to draw (default: the median one)")
+    ap.add_argument("--start", type=step_cli.microseconds, metavar="US",
                     help="window start, microseconds from the profile start")
-    ap.add_argument("--end", type=float, metavar="US",
+    ap.add_argument("--end", type=step_cli.microseconds, metavar="US",
                     help="window end, microseconds from the profile start")
     step_cli.told_option(ap, "--kernels-when-told", "step 4's attribution/kernels.csv",
                          "step 4")
@@ -1202,9 +1203,6 @@ STEP = step_cli.Step("swimlanes", __doc__, __file__, options=options)
 
 
 def body(args) -> list[str]:
-    for v, flag in ((args.start, "--start"), (args.end, "--end")):
-        if v is not None and not math.isfinite(v):
-            raise step_cli.UsageError(f"{flag} must be a finite number of microseconds")
     if args.start is not None and args.end is not None and args.start >= args.end:
         raise step_cli.UsageError(f"--start {args.start} must be before --end {args.end}")
     gc.disable()  # many small objects, no cycles (see skip_stats.py)

@@ -570,3 +570,27 @@ def test_a_closed_output_pipe_is_not_a_traceback(tmp_path):
     for f in ("capture_info.json", "skip_stats.json", "rows.csv", "attribution/kernels.csv",
               "reconcile.json", "swimlanes.svg", "roofline.json"):
         assert (tmp_path / f).is_file(), f  # every file written, whatever the pipe did
+
+
+@pytest.mark.parametrize("script, option", [
+    ("scripts/investigate.py", ["--step-limit", "nan"]),
+    ("scripts/investigate.py", ["--step-limit", "-1"]),
+    ("scripts/investigate.py", ["--step-limit", "inf"]),
+    ("scripts/investigate.py", ["--step-limit", "1e308"]),
+    ("scripts/investigate.py", ["--step-limit", "1_0"]),
+    ("scripts/swimlanes.py", ["--start", "nan"]),
+    ("scripts/swimlanes.py", ["--end", "-inf"]),
+    ("scripts/swimlanes.py", ["--step", "-1"]),
+    ("scripts/attribute_kernels.py", ["--program", "-3"]),
+    ("analyzing-jax-launch-overhead/scripts/skip_stats.py", ["--jobs", "0"]),
+    ("analyzing-jax-launch-overhead/scripts/skip_stats.py", ["--jobs", "99999999999"]),
+])
+def test_an_option_value_out_of_its_range_is_a_usage_error(tmp_path, script, option):
+    """Checked as the command line is parsed: exit 2 with one sentence naming the option, before
+    anything is read or written (a NaN or negative limit once ended every step at once)."""
+    p = subprocess.run([sys.executable, "-P", str(REPO / script), str(tmp_path / "none"),
+                        "--out", str(tmp_path / "out"), *option], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 2, p.stderr
+    assert f"argument {option[0]}" in p.stderr.splitlines()[-1]
+    assert "Traceback" not in p.stderr and not (tmp_path / "out").exists()

@@ -26,6 +26,7 @@ that does the work and returns the lines to print. Everything else is here:
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import signal
 import sys
@@ -84,6 +85,49 @@ def wait_until_told(what: str) -> list[str]:
         return []
 
 
+# ---------------------------------------------------------------- option values, checked as parsed
+
+MAX_LIMIT_S = 7 * 86_400  # a step's time limit: a week is past any capture's analysis
+MAX_COUNT = 1 << 20  # --jobs and the like: past any machine or cluster
+
+
+def _finite(text: str, what: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+    if not math.isfinite(v) or "_" in text:
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what} (a finite decimal)")
+    return v
+
+
+def seconds(text: str) -> float:
+    """A time limit in seconds: a finite decimal from 0 (no limit) to MAX_LIMIT_S."""
+    v = _finite(text, "a number of seconds")
+    if not 0 <= v <= MAX_LIMIT_S:
+        raise argparse.ArgumentTypeError(f"{text} s is outside 0 (no limit) to {MAX_LIMIT_S:,} s")
+    return v
+
+
+def microseconds(text: str) -> float:
+    """A time in microseconds: any finite decimal."""
+    return _finite(text, "a number of microseconds")
+
+
+def count(low: int = 1):
+    """A whole number from `low` to MAX_COUNT, as an argparse type."""
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not low <= v <= MAX_COUNT or "_" in text:
+            raise argparse.ArgumentTypeError(f"{text} is outside {low} to {MAX_COUNT:,}")
+        return v
+    parse.__name__ = "count"
+    return parse
+
+
 def parser(step: Step) -> argparse.ArgumentParser:
     lines = step.doc.splitlines()
     ap = argparse.ArgumentParser(description=lines[0],
@@ -107,7 +151,7 @@ def parser(step: Step) -> argparse.ArgumentParser:
         ap.add_argument("--run", help="run name, when a log folder holds several runs")
         ap.add_argument("--host", help="host name, when a run holds several hosts")
     if step.fan_out:
-        ap.add_argument("--jobs", type=int, default=None,
+        ap.add_argument("--jobs", type=count(1), default=None,
                         help="with a run of several hosts: how many hosts to analyse at once "
                              "(default: the cores, fewer when memory is short)")
         ap.add_argument("--scheduler", metavar="ADDRESS",
