@@ -92,3 +92,80 @@ def test_a_scheduler_that_cannot_be_reached_is_one_sentence(hosts_run, tmp_path)
     lines = [ln for ln in p.stderr.splitlines() if ln.startswith("skip_stats: cannot reach")]
     assert p.returncode == 1 and len(lines) == 1, p.stderr[-2000:]
     assert "Traceback" not in p.stderr
+
+
+class _Listener:
+    """A loopback server: `silent` accepts and never writes; `http` answers any bytes with an
+    HTTP error, as a dashboard does. Stopped by the test."""
+
+    def __init__(self, kind: str):
+        import socket
+        import threading
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.kind, self.conns = kind, []
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(conn)
+            if self.kind == "http":
+                try:
+                    conn.settimeout(5)
+                    conn.recv(1024)
+                    conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+                except OSError:
+                    pass
+
+    def close(self):
+        for c in self.conns:
+            c.close()
+        self.sock.close()
+
+
+@pytest.mark.parametrize("kind", ["silent", "http"])
+def test_a_listener_that_is_not_a_scheduler_is_one_sentence_within_the_deadline(
+        kind, monkeypatch):
+    """Something listens but does not speak Dask (silent, or an HTTP server that answers):
+    one sentence within the handshake's deadline, never a hang or a giant allocation."""
+    import time
+
+    from tracekit import cluster_hosts
+    from tracekit.base import StepError
+    server = _Listener(kind)
+    monkeypatch.setattr(cluster_hosts, "HANDSHAKE_S", 2.0)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(StepError, match="did not answer within 2 s|not as a Dask"):
+            cluster_hosts._client(f"tcp://127.0.0.1:{server.port}", 1)
+        assert time.monotonic() - t0 < 10
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("address", ["ucx://127.0.0.1:8786", "tls://127.0.0.1:8786",
+                                     "tcp://127.0.0.1:99999", "tcp://127.0.0.1:x", "tcp://"])
+def test_a_scheduler_address_of_another_kind_is_one_sentence(address):
+    from tracekit import cluster_hosts
+    from tracekit.base import StepError
+    with pytest.raises(StepError, match="is not a tcp://host:port address"):
+        cluster_hosts._client(address, 1)
+
+
+def test_a_real_scheduler_passes_the_handshake_probe():
+    """The probe's reading of the protocol, against distributed's own scheduler on loopback."""
+    from distributed import LocalCluster
+
+    from tracekit import cluster_hosts
+    with LocalCluster(n_workers=0, processes=False, protocol="tcp://", dashboard_address=None,
+                      host="127.0.0.1", silence_logs=50) as cluster:
+        address = cluster.scheduler_address
+        assert address.startswith("tcp://127.0.0.1:")
+        cluster_hosts._probe(address)  # no StepError
+        client, _ = cluster_hosts._client(address, 1)
+        client.close()

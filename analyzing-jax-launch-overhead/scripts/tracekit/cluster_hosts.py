@@ -30,6 +30,64 @@ from tracekit.base import MissingPackage, StepError
 INSTALL = "pip install distributed==2026.8.0 (the root skill's requirements.txt pins it)"
 # How often a task is run again after its worker failed or was lost: once.
 RETRIES = 1
+# A Dask scheduler writes its handshake as soon as it accepts a connection (distributed's
+# comm/core.py: the listener writes its info, then reads the peer's); the first 8 bytes are
+# the message's length. Something that listens but stays silent this long (an HTTP server,
+# such as the dashboard beside the scheduler, waits for a request) is not a scheduler.
+HANDSHAKE_S = 15.0
+MAX_HANDSHAKE_BYTES = 1 << 20
+DEFAULT_PORT = 8786
+
+
+def _host_port(scheduler: str) -> tuple[str, int]:
+    """tcp://host:port (or host:port; the port defaults to Dask's) -> (host, port); a
+    StepError for any other scheme (the command line takes no TLS or UCX settings)."""
+    scheme, sep, rest = scheduler.partition("://")
+    if not sep:
+        scheme, rest = "tcp", scheduler
+    if scheme != "tcp" or not rest or "/" in rest:
+        raise StepError(f"--scheduler {scheduler} is not a tcp://host:port address (or "
+                        "'local'); only plain TCP schedulers can be reached from here")
+    host, port = rest, str(DEFAULT_PORT)
+    if rest.startswith("["):  # [::1]:8786
+        host, _, tail = rest[1:].partition("]")
+        if tail:
+            port = tail.lstrip(":")
+    elif rest.count(":") == 1:
+        host, port = rest.split(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise StepError(f"--scheduler {scheduler} is not a tcp://host:port address with a "
+                        "port from 1 to 65535")
+    return host, int(port)
+
+
+def _probe(scheduler: str) -> None:
+    """The address answers as a Dask scheduler does, within HANDSHAKE_S: a StepError in one
+    sentence where nothing listens, where it stays silent or where it says something else."""
+    import socket
+    import struct
+    host, port = _host_port(scheduler)
+    try:
+        with socket.create_connection((host, port), timeout=HANDSHAKE_S) as sock:
+            sock.settimeout(HANDSHAKE_S)
+            head = b""
+            while len(head) < 8:
+                got = sock.recv(8 - len(head))
+                if not got:
+                    break
+                head += got
+    except TimeoutError:
+        raise StepError(f"the Dask scheduler at {scheduler} did not answer within "
+                        f"{HANDSHAKE_S:.0f} s: something listens there that is not a Dask "
+                        "scheduler (its dashboard?), or it is stuck") from None
+    except OSError as exc:
+        raise StepError(f"cannot reach the Dask scheduler at {scheduler}: "
+                        f"{exc.strerror or exc}") from None
+    size = struct.unpack("<Q", head)[0] if len(head) == 8 else 0
+    if not 0 < size <= MAX_HANDSHAKE_BYTES:
+        raise StepError(f"{scheduler} answers, but not as a Dask scheduler does (its first "
+                        "bytes are not a handshake); give the scheduler's own address "
+                        "(tcp://host:8786)")
 
 
 def run_host(cmd: list[str], log: str) -> dict:
@@ -59,8 +117,9 @@ def _client(scheduler: str, n_jobs: int):
             cluster = LocalCluster(n_workers=n_jobs, threads_per_worker=1, processes=True,
                                    dashboard_address=None, silence_logs=50)
             return Client(cluster), cluster
+        _probe(scheduler)
         return Client(scheduler, timeout="30s"), None
-    except (OSError, TimeoutError, ValueError) as exc:
+    except (OSError, TimeoutError, ValueError, TypeError) as exc:
         raise StepError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from exc
 
 
