@@ -52,6 +52,7 @@ HERE = sibling.HERE
 
 from tracekit import scratch, step_cli
 from tracekit import trace_rules as rules  # units, atomic outputs
+from tracekit.per_host import folder_names
 from tracekit.scratch import number
 
 TABLE, RESULT, DRAFT = "compare.csv", "compare.json", "compare_draft.md"
@@ -73,6 +74,12 @@ def kind(path: Path) -> str | None:
     if path.is_dir() and (path / "hosts.csv").is_file():
         return "run"
     return None
+
+
+def within(path: Path, folder: Path) -> bool:
+    """Whether `path` is `folder` or inside it (links resolved)."""
+    p, f = path.resolve(), folder.resolve()
+    return p == f or f in p.parents
 
 
 def side_folder(arg: str, name: str, out: Path, no_xprof: bool) -> Path:
@@ -106,7 +113,7 @@ class Side:
         self.files = scratch.Scratch(folder)  # each file read once
         self.info = self.files.json("capture_info.json") or {}
         self.skip = self.files.json("skip_stats.json") or {}
-        self.steps_rows = self.table("steps.csv")
+        self.steps_rows = self.files.rows("steps.csv", need=("step", "device")) or []
         by_step: dict = {}
         for r in self.steps_rows:
             by_step.setdefault(r["step"], []).append(r)
@@ -488,7 +495,10 @@ def run_hosts(folder: Path) -> dict[str, Path]:
     """{host: its scratch folder} of a run's hosts.csv (the hosts whose pass finished)."""
     out = {}
     for r in scratch.Scratch(folder).rows("hosts.csv") or []:
-        sub = folder / r.get("folder", "")
+        name = r.get("folder", "")
+        if name in ("", ".", "..") or Path(name).name != name:
+            continue  # a host's folder is a child of the run's, never a path elsewhere
+        sub = folder / name
         if r.get("host") and kind(sub) == "host":
             out[r["host"]] = sub
     return out
@@ -503,9 +513,10 @@ def compare_runs(before: Path, after: Path, out: Path) -> tuple[list, dict, list
         raise step_cli.StepError(f"BEFORE ({before}) and AFTER ({after}) share no host by name "
                                  "that finished: compare one host's folder of each instead")
     written, per_host = [], []
+    names = folder_names(both)  # the names the per-host pass gives: never a raw host name
     for h in both:
         table, result = compare(hosts["before"][h], hosts["after"][h])
-        written += write(out, table, result, h)
+        written += write(out, table, result, names[h])
         per_host.append({"host": h, "significant": result["significant"],
                          "why": result["significance"]["why"],
                          "verdict_before": result["verdict_before"],
@@ -610,6 +621,10 @@ def write(out: Path, table: list, result: dict, stands_for: str = "") -> list:
 
 def body(args) -> list[str]:
     out = Path(args.out)
+    for arg, name in ((args.before, "BEFORE"), (args.after, "AFTER")):
+        if kind(Path(arg)) is not None and within(out, Path(arg)):
+            raise step_cli.UsageError(f"--out {out} is inside {name} ({arg}), which compare.py "
+                                      "only reads: give another folder")
     before = side_folder(args.before, "before", out, args.no_xprof)
     after = side_folder(args.after, "after", out, args.no_xprof)
     if before.resolve() == after.resolve():

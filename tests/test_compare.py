@@ -307,3 +307,39 @@ def test_other_programs_entirely_are_said(pairs, tmp_path):
     rows = read(tmp_path / "o" / "compare.csv")
     assert {r["status"] for r in rows if r["section"] == "program"} <= {"new", "gone", ""}
     assert [r for r in rows if r["section"] == "step"]
+
+
+def test_compare_never_writes_into_a_side_or_outside_its_folder(pairs, tmp_path):
+    """--out inside a scratch folder compare.py reads is a usage error, nothing written there;
+    a side's steps.csv without its step column is one sentence (once a KeyError); a run's
+    hosts.csv naming a host '..' or a folder '../../escaped' writes nothing outside --out."""
+    out, _, _ = run_pair(pairs, "dev", "dev-fast", "guard")
+    before, after = out / "before", out / "after"
+    listing = sorted(p for p in before.rglob("*"))
+    p = compare(before, after, before / "cmp")
+    assert p.returncode == 2 and "which compare.py only reads" in p.stderr.splitlines()[-1]
+    assert sorted(before.rglob("*")) == listing
+    cut = tmp_path / "cut"
+    shutil.copytree(after, cut)
+    rows = list(csv.reader(open(cut / "steps.csv", newline="")))
+    i = rows[0].index("step")
+    with open(cut / "steps.csv", "w", newline="") as fh:
+        csv.writer(fh).writerows([r[:i] + r[i + 1:] for r in rows])
+    p = compare(before, cut, tmp_path / "o1")
+    assert p.returncode == 1 and "(no step)" in p.stderr and "Traceback" not in p.stderr
+    runs = {}
+    for side, folder in (("b", before), ("a", after)):
+        run = tmp_path / "runs" / side / "run"
+        shutil.copytree(folder, run / "x")
+        with open(run / "hosts.csv", "w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow(["host", "folder"])
+            w.writerow(["..", "x"])
+            w.writerow(["evil", "../../escaped"])
+        runs[side] = run
+    target = tmp_path / "runs" / "out" / "o2"
+    p = compare(runs["b"], runs["a"], target)
+    assert p.returncode == 0, p.stderr
+    assert (target / "host-1" / "compare.csv").is_file()
+    outside = [q for q in (tmp_path / "runs").rglob("compare.*") if target not in q.parents]
+    assert not outside and not list(tmp_path.rglob("escaped"))

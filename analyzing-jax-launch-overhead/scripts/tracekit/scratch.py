@@ -470,8 +470,11 @@ class Scratch:
             self._cache[file] = d if isinstance(d, dict) else None
         return self._cache[file]
 
-    def rows(self, file: str) -> list[dict] | None:
-        """A declared table's rows as dicts; None when missing or unreadable."""
+    def rows(self, file: str, need=()) -> list[dict] | None:
+        """A declared table's rows as dicts; None when missing or unreadable; TableError where a
+        column of `need` is missing (the table is not its producer's)."""
+        if need:
+            return self._needing(file, need)
         if file not in self._cache:
             table(file)
             try:
@@ -488,15 +491,10 @@ class Scratch:
         the file is missing or unreadable; TableError where it is not its producer's (a column
         of `need` missing, a number that is not one)."""
         key = "typed:" + file
-        rows = self.rows(file)
+        rows = self._needing(file, need)
         if rows is None:
             return None
         got = set(rows[0]) if rows else set()
-        lacking = [n for n in need if rows and n not in got]
-        if lacking:
-            raise TableError(f"{self.folder / file} is not the table {table(file).producer} "
-                             f"writes (no {', '.join(lacking)}): run {table(file).producer} "
-                             "again")
         if key not in self._cache:
             cols = table(file).columns
             try:
@@ -507,6 +505,15 @@ class Scratch:
                                  f"{table(file).producer} writes ({exc}): run it "
                                  "again") from None
         return self._cache[key]
+
+    def _needing(self, file: str, need) -> list[dict] | None:
+        rows = self.rows(file)
+        lacking = [n for n in need if rows and n not in rows[0]]
+        if lacking:
+            raise TableError(f"{self.folder / file} is not the table {table(file).producer} "
+                             f"writes (no {', '.join(lacking)}): run {table(file).producer} "
+                             "again")
+        return rows
 
     def values(self, file: str, name: str) -> list[str] | None:
         column(file, name)
