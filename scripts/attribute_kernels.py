@@ -877,9 +877,9 @@ def read_steps(out: Path, files) -> tuple[dict | None, str]:
         return None, ("steps not given: no steps.csv in the scratch folder (run step 1, "
                       "skip_stats.py, first)")
     was = (folder.json("skip_stats.json") or {}).get("capture")
-    if not scratch.written_for(was, files.trace):
-        return None, (f"steps not given: steps.csv was written for {was.get('file')}, not "
-                      f"{files.trace}")
+    if not scratch.written_for(was, files.trace, base=folder.folder):
+        return None, (f"steps not given: steps.csv was written for "
+                      f"{scratch.recorded_file(was)}, not {files.trace}")
     by: dict = {}
     for r in rows:
         by.setdefault(r["device"], []).append((round(r["start_us"] * 1e6),

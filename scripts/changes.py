@@ -1159,9 +1159,9 @@ def check_capture(capture: str, run_name, host, out: Path) -> str | None:
     if ci is None:
         return ("cannot check that the tables are this capture's: the scratch folder has no "
                 "capture_info.json (step 0)")
-    c = ci.get("capture") or {}
+    c = ci.get("capture") if isinstance(ci.get("capture"), dict) else {}
     same = c.get("host") == files.host and all(
-        scratch.written_for(c.get(k), getattr(files, k)) for k in ("trace", "xplane"))
+        scratch.written_for(c.get(k), getattr(files, k), base=out) for k in ("trace", "xplane"))
     if not same:
         raise ChangesError(f"the scratch folder {out} holds the tables of {c.get('run_dir')} "
                            f"(host {c.get('host')}), not of {files.run_dir} (host {files.host}); "

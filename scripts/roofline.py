@@ -79,11 +79,12 @@ def read_attribution(out: Path, capture) -> tuple[list[dict], dict]:
         "attribution/ops.csv")
     if res is None or rows is None:
         raise step_cli.StepError(f"cannot read step 4's tables in {folder}: run step 4 again")
-    was = (res.get("capture") or {}).get("xplane")
-    if not scratch.written_for(was, capture.files.xplane):
+    recorded = res.get("capture")
+    was = recorded.get("xplane") if isinstance(recorded, dict) else recorded
+    if not scratch.written_for(was, capture.files.xplane, base=out):
         raise step_cli.StepError(f"cannot build the roofline because {folder} was written for "
-                                 f"{was.get('file')}, not {capture.files.xplane}; rerun "
-                                 "attribute_kernels.py on this capture")
+                                 f"{scratch.recorded_file(was)}, not {capture.files.xplane}; "
+                                 "rerun attribute_kernels.py on this capture")
     return rows, res
 
 

@@ -249,3 +249,63 @@ def test_later_steps_end_on_fifos_and_devices_named_like_tables(example, tmp_pat
                             str(out)],
                            capture_output=True, text=True, timeout=120)
         assert "Traceback" not in p.stderr, (script, p.stderr)
+
+
+def test_folders_are_made_with_the_users_umask(tmp_path):
+    """A folder a step makes whole (attribution/, written beside and renamed) has the mode the
+    user's umask gives, not mkdtemp's 0700."""
+    from tracekit import trace_rules
+    old = os.umask(0o027)
+    try:
+        with trace_rules.atomic_folder(tmp_path / "attribution") as tmp:
+            (tmp / "a.csv").write_text("x\n")
+        with trace_rules.replace_files(tmp_path / "out") as tmp:
+            (tmp / "b.csv").write_text("x\n")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "attribution").stat().st_mode & 0o777 == 0o750
+    assert (tmp_path / "out" / "b.csv").is_file()
+
+
+def test_format_characters_are_escaped_wherever_control_characters_are():
+    """Every format character of the interpreter's Unicode (category Cf: a right-to-left
+    override, a zero-width space, a byte order mark) is escaped in a printed line and in a page's
+    text, as control characters are; other letters stay as they are."""
+    import unicodedata
+
+    from tracekit import trace_rules
+    sys.path.insert(0, str(REPO / "writing-trace-report-pages" / "scripts"))
+    import page_tables
+    cf = [chr(c) for c in range(0x110000) if unicodedata.category(chr(c)) == "Cf"]
+    for ch in cf:
+        name = f"fusion{ch}.1"
+        for shown in (trace_rules.printable(name), page_tables.clean(name)):
+            assert ch not in shown and "\\" in shown, (hex(ord(ch)), shown)
+    assert trace_rules.printable("gpu\u202eevil\x1b") == "gpu\\u202eevil\\x1b"
+    assert trace_rules.printable("ядро µs 核") == "ядро µs 核"
+
+
+@pytest.mark.parametrize("recorded", ["relative", 12, "text", None])
+def test_a_recorded_capture_is_read_whatever_it_holds(example, tmp_path, recorded):
+    """Step 4's record of its xplane: a relative path is resolved in the scratch folder that
+    recorded it (roofline.py accepts the capture it names); a number or a string where a
+    record stands is one sentence, never a TypeError."""
+    out = tmp_path / "out"
+    shutil.copytree(example, out, symlinks=True)
+    path = out / "attribution" / "attribute_kernels.json"
+    res = json.loads(path.read_text())
+    xplane = next(EXAMPLE.rglob("*.xplane.pb"))
+    if recorded == "relative":
+        res["capture"]["xplane"]["file"] = os.path.relpath(xplane.resolve(), out)
+    elif recorded == "text":
+        res["capture"] = "somewhere"
+    else:
+        res["capture"]["xplane"]["file"] = recorded
+    path.write_text(json.dumps(res))
+    p = subprocess.run([sys.executable, "-P", str(REPO / "scripts" / "roofline.py"), str(EXAMPLE),
+                        "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert "Traceback" not in p.stderr, p.stderr
+    if recorded == "relative":
+        assert p.returncode == 0, p.stderr
+    else:
+        assert p.returncode == 1 and "was written for" in p.stderr.splitlines()[-1]

@@ -19,6 +19,7 @@ csv.field_size_limit(1 << 24)
 # The tables' declarations: the platform (tracekit, standard library) of the launch-overhead
 # skill, beside this skill in an install and in a checkout alike (build_page.py's bootstrap).
 from tracekit import scratch
+from tracekit import trace_rules as rules
 
 CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 NUMBER_RE = re.compile(r"^-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")
@@ -131,8 +132,10 @@ def label_of(file: str, column: str) -> str:
 
 
 def clean(text: str) -> str:
-    """A capture string made safe to show: control characters out (escaping is the caller's)."""
-    return CONTROL_RE.sub("", text)
+    """A capture string made safe to show: control characters out, format characters (a
+    right-to-left override, a zero-width space) as their escapes, as in every text output
+    (HTML escaping is the caller's)."""
+    return rules.FORMAT_RE.sub(rules.escaped, CONTROL_RE.sub("", text))
 
 
 def heading_of(file: str, column: str) -> str:

@@ -551,18 +551,31 @@ def identity(path) -> dict | None:
     return {"file": str(p), "bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
-def written_for(recorded, path) -> bool:
+def written_for(recorded, path, base=None) -> bool:
     """The one rule of "were these tables written for this capture?": `recorded` (an identity
-    record a result keeps) against the file `path` now: the same resolved file, and its size and
-    modification time where recorded. True where nothing is recorded or `path` is None (a folder
-    made by hand, or no such file to compare with)."""
+    record a result keeps) against the file `path` now: the same resolved file (a relative one
+    resolved in `base`, the folder that recorded it), and its size and modification time where
+    recorded. True where nothing is recorded or `path` is None (a folder made by hand, or no
+    such file to compare with); False where the record is not one (a file that is no string)."""
     if not recorded or path is None:
         return True
     now = identity(path)
     if not isinstance(recorded, dict) or now is None:
         return False
-    return recorded.get("file") == now["file"] and all(
+    file = recorded.get("file")
+    if not isinstance(file, str):
+        return False
+    if base is not None and not os.path.isabs(file):
+        file = str((Path(base) / file).resolve())
+    return file == now["file"] and all(
         recorded.get(k) in (None, now[k]) for k in ("bytes", "mtime_ns"))
+
+
+def recorded_file(recorded) -> str:
+    """The file an identity record names, for a sentence (whatever the record holds)."""
+    from tracekit.trace_rules import printable
+    file = recorded.get("file") if isinstance(recorded, dict) else recorded
+    return printable(str(file))[:300]
 
 
 def handoff_put(folder: Path, name: str, sources: list, payload: dict) -> None:

@@ -210,13 +210,28 @@ def pct(num, den) -> str:
     return f"{100.0 * num / den:.2f}" if den else ""
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def made_folder(prefix: str, parent: Path) -> Path:
+    """A new temporary folder in `parent`, with the mode a folder made by the user gets
+    (mkdtemp makes it 0700: renamed into place, another account, a Dask worker or CI could not
+    read what it holds)."""
+    tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    os.chmod(tmp, 0o777 & ~_umask())
+    return tmp
+
+
 @contextlib.contextmanager
 def atomic_folder(final: Path):
     """Yield a temporary folder beside `final`; on success it replaces `final` whole, on any
     failure it is removed and `final` is left as it was."""
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    tmp = made_folder(f".{final.name}.", final.parent)
     try:
         yield tmp
     except BaseException:
@@ -237,7 +252,7 @@ def replace_files(out: Path, prefix: str = ".out-"):
     namesake in `out` (each whole: a rename), on failure none does; the folder is removed."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=out))
+    tmp = made_folder(prefix, out)
     try:
         yield tmp
         for f in sorted(tmp.iterdir()):
@@ -453,20 +468,34 @@ def cut_name(name: str) -> str:
         return name
     return f"{name[:MAX_NAME_CHARS]}…[{len(name) - MAX_NAME_CHARS:,} more characters]"
 
-_UNPRINTABLE_RE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+# Unicode's format characters (category Cf, Unicode 14: a test holds the list to the
+# interpreter's unicodedata): right-to-left overrides, zero-width spaces and joiners, a byte
+# order mark. Printed raw, a name holding them reads as another (an override reverses what
+# follows it), so they are escaped wherever control characters are.
+FORMAT_CHARS = ("\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891\u08e2\u180e\u200b-\u200f"
+                "\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd"
+                "\U000110cd\U00013430-\U00013438\U0001bca0-\U0001bca3\U0001d173-\U0001d17a"
+                "\U000e0001\U000e0020-\U000e007f")
+FORMAT_RE = re.compile(f"[{FORMAT_CHARS}]")
+_UNPRINTABLE_RE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff" + FORMAT_CHARS + "]")
+
+
+def escaped(m) -> str:
+    """A matched character as its backslash escape (\\u202e)."""
+    return m.group().encode("unicode_escape").decode("ascii")
 
 
 def printable(text) -> str:
     """`text` for one line of a text output (summary.txt, a printout, an error sentence):
-    control characters (a newline, a carriage return, an escape, NUL), line separators and lone
-    surrogates written as backslash escapes, so that a name from a capture can neither split a
-    line nor fail to encode. The CSV and JSON outputs keep names exactly as the capture has them
-    (their writers quote and escape)."""
+    control characters (a newline, a carriage return, an escape, NUL), line separators, lone
+    surrogates and format characters (FORMAT_CHARS) written as backslash escapes, so that a
+    name from a capture can neither split a line, fail to encode nor read as another. The CSV
+    and JSON outputs keep names exactly as the capture has them (their writers quote and
+    escape)."""
     text = "" if text is None else str(text)
     if not _UNPRINTABLE_RE.search(text):
         return text
-    return _UNPRINTABLE_RE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"),
-                               text)
+    return _UNPRINTABLE_RE.sub(escaped, text)
 
 
 def is_cpu_thunk(stats) -> bool:
