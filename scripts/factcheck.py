@@ -188,11 +188,26 @@ def label_of(value) -> str | None:
     return value.strip().split(",")[0].strip().lower()
 
 
-def same_key(cell: str, want: str) -> bool:
-    if cell.strip() == want:
-        return True
-    a, b = decimal_of(cell), decimal_of(want)
-    return a is not None and b is not None and a == b
+def key_of(cell: str):
+    """A key cell as it matches a selector's value: a number by its value (3, 3.0 and 03 are one
+    key), any other text stripped; the one rule of selector matching."""
+    d = decimal_of(cell)
+    return ("n", d.normalize()) if d is not None else ("s", cell.strip())
+
+
+def selected(scratch: TableCache, name: str, rows: list, filters: list) -> list:
+    """The rows whose cells equal the filters' values (key_of), through an index of the table by
+    those columns, built once per table and set of columns: a report's citations cost their
+    number plus the table's rows, never their product."""
+    if not filters:
+        return rows
+    cols = tuple(k for k, _ in filters)
+    index = scratch.cache.get((name, cols))
+    if index is None:
+        index = scratch.cache[(name, cols)] = {}
+        for r in rows:
+            index.setdefault(tuple(key_of(r.get(k, "")) for k in cols), []).append(r)
+    return index.get(tuple(key_of(v) for _, v in filters), [])
 
 
 def aggregate(values: list, agg: str, what: str):
@@ -220,11 +235,11 @@ def lookup(scratch: TableCache, cite: Citation, roles: set[str]) -> dict:
     items = split_selector(cite.selector)
     data = load_table(scratch, cite.table)
     if cite.table.endswith(".csv"):
-        return lookup_csv(cite.table, data, items, roles)
+        return lookup_csv(scratch, cite.table, data, items, roles)
     return lookup_json(cite.table, data, items, roles)
 
 
-def lookup_csv(name, data, items, roles):
+def lookup_csv(scratch, name, data, items, roles):
     header, rows = data
     column, agg, filters = items[0], None, []
     for it in items[1:]:
@@ -238,7 +253,7 @@ def lookup_csv(name, data, items, roles):
     for col in [column] + [k for k, _ in filters]:
         if col not in header:
             raise NoTable(f"{name} has no column {col}")
-    sel = [r for r in rows if all(same_key(r.get(k, ""), v) for k, v in filters)]
+    sel = selected(scratch, name, rows, filters)
     where = ", ".join(f"{k}={v}" for k, v in filters)
     if not sel:
         raise NoTable(f"no row of {name} has {where}")
@@ -421,7 +436,7 @@ def rows_of(scratch, cite: Citation) -> int:
     for k, _ in filters:
         if k not in header:
             raise NoTable(f"{cite.table} has no column {k}")
-    n = sum(all(same_key(r.get(k, ""), v) for k, v in filters) for r in rows)
+    n = len(selected(scratch, cite.table, rows, filters))
     if not n:
         raise NoTable(f"no row of {cite.table} has " + ", ".join(f"{k}={v}" for k, v in filters))
     return n

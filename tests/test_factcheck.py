@@ -806,3 +806,32 @@ def test_words_and_names_near_a_citation_are_not_taken_for_a_number(scratch, tmp
                     "nanoseconds (measured; steps.csv: dur_us, median).\n", scratch, tmp_path)
     assert p.returncode == 4  # nothing checked
     assert rows and {x["verdict"] for x in rows} == {"skipped"}
+
+
+def test_the_check_costs_citations_plus_rows_never_their_product(tmp_path, monkeypatch):
+    """2,000 rows and 400 citations each selecting one by step and device: the keys compared
+    are those of one index of the table and a few per citation (once 400 x 2,000 x 2)."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    import factcheck
+    out = tmp_path / "s"
+    out.mkdir()
+    with open(out / "steps.csv", "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["step", "device", "dur_us"])
+        for s in range(500):
+            for d in range(4):
+                w.writerow([s, d, f"{1000 + s + d / 10:.1f}"])
+    report = tmp_path / "r.md"
+    report.write_text("".join(
+        f"Step {s} took {1000 + s + 0.3:,.1f} us (measured; steps.csv: dur_us, step={s}, "
+        "device=3).\n\n" for s in range(0, 500, 5) for _ in range(4)))
+    calls = [0]
+    key_of = factcheck.key_of
+
+    def counted(cell):
+        calls[0] += 1
+        return key_of(cell)
+    monkeypatch.setattr(factcheck, "key_of", counted)
+    rows, result, _ = factcheck.run(report, out)
+    assert result["figures"]["ok"] == 400 and result["verdict"] == "pass", result["failing"][:3]
+    assert calls[0] <= 2 * 2_000 + 8 * 400  # the product: 1,600,000
