@@ -378,3 +378,22 @@ def test_collectives_spanning_hosts_converge_and_the_culprit_is_named(spanning):
     assert "holds the others back inside collectives spanning hosts: gen-host-3." in draft
     fc = _run(ROOT_SCRIPTS / "factcheck.py", folder / "hosts_draft.md", "--out", folder)
     assert fc.returncode == 0, fc.stdout + fc.stderr
+
+
+def test_a_host_whose_step_1_failed_inside_its_job_is_counted_and_said(slow_run, tmp_path):
+    """The whole job per host: host 2's trace is cut, so its step 1 fails while its job goes on
+    (exit 0 for the host). hosts.txt counts it as failed with step 1's own sentence, and says
+    no spread of step times: one host with steps is nothing to compare."""
+    run = tmp_path / "run"
+    shutil.copytree(slow_run["run"], run)
+    (run / "gen-host-2.trace.json.gz").write_bytes(gzip.compress(b'{"traceEvents": [')[:40])
+    (run / "gen-host-1.trace.json.gz").write_bytes(gzip.compress(b'{"traceEvents": [')[:40])
+    out = tmp_path / "out"
+    p = _run(ROOT_SCRIPTS / "investigate.py", run, "--out", out, "--jobs", "2", "--no-xprof")
+    assert "Traceback" not in p.stderr + p.stdout
+    text = (out / "hosts.txt").read_text()
+    assert "(2 failed)" in text.splitlines()[0], text
+    lines = [ln for ln in text.splitlines() if ln.startswith("  gen-host-2: ")]
+    assert lines and "its step 1 failed or did not run" in lines[0], text
+    assert "gen-host-2.trace.json.gz" in lines[0]
+    assert "spread of step times" not in text and "1 of 3 hosts have step rows" in text

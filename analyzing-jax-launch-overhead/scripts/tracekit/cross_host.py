@@ -45,6 +45,17 @@ HOST_STEPS_COLUMNS = scratch.columns("host_steps.csv")
 SAME_SPEED_TOLERANCE = 0.05
 
 
+def last_sentence(path: Path) -> str:
+    """The last line of a log that is not its command line: what the step said last."""
+    try:
+        with scratch.open_file(path, binary=True) as fh:
+            text = fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("$ ")]
+    return rules.printable(lines[-1])[:400] if lines else ""
+
+
 def _json(folder: Path, file: str) -> dict:
     """A host's result (scratch.Scratch.json), {} where it is missing or unreadable."""
     return scratch.Scratch(folder).json(file) or {}
@@ -189,6 +200,11 @@ def _tables_read(folder: Path, res: dict, current: dict, ss: dict) -> tuple[bool
     if res["exit"] != 0:
         not_read.append(f"its pass failed (exit {res['exit']}): no table of its folder is "
                         "read")
+    elif not ss:  # the pass ended but its step 1 wrote nothing: the job went on without it
+        said = last_sentence(folder / "logs" / "skip_stats.txt")
+        not_read.append("its step 1 failed or did not run (no skip_stats.json), so it has no "
+                        "steps" + (f": {said}" if said else ""))
+        step1 = False
     elif not step1:
         not_read.append("its step-1 tables (skip_stats.json, steps.csv, streams.csv and "
                         "the changes and trust list made from them) are from another "
@@ -206,6 +222,7 @@ def host_row(out: Path, res: dict, run_dir: str) -> tuple[dict, dict, dict | Non
     folder = out / res["folder"]
     current = _capture_files(run_dir, res["host"])
     ss = _json(folder, "skip_stats.json")
+    failed_step1 = res["exit"] == 0 and not ss
     step1, step4, not_read = _tables_read(folder, res, current, ss)
     if not step1:
         ss = {}
@@ -221,6 +238,7 @@ def host_row(out: Path, res: dict, run_dir: str) -> tuple[dict, dict, dict | Non
         "host": res["host"], "folder": res["folder"], "exit": res["exit"],
         "seconds": res.get("seconds"), "error": res.get("error") or "",
         "not_read": "; ".join(not_read),
+        "failed_step1": failed_step1,
         "gpus": max((s["gpus"] for s in st.values()), default=None),
         "verdict": ss.get("verdict_qualifier") or ss.get("verdict"),
         "steps": len(st),
@@ -422,10 +440,10 @@ def cross_host_result(hosts, with_steps, compared, slow, kernel_rows, run_dir, s
         "hosts": hosts,
         "figures": {
             "hosts": {"value": len(hosts), "unit": "count", "label": "read"},
-            "hosts_failed": {"value": sum(1 for h in hosts if h["exit"] != 0), "unit": "count",
-                             "label": "measured"},
+            "hosts_failed": {"value": sum(1 for h in hosts if h["exit"] != 0 or h["failed_step1"]),
+                             "unit": "count", "label": "measured"},
             "step_us": _spread(medians, "measured"),
-            "step_spread_us": _spread(compared["spreads"], "measured"),
+            "step_spread_us": None if refusals else _spread(compared["spreads"], "measured"),
         },
         "steps": {"compared": common, "not_on_every_host": len(compared["every"]) - len(common)},
         "slow_host": slow,

@@ -127,15 +127,6 @@ def _exit_code(rc: int) -> int:
     return 128 - rc if rc < 0 else rc
 
 
-def _last_sentence(path: Path) -> str:
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("$ ")]
-    return rules.printable(lines[-1])[:400] if lines else ""
-
-
 def _without(argv: list[str], options: tuple[str, ...]) -> list[str]:
     """argv less each `--opt VALUE` / `--opt=VALUE` of `options` (the per-host pass sets them)."""
     out, skip = [], False
@@ -184,7 +175,7 @@ def _run_and_summarise(prog: str, stem: str, todo: list, out: Path, n_jobs: int,
     if scheduler:  # each host a task on a Dask cluster (cluster_hosts)
         from tracekit import cluster_hosts
         results = cluster_hosts.run_all(prog, stem, todo, out, n_jobs, scheduler, _say,
-                                        _last_sentence)
+                                        cross_host.last_sentence)
     else:
         results = _run_all(prog, stem, todo, out, n_jobs)
     if results is None:
@@ -239,7 +230,7 @@ def _run_all(prog: str, stem: str, todo: list, out: Path, n_jobs: int) -> list[d
                 rc = _exit_code(p.returncode)
                 error = "" if rc == 0 else (
                     f"{prog}: the host's process was killed by signal {-p.returncode}"
-                    if p.returncode < 0 else _last_sentence(log))
+                    if p.returncode < 0 else cross_host.last_sentence(log))
                 results[h] = {"host": h, "folder": folder, "exit": rc,
                               "seconds": round(secs, 1), "error": error}
                 _say(f"[{time.monotonic() - t0:6.1f} s] {rules.printable(h)}: "

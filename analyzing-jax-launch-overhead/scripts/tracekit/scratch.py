@@ -2261,7 +2261,8 @@ declare(File(
     fields="""
 `step` (`cross_host`), `status` (`done`, `refused` when fewer than two hosts have steps or no step
 is on every host), `script`, `run_dir`, `hosts` (the rows of `hosts.csv` as data, ranges as
-`{value, min, max, unit, label}`), `figures` (`hosts`, `hosts_failed`, `step_us` over the hosts'
+`{value, min, max, unit, label}`; `failed_step1`: its pass ended but its step 1 wrote nothing,
+its reason in `not_read`), `figures` (`hosts`, `hosts_failed`, `step_us` over the hosts'
 medians, `step_spread_us`: per step the slowest minus the fastest host's duration, median
 (min-max) over the steps), `steps` (`compared`, `not_on_every_host`), `slow_host` (`host`,
 `is_slow_host`: slowest in more than half of the compared steps, `steps`, `steps_slowest`,
@@ -2280,7 +2281,8 @@ timestamps are on its own clock.
 """,
     figures=(
         Figure("hosts", "count", "read", "the run's hosts"),
-        Figure("hosts_failed", "count", "measured", "hosts whose pass exited non-zero"),
+        Figure("hosts_failed", "count", "measured",
+               "hosts whose pass exited non-zero or whose step 1 wrote nothing"),
         Figure("step_us", "us", "measured", "the hosts' median step durations, with min/max"),
         Figure("step_spread_us", "us", "measured",
                "per step the slowest minus the fastest host's duration, median (min-max) over "

@@ -59,11 +59,14 @@ MIN_DECOMPRESSED_CAP = 64 << 20
 # events, about 0.7 kB each with their args (the 156,800-kernel MaxText trace is 109 MB of text
 # for 390,000 events): 4 GiB is five times that, and more than a 24 GiB machine can parse.
 MAX_TRACE_BYTES = 4 << 30
-# No trace of more events than this is read: XLA's exporter writes at most 1,000,000 for one
-# capture, and step 1 holds about 1.4 kB per event (1,000,000 tiny events: 1.35 GB peak, 11 s;
-# 2,000,000: 2.7 GB, 25 s; 5,000,000 took 6.9 GB). The count is taken from the text before it is
-# parsed (each event's "ph" key), so a larger trace is refused before its memory is spent.
-MAX_TRACE_EVENTS = 2_000_000
+# No trace of more events than this is read: set from the memory the project holds a process to
+# (2 GiB), not from what a machine might survive. Step 1, the largest reader, peaks at about
+# 1.33 kB per event of XLA's (1,000,117 events of the 70-step MaxText capture: 1,329 MiB) and
+# less for tiny ones (1,950,000: 1,375 MiB host events, 1,428 MiB half kernels), so 1,500,000
+# real events stay under 2 GiB. XLA's exporter writes at most 1,000,000 for one capture. The
+# count is taken from the text before it is parsed (each event's "ph" key), so a larger trace
+# is refused before its memory is spent.
+MAX_TRACE_EVENTS = 1_500_000
 READ_CHUNK = 1 << 20
 MAX_TIME_US = MAX_TIME_PS / 1e6
 _NUMBER = (int, float)
@@ -522,7 +525,7 @@ def _check_size(path: Path, events: int) -> None:
     """At most MAX_TRACE_EVENTS events."""
     if events > MAX_TRACE_EVENTS:
         raise TraceError(f"{path} holds {events:,} events, more than the {MAX_TRACE_EVENTS:,} "
-                         "these tools take (each costs about 1.4 kB of memory here); XLA's "
+                         "these tools take (each costs about 1.3 kB of memory here); XLA's "
                          "exporter writes at most 1,000,000 for one capture, so this one is "
                          "merged or another tool's: profile fewer steps (a shorter window "
                          "between jax.profiler's start and stop) and analyse that capture")
