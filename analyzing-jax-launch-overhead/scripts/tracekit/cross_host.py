@@ -191,7 +191,8 @@ def summarise(out: Path, results: list[dict], run_dir: str = "", script: str = "
     return cross_host_result(hosts, with_steps, compared, slow, kernel_rows, run_dir, script)
 
 
-def _tables_read(folder: Path, res: dict, current: dict, ss: dict) -> tuple[bool, bool, list]:
+def _tables_read(folder: Path, res: dict, current: dict, ss: dict,
+                 failed_step1: bool) -> tuple[bool, bool, list]:
     """Whether a host's step-1 tables (skip_stats.json `ss` and the tables made with it) and
     its step-4 tables are read: its pass succeeded and they are of this run's capture; and why
     not, in words."""
@@ -200,7 +201,7 @@ def _tables_read(folder: Path, res: dict, current: dict, ss: dict) -> tuple[bool
     if res["exit"] != 0:
         not_read.append(f"its pass failed (exit {res['exit']}): no table of its folder is "
                         "read")
-    elif not ss:  # the pass ended but its step 1 wrote nothing: the job went on without it
+    elif failed_step1:  # the pass ended but its step 1 wrote nothing: the job went on
         said = last_sentence(folder / "logs" / "skip_stats.txt")
         not_read.append("its step 1 failed or did not run (no skip_stats.json), so it has no "
                         "steps" + (f": {said}" if said else ""))
@@ -222,8 +223,9 @@ def host_row(out: Path, res: dict, run_dir: str) -> tuple[dict, dict, dict | Non
     folder = out / res["folder"]
     current = _capture_files(run_dir, res["host"])
     ss = _json(folder, "skip_stats.json")
-    failed_step1 = res["exit"] == 0 and not ss
-    step1, step4, not_read = _tables_read(folder, res, current, ss)
+    # the pass ended, but its step 1 wrote neither its result nor its steps
+    failed_step1 = res["exit"] == 0 and not ss and not (folder / "steps.csv").is_file()
+    step1, step4, not_read = _tables_read(folder, res, current, ss, failed_step1)
     if not step1:
         ss = {}
     st = host_steps(folder) if step1 else {}
