@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import re
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
@@ -93,8 +92,7 @@ def side_folder(arg: str, name: str, out: Path, no_xprof: bool) -> Path:
     folder = out / name
     cmd = [sys.executable, "-P", str(HERE / "investigate.py"), str(path), "--out", str(folder)]
     step_cli.progress(f"investigating {name.upper()}")
-    p = subprocess.run(cmd + (["--no-xprof"] if no_xprof else []), capture_output=True,
-                       text=True)
+    p = step_cli.run_child(cmd + (["--no-xprof"] if no_xprof else []))
     if p.returncode != 0 or kind(folder) is None:
         lines = [ln for ln in (p.stderr or p.stdout).splitlines() if ln.strip()]
         raise step_cli.StepError(f"{name.upper()} {arg} cannot be investigated: "

@@ -11,7 +11,9 @@ import dataclasses
 import gzip
 import hashlib
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -397,3 +399,60 @@ def test_a_host_whose_step_1_failed_inside_its_job_is_counted_and_said(slow_run,
     assert lines and "its step 1 failed or did not run" in lines[0], text
     assert "gen-host-2.trace.json.gz" in lines[0]
     assert "spread of step times" not in text and "1 of 3 hosts have step rows" in text
+
+
+def _group_alive(pgid: int) -> list[str]:
+    """The processes of group `pgid` still running (/proc; a zombie has ended: it runs and
+    writes nothing, and waits only for whoever adopted it to reap it)."""
+    alive = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            alive.append(stat.parent.name)
+    return alive
+
+
+def _terminated_midway(cmd: list, out: Path, sig=signal.SIGTERM):
+    """Start `cmd` (not a group leader: as another program would), send `sig` to it alone once
+    a host's pass is under way, and return (its exit code, its process group)."""
+    import time
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not list(out.glob("**/logs/*.txt")):
+        time.sleep(0.05)
+    time.sleep(0.5)
+    pgid = os.getpgid(p.pid)
+    assert pgid == p.pid  # the command leads a group of its own
+    os.kill(p.pid, sig)
+    p.communicate(timeout=120)
+    return p.returncode, pgid
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_to_the_command_alone_leaves_no_process_running(slow_run, tmp_path, sig, code):
+    """SIGTERM or SIGINT sent to investigate.py alone while its hosts' passes and their steps
+    run: it exits 143 (130), and no process of its group outlives it, nothing written later."""
+    import time
+    out = tmp_path / "out"
+    rc, pgid = _terminated_midway([sys.executable, "-P", str(ROOT_SCRIPTS / "investigate.py"),
+                                   str(slow_run["run"]), "--out", str(out), "--jobs", "2",
+                                   "--no-xprof"], out, sig)
+    assert rc == code
+    assert not _group_alive(pgid)
+    seen = _digest(out)
+    time.sleep(1.5)
+    assert _digest(out) == seen
+
+
+def test_compare_terminated_while_it_investigates_leaves_no_process_running(slow_run, tmp_path):
+    """compare.py investigating a run of hosts (its child investigate.py, their steps):
+    SIGTERM to compare.py alone ends all of them with it (once its child was killed outright
+    and the steps went on writing)."""
+    out = tmp_path / "cmp"
+    rc, pgid = _terminated_midway([sys.executable, "-P", str(ROOT_SCRIPTS / "compare.py"),
+                                   str(slow_run["run"]), str(slow_run["run"]), "--out",
+                                   str(out), "--no-xprof"], out)
+    assert rc == 143 and not _group_alive(pgid)

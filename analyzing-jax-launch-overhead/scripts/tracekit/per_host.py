@@ -236,7 +236,7 @@ def _run_all(prog: str, stem: str, todo: list, out: Path, n_jobs: int) -> list[d
                 _say(f"[{time.monotonic() - t0:6.1f} s] {rules.printable(h)}: "
                      + ("done" if rc == 0 else f"exit {rc}: {error}")
                      + f" ({secs:.1f} s; {len(results)} of {len(todo)} hosts)")
-    except KeyboardInterrupt:
+    except BaseException as exc:  # interrupted or terminated: no host's process outlives this
         for p in running:
             p.terminate()
         for p, (_, _, _, fh, _) in running.items():
@@ -244,7 +244,10 @@ def _run_all(prog: str, stem: str, todo: list, out: Path, n_jobs: int) -> list[d
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 p.kill()
+                p.wait()
             fh.close()
+        if not isinstance(exc, KeyboardInterrupt):
+            raise
         _say(f"{prog}: interrupted; the hosts that finished are in their folders")
         return None
     return [results[h] for h, _, _ in todo]

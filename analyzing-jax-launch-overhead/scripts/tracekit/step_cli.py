@@ -15,6 +15,8 @@ that does the work and returns the lines to print. Everything else is here:
   a MemoryError says the capture is too large for this machine; an interrupt is one sentence
   (exit 130), SIGTERM too (exit 143: raised as `Terminated` where the step is, so that its
   temporary folders and child processes go), and a closed pipe exits 141; never a traceback;
+  the command the user started leads a process group of every process it starts, and passes a
+  SIGTERM or SIGINT on to all of them (`own_group`), so none outlives it;
 - the closing lines: `wrote <path> (<n> rows | lines | bytes)` per file, the step's summary,
   then its "Next:" line;
 - progress: `progress(what, done, total)` says on stderr what a long step is doing, with its
@@ -256,13 +258,74 @@ def wrote(folder: Path, written) -> list[str]:
     return out
 
 
+# One process group per command: the command the user started leads a group its every process
+# joins (steps, hosts' passes, XProf's child, a LocalCluster's workers and their tasks), marked
+# in the environment so that a command it starts stays in it; a SIGTERM or SIGINT sent to the
+# command alone is passed to the whole group, so nothing it started outlives it.
+GROUP_ENV = "JAXTRACE_PROCESS_GROUP"
+
+
+def own_group() -> bool:
+    """Lead a process group of this command's own, unless it runs inside one (a step started by
+    another command of the bundle); whether it leads one. A command a shell started leads its
+    job's group already; one started by another program gets a group of its own."""
+    try:
+        if os.environ.get(GROUP_ENV) == str(os.getpgrp()):
+            return False  # inside a command of ours: its group ends this process too
+        if os.getpgrp() != os.getpid():
+            os.setpgid(0, 0)
+    except (AttributeError, OSError):  # no process groups here, or a session leader
+        return False
+    os.environ[GROUP_ENV] = str(os.getpgrp())
+    return True
+
+
+def _once(signum, leads: bool) -> None:
+    """The first SIGTERM or SIGINT: later ones are ignored (the process is already unwinding;
+    a second, from the group and from its parent, must not cut its clean-up short), and the
+    group's leader passes it to every other process of the group."""
+    try:
+        signal.signal(signum, signal.SIG_IGN)
+        if leads:
+            os.killpg(os.getpgrp(), signum)
+    except (OSError, ValueError):
+        pass
+
+
+CHILD_GRACE_S = 30  # a terminated child's time to let its own children and folders go
+
+
+def run_child(cmd: list[str]):
+    """A command of the bundle run to its end, its output captured (subprocess.run's result);
+    interrupted or terminated, the child (told by the group) is waited for, then killed past
+    CHILD_GRACE_S: never left running, nor killed before it could end its own children."""
+    import subprocess
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          stdin=subprocess.DEVNULL) as proc:
+        try:
+            out, err = proc.communicate()
+        except BaseException:
+            proc.terminate()
+            try:
+                proc.wait(CHILD_GRACE_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
 def run(step: Step | str, main_fn: Callable[[], int]) -> int:
     """An entry script's exit code from `main_fn()`, with the two ways out that are not its own:
     the reader of its output went away (`| head`: the files are written; nothing more is said,
-    exit 141 as for SIGPIPE) and an interrupt (one sentence, exit 130), never a traceback."""
+    exit 141 as for SIGPIPE) and an interrupt (one sentence, exit 130), never a traceback.
+    The command leads its process group (own_group): a SIGTERM or SIGINT is passed to every
+    process it started before it unwinds."""
     name = step if isinstance(step, str) else step.name
+    leads = own_group()
     try:
-        signal.signal(signal.SIGTERM, _terminated)  # unwound like an interrupt: temp folders go
+        signal.signal(signal.SIGTERM, _terminated_leader if leads else _terminated)
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            signal.signal(signal.SIGINT, _interrupted_leader if leads else _interrupted)
     except (ValueError, OSError):  # not the main thread, or no such signal here
         pass
     try:
@@ -292,4 +355,20 @@ class Terminated(BaseException):
 
 
 def _terminated(signum, frame):
+    _once(signum, False)
     raise Terminated()
+
+
+def _terminated_leader(signum, frame):
+    _once(signum, True)
+    raise Terminated()
+
+
+def _interrupted(signum, frame):
+    _once(signum, False)
+    raise KeyboardInterrupt
+
+
+def _interrupted_leader(signum, frame):
+    _once(signum, True)
+    raise KeyboardInterrupt

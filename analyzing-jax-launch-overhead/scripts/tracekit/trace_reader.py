@@ -312,6 +312,18 @@ def _parse_in_pieces(path: Path):
     return head, surrogates
 
 
+def _parse_whole(path: Path):
+    """(document, whether an escape may be a lone surrogate) from the whole text: any text the
+    pieces do not read, and the precise sentence of what is wrong with it."""
+    text = _read_text(path)
+    if not text.strip():
+        raise TraceError(f"{path} holds no data; expected XProf's trace JSON")
+    # a lone surrogate can only be an escape (\ud800 to \udfff): look for one first (fast)
+    surrogates = _SURROGATE_ESCAPE_RE.search(text) is not None
+    _check_size(path, text.count('"ph":'))  # each event's key (never a value's: no ':')
+    return _parse(path, text), surrogates
+
+
 def _kind(v) -> str:
     if v is None:
         return "null"
@@ -421,18 +433,7 @@ def load_trace(path) -> Trace:
     """Load a trace; raise TraceError with one sentence when it is not XLA's trace JSON."""
     path = Path(path)
     progress("reading the trace", _mib(path), unit="MiB")
-    streamed = _parse_in_pieces(path)
-    if streamed is not None:
-        doc, surrogates = streamed
-    else:
-        text = _read_text(path)
-        if not text.strip():
-            raise TraceError(f"{path} holds no data; expected XProf's trace JSON")
-        # a lone surrogate can only be an escape (\ud800 to \udfff): look for one first (fast)
-        surrogates = _SURROGATE_ESCAPE_RE.search(text) is not None
-        _check_size(path, text.count('"ph":'))  # each event's key (never a value's: no ':')
-        doc = _parse(path, text)
-        del text
+    doc, surrogates = _parse_in_pieces(path) or _parse_whole(path)
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         shape = type(doc).__name__ if not isinstance(doc, dict) else \
             "an object without a traceEvents list"
