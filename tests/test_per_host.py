@@ -401,34 +401,34 @@ def test_a_host_whose_step_1_failed_inside_its_job_is_counted_and_said(slow_run,
     assert "spread of step times" not in text and "1 of 3 hosts have step rows" in text
 
 
-def _group_alive(pgid: int) -> list[str]:
-    """The processes of group `pgid` still running (/proc; a zombie has ended: it runs and
-    writes nothing, and waits only for whoever adopted it to reap it)."""
+def _running_for(out: Path) -> list[str]:
+    """The processes still running whose command line names `out` (/proc; a zombie has ended:
+    it runs and writes nothing, and waits only for whoever adopted it to reap it)."""
     alive = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+    for proc in Path("/proc").glob("[0-9]*"):
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
+            cmd = (proc / "cmdline").read_bytes().decode("utf-8", "replace")
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            alive.append(stat.parent.name)
+        if str(out) in cmd and state != "Z":
+            alive.append(f"{proc.name} {cmd.replace(chr(0), ' ')[:200]}")
     return alive
 
 
-def _terminated_midway(cmd: list, out: Path, sig=signal.SIGTERM):
-    """Start `cmd` (not a group leader: as another program would), send `sig` to it alone once
-    a host's pass is under way, and return (its exit code, its process group)."""
+def _terminated_midway(cmd: list, out: Path, sig=signal.SIGTERM) -> int:
+    """Start `cmd` as another program would, send `sig` to it alone once a host's pass is
+    under way, and return its exit code."""
     import time
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not list(out.glob("**/logs/*.txt")):
         time.sleep(0.05)
     time.sleep(0.5)
-    pgid = os.getpgid(p.pid)
-    assert pgid == p.pid  # the command leads a group of its own
+    assert _running_for(out)  # its children are under way
     os.kill(p.pid, sig)
     p.communicate(timeout=120)
-    return p.returncode, pgid
+    return p.returncode
 
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
@@ -437,11 +437,11 @@ def test_a_signal_to_the_command_alone_leaves_no_process_running(slow_run, tmp_p
     run: it exits 143 (130), and no process of its group outlives it, nothing written later."""
     import time
     out = tmp_path / "out"
-    rc, pgid = _terminated_midway([sys.executable, "-P", str(ROOT_SCRIPTS / "investigate.py"),
-                                   str(slow_run["run"]), "--out", str(out), "--jobs", "2",
-                                   "--no-xprof"], out, sig)
+    rc = _terminated_midway([sys.executable, "-P", str(ROOT_SCRIPTS / "investigate.py"),
+                             str(slow_run["run"]), "--out", str(out), "--jobs", "2",
+                             "--no-xprof"], out, sig)
     assert rc == code
-    assert not _group_alive(pgid)
+    assert not _running_for(out)
     seen = _digest(out)
     time.sleep(1.5)
     assert _digest(out) == seen
@@ -452,7 +452,7 @@ def test_compare_terminated_while_it_investigates_leaves_no_process_running(slow
     SIGTERM to compare.py alone ends all of them with it (once its child was killed outright
     and the steps went on writing)."""
     out = tmp_path / "cmp"
-    rc, pgid = _terminated_midway([sys.executable, "-P", str(ROOT_SCRIPTS / "compare.py"),
-                                   str(slow_run["run"]), str(slow_run["run"]), "--out",
-                                   str(out), "--no-xprof"], out)
-    assert rc == 143 and not _group_alive(pgid)
+    rc = _terminated_midway([sys.executable, "-P", str(ROOT_SCRIPTS / "compare.py"),
+                             str(slow_run["run"]), str(slow_run["run"]), "--out", str(out),
+                             "--no-xprof"], out)
+    assert rc == 143 and not _running_for(out)

@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from tracekit import cross_host, scratch
+from tracekit import cross_host, scratch, step_cli
 from tracekit import trace_rules as rules
 
 # per host, memory is about this many times its capture files' size plus a base: the
@@ -213,7 +213,7 @@ def _run_all(prog: str, stem: str, todo: list, out: Path, n_jobs: int) -> list[d
                     fh.write("$ " + " ".join(cmd) + "\n")
                     fh.flush()
                     p = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL)
+                                         stdin=subprocess.DEVNULL, **step_cli.child_group())
                 except OSError as exc:  # a full disk, no process left: that host fails alone
                     results[h] = {"host": h, "folder": folder, "exit": 1, "seconds": 0.0,
                                   "error": f"{prog}: cannot start the host's process: "
@@ -237,14 +237,8 @@ def _run_all(prog: str, stem: str, todo: list, out: Path, n_jobs: int) -> list[d
                      + ("done" if rc == 0 else f"exit {rc}: {error}")
                      + f" ({secs:.1f} s; {len(results)} of {len(todo)} hosts)")
     except BaseException as exc:  # interrupted or terminated: no host's process outlives this
-        for p in running:
-            p.terminate()
-        for p, (_, _, _, fh, _) in running.items():
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        step_cli.end_children(list(running), 10)
+        for _, _, _, fh, _ in running.values():
             fh.close()
         if not isinstance(exc, KeyboardInterrupt):
             raise

@@ -15,8 +15,8 @@ that does the work and returns the lines to print. Everything else is here:
   a MemoryError says the capture is too large for this machine; an interrupt is one sentence
   (exit 130), SIGTERM too (exit 143: raised as `Terminated` where the step is, so that its
   temporary folders and child processes go), and a closed pipe exits 141; never a traceback;
-  the command the user started leads a process group of every process it starts, and passes a
-  SIGTERM or SIGINT on to all of them (`own_group`), so none outlives it;
+  each process a command starts leads a group that what it starts in turn joins, and is ended
+  with its whole group (`child_group`, `end_child`), so nothing a command started outlives it;
 - the closing lines: `wrote <path> (<n> rows | lines | bytes)` per file, the step's summary,
   then its "Next:" line;
 - progress: `progress(what, done, total)` says on stderr what a long step is doing, with its
@@ -258,74 +258,87 @@ def wrote(folder: Path, written) -> list[str]:
     return out
 
 
-# One process group per command: the command the user started leads a group its every process
-# joins (steps, hosts' passes, XProf's child, a LocalCluster's workers and their tasks), marked
-# in the environment so that a command it starts stays in it; a SIGTERM or SIGINT sent to the
-# command alone is passed to the whole group, so nothing it started outlives it.
-GROUP_ENV = "JAXTRACE_PROCESS_GROUP"
-
-
-def own_group() -> bool:
-    """Lead a process group of this command's own, unless it runs inside one (a step started by
-    another command of the bundle); whether it leads one. A command a shell started leads its
-    job's group already; one started by another program gets a group of its own."""
-    try:
-        if os.environ.get(GROUP_ENV) == str(os.getpgrp()):
-            return False  # inside a command of ours: its group ends this process too
-        if os.getpgrp() != os.getpid():
-            os.setpgid(0, 0)
-    except (AttributeError, OSError):  # no process groups here, or a session leader
-        return False
-    os.environ[GROUP_ENV] = str(os.getpgrp())
-    return True
-
-
-def _once(signum, leads: bool) -> None:
-    """The first SIGTERM or SIGINT: later ones are ignored (the process is already unwinding;
-    a second, from the group and from its parent, must not cut its clean-up short), and the
-    group's leader passes it to every other process of the group."""
-    try:
-        signal.signal(signum, signal.SIG_IGN)
-        if leads:
-            os.killpg(os.getpgrp(), signum)
-    except (OSError, ValueError):
-        pass
-
-
+# One process group per command: the command the user started stays where it was started (a
+# terminal's Ctrl-C still reaches it), and puts each process it starts (a step, a host's pass,
+# an investigation) in a group of that process's own, which everything the process starts in
+# turn joins (the environment says a command runs inside such a group). Interrupted or
+# terminated, a command ends each child's whole group (end_child), so nothing it started
+# outlives it, however deep.
+GROUP_ENV = "JAXTRACE_IN_GROUP"
+_TOP = GROUP_ENV not in os.environ
 CHILD_GRACE_S = 30  # a terminated child's time to let its own children and folders go
+
+
+def child_group() -> dict:
+    """Popen's keywords for a child: a group of its own where this is the command the user
+    started (where process groups exist), else the group this process is in; and the
+    environment that tells it it runs inside one."""
+    group = {"process_group": 0} if _TOP and hasattr(os, "setpgid") else {}
+    return {**group, "env": {**os.environ, GROUP_ENV: "1"}}
+
+
+def end_children(procs, grace: float = CHILD_GRACE_S) -> None:
+    """End children and everything they started: SIGTERM to each one's group (to it alone
+    where it leads none), SIGKILL to those left past `grace` seconds; each reaped."""
+    import subprocess
+    import time
+
+    def send(proc, sig):
+        try:
+            if hasattr(os, "killpg") and os.getpgid(proc.pid) == proc.pid:
+                os.killpg(proc.pid, sig)
+            elif proc.poll() is None:
+                proc.send_signal(sig)
+        except OSError:  # it and its group have ended already
+            pass
+    for proc in procs:  # one that has ended may have left what it started
+        send(proc, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for proc in procs:
+        try:
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            send(proc, signal.SIGKILL)
+            proc.wait()
+
+
+def end_child(proc, grace: float = CHILD_GRACE_S) -> None:
+    end_children([proc], grace)
 
 
 def run_child(cmd: list[str]):
     """A command of the bundle run to its end, its output captured (subprocess.run's result);
-    interrupted or terminated, the child (told by the group) is waited for, then killed past
-    CHILD_GRACE_S: never left running, nor killed before it could end its own children."""
+    interrupted or terminated, it and what it started are ended (end_child) before this goes."""
     import subprocess
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          stdin=subprocess.DEVNULL) as proc:
+                          stdin=subprocess.DEVNULL, **child_group()) as proc:
         try:
             out, err = proc.communicate()
         except BaseException:
-            proc.terminate()
-            try:
-                proc.wait(CHILD_GRACE_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            end_child(proc)
             raise
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def _once(signum) -> None:
+    """The first SIGTERM or SIGINT: later ones are ignored (the process is already unwinding;
+    a second, from its group and from its parent, must not cut its clean-up short)."""
+    try:
+        signal.signal(signum, signal.SIG_IGN)
+    except (OSError, ValueError):
+        pass
 
 
 def run(step: Step | str, main_fn: Callable[[], int]) -> int:
     """An entry script's exit code from `main_fn()`, with the two ways out that are not its own:
     the reader of its output went away (`| head`: the files are written; nothing more is said,
     exit 141 as for SIGPIPE) and an interrupt (one sentence, exit 130), never a traceback.
-    The command leads its process group (own_group): a SIGTERM or SIGINT is passed to every
-    process it started before it unwinds."""
+    A second SIGTERM or SIGINT is ignored while it unwinds."""
     name = step if isinstance(step, str) else step.name
-    leads = own_group()
     try:
-        signal.signal(signal.SIGTERM, _terminated_leader if leads else _terminated)
+        signal.signal(signal.SIGTERM, _terminated)
         if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-            signal.signal(signal.SIGINT, _interrupted_leader if leads else _interrupted)
+            signal.signal(signal.SIGINT, _interrupted)
     except (ValueError, OSError):  # not the main thread, or no such signal here
         pass
     try:
@@ -355,20 +368,10 @@ class Terminated(BaseException):
 
 
 def _terminated(signum, frame):
-    _once(signum, False)
-    raise Terminated()
-
-
-def _terminated_leader(signum, frame):
-    _once(signum, True)
+    _once(signum)
     raise Terminated()
 
 
 def _interrupted(signum, frame):
-    _once(signum, False)
-    raise KeyboardInterrupt
-
-
-def _interrupted_leader(signum, frame):
-    _once(signum, True)
+    _once(signum)
     raise KeyboardInterrupt

@@ -63,20 +63,15 @@ STOP_GRACE_S = 10  # after SIGTERM, a step's time to let its temporary files go;
 def _stop(proc, why: list | None = None, reason: str = "") -> None:
     if why is not None:
         why.append(reason)
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    step_cli.end_child(proc, STOP_GRACE_S)  # with what it started (XProf's child)
 
 
 def stop_all() -> None:
-    """End every step still running (SIGTERM, then SIGKILL after STOP_GRACE_S) and wait."""
+    """End every step still running, with what each started (SIGTERM, then SIGKILL after
+    STOP_GRACE_S) and wait."""
     with _RUNNING_LOCK:
         procs = list(_RUNNING)
-    for proc in procs:
-        _stop(proc)
+    step_cli.end_children(procs, STOP_GRACE_S)
 
 
 def run_relaying(cmd: list[str], tell=None, limit: float | None = None) \
@@ -89,7 +84,8 @@ def run_relaying(cmd: list[str], tell=None, limit: float | None = None) \
     with tempfile.TemporaryFile("w+", encoding="utf-8") as so:
         proc = subprocess.Popen(cmd, stdout=so, stderr=subprocess.PIPE, text=True,
                                 encoding="utf-8", errors="replace",
-                                stdin=subprocess.PIPE if tell else subprocess.DEVNULL)
+                                stdin=subprocess.PIPE if tell else subprocess.DEVNULL,
+                                **step_cli.child_group())
         with _RUNNING_LOCK:
             _RUNNING.add(proc)
         late: list = []
