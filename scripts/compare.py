@@ -623,6 +623,11 @@ def body(args) -> list[str]:
         if kind(Path(arg)) is not None and within(out, Path(arg)):
             raise step_cli.UsageError(f"--out {out} is inside {name} ({arg}), which compare.py "
                                       "only reads: give another folder")
+    with step_cli.holding(out):  # after the check: nothing is made inside a side
+        return compare_sides(args, out)
+
+
+def compare_sides(args, out: Path) -> list[str]:
     before = side_folder(args.before, "before", out, args.no_xprof)
     after = side_folder(args.after, "after", out, args.no_xprof)
     if before.resolve() == after.resolve():

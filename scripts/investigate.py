@@ -53,7 +53,6 @@ running steps are ended first, each letting its temporary folders go.
 
 from __future__ import annotations
 
-import contextlib
 import re
 import shutil
 import sys
@@ -236,31 +235,8 @@ def options(ap) -> None:
                     help="then build the HTML page of the draft (writing-trace-report-pages)")
 
 
-STEP = step_cli.Step("investigate", __doc__, __file__, options=options) if step_cli else None
-
-
-@contextlib.contextmanager
-def holding(out: Path):
-    """The job's lock on its scratch folder: a second investigate.py into it is refused (one
-    sentence) while this one runs. Where the system has no file locks, none is taken."""
-    try:
-        import fcntl
-    except ImportError:
-        yield
-        return
-    path = scratch.own_dir(out / scratch.HANDOFF) / "investigate.lock"
-    if path.is_symlink():
-        path.unlink()  # a planted link is replaced, never followed
-    with open(path, "a+", encoding="utf-8") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            raise step_cli.StepError(f"another investigate.py is writing into {out}: wait for "
-                                     "it to end, or use another --out") from None
-        try:
-            yield
-        finally:
-            path.unlink(missing_ok=True)
+STEP = step_cli.Step("investigate", __doc__, __file__, options=options,
+                     locks=True) if step_cli else None
 
 
 def resolved(args):
@@ -289,7 +265,7 @@ def start_afresh(files, out: Path) -> None:
                 continue  # per-host pass writes this job's own log there as it runs
             if p.name == scratch.HANDOFF:
                 for q in p.iterdir():
-                    if q.name != "investigate.lock":
+                    if q.name != step_cli.LOCK_FILE:
                         q.unlink()
             elif p.is_dir() and not p.is_symlink():
                 shutil.rmtree(p)
@@ -301,10 +277,9 @@ def start_afresh(files, out: Path) -> None:
 def body(args):
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
-    with holding(out):
-        args.files = resolved(args)
-        start_afresh(args.files, out)
-        return run_all(args, out)
+    args.files = resolved(args)  # the folder's lock is step_cli.main's (Step.locks)
+    start_afresh(args.files, out)
+    return run_all(args, out)
 
 
 def run_all(args, out: Path):

@@ -574,14 +574,14 @@ def test_one_capture_per_scratch_folder(tmp_path):
     # two at once: the second is refused while the first holds the folder
     first = subprocess.Popen([sys.executable, "-P", str(SCRIPT), str(other), "--out", str(out)],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    lock = out / ".handoff" / "investigate.lock"
+    lock = out / ".handoff" / "writer.lock"
     deadline = time.monotonic() + 60
     while not lock.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     second = investigate(other, out)
     first.wait(timeout=600)
     assert second.returncode == 1, second.stderr
-    assert "another investigate.py is writing into" in second.stderr
+    assert "another investigate.py or compare.py is writing into" in second.stderr
     assert first.returncode == 0 and not lock.exists()
 
 

@@ -456,3 +456,24 @@ def test_compare_terminated_while_it_investigates_leaves_no_process_running(slow
                              str(slow_run["run"]), str(slow_run["run"]), "--out", str(out),
                              "--no-xprof"], out)
     assert rc == 143 and not _running_for(out)
+
+
+@pytest.mark.parametrize("script", ["investigate.py", "compare.py"])
+def test_a_second_run_into_a_folder_in_use_is_refused(slow_run, tmp_path, script):
+    """A run of several hosts (investigate.py) or a comparison holds its --out folder's lock: a
+    second one into it, while the first runs, is one sentence (exit 1), never a mixed folder."""
+    import time
+    out = tmp_path / "out"
+    args = [str(slow_run["run"])] * (2 if script == "compare.py" else 1)
+    cmd = [sys.executable, "-P", str(ROOT_SCRIPTS / script), *args, "--out", str(out),
+           "--no-xprof"]
+    first = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    lock = out / ".handoff" / "writer.lock"
+    deadline = time.monotonic() + 60
+    while not lock.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    second = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    first.wait(timeout=600)
+    assert second.returncode == 1, second.stderr
+    assert "another investigate.py or compare.py is writing into" in second.stderr
+    assert first.returncode == 0 and not lock.exists()

@@ -2143,8 +2143,8 @@ last; each reads the capture itself where its hand-off is missing or stale. `cap
 the folder's claim (CLAIM): the identity of each capture file (`xplane`, `trace`) its tables were
 made from, recorded by each step that reads a capture once it succeeds; a step of another
 capture (or of the same file since changed) refuses the folder in one sentence, and
-investigate.py empties it first. `investigate.lock` is held while investigate.py runs: a second
-one into the folder is refused.
+investigate.py empties it first. `writer.lock` is held while investigate.py (one host or many)
+or compare.py runs: a second of them into the folder is refused.
 """))
 
 declare(File(

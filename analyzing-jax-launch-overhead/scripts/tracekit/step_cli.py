@@ -28,6 +28,7 @@ that does the work and returns the lines to print. Everything else is here:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import signal
@@ -65,6 +66,7 @@ class Step:
     options: Callable[[argparse.ArgumentParser], None] | None = None
     out_help: str | None = None
     fan_out: bool = True
+    locks: bool = False          # holds its --out folder's lock (holding), one host or many
 
 
 def told_option(ap: argparse.ArgumentParser, flag: str, reads: str, writer: str) -> None:
@@ -207,13 +209,58 @@ def claim_for(files, out) -> None:
     _CLAIMED.append((out, sources))
 
 
+LOCK_FILE = "writer.lock"  # in the scratch folder's .handoff/
+
+
+@contextlib.contextmanager
+def holding(out: Path):
+    """A command's lock on the scratch folder it writes (investigate.py, one host or many;
+    compare.py): a second such command into it is refused in one sentence while this one runs,
+    never left to mix its files with this one's. Where the system has no file locks, none is
+    taken."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    from tracekit import scratch
+    path = scratch.own_dir(Path(out) / scratch.HANDOFF) / LOCK_FILE
+    if path.is_symlink():
+        path.unlink()  # a planted link is replaced, never followed
+    with open(path, "a+", encoding="utf-8") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise StepError(f"another investigate.py or compare.py is writing into {out}: wait "
+                            "for it to end, or use another --out") from None
+        try:
+            yield
+        finally:
+            path.unlink(missing_ok=True)
+
+
 def main(step: Step, body: Callable, argv=None) -> int:
-    """Parse `argv`, run the per-host pass or `body(args)`, and map every way out to its exit
-    code. The body returns the lines to print, or (lines, exit code) where a finished step has
-    a verdict of its own to exit with (the fact check's 4)."""
+    """Parse `argv`, run the per-host pass or `body(args)` (holding the folder's lock where the
+    step locks), and map every way out to its exit code. The body returns the lines to print,
+    or (lines, exit code) where a finished step has a verdict of its own to exit with (the fact
+    check's 4)."""
     ap = parser(step)
     args = ap.parse_args(argv)
     _Progress.name, _Progress.start = step.name, time.monotonic()
+    with contextlib.ExitStack() as lock:
+        if step.locks:
+            try:
+                lock.enter_context(holding(args.out))
+            except StepError as exc:
+                say(step, exc)
+                return exc.code
+            except OSError as exc:
+                say(step, f"cannot write into {args.out}: {exc.strerror or exc}")
+                return UNUSABLE
+        return _main(step, body, args, argv, ap)
+
+
+def _main(step: Step, body: Callable, args, argv, ap) -> int:
     try:
         fanned = _fanned(step, args, argv)
     except StepError as exc:  # the cluster cannot be had (--scheduler): one sentence
