@@ -49,6 +49,7 @@ import sibling
 
 HERE = sibling.HERE
 
+from skip_analysis import STEP_FIGURES  # the steps.csv columns skip_stats.json summarises
 from tracekit import scratch, step_cli
 from tracekit import trace_rules as rules  # units, atomic outputs
 from tracekit.per_host import folder_names
@@ -112,12 +113,21 @@ class Side:
         self.info = self.files.json("capture_info.json") or {}
         self.skip = self.files.json("skip_stats.json") or {}
         self.steps_rows = self.files.rows("steps.csv", need=("step", "device")) or []
+        disagreement = steps_disagree(self.steps_rows, self.skip)
+        if disagreement:
+            raise step_cli.StepError(f"{role.upper()} ({folder}): {disagreement}; run "
+                                     "skip_stats.py (or investigate.py) into it again")
         by_step: dict = {}
         for r in self.steps_rows:
             by_step.setdefault(r["step"], []).append(r)
         self.by_step = by_step
         self.steps = len(by_step)
         self.has_hlo = (folder / "attribution" / "ops.csv").is_file()
+        # the trace's streams that hold less GPU time than the xplane's (reconcile.json): the
+        # trace's steps then do not cover what step 4 attributed (a cut or capped trace)
+        self.trace_short = [c for c in (self.files.json("reconcile.json") or {}).get("checks")
+                            or [] if isinstance(c, dict) and c.get("status") == "fail"
+                            and c.get("check") == "gpu_events_json_vs_xplane_duration"]
 
     def per_step(self, column: str, how=max) -> list[float]:
         """One value per analysed step: `how` over its GPUs' rows (max, or sum)."""
@@ -141,6 +151,39 @@ class Side:
             if k and us is not None:
                 out[k] = out.get(k, 0.0) + us / max(1, self.steps)
         return out
+
+
+# steps.csv's cells are written to 3 decimals of a microsecond (2 of a percent): the median of a
+# column and skip_stats.json's figure of it, and a row's duration and its end minus its start,
+# agree within this, or the table is not the one step 1 wrote with its result
+AGREE_WITHIN = 0.006
+
+
+def steps_disagree(rows: list, skip: dict) -> str:
+    """Where steps.csv disagrees with itself or with the skip_stats.json it was written with (a
+    row's duration against its start and end; its row count; each column's median against the
+    figure of the same name over as many rows), the sentence saying so; else ''."""
+    for r in rows:
+        s, e, d = (number(r.get(k)) for k in ("start_us", "end_us", "dur_us"))
+        if None not in (s, e, d) and abs(e - s - d) > AGREE_WITHIN:
+            return (f"steps.csv's step {r.get('step')} on GPU {r.get('device')} lasts "
+                    f"{d:,.3f} us but runs from {s:,.3f} to {e:,.3f} us")
+    told = (skip.get("tables") or {}).get("steps.csv")
+    if isinstance(told, int) and told != len(rows):
+        return f"steps.csv has {len(rows)} rows where skip_stats.json says {told}"
+    columns = {key: col[:-3] + "_us" if col.endswith("_ps") else col
+               for key, col, _, _ in STEP_FIGURES}
+    for name, fig in (skip.get("figures") or {}).items():
+        column = columns.get(name, name)
+        if not rows or column not in rows[0] or not isinstance(fig, dict):
+            continue
+        cells = [v for v in (number(r.get(column)) for r in rows) if v is not None]
+        value = number(fig.get("value"))
+        if cells and value is not None and fig.get("n") == len(cells) and \
+                abs(statistics.median(cells) - value) > AGREE_WITHIN:
+            return (f"steps.csv's {column} has the median {statistics.median(cells):,.3f} where "
+                    f"skip_stats.json's {name}, written with it, says {value:,.3f}")
+    return ""
 
 
 # ---------------------------------------------------------------- figures and the rule
@@ -303,6 +346,16 @@ def gpu_time_rows(sides: dict, refusals: list) -> tuple[list, dict]:
         refusals.append(f"cannot compare programs, instructions, kernel families and Python "
                         f"lines because {lacking} has no attribution (no xplane, or step 4 "
                         "could not run); the steps and the host side are compared")
+        return out, times
+    short = [s for s in SIDES if sides[s].trace_short]
+    if short:
+        refusals.append(
+            "cannot compare programs, instructions, kernel families and Python lines per step "
+            "because " + " and ".join(f"{s.upper()}'s trace holds less GPU time than its xplane "
+                                      f"on {len(sides[s].trace_short)} stream(s)" for s in short)
+            + " (reconcile.json: a cut or capped trace): step 4's totals cover more than the "
+            "trace's steps, so they cannot be divided by them; the steps and the host side "
+            "are compared")
         return out, times
     for section, (file, key) in KEYS.items():
         t = {s: sides[s].gpu_time(file, key) for s in SIDES}

@@ -343,3 +343,44 @@ def test_compare_never_writes_into_a_side_or_outside_its_folder(pairs, tmp_path)
     assert (target / "host-1" / "compare.csv").is_file()
     outside = [q for q in (tmp_path / "runs").rglob("compare.*") if target not in q.parents]
     assert not outside and not list(tmp_path.rglob("escaped"))
+
+
+def test_tables_that_disagree_with_their_records_are_not_compared(pairs, tmp_path):
+    """A side's steps.csv edited to disagree with the skip_stats.json written with it is one
+    sentence (once +900% and 'changed'); AFTER whose trace is cut while its xplane is whole
+    (reconcile.json: the trace holds less GPU time) gets no program or line per step (once its
+    whole capture's GPU time was divided by its one step: +300%), said as a refusal."""
+    import gzip
+    out, _, _ = run_pair(pairs, "dev", "dev-fast", "agree")
+    before, after = out / "before", out / "after"
+    edited = tmp_path / "edited"
+    shutil.copytree(after, edited)
+    rows = read(edited / "steps.csv")
+    for r in rows:
+        r["dur_us"] = f"{float(r['dur_us']) * 10:.3f}"
+        r["end_us"] = f"{float(r['start_us']) + float(r['dur_us']):.3f}"
+    with open(edited / "steps.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    p = compare(before, edited, tmp_path / "o1")
+    assert p.returncode == 1 and "skip_stats.json" in p.stderr.splitlines()[-1], p.stderr
+    assert "Traceback" not in p.stderr
+    # AFTER's trace cut to its first step, its xplane whole
+    _, runs = pairs
+    cut = tmp_path / "cut" / "plugins" / "profile" / "r"
+    cut.mkdir(parents=True)
+    for f in runs["dev-fast"].iterdir():
+        shutil.copy(f, cut / f.name)
+    trace = next(cut.glob("*.trace.json.gz"))
+    doc = json.loads(gzip.decompress(trace.read_bytes()))
+    xs = sorted(e["ts"] for e in doc["traceEvents"] if e.get("ph") == "X")
+    cut_at = xs[len(xs) // 3]
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("ph") != "X" or e["ts"] < cut_at]
+    trace.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    p = compare(runs["dev"], cut, tmp_path / "o2")
+    assert p.returncode == 0, p.stderr
+    res = json.loads((tmp_path / "o2" / "compare.json").read_text())
+    assert any("AFTER's trace holds less GPU time than its xplane" in r for r in res["refusals"])
+    assert not [r for r in read(tmp_path / "o2" / "compare.csv")
+                if r["section"] in ("program", "line")]

@@ -589,21 +589,27 @@ def result_head(a: Analysis, joins, name, rule) -> dict:
     }
 
 
+# skip_stats.json's figures that summarise a steps.csv column over every row (median, min,
+# max): (figure, the step row's key, unit, label); the column is the key in the table's unit
+# (dur_ps: dur_us). A reader cross-checks the table against them (compare.py).
+STEP_FIGURES = (
+    ("step_duration_us", "dur_ps", "us", "measured"),
+    ("kernels_per_step_per_gpu", "kernels", "count", "measured"),
+    ("busy_us", "busy_ps", "us", "measured"),
+    ("union_idle_us", "union_idle_ps", "us", "measured"),
+    ("il_idle_us", "il_idle_ps", "us", "measured"),
+    ("tklqt_us", "tklqt_ps", "us", "measured"),
+    ("akd_us", "akd_ps", "us", "measured"),
+    ("il_us", "il_ps", "us", "measured"),
+    ("executions_per_step", "executions", "count", "measured"),
+    ("between_programs_idle_us", "between_programs_ps", "us", "measured"))
+
+
 def step_figures(step_rows, figures) -> dict:
     """The result's `figures`: each steps.csv measure across steps and GPUs, and the verdict's
     shares on the bounding GPU, as spreads (median, min, max)."""
     fig = {}
-    for key, col, unit, label in (
-            ("step_duration_us", "dur_ps", "us", "measured"),
-            ("kernels_per_step_per_gpu", "kernels", "count", "measured"),
-            ("busy_us", "busy_ps", "us", "measured"),
-            ("union_idle_us", "union_idle_ps", "us", "measured"),
-            ("il_idle_us", "il_idle_ps", "us", "measured"),
-            ("tklqt_us", "tklqt_ps", "us", "measured"),
-            ("akd_us", "akd_ps", "us", "measured"),
-            ("il_us", "il_ps", "us", "measured"),
-            ("executions_per_step", "executions", "count", "measured"),
-            ("between_programs_idle_us", "between_programs_ps", "us", "measured")):
+    for key, col, unit, label in STEP_FIGURES:
         fig[key] = spread([r[col] for r in step_rows], unit, label,
                           PS_TO_US if unit == "us" else 1.0)
     for key in ("host_share", "busy_share", "collective_share"):
