@@ -5,6 +5,8 @@ what is not declared."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import re
@@ -309,3 +311,33 @@ def test_a_recorded_capture_is_read_whatever_it_holds(example, tmp_path, recorde
         assert p.returncode == 0, p.stderr
     else:
         assert p.returncode == 1 and "was written for" in p.stderr.splitlines()[-1]
+
+
+def test_no_figure_that_is_not_a_finite_number_is_written_or_read(example, tmp_path):
+    """Writers: a NaN or an infinity (a float, or its text) in a table is written empty and
+    said in WITHHELD; in a result it is null. Readers: a table whose figure cell is NaN, inf or
+    text is not its producer's: one sentence (report_draft.py once wrote 'saves nan us')."""
+    scratch.WITHHELD.clear()
+    n = scratch.write_table(tmp_path, "streams.csv",
+                            [[0, 7, "Stream #7", float("nan"), "inf", 1.0, 2.0, 3.0, 4.0,
+                              5.0, 6.0, 7.0, 8.0, 1]])
+    assert n == 1
+    row = (tmp_path / "streams.csv").read_text().splitlines()[1].split(",")
+    assert row[3] == row[4] == "" and len(scratch.WITHHELD) == 1
+    scratch.WITHHELD.clear()
+    text = scratch.result_text("skip_stats.json", {"x": float("inf"), "y": [1.5, float("nan")]})
+    assert json.loads(text) == {"x": None, "y": [1.5, None]}
+    out = tmp_path / "out"
+    shutil.copytree(example, out, symlinks=True)
+    path = out / "changes.csv"
+    lines = path.read_text().splitlines(keepends=True)
+    head = lines[0].rstrip("\n").split(",")
+    cells = next(csv.reader([lines[1]]))
+    cells[head.index("saving_us")] = "nan"
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerow(cells)
+    path.write_text(lines[0] + buf.getvalue() + "".join(lines[2:]))
+    p = subprocess.run([sys.executable, "-P", str(REPO / "scripts" / "report_draft.py"),
+                        "--out", str(out)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1 and "'nan' is not a finite number" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr

@@ -290,12 +290,22 @@ def write_table(folder: Path, file: str, rows, stands_for: str = "") -> int:
     cells in the declared order, streamed in blocks); returns the row count. A row of another
     width is a defect of the producer (checked on the first row: the rows of one table share a
     shape). A cell past its column's declared limit (`at_most`) is written empty and said in
-    WITHHELD: a figure past a physical limit is never published."""
+    WITHHELD: a figure past a physical limit is never published; nor is one (a column with a unit)
+    that is not a finite number (NaN, an infinity): written empty, their count in WITHHELD."""
     names = columns(file)
     limited = any(c.at_most for c in table(file).columns)
     path = path_of(folder, file, stands_for)
     path.parent.mkdir(parents=True, exist_ok=True)
     n = 0
+    nonfinite = [0]
+    figure = [bool(c.unit) for c in table(file).columns]  # text columns are written as given
+
+    def cell(v, is_figure) -> str:
+        if is_figure and (type(v) is float and not math.isfinite(v)
+                          or type(v) is str and v in _NONFINITE_TEXT):
+            nonfinite[0] += 1
+            return ""
+        return quote(v)
     with open(path, "w", newline="", encoding="utf-8") as fh:
         fh.write(",".join(names) + "\n")
         buf = []
@@ -304,13 +314,20 @@ def write_table(folder: Path, file: str, rows, stands_for: str = "") -> int:
                 raise ScratchError(f"{file}: a row of {len(r)} cells for {len(names)} columns")
             if limited:
                 r = _withhold(file, r, " ".join(str(x) for x in r[:2]))
-            buf.append(",".join(quote(v) for v in r) + "\n")
+            buf.append(",".join(map(cell, r, figure)) + "\n")
             n += 1
             if len(buf) >= 10_000:
                 fh.write("".join(buf))
                 buf.clear()
         fh.write("".join(buf))
+    if nonfinite[0]:
+        WITHHELD.append(f"{file}: {nonfinite[0]} cell(s) that are not finite numbers (NaN or "
+                        "infinite: a division by zero to find) are withheld, written empty")
     return n
+
+
+# a figure formatted before it is written ("{:.3f}" of NaN): the text of no finite number
+_NONFINITE_TEXT = frozenset({"nan", "-nan", "inf", "-inf", "NaN", "Infinity", "-Infinity"})
 
 
 def check_figures(file: str, data: dict) -> None:
@@ -334,7 +351,19 @@ def result_text(file: str, data: dict, **dumps) -> str:
     """A declared result as the text every result file holds: sorted keys, one-space indent."""
     result(file)
     check_figures(file, data)
-    return json.dumps(data, indent=1, sort_keys=True, **dumps) + "\n"
+    return json.dumps(_finite_only(data), indent=1, sort_keys=True, **dumps) + "\n"
+
+
+def _finite_only(v):
+    """A result with every float that is not finite (NaN, an infinity) written as null: JSON
+    has no such number, and no figure of the bundle's is one."""
+    if type(v) is float:
+        return v if math.isfinite(v) else None
+    if isinstance(v, dict):
+        return {k: _finite_only(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_finite_only(x) for x in v]
+    return v
 
 
 def write_result(folder: Path, file: str, data: dict, stands_for: str = "", **dumps) -> int:
@@ -472,7 +501,8 @@ class Scratch:
 
     def rows(self, file: str, need=()) -> list[dict] | None:
         """A declared table's rows as dicts; None when missing or unreadable; TableError where a
-        column of `need` is missing (the table is not its producer's)."""
+        column of `need` is missing or a figure's cell (a column with a unit) is not a finite
+        number (NaN, inf, text): the table is not its producer's, and none of it is read."""
         if need:
             return self._needing(file, need)
         if file not in self._cache:
@@ -480,10 +510,25 @@ class Scratch:
             try:
                 with open_file(self.folder / file) as fh:
                     rows = list(csv.DictReader(fh))
-                self._cache[file] = [DeclaredRow(file, r) for r in rows] if STRICT else rows
             except (OSError, UnicodeDecodeError, csv.Error):
-                self._cache[file] = None
+                rows = None
+            if rows:
+                self._finite(file, rows)
+            self._cache[file] = [DeclaredRow(file, r) for r in rows] if STRICT and rows \
+                else rows
         return self._cache[file]
+
+    def _finite(self, file: str, rows: list[dict]) -> None:
+        for c in table(file).columns:
+            if not c.unit or c.name not in rows[0]:
+                continue
+            for n, r in enumerate(rows, 2):
+                v = r[c.name]
+                if v and number(v) is None:
+                    raise TableError(f"{self.folder / file} is not the table "
+                                     f"{table(file).producer} writes (line {n}: its {c.name} "
+                                     f"{printable_cell(v)} is not a finite number): run "
+                                     f"{table(file).producer} again")
 
     def typed(self, file: str, need=()) -> list[dict] | None:
         """A declared table's rows, each cell as its column's declaration reads it (`parse`; a
@@ -569,6 +614,11 @@ def written_for(recorded, path, base=None) -> bool:
         file = str((Path(base) / file).resolve())
     return file == now["file"] and all(
         recorded.get(k) in (None, now[k]) for k in ("bytes", "mtime_ns"))
+
+
+def printable_cell(v) -> str:
+    from tracekit.trace_rules import printable
+    return repr(printable(str(v))[:40])
 
 
 def recorded_file(recorded) -> str:
