@@ -524,3 +524,22 @@ def test_a_drawing_sheet_is_cleaned_in_linear_time(shape):
         build_page.safe_style(css)
 
     cost_doubles(clean, SHEETS[shape], 200_000)
+
+
+def test_a_drawing_linked_in_from_outside_the_folder_is_not_embedded(scratch, tmp_path):
+    """A link planted in the scratch folder that leads to a drawing outside it is no file of
+    the folder: the page says the image is not embedded and holds nothing of it, while a
+    drawing of the folder itself is embedded."""
+    secret = tmp_path / "elsewhere" / "secret.svg"
+    secret.parent.mkdir()
+    secret.write_text('<svg xmlns="http://www.w3.org/2000/svg"><text>outside-words</text></svg>')
+    folder = tmp_path / "s"
+    shutil.copytree(scratch, folder)
+    (folder / "linked.svg").symlink_to(secret)
+    (folder / "report.md").write_text("# R\n\n![a drawing](linked.svg)\n\n![own](roofline.svg)\n",
+                                      encoding="utf-8")
+    p = build(folder / "report.md", folder, tmp_path / "page.html")
+    assert p.returncode == 0, p.stderr
+    html = (tmp_path / "page.html").read_text()
+    assert "outside-words" not in html and "image not embedded" in html
+    assert html.count("<svg") >= 1

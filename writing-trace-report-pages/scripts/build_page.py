@@ -475,7 +475,8 @@ class Render:
         return out
 
     def local_file(self, ref: str) -> Path | None:
-        """A relative reference to a file of the scratch folder (or the report's), else None."""
+        """A relative reference to a file of the scratch folder (or the report's), else None:
+        a link planted there that leads out of the folder is none of its files."""
         if not ref or re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:", ref) or ref.startswith(("/", "#")):
             return None
         rel = Path(ref.split("#")[0].split("?")[0])
@@ -483,7 +484,11 @@ class Render:
             return None
         for base in (self.scratch, self.report_dir):
             p = base / rel
-            if p.is_file():
+            try:
+                inside = p.resolve().is_relative_to(base.resolve())
+            except (OSError, RuntimeError):  # a link loop
+                inside = False
+            if inside and p.is_file():
                 return p
         return None
 
