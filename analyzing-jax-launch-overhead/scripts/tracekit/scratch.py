@@ -411,12 +411,23 @@ def records(folder: Path, file: str):
 
 
 def _records(path: Path, file: str):
-    with open_file(path) as fh:
-        if STRICT:
-            for r in csv.DictReader(fh):
-                yield DeclaredRow(file, r)
-        else:
-            yield from csv.DictReader(fh)
+    try:
+        with open_file(path) as fh:
+            if STRICT:
+                for r in csv.DictReader(fh):
+                    yield DeclaredRow(file, r)
+            else:
+                yield from csv.DictReader(fh)
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise _unreadable(path, file, exc) from None
+
+
+def _unreadable(path: Path, file: str, exc) -> TableError:
+    """A table that is not text CSV (junk, another encoding), in one sentence."""
+    producer = table(file).producer
+    what = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else f"not CSV ({exc})"
+    return TableError(f"{path} is {what}, so not the table {producer} writes: run {producer} "
+                      "again, or delete it")
 
 
 class DeclaredRow(dict):
@@ -448,7 +459,11 @@ def lines(path: Path, file: str):
         yield None
         return
     with fh:
-        yield fh if fh.readline() == header(file) else None
+        try:
+            same = fh.readline() == header(file)
+        except UnicodeDecodeError:
+            same = False
+        yield fh if same else None
 
 
 def stream(folder: Path, file: str, names) -> object:
@@ -466,7 +481,10 @@ def stream(folder: Path, file: str, names) -> object:
         raise TableError(f"cannot read {path}: {exc.strerror or exc}") from exc
     with fh:
         reader = csv.reader(fh)
-        header = next(reader, None) or []
+        try:
+            header = next(reader, None) or []
+        except (UnicodeDecodeError, csv.Error) as exc:
+            raise _unreadable(path, file, exc) from None
         missing = [c for c in names if c not in header]
         if missing:
             raise TableError(f"{path} is not the table {producer} writes (it has no column "
@@ -474,11 +492,14 @@ def stream(folder: Path, file: str, names) -> object:
         idx = [header.index(c) for c in names]
         width = max(idx) + 1
         pick = operator.itemgetter(*idx) if len(idx) > 1 else (lambda row: (row[idx[0]],))
-        for n, row in enumerate(reader, 2):
-            if len(row) < width:
-                raise TableError(f"{path} line {n} has {len(row)} cells where the header has "
-                                 f"{len(header)}: the table is cut or not {producer}'s")
-            yield pick(row)
+        try:
+            for n, row in enumerate(reader, 2):
+                if len(row) < width:
+                    raise TableError(f"{path} line {n} has {len(row)} cells where the header "
+                                     f"has {len(header)}: the table is cut or not {producer}'s")
+                yield pick(row)
+        except (UnicodeDecodeError, csv.Error) as exc:
+            raise _unreadable(path, file, exc) from None
 
 
 class Scratch:
@@ -490,10 +511,11 @@ class Scratch:
         self._cache: dict[str, object] = {}
 
     def json(self, file: str) -> dict | None:
-        """A result (a JSON object); None when missing, unreadable or not an object."""
+        """A result (a JSON object); None when missing, unreadable, not an object or holding
+        NaN or an infinity (no writer of the bundle's writes one: the file is not its)."""
         if file not in self._cache:
             try:
-                d = json.loads(read_file(self.folder / file))
+                d = json.loads(read_file(self.folder / file), parse_constant=_no_constant)
             except (OSError, ValueError, RecursionError):
                 d = None
             self._cache[file] = d if isinstance(d, dict) else None
@@ -513,12 +535,19 @@ class Scratch:
             except (OSError, UnicodeDecodeError, csv.Error):
                 rows = None
             if rows:
-                self._finite(file, rows)
+                self._whole(file, rows)
             self._cache[file] = [DeclaredRow(file, r) for r in rows] if STRICT and rows \
                 else rows
         return self._cache[file]
 
-    def _finite(self, file: str, rows: list[dict]) -> None:
+    def _whole(self, file: str, rows: list[dict]) -> None:
+        """Every row as wide as the header (a row cut short, or one of more cells, is a table
+        cut or not its producer's), every figure cell a finite number: else a TableError."""
+        for n, r in enumerate(rows, 2):
+            if None in r or None in r.values():
+                raise TableError(f"{self.folder / file} line {n} has another number of cells "
+                                 f"than its header: the table is cut or not "
+                                 f"{table(file).producer}'s; run {table(file).producer} again")
         for c in table(file).columns:
             if not c.unit or c.name not in rows[0]:
                 continue
@@ -619,6 +648,10 @@ def written_for(recorded, path, base=None) -> bool:
 def printable_cell(v) -> str:
     from tracekit.trace_rules import printable
     return repr(printable(str(v))[:40])
+
+
+def _no_constant(token):
+    raise ValueError(f"{token} is not a JSON number")
 
 
 def recorded_file(recorded) -> str:
