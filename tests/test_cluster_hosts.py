@@ -169,3 +169,16 @@ def test_a_real_scheduler_passes_the_handshake_probe():
         cluster_hosts._probe(address)  # no StepError
         client, _ = cluster_hosts._client(address, 1)
         client.close()
+
+
+def test_terminated_on_a_local_cluster_leaves_no_process_running(hosts_run, tmp_path):
+    """investigate.py --scheduler local, SIGTERM to it alone while the hosts' passes run as
+    tasks: it exits 143 and no host's pass or step outlives it (ending a worker does not end
+    what its task started: the command ends their groups itself)."""
+    from test_per_host import _running_for, _terminated_midway
+    out = tmp_path / "out"
+    rc = _terminated_midway([sys.executable, "-P", str(ROOT_SCRIPTS / "investigate.py"),
+                             str(hosts_run), "--out", str(out), "--no-xprof", "--scheduler",
+                             "local"], out)
+    assert rc == 143
+    assert not _running_for(out)

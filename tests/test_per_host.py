@@ -424,8 +424,11 @@ def _terminated_midway(cmd: list, out: Path, sig=signal.SIGTERM) -> int:
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not list(out.glob("**/logs/*.txt")):
         time.sleep(0.05)
-    time.sleep(0.5)
-    assert _running_for(out)  # its children are under way
+    while time.monotonic() < deadline and not [
+            x for x in _running_for(out) if not x.startswith(f"{p.pid} ")]:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    assert [x for x in _running_for(out) if not x.startswith(f"{p.pid} ")]  # children run
     os.kill(p.pid, sig)
     p.communicate(timeout=120)
     return p.returncode
