@@ -434,15 +434,20 @@ def _terminated_midway(cmd: list, out: Path, sig=signal.SIGTERM) -> int:
     return p.returncode
 
 
-@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_a_signal_to_the_command_alone_leaves_no_process_running(slow_run, tmp_path, sig, code):
+@pytest.mark.parametrize("sig, code, hosts", [(signal.SIGTERM, 143, "all"),
+                                              (signal.SIGINT, 130, "all"),
+                                              (signal.SIGTERM, 143, "one")])
+def test_a_signal_to_the_command_alone_leaves_no_process_running(slow_run, tmp_path, sig, code,
+                                                                 hosts):
     """SIGTERM or SIGINT sent to investigate.py alone while its hosts' passes and their steps
-    run: it exits 143 (130), and no process of its group outlives it, nothing written later."""
+    run (or, on one host, its steps): it exits 143 (130), no process it started outlives it,
+    nothing is written later."""
     import time
     out = tmp_path / "out"
+    one = ["--host", "gen-host-1"] if hosts == "one" else []
     rc = _terminated_midway([sys.executable, "-P", str(ROOT_SCRIPTS / "investigate.py"),
                              str(slow_run["run"]), "--out", str(out), "--jobs", "2",
-                             "--no-xprof"], out, sig)
+                             "--no-xprof", *one], out, sig)
     assert rc == code
     assert not _running_for(out)
     seen = _digest(out)
