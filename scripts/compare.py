@@ -49,7 +49,7 @@ import sibling
 
 HERE = sibling.HERE
 
-from skip_analysis import STEP_FIGURES  # the steps.csv columns skip_stats.json summarises
+from skip_analysis import steps_disagree  # steps.csv against its skip_stats.json
 from tracekit import scratch, step_cli
 from tracekit import trace_rules as rules  # units, atomic outputs
 from tracekit.per_host import folder_names
@@ -151,39 +151,6 @@ class Side:
             if k and us is not None:
                 out[k] = out.get(k, 0.0) + us / max(1, self.steps)
         return out
-
-
-# steps.csv's cells are written to 3 decimals of a microsecond (2 of a percent): the median of a
-# column and skip_stats.json's figure of it, and a row's duration and its end minus its start,
-# agree within this, or the table is not the one step 1 wrote with its result
-AGREE_WITHIN = 0.006
-
-
-def steps_disagree(rows: list, skip: dict) -> str:
-    """Where steps.csv disagrees with itself or with the skip_stats.json it was written with (a
-    row's duration against its start and end; its row count; each column's median against the
-    figure of the same name over as many rows), the sentence saying so; else ''."""
-    for r in rows:
-        s, e, d = (number(r.get(k)) for k in ("start_us", "end_us", "dur_us"))
-        if None not in (s, e, d) and abs(e - s - d) > AGREE_WITHIN:
-            return (f"steps.csv's step {r.get('step')} on GPU {r.get('device')} lasts "
-                    f"{d:,.3f} us but runs from {s:,.3f} to {e:,.3f} us")
-    told = (skip.get("tables") or {}).get("steps.csv")
-    if isinstance(told, int) and told != len(rows):
-        return f"steps.csv has {len(rows)} rows where skip_stats.json says {told}"
-    columns = {key: col[:-3] + "_us" if col.endswith("_ps") else col
-               for key, col, _, _ in STEP_FIGURES}
-    for name, fig in (skip.get("figures") or {}).items():
-        column = columns.get(name, name)
-        if not rows or column not in rows[0] or not isinstance(fig, dict):
-            continue
-        cells = [v for v in (number(r.get(column)) for r in rows) if v is not None]
-        value = number(fig.get("value"))
-        if cells and value is not None and fig.get("n") == len(cells) and \
-                abs(statistics.median(cells) - value) > AGREE_WITHIN:
-            return (f"steps.csv's {column} has the median {statistics.median(cells):,.3f} where "
-                    f"skip_stats.json's {name}, written with it, says {value:,.3f}")
-    return ""
 
 
 # ---------------------------------------------------------------- figures and the rule

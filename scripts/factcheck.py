@@ -76,6 +76,7 @@ from jaxperf.report.citations import (
     split_cells,
     split_selector,
 )
+from skip_analysis import steps_disagree  # steps.csv against its skip_stats.json
 from tracekit import scratch, step_cli
 from tracekit import trace_rules as rules  # CSV writing, atomic outputs
 
@@ -137,6 +138,11 @@ class NoTable(Exception):
 
 # ---------------------------------------------------------------- analysis: tables
 
+def skip_record(folder: Path) -> dict:
+    """skip_stats.json of the folder ({} where missing or unreadable)."""
+    return scratch.Scratch(folder).json("skip_stats.json") or {}
+
+
 def load_table(scratch: TableCache, name: str):
     if name in scratch.cache:
         return scratch.cache[name]
@@ -158,6 +164,11 @@ def load_table(scratch: TableCache, name: str):
             data = json.loads(path.read_text(encoding="utf-8"), parse_float=D, parse_int=D)
     except (OSError, UnicodeDecodeError, ValueError, csv.Error) as exc:
         raise NoTable(f"{name} cannot be read ({exc})") from None
+    if rel == Path("steps.csv"):  # cross-checked against the result written with it
+        why = steps_disagree(data[1], skip_record(scratch.folder))
+        if why:
+            raise NoTable(f"{why}: the table disagrees with its own record, so no figure of it "
+                          "is checked; run skip_stats.py into the folder again")
     scratch.cache[name] = data
     return data
 

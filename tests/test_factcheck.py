@@ -835,3 +835,25 @@ def test_the_check_costs_citations_plus_rows_never_their_product(tmp_path, monke
     rows, result, _ = factcheck.run(report, out)
     assert result["figures"]["ok"] == 400 and result["verdict"] == "pass", result["failing"][:3]
     assert calls[0] <= 2 * 2_000 + 8 * 400  # the product: 1,600,000
+
+
+def test_a_table_that_disagrees_with_its_record_is_not_cited(scratch, tmp_path):
+    """steps.csv edited so that its durations disagree with the skip_stats.json written with
+    it: a figure cited from it fails (no_table, saying why), even one the edited table holds."""
+    import shutil
+    out = tmp_path / "s"
+    shutil.copytree(scratch, out)
+    rows = read(out / "steps.csv")
+    for x in rows:
+        x["dur_us"] = f"{float(x['dur_us']) * 10:.3f}"
+        x["end_us"] = f"{float(x['start_us']) + float(x['dur_us']):.3f}"
+    with open(out / "steps.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    edited = r(median(Decimal(x["dur_us"]) for x in rows), 1)
+    p, got = check(f"The step takes {edited} us (measured; steps.csv: dur_us, median).\n", out,
+                   tmp_path)
+    assert p.returncode == 4
+    row = by_figure(got, f"{edited} us")[0]
+    assert row["verdict"] == "no_table" and "disagrees with its own record" in row["why"]

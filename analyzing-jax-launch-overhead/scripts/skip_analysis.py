@@ -19,6 +19,7 @@ from gap_causes import between_steps, cause_words, classify_gaps, gap_parts
 from gpu_events import stream_budget, union_ps
 from step_framing import CallTree, StepFrame
 from tracekit import trace_rules as rules
+from tracekit.scratch import number
 
 # Verdict thresholds, applied on the GPU that finishes each step last, on its critical stream.
 # Launch-bound: the stream waits on the host for at least this share of the step. 25% is where
@@ -603,6 +604,39 @@ STEP_FIGURES = (
     ("il_us", "il_ps", "us", "measured"),
     ("executions_per_step", "executions", "count", "measured"),
     ("between_programs_idle_us", "between_programs_ps", "us", "measured"))
+
+
+# steps.csv's cells are written to 3 decimals of a microsecond (2 of a percent): the median of a
+# column and skip_stats.json's figure of it, and a row's duration and its end minus its start,
+# agree within this, or the table is not the one step 1 wrote with its result
+AGREE_WITHIN = 0.006
+
+
+def steps_disagree(rows: list, skip: dict) -> str:
+    """Where steps.csv disagrees with itself or with the skip_stats.json it was written with (a
+    row's duration against its start and end; its row count; each column's median against the
+    figure of the same name over as many rows), the sentence saying so; else ''."""
+    for r in rows:
+        s, e, d = (number(r.get(k)) for k in ("start_us", "end_us", "dur_us"))
+        if None not in (s, e, d) and abs(e - s - d) > AGREE_WITHIN:
+            return (f"steps.csv's step {r.get('step')} on GPU {r.get('device')} lasts "
+                    f"{d:,.3f} us but runs from {s:,.3f} to {e:,.3f} us")
+    told = (skip.get("tables") or {}).get("steps.csv")
+    if isinstance(told, int) and told != len(rows):
+        return f"steps.csv has {len(rows)} rows where skip_stats.json says {told}"
+    columns = {key: col[:-3] + "_us" if col.endswith("_ps") else col
+               for key, col, _, _ in STEP_FIGURES}
+    for name, fig in (skip.get("figures") or {}).items():
+        column = columns.get(name, name)
+        if not rows or column not in rows[0] or not isinstance(fig, dict):
+            continue
+        cells = [v for v in (number(r.get(column)) for r in rows) if v is not None]
+        value = number(fig.get("value"))
+        if cells and value is not None and fig.get("n") == len(cells) and \
+                abs(statistics.median(cells) - value) > AGREE_WITHIN:
+            return (f"steps.csv's {column} has the median {statistics.median(cells):,.3f} where "
+                    f"skip_stats.json's {name}, written with it, says {value:,.3f}")
+    return ""
 
 
 def step_figures(step_rows, figures) -> dict:
