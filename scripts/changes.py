@@ -680,7 +680,22 @@ def dtype_knob(dtype: str) -> str:
     return INSTRUCTION.knob["lower"]
 
 
-def instruction_prose(c: dict, exposed: str) -> tuple[str, str]:
+# XLA names its GEMM library calls after cuBLAS on every GPU (kGemmCallTarget "__cublas$gemm",
+# kCublasLtMatmulCallTarget "__cublas$lt$matmul": xla/service/gpu/cublas_cudnn.h; the shared
+# MI300X gemm capture holds __cublas$gemm): on ROCm the same call runs hipBLASLt or rocBLAS,
+# which a knob must say to an AMD user.
+ROCM_LIBRARY = " (XLA's name for its GEMM library call; on ROCm it runs hipBLASLt or rocBLAS)"
+
+
+def backend_text(backend: str, vendor: str) -> str:
+    """A GEMM backend as a knob names it: on an AMD GPU, XLA's cuBLAS-named library call with
+    the library that runs it there."""
+    if "__cublas" in backend and vendor.upper().startswith("AMD"):
+        return backend + ROCM_LIBRARY
+    return backend
+
+
+def instruction_prose(c: dict, exposed: str, vendor: str = "") -> tuple[str, str]:
     """An instruction row's assumptions and knob: the knob by the kind of work (attention, GEMM,
     element-wise, reduction, scatter), else by what binds it (memory bandwidth, else its dtype's
     peak), and launch size first when it runs far from its ceiling."""
@@ -695,7 +710,8 @@ def instruction_prose(c: dict, exposed: str) -> tuple[str, str]:
     work = c.get("work", "").removesuffix(" backward")
     if work in ("attention", "gemm") and not memory or \
             work in ("elementwise", "reduction", "scatter"):
-        knob = knobs[work].format(backend=c.get("backend") or "its backend")
+        knob = knobs[work].format(backend=backend_text(c.get("backend") or "its backend",
+                                                         vendor))
     else:
         knob = knobs["memory"] if memory else knobs["compute"].format(
             dtype=dtype_knob(c["ceiling_dtype"]))
@@ -749,7 +765,7 @@ def instruction(ctx: Context) -> Found | list:
         sav = [c["cut"] * ctx.paths[n].compute * ctx.paths[n].exposure for n in ctx.chosen]
         if sav[at] < MIN_SAVING_US:
             continue
-        assumptions, knob = instruction_prose(c, exposed)
+        assumptions, knob = instruction_prose(c, exposed, ce.vendor)
         reached = (f"; the same work reaches {pct_text(c['best'])}% in this capture "
                    f"({c['best_by']})" if c["best"] else "")
         rows.append(Row(
@@ -849,8 +865,8 @@ def backend_row(ctx: Context, same: list, slow: str, fast: str) -> list:
     said = GEMM_BACKEND
     knob = said.knob.get({("triton", "library"): "to library",
                           ("library", "triton"): "to triton"}.get((slow, fast), "other"))
-    knob = knob.format(target=mine[0][0]["backend"].removeprefix("library "), fast=fast,
-                       slow=slow)
+    knob = knob.format(target=backend_text(mine[0][0]["backend"].removeprefix("library "),
+                                           ctx.ceilings.vendor), fast=fast, slow=slow)
     cm = ctx.median_path.compute
     return [Row(
         f"the {fast} GEMM {top['instruction']} does the same work ({top['flops'] / 1e9:,.1f} "

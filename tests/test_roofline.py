@@ -478,3 +478,16 @@ def test_a_scatter_is_work_of_its_own():
          "pct": 0.14}
     _, knob = changes.instruction_prose(c, "its exposed part")
     assert "colliding updates" in knob and "reduction" not in knob
+
+
+def test_a_gemm_knob_names_the_library_that_runs_on_the_capture_s_gpu():
+    """XLA names its GEMM library call __cublas$gemm on ROCm too (the MI300X captures hold it):
+    on an AMD GPU the knob says hipBLASLt or rocBLAS runs it; on NVIDIA it stays as read."""
+    import changes
+    c = {"binding": "compute", "method": "custom call", "best": None, "best_by": "",
+         "ceiling_dtype": "bf16", "work": "gemm", "pct": 60.0,
+         "backend": "library __cublas$gemm"}
+    _, amd = changes.instruction_prose(c, "its exposed part", "AMD")
+    _, nvidia = changes.instruction_prose(c, "its exposed part", "NVIDIA")
+    assert "on ROCm it runs hipBLASLt or rocBLAS" in amd
+    assert "__cublas$gemm here" in nvidia and "ROCm" not in nvidia

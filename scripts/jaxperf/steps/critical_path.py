@@ -637,10 +637,12 @@ class Ceilings:
     `cands`, those with a ceiling, largest distance to it first, each with its share of the
     programs' compute and copy kernel time (`share`), its pct_of_ceiling (`pct`), its distance
     to the ceiling as a share of that time (`cut`) and its roofline.csv fields; `no_ceiling`,
-    the others as (name, share, why, user frame); `model`, the GPU roofline.json names."""
+    the others as (name, share, why, user frame); `model`, the GPU roofline.json names;
+    `vendor`, its vendor as the capture reads it (AMD, NVIDIA; '' where unknown)."""
     cands: list
     no_ceiling: list
     model: str
+    vendor: str = ""
 
 
 @dataclass
@@ -899,5 +901,8 @@ def read_ceilings(ctx: Context) -> Ceilings | None:
                 f"{ctx.median}" for o in work[:TOP_INSTRUCTIONS]))
         return None
     several = len({o.get("program_id", "") for o in ops}) > 1
-    return Ceilings(*distances(work, total_us, roof, several),
-                    ((rj or {}).get("gpu") or {}).get("model") or "the GPU")
+    gpu = (rj or {}).get("gpu") if isinstance((rj or {}).get("gpu"), dict) else {}
+    vendor = (gpu.get("evidence") or {}).get("device_vendor") if isinstance(
+        gpu.get("evidence"), dict) else None
+    return Ceilings(*distances(work, total_us, roof, several), gpu.get("model") or "the GPU",
+                    vendor if isinstance(vendor, str) else "")
