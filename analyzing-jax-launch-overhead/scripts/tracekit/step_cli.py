@@ -331,14 +331,16 @@ def end_children(procs, grace: float = CHILD_GRACE_S) -> None:
     import time
 
     def send(proc, sig):
+        if proc.poll() is not None:
+            return  # reaped: its number may be another's now (each waits for its own children)
         try:
             if hasattr(os, "killpg") and os.getpgid(proc.pid) == proc.pid:
                 os.killpg(proc.pid, sig)
-            elif proc.poll() is None:
+            else:
                 proc.send_signal(sig)
-        except OSError:  # it and its group have ended already
+        except OSError:  # it has ended meanwhile
             pass
-    for proc in procs:  # one that has ended may have left what it started
+    for proc in procs:
         send(proc, signal.SIGTERM)
     deadline = time.monotonic() + grace
     for proc in procs:
