@@ -234,9 +234,17 @@ def top_in_brief(s: Scratch) -> list[str]:
         if rows and not refused:
             share = [cell(r["pct_of_gpu_time"], "%", "inferred", table, "pct_of_gpu_time",
                           key_of(r, col), 2) for r in rows]
+            # an instruction's name repeats across programs: then each is named by its program
+            named = len({r[col] for r in rows}) < len(rows) and col == "instruction"
             out.append(f"- {what} by share of GPU time: " + "; ".join(
-                f"{code(r[col])} {c}" for r, c in zip(rows, share, strict=True)) + ".")
+                f"{code(program_named(r) if named else r[col])} {c}"
+                for r, c in zip(rows, share, strict=True)) + ".")
     return out
+
+
+def program_named(r: dict) -> str:
+    """An ops.csv row's instruction with its program: `jit_dot(49) custom-call.1`."""
+    return f"{r.get('module', '')}({r.get('program_id', '')}) {r['instruction']}"
 
 
 MAX_CITED_NAME = 100  # a kernel name longer than this is left to its table, not cited inline
