@@ -102,6 +102,23 @@ def cost_doubles(run, make, n: int, repeats: int = 3, ratio: float = 3.0) -> tup
     return half, whole
 
 
+def scale_step_durations(steps_csv: Path, factor: float) -> list[dict]:
+    """steps.csv edited as a hostile hand would: every step's duration scaled, its end moved to
+    match (the row agrees with itself, no longer with the skip_stats.json written with it);
+    returns the edited rows."""
+    import csv
+    with open(steps_csv, newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    for r in rows:
+        r["dur_us"] = f"{float(r['dur_us']) * factor:.3f}"
+        r["end_us"] = f"{float(r['start_us']) + float(r['dur_us']):.3f}"
+    with open(steps_csv, "w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    return rows
+
+
 def layout_text() -> str:
     """The scratch layout document whole: references/scratch-layout.md and its parts, one per
     step, in references/scratch-layout/."""

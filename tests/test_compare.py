@@ -19,7 +19,7 @@ import pytest
 
 from capgen.generate import generate
 from capgen.scenarios import SCENARIOS
-from conftest import REPO
+from conftest import REPO, scale_step_durations
 
 COMPARE = REPO / "scripts" / "compare.py"
 
@@ -355,14 +355,7 @@ def test_tables_that_disagree_with_their_records_are_not_compared(pairs, tmp_pat
     before, after = out / "before", out / "after"
     edited = tmp_path / "edited"
     shutil.copytree(after, edited)
-    rows = read(edited / "steps.csv")
-    for r in rows:
-        r["dur_us"] = f"{float(r['dur_us']) * 10:.3f}"
-        r["end_us"] = f"{float(r['start_us']) + float(r['dur_us']):.3f}"
-    with open(edited / "steps.csv", "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    scale_step_durations(edited / "steps.csv", 10)
     p = compare(before, edited, tmp_path / "o1")
     assert p.returncode == 1 and "skip_stats.json" in p.stderr.splitlines()[-1], p.stderr
     assert "Traceback" not in p.stderr

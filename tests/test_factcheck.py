@@ -16,7 +16,7 @@ import pytest
 
 from capgen.generate import generate
 from capgen.scenarios import SCENARIOS
-from conftest import REPO
+from conftest import REPO, scale_step_durations
 
 SCRIPT = REPO / "scripts" / "factcheck.py"
 TEMPLATE = REPO / "references" / "report-template.md"
@@ -843,14 +843,7 @@ def test_a_table_that_disagrees_with_its_record_is_not_cited(scratch, tmp_path):
     import shutil
     out = tmp_path / "s"
     shutil.copytree(scratch, out)
-    rows = read(out / "steps.csv")
-    for x in rows:
-        x["dur_us"] = f"{float(x['dur_us']) * 10:.3f}"
-        x["end_us"] = f"{float(x['start_us']) + float(x['dur_us']):.3f}"
-    with open(out / "steps.csv", "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    rows = scale_step_durations(out / "steps.csv", 10)
     edited = r(median(Decimal(x["dur_us"]) for x in rows), 1)
     p, got = check(f"The step takes {edited} us (measured; steps.csv: dur_us, median).\n", out,
                    tmp_path)

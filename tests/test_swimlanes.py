@@ -263,16 +263,22 @@ def test_step_option_a_tie_is_said_as_a_tie(tiny, tmp_path):
         "compute" and sg["gpus"][0]["stretch_us"] == 30.0
 
 
-def test_kernel_tooltips_name_the_instruction_from_step_4(tiny, tmp_path):
+def tooltips_with(tiny, tmp_path, kernels: str) -> list[str]:
+    """The drawing's tooltips once step 4's kernels.csv (its leading columns: `kernels`, the
+    rows after the header) is beside step 1's tables."""
     assert run(tiny, tmp_path).returncode == 0
     att = tmp_path / "attribution"
     att.mkdir()
     att.joinpath("kernels.csv").write_text(
-        "device,stream,start_us,dur_us,kernel,instruction,match\n"
-        "0,7,40.000,10.000,fusion_2,fusion.2,exact\n1,8,30.000,10.000,x,all-reduce.1,order\n")
+        "device,stream,start_us,dur_us,kernel,instruction,match\n" + kernels)
     p = run(tiny, tmp_path)
     assert p.returncode == 0, p.stderr
-    tips = [t.text for t in svg_of(tmp_path).iter(f"{SVG}title") if t.text]
+    return [t.text for t in svg_of(tmp_path).iter(f"{SVG}title") if t.text]
+
+
+def test_kernel_tooltips_name_the_instruction_from_step_4(tiny, tmp_path):
+    tips = tooltips_with(tiny, tmp_path, "0,7,40.000,10.000,fusion_2,fusion.2,exact\n"
+                                         "1,8,30.000,10.000,x,all-reduce.1,order\n")
     (f2,) = [t for t in tips if t.startswith("fusion_2\n") and "at 40.000 us" in t]
     assert f2.splitlines()[1] == "instruction: fusion.2 (exact)"
     assert any(t.startswith(NCCL) and "instruction: all-reduce.1 (order)" in t for t in tips)
@@ -284,15 +290,7 @@ def test_kernel_tooltips_name_the_instruction_from_step_4(tiny, tmp_path):
 def test_a_kernel_name_holding_a_newline_still_joins(tiny, tmp_path):
     """kernels.csv is read by its leading cells; a record whose quoted name spans two lines is
     read whole, and the line after it is not taken for a record."""
-    assert run(tiny, tmp_path).returncode == 0
-    att = tmp_path / "attribution"
-    att.mkdir()
-    att.joinpath("kernels.csv").write_text(
-        "device,stream,start_us,dur_us,kernel,instruction,match\n"
-        '0,7,40.000,10.000,"fusion\n1,8,30.000,",fusion.2,exact\n')
-    p = run(tiny, tmp_path)
-    assert p.returncode == 0, p.stderr
-    tips = [t.text for t in svg_of(tmp_path).iter(f"{SVG}title") if t.text]
+    tips = tooltips_with(tiny, tmp_path, '0,7,40.000,10.000,"fusion\n1,8,30.000,",fusion.2,exact\n')
     assert any("at 40.000 us" in t and "instruction: fusion.2 (exact)" in t for t in tips)
     assert not any("at 30.000 us" in t and "instruction:" in t for t in tips)
 
