@@ -76,12 +76,6 @@ def kind(path: Path) -> str | None:
     return None
 
 
-def within(path: Path, folder: Path) -> bool:
-    """Whether `path` is `folder` or inside it (links resolved)."""
-    p, f = path.resolve(), folder.resolve()
-    return p == f or f in p.parents
-
-
 def side_folder(arg: str, name: str, out: Path, no_xprof: bool) -> Path:
     """The scratch folder of one side: the argument itself, or DIR/<name> investigated now."""
     path = Path(arg)
@@ -640,7 +634,7 @@ def write(out: Path, table: list, result: dict, stands_for: str = "") -> list:
 def body(args) -> list[str]:
     out = Path(args.out)
     for arg, name in ((args.before, "BEFORE"), (args.after, "AFTER")):
-        if kind(Path(arg)) is not None and within(out, Path(arg)):
+        if kind(Path(arg)) is not None and out.resolve().is_relative_to(Path(arg).resolve()):
             raise step_cli.UsageError(f"--out {out} is inside {name} ({arg}), which compare.py "
                                       "only reads: give another folder")
     with step_cli.holding(out):  # after the check: nothing is made inside a side

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tracekit.base import StepError
+from tracekit.trace_rules import printable
 
 csv.field_size_limit(1 << 30)  # gaps.csv host_events cells of long gaps are long
 
@@ -556,7 +557,7 @@ class Scratch:
                 if v and number(v) is None:
                     raise TableError(f"{self.folder / file} is not the table "
                                      f"{table(file).producer} writes (line {n}: its {c.name} "
-                                     f"{printable_cell(v)} is not a finite number): run "
+                                     f"{printable(str(v))[:40]!r} is not a finite number): run "
                                      f"{table(file).producer} again")
 
     def typed(self, file: str, need=()) -> list[dict] | None:
@@ -645,18 +646,12 @@ def written_for(recorded, path, base=None) -> bool:
         recorded.get(k) in (None, now[k]) for k in ("bytes", "mtime_ns"))
 
 
-def printable_cell(v) -> str:
-    from tracekit.trace_rules import printable
-    return repr(printable(str(v))[:40])
-
-
 def _no_constant(token):
     raise ValueError(f"{token} is not a JSON number")
 
 
 def recorded_file(recorded) -> str:
     """The file an identity record names, for a sentence (whatever the record holds)."""
-    from tracekit.trace_rules import printable
     file = recorded.get("file") if isinstance(recorded, dict) else recorded
     return printable(str(file))[:300]
 
