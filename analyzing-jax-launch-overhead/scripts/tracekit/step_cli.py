@@ -16,7 +16,7 @@ that does the work and returns the lines to print. Everything else is here:
   (exit 130), SIGTERM too (exit 143: raised as `Terminated` where the step is, so that its
   temporary folders and child processes go), and a closed pipe exits 141; never a traceback;
   each process a command starts leads a group that what it starts in turn joins, and is ended
-  with its whole group (`child_group`, `end_child`), so nothing a command started outlives it;
+  with its whole group (`child_group`, `end_children`), so nothing a command started outlives it;
 - the closing lines: `wrote <path> (<n> rows | lines | bytes)` per file, the step's summary,
   then its "Next:" line;
 - progress: `progress(what, done, total)` says on stderr what a long step is doing, with its
@@ -32,6 +32,7 @@ import contextlib
 import math
 import os
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -309,7 +310,7 @@ def wrote(folder: Path, written) -> list[str]:
 # terminal's Ctrl-C still reaches it), and puts each process it starts (a step, a host's pass,
 # an investigation) in a group of that process's own, which everything the process starts in
 # turn joins (the environment says a command runs inside such a group). Interrupted or
-# terminated, a command ends each child's whole group (end_child), so nothing it started
+# terminated, a command ends each child's whole group (end_children), so nothing it started
 # outlives it, however deep.
 GROUP_ENV = "JAXTRACE_IN_GROUP"
 _TOP = GROUP_ENV not in os.environ
@@ -327,9 +328,6 @@ def child_group() -> dict:
 def end_children(procs, grace: float = CHILD_GRACE_S) -> None:
     """End children and everything they started: SIGTERM to each one's group (to it alone
     where it leads none), SIGKILL to those left past `grace` seconds; each reaped."""
-    import subprocess
-    import time
-
     def send(proc, sig):
         if proc.poll() is not None:
             return  # reaped: its number may be another's now (each waits for its own children)
@@ -351,20 +349,16 @@ def end_children(procs, grace: float = CHILD_GRACE_S) -> None:
             proc.wait()
 
 
-def end_child(proc, grace: float = CHILD_GRACE_S) -> None:
-    end_children([proc], grace)
-
-
 def run_child(cmd: list[str]):
     """A command of the bundle run to its end, its output captured (subprocess.run's result);
-    interrupted or terminated, it and what it started are ended (end_child) before this goes."""
-    import subprocess
+    interrupted or terminated, it and what it started are ended (end_children) before this
+    goes."""
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                           stdin=subprocess.DEVNULL, **child_group()) as proc:
         try:
             out, err = proc.communicate()
         except BaseException:
-            end_child(proc)
+            end_children([proc])
             raise
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 

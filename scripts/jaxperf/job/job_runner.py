@@ -63,7 +63,7 @@ STOP_GRACE_S = 10  # after SIGTERM, a step's time to let its temporary files go;
 def _stop(proc, why: list | None = None, reason: str = "") -> None:
     if why is not None:
         why.append(reason)
-    step_cli.end_child(proc, STOP_GRACE_S)  # with what it started (XProf's child)
+    step_cli.end_children([proc], STOP_GRACE_S)  # with what it started (XProf's child)
 
 
 def stop_all() -> None:
