@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tracekit.base import StepError
+from tracekit.trace_reader import no_constant  # NaN, Infinity: no JSON number
 from tracekit.trace_rules import printable
 
 csv.field_size_limit(1 << 30)  # gaps.csv host_events cells of long gaps are long
@@ -516,7 +517,7 @@ class Scratch:
         NaN or an infinity (no writer of the bundle's writes one: the file is not its)."""
         if file not in self._cache:
             try:
-                d = json.loads(read_file(self.folder / file), parse_constant=_no_constant)
+                d = json.loads(read_file(self.folder / file), parse_constant=no_constant)
             except (OSError, ValueError, RecursionError):
                 d = None
             self._cache[file] = d if isinstance(d, dict) else None
@@ -644,10 +645,6 @@ def written_for(recorded, path, base=None) -> bool:
         file = str((Path(base) / file).resolve())
     return file == now["file"] and all(
         recorded.get(k) in (None, now[k]) for k in ("bytes", "mtime_ns"))
-
-
-def _no_constant(token):
-    raise ValueError(f"{token} is not a JSON number")
 
 
 def recorded_file(recorded) -> str:

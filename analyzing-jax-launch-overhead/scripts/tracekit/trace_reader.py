@@ -210,13 +210,13 @@ class _Constant(ValueError):
     pass
 
 
-def _no_constant(token):
+def no_constant(token):
     raise _Constant(token)
 
 
 def _parse(path: Path, text: str):
     try:
-        return json.loads(text, parse_constant=_no_constant)
+        return json.loads(text, parse_constant=no_constant)
     except json.JSONDecodeError as exc:
         raise TraceError(f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}: "
                          f"{exc.msg}); the file may be truncated") from exc
@@ -270,7 +270,7 @@ def _parse_in_pieces(path: Path):
                     parts, size = [buf], len(buf)
                     continue
                 head = json.loads(buf[:opening.start()].decode() + '"traceEvents":[]}',
-                                  parse_constant=_no_constant)
+                                  parse_constant=no_constant)
                 if type(head) is not dict:
                     return None
                 del buf[:opening.end() - 1]  # from the events' '['
@@ -297,7 +297,7 @@ def _parse_in_pieces(path: Path):
                 events = None  # counted to the end, parsed no further
             else:
                 surrogates = surrogates or _SURROGATE_ESCAPE_RE.search(text) is not None
-                events += json.loads(text, parse_constant=_no_constant)
+                events += json.loads(text, parse_constant=no_constant)
             del text
             if piece is None:
                 break
