@@ -583,7 +583,8 @@ def test_gpu_groups_compare_only_gpus_that_run_the_same_programs():
           (1, 0): [ev(1, "jit_a"), ev(1, "jit_b")],
           (2, 0): [ev(2, "jit_a"), ev(2, "jit_b")],
           (3, 0): [ev(3, "jit_c", dur=50)]}
-    groups = skip_analysis.gpu_groups(None, by)
+    groups = skip_analysis.gpu_groups({k: skip_analysis.gpu_step_pass(evs, 0)["work"]
+                                       for k, evs in by.items()})
     assert [(g["devices"], g["kind"]) for g in groups] == [
         ([3], "programs"), ([1, 2], "programs"), ([0], "argument copies only")]
     assert skip_analysis.group_sentence(groups[2], 1) == (

@@ -216,16 +216,18 @@ def check_same_work(a, step_rows, idle_gpus, groups=None, compared=None) -> list
     return out
 
 
-def check_stream_budgets(a, stream_acc) -> list[dict]:
+def check_stream_budgets(a, stream_acc, by_stream) -> list[dict]:
+    """Each stream's budget (compute + collective + memcpy + idle) against its span, and its idle
+    a second way: the span minus the union of its events in each step window (`by_stream`:
+    (GPU, step) -> stream -> the step's events, skip_analysis.per_step_rows')."""
     out = []
     analysed = {s.number: s for s in a.analysed}
     ends: dict = {}
-    by_stream_step: dict = {}  # (device, stream, step) -> events, grouped once
-    for e in a.events:
-        if e.step in analysed:
-            k = (e.device, e.step)
-            ends[k] = max(ends.get(k, 0), e.end)
-            by_stream_step.setdefault((e.device, e.stream, e.step), []).append(e)
+    by_stream_step: dict = {}
+    for (d, num), per_stream in by_stream.items():
+        for s, evs in per_stream.items():
+            ends[(d, num)] = max(ends.get((d, num), 0), max(e.end for e in evs))
+            by_stream_step[(d, s, num)] = evs
     for (d, s), acc in sorted(stream_acc.items()):
         parts = acc["compute"] + acc["collective"] + acc["memcpy"] + acc["idle"]
         # idle a second way: the span minus the union of the stream's events in each window
@@ -250,4 +252,4 @@ def rows(a, step_rows, stream_acc, info, idle_gpus) -> list[dict]:
     """Checks 2 to 5 on step 1's analysis `a` and its per-step tables, in reconcile's order."""
     return (check_joins(a) + check_kernels_per_step(a, step_rows)
             + check_same_work(a, step_rows, idle_gpus, info.get("groups"), info.get("compared"))
-            + check_stream_budgets(a, stream_acc))
+            + check_stream_budgets(a, stream_acc, info["by_stream"]))

@@ -98,14 +98,18 @@ def step_refusals(gpu, launches: bool, analysed) -> list[str]:
 
 
 def per_step_rows(a: Analysis) -> tuple[list, list, list, dict]:
-    """steps.csv rows, streams.csv rows, gaps.csv rows, and the verdict's inputs."""
+    """steps.csv rows, streams.csv rows, gaps.csv rows, and the verdict's inputs (`by_stream`:
+    each analysed (GPU, step)'s events by stream, for step 2's stream budgets)."""
     analysed = {s.number: s for s in a.analysed}
     by_gpu_step: dict[tuple, list] = {}
     for ev in a.events:
         if ev.step in analysed:
             by_gpu_step.setdefault((ev.device, ev.step), []).append(ev)
     devices = sorted({ev.device for ev in a.events})
-    critical = critical_streams(by_gpu_step, devices)
+    # one pass over each GPU's events of each step (gpu_step_pass), then what needs every
+    # step's: the critical stream of each GPU, and the GPUs' groups
+    passes = {k: gpu_step_pass(evs, analysed[k[1]].start) for k, evs in by_gpu_step.items()}
+    critical = critical_streams(passes, devices)
     step_rows, gap_rows = [], []
     stream_acc: dict[tuple, dict] = {}
     verdict_in = []
@@ -113,10 +117,11 @@ def per_step_rows(a: Analysis) -> tuple[list, list, list, dict]:
         ends = {}
         exec_starts = [x.start for x in st.executions]
         for d in devices:
-            evs = by_gpu_step.get((d, num), [])
+            evs = by_gpu_step.get((d, num))
             if not evs:
                 continue
-            row, per_stream, gaps = gpu_step_row(a, st, d, evs, critical.get(d), exec_starts)
+            row, per_stream, gaps = gpu_step_row(a, st, d, evs, passes[(d, num)],
+                                                 critical.get(d), exec_starts)
             ends[d] = row["end_ps"]
             gap_rows.extend(gaps)
             step_rows.append(row)
@@ -124,23 +129,20 @@ def per_step_rows(a: Analysis) -> tuple[list, list, list, dict]:
         if ends:
             verdict_in.append((num, ends))
     between_steps(a, step_rows)
-    groups = gpu_groups(a, by_gpu_step)
+    groups = gpu_groups({k: p["work"] for k, p in passes.items()})
     main, compared = weighed_gpus(groups)
-    return step_rows, stream_acc, gap_rows, {"critical": critical, "ends": verdict_in,
-                                             "groups": groups, "main_group": main,
-                                             "compared": compared}
+    return step_rows, stream_acc, gap_rows, {
+        "critical": critical, "ends": verdict_in, "groups": groups, "main_group": main,
+        "compared": compared, "by_stream": {k: p["per_stream"] for k, p in passes.items()}}
 
 
-def critical_streams(by_gpu_step, devices) -> dict:
+def critical_streams(passes, devices) -> dict:
     """GPU -> its critical stream: the stream with the most kernel-busy time over the analysed
     steps (the lowest stream id among equals)."""
     busy_by_stream: dict[tuple, int] = {}
-    for (d, _), evs in by_gpu_step.items():
-        per_stream: dict[int, list] = {}
-        for ev in evs:
-            per_stream.setdefault(ev.stream, []).append((ev.start, ev.end))
-        for s, iv in per_stream.items():
-            busy_by_stream[(d, s)] = busy_by_stream.get((d, s), 0) + union_ps(iv)
+    for (d, _), p in passes.items():
+        for s, b in p["stream_busy"].items():
+            busy_by_stream[(d, s)] = busy_by_stream.get((d, s), 0) + b
     streams_of: dict[int, dict] = {}
     for (d, s), b in busy_by_stream.items():
         streams_of.setdefault(d, {})[s] = b
@@ -152,15 +154,15 @@ def critical_streams(by_gpu_step, devices) -> dict:
     return critical
 
 
-def gpu_step_row(a: Analysis, st: StepFrame, d: int, evs: list, crit, exec_starts) -> tuple:
-    """One GPU's events of one step: its steps.csv row (from the step's start to its last
-    event's end), its events by stream, and the gaps.csv rows of its critical stream."""
-    start = st.start
-    # one pass over the step's events on this GPU (the hot loop of a large trace)
+def gpu_step_pass(evs: list, start: int) -> dict:
+    """One pass over one GPU's events of one step (the hot loop of a large trace): its end,
+    busy time from `start`, kernel time, launch queue time, collectives, its events by stream
+    and each stream's busy time, its programs' first kernels and what gpu_groups weighs."""
     end = evs[0].end
-    kernel_sum = tklqt = n_launched = 0
+    kernel_sum = tklqt = n_launched = copies = memcpy = 0
     busy_iv, coll_iv = [], []
     per_stream: dict[int, list] = {}
+    first: dict[str, int] = {}  # program -> its first kernel's start
     for e in evs:
         es, ee = e.start, e.end
         if ee > end:
@@ -171,14 +173,41 @@ def gpu_step_row(a: Analysis, st: StepFrame, d: int, evs: list, crit, exec_start
         if e.join == "launch" and e.launch:
             tklqt += es - e.launch["start"]
             n_launched += 1
-        if e.category == "collective":
+        cat = e.category
+        if cat == "collective":
             coll_iv.append((es, ee))
+        m = e.args.get("hlo_module")
+        if m:
+            f = first.get(m)
+            if f is None or es < f:
+                first[m] = es
+        elif cat == "memcpy":
+            if rules.is_argument_copy(cat, e.args, e.graph):
+                copies += 1
+            else:
+                memcpy += 1
         lst = per_stream.get(e.stream)
         if lst is None:
             lst = per_stream[e.stream] = []
         lst.append(e)
+    return {"end": end, "busy_iv": busy_iv, "coll_iv": coll_iv, "kernel_sum": kernel_sum,
+            "tklqt": tklqt, "launched": n_launched, "per_stream": per_stream, "first": first,
+            "stream_busy": {s: union_ps([(e.start, e.end) for e in sevs])
+                            for s, sevs in per_stream.items()},
+            "work": {"modules": set(first), "ps": kernel_sum, "events": len(evs),
+                     "copies": copies, "memcpy": memcpy}}
+
+
+def gpu_step_row(a: Analysis, st: StepFrame, d: int, evs: list, p: dict, crit,
+                 exec_starts) -> tuple:
+    """One GPU's events of one step (`p`: their gpu_step_pass): its steps.csv row (from the
+    step's start to its last event's end), its events by stream, and the gaps.csv rows of its
+    critical stream."""
+    start, end, kernel_sum, n_launched = st.start, p["end"], p["kernel_sum"], p["launched"]
+    per_stream = p["per_stream"]
     dur = end - start
-    busy = union_ps(busy_iv)
+    busy = union_ps(p["busy_iv"])
+    coll_iv = p["coll_iv"]
     arrival = None  # the end of its last other kernel before the step's last collective starts
     if coll_iv:
         last = max(cs for cs, _ in coll_iv)
@@ -187,11 +216,11 @@ def gpu_step_row(a: Analysis, st: StepFrame, d: int, evs: list, crit, exec_start
     crit_evs = sorted(per_stream.get(crit, ()), key=lambda e: e.start)
     host_late, device_wait, unknown, gaps = classify_gaps(a, crit_evs, start, d, st.number)
     coll = union_ps(coll_iv)
-    n_exec, programs, between_programs = step_programs(evs, exec_starts, crit)
+    n_exec, programs, between_programs = step_programs(evs, exec_starts, crit, p["first"])
     row = {
         "step": st.number, "device": d, "source": st.source, "start_ps": start, "end_ps": end,
         "dur_ps": dur, "kernels": len(evs), "busy_ps": busy, "idle_ps": dur - busy,
-        "critical_stream": crit, "tklqt_ps": tklqt if n_launched else None,
+        "critical_stream": crit, "tklqt_ps": p["tklqt"] if n_launched else None,
         "akd_ps": kernel_sum / len(evs), "il_ps": dur, "il_idle_ps": dur - kernel_sum,
         "union_idle_ps": dur - busy, "host_late_ps": host_late,
         "device_wait_ps": device_wait, "unknown_gap_ps": unknown,
@@ -229,21 +258,17 @@ def weighed_gpus(groups: list) -> tuple[list, list]:
     return main, compared
 
 
-def step_programs(evs, exec_starts, crit=None) -> tuple:
+def step_programs(evs, exec_starts, crit, first: dict) -> tuple:
     """One GPU's events of one step: how many of the step's program executions ran kernels on
-    it, its programs in order of their first kernel with their executions (`module xN`), and
-    the critical stream's idle between the kernels of two different executions while the host
-    was still launching the next one (the dispatch between programs: the host_late gaps that
-    lie between two executions). An event belongs to the execution whose host events began
-    last before its launch (its own start where it joined no launch)."""
+    it, its programs in order of their first kernel (`first`: program -> that kernel's start)
+    with their executions (`module xN`), and the critical stream's idle between the kernels of
+    two different executions while the host was still launching the next one (the dispatch
+    between programs: the host_late gaps that lie between two executions). An event belongs to
+    the execution whose host events began last before its launch (its own start where it joined
+    no launch)."""
     if len(exec_starts) <= 1:
         # no execution, or one (the common case of one program per step): no dispatch between
-        # programs; the programs in order of their first kernel, in one pass
-        first: dict[str, int] = {}
-        for e in evs:
-            m = e.args.get("hlo_module")
-            if m and (m not in first or e.start < first[m]):
-                first[m] = e.start
+        # programs
         mods = sorted(first, key=lambda m: (first[m], m))
         if not exec_starts:
             return None, "; ".join(mods), None
@@ -279,34 +304,21 @@ def step_programs(evs, exec_starts, crit=None) -> tuple:
     return executions, programs, between
 
 
-def gpu_groups(a: Analysis, by_gpu_step) -> list[dict]:
+def gpu_groups(work: dict) -> list[dict]:
     """GPUs grouped by the programs they run in the analysed steps (module names of their
-    kernels), the group with the most GPU time first. A GPU that runs no program's kernels is
-    said for what it holds: argument copies only (memcpys outside a program), memcpys only, or
-    kernels without a program label. Work is compared, and a straggler named, only inside a
-    group: GPUs that run other programs do other work."""
+    kernels), the group with the most GPU time first; `work`: (GPU, step) -> what its events
+    hold (gpu_step_pass: modules, ps, events, copies, memcpy). A GPU that runs no program's
+    kernels is said for what it holds: argument copies only (memcpys outside a program),
+    memcpys only, or kernels without a program label. Work is compared, and a straggler named,
+    only inside a group: GPUs that run other programs do other work."""
     per: dict[int, dict] = {}
-    for (d, _), evs in by_gpu_step.items():
-        g = per.setdefault(d, {"modules": set(), "ps": 0, "events": 0, "copies": 0,
-                                "memcpy": 0})
-        ps = copies = memcpy = 0
-        mods = set()
-        for e in evs:  # a hot loop: every analysed event once
-            ps += e.dur
-            m = e.args.get("hlo_module")
-            if m:
-                mods.add(m)
-            elif e.category != "memcpy":
-                continue
-            elif rules.is_argument_copy(e.category, e.args, e.graph):
-                copies += 1
-            else:
-                memcpy += 1
-        g["modules"] |= mods
-        g["ps"] += ps
-        g["events"] += len(evs)
-        g["copies"] += copies
-        g["memcpy"] += memcpy
+    for (d, _), w in work.items():
+        g = per.get(d)
+        if g is None:
+            g = per[d] = {"modules": set(), "ps": 0, "events": 0, "copies": 0, "memcpy": 0}
+        g["modules"] |= w["modules"]
+        for k in ("ps", "events", "copies", "memcpy"):
+            g[k] += w[k]
     groups: dict[tuple, dict] = {}
     for d, g in sorted(per.items()):
         key = tuple(sorted(g["modules"]))
