@@ -415,7 +415,7 @@ def run(capture, out: Path, use_xprof: bool = True,
     the result and the (file, rows) written. Raises StepError (MissingPackage among them)."""
     out = Path(out)
     user = read_costs(costs)
-    space = read_space(capture)
+    space = read_space(capture, lazy=checked_by_step4(out, capture))
     if not space.hlo_protos():
         return refuse_without_hlo(capture, out, space, gpu_ceilings.identify_space(space))
     rows, res = read_attribution(out, capture)
@@ -455,12 +455,22 @@ def run(capture, out: Path, use_xprof: bool = True,
     return result, written
 
 
-def read_space(capture):
-    """The capture's decoded xplane; a StepError where it cannot be read (XPlaneError), a
-    MissingPackage where protobuf is missing."""
+def checked_by_step4(out: Path, capture) -> bool:
+    """Whether step 4's result in `out` records this very xplane (its path, size and time): step
+    4 decoded and checked each of its events, and this step reads none (the programs and the
+    planes' stats), so they are not decoded again (about 1 s at five times the seed's size)."""
+    res = scratch.Scratch(out).json("attribution/attribute_kernels.json")
+    recorded = res.get("capture") if isinstance(res, dict) else None
+    was = recorded.get("xplane") if isinstance(recorded, dict) else None
+    return isinstance(was, dict) and scratch.written_for(was, capture.files.xplane, base=out)
+
+
+def read_space(capture, lazy: bool = False):
+    """The capture's xplane (`lazy`: its events decoded when first read); a StepError where it
+    cannot be read (XPlaneError), a MissingPackage where protobuf is missing."""
     try:
         from jaxperf.read import xplane_reader
-        return xplane_reader.space_of(capture)
+        return xplane_reader.space_of(capture, lazy)
     except ImportError as exc:  # protobuf (xprotos.MissingDependency is one)
         raise step_cli.MissingPackage(f"a package is missing ({exc}); {INSTALL}") from exc
 

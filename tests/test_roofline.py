@@ -341,6 +341,29 @@ def test_end_to_end_generated(tmp_path):
     assert "[secondary S1]" in svg
 
 
+def test_roofline_decodes_no_event_of_the_xplane_step4_checked(tmp_path):
+    """Step 5 reads the programs and the planes' stats, no event: after step 4 has decoded and
+    checked this very file, its events are not decoded again; a file step 4 did not record (no
+    result, or another file) is read whole, its events checked at once."""
+    from tracekit import capture_inputs
+    r = generate(SCENARIOS["nvidia-off"], tmp_path / "capture")
+    out = tmp_path / "out"
+    assert _run(STEP4, r.run_dir, out, "--no-xprof").returncode == 0
+    cap = capture_inputs.open_capture(r.run_dir)
+    assert roofline.checked_by_step4(out, cap)
+    roofline.run(cap, out, use_xprof=False)
+    space = cap.cached("space", None)
+    assert space._events is None  # nothing decoded
+    assert space.gpu_planes()[0].lines[0].dur.size  # ... until an event is read
+    assert not roofline.checked_by_step4(tmp_path / "elsewhere", cap)
+    res = json.loads((out / "attribution" / "attribute_kernels.json").read_text())
+    res["capture"]["xplane"]["bytes"] += 1
+    (out / "attribution" / "attribute_kernels.json").write_text(json.dumps(res))
+    cap = capture_inputs.open_capture(r.run_dir)
+    assert not roofline.checked_by_step4(out, cap)
+    assert roofline.read_space(cap, lazy=False)._events is not None
+
+
 def test_bad_input_one_sentence(tmp_path):
     bad = tmp_path / "x.xplane.pb"
     bad.write_bytes(b"not a proto")

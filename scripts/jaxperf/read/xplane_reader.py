@@ -163,13 +163,16 @@ class Line:
     name: str
     timestamp_ns: int
     plane: Plane = field(repr=False)
-    _events: _Events = field(repr=False)
     _lo: int = field(repr=False)
     _hi: int = field(repr=False)
     _counted: set = field(default_factory=set, repr=False)  # stat names whose repeats are counted
 
     def __len__(self) -> int:
         return self._hi - self._lo
+
+    @property
+    def _events(self) -> _Events:
+        return self.plane._space.events
 
     @property
     def mid(self) -> np.ndarray:
@@ -244,7 +247,7 @@ class Line:
 
 
 class Plane:
-    def __init__(self, proto, space: Space, events: _Events, first: int):
+    def __init__(self, proto, space: Space, first: int):
         self._proto = proto
         self._space = space
         self.id = proto.id
@@ -259,7 +262,7 @@ class Plane:
         self.stats = self.decode_stats(proto.stats)
         self.lines = []
         for ln in proto.lines:
-            self.lines.append(Line(ln.id, ln.name, ln.timestamp_ns, self, events, first,
+            self.lines.append(Line(ln.id, ln.name, ln.timestamp_ns, self, first,
                                    first + len(ln.events)))
             first += len(ln.events)
 
@@ -367,7 +370,12 @@ def _name(text: str) -> str:
 
 
 class Space:
-    def __init__(self, proto, path: Path):
+    """A parsed xplane: its planes and lines at once; its events decoded and checked (each
+    start and duration, the profile's extent) when first read (`events`), or at once where not
+    `lazy`. A step that reads no event (the metadata plane's programs, the planes' stats) of a
+    file step 4 has checked in this job decodes none."""
+
+    def __init__(self, proto, path: Path, lazy: bool = False):
         self.path = path
         self.repeated_stat_events = 0
         self.hostnames = list(proto.hostnames)
@@ -375,11 +383,8 @@ class Space:
         self.warnings = list(proto.warnings)
         seen: set = set()
         self.planes = []
-        try:
-            events = _Events([ln for p in proto.planes for ln in p.lines])
-        except wire.WireError as exc:
-            raise XPlaneError(f"{path} is not a readable XSpace protobuf: its events are "
-                              f"corrupt ({exc})") from exc
+        self._lines = [ln for p in proto.planes for ln in p.lines]
+        self._events = None
         first = 0
         for i, p in enumerate(proto.planes):
             progress("checking the xplane's planes", i, len(proto.planes), "planes")
@@ -391,9 +396,29 @@ class Space:
                                   f"{' (GPU ' + str(key[1]) + ')' if m else ''}; XProf writes "
                                   "each once, so the file is corrupt or merged")
             seen.add(key)
-            self.planes.append(Plane(p, self, events, first))
+            self.planes.append(Plane(p, self, first))
             first += sum(map(len, self.planes[-1].lines))
-        _check_extent(path, [e for p in self.planes for e in _check_times(path, p)])
+        if not lazy:
+            self.events  # noqa: B018 - decoded and checked now
+
+    @property
+    def events(self) -> _Events:
+        """Every event of the file, decoded in bulk and checked on first use (XPlaneError with
+        the sentence of the first that is not readable)."""
+        if self._events is None:
+            try:
+                self._events = _Events(self._lines)
+            except wire.WireError as exc:
+                raise XPlaneError(f"{self.path} is not a readable XSpace protobuf: its events "
+                                  f"are corrupt ({exc})") from exc
+            try:
+                _check_extent(self.path, [e for p in self.planes
+                                          for e in _check_times(self.path, p)])
+            except XPlaneError:
+                self._events = None  # asked again, it says the same
+                raise
+            self._lines = None
+        return self._events
 
     def plane(self, name: str) -> Plane | None:
         for p in self.planes:
@@ -489,8 +514,9 @@ def stream_totals(space: Space) -> list[list[int]]:
     return out
 
 
-def load_space(path) -> Space:
-    """Parse an xplane.pb file; raise XPlaneError with one sentence when it cannot be read."""
+def load_space(path, lazy: bool = False) -> Space:
+    """Parse an xplane.pb file; raise XPlaneError with one sentence when it cannot be read.
+    `lazy`: its events decoded and checked when first read (Space)."""
     path = Path(path)
     classes = xprotos.classes()
     try:
@@ -515,15 +541,16 @@ def load_space(path) -> Space:
     del data  # the parsed copy holds what is needed: the file's bytes are not kept meanwhile
     if not proto.planes:
         raise XPlaneError(f"{path} parsed but holds no planes; expected XProf's xplane.pb")
-    return Space(proto, path)
+    return Space(proto, path, lazy)
 
 
-def space_of(capture) -> Space:
-    """The capture's xplane, decoded once per process (kept in `capture_inputs.Capture`)."""
+def space_of(capture, lazy: bool = False) -> Space:
+    """The capture's xplane, decoded once per process (kept in `capture_inputs.Capture`);
+    `lazy`: its events when first read (Space)."""
     if capture.files.xplane is None:
         raise XPlaneError(f"no <host>.xplane.pb for host {capture.files.host} in "
                           f"{capture.files.run_dir}")
-    return capture.cached("space", lambda: load_space(capture.files.xplane))
+    return capture.cached("space", lambda: load_space(capture.files.xplane, lazy))
 
 
 def parse_hlo(blob: bytes):
