@@ -87,18 +87,19 @@ class GapIndex:
         built = self.built.get(key)
         if built is not None:
             return built
-        by_class: dict = {}
         if key is None:  # each thread's classes, merged: every host event is sorted once
+            runs_of: dict = {}
             for k in self.host_threads:
-                for _, evs, _ in self.get(k):
-                    by_class.setdefault((evs[0][1] - evs[0][0]).bit_length() >> 1, []).append(evs)
-            merged = {}
-            for k, runs in by_class.items():
-                evs = [e for run in runs for e in run]
+                for _, evs, longest in self.get(k):
+                    runs_of.setdefault((evs[0][1] - evs[0][0]).bit_length() >> 1,
+                                       []).append((evs, longest))
+            classes = []
+            for runs in runs_of.values():
+                evs = [e for run, _ in runs for e in run]
                 evs.sort()
-                merged[k] = evs
-            by_class = merged
+                classes.append(([e[0] for e in evs], evs, max(n for _, n in runs)))
         else:
+            by_class: dict = {}
             known = _CONTAINER
             for h in self.host_threads.get(key, ()):  # a hot loop: every host event once
                 name = h["name"]
@@ -114,8 +115,8 @@ class GapIndex:
                 lst.append((hs, hs + d, name))
             for evs in by_class.values():
                 evs.sort()
-        classes = [([e[0] for e in evs], evs, max(e[1] - e[0] for e in evs))
-                   for evs in by_class.values()]
+            classes = [([e[0] for e in evs], evs, max(e[1] - e[0] for e in evs))
+                       for evs in by_class.values()]
         self.built[key] = classes
         return classes
 

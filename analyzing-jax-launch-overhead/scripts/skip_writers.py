@@ -75,8 +75,10 @@ def write_rows(path, a: Analysis) -> int:
                 tail = tails[key] = (f"{q(hlo_op)},{q(hlo_module)},{1 if graph else 0},"
                                      f"{'' if step is None else step}\n")
             cid = args.get("correlation_id", "")
-            if type(cid) is not int:
-                cid = q(str(cid))  # a malformed id (text with commas, quotes) stays one field
+            if type(cid) is not int and not (type(cid) is str and cid.isdigit()):
+                # a malformed id (text with commas, quotes) stays one field; a decimal one (each
+                # event's own: not memoized) needs no quotes
+                cid = q(str(cid))
             append(f"{head}{start / 1e6:.3f},{ev.dur / 1e6:.3f},{ev.end / 1e6:.3f},{cid},"
                    f"{join},{launch},{tail}")
             n += 1
