@@ -41,6 +41,7 @@ import csv
 import gc
 import itertools
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -245,12 +246,18 @@ class Rows:
             self.span = (first, last)
 
 
+# kernels.csv is written in the order of device, stream and start (scratch-layout.md), so from
+# this size on each drawn lane's kernels are read where its window lies (found by halving the
+# file), not the whole table (258 MB at five times the seed's size, 0.5 s); a key the windows miss
+# (a table not in that order) is looked for in the whole table.
+WINDOWED_READ_MIN = 8 << 20
+_HALVED_DOWN_TO = 1 << 16  # the window's start is found to within this many bytes
+
+
 def read_instructions(out: Path, keys: set) -> tuple[dict, str | None]:
     """{(device, stream, start_us): (instruction, match)} for the given keys, from step 4's
     kernels.csv (its first three cells are numbers: a line is parsed only where they are a
     key's); a note instead where the file lacks its columns."""
-    found: dict[tuple, tuple] = {}
-    wanted = {f"{d},{s},{t},": (d, s, t) for d, s, t in keys}
     names = ["device", "stream", "start_us", "instruction", "match"]
     try:
         with scratch.open_file(out / ATTRIBUTION_FILE) as fh:
@@ -263,22 +270,78 @@ def read_instructions(out: Path, keys: set) -> tuple[dict, str | None]:
             if head[:3] != names[:3]:
                 raise scratch.TableError(f"{out / ATTRIBUTION_FILE} does not start with "
                                          "device, stream and start_us")
-            ins, match = head.index("instruction"), head.index("match")
-            for line in fh:
-                cut = line.find(",", line.find(",", line.find(",") + 1) + 1) + 1
-                k = wanted.get(line[:cut])
-                if k is not None:
-                    while line.count('"') % 2:  # a quoted cell holds a newline: read on
-                        more = fh.readline()
-                        if not more:
-                            break
-                        line += more
-                    row = next(csv.reader([line]))
-                    if len(row) > max(ins, match):
-                        found[k] = (row[ins], row[match])
+            cols = head.index("instruction"), head.index("match")
+            if os.fstat(fh.fileno()).st_size >= WINDOWED_READ_MIN:
+                found = _read_windows(out / ATTRIBUTION_FILE, keys, cols)
+                if len(found) == len(keys):
+                    return found, None
+            return _read_keys(fh, keys, cols), None
     except (OSError, UnicodeDecodeError, scratch.TableError) as exc:
         return {}, f"{exc}: tooltips name no instruction"
-    return found, None
+
+
+def _read_keys(lines, keys: set, cols: tuple, last=None) -> dict:
+    """The (instruction, match) of each key among `lines` (text lines of kernels.csv after its
+    header); with `last` ((device, stream, start) of the last key wanted), lines ordered by
+    them are read only until one comes after it."""
+    found: dict[tuple, tuple] = {}
+    wanted = {f"{d},{s},{t},": (d, s, t) for d, s, t in keys}
+    ins, match = cols
+    for line in lines:
+        cut = line.find(",", line.find(",", line.find(",") + 1) + 1) + 1
+        k = wanted.get(line[:cut])
+        if k is not None:
+            while line.count('"') % 2:  # a quoted cell holds a newline: read on
+                more = next(lines, "")
+                if not more:
+                    break
+                line += more
+            row = next(csv.reader([line]))
+            if len(row) > max(ins, match):
+                found[k] = (row[ins], row[match])
+        elif last is not None and (at := _line_key(line)) is not None and at > last:
+            break
+    return found
+
+
+def _line_key(line: str) -> tuple | None:
+    """(device, stream, start) of a kernels.csv line; None where it does not start with them."""
+    cells = line.split(",", 3)
+    try:
+        return int(cells[0]), int(cells[1]), float(cells[2])
+    except (ValueError, IndexError):
+        return None
+
+
+def _read_windows(path: Path, keys: set, cols: tuple) -> dict:
+    """_read_keys over each drawn lane's window of the table, found by halving the file by byte
+    offset."""
+    lanes: dict[tuple, list] = {}
+    for d, s, t in keys:
+        lanes.setdefault((d, s), []).append(t)
+    found: dict = {}
+    with scratch.open_file(path, binary=True) as fh:
+        size = os.fstat(fh.fileno()).st_size
+        fh.readline()
+        body = fh.tell()  # the first line after the header
+        for (d, s), starts in lanes.items():
+            ts = sorted(starts, key=float)
+            first = (int(d), int(s), float(ts[0]))
+            lo, hi = body, size
+            while hi - lo > _HALVED_DOWN_TO:  # lo: a line's start at or before the window's
+                fh.seek((lo + hi) // 2)
+                fh.readline()  # the rest of the line the seek fell in
+                at = fh.tell()
+                k = _line_key(fh.readline().decode("utf-8", "replace"))
+                if k is not None and k < first:
+                    lo = at
+                else:
+                    hi = at
+            fh.seek(lo)
+            text = (raw.decode("utf-8") for raw in fh)
+            found.update(_read_keys(text, {(d, s, t) for t in ts}, cols,
+                                    (int(d), int(s), float(ts[-1]))))
+    return found
 
 
 # ---------------------------------------------------------------- analyses

@@ -533,3 +533,43 @@ def test_many_gaps_without_steps_end_in_linear_time(tmp_path):
                             str(tmp_path / "out")], capture_output=True, text=True, timeout=60)
         assert p.returncode == 0, (script.name, p.stderr[-500:])
     assert "the whole capture as one window" in p.stdout
+
+
+def test_tooltips_read_only_each_lane_s_window_of_a_large_kernels_table(tmp_path, monkeypatch):
+    """kernels.csv is in the order of device, stream and start: each lane's kernels are read
+    from its window, found by halving the file, with the same result as reading it whole (a
+    quoted name holding a newline included); a table not in that order is read whole."""
+    import random
+
+    import swimlanes
+    rows = [(d, s, f"{t * 1.5:.3f}", f"k{t}", f"fusion.{d}.{s}.{t}", "exact")
+            for d in range(2) for s in (7, 8) for t in range(1500)]
+    rows[2000] = rows[2000][:3] + ('k"\n1,8,30.000,',) + rows[2000][4:]
+    keys = {(str(d), str(s), t) for d, s, t, *_ in rows[1990:2010] + rows[5000:5003]}
+    keys.add(("1", "8", "99999.000"))  # drawn, not in the table
+
+    def read(table):
+        (tmp_path / "attribution").mkdir(exist_ok=True)
+        with open(tmp_path / "attribution" / "kernels.csv", "w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow(["device", "stream", "start_us", "kernel", "instruction", "match"])
+            w.writerows(table)
+        return swimlanes.read_instructions(tmp_path, keys)
+
+    whole, why = read(rows)
+    assert why is None and len(whole) == len(keys) - 1
+    assert whole[("0", "8", rows[2000][2])] == ("fusion.0.8.500", "exact")
+    monkeypatch.setattr(swimlanes, "WINDOWED_READ_MIN", 0)
+    monkeypatch.setattr(swimlanes, "_HALVED_DOWN_TO", 256)
+    calls = []
+    real = swimlanes._read_keys
+    monkeypatch.setattr(swimlanes, "_read_keys",
+                        lambda *a, **k: calls.append(len(a) > 3) or real(*a, **k))
+    assert read(rows) == (whole, None)
+    assert calls and all(calls[:-1]) and not calls[-1]  # windows, then the whole for the one missed
+    keys.discard(("1", "8", "99999.000"))
+    calls.clear()
+    assert read(rows) == (whole, None) and all(calls)  # every key in its window: nothing more
+    random.Random(3).shuffle(rows)
+    calls.clear()
+    assert read(rows) == (whole, None) and not calls[-1]  # not in order: read whole
