@@ -43,8 +43,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bootstrap; sibling.py: the platform
 import sibling  # noqa: F401
-from tracekit import scratch, step_cli
+from tracekit import row_facts, scratch, step_cli
 from tracekit import trace_rules as rules  # CSV writing, atomic outputs
+from tracekit.row_facts import RowFacts
 from tracekit.scratch import number
 
 RESULT_FILE = "trust.json"
@@ -114,16 +115,8 @@ CHECK_FAMILIES = (
 # Families whose figures are event counts on each side: their count is the events that differ.
 EVENT_COUNT_FAMILIES = frozenset({"gpu_events_json_vs_xplane", "launch_join"})
 
-# A graph is known by the id in its launch call's name ("cuGraphLaunch (CudaGraph:7)") or by the
-# hlo_op label its kernels carry (command_buffer_<k>, call.<k>): replays of one graph must record
-# the same number of kernels. hipGraphLaunch names carry no id; without a label such launches
-# cannot be told apart, and are left out (said in a note).
-GRAPH_ID_IN_NAME = re.compile(r"Graph:\s*\d+")
 # The Python tracer names its events "$<file>:<line> <function>" (or "$<module> <function>" for
 # C functions); no other host event name starts with "$".
-# ROCm memcpy launch calls; their records carry `memcpy_details kind:Unknown size:0`
-# (references/capture-facts.md, all shared MI300X captures), so direction and size are unknown.
-ROCM_MEMCPY_LAUNCH = re.compile(r"^hipMemcpy", re.I)
 # Sentences other steps write that a specific item here already states (not listed twice).
 GRAPH_REFUSAL = "launched by graphs"
 NOT_COMPUTABLE_SENTENCE = "not computable"
@@ -224,26 +217,14 @@ def question(text, capture, source) -> dict:
 
 
 @dataclass
-class RowFacts:
-    """What trust needs from step 1's rows.csv, in one pass."""
-    gpu_us: float = 0.0
-    graph_events: int = 0
-    graph_us: float = 0.0
-    collective_events: int = 0
-    collective_us: float = 0.0
-    rocm_memcpy: int = 0
-    rocm_memcpy_us: float = 0.0
-    missing_replays: dict = field(default_factory=dict)  # device -> kernels
-    replay_graphs: dict = field(default_factory=dict)    # device -> graphs short
-    unidentified_launches: int = 0
-
-
-@dataclass
 class Scanned:
     """What is read first (with --rest-when-told, while the last steps still run): step 1's
-    rows.csv (summarise_rows, one pass) and step 4's count of the collective kernels outside
-    graphs matched other than exactly (attribute_kernels.json collectives_by_order)."""
+    rows.csv (row_facts: handed on by step 1 beside it, else read in one pass; `rocm`: the count
+    and us of its hipMemcpy*-launched memcpys on AMD GPUs) and step 4's count of the collective
+    kernels outside graphs matched other than exactly (attribute_kernels.json
+    collectives_by_order)."""
     rows: RowFacts | None = None
+    rocm: tuple = (0, 0.0)
     rows_note: str = ""
     collectives: tuple | None = None  # (kernels, us, labels); None: no step 4 result
     kernels_note: str = ""
@@ -261,52 +242,6 @@ class Facts:
 
 
 # ---------------------------------------------------------------- analyses (pure)
-
-# The rows.csv columns summarise_rows reads (streamed as lists: a table of a million rows).
-ROW_FACT_COLUMNS = ["device", "dur_us", "graph", "category", "join", "launch_name", "step",
-                    "correlation_id", "hlo_op"]
-
-
-def summarise_rows(rows, amd_devices: set) -> RowFacts:
-    """One pass over rows.csv (the cells of ROW_FACT_COLUMNS, scratch.stream): GPU time, graph
-    events, collectives, ROCm memcpys, and the kernels each graph replay recorded (replays
-    inside analysed steps only: a replay cut by the capture's start or end is not short)."""
-    f = RowFacts()
-    launches: dict = {}  # (device, correlation id) -> [launch name, labels, events]
-    for device, dur_us, graph, category, join, launch_name, step, corr, hlo_op in rows:
-        dur = number(dur_us, 0.0)
-        f.gpu_us += dur
-        if graph == "1":
-            f.graph_events += 1
-            f.graph_us += dur
-        if category == "collective":
-            f.collective_events += 1
-            f.collective_us += dur
-        if (device in amd_devices and category == "memcpy" and join == "launch"
-                and ROCM_MEMCPY_LAUNCH.match(launch_name)):
-            f.rocm_memcpy += 1
-            f.rocm_memcpy_us += dur
-        if join == "graph_launch" and step != "":
-            e = launches.setdefault((device, corr), [launch_name, set(), 0])
-            if hlo_op:
-                e[1].add(hlo_op)
-            e[2] += 1
-    graphs: dict = {}
-    for (device, _), (name, labels, n) in launches.items():
-        label = min(labels) if labels else ""
-        if not label and not GRAPH_ID_IN_NAME.search(name):
-            f.unidentified_launches += 1
-            continue
-        graphs.setdefault((device, name, label), []).append(n)
-    for (device, name, label), counts in sorted(graphs.items()):
-        short = sum(max(counts) - n for n in counts)
-        if short:
-            f.missing_replays[device] = f.missing_replays.get(device, 0) + short
-            f.replay_graphs.setdefault(device, []).append(
-                f"{name}{' ' + label if label else ''}: {sum(1 for n in counts if n < max(counts))}"
-                f" of {len(counts)} replays short, {short} kernels")
-    return f
-
 
 def step_failed_items(inp: Inputs, failed: dict) -> list:
     out = []
@@ -644,14 +579,14 @@ def nccl_items(facts: Facts) -> list:
 
 
 def rocm_memcpy_items(facts: Facts) -> list:
-    f = facts.rows
-    if f is None or not f.rocm_memcpy:
+    n, us = facts.scanned.rocm
+    if facts.rows is None or not n:
         return []
     return [item("rocm_unknown_memcpy", "ROCm memcpys recorded as kind:Unknown size:0: their "
                  "direction and bytes are not in the capture", "rows.csv: category=memcpy, "
                  "launch_name=hipMemcpy*", "counted from their hipMemcpy* launch calls on AMD "
                  "GPUs (no step reads the memcpy_details stat); no bandwidth can be computed "
-                 "for them", count=f.rocm_memcpy, gpu_us=f.rocm_memcpy_us,
+                 "for them", count=n, gpu_us=us,
                  total_us=facts.total_us)]
 
 
@@ -813,7 +748,9 @@ def scan_tables(out: Path, failed: dict) -> Scanned:
            if str((g.get("device") or {}).get("device_vendor") or "").upper() == "AMD"}
     if (out / "rows.csv").is_file():
         try:
-            sc.rows = summarise_rows(scratch.stream(out, "rows.csv", ROW_FACT_COLUMNS), amd)
+            sc.rows = row_facts.handed_on(out) or row_facts.summarise(
+                scratch.stream(out, "rows.csv", row_facts.COLUMNS))
+            sc.rocm = sc.rows.rocm_memcpys(amd)
         except scratch.TableError as exc:
             sc.rows_note = f"rows.csv was not read: {exc}"
     att = None if "attribute_kernels" in failed else \

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 import subprocess
 import sys
@@ -422,3 +423,33 @@ def test_independent_capture_with_command_buffers(tmp_path):
     graph = [x for x in rows if x["kind"] == "graph_launch_metrics"]
     joins = json.loads((out / "skip_stats.json").read_text())["joins"]
     assert [int(x["count"]) for x in graph] == [joins["graph_launch"]]
+
+
+@pytest.mark.parametrize("source", ["rocm-8gpu-straggler", "nvidia-cb-missing-replays",
+                                     "shared:tracelens-amd-rocm/mi300x-jax0.8-conv3d-8gpu",
+                                     "shared:independent-generator/minigpt-h100-cb-on"])
+def test_the_facts_step1_hands_on_are_rows_csv_s(tmp_path, monkeypatch, shared, source):
+    """Step 1 summarises rows.csv as it writes it (row_facts, in the forked child or in its own
+    process): the facts equal, float for float, those of the table read whole, which step 7
+    reads only where none were handed on or the table has changed since."""
+    sys.path.insert(0, str(STEP_SCRIPTS[1].parent))
+    import skip_stats
+    import skip_writers
+    from tracekit import row_facts
+    from tracekit import scratch as scratch_files
+    if source.startswith("shared:"):
+        run_dir = shared / source.split(":", 1)[1]
+    else:
+        run_dir = generate(SCENARIOS[source], tmp_path / "capture").run_dir
+    trace = next(run_dir.rglob("*.trace.json.gz"))
+    for fork in (False, True):
+        out = tmp_path / f"out-{fork}"
+        monkeypatch.setattr(skip_writers, "FORK_ROWS_MIN", 0 if fork else 10**9)
+        skip_stats.run(trace, out)
+        read_whole = row_facts.summarise(scratch_files.stream(out, "rows.csv",
+                                                               row_facts.COLUMNS))
+        assert row_facts.handed_on(out) == read_whole
+        assert read_whole.gpu_us > 0
+    rows_csv = out / "rows.csv"
+    os.utime(rows_csv, ns=(rows_csv.stat().st_atime_ns, rows_csv.stat().st_mtime_ns + 1))
+    assert row_facts.handed_on(out) is None  # the table changed since: read it again

@@ -57,7 +57,7 @@ from step_framing import (
     mark_partial,
     program_call_starts,
 )
-from tracekit import capture_inputs, scratch, step_cli, trace_reader
+from tracekit import capture_inputs, row_facts, scratch, step_cli, trace_reader
 from tracekit import trace_rules as rules
 from tracekit.step_cli import progress
 
@@ -145,7 +145,8 @@ def run(trace, out: Path) -> tuple[dict, list]:
             progress("checking joins, steps, same work and stream budgets for step 2",
                      len(a.events), unit="GPU events")
             checks = model_checks.rows(a, step_rows, stream_acc, info, idle_gpus)
-            written.insert(0, ("rows.csv", rows.wait()))
+            n_rows, facts_of_rows = rows.wait()
+            written.insert(0, ("rows.csv", n_rows))
         except BaseException:
             rows.abort()
             raise
@@ -160,6 +161,8 @@ def run(trace, out: Path) -> tuple[dict, list]:
     scratch.handoff_put(out, "trace_streams", [trace_path], streams)
     scratch.handoff_put(out, "trace_facts", [trace_path], facts)
     scratch.handoff_put(out, "model_checks", [trace_path], {"rows": checks})
+    # for step 7, which would otherwise read rows.csv whole again: keyed to the table itself
+    scratch.handoff_put(out, row_facts.HANDOFF, [out / "rows.csv"], facts_of_rows)
     return result, written
 
 

@@ -10,7 +10,7 @@ import operator
 from pathlib import Path
 
 from skip_analysis import JOIN_KEYS, Analysis
-from tracekit import scratch
+from tracekit import row_facts, scratch
 from tracekit import trace_rules as rules
 from tracekit.forked import Forked
 from tracekit.trace_rules import pct, us
@@ -23,9 +23,11 @@ FORK_ROWS_MIN = 100_000
 RESULT_FILE = "skip_stats.json"
 
 
-def write_rows(path, a: Analysis) -> int:
-    """One line per GPU event, streamed to the file. This is the hot loop of a large trace:
-    strings repeat (kernel, stream, op names), so each is quoted once and looked up after."""
+def write_rows(path, a: Analysis) -> tuple[int, dict]:
+    """One line per GPU event, streamed to the file; returns the lines written and what the
+    trust list reads of them (row_facts, summarised from each row's cells as they are written,
+    in the table's order). This is the hot loop of a large trace: strings repeat (kernel,
+    stream, op names), so each is quoted once and looked up after."""
     names = a.thread_names
     quoted: dict[str, str] = {}
 
@@ -41,6 +43,8 @@ def write_rows(path, a: Analysis) -> int:
     # the columns that repeat from event to event, each combination formatted once
     heads: dict[tuple, str] = {}
     tails: dict[tuple, str] = {}
+    summary = row_facts.Summary()
+    add = summary.add
     with open(path, "w", newline="", encoding="utf-8") as fh:
         fh.write(scratch.header("rows.csv"))  # the line below, in its declared order
         buf = []
@@ -51,7 +55,8 @@ def write_rows(path, a: Analysis) -> int:
             start = ev.start
             if L is not None and join != "ambiguous":
                 ls, ld = L["start"], L["dur"]
-                lname = quoted.get(L["name"]) or q(L["name"])
+                raw_lname = L["name"]
+                lname = quoted.get(raw_lname) or q(raw_lname)
                 if join == "launch":
                     launch = (f"{lname},{threads.get(L['thread'], '')},{ls / 1e6:.3f},"
                               f"{ld / 1e6:.3f},{(start - ls - ld) / 1e6:.3f},"
@@ -61,6 +66,7 @@ def write_rows(path, a: Analysis) -> int:
                               f"{ld / 1e6:.3f},,")
             else:
                 launch = ",,,,,"
+                raw_lname = ""
             args = ev.args
             key = (ev.device, ev.stream, ev.name, ev.category)
             head = heads.get(key)
@@ -74,19 +80,25 @@ def write_rows(path, a: Analysis) -> int:
                 hlo_op, hlo_module, graph, step = key
                 tail = tails[key] = (f"{q(hlo_op)},{q(hlo_module)},{1 if graph else 0},"
                                      f"{'' if step is None else step}\n")
-            cid = args.get("correlation_id", "")
+            raw_cid = args.get("correlation_id", "")
+            cid = raw_cid
             if type(cid) is not int and not (type(cid) is str and cid.isdigit()):
                 # a malformed id (text with commas, quotes) stays one field; a decimal one (each
                 # event's own: not memoized) needs no quotes
                 cid = q(str(cid))
-            append(f"{head}{start / 1e6:.3f},{ev.dur / 1e6:.3f},{ev.end / 1e6:.3f},{cid},"
+            dur = f"{ev.dur / 1e6:.3f}"
+            append(f"{head}{start / 1e6:.3f},{dur},{ev.end / 1e6:.3f},{cid},"
                    f"{join},{launch},{tail}")
+            step = ev.step
+            # the row's cells as rows.csv reads back (row_facts.COLUMNS)
+            add(str(ev.device), dur, "1" if ev.graph else "0", ev.category, join, raw_lname,
+                "" if step is None else str(step), str(raw_cid), args.get("hlo_op", ""))
             n += 1
             if n % 10_000 == 0:
                 fh.write("".join(buf))
                 buf.clear()
         fh.write("".join(buf))
-    return n
+    return n, summary.facts().to_json()
 
 
 def rows_job(path: Path, a) -> Forked:

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
 
 class Forked:
-    """`write(*args)`, which returns its row count, run in a forked child: it sees the data as
-    they are at the fork (copy-on-write) while this process goes on (a second core); `wait()`
-    gives the count or raises OSError with the child's reason; `abort()` stops the child (this
-    process failed or was interrupted). With `here` (a table too short for a fork to pay, or no
-    os.fork) it is written in this process at once. `what` names the table in the reason."""
+    """`write(*args)`, which returns its row count (or any value JSON holds), run in a forked
+    child: it sees the data as they are at the fork (copy-on-write) while this process goes on
+    (a second core); `wait()` gives that value or raises OSError with the child's reason;
+    `abort()` stops the child (this process failed or was interrupted). With `here` (a table
+    too short for a fork to pay, or no os.fork) it is written in this process at once. `what`
+    names the table in the reason."""
 
     def __init__(self, write, *args, here: bool = False, what: str = "the table"):
         self.pid = None
@@ -28,7 +30,9 @@ class Forked:
             code = 1
             try:
                 os.close(r)
-                os.write(w, str(write(*args)).encode())
+                said = json.dumps(write(*args)).encode()
+                while said:  # a pipe takes a large value a part at a time
+                    said = said[os.write(w, said):]
                 code = 0
             except BaseException as exc:  # noqa: BLE001 - said to the parent, which raises
                 try:
@@ -54,10 +58,13 @@ class Forked:
         _, status = os.waitpid(self.pid, 0)
         self.pid = None
         text = b"".join(chunks).decode("utf-8", "replace")
-        if os.waitstatus_to_exitcode(status) != 0 or not text.isdigit():
+        try:
+            if os.waitstatus_to_exitcode(status) != 0 or text.startswith("!"):
+                raise ValueError(text)
+            self.n = json.loads(text)
+        except ValueError:
             raise OSError(text[1:] if text.startswith("!") else
-                          f"the process writing {self.what} ended with status {status}")
-        self.n = int(text)
+                          f"the process writing {self.what} ended with status {status}") from None
         return self.n
 
     def abort(self) -> None:

@@ -2214,7 +2214,10 @@ same per stream line, and `events`, the trace's complete events), `model_checks`
 step 2's checks 2 to 5 on step 1's analysis, `rows`, in reconciliation.csv's columns) and
 `trace_facts` (what step 0's inventory reads of the trace: `gpu_events` as [ordinal, events],
 `host_events`, the reader's `notes`). reconcile.py reads the first three, capture_info.py the
-last; each reads the capture itself where its hand-off is missing or stale. `capture.json` is
+fourth; each reads the capture itself where its hand-off is missing or stale. From rows.csv
+itself, keyed to the table as it was written: `row_facts` (tracekit/row_facts.py: what trust.py
+reads of rows.csv, summarised by the process that wrote it, row by row as written; trust.py
+reads the table whole where it is missing or the table has changed since). `capture.json` is
 the folder's claim (CLAIM): the identity of each capture file (`xplane`, `trace`) its tables were
 made from, recorded by each step that reads a capture once it succeeds; a step of another
 capture (or of the same file since changed) refuses the folder in one sentence, and
