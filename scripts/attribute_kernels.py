@@ -509,6 +509,8 @@ def run(capture, out: Path, opts: Options) -> tuple[dict, list]:
             hlo_names=hlo_names,
             timing={"matching": round(t_match, 3), "xprof_hlo_stats": round(xprof_s, 3)})
         written = write_result(tmp, result, tables.written)
+    # the per-stream totals steps 0 and 2 would otherwise decode the xplane's GPU planes for
+    scratch.handoff_put(out, "xplane_streams", [files.xplane], {"streams": x.streams})
     return result, written
 
 
@@ -520,6 +522,7 @@ class XPlaneRead:
     cpu: bool
     host: tuple
     protos: dict
+    streams: list  # xplane_reader.stream_totals: handed on for steps 0 and 2
 
 
 def read_xplane(capture, let_go: bool = False) -> XPlaneRead:
@@ -540,7 +543,7 @@ def read_xplane(capture, let_go: bool = False) -> XPlaneRead:
     if not kernels:
         raise step_cli.StepError(f"{files.xplane} has no GPU stream events and no XLA:CPU "
                                  "thunk events: there are no kernels to attribute")
-    read = XPlaneRead(kernels, cpu, (execs, calls), protos)
+    read = XPlaneRead(kernels, cpu, (execs, calls), protos, xplane_reader.stream_totals(space))
     if let_go:
         del space
         capture.cache.pop("space", None)

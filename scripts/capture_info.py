@@ -309,10 +309,15 @@ def run(capture, own_process: bool = False, out: Path | None = None) -> dict:
     if files.xplane:
         try:
             from jaxperf.read import xplane_reader
-            space = xplane_reader.space_of(capture)
+            # each plane's events decoded only where read: the GPU planes' only for their
+            # per-stream totals, which step 4 hands on where it has read this very file
+            space = xplane_reader.space_of(capture, lazy=True)
             programs = program_rows(space)
             xf = xplane_facts(space)
-            streams = xplane_reader.stream_totals(space) if out is not None else None
+            handed = scratch.handoff_get(out, "xplane_streams", [files.xplane]) \
+                if out is not None else None
+            streams = xplane_reader.stream_totals(space) if out is not None and handed is None \
+                else None
             del space
             if own_process:
                 capture.cache.pop("space", None)

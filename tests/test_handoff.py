@@ -247,3 +247,27 @@ def test_a_hand_off_not_of_its_shape_is_read_as_none(handed, tmp_path):
             assert (out / "capture_info.json").read_bytes() == info, name
         finally:
             path.write_text(kept)
+
+
+def test_step_0_after_step_4_decodes_no_gpu_plane_and_says_the_same(tmp_path):
+    """Step 4 hands on the xplane's per-stream totals (it decodes every event): step 0 then
+    decodes no GPU plane's events (the host plane's at most), and its inventory and hand-off
+    are those it makes from the whole file alone."""
+    import capture_info
+
+    from tracekit import capture_inputs
+    r = generate(ALL_SCENARIOS["rocm-8gpu-straggler"], tmp_path / "capture")
+    alone, after = tmp_path / "alone", tmp_path / "after"
+    step(SCRIPTS / "attribute_kernels.py", r.run_dir, after, "--no-xprof")
+    inventories, decoded = [], []
+    for out in (alone, after):
+        cap = capture_inputs.open_capture(r.run_dir)
+        inventories.append(capture_info.run(cap, out=out))
+        decoded.append({p.name for p in cap.cache["space"].planes if p._events is not None})
+    assert inventories[0] == inventories[1]
+    assert any(n.startswith("/device:GPU:") for n in decoded[0])
+    assert not any(n.startswith("/device:GPU:") for n in decoded[1])
+
+    def streams(out):
+        return json.loads((out / ".handoff" / "xplane_streams.json").read_text())["payload"]
+    assert streams(alone) == streams(after) and streams(after)["streams"]

@@ -353,7 +353,7 @@ def test_roofline_decodes_no_event_of_the_xplane_step4_checked(tmp_path):
     assert roofline.checked_by_step4(out, cap)
     roofline.run(cap, out, use_xprof=False)
     space = cap.cached("space", None)
-    assert space._events is None  # nothing decoded
+    assert all(p._events is None for p in space.planes)  # nothing decoded
     assert space.gpu_planes()[0].lines[0].dur.size  # ... until an event is read
     assert not roofline.checked_by_step4(tmp_path / "elsewhere", cap)
     res = json.loads((out / "attribution" / "attribute_kernels.json").read_text())
@@ -361,7 +361,7 @@ def test_roofline_decodes_no_event_of_the_xplane_step4_checked(tmp_path):
     (out / "attribution" / "attribute_kernels.json").write_text(json.dumps(res))
     cap = capture_inputs.open_capture(r.run_dir)
     assert not roofline.checked_by_step4(out, cap)
-    assert roofline.read_space(cap, lazy=False)._events is not None
+    assert all(p._events is not None for p in roofline.read_space(cap, lazy=False).planes)
 
 
 def test_bad_input_one_sentence(tmp_path):

@@ -2200,29 +2200,30 @@ declare(File(
     "the command each step ran and all it printed"))
 
 declare(File(
-    ".handoff/<name>.json", "capture_info.py, skip_stats.py", "json",
+    ".handoff/<name>.json", "capture_info.py, skip_stats.py, attribute_kernels.py", "json",
     "what a step computed from a capture file and a later step needs again, keyed to that file; "
     "not a result: a later step's input, read only when made from the very file it reads",
     fields="""
-`sources` (each source file's resolved `file` path, `bytes` and `mtime_ns`) and `payload`.
-A reader takes the payload only when every source is, now, the file it would read itself (same
+`sources` (each source file's resolved `file` path, `bytes` and `mtime_ns`) and `payload`. A
+reader takes the payload only when every source is, now, the file it would read itself (same
 path, size and modification time); otherwise it reads the capture as it would alone. Written
-whole (a rename). The hand-offs: `xplane_streams` (capture_info.py, from the xplane: per GPU
-and stream line the event count and summed duration in ps, `streams` as [device, stream,
-events, ps]); from the trace, by skip_stats.py, which holds it decoded: `trace_streams` (the
-same per stream line, and `events`, the trace's complete events), `model_checks` (the rows of
-step 2's checks 2 to 5 on step 1's analysis, `rows`, in reconciliation.csv's columns) and
-`trace_facts` (what step 0's inventory reads of the trace: `gpu_events` as [ordinal, events],
-`host_events`, the reader's `notes`). reconcile.py reads the first three, capture_info.py the
-fourth; each reads the capture itself where its hand-off is missing or stale. From rows.csv
-itself, keyed to the table as it was written: `row_facts` (tracekit/row_facts.py: what trust.py
-reads of rows.csv, summarised by the process that wrote it, row by row as written; trust.py
-reads the table whole where it is missing or the table has changed since). `capture.json` is
-the folder's claim (CLAIM): the identity of each capture file (`xplane`, `trace`) its tables were
-made from, recorded by each step that reads a capture once it succeeds; a step of another
-capture (or of the same file since changed) refuses the folder in one sentence, and
-investigate.py empties it first. `writer.lock` is held while investigate.py (one host or many)
-or compare.py runs: a second of them into the folder is refused.
+whole (a rename). The hand-offs: `xplane_streams` (from the xplane, by attribute_kernels.py,
+which decodes every event, else by capture_info.py: per GPU and stream line the event count and
+summed duration in ps, `streams` as [device, stream, events, ps]; capture_info.py then decodes
+no GPU plane's events); from the trace, by skip_stats.py, which holds it decoded:
+`trace_streams` (the same per stream line, and `events`, the trace's complete events),
+`model_checks` (the rows of step 2's checks 2 to 5 on step 1's analysis, `rows`, in
+reconciliation.csv's columns) and `trace_facts` (what step 0's inventory reads of the trace:
+`gpu_events` as [ordinal, events], `host_events`, the reader's `notes`). reconcile.py reads the
+first three, capture_info.py the fourth; each reads the capture itself where its hand-off is
+missing or stale. From rows.csv itself, keyed to the table as it was written: `row_facts`
+(tracekit/row_facts.py: what trust.py reads of rows.csv, summarised by the process that wrote
+it, row by row as written; trust.py reads the table whole where it is missing or the table has
+changed since). `capture.json` is the folder's claim (CLAIM): the identity of each capture file
+(`xplane`, `trace`) its tables were made from, recorded by each step that reads a capture once
+it succeeds; a step of another capture (or of the same file since changed) refuses the folder in
+one sentence, and investigate.py empties it first. `writer.lock` is held while investigate.py
+(one host or many) or compare.py runs: a second of them into the folder is refused.
 """))
 
 declare(File(

@@ -99,7 +99,7 @@ _VALUE_FIELDS = ((2, 1), (3, 0), (4, 0), (5, 2), (6, 2), (7, 0))
 
 
 class _Events:
-    """Every event of the file decoded at once, in bulk (wire.fields), lines back to back: the
+    """Every event of a plane decoded at once, in bulk (wire.fields), lines back to back: the
     metadata id, offset and duration of each; its stats' spans, kept per lockstep round
     (event indices ascending in each) and decoded for a line each time it is read (`stats`).
     `data`: the events' bytes, where string and bytes stats are read."""
@@ -172,7 +172,7 @@ class Line:
 
     @property
     def _events(self) -> _Events:
-        return self.plane._space.events
+        return self.plane.events
 
     @property
     def mid(self) -> np.ndarray:
@@ -247,9 +247,10 @@ class Line:
 
 
 class Plane:
-    def __init__(self, proto, space: Space, first: int):
+    def __init__(self, proto, space: Space):
         self._proto = proto
         self._space = space
+        self._events = None
         self.id = proto.id
         self.name = proto.name
         self.stat_names = {k: v.name for k, v in proto.stat_metadata.items()}
@@ -261,10 +262,18 @@ class Plane:
                 self.metadata_stats[k] = self.decode_stats(md.stats)
         self.stats = self.decode_stats(proto.stats)
         self.lines = []
+        first = 0
         for ln in proto.lines:
             self.lines.append(Line(ln.id, ln.name, ln.timestamp_ns, self, first,
                                    first + len(ln.events)))
             first += len(ln.events)
+
+    @property
+    def events(self) -> _Events:
+        """The plane's events, decoded in bulk and checked when first read (Space.decode)."""
+        if self._events is None:
+            self._space.decode([self])
+        return self._events
 
     def __repr__(self) -> str:
         return f"Plane({self.name!r}, lines={len(self.lines)})"
@@ -370,10 +379,10 @@ def _name(text: str) -> str:
 
 
 class Space:
-    """A parsed xplane: its planes and lines at once; its events decoded and checked (each
-    start and duration, the profile's extent) when first read (`events`), or at once where not
-    `lazy`. A step that reads no event (the metadata plane's programs, the planes' stats) of a
-    file step 4 has checked in this job decodes none."""
+    """A parsed xplane: its planes and lines at once; a plane's events decoded and checked when
+    first read, or every plane's at once where not `lazy` (Space.decode). A step reads only the
+    planes it needs: one that reads no event (the metadata plane's programs, the planes' stats)
+    decodes none."""
 
     def __init__(self, proto, path: Path, lazy: bool = False):
         self.path = path
@@ -383,9 +392,6 @@ class Space:
         self.warnings = list(proto.warnings)
         seen: set = set()
         self.planes = []
-        self._lines = [ln for p in proto.planes for ln in p.lines]
-        self._events = None
-        first = 0
         for i, p in enumerate(proto.planes):
             progress("checking the xplane's planes", i, len(proto.planes), "planes")
             # a GPU plane by its ordinal: /device:GPU:0 and /device:GPU:00 are one GPU twice
@@ -396,29 +402,28 @@ class Space:
                                   f"{' (GPU ' + str(key[1]) + ')' if m else ''}; XProf writes "
                                   "each once, so the file is corrupt or merged")
             seen.add(key)
-            self.planes.append(Plane(p, self, first))
-            first += sum(map(len, self.planes[-1].lines))
+            self.planes.append(Plane(p, self))
         if not lazy:
-            self.events  # noqa: B018 - decoded and checked now
+            self.decode(self.planes)
 
-    @property
-    def events(self) -> _Events:
-        """Every event of the file, decoded in bulk and checked on first use (XPlaneError with
-        the sentence of the first that is not readable)."""
-        if self._events is None:
-            try:
-                self._events = _Events(self._lines)
-            except wire.WireError as exc:
-                raise XPlaneError(f"{self.path} is not a readable XSpace protobuf: its events "
-                                  f"are corrupt ({exc})") from exc
-            try:
-                _check_extent(self.path, [e for p in self.planes
-                                          for e in _check_times(self.path, p)])
-            except XPlaneError:
-                self._events = None  # asked again, it says the same
-                raise
-            self._lines = None
-        return self._events
+    def decode(self, planes: list) -> None:
+        """Decode the events of `planes` in bulk and check them: each start and duration, and
+        that none outlasts the profile the planes decoded so far recorded (every plane's: the
+        whole file's); XPlaneError with the sentence of the first that is not readable, the
+        planes then left undecoded."""
+        try:
+            for p in planes:
+                try:
+                    p._events = _Events(p._proto.lines)
+                except wire.WireError as exc:
+                    raise XPlaneError(f"{self.path} is not a readable XSpace protobuf: its "
+                                      f"events are corrupt ({exc})") from exc
+            _check_extent(self.path, [e for p in self.planes if p._events is not None
+                                      for e in _check_times(self.path, p)])
+        except XPlaneError:
+            for p in planes:
+                p._events = None  # read again, they say the same
+            raise
 
     def plane(self, name: str) -> Plane | None:
         for p in self.planes:
