@@ -484,9 +484,10 @@ def run(capture, out: Path, opts: Options) -> tuple[dict, list]:
             progress("writing the tables", len(m.kernels), unit="kernels")
             job = kernels_job(tmp, m)
             try:
+                tables = write_tables(tmp, m, opts)
                 if opts.steps_when_told:  # step 1 writes steps.csv meanwhile: wait for its end
                     step_cli.wait_until_told("step 1's steps.csv")
-                tables = write_tables(tmp, m, opts, read_steps(Path(out), files))
+                add_programs(tmp, m, tables, read_steps(Path(out), files))
                 refusals = [f"cannot attribute the kernels of program {n}({p}) because {why}"
                             for p, (n, why) in sorted(m.unreadable.items())]
                 hlo_names = write_hlo_texts(tmp, m, tables, opts, refusals)
@@ -611,18 +612,15 @@ def kernels_job(folder: Path, m: Matched) -> Forked:
                   here=len(m.kernels) < FORK_KERNELS_MIN, what="kernels.csv")
 
 
-def write_tables(folder: Path, m: Matched, opts: Options, steps: tuple) -> Tables:
-    """ops.csv, lines.csv, programs.csv, how.csv, kernel_names.csv and families.csv (kernels.csv
-    is kernels_job's); `steps`: read_steps'."""
+def write_tables(folder: Path, m: Matched, opts: Options) -> Tables:
+    """ops.csv, lines.csv, how.csv, kernel_names.csv and families.csv, which need no steps
+    (kernels.csv is kernels_job's; programs.csv add_programs', once steps.csv is there)."""
     kernels = m.kernels
     written: list = []
     ops = op_totals(kernels, opts.program)
     written += write_op_and_line_tables(folder, ops, m.programs, m.sources,
                                         sum(k.dur for k in kernels),
                                         instruction_runs(m.plans, m.execs))
-    progs = program_rows(kernels, m.names, m.execs, steps[0])
-    written.append(("programs.csv", scratch.write_table(
-        folder, "attribution/programs.csv", programs_csv_rows(progs), stands_for=ATT)))
     groups = class_totals(kernels)
     written.append(("how.csv", scratch.write_table(folder, "attribution/how.csv",
                                                    how_rows(groups), stands_for=ATT)))
@@ -632,7 +630,17 @@ def write_tables(folder: Path, m: Matched, opts: Options, steps: tuple) -> Table
     families = family_rows(kernels, name_rows, split_k_reductions(m.programs))
     written.append(("families.csv", scratch.write_table(
         folder, "attribution/families.csv", families, stands_for=ATT)))
-    return Tables(written, ops, progs, groups, steps[1])
+    return Tables(written, ops, [], groups, "")
+
+
+def add_programs(folder: Path, m: Matched, tables: Tables, steps: tuple) -> None:
+    """programs.csv, with each program's steps (`steps`: read_steps'), placed in
+    tables.written after ops.csv and lines.csv."""
+    tables.progs = program_rows(m.kernels, m.names, m.execs, steps[0])
+    tables.steps_note = steps[1]
+    at = next(i for i, (f, _) in enumerate(tables.written) if f == "how.csv")
+    tables.written.insert(at, ("programs.csv", scratch.write_table(
+        folder, "attribution/programs.csv", programs_csv_rows(tables.progs), stands_for=ATT)))
 
 
 def write_hlo_texts(folder: Path, m: Matched, tables: Tables, opts: Options,
