@@ -738,22 +738,20 @@ def straggler(step_rows, info, us_) -> dict:
         "most_collective_us": max(med.values()) * us_}
 
 
-def python_lines(host_threads) -> list[dict]:
+def python_lines(calls_of) -> list[dict]:
     """Host time under the Python tracer, per traced name (`$<file>:<line> <function>`, or
     `$builtins <function>`): calls, total (inclusive) and self time (less the traced calls
     nested in it on the same thread; a call that blocks, waiting for the GPUs, holds that
     wait as its own time), threads; by self time, largest first. The profiler's own start and
-    stop calls are left out. Empty when the tracer was off."""
+    stop calls are left out. `calls_of`: the traced calls' nesting (step_framing.CallTree, or
+    the host thread map it is built from; None: the tracer was off). Empty when the tracer was
+    off."""
+    tree = CallTree.of(calls_of)
     per: dict[str, dict] = {}
-    for key, events in host_threads.items():
-        traced = [h for h in events if h["name"].startswith(rules.PYTHON_TRACER_PREFIX)
-                  and not rules.PROFILER_CALL_RE.match(h["name"])]
-        traced.sort(key=lambda h: (h["start"], -h["dur"]))
-        stack: list = []  # (end, the enclosing call's name totals)
-        for h in traced:
-            start, end = h["start"], h["start"] + h["dur"]
-            while stack and stack[-1][0] <= start:
-                stack.pop()
+    threads = zip(tree.keys, tree.threads, strict=True) if tree else ()
+    for key, (_, calls, parent, _) in threads:
+        accs = []
+        for h, p in zip(calls, parent, strict=True):
             acc = per.get(h["name"])
             if acc is None:
                 acc = per[h["name"]] = {"name": h["name"], "calls": 0, "total_ps": 0,
@@ -762,9 +760,11 @@ def python_lines(host_threads) -> list[dict]:
             acc["total_ps"] += h["dur"]
             acc["self_ps"] += h["dur"]
             acc["threads"].add(key)
-            if stack:  # nested in the call below it: not that call's own time
-                stack[-1][1]["self_ps"] -= min(end, stack[-1][0]) - start
-            stack.append((end, acc))
+            if p >= 0:  # nested in the call around it: not that call's own time
+                up = calls[p]
+                accs[p]["self_ps"] -= min(h["start"] + h["dur"], up["start"] + up["dur"]) - \
+                    h["start"]
+            accs.append(acc)
     return sorted(per.values(), key=lambda r: (-r["self_ps"], r["name"]))
 
 

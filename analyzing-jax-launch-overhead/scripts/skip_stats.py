@@ -140,7 +140,7 @@ def run(trace, out: Path) -> tuple[dict, list]:
                 ("not computable", ["no GPU events"], {})
             progress("writing the tables", len(a.events), unit="GPU events")
             written = write_tables(tmp, a, stream_acc, info["critical"], step_rows, gap_rows)
-            py = python_lines(a.host_threads)
+            py = python_lines(a.call_tree)  # None: the tracer was off
             written.append(("python_lines.csv", write_python_lines(tmp / "python_lines.csv", py)))
             progress("checking joins, steps, same work and stream budgets for step 2",
                      len(a.events), unit="GPU events")

@@ -254,7 +254,8 @@ class CallTree:
 
     def __init__(self, host_threads):
         self.threads = []  # per thread: (starts, calls, parent index, nesting depth)
-        for events in host_threads.values():
+        self.keys = []     # ... and each one's key in the thread map
+        for key, events in host_threads.items():
             calls = sorted((h for h in events if h["name"].startswith(rules.PYTHON_TRACER_PREFIX)
                             and not rules.PROFILER_CALL_RE.match(h["name"])),
                            key=lambda h: (h["start"], -h["dur"]))
@@ -268,6 +269,7 @@ class CallTree:
                 depth.append(len(stack))
                 stack.append(i)
             self.threads.append(([h["start"] for h in calls], calls, parent, depth))
+            self.keys.append(key)
 
     @classmethod
     def of(cls, host_threads) -> CallTree | None:
