@@ -9,9 +9,10 @@ Example:
     python3 -P $B/scripts/changes.py --out /tmp/jaxtrace
 
 Reads only the scratch folder (the current directory, or DIR) that steps 1 to 5 wrote:
-steps.csv, gaps.csv, rows.csv, skip_stats.json (step 1), reconcile.json (step 2), swimlanes.json
-(step 3: the step it drew), attribution/ops.csv and attribute_kernels.json (step 4), roofline.csv
-and roofline.json (step 5). rows.csv is streamed: only the lines of the GPU that ends each step
+steps.csv, gaps.csv, rows.csv, skip_stats.json (step 1), reconcile.json (step 2),
+attribution/ops.csv, kernels.csv, programs.csv, families.csv and attribute_kernels.json (step 4),
+roofline.csv and roofline.json (step 5); not step 3's drawing, so it runs beside step 3.
+rows.csv is streamed: only the lines of the GPU that ends each step
 (and, with a straggler, every GPU's collectives) are parsed. The capture argument is optional:
 given, it is only checked against the capture the tables came from (capture_info.json), a
 mismatch being an error; the capture itself is never read. Standard library only. Writes:
@@ -1059,7 +1060,7 @@ def analyse(out: Path) -> dict:
     notes = ctx.notes + notes
     if ctx.whole:
         notes.append("the capture has no steps: 'step' here is the whole capture's window")
-    for f in ("swimlanes.json", "reconcile.json", "attribution/ops.csv",
+    for f in ("reconcile.json", "attribution/ops.csv",
               "attribution/attribute_kernels.json", "roofline.csv", "roofline.json"):
         inputs[f] = (out / f).is_file()
     return {"status": "done", "steps": ctx.chosen, "median": ctx.median, "why": ctx.why,

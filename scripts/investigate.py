@@ -109,8 +109,11 @@ def steps() -> list[JobStep]:
                 after=("capture_info", "skip_stats", "attribute_kernels")),
         JobStep("roofline", HERE / "roofline.py", "step 5", "FLOPs, bytes and ceilings",
                 xprof=True, after=("attribute_kernels",)),
+        # the tables of steps 1, 2, 4 and 5 (step 0's result for a capture it is given): not
+        # step 3's drawing, so it runs beside step 3
         JobStep("changes", HERE / "changes.py", "step 6", "ranking what to change",
-                reads_capture=False),
+                reads_capture=False, after=("capture_info", "skip_stats", "reconcile",
+                                            "attribute_kernels", "roofline")),
         # its long read (rows.csv) first, the other results at its end
         JobStep("trust", HERE / "trust.py", "step 7", "the trust list", reads_capture=False,
                 after=("capture_info", "skip_stats", "attribute_kernels"),
