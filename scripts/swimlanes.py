@@ -205,19 +205,30 @@ class Rows:
         self.span = None                            # (first start, last end) of all GPU events
         cat_index = {"compute": 0, "collective": 1, "memcpy": 2}
         first, last = None, None
+        # a hot loop (a row per GPU event): the cells that repeat are converted once each
+        keys: dict = {}   # (device, stream) cells -> (device, stream)
+        steps: dict = {"": None}  # step cell -> step
+        per_step_gpu = self.per_step_gpu
         try:
             for (dev, stream, sname, name, cat, start_t, end_t, join, lname, lthread, lstart,
                  ldur, hlo_op, graph, step) in scratch.stream(out, "rows.csv", ROW_COLUMNS):
-                d, s = int(dev), int(stream)
+                key = keys.get((dev, stream))
+                if key is None:
+                    key = keys[(dev, stream)] = (int(dev), int(stream))
+                    if key not in self.stream_names:
+                        self.stream_names[key] = sname
+                d = key[0]
                 start, end = to_ps(start_t), to_ps(end_t)
                 first = start if first is None or start < first else first
                 last = end if last is None or end > last else last
-                key = (d, s)
-                if key not in self.stream_names:
-                    self.stream_names[key] = sname
-                n = int(step) if step else None
+                n = steps.get(step, steps)
+                if n is steps:
+                    n = steps[step] = int(step)
                 if n in analysed:
-                    self.per_step_gpu.setdefault((n, d), []).append((start, end, cat, name))
+                    evs = per_step_gpu.get((n, d))
+                    if evs is None:
+                        evs = per_step_gpu[(n, d)] = []
+                    evs.append((start, end, cat, name))
                 if n == chosen:
                     acc = self.step_streams.setdefault(key, [0, 0, 0])
                     acc[cat_index.get(cat, 0)] += end - start
@@ -228,10 +239,12 @@ class Rows:
                 hk = HOST_KIND_OF_JOIN.get(join)
                 if hk and lthread and lstart:
                     ls = to_ps(lstart)
-                    le = ls + to_ps(ldur or "0")
                     if n == chosen:
                         self.step_threads.add(lthread)
-                    if ls < v1 and (le > v0 or ls >= v0):
+                    if ls >= v1:
+                        continue  # a launch after the window (its end is not needed)
+                    le = ls + to_ps(ldur or "0")
+                    if le > v0 or ls >= v0:
                         calls = self.host.setdefault(lthread, {})
                         c = calls.get((ls, lname))
                         if c is None:
