@@ -336,8 +336,8 @@ def test_sigterm_ends_the_job_and_its_steps_leave_no_temporary_folder(tmp_path):
     bundle = copy_bundle(tmp_path, "scripts", "analyzing-jax-launch-overhead", "references")
     ak = bundle / "scripts" / "attribute_kernels.py"
     ak.write_text(ak.read_text().replace(
-        "def write_tables(folder: Path, m: Matched, opts: Options, steps: tuple) -> Tables:\n",
-        "def write_tables(folder: Path, m: Matched, opts: Options, steps: tuple) -> Tables:\n"
+        "def write_tables(folder: Path, m: Matched, opts: Options) -> Tables:\n",
+        "def write_tables(folder: Path, m: Matched, opts: Options) -> Tables:\n"
         "    (folder / 'kernels.csv').write_text('half')\n"
         "    import time\n    time.sleep(600)\n", 1))
     out = tmp_path / "scratch"
@@ -348,6 +348,7 @@ def test_sigterm_ends_the_job_and_its_steps_leave_no_temporary_folder(tmp_path):
     while not list(out.glob(".attribution.*/kernels.csv")) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert list(out.glob(".attribution.*/kernels.csv")), "step 4 never reached its tables"
+    assert "time.sleep(600)" in ak.read_text()  # the patch took
     t = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
