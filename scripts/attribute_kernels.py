@@ -477,7 +477,8 @@ def run(capture, out: Path, opts: Options) -> tuple[dict, list]:
     with rules.atomic_folder(out / "attribution") as tmp:
         copy = xplane_copy(files.xplane, tmp)
         # XProf's hlo_stats for the coverage check converts in its own process meanwhile
-        pending = xprof_figures.Pending(copy, "hlo_stats") if opts.use_xprof else None
+        pending = xprof_figures.Pending(copy, "hlo_stats", background=True) \
+            if opts.use_xprof else None
         try:
             m = match_capture(capture, x, opts)
             t_match = time.perf_counter() - t0
