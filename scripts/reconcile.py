@@ -196,8 +196,8 @@ def trace_side(capture, out: Path) -> tuple[dict | None, int, list | None, str]:
     except (trace_reader.TraceError, capture_inputs.CaptureError) as exc:
         return None, 0, None, f"the trace cannot be read ({exc})"
     import skip_stats
-    t, _ = model_checks.trace_totals(trace)
     a, _ = skip_stats.analyse(trace)
+    t = a.trace_totals[0]
     step_cli.progress("measuring each step and GPU", len(a.analysed), unit="steps")
     step_rows, stream_acc, _, info = skip_stats.per_step_rows(a)
     step_cli.progress("checking joins, steps, same work and stream budgets",

@@ -271,3 +271,37 @@ def test_step_0_after_step_4_decodes_no_gpu_plane_and_says_the_same(tmp_path):
     def streams(out):
         return json.loads((out / ".handoff" / "xplane_streams.json").read_text())["payload"]
     assert streams(alone) == streams(after) and streams(after)["streams"]
+
+
+def _collected_and_counted(trace_path) -> tuple:
+    """(step 1's totals counted as it collects, model_checks.trace_totals' pass) of one trace."""
+    sys.path.insert(0, str(SIBLING))
+    import gpu_events
+    import model_checks
+    from tracekit import trace_reader
+
+    trace = trace_reader.load_trace(trace_path)
+    counted = model_checks.trace_totals(trace)
+    c = gpu_events.collect(trace)
+    return (c.per_stream, c.facts), counted
+
+
+@pytest.mark.parametrize("name", ["rocm-8gpu-straggler", "nvidia-cb-partial", "eager-op-by-op",
+                                  "rocm-json-disagrees"])
+def test_the_totals_step_1_counts_as_it_collects_equal_the_traces_own_pass(tmp_path, name):
+    """Steps 0 and 2 are handed the totals step 1 counts in its one pass over the trace
+    (gpu_events.Collected); step 0 alone counts them in a pass of its own
+    (model_checks.trace_totals): the two are equal, events and picoseconds."""
+    scenario = {**ALL_SCENARIOS, **MULTI_PROGRAM_SCENARIOS}[name]
+    r = generate(scenario, tmp_path / "capture")
+    collected, counted = _collected_and_counted(next(r.run_dir.glob("*.trace.json.gz")))
+    assert collected == counted and collected[0]
+
+
+def test_the_totals_step_1_counts_equal_the_traces_own_pass_on_shared_traces(shared):
+    seen = 0
+    for path in sorted(shared.glob("**/*.trace.json.gz")):
+        collected, counted = _collected_and_counted(path)
+        assert collected == counted, path
+        seen += bool(collected[0])
+    assert seen >= 3

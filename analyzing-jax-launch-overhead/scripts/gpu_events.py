@@ -12,8 +12,8 @@ through a large trace.
 from __future__ import annotations
 
 import bisect
-import operator
 import sys
+from typing import NamedTuple
 
 from tracekit import trace_reader
 from tracekit import trace_rules as rules
@@ -67,11 +67,28 @@ def join_kind(host_name: str, kernel_name: str) -> str:
     return kind
 
 
-def collect(trace, release: bool = False):
-    """GPU stream events, host events by thread, host events by correlation id. What the reader
-    repaired (trace.notes), and GPU runtime calls in a trace without GPU processes, are said on
-    stderr. `release`: trace.events is emptied as it is read (its events' dicts freed a part at
-    a time, their memory reused by what is collected), for a caller that owns the trace."""
+class Collected(NamedTuple):
+    """What one pass over the trace's complete events collects (`collect`): GPU stream events,
+    the events on GPU lines that are not streams, host events by thread and by correlation id,
+    when the last GPU or host event ends (ps; 0 without events), and the trace's totals of
+    model_checks.trace_totals: (device, stream) -> [events, summed duration ps] of its stream
+    lines, and step 0's facts (each GPU process's events, the host process's, the reader's
+    notes)."""
+    gpu: list
+    other_gpu_lines: int
+    host_threads: dict
+    by_corr: dict
+    last_end: int
+    per_stream: dict
+    facts: dict
+
+
+def collect(trace, release: bool = False) -> Collected:
+    """GPU stream events, host events by thread and by correlation id, and the trace's totals
+    (Collected). What the reader repaired (trace.notes), and GPU runtime calls in a trace
+    without GPU processes, are said on stderr. `release`: trace.events is emptied as it is read
+    (its events' dicts freed a part at a time, their memory reused by what is collected), for a
+    caller that owns the trace."""
     for note in getattr(trace, "notes", ()):
         print(f"skip_stats: note: {note}", file=sys.stderr)
     try:
@@ -82,23 +99,25 @@ def collect(trace, release: bool = False):
             f"{trace.path} has a complete event that cannot be read ({type(exc).__name__}: "
             f"{rules.printable(exc)}); pid, tid, ts, dur and name are always there in XLA's "
             "traces") from exc
-    gpu, _, _, by_corr = out
-    if not gpu and by_corr and not trace.gpu_pids():
-        calls = sum(len(hs) for hs in by_corr.values())
+    if not out.gpu and out.by_corr and not trace.gpu_pids():
+        calls = sum(len(hs) for hs in out.by_corr.values())
         print(f"skip_stats: note: {calls} host events carry a correlation id (GPU runtime calls) "
               "but the trace has no /device:GPU process: its GPU events are missing, so this is "
               "not a CPU capture", file=sys.stderr)
     return out
 
 
-def _collect(trace, release):
+def _collect(trace, release) -> Collected:
     gpu_pid = {pid: o for o, pid in trace.gpu_pids().items()}
     host_pids = set(trace.host_pids())
     stream_threads = {k for k, name in trace.threads.items() if name.startswith("Stream #")}
-    gpu, other_gpu_lines = [], 0
+    gpu = []
+    other: dict[int, int] = {}  # GPU pid -> its events on lines that are not streams
+    totals: dict[tuple, list] = {}  # (pid, tid) of a stream -> [events, summed duration ps]
     append_gpu = gpu.append
     host_threads: dict[tuple, list] = {}
     by_corr: dict[str, list] = {}
+    last = 0
     events = trace.events
     n = len(events)
     empty: dict = {}
@@ -114,19 +133,28 @@ def _collect(trace, release):
             pid = ev["pid"]
             o = gpu_pid.get(pid)
             if o is not None:
-                tid = ev["tid"]
-                if (pid, tid) not in stream_threads:
-                    other_gpu_lines += 1
+                key = (pid, ev["tid"])
+                if key not in stream_threads:
+                    other[pid] = other.get(pid, 0) + 1
                     continue
                 args = ev.get("args", empty)
                 name = ev["name"]
-                append_gpu(TraceEvent(o, tid, name, round(ev["ts"] * 1_000_000),
-                                    round(ev["dur"] * 1_000_000), args, categorize(name, args)))
+                s, d = round(ev["ts"] * 1_000_000), round(ev["dur"] * 1_000_000)
+                append_gpu(TraceEvent(o, key[1], name, s, d, args, categorize(name, args)))
+                t = totals.get(key)
+                if t is None:
+                    t = totals[key] = [0, 0]
+                t[0] += 1
+                t[1] += d
+                if s + d > last:
+                    last = s + d
             elif pid in host_pids:
                 key = (pid, ev["tid"])
                 args = ev.get("args", empty)
-                h = {"name": ev["name"], "start": round(ev["ts"] * 1_000_000),
-                     "dur": round(ev["dur"] * 1_000_000), "thread": key, "args": args}
+                s, d = round(ev["ts"] * 1_000_000), round(ev["dur"] * 1_000_000)
+                h = {"name": ev["name"], "start": s, "dur": d, "thread": key, "args": args}
+                if s + d > last:
+                    last = s + d
                 lst = host_threads.get(key)
                 if lst is None:
                     lst = host_threads[key] = []
@@ -138,7 +166,15 @@ def _collect(trace, release):
                         by_corr[cid] = [h]
                     else:
                         c.append(h)
-    return gpu, other_gpu_lines, host_threads, by_corr
+    per_gpu = {o: other.get(pid, 0) for pid, o in gpu_pid.items()}
+    per_stream = {}
+    for (pid, tid), t in totals.items():
+        per_stream[(gpu_pid[pid], tid)] = t
+        per_gpu[gpu_pid[pid]] += t[0]
+    facts = {"gpu_events": [[o, k] for o, k in sorted(per_gpu.items())],
+             "host_events": sum(map(len, host_threads.values())),
+             "notes": list(getattr(trace, "notes", ()))}
+    return Collected(gpu, sum(other.values()), host_threads, by_corr, last, per_stream, facts)
 
 
 def join_events(gpu, by_corr, threads) -> dict:
@@ -232,13 +268,6 @@ def launch_threads_to_exec(gpu, host_threads) -> dict:
             v[cands[0]] = v.get(cands[0], 0) + 1
             decided[L["thread"]] = decided.get(L["thread"], 0) + 1
     return {t: max(v, key=v.get) for t, v in votes.items()}
-
-
-def last_end(gpu, host_threads) -> int:
-    """When the trace's last event ends, GPU or host (0 without events)."""
-    ends = [max(map(operator.attrgetter("end"), gpu))] if gpu else []
-    ends += [max(h["start"] + h["dur"] for h in hs) for hs in host_threads.values() if hs]
-    return max(ends, default=0)
 
 
 def union_ps(intervals) -> int:

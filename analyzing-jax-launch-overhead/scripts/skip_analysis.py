@@ -58,7 +58,9 @@ class Analysis:
     were found, the steps analysed, what cannot be computed and the notes; the joins of GPU
     events to launches, each launching thread's execution thread, the host threads, whether the
     Python tracer was on, its call tree, the host events of the gaps (a gap_causes.GapIndex) and
-    the thread names; `stream_names` (each GPU stream's line name) is set by skip_stats.run."""
+    the thread names, the trace's totals counted as it was collected (gpu_events.Collected:
+    per_stream and facts, model_checks.trace_totals' figures); `stream_names` (each GPU stream's
+    line name) is set by skip_stats.run."""
     events: list
     steps: list
     step_source: str
@@ -73,6 +75,7 @@ class Analysis:
     gap_events: object = None
     thread_names: dict = field(default_factory=dict)
     stream_names: dict = field(default_factory=dict)
+    trace_totals: tuple = ({}, {})
 
 
 def step_refusals(gpu, launches: bool, analysed) -> list[str]:

@@ -33,12 +33,7 @@ sys.path.insert(0, str(HERE))
 
 import model_checks  # step 2's checks 2 to 5, handed on
 from gap_causes import GapIndex
-from gpu_events import (
-    collect,
-    join_events,
-    last_end,
-    launch_threads_to_exec,
-)
+from gpu_events import collect, join_events, launch_threads_to_exec
 from skip_analysis import (
     Analysis,
     build_result,
@@ -69,10 +64,13 @@ def analyse(trace, release: bool = False) -> tuple[Analysis, dict]:
     """Step 1 on a trace up to its steps: the GPU events joined to their host calls, the steps
     framed and each event given its step, the notes and what cannot be computed; returns the
     Analysis and the join counts. What the trace lacks is said in the Analysis, never raised.
-    `release`: trace.events is emptied as it is read (gpu_events.collect)."""
+    `release`: trace.events is emptied as it is read (gpu_events.collect, which also counts
+    the trace's totals for steps 0 and 2: Analysis.trace_totals)."""
     events = len(trace.events)
     progress("collecting GPU and host events", events, unit="trace events")
-    gpu, other_gpu_lines, host_threads, by_corr = collect(trace, release)
+    c = collect(trace, release)
+    gpu, other_gpu_lines, host_threads, by_corr = c.gpu, c.other_gpu_lines, c.host_threads, \
+        c.by_corr
     notes = []
     if events == EXPORTER_EVENT_CAP:
         notes.append(f"the trace holds exactly {EXPORTER_EVENT_CAP:,} complete events, the trace "
@@ -86,8 +84,7 @@ def analyse(trace, release: bool = False) -> tuple[Analysis, dict]:
     scan = host_scan(host_threads)  # one pass over the host events for the step framing
     tree = CallTree(host_threads) if scan["tracer"] else None  # the Python calls' nesting
     progress("finding the steps", len(gpu), unit="GPU events")
-    steps, source, step_notes = find_steps(gpu, host_threads, last_end(gpu, host_threads), scan,
-                                           tree)
+    steps, source, step_notes = find_steps(gpu, host_threads, c.last_end, scan, tree)
     notes += step_notes
     program_call_starts(gpu, steps)
     assign_steps(gpu, steps)
@@ -98,7 +95,8 @@ def analyse(trace, release: bool = False) -> tuple[Analysis, dict]:
     a = Analysis(gpu, steps, source, analysed, refusals=refusals, notes=notes, joins=joins,
                  exec_of=launch_threads_to_exec(gpu, host_threads), host_threads=host_threads,
                  python_tracer_on=scan["tracer"], call_tree=tree,
-                 gap_events=GapIndex(host_threads), thread_names=trace.threads)
+                 gap_events=GapIndex(host_threads), thread_names=trace.threads,
+                 trace_totals=(c.per_stream, c.facts))
     return a, joins
 
 
@@ -120,10 +118,11 @@ def run(trace, out: Path) -> tuple[dict, list]:
         trace = trace.trace  # read once per process, shared with the other steps
     elif owned:
         trace = trace_reader.load_trace(trace)
-    per_stream, facts = model_checks.trace_totals(trace)
-    streams = {"streams": [[d, s, n, t] for (d, s), (n, t) in sorted(per_stream.items())],
-               "events": len(trace.events)}
+    events = len(trace.events)
     a, joins = analyse(trace, release=owned)  # a trace read here is let go as it is analysed
+    per_stream, facts = a.trace_totals
+    streams = {"streams": [[d, s, n, t] for (d, s), (n, t) in sorted(per_stream.items())],
+               "events": events}
     if KEEP_TO_EXIT:  # freed by the exit, not one object at a time (about 1 s on 1M events)
         _KEPT.append(trace)
     source = scratch.identity(trace.path)
