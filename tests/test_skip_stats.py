@@ -757,3 +757,38 @@ def test_the_cause_between_steps_is_weighed_by_time_not_presence():
     assert gc.between_cause(other, 44_000, idle) == "host work between steps"
     assert gc.between_cause(block, 1_000, idle) == "mostly not recorded"
     assert gc.between_cause([], 0, idle) == "not recorded"
+
+
+@pytest.mark.parametrize("name", ["rocm-8gpu-straggler", "rocm-off", "nvidia-launch-bound"])
+def test_launch_threads_map_the_same_read_up_to_the_last_sampled_launch(corpus, name):
+    """launch_threads_to_exec reads a host thread in start order only up to the last launch it
+    samples: the map is the one every event gives, and the same where every thread is out of
+    order (read whole); collect says which threads are out of order."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    import gpu_events
+    import skip_stats
+    from tracekit import trace_reader
+    r, _ = corpus(name)
+    trace = trace_reader.load_trace(r.trace)
+    c = gpu_events.collect(trace)
+    assert not c.unordered  # XLA's exporter writes each line in start order
+    _, sample = gpu_events.join_events(c.gpu, c.by_corr)
+    mapped = gpu_events.launch_threads_to_exec(sample, c.host_threads, c.unordered)
+    assert mapped and mapped == skip_stats.analyse(trace_reader.load_trace(r.trace))[0].exec_of
+    # a launch sampled at the end of time (of a name no event has) makes every event read
+    whole = {**sample, ("none",): [({"start": 1 << 62, "thread": ("none",)}, "\0")]}
+    assert gpu_events.launch_threads_to_exec(whole, c.host_threads) == mapped
+    everything = set(c.host_threads)
+    assert gpu_events.launch_threads_to_exec(sample, c.host_threads, everything) == mapped
+    backwards = {k: evs[::-1] for k, evs in c.host_threads.items()}
+    assert gpu_events.launch_threads_to_exec(sample, backwards, everything) == mapped
+    # a thread read out of order is said, and then read whole: its map is the same
+    events = trace_reader.load_trace(r.trace)
+    key = next(k for k, evs in c.host_threads.items() if len(evs) > 1)
+    mine = [i for i, ev in enumerate(events.events) if (ev["pid"], ev["tid"]) == key]
+    events.events[mine[0]], events.events[mine[-1]] = \
+        events.events[mine[-1]], events.events[mine[0]]
+    c2 = gpu_events.collect(events)
+    assert c2.unordered == {key}
+    _, sample2 = gpu_events.join_events(c2.gpu, c2.by_corr)
+    assert gpu_events.launch_threads_to_exec(sample2, c2.host_threads, c2.unordered) == mapped

@@ -12,6 +12,7 @@ through a large trace.
 from __future__ import annotations
 
 import bisect
+import operator
 import sys
 from typing import NamedTuple
 
@@ -73,7 +74,7 @@ class Collected(NamedTuple):
     when the last GPU or host event ends (ps; 0 without events), and the trace's totals of
     model_checks.trace_totals: (device, stream) -> [events, summed duration ps] of its stream
     lines, and step 0's facts (each GPU process's events, the host process's, the reader's
-    notes)."""
+    notes); and the host threads whose events the trace does not hold in start order."""
     gpu: list
     other_gpu_lines: int
     host_threads: dict
@@ -81,6 +82,7 @@ class Collected(NamedTuple):
     last_end: int
     per_stream: dict
     facts: dict
+    unordered: set
 
 
 def collect(trace, release: bool = False) -> Collected:
@@ -117,6 +119,7 @@ def _collect(trace, release) -> Collected:
     append_gpu = gpu.append
     host_threads: dict[tuple, list] = {}
     by_corr: dict[str, list] = {}
+    unordered: set = set()  # host threads whose events are not in start order
     last = 0
     events = trace.events
     n = len(events)
@@ -158,6 +161,8 @@ def _collect(trace, release) -> Collected:
                 lst = host_threads.get(key)
                 if lst is None:
                     lst = host_threads[key] = []
+                elif s < lst[-1]["start"]:
+                    unordered.add(key)
                 lst.append(h)
                 cid = args.get("correlation_id")
                 if cid is not None:
@@ -174,11 +179,15 @@ def _collect(trace, release) -> Collected:
     facts = {"gpu_events": [[o, k] for o, k in sorted(per_gpu.items())],
              "host_events": sum(map(len, host_threads.values())),
              "notes": list(getattr(trace, "notes", ()))}
-    return Collected(gpu, sum(other.values()), host_threads, by_corr, last, per_stream, facts)
+    return Collected(gpu, sum(other.values()), host_threads, by_corr, last, per_stream, facts,
+                     unordered)
 
 
-def join_events(gpu, by_corr, threads) -> dict:
-    """Join each GPU event to its host call by correlation id; say what the id joined."""
+def join_events(gpu, by_corr) -> tuple[dict, dict]:
+    """Join each GPU event to its host call by correlation id; say what the id joined (counts),
+    and gather the launches launch_threads_to_exec votes with: per launching thread, its first
+    4 x VOTES_ENOUGH launch calls that name an instruction (their hlo_op, else the event's),
+    with that name."""
     counts = {"launch": 0, "graph_launch": 0, "other": 0, "none": 0, "ambiguous": 0,
               "no_correlation_id": 0}
     # device_id on host events may be an agent number: learn its map to ordinals from
@@ -196,6 +205,8 @@ def join_events(gpu, by_corr, threads) -> dict:
     in_graph = rules.in_graph
     kinds = _JOIN_KIND
     none: list = []
+    sample: dict[tuple, list] = {}
+    most = 4 * VOTES_ENOUGH
     for ev in gpu:  # a hot loop: every GPU event once
         args = ev.args
         cid = args.get("correlation_id")
@@ -214,6 +225,14 @@ def join_events(gpu, by_corr, threads) -> dict:
         else:
             h = ev.launch = hs[0]
             join = kinds.get((h["name"], ev.name)) or join_kind(h["name"], ev.name)
+            if join == "launch":
+                lst = sample.get(h["thread"])
+                if lst is None:
+                    lst = sample[h["thread"]] = []
+                if len(lst) < most:
+                    label = h["args"].get("hlo_op") or args.get("hlo_op")
+                    if label:
+                        lst.append((h, label))
         ev.join = join
         counts[join] += 1
         key = (ev.device, cid)
@@ -222,28 +241,28 @@ def join_events(gpu, by_corr, threads) -> dict:
     counts["shared_ids_without_graph_launch"] = sum(
         n for (d, cid), n in shared.items() if n > 1 and not any(
             h for h in by_corr.get(cid, []) if rules.is_graph_launch(h["name"])))
-    return counts
+    return counts, sample
 
 
-def launch_threads_to_exec(gpu, host_threads) -> dict:
+def launch_threads_to_exec(sample, host_threads, unordered=()) -> dict:
     """Map each launching thread to the thread that ran the execution (by the per-instruction
-    TraceMe that holds the launch in time and carries the same instruction name)."""
-    # a sample of launches per launching thread is enough for the majority
-    sample: dict[tuple, list] = {}
-    for ev in gpu:
-        if ev.join != "launch" or not ev.launch:
-            continue
-        lst = sample.setdefault(ev.launch["thread"], [])
-        if len(lst) < 4 * VOTES_ENOUGH:
-            label = ev.launch["args"].get("hlo_op") or ev.args.get("hlo_op")
-            if label:
-                lst.append((ev.launch, label))
+    TraceMe that holds the launch in time and carries the same instruction name). `sample`:
+    join_events' launches, a few per launching thread (enough for the majority); `unordered`:
+    the host threads whose events are not in start order (Collected.unordered)."""
     labels = {label for lst in sample.values() for _, label in lst}
-    # label -> thread -> (sorted starts, ends): one bisect per thread that has the name
+    if not labels:
+        return {}
+    # label -> thread -> (sorted starts, ends): one bisect per thread that has the name. An
+    # event that starts after the last sampled launch holds none: a thread in start order is
+    # read only up to there (the sample is the first launches: a fraction of a long trace).
+    last = max(L["start"] for lst in sample.values() for L, _ in lst)
+    start_of = operator.itemgetter("start")
     index: dict[str, dict] = {}
     for key, events in host_threads.items():
+        if key not in unordered:
+            events = events[:bisect.bisect_right(events, last, key=start_of)]
         for h in events:
-            if h["name"] in labels:
+            if h["name"] in labels and h["start"] <= last:
                 index.setdefault(h["name"], {}).setdefault(key, []).append(
                     (h["start"], h["start"] + h["dur"]))
     for per_thread in index.values():

@@ -80,7 +80,7 @@ def analyse(trace, release: bool = False) -> tuple[Analysis, dict]:
         notes.append(f"{other_gpu_lines} events on GPU lines that are not streams (derived lines "
                      "such as Steps or TensorFlow Ops) were left out")
     progress("joining GPU events to their launches", len(gpu), unit="GPU events")
-    joins = join_events(gpu, by_corr, host_threads)
+    joins, launch_sample = join_events(gpu, by_corr)
     scan = host_scan(host_threads)  # one pass over the host events for the step framing
     tree = CallTree(host_threads) if scan["tracer"] else None  # the Python calls' nesting
     progress("finding the steps", len(gpu), unit="GPU events")
@@ -92,9 +92,10 @@ def analyse(trace, release: bool = False) -> tuple[Analysis, dict]:
     refusals = step_refusals(gpu, bool(by_corr), analysed)
     if gpu and not analysed:
         analysed = list(steps)  # only partial steps (refused): they are what there is
+    exec_of = launch_threads_to_exec(launch_sample, host_threads, c.unordered)
     a = Analysis(gpu, steps, source, analysed, refusals=refusals, notes=notes, joins=joins,
-                 exec_of=launch_threads_to_exec(gpu, host_threads), host_threads=host_threads,
-                 python_tracer_on=scan["tracer"], call_tree=tree,
+                 exec_of=exec_of, host_threads=host_threads, python_tracer_on=scan["tracer"],
+                 call_tree=tree,
                  gap_events=GapIndex(host_threads), thread_names=trace.threads,
                  trace_totals=(c.per_stream, c.facts))
     return a, joins
