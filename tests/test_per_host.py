@@ -287,7 +287,7 @@ def test_a_killed_host_is_said_as_the_shell_says_it():
 def test_jobs_are_bounded_by_cores_and_memory(slow_run, monkeypatch):
     files = capture_inputs.run_hosts(slow_run["run"])
     assert files.hosts == ["gen-host-0", "gen-host-1", "gen-host-2"]
-    monkeypatch.setattr(per_host, "_cores", lambda: 16)
+    monkeypatch.setenv("JAXTRACE_CORES", "16")  # a starter's share (tracekit.forked)
     monkeypatch.setattr(per_host, "_available_memory", lambda: 64 * 2**30)
     assert per_host.plan_jobs(files, None)[0] == 3
     monkeypatch.setattr(per_host, "_available_memory", lambda: per_host.MEMORY_BASE + 1)
@@ -327,7 +327,7 @@ def test_processes_at_once_by_cores_and_memory(monkeypatch):
     """The cores, fewer where the estimated memory (MEMORY_PER_CAPTURE_BYTE times the capture
     plus MEMORY_BASE each) does not fit, and a sentence where not even one fits."""
     from tracekit import per_host
-    monkeypatch.setattr(per_host, "_cores", lambda: 8)
+    monkeypatch.setenv("JAXTRACE_CORES", "8")
     per = per_host.MEMORY_BASE + per_host.MEMORY_PER_CAPTURE_BYTE * (100 << 20)
     monkeypatch.setattr(per_host, "_available_memory", lambda: 10 * per)
     assert per_host.processes_at_once(3, 100 << 20, "step") == (3, "8 cores")

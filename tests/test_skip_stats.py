@@ -295,6 +295,7 @@ def test_rows_written_by_a_forked_child_are_the_same(corpus, tmp_path, monkeypat
     import skip_writers
     r, out = corpus("rocm-8gpu-straggler")
     monkeypatch.setattr(skip_writers, "FORK_ROWS_MIN", 0)
+    monkeypatch.setenv("JAXTRACE_CORES", "2")  # a core for the child, on any machine
     result, written = skip_stats.run(r.trace, tmp_path / "forked")
     for f in OUTPUTS:
         assert (tmp_path / "forked" / f).read_bytes() == (out / f).read_bytes(), f
@@ -307,6 +308,7 @@ def test_a_failing_rows_child_fails_the_run_and_leaves_nothing(corpus, tmp_path,
     import skip_writers
     r, _ = corpus("rocm-off")
     monkeypatch.setattr(skip_writers, "FORK_ROWS_MIN", 0)
+    monkeypatch.setenv("JAXTRACE_CORES", "2")
 
     def full(path, a):
         raise OSError(28, "No space left on device")
@@ -792,3 +794,34 @@ def test_launch_threads_map_the_same_read_up_to_the_last_sampled_launch(corpus, 
     assert c2.unordered == {key}
     _, sample2 = gpu_events.join_events(c2.gpu, c2.by_corr)
     assert gpu_events.launch_threads_to_exec(sample2, c2.host_threads, c2.unordered) == mapped
+
+
+def test_a_process_with_one_core_writes_its_long_table_itself(monkeypatch):
+    """Forked forks only where the process may use two cores or more: its share where the job
+    (or the per-host pass) that started it said it (JAXTRACE_CORES), else the cores it may run
+    on; a share that is not a positive integer is not one."""
+    import os
+    sys.path.insert(0, str(SCRIPT.parent))
+    from tracekit import forked
+    monkeypatch.setenv("JAXTRACE_CORES", "1")
+    f = forked.Forked(os.getpid)
+    assert f.pid is None and f.wait() == os.getpid()
+    monkeypatch.setenv("JAXTRACE_CORES", "2")
+    f = forked.Forked(os.getpid)
+    assert f.pid is not None and f.wait() != os.getpid()
+    for bad in ("0", "-2", "two", "", " 2", "\uff12"):
+        monkeypatch.setenv("JAXTRACE_CORES", bad)
+        assert forked.cores() == len(os.sched_getaffinity(0))
+
+
+def test_a_job_tells_each_step_its_share_of_the_cores(monkeypatch):
+    """The job's steps (and the per-host pass's hosts) are started with their share of the
+    cores: those of the job (its own share, where it was told one) over the steps run at
+    once, at least one; a process started alone inherits what its starter was told."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    from jaxperf.job import job_runner
+    code = "import os; print(os.environ.get('JAXTRACE_CORES'))"
+    monkeypatch.setenv("JAXTRACE_CORES", "5")
+    for at_once, share in ((1, "5"), (2, "2"), (3, "1"), (8, "1"), (None, "5")):
+        p = job_runner.run_relaying([sys.executable, "-c", code], at_once=at_once)
+        assert p.stdout.strip() == share, at_once

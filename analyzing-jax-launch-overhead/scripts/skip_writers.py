@@ -16,8 +16,8 @@ from tracekit.forked import Forked
 from tracekit.trace_rules import pct, us
 
 # From this many GPU events on, rows.csv is written by a forked child while this process computes
-# the other tables (a second core; where there is no fork, it is written first, here). Under it
-# the fork costs more than it saves.
+# the other tables (a second core; where there is no fork, or one core for this process, it is
+# written first, here: tracekit.forked). Under it the fork costs more than it saves.
 FORK_ROWS_MIN = 100_000
 
 RESULT_FILE = "skip_stats.json"

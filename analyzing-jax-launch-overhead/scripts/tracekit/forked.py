@@ -6,20 +6,47 @@ import json
 import os
 import sys
 
+# The cores a process of this bundle may use, where the process that started it runs others
+# beside it (a job's steps, the hosts of a run): its share of the starter's, an integer. A job
+# at five times the seed's size on two cores, its two steps each writing their long table in a
+# forked child beside the step and XProf's conversion: 15.8-16.5 s; each step writing it
+# itself (no core was free for a child, whose copy-on-write faults cost 1 to 2.5 s of system
+# time): 14.6-14.7 s.
+CORES_ENV = "JAXTRACE_CORES"
+
+
+def cores() -> int:
+    """The cores this process may use: its share where its starter said it (CORES_ENV), else
+    the cores it may run on."""
+    said = os.environ.get(CORES_ENV, "")
+    if said.isascii() and said.isdigit() and int(said) > 0:
+        return int(said)
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def share(at_once: int) -> int:
+    """The cores of a process started beside at_once - 1 others like it: its share of these
+    (step_cli.child_group says it to the process, CORES_ENV)."""
+    return max(1, cores() // max(1, at_once))
+
 
 class Forked:
     """`write(*args)`, which returns its row count (or any value JSON holds), run in a forked
     child: it sees the data as they are at the fork (copy-on-write) while this process goes on
     (a second core); `wait()` gives that value or raises OSError with the child's reason;
     `abort()` stops the child (this process failed or was interrupted). With `here` (a table
-    too short for a fork to pay, or no os.fork) it is written in this process at once. `what`
-    names the table in the reason."""
+    too short for a fork to pay), no os.fork, or a single core for this process (`cores`: no
+    core for the child) it is written in this process at once. `what` names the table in the
+    reason."""
 
     def __init__(self, write, *args, here: bool = False, what: str = "the table"):
         self.pid = None
         self.n = None
         self.what = what
-        if here or not hasattr(os, "fork"):
+        if here or not hasattr(os, "fork") or cores() < 2:
             self.n = write(*args)
             return
         r, w = os.pipe()

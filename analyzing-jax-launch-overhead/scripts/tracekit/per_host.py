@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from tracekit import cross_host, scratch, step_cli
+from tracekit import cross_host, forked, scratch, step_cli
 from tracekit import trace_rules as rules
 
 # per host, memory is about this many times its capture files' size plus a base: the
@@ -67,13 +67,6 @@ def _available_memory() -> int | None:
         return None
 
 
-def _cores() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
-
-
 def _capture_bytes(run_dir: Path, host: str) -> int:
     total = 0
     for suffix in (".xplane.pb", ".trace.json.gz", ".trace.json"):
@@ -98,7 +91,7 @@ def processes_at_once(most: int, capture_bytes: int, each: str) -> tuple[int, st
     """How many processes that each hold a capture of `capture_bytes` run at once, and why: the
     cores (at most `most`), fewer where their estimated memory together would pass the memory
     available now (`each` names one: a host, a step)."""
-    cores = _cores()
+    cores = forked.cores()
     jobs, why = min(cores, most), f"{cores} cores"
     avail = _available_memory()
     if avail:
@@ -213,7 +206,8 @@ def _run_all(prog: str, stem: str, todo: list, out: Path, n_jobs: int) -> list[d
                     fh.write("$ " + " ".join(cmd) + "\n")
                     fh.flush()
                     p = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, **step_cli.child_group())
+                                         stdin=subprocess.DEVNULL,
+                                         **step_cli.child_group(n_jobs))
                 except OSError as exc:  # a full disk, no process left: that host fails alone
                     results[h] = {"host": h, "folder": folder, "exit": 1, "seconds": 0.0,
                                   "error": f"{prog}: cannot start the host's process: "
@@ -275,7 +269,7 @@ def maybe_fan_out_scratch(prog: str, script: str | Path, argv: list[str] | None,
     if found is None:
         return None
     pairs, run_dir = found
-    n_jobs = max(1, min(jobs or _cores(), len(pairs)))
+    n_jobs = max(1, min(jobs or forked.cores(), len(pairs)))
     args = _without(list(sys.argv[1:] if argv is None else argv),
                     ("--out", "--jobs", "--scheduler"))
     _say(f"{prog}: {rules.printable(out)} holds a per-host pass of {len(pairs)} hosts; "

@@ -39,6 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from tracekit import forked
 from tracekit import trace_rules as rules
 from tracekit.base import (  # noqa: F401  (re-exported: the steps import them from here)
     INTERRUPTED,
@@ -317,12 +318,16 @@ _TOP = GROUP_ENV not in os.environ
 CHILD_GRACE_S = 30  # a terminated child's time to let its own children and folders go
 
 
-def child_group() -> dict:
+def child_group(at_once: int | None = None) -> dict:
     """Popen's keywords for a child: a group of its own where this is the command the user
     started (where process groups exist), else the group this process is in; and the
-    environment that tells it it runs inside one."""
+    environment that tells it it runs inside one, and, where it runs beside at_once - 1 others
+    like it, its share of the cores (forked.share)."""
     group = {"process_group": 0} if _TOP and hasattr(os, "setpgid") else {}
-    return {**group, "env": {**os.environ, GROUP_ENV: "1"}}
+    env = {**os.environ, GROUP_ENV: "1"}
+    if at_once is not None:
+        env[forked.CORES_ENV] = str(forked.share(at_once))
+    return {**group, "env": env}
 
 
 def end_children(procs, grace: float = CHILD_GRACE_S) -> None:

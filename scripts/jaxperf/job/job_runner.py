@@ -74,18 +74,19 @@ def stop_all() -> None:
     step_cli.end_children(procs, STOP_GRACE_S)
 
 
-def run_relaying(cmd: list[str], tell=None, limit: float | None = None) \
+def run_relaying(cmd: list[str], tell=None, limit: float | None = None, at_once=None) \
         -> subprocess.CompletedProcess:
     """Run a step's script, its output kept whole; its progress lines (step_cli.progress) are
     also relayed to stderr as they come, so a long step is seen alive. With `tell` (a callable
     that returns once the steps it runs beside have ended, with the lines to tell it), the
     script's standard input gets those lines and its end then. Past `limit` seconds the script
-    is ended (exit TIMED_OUT, and the sentence why as its last stderr line)."""
+    is ended (exit TIMED_OUT, and the sentence why as its last stderr line). `at_once`: the
+    scripts run at once, the script told its share of the cores (step_cli.child_group)."""
     with tempfile.TemporaryFile("w+", encoding="utf-8") as so:
         proc = subprocess.Popen(cmd, stdout=so, stderr=subprocess.PIPE, text=True,
                                 encoding="utf-8", errors="replace",
                                 stdin=subprocess.PIPE if tell else subprocess.DEVNULL,
-                                **step_cli.child_group())
+                                **step_cli.child_group(at_once))
         with _RUNNING_LOCK:
             _RUNNING.add(proc)
         late: list = []
@@ -154,10 +155,10 @@ def could_not_run(step: JobStep, out: Path, failed: dict[str, str], why: str) ->
 
 
 def run_step(step: JobStep, args, out: Path, failed: dict[str, str], t0: float,
-             tell=None) -> int | None:
+             tell=None, at_once=None) -> int | None:
     """Run one step's script; return its exit code (None when the script is missing). Why it
     could not run goes into `failed` (said by the caller: run_job). `tell`: see run_relaying
-    (the step is given its told_option)."""
+    (the step is given its told_option); `at_once`: the steps run at once (run_relaying)."""
     say(f"[{time.monotonic() - t0:6.1f} s] {step.label}: {step.doing} ({step.name}.py)")
     if step.path is None or not step.path.is_file():
         could_not_run(step, out, failed, f"{step.name}.py is not in this bundle")
@@ -184,7 +185,7 @@ def run_step(step: JobStep, args, out: Path, failed: dict[str, str], t0: float,
     else:
         cmd += ["--out", str(out)]
     started = time.monotonic()
-    p = run_relaying(cmd, tell, args.step_limit)
+    p = run_relaying(cmd, tell, args.step_limit, at_once)
     logs = scratch.own_dir(out / "logs")  # a planted link is replaced, never followed
     tmp = logs / f".{step.name}.{os.getpid()}.tmp"
     tmp.write_text("$ " + " ".join(cmd) + "\n" + p.stdout + (
@@ -276,7 +277,7 @@ class Job:
             tell = _teller([self.ended[t] for t in self.waits(st)], self.failed) \
                 if self.waits(st) else None
             self.running[pool.submit(run_step, st, self.args, self.out, self.failed, self.t0,
-                                     tell)] = st
+                                     tell, self.jobs)] = st
 
     def finish(self, fut) -> None:
         st = self.running.pop(fut)
