@@ -43,6 +43,7 @@ def write_rows(path, a: Analysis) -> tuple[int, dict]:
     # the columns that repeat from event to event, each combination formatted once
     heads: dict[tuple, str] = {}
     tails: dict[tuple, str] = {}
+    by_launch: dict[int, tuple] = {}
     summary = row_facts.Summary()
     add = summary.add
     with open(path, "w", newline="", encoding="utf-8") as fh:
@@ -53,17 +54,21 @@ def write_rows(path, a: Analysis) -> tuple[int, dict]:
             join = ev.join
             L = ev.launch
             start = ev.start
-            if L is not None and join != "ambiguous":
+            if join == "launch" and L is not None:
                 ls, ld = L["start"], L["dur"]
                 raw_lname = L["name"]
                 lname = quoted.get(raw_lname) or q(raw_lname)
-                if join == "launch":
-                    launch = (f"{lname},{threads.get(L['thread'], '')},{ls / 1e6:.3f},"
-                              f"{ld / 1e6:.3f},{(start - ls - ld) / 1e6:.3f},"
-                              f"{(start - ls) / 1e6:.3f}")
-                else:
-                    launch = (f"{lname},{threads.get(L['thread'], '')},{ls / 1e6:.3f},"
-                              f"{ld / 1e6:.3f},,")
+                launch = (f"{lname},{threads.get(L['thread'], '')},{ls / 1e6:.3f},"
+                          f"{ld / 1e6:.3f},{(start - ls - ld) / 1e6:.3f},"
+                          f"{(start - ls) / 1e6:.3f}")
+            elif L is not None and join != "ambiguous":
+                # a graph launch's cells are those of every event it launched: formatted once
+                shared = by_launch.get(id(L))  # L lives as long as the events: its id stays
+                if shared is None:
+                    shared = by_launch[id(L)] = (
+                        f"{q(L['name'])},{threads.get(L['thread'], '')},{L['start'] / 1e6:.3f},"
+                        f"{L['dur'] / 1e6:.3f},,", L["name"])
+                launch, raw_lname = shared
             else:
                 launch = ",,,,,"
                 raw_lname = ""
