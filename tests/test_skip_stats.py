@@ -825,3 +825,31 @@ def test_a_job_tells_each_step_its_share_of_the_cores(monkeypatch):
     for at_once, share in ((1, "5"), (2, "2"), (3, "1"), (8, "1"), (None, "5")):
         p = job_runner.run_relaying([sys.executable, "-c", code], at_once=at_once)
         assert p.stdout.strip() == share, at_once
+
+
+def test_a_job_tells_the_steps_it_starts_together_their_share(tmp_path, monkeypatch):
+    """run_job tells each step its share among the steps running once it has started: two
+    started together on four cores get two each; one started alone gets all four."""
+    import types
+    sys.path.insert(0, str(REPO / "scripts"))
+    from jaxperf.job import job_runner
+    script = tmp_path / "record.py"
+    script.write_text("import os, sys\n"
+                      "out = sys.argv[sys.argv.index('--out') + 1]\n"
+                      "name = os.path.basename(sys.argv[0])\n"
+                      "open(os.path.join(out, name + '.cores'), 'w').write("
+                      "os.environ.get('JAXTRACE_CORES', ''))\n", encoding="utf-8")
+    steps = []
+    for name, after in (("a", ()), ("b", ()), ("c", ("a", "b"))):
+        path = tmp_path / f"{name}.py"
+        path.write_text(script.read_text(), encoding="utf-8")
+        steps.append(job_runner.JobStep(name, path, f"step {name}", "recording",
+                                        reads_capture=False, after=after))
+    monkeypatch.setenv("JAXTRACE_CORES", "4")
+    out = tmp_path / "out"
+    out.mkdir()
+    codes = job_runner.run_job(steps, types.SimpleNamespace(step_limit=60, files=None), out,
+                               {}, 0.0, 2)
+    assert codes == {"a": 0, "b": 0, "c": 0}
+    assert {n: (out / f"{n}.py.cores").read_text() for n in "abc"} == \
+        {"a": "2", "b": "2", "c": "4"}

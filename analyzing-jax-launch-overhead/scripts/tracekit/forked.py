@@ -7,7 +7,8 @@ import os
 import sys
 
 # The cores a process of this bundle may use, where the process that started it runs others
-# beside it (a job's steps, the hosts of a run): its share of the starter's, an integer. A job
+# beside it (a job's steps: among those running once it has started; the hosts of a run): its
+# share of the starter's, an integer. A job
 # at five times the seed's size on two cores, its two steps each writing their long table in a
 # forked child beside the step and XProf's conversion: 15.8-16.5 s; each step writing it
 # itself (no core was free for a child, whose copy-on-write faults cost 1 to 2.5 s of system

@@ -269,15 +269,24 @@ class Job:
             not self.waits(st) or waiting < self.jobs - 1)
 
     def start_ready(self, pool) -> None:
+        chosen = []  # each step ready to start, held in its slot until all are chosen
         while len(self.running) < self.jobs and self.gate is not False:
             st = next((st for st in self.pending if self.ready(st)), None)
             if st is None:
-                return
+                break
             self.pending.remove(st)
+            slot = object()
+            self.running[slot] = st
+            chosen.append((slot, st))
+        # each is told its share of the cores among the steps running once they have started
+        # (tracekit.forked: steps 1 and 4 on two cores, one each; on four, two each)
+        at_once = len(self.running)
+        for slot, st in chosen:
+            del self.running[slot]
             tell = _teller([self.ended[t] for t in self.waits(st)], self.failed) \
                 if self.waits(st) else None
             self.running[pool.submit(run_step, st, self.args, self.out, self.failed, self.t0,
-                                     tell, self.jobs)] = st
+                                     tell, at_once)] = st
 
     def finish(self, fut) -> None:
         st = self.running.pop(fut)
