@@ -298,6 +298,25 @@ def test_the_totals_step_1_counts_as_it_collects_equal_the_traces_own_pass(tmp_p
     assert collected == counted and collected[0]
 
 
+def test_the_last_end_step_1_collects_is_the_latest_event_end_before_zero_too(tmp_path):
+    """Collected.last_end: the latest end among the GPU stream and host events, also where every
+    event lies before the trace's zero (negative times), and 0 without events."""
+    sys.path.insert(0, str(SIBLING))
+    import gpu_events
+    from tracekit import trace_reader
+    r = generate(ALL_SCENARIOS["rocm-8gpu-straggler"], tmp_path / "capture")
+    trace = trace_reader.load_trace(next(r.run_dir.glob("*.trace.json.gz")))
+    shift = 1e9 + max(ev["ts"] + ev["dur"] for ev in trace.events)  # us: all end before zero
+    for ev in trace.events:
+        ev["ts"] -= shift
+    c = gpu_events.collect(trace)
+    ends = [e.end for e in c.gpu] + [h["start"] + h["dur"] for hs in c.host_threads.values()
+                                     for h in hs]
+    assert c.last_end == max(ends) < 0
+    trace.events = []
+    assert gpu_events.collect(trace).last_end == 0
+
+
 def test_the_totals_step_1_counts_equal_the_traces_own_pass_on_shared_traces(shared):
     seen = 0
     for path in sorted(shared.glob("**/*.trace.json.gz")):

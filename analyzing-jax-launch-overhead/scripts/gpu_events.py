@@ -120,7 +120,7 @@ def _collect(trace, release) -> Collected:
     host_threads: dict[tuple, list] = {}
     by_corr: dict[str, list] = {}
     unordered: set = set()  # host threads whose events are not in start order
-    last = 0
+    last = -rules.MAX_TIME_PS  # no event ends before it (trace_reader: a start is at least that)
     events = trace.events
     n = len(events)
     empty: dict = {}
@@ -179,8 +179,8 @@ def _collect(trace, release) -> Collected:
     facts = {"gpu_events": [[o, k] for o, k in sorted(per_gpu.items())],
              "host_events": sum(map(len, host_threads.values())),
              "notes": list(getattr(trace, "notes", ()))}
-    return Collected(gpu, sum(other.values()), host_threads, by_corr, last, per_stream, facts,
-                     unordered)
+    return Collected(gpu, sum(other.values()), host_threads, by_corr,
+                     last if gpu or host_threads else 0, per_stream, facts, unordered)
 
 
 def join_events(gpu, by_corr) -> tuple[dict, dict]:
