@@ -75,7 +75,7 @@ class Analysis:
     gap_events: object = None
     thread_names: dict = field(default_factory=dict)
     stream_names: dict = field(default_factory=dict)
-    trace_totals: tuple = ({}, {})
+    trace_totals: tuple = field(default_factory=lambda: ({}, {}))
 
 
 def step_refusals(gpu, launches: bool, analysed) -> list[str]:
