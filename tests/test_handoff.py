@@ -5,6 +5,7 @@ peaks from the whole xplane; an XProf conversion started and then abandoned leav
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
@@ -324,3 +325,21 @@ def test_the_totals_step_1_counts_equal_the_traces_own_pass_on_shared_traces(sha
         assert collected == counted, path
         seen += bool(collected[0])
     assert seen >= 3
+
+
+def test_step_1_holds_each_repeated_name_instruction_module_and_thread_once(tmp_path):
+    """gpu_events.collect makes equal kernel names, host event names, hlo_op and hlo_module
+    values and thread keys one object each (the memos keyed on them find them by identity), and
+    changes no value: every collected event equals the trace's own."""
+    sys.path.insert(0, str(SIBLING))
+    import gpu_events
+    from tracekit import trace_reader
+    r = generate(ALL_SCENARIOS["rocm-8gpu-straggler"], tmp_path / "capture")
+    trace = trace_reader.load_trace(next(r.run_dir.glob("*.trace.json.gz")))
+    before = copy.deepcopy(trace.events)
+    c = gpu_events.collect(trace)
+    assert trace.events == before
+    values = [e.name for e in c.gpu] + [e.args[k] for e in c.gpu for k in ("hlo_op", "hlo_module")
+                                        if k in e.args]
+    values += [h[k] for hs in c.host_threads.values() for h in hs for k in ("name", "thread")]
+    assert len({id(v) for v in values}) == len(set(values)) < len(values) / 10
