@@ -251,8 +251,9 @@ def join_events(gpu, by_corr) -> tuple[dict, dict]:
                         lst.append((h, label))
         ev.join = join
         counts[join] += 1
-        key = (ev.device, cid)
-        shared[key] = shared.get(key, 0) + 1
+        if join != "graph_launch":  # its id names a graph launch: never counted below
+            key = (ev.device, cid)
+            shared[key] = shared.get(key, 0) + 1
         ev.graph = in_graph(not graph_ids.isdisjoint(args), join == "graph_launch")
     counts["shared_ids_without_graph_launch"] = sum(
         n for (d, cid), n in shared.items() if n > 1 and not any(

@@ -39,7 +39,18 @@ def write_rows(path, a: Analysis) -> tuple[int, dict]:
     streams = {k: q(v) for k, v in a.stream_names.items()}
     threads = {k: q(v) for k, v in names.items()}
     n = 0
-    events = sorted(a.events, key=operator.attrgetter("device", "stream", "start"))
+    # by device, stream and start: each stream's events gathered, then each sorted by its
+    # starts alone (stable, as one sort on the three would be; a third of its time)
+    per_stream: dict[tuple, list] = {}
+    for ev in a.events:
+        key = (ev.device, ev.stream)
+        lst = per_stream.get(key)
+        if lst is None:
+            lst = per_stream[key] = []
+        lst.append(ev)
+    by_start = operator.attrgetter("start")
+    events = [ev for key in sorted(per_stream) for ev in sorted(per_stream[key], key=by_start)]
+    del per_stream
     # the columns that repeat from event to event, each combination formatted once
     heads: dict[tuple, str] = {}
     tails: dict[tuple, str] = {}
