@@ -216,8 +216,11 @@ class Costs:
         a slice, dynamic-slice or gather needs only what it selects, a dynamic-update-slice
         does not read the elements it overwrites, everything else needs all of its operands;
         the shares of a value's users add up to at most all of it (a byte is read once).
-        A buffer updated in place (a root dynamic-update-slice on a parameter, through
-        bitcasts) costs the update, read and written, and nothing for the rest of the buffer."""
+        A buffer updated in place (a root dynamic-update-slice or scatter on a parameter,
+        through bitcasts: XLA aliases that operand with the fusion's output, per
+        GetInPlaceInputOutputPairs in xla/hlo/analysis/hlo_dataflow_analysis.cc) costs the
+        update read and the elements it lands on written (a scatter also reads those elements
+        to combine), and nothing for the rest of the buffer."""
         comp = self.p.computations[ins.called_computation_ids[0]]
         by_id = {i.id: i for i in comp.instructions}
         root = self._source(self.p.instructions.get(comp.root_id) or comp.instructions[-1])
@@ -225,12 +228,16 @@ class Costs:
                  if root.opcode == "tuple" else [root])
         written = 0
         need: dict[int, float] = {}
-        in_place_updates = set()
+        in_place = {}  # root id -> {operand index: the share of it touched}
         for r in roots:
-            base = self._source(self.operand(r, 0)) if r.opcode == "dynamic-update-slice" else None
-            if base is not None and base.opcode == "parameter":
-                in_place_updates.add(r.id)
-                written += nbytes(self.operand(r, 1).shape)
+            pairs = self._in_place_pairs(r)
+            if pairs:
+                in_place[r.id] = {}
+                for k, upd in pairs:
+                    whole = self.operand(r, k).shape
+                    share = min(1.0, elements(upd.shape) / max(1, elements(whole)))
+                    in_place[r.id][k] = share if r.opcode == "scatter" else 0.0
+                    written += round(nbytes(whole) * share)
             else:
                 written += nbytes(r.shape)
             need[r.id] = 1.0
@@ -242,8 +249,10 @@ class Costs:
                 share = u
                 if k == 0 and i.opcode in SLICE_OPCODES:
                     share = u * min(1.0, elements(i.shape) / max(1, elements(by_id[o].shape)))
+                elif k in in_place.get(i.id, ()):
+                    share = in_place[i.id][k]
                 elif k == 0 and i.opcode == "dynamic-update-slice":
-                    share = 0.0 if i.id in in_place_updates else u * max(0.0, 1 - elements(
+                    share = u * max(0.0, 1 - elements(
                         self.operand(i, 1).shape) / max(1, elements(by_id[o].shape)))
                 need[o] = need.get(o, 0.0) + share
         read = 0
@@ -251,6 +260,18 @@ class Costs:
             if prm.opcode == "parameter":
                 read += round(nbytes(prm.shape) * min(1.0, need.get(prm.id, 0.0)))
         return read + written
+
+    def _in_place_pairs(self, r) -> list[tuple]:
+        """(operand index, its update) for each operand of a fused root that XLA updates in
+        place: a dynamic-update-slice's or a scatter's buffer when it is a parameter."""
+        if r.opcode == "dynamic-update-slice":
+            pairs = [(0, self.operand(r, 1))]
+        elif r.opcode == "scatter":  # operands..., indices, updates... (variadic)
+            n = (len(r.operand_ids) - 1) // 2
+            pairs = [(k, self.operand(r, n + 1 + k)) for k in range(n)]
+        else:
+            return []
+        return [(k, u) for k, u in pairs if self._source(self.operand(r, k)).opcode == "parameter"]
 
     @staticmethod
     def _post_order(comp, by_id) -> list:
@@ -357,6 +378,14 @@ class Costs:
                 i.opcode in COLLECTIVE_OPCODES for cid in ins.called_computation_ids
                 for i in self.p.computations[cid].instructions)):
             return self.collective(ins)
+        if op == "async-start" and ins.called_computation_ids:
+            # work wrapped to run on another stream: its cost is the wrapped instruction's (the
+            # async computation's root, whose parameters are the start's operands); the start's
+            # tuple holds those operands and the result again, which no kernel moves twice
+            wrapped = self.p.computations[ins.called_computation_ids[0]]
+            root = self.p.instructions.get(wrapped.root_id) or wrapped.instructions[-1]
+            if root.opcode != "async-start":
+                return self.cost(root)
         if op in CONTROL_OPCODES or op in NO_LAUNCH_OPCODES:
             return Cost(None, None, "not computable",
                         why=f"{op} is control flow; its work is in the instructions it runs")
