@@ -124,3 +124,47 @@ def test_async_wrapped_copies_and_in_place_scatters_cost_what_they_move(h200, tm
     assert len(starts) >= 20 and not [row for row in starts if row["no_ceiling_why"]]
     assert all(float(row["pct_of_ceiling"]) <= 100 for row in rows.values()
                if row["pct_of_ceiling"])
+
+
+def test_step_periods_agree_with_the_programs_own_clock(h200, tmp_path):
+    # truth from outside the capture: the kit timed each traced step with the host's clock
+    # (kit-summary.json step_wall_us). Where the program blocks every step, each step's period
+    # (its start to the next step's start, from the capture) is that step's wall time; where it
+    # blocks every other step (multi: async dispatch, 32 programs a step), their sums agree
+    kit = json.loads((DATA / "kit-summary.json").read_text())
+    for name, capture in h200.items():
+        out = tmp_path / name
+        r = subprocess.run([sys.executable, "-P", str(REPO / "analyzing-jax-launch-overhead" /
+                                                      "scripts" / "skip_stats.py"),
+                            str(capture), "--out", str(out)],
+                           capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr
+        with open(out / "steps.csv", newline="") as fh:
+            periods = [float(row["period_us"]) for row in csv.DictReader(fh)
+                       if row["period_us"]]
+        walls = kit[name]["step_wall_us"][:len(periods)]
+        assert len(periods) == len(kit[name]["step_wall_us"]) - 1
+        if name.startswith("multi"):
+            assert sum(periods) == pytest.approx(sum(walls), rel=0.01)
+        else:
+            assert periods == pytest.approx(walls, rel=0.02), name
+
+
+def test_an_eager_loop_of_many_programs_ranks_dispatch_first(h200, tmp_path):
+    # multi: each step runs the gradients' program (inside graphs), ~30 eager operations, and
+    # the update's program: 32 executions a step, the GPU busy a tenth of it; the first change
+    # is the dispatch between programs, and every execution is counted in every step
+    out = tmp_path / "job"
+    r = subprocess.run([sys.executable, "-P", str(REPO / "scripts" / "investigate.py"),
+                        str(h200["multi-h200-default"]), "--out", str(out)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    with open(out / "steps.csv", newline="") as fh:
+        assert {row["executions"] for row in csv.DictReader(fh)} == {"32"}
+    with open(out / "changes.csv", newline="") as fh:
+        first = next(csv.DictReader(fh))
+    assert first["cause_kind"] == "dispatch"
+    with open(out / "attribution" / "programs.csv", newline="") as fh:
+        programs = {row["module"]: row for row in csv.DictReader(fh)}
+    assert programs["jit_grads_jit"]["executions"] == programs["jit_update_jit"]["executions"] \
+        == "6"
