@@ -556,7 +556,14 @@ def appendix(s: Scratch) -> list[str]:
     if rule:
         out += [f"How they combine: {md_cell(rule)} (inferred; changes.json: combine_rule)", ""]
     out += assumptions(changes, changes[:MAIN_CHANGES])
-    needs = [r for r in s.rows("trust.csv") or [] if r["section"] == "needs_new_capture"]
+    trust = s.rows("trust.csv") or []
+    items = [r for r in trust if r["section"] == "trust" and r["detail"]]
+    if items:
+        out += ["### What each trust item means", "",
+                "| item | what it means (inferred; trust.csv: detail, section=trust, item=*) |",
+                "|---|---|"]
+        out += [f"| {md_cell(r['item'])} | {md_cell(r['detail'])} |" for r in items] + [""]
+    needs = [r for r in trust if r["section"] == "needs_new_capture"]
     if needs:
         out += ["### Questions that need a new capture", "",
                 "| question | the capture that answers it (inferred; trust.csv: detail, "
@@ -665,13 +672,15 @@ def trust_section(s: Scratch) -> list[str]:
     sel = "section=trust, item=*"
     out = [f"| item | count (measured; trust.csv: count, {sel}) "
             f"| GPU time (us) (measured; trust.csv: gpu_us, {sel}) "
-            f"| share of GPU time (%) (inferred; trust.csv: pct_of_gpu_time, {sel}) "
-            f"| what it means (inferred; trust.csv: detail, {sel}) |", "|---|---|---|---|---|"]
+            f"| share of GPU time (%) (inferred; trust.csv: pct_of_gpu_time, {sel}) |",
+           "|---|---|---|---|"]
     for r in items:
         out.append(f"| {md_cell(r['item'])} | {num(r['count'], 0)} | {num(r['gpu_us'], 1)} | "
-                   f"{num(r['pct_of_gpu_time'], 2)} | {md_cell(r['detail'])} |")
-    out += ["", "The questions that need a new capture, and the capture that answers each: the "
-            "appendix." if needs else "No question needs a new capture."]
+                   f"{num(r['pct_of_gpu_time'], 2)} |")
+    out += ["", ("What each item means" if any(r["detail"] for r in items) else "") +
+            (", and the questions that need a new capture with the capture that answers each"
+             if needs else "") + ": the appendix." if needs or any(r["detail"] for r in items)
+            else "No question needs a new capture."]
     return out + asked("say which trust items limit the changes above (trust.csv detail)")
 
 

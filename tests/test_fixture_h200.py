@@ -102,6 +102,11 @@ def test_library_kernels_inside_graphs_go_to_their_custom_calls(h200):
     assert all(target(k) for k in memsets)
     pallas = {target(k) for k in rows if k["kernel"] == "_norm_kernel"}
     assert pallas == {"__gpu$xla.gpu.triton"}
+    # and by their names alone (kernel_names.csv): cuDNN's attention kernels are attention
+    names = h200["modern-h200-default"].parent / "modern-h200-default.out" / "attribution"
+    with open(names / "kernel_names.csv", newline="") as fh:
+        family = {row["kernel"]: row["family"] for row in csv.DictReader(fh)}
+    assert {family[k["kernel"]] for k in cudnn} == {"attention library"}
 
 
 def test_async_wrapped_copies_and_in_place_scatters_cost_what_they_move(h200, tmp_path):
@@ -148,6 +153,15 @@ def test_step_periods_agree_with_the_programs_own_clock(h200, tmp_path):
             assert sum(periods) == pytest.approx(sum(walls), rel=0.01)
         else:
             assert periods == pytest.approx(walls, rel=0.02), name
+        if name == "modern-h200-default":
+            # the gap before each step's first kernel names the host's work in it (XLA's
+            # thunk initialisation, which updates the command buffers), not the frames
+            # around the execution (jax 0.11.2's "[0] ..." and "CommonPjRt..." names)
+            with open(out / "gaps.csv", newline="") as fh:
+                first = [row["host_events"] for row in csv.DictReader(fh)
+                         if float(row["dur_us"]) > 200]
+            assert first and all(h.startswith("Thunks::Initialize=") for h in first)
+            assert not [h for h in first if "Executable::" in h]
 
 
 def test_an_eager_loop_of_many_programs_ranks_dispatch_first(h200, tmp_path):
@@ -168,3 +182,23 @@ def test_an_eager_loop_of_many_programs_ranks_dispatch_first(h200, tmp_path):
         programs = {row["module"]: row for row in csv.DictReader(fh)}
     assert programs["jit_grads_jit"]["executions"] == programs["jit_update_jit"]["executions"] \
         == "6"
+
+
+def test_the_jobs_options_reach_their_steps_for_a_named_run_folder(h200, tmp_path):
+    # --costs (the Pallas norm's FLOPs and bytes, which its backend config does not give) and
+    # --no-xprof reach roofline.py and attribute_kernels.py when the job names the capture by
+    # its run folder (the files resolved once for every step)
+    costs = tmp_path / "costs.csv"
+    costs.write_text("match,flops,bytes,kind\n_norm_kernel,4 * in0_d0 * in0_d1,,\n")
+    out = tmp_path / "job"
+    r = subprocess.run([sys.executable, "-P", str(REPO / "scripts" / "investigate.py"),
+                        str(h200["modern-h200-default"]), "--out", str(out),
+                        f"--costs={costs}", "--no-xprof"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    with open(out / "roofline.csv", newline="") as fh:
+        (norm,) = [row for row in csv.DictReader(fh) if row["instruction"] == "pallas_call.1"]
+    assert norm["method"] == "costs table (costs.csv line 2)"
+    assert int(norm["run_flops"]) == 4 * 8192 * 1024
+    assert "cross-check skipped (--no-xprof)" in \
+        (out / "attribution" / "summary.txt").read_text()

@@ -853,3 +853,18 @@ def test_a_job_tells_the_steps_it_starts_together_their_share(tmp_path, monkeypa
     assert codes == {"a": 0, "b": 0, "c": 0}
     assert {n: (out / f"{n}.py.cores").read_text() for n in "abc"} == \
         {"a": "2", "b": "2", "c": "4"}
+
+
+def test_a_share_at_its_threshold_is_said_to_be_borderline():
+    import skip_analysis as sa
+
+    name, fired = sa.weigh(h=0.099, b=0.88, c=0.0, u=0.0, gpus=1)
+    assert name == "device-bound"
+    (said,) = [f for f in fired if "borderline" in f]
+    assert "host-late share 9.9%" in said and "HOST_SHARE_NEGLIGIBLE 10%" in said
+    _, fired = sa.weigh(h=0.05, b=0.88, c=0.0, u=0.0, gpus=1)
+    assert not [f for f in fired if "borderline" in f]
+    _, fired = sa.weigh(h=0.02, b=0.40, c=0.255, u=0.0, gpus=8)
+    assert [f for f in fired if "borderline" in f and "COLLECTIVE_BOUND_SHARE" in f]
+    _, fired = sa.weigh(h=0.02, b=0.40, c=0.255, u=0.0, gpus=1)  # one GPU: no collective rule
+    assert not [f for f in fired if "borderline" in f]

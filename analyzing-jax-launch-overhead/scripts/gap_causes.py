@@ -33,7 +33,13 @@ QUEUED_START_PS = 10_000_000
 # host work of its own that could explain a gap.
 RUNTIME_API_RE = re.compile(r"^(hip|cu[A-Z]|cuda|Memcpy|Memset)")
 # Host events that frame an execution rather than cause a gap: never reported as gap causes.
-CONTAINER_RE = re.compile(r"^(PjitFunction|PJRT_|PjRt|GpuExecutable::|Thunks::)|"
+# Thunks::Prepare and Thunks::Initialize are not frames: each execution runs them before its
+# first launch (xla/service/gpu/gpu_executable.cc), and Initialize records or updates the
+# command buffers (342 us of a 622 us gap before the first kernel on an H200 capture)
+# jax 0.11.2 names them with a device prefix and PJRT's common layer ("[0] GpuExecutable::
+# ExecuteThunks", "CommonPjRtLoadedExecutable::Execute (jit_train_step)")
+CONTAINER_RE = re.compile(r"^(\[\d+\] )?(PjitFunction|PJRT_|PjRt|GpuExecutable::|"
+                          r"CommonPjRtLoadedExecutable::)|"
                           r":XLA GPU module$|^ExecutorState::|^ThunkExecutor")
 # Host events whose names say the host is preparing input (iterators, data loaders, transfers to
 # the device): idle between steps with these in it is an input-pipeline wait.
@@ -52,8 +58,9 @@ BETWEEN_CLASS_SHARE = 0.5
 # Host events covering less than this share of the idle between steps do not explain it (the
 # tail of the step's own sync wait, a launch call): the idle counts as not recorded.
 BETWEEN_RECORDED_SHARE = 0.10
-# Host events named in the between-steps column, the largest first.
+# Host events named in the between-steps column and in a gap's row, the largest first.
 BETWEEN_EVENTS_NAMED = 5
+GAP_EVENTS_NAMED = 8
 
 _CONTAINER: dict[str, bool] = {}
 
@@ -185,7 +192,7 @@ def gap_host_events(a: Analysis, ev, start, end) -> tuple[str, str, int | None]:
             return a.thread_names.get(launch_thread, "") + " (unknown: no execution thread " \
                 "holds its launches)", "", None
     traced: list = []
-    top = host_events_in(a, start, end, (thread,), traced)[0][:8]
+    top = host_events_in(a, start, end, (thread,), traced)[0][:GAP_EVENTS_NAMED]
     return a.thread_names.get(thread, str(thread)), rules.host_events_cell(top), traced[0]
 
 

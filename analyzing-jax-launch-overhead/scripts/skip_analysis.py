@@ -29,6 +29,9 @@ LAUNCH_BOUND_HOST_SHARE = 0.25
 # step and the host share stays under HOST_SHARE_NEGLIGIBLE: the GPU, not the host, sets the pace.
 DEVICE_BOUND_BUSY_SHARE = 0.75
 HOST_SHARE_NEGLIGIBLE = 0.10
+# A deciding share this close to its threshold (in points of the step) makes the verdict
+# borderline: said in the rule, so that a report does not state it as clear-cut.
+BORDERLINE_POINTS = 0.01
 # Collective/straggler-bound: collective kernels (which include waiting for peers) cover at least
 # this share of the step on the bounding GPU, with more than one GPU in the capture.
 COLLECTIVE_BOUND_SHARE = 0.25
@@ -511,6 +514,16 @@ def weigh(h: float, b: float, c: float, u: float, gpus: int) -> tuple[str, list]
     if u > HOST_SHARE_NEGLIGIBLE:
         fired.append(f"caution: {u:.1%} of the bounding stream's step is gaps of unknown cause "
                      "(graph kernels or unjoined events)")
+    near = [(what, v, t, n) for what, v, t, n in (
+        ("host-late share", h, LAUNCH_BOUND_HOST_SHARE, "LAUNCH_BOUND_HOST_SHARE"),
+        ("host-late share", h, HOST_SHARE_NEGLIGIBLE, "HOST_SHARE_NEGLIGIBLE"),
+        ("busy-or-queued share", b, DEVICE_BOUND_BUSY_SHARE, "DEVICE_BOUND_BUSY_SHARE"),
+        ("collective share", c if gpus > 1 else None, COLLECTIVE_BOUND_SHARE,
+         "COLLECTIVE_BOUND_SHARE")) if v is not None and abs(v - t) < BORDERLINE_POINTS]
+    for what, v, t, n in near:
+        fired.append(f"caution: borderline: {what} {v:.1%} is within "
+                     f"{BORDERLINE_POINTS:.0%} of the step of {n} {t:.0%}; the verdict could "
+                     "fall the other way in another capture (the per-step range: figures)")
     return name, fired
 
 

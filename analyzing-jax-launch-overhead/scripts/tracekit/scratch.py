@@ -1507,7 +1507,7 @@ declare(Table(
             "\"(unknown: ...)\" when no execution thread holds its launches"),
         col("host_events", "", "",
             "the host events on the launching thread that overlapped the gap, aggregated by "
-            "name, as `name=overlap_us` joined by ` | `, largest first"),
+            "name, as `name=overlap_us` joined by ` | `, the largest eight, largest first"),
         col("python_traced_us", "us", "measured",
             "the time Python-traced calls (`$<file>:<line> ...`) cover in the gap on that "
             "thread, their union (nested calls once; empty where no thread is known)"),
@@ -1812,8 +1812,9 @@ declare(Table(
         col("kernel", "", "", "the kernel name as written"),
         col("family", "", "",
             "`XLA fusion`, `Triton kernel (XLA)`, `library GEMM (cuBLAS / hipBLASLt)`, "
-            "`split-K reduction`, `NCCL/RCCL collective`, `memcpy`, `memset`, `convolution "
-            "library`, `attention library`, `other kernel` (from the name alone)"),
+            "`split-K reduction`, `NCCL/RCCL collective`, `memcpy`, `memset`, `attention "
+            "library`, `convolution library`, `DNN library (cuDNN / MIOpen)`, `other kernel` "
+            "(from the name alone, the first that fits)"),
         col("kernels", "count", "measured", "its GPU events"),
         col("gpu_us", "us", "measured", "their GPU time"),
         col("pct_of_gpu_time", "pct", "inferred", "of all GPU event time"),

@@ -172,6 +172,7 @@ def run_step(step: JobStep, args, out: Path, failed: dict[str, str], t0: float,
         cmd.append(args.capture)
         cmd += [f"--run={args.run}"] if args.run else []
         cmd += [f"--host={args.host}"] if args.host else []
+    if step.reads_capture:  # the user's options, whichever way the capture was named
         cmd += ["--no-xprof"] if args.no_xprof and step.xprof else []
         cmd += [f"--costs={args.costs.resolve()}"] if args.costs and step.name == "roofline" \
             else []

@@ -15,8 +15,11 @@ from tracekit.trace_rules import pct, us
 FAMILY_OF_KIND = {"collective": "NCCL/RCCL collective", "copy": "memcpy", "memset": "memset",
                   "gemm_aux": "split-K reduction"}
 TRITON_RE = re.compile(r"^(triton|gemm_fusion|fusion_.*triton)")
-CONV_RE = re.compile(r"Im2Col|Im3d2Col|cudnn|miopen|conv", re.IGNORECASE)
-ATTENTION_RE = re.compile(r"fmha|flash|attn|attention|ck_tile", re.IGNORECASE)
+# attention first: cuDNN's fused attention launches kernels named for its steps (an H200 capture:
+# ..._sdpa_sm90_flash_bprop..., cudnn::fusion::compute_dot_do_o..., convert_dq_to_16bits)
+ATTENTION_RE = re.compile(r"fmha|flash|attn|attention|sdpa|ck_tile|dot_do_o|_dq_", re.IGNORECASE)
+CONV_RE = re.compile(r"Im2Col|Im3d2Col|conv(?!ert)", re.IGNORECASE)
+DNN_LIBRARY_RE = re.compile(r"cudnn|miopen", re.IGNORECASE)
 
 
 def kernel_family(name: str, xla_names: set) -> str:
@@ -26,9 +29,11 @@ def kernel_family(name: str, xla_names: set) -> str:
     said = ((kind in FAMILY_OF_KIND, FAMILY_OF_KIND.get(kind)),
             (TRITON_RE.match(norm), "Triton kernel (XLA)"),
             (kind == "gemm", "library GEMM (cuBLAS / hipBLASLt)"),
-            (norm in xla_names or "fusion" in norm, "XLA fusion"),
+            (norm in xla_names, "XLA fusion"),
+            (ATTENTION_RE.search(norm), "attention library"),
+            ("fusion" in norm and "::" not in norm, "XLA fusion"),  # not cudnn::fusion::
             (CONV_RE.search(norm), "convolution library"),
-            (ATTENTION_RE.search(norm), "attention library"))
+            (DNN_LIBRARY_RE.search(norm), "DNN library (cuDNN / MIOpen)"))
     return next((family for hit, family in said if hit), "other kernel")
 
 
