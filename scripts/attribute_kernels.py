@@ -439,6 +439,9 @@ MAX_HLO_TEXTS = 10
 # From this many events on, kernels.csv is written by a forked child while this process writes
 # the other tables (tracekit.forked); under it the fork costs more than it saves.
 FORK_KERNELS_MIN = 100_000
+# a program whose HLO text a child writes while this process matches (about 0.1 s of printing
+# per 10,000 instructions; a fork costs a few ms)
+HLO_TEXT_FORK_MIN = 5_000
 XPROF_HLO_STATS = "hlo_stats.json"  # XProf's hlo_stats output, in attribution/xplane/
 
 
@@ -480,7 +483,7 @@ def run(capture, out: Path, opts: Options) -> tuple[dict, list]:
         pending = xprof_figures.Pending(copy, "hlo_stats", background=True) \
             if opts.use_xprof else None
         try:
-            m = match_capture(capture, x, opts)
+            m = match_capture(capture, x, opts, tmp)
             t_match = time.perf_counter() - t0
             progress("writing the tables", len(m.kernels), unit="kernels")
             job = kernels_job(tmp, m)
@@ -495,6 +498,8 @@ def run(capture, out: Path, opts: Options) -> tuple[dict, list]:
                 tables.written.insert(0, ("kernels.csv", job.wait()))
             except BaseException:
                 job.abort()
+                if m.chosen_text is not None:
+                    m.chosen_text.abort()
                 raise
             coverage, xprof_s = None, 0.0
             if pending is not None:
@@ -569,11 +574,13 @@ class Matched:
     execs: dict         # (program id, device) -> count_executions' entry
     names: dict         # program id -> module name
     sources: Sources
+    chosen_text: Forked | None = None  # the chosen program's HLO text, written meanwhile
 
 
-def match_capture(capture, x: XPlaneRead, opts: Options) -> Matched:
+def match_capture(capture, x: XPlaneRead, opts: Options, folder: Path | None = None) -> Matched:
     """Load the capture's programs, choose one, match every event and count each program's
-    executions."""
+    executions. With `folder`, the chosen program's HLO text is written there meanwhile (a
+    forked child for a program of HLO_TEXT_FORK_MIN instructions or more: a second core)."""
     files = capture.files
     kernels, cpu = x.kernels, x.cpu
     protos, built, unreadable = load(x.protos)
@@ -583,16 +590,26 @@ def match_capture(capture, x: XPlaneRead, opts: Options) -> Matched:
                                  (f" (and {len(unreadable) - 1} more unreadable)"
                           if len(unreadable) > 1 else ""))
     chosen, notes, _ = choose_program(kernels, protos, opts.program, unreadable)
+    text = None
+    if folder is not None:
+        size = sum(len(c.instructions) for c in protos[chosen][1].computations)
+        text = Forked(hlo_text_file, folder, chosen, *protos[chosen],
+                      here=size < HLO_TEXT_FORK_MIN, what="the HLO text")
     counted: dict = {}
-    programs, plans = attribute(kernels, protos, chosen, notes, counted, built)
-    control = sum(1 for k in kernels if k.match == "control")
-    kernels = [k for k in kernels if k.match != "control"]
-    names = {pid: name for pid, (name, _) in protos.items()}
-    execs = count_executions(x.host, kernels, names,
-                             {key: c["launches"] for key, c in counted.items()},
-                             {key: c["covered"] for key, c in counted.items()})
+    try:
+        programs, plans = attribute(kernels, protos, chosen, notes, counted, built)
+        control = sum(1 for k in kernels if k.match == "control")
+        kernels = [k for k in kernels if k.match != "control"]
+        names = {pid: name for pid, (name, _) in protos.items()}
+        execs = count_executions(x.host, kernels, names,
+                                 {key: c["launches"] for key, c in counted.items()},
+                                 {key: c["covered"] for key, c in counted.items()})
+    except BaseException:
+        if text is not None:
+            text.abort()
+        raise
     return Matched(kernels, cpu, control, protos, unreadable, programs, plans, chosen, notes,
-                   counted, execs, names, Sources(programs, opts.user_re))
+                   counted, execs, names, Sources(programs, opts.user_re), text)
 
 
 @dataclasses.dataclass
@@ -656,25 +673,41 @@ def write_hlo_texts(folder: Path, m: Matched, tables: Tables, opts: Options,
     hlo_names: dict = {}
     for pid in texts:
         pname = protos[pid][0]
-        fname = f"{safe_file_name(pname)}({pid}).hlo.txt"
-        try:
-            from jaxperf.program import hlo_text
-            tables.written.append((fname, hlo_text.write_hlo_text(protos[pid][1],
-                                                                   folder / fname)))
+        fname, rows, why = None, None, None
+        if pid == chosen and m.chosen_text is not None:
+            try:
+                fname, rows, why = m.chosen_text.wait()
+            except OSError:  # the child ended without a word: written here instead
+                pass
+        if fname is None:
+            fname, rows, why = hlo_text_file(folder, pid, *protos[pid])
+        if why is None:
+            tables.written.append((fname, rows))
             hlo_names[pid] = fname
-        except (OSError, ValueError, KeyError, IndexError, TypeError,
-                RecursionError) as exc:
-            (folder / fname).unlink(missing_ok=True)
+        else:
             m.notes.append(f"the HLO text of {pname}({pid}) was not written: the program "
-                           f"could not be printed ({exc})")
+                           f"could not be printed ({why})")
             refusals.append(f"cannot write the HLO text of {pname}({pid}) because the "
-                            f"program could not be printed ({exc})")
+                            f"program could not be printed ({why})")
     with_time = sum(1 for r in tables.progs if r["program_id"] in protos)
     if opts.program is None and with_time > len(texts):
         m.notes.append(f"HLO text written for the {len(texts)} programs with the most GPU "
                        f"time of {with_time} with kernel time (at most {MAX_HLO_TEXTS}); "
                        "--program ID writes another's")
     return hlo_names
+
+
+def hlo_text_file(folder: Path, pid: int, pname: str, module) -> tuple[str, int | None,
+                                                                        str | None]:
+    """One program's HLO text as folder/<name>(<id>).hlo.txt: (file name, lines, None), or
+    (file name, None, why) where the program cannot be printed (no file left)."""
+    fname = f"{safe_file_name(pname)}({pid}).hlo.txt"
+    try:
+        from jaxperf.program import hlo_text
+        return fname, hlo_text.write_hlo_text(module, folder / fname), None
+    except (OSError, ValueError, KeyError, IndexError, TypeError, RecursionError) as exc:
+        (folder / fname).unlink(missing_ok=True)
+        return fname, None, str(exc)
 
 
 def write_result(folder: Path, result: dict, written: list) -> list:

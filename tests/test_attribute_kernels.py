@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import csv
 import gzip
+import json
+import os
 import re
 import subprocess
 import sys
@@ -540,6 +542,47 @@ def test_summary_says_when_the_hlo_text_could_not_be_written(tmp_path, monkeypat
     summary = (out / "summary.txt").read_text()
     assert "hlo text: not written" in summary
     assert "was not written: the program could not be printed (a field" in summary
+    assert not list(out.glob("*.hlo.txt"))
+
+
+def test_hlo_text_written_by_a_forked_child_is_the_same(tmp_path, monkeypatch):
+    """A large chosen program's HLO text is written by a child while the step matches: the
+    same file as the one-process path, and a program the child cannot print is said as when
+    printed here (a note and a refusal, no file)."""
+    import attribute_kernels as ak
+
+    from jaxperf.program import hlo_text
+    from tracekit import capture_inputs
+    example = REPO / "examples" / "minigpt-h100-2gpu-cb"
+    monkeypatch.setenv("JAXTRACE_CORES", "2")  # a core for the child, on any machine
+    writer, printed_by = ak.hlo_text_file, tmp_path / "printed_by"
+
+    def noting(*args):  # which process printed the text
+        with open(printed_by, "a") as fh:
+            fh.write(f"{os.getpid()}\n")
+        return writer(*args)
+    monkeypatch.setattr(ak, "hlo_text_file", noting)
+    for fork, out in ((False, tmp_path / "here"), (True, tmp_path / "forked")):
+        monkeypatch.setattr(ak, "HLO_TEXT_FORK_MIN", 0 if fork else 10**9)
+        ak.run(capture_inputs.open_capture(str(example)), out, ak.Options(use_xprof=False))
+    assert [int(p) != os.getpid() for p in printed_by.read_text().split()] == [False, True]
+    here, forked = (tmp_path / d / "attribution" for d in ("here", "forked"))
+    (text,) = [f.name for f in here.glob("*.hlo.txt")]
+    assert (forked / text).read_bytes() == (here / text).read_bytes()
+    assert json.loads((forked / "attribute_kernels.json").read_text())["tables"] == \
+        json.loads((here / "attribute_kernels.json").read_text())["tables"]
+
+    def fail(module, path):
+        Path(path).write_text("half")
+        raise ValueError("a field this printer does not know")
+    monkeypatch.setattr(ak, "HLO_TEXT_FORK_MIN", 0)
+    monkeypatch.setattr(hlo_text, "write_hlo_text", fail)
+    result, _ = ak.run(capture_inputs.open_capture(str(example)), tmp_path / "failed",
+                       ak.Options(use_xprof=False))
+    out = tmp_path / "failed" / "attribution"
+    assert "was not written: the program could not be printed (a field" in \
+        (out / "summary.txt").read_text()
+    assert any("cannot write the HLO text" in r for r in result["refusals"])
     assert not list(out.glob("*.hlo.txt"))
 
 
