@@ -623,7 +623,8 @@ def kernel_family(ctx: Context) -> list:
 # of it is exposed (filled with the median step's exposed share of compute).
 INSTRUCTION_TIME = (
     "its time in a step is its share of the program's compute and copy kernel time (ops.csv, all "
-    "executions and GPUs) times that step's compute time on the GPU that ends it")
+    "executions and GPUs) times that step's compute time on the GPU that ends it, and never less "
+    "than its kernels at the shortest average kernel time of any instruction in this capture")
 EXPOSED_PART = (
     "only the share of the step's compute after its last host gap is exposed ({pct:.0f}% in step "
     "{step}); the rest is hidden behind the host and would save time only once the host gaps are "

@@ -586,7 +586,11 @@ def check_derived_file(scratch) -> list[Row]:
     for r in rows:
         claim = f"{DERIVED_FILE}: name={r.get('name', '')}"
         written = f"{r.get('value', '')}{r.get('unit', '')}".strip()
-        parsed = parse_derived("inferred; " + (r.get("formula") or ""))
+        formula = (r.get("formula") or "").strip()
+        # the formula as a citation writes it after its label: `= <expr>; ...` (the `= ` may be
+        # left out in the table's own column)
+        parsed = parse_derived("inferred; " + (formula if formula.startswith("=") else
+                                               "= " + formula))
         nums = scan_numbers(str(r.get("value") or ""), [])
         if parsed is None or len(nums) != 1:
             out.append(Row(0, 0, claim, written, "inferred", DERIVED_FILE, "", "", "no_table",

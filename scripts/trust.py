@@ -541,11 +541,11 @@ def python_tracer_items(inp: Inputs, facts: Facts) -> list:
     return [item("python_tracer", "the Python tracer was on: host durations are upper bounds "
                  f"({where})", "gaps.csv: host_events; steps.csv: between_host_events "
                  "($<file>:<line> names)",
-                 (f"{overlap:.3f} us of Python-traced host time overlaps the gaps; " if n else "")
+                 (f"{overlap:.3f} us of Python-traced host time overlaps {idle:.3f} us of "
+                  "gaps; " if n else "")
                  + f"largest names: {top}; "
-                 + ("gpu_us is the gaps' idle time, not kernel time; " if n else "")
                  + "the launch-bound share and the host time between steps are inflated by an "
-                 "unknown amount", count=n + between, gpu_us=idle if n else None)]
+                 "unknown amount", count=n + between)]  # gap idle is no GPU time: not gpu_us
 
 
 def family_items(inp: Inputs, facts: Facts) -> list:

@@ -740,7 +740,9 @@ def test_a_careful_writers_sentences_pass_and_derived_figures_are_computed(tmp_p
     (out / "derived.csv").write_text(
         'name,value,unit,formula\nshare1,14.42,%,"= 100 * s / w; s = changes.csv: saving_us, '
         'rank=1; w = changes.csv: step_us, rank=1"\nbad,20,%,"= 100 * s / w; s = changes.csv: '
-        'saving_us, rank=1; w = changes.csv: step_us, rank=1"\n', encoding="utf-8")
+        'saving_us, rank=1; w = changes.csv: step_us, rank=1"\nbare,14.42,%,"100 * s / w; '
+        's = changes.csv: saving_us, rank=1; w = changes.csv: step_us, rank=1"\n',
+        encoding="utf-8")  # the last without its leading `= `
     c = "(inferred, not run; changes.csv: pct_of_step, rank=1; changes.csv: pct_of_step, rank=2)"
     f = "= 100 * s / w; s = changes.csv: saving_us, rank=1; w = changes.csv: step_us, rank=1"
     k = "= b / peak * 1e6; b = 7.2e6 [bytes moved]; peak = 3.35e12 [peaks.md: H100 HBM3]"
@@ -762,7 +764,7 @@ Planted: 3 (inferred; = open(x); x = 3 [a call]).
     assert p.returncode == 4, p.stdout + p.stderr
     checked = [(x["line"], x["figure"], x["verdict"]) for x in rows if x["verdict"] != "skipped"]
     assert checked == [
-        ("0", "14.42%", "ok"), ("0", "20%", "wrong_value"),
+        ("0", "14.42%", "ok"), ("0", "20%", "wrong_value"), ("0", "14.42%", "ok"),
         ("3", "610.352 us", "ok"),
         ("4", "14.42% to 13.17%", "ok"), ("4", "14.42% and 13.17%", "ok"),
         ("4", "14.42–13.17%", "ok"),

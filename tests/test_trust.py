@@ -256,7 +256,7 @@ def test_exact_table_from_a_scratch_folder_written_here(tmp_path):
         ("unattributed", "1", "4.000", "4.00"),
         ("low_confidence", "2", "7.500", "7.50"),
         ("graph_launch_metrics", "12", "23.000", "23.00"),
-        ("python_tracer", "1", "12.000", ""),           # gpu_us: the gap's idle time
+        ("python_tracer", "1", "", ""),                 # the gap's idle is no GPU time
         ("nccl_waits", "2", "8.000", "8.00"),
         ("rocm_unknown_memcpy", "1", "4.000", "4.00"),
     ]
@@ -273,6 +273,7 @@ def test_exact_table_from_a_scratch_folder_written_here(tmp_path):
     assert "9% below" in by["low_confidence"]["detail"]
     assert "launched by graphs" in by["graph_launch_metrics"]["detail"]  # not a refusal too
     assert "$train.py:10 step" in by["python_tracer"]["detail"]
+    assert "overlaps 12.000 us of gaps" in by["python_tracer"]["detail"]
     assert "all-gather.1, all-gather.2" in by["async_labels_missing"]["detail"]
     questions = [x for x in read(out / "trust.csv") if x["section"] == "needs_new_capture"]
     caps = " ".join(x["detail"] for x in questions)

@@ -835,11 +835,20 @@ def steps_ops(ctx: Context) -> list | None:
     return ops
 
 
+def kernel_floor_us(work: list) -> float:
+    """The shortest average kernel time of any instruction in ops.csv `work`: the least time a
+    kernel takes on this GPU, as the capture measures it (0 where no row counts kernels)."""
+    per = [float(o["gpu_us"]) / k for o in work
+           if (k := number(o.get("kernels"))) and number(o.get("gpu_us"))]
+    return min(per, default=0.0)
+
+
 def distances(work: list, total_us: float, roof: list, several: bool) -> tuple[list, list]:
     """Ceilings.cands and Ceilings.no_ceiling of the compute and copy instructions `work` (their
     kernel time summing to `total_us`) against roofline.csv; an instruction is named with its
     program where `several` programs share the step."""
     by_ins = {(r.get("program_id", ""), r["instruction"]): r for r in roof}
+    floor = kernel_floor_us(work)
     cands, no_ceiling = [], []
     for o in work:
         r = by_ins.get((o.get("program_id", ""), o["instruction"]))
@@ -853,9 +862,13 @@ def distances(work: list, total_us: float, roof: list, several: bool) -> tuple[l
                                or "not in roofline.csv", o.get("user_frame", "")))
             continue
         best = number(r.get("best_same_work_pct"))
+        # at its ceiling, but never below its kernels at the shortest kernel time this GPU
+        # shows (a kernel's launch and teardown: a 12-byte add at 0.00% of the bandwidth does
+        # not vanish)
+        least = (number(o.get("kernels")) or 0) * floor / total_us
         cands.append({"instruction": name, "key": (o.get("program_id", ""), o["instruction"]),
                       "share": share, "pct": pct,
-                      "cut": share * max(0.0, 1.0 - pct / 100.0),
+                      "cut": min(share * max(0.0, 1.0 - pct / 100.0), max(0.0, share - least)),
                       "binding": r.get("binding", ""), "user_frame": o.get("user_frame", ""),
                       "method": r.get("method", ""), "ceiling_dtype": r.get("ceiling_dtype", ""),
                       "work": r.get("work", ""), "backend": r.get("backend", ""),
