@@ -624,7 +624,8 @@ def kernel_family(ctx: Context) -> list:
 INSTRUCTION_TIME = (
     "its time in a step is its share of the program's compute and copy kernel time (ops.csv, all "
     "executions and GPUs) times that step's compute time on the GPU that ends it, and never less "
-    "than its kernels at the shortest average kernel time of any instruction in this capture")
+    "than its kernels at the shortest average kernel time of any instruction in this capture "
+    "(where that is a few microseconds: tiny kernels)")
 EXPOSED_PART = (
     "only the share of the step's compute after its last host gap is exposed ({pct:.0f}% in step "
     "{step}); the rest is hidden behind the host and would save time only once the host gaps are "
@@ -745,7 +746,8 @@ def measured_saving(c: dict, exposed_compute: float, target: float | None = None
     target = c["best"] if target is None else target
     if not target or target <= c["pct"]:
         return 0.0
-    return c["share"] * (1.0 - c["pct"] / target) * exposed_compute
+    # never past the distance to the ceiling (`cut`: which keeps the kernels' floor)
+    return min(c["share"] * (1.0 - c["pct"] / target), c["cut"]) * exposed_compute
 
 
 @cause("instruction", INSTRUCTION)

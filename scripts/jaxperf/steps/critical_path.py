@@ -835,12 +835,21 @@ def steps_ops(ctx: Context) -> list | None:
     return ops
 
 
+# A capture shows how short a kernel can be only where it holds tiny kernels: on real GPUs
+# the shortest (a broadcast of a few bytes) take about 0.7 us (the H200 captures in
+# tests/data/h200) to a few us; a capture whose shortest kernels average longer than this
+# shows no floor (none is applied).
+KERNEL_FLOOR_EVIDENCE_US = 5.0
+
+
 def kernel_floor_us(work: list) -> float:
     """The shortest average kernel time of any instruction in ops.csv `work`: the least time a
-    kernel takes on this GPU, as the capture measures it (0 where no row counts kernels)."""
+    kernel takes on this GPU, as the capture measures it (0 where no row counts kernels, or
+    where it is above KERNEL_FLOOR_EVIDENCE_US)."""
     per = [float(o["gpu_us"]) / k for o in work
            if (k := number(o.get("kernels"))) and number(o.get("gpu_us"))]
-    return min(per, default=0.0)
+    least = min(per, default=0.0)
+    return least if least <= KERNEL_FLOOR_EVIDENCE_US else 0.0
 
 
 def distances(work: list, total_us: float, roof: list, several: bool) -> tuple[list, list]:
