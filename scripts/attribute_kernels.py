@@ -630,6 +630,20 @@ def kernels_job(folder: Path, m: Matched) -> Forked:
                   here=len(m.kernels) < FORK_KERNELS_MIN, what="kernels.csv")
 
 
+def declared_kernel_names(programs) -> frozenset:
+    """The kernel names the programs' custom calls declare in their backend configs (a Pallas
+    call's `name`, its kernel function: kernel_names.csv's family for them)."""
+    from jaxperf.cost.custom_costs import attributes
+    out = set()
+    for prog in programs.values():
+        for ins in prog.by_name.values():
+            if ins.opcode == "custom-call" and ins.backend_config:
+                name = attributes(ins.backend_config).get("name")
+                if isinstance(name, str) and name:
+                    out.add(name)
+    return frozenset(out)
+
+
 def write_tables(folder: Path, m: Matched, opts: Options) -> Tables:
     """ops.csv, lines.csv, how.csv, kernel_names.csv and families.csv, which need no steps
     (kernels.csv is kernels_job's; programs.csv add_programs', once steps.csv is there)."""
@@ -642,7 +656,8 @@ def write_tables(folder: Path, m: Matched, opts: Options) -> Tables:
     groups = class_totals(kernels)
     written.append(("how.csv", scratch.write_table(folder, "attribution/how.csv",
                                                    how_rows(groups), stands_for=ATT)))
-    name_rows = kernel_name_rows(kernels, plans_names(m.programs))
+    name_rows = kernel_name_rows(kernels, plans_names(m.programs),
+                                 declared_kernel_names(m.programs))
     written.append(("kernel_names.csv", scratch.write_table(
         folder, "attribution/kernel_names.csv", name_rows, stands_for=ATT)))
     families = family_rows(kernels, name_rows, split_k_reductions(m.programs))

@@ -107,6 +107,7 @@ def test_library_kernels_inside_graphs_go_to_their_custom_calls(h200):
     with open(names / "kernel_names.csv", newline="") as fh:
         family = {row["kernel"]: row["family"] for row in csv.DictReader(fh)}
     assert {family[k["kernel"]] for k in cudnn} == {"attention library"}
+    assert family["_norm_kernel"] == "Pallas / Triton kernel (custom call)"
 
 
 def test_async_wrapped_copies_and_in_place_scatters_cost_what_they_move(h200, tmp_path):

@@ -1812,7 +1812,8 @@ declare(Table(
         col("kernel", "", "", "the kernel name as written"),
         col("family", "", "",
             "`XLA fusion`, `Triton kernel (XLA)`, `library GEMM (cuBLAS / hipBLASLt)`, "
-            "`split-K reduction`, `NCCL/RCCL collective`, `memcpy`, `memset`, `attention "
+            "`split-K reduction`, `NCCL/RCCL collective`, `memcpy`, `memset`, `Pallas / Triton "
+            "kernel (custom call)` (a name a custom call's backend config declares), `attention "
             "library`, `convolution library`, `DNN library (cuDNN / MIOpen)`, `other kernel` "
             "(from the name alone, the first that fits)"),
         col("kernels", "count", "measured", "its GPU events"),

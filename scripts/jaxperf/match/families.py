@@ -22,12 +22,14 @@ CONV_RE = re.compile(r"Im2Col|Im3d2Col|conv(?!ert)", re.IGNORECASE)
 DNN_LIBRARY_RE = re.compile(r"cudnn|miopen", re.IGNORECASE)
 
 
-def kernel_family(name: str, xla_names: set) -> str:
-    """What kind of code a kernel name says it is (no matching involved)."""
+def kernel_family(name: str, xla_names: set, declared: frozenset = frozenset()) -> str:
+    """What kind of code a kernel name says it is (no matching involved): `declared` are the
+    kernel names the programs' custom calls give in their backend configs (Pallas's `name`)."""
     kind = rules.kernel_kind(name)
     norm = km.normalize_kernel_name(name)
     said = ((kind in FAMILY_OF_KIND, FAMILY_OF_KIND.get(kind)),
             (TRITON_RE.match(norm), "Triton kernel (XLA)"),
+            (name in declared or norm in declared, "Pallas / Triton kernel (custom call)"),
             (kind == "gemm", "library GEMM (cuBLAS / hipBLASLt)"),
             (norm in xla_names, "XLA fusion"),
             (ATTENTION_RE.search(norm), "attention library"),
@@ -139,7 +141,7 @@ def plans_names(programs) -> set:
     return out
 
 
-def kernel_name_rows(kernels, xla_names: set) -> list[tuple]:
+def kernel_name_rows(kernels, xla_names: set, declared: frozenset = frozenset()) -> list[tuple]:
     total = sum(k.dur for k in kernels)
     by: dict[str, list] = {}
     for k in kernels:
@@ -152,6 +154,6 @@ def kernel_name_rows(kernels, xla_names: set) -> list[tuple]:
     rows = []
     for name, (n, t, devs) in sorted(by.items(), key=lambda kv: (-kv[1][1], kv[0])):
         g = len(devs)
-        rows.append((name, kernel_family(name, xla_names), n, us(t), pct(t, total), g,
+        rows.append((name, kernel_family(name, xla_names, declared), n, us(t), pct(t, total), g,
                      f"{n / g:.1f}", us(t / g)))
     return rows
