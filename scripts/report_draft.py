@@ -677,9 +677,11 @@ def trust_section(s: Scratch) -> list[str]:
     for r in items:
         out.append(f"| {md_cell(r['item'])} | {num(r['count'], 0)} | {num(r['gpu_us'], 1)} | "
                    f"{num(r['pct_of_gpu_time'], 2)} |")
-    out += ["", ("What each item means" if any(r["detail"] for r in items) else "") +
-            (", and the questions that need a new capture with the capture that answers each"
-             if needs else "") + ": the appendix." if needs or any(r["detail"] for r in items)
+    said = ["what each item means"] if any(r["detail"] for r in items) else []
+    said += ["the questions that need a new capture with the capture that answers each"] \
+        if needs else []
+    said = ", and ".join(said)
+    out += ["", said[:1].upper() + said[1:] + ": the appendix." if said
             else "No question needs a new capture."]
     return out + asked("say which trust items limit the changes above (trust.csv detail)")
 

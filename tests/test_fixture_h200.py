@@ -22,6 +22,21 @@ from jaxperf.read import xplane_reader
 
 DATA = REPO / "tests" / "data" / "h200"
 RUN = "plugins/profile/2026_01_01_00_00_00"
+JOB = REPO / "scripts" / "investigate.py"
+SKIP_STATS = REPO / "analyzing-jax-launch-overhead" / "scripts" / "skip_stats.py"
+
+
+def run(script, capture, out, *args) -> subprocess.CompletedProcess:
+    """One of the bundle's scripts on a capture, writing into `out`; it must succeed."""
+    r = subprocess.run([sys.executable, "-P", str(script), str(capture), "--out", str(out),
+                        *args], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    return r
+
+
+def table(path) -> list[dict]:
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
 
 
 @pytest.fixture(scope="module")
@@ -33,18 +48,14 @@ def h200(tmp_path_factory):
         name = archive.name.removesuffix(".tar.xz")
         with tarfile.open(archive) as tar:
             tar.extractall(root / name, filter="data")
-        r = subprocess.run([sys.executable, "-P", str(REPO / "scripts" / "attribute_kernels.py"),
-                            str(root / name), "--out", str(root / f"{name}.out"), "--no-xprof"],
-                           capture_output=True, text=True, timeout=600)
-        assert r.returncode == 0, r.stderr
+        run(REPO / "scripts" / "attribute_kernels.py", root / name, root / f"{name}.out",
+            "--no-xprof")
         out[name] = root / name
     return out
 
 
 def kernels(h200, name) -> list[dict]:
-    path = h200[name].parent / f"{name}.out" / "attribution" / "kernels.csv"
-    with open(path, newline="") as fh:
-        return list(csv.DictReader(fh))
+    return table(h200[name].parent / f"{name}.out" / "attribution" / "kernels.csv")
 
 
 def program(h200, name):
@@ -104,8 +115,7 @@ def test_library_kernels_inside_graphs_go_to_their_custom_calls(h200):
     assert pallas == {"__gpu$xla.gpu.triton"}
     # and by their names alone (kernel_names.csv): cuDNN's attention kernels are attention
     names = h200["modern-h200-default"].parent / "modern-h200-default.out" / "attribution"
-    with open(names / "kernel_names.csv", newline="") as fh:
-        family = {row["kernel"]: row["family"] for row in csv.DictReader(fh)}
+    family = {row["kernel"]: row["family"] for row in table(names / "kernel_names.csv")}
     assert {family[k["kernel"]] for k in cudnn} == {"attention library"}
     assert family["_norm_kernel"] == "Pallas / Triton kernel (custom call)"
 
@@ -115,13 +125,9 @@ def test_async_wrapped_copies_and_in_place_scatters_cost_what_they_move(h200, tm
     # async-start move their slice (read and written), not the whole buffer four times; the
     # scatter-add into the logits' gradient touches its 8,192 targets, not 256 MiB twice
     out = tmp_path / "job"
-    r = subprocess.run([sys.executable, "-P", str(REPO / "scripts" / "investigate.py"),
-                        str(h200["modern-h200-off"]), "--out", str(out)],
-                       capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr
+    r = run(JOB, h200["modern-h200-off"], out)
     assert "fact check of the draft: every figure found in its table" in r.stdout
-    with open(out / "roofline.csv", newline="") as fh:
-        rows = {row["instruction"]: row for row in csv.DictReader(fh)}
+    rows = {row["instruction"]: row for row in table(out / "roofline.csv")}
     mib64 = 8 * 1024 * 4096 * 2  # one layer's bf16 [8,1024,4096] slice
     assert int(rows["fusion-start.1"]["run_bytes"]) == 2 * mib64 + 4  # + the s32 index
     assert int(rows["fusion-start.20"]["run_bytes"]) == 2 * mib64 + 4
@@ -140,14 +146,9 @@ def test_step_periods_agree_with_the_programs_own_clock(h200, tmp_path):
     kit = json.loads((DATA / "kit-summary.json").read_text())
     for name, capture in h200.items():
         out = tmp_path / name
-        r = subprocess.run([sys.executable, "-P", str(REPO / "analyzing-jax-launch-overhead" /
-                                                      "scripts" / "skip_stats.py"),
-                            str(capture), "--out", str(out)],
-                           capture_output=True, text=True, timeout=600)
-        assert r.returncode == 0, r.stderr
-        with open(out / "steps.csv", newline="") as fh:
-            periods = [float(row["period_us"]) for row in csv.DictReader(fh)
-                       if row["period_us"]]
+        run(SKIP_STATS, capture, out)
+        periods = [float(row["period_us"]) for row in table(out / "steps.csv")
+                   if row["period_us"]]
         walls = kit[name]["step_wall_us"][:len(periods)]
         assert len(periods) == len(kit[name]["step_wall_us"]) - 1
         if name.startswith("multi"):
@@ -158,9 +159,8 @@ def test_step_periods_agree_with_the_programs_own_clock(h200, tmp_path):
             # the gap before each step's first kernel names the host's work in it (XLA's
             # thunk initialisation, which updates the command buffers), not the frames
             # around the execution (jax 0.11.2's "[0] ..." and "CommonPjRt..." names)
-            with open(out / "gaps.csv", newline="") as fh:
-                first = [row["host_events"] for row in csv.DictReader(fh)
-                         if float(row["dur_us"]) > 200]
+            first = [row["host_events"] for row in table(out / "gaps.csv")
+                     if float(row["dur_us"]) > 200]
             assert first and all(h.startswith("Thunks::Initialize=") for h in first)
             assert not [h for h in first if "Executable::" in h]
 
@@ -170,25 +170,19 @@ def test_an_eager_loop_of_many_programs_ranks_dispatch_first(h200, tmp_path):
     # the update's program: 32 executions a step, the GPU busy a tenth of it; the first change
     # is the dispatch between programs, and every execution is counted in every step
     out = tmp_path / "job"
-    r = subprocess.run([sys.executable, "-P", str(REPO / "scripts" / "investigate.py"),
-                        str(h200["multi-h200-default"]), "--out", str(out)],
-                       capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr
-    with open(out / "steps.csv", newline="") as fh:
-        assert {row["executions"] for row in csv.DictReader(fh)} == {"32"}
-    with open(out / "changes.csv", newline="") as fh:
-        first = next(csv.DictReader(fh))
+    run(JOB, h200["multi-h200-default"], out)
+    assert {row["executions"] for row in table(out / "steps.csv")} == {"32"}
+    first = table(out / "changes.csv")[0]
     assert first["cause_kind"] == "dispatch"
-    with open(out / "attribution" / "programs.csv", newline="") as fh:
-        programs = {row["module"]: row for row in csv.DictReader(fh)}
+    programs = {row["module"]: row for row in table(out / "attribution" / "programs.csv")}
     assert programs["jit_grads_jit"]["executions"] == programs["jit_update_jit"]["executions"] \
         == "6"
     # all changes at once leave at least the step's kernels, each no shorter than the shortest
     # average kernel of any instruction here (286 kernels a step of about 1 us: the datasheet
     # rate would leave 154 us, under what 286 kernels take on this GPU)
-    with open(out / "attribution" / "ops.csv", newline="") as fh:
-        floor = min(float(o["gpu_us"]) / int(o["kernels"]) for o in csv.DictReader(fh)
-                    if int(o["kernels"]) and o["category"] in ("compute", "memcpy"))
+    floor = min(float(o["gpu_us"]) / int(o["kernels"]) for o in table(out / "attribution" /
+                                                                     "ops.csv")
+                if int(o["kernels"]) and o["category"] in ("compute", "memcpy"))
     figures = json.loads((out / "changes.json").read_text())["figures"]
     kernels = json.loads((out / "skip_stats.json").read_text())["figures"][
         "kernels_per_step_per_gpu"]["value"]
@@ -203,13 +197,8 @@ def test_the_jobs_options_reach_their_steps_for_a_named_run_folder(h200, tmp_pat
     costs = tmp_path / "costs.csv"
     costs.write_text("match,flops,bytes,kind\n_norm_kernel,4 * in0_d0 * in0_d1,,\n")
     out = tmp_path / "job"
-    r = subprocess.run([sys.executable, "-P", str(REPO / "scripts" / "investigate.py"),
-                        str(h200["modern-h200-default"]), "--out", str(out),
-                        f"--costs={costs}", "--no-xprof"],
-                       capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr
-    with open(out / "roofline.csv", newline="") as fh:
-        (norm,) = [row for row in csv.DictReader(fh) if row["instruction"] == "pallas_call.1"]
+    run(JOB, h200["modern-h200-default"], out, f"--costs={costs}", "--no-xprof")
+    (norm,) = [row for row in table(out / "roofline.csv") if row["instruction"] == "pallas_call.1"]
     assert norm["method"] == "costs table (costs.csv line 2)"
     assert int(norm["run_flops"]) == 4 * 8192 * 1024
     assert "cross-check skipped (--no-xprof)" in \

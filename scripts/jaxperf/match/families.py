@@ -64,13 +64,6 @@ def cause_family(name: str, family: str) -> str | None:
     return None
 
 
-def _through(prog, ins, opcodes=("bitcast",)):
-    """The instruction under a chain of `opcodes` (first operands)."""
-    while ins.opcode in opcodes and ins.operand_ids:
-        ins = prog.instructions[ins.operand_ids[0]]
-    return ins
-
-
 def split_k_reductions(programs) -> set[tuple]:
     """(program id, instruction) of XLA's own split-K reductions, from the program rather than
     kernel names (is_split_k_reduction)."""
@@ -88,14 +81,12 @@ def is_split_k_reduction(prog, ins) -> bool:
     for r in comp.instructions if comp is not None else ():
         if r.opcode != "reduce" or list(r.dimensions) != [0] or not r.operand_ids:
             continue
-        src = _through(prog, prog.instructions[r.operand_ids[0]])
+        src = prog.under(prog.instructions[r.operand_ids[0]])
         if src.opcode != "parameter" or src.parameter_number >= len(ins.operand_ids):
             continue
-        gemm = _through(prog, prog.instructions[ins.operand_ids[src.parameter_number]])
-        gc = prog.computations.get(gemm.called_computation_ids[0]) \
-            if gemm.opcode == "fusion" and gemm.called_computation_ids else None
-        root = prog.instructions.get(gc.root_id) if gc is not None else None
-        root = _through(prog, root, ("bitcast", "convert", "copy")) if root else None
+        gemm = prog.under(prog.instructions[ins.operand_ids[src.parameter_number]])
+        root = prog.called_root(gemm, ("bitcast", "convert", "copy")) \
+            if gemm.opcode == "fusion" else None
         if root is not None and root.opcode == "dot" and \
                 root.dot_dimension_numbers.lhs_batch_dimensions and \
                 list(src.shape.dimensions[:1]) == list(root.shape.dimensions[:1]):

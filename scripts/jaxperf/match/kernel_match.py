@@ -367,18 +367,6 @@ class Plan:
             name = self.kernel_name[ins.name] = sanitize(first)
         return name
 
-    def _root_opcode(self, ins) -> str:
-        """The opcode of a fusion's root, through bitcasts."""
-        comp = self.program.computations.get(ins.called_computation_ids[0]) \
-            if ins.called_computation_ids else None
-        if comp is None:
-            return ""
-        by_id = {i.id: i for i in comp.instructions}
-        root = by_id.get(comp.root_id) or comp.instructions[-1]
-        while root.opcode == "bitcast" and root.operand_ids and root.operand_ids[0] in by_id:
-            root = by_id[root.operand_ids[0]]
-        return root.opcode
-
     def _inner(self, ins) -> list:
         out = []
         for cid in ins.called_computation_ids:
@@ -400,8 +388,9 @@ class Plan:
             inner = [i for i in self._inner(ins) if i.opcode not in NO_LAUNCH_OPCODES]
             if any(i.opcode in COLLECTIVE_OPCODES for i in inner):
                 return [Expect(0, "collective", "", repeat=True)]
-            if len(inner) == 1 and inner[0].opcode == "fusion" and \
-                    self._root_opcode(inner[0]) in ("dynamic-slice", "dynamic-update-slice"):
+            root = self.program.called_root(inner[0]) if len(inner) == 1 and \
+                inner[0].opcode == "fusion" else None
+            if root is not None and root.opcode in ("dynamic-slice", "dynamic-update-slice"):
                 # XLA wraps a fusion in async-start/-done on its own only where it runs as a
                 # device-to-device memcpy (MemcopyAsyncWrapper: the fusions
                 # DynamicMemcpyFusion::GetMemcpyDescriptorForFusion accepts, in

@@ -226,6 +226,22 @@ class Program:
                     if own.get(i) == computation_id]
         return list(self.computations[computation_id].instructions)
 
+    def under(self, ins, opcodes=("bitcast",)):
+        """The instruction under a chain of `opcodes` (first operands)."""
+        while ins.opcode in opcodes and ins.operand_ids and \
+                ins.operand_ids[0] in self.instructions:
+            ins = self.instructions[ins.operand_ids[0]]
+        return ins
+
+    def called_root(self, ins, opcodes=("bitcast",)):
+        """The root of the computation `ins` calls first (a fusion's, an async-start's), under
+        a chain of `opcodes`; None where it calls none."""
+        comp = self.computations.get(ins.called_computation_ids[0]) \
+            if ins.called_computation_ids else None
+        if comp is None or not comp.instructions:
+            return None
+        return self.under(self.instructions.get(comp.root_id) or comp.instructions[-1], opcodes)
+
     @staticmethod
     def trip_count(ins) -> int | None:
         """``known_trip_count`` of a while instruction's backend_config, when present."""
