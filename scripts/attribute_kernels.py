@@ -486,7 +486,7 @@ def run(capture, out: Path, opts: Options) -> tuple[dict, list]:
             m = match_capture(capture, x, opts, tmp)
             t_match = time.perf_counter() - t0
             progress("writing the tables", len(m.kernels), unit="kernels")
-            job = kernels_job(tmp, m)
+            job = m.kernels_csv
             try:
                 tables = write_tables(tmp, m, opts)
                 if opts.steps_when_told:  # step 1 writes steps.csv meanwhile: wait for its end
@@ -575,6 +575,7 @@ class Matched:
     names: dict         # program id -> module name
     sources: Sources
     chosen_text: Forked | None = None  # the chosen program's HLO text, written meanwhile
+    kernels_csv: Forked | None = None  # kernels.csv (kernels_job), written meanwhile
 
 
 def match_capture(capture, x: XPlaneRead, opts: Options, folder: Path | None = None) -> Matched:
@@ -596,20 +597,25 @@ def match_capture(capture, x: XPlaneRead, opts: Options, folder: Path | None = N
         text = Forked(hlo_text_file, folder, chosen, *protos[chosen],
                       here=size < HLO_TEXT_FORK_MIN, what="the HLO text")
     counted: dict = {}
+    job = None
     try:
         programs, plans = attribute(kernels, protos, chosen, notes, counted, built)
         control = sum(1 for k in kernels if k.match == "control")
         kernels = [k for k in kernels if k.match != "control"]
+        sources = Sources(programs, opts.user_re)
+        if folder is not None:  # nothing below changes what kernels.csv says of an event
+            job = kernels_job(folder, kernels, sources)
         names = {pid: name for pid, (name, _) in protos.items()}
         execs = count_executions(x.host, kernels, names,
                                  {key: c["launches"] for key, c in counted.items()},
                                  {key: c["covered"] for key, c in counted.items()})
     except BaseException:
-        if text is not None:
-            text.abort()
+        for child in (text, job):
+            if child is not None:
+                child.abort()
         raise
     return Matched(kernels, cpu, control, protos, unreadable, programs, plans, chosen, notes,
-                   counted, execs, names, Sources(programs, opts.user_re), text)
+                   counted, execs, names, sources, text, job)
 
 
 @dataclasses.dataclass
@@ -622,12 +628,13 @@ class Tables:
     steps_note: str     # read_steps' note
 
 
-def kernels_job(folder: Path, m: Matched) -> Forked:
+def kernels_job(folder: Path, kernels: list, sources: Sources) -> Forked:
     """kernels.csv, the events sorted by device, stream and start (it needs no steps.csv): by a
-    forked child from FORK_KERNELS_MIN events on, while this process writes the rest."""
-    m.kernels.sort(key=lambda k: (str(k.device), k.stream, k.start))
-    return Forked(write_kernels, folder / "kernels.csv", m.kernels, m.sources,
-                  here=len(m.kernels) < FORK_KERNELS_MIN, what="kernels.csv")
+    forked child from FORK_KERNELS_MIN events on, while this process counts the executions and
+    writes the rest."""
+    kernels.sort(key=lambda k: (str(k.device), k.stream, k.start))
+    return Forked(write_kernels, folder / "kernels.csv", kernels, sources,
+                  here=len(kernels) < FORK_KERNELS_MIN, what="kernels.csv")
 
 
 def declared_kernel_names(programs) -> frozenset:
