@@ -918,6 +918,49 @@ def test_phases_cover_the_ops_table(corpus):
     assert all("sgd" in o["op_name"] for o in ops if o["phase"] == "optimizer")
 
 
+def test_matching_in_a_forked_child_is_the_same(tmp_path, monkeypatch):
+    """From FORK_MATCH_MIN events on a forked child matches the later GPUs' events while the
+    step matches the others: every table byte for byte the one-process path's; a child that
+    fails fails the step with its reason and leaves no attribution/."""
+    import attribute_kernels as ak
+
+    from tracekit import capture_inputs
+    example = REPO / "examples" / "minigpt-h100-2gpu-cb"
+    monkeypatch.setenv("JAXTRACE_CORES", "2")  # a core for the child, on any machine
+    matched, by = ak.match_groups, tmp_path / "matched_by"
+
+    def noting(gpu, plans, answers, total=0):  # which process matched which GPUs
+        with open(by, "a") as fh:
+            fh.write(f"{os.getpid()} {' '.join(str(key[0]) for key, _ in gpu)}\n")
+        return matched(gpu, plans, answers, total)
+    monkeypatch.setattr(ak, "match_groups", noting)
+    for fork, out in ((False, tmp_path / "here"), (True, tmp_path / "forked")):
+        by.write_text("")
+        monkeypatch.setattr(ak, "FORK_MATCH_MIN", 0 if fork else 10**9)
+        ak.run(capture_inputs.open_capture(str(example)), out, ak.Options(use_xprof=False))
+        said = [line.split(" ", 1) for line in by.read_text().splitlines()]
+        assert sorted((gpus.strip(), int(pid) == os.getpid()) for pid, gpus in said) == (
+            [("0", True), ("1", False)] if fork else [("", True), ("0 1", True)])
+    here, forked = (tmp_path / d / "attribution" for d in ("here", "forked"))
+    for table in sorted(f.name for f in here.iterdir() if f.suffix in (".csv", ".txt")):
+        if table != "summary.txt":  # it says how long the matching took
+            assert (forked / table).read_bytes() == (here / table).read_bytes(), table
+    result = json.loads((here / "attribute_kernels.json").read_text())
+    assert json.loads((forked / "attribute_kernels.json").read_text())["programs"] == \
+        result["programs"] and result["programs"][0]["executions"] > 0
+
+    def broken(gpu, plans, answers, total=0):
+        if answers:
+            raise ValueError("a plan this matcher cannot read")
+        return matched(gpu, plans, answers, total)
+    monkeypatch.setattr(ak, "FORK_MATCH_MIN", 0)
+    monkeypatch.setattr(ak, "match_groups", broken)
+    with pytest.raises(OSError, match="a plan this matcher cannot read"):
+        ak.run(capture_inputs.open_capture(str(example)), tmp_path / "failed",
+               ak.Options(use_xprof=False))
+    assert not (tmp_path / "failed" / "attribution").exists()
+
+
 def test_kernels_written_by_a_forked_child_are_the_same(tmp_path, monkeypatch):
     """From FORK_KERNELS_MIN events on a forked child writes kernels.csv while the step writes
     the other tables: byte for byte the table of the one-process path; a child that fails fails

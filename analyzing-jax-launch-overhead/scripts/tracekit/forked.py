@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import os
+import pickle
 import sys
 
 # The cores a process of this bundle may use, where the process that started it runs others
@@ -28,6 +28,11 @@ def cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def can_fork() -> bool:
+    """Whether a Forked would fork: os.fork exists and this process may use two cores."""
+    return hasattr(os, "fork") and cores() >= 2
+
+
 def share(at_once: int) -> int:
     """The cores of a process started beside at_once - 1 others like it: its share of these
     (step_cli.child_group says it to the process, CORES_ENV)."""
@@ -35,7 +40,7 @@ def share(at_once: int) -> int:
 
 
 class Forked:
-    """`write(*args)`, which returns its row count (or any value JSON holds), run in a forked
+    """`write(*args)`, which returns its row count (or any value pickle holds), run in a forked
     child: it sees the data as they are at the fork (copy-on-write) while this process goes on
     (a second core); `wait()` gives that value or raises OSError with the child's reason;
     `abort()` stops the child (this process failed or was interrupted). With `here` (a table
@@ -47,7 +52,7 @@ class Forked:
         self.pid = None
         self.n = None
         self.what = what
-        if here or not hasattr(os, "fork") or cores() < 2:
+        if here or not can_fork():
             self.n = write(*args)
             return
         r, w = os.pipe()
@@ -58,7 +63,7 @@ class Forked:
             code = 1
             try:
                 os.close(r)
-                said = json.dumps(write(*args)).encode()
+                said = pickle.dumps(write(*args), pickle.HIGHEST_PROTOCOL)
                 while said:  # a pipe takes a large value a part at a time
                     said = said[os.write(w, said):]
                 code = 0
@@ -85,14 +90,16 @@ class Forked:
         os.close(self.fd)
         _, status = os.waitpid(self.pid, 0)
         self.pid = None
-        text = b"".join(chunks).decode("utf-8", "replace")
+        said = b"".join(chunks)
+        if said.startswith(b"!"):  # a pickle starts with its protocol's byte, never "!"
+            raise OSError(said[1:].decode("utf-8", "replace"))
         try:
-            if os.waitstatus_to_exitcode(status) != 0 or text.startswith("!"):
-                raise ValueError(text)
-            self.n = json.loads(text)
-        except ValueError:
-            raise OSError(text[1:] if text.startswith("!") else
-                          f"the process writing {self.what} ended with status {status}") from None
+            if os.waitstatus_to_exitcode(status) != 0:
+                raise ValueError
+            self.n = pickle.loads(said)
+        except (ValueError, pickle.UnpicklingError, EOFError):
+            raise OSError(f"the process writing {self.what} ended with status {status}") \
+                from None
         return self.n
 
     def abort(self) -> None:
