@@ -182,15 +182,24 @@ def map_executions(execs, launches, owner, names) -> list:
     that start inside it; where executions of other threads run at the same time, only the
     launch threads seen serving this execution thread alone elsewhere count (the runtime
     launches from the executing thread, or on ROCm from a thread of its own per GPU)."""
-    starts = [t[0] for t in launches]
+    n = len(launches)
+    starts = np.fromiter((t[0] for t in launches), np.int64, n)
+    lines = np.fromiter((t[1] for t in launches), np.int64, n)
+    # each call's owners as a code: most calls share one of a few sets
+    table: list = []
+    code_of: dict = {}
+    codes = np.empty(n, np.int64)
+    for x, (_, _, c) in enumerate(launches):
+        s = owner.get(c) or ()
+        key = next(iter(s)) if len(s) == 1 else frozenset(s)
+        code = code_of.get(key)
+        if code is None:
+            code = code_of[key] = len(table)
+            table.append(set(s))
+        codes[x] = code
 
-    def inside(e):
-        lo = bisect.bisect_left(starts, e.start)
-        hi = bisect.bisect_right(starts, e.end)
-        return [launches[i] for i in range(lo, hi)]
-
-    def owners(e, calls):
-        found = set().union(*[owner.get(c, ()) for _, _, c in calls])
+    def owners(e, sel):
+        found = set().union(*[table[c] for c in np.unique(codes[sel]).tolist()])
         return {(pid, dev) for pid, dev in found
                 if (pid == e.program_id if e.program_id is not None
                     else names.get(pid) == e.module)
@@ -200,22 +209,27 @@ def map_executions(execs, launches, owner, names) -> list:
     votes: dict[tuple, int] = {}
     pending = []
     for i, e in enumerate(execs):
-        calls = inside(e)
-        own = [t for t in calls if t[1] == e.line]  # launched from the executing thread
-        found = owners(e, own or calls)
+        # the calls that start inside it
+        calls = np.arange(int(np.searchsorted(starts, e.start, "left")),
+                          int(np.searchsorted(starts, e.end, "right")))
+        own = calls[lines[calls] == e.line]  # launched from the executing thread
+        sel = own if own.size else calls
+        found = owners(e, sel)
         if len(found) == 1:
             out[i] = next(iter(found))
-            for _, ln, c in (own or calls):
-                if owner.get(c) and out[i] in owner[c]:
-                    votes[(ln, e.line)] = votes.get((ln, e.line), 0) + 1
+            ok = [c for c in np.unique(codes[sel]).tolist() if out[i] in table[c]]
+            voted, counts = np.unique(lines[sel[np.isin(codes[sel], ok)]], return_counts=True)
+            for ln, k in zip(voted.tolist(), counts.tolist(), strict=True):
+                votes[(ln, e.line)] = votes.get((ln, e.line), 0) + k
         else:
             pending.append((i, e, calls))
     serves: dict[int, int] = {}  # launch line -> the execution line it serves most
-    for (ln, el), n in sorted(votes.items()):
-        if n > votes.get((ln, serves.get(ln)), 0):
+    for (ln, el), k in sorted(votes.items()):
+        if k > votes.get((ln, serves.get(ln)), 0):
             serves[ln] = el
     for i, e, calls in pending:
-        found = owners(e, [t for t in calls if serves.get(t[1]) == e.line])
+        served = [ln for ln, el in serves.items() if el == e.line]
+        found = owners(e, calls[np.isin(lines[calls], served)])
         if len(found) == 1:
             out[i] = next(iter(found))
     return out
