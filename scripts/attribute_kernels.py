@@ -675,6 +675,7 @@ class Tables:
     progs: list         # program_rows
     groups: dict        # class_totals
     steps_note: str     # read_steps' note
+    totals: dict        # event_totals
 
 
 def kernels_job(folder: Path, kernels: list, sources: Sources) -> Forked:
@@ -703,29 +704,29 @@ def declared_kernel_names(programs) -> frozenset:
 def write_tables(folder: Path, m: Matched, opts: Options) -> Tables:
     """ops.csv, lines.csv, how.csv, kernel_names.csv and families.csv, which need no steps
     (kernels.csv is kernels_job's; programs.csv add_programs', once steps.csv is there)."""
-    kernels = m.kernels
+    totals = event_totals(m.kernels)
     written: list = []
-    ops = op_totals(kernels, opts.program)
+    ops = op_totals(totals, opts.program)
     written += write_op_and_line_tables(folder, ops, m.programs, m.sources,
-                                        sum(k.dur for k in kernels),
+                                        sum(ps for _, ps in totals.values()),
                                         instruction_runs(m.plans, m.execs))
-    groups = class_totals(kernels)
+    groups = class_totals(totals)
     written.append(("how.csv", scratch.write_table(folder, "attribution/how.csv",
                                                    how_rows(groups), stands_for=ATT)))
-    name_rows = kernel_name_rows(kernels, plans_names(m.programs),
+    name_rows = kernel_name_rows(totals, plans_names(m.programs),
                                  declared_kernel_names(m.programs))
     written.append(("kernel_names.csv", scratch.write_table(
         folder, "attribution/kernel_names.csv", name_rows, stands_for=ATT)))
-    families = family_rows(kernels, name_rows, split_k_reductions(m.programs))
+    families = family_rows(totals, name_rows, split_k_reductions(m.programs))
     written.append(("families.csv", scratch.write_table(
         folder, "attribution/families.csv", families, stands_for=ATT)))
-    return Tables(written, ops, [], groups, "")
+    return Tables(written, ops, [], groups, "", totals)
 
 
 def add_programs(folder: Path, m: Matched, tables: Tables, steps: tuple) -> None:
     """programs.csv, with each program's steps (`steps`: read_steps'), placed in
     tables.written after ops.csv and lines.csv."""
-    tables.progs = program_rows(m.kernels, m.names, m.execs, steps[0])
+    tables.progs = program_rows(m.kernels, tables.totals, m.names, m.execs, steps[0])
     tables.steps_note = steps[1]
     at = next(i for i, (f, _) in enumerate(tables.written) if f == "how.csv")
     tables.written.insert(at, ("programs.csv", scratch.write_table(
@@ -791,24 +792,44 @@ def write_result(folder: Path, result: dict, written: list) -> list:
     return [("summary.txt", len(lines)), (RESULT_FILE, None)] + written
 
 
-def op_totals(kernels, only=None) -> dict:
+def event_totals(kernels) -> dict:
+    """The events summed by all that the tables and the result tell apart: (program id,
+    instruction, kernel name, device, category, match class, why, placed with low confidence,
+    in a graph) -> [events, ps], each key where its first event is. One pass over the events:
+    every table but kernels.csv is a sum over these (a few thousand keys at the seed's size)."""
+    out: dict[tuple, list] = {}
+    low_conf = km.LOW_CONFIDENCE
+    for k in kernels:
+        ins = k.instruction
+        key = (k.program_id, ins, k.name, k.device, k.category, k.match, k.why,
+               bool(ins) and k.confidence < low_conf, k.graph)
+        e = out.get(key)
+        if e is None:
+            out[key] = [1, k.dur]
+        else:
+            e[0] += 1
+            e[1] += k.dur
+    return out
+
+
+def op_totals(totals: dict, only=None) -> dict:
     """(program id, instruction) -> [kernels, GPU ps, category] over the attributed kernels of
-    every program (of program `only` where given); the category is that of the kernels holding
-    most of the instruction's time (a fused-attention call's fill kernel does not make it a
-    copy)."""
+    every program (of program `only` where given; `totals`: event_totals'); the category is that
+    of the kernels holding most of the instruction's time (a fused-attention call's fill kernel
+    does not make it a copy)."""
     ops: dict[tuple, list] = {}
     by_category: dict[tuple, dict] = {}
-    for k in kernels:
-        if k.instruction and (only is None or k.program_id == only):
-            key = (k.program_id, k.instruction)
+    for (pid, ins, _, _, category, *_), (n, ps) in totals.items():
+        if ins and (only is None or pid == only):
+            key = (pid, ins)
             o = ops.get(key)
             if o is None:
-                o = ops[key] = [0, 0, k.category]
+                o = ops[key] = [0, 0, category]
                 by_category[key] = {}
-            o[0] += 1
-            o[1] += k.dur
+            o[0] += n
+            o[1] += ps
             cats = by_category[key]
-            cats[k.category] = cats.get(k.category, 0) + k.dur
+            cats[category] = cats.get(category, 0) + ps
     for key, cats in by_category.items():
         if len(cats) > 1:
             ops[key][2] = max(sorted(cats), key=lambda c: cats[c])
@@ -910,27 +931,29 @@ def phase_rows(op_rows: list, ops: dict, attributed: int, gpu_time: int) -> list
              said.get(p, "")) for p, a in at.items()]
 
 
-def program_rows(kernels, programs_names: dict, execs: dict, steps) -> list[dict]:
+def program_rows(kernels, totals: dict, programs_names: dict, execs: dict,
+                 steps) -> list[dict]:
     """One entry per program with GPU events, and one for the events of no program (OUTSIDE),
-    by GPU time descending (programs.csv; attribute_kernels.json `programs`)."""
-    total = sum(k.dur for k in kernels)
+    by GPU time descending (programs.csv; attribute_kernels.json `programs`). `totals`:
+    event_totals'; `kernels`, read only for the steps each program's events start in."""
+    total = sum(ps for _, ps in totals.values())
     by: dict = {}
-    for k in kernels:
-        e = by.get(k.program_id)
+    for (pid, ins, _, dev, *_), (n, ps) in totals.items():
+        e = by.get(pid)
         if e is None:
-            e = by[k.program_id] = {"kernels": 0, "ps": 0, "attributed": 0, "gpus": set(),
-                                    "steps": set()}
-        e["kernels"] += 1
-        e["ps"] += k.dur
-        if k.instruction:
-            e["attributed"] += k.dur
-        e["gpus"].add(k.device)
-        if steps is not None:
-            st = steps.get(k.device)
-            if st:
-                i = bisect.bisect_right(st[0], k.start) - 1
-                if i >= 0 and k.start < st[1][i][1]:
-                    e["steps"].add(st[1][i][0])
+            e = by[pid] = {"kernels": 0, "ps": 0, "attributed": 0, "gpus": set(),
+                           "steps": set()}
+        e["kernels"] += n
+        e["ps"] += ps
+        if ins:
+            e["attributed"] += ps
+        e["gpus"].add(dev)
+    for k in kernels if steps is not None else ():
+        st = steps.get(k.device)
+        if st:
+            i = bisect.bisect_right(st[0], k.start) - 1
+            if i >= 0 and k.start < st[1][i][1]:
+                by[k.program_id]["steps"].add(st[1][i][0])
     out = []
     for pid, e in by.items():
         gpus = sorted(e["gpus"], key=str)
@@ -1008,22 +1031,21 @@ def read_steps(out: Path, files) -> tuple[dict | None, str]:
         "its GPU events starts inside that step's window on its GPU"
 
 
-def class_totals(kernels) -> dict:
-    """program id (and "all") -> class -> [kernels, ps, low-confidence kernels, their ps]."""
+def class_totals(totals: dict) -> dict:
+    """program id (and "all") -> class -> [kernels, ps, low-confidence kernels, their ps]
+    (`totals`: event_totals')."""
     groups: dict = {}
-    low_conf = km.LOW_CONFIDENCE
-    for k in kernels:
-        low = bool(k.instruction) and k.confidence < low_conf
-        for key in (OUTSIDE if k.program_id is None else k.program_id, "all"):
+    for (pid, _, _, _, _, match, _, low, _), (n, ps) in totals.items():
+        for key in (OUTSIDE if pid is None else pid, "all"):
             g = groups.get(key)
             if g is None:
                 g = groups[key] = {c: [0, 0, 0, 0] for c in CLASSES}
-            e = g[k.match]
-            e[0] += 1
-            e[1] += k.dur
+            e = g[match]
+            e[0] += n
+            e[1] += ps
             if low:
-                e[2] += 1
-                e[3] += k.dur
+                e[2] += n
+                e[3] += ps
     return groups
 
 
@@ -1050,15 +1072,16 @@ def build_result(*, files, m: Matched, tables: Tables, coverage, opts, refusals:
                  hlo_names: dict, timing: dict) -> dict:
     """Everything summary.txt says, and more, as data (fields: references/scratch-layout.md).
     Adds a refusal for the kernels of programs whose HLO the capture does not hold."""
-    kernels, groups, chosen = m.kernels, tables.groups, m.chosen
-    total = sum(k.dur for k in kernels)
-    fig = kernel_figures(kernels, groups["all"], total)
+    totals, groups, chosen = tables.totals, tables.groups, m.chosen
+    total = sum(ps for _, ps in totals.values())
+    fig = kernel_figures(totals, groups["all"], total)
     cov, check = coverage_check(fig, coverage, total, opts)
-    unsaved = [k for k in kernels if k.program_id is not None and k.program_id not in m.protos]
-    missing = [k for k in unsaved if k.program_id not in m.unreadable]
+    unsaved = [(key[0], n, ps) for key, (n, ps) in totals.items()
+               if key[0] is not None and key[0] not in m.protos]
+    missing = [u for u in unsaved if u[0] not in m.unreadable]
     if missing:
-        refusals.append(f"cannot attribute {len(missing)} kernels because their programs "
-                        f"{sorted({k.program_id for k in missing})} have no HLO in the capture")
+        refusals.append(f"cannot attribute {sum(u[1] for u in missing)} kernels because their "
+                        f"programs {sorted({u[0] for u in missing})} have no HLO in the capture")
     return {
         "step": "attribute_kernels", "status": "done",
         "capture": {"xplane": scratch.identity(files.xplane), "host": files.host,
@@ -1068,12 +1091,12 @@ def build_result(*, files, m: Matched, tables: Tables, coverage, opts, refusals:
         "figures": fig,
         "classes": {"all": _classes_json(groups["all"]),
                     **({str(chosen): _classes_json(groups[chosen])} if chosen in groups else {})},
-        "none": none_entries(kernels),
-        "no_hlo": {"kernels": len(unsaved),
-                   "pct_of_gpu_time": round(100.0 * sum(k.dur for k in unsaved) / total, 2)
+        "none": none_entries(totals),
+        "no_hlo": {"kernels": sum(u[1] for u in unsaved),
+                   "pct_of_gpu_time": round(100.0 * sum(u[2] for u in unsaved) / total, 2)
                    if total else 0,
-                   "programs": sorted({k.program_id for k in unsaved})} if unsaved else None,
-        "collectives_by_order": collectives_by_order(kernels),
+                   "programs": sorted({u[0] for u in unsaved})} if unsaved else None,
+        "collectives_by_order": collectives_by_order(m.kernels),
         "source": source_counts(tables.ops, m.sources),
         "coverage": cov, "checks": [check], "refusals": refusals,
         "low_confidence_below": km.LOW_CONFIDENCE,
@@ -1107,25 +1130,26 @@ def collectives_by_order(kernels) -> dict:
     return {"kernels": n, "gpu_us": us, "labels": sorted(labels)}
 
 
-def kernel_figures(kernels, g: dict, total: int) -> dict:
-    """The result's figures on every event: counts, kernel time, the share attributed to an
-    instruction (`g`: class_totals' "all" group; total: every event's ps) and the attributed
-    kernels placed with low confidence."""
+def kernel_figures(totals: dict, g: dict, total: int) -> dict:
+    """The result's figures on every event (`totals`: event_totals'): counts, kernel time, the
+    share attributed to an instruction (`g`: class_totals' "all" group; total: every event's
+    ps) and the attributed kernels placed with low confidence."""
     none_ps = g["none"][1]
     ours = round(100.0 * (total - none_ps) / total, 2) if total else 0.0
     fig = {
-        "kernels": scratch.figure(len(kernels), "count", "measured"),
-        "devices": scratch.figure(len({k.device for k in kernels}), "count", "measured"),
+        "kernels": scratch.figure(sum(n for n, _ in totals.values()), "count", "measured"),
+        "devices": scratch.figure(len({key[3] for key in totals}), "count", "measured"),
         "kernel_time_us": scratch.figure(rules.us_value(total), "us", "measured"),
-        "graph_kernels": scratch.figure(sum(1 for k in kernels if k.graph), "count", "measured"),
+        "graph_kernels": scratch.figure(sum(n for key, (n, _) in totals.items() if key[8]),
+                                        "count", "measured"),
         "attributed_pct_of_gpu_time": scratch.figure(ours, "pct", "inferred"),
     }
-    attributed_all = [k for k in kernels if k.instruction]
-    t_att = sum(k.dur for k in attributed_all)
-    low = [k for k in attributed_all if k.confidence < km.LOW_CONFIDENCE]
-    fig["low_confidence_kernels"] = scratch.figure(len(low), "count", "inferred")
+    t_att = sum(ps for key, (_, ps) in totals.items() if key[1])
+    low = [(n, ps) for key, (n, ps) in totals.items() if key[1] and key[7]]
+    fig["low_confidence_kernels"] = scratch.figure(sum(n for n, _ in low), "count", "inferred")
     fig["low_confidence_pct_of_all_attributed"] = scratch.figure(
-        round(100.0 * sum(k.dur for k in low) / t_att, 2) if t_att else 0.0, "pct", "inferred")
+        round(100.0 * sum(ps for _, ps in low) / t_att, 2) if t_att else 0.0, "pct",
+        "inferred")
     return fig
 
 
@@ -1150,21 +1174,22 @@ def coverage_check(fig: dict, coverage, total: int, opts) -> tuple[dict, dict]:
                  "detail": f"ours {ours:.2f}%, XProf's {theirs:.2f}%"}
 
 
-def none_entries(kernels) -> list[dict]:
+def none_entries(totals: dict) -> list[dict]:
     """Per reason an event was left unattributed (NONE_REASONS): its kernels, time and the
-    five kernel names with the most time."""
+    five kernel names with the most time (`totals`: event_totals')."""
     none = []
     for why, label in NONE_REASONS:
-        ks = [k for k in kernels if k.match == "none" and k.why == why]
-        if not ks:
-            continue
         top: dict[str, list] = {}
-        for k in ks:
-            e = top.setdefault(k.name, [0, 0])
-            e[0] += 1
-            e[1] += k.dur
-        none.append({"why": why or "unmatched", "label": label, "kernels": len(ks),
-                     "gpu_us": rules.us_value(sum(k.dur for k in ks)),
+        for (_, _, name, _, _, match, reason, *_), (n, ps) in totals.items():
+            if match == "none" and reason == why:
+                e = top.setdefault(name, [0, 0])
+                e[0] += n
+                e[1] += ps
+        if not top:
+            continue
+        none.append({"why": why or "unmatched", "label": label,
+                     "kernels": sum(n for n, _ in top.values()),
+                     "gpu_us": rules.us_value(sum(ps for _, ps in top.values())),
                      "largest": [{"kernel": n, "count": c, "gpu_us": rules.us_value(t)}
                                  for n, (c, t) in sorted(top.items(),
                                                          key=lambda kv: -kv[1][1])[:5]]})

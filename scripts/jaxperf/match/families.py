@@ -94,27 +94,26 @@ def is_split_k_reduction(prog, ins) -> bool:
     return False
 
 
-def family_rows(kernels, name_rows, split_k: set = frozenset()) -> list[tuple]:
+def family_rows(totals: dict, name_rows, split_k: set = frozenset()) -> list[tuple]:
     """families.csv: per family of cause_family, its kernels, distinct names, GPU time and share,
     the instructions (program id, instruction) its attributed kernels span, the programs, and the
-    largest instructions by its time (`<program_id>:<instruction>=us`). `split_k`: XLA's own
+    largest instructions by its time (`<program_id>:<instruction>=us`). `totals`: step 4's
+    event_totals ((program id, instruction, name, ...) -> [events, ps]); `split_k`: XLA's own
     split-K reductions (split_k_reductions), counted as split-K whatever their kernels' names."""
     family_of = {r[0]: cause_family(r[0], r[1]) for r in name_rows}
-    total = sum(k.dur for k in kernels)
+    total = sum(ps for _, ps in totals.values())
     per: dict[str, dict] = {}
-    for k in kernels:
-        fam = "split-K reduction" if (k.program_id, k.instruction) in split_k else \
-            family_of.get(k.name)
+    for (pid, ins, name, *_), (n, ps) in totals.items():
+        fam = "split-K reduction" if (pid, ins) in split_k else family_of.get(name)
         if fam is None:
             continue
         f = per.setdefault(fam, {"n": 0, "t": 0, "names": set(), "ins": {}, "progs": set()})
-        f["n"] += 1
-        f["t"] += k.dur
-        f["names"].add(k.name)
-        if k.instruction:
-            key = (k.program_id, k.instruction)
-            f["ins"][key] = f["ins"].get(key, 0) + k.dur
-            f["progs"].add(k.program_id)
+        f["n"] += n
+        f["t"] += ps
+        f["names"].add(name)
+        if ins:
+            f["ins"][(pid, ins)] = f["ins"].get((pid, ins), 0) + ps
+            f["progs"].add(pid)
     rows = []
     for fam, f in sorted(per.items(), key=lambda kv: (-kv[1]["t"], kv[0])):
         top = sorted(f["ins"].items(), key=lambda kv: (-kv[1], str(kv[0])))
@@ -132,16 +131,19 @@ def plans_names(programs) -> set:
     return out
 
 
-def kernel_name_rows(kernels, xla_names: set, declared: frozenset = frozenset()) -> list[tuple]:
-    total = sum(k.dur for k in kernels)
+def kernel_name_rows(totals: dict, xla_names: set,
+                     declared: frozenset = frozenset()) -> list[tuple]:
+    """kernel_names.csv's rows from step 4's event_totals ((program id, instruction, name,
+    device, ...) -> [events, ps])."""
+    total = sum(ps for _, ps in totals.values())
     by: dict[str, list] = {}
-    for k in kernels:
-        e = by.get(k.name)
+    for (_, _, name, dev, *_), (n, ps) in totals.items():
+        e = by.get(name)
         if e is None:
-            e = by[k.name] = [0, 0, set()]
-        e[0] += 1
-        e[1] += k.dur
-        e[2].add(k.device)
+            e = by[name] = [0, 0, set()]
+        e[0] += n
+        e[1] += ps
+        e[2].add(dev)
     rows = []
     for name, (n, t, devs) in sorted(by.items(), key=lambda kv: (-kv[1][1], kv[0])):
         g = len(devs)
