@@ -438,7 +438,8 @@ def xprof_coverage(pending, copy: Path) -> tuple[float | None, float, str]:
 # ---------------------------------------------------------------- writers
 
 def write_kernels(path: Path, kernels, sources) -> int:
-    """kernels.csv, the large table: strings repeat, so each is quoted once."""
+    """kernels.csv, the large table: strings repeat, so each is quoted once, and the cells an
+    instruction's events share are formatted once per instruction."""
     quoted: dict = {}
 
     def q(v):
@@ -446,23 +447,27 @@ def write_kernels(path: Path, kernels, sources) -> int:
         if r is None:
             r = quoted[v] = scratch.quote(v)
         return r
-    src: dict = {}
+    mids: dict = {}   # hlo_op .. match, the cells between the correlation id and confidence
+    tails: dict = {}  # op_name .. graph, the cells after the confidence
     with open(path, "w", newline="", encoding="utf-8") as fh:
         fh.write(scratch.header("attribution/kernels.csv"))  # the row below, in its order
         buf = []
         for k in kernels:
-            key = (k.program_id, k.instruction)
-            tail = src.get(key)
+            key = (k.hlo_op, k.program_id, k.instruction, k.inner, k.match)
+            mid = mids.get(key)
+            if mid is None:
+                mid = mids[key] = (f",{q(k.hlo_op or '')},"
+                                   f"{'' if k.program_id is None else k.program_id},"
+                                   f"{q(k.instruction)},{q(k.inner)},{k.match},")
+            key = (k.program_id, k.instruction, k.category, k.graph)
+            tail = tails.get(key)
             if tail is None:
                 opn, source, user = sources.get(k.program_id, k.instruction)
-                tail = src[key] = (f"{q(k.instruction)},", f",{q(opn)},{q(source)},{q(user)}")
-            conf = f"{k.confidence:.3f}" if k.instruction else "0"
+                tail = tails[key] = (f",{q(opn)},{q(source)},{q(user)},{k.category},"
+                                     f"{1 if k.graph else 0}\n")
             buf.append(f"{k.device},{k.stream},{k.start / 1e6:.3f},{k.dur / 1e6:.3f},"
-                       f"{quoted.get(k.name) or q(k.name)},{'' if k.corr is None else k.corr},"
-                       f"{quoted.get(k.hlo_op or '') or q(k.hlo_op or '')},"
-                       f"{'' if k.program_id is None else k.program_id},"
-                       f"{tail[0]}{q(k.inner)},{k.match},{conf}{tail[1]},{k.category},"
-                       f"{1 if k.graph else 0}\n")
+                       f"{quoted.get(k.name) or q(k.name)},{'' if k.corr is None else k.corr}"
+                       f"{mid}{f'{k.confidence:.3f}' if k.instruction else '0'}{tail}")
             if len(buf) >= 10_000:
                 fh.write("".join(buf))
                 buf.clear()
