@@ -92,6 +92,10 @@ def test_graph_capture_attributes_each_kernel_as_the_capture_without_graphs(h200
     copies = {k["instruction"] for k in cb if k["kernel"] == "memcpy32_post"}
     prog = program(h200, "minigpt-h200-default")
     assert {prog.by_name[c].opcode for c in copies} <= {"async-start", "copy"}
+    # consecutive graph kernels overlap at their boundaries here (by up to a third of the
+    # earlier one) while they run in the schedule's order: no placement loses confidence for
+    # it (it did: 36% of the attributed time below the threshold, every placement right)
+    assert all(float(k["confidence"]) >= 0.6 for k in cb)
 
 
 def test_library_kernels_inside_graphs_go_to_their_custom_calls(h200):

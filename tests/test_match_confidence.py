@@ -148,8 +148,9 @@ def test_swapped_named_kernels_are_put_back_by_their_names(captures, name, reque
 def test_alike_kernels_of_unordered_slots_share_their_confidence(shared, captures):
     """One launch, unperturbed, with two kernels of one name (XLA's kernel reuse) in slots the
     data flow leaves unordered: confident while the launch runs its events one after another on
-    one stream (as recorded, in the schedule's order); below the threshold once the capture shows
-    them running at once, the placement right either way."""
+    one stream (as recorded, in the schedule's order), the second starting before the first
+    ends as on real GPUs (a third of its duration: kernel_match.AT_ONCE_SHARE); below the
+    threshold once the capture shows them running at once, the placement right either way."""
     r, out = captures("nvidia-maxtext-8gpu")
     plan, items, want = _inputs(r.xplane, out)
     first = next(i for i in range(len(items) - 1)
@@ -158,10 +159,13 @@ def test_alike_kernels_of_unordered_slots_share_their_confidence(shared, capture
                  not plan.ordered(want[items[i].index], want[items[i + 1].index]))
     corr = items[first].corr
     launch = [i for i, x in enumerate(items) if x.corr == corr]
-    for at_once in (False, True):
+    for at_once, overlap in ((False, False), (False, True), (True, True)):
         pert = [fresh(x) for x in items]
+        a, b = pert[first], pert[first + 1]
         if at_once:
-            pert[first + 1].start = pert[first].start + 1  # starts before the first one ends
+            b.start = a.start + 1  # starts as the first one starts
+        elif overlap:  # starts as the first is two thirds done (consecutive kernels overlap)
+            b.start = a.start + a.dur * 2 // 3
         km.match(plan, pert)
         assert [pert[i].instruction for i in launch] == [want[i] for i in launch]
         pair = (pert[first].confidence, pert[first + 1].confidence)
