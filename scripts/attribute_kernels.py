@@ -606,9 +606,8 @@ def read_xplane(capture, let_go: bool = False) -> XPlaneRead:
                                  "thunk events: there are no kernels to attribute")
     read = XPlaneRead(kernels, cpu, (execs, calls), protos, xplane_reader.stream_totals(space))
     if let_go:
-        del space
         capture.cache.pop("space", None)
-        gc.collect()  # its planes and lines refer to each other
+        space.let_go()
     return read
 
 

@@ -842,6 +842,33 @@ def test_splitk_programs_count_executions_from_the_host(corpus):
     assert float(progs["17"]["kernels_per_execution"]) == round(kernels / steps, 2)
 
 
+def test_a_process_of_its_own_lets_the_decoded_xplane_go_at_once():
+    """Read in a process of its own (let_go), the decoded xplane is freed as soon as its events
+    are collected, with no collection of every object (the step runs with gc disabled): its
+    planes and lines refer to each other, so only breaking those references does it."""
+    import gc
+    import weakref
+
+    import attribute_kernels as ak
+
+    from jaxperf.read import xplane_reader
+    from tracekit import capture_inputs
+    cap = capture_inputs.open_capture(str(REPO / "examples" / "minigpt-h100-2gpu-cb"))
+    space = xplane_reader.space_of(cap)
+    refs = [weakref.ref(p) for p in space.planes] + [weakref.ref(p.events)
+                                                     for p in space.gpu_planes()]
+    del space
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        x = ak.read_xplane(cap, let_go=True)
+        assert x.kernels and "space" not in cap.cache
+        assert [r for r in refs if r() is not None] == [], "a plane outlived its reading"
+    finally:
+        if was:
+            gc.enable()
+
+
 def test_launch_count_ignores_split_k_and_optional_events(shared):
     """Without host events, executions come from the launches: the gemm capture's one-GEMM
     programs give 3 each (the alignment's coverage said 1.5), the conv3d one 5 per GPU."""
