@@ -199,8 +199,10 @@ def choose_program(kernels, programs, requested, unreadable=None) -> tuple[int, 
 
 
 def attribute(kernels, programs, chosen, notes: list, counted: dict,
-              built: dict | None = None) -> tuple[dict, dict]:
-    """Match every kernel; return the programs wrapped and their plans. Fills `counted`:
+              built: dict | None = None) -> tuple[dict, dict, dict]:
+    """Match every kernel; return the programs wrapped, their plans and, per (program id,
+    device) with events, the correlation ids of its GPU events (count_executions'
+    `launched`; a CPU capture's thunks have none to give). Fills `counted`:
     (program id, device) -> {"launches": executions from the launches or None, "covered":
     executions the alignment covered, "events": events launched by the program,
     "expected_min", "expected_max": events one execution expects (required only, and all)}.
@@ -211,7 +213,8 @@ def attribute(kernels, programs, chosen, notes: list, counted: dict,
     wrapped = dict(built or {})
     plans: dict = {}
     assign_programs(kernels, programs, chosen)
-    groups = sorted(by_device_and_program(kernels, programs).items(), key=lambda kv: str(kv[0]))
+    by, unsaved = by_device_and_program(kernels, programs)
+    groups = sorted(by.items(), key=lambda kv: str(kv[0]))
     gpu = []
     for (dev, pid), ks in groups:
         if pid not in wrapped:
@@ -248,7 +251,12 @@ def attribute(kernels, programs, chosen, notes: list, counted: dict,
         child.abort()
         raise
     counted.update(((pid, dev), entries[(dev, pid)]) for (dev, pid), _ in gpu)
-    return wrapped, plans
+    launched = {key: entry.pop("corrs") for key, entry in counted.items()}
+    for k in unsaved:
+        ids = launched.setdefault((k.program_id, k.device), set())
+        if k.corr is not None:
+            ids.add(k.corr)
+    return wrapped, plans, launched
 
 
 def match_groups(gpu: list, plans: dict, answers: bool, total: int = 0):
@@ -268,7 +276,8 @@ def match_groups(gpu: list, plans: dict, answers: bool, total: int = 0):
         entry = {"launches": km.launch_executions(plan, ks), "covered": covered,
                  "events": sum(1 for k in ks if k.why != "outside"),
                  "expected_min": sum(1 for e in plan.events if not e.optional),
-                 "expected_max": len(plan.events)}
+                 "expected_max": len(plan.events),
+                 "corrs": {k.corr for k in ks} - {None}}
         if not answers:
             out[key] = entry
             continue
@@ -277,19 +286,21 @@ def match_groups(gpu: list, plans: dict, answers: bool, total: int = 0):
     return out
 
 
-def by_device_and_program(kernels, programs) -> dict[tuple, list]:
+def by_device_and_program(kernels, programs) -> tuple[dict, list]:
     """(device, program id) -> its events, for the events of a program whose HLO the capture
-    holds; the events of a program without it are answered none ("no hlo") here, argument
-    copies (no program) left as they are."""
+    holds; and the events of the programs without it, answered none ("no hlo") here (argument
+    copies, of no program, left as they are)."""
     by: dict[tuple, list] = {}
+    unsaved = []
     for k in kernels:
         if k.program_id is None:
             continue  # an argument copy: launched by no program
         if k.program_id not in programs:
             k.match, k.why = "none", "no hlo"  # its program's HLO is not in the capture
+            unsaved.append(k)
             continue
         by.setdefault((k.device, k.program_id), []).append(k)
-    return by
+    return by, unsaved
 
 
 def answer_cpu_thunks(ks, prog) -> None:
@@ -652,14 +663,18 @@ def match_capture(capture, x: XPlaneRead, opts: Options, folder: Path | None = N
     counted: dict = {}
     job = None
     try:
-        programs, plans = attribute(kernels, protos, chosen, notes, counted, built)
-        control = sum(1 for k in kernels if k.match == "control")
-        kernels = [k for k in kernels if k.match != "control"]
+        programs, plans, launched = attribute(kernels, protos, chosen, notes, counted, built)
+        control = 0
+        if cpu:  # control thunks (a while's, a call's) are left out: their bodies' count
+            control = sum(1 for k in kernels if k.match == "control")
+            kernels = [k for k in kernels if k.match != "control"]
+            launched = {(k.program_id, k.device): set() for k in kernels
+                        if k.program_id is not None}
         sources = Sources(programs, opts.user_re)
         if folder is not None:  # nothing below changes what kernels.csv says of an event
             job = kernels_job(folder, kernels, sources)
         names = {pid: name for pid, (name, _) in protos.items()}
-        execs = count_executions(x.host, kernels, names,
+        execs = count_executions(x.host, launched, names,
                                  {key: c["launches"] for key, c in counted.items()},
                                  {key: c["covered"] for key, c in counted.items()})
     except BaseException:

@@ -177,25 +177,26 @@ def host_record(space) -> tuple[list[HostExecution], list[tuple], set]:
 
 def map_executions(execs, launches, owner, names) -> list:
     """Each host execution's (program id, device), or None where it cannot be told. `owner`:
-    correlation id -> {(program id, device)} of the events it launched; `names`: program id ->
-    module name. An execution is the one program of its module name among the launch calls
-    that start inside it; where executions of other threads run at the same time, only the
-    launch threads seen serving this execution thread alone elsewhere count (the runtime
-    launches from the executing thread, or on ROCm from a thread of its own per GPU)."""
+    (first, more): correlation id -> the (program id, device) of the events it launched, and of
+    the ids that launched events of several, their set; `names`: program id -> module name. An
+    execution is the one program of its module name among the launch calls that start inside
+    it; where executions of other threads run at the same time, only the launch threads seen
+    serving this execution thread alone elsewhere count (the runtime launches from the
+    executing thread, or on ROCm from a thread of its own per GPU)."""
     n = len(launches)
     starts = np.fromiter((t[0] for t in launches), np.int64, n)
     lines = np.fromiter((t[1] for t in launches), np.int64, n)
     # each call's owners as a code: most calls share one of a few sets
+    first, more = owner
     table: list = []
     code_of: dict = {}
     codes = np.empty(n, np.int64)
     for x, (_, _, c) in enumerate(launches):
-        s = owner.get(c) or ()
-        key = next(iter(s)) if len(s) == 1 else frozenset(s)
+        key = frozenset(more[c]) if c in more else first.get(c)
         code = code_of.get(key)
         if code is None:
             code = code_of[key] = len(table)
-            table.append(set(s))
+            table.append(set(key) if c in more else {key} if key is not None else set())
         codes[x] = code
 
     def owners(e, sel):
@@ -235,7 +236,7 @@ def map_executions(execs, launches, owner, names) -> list:
     return out
 
 
-def count_executions(host: tuple, kernels, names: dict, launches_counted: dict,
+def count_executions(host: tuple, launched: dict, names: dict, launches_counted: dict,
                      covered: dict) -> dict:
     """(program id, device) -> {executions, from, host_us, host_executions}: from the host's
     execution events where they map to the program (`host execution events`), else from its
@@ -246,14 +247,17 @@ def count_executions(host: tuple, kernels, names: dict, launches_counted: dict,
     host can record executions whose kernels fall outside the device trace. host_us: the
     mapped events' summed duration (ExecuteThunks where recorded, else the module event; None:
     not recorded)."""
-    owner: dict = {}
-    for k in kernels:
-        if k.program_id is not None and k.corr is not None and not k.cpu:
-            owner.setdefault(k.corr, set()).add((k.program_id, k.device))
+    first: dict = {}  # correlation id -> the (program id, device) of its events
+    more: dict = {}   # ... and where it launched events of several, their set
+    for key, ids in launched.items():
+        twice = ids & first.keys()
+        for c in twice:
+            more.setdefault(c, {first[c]}).add(key)
+        first.update(dict.fromkeys(ids - twice if twice else ids, key))
     execs, calls = host  # host_record
     # the runtime calls that launched the capture's GPU events
-    mapped = map_executions(execs, [c for c in calls if c[2] in owner], owner, names) \
-        if execs else []
+    mapped = map_executions(execs, [c for c in calls if c[2] in first], (first, more),
+                            names) if execs else []
     host: dict = {}
     for e, key in zip(execs, mapped, strict=True):
         if key is not None:
@@ -261,8 +265,7 @@ def count_executions(host: tuple, kernels, names: dict, launches_counted: dict,
             h[0] += 1
             h[1] += e.end - e.start
     out: dict = {}
-    keys = {(k.program_id, k.device) for k in kernels if k.program_id is not None}
-    for key in keys:
+    for key in launched:
         gpu = launches_counted.get(key) or round(covered.get(key) or 0)
         if key in host and gpu and host[key][0] != gpu:
             # the host recorded executions whose kernels the device trace does not hold (it
