@@ -890,9 +890,11 @@ def check_figures(scratch, text: str, masked: str, figures, cites, claimed: dict
         rel = fig.parts[0][1].rel
         written = rel + re.sub(r"\s+", " ", text[fig.start:fig.end]).strip()
         cite = claimed.get(id(fig))
+        counts = counted_word(text, fig.end)
         if cite is not None:
             verdict, label, found, why = check_figure(scratch, fig, cite, ctx.default_unit)
-            add(fig.start, written, verdict, cite=cite, label=label, found=found, why=why)
+            add(fig.start, written, verdict, cite=cite, label=label, found=found, why=why,
+                counts=counts)
             continue
         ints = all(n.quantum == 1 and n.unit is None for _, n in fig.parts)
         reason = ctx.skip_all or (ctx.skip_ints if ints else "") or skip_reason(masked, fig)
@@ -916,15 +918,28 @@ def check_figures(scratch, text: str, masked: str, figures, cites, claimed: dict
                        "right after the number")
             else:
                 why = "no citation: write (label; table: column or path) after it"
-            add(fig.start, written, "no_table", why=why)
+            add(fig.start, written, "no_table", why=why, counts=counts)
 
 
-def add_row(rows, where, claim_of, pos, figure, verdict, cite=None, label="", found="", why=""):
+def add_row(rows, where, claim_of, pos, figure, verdict, cite=None, label="", found="", why="",
+            counts=""):
     line, gpos = where(pos)
     members = cite.members() if cite else []
     rows.append(Row(line, gpos, claim_of(pos), figure, label if cite or label else "",
                     " | ".join(c.table for c in members),
-                    " | ".join(c.selector or "" for c in members), found, verdict, why))
+                    " | ".join(c.selector or "" for c in members), found, verdict, why,
+                    counts))
+
+
+# the word a figure counts: the first after it, past a citation written right after it
+COUNTED_RE = re.compile(r"\s*(?:\([^()]*\)\s*)?([A-Za-z][A-Za-z-]*)")
+
+
+def counted_word(text: str, end: int) -> str:
+    """What the figure ending at `end` counts ("kernel" of "32 kernels"; a plural's s cut, so
+    that "1 step" and "2 steps" count one thing); "" where no word follows."""
+    m = COUNTED_RE.match(text, end)
+    return m.group(1).lower().removesuffix("s") if m else ""
 
 
 def collapse(s: str) -> str:
@@ -1001,14 +1016,15 @@ def restated(rows: list[Row]) -> None:
     """A round count or share written without a citation ("all 30 kernels", "100% of the
     time") that restates a figure the report cites and the check found right elsewhere is that
     figure again: ok, the row saying where it is cited. Whole numbers only: a figure written
-    with decimals is a measurement of its own and needs its citation."""
-    cited: dict = {}  # (value, dimension) -> the row that cites it
+    with decimals is a measurement of its own and needs its citation. A count without a unit
+    restates only a cited count of the same thing ("32 kernels", not "32 steps")."""
+    cited: dict = {}  # (value, dimension) -> the row that cites it; a count: (.., word)
     constants: dict = {}  # value -> (name, source, row) of a derived figure's named constant
     for r in rows:
         if r.verdict == "ok" and r.table:
             v = written_value(r.figure)
             if v is not None:
-                cited.setdefault(v, r)
+                cited.setdefault(v if v[1] is not None else (*v, r.counts), r)
             for name, value, source in constants_of(r):
                 constants.setdefault(value, (name, source, r))
     for r in rows:
@@ -1017,8 +1033,9 @@ def restated(rows: list[Row]) -> None:
         v = written_value(r.figure)
         if v is None:
             continue
-        if v in cited and "." not in r.figure:  # a whole number: the same figure again
-            src = cited[v]
+        key = v if v[1] is not None else (*v, r.counts)
+        if key in cited and "." not in r.figure and (v[1] is not None or r.counts):
+            src = cited[key]  # a whole number: the same figure again
             r.verdict, r.label, r.table, r.selector, r.found_value = \
                 "ok", src.label, src.table, src.selector, src.found_value
             r.why = f"restates the figure cited on line {src.line} ({src.table}: {src.selector})"

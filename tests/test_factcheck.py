@@ -759,6 +759,7 @@ Planted: changes 12 to 16 launches; 33 kernels; `12.5 us`.
 Planted: 20.0% (inferred; {f}).
 Planted: 14.4% (measured; {f}).
 Planted: 3 (inferred; = open(x); x = 3 [a call]).
+Planted: 32 steps ran, not the 32 kernels.
 """
     p, rows = check(text, out, tmp_path)
     assert p.returncode == 4, p.stdout + p.stderr
@@ -775,6 +776,7 @@ Planted: 3 (inferred; = open(x); x = 3 [a call]).
         ("9", "14.42%", "ok"),
         ("10", "12 to 16", "no_table"), ("10", "33", "no_table"), ("10", "12.5 us", "no_table"),
         ("11", "20.0%", "wrong_value"), ("12", "14.4%", "no_label"), ("13", "3", "no_table"),
+        ("14", "32", "no_table"), ("14", "32", "ok"),  # 32 steps are not the 32 kernels cited
     ], checked
     named = [x["figure"] for x in rows if "(a list of them)" in x["why"]]
     assert named == ["1", "2", "3", "1", "2", "3", "2"], named

@@ -197,6 +197,7 @@ class Row:
     found_value: str = ""
     verdict: str = "skipped"
     why: str = ""
+    counts: str = ""  # the word a unitless figure counts ("kernel" of "32 kernels"), if known
 
 
 @dataclass
