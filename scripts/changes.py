@@ -348,6 +348,12 @@ HOST_GAP = Prose(
         "before": ("the host's work before the step's first launch: input pipeline prefetching "
                    "(prepare and device_put the next batch while this step runs), async dispatch "
                    "(do not block on the previous step's results)"),
+        "before, set-up": (
+            "the host's work before the step's first launch is mostly the runtime's own set-up "
+            "of each execution ({setup}: XLA initialises its thunks and records or updates the "
+            "command buffers): async dispatch (do not block on the previous step's results, so "
+            "that this set-up runs while the previous step's kernels do), then fewer executions "
+            "a step (more steps in one call, e.g. a scan over steps)"),
         "between, in graphs": (
             "launches between kernels: {graph_pct:.0f}% of GPU events already run inside command "
             "buffers; fewer, larger graphs (--xla_gpu_graph_min_graph_size, more command types "
@@ -361,14 +367,21 @@ HOST_GAP = Prose(
                    "inflates host time")})
 
 
-def host_knob(lead: float, host_late: float, graph_pct: float, tracer: bool) -> str:
-    """What to test for host gaps: the host's work before the first launch, or the launches
-    between kernels (the larger first), and the Python tracer where its events fill the gaps."""
+def host_knob(lead: float, host_late: float, graph_pct: float, tracer: bool,
+              events: list = ()) -> str:
+    """What to test for host gaps: the host's work before the first launch (the runtime's own
+    set-up where its host events, of `events` (name, us) inside the gaps, are half their time
+    or more and fill half the leading gap or more), or the launches between kernels (the larger
+    first), and the Python tracer where its events fill the gaps."""
     sentences = HOST_GAP.knob
     between = sentences["between, in graphs" if graph_pct >= 50.0 else "between"]
+    setup = [(n, t) for n, t in events if rules.EXECUTION_SETUP_RE.match(n)]
     knob = []
     if lead >= LEADING_GAP_MAJORITY * host_late:
-        knob.append(sentences["before"])
+        knob.append(sentences["before, set-up"].format(
+            setup=", ".join(n for n, _ in setup[:HOST_EVENTS_NAMED]))
+            if 2 * sum(t for _, t in setup) >= max(lead, sum(t for _, t in events)) > 0
+            else sentences["before"])
     if host_late - lead >= (1.0 - LEADING_GAP_MAJORITY) * host_late:
         knob.insert(0 if host_late - lead > lead else len(knob),
                     between.format(graph_pct=graph_pct))
@@ -410,7 +423,7 @@ def host_gap(ctx: Context) -> list:
     graph, launched = joins.get("graph_launch", 0), joins.get("launch", 0)
     knob = host_knob(hd["leading_us"] if hd else 0.0, host_late,
                      100.0 * graph / (graph + launched) if graph + launched else 0.0,
-                     bool(hd and hd["python_tracer"]))
+                     bool(hd and hd["python_tracer"]), hd["events"] if hd else ())
     where = f"GPU {b} stream {ctx.steps[ctx.median][b].crit}" + (
         f" (launching thread {', '.join(hd['threads'])})" if hd and hd["threads"] else "")
     return [Row(words, where, 100.0 * host_late / ctx.window, spread(hsav, ctx.at), knob=knob)]

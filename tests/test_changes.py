@@ -562,3 +562,26 @@ def test_programs_in_steps_reads_the_cell_step_4_writes():
     assert progs[0]["steps"] == "0-2 5"
     assert critical_path.programs_in_steps(progs, [5]) == {"7"}
     assert critical_path.programs_in_steps(progs, [3, 4]) == {"9"}
+
+
+@pytest.mark.parametrize("events, lead, setup", [
+    # the H200 ModernGPT gap before each step's first kernel: XLA's own set-up fills it
+    ([("Thunks::Initialize", 342.5), ("command_buffer_1", 79.8), ("cuGraphLaunch", 20.0)],
+     622.3, True),
+    # a few us of set-up in an 88 us gap: most of the gap is not the set-up's
+    ([("command_buffer_0", 6.5), ("Thunks::Initialize", 0.5)], 88.0, False),
+    # the set-up beside far longer Python-traced work in the gaps
+    ([("$model.py:40 block_forward", 724.6), ("Thunks::Initialize", 8.0)], 10.5, False),
+    ([("DataLoader.__next__", 500.0)], 600.0, False),
+])
+def test_the_leading_gaps_knob_follows_what_fills_it(events, lead, setup):
+    """The host's work before a step's first launch: the runtime's own set-up of each
+    execution (thunks initialised, command buffers updated) where it is half the host events'
+    time and fills half the gap or more: async dispatch, then fewer executions; else the input
+    pipeline's prefetching first."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    import changes
+    knob = changes.host_knob(lead, lead, 100.0, False, events)
+    assert knob.startswith("the host's work before the step's first launch is mostly the "
+                           "runtime's own set-up") == setup, knob
+    assert ("prefetching" in knob) != setup
