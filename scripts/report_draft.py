@@ -135,7 +135,7 @@ def gpu_line(s: Scratch) -> list[str]:
     g = info.get("gpu_model") or {}
     out = []
     if g.get("model"):
-        out.append(f"- GPU: **{g['model']}** (read; capture_info.json: gpu_model.model), "
+        out.append(f"- GPU: **{g['model']}** (inferred; capture_info.json: gpu_model.model), "
                    f"identified from its device stats (references/peaks-sources.md). "
                    + judge("say it is the GPU the user meant, or that it is not"))
     elif g.get("why"):
