@@ -250,9 +250,19 @@ def lookup(scratch: TableCache, cite: Citation, roles: set[str]) -> dict:
     return lookup_json(cite.table, data, items, roles)
 
 
+ENTRY_RE = re.compile(r"^([\w.]+)\[(.+)\]$")  # a column of host events, one by name
+
+
 def lookup_csv(scratch, name, data, items, roles):
     header, rows = data
     column, agg, filters = items[0], None, []
+    entry = ENTRY_RE.match(column)
+    if entry:  # `host_events[Thunks::Initialize]`: one host event's time in a list cell
+        column, entry = entry.groups()
+        if (name, column) not in rules.HOST_EVENT_COLUMNS:
+            raise NoTable(f"{name} {column} is not a list of host events: `column[name]` reads "
+                          "one entry of " + ", ".join(
+                              f"{t} {c}" for t, c in sorted(rules.HOST_EVENT_COLUMNS)))
     for it in items[1:]:
         if it in AGGREGATES:
             agg = it
@@ -273,6 +283,9 @@ def lookup_csv(scratch, name, data, items, roles):
         units.pop() if len(units) == 1 else None)
     out = {}
     cells = [r.get(column, "") for r in sel]
+    if entry:
+        cells = [host_event(c, entry, f"{name} {column}") for c in cells]
+        unit = "us"
     for role in roles:
         if role == "value":
             if agg in (None, "range"):
@@ -293,10 +306,19 @@ def lookup_csv(scratch, name, data, items, roles):
         else:
             out[role] = (aggregate(cells, role, f"{name} {column}"), unit)
     labels = {label_of(r.get("label")) for r in sel} if "label" in header else set()
-    out["label"] = labels.pop() if len(labels) == 1 else None
+    out["label"] = labels.pop() if len(labels) == 1 else ("measured" if entry else None)
     if out["label"] is None and agg != "count":  # the column's one label (scratch.py)
         out["label"] = declared_label(name, column)
     return out
+
+
+def host_event(cell: str, name: str, where: str) -> str:
+    """The us a host event of that name takes in a `name=us | ...` cell, as written."""
+    for item in (cell or "").split(" | "):
+        n, _, v = item.rpartition("=")
+        if n == name:
+            return v
+    raise NoTable(f"{where} holds no host event {name} in the selected row")
 
 
 # A declared unit (scratch.Column.unit) as this check's table unit (TABLE_UNITS); a count or

@@ -854,3 +854,23 @@ def test_a_table_that_disagrees_with_its_record_is_not_cited(scratch, tmp_path):
     assert p.returncode == 4
     row = by_figure(got, f"{edited} us")[0]
     assert row["verdict"] == "no_table" and "disagrees with its own record" in row["why"]
+
+
+def test_one_host_event_of_a_gap_is_cited_by_its_name(scratch, tmp_path):
+    """A gap's host events are one cell (`name=us | ...`): `host_events[name]` cites one of
+    them (measured, in us); a wrong time fails, a name the cell does not hold and a column that
+    is not such a list have no table."""
+    gap = next(g for g in read(scratch / "gaps.csv") if g["host_events"])
+    name, _, us = gap["host_events"].split(" | ")[0].rpartition("=")
+    where = f"step={gap['step']}, device={gap['device']}, start_us={gap['start_us']}"
+    p, rows = check(
+        f"The gap holds {name} for {us} us (measured; gaps.csv: host_events[{name}], {where}).\n\n"
+        f"Planted: {float(us) * 2 + 1:.3f} us (measured; gaps.csv: host_events[{name}], "
+        f"{where}).\n\nPlanted: 5 us (measured; gaps.csv: host_events[no such event], {where}).\n"
+        f"\nPlanted: 6 us (measured; gaps.csv: cause[{name}], {where}).\n", scratch, tmp_path)
+    assert p.returncode == 4, p.stdout + p.stderr
+    got = [(x["line"], x["verdict"]) for x in rows if x["verdict"] != "skipped"]
+    assert got == [("1", "ok"), ("3", "wrong_value"), ("5", "no_table"), ("7", "no_table")], got
+    why = {x["line"]: x["why"] for x in rows}
+    assert "holds no host event no such event" in why["5"]
+    assert "is not a list of host events" in why["7"]

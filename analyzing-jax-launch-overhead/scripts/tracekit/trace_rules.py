@@ -291,6 +291,11 @@ PYTHON_TRACER_PREFIX = "$"
 TO_HOST_RE = re.compile(r"DtoH|D2H|DeviceToHost", re.I)
 
 
+# The table columns written by host_events_cell: (table, column) -> what their entries are
+# (measured overlaps in us). The fact check reads one entry of such a cell as `column[name]`.
+HOST_EVENT_COLUMNS = frozenset({("gaps.csv", "host_events"), ("steps.csv", "between_host_events")})
+
+
 def host_events_cell(pairs) -> str:
     """The host events of a gap or of the idle between steps, as one table cell: `name=us`
     (picoseconds given, 3 decimals written) joined by ' | '."""
