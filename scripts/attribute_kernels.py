@@ -986,7 +986,7 @@ def program_rows(kernels, totals: dict, programs_names: dict, execs: dict,
             "program_id": OUTSIDE if pid is None else pid,
             "module": OUTSIDE if pid is None else programs_names.get(pid, ""),
             "executions": n if pid is not None else None,
-            "gpus": gpus, "executions_per_gpu": per if pid is not None else {},
+            "devices": gpus, "executions_per_gpu": per if pid is not None else {},
             "executions_from": " + ".join(froms),
             "kernels": e["kernels"],
             "kernels_per_execution": round(e["kernels"] / n, 2) if pid is not None and n
@@ -1010,7 +1010,7 @@ def programs_csv_rows(progs: list[dict]) -> list[tuple]:
     for r in progs:
         rows.append((r["program_id"], r["module"],
                      "" if r["executions"] is None else r["executions"],
-                     " ".join(map(str, r["gpus"])),
+                     " ".join(map(str, r["devices"])),
                      " ".join(f"{d}={n}" for d, n in r["executions_per_gpu"].items()),
                      r["executions_from"], r["kernels"],
                      "" if r["kernels_per_execution"] is None else

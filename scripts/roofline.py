@@ -94,7 +94,7 @@ def program_executions(res: dict) -> dict:
     out = {}
     for p in res.get("programs") or []:
         if isinstance(p, dict) and isinstance(p.get("executions"), int):
-            out[str(p.get("program_id"))] = (p["executions"], len(p.get("gpus") or []))
+            out[str(p.get("program_id"))] = (p["executions"], len(p.get("devices") or []))
     if not out and res.get("program"):
         devices = (res.get("figures", {}).get("devices") or {}).get("value")
         out[str(res["program"].get("id"))] = (

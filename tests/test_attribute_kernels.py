@@ -784,7 +784,7 @@ def test_conv3d_concurrent_executions_map_to_their_gpus(shared, shared_attribute
     launches sit on threads of their own: each GPU still counts 5."""
     out = shared_attributed(shared, "mi300x-jax0.8-conv3d-8gpu")
     (p15,) = [r for r in read(out / "programs.csv") if r["program_id"] == "15"]
-    assert (p15["executions"], p15["gpus"], p15["executions_from"],
+    assert (p15["executions"], p15["devices"], p15["executions_from"],
             p15["kernels_per_execution"]) == ("40", "0 1 2 3 4 5 6 7", "host execution events",
                                               "5.00")
     assert p15["executions_per_gpu"] == " ".join(f"{d}=5" for d in range(8))

@@ -1688,7 +1688,7 @@ declare(Table(
         col("module", "", "", "its module name; `(outside programs)` on that row"),
         col("executions", "count", "measured",
             "the program's executions summed over its GPUs (an execution on 8 GPUs counts 8)"),
-        col("gpus", "", "", "devices, space-separated"),
+        col("devices", "", "", "the GPUs it ran on, their ids space-separated (`0 1 2 3`)"),
         col("executions_per_gpu", "", "", "`device=count` joined by spaces"),
         col("executions_from", "", "",
             "how executions were counted: `host execution events`, `GPU events (the host "
@@ -1754,7 +1754,7 @@ elsewhere), and later steps read this file, never the prose. Top-level fields:
   a missing HLO text; how many HLO texts were written). The chosen program (the most GPU time,
   or `--program`) is the one whose HLO a step needing one program reads.
 - `scope`: `programs` (`all`, or `one` with `--program`) and `program_ids` in `ops.csv`.
-- `programs`: the rows of `programs.csv` as data (`gpus` a list, `executions_per_gpu` an object
+- `programs`: the rows of `programs.csv` as data (`devices` a list, `executions_per_gpu` an object
   device -> count, `steps` a list or null, numbers as numbers).
 - `steps_note`: where `programs.csv` `steps` came from, or why it is empty.
 - `hlo_texts`: program id -> HLO text file written.

@@ -826,7 +826,7 @@ def steps_ops(ctx: Context) -> list | None:
     # pipeline's other stages run on other GPUs)
     bound = ctx.bound
     on_bound = {p.get("program_id", "") for p in progs or []
-                if str(bound) in (p.get("gpus") or "").split()}
+                if str(bound) in (p.get("devices") or "").split()}
     if on_bound and {o.get("program_id", "") for o in ops} - on_bound:
         left = sorted({o.get("program_id", "") for o in ops} - on_bound, key=str)
         ctx.notes.append(f"{len(left)} program(s) do not run on GPU {bound}, which ends the "
