@@ -1008,7 +1008,9 @@ declare(File(
     "the step's result: step chosen and why, window, lanes, merged bars, straggler, refusals",
     fields="""
 - `step` (`swimlanes`), `status` (`done`), `capture` (`run`, `host`), `inputs` (`step1`:
-  `read` | `ran`; `attribution`: null or `{file, kernels_alone, joined}`).
+  `read` | `ran`; `attribution`: null or `{file, kernels_alone, joined}`: the kernels drawn as
+  bars of their own, and of them those that found their instruction in step 4's kernels.csv by
+  device, stream and start: their tooltips name it; the others' do not).
 - `chosen`: `step`, `why` (sentence), `source`, `partial`, `whole_capture`, `start_us`, `end_us`,
   `duration_us` (figure, measured).
 - `window`: `start_us`, `end_us`, `zoomed`.
