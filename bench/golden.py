@@ -56,7 +56,7 @@ GENERATED = [  # (name, capgen arguments)
 
 # the scenarios whose digests the repository keeps (tests/golden/digests.json)
 CHECKED = ("gen-nvidia-cb-partial", "gen-rocm-8gpu-straggler", "gen-eager-op-by-op",
-           "gen-eager-gelu-passes", "gen-custom-calls")
+           "gen-pipeline-stages", "gen-eager-gelu-passes", "gen-custom-calls")
 KEPT = ROOT / "tests" / "golden" / "digests.json"
 # Small outputs kept as text besides their digests, so that a change's diff shows the rows it
 # moved: one generated scenario's tables, a step each (tests/golden/<scenario>/<file>).
