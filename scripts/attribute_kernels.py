@@ -59,6 +59,7 @@ import re
 import shutil
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bootstrap; sibling.py: the platform
@@ -338,20 +339,19 @@ def program_plan(prog, pid, groups: list, notes: list):
     """The program's kernel_match.Plan, from its events on every device: the labels counted
     (for loops of unknown trip count) and the events the program launched (argument copies
     left out); a note per while loop whose iterations were inferred."""
-    labels: dict[str, int] = {}
+    labels: Counter = Counter()  # in the order first seen
     placed = 0  # events launched by the program (argument copies left out)
     for (_, p2), ks2 in groups:
         if p2 != pid:
             continue
-        ids: dict = {}
-        for k2 in ks2:
-            ids[k2.corr] = ids.get(k2.corr, 0) + 1
-        for k2 in ks2:
-            if k2.hlo_op:
-                labels[k2.hlo_op] = labels.get(k2.hlo_op, 0) + 1
-                placed += 1
-            elif k2.graph or (k2.corr is not None and ids[k2.corr] > 1):
-                placed += 1
+        ops = [k2.hlo_op for k2 in ks2]
+        labelled = [op for op in ops if op]
+        labels.update(labelled)
+        placed += len(labelled)
+        if len(labelled) < len(ks2):  # unlabelled: in a graph, or a launch of several events
+            ids = Counter(k2.corr for k2 in ks2)
+            placed += sum(1 for k2, op in zip(ks2, ops, strict=True) if not op and (
+                k2.graph or (k2.corr is not None and ids[k2.corr] > 1)))
     plan = km.Plan(prog, labels, placed)
     for w, n in sorted(plan.inferred_trips.items()):
         notes.append(f"program {pid}: while loop {w} has no known trip count; "
