@@ -239,7 +239,8 @@ def attribute(kernels, programs, chosen, notes: list, counted: dict,
                    what="the matching of the later GPUs")
     away = child.pid is not None  # else it has answered gpu[cut:] here already
     try:
-        entries = match_groups(gpu[:cut], plans, False, events)
+        entries = {key: entry for (key, _), (_, _, entry) in
+                   zip(gpu[:cut], match_groups(gpu[:cut], plans, False, events), strict=True)}
         progress("matching kernels to instructions", events - mine, events, "kernels")
         for (key, ks), (order, answers, entry) in zip(gpu[cut:], child.wait(), strict=True):
             if away:  # answered in the child: its launch order and answers
@@ -262,10 +263,10 @@ def attribute(kernels, programs, chosen, notes: list, counted: dict,
 
 def match_groups(gpu: list, plans: dict, answers: bool, total: int = 0):
     """Match each ((device, program id), events) of `gpu` with its program's plan, the events
-    put in launch order first. Returns {key: counted entry} (attribute's), or with `answers`
-    (a child's, to copy back) per group: (the launch order as indices into the events as given,
-    each event's answer, its counted entry)."""
-    out = [] if answers else {}
+    put in launch order first. Returns per group: (the launch order as indices into the events
+    as given, each event's answer where `answers` (a child's, to copy back) else None, its
+    counted entry: attribute's)."""
+    out = []
     done = 0
     for key, ks in gpu:
         if not answers:
@@ -279,11 +280,8 @@ def match_groups(gpu: list, plans: dict, answers: bool, total: int = 0):
                  "expected_min": sum(1 for e in plan.events if not e.optional),
                  "expected_max": len(plan.events),
                  "corrs": {k.corr for k in ks} - {None}}
-        if not answers:
-            out[key] = entry
-            continue
         out.append((order, [(k.kind, k.category, k.group, k.instruction, k.inner, k.match,
-                             k.why, k.confidence) for k in ks], entry))
+                             k.why, k.confidence) for k in ks] if answers else None, entry))
     return out
 
 
