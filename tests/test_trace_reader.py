@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import re
 
 import pytest
 
@@ -142,7 +144,7 @@ def test_events_parsed_in_pieces_are_the_whole_texts(tmp_path, monkeypatch, sepa
     plain = [e for e in events if "}" not in e.get("name", "")]
     path = _write(tmp_path, None, "p.trace.json",
                   raw=json.dumps(_doc(plain), separators=separators).encode())
-    doc, _ = trace_reader._parse_in_pieces(path)
+    doc, _, _ = trace_reader._parse_in_pieces(path)
     assert doc == json.loads(path.read_text())
 
 
@@ -188,3 +190,85 @@ def test_shared_traces_read_the_same_in_pieces(monkeypatch):
         whole = _whole(monkeypatch, path)
         assert trace_reader._parse_in_pieces(path) is not None, path
         assert _fields(trace_reader.load_trace(path)) == _fields(whole), path
+
+
+def _read_or_refuse(path):
+    try:
+        return _fields(trace_reader.load_trace(path))
+    except trace_reader.TraceError as exc:
+        return str(exc)
+
+
+def _in_two(monkeypatch, path, split=True):
+    """load_trace's answer (fields, or its refusal) with the text's second half read by a forked
+    child (split) or without one."""
+    with monkeypatch.context() as m:
+        m.setattr(trace_reader, "can_fork", lambda: True)
+        m.setattr(trace_reader, "SPLIT_MIN", 0 if split else 1 << 62)
+        m.setattr(trace_reader, "READ_CHUNK", 50)
+        m.setattr(trace_reader, "PARSE_PIECE", 64)
+        return _read_or_refuse(path)
+
+
+def _long_trace(n=120):
+    events = json.loads(json.dumps(EVENTS))
+    for i in range(n):
+        events.append({"ph": "X", "pid": [3, 9][i % 2], "tid": [1, 16][i % 2], "ts": 3 + i,
+                       "dur": 0.5, "name": ["op", "x" * 5000, "\ud800"][i % 3] + str(i),
+                       "args": {"correlation_id": str(i), "n": i}})
+    events.append({"ph": "M", "pid": 4, "name": "process_name", "args": {"name": "/host:CPU"}})
+    return events
+
+
+@pytest.mark.parametrize("name", ["h.trace.json.gz", "h.trace.json"])
+def test_a_trace_read_by_two_processes_reads_as_by_one(tmp_path, monkeypatch, name):
+    """The text's second half parsed and checked by a forked child and handed back: the same
+    Trace as one process reads (names cut, surrogates replaced and numbers made text in both
+    halves, metadata of both)."""
+    text = json.dumps(_doc(_long_trace()), separators=(",", ":")).encode()
+    path = _write(tmp_path, None, name,
+                  raw=gzip.compress(text) if name.endswith(".gz") else text)
+    split = _in_two(monkeypatch, path)
+    assert split == _in_two(monkeypatch, path, split=False)
+    assert len(split[4]) == 122 and split[2][4] == "/host:CPU"
+
+
+@pytest.mark.parametrize("bad", ["not an object", "bad ph", "bad complete", "named twice",
+                                 "no name", "cut gzip", "over the cap"])
+def test_what_the_second_half_refuses_is_refused_as_by_one_process(tmp_path, monkeypatch, bad):
+    """A fault in the text's second half, found by the child, is the same sentence, with the
+    same entry number, as one process's reading says; a process named in the first half and
+    again, otherwise, in the second is refused across the halves."""
+    events = _long_trace()
+    late = {"not an object": 7, "bad ph": {"ph": 5, "pid": 3},
+            "bad complete": dict(events[4], ts="3"),
+            "named twice": {"ph": "M", "pid": 3, "name": "process_name",
+                            "args": {"name": "/host:CPU:2"}},
+            "no name": {"ph": "X", "pid": 3, "tid": 1, "ts": 3, "dur": 1}}.get(bad)
+    if late is not None:
+        events.insert(110, late)
+    raw = gzip.compress(json.dumps(_doc(events), separators=(",", ":")).encode())
+    if bad == "cut gzip":
+        raw = raw[:-40]
+    if bad == "over the cap":
+        monkeypatch.setattr(trace_reader, "MAX_TRACE_EVENTS", 100)
+    path = _write(tmp_path, None, raw=raw)
+    split, one = _in_two(monkeypatch, path), _in_two(monkeypatch, path, split=False)
+    if bad == "over the cap":  # one process counts keys past the cap, two count entries: {}
+        split, one = (re.sub(r"holds 12[78] events", "holds N events", x) for x in (split, one))
+    assert isinstance(split, str) and split == one
+    assert (bad == "cut gzip") == ("not a complete gzip" in split)
+
+
+def test_a_child_that_ends_without_its_half_is_said(tmp_path, monkeypatch):
+    """The child reading the second half killed before it hands it back: one sentence."""
+    path = _write(tmp_path, _doc(_long_trace()))
+    check = trace_reader._check
+
+    def dies_in_the_child(path, entries, offset, surrogates):
+        if offset:
+            os._exit(9)
+        return check(path, entries, offset, surrogates)
+    monkeypatch.setattr(trace_reader, "_check", dies_in_the_child)
+    said = _in_two(monkeypatch, path)
+    assert "ended without handing it back" in said

@@ -32,15 +32,20 @@ the file, the entry and what was expected):
 from __future__ import annotations
 
 import json
+import marshal
 import math
 import os
+import pickle
 import re
+import signal
 import sys
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tracekit import base
 from tracekit.base import StepError, progress
+from tracekit.forked import can_fork
 from tracekit.trace_rules import MAX_NAME_CHARS, MAX_TIME_PS, cut_name, runs_past_capture
 
 GPU_PROCESS_RE = re.compile(r"^/device:GPU:(\d+)$")
@@ -245,79 +250,303 @@ _BETWEEN_EVENTS = (b"},{", b"}, {")  # the exporter's, and Python's json.dump's
 _JSON_SPACE = b" \t\r\n"
 
 
-def _parse_in_pieces(path: Path):
-    """(document, whether an escape may be a lone surrogate) for a text of the exporter's shape,
-    its events parsed a piece at a time; None for any other text, or any the pieces cannot
-    read, which load_trace then parses whole (the same document, or its precise error). The
-    events are counted as each piece is parsed: past the cap (MAX_TRACE_EVENTS) no other piece
-    is parsed (one piece, 2 MiB of text, may take them past it), and the rest of the file is
-    counted for the refusal ('"ph":' keys). Counting every piece's keys before parsing it was
-    a scan of the whole text for the refusal alone (0.24 s of a 1,000,117-event trace's 2.7 s
+class _OtherShape(Exception):
+    """The text is not of the exporter's shape: it is parsed whole."""
+
+
+def _runs(pieces):
+    """The document's object before its events (a dict) first, then each run of whole events as
+    the bytes of a JSON array, with how much text had been read when it was cut (the same for
+    every process reading the same file). Raises _OtherShape for a text of another shape, and
+    ValueError where its head is not JSON."""
+    head, parts, size, read = None, [], 0, 0
+    while True:
+        piece = next(pieces, None)
+        if piece is not None:
+            parts.append(piece)
+            size += len(piece)
+            read += len(piece)
+            if size < PARSE_PIECE:
+                continue
+        buf = bytearray().join(parts)
+        if head is None:
+            opening = _EVENTS_OPEN.search(buf)
+            if opening is None:
+                if piece is None:
+                    raise _OtherShape
+                parts, size = [buf], len(buf)
+                continue
+            head = json.loads(buf[:opening.start()].decode() + '"traceEvents":[]}',
+                              parse_constant=no_constant)
+            if type(head) is not dict:
+                raise _OtherShape
+            yield head
+            del buf[:opening.end() - 1]  # from the events' '['
+        else:
+            buf[0] = 0x5B  # the ',' before this piece's first event becomes its '['
+        if piece is None:
+            end = len(buf.rstrip(_JSON_SPACE)) - 1  # the document's closing '}'
+            if end < 1 or buf[end] != 0x7D or buf[end - 1] != 0x5D:
+                raise _OtherShape
+            yield memoryview(buf)[:end], read
+            return
+        # the ',' after this piece's last event
+        end = buf.rfind(_BETWEEN_EVENTS[0]) + 1 or buf.rfind(_BETWEEN_EVENTS[1]) + 1
+        if not end:
+            parts, size = [buf], len(buf)
+            continue
+        parts = [buf[end:]]
+        size = len(parts[0])
+        buf[end] = 0x5D  # ... becomes its ']'
+        yield memoryview(buf)[:end + 1], read
+
+
+class _Events:
+    """Entries parsed from runs of whole events, up to the cap (MAX_TRACE_EVENTS): past it no
+    other run is parsed (one run, 2 MiB of text, may take them past it) and the rest are only
+    counted ('"ph":' keys), for the refusal. Counting every run's keys before parsing it was a
+    scan of the whole text for the refusal alone (0.24 s of a 1,000,117-event trace's 2.7 s
     read)."""
-    head, events, counted, surrogates = None, [], 0, False
-    parts, size = [], 0
+
+    def __init__(self):
+        self.entries: list | None = []
+        self.counted = 0
+        self.surrogates = False  # whether an escape may be a lone surrogate
+
+    def add(self, run) -> None:
+        text = str(run, "utf-8")
+        if self.entries is None:
+            self.counted += text.count('"ph":')
+            return
+        self.surrogates = self.surrogates or _SURROGATE_ESCAPE_RE.search(text) is not None
+        before = len(self.entries)
+        self.entries += json.loads(text, parse_constant=no_constant)
+        if len(self.entries) > MAX_TRACE_EVENTS:  # this run took them past the cap
+            counted = before + text.count('"ph":')
+            self.counted = counted if counted > MAX_TRACE_EVENTS else len(self.entries)
+            self.entries = None
+
+    @property
+    def count(self) -> int:
+        return self.counted if self.entries is None else len(self.entries)
+
+
+def _parse_in_pieces(path: Path):
+    """(document, whether an escape may be a lone surrogate, the _Tail reading the text's second
+    half or None) for a text of the exporter's shape, its events parsed a run at a time; None
+    for any other text, or any the runs cannot read, which load_trace then parses whole (the
+    same document, or its precise error). From SPLIT_MIN bytes of text, where a second core may
+    be used, a forked child parses and checks the text's second half meanwhile (_Tail); the
+    document then holds the first half's entries."""
+    size = _text_size(path)
+    tail = None
+    if size >= SPLIT_MIN and can_fork():
+        try:
+            tail = _Tail(path, size // 2)
+        except OSError:  # no process to spare: this one reads it all
+            tail = None
+    mine = _Events()
     pieces = _pieces(path)
     try:
-        while True:
-            piece = next(pieces, None)
-            if piece is not None:
-                parts.append(piece)
-                size += len(piece)
-                if size < PARSE_PIECE:
-                    continue
-            buf = bytearray().join(parts)
-            if head is None:
-                opening = _EVENTS_OPEN.search(buf)
-                if opening is None:
-                    if piece is None:
-                        return None
-                    parts, size = [buf], len(buf)
-                    continue
-                head = json.loads(buf[:opening.start()].decode() + '"traceEvents":[]}',
-                                  parse_constant=no_constant)
-                if type(head) is not dict:
-                    return None
-                del buf[:opening.end() - 1]  # from the events' '['
-            else:
-                buf[0] = 0x5B  # the ',' before this piece's first event becomes its '['
-            if piece is None:
-                end = len(buf.rstrip(_JSON_SPACE)) - 1  # the document's closing '}'
-                if end < 1 or buf[end] != 0x7D or buf[end - 1] != 0x5D:
-                    return None
-                parts = []
-            else:
-                # the ',' after this piece's last event
-                end = buf.rfind(_BETWEEN_EVENTS[0]) + 1 or buf.rfind(_BETWEEN_EVENTS[1]) + 1
-                if not end:
-                    parts, size = [buf], len(buf)
-                    continue
-                parts = [buf[end:]]
-                size = len(parts[0])
-                buf[end] = 0x5D  # ... becomes its ']'
-            text = str(memoryview(buf)[:end + (piece is not None)], "utf-8")
-            del buf
-            if events is None:  # past the cap: counted to the end, parsed no further
-                counted += text.count('"ph":')
-            else:
-                surrogates = surrogates or _SURROGATE_ESCAPE_RE.search(text) is not None
-                before = len(events)
-                events += json.loads(text, parse_constant=no_constant)
-                if len(events) > MAX_TRACE_EVENTS:  # this piece took them past the cap
-                    counted = before + text.count('"ph":')
-                    counted = counted if counted > MAX_TRACE_EVENTS else len(events)
-                    events = None
-            del text
-            if piece is None:
-                break
-    except (ValueError, RecursionError):  # JSON, UTF-8 or a constant: the whole text says where
+        runs = _runs(pieces)
+        head = next(runs)
+        for run, read in runs:
+            mine.add(run)
+            if tail is not None and read >= size // 2:
+                break  # the rest is the child's
+        if tail is not None and not tail.parsed():
+            return None
+        _check_size(path, mine.count + (tail.count if tail else 0))
+    except (_OtherShape, ValueError, RecursionError):  # JSON, UTF-8 or a constant
+        if tail is not None:
+            tail.abort()
         return None
     except MemoryError as exc:
+        if tail is not None:
+            tail.abort()
         raise TraceError(f"{path} is too large to parse in this machine's memory") from exc
+    except BaseException:
+        if tail is not None:
+            tail.abort()
+        raise
     finally:
         pieces.close()
-    _check_size(path, counted)
-    head["traceEvents"] = events
-    return head, surrogates
+    head["traceEvents"] = mine.entries
+    return head, mine.surrogates, tail
+
+
+def _text_size(path: Path) -> int:
+    """The text's length as the file gives it: a gzip's last four bytes (its last member's
+    length, modulo 4 GiB; at most what the gzip may expand to, as a cut file's last bytes are
+    anything), else the file's size; 0 where it cannot be read. Only where the text is cut in
+    two depends on it."""
+    try:
+        with open(path, "rb") as fh:
+            size = _size(fh)
+            if fh.read(2) != GZIP_MAGIC:
+                return size
+            fh.seek(-4, os.SEEK_END)
+            return min(int.from_bytes(fh.read(4), "little"), size * MAX_GZIP_RATIO)
+    except OSError:
+        return 0
+
+
+# From this many bytes of text (a 1,000,117-event trace is 337 MiB), where this process may use
+# a second core (tracekit.forked.can_fork), a forked child parses and checks the text's second
+# half while this process parses and checks the first, and hands its events back marshalled,
+# HAND_BACK at a time: marshal reads them back in a quarter of the time json parses them.
+SPLIT_MIN = 64 << 20
+HAND_BACK = 50_000
+_LENGTH = 8  # bytes of a frame's length on the pipe
+
+
+class _Tail:
+    """The text's second half, from the first run cut after `half` bytes of text, parsed by a
+    forked child (`_tail_child`) while this process parses the first. `parsed()`: whether the
+    child read it (False: parse the text whole; a TraceError of the child's is raised);
+    `start_check(offset)`: the child checks its entries, numbered from `offset`, while this
+    process checks its own; `checked()`: the child's _Checked, its events handed back;
+    `abort()`: the child is stopped."""
+
+    def __init__(self, path: Path, half: int):
+        self.path = path
+        self.count = 0
+        self.surrogates = False
+        back_r, back_w = os.pipe()
+        to_r, to_w = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # no signal reaches the child before it has its own handlers (_tail_child)
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+        try:
+            pid = os.fork()
+            if pid == 0:
+                os.close(back_r)
+                os.close(to_w)
+                _tail_child(path, half, back_w, to_r, mask)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        os.close(back_w)
+        os.close(to_r)
+        self.pid, self.back, self.to = pid, os.fdopen(back_r, "rb"), to_w
+
+    def _frame(self) -> bytes | None:
+        n = self.back.read(_LENGTH)
+        if len(n) < _LENGTH:
+            return None
+        body = self.back.read(int.from_bytes(n, "little"))
+        return body if len(body) == int.from_bytes(n, "little") else None
+
+    def _failed(self) -> TraceError:
+        self.abort()
+        return TraceError(f"{self.path}: the process reading the second half of its text ended "
+                          "without handing it back (killed, or out of memory)")
+
+    def parsed(self) -> bool:
+        said = self._frame()
+        if said is None:
+            self.abort()
+            return False  # parsed whole here instead
+        said = pickle.loads(said)
+        if said[0] == "error":
+            self.abort()
+            raise TraceError(said[1])
+        if said[0] == "whole":
+            self.abort()
+            return False
+        self.count, self.surrogates = said[1], said[2]
+        return True
+
+    def start_check(self, offset: int) -> None:
+        os.write(self.to, offset.to_bytes(_LENGTH, "little"))
+        os.close(self.to)
+        self.to = None
+
+    def checked(self) -> _Checked:
+        said = self._frame()
+        if said is None:
+            raise self._failed()
+        c = pickle.loads(said)
+        while (said := self._frame()):
+            c.events += marshal.loads(said)
+        if said is None:
+            raise self._failed()
+        self.back.close()
+        _, status = os.waitpid(self.pid, 0)
+        self.pid = None
+        if os.waitstatus_to_exitcode(status) != 0:
+            raise self._failed()
+        return c
+
+    def abort(self) -> None:
+        if self.pid is not None:
+            try:
+                os.kill(self.pid, 15)
+                os.waitpid(self.pid, 0)
+            except OSError:
+                pass
+            self.pid = None
+        for fh in (self.back,):
+            fh.close()
+        if self.to is not None:
+            os.close(self.to)
+            self.to = None
+
+
+def _tail_child(path: Path, half: int, back: int, to: int, mask) -> None:
+    """The forked child of a _Tail: parses the runs after the first one cut after `half` bytes,
+    says how that went, waits for its entries' first number, checks them (_check) and hands
+    its _Checked and events back; never returns."""
+    code = 1
+    try:
+        # stopped by the parent (abort) without a word; an interrupt is the parent's to say
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        base.PROGRESS_EVERY_S = math.inf  # the parent says what the read is doing
+        out = os.fdopen(back, "wb")
+
+        def frame(body: bytes) -> None:
+            out.write(len(body).to_bytes(_LENGTH, "little"))
+            out.write(body)
+
+        theirs = _Events()
+        pieces = _pieces(path)
+        try:
+            runs = _runs(pieces)
+            next(runs)
+            for _, read in runs:
+                if read >= half:
+                    break  # the parent's last run
+            for run, _ in runs:
+                theirs.add(run)
+            said = ("parsed", theirs.count, theirs.surrogates)
+        except (_OtherShape, ValueError, RecursionError, StopIteration):
+            said = ("whole",)
+        except TraceError as exc:
+            said = ("error", str(exc))
+        except MemoryError:
+            said = ("error", f"{path} is too large to parse in this machine's memory")
+        frame(pickle.dumps(said, pickle.HIGHEST_PROTOCOL))
+        out.flush()
+        if said[0] == "parsed" and theirs.entries is not None:
+            with os.fdopen(to, "rb") as fh:
+                offset = fh.read(_LENGTH)
+            if len(offset) == _LENGTH:
+                c = _check(path, theirs.entries, int.from_bytes(offset, "little"),
+                           theirs.surrogates)
+                theirs.entries = None
+                events, c.events = c.events, []
+                frame(pickle.dumps(c, pickle.HIGHEST_PROTOCOL))
+                for i in range(0, len(events), HAND_BACK):
+                    frame(marshal.dumps(events[i:i + HAND_BACK]))
+                frame(b"")
+        out.flush()
+        code = 0
+    except BaseException:  # noqa: BLE001, S110 - the parent, seeing no frame, says so
+        pass
+    finally:
+        os._exit(code)
 
 
 def _parse_whole(path: Path):
@@ -441,32 +670,90 @@ def load_trace(path) -> Trace:
     """Load a trace; raise TraceError with one sentence when it is not XLA's trace JSON."""
     path = Path(path)
     progress("reading the trace", _mib(path), unit="MiB")
-    doc, surrogates = _parse_in_pieces(path) or _parse_whole(path)
-    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
-        shape = type(doc).__name__ if not isinstance(doc, dict) else \
-            "an object without a traceEvents list"
-        raise TraceError(f"{path} is JSON but {shape}; expected XProf's trace object "
-                         '{"traceEvents": [...]}')
+    doc, surrogates, tail = _parse_in_pieces(path) or (*_parse_whole(path), None)
+    try:
+        if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+            shape = type(doc).__name__ if not isinstance(doc, dict) else \
+                "an object without a traceEvents list"
+            raise TraceError(f"{path} is JSON but {shape}; expected XProf's trace object "
+                             '{"traceEvents": [...]}')
+        entries = doc["traceEvents"]
+        _check_size(path, len(entries) + (tail.count if tail else 0))
+        if tail is not None:
+            tail.start_check(len(entries))  # its entries follow these
+        c = _check(path, entries, 0, surrogates)
+        if c.fatal is not None:
+            raise TraceError(c.fatal)
+        if tail is not None:
+            c = _joined(path, c, tail.checked())
+            tail = None
+    except BaseException:
+        if tail is not None:
+            tail.abort()
+        raise
+    if not c.processes and (c.events or c.first_bad):
+        raise TraceError(f"{path} has events but no process_name metadata; it was not written "
+                         "by XLA's trace exporter")
+    if c.first_bad is not None:
+        i, ev = c.first_bad
+        key = _missing(ev)
+        if key:
+            raise TraceError(f"{path} has a complete event without '{key}' (traceEvents entry "
+                             f"{i:,}); pid, tid, ts, dur and name are always there in XLA's "
+                             "traces")
+        raise TraceError(f"{path} has a complete event (traceEvents entry {i:,}) whose "
+                         f"{_bad_complete(ev)}; the file is corrupt or not XLA's trace")
+    if c.last is not None:
+        _check_extent(path, c.last[1], c.last[0], c.first_ts, c.last_ts)
+    _check_gpu_processes(path, c.processes)
+    metadata = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+    unit = doc.get("displayTimeUnit")
+    return Trace(path, metadata, unit if isinstance(unit, str) else None, c.processes,
+                 c.threads, c.events, c.phases, c.entries, _repairs(c.long_names, c.cleaned))
+
+
+@dataclass
+class _Checked:
+    """What the check of a run of traceEvents entries found (`_check`)."""
+    events: list            # the complete events, in file order
+    processes: dict
+    threads: dict
+    meta: list              # (entry number, event) of each metadata event, in file order
+    phases: dict
+    entries: int
+    first_bad: tuple | None  # (entry number, event) of the first complete event refused
+    fatal: str | None       # the sentence of the first entry no reading takes (raised at once)
+    first_ts: float
+    last_ts: float
+    last: tuple | None      # (entry number, event) of the event that ends last (the first such)
+    last_end: float
+    long_names: int
+    cleaned: int
+
+
+def _check(path: Path, entries: list, offset: int, surrogates: bool) -> _Checked:
+    """Check traceEvents entries numbered from `offset` (what the reader guarantees: the
+    module's docstring), repairing what it says it repairs; the first fatal entry ends the
+    check (its sentence in `fatal`, for the caller to raise)."""
     processes: dict[int, str] = {}
     threads: dict[tuple[int, int], str] = {}
     events: list[dict] = []
+    meta: list = []
     phases: dict[str, int] = {}
     append = events.append
-    first_bad = None
+    first_bad = fatal = None
     cleaned = 0
-    entries = doc["traceEvents"]
-    _check_size(path, len(entries))
     lo, hi = -MAX_TIME_US, MAX_TIME_US
     id_args = INTEGER_ARGS
     long_names = 0
     first_ts, last_ts, last_end, last_i = hi, lo, lo, -1  # the capture's extent
     progress("checking the trace's events", 0, len(entries), "events")
-    for i, ev in enumerate(entries):
+    for i, ev in enumerate(entries, offset):
         if not i & 0xFFFF:
-            progress("checking the trace's events", i, len(entries), "events")
+            progress("checking the trace's events", i - offset, len(entries), "events")
         if type(ev) is not dict:
-            raise TraceError(f"{path} has traceEvents entry {i:,} that is {_kind(ev)}, not an "
-                             "object")
+            fatal = f"{path} has traceEvents entry {i:,} that is {_kind(ev)}, not an object"
+            break
         if surrogates:
             cleaned += _clean_event(ev)
         ph = ev.get("ph")
@@ -503,31 +790,43 @@ def load_trace(path) -> Trace:
             elif first_bad is None:
                 first_bad = (i, ev)
         elif ph == "M":
-            _metadata(path, i, ev, processes, threads)
+            try:
+                _metadata(path, i, ev, processes, threads)
+            except TraceError as exc:
+                fatal = str(exc)
+                break
+            meta.append((i, ev))
         elif ph is not None and type(ph) is not str:
-            raise TraceError(f"{path} has traceEvents entry {i:,} whose ph is {_kind(ph)}; "
-                             "expected a one-letter string such as \"X\"")
+            fatal = (f"{path} has traceEvents entry {i:,} whose ph is {_kind(ph)}; expected a "
+                     "one-letter string such as \"X\"")
+            break
         if ph is not None:
             phases[ph] = phases.get(ph, 0) + 1
-    if not processes and (events or first_bad):
-        raise TraceError(f"{path} has events but no process_name metadata; it was not written "
-                         "by XLA's trace exporter")
-    if first_bad is not None:
-        i, ev = first_bad
-        key = _missing(ev)
-        if key:
-            raise TraceError(f"{path} has a complete event without '{key}' (traceEvents entry "
-                             f"{i:,}); pid, tid, ts, dur and name are always there in XLA's "
-                             "traces")
-        raise TraceError(f"{path} has a complete event (traceEvents entry {i:,}) whose "
-                         f"{_bad_complete(ev)}; the file is corrupt or not XLA's trace")
-    if last_i >= 0:
-        _check_extent(path, entries[last_i], last_i, first_ts, last_ts)
-    _check_gpu_processes(path, processes)
-    metadata = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
-    unit = doc.get("displayTimeUnit")
-    return Trace(path, metadata, unit if isinstance(unit, str) else None, processes, threads,
-                 events, phases, len(entries), _repairs(long_names, cleaned))
+    last = (last_i, entries[last_i - offset]) if last_i >= 0 else None
+    return _Checked(events, processes, threads, meta, phases, len(entries), first_bad, fatal,
+                    first_ts, last_ts, last, last_end, long_names, cleaned)
+
+
+def _joined(path: Path, first: _Checked, second: _Checked) -> _Checked:
+    """The check of the text's first half and of its second (a _Tail's) as one check of the
+    whole: the second half's metadata applied after the first's (a name given twice across the
+    halves is refused there), its fatal entry raised, the rest added up."""
+    for i, ev in second.meta:
+        _metadata(path, i, ev, first.processes, first.threads)
+    if second.fatal is not None:
+        raise TraceError(second.fatal)
+    first.events += second.events
+    for ph, n in second.phases.items():
+        first.phases[ph] = first.phases.get(ph, 0) + n
+    first.entries += second.entries
+    first.first_bad = first.first_bad or second.first_bad
+    first.first_ts = min(first.first_ts, second.first_ts)
+    first.last_ts = max(first.last_ts, second.last_ts)
+    if second.last_end > first.last_end:
+        first.last, first.last_end = second.last, second.last_end
+    first.long_names += second.long_names
+    first.cleaned += second.cleaned
+    return first
 
 
 def _check_size(path: Path, events: int) -> None:
