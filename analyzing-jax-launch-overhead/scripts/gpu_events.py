@@ -46,18 +46,18 @@ class TraceEvent(GpuEvent):
         self.step = None
 
 
-# The args of a GPU event that collect makes one object per distinct value (see `_collect`).
-_SHARED_ARGS = ("hlo_op", "hlo_module")
 _CATEGORY: dict[tuple, str] = {}
 _JOIN_KIND: dict[tuple, str] = {}
 
 
 def categorize(name: str, args: dict) -> str:
-    """compute | collective | memcpy (trace_rules.category), memoized."""
-    key = (name, args.get("hlo_op", ""), "memcpy_details" in args)
+    """compute | collective | memcpy (trace_rules.category), memoized by (name, hlo_op or None,
+    whether memcpy_details is there)."""
+    op = args.get("hlo_op")
+    key = (name, op, "memcpy_details" in args)
     cat = _CATEGORY.get(key)
     if cat is None:
-        cat = _CATEGORY[key] = rules.category(*key)
+        cat = _CATEGORY[key] = rules.category(name, "" if op is None else op, key[2])
     return cat
 
 
@@ -133,6 +133,7 @@ def _collect(trace, release) -> Collected:
     # 67 MB less, a forked child's copy-on-write faults fewer); the trace's args hold the same
     # values, now shared.
     one = {}.setdefault
+    cats = _CATEGORY
     for start in range(0, n, PROGRESS_EVENTS):
         if start:
             print(f"skip_stats: {start:,} of {n:,} events read", file=sys.stderr)
@@ -152,12 +153,17 @@ def _collect(trace, release) -> Collected:
                 args = ev.get("args", empty)
                 name = ev["name"]
                 name = one(name, name)
-                for k in _SHARED_ARGS:
-                    v = args.get(k)
-                    if v is not None:
-                        args[k] = one(v, v)
+                op = args.get("hlo_op")  # hlo_op and hlo_module: one object per value
+                if op is not None:
+                    args["hlo_op"] = op = one(op, op)
+                v = args.get("hlo_module")
+                if v is not None:
+                    args["hlo_module"] = one(v, v)
+                cat = cats.get((name, op, "memcpy_details" in args))
+                if cat is None:
+                    cat = categorize(name, args)
                 s, d = round(ev["ts"] * 1_000_000), round(ev["dur"] * 1_000_000)
-                append_gpu(TraceEvent(o, key[1], name, s, d, args, categorize(name, args)))
+                append_gpu(TraceEvent(o, key[1], name, s, d, args, cat))
                 t = totals.get(key)
                 if t is None:
                     t = totals[key] = [0, 0]

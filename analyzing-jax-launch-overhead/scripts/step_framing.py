@@ -73,33 +73,46 @@ MODULE_SUFFIX = ":XLA GPU module"
 def host_scan(host_threads) -> dict:
     """One pass over the host events for what step framing needs: per thread its
     `<module>:XLA GPU module` events and `GpuExecutable::ExecuteThunks` events (start, end,
-    module), and whether the Python tracer was on. Names repeat, so each distinct name is
-    classified once."""
-    kind: dict[str, int] = {}  # 0 nothing, 1 module event, 2 ExecuteThunks, 3 traced Python
-    tracer = False
+    module), whether the Python tracer was on, per thread its Python-traced calls (the
+    profiler's own left out: CallTree's), and the events that carry a step_num (annotated
+    steps). Names repeat, so each distinct name is classified once."""
+    # 0 nothing, 1 module event, 2 ExecuteThunks, 3 a traced Python call, 4 the profiler's own
+    kind: dict[str, int] = {}
     per: dict = {}
+    calls_of: dict = {}
+    marks: list = []  # the events carrying a step_num
+    traced = False
     for key, events in host_threads.items():
-        mods, thunks = [], []
+        mods, thunks, calls = [], [], []
         for h in events:
+            sn = h["args"].get("step_num")
+            if sn is not None:
+                marks.append(h)
             name = h["name"]
             k = kind.get(name)
             if k is None:
                 k = kind[name] = (1 if name.endswith(MODULE_SUFFIX) else
                                   2 if name == "GpuExecutable::ExecuteThunks" else
-                                  3 if name.startswith(rules.PYTHON_TRACER_PREFIX) else 0)
+                                  0 if not name.startswith(rules.PYTHON_TRACER_PREFIX) else
+                                  4 if rules.PROFILER_CALL_RE.match(name) else 3)
             if not k:
                 continue
-            if k == 1:
+            if k == 3:
+                calls.append(h)
+            elif k == 1:
                 mods.append((h["start"], h["start"] + h["dur"], name[:-len(MODULE_SUFFIX)]))
             elif k == 2:
                 m = h["args"].get("module_name")
                 if m:
                     thunks.append((h["start"], h["start"] + h["dur"], str(m)))
             else:
-                tracer = True
+                traced = True
         if mods or thunks:
             per[key] = (mods, thunks)
-    return {"threads": per, "tracer": tracer}
+        if calls:
+            calls_of[key] = calls
+    return {"threads": per, "tracer": traced or bool(calls_of), "calls": calls_of,
+            "marks": marks}
 
 
 def program_executions(host_threads, scan: dict | None = None) -> list:
@@ -252,15 +265,12 @@ class CallTree:
     """The Python-traced calls of each host thread as a nesting (each call's enclosing call),
     built once, so that the calls enclosing a time are found by one bisection and a walk up."""
 
-    def __init__(self, host_threads):
+    def __init__(self, host_threads, scan: dict | None = None):
+        """`scan`: host_scan's of the same threads, which holds each thread's calls."""
         self.threads = []  # per thread: (starts, calls, parent index, nesting depth)
         self.keys = []     # ... and each one's key in the thread map
-        for key, events in host_threads.items():
-            calls = sorted((h for h in events if h["name"].startswith(rules.PYTHON_TRACER_PREFIX)
-                            and not rules.PROFILER_CALL_RE.match(h["name"])),
-                           key=lambda h: (h["start"], -h["dur"]))
-            if not calls:
-                continue
+        for key, calls in (scan or host_scan(host_threads))["calls"].items():
+            calls = sorted(calls, key=lambda h: (h["start"], -h["dur"]))
             parent, depth, stack = [], [], []
             for i, h in enumerate(calls):
                 while stack and calls[stack[-1]]["start"] + calls[stack[-1]]["dur"] <= h["start"]:
@@ -477,15 +487,13 @@ def annotated_steps(host_threads, scan: dict | None = None) -> list:
     """Steps from StepTraceAnnotation: per step number (`step_num`), from its first host event's
     start to its last one's end, with the program executions that began inside it; empty
     without annotations."""
+    scan = scan or host_scan(host_threads)
     marks: dict[int, list] = {}
-    for events in host_threads.values():
-        for h in events:
-            sn = h["args"].get("step_num")
-            if sn is not None:
-                try:
-                    marks.setdefault(int(sn), []).append(h)
-                except ValueError:
-                    continue
+    for h in scan["marks"]:
+        try:
+            marks.setdefault(int(h["args"]["step_num"]), []).append(h)
+        except ValueError:
+            continue
     if not marks:
         return []
     steps = [StepFrame(n, min(h["start"] for h in hs), max(h["start"] + h["dur"] for h in hs),
@@ -511,8 +519,9 @@ def find_steps(gpu, host_threads, trace_end, scan: dict | None = None,
     if steps:
         return steps, "StepTraceAnnotation (step_num)", notes
     execs = program_executions(host_threads, scan)
-    if tree is None and execs and (scan or host_scan(host_threads))["tracer"]:
-        tree = CallTree(host_threads)
+    if tree is None and execs:
+        scan = scan or host_scan(host_threads)
+        tree = CallTree(host_threads, scan) if scan["tracer"] else None
     found = cycle_steps(execs, trace_end, notes, tree) if execs else None
     if found is None and tree:
         found = python_call_steps(tree, execs, trace_end, notes)
