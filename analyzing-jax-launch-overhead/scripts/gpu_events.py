@@ -27,11 +27,16 @@ VOTES_ENOUGH = 200
 
 
 class TraceEvent(GpuEvent):
-    """A GPU event as step 1 reads it from the trace: its end, the trace's args, its join to a
-    host call (`join`: launch, graph_launch, other or none; `launch`: that call) and its step."""
-    __slots__ = ("end", "args", "join", "launch", "step")
+    """A GPU event as step 1 reads it from the trace: its end, the trace's args, the three of
+    them every table reads (`op`, `module`, `cid`: hlo_op, hlo_module and correlation_id, ""
+    where absent; read from the event, a forked child writing rows.csv touches no args dict,
+    whose pages it would otherwise copy), its join to a host call (`join`: launch,
+    graph_launch, other or none; `launch`: that call) and its step."""
+    __slots__ = ("end", "args", "op", "module", "cid", "join", "launch", "step")
 
-    def __init__(self, device, stream, name, start, dur, args, category="compute"):
+    def __init__(self, device, stream, name, start, dur, args, category="compute", op=None,
+                 module=None, cid=None):
+        """`op`, `module`, `cid`: the args' (read from them where not given)."""
         self.device = device
         self.stream = stream
         self.name = name
@@ -39,6 +44,12 @@ class TraceEvent(GpuEvent):
         self.dur = dur
         self.end = start + dur
         self.args = args
+        if op is None:
+            op, module, cid = (args.get(k, "") for k in ("hlo_op", "hlo_module",
+                                                        "correlation_id"))
+        self.op = op
+        self.module = module
+        self.cid = cid
         self.category = category
         self.join = "none"
         self.launch = None
@@ -156,14 +167,17 @@ def _collect(trace, release) -> Collected:
                 op = args.get("hlo_op")  # hlo_op and hlo_module: one object per value
                 if op is not None:
                     args["hlo_op"] = op = one(op, op)
-                v = args.get("hlo_module")
-                if v is not None:
-                    args["hlo_module"] = one(v, v)
+                module = args.get("hlo_module")
+                if module is not None:
+                    args["hlo_module"] = module = one(module, module)
                 cat = cats.get((name, op, "memcpy_details" in args))
                 if cat is None:
                     cat = categorize(name, args)
                 s, d = round(ev["ts"] * 1_000_000), round(ev["dur"] * 1_000_000)
-                append_gpu(TraceEvent(o, key[1], name, s, d, args, cat))
+                append_gpu(TraceEvent(o, key[1], name, s, d, args, cat,
+                                      "" if op is None else op,
+                                      "" if module is None else module,
+                                      args.get("correlation_id", "")))
                 t = totals.get(key)
                 if t is None:
                     t = totals[key] = [0, 0]

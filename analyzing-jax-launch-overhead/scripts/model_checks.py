@@ -10,6 +10,7 @@ file (a step run on its own)."""
 
 from __future__ import annotations
 
+import operator
 import statistics
 
 import gpu_events
@@ -68,22 +69,28 @@ def trace_totals(trace) -> tuple[dict, dict]:
 
 def check_joins(a) -> list[dict]:
     out = []
-    by_device: dict = {}
+    by_device: dict = {}  # GPU -> [events, the graph launches' ids, events joining no launch]
     for e in a.events:
-        by_device.setdefault(e.device, []).append(e)
-    for d, evs in sorted(by_device.items()):
-        bad = [e for e in evs if e.join not in ("launch", "graph_launch")]
-        graphs = {e.args.get("correlation_id") for e in evs if e.join == "graph_launch"}
-        joined = len(evs) - len(bad)
+        acc = by_device.get(e.device)
+        if acc is None:
+            acc = by_device[e.device] = [0, set(), []]
+        acc[0] += 1
+        join = e.join
+        if join == "graph_launch":
+            acc[1].add(e.args.get("correlation_id"))
+        elif join != "launch":
+            acc[2].append(e)
+    for d, (n, graphs, bad) in sorted(by_device.items()):
+        joined = n - len(bad)
         sentence = ""
         if bad:
             by: dict[str, list] = {}
             for e in bad:
                 by.setdefault(e.join, []).append(str(e.args.get("correlation_id", "-")))
-            sentence = f"GPU {d}: {len(bad)} of {len(evs)} events join no launch call: " + \
+            sentence = f"GPU {d}: {len(bad)} of {n} events join no launch call: " + \
                 "; ".join(f"{k} {len(v)} (ids {', '.join(sorted(set(v))[:IDS_LISTED])})"
                           for k, v in sorted(by.items()))
-        out.append(row("launch_join", d, "", "fail" if bad else "pass", joined, len(evs),
+        out.append(row("launch_join", d, "", "fail" if bad else "pass", joined, n,
                        "count", f"events joined to a launch ({len(graphs)} graph launches)",
                        "GPU events", sentence))
     return out
@@ -128,9 +135,10 @@ def _per_device(a, steps) -> tuple[dict, dict]:
     for e in a.events:
         if e.step not in steps:
             continue
-        if rules.is_argument_copy(e.category, e.args, e.graph):
+        cat = e.category
+        if cat == "memcpy" and rules.is_argument_copy(cat, e.args, e.graph):
             copies[e.device] = copies.get(e.device, 0) + 1
-        elif e.category != "collective":
+        elif cat != "collective":
             t = time_ps.setdefault(e.device, {})
             t[e.step] = t.get(e.step, 0) + e.dur
     return time_ps, copies
@@ -224,9 +232,10 @@ def check_stream_budgets(a, stream_acc, by_stream) -> list[dict]:
     analysed = {s.number: s for s in a.analysed}
     ends: dict = {}
     by_stream_step: dict = {}
+    end_of = operator.attrgetter("end")
     for (d, num), per_stream in by_stream.items():
         for s, evs in per_stream.items():
-            ends[(d, num)] = max(ends.get((d, num), 0), max(e.end for e in evs))
+            ends[(d, num)] = max(ends.get((d, num), 0), max(map(end_of, evs)))
             by_stream_step[(d, s, num)] = evs
     for (d, s), acc in sorted(stream_acc.items()):
         parts = acc["compute"] + acc["collective"] + acc["memcpy"] + acc["idle"]
@@ -236,7 +245,7 @@ def check_stream_budgets(a, stream_acc, by_stream) -> list[dict]:
             if (d, num) not in ends:
                 continue
             start, end = st.start, ends[(d, num)]
-            iv = [(max(e.start, start), min(e.end, end))
+            iv = [(e.start if e.start > start else start, e.end if e.end < end else end)
                   for e in by_stream_step.get((d, s, num), ()) if e.end > start]
             idle2 += (end - start) - gpu_events.union_ps(iv)
         ok = parts == acc["span"] and idle2 == acc["idle"]

@@ -83,20 +83,19 @@ def write_rows(path, a: Analysis) -> tuple[int, dict]:
             else:
                 launch = ",,,,,"
                 raw_lname = ""
-            args = ev.args
             key = (ev.device, ev.stream, ev.name, ev.category)
             head = heads.get(key)
             if head is None:
                 head = heads[key] = (
                     f"{ev.device},{ev.stream},{streams.get((ev.device, ev.stream), '')},"
                     f"{q(ev.name)},{ev.category},")
-            key = (args.get("hlo_op", ""), args.get("hlo_module", ""), ev.graph, ev.step)
+            key = (ev.op, ev.module, ev.graph, ev.step)
             tail = tails.get(key)
             if tail is None:
                 hlo_op, hlo_module, graph, step = key
                 tail = tails[key] = (f"{q(hlo_op)},{q(hlo_module)},{1 if graph else 0},"
                                      f"{'' if step is None else step}\n")
-            raw_cid = args.get("correlation_id", "")
+            raw_cid = ev.cid
             cid = raw_cid
             if type(cid) is not int and not (type(cid) is str and cid.isdigit()):
                 # a malformed id (text with commas, quotes) stays one field; a decimal one (each
@@ -108,7 +107,7 @@ def write_rows(path, a: Analysis) -> tuple[int, dict]:
             step = ev.step
             # the row's cells as rows.csv reads back (row_facts.COLUMNS)
             add(str(ev.device), dur, "1" if ev.graph else "0", ev.category, join, raw_lname,
-                "" if step is None else str(step), str(raw_cid), args.get("hlo_op", ""))
+                "" if step is None else str(step), str(raw_cid), ev.op)
             n += 1
             if n % 10_000 == 0:
                 fh.write("".join(buf))
