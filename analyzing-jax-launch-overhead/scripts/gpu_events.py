@@ -14,6 +14,7 @@ from __future__ import annotations
 import bisect
 import operator
 import sys
+from collections import Counter
 from typing import NamedTuple
 
 from tracekit import trace_reader
@@ -236,7 +237,7 @@ def join_events(gpu, by_corr) -> tuple[dict, dict]:
                 v = agent_votes.setdefault(hs[0]["args"]["device_id"], {})
                 v[ev.device] = v.get(ev.device, 0) + 1
     agent = {a: max(v, key=v.get) for a, v in agent_votes.items()}
-    shared: dict[tuple, int] = {}
+    ids: list = []  # (GPU, correlation id) of each event not launched by a graph
     graph_ids = rules.GRAPH_ID_STATS
     in_graph = rules.in_graph
     kinds = _JOIN_KIND
@@ -272,11 +273,10 @@ def join_events(gpu, by_corr) -> tuple[dict, dict]:
         ev.join = join
         counts[join] += 1
         if join != "graph_launch":  # its id names a graph launch: never counted below
-            key = (ev.device, cid)
-            shared[key] = shared.get(key, 0) + 1
+            ids.append((ev.device, cid))
         ev.graph = in_graph(not graph_ids.isdisjoint(args), join == "graph_launch")
     counts["shared_ids_without_graph_launch"] = sum(
-        n for (d, cid), n in shared.items() if n > 1 and not any(
+        n for (d, cid), n in Counter(ids).items() if n > 1 and not any(
             h for h in by_corr.get(cid, []) if rules.is_graph_launch(h["name"])))
     return counts, sample
 

@@ -49,69 +49,73 @@ def write_rows(path, a: Analysis) -> tuple[int, dict]:
             lst = per_stream[key] = []
         lst.append(ev)
     by_start = operator.attrgetter("start")
-    events = [ev for key in sorted(per_stream) for ev in sorted(per_stream[key], key=by_start)]
-    del per_stream
     # the columns that repeat from event to event, each combination formatted once
-    heads: dict[tuple, str] = {}
     tails: dict[tuple, str] = {}
     by_launch: dict[int, tuple] = {}
+    step_cells: dict = {None: ""}
     summary = row_facts.Summary()
     add = summary.add
     with open(path, "w", newline="", encoding="utf-8") as fh:
         fh.write(scratch.header("rows.csv"))  # the line below, in its declared order
         buf = []
         append = buf.append
-        for ev in events:
-            join = ev.join
-            L = ev.launch
-            start = ev.start
-            if join == "launch" and L is not None:
-                ls, ld = L["start"], L["dur"]
-                raw_lname = L["name"]
-                lname = quoted.get(raw_lname) or q(raw_lname)
-                launch = (f"{lname},{threads.get(L['thread'], '')},{ls / 1e6:.3f},"
-                          f"{ld / 1e6:.3f},{(start - ls - ld) / 1e6:.3f},"
-                          f"{(start - ls) / 1e6:.3f}")
-            elif L is not None and join != "ambiguous":
-                # a graph launch's cells are those of every event it launched: formatted once
-                shared = by_launch.get(id(L))  # L lives as long as the events: its id stays
-                if shared is None:
-                    shared = by_launch[id(L)] = (
-                        f"{q(L['name'])},{threads.get(L['thread'], '')},{L['start'] / 1e6:.3f},"
-                        f"{L['dur'] / 1e6:.3f},,", L["name"])
-                launch, raw_lname = shared
-            else:
-                launch = ",,,,,"
-                raw_lname = ""
-            key = (ev.device, ev.stream, ev.name, ev.category)
-            head = heads.get(key)
-            if head is None:
-                head = heads[key] = (
-                    f"{ev.device},{ev.stream},{streams.get((ev.device, ev.stream), '')},"
-                    f"{q(ev.name)},{ev.category},")
-            key = (ev.op, ev.module, ev.graph, ev.step)
-            tail = tails.get(key)
-            if tail is None:
-                hlo_op, hlo_module, graph, step = key
-                tail = tails[key] = (f"{q(hlo_op)},{q(hlo_module)},{1 if graph else 0},"
-                                     f"{'' if step is None else step}\n")
-            raw_cid = ev.cid
-            cid = raw_cid
-            if type(cid) is not int and not (type(cid) is str and cid.isdigit()):
-                # a malformed id (text with commas, quotes) stays one field; a decimal one (each
-                # event's own: not memoized) needs no quotes
-                cid = q(str(cid))
-            dur = f"{ev.dur / 1e6:.3f}"
-            append(f"{head}{start / 1e6:.3f},{dur},{ev.end / 1e6:.3f},{cid},"
-                   f"{join},{launch},{tail}")
-            step = ev.step
-            # the row's cells as rows.csv reads back (row_facts.COLUMNS)
-            add(str(ev.device), dur, "1" if ev.graph else "0", ev.category, join, raw_lname,
-                "" if step is None else str(step), str(raw_cid), ev.op)
-            n += 1
-            if n % 10_000 == 0:
-                fh.write("".join(buf))
-                buf.clear()
+        for device, stream in sorted(per_stream):
+            dev = str(device)
+            where = f"{device},{stream},{streams.get((device, stream), '')},"
+            heads: dict[str, tuple] = {}  # name -> (category, the row's first cells)
+            for ev in sorted(per_stream.pop((device, stream)), key=by_start):
+                join = ev.join
+                L = ev.launch
+                start = ev.start
+                if join == "launch" and L is not None:
+                    ls, ld = L["start"], L["dur"]
+                    raw_lname = L["name"]
+                    lname = quoted.get(raw_lname) or q(raw_lname)
+                    launch = (f"{lname},{threads.get(L['thread'], '')},{ls / 1e6:.3f},"
+                              f"{ld / 1e6:.3f},{(start - ls - ld) / 1e6:.3f},"
+                              f"{(start - ls) / 1e6:.3f}")
+                elif L is not None and join != "ambiguous":
+                    # a graph launch's cells are those of every event it launched: formatted
+                    # once
+                    shared = by_launch.get(id(L))  # L lives as long as the events: its id stays
+                    if shared is None:
+                        shared = by_launch[id(L)] = (
+                            f"{q(L['name'])},{threads.get(L['thread'], '')},"
+                            f"{L['start'] / 1e6:.3f},{L['dur'] / 1e6:.3f},,", L["name"])
+                    launch, raw_lname = shared
+                else:
+                    launch = ",,,,,"
+                    raw_lname = ""
+                category = ev.category
+                head = heads.get(ev.name)
+                if head is None or head[0] != category:
+                    head = heads[ev.name] = (category, f"{where}{q(ev.name)},{category},")
+                step = ev.step
+                key = (ev.op, ev.module, ev.graph, step)
+                tail = tails.get(key)
+                if tail is None:
+                    hlo_op, hlo_module, graph, _ = key
+                    tail = tails[key] = (f"{q(hlo_op)},{q(hlo_module)},{1 if graph else 0},"
+                                         f"{'' if step is None else step}\n")
+                raw_cid = ev.cid
+                cid = raw_cid
+                if type(cid) is not int and not (type(cid) is str and cid.isdigit()):
+                    # a malformed id (text with commas, quotes) stays one field; a decimal one
+                    # (each event's own: not memoized) needs no quotes
+                    cid = q(str(cid))
+                dur = f"{ev.dur / 1e6:.3f}"
+                append(f"{head[1]}{start / 1e6:.3f},{dur},{ev.end / 1e6:.3f},{cid},"
+                       f"{join},{launch},{tail}")
+                cell = step_cells.get(step)
+                if cell is None:
+                    cell = step_cells[step] = str(step)
+                # the row's cells as rows.csv reads back (row_facts.COLUMNS)
+                add(dev, dur, "1" if ev.graph else "0", category, join, raw_lname, cell,
+                    str(raw_cid), ev.op)
+                n += 1
+                if n % 10_000 == 0:
+                    fh.write("".join(buf))
+                    buf.clear()
         fh.write("".join(buf))
     return n, summary.facts().to_json()
 
