@@ -83,8 +83,10 @@ class GapIndex:
     before the gap started at most 4 of their durations back: on one thread, where events
     nest, a few per open level."""
 
-    def __init__(self, host_threads):
+    def __init__(self, host_threads, marked=()):
+        """`marked`: the host events that carry a step_num (gpu_events.Collected.marked)."""
         self.host_threads = host_threads
+        self.marked = {id(h) for h in marked}  # held by host_threads: their ids stay
         self.built: dict = {}
 
     def get(self, key) -> list:
@@ -96,12 +98,13 @@ class GapIndex:
             return built
         by_class: dict = {}
         known = _CONTAINER
+        marked = self.marked
         for h in self.host_threads.get(key, ()):  # a hot loop: every host event once
             name = h["name"]
             c = known.get(name)
             if c is None:
                 c = is_container(name)
-            if c or "step_num" in h["args"]:
+            if c or marked and id(h) in marked:
                 continue
             hs, d = h["start"], h["dur"]
             lst = by_class.get(k := d.bit_length() >> 1)

@@ -88,7 +88,9 @@ class Collected(NamedTuple):
     when the last GPU or host event ends (ps; 0 without events), and the trace's totals of
     model_checks.trace_totals: (device, stream) -> [events, summed duration ps] of its stream
     lines, and step 0's facts (each GPU process's events, the host process's, the reader's
-    notes); and the host threads whose events the trace does not hold in start order."""
+    notes); the host threads whose events the trace does not hold in start order; and the host
+    events that carry a step_num (StepTraceAnnotation's), in file order: found here, where each
+    event's args are at hand, not by another pass over every host event."""
     gpu: list
     other_gpu_lines: int
     host_threads: dict
@@ -97,6 +99,7 @@ class Collected(NamedTuple):
     per_stream: dict
     facts: dict
     unordered: set
+    marked: list
 
 
 def collect(trace, release: bool = False) -> Collected:
@@ -134,6 +137,7 @@ def _collect(trace, release) -> Collected:
     host_threads: dict[tuple, list] = {}
     by_corr: dict[str, list] = {}
     unordered: set = set()  # host threads whose events are not in start order
+    marked: list = []  # host events carrying a step_num
     last = -rules.MAX_TIME_PS  # no event ends before it (trace_reader: a start is at least that)
     events = trace.events
     n = len(events)
@@ -201,6 +205,8 @@ def _collect(trace, release) -> Collected:
                 elif s < lst[-1]["start"]:
                     unordered.add(key)
                 lst.append(h)
+                if "step_num" in args:
+                    marked.append(h)
                 cid = args.get("correlation_id")
                 if cid is not None:
                     c = by_corr.get(cid)
@@ -217,7 +223,7 @@ def _collect(trace, release) -> Collected:
              "host_events": sum(map(len, host_threads.values())),
              "notes": list(getattr(trace, "notes", ()))}
     return Collected(gpu, sum(other.values()), host_threads, by_corr,
-                     last if gpu or host_threads else 0, per_stream, facts, unordered)
+                     last if gpu or host_threads else 0, per_stream, facts, unordered, marked)
 
 
 def join_events(gpu, by_corr) -> tuple[dict, dict]:

@@ -81,7 +81,7 @@ def analyse(trace, release: bool = False) -> tuple[Analysis, dict]:
                      "such as Steps or TensorFlow Ops) were left out")
     progress("joining GPU events to their launches", len(gpu), unit="GPU events")
     joins, launch_sample = join_events(gpu, by_corr)
-    scan = host_scan(host_threads)  # one pass over the host events for the step framing
+    scan = host_scan(host_threads, c.marked)  # one pass over the host events for the steps
     tree = CallTree(host_threads, scan) if scan["tracer"] else None  # the Python calls' nesting
     progress("finding the steps", len(gpu), unit="GPU events")
     steps, source, step_notes = find_steps(gpu, host_threads, c.last_end, scan, tree)
@@ -96,7 +96,7 @@ def analyse(trace, release: bool = False) -> tuple[Analysis, dict]:
     a = Analysis(gpu, steps, source, analysed, refusals=refusals, notes=notes, joins=joins,
                  exec_of=exec_of, host_threads=host_threads, python_tracer_on=scan["tracer"],
                  call_tree=tree,
-                 gap_events=GapIndex(host_threads), thread_names=trace.threads,
+                 gap_events=GapIndex(host_threads, c.marked), thread_names=trace.threads,
                  trace_totals=(c.per_stream, c.facts))
     return a, joins
 

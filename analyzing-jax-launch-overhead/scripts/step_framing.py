@@ -70,23 +70,23 @@ class Execution:
 MODULE_SUFFIX = ":XLA GPU module"
 
 
-def host_scan(host_threads) -> dict:
+def host_scan(host_threads, marked: list | None = None) -> dict:
     """One pass over the host events for what step framing needs: per thread its
     `<module>:XLA GPU module` events and `GpuExecutable::ExecuteThunks` events (start, end,
     module), whether the Python tracer was on, per thread its Python-traced calls (the
     profiler's own left out: CallTree's), and the events that carry a step_num (annotated
-    steps). Names repeat, so each distinct name is classified once."""
+    steps: `marked` where the caller found them, gpu_events.Collected.marked). Names repeat,
+    so each distinct name is classified once."""
     # 0 nothing, 1 module event, 2 ExecuteThunks, 3 a traced Python call, 4 the profiler's own
     kind: dict[str, int] = {}
     per: dict = {}
     calls_of: dict = {}
-    marks: list = []  # the events carrying a step_num
+    marks: list = [] if marked is None else marked  # the events carrying a step_num
     traced = False
     for key, events in host_threads.items():
         mods, thunks, calls = [], [], []
         for h in events:
-            sn = h["args"].get("step_num")
-            if sn is not None:
+            if marked is None and "step_num" in h["args"]:
                 marks.append(h)
             name = h["name"]
             k = kind.get(name)
