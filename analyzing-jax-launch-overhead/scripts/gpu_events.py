@@ -32,7 +32,8 @@ class TraceEvent(GpuEvent):
     them every table reads (`op`, `module`, `cid`: hlo_op, hlo_module and correlation_id, ""
     where absent; read from the event, a forked child writing rows.csv touches no args dict,
     whose pages it would otherwise copy), its join to a host call (`join`: launch,
-    graph_launch, other or none; `launch`: that call) and its step."""
+    graph_launch, other or none; `launch`: that call) and its step. `graph` is whether its args
+    name a graph until join_events sets it (trace_rules.in_graph)."""
     __slots__ = ("end", "args", "op", "module", "cid", "join", "launch", "step")
 
     def __init__(self, device, stream, name, start, dur, args, category="compute", op=None,
@@ -54,7 +55,7 @@ class TraceEvent(GpuEvent):
         self.category = category
         self.join = "none"
         self.launch = None
-        self.graph = False
+        self.graph = not rules.GRAPH_ID_STATS.isdisjoint(args)
         self.step = None
 
 
@@ -238,25 +239,23 @@ def join_events(gpu, by_corr) -> tuple[dict, dict]:
     agent_votes: dict[str, dict[int, int]] = {}
     if any(len(hs) > 1 for hs in by_corr.values()):
         for ev in gpu:
-            hs = by_corr.get(ev.args.get("correlation_id"), ())
+            hs = by_corr.get(ev.cid, ())
             if len(hs) == 1 and "device_id" in hs[0]["args"]:
                 v = agent_votes.setdefault(hs[0]["args"]["device_id"], {})
                 v[ev.device] = v.get(ev.device, 0) + 1
     agent = {a: max(v, key=v.get) for a, v in agent_votes.items()}
     ids: list = []  # (GPU, correlation id) of each event not launched by a graph
-    graph_ids = rules.GRAPH_ID_STATS
     in_graph = rules.in_graph
     kinds = _JOIN_KIND
     none: list = []
     sample: dict[tuple, list] = {}
     most = 4 * VOTES_ENOUGH
-    for ev in gpu:  # a hot loop: every GPU event once
-        args = ev.args
-        cid = args.get("correlation_id")
-        if cid is None:
+    for ev in gpu:  # a hot loop: every GPU event once (its args left untouched)
+        cid = ev.cid
+        if not cid:
             counts["no_correlation_id"] += 1
             ev.join = "none"
-            ev.graph = in_graph(not graph_ids.isdisjoint(args), False)
+            ev.graph = in_graph(ev.graph, False)
             continue
         hs = by_corr.get(cid, none)
         if len(hs) > 1:
@@ -273,14 +272,14 @@ def join_events(gpu, by_corr) -> tuple[dict, dict]:
                 if lst is None:
                     lst = sample[h["thread"]] = []
                 if len(lst) < most:
-                    label = h["args"].get("hlo_op") or args.get("hlo_op")
+                    label = h["args"].get("hlo_op") or ev.op
                     if label:
                         lst.append((h, label))
         ev.join = join
         counts[join] += 1
         if join != "graph_launch":  # its id names a graph launch: never counted below
             ids.append((ev.device, cid))
-        ev.graph = in_graph(not graph_ids.isdisjoint(args), join == "graph_launch")
+        ev.graph = in_graph(ev.graph, join == "graph_launch")
     counts["shared_ids_without_graph_launch"] = sum(
         n for (d, cid), n in Counter(ids).items() if n > 1 and not any(
             h for h in by_corr.get(cid, []) if rules.is_graph_launch(h["name"])))

@@ -77,7 +77,7 @@ def check_joins(a) -> list[dict]:
         acc[0] += 1
         join = e.join
         if join == "graph_launch":
-            acc[1].add(e.args.get("correlation_id"))
+            acc[1].add(e.cid)
         elif join != "launch":
             acc[2].append(e)
     for d, (n, graphs, bad) in sorted(by_device.items()):
@@ -86,7 +86,7 @@ def check_joins(a) -> list[dict]:
         if bad:
             by: dict[str, list] = {}
             for e in bad:
-                by.setdefault(e.join, []).append(str(e.args.get("correlation_id", "-")))
+                by.setdefault(e.join, []).append(str(e.cid or "-"))
             sentence = f"GPU {d}: {len(bad)} of {n} events join no launch call: " + \
                 "; ".join(f"{k} {len(v)} (ids {', '.join(sorted(set(v))[:IDS_LISTED])})"
                           for k, v in sorted(by.items()))

@@ -182,7 +182,7 @@ def gpu_step_pass(evs: list, start: int) -> dict:
         cat = e.category
         if cat == "collective":
             coll_iv.append((es, ee))
-        m = e.args.get("hlo_module")
+        m = e.module
         if m:
             f = first.get(m)
             if f is None or es < f:
@@ -287,7 +287,7 @@ def step_programs(evs, exec_starts, crit, first: dict) -> tuple:
     order = sorted(evs, key=operator.attrgetter("start"))
     runs: dict[str, set] = {}
     for e in order:
-        m = e.args.get("hlo_module")
+        m = e.module
         if m:
             runs.setdefault(m, set()).add(idx_of[e])
     # on the critical stream, as classify_gaps cuts it: a host_late gap (the next kernel's launch
@@ -305,7 +305,7 @@ def step_programs(evs, exec_starts, crit, first: dict) -> tuple:
                            if cause == "host_late")
         if cur_end is None or e.end > cur_end:
             cur_end, cur_idx = e.end, i
-    executions = len({idx_of[e] for e in evs if e.args.get("hlo_module")})
+    executions = len({idx_of[e] for e in evs if e.module})
     programs = "; ".join(f"{m} x{len(ix)}" for m, ix in runs.items())
     return executions, programs, between
 
