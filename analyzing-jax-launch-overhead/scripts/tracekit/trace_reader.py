@@ -430,6 +430,10 @@ class _Tail:
                 os.close(back_r)
                 os.close(to_w)
                 _tail_child(path, half, back_w, to_r, mask)
+        except OSError:  # no process to spare: the caller reads it all
+            for fd in (back_r, back_w, to_r, to_w):
+                os.close(fd)
+            raise
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.close(back_w)
@@ -487,13 +491,12 @@ class _Tail:
     def abort(self) -> None:
         if self.pid is not None:
             try:
-                os.kill(self.pid, 15)
+                os.kill(self.pid, signal.SIGTERM)
                 os.waitpid(self.pid, 0)
             except OSError:
                 pass
             self.pid = None
-        for fh in (self.back,):
-            fh.close()
+        self.back.close()
         if self.to is not None:
             os.close(self.to)
             self.to = None
