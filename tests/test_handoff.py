@@ -339,7 +339,6 @@ def test_step_1_holds_each_repeated_name_instruction_module_and_thread_once(tmp_
     before = copy.deepcopy(trace.events)
     c = gpu_events.collect(trace)
     assert trace.events == before
-    values = [e.name for e in c.gpu] + [e.args[k] for e in c.gpu for k in ("hlo_op", "hlo_module")
-                                        if k in e.args]
+    values = [e.name for e in c.gpu] + [v for e in c.gpu for v in (e.op, e.module) if v]
     values += [h[k] for hs in c.host_threads.values() for h in hs for k in ("name", "thread")]
     assert len({id(v) for v in values}) == len(set(values)) < len(values) / 10

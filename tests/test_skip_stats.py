@@ -131,8 +131,8 @@ def test_stream_budget_partition_is_exact_in_picoseconds():
     sys.path.insert(0, str(SCRIPT.parent))
     import gpu_events
     E = gpu_events.TraceEvent
-    evs = [E(0, 1, "a", 100, 50, {}, "compute"), E(0, 1, "b", 120, 100, {}, "collective"),
-           E(0, 1, "c", 400, 7, {}, "memcpy"), E(0, 1, "d", 405, 1000, {}, "compute")]
+    evs = [E(0, 1, "a", 100, 50, "compute"), E(0, 1, "b", 120, 100, "collective"),
+           E(0, 1, "c", 400, 7, "memcpy"), E(0, 1, "d", 405, 1000, "compute")]
     b = gpu_events.stream_budget(evs, 90, 500)
     # overlaps go to the event that started first: b gets 150-220, d gets 407-500
     assert b == {"compute": 50 + 93, "collective": 70, "memcpy": 7, "idle": 10 + 180}
@@ -578,7 +578,7 @@ def test_gpu_groups_compare_only_gpus_that_run_the_same_programs():
 
     def ev(device, module, cat="compute", dur=10):
         args = {"hlo_module": module} if module else {}
-        e = gpu_events.TraceEvent(device, 1, "k", 0, dur * 1_000_000, args, cat)
+        e = gpu_events.TraceEvent.of(device, 1, "k", 0, dur * 1_000_000, args, cat)
         e.step = 0
         return e
     by = {(0, 0): [ev(0, None, "memcpy", 1) for _ in range(5)],
@@ -687,8 +687,7 @@ def test_every_python_call_is_a_whole_step_however_many_programs_it_runs():
         events.append(call("$train.py:20 train_iteration", t, t + 900))
         for j in range(k):
             events.append(_exec(next(progs), t + 20 + 100 * j, t + 60 + 100 * j))
-            ev = gpu_events.TraceEvent(0, 7, "k", (t + 70 + 100 * j) * 1_000_000, 10_000_000,
-                                     {}, "compute")
+            ev = gpu_events.TraceEvent(0, 7, "k", (t + 70 + 100 * j) * 1_000_000, 10_000_000)
             gpu.append(ev)
         t += 1000
     host = {("h", 1): events}
@@ -868,3 +867,25 @@ def test_a_share_at_its_threshold_is_said_to_be_borderline():
     assert [f for f in fired if "borderline" in f and "COLLECTIVE_BOUND_SHARE" in f]
     _, fired = sa.weigh(h=0.02, b=0.40, c=0.255, u=0.0, gpus=1)  # one GPU: no collective rule
     assert not [f for f in fired if "borderline" in f]
+
+
+def test_a_trace_read_and_collected_by_two_processes_gives_the_same_tables(corpus, tmp_path,
+                                                                           monkeypatch):
+    """From trace_reader.SPLIT_MIN bytes of text, the trace's second half is parsed, checked
+    and collected (gpu_events.collect_part, the reader's digest) by a forked child: every table
+    is the one a single process writes."""
+    r, out = corpus("rocm-8gpu-straggler")
+    sys.path.insert(0, str(SCRIPT.parent))
+    import skip_stats
+    from tracekit import trace_reader
+    monkeypatch.setattr(trace_reader, "SPLIT_MIN", 0)
+    monkeypatch.setattr(trace_reader, "can_fork", lambda: True)
+    monkeypatch.setattr(trace_reader, "PARSE_PIECE", 1 << 14)  # the half falls among events
+    handed = []
+    digested = trace_reader._Tail.digested
+    monkeypatch.setattr(trace_reader._Tail, "digested",
+                        lambda self: handed.append(digested(self)) or handed[-1])
+    skip_stats.run(next(r.run_dir.glob("*.trace.json.gz")), tmp_path / "two")
+    assert handed and handed[0][0]  # the child collected GPU events
+    for f in OUTPUTS:
+        assert (tmp_path / "two" / f).read_bytes() == (out / f).read_bytes(), f

@@ -118,7 +118,7 @@ def _fields(t):
 def _whole(monkeypatch, path):
     """load_trace with the events parsed from the whole text (the fallback path)."""
     with monkeypatch.context() as m:
-        m.setattr(trace_reader, "_parse_in_pieces", lambda p: None)
+        m.setattr(trace_reader, "_parse_in_pieces", lambda p, digest=None: None)
         return trace_reader.load_trace(path)
 
 
@@ -192,22 +192,31 @@ def test_shared_traces_read_the_same_in_pieces(monkeypatch):
         assert _fields(trace_reader.load_trace(path)) == _fields(whole), path
 
 
-def _read_or_refuse(path):
+def _kept(path, events, processes, threads, release):
+    """A digest that keeps the events and the names it was given."""
+    return events, processes, threads
+
+
+def _read_or_refuse(path, digest=None):
     try:
-        return _fields(trace_reader.load_trace(path))
+        t = trace_reader.load_trace(path, digest)
     except trace_reader.TraceError as exc:
         return str(exc)
+    if digest is not None:  # each part's events, in file order, with the whole trace's names
+        assert t.events == [] and all(d[1:] == (t.processes, t.threads) for d in t.digests)
+        t.events = [e for d in t.digests for e in d[0]]
+    return _fields(t)
 
 
-def _in_two(monkeypatch, path, split=True):
+def _in_two(monkeypatch, path, split=True, digest=None):
     """load_trace's answer (fields, or its refusal) with the text's second half read by a forked
-    child (split) or without one."""
+    child (split) or without one; with a digest, the events each process digested."""
     with monkeypatch.context() as m:
         m.setattr(trace_reader, "can_fork", lambda: True)
         m.setattr(trace_reader, "SPLIT_MIN", 0 if split else 1 << 62)
         m.setattr(trace_reader, "READ_CHUNK", 50)
         m.setattr(trace_reader, "PARSE_PIECE", 64)
-        return _read_or_refuse(path)
+        return _read_or_refuse(path, digest)
 
 
 def _long_trace(n=120):
@@ -229,7 +238,8 @@ def test_a_trace_read_by_two_processes_reads_as_by_one(tmp_path, monkeypatch, na
     path = _write(tmp_path, None, name,
                   raw=gzip.compress(text) if name.endswith(".gz") else text)
     split = _in_two(monkeypatch, path)
-    assert split == _in_two(monkeypatch, path, split=False)
+    assert split == _in_two(monkeypatch, path, split=False) == _in_two(monkeypatch, path,
+                                                                       digest=_kept)
     assert len(split[4]) == 122 and split[2][4] == "/host:CPU"
 
 
@@ -254,9 +264,11 @@ def test_what_the_second_half_refuses_is_refused_as_by_one_process(tmp_path, mon
         monkeypatch.setattr(trace_reader, "MAX_TRACE_EVENTS", 100)
     path = _write(tmp_path, None, raw=raw)
     split, one = _in_two(monkeypatch, path), _in_two(monkeypatch, path, split=False)
+    digested = _in_two(monkeypatch, path, digest=_kept)
     if bad == "over the cap":  # one process counts keys past the cap, two count entries: {}
-        split, one = (re.sub(r"holds 12[78] events", "holds N events", x) for x in (split, one))
-    assert isinstance(split, str) and split == one
+        split, one, digested = (re.sub(r"holds 12[78] events", "holds N events", x)
+                                for x in (split, one, digested))
+    assert isinstance(split, str) and split == one == digested
     assert (bad == "cut gzip") == ("not a complete gzip" in split)
 
 

@@ -21,42 +21,44 @@ from tracekit import trace_reader
 from tracekit import trace_rules as rules
 from tracekit.events import GpuEvent
 
-PROGRESS_EVENTS = 500_000  # report progress on stderr above this many events
+PROGRESS_EVENTS = 500_000  # events freed at a time by a collect that owns them
 # Launch-thread -> execution-thread mapping: after this many unambiguous matches for one
 # launching thread, the majority cannot change in any capture seen; stop counting.
 VOTES_ENOUGH = 200
 
 
 class TraceEvent(GpuEvent):
-    """A GPU event as step 1 reads it from the trace: its end, the trace's args, the three of
-    them every table reads (`op`, `module`, `cid`: hlo_op, hlo_module and correlation_id, ""
-    where absent; read from the event, a forked child writing rows.csv touches no args dict,
-    whose pages it would otherwise copy), its join to a host call (`join`: launch,
-    graph_launch, other or none; `launch`: that call) and its step. `graph` is whether its args
-    name a graph until join_events sets it (trace_rules.in_graph)."""
-    __slots__ = ("end", "args", "op", "module", "cid", "join", "launch", "step")
+    """A GPU event as step 1 reads it from the trace: its end, the three args every table reads
+    (`op`, `module`, `cid`: hlo_op, hlo_module and correlation_id, "" where absent: the args
+    dict itself is not kept, so that a part of the trace read by trace_reader's child comes
+    back small, and a forked child writing rows.csv copies fewer pages), its join to a host
+    call (`join`: launch, graph_launch, other or none; `launch`: that call) and its step.
+    `graph` is whether its args name a graph until join_events sets it (trace_rules.in_graph)."""
+    __slots__ = ("end", "op", "module", "cid", "join", "launch", "step")
 
-    def __init__(self, device, stream, name, start, dur, args, category="compute", op=None,
-                 module=None, cid=None):
-        """`op`, `module`, `cid`: the args' (read from them where not given)."""
+    def __init__(self, device, stream, name, start, dur, category="compute", op="", module="",
+                 cid="", graph=False):
         self.device = device
         self.stream = stream
         self.name = name
         self.start = start
         self.dur = dur
         self.end = start + dur
-        self.args = args
-        if op is None:
-            op, module, cid = (args.get(k, "") for k in ("hlo_op", "hlo_module",
-                                                        "correlation_id"))
         self.op = op
         self.module = module
         self.cid = cid
         self.category = category
         self.join = "none"
         self.launch = None
-        self.graph = not rules.GRAPH_ID_STATS.isdisjoint(args)
+        self.graph = graph
         self.step = None
+
+    @classmethod
+    def of(cls, device, stream, name, start, dur, args: dict, category="compute"):
+        """The event of a trace event's fields and args."""
+        return cls(device, stream, name, start, dur, category, args.get("hlo_op", ""),
+                   args.get("hlo_module", ""), args.get("correlation_id", ""),
+                   not rules.GRAPH_ID_STATS.isdisjoint(args))
 
 
 _CATEGORY: dict[tuple, str] = {}
@@ -105,20 +107,17 @@ class Collected(NamedTuple):
 
 def collect(trace, release: bool = False) -> Collected:
     """GPU stream events, host events by thread and by correlation id, and the trace's totals
-    (Collected). What the reader repaired (trace.notes), and GPU runtime calls in a trace
-    without GPU processes, are said on stderr. `release`: trace.events is emptied as it is read
-    (its events' dicts freed a part at a time, their memory reused by what is collected), for a
-    caller that owns the trace."""
+    (Collected), from the parts the reader collected (`trace.digests`: `collect_part` given to
+    trace_reader.load_trace as its digest) or else from trace.events. What the reader repaired
+    (trace.notes), and GPU runtime calls in a trace without GPU processes, are said on stderr.
+    `release`: trace.events is emptied as it is read, for a caller that owns the trace."""
     for note in getattr(trace, "notes", ()):
         print(f"skip_stats: note: {note}", file=sys.stderr)
-    try:
-        out = _collect(trace, release)
-    except (KeyError, TypeError, ValueError, OverflowError) as exc:
-        # trace_reader checks every field read here; this is the last line of defence
-        raise trace_reader.TraceError(
-            f"{trace.path} has a complete event that cannot be read ({type(exc).__name__}: "
-            f"{rules.printable(exc)}); pid, tid, ts, dur and name are always there in XLA's "
-            "traces") from exc
+    parts = getattr(trace, "digests", None)
+    if parts is None:
+        parts = [collect_part(trace.path, trace.events, trace.processes, trace.threads,
+                              release)]
+    out = _merged(trace, parts)
     if not out.gpu and out.by_corr and not trace.gpu_pids():
         calls = sum(len(hs) for hs in out.by_corr.values())
         print(f"skip_stats: note: {calls} host events carry a correlation id (GPU runtime calls) "
@@ -127,10 +126,29 @@ def collect(trace, release: bool = False) -> Collected:
     return out
 
 
-def _collect(trace, release) -> Collected:
-    gpu_pid = {pid: o for o, pid in trace.gpu_pids().items()}
-    host_pids = set(trace.host_pids())
-    stream_threads = {k for k, name in trace.threads.items() if name.startswith("Stream #")}
+def collect_part(path, events: list, processes: dict, threads: dict,
+                 release: bool = False) -> tuple:
+    """One run of the trace's complete events (all of them, or the half a reader's child holds:
+    trace_reader.load_trace's digest), collected as plain values marshal carries: (GPU stream
+    events as TraceEvent's fields, events on other GPU lines by pid, (pid, tid) -> [events,
+    summed duration ps] of each stream line, host events by thread, host events by correlation
+    id, the host threads not in start order, the host events that carry a step_num, the last
+    end). `processes`, `threads`: the whole trace's names. `release`: `events` is emptied as it
+    is read (its dicts freed a part at a time, their memory reused by what is collected)."""
+    try:
+        return _collect(events, processes, threads, release)
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
+        # trace_reader checks every field read here; this is the last line of defence
+        raise trace_reader.TraceError(
+            f"{path} has a complete event that cannot be read ({type(exc).__name__}: "
+            f"{rules.printable(exc)}); pid, tid, ts, dur and name are always there in XLA's "
+            "traces") from exc
+
+
+def _collect(events, processes, threads, release) -> tuple:
+    gpu_pid = {pid: o for o, pid in trace_reader.gpu_ordinals(processes).items()}
+    host_pids = {pid for pid, name in processes.items() if name == trace_reader.HOST_CPU_PROCESS}
+    stream_threads = {k for k, name in threads.items() if name.startswith("Stream #")}
     gpu = []
     other: dict[int, int] = {}  # GPU pid -> its events on lines that are not streams
     totals: dict[tuple, list] = {}  # (pid, tid) of a stream -> [events, summed duration ps]
@@ -140,20 +158,17 @@ def _collect(trace, release) -> Collected:
     unordered: set = set()  # host threads whose events are not in start order
     marked: list = []  # host events carrying a step_num
     last = -rules.MAX_TIME_PS  # no event ends before it (trace_reader: a start is at least that)
-    events = trace.events
     n = len(events)
     empty: dict = {}
+    graph_ids = rules.GRAPH_ID_STATS
     # The parser makes a new string for every value: each kernel's name, instruction and module
     # as many times as the capture ran them, and a thread key per event. Here each distinct
     # value becomes one object, so that every memo and table keyed on them later finds it by
     # identity with its hash kept (at five times the seed's size: step 1 alone 10.5 -> 9.3 s,
-    # 67 MB less, a forked child's copy-on-write faults fewer); the trace's args hold the same
-    # values, now shared.
+    # 67 MB less, a forked child's copy-on-write faults fewer).
     one = {}.setdefault
     cats = _CATEGORY
     for start in range(0, n, PROGRESS_EVENTS):
-        if start:
-            print(f"skip_stats: {start:,} of {n:,} events read", file=sys.stderr)
         if release:
             part = events[:PROGRESS_EVENTS]
             del events[:PROGRESS_EVENTS]
@@ -170,20 +185,16 @@ def _collect(trace, release) -> Collected:
                 args = ev.get("args", empty)
                 name = ev["name"]
                 name = one(name, name)
-                op = args.get("hlo_op")  # hlo_op and hlo_module: one object per value
-                if op is not None:
-                    args["hlo_op"] = op = one(op, op)
+                op = args.get("hlo_op")
+                op = "" if op is None else one(op, op)
                 module = args.get("hlo_module")
-                if module is not None:
-                    args["hlo_module"] = module = one(module, module)
+                module = "" if module is None else one(module, module)
                 cat = cats.get((name, op, "memcpy_details" in args))
                 if cat is None:
                     cat = categorize(name, args)
                 s, d = round(ev["ts"] * 1_000_000), round(ev["dur"] * 1_000_000)
-                append_gpu(TraceEvent(o, key[1], name, s, d, args, cat,
-                                      "" if op is None else op,
-                                      "" if module is None else module,
-                                      args.get("correlation_id", "")))
+                append_gpu((o, key[1], name, s, d, cat, op, module,
+                            args.get("correlation_id", ""), not graph_ids.isdisjoint(args)))
                 t = totals.get(key)
                 if t is None:
                     t = totals[key] = [0, 0]
@@ -215,6 +226,45 @@ def _collect(trace, release) -> Collected:
                         by_corr[cid] = [h]
                     else:
                         c.append(h)
+    return gpu, other, totals, host_threads, by_corr, list(unordered), marked, last
+
+
+def _merged(trace, parts) -> Collected:
+    """The parts (collect_part's, in file order) as one Collected."""
+    gpu_pid = {pid: o for o, pid in trace.gpu_pids().items()}
+    gpu: list = []
+    other: dict[int, int] = {}
+    totals: dict[tuple, list] = {}
+    host_threads: dict[tuple, list] = {}
+    by_corr: dict[str, list] = {}
+    unordered: set = set()
+    marked: list = []
+    last = -rules.MAX_TIME_PS
+    for p_gpu, p_other, p_totals, p_threads, p_corr, p_unordered, p_marked, p_last in parts:
+        gpu += [TraceEvent(*x) for x in p_gpu]
+        for pid, n in p_other.items():
+            other[pid] = other.get(pid, 0) + n
+        for key, (n, d) in p_totals.items():
+            t = totals.setdefault(key, [0, 0])
+            t[0] += n
+            t[1] += d
+        for key, lst in p_threads.items():
+            had = host_threads.get(key)
+            if had is None:
+                host_threads[key] = lst
+                continue
+            if lst[0]["start"] < had[-1]["start"]:
+                unordered.add(key)
+            had += lst
+        for cid, lst in p_corr.items():
+            had = by_corr.get(cid)
+            if had is None:
+                by_corr[cid] = lst
+            else:
+                had += lst
+        unordered.update(p_unordered)
+        marked += p_marked
+        last = max(last, p_last)
     per_gpu = {o: other.get(pid, 0) for pid, o in gpu_pid.items()}
     per_stream = {}
     for (pid, tid), t in totals.items():

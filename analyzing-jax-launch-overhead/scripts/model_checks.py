@@ -136,7 +136,7 @@ def _per_device(a, steps) -> tuple[dict, dict]:
         if e.step not in steps:
             continue
         cat = e.category
-        if cat == "memcpy" and rules.is_argument_copy(cat, e.args, e.graph):
+        if rules.is_argument_copy(cat, e.op, e.graph):
             copies[e.device] = copies.get(e.device, 0) + 1
         elif cat != "collective":
             t = time_ps.setdefault(e.device, {})

@@ -188,7 +188,7 @@ def gpu_step_pass(evs: list, start: int) -> dict:
             if f is None or es < f:
                 first[m] = es
         elif cat == "memcpy":
-            if rules.is_argument_copy(cat, e.args, e.graph):
+            if rules.is_argument_copy(cat, e.op, e.graph):
                 copies += 1
             else:
                 memcpy += 1

@@ -31,6 +31,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import gpu_events
 import model_checks  # step 2's checks 2 to 5, handed on
 from gap_causes import GapIndex
 from gpu_events import collect, join_events, launch_threads_to_exec
@@ -66,7 +67,7 @@ def analyse(trace, release: bool = False) -> tuple[Analysis, dict]:
     Analysis and the join counts. What the trace lacks is said in the Analysis, never raised.
     `release`: trace.events is emptied as it is read (gpu_events.collect, which also counts
     the trace's totals for steps 0 and 2: Analysis.trace_totals)."""
-    events = len(trace.events)
+    events = trace.complete
     progress("collecting GPU and host events", events, unit="trace events")
     c = collect(trace, release)
     gpu, other_gpu_lines, host_threads, by_corr = c.gpu, c.other_gpu_lines, c.host_threads, \
@@ -117,9 +118,9 @@ def run(trace, out: Path) -> tuple[dict, list]:
     owned = not isinstance(trace, (capture_inputs.Capture, trace_reader.Trace))
     if isinstance(trace, capture_inputs.Capture):
         trace = trace.trace  # read once per process, shared with the other steps
-    elif owned:
-        trace = trace_reader.load_trace(trace)
-    events = len(trace.events)
+    elif owned:  # its events collected as they are read, half of them by a second process
+        trace = trace_reader.load_trace(trace, digest=gpu_events.collect_part)
+    events = trace.complete
     a, joins = analyse(trace, release=owned)  # a trace read here is let go as it is analysed
     per_stream, facts = a.trace_totals
     streams = {"streams": [[d, s, n, t] for (d, s), (n, t) in sorted(per_stream.items())],

@@ -558,9 +558,8 @@ def program_call_starts(gpu, steps) -> None:
     starts = [s.start for s in steps]
     first: dict[int, int] = {}
     for ev in gpu:
-        if not (ev.join == "launch" and ev.launch and ev.category == "memcpy"
-                and "hlo_module" not in ev.args
-                and rules.is_argument_copy(ev.category, ev.args, ev.graph)) \
+        if not (ev.join == "launch" and ev.launch and not ev.module
+                and rules.is_argument_copy(ev.category, ev.op, ev.graph)) \
                 or rules.is_copy_to_host(ev.name, ev.launch["name"]):
             continue
         t = ev.launch["start"]

@@ -99,21 +99,34 @@ class Trace:
     phase_counts: dict[str, int] = field(default_factory=dict)
     entry_count: int = 0                 # every traceEvents entry, the trailing {} included
     notes: list[str] = field(default_factory=list)  # what the reader repaired, as sentences
+    # load_trace's `digest` of the events, one per part of the text read by one process, in
+    # file order; the events are then not kept (None: no digest was asked for)
+    digests: list | None = None
+
+    @property
+    def complete(self) -> int:
+        """How many complete events the trace holds (kept, or digested)."""
+        return len(self.events) if self.digests is None else self.phase_counts.get("X", 0)
 
     def pids_named(self, name: str) -> list[int]:
         return sorted(pid for pid, n in self.processes.items() if n == name)
 
     def gpu_pids(self) -> dict[int, int]:
         """GPU ordinal -> pid, from ``/device:GPU:n`` process names (one pid each: checked)."""
-        out = {}
-        for pid, name in self.processes.items():
-            m = GPU_PROCESS_RE.match(name)
-            if m:
-                out[int(m.group(1))] = pid
-        return dict(sorted(out.items()))
+        return gpu_ordinals(self.processes)
 
     def host_pids(self) -> list[int]:
         return self.pids_named(HOST_CPU_PROCESS)
+
+
+def gpu_ordinals(processes: dict) -> dict[int, int]:
+    """GPU ordinal -> pid, from ``/device:GPU:n`` process names."""
+    out = {}
+    for pid, name in processes.items():
+        m = GPU_PROCESS_RE.match(name)
+        if m:
+            out[int(m.group(1))] = pid
+    return dict(sorted(out.items()))
 
 
 def ps(us) -> int:
@@ -332,7 +345,7 @@ class _Events:
         return self.counted if self.entries is None else len(self.entries)
 
 
-def _parse_in_pieces(path: Path):
+def _parse_in_pieces(path: Path, digest=None):
     """(document, whether an escape may be a lone surrogate, the _Tail reading the text's second
     half or None) for a text of the exporter's shape, its events parsed a run at a time; None
     for any other text, or any the runs cannot read, which load_trace then parses whole (the
@@ -343,7 +356,7 @@ def _parse_in_pieces(path: Path):
     tail = None
     if size >= SPLIT_MIN and can_fork():
         try:
-            tail = _Tail(path, size // 2)
+            tail = _Tail(path, size // 2, digest)
         except OSError:  # no process to spare: this one reads it all
             tail = None
     mine = _Events()
@@ -410,8 +423,9 @@ class _Tail:
     process checks its own; `checked()`: the child's _Checked, its events handed back;
     `abort()`: the child is stopped."""
 
-    def __init__(self, path: Path, half: int):
+    def __init__(self, path: Path, half: int, digest=None):
         self.path = path
+        self.digest = digest
         self.count = 0
         self.surrogates = False
         back_r, back_w = os.pipe()
@@ -429,7 +443,7 @@ class _Tail:
             if pid == 0:
                 os.close(back_r)
                 os.close(to_w)
-                _tail_child(path, half, back_w, to_r, mask)
+                _tail_child(path, half, back_w, to_r, mask, digest)
         except OSError:  # no process to spare: the caller reads it all
             for fd in (back_r, back_w, to_r, to_w):
                 os.close(fd)
@@ -467,26 +481,56 @@ class _Tail:
         self.count, self.surrogates = said[1], said[2]
         return True
 
+    def _say(self, body: bytes, last: bool) -> None:
+        """A frame to the child (`last`: the pipe is closed after it)."""
+        said = len(body).to_bytes(_LENGTH, "little") + body
+        while said:
+            said = said[os.write(self.to, said):]
+        if last:
+            os.close(self.to)
+            self.to = None
+
     def start_check(self, offset: int) -> None:
-        os.write(self.to, offset.to_bytes(_LENGTH, "little"))
-        os.close(self.to)
-        self.to = None
+        self._say(offset.to_bytes(_LENGTH, "little"), last=self.digest is None)
 
     def checked(self) -> _Checked:
+        """The child's check of its half; its events with it where there is no digest (the
+        child then ends), else kept by the child for `digested`."""
         said = self._frame()
         if said is None:
             raise self._failed()
         c = pickle.loads(said)
+        if self.digest is not None:
+            return c
         while (said := self._frame()):
             c.events += marshal.loads(said)
         if said is None:
             raise self._failed()
+        self._ended()
+        return c
+
+    def start_digest(self, processes: dict, threads: dict) -> None:
+        """The whole trace's names, for the child's digest of its events."""
+        self._say(pickle.dumps((processes, threads), pickle.HIGHEST_PROTOCOL), last=True)
+
+    def digested(self):
+        """The child's digest of its events."""
+        said = self._frame()
+        if said is None:
+            raise self._failed()
+        if said[:1] == b"E":
+            self.abort()
+            raise TraceError(said[1:].decode("utf-8", "replace"))
+        part = marshal.loads(memoryview(said)[1:])
+        self._ended()
+        return part
+
+    def _ended(self) -> None:
         self.back.close()
         _, status = os.waitpid(self.pid, 0)
         self.pid = None
         if os.waitstatus_to_exitcode(status) != 0:
             raise self._failed()
-        return c
 
     def abort(self) -> None:
         if self.pid is not None:
@@ -502,10 +546,11 @@ class _Tail:
             self.to = None
 
 
-def _tail_child(path: Path, half: int, back: int, to: int, mask) -> None:
+def _tail_child(path: Path, half: int, back: int, to: int, mask, digest) -> None:
     """The forked child of a _Tail: parses the runs after the first one cut after `half` bytes,
     says how that went, waits for its entries' first number, checks them (_check) and hands
-    its _Checked and events back; never returns."""
+    its _Checked back, then its events, or, with a `digest`, once it has the whole trace's
+    names, their digest; never returns."""
     code = 1
     try:
         # stopped by the parent (abort) without a word; an interrupt is the parent's to say
@@ -538,18 +583,35 @@ def _tail_child(path: Path, half: int, back: int, to: int, mask) -> None:
             said = ("error", f"{path} is too large to parse in this machine's memory")
         frame(pickle.dumps(said, pickle.HIGHEST_PROTOCOL))
         out.flush()
-        if said[0] == "parsed" and theirs.entries is not None:
-            with os.fdopen(to, "rb") as fh:
-                offset = fh.read(_LENGTH)
-            if len(offset) == _LENGTH:
-                c = _check(path, theirs.entries, int.from_bytes(offset, "little"),
-                           theirs.surrogates)
-                theirs.entries = None
-                events, c.events = c.events, []
-                frame(pickle.dumps(c, pickle.HIGHEST_PROTOCOL))
+        inp = os.fdopen(to, "rb")
+
+        def heard() -> bytes | None:
+            n = inp.read(_LENGTH)
+            if len(n) < _LENGTH:
+                return None  # the parent has gone on without this half, or ended
+            body = inp.read(int.from_bytes(n, "little"))
+            return body if len(body) == int.from_bytes(n, "little") else None
+
+        if said[0] == "parsed" and theirs.entries is not None and (offset := heard()):
+            c = _check(path, theirs.entries, int.from_bytes(offset, "little"),
+                       theirs.surrogates)
+            theirs.entries = None
+            events, c.events = c.events, []
+            frame(pickle.dumps(c, pickle.HIGHEST_PROTOCOL))
+            if digest is None:
                 for i in range(0, len(events), HAND_BACK):
                     frame(marshal.dumps(events[i:i + HAND_BACK]))
                 frame(b"")
+            else:
+                out.flush()
+                names = heard()
+                if names is not None:
+                    try:
+                        part = b"M" + marshal.dumps(digest(path, events, *pickle.loads(names),
+                                                           True))
+                    except TraceError as exc:
+                        part = b"E" + str(exc).encode("utf-8", "replace")
+                    frame(part)
         out.flush()
         code = 0
     except BaseException:  # noqa: BLE001, S110 - the parent, seeing no frame, says so
@@ -675,11 +737,15 @@ def _mib(path: Path) -> int:
         return 0
 
 
-def load_trace(path) -> Trace:
-    """Load a trace; raise TraceError with one sentence when it is not XLA's trace JSON."""
+def load_trace(path, digest=None) -> Trace:
+    """Load a trace; raise TraceError with one sentence when it is not XLA's trace JSON.
+    `digest(path, events, processes, threads, release)`, where given, is applied to the
+    checked complete events by the process that holds them (the text's second half, where a
+    child reads it, digested there and handed back marshalled: its value must be plain
+    values); the Trace then keeps the digests (`digests`, in file order), not the events."""
     path = Path(path)
     progress("reading the trace", _mib(path), unit="MiB")
-    doc, surrogates, tail = _parse_in_pieces(path) or (*_parse_whole(path), None)
+    doc, surrogates, tail = _parse_in_pieces(path, digest) or (*_parse_whole(path), None)
     try:
         if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
             shape = type(doc).__name__ if not isinstance(doc, dict) else \
@@ -695,11 +761,30 @@ def load_trace(path) -> Trace:
             raise TraceError(c.fatal)
         if tail is not None:
             c = _joined(path, c, tail.checked())
-            tail = None
+        _refuse(path, c)
+        digests = None
+        if digest is not None:
+            del entries[:], doc["traceEvents"]
+            if tail is not None:
+                tail.start_digest(c.processes, c.threads)
+            digests = [digest(path, c.events, c.processes, c.threads, True)]
+            if tail is not None:
+                digests.append(tail.digested())
+            c.events = []
+        tail = None
     except BaseException:
         if tail is not None:
             tail.abort()
         raise
+    metadata = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+    unit = doc.get("displayTimeUnit")
+    return Trace(path, metadata, unit if isinstance(unit, str) else None, c.processes,
+                 c.threads, c.events, c.phases, c.entries, _repairs(c.long_names, c.cleaned),
+                 digests)
+
+
+def _refuse(path: Path, c: _Checked) -> None:
+    """What the check of every entry found that refuses the trace, as one sentence."""
     if not c.processes and (c.events or c.first_bad):
         raise TraceError(f"{path} has events but no process_name metadata; it was not written "
                          "by XLA's trace exporter")
@@ -715,10 +800,6 @@ def load_trace(path) -> Trace:
     if c.last is not None:
         _check_extent(path, c.last[1], c.last[0], c.first_ts, c.last_ts)
     _check_gpu_processes(path, c.processes)
-    metadata = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
-    unit = doc.get("displayTimeUnit")
-    return Trace(path, metadata, unit if isinstance(unit, str) else None, c.processes,
-                 c.threads, c.events, c.phases, c.entries, _repairs(c.long_names, c.cleaned))
 
 
 @dataclass

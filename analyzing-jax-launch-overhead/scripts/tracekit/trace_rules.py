@@ -316,9 +316,9 @@ def parse_host_events(text) -> list[tuple[str, float]]:
     return out
 
 
-def is_argument_copy(category: str, args: dict, graph: bool) -> bool:
+def is_argument_copy(category: str, hlo_op: str | None, graph: bool) -> bool:
     """A memcpy outside the program: no hlo_op, not in a graph (an argument copy)."""
-    return category == "memcpy" and not args.get("hlo_op") and not graph
+    return category == "memcpy" and not hlo_op and not graph
 
 
 def is_copy_to_host(name: str, launch_name: str | None = None) -> bool:

@@ -110,8 +110,7 @@ def assign_programs(kernels, programs, chosen) -> None:
         if not k.cpu:
             kind = rules.kernel_kind(k.name, k.hlo_op, k.category == "memcpy")
             category = rules.CATEGORY_OF_KIND.get(kind, "compute")
-            if not k.module and rules.is_argument_copy(
-                    category, {"hlo_op": k.hlo_op} if k.hlo_op else {}, k.graph):
+            if not k.module and rules.is_argument_copy(category, k.hlo_op, k.graph):
                 k.category, k.match, k.why = category, "none", "outside"
                 continue
         ids = by_name.get(k.module) if k.module else None
