@@ -420,8 +420,9 @@ class _Tail:
     forked child (`_tail_child`) while this process parses the first. `parsed()`: whether the
     child read it (False: parse the text whole; a TraceError of the child's is raised);
     `start_check(offset)`: the child checks its entries, numbered from `offset`, while this
-    process checks its own; `checked()`: the child's _Checked, its events handed back;
-    `abort()`: the child is stopped."""
+    process checks its own; `checked()`: the child's _Checked, its events handed back (with a
+    `digest`, kept there: `start_digest(processes, threads)` gives the child the whole trace's
+    names and `digested()` its digest of its events); `abort()`: the child is stopped."""
 
     def __init__(self, path: Path, half: int, digest=None):
         self.path = path
