@@ -577,8 +577,7 @@ def test_gpu_groups_compare_only_gpus_that_run_the_same_programs():
     import skip_analysis
 
     def ev(device, module, cat="compute", dur=10):
-        args = {"hlo_module": module} if module else {}
-        e = gpu_events.TraceEvent.of(device, 1, "k", 0, dur * 1_000_000, args, cat)
+        e = gpu_events.TraceEvent(device, 1, "k", 0, dur * 1_000_000, cat, module=module or "")
         e.step = 0
         return e
     by = {(0, 0): [ev(0, None, "memcpy", 1) for _ in range(5)],

@@ -190,6 +190,9 @@ def test_shared_traces_read_the_same_in_pieces(monkeypatch):
         whole = _whole(monkeypatch, path)
         assert trace_reader._parse_in_pieces(path) is not None, path
         assert _fields(trace_reader.load_trace(path)) == _fields(whole), path
+        # the second half read (and digested) by a child, the half cut among the events
+        for digest in (None, _kept):
+            assert _in_two(monkeypatch, path, digest=digest) == _fields(whole), path
 
 
 def _kept(path, events, processes, threads, release):

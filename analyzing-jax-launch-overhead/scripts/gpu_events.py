@@ -53,13 +53,6 @@ class TraceEvent(GpuEvent):
         self.graph = graph
         self.step = None
 
-    @classmethod
-    def of(cls, device, stream, name, start, dur, args: dict, category="compute"):
-        """The event of a trace event's fields and args."""
-        return cls(device, stream, name, start, dur, category, args.get("hlo_op", ""),
-                   args.get("hlo_module", ""), args.get("correlation_id", ""),
-                   not rules.GRAPH_ID_STATS.isdisjoint(args))
-
 
 _CATEGORY: dict[tuple, str] = {}
 _JOIN_KIND: dict[tuple, str] = {}

@@ -371,17 +371,13 @@ def _parse_in_pieces(path: Path, digest=None):
         if tail is not None and not tail.parsed():
             return None
         _check_size(path, mine.count + (tail.count if tail else 0))
-    except (_OtherShape, ValueError, RecursionError):  # JSON, UTF-8 or a constant
+    except BaseException as exc:
         if tail is not None:
             tail.abort()
-        return None
-    except MemoryError as exc:
-        if tail is not None:
-            tail.abort()
-        raise TraceError(f"{path} is too large to parse in this machine's memory") from exc
-    except BaseException:
-        if tail is not None:
-            tail.abort()
+        if isinstance(exc, (_OtherShape, ValueError, RecursionError)):  # JSON, UTF-8, constant
+            return None
+        if isinstance(exc, MemoryError):
+            raise TraceError(f"{path} is too large to parse in this machine's memory") from exc
         raise
     finally:
         pieces.close()
@@ -413,6 +409,22 @@ SPLIT_MIN = 64 << 20
 HAND_BACK = 50_000
 PIPE_BYTES = 1 << 20  # Linux's most for a process without privileges (pipe-max-size)
 _LENGTH = 8  # bytes of a frame's length on the pipe
+
+
+def _send(fh, body: bytes) -> None:
+    """One frame on a pipe between the reader and its child: its length, then the body."""
+    fh.write(len(body).to_bytes(_LENGTH, "little"))
+    fh.write(body)
+    fh.flush()
+
+
+def _received(fh) -> bytes | None:
+    """The next frame from the pipe; None where it ends before one is whole."""
+    n = fh.read(_LENGTH)
+    if len(n) < _LENGTH:
+        return None
+    body = fh.read(int.from_bytes(n, "little"))
+    return body if len(body) == int.from_bytes(n, "little") else None
 
 
 class _Tail:
@@ -453,14 +465,7 @@ class _Tail:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.close(back_w)
         os.close(to_r)
-        self.pid, self.back, self.to = pid, os.fdopen(back_r, "rb"), to_w
-
-    def _frame(self) -> bytes | None:
-        n = self.back.read(_LENGTH)
-        if len(n) < _LENGTH:
-            return None
-        body = self.back.read(int.from_bytes(n, "little"))
-        return body if len(body) == int.from_bytes(n, "little") else None
+        self.pid, self.back, self.to = pid, os.fdopen(back_r, "rb"), os.fdopen(to_w, "wb")
 
     def _failed(self) -> TraceError:
         self.abort()
@@ -468,7 +473,7 @@ class _Tail:
                           "without handing it back (killed, or out of memory)")
 
     def parsed(self) -> bool:
-        said = self._frame()
+        said = _received(self.back)
         if said is None:
             self.abort()
             return False  # parsed whole here instead
@@ -484,11 +489,9 @@ class _Tail:
 
     def _say(self, body: bytes, last: bool) -> None:
         """A frame to the child (`last`: the pipe is closed after it)."""
-        said = len(body).to_bytes(_LENGTH, "little") + body
-        while said:
-            said = said[os.write(self.to, said):]
+        _send(self.to, body)
         if last:
-            os.close(self.to)
+            self.to.close()
             self.to = None
 
     def start_check(self, offset: int) -> None:
@@ -497,13 +500,13 @@ class _Tail:
     def checked(self) -> _Checked:
         """The child's check of its half; its events with it where there is no digest (the
         child then ends), else kept by the child for `digested`."""
-        said = self._frame()
+        said = _received(self.back)
         if said is None:
             raise self._failed()
         c = pickle.loads(said)
         if self.digest is not None:
             return c
-        while (said := self._frame()):
+        while (said := _received(self.back)):
             c.events += marshal.loads(said)
         if said is None:
             raise self._failed()
@@ -516,7 +519,7 @@ class _Tail:
 
     def digested(self):
         """The child's digest of its events."""
-        said = self._frame()
+        said = _received(self.back)
         if said is None:
             raise self._failed()
         if said[:1] == b"E":
@@ -543,7 +546,7 @@ class _Tail:
             self.pid = None
         self.back.close()
         if self.to is not None:
-            os.close(self.to)
+            self.to.close()
             self.to = None
 
 
@@ -560,11 +563,6 @@ def _tail_child(path: Path, half: int, back: int, to: int, mask, digest) -> None
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         base.PROGRESS_EVERY_S = math.inf  # the parent says what the read is doing
         out = os.fdopen(back, "wb")
-
-        def frame(body: bytes) -> None:
-            out.write(len(body).to_bytes(_LENGTH, "little"))
-            out.write(body)
-
         theirs = _Events()
         pieces = _pieces(path)
         try:
@@ -582,38 +580,27 @@ def _tail_child(path: Path, half: int, back: int, to: int, mask, digest) -> None
             said = ("error", str(exc))
         except MemoryError:
             said = ("error", f"{path} is too large to parse in this machine's memory")
-        frame(pickle.dumps(said, pickle.HIGHEST_PROTOCOL))
-        out.flush()
-        inp = os.fdopen(to, "rb")
-
-        def heard() -> bytes | None:
-            n = inp.read(_LENGTH)
-            if len(n) < _LENGTH:
-                return None  # the parent has gone on without this half, or ended
-            body = inp.read(int.from_bytes(n, "little"))
-            return body if len(body) == int.from_bytes(n, "little") else None
-
-        if said[0] == "parsed" and theirs.entries is not None and (offset := heard()):
+        _send(out, pickle.dumps(said, pickle.HIGHEST_PROTOCOL))
+        inp = os.fdopen(to, "rb")  # None from it: the parent went on without this half, or ended
+        if said[0] == "parsed" and theirs.entries is not None and (offset := _received(inp)):
             c = _check(path, theirs.entries, int.from_bytes(offset, "little"),
                        theirs.surrogates)
             theirs.entries = None
             events, c.events = c.events, []
-            frame(pickle.dumps(c, pickle.HIGHEST_PROTOCOL))
+            _send(out, pickle.dumps(c, pickle.HIGHEST_PROTOCOL))
             if digest is None:
                 for i in range(0, len(events), HAND_BACK):
-                    frame(marshal.dumps(events[i:i + HAND_BACK]))
-                frame(b"")
+                    _send(out, marshal.dumps(events[i:i + HAND_BACK]))
+                _send(out, b"")
             else:
-                out.flush()
-                names = heard()
+                names = _received(inp)
                 if names is not None:
                     try:
                         part = b"M" + marshal.dumps(digest(path, events, *pickle.loads(names),
                                                            True))
                     except TraceError as exc:
                         part = b"E" + str(exc).encode("utf-8", "replace")
-                    frame(part)
-        out.flush()
+                    _send(out, part)
         code = 0
     except BaseException:  # noqa: BLE001, S110 - the parent, seeing no frame, says so
         pass
