@@ -51,10 +51,10 @@ Exit codes: 0 done; 1 the input cannot be used (one sentence says why); 2 usage;
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import gc
 import json
+import os
 import re
 import shutil
 import sys
@@ -67,18 +67,21 @@ import sibling  # noqa: F401
 from jaxperf.read import xprof_figures  # XProf's conversions, each in a child process
 from tracekit import scratch, step_cli
 from tracekit import trace_rules as rules  # the classification rules
-from tracekit.forked import Forked, can_fork
+from tracekit.forked import Exchange, Forked, can_fork
 from tracekit.step_cli import progress
 from tracekit.trace_rules import CONTROL_OPCODES, pct, us
 
 try:
-    from jaxperf.match import kernel_match as km  # numpy, installed with jax
+    import numpy as np  # installed with jax
+
+    from jaxperf.match import kernel_match as km
     from jaxperf.match.executions import (
         OUTSIDE,
         assign_programs,
         collect_kernels,
         count_executions,
         host_record,
+        mark_graph_launches,
     )
     from jaxperf.match.families import (
         family_rows,
@@ -149,22 +152,29 @@ def module_fingerprint(module) -> bytes:
     return copy.SerializeToString(deterministic=True)
 
 
-def choose_program(kernels, programs, requested, unreadable=None) -> tuple[int, list[str], dict]:
-    unreadable = unreadable or {}
-    gpu_time: dict[int, int] = {}
+def kernel_times(kernels) -> tuple[dict, int]:
+    """program id -> the summed duration of the events the capture gave that program id; and
+    the duration of every event (choose_program's figures, summed over the shares)."""
     all_time: dict = {}
     for k in kernels:
         if k.own_program:
             all_time[k.program_id] = all_time.get(k.program_id, 0) + k.dur
-            if k.program_id in programs:
-                gpu_time[k.program_id] = gpu_time.get(k.program_id, 0) + k.dur
+    return all_time, sum(k.dur for k in kernels)
+
+
+def choose_program(all_time: dict, total: int, programs, requested,
+                   unreadable=None) -> tuple[int, list[str]]:
+    """The program whose HLO the later steps read, and the notes saying why (`all_time`,
+    `total`: kernel_times')."""
+    unreadable = unreadable or {}
+    gpu_time = {pid: ps for pid, ps in all_time.items() if pid in programs}
     readable = ", ".join(f"{n}({i})" for i, (n, _) in sorted(programs.items()))
     if requested is not None and requested in unreadable:
         raise step_cli.StepError(f"--program {requested} cannot be attributed: "
                                  f"{unreadable[requested][1]}; readable programs: {readable}")
     top = max(sorted(all_time, key=str), key=lambda p: all_time[p]) if all_time else None
     if requested is None and top in unreadable:
-        share = 100.0 * all_time[top] / (sum(k.dur for k in kernels) or 1)
+        share = 100.0 * all_time[top] / (total or 1)
         raise step_cli.StepError(f"cannot attribute the program with the most kernel time "
                                  f"({share:.1f}%): {unreadable[top][1]}; pass --program ID to "
                                  f"attribute another ({readable})")
@@ -182,7 +192,6 @@ def choose_program(kernels, programs, requested, unreadable=None) -> tuple[int, 
         notes.append(f"{programs[chosen][0]}({chosen}) chosen by --program")
     elif gpu_time:
         chosen = max(sorted(gpu_time), key=lambda p: gpu_time[p])
-        total = sum(k.dur for k in kernels)
         notes.append(f"{programs[chosen][0]}({chosen}) chosen: the most kernel time, "
                      f"{100.0 * gpu_time[chosen] / total:.1f}% of all kernel time")
     else:
@@ -196,92 +205,123 @@ def choose_program(kernels, programs, requested, unreadable=None) -> tuple[int, 
         notes.append(f"program {chosen} is saved under several ids ({ids}, identical HLO); "
                      f"{chosen} has the most kernel time; kernels of "
                      f"{', '.join(map(str, others))} are matched within their own id")
-    return chosen, notes, gpu_time
+    return chosen, notes
 
 
-def attribute(kernels, programs, chosen, notes: list, counted: dict,
-              built: dict | None = None) -> tuple[dict, dict, dict]:
-    """Match every kernel; return the programs wrapped, their plans and, per (program id,
-    device) with events, the correlation ids of its GPU events (count_executions'
-    `launched`; a CPU capture's thunks have none to give). Fills `counted`:
-    (program id, device) -> {"launches": executions from the launches or None, "covered":
-    executions the alignment covered, "events": events launched by the program,
-    "expected_min", "expected_max": events one execution expects (required only, and all)}.
-    `built`: the programs already wrapped (and checked) by load(). From FORK_MATCH_MIN events
-    on, a forked child matches the later (GPU, program) groups, about half the events, while
-    this process matches the others; its answers are then copied onto these events."""
-    from jaxperf.program.hlo_program import Program
-    wrapped = dict(built or {})
-    plans: dict = {}
-    assign_programs(kernels, programs, chosen)
-    by, unsaved = by_device_and_program(kernels, programs)
-    groups = sorted(by.items(), key=lambda kv: str(kv[0]))
+@dataclasses.dataclass
+class Part:
+    """What one share of the GPUs' events gives back once matched (match_part): kernels.csv's
+    rows for them are written by then."""
+    rows: int           # kernels.csv rows written (a CPU capture's control thunks left out)
+    control: int        # control thunks left out
+    counted: dict       # (program id, device) -> attribute's counts (match_part), in group order
+    launched: dict      # (program id, device) -> the correlation ids of its events
+    unsaved: dict       # the same, of the events of programs without HLO
+    totals: dict        # event_totals of its events, in kernels.csv's order
+    starts: dict        # (device, program id) -> its events' starts (program_rows' steps)
+    collectives: tuple  # collective_durations of its events
+
+
+def match_part(space, ordinals, protos: dict, built: dict, user_re):
+    """Step 4's matching of one share of the events, in the process that holds it: the GPUs
+    `ordinals` (None: every event of the capture, a CPU capture's thunks included).
+    A generator (tracekit.forked.Exchange), in four steps:
+    - collects the events (collect_kernels) and yields (events, whether a CPU capture,
+      kernel_times); it is answered the program chosen (choose_program) and the host's graph
+      launches (host_record);
+    - gives each event its program, groups them by (device, program) and yields label_counts;
+      it is answered (plans, or None where it builds them from the merged labels, the labels
+      of every share merged);
+    - matches each (GPU, program) group with its program's plan (the events put in launch
+      order first), answers a CPU capture's thunks, sorts the events by device, stream and
+      start and yields its Part: its counts (`counted`: per (program id, device): "launches"
+      the executions from the launches or None, "covered" the executions the alignment
+      covered, "events" the events launched by the program, "expected_min", "expected_max"
+      the events one execution expects) and what the tables sum; it is answered the path of
+      its rows of kernels.csv (or None) and whether they start with the header;
+    - writes them."""
+    kernels, cpu = collect_kernels(space, ordinals)
+    chosen, graph_launches = yield (len(kernels), cpu, *kernel_times(kernels))
+    if not cpu:
+        mark_graph_launches(kernels, graph_launches)
+    assign_programs(kernels, protos, chosen)
+    by, unsaved = by_device_and_program(kernels, protos)
     gpu = []
-    for (dev, pid), ks in groups:
-        if pid not in wrapped:
-            wrapped[pid] = Program(programs[pid][1], pid)
+    for (dev, pid), ks in sorted(by.items(), key=lambda kv: str(kv[0])):
         if ks[0].cpu:
-            answer_cpu_thunks(ks, wrapped[pid])
+            answer_cpu_thunks(ks, built[pid])
         else:
             gpu.append(((dev, pid), ks))
-            if pid not in plans:
-                plans[pid] = program_plan(wrapped[pid], pid, groups, notes)
-    for pid in programs:
-        if pid not in wrapped:
-            wrapped[pid] = Program(programs[pid][1], pid)
-    events = sum(len(ks) for _, ks in gpu)
-    cut, mine = len(gpu), 0
-    if events >= FORK_MATCH_MIN and len(gpu) > 1 and can_fork():
-        while cut > 1 and mine + len(gpu[cut - 1][1]) <= events // 2:
-            cut -= 1
-            mine += len(gpu[cut][1])
-    child = Forked(match_groups, gpu[cut:], plans, True, here=cut == len(gpu),
-                   what="the matching of the later GPUs")
-    away = child.pid is not None  # else it has answered gpu[cut:] here already
-    try:
-        entries = {key: entry for (key, _), (_, _, entry) in
-                   zip(gpu[:cut], match_groups(gpu[:cut], plans, False, events), strict=True)}
-        progress("matching kernels to instructions", events - mine, events, "kernels")
-        for (key, ks), (order, answers, entry) in zip(gpu[cut:], child.wait(), strict=True):
-            if away:  # answered in the child: its launch order and answers
-                ks[:] = [ks[i] for i in order]
-                for k, a in zip(ks, answers, strict=True):
-                    (k.kind, k.category, k.group, k.instruction, k.inner, k.match, k.why,
-                     k.confidence) = a
-            entries[key] = entry
-    except BaseException:
-        child.abort()
-        raise
-    counted.update(((pid, dev), entries[(dev, pid)]) for (dev, pid), _ in gpu)
-    launched = {key: entry.pop("corrs") for key, entry in counted.items()}
+    plans, merged = yield label_counts(gpu)
+    if plans is None:
+        plans = {pid: program_plan(built[pid], pid, *merged[pid], []) for pid in
+                 {pid for (_, pid), _ in gpu}}
+    counted: dict = {}
+    launched: dict = {}
+    done, total = 0, sum(len(ks) for _, ks in gpu)
+    for (dev, pid), ks in gpu:
+        progress("matching kernels to instructions", done, total, "kernels")
+        done += len(ks)
+        in_launch_order(ks)
+        plan = plans[pid]
+        covered = km.match(plan, ks)
+        counted[(pid, dev)] = {
+            "launches": km.launch_executions(plan, ks), "covered": covered,
+            "events": sum(1 for k in ks if k.why != "outside"),
+            "expected_min": sum(1 for e in plan.events if not e.optional),
+            "expected_max": len(plan.events)}
+        launched[(pid, dev)] = {k.corr for k in ks} - {None}
+    control = 0
+    unsaved_ids: dict = {}
     for k in unsaved:
-        ids = launched.setdefault((k.program_id, k.device), set())
+        ids = unsaved_ids.setdefault((k.program_id, k.device), set())
         if k.corr is not None:
             ids.add(k.corr)
-    return wrapped, plans, launched
+    if cpu:  # control thunks (a while's, a call's) are left out: their bodies' count
+        control = sum(1 for k in kernels if k.match == "control")
+        kernels = [k for k in kernels if k.match != "control"]
+        launched = {(k.program_id, k.device): set() for k in kernels
+                    if k.program_id is not None}
+        unsaved_ids = {}
+    kernels.sort(key=lambda k: (str(k.device), k.stream, k.start))
+    starts: dict = {}
+    for k in kernels:
+        starts.setdefault((k.device, k.program_id), []).append(k.start)
+    path, header = yield Part(
+        len(kernels), control, counted, launched, unsaved_ids, event_totals(kernels),
+        {key: np.array(v, np.int64) for key, v in starts.items()},
+        collective_durations(kernels))
+    if path is not None:
+        write_kernels(path, kernels, Sources(built, user_re), header)
 
 
-def match_groups(gpu: list, plans: dict, answers: bool, total: int = 0):
-    """Match each ((device, program id), events) of `gpu` with its program's plan, the events
-    put in launch order first. Returns per group: (the launch order as indices into the events
-    as given, each event's answer where `answers` (a child's, to copy back) else None, its
-    counted entry: attribute's)."""
-    out = []
-    done = 0
-    for key, ks in gpu:
-        if not answers:
-            progress("matching kernels to instructions", done, total, "kernels")
-            done += len(ks)
-        order = in_launch_order(ks)
-        plan = plans[key[1]]
-        covered = km.match(plan, ks)
-        entry = {"launches": km.launch_executions(plan, ks), "covered": covered,
-                 "events": sum(1 for k in ks if k.why != "outside"),
-                 "expected_min": sum(1 for e in plan.events if not e.optional),
-                 "expected_max": len(plan.events),
-                 "corrs": {k.corr for k in ks} - {None}}
-        out.append((order, [(k.kind, k.category, k.group, k.instruction, k.inner, k.match,
-                             k.why, k.confidence) for k in ks] if answers else None, entry))
+def label_counts(gpu: list) -> dict:
+    """program id -> [its labels counted in the order first seen, the events it launched
+    (argument copies left out)] over the (GPU, program) groups `gpu`, in their order: a Plan's
+    figures (program_plan), summed over the shares in their order (merge_labels)."""
+    out: dict = {}
+    for (_, pid), ks in gpu:
+        labels, placed = out.setdefault(pid, [Counter(), 0])
+        ops = [k.hlo_op for k in ks]
+        labelled = [op for op in ops if op]
+        labels.update(labelled)
+        placed += len(labelled)
+        if len(labelled) < len(ks):  # unlabelled: in a graph, or a launch of several events
+            ids = Counter(k.corr for k in ks)
+            placed += sum(1 for k, op in zip(ks, ops, strict=True) if not op and (
+                k.graph or (k.corr is not None and ids[k.corr] > 1)))
+        out[pid][1] = placed
+    return out
+
+
+def merge_labels(shares: list) -> dict:
+    """label_counts of the shares, in their order, summed."""
+    out: dict = {}
+    for share in shares:
+        for pid, (labels, placed) in share.items():
+            mine = out.setdefault(pid, [Counter(), 0])
+            mine[0].update(labels)
+            mine[1] += placed
     return out
 
 
@@ -314,42 +354,25 @@ def answer_cpu_thunks(ks, prog) -> None:
             k.instruction, k.match, k.confidence = k.hlo_op, "exact", 1.0
 
 
-def in_launch_order(ks) -> list:
+def in_launch_order(ks) -> None:
     """Sort one device's events of one program into launch order (correlation id, then start)
-    and fill what the matcher reads besides the capture's fields: kind, category and group.
-    Returns the order: each event's index in `ks` as given."""
+    and fill what the matcher reads besides the capture's fields: kind, category and group."""
     shared: dict = {}
     for k in ks:
         if k.corr is not None:
             shared[k.corr] = shared.get(k.corr, 0) + 1
-    order = sorted(range(len(ks)), key=lambda i: (_as_int(ks[i].corr), ks[i].start))
-    ks[:] = [ks[i] for i in order]
+    ks.sort(key=lambda k: (_as_int(k.corr), k.start))
     kind_of = rules.kernel_kind
     for k in ks:
         k.kind = kind = kind_of(k.name, k.hlo_op, k.category == "memcpy")
         k.category = rules.CATEGORY_OF_KIND.get(kind, "compute")
         # one launch for the matcher: a graph, or events sharing a correlation id
         k.group = k.graph or (k.corr is not None and shared[k.corr] > 1)
-    return order
 
 
-def program_plan(prog, pid, groups: list, notes: list):
-    """The program's kernel_match.Plan, from its events on every device: the labels counted
-    (for loops of unknown trip count) and the events the program launched (argument copies
-    left out); a note per while loop whose iterations were inferred."""
-    labels: Counter = Counter()  # in the order first seen
-    placed = 0  # events launched by the program (argument copies left out)
-    for (_, p2), ks2 in groups:
-        if p2 != pid:
-            continue
-        ops = [k2.hlo_op for k2 in ks2]
-        labelled = [op for op in ops if op]
-        labels.update(labelled)
-        placed += len(labelled)
-        if len(labelled) < len(ks2):  # unlabelled: in a graph, or a launch of several events
-            ids = Counter(k2.corr for k2 in ks2)
-            placed += sum(1 for k2, op in zip(ks2, ops, strict=True) if not op and (
-                k2.graph or (k2.corr is not None and ids[k2.corr] > 1)))
+def program_plan(prog, pid, labels: Counter, placed: int, notes: list):
+    """The program's kernel_match.Plan, from its events on every device (`labels`, `placed`:
+    merge_labels'); a note per while loop whose iterations were inferred."""
     plan = km.Plan(prog, labels, placed)
     for w, n in sorted(plan.inferred_trips.items()):
         notes.append(f"program {pid}: while loop {w} has no known trip count; "
@@ -446,9 +469,10 @@ def xprof_coverage(pending, copy: Path) -> tuple[float | None, float, str]:
 
 # ---------------------------------------------------------------- writers
 
-def write_kernels(path: Path, kernels, sources) -> int:
-    """kernels.csv, the large table: strings repeat, so each is quoted once, and the cells an
-    instruction's events share are formatted once per instruction."""
+def write_kernels(path: Path, kernels, sources, header: bool = True) -> int:
+    """kernels.csv's rows of `kernels` (its header first, with `header`), the large table:
+    strings repeat, so each is quoted once, and the cells an instruction's events share are
+    formatted once per instruction."""
     quoted: dict = {}
 
     def q(v):
@@ -459,7 +483,8 @@ def write_kernels(path: Path, kernels, sources) -> int:
     mids: dict = {}   # hlo_op .. match, the cells between the correlation id and confidence
     tails: dict = {}  # op_name .. graph, the cells after the confidence
     with open(path, "w", newline="", encoding="utf-8") as fh:
-        fh.write(scratch.header("attribution/kernels.csv"))  # the row below, in its order
+        if header:
+            fh.write(scratch.header("attribution/kernels.csv"))  # the row below, in its order
         buf = []
         for k in kernels:
             key = (k.hlo_op, k.program_id, k.instruction, k.inner, k.match)
@@ -495,13 +520,16 @@ ATT = "attribution"  # the scratch sub-folder of this step (built in a temporary
 # first. Each is the program printed whole (the largest real ones run to tens of MB); a capture
 # of an op-by-op loop holds dozens of tiny programs, whose text adds little beside ops.csv.
 MAX_HLO_TEXTS = 10
-# From this many events on, kernels.csv is written by a forked child while this process writes
-# the other tables (tracekit.forked); under it the fork costs more than it saves.
-FORK_KERNELS_MIN = 100_000
-# From this many GPU events on, a forked child matches about half of them (attribute): at the
-# seed's size (125,440 events on 8 GPUs) the matching takes 0.34 s, copying a child's answers
-# back about 0.03 s a GPU.
+# From this many GPU events on, where a second core is free, a forked child matches the later
+# GPUs' events, about half of them, from their collection to their rows of kernels.csv, while
+# this process does the others (match_part; the two trade the program chosen and the labels
+# counted on the way): at the seed's size (125,440 events on 8 GPUs) the matching alone takes
+# 0.34 s, and the child hands back sums, not events.
 FORK_MATCH_MIN = 50_000
+# The child's share of the events at most: this process also reads the host's plane, chooses
+# the program and writes the tables, about a quarter of the matching's time at the seed's
+# size, so the child takes the larger share (five GPUs of eight: 0.93 -> 0.83 s there).
+CHILD_SHARE = 0.625
 # a program whose HLO text a child writes while this process matches (about 0.1 s of printing
 # per 10,000 instructions; a fork costs a few ms)
 HLO_TEXT_FORK_MIN = 5_000
@@ -539,46 +567,50 @@ def run(capture, out: Path, opts: Options) -> tuple[dict, list]:
         raise step_cli.StepError(f"no <host>.xplane.pb for host {files.host} in {files.run_dir}; "
                                  "attribution reads the xplane (the trace.json has no HLO)")
     t0 = time.perf_counter()
-    x = read_xplane(capture, opts.own_process)
-    with rules.atomic_folder(out / "attribution") as tmp:
-        copy = xplane_copy(files.xplane, tmp)
-        # XProf's hlo_stats for the coverage check converts in its own process meanwhile
-        pending = xprof_figures.Pending(copy, "hlo_stats", background=True) \
-            if opts.use_xprof else None
-        try:
-            m = match_capture(capture, x, opts, tmp)
-            t_match = time.perf_counter() - t0
-            progress("writing the tables", len(m.kernels), unit="kernels")
-            job = m.kernels_csv
+    x = read_xplane(capture, opts.user_re, opts.own_process)
+    try:
+        with rules.atomic_folder(out / "attribution") as tmp:
+            copy = xplane_copy(files.xplane, tmp)
+            # XProf's hlo_stats for the coverage check converts in its own process meanwhile
+            pending = xprof_figures.Pending(copy, "hlo_stats", background=True) \
+                if opts.use_xprof else None
             try:
-                tables = write_tables(tmp, m, opts)
-                if opts.steps_when_told:  # step 1 writes steps.csv meanwhile: wait for its end
-                    step_cli.wait_until_told("step 1's steps.csv")
-                add_programs(tmp, m, tables, read_steps(Path(out), files))
-                refusals = [f"cannot attribute the kernels of program {n}({p}) because {why}"
-                            for p, (n, why) in sorted(m.unreadable.items())]
-                hlo_names = write_hlo_texts(tmp, m, tables, opts, refusals)
-                tables.written.insert(0, ("kernels.csv", job.wait()))
-            except BaseException:
-                job.abort()
-                if m.chosen_text is not None:
-                    m.chosen_text.abort()
-                raise
-            coverage, xprof_s = None, 0.0
-            if pending is not None:
-                progress("XProf: its hlo_stats, for the coverage check")
-                coverage, xprof_s, err = xprof_coverage(pending, copy)
-                pending = None
-                if err:
-                    m.notes.append(_user_path(err, copy, files.xplane))
-        finally:
-            if pending is not None:
-                pending.cancel()
-        result = build_result(
-            files=files, m=m, tables=tables, coverage=coverage, opts=opts, refusals=refusals,
-            hlo_names=hlo_names,
-            timing={"matching": round(t_match, 3), "xprof_hlo_stats": round(xprof_s, 3)})
-        written = write_result(tmp, result, tables.written)
+                m = match_capture(capture, x, opts, tmp)
+                t_match = time.perf_counter() - t0
+                progress("writing the tables", m.rows, unit="kernels")
+                try:
+                    tables = write_tables(tmp, m, opts)
+                    if opts.steps_when_told:  # step 1 writes steps.csv meanwhile: its end
+                        step_cli.wait_until_told("step 1's steps.csv")
+                    add_programs(tmp, m, tables, read_steps(Path(out), files))
+                    refusals = [f"cannot attribute the kernels of program {n}({p}) because "
+                                f"{why}" for p, (n, why) in sorted(m.unreadable.items())]
+                    hlo_names = write_hlo_texts(tmp, m, tables, opts, refusals)
+                    join_kernels(tmp, m)
+                    tables.written.insert(0, ("kernels.csv", m.rows))
+                except BaseException:
+                    if m.chosen_text is not None:
+                        m.chosen_text.abort()
+                    raise
+                coverage, xprof_s = None, 0.0
+                if pending is not None:
+                    progress("XProf: its hlo_stats, for the coverage check")
+                    coverage, xprof_s, err = xprof_coverage(pending, copy)
+                    pending = None
+                    if err:
+                        m.notes.append(_user_path(err, copy, files.xplane))
+            finally:
+                if pending is not None:
+                    pending.cancel()
+            result = build_result(
+                files=files, m=m, tables=tables, coverage=coverage, opts=opts,
+                refusals=refusals, hlo_names=hlo_names,
+                timing={"matching": round(t_match, 3), "xprof_hlo_stats": round(xprof_s, 3)})
+            written = write_result(tmp, result, tables.written)
+    except BaseException:
+        for part in x.parts:
+            part.abort()
+        raise
     # the per-stream totals steps 0 and 2 would otherwise decode the xplane's GPU planes for
     scratch.handoff_put(out, "xplane_streams", [files.xplane], {"streams": x.streams})
     return result, written
@@ -586,44 +618,91 @@ def run(capture, out: Path, opts: Options) -> tuple[dict, list]:
 
 @dataclasses.dataclass
 class XPlaneRead:
-    """What step 4 reads of the xplane, all taken while it is decoded: its events as Kernels,
-    the host plane's executions and launch calls (host_record), the programs' HLO protos."""
-    kernels: list
+    """What step 4 reads of the xplane: the programs' HLO (load's protos, built, unreadable),
+    the host plane's executions and launch calls (host_record), and the events collected by
+    the shares of the GPUs (`parts`: match_part's, each run by an Exchange, in kernels.csv's
+    order; the first in this process)."""
+    parts: list
+    events: int
     cpu: bool
-    host: tuple
+    times: tuple  # kernel_times' summed over the shares
+    host: tuple   # host_record's executions and launch calls
+    graph_launches: set  # ... and the correlation ids of its graph launches
     protos: dict
+    built: dict
+    unreadable: dict
     streams: list  # xplane_reader.stream_totals: handed on for steps 0 and 2
 
 
-def read_xplane(capture, let_go: bool = False) -> XPlaneRead:
-    """The capture's events (collect_kernels), read through our own reader first: a file that
-    is not a sound xplane is said in one sentence naming it, before anything is copied or XProf
-    reads it; one without programs or events is refused (a StepError). With `let_go` (a process
-    of its own) the decoded xplane is let go once read: at ten times the seed's size it is
-    1.4 GB, held through the matching and the tables before."""
+def read_xplane(capture, user_re=None, let_go: bool = False) -> XPlaneRead:
+    """The capture's programs and events, read through our own reader first: a file that is
+    not a sound xplane is said in one sentence naming it, before anything is copied or XProf
+    reads it; one without programs or events is refused (a StepError). The events are
+    collected by match_part in this process, and where they are many (FORK_MATCH_MIN) and a
+    second core is free, those of the later GPUs by a forked child meanwhile (gpu_shares);
+    `user_re`: the user frame's pattern for their kernels.csv rows. With `let_go` (a process
+    of its own) the decoded xplane is let go once collected: at ten times the seed's size it
+    is 1.4 GB, held through the matching and the tables before."""
     from jaxperf.read import xplane_reader
     files = capture.files
     space = xplane_reader.space_of(capture)
-    protos = space.hlo_protos()
-    if not protos:
+    metadata = space.hlo_protos()
+    if not metadata:
         raise step_cli.StepError(f"{files.xplane} holds no HLO programs (no /host:metadata): "
                                  "kernels cannot be attributed to instructions or lines")
-    execs, calls, launched = host_record(space)
-    kernels, cpu = collect_kernels(space, launched)
-    if not kernels:
-        raise step_cli.StepError(f"{files.xplane} has no GPU stream events and no XLA:CPU "
-                                 "thunk events: there are no kernels to attribute")
-    read = XPlaneRead(kernels, cpu, (execs, calls), protos, xplane_reader.stream_totals(space))
+    protos, built, unreadable = load(metadata)
+    shares = gpu_shares(space)
+    parts: list = []
+    try:
+        for i in reversed(range(len(shares))):  # a child first: it collects meanwhile
+            parts.insert(0, Exchange(match_part, space, shares[i], protos, built, user_re,
+                                     here=i == 0, what="the matching of the later GPUs"))
+        execs, calls, launched = host_record(space)
+        firsts = [part.get() for part in parts]
+        events = sum(f[0] for f in firsts)
+        if not events:
+            raise step_cli.StepError(f"{files.xplane} has no GPU stream events and no XLA:CPU "
+                                     "thunk events: there are no kernels to attribute")
+        all_time: dict = {}
+        for f in firsts:
+            for pid, ps in f[2].items():
+                all_time[pid] = all_time.get(pid, 0) + ps
+        read = XPlaneRead(parts, events, firsts[0][1], (all_time, sum(f[3] for f in firsts)),
+                          (execs, calls), launched, protos, built, unreadable,
+                          xplane_reader.stream_totals(space))
+    except BaseException:
+        for part in parts:
+            part.abort()
+        raise
     if let_go:
         capture.cache.pop("space", None)
         space.let_go()
     return read
 
 
+def gpu_shares(space) -> list:
+    """The GPU ordinals of each share of the events (match_part), in kernels.csv's order (by
+    the ordinal's text): from FORK_MATCH_MIN events on GPU streams, where a second core is
+    free, the first GPUs and the later ones, at most CHILD_SHARE of the events; else one
+    share, of every event (None)."""
+    sizes: dict = {}
+    for plane in space.gpu_planes():
+        sizes[plane.gpu_ordinal] = sizes.get(plane.gpu_ordinal, 0) + sum(
+            len(line) for line in plane.lines if line.name.startswith("Stream #"))
+    order = sorted(sizes, key=str)
+    events = sum(sizes.values())
+    cut, later = len(order), 0
+    if events >= FORK_MATCH_MIN and can_fork():
+        while cut > 1 and later + sizes[order[cut - 1]] <= events * CHILD_SHARE:
+            cut -= 1
+            later += sizes[order[cut]]
+    return [None] if cut == len(order) else [order[:cut], order[cut:]]
+
+
 @dataclasses.dataclass
 class Matched:
     """A capture's events matched: what step 4's tables and result are written from."""
-    kernels: list       # kernel_match.Kernel, answered; a CPU capture's control thunks left out
+    rows: int           # kernels.csv's rows (a CPU capture's control thunks left out)
     cpu: bool           # a CPU capture: XLA:CPU thunk events are the kernels
     control: int        # control thunks left out
     protos: dict        # program id -> (name, HloModuleProto) of each readable program
@@ -632,56 +711,99 @@ class Matched:
     plans: dict         # program id -> kernel_match.Plan of each program with events
     chosen: int         # the program chosen (choose_program)
     notes: list         # what the summary's program: lines say, in order
-    counted: dict       # (program id, device) -> attribute()'s counts
+    counted: dict       # (program id, device) -> match_part's counts
     execs: dict         # (program id, device) -> count_executions' entry
     names: dict         # program id -> module name
     sources: Sources
+    totals: dict        # event_totals of every event, in kernels.csv's order
+    starts: dict        # (device, program id) -> its events' starts
+    collectives: list   # each share's collective_durations
+    writing: list       # the later shares, writing their rows of kernels.csv (join_kernels)
     chosen_text: Forked | None = None  # the chosen program's HLO text, written meanwhile
-    kernels_csv: Forked | None = None  # kernels.csv (kernels_job), written meanwhile
 
 
 def match_capture(capture, x: XPlaneRead, opts: Options, folder: Path | None = None) -> Matched:
-    """Load the capture's programs, choose one, match every event and count each program's
-    executions. With `folder`, the chosen program's HLO text is written there meanwhile (a
-    forked child for a program of HLO_TEXT_FORK_MIN instructions or more: a second core)."""
+    """Choose a program, match every event (match_part, in each share's process) and count each
+    program's executions. With `folder`, kernels.csv is written there (each share its rows,
+    joined here), and the chosen program's HLO text meanwhile (a forked child for a program of
+    HLO_TEXT_FORK_MIN instructions or more: a second core)."""
     files = capture.files
-    kernels, cpu = x.kernels, x.cpu
-    protos, built, unreadable = load(x.protos)
-    if not protos:
-        _, why = next(iter(unreadable.values()))
-        raise step_cli.StepError(f"no program in {files.xplane} can be attributed: {why}" +
-                                 (f" (and {len(unreadable) - 1} more unreadable)"
-                          if len(unreadable) > 1 else ""))
-    chosen, notes, _ = choose_program(kernels, protos, opts.program, unreadable)
+    protos, parts = x.protos, x.parts
     text = None
-    if folder is not None:
-        size = sum(len(c.instructions) for c in protos[chosen][1].computations)
-        text = Forked(hlo_text_file, folder, chosen, *protos[chosen],
-                      here=size < HLO_TEXT_FORK_MIN, what="the HLO text")
-    counted: dict = {}
-    job = None
     try:
-        programs, plans, launched = attribute(kernels, protos, chosen, notes, counted, built)
-        control = 0
-        if cpu:  # control thunks (a while's, a call's) are left out: their bodies' count
-            control = sum(1 for k in kernels if k.match == "control")
-            kernels = [k for k in kernels if k.match != "control"]
-            launched = {(k.program_id, k.device): set() for k in kernels
-                        if k.program_id is not None}
-        sources = Sources(programs, opts.user_re)
-        if folder is not None:  # nothing below changes what kernels.csv says of an event
-            job = kernels_job(folder, kernels, sources)
-        names = {pid: name for pid, (name, _) in protos.items()}
-        execs = count_executions(x.host, launched, names,
-                                 {key: c["launches"] for key, c in counted.items()},
-                                 {key: c["covered"] for key, c in counted.items()})
+        if not protos:
+            _, why = next(iter(x.unreadable.values()))
+            raise step_cli.StepError(f"no program in {files.xplane} can be attributed: {why}" +
+                                     (f" (and {len(x.unreadable) - 1} more unreadable)"
+                                      if len(x.unreadable) > 1 else ""))
+        chosen, notes = choose_program(*x.times, protos, opts.program, x.unreadable)
+        if folder is not None:
+            size = sum(len(c.instructions) for c in protos[chosen][1].computations)
+            text = Forked(hlo_text_file, folder, chosen, *protos[chosen],
+                          here=size < HLO_TEXT_FORK_MIN, what="the HLO text")
+        for part in parts:
+            part.put((chosen, x.graph_launches))
+        merged = merge_labels([part.get() for part in parts])
+        for part in parts[1:]:
+            part.put((None, merged))
+        plans = {pid: program_plan(x.built[pid], pid, *merged[pid], notes) for pid in merged}
+        parts[0].put((plans, merged))
+        done = []
+        for i, part in enumerate(parts):  # this share's rows are written before the child's
+            done.append(part.get())       # sums are taken: the child writes during the tables
+            part.put((None if folder is None else kernels_part(folder, i), i == 0))
+            if i == 0:
+                part.get()
+        if folder is None:  # nothing to write: the children end at once
+            for part in parts[1:]:
+                part.get()
     except BaseException:
-        for child in (text, job):
+        for child in [text, *parts]:
             if child is not None:
                 child.abort()
         raise
-    return Matched(kernels, cpu, control, protos, unreadable, programs, plans, chosen, notes,
-                   counted, execs, names, sources, text, job)
+    launched: dict = {}
+    counted: dict = {}
+    totals: dict = {}
+    starts: dict = {}
+    for part in done:
+        launched.update(part.launched)
+        counted.update(part.counted)
+        starts.update(part.starts)
+        for key, (n, ps) in part.totals.items():
+            e = totals.get(key)
+            if e is None:
+                totals[key] = [n, ps]
+            else:
+                e[0] += n
+                e[1] += ps
+    for part in done:
+        for key, ids in part.unsaved.items():
+            launched.setdefault(key, set()).update(ids)
+    names = {pid: name for pid, (name, _) in protos.items()}
+    execs = count_executions(x.host, launched, names,
+                             {key: c["launches"] for key, c in counted.items()},
+                             {key: c["covered"] for key, c in counted.items()})
+    return Matched(sum(p.rows for p in done), x.cpu, sum(p.control for p in done), protos,
+                   x.unreadable, x.built, plans, chosen, notes, counted, execs, names,
+                   Sources(x.built, opts.user_re), totals, starts,
+                   [p.collectives for p in done], parts[1:] if folder else [], text)
+
+
+def kernels_part(folder: Path, i: int) -> Path:
+    """Where share i writes its rows of kernels.csv (the first share: the table itself)."""
+    return folder / ("kernels.csv" if i == 0 else f"kernels.csv.{i}")
+
+
+def join_kernels(folder: Path, m: Matched) -> None:
+    """kernels.csv whole: the later shares' rows, once written, appended in their order."""
+    with open(kernels_part(folder, 0), "ab") as fh:
+        for i, part in enumerate(m.writing, 1):
+            part.get()
+            with open(kernels_part(folder, i), "rb") as more:
+                shutil.copyfileobj(more, fh, 1 << 20)
+            kernels_part(folder, i).unlink()
+    m.writing = []
 
 
 @dataclasses.dataclass
@@ -692,16 +814,6 @@ class Tables:
     progs: list         # program_rows
     groups: dict        # class_totals
     steps_note: str     # read_steps' note
-    totals: dict        # event_totals
-
-
-def kernels_job(folder: Path, kernels: list, sources: Sources) -> Forked:
-    """kernels.csv, the events sorted by device, stream and start (it needs no steps.csv): by a
-    forked child from FORK_KERNELS_MIN events on, while this process counts the executions and
-    writes the rest."""
-    kernels.sort(key=lambda k: (str(k.device), k.stream, k.start))
-    return Forked(write_kernels, folder / "kernels.csv", kernels, sources,
-                  here=len(kernels) < FORK_KERNELS_MIN, what="kernels.csv")
 
 
 def declared_kernel_names(programs) -> frozenset:
@@ -720,8 +832,8 @@ def declared_kernel_names(programs) -> frozenset:
 
 def write_tables(folder: Path, m: Matched, opts: Options) -> Tables:
     """ops.csv, lines.csv, how.csv, kernel_names.csv and families.csv, which need no steps
-    (kernels.csv is kernels_job's; programs.csv add_programs', once steps.csv is there)."""
-    totals = event_totals(m.kernels)
+    (kernels.csv is match_part's; programs.csv add_programs', once steps.csv is there)."""
+    totals = m.totals
     written: list = []
     ops = op_totals(totals, opts.program)
     written += write_op_and_line_tables(folder, ops, m.programs, m.sources,
@@ -737,13 +849,13 @@ def write_tables(folder: Path, m: Matched, opts: Options) -> Tables:
     families = family_rows(totals, name_rows, split_k_reductions(m.programs))
     written.append(("families.csv", scratch.write_table(
         folder, "attribution/families.csv", families, stands_for=ATT)))
-    return Tables(written, ops, [], groups, "", totals)
+    return Tables(written, ops, [], groups, "")
 
 
 def add_programs(folder: Path, m: Matched, tables: Tables, steps: tuple) -> None:
     """programs.csv, with each program's steps (`steps`: read_steps'), placed in
     tables.written after ops.csv and lines.csv."""
-    tables.progs = program_rows(m.kernels, tables.totals, m.names, m.execs, steps[0])
+    tables.progs = program_rows(m.starts, m.totals, m.names, m.execs, steps[0])
     tables.steps_note = steps[1]
     at = next(i for i, (f, _) in enumerate(tables.written) if f == "how.csv")
     tables.written.insert(at, ("programs.csv", scratch.write_table(
@@ -948,11 +1060,12 @@ def phase_rows(op_rows: list, ops: dict, attributed: int, gpu_time: int) -> list
              said.get(p, "")) for p, a in at.items()]
 
 
-def program_rows(kernels, totals: dict, programs_names: dict, execs: dict,
+def program_rows(starts: dict, totals: dict, programs_names: dict, execs: dict,
                  steps) -> list[dict]:
     """One entry per program with GPU events, and one for the events of no program (OUTSIDE),
     by GPU time descending (programs.csv; attribute_kernels.json `programs`). `totals`:
-    event_totals'; `kernels`, read only for the steps each program's events start in."""
+    event_totals'; `starts`: (device, program id) -> its events' starts, read only for the
+    steps they start in."""
     total = sum(ps for _, ps in totals.values())
     by: dict = {}
     for (pid, ins, _, dev, *_), (n, ps) in totals.items():
@@ -965,12 +1078,13 @@ def program_rows(kernels, totals: dict, programs_names: dict, execs: dict,
         if ins:
             e["attributed"] += ps
         e["gpus"].add(dev)
-    for k in kernels if steps is not None else ():
-        st = steps.get(k.device)
-        if st:
-            i = bisect.bisect_right(st[0], k.start) - 1
-            if i >= 0 and k.start < st[1][i][1]:
-                by[k.program_id]["steps"].add(st[1][i][0])
+    for (dev, pid), at in starts.items() if steps is not None else ():
+        st = steps.get(dev)
+        if st:  # the step each event starts in: the last to start at or before it, if not over
+            i = np.searchsorted(np.array(st[0], np.int64), at, side="right") - 1
+            ends = np.array([end for _, end in st[1]], np.int64)
+            inside = (i >= 0) & (at < ends[np.maximum(i, 0)])
+            by[pid]["steps"].update(st[1][j][0] for j in np.unique(i[inside]).tolist())
     out = []
     for pid, e in by.items():
         gpus = sorted(e["gpus"], key=str)
@@ -1089,7 +1203,7 @@ def build_result(*, files, m: Matched, tables: Tables, coverage, opts, refusals:
                  hlo_names: dict, timing: dict) -> dict:
     """Everything summary.txt says, and more, as data (fields: references/scratch-layout.md).
     Adds a refusal for the kernels of programs whose HLO the capture does not hold."""
-    totals, groups, chosen = tables.totals, tables.groups, m.chosen
+    totals, groups, chosen = m.totals, tables.groups, m.chosen
     total = sum(ps for _, ps in totals.values())
     fig = kernel_figures(totals, groups["all"], total)
     cov, check = coverage_check(fig, coverage, total, opts)
@@ -1113,7 +1227,7 @@ def build_result(*, files, m: Matched, tables: Tables, coverage, opts, refusals:
                    "pct_of_gpu_time": round(100.0 * sum(u[2] for u in unsaved) / total, 2)
                    if total else 0,
                    "programs": sorted({u[0] for u in unsaved})} if unsaved else None,
-        "collectives_by_order": collectives_by_order(m.kernels),
+        "collectives_by_order": collectives_by_order(m.collectives),
         "source": source_counts(tables.ops, m.sources),
         "coverage": cov, "checks": [check], "refusals": refusals,
         "low_confidence_below": km.LOW_CONFIDENCE,
@@ -1132,18 +1246,29 @@ def build_result(*, files, m: Matched, tables: Tables, coverage, opts, refusals:
     }
 
 
-def collectives_by_order(kernels) -> dict:
-    """Collective kernels outside graphs whose tracer label names no instruction of the saved
-    HLO (matched other than exactly: their instruction comes from the collective-start matched
-    by order): `kernels`, `gpu_us` (their kernels.csv dur_us cells summed in its row order, as
-    a reader of the table would: the kernels are in that order here) and their `labels`; step 7
-    reads these instead of scanning kernels.csv again."""
-    n, us, labels = 0, 0.0, set()
+def collective_durations(kernels) -> tuple[list, set]:
+    """The durations, in order, and the labels of the collective kernels outside graphs whose
+    tracer label names no instruction of the saved HLO (matched other than exactly: their
+    instruction comes from the collective-start matched by order), among `kernels`."""
+    durs, labels = [], set()
     for k in kernels:
         if k.category == "collective" and not k.graph and k.hlo_op and k.match != "exact":
-            n += 1
-            us += float(f"{k.dur / 1e6:.3f}")
+            durs.append(k.dur)
             labels.add(k.hlo_op)
+    return durs, labels
+
+
+def collectives_by_order(shares: list) -> dict:
+    """The collective kernels of collective_durations (`shares`: each share's, in kernels.csv's
+    order): `kernels`, `gpu_us` (their kernels.csv dur_us cells summed in its row order, as a
+    reader of the table would) and their `labels`; step 7 reads these instead of scanning
+    kernels.csv again."""
+    n, us, labels = 0, 0.0, set()
+    for durs, mine in shares:
+        n += len(durs)
+        for dur in durs:
+            us += float(f"{dur / 1e6:.3f}")
+        labels |= mine
     return {"kernels": n, "gpu_us": us, "labels": sorted(labels)}
 
 
@@ -1347,4 +1472,10 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(step_cli.run(STEP, main))
+    code = step_cli.run(STEP, main)
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+    os._exit(code)  # freeing every event's record at exit takes a twentieth of the step

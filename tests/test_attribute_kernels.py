@@ -862,8 +862,10 @@ def test_a_process_of_its_own_lets_the_decoded_xplane_go_at_once():
     gc.disable()
     try:
         x = ak.read_xplane(cap, let_go=True)
-        assert x.kernels and "space" not in cap.cache
+        assert x.events and "space" not in cap.cache
         assert [r for r in refs if r() is not None] == [], "a plane outlived its reading"
+        for part in x.parts:
+            part.abort()
     finally:
         if was:
             gc.enable()
@@ -878,13 +880,8 @@ def test_launch_count_ignores_split_k_and_optional_events(shared):
     for case, want in (("mi300x-jax0.8-gemm", {(49, 0): 3, (21, 0): 3, (1, 0): 12}),
                        ("mi300x-jax0.8-conv3d-8gpu", {(15, d): 5 for d in range(8)})):
         cap = capture_inputs.open_capture(str(shared / "tracelens-amd-rocm" / case))
-        x = ak.read_xplane(cap)
-        protos, built, unreadable = ak.load(x.protos)
-        kernels = x.kernels
-        chosen, notes, _ = ak.choose_program(kernels, protos, None, unreadable)
-        counted: dict = {}
-        ak.attribute(kernels, protos, chosen, notes, counted, built)
-        assert {key: counted[key]["launches"] for key in want} == want
+        m = ak.match_capture(cap, ak.read_xplane(cap), ak.Options(use_xprof=False))
+        assert {key: m.counted[key]["launches"] for key in want} == want
 
 
 @pytest.mark.parametrize("name", ["nvidia-8gpu-prelabels", "rocm-8gpu-straggler",
@@ -946,29 +943,31 @@ def test_phases_cover_the_ops_table(corpus):
 
 
 def test_matching_in_a_forked_child_is_the_same(tmp_path, monkeypatch):
-    """From FORK_MATCH_MIN events on a forked child matches the later GPUs' events while the
-    step matches the others: every table byte for byte the one-process path's; a child that
-    fails fails the step with its reason and leaves no attribution/."""
+    """From FORK_MATCH_MIN events on a forked child collects, matches and writes the rows of
+    kernels.csv of the later GPUs while the step does the others: every table byte for byte
+    the one-process path's; a child that fails, in its matching or in writing its rows, fails
+    the step with its reason and leaves no attribution/."""
     import attribute_kernels as ak
 
     from tracekit import capture_inputs
     example = REPO / "examples" / "minigpt-h100-2gpu-cb"
     monkeypatch.setenv("JAXTRACE_CORES", "2")  # a core for the child, on any machine
-    matched, by = ak.match_groups, tmp_path / "matched_by"
+    matched, by = ak.match_part, tmp_path / "matched_by"
 
-    def noting(gpu, plans, answers, total=0):  # which process matched which GPUs
+    def noting(space, ordinals, *rest):  # which process matched which GPUs
         with open(by, "a") as fh:
-            fh.write(f"{os.getpid()} {' '.join(str(key[0]) for key, _ in gpu)}\n")
-        return matched(gpu, plans, answers, total)
-    monkeypatch.setattr(ak, "match_groups", noting)
+            fh.write(f"{os.getpid()} {ordinals}\n")
+        return (yield from matched(space, ordinals, *rest))
+    monkeypatch.setattr(ak, "match_part", noting)
     for fork, out in ((False, tmp_path / "here"), (True, tmp_path / "forked")):
         by.write_text("")
         monkeypatch.setattr(ak, "FORK_MATCH_MIN", 0 if fork else 10**9)
         ak.run(capture_inputs.open_capture(str(example)), out, ak.Options(use_xprof=False))
         said = [line.split(" ", 1) for line in by.read_text().splitlines()]
-        assert sorted((gpus.strip(), int(pid) == os.getpid()) for pid, gpus in said) == (
-            [("0", True), ("1", False)] if fork else [("", True), ("0 1", True)])
+        assert sorted((int(pid) != os.getpid(), gpus) for pid, gpus in said) == (
+            [(False, "[0]"), (True, str(list(range(1, 8))))] if fork else [(False, "None")])
     here, forked = (tmp_path / d / "attribution" for d in ("here", "forked"))
+    assert sorted(f.name for f in forked.iterdir()) == sorted(f.name for f in here.iterdir())
     for table in sorted(f.name for f in here.iterdir() if f.suffix in (".csv", ".txt")):
         if table != "summary.txt":  # it says how long the matching took
             assert (forked / table).read_bytes() == (here / table).read_bytes(), table
@@ -976,38 +975,22 @@ def test_matching_in_a_forked_child_is_the_same(tmp_path, monkeypatch):
     assert json.loads((forked / "attribute_kernels.json").read_text())["programs"] == \
         result["programs"] and result["programs"][0]["executions"] > 0
 
-    def broken(gpu, plans, answers, total=0):
-        if answers:
+    def broken(space, ordinals, *rest):
+        if ordinals and 1 in ordinals:
             raise ValueError("a plan this matcher cannot read")
-        return matched(gpu, plans, answers, total)
+        return (yield from matched(space, ordinals, *rest))
+
+    def full(path, *rest):
+        if path.name != "kernels.csv":
+            raise OSError(28, "No space left on device")
+        return ak.write_kernels.__wrapped__(path, *rest)
+    full.__wrapped__ = ak.write_kernels
     monkeypatch.setattr(ak, "FORK_MATCH_MIN", 0)
-    monkeypatch.setattr(ak, "match_groups", broken)
-    with pytest.raises(OSError, match="a plan this matcher cannot read"):
-        ak.run(capture_inputs.open_capture(str(example)), tmp_path / "failed",
-               ak.Options(use_xprof=False))
-    assert not (tmp_path / "failed" / "attribution").exists()
-
-
-def test_kernels_written_by_a_forked_child_are_the_same(tmp_path, monkeypatch):
-    """From FORK_KERNELS_MIN events on a forked child writes kernels.csv while the step writes
-    the other tables: byte for byte the table of the one-process path; a child that fails fails
-    the step and leaves no attribution/."""
-    import attribute_kernels as ak
-
-    from tracekit import capture_inputs
-    example = REPO / "examples" / "minigpt-h100-2gpu-cb"
-    monkeypatch.setenv("JAXTRACE_CORES", "2")  # a core for the child, on any machine
-    for fork, out in ((False, tmp_path / "here"), (True, tmp_path / "forked")):
-        monkeypatch.setattr(ak, "FORK_KERNELS_MIN", 0 if fork else 10**9)
-        ak.run(capture_inputs.open_capture(str(example)), out, ak.Options(use_xprof=False))
-    here, forked = (tmp_path / d / "attribution" for d in ("here", "forked"))
-    assert (forked / "kernels.csv").read_bytes() == (here / "kernels.csv").read_bytes()
-
-    def full(*_):
-        raise OSError(28, "No space left on device")
-    monkeypatch.setattr(ak, "FORK_KERNELS_MIN", 0)
-    monkeypatch.setattr(ak, "write_kernels", full)
-    with pytest.raises(OSError, match="No space left on device"):
-        ak.run(capture_inputs.open_capture(str(example)), tmp_path / "failed",
-               ak.Options(use_xprof=False))
-    assert not (tmp_path / "failed" / "attribution").exists()
+    for name, fault, why in (("match_part", broken, "a plan this matcher cannot read"),
+                             ("write_kernels", full, "No space left on device")):
+        with monkeypatch.context() as mp:
+            mp.setattr(ak, name, fault)
+            with pytest.raises(OSError, match=why):
+                ak.run(capture_inputs.open_capture(str(example)), tmp_path / name,
+                       ak.Options(use_xprof=False))
+        assert not (tmp_path / name / "attribution").exists()

@@ -1,10 +1,14 @@
-"""A long table written by a forked child while the step goes on with its other tables."""
+"""Work done by a forked child while the step goes on: a long table (Forked), or a share of the
+step's work that trades values with the step as it goes (Exchange)."""
 
 from __future__ import annotations
 
+import math
 import os
 import pickle
 import sys
+
+from tracekit import base
 
 # The cores a process of this bundle may use, where the process that started it runs others
 # beside it (a job's steps: among those running once it has started; the hosts of a run): its
@@ -116,3 +120,139 @@ class Forked:
         except OSError:
             pass
         self.pid = None
+
+
+FRAME_LENGTH = 8  # bytes of a frame's length on a pipe
+
+
+def send_frame(fh, body: bytes) -> None:
+    """One frame on a pipe between a process and its forked child: its length, then the body."""
+    fh.write(len(body).to_bytes(FRAME_LENGTH, "little"))
+    fh.write(body)
+    fh.flush()
+
+
+def received_frame(fh) -> bytes | None:
+    """The next frame from the pipe; None where it ends before one is whole."""
+    n = fh.read(FRAME_LENGTH)
+    if len(n) < FRAME_LENGTH:
+        return None
+    body = fh.read(int.from_bytes(n, "little"))
+    return body if len(body) == int.from_bytes(n, "little") else None
+
+
+class Exchange:
+    """A generator, `work(*args)`, run by a forked child (with `here`, or where no core is
+    free for one, in this process): each value it yields is `get()` here, and what this
+    process `put()`s is the value of its yield; its return value is the last `get()`. A child
+    starts at once and runs to its first yield meanwhile; here, each `get()` runs the
+    generator to its next yield. Values cross the pipes pickled. A child's exception is an
+    OSError with its type and words here; `abort()` stops the child. `what` names the work
+    in the reason."""
+
+    def __init__(self, work, *args, here: bool = False, what: str = "the work"):
+        self.what = what
+        self.pid = None
+        self.given = None
+        if here or not can_fork():
+            self.gen = work(*args)
+            self.started = False
+            return
+        back_r, back_w = os.pipe()
+        to_r, to_w = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        try:
+            pid = os.fork()
+        except OSError:
+            for fd in (back_r, back_w, to_r, to_w):
+                os.close(fd)
+            raise
+        if pid == 0:
+            os.close(back_r)
+            os.close(to_w)
+            _exchange_child(work, args, os.fdopen(back_w, "wb"), os.fdopen(to_r, "rb"))
+        os.close(back_w)
+        os.close(to_r)
+        self.pid, self.back, self.to = pid, os.fdopen(back_r, "rb"), os.fdopen(to_w, "wb")
+
+    def put(self, value) -> None:
+        """The value of the generator's current yield."""
+        if self.pid is None:
+            self.given = value
+            return
+        try:
+            send_frame(self.to, pickle.dumps(value, pickle.HIGHEST_PROTOCOL))
+        except OSError:  # the child has ended: get() says why
+            pass
+
+    def get(self):
+        """The generator's next yielded value, or its return value."""
+        if self.pid is None:
+            try:
+                if self.started:
+                    return self.gen.send(self.given)
+                self.started = True
+                return next(self.gen)
+            except StopIteration as end:
+                return end.value
+        said = received_frame(self.back)
+        kind, value = pickle.loads(said) if said else ("ended", None)
+        if kind == "yield":
+            return value
+        self._reap()
+        if kind == "return":
+            return value
+        raise OSError(value if kind == "error" else
+                      f"the process doing {self.what} ended without its result (killed, or "
+                      "out of memory)")
+
+    def _reap(self) -> None:
+        for fh in (self.back, self.to):
+            try:
+                fh.close()
+            except OSError:
+                pass
+        try:
+            os.waitpid(self.pid, 0)
+        except OSError:
+            pass
+        self.pid = None
+
+    def abort(self) -> None:
+        """Stop the child and reap it."""
+        if self.pid is None:
+            self.gen = None
+            return
+        try:
+            os.kill(self.pid, 15)
+        except OSError:
+            pass
+        self._reap()
+
+
+def _exchange_child(work, args, out, inp) -> None:
+    """Exchange's child: runs the generator, saying each yield, its return or its exception as
+    one frame, reading each answer; ends when the generator does or the parent has gone."""
+    code = 1
+    base.PROGRESS_EVERY_S = math.inf  # the parent says what the step is doing
+    try:
+        try:
+            gen = work(*args)
+            said = ("yield", next(gen))
+            while True:
+                send_frame(out, pickle.dumps(said, pickle.HIGHEST_PROTOCOL))
+                answer = received_frame(inp)
+                if answer is None:
+                    break  # the parent went on without it, or ended
+                said = ("yield", gen.send(pickle.loads(answer)))
+        except StopIteration as end:
+            send_frame(out, pickle.dumps(("return", end.value), pickle.HIGHEST_PROTOCOL))
+        except BaseException as exc:  # noqa: BLE001 - said to the parent, which raises
+            send_frame(out, pickle.dumps(("error", f"{type(exc).__name__}: {exc}"[:2000]),
+                                         pickle.HIGHEST_PROTOCOL))
+        code = 0
+    except BaseException:  # noqa: BLE001, S110 - the parent, seeing no frame, says so
+        pass
+    finally:
+        os._exit(code)

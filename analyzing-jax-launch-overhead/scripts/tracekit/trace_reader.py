@@ -46,7 +46,7 @@ from pathlib import Path
 
 from tracekit import base
 from tracekit.base import StepError, progress
-from tracekit.forked import can_fork
+from tracekit.forked import FRAME_LENGTH, can_fork, received_frame, send_frame
 from tracekit.trace_rules import MAX_NAME_CHARS, MAX_TIME_PS, cut_name, runs_past_capture
 
 GPU_PROCESS_RE = re.compile(r"^/device:GPU:(\d+)$")
@@ -408,23 +408,6 @@ def _text_size(path: Path) -> int:
 SPLIT_MIN = 64 << 20
 HAND_BACK = 50_000
 PIPE_BYTES = 1 << 20  # Linux's most for a process without privileges (pipe-max-size)
-_LENGTH = 8  # bytes of a frame's length on the pipe
-
-
-def _send(fh, body: bytes) -> None:
-    """One frame on a pipe between the reader and its child: its length, then the body."""
-    fh.write(len(body).to_bytes(_LENGTH, "little"))
-    fh.write(body)
-    fh.flush()
-
-
-def _received(fh) -> bytes | None:
-    """The next frame from the pipe; None where it ends before one is whole."""
-    n = fh.read(_LENGTH)
-    if len(n) < _LENGTH:
-        return None
-    body = fh.read(int.from_bytes(n, "little"))
-    return body if len(body) == int.from_bytes(n, "little") else None
 
 
 class _Tail:
@@ -473,7 +456,7 @@ class _Tail:
                           "without handing it back (killed, or out of memory)")
 
     def parsed(self) -> bool:
-        said = _received(self.back)
+        said = received_frame(self.back)
         if said is None:
             self.abort()
             return False  # parsed whole here instead
@@ -489,24 +472,24 @@ class _Tail:
 
     def _say(self, body: bytes, last: bool) -> None:
         """A frame to the child (`last`: the pipe is closed after it)."""
-        _send(self.to, body)
+        send_frame(self.to, body)
         if last:
             self.to.close()
             self.to = None
 
     def start_check(self, offset: int) -> None:
-        self._say(offset.to_bytes(_LENGTH, "little"), last=self.digest is None)
+        self._say(offset.to_bytes(FRAME_LENGTH, "little"), last=self.digest is None)
 
     def checked(self) -> _Checked:
         """The child's check of its half; its events with it where there is no digest (the
         child then ends), else kept by the child for `digested`."""
-        said = _received(self.back)
+        said = received_frame(self.back)
         if said is None:
             raise self._failed()
         c = pickle.loads(said)
         if self.digest is not None:
             return c
-        while (said := _received(self.back)):
+        while (said := received_frame(self.back)):
             c.events += marshal.loads(said)
         if said is None:
             raise self._failed()
@@ -519,7 +502,7 @@ class _Tail:
 
     def digested(self):
         """The child's digest of its events."""
-        said = _received(self.back)
+        said = received_frame(self.back)
         if said is None:
             raise self._failed()
         if said[:1] == b"E":
@@ -580,27 +563,27 @@ def _tail_child(path: Path, half: int, back: int, to: int, mask, digest) -> None
             said = ("error", str(exc))
         except MemoryError:
             said = ("error", f"{path} is too large to parse in this machine's memory")
-        _send(out, pickle.dumps(said, pickle.HIGHEST_PROTOCOL))
+        send_frame(out, pickle.dumps(said, pickle.HIGHEST_PROTOCOL))
         inp = os.fdopen(to, "rb")  # None from it: the parent went on without this half, or ended
-        if said[0] == "parsed" and theirs.entries is not None and (offset := _received(inp)):
+        if said[0] == "parsed" and theirs.entries is not None and (offset := received_frame(inp)):
             c = _check(path, theirs.entries, int.from_bytes(offset, "little"),
                        theirs.surrogates)
             theirs.entries = None
             events, c.events = c.events, []
-            _send(out, pickle.dumps(c, pickle.HIGHEST_PROTOCOL))
+            send_frame(out, pickle.dumps(c, pickle.HIGHEST_PROTOCOL))
             if digest is None:
                 for i in range(0, len(events), HAND_BACK):
-                    _send(out, marshal.dumps(events[i:i + HAND_BACK]))
-                _send(out, b"")
+                    send_frame(out, marshal.dumps(events[i:i + HAND_BACK]))
+                send_frame(out, b"")
             else:
-                names = _received(inp)
+                names = received_frame(inp)
                 if names is not None:
                     try:
                         part = b"M" + marshal.dumps(digest(path, events, *pickle.loads(names),
                                                            True))
                     except TraceError as exc:
                         part = b"E" + str(exc).encode("utf-8", "replace")
-                    _send(out, part)
+                    send_frame(out, part)
         code = 0
     except BaseException:  # noqa: BLE001, S110 - the parent, seeing no frame, says so
         pass

@@ -36,20 +36,18 @@ def _stream_kernels(ordinal, line) -> list:
                     has["memcpy_details"].tolist(), st["hlo_module"]))
 
 
-def collect_kernels(space, launched: set) -> tuple[list, bool]:
-    """GPU stream events; for a CPU capture, XLA:CPU thunk events (control thunks left out).
-    `launched`: the correlation ids of the host's graph launches (host_record)."""
+def collect_kernels(space, ordinals=None) -> tuple[list, bool]:
+    """GPU stream events (of the GPUs `ordinals` where given); for a CPU capture, XLA:CPU thunk
+    events (control thunks left out)."""
     kernel = Kernel
     kernels = []
     for plane in space.gpu_planes():
+        if ordinals is not None and plane.gpu_ordinal not in ordinals:
+            continue
         progress("collecting each GPU's kernels", len(kernels), unit="kernels so far")
         for line in plane.lines:
             if line.name.startswith("Stream #"):
                 kernels += _stream_kernels(plane.gpu_ordinal, line)
-    if kernels:
-        if launched:
-            for k in kernels:
-                k.graph = rules.in_graph(k.graph, k.corr in launched)
     if kernels:
         return kernels, False
     host = space.plane("/host:CPU")
@@ -94,6 +92,14 @@ class HostExecution:
     module: str
     program_id: int | None = None
     ordinal: int | None = None
+
+
+def mark_graph_launches(kernels, launched: set) -> None:
+    """A GPU event is in a graph where it carries a graph id or the host launched its
+    correlation id as a graph (`launched`: host_record's)."""
+    if launched:
+        for k in kernels:
+            k.graph = rules.in_graph(k.graph, k.corr in launched)
 
 
 def assign_programs(kernels, programs, chosen) -> None:
