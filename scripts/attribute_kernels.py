@@ -179,9 +179,13 @@ def choose_program(all_time: dict, total: int, programs, requested,
                                  f"({share:.1f}%): {unreadable[top][1]}; pass --program ID to "
                                  f"attribute another ({readable})")
     notes = []
-    groups: dict[bytes, list[int]] = {}
+    alike: dict[tuple, list[int]] = {}  # only programs alike in these can be identical
     for pid, (_, module) in programs.items():
-        groups.setdefault(module_fingerprint(module), []).append(pid)
+        alike.setdefault((module.name, tuple(len(c.instructions) for c in module.computations)),
+                         []).append(pid)
+    groups: dict[bytes, list[int]] = {}
+    for pid in (pid for g in alike.values() if len(g) > 1 for pid in g):
+        groups.setdefault(module_fingerprint(programs[pid][1]), []).append(pid)
     same = {pid: sorted(g) for g in groups.values() if len(g) > 1 for pid in g}
     if requested is not None:
         if requested not in programs:

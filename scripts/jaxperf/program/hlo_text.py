@@ -101,8 +101,25 @@ def _type_name(element_type: int) -> str:
     return PRIMITIVE_TYPES.get(element_type, f"type{element_type}")
 
 
+_SHAPE_TEXTS: dict[tuple, str] = {}  # (a shape's bytes, with its layout) -> its text
+
+
 def shape_text(shape: Any, layout: bool = True) -> str:
-    """``f32[2,3]{1,0}``, ``(s32[], f32[4]{0})``, ``token[]``; without layouts when told."""
+    """``f32[2,3]{1,0}``, ``(s32[], f32[4]{0})``, ``token[]``; without layouts when told.
+    Shapes repeat through a module: each is formatted once (by its bytes)."""
+    key = (shape.SerializeToString(), layout)
+    out = _SHAPE_TEXTS.get(key)
+    if out is None:
+        if len(_SHAPE_TEXTS) >= _MAX_SHAPE_TEXTS:
+            _SHAPE_TEXTS.clear()
+        out = _SHAPE_TEXTS[key] = _shape_text(shape, layout)
+    return out
+
+
+_MAX_SHAPE_TEXTS = 100_000
+
+
+def _shape_text(shape: Any, layout: bool) -> str:
     et = shape.element_type
     if et == _TUPLE:
         return "(" + _with_index_marks(shape_text(s, layout) for s in shape.tuple_shapes) + ")"
