@@ -720,6 +720,7 @@ class Placement:
     end: int
     confidence: list | None = None
     reordered: bool = False  # events had to be moved out of the schedule's order (`_repair`)
+    answers: list | None = None  # per event: (instruction, match, confidence), None: no slot
 
 
 def align(plan: Plan, obs_kind: list[int], obs_name: list[int], masks: list,
@@ -1154,19 +1155,19 @@ def _place_launch(plan: Plan, kernels, i: int, j: int, p: int, ne, cache: dict) 
         pl.confidence = _confidence(pl.fit)
         if at_once or pl.reordered:
             _unpinned(plan, pl, list(ok), list(on), p)
+        pl.answers = [None if w < 0 else (plan.slots[plan.events[(p + w) % n].slot].instruction,
+                                          "name" if f == "name" else "order", c)
+                      for w, f, c in zip(pl.where, pl.fit, pl.confidence, strict=True)]
         cache[key] = pl
-    for x, w, f, c in zip(range(i, j), pl.where, pl.fit, pl.confidence, strict=True):
-        kk = kernels[x]
-        if w < 0:
+    launcher = plan.launcher
+    for kk, answer in zip(kernels[i:j], pl.answers, strict=True):
+        if answer is None:
             kk.match, kk.why = "none", "no slot"
             continue
-        e = plan.events[(p + w) % n]
-        kk.instruction = plan.slots[e.slot].instruction
-        kk.match = "name" if f == "name" else "order"
-        kk.confidence = c
-        if kk.hlo_op and kk.hlo_op != kk.instruction and \
-                plan.launcher.get(kk.hlo_op) == kk.instruction:
-            kk.inner = kk.hlo_op
+        kk.instruction, kk.match, kk.confidence = answer
+        op = kk.hlo_op
+        if op and op != answer[0] and launcher.get(op) == answer[0]:
+            kk.inner = op
     return pl.end
 
 
