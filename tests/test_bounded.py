@@ -42,7 +42,7 @@ def test_loops_of_unknown_trip_count_expand_to_a_bound(tmp_path, monkeypatch):
     assert not km.Plan(prog, {}, 0).cut  # one iteration: nothing left out
     notes: list = []
     monkeypatch.setattr(km, "Plan", lambda *a, **k: plan)
-    attribute_kernels.program_plan(prog, pid, {}, notes)
+    attribute_kernels.program_plan(prog, pid, {}, 0, notes)
     assert any("expand past 20,000 events per execution" in n for n in notes), notes
 
 
