@@ -226,13 +226,16 @@ class Part:
     collectives: tuple  # collective_durations of its events
 
 
-def match_part(space, ordinals, protos: dict, built: dict, user_re):
+def match_part(space, ordinals, user_re, own: bool):
     """Step 4's matching of one share of the events, in the process that holds it: the GPUs
-    `ordinals` (None: every event of the capture, a CPU capture's thunks included).
+    `ordinals` (None: every event of the capture, a CPU capture's thunks included); with
+    `own`, a process of its own, which decodes and checks these GPUs' planes itself (the
+    step's process checks the others).
     A generator (tracekit.forked.Exchange), in four steps:
     - collects the events (collect_kernels) and yields (events, whether a CPU capture,
-      kernel_times); it is answered the program chosen (choose_program) and the host's graph
-      launches (host_record);
+      kernel_times, the check of its planes (xplane_reader.Checked) and their stream_totals,
+      where `own`); it is answered the program chosen (choose_program), the host's graph
+      launches (host_record) and the programs (load's protos and built; None: read here);
     - gives each event its program, groups them by (device, program) and yields label_counts;
       it is answered (plans, or None where it builds them from the merged labels, the labels
       of every share merged);
@@ -244,8 +247,18 @@ def match_part(space, ordinals, protos: dict, built: dict, user_re):
       the events one execution expects) and what the tables sum; it is answered the path of
       its rows of kernels.csv (or None) and whether they start with the header;
     - writes them."""
+    checked = streams = None
+    if own:
+        from jaxperf.read import xplane_reader
+        checked = space.checked([p for p in space.gpu_planes() if p.gpu_ordinal in ordinals])
+        if checked.corrupt or checked.bad_time:  # said by the step, with the others' checks
+            yield 0, False, {}, 0, checked, []
+            return None
+        streams = xplane_reader.stream_totals(space, ordinals)
     kernels, cpu = collect_kernels(space, ordinals)
-    chosen, graph_launches = yield (len(kernels), cpu, *kernel_times(kernels))
+    chosen, graph_launches, programs = yield (len(kernels), cpu, *kernel_times(kernels),
+                                              checked, streams)
+    protos, built = programs or load(space.hlo_protos())[:2]
     if not cpu:
         mark_graph_launches(kernels, graph_launches)
     assign_programs(kernels, protos, chosen)
@@ -643,26 +656,46 @@ def read_xplane(capture, user_re=None, let_go: bool = False) -> XPlaneRead:
     not a sound xplane is said in one sentence naming it, before anything is copied or XProf
     reads it; one without programs or events is refused (a StepError). The events are
     collected by match_part in this process, and where they are many (FORK_MATCH_MIN) and a
-    second core is free, those of the later GPUs by a forked child meanwhile (gpu_shares);
+    second core is free, those of the later GPUs by a forked child meanwhile (gpu_shares),
+    which also decodes and checks their planes; the sentence said is the one a reading in one
+    process says (xplane_reader's Space.raise_first, then the refusals in its order).
     `user_re`: the user frame's pattern for their kernels.csv rows. With `let_go` (a process
     of its own) the decoded xplane is let go once collected: at ten times the seed's size it
     is 1.4 GB, held through the matching and the tables before."""
     from jaxperf.read import xplane_reader
     files = capture.files
-    space = xplane_reader.space_of(capture)
-    metadata = space.hlo_protos()
-    if not metadata:
-        raise step_cli.StepError(f"{files.xplane} holds no HLO programs (no /host:metadata): "
-                                 "kernels cannot be attributed to instructions or lines")
-    protos, built, unreadable = load(metadata)
+    space = xplane_reader.space_of(capture, lazy=True)
     shares = gpu_shares(space)
+    theirs = {o for share in shares[1:] for o in share}
     parts: list = []
     try:
-        for i in reversed(range(len(shares))):  # a child first: it collects meanwhile
-            parts.insert(0, Exchange(match_part, space, shares[i], protos, built, user_re,
-                                     here=i == 0, what="the matching of the later GPUs"))
-        execs, calls, launched = host_record(space)
-        firsts = [part.get() for part in parts]
+        for i in reversed(range(len(shares))):  # a child first: it decodes and collects meanwhile
+            parts.insert(0, Exchange(match_part, space, shares[i], user_re, i > 0, here=i == 0,
+                                     what="the matching of the later GPUs"))
+        checked = [space.checked([p for p in space.planes if p.gpu_ordinal not in theirs])]
+        refused: list = []  # said once the file's own checks and its programs are
+        firsts: list = [None] * len(parts)
+        if not (checked[0].corrupt or checked[0].bad_time):
+            try:
+                host = host_record(space)
+                firsts[0] = parts[0].get()
+            except step_cli.StepError as exc:
+                refused.append(exc)
+        for i in range(1, len(parts)):
+            try:
+                firsts[i] = parts[i].get()
+                checked.append(firsts[i][4])
+            except step_cli.StepError as exc:  # its planes passed their checks: it collected
+                refused.append(exc)
+        space.raise_first(checked)
+        metadata = space.hlo_protos()
+        if not metadata:
+            raise step_cli.StepError(f"{files.xplane} holds no HLO programs (no "
+                                     "/host:metadata): kernels cannot be attributed to "
+                                     "instructions or lines")
+        if refused:
+            raise refused[0]
+        protos, built, unreadable = load(metadata)
         events = sum(f[0] for f in firsts)
         if not events:
             raise step_cli.StepError(f"{files.xplane} has no GPU stream events and no XLA:CPU "
@@ -671,9 +704,11 @@ def read_xplane(capture, user_re=None, let_go: bool = False) -> XPlaneRead:
         for f in firsts:
             for pid, ps in f[2].items():
                 all_time[pid] = all_time.get(pid, 0) + ps
+        streams = sorted(xplane_reader.stream_totals(space, None if not theirs else [
+            o for o in shares[0]]) + [row for f in firsts[1:] for row in f[5]],
+            key=lambda row: row[0])  # by GPU, each GPU's lines in their order
         read = XPlaneRead(parts, events, firsts[0][1], (all_time, sum(f[3] for f in firsts)),
-                          (execs, calls), launched, protos, built, unreadable,
-                          xplane_reader.stream_totals(space))
+                          host[:2], host[2], protos, built, unreadable, streams)
     except BaseException:
         for part in parts:
             part.abort()
@@ -745,8 +780,8 @@ def match_capture(capture, x: XPlaneRead, opts: Options, folder: Path | None = N
             size = sum(len(c.instructions) for c in protos[chosen][1].computations)
             text = Forked(hlo_text_file, folder, chosen, *protos[chosen],
                           here=size < HLO_TEXT_FORK_MIN, what="the HLO text")
-        for part in parts:
-            part.put((chosen, x.graph_launches))
+        for i, part in enumerate(parts):  # a child reads the programs itself
+            part.put((chosen, x.graph_launches, (protos, x.built) if i == 0 else None))
         merged = merge_labels([part.get() for part in parts])
         for part in parts[1:]:
             part.put((None, merged))

@@ -9,6 +9,7 @@ import gzip
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -994,3 +995,95 @@ def test_matching_in_a_forked_child_is_the_same(tmp_path, monkeypatch):
                 ak.run(capture_inputs.open_capture(str(example)), tmp_path / name,
                        ak.Options(use_xprof=False))
         assert not (tmp_path / name / "attribution").exists()
+
+
+def _faulted(run: Path, faults, where: Path) -> Path:
+    """A copy of run folder `run` whose xplane has `faults` (each: (XSpace) -> None, or
+    (bytes) -> bytes for one on the serialized file) applied."""
+    from jaxperf.read import xprotos
+    shutil.copytree(run, where)
+    path = next(where.rglob("*.xplane.pb"))
+    space = xprotos.classes()["XSpace"].FromString(path.read_bytes())
+    on_bytes = [f for f in faults if f.__name__.startswith("bytes_")]
+    for fault in faults:
+        if fault not in on_bytes:
+            fault(space)
+    data = space.SerializeToString()
+    for fault in on_bytes:
+        data = fault(data, space)
+    path.write_bytes(data)
+    return where
+
+
+def _gpu_event(space, ordinal: int, at: int = 3):
+    plane = next(p for p in space.planes if p.name == f"/device:GPU:{ordinal}")
+    return plane, next(ln for ln in plane.lines if ln.name.startswith("Stream #")).events[at]
+
+
+def test_faults_in_a_forked_childs_planes_are_said_as_in_one_process(tmp_path, monkeypatch,
+                                                                    capsys):
+    """Where a forked child decodes, checks and collects the later GPUs' planes, a fault in
+    them (or in both shares) is refused with the sentence a reading in one process gives, in
+    the same order of precedence: a corrupt plane, then an event out of time, then one that
+    outlasts the profile, then a file without programs, then a stat of the wrong kind."""
+    import attribute_kernels as ak
+
+    def negative(space):
+        _gpu_event(space, 1)[1].duration_ps = -5
+
+    def far(space):
+        _gpu_event(space, 1)[1].offset_ps = 2 * 10**18
+
+    def outlasting(space):
+        _gpu_event(space, 1)[1].duration_ps = 10**17
+
+    def early_bad_time(space):
+        _gpu_event(space, 0)[1].duration_ps = -7
+
+    def stat_kind(space):
+        plane, ev = _gpu_event(space, 1)
+        key = next(k for k, m in plane.stat_metadata.items() if m.name == "correlation_id")
+        st = next(s for s in ev.stats if s.metadata_id == key)
+        st.str_value = "seven"
+
+    def early_stat_kind(space):
+        plane, ev = _gpu_event(space, 0)
+        key = next(k for k, m in plane.stat_metadata.items() if m.name == "correlation_id")
+        st = next(s for s in ev.stats if s.metadata_id == key)
+        st.str_value = "seven"
+
+    def no_programs(space):
+        keep = [p for p in space.planes if p.name != "/host:metadata"]
+        del space.planes[:]
+        space.planes.extend(keep)
+
+    def bytes_corrupt(data, space):  # a stat of GPU 1's event claims more bytes than it holds
+        good = _gpu_event(space, 1)[1].SerializeToString()
+        at = data.index(good)
+        cut = bytearray(good)
+        cut[cut.index(0x22) + 1] = 0x7F
+        return data[:at] + bytes(cut) + data[at + len(good):]
+
+    example = REPO / "examples" / "minigpt-h100-2gpu-cb"
+    monkeypatch.setenv("JAXTRACE_CORES", "2")  # a core for the child, on any machine
+    cases = {"negative": [negative], "far": [far], "outlasting": [outlasting],
+             "stat kind": [stat_kind], "corrupt": [bytes_corrupt],
+             "corrupt beats time": [early_bad_time, bytes_corrupt],
+             "time beats stat": [early_stat_kind, negative],
+             "programs beat stat": [no_programs, stat_kind],
+             "first stat": [early_stat_kind, stat_kind]}
+    words = {"negative": "a duration of -5 ps", "far": "from the profile start",
+             "outlasting": "outlasts the profile", "stat kind": "correlation_id",
+             "corrupt": "corrupt", "corrupt beats time": "corrupt",
+             "time beats stat": "a duration of -5 ps", "programs beat stat": "no HLO programs",
+             "first stat": "GPU:0"}
+    for name, faults in cases.items():
+        run = _faulted(example, faults, tmp_path / name.replace(" ", "_"))
+        said = []
+        for fork in (False, True):
+            monkeypatch.setattr(ak, "FORK_MATCH_MIN", 0 if fork else 10**9)
+            code = ak.main([str(run), "--no-xprof", "--out", str(tmp_path / "out")])
+            said.append((code, capsys.readouterr().err.strip().splitlines()[-1]))
+        assert said[0] == said[1] and said[0][0] == 1, (name, said)
+        assert words[name] in said[0][1], (name, said)
+        assert not (tmp_path / "out" / "attribution").exists()

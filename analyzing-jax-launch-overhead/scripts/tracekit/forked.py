@@ -146,9 +146,9 @@ class Exchange:
     free for one, in this process): each value it yields is `get()` here, and what this
     process `put()`s is the value of its yield; its return value is the last `get()`. A child
     starts at once and runs to its first yield meanwhile; here, each `get()` runs the
-    generator to its next yield. Values cross the pipes pickled. A child's exception is an
-    OSError with its type and words here; `abort()` stops the child. `what` names the work
-    in the reason."""
+    generator to its next yield. Values cross the pipes pickled. A child's StepError (the
+    input cannot be used) is raised here as it was; another exception is an OSError with its
+    type and words. `abort()` stops the child. `what` names the work in the reason."""
 
     def __init__(self, work, *args, here: bool = False, what: str = "the work"):
         self.what = what
@@ -203,6 +203,8 @@ class Exchange:
         self._reap()
         if kind == "return":
             return value
+        if kind == "refused":
+            raise value
         raise OSError(value if kind == "error" else
                       f"the process doing {self.what} ended without its result (killed, or "
                       "out of memory)")
@@ -248,6 +250,8 @@ def _exchange_child(work, args, out, inp) -> None:
                 said = ("yield", gen.send(pickle.loads(answer)))
         except StopIteration as end:
             send_frame(out, pickle.dumps(("return", end.value), pickle.HIGHEST_PROTOCOL))
+        except base.StepError as exc:  # the parent raises it as it is
+            send_frame(out, pickle.dumps(("refused", exc), pickle.HIGHEST_PROTOCOL))
         except BaseException as exc:  # noqa: BLE001 - said to the parent, which raises
             send_frame(out, pickle.dumps(("error", f"{type(exc).__name__}: {exc}"[:2000]),
                                          pickle.HIGHEST_PROTOCOL))

@@ -37,8 +37,8 @@ def _stream_kernels(ordinal, line) -> list:
 
 
 def collect_kernels(space, ordinals=None) -> tuple[list, bool]:
-    """GPU stream events (of the GPUs `ordinals` where given); for a CPU capture, XLA:CPU thunk
-    events (control thunks left out)."""
+    """GPU stream events (of the GPUs `ordinals` alone where given: a share of a GPU capture);
+    for a CPU capture, XLA:CPU thunk events (control thunks left out)."""
     kernel = Kernel
     kernels = []
     for plane in space.gpu_planes():
@@ -48,7 +48,7 @@ def collect_kernels(space, ordinals=None) -> tuple[list, bool]:
         for line in plane.lines:
             if line.name.startswith("Stream #"):
                 kernels += _stream_kernels(plane.gpu_ordinal, line)
-    if kernels:
+    if kernels or ordinals is not None:
         return kernels, False
     host = space.plane("/host:CPU")
     if host is None:

@@ -21,7 +21,9 @@ What the reader guarantees (anything else is an XPlaneError: one sentence naming
 - every event's start and duration are within ``trace_rules.MAX_TIME_PS``, the duration never
   negative, and no event outlasts the profile (``trace_rules.runs_past_capture``: none ends
   after every event's start by more than the capture's own length and a minute), checked for
-  every event when the file is loaded;
+  every event when the file is loaded (or, read lazily, when a plane is first read; step 4
+  checks each share of the planes in the process that decodes it, ``Space.checked``, and says
+  what a reading in one process would, ``Space.raise_first``);
 - every stat the bundle reads (``STAT_KINDS``) holds the kind XLA writes it as: an integer
   (never negative) or a string, or bytes for ``Hlo Proto``; checked where stats are decoded.
 """
@@ -412,18 +414,43 @@ class Space:
         whole file's); XPlaneError with the sentence of the first that is not readable, the
         planes then left undecoded."""
         try:
-            for p in planes:
-                try:
-                    p._events = _Events(p._proto.lines)
-                except wire.WireError as exc:
-                    raise XPlaneError(f"{self.path} is not a readable XSpace protobuf: its "
-                                      f"events are corrupt ({exc})") from exc
-            _check_extent(self.path, [e for p in self.planes if p._events is not None
-                                      for e in _check_times(self.path, p)])
+            self.raise_first([self.checked(planes, [p for p in self.planes
+                                                     if p._events is not None or p in planes])])
         except XPlaneError:
             for p in planes:
                 p._events = None  # read again, they say the same
             raise
+
+    def checked(self, planes: list, times: list | None = None) -> Checked:
+        """Decode the events of `planes` (those not decoded yet) and check the times of those
+        of `times` (default: `planes`), as decode does, but saying what it finds instead of
+        raising it: a share of the planes whose other shares another process checks
+        (raise_first joins them)."""
+        at = {id(p): i for i, p in enumerate(self.planes)}
+        for p in planes:
+            if p._events is None:
+                try:
+                    p._events = _Events(p._proto.lines)
+                except wire.WireError as exc:
+                    return Checked((at[id(p)], f"{self.path} is not a readable XSpace "
+                                    f"protobuf: its events are corrupt ({exc})"), None, [])
+        extents: list = []
+        for p in planes if times is None else times:
+            try:
+                extents += _check_times(self.path, p, at[id(p)])
+            except XPlaneError as exc:
+                return Checked(None, (at[id(p)], str(exc)), [])
+        return Checked(None, None, extents)
+
+    def raise_first(self, shares: list) -> None:
+        """The XPlaneError a decoding of every share's planes at once raises (`shares`: each
+        share's Checked): the first corrupt plane in the file's order, else the first event out
+        of time, else one that outlasts the profile (every share's extents together)."""
+        for found in ([c.corrupt for c in shares if c.corrupt],
+                      [c.bad_time for c in shares if c.bad_time]):
+            if found:
+                raise XPlaneError(min(found)[1])
+        _check_extent(self.path, [e for c in shares for e in c.extents])
 
     def let_go(self) -> None:
         """Free what the planes hold (protos, decoded events, lines) now: the planes and their
@@ -469,12 +496,23 @@ class Space:
         return env.stats.get("profile_start_time"), env.stats.get("profile_stop_time")
 
 
-def _check_times(path: Path, plane: Plane) -> list:
-    """Every event of the plane starts within MAX_TIME_PS of the profile start and lasts 0 to
-    MAX_TIME_PS; else the sentence names the first event that does not. Returns each line's
-    extent: (first start, last start, last end, the line, the event that ends last)."""
+@dataclass
+class Checked:
+    """A share of the planes decoded and checked (Space.checked): its first corrupt plane and
+    its first event out of time, each (the plane's index in the file, the sentence), and each
+    of its lines' extents (_check_times)."""
+    corrupt: tuple | None
+    bad_time: tuple | None
+    extents: list
+
+
+def _check_times(path: Path, plane: Plane, index: int) -> list:
+    """Every event of the plane (the file's `index`th) starts within MAX_TIME_PS of the profile
+    start and lasts 0 to MAX_TIME_PS; else the sentence names the first event that does not.
+    Returns each line's extent: (first start, last start, last end, the plane's index, the
+    line's, the plane's name, the line's, the event that ends last, its duration)."""
     extents = []
-    for ln in plane.lines:
+    for n, ln in enumerate(plane.lines):
         if not len(ln):
             continue
         base = ln.timestamp_ns * 1000
@@ -491,7 +529,8 @@ def _check_times(path: Path, plane: Plane) -> list:
             starts = off + np.int64(base)
             ends = starts + dur
             last = int(np.argmax(ends))
-            extents.append((int(starts.min()), int(starts.max()), int(ends[last]), ln, last))
+            extents.append((int(starts.min()), int(starts.max()), int(ends[last]), index, n,
+                            plane.name, ln.name, last, int(dur[last])))
             continue
         o, d = int(off[i]), int(dur[i])
         what = f"a duration of {d:,} ps" if d < 0 or d > MAX_TIME_PS else \
@@ -507,20 +546,24 @@ def _check_extent(path: Path, extents: list) -> None:
     if not extents:
         return
     first, last = min(e[0] for e in extents), max(e[1] for e in extents)
-    _, _, end, ln, i = max(extents, key=lambda e: e[2])
+    # the line that ends last; of several, the first in the file
+    _, _, end, _, _, plane, line, i, dur = max(extents, key=lambda e: (e[2], -e[3], -e[4]))
     if runs_past_capture(first, last, end):
-        raise XPlaneError(f"{path} has an event (number {i:,} of line {_name(ln.name)} on "
-                          f"plane {_name(ln.plane.name)}) lasting {int(ln.dur[i]):,} "
+        raise XPlaneError(f"{path} has an event (number {i:,} of line {_name(line)} on "
+                          f"plane {_name(plane)}) lasting {dur:,} "
                           f"ps, to {(end - last) / 1e6:,.0f} us after the last event starts, "
                           f"while all start within {(last - first) / 1e6:,.0f} us: it "
                           "outlasts the profile that recorded it, so the file is corrupt")
 
 
-def stream_totals(space: Space) -> list[list[int]]:
-    """[device, stream line id, events, summed duration ps] of every GPU plane's "Stream #"
-    line, in plane and line order (step 2's check 1 against the trace's)."""
+def stream_totals(space: Space, ordinals=None) -> list[list[int]]:
+    """[device, stream line id, events, summed duration ps] of every GPU plane's (of the GPUs
+    `ordinals` where given) "Stream #" line, in plane and line order (step 2's check 1 against
+    the trace's)."""
     out = []
     for plane in space.gpu_planes():
+        if ordinals is not None and plane.gpu_ordinal not in ordinals:
+            continue
         for line in plane.lines:
             if line.name.startswith("Stream #"):
                 out.append([plane.gpu_ordinal, line.id, len(line),
