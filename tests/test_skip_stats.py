@@ -812,6 +812,63 @@ def test_a_process_with_one_core_writes_its_long_table_itself(monkeypatch):
         assert forked.cores() == len(os.sched_getaffinity(0))
 
 
+def _trading(first, fail=None):
+    """A generator for Exchange: yields first, then twice each answer, three times; returns the
+    sum of what it was told and the process it ran in; raises `fail` on its second answer."""
+    import os
+    told = [(yield first)]
+    for _ in range(2):
+        if fail is not None and len(told) == 2:
+            raise fail
+        told.append((yield 2 * told[-1]))
+    return sum(told), os.getpid()
+
+
+def test_an_exchange_trades_values_with_its_child(monkeypatch):
+    """Exchange runs a generator in a forked child (or here, with one core or `here`): what it
+    yields is got here, what is put here is the value of its yield, its return is the last get.
+    A StepError of the child's is raised here as it was; another exception is an OSError with
+    its words; a child that dies is one sentence; abort stops it."""
+    import os
+    import signal
+    sys.path.insert(0, str(SCRIPT.parent))
+    from tracekit import forked
+    from tracekit.base import StepError
+    for cores, here in (("1", False), ("2", True), ("2", False)):
+        monkeypatch.setenv("JAXTRACE_CORES", cores)
+        ex = forked.Exchange(_trading, 5, here=here)
+        got = [ex.get()]
+        for answer in (10, 7, 1):
+            ex.put(answer)
+            got.append(ex.get())
+        total, pid = got.pop()
+        assert got == [5, 20, 14] and total == 18
+        assert (pid == os.getpid()) == (cores == "1" or here)
+    monkeypatch.setenv("JAXTRACE_CORES", "2")
+    for fail, raised, words in ((StepError("the file is cut"), StepError, "the file is cut"),
+                                (KeyError("plan"), OSError, "KeyError: 'plan'")):
+        ex = forked.Exchange(_trading, 1, fail)
+        ex.get()
+        ex.put(3)
+        ex.get()
+        ex.put(4)
+        with pytest.raises(raised, match=words) as info:
+            ex.get()
+        assert type(info.value) is raised and ex.pid is None
+    ex = forked.Exchange(_trading, 1)
+    ex.get()
+    os.kill(ex.pid, signal.SIGKILL)
+    ex.put(3)
+    with pytest.raises(OSError, match="ended without its result"):
+        ex.get()
+    ex = forked.Exchange(_trading, 1)
+    pid = ex.pid
+    ex.abort()
+    assert ex.pid is None
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, 0)
+
+
 def test_a_job_tells_each_step_its_share_of_the_cores(monkeypatch):
     """The job's steps (and the per-host pass's hosts) are started with their share of the
     cores: those of the job (its own share, where it was told one) over the steps run at
