@@ -235,7 +235,8 @@ def match_part(space, ordinals, user_re, own: bool):
     - collects the events (collect_kernels) and yields (events, whether a CPU capture,
       kernel_times, the check of its planes (xplane_reader.Checked) and their stream_totals,
       where `own`); it is answered the program chosen (choose_program), the host's graph
-      launches (host_record) and the programs (load's protos and built; None: read here);
+      launches (host_record) and the programs (load's protos and built; None: those it read
+      itself, where `own`);
     - gives each event its program, groups them by (device, program) and yields label_counts;
       it is answered (plans, or None where it builds them from the merged labels, the labels
       of every share merged);
@@ -256,9 +257,10 @@ def match_part(space, ordinals, user_re, own: bool):
             return None
         streams = xplane_reader.stream_totals(space, ordinals)
     kernels, cpu = collect_kernels(space, ordinals)
+    mine = load(space.hlo_protos())[:2] if own else None  # while the step reads the host's
     chosen, graph_launches, programs = yield (len(kernels), cpu, *kernel_times(kernels),
                                               checked, streams)
-    protos, built = programs or load(space.hlo_protos())[:2]
+    protos, built = programs or mine
     if not cpu:
         mark_graph_launches(kernels, graph_launches)
     assign_programs(kernels, protos, chosen)
@@ -840,7 +842,13 @@ def join_kernels(folder: Path, m: Matched) -> None:
         for i, part in enumerate(m.writing, 1):
             part.get()
             with open(kernels_part(folder, i), "rb") as more:
-                shutil.copyfileobj(more, fh, 1 << 20)
+                try:  # in the kernel, where it can: no copy through this process
+                    while os.sendfile(fh.fileno(), more.fileno(), None, 1 << 30):
+                        pass
+                except (AttributeError, OSError):
+                    fh.seek(0, os.SEEK_END)
+                    more.seek(0)
+                    shutil.copyfileobj(more, fh, 1 << 20)
             kernels_part(folder, i).unlink()
     m.writing = []
 
@@ -877,7 +885,7 @@ def write_tables(folder: Path, m: Matched, opts: Options) -> Tables:
     ops = op_totals(totals, opts.program)
     written += write_op_and_line_tables(folder, ops, m.programs, m.sources,
                                         sum(ps for _, ps in totals.values()),
-                                        instruction_runs(m.plans, m.execs))
+                                        instruction_runs(m.plans, m.execs), m.plans)
     groups = class_totals(totals)
     written.append(("how.csv", scratch.write_table(folder, "attribution/how.csv",
                                                    how_rows(groups), stands_for=ATT)))
@@ -1022,14 +1030,15 @@ def instruction_runs(plans: dict, execs: dict) -> dict:
 
 
 def write_op_and_line_tables(folder: Path, ops: dict, programs: dict, sources, gpu_time: int,
-                             runs: dict) -> list:
+                             runs: dict, plans: dict) -> list:
     """ops.csv and lines.csv over the programs in `ops`, each share twice: of the table's
     attributed kernel time (`pct_of_attributed`: every program's, or the --program one's) and
-    of all GPU event time (`pct_of_gpu_time`, as kernel_names.csv)."""
+    of all GPU event time (`pct_of_gpu_time`, as kernel_names.csv). A fusion's fingerprint
+    comes from its program's plan (`plans`), which has taken it already."""
     attributed = sum(t for _, t, _ in ops.values())
     op_rows = []
-    structures = {pid: km.Structure(prog) for pid, prog in programs.items()
-                  if prog is not None}
+    structures = {pid: plans[pid].structure if pid in plans else km.Structure(prog)
+                  for pid, prog in programs.items() if prog is not None}
     for (pid, name), (n, t, cat) in sorted(ops.items(),
                                            key=lambda kv: (-kv[1][1], str(kv[0][0]), kv[0][1])):
         opn, src, user = sources.get(pid, name)
