@@ -17,10 +17,10 @@ process's peak resident memory (from the kernel's rusage of that child) are repo
 - `xprof TOOL`: `xprof.convert.raw_to_tool_data.xspace_to_tool_data` on a fresh copy of the
   xplane (no cached results), the incumbent's own conversion.
 With --paired the script and its floor (json.load for a trace reader, the xplane parse for
-attribute_kernels.py, both one after the other in one process for investigate.py) alternate,
-floor then script, N times; each pair gives a ratio, and the `vs floor` column is the median
-ratio of the pairs (min-max): a machine that slows down for a while moves both halves of a
-pair, not one item's median.
+attribute_kernels.py, both one after the other in one process for investigate.py; with --xprof
+TOOL, that XProf conversion) alternate, floor then script, N times; each pair gives a ratio,
+and the `vs floor` column is the median ratio of the pairs (min-max): a machine that slows
+down for a while moves both halves of a pair, not one item's median.
 Rows are printed and appended to bench/RESULTS.md with the machine they ran on. Timing is never
 asserted anywhere: this file is where speed and memory are measured and recorded.
 
@@ -128,19 +128,32 @@ def paired(args, files, py) -> int:
     script = args.script.resolve()
     target = _target(script, files)
     extra = shlex.split(args.args)
-    if script.name == "investigate.py" and files.trace and files.xplane:
-        floor_name, floor_cmd = "floor json.load + xplane parse", [
+    tools = [t for t in args.xprof.split(",") if t]
+    if len(tools) > 1 or (tools and not files.xplane):
+        print("bench: --paired takes one XProf tool, on an xplane", file=sys.stderr)
+        return 2
+    if tools:  # XProf's own conversion, on a fresh copy each time
+        floor_name = f"xprof {tools[0]}"
+
+        def floor_cmd(tmp):
+            dst = tmp / "xplane" / files.xplane.name
+            dst.parent.mkdir()
+            shutil.copy2(files.xplane, dst)
+            return [py, "-c", XPROF, str(dst), tools[0]]
+    elif script.name == "investigate.py" and files.trace and files.xplane:
+        floor_name, floor_cmd = "floor json.load + xplane parse", lambda _: [
             py, "-c", FLOOR_BOTH, str(files.trace), str(files.xplane), str(REPO / "scripts")]
     elif "attribute" in script.name or not files.trace:
-        floor_name, floor_cmd = "floor xplane parse", [py, "-c", FLOOR_XPLANE, str(files.xplane),
-                                                       str(REPO / "scripts")]
+        floor_name, floor_cmd = "floor xplane parse", lambda _: [
+            py, "-c", FLOOR_XPLANE, str(files.xplane), str(REPO / "scripts")]
     else:
-        floor_name, floor_cmd = "floor json.load", [py, "-c", FLOOR_JSON, str(files.trace)]
+        floor_name, floor_cmd = "floor json.load", lambda _: [py, "-c", FLOOR_JSON,
+                                                               str(files.trace)]
     fw, fp, sw, sp, ratios = [], [], [], [], []
     try:
         for _ in range(args.repeat):
             with tempfile.TemporaryDirectory(prefix="jaxtrace-bench-") as tmp:
-                w, m = run_once(floor_cmd, Path(tmp))
+                w, m = run_once(floor_cmd(Path(tmp)), Path(tmp))
             fw.append(w)
             fp.append(m)
             with tempfile.TemporaryDirectory(prefix="jaxtrace-bench-") as tmp:

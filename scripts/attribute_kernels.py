@@ -778,10 +778,6 @@ def match_capture(capture, x: XPlaneRead, opts: Options, folder: Path | None = N
                                      (f" (and {len(x.unreadable) - 1} more unreadable)"
                                       if len(x.unreadable) > 1 else ""))
         chosen, notes = choose_program(*x.times, protos, opts.program, x.unreadable)
-        if folder is not None:
-            size = sum(len(c.instructions) for c in protos[chosen][1].computations)
-            text = Forked(hlo_text_file, folder, chosen, *protos[chosen],
-                          here=size < HLO_TEXT_FORK_MIN, what="the HLO text")
         for i, part in enumerate(parts):  # a child reads the programs itself
             part.put((chosen, x.graph_launches, (protos, x.built) if i == 0 else None))
         merged = merge_labels([part.get() for part in parts])
@@ -795,6 +791,10 @@ def match_capture(capture, x: XPlaneRead, opts: Options, folder: Path | None = N
             part.put((None if folder is None else kernels_part(folder, i), i == 0))
             if i == 0:
                 part.get()
+        if folder is not None:
+            size = sum(len(c.instructions) for c in protos[chosen][1].computations)
+            text = Forked(hlo_text_file, folder, chosen, *protos[chosen],
+                          here=size < HLO_TEXT_FORK_MIN, what="the HLO text")
         if folder is None:  # nothing to write: the children end at once
             for part in parts[1:]:
                 part.get()
