@@ -683,6 +683,8 @@ def read_xplane(capture, user_re=None, let_go: bool = False) -> XPlaneRead:
                 firsts[0] = parts[0].get()
             except step_cli.StepError as exc:
                 refused.append(exc)
+        metadata = space.hlo_protos()
+        protos, built, unreadable = load(metadata)  # while a child may still be collecting
         for i in range(1, len(parts)):
             try:
                 firsts[i] = parts[i].get()
@@ -690,14 +692,12 @@ def read_xplane(capture, user_re=None, let_go: bool = False) -> XPlaneRead:
             except step_cli.StepError as exc:  # its planes passed their checks: it collected
                 refused.append(exc)
         space.raise_first(checked)
-        metadata = space.hlo_protos()
         if not metadata:
             raise step_cli.StepError(f"{files.xplane} holds no HLO programs (no "
                                      "/host:metadata): kernels cannot be attributed to "
                                      "instructions or lines")
         if refused:
             raise refused[0]
-        protos, built, unreadable = load(metadata)
         events = sum(f[0] for f in firsts)
         if not events:
             raise step_cli.StepError(f"{files.xplane} has no GPU stream events and no XLA:CPU "
