@@ -589,12 +589,15 @@ def run(capture, out: Path, opts: Options) -> tuple[dict, list]:
     x = read_xplane(capture, opts.user_re, opts.own_process)
     try:
         with rules.atomic_folder(out / "attribution") as tmp:
-            copy = xplane_copy(files.xplane, tmp)
-            # XProf's hlo_stats for the coverage check converts in its own process meanwhile
-            pending = xprof_figures.Pending(copy, "hlo_stats", background=True) \
-                if opts.use_xprof else None
+            copy = pending = None
+
+            def meanwhile():  # the copy XProf reads, and its hlo_stats for the coverage
+                nonlocal copy, pending  # check, converted in its own process
+                copy = xplane_copy(files.xplane, tmp)
+                pending = xprof_figures.Pending(copy, "hlo_stats", background=True) \
+                    if opts.use_xprof else None
             try:
-                m = match_capture(capture, x, opts, tmp)
+                m = match_capture(capture, x, opts, tmp, meanwhile)
                 t_match = time.perf_counter() - t0
                 progress("writing the tables", m.rows, unit="kernels")
                 try:
@@ -763,11 +766,13 @@ class Matched:
     chosen_text: Forked | None = None  # the chosen program's HLO text, written meanwhile
 
 
-def match_capture(capture, x: XPlaneRead, opts: Options, folder: Path | None = None) -> Matched:
+def match_capture(capture, x: XPlaneRead, opts: Options, folder: Path | None = None,
+                  meanwhile=None) -> Matched:
     """Choose a program, match every event (match_part, in each share's process) and count each
     program's executions. With `folder`, kernels.csv is written there (each share its rows,
     joined here), and the chosen program's HLO text meanwhile (a forked child for a program of
-    HLO_TEXT_FORK_MIN instructions or more: a second core)."""
+    HLO_TEXT_FORK_MIN instructions or more: a second core). `meanwhile()` is called once the
+    program is chosen, while the shares group their events."""
     files = capture.files
     protos, parts = x.protos, x.parts
     text = None
@@ -778,8 +783,10 @@ def match_capture(capture, x: XPlaneRead, opts: Options, folder: Path | None = N
                                      (f" (and {len(x.unreadable) - 1} more unreadable)"
                                       if len(x.unreadable) > 1 else ""))
         chosen, notes = choose_program(*x.times, protos, opts.program, x.unreadable)
-        for i, part in enumerate(parts):  # a child reads the programs itself
-            part.put((chosen, x.graph_launches, (protos, x.built) if i == 0 else None))
+        for i in range(len(parts) - 1, -1, -1):  # a child reads the programs itself
+            parts[i].put((chosen, x.graph_launches, (protos, x.built) if i == 0 else None))
+        if meanwhile is not None:
+            meanwhile()
         merged = merge_labels([part.get() for part in parts])
         for part in parts[1:]:
             part.put((None, merged))
