@@ -594,8 +594,15 @@ class Plan:
         self.inferred_trips.update({w: solved[w] for w in unknown})
         self._fixed_trips = None
 
+    def name_code(self, name: str) -> int:
+        """An event's kernel name as name_ids' code of its normalized form (0: none the plan
+        predicts), remembered per name."""
+        code = self.name_codes[name] = self.name_ids.get(normalize_kernel_name(name), 0)
+        return code
+
     def _arrays(self) -> None:
         self.name_ids: dict[str, int] = {"": 0}
+        self.name_codes: dict[str, int] = {}  # an event's name -> name_ids' code of it
         for e in self.events:
             for nm in (e.name, e.own):
                 if nm and nm not in self.name_ids:
@@ -963,18 +970,17 @@ def _confidence(fits: list[str]) -> list[float]:
     return out
 
 
-def _ran_at_once(kernels, i: int, j: int) -> bool:
-    """Whether the capture shows the launch's events kernels[i:j] running concurrently: on
+def _ran_at_once(ks) -> bool:
+    """Whether the capture shows the launch's events `ks` running concurrently: on
     several streams, or one starting before an earlier one is AT_ONCE_SHARE done. A command
     buffer whose events run one after another on one stream ran as recorded, in the schedule's
     order (XLA records a command buffer's commands in the order of its thunks), their
     boundaries overlapping a little as they do on real GPUs (AT_ONCE_SHARE)."""
-    streams = {kernels[x].stream for x in range(i, j)}
+    streams = {k.stream for k in ks}
     streams.discard(None)
     if len(streams) > 1:
         return True
-    spans = sorted((kernels[x].start, kernels[x].dur) for x in range(i, j)
-                   if kernels[x].start is not None and kernels[x].dur is not None)
+    spans = sorted([(k.start, k.dur) for k in ks if k.start is not None and k.dur is not None])
     busy = None  # the latest point an earlier event is AT_ONCE_SHARE done
     for start, dur in spans:
         if busy is not None and start < busy:
@@ -1143,10 +1149,11 @@ def _place_launch(plan: Plan, kernels, i: int, j: int, p: int, ne, cache: dict) 
     k = kernels[i]
     control = plan.launcher.get(k.hlo_op) if k.hlo_op else None
     mask = plan.scope_mask(control) if control and not plan.is_launching(control) else None
-    name_id = plan.name_ids
-    ok = tuple(KIND_ID[kernels[x].kind] for x in range(i, j))
-    on = tuple(name_id.get(normalize_kernel_name(kernels[x].name), 0) for x in range(i, j))
-    at_once = m > 1 and _ran_at_once(kernels, i, j)
+    ks = kernels[i:j]
+    codes = plan.name_codes
+    ok = tuple([KIND_ID[kk.kind] for kk in ks])
+    on = tuple([codes[kk.name] if kk.name in codes else plan.name_code(kk.name) for kk in ks])
+    at_once = m > 1 and _ran_at_once(ks)
     key = (ok, on, control, p % n, width, at_once)
     pl = cache.get(key)
     if pl is None:  # identical launches at the same place (steps, GPUs) are aligned once
@@ -1160,7 +1167,7 @@ def _place_launch(plan: Plan, kernels, i: int, j: int, p: int, ne, cache: dict) 
                       for w, f, c in zip(pl.where, pl.fit, pl.confidence, strict=True)]
         cache[key] = pl
     launcher = plan.launcher
-    for kk, answer in zip(kernels[i:j], pl.answers, strict=True):
+    for kk, answer in zip(ks, pl.answers, strict=True):
         if answer is None:
             kk.match, kk.why = "none", "no slot"
             continue
