@@ -189,20 +189,16 @@ def map_executions(execs, launches, owner, names) -> list:
     serving this execution thread alone elsewhere count (the runtime launches from the
     executing thread, or on ROCm from a thread of its own per GPU)."""
     n = len(launches)
-    starts = np.fromiter((t[0] for t in launches), np.int64, n)
-    lines = np.fromiter((t[1] for t in launches), np.int64, n)
+    starts, lines, corrs = (list(col) for col in zip(*launches, strict=True)) if n else ([], [], [])
+    starts, lines = np.array(starts, np.int64), np.array(lines, np.int64)
     # each call's owners as a code: most calls share one of a few sets
     first, more = owner
-    table: list = []
+    keys = [frozenset(more[c]) if c in more else first.get(c) for c in corrs] if more else \
+        list(map(first.get, corrs))
     code_of: dict = {}
-    codes = np.empty(n, np.int64)
-    for x, (_, _, c) in enumerate(launches):
-        key = frozenset(more[c]) if c in more else first.get(c)
-        code = code_of.get(key)
-        if code is None:
-            code = code_of[key] = len(table)
-            table.append(set(key) if c in more else {key} if key is not None else set())
-        codes[x] = code
+    codes = np.array([code_of.setdefault(key, len(code_of)) for key in keys], np.int64)
+    table = [set(key) if isinstance(key, frozenset) else {key} if key is not None else set()
+             for key in code_of]
 
     def owners(e, sel):
         found = set().union(*[table[c] for c in np.unique(codes[sel]).tolist()])
