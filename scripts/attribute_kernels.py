@@ -214,11 +214,11 @@ def choose_program(all_time: dict, total: int, programs, requested,
 
 @dataclasses.dataclass
 class Part:
-    """What one share of the GPUs' events gives back once matched (match_part): kernels.csv's
-    rows for them are written by then."""
-    rows: int           # kernels.csv rows written (a CPU capture's control thunks left out)
+    """What one share of the GPUs' events gives back once matched (match_part), before it
+    writes its rows of kernels.csv."""
+    rows: int           # its rows of kernels.csv (a CPU capture's control thunks left out)
     control: int        # control thunks left out
-    counted: dict       # (program id, device) -> attribute's counts (match_part), in group order
+    counted: dict       # (program id, device) -> match_part's counts, in group order
     launched: dict      # (program id, device) -> the correlation ids of its events
     unsaved: dict       # the same, of the events of programs without HLO
     totals: dict        # event_totals of its events, in kernels.csv's order
@@ -539,18 +539,18 @@ ATT = "attribution"  # the scratch sub-folder of this step (built in a temporary
 # first. Each is the program printed whole (the largest real ones run to tens of MB); a capture
 # of an op-by-op loop holds dozens of tiny programs, whose text adds little beside ops.csv.
 MAX_HLO_TEXTS = 10
-# From this many GPU events on, where a second core is free, a forked child matches the later
-# GPUs' events, about half of them, from their collection to their rows of kernels.csv, while
+# From this many GPU events on, where a second core is free, a forked child does the later
+# GPUs' events (CHILD_SHARE), from decoding their planes to their rows of kernels.csv, while
 # this process does the others (match_part; the two trade the program chosen and the labels
 # counted on the way): at the seed's size (125,440 events on 8 GPUs) the matching alone takes
 # 0.34 s, and the child hands back sums, not events.
 FORK_MATCH_MIN = 50_000
 # The child's share of the events at most: this process also reads the host's plane, chooses
-# the program and writes the tables, about a quarter of the matching's time at the seed's
-# size, so the child takes the larger share (five GPUs of eight: 0.93 -> 0.83 s there).
+# the program and writes the tables, so the child takes the larger share. At the seed's size
+# (five medians of the whole step): half, four GPUs of eight, 1.23 s; five, 1.11 s; six, 1.24 s.
 CHILD_SHARE = 0.625
-# a program whose HLO text a child writes while this process matches (about 0.1 s of printing
-# per 10,000 instructions; a fork costs a few ms)
+# a program whose HLO text a child writes while this process writes the tables (about 0.1 s
+# of printing per 10,000 instructions; a fork costs a few ms)
 HLO_TEXT_FORK_MIN = 5_000
 XPROF_HLO_STATS = "hlo_stats.json"  # XProf's hlo_stats output, in attribution/xplane/
 
