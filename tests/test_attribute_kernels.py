@@ -19,7 +19,7 @@ import pytest
 
 from capgen.generate import generate
 from capgen.scenarios import SCENARIOS
-from conftest import REPO, layout_text
+from conftest import REPO, SHARED_CAPTURES, layout_text
 from jaxperf.program.hlo_program import Program
 from jaxperf.read import xplane_reader
 from tracekit import trace_rules as rules
@@ -1087,3 +1087,34 @@ def test_faults_in_a_forked_childs_planes_are_said_as_in_one_process(tmp_path, m
         assert said[0] == said[1] and said[0][0] == 1, (name, said)
         assert words[name] in said[0][1], (name, said)
         assert not (tmp_path / "out" / "attribution").exists()
+
+
+@pytest.mark.usefixtures("shared")
+def test_shared_captures_matched_in_shares_are_the_same(tmp_path, monkeypatch, capsys):
+    """On every shared capture, a forked child that decodes, checks, collects and matches the
+    later GPUs (FORK_MATCH_MIN 0, where there are two GPUs or more) gives every table byte for
+    byte the one-process path's, or the same refusal."""
+    import attribute_kernels as ak
+
+    from tracekit import capture_inputs
+    monkeypatch.setenv("JAXTRACE_CORES", "2")  # a core for the child, on any machine
+    runs = sorted({p.parent for p in SHARED_CAPTURES.rglob("*.xplane.pb")})
+    split = attributed = 0
+    for n, run_dir in enumerate(runs):
+        got = []
+        for fork in (False, True):
+            monkeypatch.setattr(ak, "FORK_MATCH_MIN", 0 if fork else 10**9)
+            out = tmp_path / f"{n}-{fork}"
+            code = ak.main([str(run_dir), "--no-xprof", "--out", str(out)])
+            err = capsys.readouterr().err.strip().splitlines()
+            att = out / "attribution"
+            files = {f.name: f.read_bytes() for f in sorted(att.glob("*"))
+                     if f.is_file() and f.name not in ("summary.txt", "attribute_kernels.json")
+                     } if att.is_dir() else {}
+            got.append((code, err[-1] if code else "", files))
+        assert got[0] == got[1], run_dir
+        if got[0][0] == 0:
+            attributed += 1
+            split += len(ak.gpu_shares(xplane_reader.space_of(
+                capture_inputs.open_capture(str(run_dir)), lazy=True))) > 1
+    assert split == attributed >= 6  # each was matched in two shares
