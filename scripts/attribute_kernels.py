@@ -490,8 +490,8 @@ def xprof_coverage(pending, copy: Path) -> tuple[float | None, float, str]:
 
 def write_kernels(path: Path, kernels, sources, header: bool = True) -> int:
     """kernels.csv's rows of `kernels` (its header first, with `header`), the large table:
-    strings repeat, so each is quoted once, and the cells an instruction's events share are
-    formatted once per instruction."""
+    strings repeat, so each is quoted once, and the cells after the correlation id, which the
+    events of one kernel name and instruction share, are formatted once for them."""
     quoted: dict = {}
 
     def q(v):
@@ -499,28 +499,25 @@ def write_kernels(path: Path, kernels, sources, header: bool = True) -> int:
         if r is None:
             r = quoted[v] = scratch.quote(v)
         return r
-    mids: dict = {}   # hlo_op .. match, the cells between the correlation id and confidence
-    tails: dict = {}  # op_name .. graph, the cells after the confidence
+    rests: dict = {}  # what decides the cells after the correlation id -> those cells
     with open(path, "w", newline="", encoding="utf-8") as fh:
         if header:
             fh.write(scratch.header("attribution/kernels.csv"))  # the row below, in its order
         buf = []
         for k in kernels:
-            key = (k.hlo_op, k.program_id, k.instruction, k.inner, k.match)
-            mid = mids.get(key)
-            if mid is None:
-                mid = mids[key] = (f",{q(k.hlo_op or '')},"
-                                   f"{'' if k.program_id is None else k.program_id},"
-                                   f"{q(k.instruction)},{q(k.inner)},{k.match},")
-            key = (k.program_id, k.instruction, k.category, k.graph)
-            tail = tails.get(key)
-            if tail is None:
-                opn, source, user = sources.get(k.program_id, k.instruction)
-                tail = tails[key] = (f",{q(opn)},{q(source)},{q(user)},{k.category},"
-                                     f"{1 if k.graph else 0}\n")
+            ins = k.instruction
+            key = (k.hlo_op, k.program_id, ins, k.inner, k.match,
+                   k.confidence if ins else None, k.category, k.graph)
+            rest = rests.get(key)
+            if rest is None:
+                opn, source, user = sources.get(k.program_id, ins)
+                rest = rests[key] = (
+                    f",{q(k.hlo_op or '')},{'' if k.program_id is None else k.program_id},"
+                    f"{q(ins)},{q(k.inner)},{k.match},{f'{k.confidence:.3f}' if ins else '0'},"
+                    f"{q(opn)},{q(source)},{q(user)},{k.category},{1 if k.graph else 0}\n")
             buf.append(f"{k.device},{k.stream},{k.start / 1e6:.3f},{k.dur / 1e6:.3f},"
                        f"{quoted.get(k.name) or q(k.name)},{'' if k.corr is None else k.corr}"
-                       f"{mid}{f'{k.confidence:.3f}' if k.instruction else '0'}{tail}")
+                       f"{rest}")
             if len(buf) >= 10_000:
                 fh.write("".join(buf))
                 buf.clear()
