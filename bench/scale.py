@@ -144,6 +144,7 @@ def main(argv=None) -> int:
     if args.repeat < 1 or any(s < 1 for s in sizes):
         ap.error("--repeat and every size must be at least 1")
     rows = []
+    bench.compile_bundle(sys.executable)
     try:
         for steps in sizes:
             print(f"scale: {steps} steps", file=sys.stderr, flush=True)
