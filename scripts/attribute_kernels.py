@@ -54,6 +54,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import json
+import operator
 import os
 import re
 import shutil
@@ -264,7 +265,7 @@ def match_part(space, ordinals, user_re, own: bool):
     if not cpu:
         mark_graph_launches(kernels, graph_launches)
     assign_programs(kernels, protos, chosen)
-    by, unsaved = by_device_and_program(kernels, protos)
+    by, unsaved, outside = by_device_and_program(kernels, protos)
     gpu = []
     for (dev, pid), ks in sorted(by.items(), key=lambda kv: str(kv[0])):
         if ks[0].cpu:
@@ -303,15 +304,21 @@ def match_part(space, ordinals, user_re, own: bool):
                     if k.program_id is not None}
         unsaved_ids = {}
     kernels.sort(key=lambda k: (str(k.device), k.stream, k.start))
-    starts: dict = {}
-    for k in kernels:
+    starts: dict = {}  # (device, program id) -> its events' starts, from the groups at once
+    for k in kernels if cpu else [*unsaved, *outside]:
         starts.setdefault((k.device, k.program_id), []).append(k.start)
+    starts = {key: np.array(v, np.int64) for key, v in starts.items()}
+    if not cpu:
+        starts.update((key, np.fromiter(map(_start, ks), np.int64, len(ks)))
+                      for key, ks in by.items())
     path, header = yield Part(
-        len(kernels), control, counted, launched, unsaved_ids, event_totals(kernels),
-        {key: np.array(v, np.int64) for key, v in starts.items()},
+        len(kernels), control, counted, launched, unsaved_ids, event_totals(kernels), starts,
         collective_durations(kernels))
     if path is not None:
         write_kernels(path, kernels, Sources(built, user_re), header)
+
+
+_start = operator.attrgetter("start")
 
 
 def label_counts(gpu: list) -> dict:
@@ -344,21 +351,23 @@ def merge_labels(shares: list) -> dict:
     return out
 
 
-def by_device_and_program(kernels, programs) -> tuple[dict, list]:
+def by_device_and_program(kernels, programs) -> tuple[dict, list, list]:
     """(device, program id) -> its events, for the events of a program whose HLO the capture
-    holds; and the events of the programs without it, answered none ("no hlo") here (argument
-    copies, of no program, left as they are)."""
+    holds; the events of the programs without it, answered none ("no hlo") here; and the
+    argument copies, of no program, left as they are."""
     by: dict[tuple, list] = {}
     unsaved = []
+    outside = []
     for k in kernels:
         if k.program_id is None:
-            continue  # an argument copy: launched by no program
+            outside.append(k)  # an argument copy: launched by no program
+            continue
         if k.program_id not in programs:
             k.match, k.why = "none", "no hlo"  # its program's HLO is not in the capture
             unsaved.append(k)
             continue
         by.setdefault((k.device, k.program_id), []).append(k)
-    return by, unsaved
+    return by, unsaved, outside
 
 
 def answer_cpu_thunks(ks, prog) -> None:
