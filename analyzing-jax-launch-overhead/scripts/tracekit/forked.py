@@ -43,85 +43,6 @@ def share(at_once: int) -> int:
     return max(1, cores() // max(1, at_once))
 
 
-class Forked:
-    """`write(*args)`, which returns its row count (or any value pickle holds), run in a forked
-    child: it sees the data as they are at the fork (copy-on-write) while this process goes on
-    (a second core); `wait()` gives that value or raises OSError with the child's reason;
-    `abort()` stops the child (this process failed or was interrupted). With `here` (a table
-    too short for a fork to pay), no os.fork, or a single core for this process (`cores`: no
-    core for the child) it is written in this process at once. `what` names the table in the
-    reason."""
-
-    def __init__(self, write, *args, here: bool = False, what: str = "the table"):
-        self.pid = None
-        self.n = None
-        self.what = what
-        if here or not can_fork():
-            self.n = write(*args)
-            return
-        r, w = os.pipe()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:  # the child: writes, reports its count (or why not) and exits at once
-            code = 1
-            try:
-                os.close(r)
-                said = pickle.dumps(write(*args), pickle.HIGHEST_PROTOCOL)
-                while said:  # a pipe takes a large value a part at a time
-                    said = said[os.write(w, said):]
-                code = 0
-            except BaseException as exc:  # noqa: BLE001 - said to the parent, which raises
-                try:
-                    os.write(w, f"!{type(exc).__name__}: {exc}"[:2000].encode("utf-8",
-                                                                           "replace"))
-                except BaseException:  # noqa: BLE001, S110 - nothing left to tell
-                    pass
-            finally:
-                os._exit(code)
-        os.close(w)
-        self.pid, self.fd = pid, r
-
-    def wait(self) -> int:
-        if self.pid is None:
-            return self.n
-        chunks = []
-        while True:
-            chunk = os.read(self.fd, 65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
-        os.close(self.fd)
-        _, status = os.waitpid(self.pid, 0)
-        self.pid = None
-        said = b"".join(chunks)
-        if said.startswith(b"!"):  # a pickle starts with its protocol's byte, never "!"
-            raise OSError(said[1:].decode("utf-8", "replace"))
-        try:
-            if os.waitstatus_to_exitcode(status) != 0:
-                raise ValueError
-            self.n = pickle.loads(said)
-        except (ValueError, pickle.UnpicklingError, EOFError):
-            raise OSError(f"the process writing {self.what} ended with status {status}") \
-                from None
-        return self.n
-
-    def abort(self) -> None:
-        """Stop the child and reap it."""
-        if self.pid is None:
-            return
-        try:
-            os.kill(self.pid, 15)
-        except OSError:
-            pass
-        try:
-            os.waitpid(self.pid, 0)
-            os.close(self.fd)
-        except OSError:
-            pass
-        self.pid = None
-
-
 FRAME_LENGTH = 8  # bytes of a frame's length on a pipe
 
 
@@ -206,7 +127,7 @@ class Exchange:
         if kind == "refused":
             raise value
         raise OSError(value if kind == "error" else
-                      f"the process doing {self.what} ended without its result (killed, or "
+                      f"the process for {self.what} ended without its result (killed, or "
                       "out of memory)")
 
     def _reap(self) -> None:
@@ -260,3 +181,28 @@ def _exchange_child(work, args, out, inp) -> None:
         pass
     finally:
         os._exit(code)
+
+
+def _once(write, args):
+    """A generator that yields nothing: write(*args) is its return value (Forked)."""
+    return write(*args)
+    yield  # noqa: B901 - makes this a generator, for Exchange
+
+
+class Forked(Exchange):
+    """`write(*args)`, which returns its row count (or any value pickle holds), run in a forked
+    child: it sees the data as they are at the fork (copy-on-write) while this process goes on
+    (a second core); `wait()` gives that value or raises as Exchange does (an OSError with the
+    child's reason); `abort()` stops the child (this process failed or was interrupted). With
+    `here` (a table too short for a fork to pay), no os.fork, or a single core for this process
+    (`cores`: no core for the child) it is written in this process at once. `what` names the
+    table in the reason."""
+
+    def __init__(self, write, *args, here: bool = False, what: str = "the table"):
+        super().__init__(_once, write, args, here=here, what=f"writing {what}")
+        self.n = self.get() if self.pid is None else None
+
+    def wait(self):
+        if self.pid is not None:
+            self.n = self.get()
+        return self.n
