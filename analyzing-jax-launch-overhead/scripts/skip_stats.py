@@ -24,7 +24,6 @@ Exit codes: 0 done (refusals included); 1 the input cannot be read or is not a t
 from __future__ import annotations
 
 import gc
-import os
 import sys
 from pathlib import Path
 
@@ -168,7 +167,7 @@ def run(trace, out: Path) -> tuple[dict, list]:
 
 
 # Run as a command, the analysis (millions of small objects) is left for the process's exit to
-# free at once (os._exit after the output is flushed) instead of object by object when run()
+# free at once (step_cli.run_and_exit) instead of object by object when run()
 # returns; imported (tests, another step), nothing is kept.
 KEEP_TO_EXIT = False
 _KEPT: list = []
@@ -202,10 +201,4 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     KEEP_TO_EXIT = True
-    code = step_cli.run(STEP, main)
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        pass
-    os._exit(code)
+    step_cli.run_and_exit(STEP, main)

@@ -410,6 +410,19 @@ def run(step: Step | str, main_fn: Callable[[], int]) -> int:
         return INTERRUPTED
 
 
+def run_and_exit(step: Step | str, main_fn: Callable[[], int]) -> None:
+    """run(), then the process ends at once with its code, its output flushed: what the step
+    built is freed by the exit, not one object at a time (a twentieth of step 4's time, about
+    a second of step 1's on a million events)."""
+    code = run(step, main_fn)
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+    os._exit(code)
+
+
 class Terminated(BaseException):
     """SIGTERM, raised where the step is so that its temporary folders and child processes are
     let go on the way out, as for an interrupt."""
