@@ -869,6 +869,60 @@ def test_an_exchange_trades_values_with_its_child(monkeypatch):
         os.waitpid(pid, 0)
 
 
+class _Stopped(Exception):
+    pass
+
+
+def _marking(path):
+    """A generator for Exchange that leaves a mark as soon as it runs."""
+    path.write_text("ran")
+    yield 1
+
+
+def test_a_stop_as_an_exchange_forks_leaves_no_work_behind(tmp_path, monkeypatch):
+    """A SIGTERM that comes as Exchange forks, before the child is the Exchange's to stop: the
+    child never starts its work (it waits for the Exchange's word) and ends once the stop has
+    closed the pipes, so nothing writes into a folder the step is letting go; one that comes
+    after is stopped and reaped by the Exchange."""
+    import os
+    import signal
+    import time
+    sys.path.insert(0, str(SCRIPT.parent))
+    from tracekit import forked
+    monkeypatch.setenv("JAXTRACE_CORES", "2")
+    real_fork, children = os.fork, []
+
+    def fork_then_stopped():  # the stop comes right after the fork, in the parent
+        pid = real_fork()
+        if pid:
+            children.append(pid)
+            os.kill(os.getpid(), signal.SIGTERM)
+        return pid
+
+    def stop(signum, frame):
+        raise _Stopped()
+    was = signal.signal(signal.SIGTERM, stop)
+    try:
+        monkeypatch.setattr(forked.os, "fork", fork_then_stopped)
+        with pytest.raises(_Stopped):
+            forked.Exchange(_marking, tmp_path / "mark")
+    finally:
+        signal.signal(signal.SIGTERM, was)
+        monkeypatch.undo()
+    deadline = time.monotonic() + 10
+    while os.waitpid(children[0], os.WNOHANG) == (0, 0) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert time.monotonic() < deadline, "the child did not end"
+    assert not (tmp_path / "mark").exists()
+    monkeypatch.setenv("JAXTRACE_CORES", "2")
+    ex = forked.Exchange(_marking, tmp_path / "mark")  # adopted: it runs, and abort reaps it
+    assert ex.get() == 1 and (tmp_path / "mark").exists()
+    pid = ex.pid
+    ex.abort()
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+
+
 def test_a_job_tells_each_step_its_share_of_the_cores(monkeypatch):
     """The job's steps (and the per-host pass's hosts) are started with their share of the
     cores: those of the job (its own share, where it was told one) over the steps run at

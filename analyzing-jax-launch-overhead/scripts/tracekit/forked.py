@@ -83,19 +83,32 @@ class Exchange:
         to_r, to_w = os.pipe()
         sys.stdout.flush()
         sys.stderr.flush()
+        pid = None
         try:
             pid = os.fork()
-        except OSError:
-            for fd in (back_r, back_w, to_r, to_w):
-                os.close(fd)
+            if pid == 0:
+                os.close(back_r)
+                os.close(to_w)
+                _exchange_child(work, args, os.fdopen(back_w, "wb"), os.fdopen(to_r, "rb"))
+            os.close(back_w)
+            os.close(to_r)
+            self.pid, self.back, self.to = pid, os.fdopen(back_r, "rb"), os.fdopen(to_w, "wb")
+            # the child starts on this word: one forked as a stop (SIGTERM, SIGINT) came, before
+            # it was this object's to stop, does nothing and ends when the pipes close below
+            send_frame(self.to, b"")
+        except BaseException:
+            if self.pid is not None:
+                self.abort()
+            else:
+                for fd in (back_r, back_w, to_r, to_w):
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
+                if pid:
+                    os.kill(pid, 15)
+                    os.waitpid(pid, 0)
             raise
-        if pid == 0:
-            os.close(back_r)
-            os.close(to_w)
-            _exchange_child(work, args, os.fdopen(back_w, "wb"), os.fdopen(to_r, "rb"))
-        os.close(back_w)
-        os.close(to_r)
-        self.pid, self.back, self.to = pid, os.fdopen(back_r, "rb"), os.fdopen(to_w, "wb")
 
     def put(self, value) -> None:
         """The value of the generator's current yield."""
@@ -160,6 +173,8 @@ def _exchange_child(work, args, out, inp) -> None:
     code = 1
     base.PROGRESS_EVERY_S = math.inf  # the parent says what the step is doing
     try:
+        if received_frame(inp) is None:
+            return  # the parent stopped before it held this child: nothing to do
         try:
             gen = work(*args)
             said = ("yield", next(gen))
