@@ -126,7 +126,7 @@ def gap_parts(prev_end: int, ev) -> list:
     stream or GPU, a pipeline stage's input), unknown where no launch joined. A host_late gap
     whose kernel starts more than QUEUED_START_PS after its launch ended is cut there: the rest
     is the device's. Returns [(start, end, cause)]."""
-    if ev.join in ("launch", "graph_launch") and ev.launch:
+    if ev.join in rules.QUEUED_BY and ev.launch:
         lend = ev.launch["start"] + ev.launch["dur"]
         if lend <= prev_end:
             return [(prev_end, ev.start, "device_wait")]
@@ -172,7 +172,7 @@ def gap_host_events(a: Analysis, ev, start, end) -> tuple[str, str, int | None]:
     """The thread that launched the event after a gap (for a graph kernel, its graph's launch
     call), the host events that overlap the gap on it, and the time Python-traced calls cover in
     the gap on it (their union: nested calls counted once)."""
-    if ev.join not in ("launch", "graph_launch") or not ev.launch:
+    if ev.join not in rules.QUEUED_BY or not ev.launch:
         return "", "", None
     launch_thread = ev.launch["thread"]
     thread = a.exec_of.get(launch_thread)

@@ -17,7 +17,7 @@ import sys
 from collections import Counter
 from typing import NamedTuple
 
-from tracekit import trace_reader
+from tracekit import tpu, trace_reader
 from tracekit import trace_rules as rules
 from tracekit.events import GpuEvent
 
@@ -96,6 +96,7 @@ class Collected(NamedTuple):
     facts: dict
     unordered: set
     marked: list
+    runs: list
 
 
 def collect(trace, release: bool = False) -> Collected:
@@ -142,6 +143,14 @@ def _collect(events, processes, threads, release) -> tuple:
     gpu_pid = {pid: o for o, pid in trace_reader.gpu_ordinals(processes).items()}
     host_pids = {pid for pid, name in processes.items() if name == trace_reader.HOST_CPU_PROCESS}
     stream_threads = {k for k, name in threads.items() if name.startswith("Stream #")}
+    tpu_pids = {pid for pid, name in processes.items() if tpu.is_tpu(name)}
+    # a TPU's op lines are its lanes (its events are HLO instruction runs); its program runs
+    # are kept apart (tracekit.tpu)
+    stream_threads |= {k for k, name in threads.items()
+                       if k[0] in tpu_pids and name in tpu.OP_LINES}
+    run_threads = {k for k, name in threads.items()
+                   if k[0] in tpu_pids and name == tpu.MODULE_LINE}
+    runs = []
     gpu = []
     other: dict[int, int] = {}  # GPU pid -> its events on lines that are not streams
     totals: dict[tuple, list] = {}  # (pid, tid) of a stream -> [events, summed duration ps]
@@ -173,11 +182,29 @@ def _collect(events, processes, threads, release) -> tuple:
             if o is not None:
                 key = (pid, ev["tid"])
                 if key not in stream_threads:
-                    other[pid] = other.get(pid, 0) + 1
+                    if key in run_threads:
+                        runs.append((o, round(ev["ts"] * 1_000_000), round(ev["dur"] * 1_000_000),
+                                     ev["name"]))
+                    else:
+                        other[pid] = other.get(pid, 0) + 1
                     continue
                 args = ev.get("args", empty)
                 name = ev["name"]
                 name = one(name, name)
+                if pid in tpu_pids:  # an op run: the event is the instruction
+                    hc = args.get("hlo_category", "")
+                    s, d = round(ev["ts"] * 1_000_000), round(ev["dur"] * 1_000_000)
+                    append_gpu((o, key[1], name, s, d, tpu.category(hc if type(hc) is str
+                                                                     else ""),
+                                name, "", "", False))
+                    t = totals.get(key)
+                    if t is None:
+                        t = totals[key] = [0, 0]
+                    t[0] += 1
+                    t[1] += d
+                    if s + d > last:
+                        last = s + d
+                    continue
                 op = args.get("hlo_op")
                 op = "" if op is None else one(op, op)
                 module = args.get("hlo_module")
@@ -219,7 +246,7 @@ def _collect(events, processes, threads, release) -> tuple:
                         by_corr[cid] = [h]
                     else:
                         c.append(h)
-    return gpu, other, totals, host_threads, by_corr, list(unordered), marked, last
+    return gpu, other, totals, host_threads, by_corr, list(unordered), marked, last, runs
 
 
 def _merged(trace, parts) -> Collected:
@@ -232,8 +259,11 @@ def _merged(trace, parts) -> Collected:
     by_corr: dict[str, list] = {}
     unordered: set = set()
     marked: list = []
+    runs: list = []
     last = -rules.MAX_TIME_PS
-    for p_gpu, p_other, p_totals, p_threads, p_corr, p_unordered, p_marked, p_last in parts:
+    for p_gpu, p_other, p_totals, p_threads, p_corr, p_unordered, p_marked, p_last, p_runs \
+            in parts:
+        runs += p_runs
         gpu += [TraceEvent(*x) for x in p_gpu]
         for pid, n in p_other.items():
             other[pid] = other.get(pid, 0) + n
@@ -267,7 +297,8 @@ def _merged(trace, parts) -> Collected:
              "host_events": sum(map(len, host_threads.values())),
              "notes": list(getattr(trace, "notes", ()))}
     return Collected(gpu, sum(other.values()), host_threads, by_corr,
-                     last if gpu or host_threads else 0, per_stream, facts, unordered, marked)
+                     last if gpu or host_threads else 0, per_stream, facts, unordered, marked,
+                     runs)
 
 
 def join_events(gpu, by_corr) -> tuple[dict, dict]:
@@ -296,6 +327,9 @@ def join_events(gpu, by_corr) -> tuple[dict, dict]:
     for ev in gpu:  # a hot loop: every GPU event once (its args left untouched)
         cid = ev.cid
         if not cid:
+            if ev.join == "dispatch":  # a TPU op run, joined to its dispatch (tracekit.tpu)
+                counts["dispatch"] = counts.get("dispatch", 0) + 1
+                continue
             counts["no_correlation_id"] += 1
             ev.join = "none"
             ev.graph = in_graph(ev.graph, False)

@@ -282,7 +282,7 @@ def step_programs(evs, exec_starts, crit, first: dict) -> tuple:
     idx_of = {}
     for e in evs:
         L = e.launch
-        t = L["start"] if L is not None and e.join in ("launch", "graph_launch") else e.start
+        t = L["start"] if L is not None and e.join in rules.QUEUED_BY else e.start
         idx_of[e] = max(0, bisect.bisect_right(exec_starts, t) - 1)
     order = sorted(evs, key=operator.attrgetter("start"))
     runs: dict[str, set] = {}
@@ -607,7 +607,8 @@ def result_head(a: Analysis, joins, name, rule) -> dict:
                   "skipped_partial": [s.number for s in a.steps
                                       if s.partial and s.number not in analysed],
                   "partial_analysed": [s.number for s in a.analysed if s.partial]},
-        "joins": {k: joins.get(k, 0) for k in JOIN_KEYS + ("shared_ids_without_graph_launch",)},
+        "joins": {k: joins.get(k, 0) for k in JOIN_KEYS + ("shared_ids_without_graph_launch",)
+                  + (("dispatch",) if joins.get("dispatch") else ())},
         "gpu_events": total,
         "join_rate_pct_of_gpu_events": 100.0 * joins.get("launch", 0) / total if total else 0.0,
         "figures": {}, "host_device_split": None, "straggler": None, "gpu_groups": [],

@@ -52,7 +52,7 @@ from step_framing import (
     mark_partial,
     program_call_starts,
 )
-from tracekit import capture_inputs, row_facts, scratch, step_cli, trace_reader
+from tracekit import capture_inputs, row_facts, scratch, step_cli, tpu, trace_reader
 from tracekit import trace_rules as rules
 from tracekit.step_cli import progress
 
@@ -79,9 +79,15 @@ def analyse(trace, release: bool = False) -> tuple[Analysis, dict]:
     if other_gpu_lines:
         notes.append(f"{other_gpu_lines} events on GPU lines that are not streams (derived lines "
                      "such as Steps or TensorFlow Ops) were left out")
+    tpu_joins = tpu.join_runs(gpu, c.runs, host_threads) if c.runs else None
     progress("joining GPU events to their launches", len(gpu), unit="GPU events")
     joins, launch_sample = join_events(gpu, by_corr)
     scan = host_scan(host_threads, c.marked)  # one pass over the host events for the steps
+    if tpu_joins is not None:
+        notes += tpu_notes(tpu_joins, len(gpu))
+        for h, module in tpu_joins["executions"]:  # a TPU's program runs, from their dispatch
+            scan["threads"].setdefault(h["thread"], ([], []))[0].append(
+                (h["start"], h["start"] + h["dur"], module))
     tree = CallTree(host_threads, scan) if scan["tracer"] else None  # the Python calls' nesting
     progress("finding the steps", len(gpu), unit="GPU events")
     steps, source, step_notes = find_steps(gpu, host_threads, c.last_end, scan, tree)
@@ -89,7 +95,7 @@ def analyse(trace, release: bool = False) -> tuple[Analysis, dict]:
     program_call_starts(gpu, steps)
     assign_steps(gpu, steps)
     analysed = mark_partial(gpu, steps)
-    refusals = step_refusals(gpu, bool(by_corr), analysed)
+    refusals = step_refusals(gpu, bool(by_corr) or bool(joins.get("dispatch")), analysed)
     if gpu and not analysed:
         analysed = list(steps)  # only partial steps (refused): they are what there is
     exec_of = launch_threads_to_exec(launch_sample, host_threads, c.unordered)
@@ -99,6 +105,21 @@ def analyse(trace, release: bool = False) -> tuple[Analysis, dict]:
                  gap_events=GapIndex(host_threads, c.marked), thread_names=trace.threads,
                  trace_totals=(c.per_stream, c.facts))
     return a, joins
+
+
+def tpu_notes(j: dict, ops: int) -> list[str]:
+    """What joining a TPU's op runs to their program runs and dispatches left out."""
+    notes = [f"TPU: {ops:,} op runs on the devices' op lines (the HLO instructions themselves); "
+             f"{j['runs']:,} program runs, {j['runs_dispatched']:,} of them joined to their "
+             f"host dispatch ({j['dispatch_calls']:,} dispatch calls on the host)"]
+    if j["no_run"]:
+        notes.append(f"TPU: {j['no_run']:,} op runs lie outside every program run on their "
+                     "device: no program and no dispatch for them")
+    if j["runs"] > j["runs_dispatched"]:
+        notes.append(f"TPU: {j['runs'] - j['runs_dispatched']:,} program runs started before "
+                     "any unpaired dispatch (dispatched before the capture began, or by a host "
+                     "not recorded): their gaps are of unknown cause")
+    return notes
 
 
 def stream_names(trace) -> dict:

@@ -580,7 +580,7 @@ def program_call_starts(gpu, steps) -> None:
 def assign_steps(gpu, steps) -> None:
     starts = [s.start for s in steps]
     for ev in gpu:
-        t = ev.launch["start"] if ev.join == "launch" and ev.launch else ev.start
+        t = ev.launch["start"] if ev.join in ("launch", "dispatch") and ev.launch else ev.start
         i = bisect.bisect_right(starts, t) - 1
         if i >= 0 and t <= steps[i].end or (i >= 0 and steps[i].source != "annotation"):
             ev.step = steps[i].number

@@ -49,7 +49,7 @@ from tracekit.base import StepError, progress
 from tracekit.forked import FRAME_LENGTH, can_fork, received_frame, send_frame
 from tracekit.trace_rules import MAX_NAME_CHARS, MAX_TIME_PS, cut_name, runs_past_capture
 
-GPU_PROCESS_RE = re.compile(r"^/device:GPU:(\d+)$")
+GPU_PROCESS_RE = re.compile(r"^/device:(?:GPU|TPU):(\d+)$")  # a TPU core is a device too
 HOST_CPU_PROCESS = "/host:CPU"
 GZIP_MAGIC = b"\x1f\x8b"
 

@@ -105,6 +105,11 @@ def join_kind(host_name: str, kernel_name: str) -> str:
     return "other"
 
 
+# The joins by which a device event has the host call that queued it: its own launch, its graph's
+# launch (GPU), or its program run's dispatch (TPU: tracekit.tpu).
+QUEUED_BY = frozenset({"launch", "graph_launch", "dispatch"})
+
+
 def in_graph(has_graph_id: bool, joins_graph_launch: bool) -> bool:
     """The one rule for the `graph` column of every table."""
     return has_graph_id or joins_graph_launch

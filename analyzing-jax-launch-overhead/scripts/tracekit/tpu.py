@@ -1,0 +1,132 @@
+"""What a TPU capture's trace holds, and how its device events become op runs (standard library).
+
+On a TPU the device events are the HLO instructions themselves: no kernels, no streams, no
+correlation ids. XLA's trace of a TPU (`/device:TPU:<n>`) has these lines:
+- `XLA Ops`: one event per run of an instruction, named by the instruction, with its
+  `hlo_category`, FLOPs and bytes (XLA's cost model), `source`, `source_stack` and `tf_op` (the
+  JAX name stack) in its args; `Async XLA Ops` the asynchronous ones. These are the op runs,
+  read as the device's lanes (what a stream is on a GPU).
+- `XLA Modules`: one event per program run, named `<module>(<program id>)`.
+- `Steps`: the device's own step counter, where a step annotation reached it (it may count each
+  program as a step: never used to frame steps, only said).
+The host (`/host:CPU`) dispatches each program run with one call (`DISPATCH_NAMES`). An op run
+is joined to its program run (the module event on its device that holds it in time) and that run
+to its dispatch: the k-th run on a device to the k-th dispatch that started before it (runs are
+executed in dispatch order on one device; the clocks are aligned only to within
+CLOCK_SKEW_PS). Its join kind is `dispatch`: the host call that queued
+it, as a graph launch queues every kernel of a graph on a GPU.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+
+TPU_PROCESS_RE = re.compile(r"^/device:TPU:(\d+)$")
+OP_LINES = frozenset({"XLA Ops", "Async XLA Ops"})
+MODULE_LINE = "XLA Modules"
+STEPS_LINE = "Steps"
+MODULE_NAME_RE = re.compile(r"^(.*)\((\d+)\)$")
+
+# The host calls that dispatch one program run, most specific first: the PJRT C API's execute
+# (a TPU runs through the plugin; the Python thread's call, then the runtime thread's), then the
+# in-process clients'. The first name the capture holds is the one joined.
+DISPATCH_NAMES = ("PjRtCApiLoadedExecutable::Execute", "PJRT_LoadedExecutable_Execute",
+                  "PjRtStreamExecutorLoadedExecutable::Execute", "TfrtTpuExecutable::Execute",
+                  "TpuExecutable::Execute")
+
+# The host's and the chip's clocks are aligned by the profiler to within tens of microseconds: on
+# a TPU v5e capture a program run began up to 68 us before the dispatch call that queued it (its
+# Python call began 0.5 us before the run). A dispatch that starts at most this long after a run
+# may still be that run's.
+CLOCK_SKEW_PS = 500_000_000
+
+# hlo_category values (XProf's) that are collectives, and those that move data to or from the
+# host; every other category is compute on the chip.
+COLLECTIVE_CATEGORY_RE = re.compile(
+    r"all-reduce|all-gather|reduce-scatter|all-to-all|collective|send|recv|megascale", re.I)
+HOST_TRANSFER_CATEGORY_RE = re.compile(r"infeed|outfeed|host", re.I)
+
+
+def is_tpu(process_name: str) -> bool:
+    return bool(TPU_PROCESS_RE.match(process_name))
+
+
+def category(hlo_category: str) -> str:
+    """compute, collective or memcpy (a transfer to or from the host), from the op's category."""
+    if not hlo_category:
+        return "compute"
+    if HOST_TRANSFER_CATEGORY_RE.search(hlo_category):
+        return "memcpy"
+    if COLLECTIVE_CATEGORY_RE.search(hlo_category):
+        return "collective"
+    return "compute"
+
+
+def module_name(run_name: str) -> tuple[str, str]:
+    """`jit_step(123)` -> ("jit_step", "123"); a name without an id -> (name, "")."""
+    m = MODULE_NAME_RE.match(run_name)
+    return (m.group(1), m.group(2)) if m else (run_name, "")
+
+
+def dispatches(host_threads: dict) -> list[dict]:
+    """The host's program dispatches in start order: the events of the first of DISPATCH_NAMES
+    that the host holds (one name, so that a dispatch nested in another is not counted twice)."""
+    found: dict[str, list] = {}
+    wanted = set(DISPATCH_NAMES)
+    for events in host_threads.values():
+        for h in events:
+            if h["name"] in wanted:
+                found.setdefault(h["name"], []).append(h)
+    for name in DISPATCH_NAMES:
+        if name in found:
+            return sorted(found[name], key=lambda h: h["start"])
+    return []
+
+
+def join_runs(ops: list, runs: list, host_threads: dict) -> dict:
+    """Give each TPU op run (a step-1 event on a TPU's op line) its program (`module`: the
+    module event on its device that holds its start) and its dispatch (`launch`, `join`
+    "dispatch"); `runs`: (device, start ps, dur ps, name) of every `XLA Modules` event. Returns
+    the counts (`dispatch`: ops joined; `no_run`: ops outside any program run; `runs`,
+    `runs_dispatched`) and `executions`: (dispatch host event, module) per joined run, for step
+    framing."""
+    disp = dispatches(host_threads)
+    starts = [h["start"] for h in disp]
+    by_dev: dict[int, list] = {}
+    for d, s, dur, name in runs:
+        by_dev.setdefault(d, []).append((s, s + dur, name))
+    run_of: dict[int, tuple] = {}  # device -> (starts, ends, module names, dispatch of each)
+    executions: dict[int, tuple] = {}
+    joined_runs = 0
+    for d, lst in by_dev.items():
+        lst.sort()
+        launch = []
+        k = 0  # the next dispatch not yet paired on this device
+        for s, _, name in lst:
+            # the k-th run pairs with the k-th dispatch; a run that starts before that dispatch
+            # had its dispatch before the capture (or on a host not recorded): left unjoined
+            h = disp[k] if k < len(disp) and starts[k] <= s + CLOCK_SKEW_PS else None
+            if h is not None:
+                k += 1
+                joined_runs += 1
+                executions.setdefault(id(h), (h, module_name(name)[0]))
+            launch.append(h)
+        run_of[d] = ([s for s, _, _ in lst], [e for _, e, _ in lst],
+                     [module_name(n)[0] for _, _, n in lst], launch)
+    counts = {"dispatch": 0, "no_run": 0, "runs": len(runs), "runs_dispatched": joined_runs,
+              "dispatch_calls": len(disp)}
+    for ev in ops:
+        r = run_of.get(ev.device)
+        i = bisect.bisect_right(r[0], ev.start) - 1 if r else -1
+        if i < 0 or ev.start >= r[1][i]:
+            counts["no_run"] += 1
+            continue
+        ev.module = r[2][i]
+        h = r[3][i]
+        if h is not None:
+            ev.launch = h
+            ev.join = "dispatch"
+            counts["dispatch"] += 1
+    counts["executions"] = sorted(executions.values(), key=lambda x: x[0]["start"])
+    return counts
