@@ -592,7 +592,12 @@ def run(capture, out: Path, opts: Options) -> tuple[dict, list]:
         raise step_cli.StepError(f"no <host>.xplane.pb for host {files.host} in {files.run_dir}; "
                                  "attribution reads the xplane (the trace.json has no HLO)")
     t0 = time.perf_counter()
-    x = read_xplane(capture, opts.user_re, opts.own_process)
+    from jaxperf.read import xplane_reader
+    from jaxperf.tpu import op_runs
+    space = xplane_reader.space_of(capture, lazy=True)
+    # a TPU's op runs are its instructions: read, not matched (op_runs)
+    x = None if op_runs.tpu_planes(space) else read_xplane(capture, opts.user_re,
+                                                            opts.own_process)
     try:
         with rules.atomic_folder(out / "attribution") as tmp:
             copy = pending = None
@@ -603,7 +608,8 @@ def run(capture, out: Path, opts: Options) -> tuple[dict, list]:
                 pending = xprof_figures.Pending(copy, "hlo_stats", background=True) \
                     if opts.use_xprof else None
             try:
-                m = match_capture(capture, x, opts, tmp, meanwhile)
+                m = match_capture(capture, x, opts, tmp, meanwhile) if x is not None else \
+                    match_tpu(capture, space, opts, tmp, meanwhile)
                 t_match = time.perf_counter() - t0
                 progress("writing the tables", m.rows, unit="kernels")
                 try:
@@ -636,12 +642,57 @@ def run(capture, out: Path, opts: Options) -> tuple[dict, list]:
                 timing={"matching": round(t_match, 3), "xprof_hlo_stats": round(xprof_s, 3)})
             written = write_result(tmp, result, tables.written)
     except BaseException:
-        for part in x.parts:
+        for part in x.parts if x is not None else ():
             part.abort()
         raise
     # the per-stream totals steps 0 and 2 would otherwise decode the xplane's GPU planes for
-    scratch.handoff_put(out, "xplane_streams", [files.xplane], {"streams": x.streams})
+    if x is not None:
+        scratch.handoff_put(out, "xplane_streams", [files.xplane], {"streams": x.streams})
     return result, written
+
+
+def match_tpu(capture, space, opts: Options, folder: Path | None = None,
+              meanwhile=None) -> Matched:
+    """Step 4 on a TPU capture: every op run is its instruction (jaxperf.tpu.op_runs), so
+    nothing is matched; the program with the most op time is chosen, kernels.csv written (with
+    `folder`) and the chosen program's HLO text."""
+    from jaxperf.tpu import op_runs
+    files = capture.files
+    space.raise_first([space.checked(space.planes)])
+    metadata = space.hlo_protos()
+    if not metadata:
+        raise step_cli.StepError(f"{files.xplane} holds no HLO programs (no /host:metadata): "
+                                 "its ops cannot be placed in their programs' source lines")
+    protos, built, unreadable = load(metadata)
+    kernels, execs, starts, counts = op_runs.collect(space, built)
+    if not kernels:
+        raise step_cli.StepError(f"{files.xplane} has TPU planes but no op runs on their "
+                                 f"'{op_runs.OP_LINE}' lines: there are no instructions to "
+                                 "attribute")
+    if not protos:
+        _, why = next(iter(unreadable.values()))
+        raise step_cli.StepError(f"no program in {files.xplane} can be read: {why}")
+    chosen, notes = choose_program(*kernel_times(kernels), protos, opts.program, unreadable)
+    notes.append(f"TPU: {len(kernels):,} op runs, each named by its instruction on the device "
+                 f"(class exact, nothing matched); times are self times ({counts['nested']:,} "
+                 f"ops hold others, a loop its body); {counts['async']:,} events of "
+                 f"'{op_runs.ASYNC_LINE}' (asynchronous copies, start to done) are not op time")
+    if meanwhile is not None:
+        meanwhile()
+    sources = Sources(built, opts.user_re)
+    text = None
+    if folder is not None:
+        write_kernels(kernels_part(folder, 0), kernels, sources)
+        text = Forked(hlo_text_file, folder, chosen, *protos[chosen], here=True,
+                      what="the HLO text")
+    totals = event_totals(kernels)
+    runs: dict = {}
+    for (pid, ins, *_), (n, _) in totals.items():
+        if ins:
+            runs[(pid, ins)] = runs.get((pid, ins), 0) + n
+    return Matched(len(kernels), False, 0, protos, unreadable, built, {}, chosen, notes, {},
+                   execs, {pid: name for pid, (name, _) in protos.items()}, sources, totals,
+                   starts, [collective_durations(kernels)], [], text, runs)
 
 
 @dataclasses.dataclass
@@ -770,6 +821,7 @@ class Matched:
     collectives: list   # each share's collective_durations
     writing: list       # the later shares, writing their rows of kernels.csv (join_kernels)
     chosen_text: Forked | None = None  # the chosen program's HLO text, written meanwhile
+    runs: dict | None = None  # (program id, instruction) -> its runs, where counted (a TPU's)
 
 
 def match_capture(capture, x: XPlaneRead, opts: Options, folder: Path | None = None,
@@ -898,7 +950,8 @@ def write_tables(folder: Path, m: Matched, opts: Options) -> Tables:
     ops = op_totals(totals, opts.program)
     written += write_op_and_line_tables(folder, ops, m.programs, m.sources,
                                         sum(ps for _, ps in totals.values()),
-                                        instruction_runs(m.plans, m.execs), m.plans)
+                                        instruction_runs(m.plans, m.execs)
+                                        if m.runs is None else m.runs, m.plans)
     groups = class_totals(totals)
     written.append(("how.csv", scratch.write_table(folder, "attribution/how.csv",
                                                    how_rows(groups), stands_for=ATT)))

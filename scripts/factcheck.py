@@ -378,7 +378,7 @@ def lookup_json(name, data, items, roles):
     out = {}
     for role in roles:
         if role == "value":
-            v = node["value"] if node is figure else node
+            v = node["value"] if figure is not None and node is figure else node
             if isinstance(v, list) and agg not in (None, "range"):
                 v = aggregate(v, agg, f"{name} {path}")
             elif isinstance(v, dict | list) or v is None:

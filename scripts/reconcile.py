@@ -120,7 +120,7 @@ def check_attribution(out_dir: Path) -> list[dict]:
                              f"the expected result ({exc})")]
     out = []
     for d, e in sorted(execs.items(), key=lambda kv: str(kv[0])):
-        if not e["executions"]:
+        if not e["executions"] or "expected_min" not in e:  # a TPU's: nothing was matched
             continue
         per = e["events"] / e["executions"]
         ok = e["expected_min"] <= per <= e["expected_max"]

@@ -509,9 +509,11 @@ def lines_table(lines: list) -> list[str]:
 def roofline_part(s: Scratch) -> list[str]:
     rj = s.json("roofline.json")
     if rj and rj.get("status") == "done":
+        model = rj["gpu"].get("model")
         out = ["", "![roofline of the chosen program](roofline.svg)", "",
-               f"GPU: `{rj['gpu'].get('model') or 'not identified'}` (inferred; roofline.json: "
-               f"gpu.model). Ceilings:", ""]
+               f"GPU: `{model}` (inferred; roofline.json: gpu.model). Ceilings:" if model else
+               f"GPU: not identified ({rj['gpu'].get('why') or 'no model in roofline.json'}). "
+               "Ceilings:", ""]
         for n, c in enumerate(rj.get("ceilings") or []):
             unit = "TFLOP/s" if c["unit"].startswith("FLOP") else "TB/s"
             value = float(c["value"]) / 1e12  # factcheck converts T back (1 TB/s = 1e12 B/s)

@@ -108,7 +108,8 @@ def test_the_platform_is_one_package_imported_by_name():
     assert not edits, edits
 
 
-LAYERS = ("read", "program", "match", "cost", "steps", "report", "job")  # jaxperf/__init__.py
+# the order of jaxperf/__init__.py
+LAYERS = ("read", "program", "match", "tpu", "cost", "steps", "report", "job")
 
 
 def test_the_root_skill_shows_its_layers():

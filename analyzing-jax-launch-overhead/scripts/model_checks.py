@@ -78,7 +78,7 @@ def check_joins(a) -> list[dict]:
         join = e.join
         if join == "graph_launch":
             acc[1].add(e.cid)
-        elif join != "launch":
+        elif join not in ("launch", "dispatch"):  # dispatch: a TPU op run's program dispatch
             acc[2].append(e)
     for d, (n, graphs, bad) in sorted(by_device.items()):
         joined = n - len(bad)

@@ -4,8 +4,9 @@ On a TPU the device events are the HLO instructions themselves: no kernels, no s
 correlation ids. XLA's trace of a TPU (`/device:TPU:<n>`) has these lines:
 - `XLA Ops`: one event per run of an instruction, named by the instruction, with its
   `hlo_category`, FLOPs and bytes (XLA's cost model), `source`, `source_stack` and `tf_op` (the
-  JAX name stack) in its args; `Async XLA Ops` the asynchronous ones. These are the op runs,
-  read as the device's lanes (what a stream is on a GPU).
+  JAX name stack) in its args. These are the op runs, read as the device's lane (what a
+  stream is on a GPU); `Async XLA Ops` (the xplane's alone) spans each asynchronous op from its
+  start to its done, overlapping them, and is left out.
 - `XLA Modules`: one event per program run, named `<module>(<program id>)`.
 - `Steps`: the device's own step counter, where a step annotation reached it (it may count each
   program as a step: never used to frame steps, only said).
@@ -23,7 +24,10 @@ import bisect
 import re
 
 TPU_PROCESS_RE = re.compile(r"^/device:TPU:(\d+)$")
-OP_LINES = frozenset({"XLA Ops", "Async XLA Ops"})
+OP_LINES = frozenset({"XLA Ops"})
+# the asynchronous ops' spans (start to done), recorded in the xplane beside the op runs; not
+# device time of their own (the trace json leaves the line out)
+ASYNC_LINE = "Async XLA Ops"
 MODULE_LINE = "XLA Modules"
 STEPS_LINE = "Steps"
 MODULE_NAME_RE = re.compile(r"^(.*)\((\d+)\)$")

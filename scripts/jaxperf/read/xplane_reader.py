@@ -39,10 +39,12 @@ from pathlib import Path
 import numpy as np
 
 from jaxperf.read import wire, xprotos
+from tracekit import tpu
 from tracekit.step_cli import StepError, progress
 from tracekit.trace_rules import MAX_TIME_PS, cut_name, runs_past_capture
 
 GPU_PLANE_RE = re.compile(r"^/device:GPU:(\d+)$")
+TPU_PLANE_RE = re.compile(r"^/device:TPU:(\d+)$")
 METADATA_PLANE = "/host:metadata"
 TASK_ENV_PLANE = "Task Environment"
 PROGRAM_NAME_RE = re.compile(r"^(.*)\((\d{1,19})\)$")  # a program id is a 64-bit integer
@@ -568,6 +570,11 @@ def stream_totals(space: Space, ordinals=None) -> list[list[int]]:
             if line.name.startswith("Stream #"):
                 out.append([plane.gpu_ordinal, line.id, len(line),
                             sum(line.dur.tolist())])
+    for plane in space.planes:  # a TPU's op line is its lane (tracekit.tpu)
+        m = TPU_PLANE_RE.match(plane.name)
+        if m and (ordinals is None or int(m.group(1)) in ordinals):
+            out += [[int(m.group(1)), line.id, len(line), sum(line.dur.tolist())]
+                    for line in plane.lines if line.name in tpu.OP_LINES]
     return out
 
 

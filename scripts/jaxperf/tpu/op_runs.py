@@ -1,0 +1,121 @@
+"""A TPU capture's op runs, read from its xplane: step 4 on a TPU reads them, it matches nothing.
+
+On a TPU the device plane (`/device:TPU:<n>`) records each run of an HLO instruction on its
+`XLA Ops` line, named by the instruction's HLO text and carrying its `program_id`,
+`hlo_category`, FLOPs and bytes, and each program run on `XLA Modules` (`<module>(<program id>)`).
+So each op run is its instruction, known exactly: it becomes step 4's record of an event
+(kernel_match.Kernel) with its answer filled in (class `exact`, confidence 1), and the tables
+are the GPU's. An op that holds others on its line (a while loop and its body) counts its self
+time, the time no op nested in it runs, as XProf's op statistics do; the `Async XLA Ops` line
+(asynchronous copies from start to done, overlapping the ops) is counted, not added.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from jaxperf.match import kernel_match as km
+from jaxperf.read.xplane_reader import TPU_PLANE_RE
+from tracekit import tpu
+
+OP_LINE = next(iter(tpu.OP_LINES))
+ASYNC_LINE = tpu.ASYNC_LINE
+INSTRUCTION_RE = re.compile(r"^%?([^\s=]+)")
+STATS = frozenset({"program_id", "hlo_category"})
+
+
+def tpu_planes(space) -> list:
+    """The TPU device planes, by ordinal."""
+    out = [(int(m.group(1)), p) for p in space.planes
+           for m in [TPU_PLANE_RE.match(p.name)] if m]
+    return [p for _, p in sorted(out, key=lambda x: x[0])]
+
+
+def ordinal(plane) -> int:
+    return int(TPU_PLANE_RE.match(plane.name).group(1))
+
+
+def instruction(event_name: str) -> str:
+    """`%fusion.3 = f32[...] fusion(...)` -> `fusion.3`."""
+    m = INSTRUCTION_RE.match(event_name)
+    return m.group(1) if m else event_name
+
+
+def self_times(start: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """Each event's duration less the time of the events nested in it on the same line
+    (children that start inside a parent and end by its end; `start` sorted)."""
+    self_ps = dur.copy()
+    stack: list = []  # (end, index) of the open events
+    for i, (s, d) in enumerate(zip(start.tolist(), dur.tolist(), strict=True)):
+        while stack and stack[-1][0] <= s:
+            stack.pop()
+        if stack and s + d <= stack[-1][0]:
+            self_ps[stack[-1][1]] -= d
+        stack.append((s + d, i))
+    return np.maximum(self_ps, 0)
+
+
+def collect(space, built: dict) -> tuple[list, dict, dict, dict]:
+    """The op runs of every TPU plane as answered Kernels (device: the TPU ordinal; stream: the
+    line id; dur: self time), in device and start order; (program id, device) -> executions
+    entry (count_executions' shape, from the `XLA Modules` runs); (device, program id) -> the
+    op runs' starts; counts of what was left aside (`async`: Async XLA Ops events, `nested`:
+    ops with others inside them)."""
+    kernels: list = []
+    execs: dict = {}
+    starts: dict = {}
+    counts = {"async": 0, "nested": 0, "no_program": 0}
+    for plane in tpu_planes(space):
+        dev = ordinal(plane)
+        for line in plane.lines:
+            if line.name == ASYNC_LINE:
+                counts["async"] += len(line)
+            elif line.name == tpu.MODULE_LINE and len(line):
+                for name in line.columns(frozenset()).names():
+                    _, pid = tpu.module_name(name)
+                    key = (int(pid) if pid else None, dev)
+                    e = execs.setdefault(key, {"executions": 0, "from": "device program runs",
+                                               "host_ps": None})
+                    e["executions"] += 1
+        for line in plane.lines:
+            if line.name != OP_LINE or not len(line):
+                continue
+            c = line.columns(STATS)
+            order = np.lexsort((-c.dur, c.start))
+            start, dur = c.start[order], c.dur[order]
+            own = self_times(start, dur)
+            counts["nested"] += int((own < dur).sum())
+            names = np.array(c.names(), dtype=object)[order].tolist()
+            pids = np.array(c.stats["program_id"], dtype=object)[order].tolist()
+            cats = np.array(c.stats["hlo_category"], dtype=object)[order].tolist()
+            memo: dict = {}
+            for s, d, name, pid, cat in zip(start.tolist(), own.tolist(), names, pids, cats,
+                                            strict=True):
+                key = (name, pid, cat)
+                m = memo.get(key)
+                if m is None:
+                    try:
+                        p = int(pid) if pid not in (None, "") else None
+                    except (TypeError, ValueError):
+                        p = None
+                    ins = instruction(name)
+                    prog = built.get(p)
+                    m = memo[key] = (ins, p, tpu.category(str(cat or "")),
+                                     prog.name if prog is not None else "")
+                ins, p, category, module = m
+                k = km.Kernel(dev, line.id, s, d, ins, None, ins, p, False, False, module)
+                k.category = category
+                k.kind = category
+                if p is None:
+                    counts["no_program"] += 1
+                    k.why = "outside"
+                else:
+                    k.instruction = ins
+                    k.match = "exact"
+                    k.confidence = 1.0
+                kernels.append(k)
+                starts.setdefault((dev, p), []).append(s)
+    starts = {key: np.array(v, np.int64) for key, v in starts.items()}
+    return kernels, execs, starts, counts
