@@ -27,8 +27,9 @@ Cases (`--cases` takes any of these; naming a "before" brings its "after" along)
     input_pipeline -> input_pipeline_prefetch, host_sync -> host_sync_fused,
     scan_layers -> scan_layers_unrolled, gather_sort, bf16_matmul, tiny_step -> tiny_step_scan,
     flax_optax -> flax_optax_fused (skipped, with a note, where flax or optax is not importable:
-    install them first, e.g. `pip install --target DIR --no-deps flax optax ...` and PYTHONPATH=DIR,
-    keeping the jax that is installed)
+    install them first into a folder of their own, `pip install --target DIR flax optax`, and put
+    DIR at the END of PYTHONPATH, so that the jax already installed stays the one imported: the
+    lab prints which jax it runs and from where)
 
 `--smoke`: tiny shapes, 2 captured and 2 timed steps, for a CPU (`JAX_PLATFORMS=cpu`): it proves
 every code path (capture, truth, tarball). On a CPU there is no TPU device line in the trace, so
@@ -95,8 +96,8 @@ class Cfg:
     def timed(self) -> int:
         return 2 if self.smoke else 8
 
-    def captured(self, eager: bool) -> int:
-        return 2 if self.smoke else (4 if eager else 5)
+    def captured(self, heavy: bool) -> int:
+        return 2 if self.smoke else (4 if heavy else 5)
 
 
 @dataclass
@@ -105,7 +106,7 @@ class Workload:
 
     step: Callable[[int], Any]
     workload: str
-    eager: bool = False  # many dispatches a step: fewer captured steps
+    heavy: bool = False  # a trace with many events a step: fewer captured steps
     inner_steps: int = 1  # updates done per step (tiny_step_scan)
     extra: dict = field(default_factory=dict)  # more truth fields (flops...)
     close: Callable[[], None] | None = None
@@ -168,10 +169,10 @@ def _eager_loop(cfg: Cfg, jit: bool) -> Workload:
         return state["x"]
 
     how = "the same body under jax.jit: one program a step" if jit else (
-        "op by op with no jit: about 9 dispatches an iteration, ~360 a step")
+        "op by op with no jit: about 8 programs an iteration, ~320 a step")
     return Workload(step, f"{iters} iterations of x = tanh(x @ w) + 0.5 x; x = x / (1 + "
                           f"mean(|x|)) on {n}x{n} f32 (w {n}x{n} f32), x carried from step to "
-                          f"step; {how}", eager=not jit)
+                          f"step; {how}", heavy=not jit)
 
 
 def case_eager_loop(cfg):
@@ -388,7 +389,7 @@ def _input_pipeline(cfg: Cfg, prefetch: bool) -> Workload:
                           "SGD, params donated) fed by a numpy loader (random uint8 "
                           f"{size + pad}x{size + pad} images, random crop, per-image flip, "
                           f"to f32, per-channel normalise): batch {feed}",
-                    close=close)
+                    heavy=True, close=close)  # device_put's relayout: ~40k host events a step
 
 
 def case_input_pipeline(cfg):
@@ -559,8 +560,8 @@ def case_gather_sort(cfg: Cfg) -> Workload:
     query = _normal(kq, (dim,), jnp.float32, 1.0)
 
     @jax.jit
-    def retrieve(table, query, key):
-        k1, k2 = jax.random.split(key)
+    def retrieve(table, query, key, i):
+        k1, k2 = jax.random.split(jax.random.fold_in(key, i))
         idx = jax.random.randint(k1, (picks,), 0, rows)
         cand = jnp.take(table, idx, axis=0)  # gather `picks` random rows
         scores = cand @ query
@@ -572,7 +573,7 @@ def case_gather_sort(cfg: Cfg) -> Workload:
         return ranked[picks // 2], vals, best.sum(0), shuffled.sum(0)
 
     def step(i):
-        return retrieve(table, query, jax.random.fold_in(kk, i))
+        return retrieve(table, query, kk, i)
 
     return Workload(step, f"a jitted retrieval step on an f32 table {rows}x{dim}: jnp.take of "
                           f"{picks} random rows, scores against a query, jnp.sort of the {picks} "
@@ -768,7 +769,7 @@ NEEDS_FLAX = {"flax_optax", "flax_optax_fused"}
 PAIRS: dict[str, Pair] = {
     "eager_loop": Pair("eager_loop_jit",
                        "jit the step: put the loop body under jax.jit (knob: jax.jit around the "
-                       "step function), so the ~360 small programs dispatched one by one from "
+                       "step function), so the ~320 small programs dispatched one by one from "
                        "Python become one program a step"),
     "pallas_matmul": Pair("pallas_matmul_big",
                           "raise the Pallas block sizes from 128x128 to 512x512 (knob: the "
@@ -888,7 +889,7 @@ def run_case(name: str, cfg: Cfg, outdir: Path) -> dict:
         for _ in range(WARMUP):
             jax.block_until_ready(wl.step(i))
             i += 1
-        n_cap = cfg.captured(wl.eager)
+        n_cap = cfg.captured(wl.heavy)
         t0 = time.perf_counter()
         with jax.profiler.trace(str(case_dir), create_perfetto_trace=True):
             for s in range(n_cap):
@@ -920,6 +921,7 @@ def run_case(name: str, cfg: Cfg, outdir: Path) -> dict:
         win = statistics.median(p["window_ms"] for p in per)
         dev_ms = statistics.median(p["device_ms"] for p in per)
         progs = statistics.median(p["programs"] for p in per)
+        progs = int(progs) if float(progs).is_integer() else progs
         shares = ", ".join(f"{p['share']:.1%}" for p in per)
         truth["bound_evidence"] = (
             f"median device busy share {share:.1%} over {len(per)} captured steps (per step "
@@ -941,7 +943,7 @@ def run_case(name: str, cfg: Cfg, outdir: Path) -> dict:
         "step_ms_profiled_median": round(win, 4) if win is not None else None,
         "step_ms_unprofiled": [round(t, 4) for t in times],
         "step_ms_unprofiled_median": round(median, 4),
-        "steps": len(per) if per else cfg.captured(wl.eager),
+        "steps": len(per) if per else cfg.captured(wl.heavy),
         "wall_s_under_profiler": round(wall_profiled, 3),
         "jax": jax.__version__,
         "device": jax.devices()[0].device_kind,
@@ -1069,7 +1071,7 @@ def main(argv=None) -> int:
     if flax_missing:
         print(f"tpu_lab: skipping {', '.join(sorted(NEEDS_FLAX & set(names)))}: flax/optax not "
               f"importable ({flax_missing}); install them (pip install --target DIR flax optax, "
-              "PYTHONPATH=DIR) and run those cases", flush=True)
+              "then DIR at the end of PYTHONPATH) and run those cases", flush=True)
         names = [n for n in names if n not in NEEDS_FLAX]
 
     truths: dict[str, dict] = {}

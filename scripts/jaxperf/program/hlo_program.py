@@ -105,6 +105,9 @@ class Program:
                 self.instructions[ins.id] = ins
                 self.computation_of[ins.id] = comp.id
         self.by_name = {ins.name: ins for ins in self.instructions.values()}
+        # instruction name -> the frames its runs carry on the device, for an instruction whose
+        # HLO has none (a TPU's op events hold their own source stack: jaxperf.tpu.op_runs)
+        self.run_frames: dict[str, list[Frame]] = {}
         self.entry_id = module.entry_computation_id
         sfi = module.stack_frame_index
         self._files = list(sfi.file_names)
@@ -300,7 +303,7 @@ class Program:
                 frames = self._computation_frames(comp_id)
                 if frames:
                     return frames
-        return []
+        return self.run_frames.get(ins.name, [])
 
     def _computation_frames(self, comp_id: int) -> list[Frame]:
         """The frames of a fused computation's last instruction that has any (its root is stored

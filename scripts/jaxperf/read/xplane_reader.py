@@ -47,7 +47,8 @@ GPU_PLANE_RE = re.compile(r"^/device:GPU:(\d+)$")
 TPU_PLANE_RE = re.compile(r"^/device:TPU:(\d+)$")
 METADATA_PLANE = "/host:metadata"
 TASK_ENV_PLANE = "Task Environment"
-PROGRAM_NAME_RE = re.compile(r"^(.*)\((\d{1,19})\)$")  # a program id is a 64-bit integer
+# a program id is a 64-bit integer, unsigned on a TPU (a fingerprint: 20 digits)
+PROGRAM_NAME_RE = re.compile(r"^(.*)\((\d{1,20})\)$")
 # protobuf cannot parse a message over 2 GiB, so no xplane can be larger.
 MAX_XPLANE_BYTES = (2 << 30) - 1
 # The stats this bundle reads and the kind XLA writes each as (int: int64, uint64; str: a
@@ -488,7 +489,7 @@ class Space:
             blob = stats.get("Hlo Proto")
             if isinstance(blob, bytes) and blob:
                 m = PROGRAM_NAME_RE.match(name)
-                out[int(m.group(2)) if m else mid] = (name, blob)
+                out[int(m.group(2)) if m and int(m.group(2)) < 1 << 64 else mid] = (name, blob)
         return dict(sorted(out.items()))
 
     def profile_times_ns(self) -> tuple[int | None, int | None]:

@@ -23,7 +23,8 @@ from tracekit import tpu
 OP_LINE = next(iter(tpu.OP_LINES))
 ASYNC_LINE = tpu.ASYNC_LINE
 INSTRUCTION_RE = re.compile(r"^%?([^\s=]+)")
-STATS = frozenset({"program_id", "hlo_category"})
+STATS = frozenset({"program_id", "hlo_category", "source_stack"})
+FRAME_RE = re.compile(r"^(.*):(\d+)(?::\d+)?$")
 
 
 def tpu_planes(space) -> list:
@@ -41,6 +42,17 @@ def instruction(event_name: str) -> str:
     """`%fusion.3 = f32[...] fusion(...)` -> `fusion.3`."""
     m = INSTRUCTION_RE.match(event_name)
     return m.group(1) if m else event_name
+
+
+def frames(source_stack: str) -> list:
+    """An op's `source_stack` (`file:line:column` a line, innermost first) as frames."""
+    from jaxperf.program.hlo_program import MAX_STACK_FRAMES, Frame
+    out = []
+    for text in source_stack.splitlines()[:MAX_STACK_FRAMES]:
+        m = FRAME_RE.match(text.strip())
+        if m:
+            out.append(Frame(m.group(1), int(m.group(2)), ""))
+    return out
 
 
 def self_times(start: np.ndarray, dur: np.ndarray) -> np.ndarray:
@@ -90,9 +102,10 @@ def collect(space, built: dict) -> tuple[list, dict, dict, dict]:
             names = np.array(c.names(), dtype=object)[order].tolist()
             pids = np.array(c.stats["program_id"], dtype=object)[order].tolist()
             cats = np.array(c.stats["hlo_category"], dtype=object)[order].tolist()
+            stacks = np.array(c.stats["source_stack"], dtype=object)[order].tolist()
             memo: dict = {}
-            for s, d, name, pid, cat in zip(start.tolist(), own.tolist(), names, pids, cats,
-                                            strict=True):
+            for s, d, name, pid, cat, stack in zip(start.tolist(), own.tolist(), names, pids,
+                                                   cats, stacks, strict=True):
                 key = (name, pid, cat)
                 m = memo.get(key)
                 if m is None:
@@ -102,6 +115,9 @@ def collect(space, built: dict) -> tuple[list, dict, dict, dict]:
                         p = None
                     ins = instruction(name)
                     prog = built.get(p)
+                    if prog is not None and isinstance(stack, str) and stack \
+                            and ins not in prog.run_frames:
+                        prog.run_frames[ins] = frames(stack)
                     m = memo[key] = (ins, p, tpu.category(str(cat or "")),
                                      prog.name if prog is not None else "")
                 ins, p, category, module = m

@@ -1,0 +1,125 @@
+"""TPU captures through the whole job, against what each capture's truth.json measured on the chip
+and against figures this test computes from the capture's files itself: the verdict's class,
+the step period (the host's step annotations), the top instructions by self time (XProf's own
+hlo_stats, converted by the xprof package) and the top Python lines (each op's own
+source_stack in the trace, framework frames skipped).
+
+Cases: every folder with a truth.json under ../shared/captures/tpu-v5e/ (real captures made on
+a TPU v5e) and under tests/data/tpu/ (this project's own lab, bench/tpu_lab.py)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import statistics
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, REQUIRE_SHARED, SHARED_CAPTURES
+
+LAB = REPO / "tests" / "data" / "tpu"
+SHARED_TPU = SHARED_CAPTURES / "tpu-v5e"
+# step 1's verdict -> the class a truth names
+CLASS_OF = {"launch-bound": "host", "device-bound": "device", "mixed": "mixed",
+            "collective/straggler-bound": "device"}
+FRAMEWORK_PARTS = ("/site-packages/", "/jax/", "/jaxlib/", "/flax/", "/optax/", "<frozen")
+
+
+def cases() -> list:
+    found = sorted(LAB.glob("*/truth.json"))
+    if SHARED_TPU.is_dir():
+        found = sorted(SHARED_TPU.glob("*/truth.json")) + found
+    elif REQUIRE_SHARED:
+        raise RuntimeError(f"{SHARED_TPU} is missing; JAXTRACE_REQUIRE_SHARED=1 demands it")
+    return [p.parent for p in found]
+
+
+def case_id(p) -> str:
+    return ("shared-" if SHARED_TPU in p.parents else "lab-") + p.name
+
+
+@pytest.fixture(scope="module", params=cases(), ids=case_id)
+def job(request, tmp_path_factory):
+    """The whole job (investigate.py, with XProf's cross-check) on one case, once."""
+    case = request.param
+    out = tmp_path_factory.mktemp(case.name)
+    done = subprocess.run([sys.executable, "-P", str(REPO / "scripts" / "investigate.py"),
+                           str(case), "--out", str(out)], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return case, out, json.loads((case / "truth.json").read_text())
+
+
+def trace_events(case) -> list:
+    (path,) = case.glob("plugins/profile/*/*.trace.json.gz")
+    return json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+
+
+def test_the_verdict_is_the_truths_class(job):
+    case, out, truth = job
+    s1 = json.loads((out / "skip_stats.json").read_text())
+    assert CLASS_OF.get(s1["verdict"]) == truth["bound"], (s1["verdict"], s1["rule"])
+
+
+def test_the_step_period_is_the_annotations(job):
+    case, out, _ = job
+    starts = sorted(e["ts"] for e in trace_events(case)
+                    if e.get("ph") == "X" and "step_num" in (e.get("args") or {}))
+    profiled = statistics.median(b - a for a, b in zip(starts, starts[1:], strict=False))
+    ours = json.loads((out / "skip_stats.json").read_text())["figures"]["period_us"]["value"]
+    assert abs(ours - profiled) <= 0.02 * profiled, (ours, profiled)
+
+
+def test_the_top_instructions_are_xprofs(job):
+    _, out, _ = job
+    table = json.loads((out / "attribution" / "xplane" / "hlo_stats.json").read_text())
+    cols = [c["id"] for c in table["cols"]]
+    rows = [{k: (r["c"][i] or {}).get("v") for i, k in enumerate(cols)} for r in table["rows"]]
+    rows.sort(key=lambda r: -float(r["total_self_time"]))
+    theirs = [(str(r["program_id"]), r["hlo_op_name"].lstrip("%")) for r in rows[:5]]
+    import csv
+    with open(out / "attribution" / "ops.csv", newline="", encoding="utf-8") as fh:
+        ours = [(r["program_id"], r["instruction"]) for r in csv.DictReader(fh)][:5]
+    assert ours == theirs
+
+
+def _user_line(stack: str) -> str:
+    for frame in stack.splitlines():
+        path = frame.rsplit(":", 2)[0]
+        if frame and not any(p in path for p in FRAMEWORK_PARTS):
+            return ":".join(frame.split(":")[:2])
+    return ""
+
+
+def test_the_top_lines_are_the_ops_own_source_stacks(job):
+    """The three Python lines with the most op self time, from the trace's op events and their
+    own source_stack, against lines.csv's (file:line of its user frame)."""
+    case, out, _ = job
+    ops = sorted((e for e in trace_events(case) if e.get("ph") == "X" and e.get("pid") is not None
+                  and "hlo_category" in (e.get("args") or {})),
+                 key=lambda e: (e["pid"], e["tid"], e["ts"], -e["dur"]))
+    own: dict = {}
+    stack: list = []  # (end, key of the open op)
+    for e in ops:
+        key = (e["pid"], e["tid"])
+        while stack and (stack[-1][2] != key or stack[-1][0] <= e["ts"]):
+            stack.pop()
+        line = _user_line(e["args"].get("source_stack", ""))
+        own[line] = own.get(line, 0.0) + e["dur"]
+        if stack and e["ts"] + e["dur"] <= stack[-1][0]:
+            own[stack[-1][1]] -= e["dur"]
+        stack.append((e["ts"] + e["dur"], line, key))
+    theirs = [k for k, _ in sorted(((k, v) for k, v in own.items() if k),
+                                   key=lambda kv: -kv[1])][:3]
+    import csv
+    with open(out / "attribution" / "lines.csv", newline="", encoding="utf-8") as fh:
+        ours = [r["user_frame"].split(" ")[0] for r in csv.DictReader(fh) if r["user_frame"]][:3]
+    assert ours == theirs
+
+
+def test_the_draft_passes_its_fact_check(job):
+    _, out, _ = job
+    fc = json.loads((out / "factcheck.json").read_text())
+    assert fc["status"] == "done" and not fc.get("failing"), fc.get("counts")
