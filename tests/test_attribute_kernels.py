@@ -1113,8 +1113,8 @@ def test_shared_captures_matched_in_shares_are_the_same(tmp_path, monkeypatch, c
                      } if att.is_dir() else {}
             got.append((code, err[-1] if code else "", files))
         assert got[0] == got[1], run_dir
-        if got[0][0] == 0:
+        space = xplane_reader.space_of(capture_inputs.open_capture(str(run_dir)), lazy=True)
+        if got[0][0] == 0 and space.gpu_planes():  # a TPU's op runs are read, not matched
             attributed += 1
-            split += len(ak.gpu_shares(xplane_reader.space_of(
-                capture_inputs.open_capture(str(run_dir)), lazy=True))) > 1
+            split += len(ak.gpu_shares(space)) > 1
     assert split == attributed >= 6  # each was matched in two shares
