@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # bootstrap; sibling.p
 import sibling  # noqa: F401
 import model_checks  # sibling skill: step 1's counts of the trace
 from jaxperf.cost import gpu_ceilings
-from tracekit import capture_inputs, scratch, step_cli, trace_reader
+from tracekit import capture_inputs, scratch, step_cli, tpu, trace_reader
 from tracekit import trace_rules as rules
 
 RESULT_FILE = "capture_info.json"
@@ -50,11 +50,19 @@ DEVICE_STATS = ("device_vendor", "core_count", "clock_rate", "memory_size", "mem
 
 
 def gpu_counts_xplane(space) -> dict[int, dict]:
+    """Per device plane (a GPU's, or a TPU core's) its stats, lines and the events the trace
+    would hold too (a TPU's `Async XLA Ops` line is the xplane's alone: left out of the count)."""
+    from jaxperf.tpu import op_runs
     out = {}
     for plane in space.gpu_planes():
         streams = {ln.id: (ln.name, len(ln)) for ln in plane.lines}
-        out[plane.gpu_ordinal] = {"stats": plane.stats, "lines": streams,
+        out[plane.gpu_ordinal] = {"kind": "GPU", "stats": plane.stats, "lines": streams,
                                   "events": sum(n for _, n in streams.values())}
+    for plane in op_runs.tpu_planes(space):
+        lines = {ln.id: (ln.name, len(ln)) for ln in plane.lines}
+        out[op_runs.ordinal(plane)] = {
+            "kind": "TPU", "stats": plane.stats, "lines": lines,
+            "events": sum(n for name, n in lines.values() if name != tpu.ASYNC_LINE)}
     return out
 
 
@@ -127,6 +135,8 @@ def xplane_facts(space) -> dict:
         facts["profile_ms"] = (stop - start) / 1e6
     facts["profiler"] = profiler_calls(host)
     facts["gpu"] = gpu_ceilings.identify_space(space)
+    from jaxperf.tpu import chip
+    facts["tpu"] = chip.describe(space)
     facts["repeated_stat_events"] = space.repeated_stat_events  # after every decode
     return facts
 
@@ -141,7 +151,8 @@ def build_inventory(files, xf, tf, programs, xplane_error, trace_error) -> dict:
     for o in sorted(set(xg) | set(tg)):
         x, t = xg.get(o), tg.get(o)
         idle = (x is None or not x["lines"]) and (t is None or t["events"] == 0)
-        g = {"ordinal": o, "idle": idle,
+        g = {"ordinal": o, "kind": x["kind"] if x else (tf.get("kinds") or {}).get(str(o), "GPU"),
+             "idle": idle,
              "xplane_events": x["events"] if x else None,
              "trace_events": t["events"] if t else None,
              "device": {k: x["stats"][k] for k in DEVICE_STATS if x and k in x["stats"]},
@@ -151,7 +162,7 @@ def build_inventory(files, xf, tf, programs, xplane_error, trace_error) -> dict:
         if not idle:
             if x and t:
                 g["agree"] = x["events"] == t["events"]
-            checks.append({"name": "GPU events per device: json = xplane", "device": o,
+            checks.append({"name": f"{g['kind']} events per device: json = xplane", "device": o,
                            "status": "not checkable" if g["agree"] is None else
                            ("pass" if g["agree"] else "fail"),
                            "xplane": g["xplane_events"], "trace": g["trace_events"]})
@@ -166,7 +177,7 @@ def build_inventory(files, xf, tf, programs, xplane_error, trace_error) -> dict:
               "trace": {"file": files.trace.name if files.trace else None, "error": trace_error,
                         "notes": list(tf["notes"]) if tf else []},
               "gpus": gpus, "cpu_thunk_events": None, "host": None, "profile_ms": None,
-              "profiler": None, "gpu_model": None,
+              "profiler": None, "gpu_model": None, "device": None,
               "repeated_stat_events": 0,
               "programs": programs, "checks": checks, "refusals": refusals}
     if xf:
@@ -187,6 +198,10 @@ def build_inventory(files, xf, tf, programs, xplane_error, trace_error) -> dict:
         result["gpu_model"] = {k: xf["gpu"].get(k) for k in ("model", "basis", "why",
                                                               "devices")}
         result["repeated_stat_events"] = xf["repeated_stat_events"]
+        result["device"] = xf["tpu"] or {
+            "kind": "GPU" if xg else ("CPU" if xf["cpu_thunk_events"] else None),
+            "model": xf["gpu"].get("model"), "cores": len(xg), "peaks": None,
+            "versions": None}
     if programs is not None and not programs:
         refusals.append("cannot attribute kernels to instructions or source lines because the "
                         "xplane holds no HLO (/host:metadata)")
@@ -214,11 +229,11 @@ def render(r: dict) -> list[str]:
                    + (f" (unreadable: {f['error']})" if f["error"] else ""))
         out += [f"note: {n}" for n in f.get("notes", ())]
     for g in r["gpus"]:
-        o = g["ordinal"]
+        o, kind = g["ordinal"], g.get("kind", "GPU")
         if g["idle"]:
-            out.append(f"GPU {o}: idle (no events)")
+            out.append(f"{kind} {o}: idle (no events)")
             continue
-        parts = [f"GPU {o}:"]
+        parts = [f"{kind} {o}:"]
         if g["xplane_events"] is not None:
             parts.append(f"{len(g['lines'])} lines, {g['xplane_events']} events in the xplane;")
         if g["trace_events"] is not None:
@@ -226,10 +241,11 @@ def render(r: dict) -> list[str]:
         parts.append("(one file only: nothing to compare)" if g["agree"] is None else
                      ("agree" if g["agree"] else "DIFFER"))
         out.append(" ".join(parts))
-        if g["xplane_events"] is not None:
+        if g["xplane_events"] is not None and kind == "GPU":
             desc = ", ".join(f"{k}={g['device'][k]}{DEVICE_STAT_UNITS.get(k, '')}"
                              for k in DEVICE_STATS if k in g["device"])
             out.append(f"  device: {desc or 'no device stats'}")
+        if g["xplane_events"] is not None:
             for ln in g["lines"]:
                 out.append(f"  line {ln['id']} {ln['name']!r}: {ln['events']} events")
     if not r["gpus"]:
@@ -259,11 +275,20 @@ def render(r: dict) -> list[str]:
         out.append(f"  traced work (from the end of start_trace to stop_trace): "
                    f"{p['between_ms']:.3f} ms")
     g = r.get("gpu_model")
-    if g:
+    if g and (r.get("device") or {}).get("kind") != "TPU":
         out.append(f"GPU model: {g['model']} (its vendor, compute capability, cores, clock and "
                    f"memory match that model's row; evidence {g['basis']}: "
                    "references/peaks-sources.md)" if g["model"] else
                    f"GPU model: not identified ({g['why']})")
+    d = r.get("device") or {}
+    if d.get("kind") == "TPU":
+        out.append(f"TPU: {d['model']} ({d['generation'] or 'generation not read'}), "
+                   f"{d['cores']} core(s) in the capture"
+                   + (", megacore" if d["megacore"] else ""))
+        out.append("  peaks (read from the device plane; not a datasheet): " + (", ".join(
+            f"{k} {v['value']:.4g} {v['unit']}" for k, v in d["peaks"].items()) or "none"))
+        v = d["versions"]
+        out.append(f"  jax {v['jax']}, jaxlib {v['jaxlib']}; TPU runtime: {v['tpu_runtime']}")
     if r["repeated_stat_events"]:
         out.append(f"note: {r['repeated_stat_events']} stats repeated a key on one event; "
                    "the first value was kept")

@@ -142,12 +142,9 @@ def collect_part(path, events: list, processes: dict, threads: dict,
 def _collect(events, processes, threads, release) -> tuple:
     gpu_pid = {pid: o for o, pid in trace_reader.gpu_ordinals(processes).items()}
     host_pids = {pid for pid, name in processes.items() if name == trace_reader.HOST_CPU_PROCESS}
-    stream_threads = {k for k, name in threads.items() if name.startswith("Stream #")}
+    stream_threads = trace_reader.device_lanes(processes, threads)
     tpu_pids = {pid for pid, name in processes.items() if tpu.is_tpu(name)}
-    # a TPU's op lines are its lanes (its events are HLO instruction runs); its program runs
-    # are kept apart (tracekit.tpu)
-    stream_threads |= {k for k, name in threads.items()
-                       if k[0] in tpu_pids and name in tpu.OP_LINES}
+    # a TPU's program runs are kept apart (tracekit.tpu)
     run_threads = {k for k, name in threads.items()
                    if k[0] in tpu_pids and name == tpu.MODULE_LINE}
     runs = []
@@ -289,11 +286,15 @@ def _merged(trace, parts) -> Collected:
         marked += p_marked
         last = max(last, p_last)
     per_gpu = {o: other.get(pid, 0) for pid, o in gpu_pid.items()}
+    for r in runs:  # a TPU's program runs: events of its process too
+        per_gpu[r[0]] += 1
     per_stream = {}
     for (pid, tid), t in totals.items():
         per_stream[(gpu_pid[pid], tid)] = t
         per_gpu[gpu_pid[pid]] += t[0]
     facts = {"gpu_events": [[o, k] for o, k in sorted(per_gpu.items())],
+             "kinds": {str(o): "TPU" for pid, o in gpu_pid.items()
+                       if tpu.is_tpu(trace.processes.get(pid, ""))},
              "host_events": sum(map(len, host_threads.values())),
              "notes": list(getattr(trace, "notes", ()))}
     return Collected(gpu, sum(other.values()), host_threads, by_corr,

@@ -15,7 +15,7 @@ import statistics
 
 import gpu_events
 import skip_analysis
-from tracekit import trace_reader
+from tracekit import tpu, trace_reader
 from tracekit import trace_rules as rules
 
 # Compute + memcpy time per step (collectives left out: they include waiting for peers) of GPUs
@@ -43,7 +43,7 @@ def trace_totals(trace) -> tuple[dict, dict]:
     trace (`gpu_events`: [ordinal, events] of every GPU process, `host_events`: the host
     process's events, `notes`: what the reader repaired)."""
     ordinal = {pid: o for o, pid in trace.gpu_pids().items()}
-    streams = {k for k, name in trace.threads.items() if name.startswith("Stream #")}
+    streams = trace_reader.device_lanes(trace.processes, trace.threads)
     host = set(trace.host_pids())
     per_gpu = {o: 0 for o in ordinal.values()}
     n_host = 0
@@ -61,6 +61,8 @@ def trace_totals(trace) -> tuple[dict, dict]:
             e[0] += 1
             e[1] += ps(ev.get("dur", 0))
     facts = {"gpu_events": [[o, n] for o, n in sorted(per_gpu.items())], "host_events": n_host,
+             "kinds": {str(o): "TPU" for pid, o in ordinal.items()
+                       if tpu.is_tpu(trace.processes.get(pid, ""))},
              "notes": list(trace.notes)}
     return out, facts
 

@@ -933,9 +933,16 @@ declare(File(
 - `step` (`capture_info`), `status` (`done`), `capture` (`run_dir`, `host`, `hosts`, `notes`,
   `trace` and `xplane`: each file's identity record, `file`, `bytes`, `mtime_ns`, or null),
   `xplane` and `trace` (`file`, `error`: null, or why it could not be read).
-- `gpus`: one per GPU plane or trace process: `ordinal`, `idle`, `xplane_events`,
-  `trace_events` (null where that file lacks it), `agree` (null where only one file has it),
-  `device` (the plane's device stats), `lines` (`id`, `name`, `events`).
+- `gpus`: one per device plane or trace process (a GPU, or a TPU core): `ordinal`, `kind`
+  (`GPU` or `TPU`), `idle`, `xplane_events`, `trace_events` (null where that file lacks it; a
+  TPU's `Async XLA Ops` line, the xplane's alone, is not counted), `agree` (null where only
+  one file has it), `device` (the plane's device stats), `lines` (`id`, `name`, `events`).
+- `device`: the device record, null without a readable xplane: `kind` (`GPU`, `TPU`, `CPU` or
+  null), `model`, `cores` (device planes), `peaks` (null for a GPU: step 5's ceilings; for a
+  TPU name -> `{value, unit, label: read, source}`, each read from the device plane's stats:
+  `mxu_flops_per_s`, `hbm_bytes_per_s` and the on-chip memories' read and write bandwidths),
+  `versions` (null for a GPU; a TPU's `jax`, `jaxlib`, `tpu_runtime`); a TPU's also
+  `generation` (`v5 lite`) and `megacore`.
 - `cpu_thunk_events` (CPU captures), `host` (`lines`, `xplane_events`, `trace_events`),
   `profile_ms` (the profile's wall clock), `repeated_stat_events`.
 - `profiler`: null where the host plane records no profiler call, else `start_trace_ms`,

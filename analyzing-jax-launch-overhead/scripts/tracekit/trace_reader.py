@@ -44,7 +44,7 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tracekit import base
+from tracekit import base, tpu
 from tracekit.base import StepError, progress
 from tracekit.forked import FRAME_LENGTH, can_fork, received_frame, send_frame
 from tracekit.trace_rules import MAX_NAME_CHARS, MAX_TIME_PS, cut_name, runs_past_capture
@@ -127,6 +127,14 @@ def gpu_ordinals(processes: dict) -> dict[int, int]:
         if m:
             out[int(m.group(1))] = pid
     return dict(sorted(out.items()))
+
+
+def device_lanes(processes: dict, threads: dict) -> set:
+    """The (pid, tid) of every device lane: a GPU's `Stream #` lines, a TPU core's op line
+    (tracekit.tpu.OP_LINES: its events are the instructions' runs)."""
+    tpu_pids = {pid for pid, name in processes.items() if tpu.is_tpu(name)}
+    return {k for k, name in threads.items()
+            if name.startswith("Stream #") or (k[0] in tpu_pids and name in tpu.OP_LINES)}
 
 
 def ps(us) -> int:

@@ -1,0 +1,55 @@
+"""A TPU chip as its capture describes it: model, generation, cores, peaks and versions.
+
+The device plane (`/device:TPU:<n>`, one per core) carries `device_type_string` ("TPU v5 Lite"),
+`has_megacore`, and the chip's peaks as XProf reads them from the runtime:
+`peak_teraflops_per_second` (the MXU's bf16 peak), `peak_hbm_bw_gigabytes_per_second`, and
+the on-chip memories' bandwidths (VMEM, SRAM, CMEM: read and write). `/host:metadata` carries
+`jax_version`, `jaxlib_version` and `tpu_version` (the TPU runtime's build line). Every figure
+here is *read* from the capture; nothing comes from a datasheet.
+"""
+
+from __future__ import annotations
+
+import re
+
+from jaxperf.read.xplane_reader import TPU_PLANE_RE
+
+GENERATION_RE = re.compile(r"\bv(\d+)([a-z]*)\b\s*(\w+)?", re.I)
+# plane stat -> (peak name, unit, factor to the unit)
+PEAK_STATS = (("peak_teraflops_per_second", "mxu_flops_per_s", "FLOP/s", 1e12),
+              ("peak_hbm_bw_gigabytes_per_second", "hbm_bytes_per_s", "B/s", 1e9),
+              ("peak_vmem_rd_bw_gigabytes_per_second", "vmem_read_bytes_per_s", "B/s", 1e9),
+              ("peak_vmem_wr_bw_gigabytes_per_second", "vmem_write_bytes_per_s", "B/s", 1e9),
+              ("peak_sram_rd_bw_gigabytes_per_second", "sram_read_bytes_per_s", "B/s", 1e9),
+              ("peak_sram_wr_bw_gigabytes_per_second", "sram_write_bytes_per_s", "B/s", 1e9),
+              ("peak_cmem_rd_bw_gigabytes_per_second", "cmem_read_bytes_per_s", "B/s", 1e9),
+              ("peak_cmem_wr_bw_gigabytes_per_second", "cmem_write_bytes_per_s", "B/s", 1e9))
+
+
+def describe(space) -> dict | None:
+    """The chip of a TPU capture (None where the xplane has no TPU plane): `kind` TPU, `model`,
+    `generation`, `cores` (device planes), `megacore`, `peaks` (name -> {value, unit, label
+    read, source: the plane stat}; a peak the plane gives as 0 is left out: not measured, not
+    zero), `versions` (jax, jaxlib, the TPU runtime's build line)."""
+    planes = [p for p in space.planes if TPU_PLANE_RE.match(p.name)]
+    if not planes:
+        return None
+    stats = next((p.stats for p in planes if p.stats.get("device_type_string")), planes[0].stats)
+    model = str(stats.get("device_type_string") or "") or None
+    m = GENERATION_RE.search(model or "")
+    peaks = {}
+    for stat, name, unit, factor in PEAK_STATS:
+        v = stats.get(stat)
+        if isinstance(v, int | float) and v > 0:
+            peaks[name] = {"value": float(v) * factor, "unit": unit, "label": "read",
+                           "source": f"{planes[0].name} stat {stat}"}
+    meta = space.plane("/host:metadata")
+    ms = meta.stats if meta is not None else {}
+    runtime = str(ms.get("tpu_version") or "")
+    return {"kind": "TPU", "model": model,
+            "generation": f"v{m.group(1)}{m.group(2) or ''}" + (
+                f" {m.group(3).lower()}" if m and m.group(3) else "") if m else None,
+            "cores": len(planes), "megacore": bool(stats.get("has_megacore")),
+            "peaks": peaks,
+            "versions": {"jax": ms.get("jax_version"), "jaxlib": ms.get("jaxlib_version"),
+                         "tpu_runtime": " ".join(runtime.split()) or None}}
