@@ -1036,8 +1036,9 @@ def select(spec: str | None) -> list[str]:
     asked = [s.strip() for s in spec.split(",") if s.strip()]
     unknown = [s for s in asked if s not in CASES]
     if unknown:
-        raise SystemExit(f"tpu_lab: unknown case(s) {', '.join(unknown)}; known: "
-                         f"{', '.join(CASES)}")
+        print(f"tpu_lab: unknown case(s) {', '.join(unknown)}; known: {', '.join(CASES)}",
+              file=sys.stderr)
+        raise SystemExit(2)
     wanted = set(asked)
     for s in asked:
         if s in PAIRS and PAIRS[s].after not in wanted:

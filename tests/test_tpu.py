@@ -19,6 +19,8 @@ import pytest
 
 from conftest import REPO, REQUIRE_SHARED, SHARED_CAPTURES
 
+pytestmark = pytest.mark.slow  # a whole job per capture, XProf's conversion included
+
 LAB = REPO / "tests" / "data" / "tpu"
 SHARED_TPU = SHARED_CAPTURES / "tpu-v5e"
 # step 1's verdict -> the class a truth names

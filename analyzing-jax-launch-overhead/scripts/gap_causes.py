@@ -125,7 +125,13 @@ def gap_parts(prev_end: int, ev) -> list:
     launch), device_wait once it had (a queued kernel that waits: a dependency on another
     stream or GPU, a pipeline stage's input), unknown where no launch joined. A host_late gap
     whose kernel starts more than QUEUED_START_PS after its launch ended is cut there: the rest
-    is the device's. Returns [(start, end, cause)]."""
+    is the device's. A TPU op (joined to its program's `dispatch`) waits on the device inside
+    its program run, on the host before it. Returns [(start, end, cause)]."""
+    if ev.join == "dispatch" and ev.launch:
+        # a TPU op: inside its program run the device waits on itself; before the run starts
+        # the device has no program: it waits on the host's dispatch and the runtime's launch
+        inside = ev.launch["run_start"] <= prev_end
+        return [(prev_end, ev.start, "device_wait" if inside else "host_late")]
     if ev.join in rules.QUEUED_BY and ev.launch:
         lend = ev.launch["start"] + ev.launch["dur"]
         if lend <= prev_end:

@@ -13,9 +13,12 @@ correlation ids. XLA's trace of a TPU (`/device:TPU:<n>`) has these lines:
 The host (`/host:CPU`) dispatches each program run with one call (`DISPATCH_NAMES`). An op run
 is joined to its program run (the module event on its device that holds it in time) and that run
 to its dispatch: the k-th run on a device to the k-th dispatch that started before it (runs are
-executed in dispatch order on one device; the clocks are aligned only to within
-CLOCK_SKEW_PS). Its join kind is `dispatch`: the host call that queued
-it, as a graph launch queues every kernel of a graph on a GPU.
+executed in dispatch order on one device; the clocks are aligned only to within CLOCK_SKEW_PS).
+Its join kind is `dispatch` and its `launch` that dispatch with the run's start (`run_start`):
+the host call that queued it, as a graph launch queues every kernel of a graph on a GPU. A gap
+before a run's first op is the host's (the device has no program until the host dispatches
+it and the runtime starts it); a gap between the ops of one run is the device's
+(gap_causes.gap_parts).
 """
 
 from __future__ import annotations
@@ -115,6 +118,7 @@ def join_runs(ops: list, runs: list, host_threads: dict) -> dict:
                 k += 1
                 joined_runs += 1
                 executions.setdefault(id(h), (h, module_name(name)[0]))
+                h = {**h, "run_start": s}  # the run's own view of its dispatch
             launch.append(h)
         run_of[d] = ([s for s, _, _ in lst], [e for _, e, _ in lst],
                      [module_name(n)[0] for _, _, n in lst], launch)
