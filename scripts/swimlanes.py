@@ -83,7 +83,8 @@ HOST_GAP_EVENTS = 3     # host events named in a GPU-gap bar's tooltip line (lar
 KINDS = ("compute", "gemm", "collective", "copy", "memset")  # GPU bar kinds, drawing order
 KIND_CLASS = {"compute": "kc", "gemm": "kg", "gemm_aux": "kg", "collective": "kn", "copy": "km",
               "memset": "ks", "launch": "hl", "graph_launch": "hg", "other": "ho"}
-HOST_KIND_OF_JOIN = {"launch": "launch", "graph_launch": "graph_launch", "other": "other"}
+HOST_KIND_OF_JOIN = {"launch": "launch", "graph_launch": "graph_launch", "other": "other",
+                     "dispatch": "launch"}  # a TPU program run's dispatch: its one launch
 KIND_WORDS = {"kc": "compute", "kg": "GEMM", "kn": "collective", "km": "memcpy", "ks": "memset",
               "hl": "launch call", "hg": "graph launch", "ho": "other host call"}
 GAP_CLASS = {"host_late": "gl", "device_wait": "gw", "unknown": "gu"}

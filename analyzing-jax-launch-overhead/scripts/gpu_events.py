@@ -145,8 +145,8 @@ def _collect(events, processes, threads, release) -> tuple:
     stream_threads = trace_reader.device_lanes(processes, threads)
     tpu_pids = {pid for pid, name in processes.items() if tpu.is_tpu(name)}
     # a TPU's program runs are kept apart (tracekit.tpu)
-    run_threads = {k for k, name in threads.items()
-                   if k[0] in tpu_pids and name == tpu.MODULE_LINE}
+    run_threads = {k: name == tpu.STEPS_LINE for k, name in threads.items()
+                   if k[0] in tpu_pids and name in (tpu.MODULE_LINE, tpu.STEPS_LINE)}
     runs = []
     gpu = []
     other: dict[int, int] = {}  # GPU pid -> its events on lines that are not streams
@@ -179,9 +179,9 @@ def _collect(events, processes, threads, release) -> tuple:
             if o is not None:
                 key = (pid, ev["tid"])
                 if key not in stream_threads:
-                    if key in run_threads:
+                    if key in run_threads:  # a program run, or a device step (its Steps line)
                         runs.append((o, round(ev["ts"] * 1_000_000), round(ev["dur"] * 1_000_000),
-                                     ev["name"]))
+                                     ev["name"], run_threads[key]))
                     else:
                         other[pid] = other.get(pid, 0) + 1
                     continue

@@ -23,6 +23,7 @@ Exit codes: 0 done (refusals included); 1 the input cannot be read or is not a t
 
 from __future__ import annotations
 
+import bisect
 import gc
 import sys
 from pathlib import Path
@@ -79,7 +80,9 @@ def analyse(trace, release: bool = False) -> tuple[Analysis, dict]:
     if other_gpu_lines:
         notes.append(f"{other_gpu_lines} events on GPU lines that are not streams (derived lines "
                      "such as Steps or TensorFlow Ops) were left out")
-    tpu_joins = tpu.join_runs(gpu, c.runs, host_threads) if c.runs else None
+    runs = [r[:4] for r in c.runs if not r[4]]
+    device_steps = [r[:4] for r in c.runs if r[4]]
+    tpu_joins = tpu.join_runs(gpu, runs, host_threads) if runs else None
     progress("joining GPU events to their launches", len(gpu), unit="GPU events")
     joins, launch_sample = join_events(gpu, by_corr)
     scan = host_scan(host_threads, c.marked)  # one pass over the host events for the steps
@@ -90,7 +93,14 @@ def analyse(trace, release: bool = False) -> tuple[Analysis, dict]:
                 (h["start"], h["start"] + h["dur"], module))
     tree = CallTree(host_threads, scan) if scan["tracer"] else None  # the Python calls' nesting
     progress("finding the steps", len(gpu), unit="GPU events")
-    steps, source, step_notes = find_steps(gpu, host_threads, c.last_end, scan, tree)
+    annotated = len({h["args"].get("step_num") for h in scan["marks"]})
+    line_notes, line_counts = tpu.steps_line_notes(device_steps, runs, annotated)
+    notes += line_notes
+    if line_counts and not annotated and tpu_joins is not None:
+        steps, source, step_notes = device_line_steps(device_steps, tpu_joins, scan), \
+            "the device's Steps line", []
+    else:
+        steps, source, step_notes = find_steps(gpu, host_threads, c.last_end, scan, tree)
     notes += step_notes
     program_call_starts(gpu, steps)
     assign_steps(gpu, steps)
@@ -105,6 +115,20 @@ def analyse(trace, release: bool = False) -> tuple[Analysis, dict]:
                  gap_events=GapIndex(host_threads, c.marked), thread_names=trace.threads,
                  trace_totals=(c.per_stream, c.facts))
     return a, joins
+
+
+def device_line_steps(device_steps: list, joins: dict, scan: dict) -> list:
+    """Steps framed from a TPU's Steps line (tracekit.tpu.steps_from_line), each with the
+    program executions that began inside it."""
+    from step_framing import StepFrame, program_executions
+    execs = program_executions(None, scan)
+    starts = [x.start for x in execs]
+    out = []
+    for n, s, e in tpu.steps_from_line(device_steps, joins["runs_of"]):
+        st = StepFrame(n, s, e, "device steps")
+        st.executions = execs[bisect.bisect_left(starts, s):bisect.bisect_left(starts, e)]
+        out.append(st)
+    return out
 
 
 def tpu_notes(j: dict, ops: int) -> list[str]:

@@ -223,9 +223,13 @@ def steps_lines(r: dict) -> list[str]:
 def joins_lines(r: dict) -> list[str]:
     """What the correlation ids joined, and notes on the ids that joined no launch."""
     j = r["joins"]
-    out = ["joins: " + ", ".join(f"{k} {j[k]}" for k in JOIN_KEYS)
-           + f" (of {r['gpu_events']} GPU events; join rate to a launch call "
-           f"{r['join_rate_pct_of_gpu_events']:.1f}%)"]
+    if j.get("dispatch"):  # a TPU's op runs: joined to their program's dispatch, not launched
+        out = [f"joins: dispatch {j['dispatch']} of {r['gpu_events']} op runs joined to their "
+               "program run's host dispatch (a TPU: no launch call or correlation id per op)"]
+    else:
+        out = ["joins: " + ", ".join(f"{k} {j[k]}" for k in JOIN_KEYS)
+               + f" (of {r['gpu_events']} GPU events; join rate to a launch call "
+               f"{r['join_rate_pct_of_gpu_events']:.1f}%)"]
     if j["other"]:
         out.append(f"note: {j['other']} GPU events carry a correlation id that belongs to a "
                    "host event that is not a launch (e.g. a stream wait): they are not joined "

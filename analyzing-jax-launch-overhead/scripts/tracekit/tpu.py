@@ -91,19 +91,78 @@ def dispatches(host_threads: dict) -> list[dict]:
     return []
 
 
+def steps_line_notes(device_steps: list, runs: list, annotated: int) -> tuple[list, bool]:
+    """What the device's `Steps` line says beside the host's step annotations and the program
+    runs (`device_steps`, `runs`: (device, start, dur, name) of each event; `annotated`: the
+    annotated steps): notes, and whether the line counts steps (one event per step: it may
+    frame them where the host has no annotation). A line with one event per program run while
+    a step holds several runs counts programs, not steps."""
+    if not device_steps:
+        return [], False
+    per_dev: dict = {}
+    for d, *_ in device_steps:
+        per_dev[d] = per_dev.get(d, 0) + 1
+    d0 = min(per_dev)
+    n_steps = per_dev[d0]
+    n_runs = sum(1 for r in runs if r[0] == d0)
+    if annotated and n_steps > annotated and n_steps == n_runs:
+        return [f"TPU: the device's Steps line counts {n_steps} 'steps', one per program run "
+                f"({n_runs} runs), where the host annotated {annotated} steps: it counts "
+                "programs, not steps, and is not used"], False
+    if annotated and n_steps != annotated:
+        return [f"TPU: the device's Steps line counts {n_steps} steps, the host's annotations "
+                f"{annotated}: the annotations frame the steps"], False
+    if annotated:
+        return [f"TPU: the device's Steps line agrees with the host's annotations "
+                f"({n_steps} steps)"], True
+    programs = {module_name(r[3])[0] for r in runs if r[0] == d0}
+    if n_steps == n_runs and len(programs) > 1:
+        return [f"TPU: no step annotation on the host, and the device's Steps line counts one "
+                f"'step' per program run ({n_runs} runs of {len(programs)} programs): it "
+                "counts programs, not steps, and is not used"], False
+    return [f"TPU: no step annotation on the host; the device's Steps line ({n_steps} steps, "
+            f"{n_runs} program runs) frames the steps"], True
+
+
+def steps_from_line(device_steps: list, joined: dict) -> list[tuple]:
+    """Steps from the device's Steps line (its first device's), where the host has no
+    annotation: (number, start, end) each, a step starting at the dispatch of its first program
+    run (the host's part of the step), else at the line's event; `joined`: join_runs' `runs`
+    (device -> [(run start, dispatch or None)])."""
+    d0 = min(d for d, *_ in device_steps)
+    mine = sorted((s, s + dur, name) for d, s, dur, name in device_steps if d == d0)
+    runs = joined.get(d0, [])
+    run_starts = [r[0] for r in runs]
+    out = []
+    for i, (s, e, name) in enumerate(mine):
+        j = bisect.bisect_left(run_starts, s)
+        first = runs[j][1] if j < len(runs) and runs[j][0] < e else None
+        start = min(s, first["start"]) if first is not None else s
+        try:
+            number = int(name)
+        except ValueError:
+            number = i
+        out.append((number, start, e))
+    for k in range(len(out) - 1):  # a step ends where the next one's host part begins
+        n, st, en = out[k]
+        out[k] = (n, st, min(en, out[k + 1][1]) if out[k + 1][1] > st else en)
+    return out
+
+
 def join_runs(ops: list, runs: list, host_threads: dict) -> dict:
     """Give each TPU op run (a step-1 event on a TPU's op line) its program (`module`: the
     module event on its device that holds its start) and its dispatch (`launch`, `join`
     "dispatch"); `runs`: (device, start ps, dur ps, name) of every `XLA Modules` event. Returns
     the counts (`dispatch`: ops joined; `no_run`: ops outside any program run; `runs`,
-    `runs_dispatched`) and `executions`: (dispatch host event, module) per joined run, for step
-    framing."""
+    `runs_dispatched`), `executions`: (dispatch host event, module) per joined run, for step
+    framing, and `runs_of`: device -> [(run start, its dispatch or None)]."""
     disp = dispatches(host_threads)
     starts = [h["start"] for h in disp]
     by_dev: dict[int, list] = {}
     for d, s, dur, name in runs:
         by_dev.setdefault(d, []).append((s, s + dur, name))
     run_of: dict[int, tuple] = {}  # device -> (starts, ends, module names, dispatch of each)
+    joined: dict[int, list] = {}  # device -> [(run start, its dispatch or None)]
     executions: dict[int, tuple] = {}
     joined_runs = 0
     for d, lst in by_dev.items():
@@ -122,6 +181,7 @@ def join_runs(ops: list, runs: list, host_threads: dict) -> dict:
             launch.append(h)
         run_of[d] = ([s for s, _, _ in lst], [e for _, e, _ in lst],
                      [module_name(n)[0] for _, _, n in lst], launch)
+        joined[d] = list(zip(run_of[d][0], launch, strict=True))
     counts = {"dispatch": 0, "no_run": 0, "runs": len(runs), "runs_dispatched": joined_runs,
               "dispatch_calls": len(disp)}
     for ev in ops:
@@ -137,4 +197,5 @@ def join_runs(ops: list, runs: list, host_threads: dict) -> dict:
             ev.join = "dispatch"
             counts["dispatch"] += 1
     counts["executions"] = sorted(executions.values(), key=lambda x: x[0]["start"])
+    counts["runs_of"] = joined
     return counts

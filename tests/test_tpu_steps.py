@@ -1,0 +1,64 @@
+"""How step 1 frames a TPU capture's steps (standard library only): the host's annotations, the
+device's Steps line where it counts steps, the cycle of program runs where it counts programs,
+on the lab's real captures (tests/data/tpu/) and on copies with the annotations taken out."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+
+import pytest
+
+from conftest import REPO
+
+LAB = REPO / "tests" / "data" / "tpu"
+
+
+def _step1(capture, out):
+    import skip_stats
+    (trace,) = capture.glob("plugins/profile/*/*.trace.json.gz")
+    result, _ = skip_stats.run(trace, out)
+    return result
+
+
+def _without_annotations(case, tmp_path):
+    """A copy of a lab capture whose trace has no StepTraceAnnotation events."""
+    dst = tmp_path / case
+    shutil.copytree(LAB / case / "plugins", dst / "plugins")
+    (trace,) = dst.glob("plugins/profile/*/*.trace.json.gz")
+    data = json.loads(gzip.decompress(trace.read_bytes()))
+    data["traceEvents"] = [e for e in data["traceEvents"]
+                           if "step_num" not in (e.get("args") or {})]
+    trace.write_bytes(gzip.compress(json.dumps(data).encode()))
+    return dst
+
+
+def test_a_steps_line_that_counts_programs_is_said_and_not_used(tmp_path):
+    r = _step1(LAB / "host_sync", tmp_path / "out")
+    assert r["steps"]["source"].startswith("StepTraceAnnotation")
+    assert any("counts programs, not steps" in n and "15 runs" in n for n in r["notes"])
+    assert r["figures"]["executions_per_step"]["value"] == 3
+
+
+def test_a_steps_line_that_agrees_with_the_annotations_is_said(tmp_path):
+    r = _step1(LAB / "flax_optax_fused", tmp_path / "out")
+    assert any("agrees with the host's annotations (5 steps)" in n for n in r["notes"])
+
+
+@pytest.mark.parametrize("case, source, steps", [
+    ("flax_optax_fused", "the device's Steps line", 5),
+    ("host_sync", "the repeating cycle of 3 program executions", 5),
+])
+def test_without_annotations_the_steps_come_from_the_device_or_the_cycle(tmp_path, case,
+                                                                         source, steps):
+    r = _step1(_without_annotations(case, tmp_path), tmp_path / "out")
+    assert r["steps"]["source"].startswith(source), r["steps"]["source"]
+    assert len(r["steps"]["analysed"]) == steps
+    assert r["verdict"] == "launch-bound"
+
+
+def test_every_op_run_joins_its_program_run_and_dispatch(tmp_path):
+    r = _step1(LAB / "host_sync", tmp_path / "out")
+    assert r["joins"]["dispatch"] == r["gpu_events"] and r["join_rate_pct_of_gpu_events"] == 0
+    assert any("15 program runs, 15 of them joined" in n for n in r["notes"])
