@@ -259,8 +259,31 @@ def check_stream_budgets(a, stream_acc, by_stream) -> list[dict]:
     return out
 
 
+def check_program_runs(a) -> list[dict]:
+    """A TPU's records nest: every op run inside a program run on its device, every program
+    run joined to the host's dispatch of it (tracekit.tpu.join_runs' counts)."""
+    j = getattr(a, "tpu_joins", None)
+    if not j:
+        return []
+    ops = j["dispatch"] + j["no_run"] + j.get("undispatched", 0)
+    inside = ops - j["no_run"]
+    out = [row("ops_in_program_runs", "", "", "pass" if not j["no_run"] else "fail", inside,
+               ops, "count", "op runs inside a program run", "op runs", "" if not j["no_run"]
+               else f"{j['no_run']} of {ops} TPU op runs lie outside every program run on their "
+               "device: they have no program and no dispatch")]
+    ok = j["runs_dispatched"] == j["runs"]
+    out.append(row("program_runs_dispatched", "", "", "pass" if ok else "fail",
+                   j["runs_dispatched"], j["runs"], "count",
+                   "program runs joined to a host dispatch", "program runs", "" if ok else
+                   f"{j['runs'] - j['runs_dispatched']} of {j['runs']} TPU program runs join no "
+                   "host dispatch (dispatched before the capture began, or by a host not "
+                   "recorded): the gaps before them are of unknown cause"))
+    return out
+
+
 def rows(a, step_rows, stream_acc, info, idle_gpus) -> list[dict]:
-    """Checks 2 to 5 on step 1's analysis `a` and its per-step tables, in reconcile's order."""
-    return (check_joins(a) + check_kernels_per_step(a, step_rows)
+    """Checks 2 to 5 on step 1's analysis `a` and its per-step tables, in reconcile's order
+    (a TPU's nesting of op runs in program runs in dispatches with check 2)."""
+    return (check_joins(a) + check_program_runs(a) + check_kernels_per_step(a, step_rows)
             + check_same_work(a, step_rows, idle_gpus, info.get("groups"), info.get("compared"))
             + check_stream_budgets(a, stream_acc, info["by_stream"]))

@@ -79,6 +79,7 @@ class Analysis:
     thread_names: dict = field(default_factory=dict)
     stream_names: dict = field(default_factory=dict)
     trace_totals: tuple = field(default_factory=lambda: ({}, {}))
+    tpu_joins: dict | None = None  # a TPU's: tracekit.tpu.join_runs' counts
 
 
 def step_refusals(gpu, launches: bool, analysed) -> list[str]:

@@ -113,7 +113,7 @@ def analyse(trace, release: bool = False) -> tuple[Analysis, dict]:
                  exec_of=exec_of, host_threads=host_threads, python_tracer_on=scan["tracer"],
                  call_tree=tree,
                  gap_events=GapIndex(host_threads, c.marked), thread_names=trace.threads,
-                 trace_totals=(c.per_stream, c.facts))
+                 trace_totals=(c.per_stream, c.facts), tpu_joins=tpu_joins)
     return a, joins
 
 

@@ -182,7 +182,8 @@ def join_runs(ops: list, runs: list, host_threads: dict) -> dict:
         run_of[d] = ([s for s, _, _ in lst], [e for _, e, _ in lst],
                      [module_name(n)[0] for _, _, n in lst], launch)
         joined[d] = list(zip(run_of[d][0], launch, strict=True))
-    counts = {"dispatch": 0, "no_run": 0, "runs": len(runs), "runs_dispatched": joined_runs,
+    counts = {"dispatch": 0, "no_run": 0, "undispatched": 0, "runs": len(runs),
+              "runs_dispatched": joined_runs,
               "dispatch_calls": len(disp)}
     for ev in ops:
         r = run_of.get(ev.device)
@@ -196,6 +197,8 @@ def join_runs(ops: list, runs: list, host_threads: dict) -> dict:
             ev.launch = h
             ev.join = "dispatch"
             counts["dispatch"] += 1
+        else:
+            counts["undispatched"] += 1
     counts["executions"] = sorted(executions.values(), key=lambda x: x[0]["start"])
     counts["runs_of"] = joined
     return counts
