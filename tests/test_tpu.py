@@ -5,7 +5,8 @@ hlo_stats, converted by the xprof package) and the top Python lines (each op's o
 source_stack in the trace, framework frames skipped).
 
 Cases: every folder with a truth.json under ../shared/captures/tpu-v5e/ (real captures made on
-a TPU v5e) and under tests/data/tpu/ (this project's own lab, bench/tpu_lab.py)."""
+a TPU v5e), under tests/data/tpu/ (this project's own lab, bench/tpu_lab.py) and the bundled
+example examples/tpu-v5e-flax-optax/ (the lab's flax_optax)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from conftest import REPO, REQUIRE_SHARED, SHARED_CAPTURES
 pytestmark = pytest.mark.slow  # a whole job per capture, XProf's conversion included
 
 LAB = REPO / "tests" / "data" / "tpu"
+EXAMPLES = REPO / "examples"
 SHARED_TPU = SHARED_CAPTURES / "tpu-v5e"
 # step 1's verdict -> the class a truth names
 CLASS_OF = {"launch-bound": "host", "device-bound": "device", "mixed": "mixed",
@@ -30,7 +32,7 @@ FRAMEWORK_PARTS = ("/site-packages/", "/jax/", "/jaxlib/", "/flax/", "/optax/", 
 
 
 def cases() -> list:
-    found = sorted(LAB.glob("*/truth.json"))
+    found = sorted(LAB.glob("*/truth.json")) + sorted(EXAMPLES.glob("tpu-*/truth.json"))
     if SHARED_TPU.is_dir():
         found = sorted(SHARED_TPU.glob("*/truth.json")) + found
     elif REQUIRE_SHARED:
@@ -39,7 +41,8 @@ def cases() -> list:
 
 
 def case_id(p) -> str:
-    return ("shared-" if SHARED_TPU in p.parents else "lab-") + p.name
+    return ("shared-" if SHARED_TPU in p.parents else "example-" if EXAMPLES in p.parents
+            else "lab-") + p.name
 
 
 @pytest.fixture(scope="module", params=cases(), ids=case_id)

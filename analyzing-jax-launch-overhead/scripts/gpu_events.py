@@ -188,30 +188,20 @@ def _collect(events, processes, threads, release) -> tuple:
                 args = ev.get("args", empty)
                 name = ev["name"]
                 name = one(name, name)
-                if pid in tpu_pids:  # an op run: the event is the instruction
-                    hc = args.get("hlo_category", "")
-                    s, d = round(ev["ts"] * 1_000_000), round(ev["dur"] * 1_000_000)
-                    append_gpu((o, key[1], name, s, d, tpu.category(hc if type(hc) is str
-                                                                     else ""),
-                                name, "", "", False))
-                    t = totals.get(key)
-                    if t is None:
-                        t = totals[key] = [0, 0]
-                    t[0] += 1
-                    t[1] += d
-                    if s + d > last:
-                        last = s + d
-                    continue
-                op = args.get("hlo_op")
-                op = "" if op is None else one(op, op)
-                module = args.get("hlo_module")
-                module = "" if module is None else one(module, module)
-                cat = cats.get((name, op, "memcpy_details" in args))
-                if cat is None:
-                    cat = categorize(name, args)
                 s, d = round(ev["ts"] * 1_000_000), round(ev["dur"] * 1_000_000)
-                append_gpu((o, key[1], name, s, d, cat, op, module,
-                            args.get("correlation_id", ""), not graph_ids.isdisjoint(args)))
+                if pid in tpu_pids:  # an op run: the event is the instruction, no launch
+                    append_gpu((o, key[1], name, s, d, tpu.op_category(args), name, "", "",
+                                False))
+                else:
+                    op = args.get("hlo_op")
+                    op = "" if op is None else one(op, op)
+                    module = args.get("hlo_module")
+                    module = "" if module is None else one(module, module)
+                    cat = cats.get((name, op, "memcpy_details" in args))
+                    if cat is None:
+                        cat = categorize(name, args)
+                    append_gpu((o, key[1], name, s, d, cat, op, module,
+                                args.get("correlation_id", ""), not graph_ids.isdisjoint(args)))
                 t = totals.get(key)
                 if t is None:
                     t = totals[key] = [0, 0]

@@ -70,6 +70,12 @@ def category(hlo_category: str) -> str:
     return "compute"
 
 
+def op_category(args: dict) -> str:
+    """An op run's category from its trace args (its `hlo_category`)."""
+    hc = args.get("hlo_category", "")
+    return category(hc if type(hc) is str else "")
+
+
 def module_name(run_name: str) -> tuple[str, str]:
     """`jit_step(123)` -> ("jit_step", "123"); a name without an id -> (name, "")."""
     m = MODULE_NAME_RE.match(run_name)
