@@ -66,6 +66,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bootstrap; sibling.py: the platform
 import sibling  # noqa: F401
 from jaxperf.read import xprof_figures  # XProf's conversions, each in a child process
+from tracekit import gpu as gpu_rules
 from tracekit import scratch, step_cli
 from tracekit import trace_rules as rules  # the classification rules
 from tracekit.forked import Exchange, Forked, can_fork
@@ -390,10 +391,10 @@ def in_launch_order(ks) -> None:
         if k.corr is not None:
             shared[k.corr] = shared.get(k.corr, 0) + 1
     ks.sort(key=lambda k: (_as_int(k.corr), k.start))
-    kind_of = rules.kernel_kind
+    kind_of = gpu_rules.kernel_kind
     for k in ks:
         k.kind = kind = kind_of(k.name, k.hlo_op, k.category == "memcpy")
-        k.category = rules.CATEGORY_OF_KIND.get(kind, "compute")
+        k.category = gpu_rules.CATEGORY_OF_KIND.get(kind, "compute")
         # one launch for the matcher: a graph, or events sharing a correlation id
         k.group = k.graph or (k.corr is not None and shared[k.corr] > 1)
 

@@ -37,6 +37,7 @@ import sibling  # noqa: F401
 import model_checks  # sibling skill: step 1's counts of the trace
 from jaxperf.cost import gpu_ceilings
 from tracekit import capture_inputs, scratch, step_cli, tpu, trace_reader
+from tracekit import gpu as gpu_rules
 from tracekit import trace_rules as rules
 
 RESULT_FILE = "capture_info.json"
@@ -126,8 +127,8 @@ def xplane_facts(space) -> dict:
              "profile_ms": None}
     if host and not xg:
         stats = [e.stats for ln in host.lines for e in ln.events(HOST_STATS)]
-        facts["cpu_thunk_events"] = sum(1 for st in stats if rules.is_cpu_thunk(st))
-        facts["calls"] = sum(1 for st in stats if rules.is_gpu_runtime_call(st))
+        facts["cpu_thunk_events"] = sum(1 for st in stats if gpu_rules.is_cpu_thunk(st))
+        facts["calls"] = sum(1 for st in stats if gpu_rules.is_gpu_runtime_call(st))
     if host:
         facts["host"] = {"lines": len(host.lines), "xplane_events": host.event_count()}
     start, stop = space.profile_times_ns()

@@ -54,6 +54,7 @@ from jaxperf.steps.critical_path import (  # the steps, their frames and critica
     tables,
 )
 from tracekit import capture_inputs, scratch, step_cli
+from tracekit import gpu as gpu_rules
 from tracekit import trace_rules as rules  # tie rule, CSV writing, atomic files
 from tracekit.scratch import number
 from tracekit.trace_rules import number_text, us_text
@@ -375,7 +376,7 @@ def host_knob(lead: float, host_late: float, graph_pct: float, tracer: bool,
     first), and the Python tracer where its events fill the gaps."""
     sentences = HOST_GAP.knob
     between = sentences["between, in graphs" if graph_pct >= 50.0 else "between"]
-    setup = [(n, t) for n, t in events if rules.EXECUTION_SETUP_RE.match(n)]
+    setup = [(n, t) for n, t in events if gpu_rules.EXECUTION_SETUP_RE.match(n)]
     knob = []
     if lead >= LEADING_GAP_MAJORITY * host_late:
         knob.append(sentences["before, set-up"].format(

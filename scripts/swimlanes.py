@@ -48,6 +48,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bootstrap; sibling.py: the platform
 import sibling  # noqa: F401
 from jaxperf.report import svg  # SVG elements and text widths, shared with roofline.py
+from tracekit import gpu as gpu_rules
 from tracekit import scratch, step_cli
 from tracekit import trace_rules as rules  # the classification rules
 from tracekit.trace_rules import number_text, us_value  # units
@@ -234,7 +235,7 @@ class Rows:
                     acc = self.step_streams.setdefault(key, [0, 0, 0])
                     acc[cat_index.get(cat, 0)] += end - start
                 if start < v1 and (end > v0 or start >= v0):
-                    kind = rules.kernel_kind(name, hlo_op, cat == "memcpy")
+                    kind = gpu_rules.kernel_kind(name, hlo_op, cat == "memcpy")
                     self.lane_events.setdefault(key, []).append(
                         (start, end, KIND_CLASS[kind], name, graph == "1", start_t))
                 hk = HOST_KIND_OF_JOIN.get(join)

@@ -17,6 +17,7 @@ import sys
 from collections import Counter
 from typing import NamedTuple
 
+from tracekit import gpu as gpu_rules
 from tracekit import tpu, trace_reader
 from tracekit import trace_rules as rules
 from tracekit.events import GpuEvent
@@ -33,7 +34,7 @@ class TraceEvent(GpuEvent):
     dict itself is not kept, so that a part of the trace read by trace_reader's child comes
     back small, and a forked child writing rows.csv copies fewer pages), its join to a host
     call (`join`: launch, graph_launch, other or none; `launch`: that call) and its step.
-    `graph` is whether its args name a graph until join_events sets it (trace_rules.in_graph)."""
+    `graph` is whether its args name a graph until join_events sets it (gpu_rules.in_graph)."""
     __slots__ = ("end", "op", "module", "cid", "join", "launch", "step")
 
     def __init__(self, device, stream, name, start, dur, category="compute", op="", module="",
@@ -59,22 +60,22 @@ _JOIN_KIND: dict[tuple, str] = {}
 
 
 def categorize(name: str, args: dict) -> str:
-    """compute | collective | memcpy (trace_rules.category), memoized by (name, hlo_op or None,
+    """compute | collective | memcpy (gpu_rules.category), memoized by (name, hlo_op or None,
     whether memcpy_details is there)."""
     op = args.get("hlo_op")
     key = (name, op, "memcpy_details" in args)
     cat = _CATEGORY.get(key)
     if cat is None:
-        cat = _CATEGORY[key] = rules.category(name, "" if op is None else op, key[2])
+        cat = _CATEGORY[key] = gpu_rules.category(name, "" if op is None else op, key[2])
     return cat
 
 
 def join_kind(host_name: str, kernel_name: str) -> str:
-    """What a correlation id joined: launch, graph_launch, or other (trace_rules.join_kind)."""
+    """What a correlation id joined: launch, graph_launch, or other (gpu_rules.join_kind)."""
     key = (host_name, kernel_name)
     kind = _JOIN_KIND.get(key)
     if kind is None:
-        kind = _JOIN_KIND[key] = rules.join_kind(host_name, kernel_name)
+        kind = _JOIN_KIND[key] = gpu_rules.join_kind(host_name, kernel_name)
     return kind
 
 
@@ -159,7 +160,7 @@ def _collect(events, processes, threads, release) -> tuple:
     last = -rules.MAX_TIME_PS  # no event ends before it (trace_reader: a start is at least that)
     n = len(events)
     empty: dict = {}
-    graph_ids = rules.GRAPH_ID_STATS
+    graph_ids = gpu_rules.GRAPH_ID_STATS
     # The parser makes a new string for every value: each kernel's name, instruction and module
     # as many times as the capture ran them, and a thread key per event. Here each distinct
     # value becomes one object, so that every memo and table keyed on them later finds it by
@@ -310,7 +311,7 @@ def join_events(gpu, by_corr) -> tuple[dict, dict]:
                 v[ev.device] = v.get(ev.device, 0) + 1
     agent = {a: max(v, key=v.get) for a, v in agent_votes.items()}
     ids: list = []  # (GPU, correlation id) of each event not launched by a graph
-    in_graph = rules.in_graph
+    in_graph = gpu_rules.in_graph
     kinds = _JOIN_KIND
     none: list = []
     sample: dict[tuple, list] = {}
@@ -350,7 +351,7 @@ def join_events(gpu, by_corr) -> tuple[dict, dict]:
         ev.graph = in_graph(ev.graph, join == "graph_launch")
     counts["shared_ids_without_graph_launch"] = sum(
         n for (d, cid), n in Counter(ids).items() if n > 1 and not any(
-            h for h in by_corr.get(cid, []) if rules.is_graph_launch(h["name"])))
+            h for h in by_corr.get(cid, []) if gpu_rules.is_graph_launch(h["name"])))
     return counts, sample
 
 

@@ -15,6 +15,7 @@ import statistics
 
 import gpu_events
 import skip_analysis
+from tracekit import gpu as gpu_rules
 from tracekit import tpu, trace_reader
 from tracekit import trace_rules as rules
 
@@ -138,7 +139,7 @@ def _per_device(a, steps) -> tuple[dict, dict]:
         if e.step not in steps:
             continue
         cat = e.category
-        if rules.is_argument_copy(cat, e.op, e.graph):
+        if gpu_rules.is_argument_copy(cat, e.op, e.graph):
             copies[e.device] = copies.get(e.device, 0) + 1
         elif cat != "collective":
             t = time_ps.setdefault(e.device, {})

@@ -1353,7 +1353,7 @@ declare(Table(
         col("graph", "", "",
             "1 when the event was launched inside a graph (command buffer): a graph id stat "
             "(`cuda_graph_id`) or a correlation id joining a graph launch "
-            "(`trace_rules.in_graph`, the rule `attribution/kernels.csv` uses too), else 0"),
+            "(`gpu.in_graph`, the rule `attribution/kernels.csv` uses too), else 0"),
         col("step", "", "",
             "the step in which the event's launch call started (its own start when it has no "
             "launch call), from `steps.csv`; empty outside every step"),
@@ -1615,7 +1615,7 @@ declare(Table(
   stat (`cuda_graph_id`), or its correlation id belongs to a graph-launch host call
   (`cuGraphLaunch`, `hipGraphLaunch`), else 0. A correlation id merely shared with other events
   is not enough (the conv3d stream-wait pair). The same rule as `rows.csv`
-  (`trace_rules.in_graph`).
+  (`gpu.in_graph`).
 """))
 
 declare(Table(

@@ -2,14 +2,9 @@
 only: the launch-overhead skill runs where nothing is installed; the root skill imports this
 module from here, never the reverse).
 
-- GPU event kinds and categories from the event's name, its `hlo_op` label and its memcpy
-  details: `kernel_kind` (what a matcher needs: gemm, gemm_aux, collective, copy, memset,
-  compute) and `category` (what a budget needs: compute, collective, memcpy).
-- Graph membership (`in_graph`): an event was launched inside a graph (a command buffer) when it
-  carries a graph id, or when its correlation id joins a graph-launch host call. A correlation id
-  merely shared by several events is not enough: the MI300X conv3d capture has two kernels
-  sharing the id of a `hipStreamWaitEvent`.
-- Host calls: graph launches, launches, and calls that launch nothing.
+- What a device's events are lives with its device: tracekit.gpu (kernel kinds and categories,
+  graphs, launch calls, copies) and tracekit.tpu (op runs, program runs, dispatches); here, the
+  joins by which any device event has the host call that queued it (`QUEUED_BY`).
 - HLO opcode sets: what launches nothing, what waits, what controls, what communicates.
 - Streams and stragglers: a stream's role from its busy time per category (`stream_role`), and
   which GPUs finish a step last, several within `STRAGGLER_TIE_PS` being a tie (`last_finishers`).
@@ -29,90 +24,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-# ---------------------------------------------------------------- GPU events
-
-COLLECTIVE_KERNEL_RE = re.compile(
-    r"nccl|rccl|NCCL|RCCL|AllReduce|AllGather|ReduceScatter|AllToAll|SendRecv")
-COLLECTIVE_HLO_RE = re.compile(
-    r"^(all-reduce|all-gather|reduce-scatter|all-to-all|ragged-all-to-all|collective-permute|"
-    r"collective-broadcast|send|recv)\b")
-COPY_KERNEL_RE = re.compile(r"^(Memcpy|memcpy)|__amd_rocclr_copy|copyBuffer")
-MEMSET_KERNEL_RE = re.compile(r"^(Memset|memset)|__amd_rocclr_fill|fillBuffer")
-GEMM_KERNEL_RE = re.compile(r"^(Cijk_|sm\d+_xmma|cutlass|nvjet|ampere_|volta_|turing_|hopper_|"
-                            r"void cutlass|void gemm|gemm|.*_gemm_|.*xmma_gemm)")
-GEMM_AUX_RE = re.compile(r"splitKreduce|PostGSU|gemv2T_kernel|_reduce_kernel")
-
-KINDS = ("compute", "gemm", "gemm_aux", "collective", "copy", "memset")
-CATEGORY_OF_KIND = {"collective": "collective", "copy": "memcpy", "memset": "memcpy"}
-
-_KIND: dict[tuple, str] = {}
-
-
-def kernel_kind(name: str, hlo_op: str | None = None, memcpy: bool = False) -> str:
-    """gemm, gemm_aux (a split-K reduction), collective, copy, memset or compute."""
-    key = (name, hlo_op, memcpy)
-    out = _KIND.get(key)
-    if out is None:
-        out = _KIND[key] = _kind(name, hlo_op or "", memcpy)
-    return out
-
-
-# a kernel's kind by its name: the first that matches (else compute)
-NAME_KINDS = (("collective", COLLECTIVE_KERNEL_RE.search), ("memset", MEMSET_KERNEL_RE.search),
-              ("copy", COPY_KERNEL_RE.search), ("gemm_aux", GEMM_AUX_RE.search),
-              ("gemm", GEMM_KERNEL_RE.match))
-
-
-def _kind(name: str, hlo_op: str, memcpy: bool) -> str:
-    if hlo_op and COLLECTIVE_HLO_RE.match(hlo_op):
-        return "collective"
-    kind = next((k for k, test in NAME_KINDS if test(name)), "compute")
-    return "copy" if memcpy and kind not in ("collective", "memset") else kind
-
-
-def category(name: str, hlo_op: str | None = None, memcpy: bool = False) -> str:
-    """compute, collective or memcpy (memcpys and memsets)."""
-    return CATEGORY_OF_KIND.get(kernel_kind(name, hlo_op, memcpy), "compute")
-
-
-# ---------------------------------------------------------------- host calls and graphs
-
-GRAPH_LAUNCH_RE = re.compile(r"GraphLaunch|CudaGraph|graph_launch", re.I)
-NON_LAUNCH_RE = re.compile(
-    r"StreamWaitEvent|LaunchHostFunc|EventRecord|EventSynchronize|StreamSynchronize|"
-    r"EventQuery|StreamQuery|CtxSynchronize|DeviceSynchronize", re.I)
-LAUNCH_RE = re.compile(r"Launch|Memcpy|Memset|memcpy|memset", re.I)
-GRAPH_ID_STATS = frozenset({"cuda_graph_id", "hip_graph_id", "graph_id"})
-# The runtime's own set-up of each execution on the host: XLA prepares and initialises its thunks
-# before the first launch, Initialize recording or updating the command buffers (host events
-# named after a command buffer, or command_buffer::...) (xla/service/gpu/gpu_executable.cc; on
-# the H200 captures 342 us of Thunks::Initialize in a 622 us gap before each step's first kernel)
-EXECUTION_SETUP_RE = re.compile(r"^(\[\d+\] )?(Thunks::(Prepare|Initialize)|command_buffer)")
-
-
-def is_graph_launch(host_name: str) -> bool:
-    return bool(GRAPH_LAUNCH_RE.search(host_name))
-
-
-def join_kind(host_name: str, kernel_name: str) -> str:
-    """What a correlation id joined: launch, graph_launch, or other (not a launch call)."""
-    if GRAPH_LAUNCH_RE.search(host_name):
-        return "graph_launch"
-    if NON_LAUNCH_RE.search(host_name):
-        return "other"
-    if LAUNCH_RE.search(host_name) or host_name == kernel_name:
-        return "launch"
-    return "other"
-
-
 # The joins by which a device event has the host call that queued it: its own launch, its graph's
 # launch (GPU), or its program run's dispatch (TPU: tracekit.tpu).
 QUEUED_BY = frozenset({"launch", "graph_launch", "dispatch"})
-
-
-def in_graph(has_graph_id: bool, joins_graph_launch: bool) -> bool:
-    """The one rule for the `graph` column of every table."""
-    return has_graph_id or joins_graph_launch
 
 
 # ---------------------------------------------------------------- HLO opcodes
@@ -293,7 +207,7 @@ def quiet_fd2():
 
 # The Python tracer names its events "$<file>:<line> <function>" (or "$builtins <function>").
 PYTHON_TRACER_PREFIX = "$"
-TO_HOST_RE = re.compile(r"DtoH|D2H|DeviceToHost", re.I)
+
 
 
 # The table columns written by host_events_cell: (table, column) -> what their entries are
@@ -319,17 +233,6 @@ def parse_host_events(text) -> list[tuple[str, float]]:
         if name:
             out.append((name, us_))
     return out
-
-
-def is_argument_copy(category: str, hlo_op: str | None, graph: bool) -> bool:
-    """A memcpy outside the program: no hlo_op, not in a graph (an argument copy)."""
-    return category == "memcpy" and not hlo_op and not graph
-
-
-def is_copy_to_host(name: str, launch_name: str | None = None) -> bool:
-    """A copy to the host, by the event's name or its launch call's."""
-    return TO_HOST_RE.search(name) is not None or (
-        launch_name is not None and TO_HOST_RE.search(launch_name) is not None)
 
 
 STREAM_ROLES = ("compute", "collective", "copy")
@@ -511,17 +414,3 @@ def printable(text) -> str:
     if not _UNPRINTABLE_RE.search(text):
         return text
     return _UNPRINTABLE_RE.sub(escaped, text)
-
-
-def is_cpu_thunk(stats) -> bool:
-    """An XLA:CPU thunk event on /host:CPU (a CPU capture's kernel): it names its instruction
-    and program (`hlo_op`, `program_id`) and carries no `correlation_id`. A GPU runtime call
-    (cuLaunchKernel, hipModuleLaunchKernel, a memcpy) carries the tracer's correlation id even
-    where it also names an instruction, so the host plane of a GPU capture whose GPU planes are
-    missing is never taken for a CPU capture."""
-    return "hlo_op" in stats and "program_id" in stats and "correlation_id" not in stats
-
-
-def is_gpu_runtime_call(stats) -> bool:
-    """A host event the GPU tracer (CUPTI, roctracer) recorded: it carries a correlation id."""
-    return "correlation_id" in stats

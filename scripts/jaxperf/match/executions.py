@@ -14,13 +14,13 @@ import re
 import numpy as np
 
 from jaxperf.match.kernel_match import Kernel
+from tracekit import gpu as gpu_rules
 from tracekit import step_cli
-from tracekit import trace_rules as rules
 from tracekit.step_cli import progress
 
 KERNEL_STATS = frozenset({"correlation_id", "hlo_op", "program_id", "memcpy_details",
                           "hlo_module"}) | \
-    rules.GRAPH_ID_STATS
+    gpu_rules.GRAPH_ID_STATS
 
 
 def _stream_kernels(ordinal, line) -> list:
@@ -28,7 +28,7 @@ def _stream_kernels(ordinal, line) -> list:
     c = line.columns(KERNEL_STATS)
     st, has = c.stats, c.present
     graph = np.zeros(len(c.mid), bool)
-    for k in rules.GRAPH_ID_STATS:
+    for k in gpu_rules.GRAPH_ID_STATS:
         graph |= has[k]
     return list(map(Kernel, itertools.repeat(ordinal), itertools.repeat(line.id),
                     c.start.tolist(), c.dur.tolist(), c.names(), st["correlation_id"],
@@ -57,12 +57,12 @@ def collect_kernels(space, ordinals=None) -> tuple[list, bool]:
     for line in host.lines:
         for ev in line.events(KERNEL_STATS):
             st = ev.stats
-            if rules.is_cpu_thunk(st):
+            if gpu_rules.is_cpu_thunk(st):
                 kernels.append(kernel("CPU", line.id, ev.start_ps, ev.duration_ps, ev.name,
                                       st.get("correlation_id"), st.get("hlo_op"),
                                       st.get("program_id"), "cuda_graph_id" in st,
                                       "memcpy_details" in st, st.get("hlo_module"), cpu=True))
-            elif rules.is_gpu_runtime_call(st):
+            elif gpu_rules.is_gpu_runtime_call(st):
                 runtime_calls += 1
     if runtime_calls and not kernels:
         raise step_cli.StepError(
@@ -99,12 +99,12 @@ def mark_graph_launches(kernels, launched: set) -> None:
     correlation id as a graph (`launched`: host_record's)."""
     if launched:
         for k in kernels:
-            k.graph = rules.in_graph(k.graph, k.corr in launched)
+            k.graph = gpu_rules.in_graph(k.graph, k.corr in launched)
 
 
 def assign_programs(kernels, programs, chosen) -> None:
     """Give each event without a program id its program: an argument copy (a memcpy with no
-    hlo_op, no hlo_module, not in a graph: trace_rules.is_argument_copy) belongs to none
+    hlo_op, no hlo_module, not in a graph: gpu_rules.is_argument_copy) belongs to none
     (program_id None: OUTSIDE, class none, why outside); another takes the one program its
     hlo_module names, else the chosen program."""
     by_name: dict[str, list] = {}
@@ -114,9 +114,9 @@ def assign_programs(kernels, programs, chosen) -> None:
         if k.program_id is not None:
             continue
         if not k.cpu:
-            kind = rules.kernel_kind(k.name, k.hlo_op, k.category == "memcpy")
-            category = rules.CATEGORY_OF_KIND.get(kind, "compute")
-            if not k.module and rules.is_argument_copy(category, k.hlo_op, k.graph):
+            kind = gpu_rules.kernel_kind(k.name, k.hlo_op, k.category == "memcpy")
+            category = gpu_rules.CATEGORY_OF_KIND.get(kind, "compute")
+            if not k.module and gpu_rules.is_argument_copy(category, k.hlo_op, k.graph):
                 k.category, k.match, k.why = category, "none", "outside"
                 continue
         ids = by_name.get(k.module) if k.module else None
@@ -136,7 +136,7 @@ def host_record(space) -> tuple[list[HostExecution], list[tuple], set]:
     if host is None:
         return out, calls, launched
     thunk_ids, module_ids = {}, {}
-    graph_ids = np.array([m for m, n in host.event_names.items() if rules.is_graph_launch(n)],
+    graph_ids = np.array([m for m, n in host.event_names.items() if gpu_rules.is_graph_launch(n)],
                          np.int64)
     for mid, name in host.event_names.items():
         if m := EXECUTE_THUNKS_RE.match(name):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 from jaxperf.match import kernel_match as km
-from tracekit import trace_rules as rules
+from tracekit import gpu as gpu_rules
 from tracekit.trace_rules import pct, us
 
 # a kernel's family: its kind's where it has one, else the first its name says
@@ -25,7 +25,7 @@ DNN_LIBRARY_RE = re.compile(r"cudnn|miopen", re.IGNORECASE)
 def kernel_family(name: str, xla_names: set, declared: frozenset = frozenset()) -> str:
     """What kind of code a kernel name says it is (no matching involved): `declared` are the
     kernel names the programs' custom calls give in their backend configs (Pallas's `name`)."""
-    kind = rules.kernel_kind(name)
+    kind = gpu_rules.kernel_kind(name)
     norm = km.normalize_kernel_name(name)
     said = ((kind in FAMILY_OF_KIND, FAMILY_OF_KIND.get(kind)),
             (TRITON_RE.match(norm), "Triton kernel (XLA)"),

@@ -45,14 +45,13 @@ import numpy as np
 
 from jaxperf.program.hlo_program import Program
 from tracekit.events import GpuEvent
+from tracekit.gpu import KINDS, kernel_kind
 from tracekit.trace_rules import (
     COLLECTIVE_OPCODES,
     CONTROL_OPCODES,
-    KINDS,
     MEMSET_OPCODES,
     NO_LAUNCH_OPCODES,
     WAIT_OPCODES,
-    kernel_kind,
 )
 
 REDUCING_OPCODES = frozenset({"reduce", "reduce-window", "scatter", "select-and-scatter"})
@@ -161,7 +160,7 @@ class Kernel(GpuEvent):
         self.why = ""         # for none: "outside" (own launch, no label), "no slot", "no hlo"
         self.inner = ""       # the instruction the label named, where it is inside `instruction`
         self.confidence = 0.0
-        self.kind = ""        # trace_rules.kernel_kind
+        self.kind = ""        # gpu.kernel_kind
         self.group = False    # one launch with other events (a graph, or a shared correlation id)
         self.cpu = cpu
         self.module = module  # the tracer's hlo_module label
