@@ -133,8 +133,20 @@ def gpu_line(s: Scratch) -> list[str]:
     (capture_info.json): the first thing a reader checks against the machine they meant."""
     info = s.json("capture_info.json") or {}
     g = info.get("gpu_model") or {}
+    d = info.get("device") or {}
     out = []
-    if g.get("model"):
+    if d.get("kind") == "TPU":
+        t = "capture_info.json"
+        peaks = "; ".join(
+            f"{what} {cite(v['value'] / 1e12, 'T' + v['unit'], 'read', t, sel, 2)}"
+            for k, what in (("mxu_flops_per_s", "MXU"), ("hbm_bytes_per_s", "HBM"))
+            for v in [(d.get("peaks") or {}).get(k)] if v
+            for sel in [f"device.peaks.{k}.value"])  # factcheck reads T as 1e12
+        out.append(f"- TPU: **{md_cell(d['model'])}** (read; capture_info.json: device.model), "
+                   f"{cite(d['cores'], '', 'read', t, 'device.cores', 0)} core(s) in the capture"
+                   + (f"; its peaks, read from the device plane: {peaks}" if peaks else "")
+                   + ". " + judge("say it is the chip the user meant, or that it is not"))
+    elif g.get("model"):
         out.append(f"- GPU: **{g['model']}** (inferred; capture_info.json: gpu_model.model), "
                    f"identified from its device stats (references/peaks-sources.md). "
                    + judge("say it is the GPU the user meant, or that it is not"))
@@ -221,7 +233,8 @@ def top_in_brief(s: Scratch) -> list[str]:
     kn = "attribution/kernel_names.csv"
     top = (s.rows(kn) or [])[:BRIEF_ROWS]
     names = [r for r in top if citeable(r["kernel"])]
-    if names:  # by name alone: no matching involved
+    tpu = ((s.json("capture_info.json") or {}).get("device") or {}).get("kind") == "TPU"
+    if names and not tpu:  # by name alone: no matching (a TPU's names are its instructions)
         share = [cell(r["pct_of_gpu_time"], "%", "inferred", kn, "pct_of_gpu_time",
                       "kernel=" + kernel_key(r["kernel"]), 2) for r in names]
         out.append("- Top kernels by name, share of GPU time: " + "; ".join(
@@ -708,7 +721,7 @@ def draft(s: Scratch) -> str:
     hosts = cap.get("hosts") or []
     title = code(Path(str(name)).name) + (f", host {code(host)}" if host and len(hosts) > 1
                                           else "")
-    model = (info.get("gpu_model") or {}).get("model")
+    model = (info.get("device") or {}).get("model") or (info.get("gpu_model") or {}).get("model")
     title += f" on {code(model)}" if model else ""
     verdict = (s.json("skip_stats.json") or {}).get("verdict")
     head = [f"# {title}: {verdict}" if verdict else f"# {title}", ""]  # the template's title

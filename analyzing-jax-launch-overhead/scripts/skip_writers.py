@@ -67,7 +67,7 @@ def write_rows(path, a: Analysis) -> tuple[int, dict]:
                 join = ev.join
                 L = ev.launch
                 start = ev.start
-                if join == "launch" and L is not None:
+                if join in ("launch", "dispatch") and L is not None:  # a TPU op: its dispatch
                     ls, ld = L["start"], L["dur"]
                     raw_lname = L["name"]
                     lname = quoted.get(raw_lname) or q(raw_lname)

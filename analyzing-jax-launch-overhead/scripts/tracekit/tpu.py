@@ -155,6 +155,21 @@ def steps_from_line(device_steps: list, joined: dict) -> list[tuple]:
     return out
 
 
+def pair_runs(run_starts: list, dispatch_starts: list) -> list:
+    """Each program run's dispatch on one device: the k-th run (starts in order) pairs with the
+    k-th dispatch (starts in order); a run that starts before that dispatch (beyond
+    CLOCK_SKEW_PS) had its dispatch before the capture (or on a host not recorded) and pairs
+    with none. Returns, per run, the dispatch's index or None."""
+    out, k = [], 0
+    for s in run_starts:
+        if k < len(dispatch_starts) and dispatch_starts[k] <= s + CLOCK_SKEW_PS:
+            out.append(k)
+            k += 1
+        else:
+            out.append(None)
+    return out
+
+
 def join_runs(ops: list, runs: list, host_threads: dict) -> dict:
     """Give each TPU op run (a step-1 event on a TPU's op line) its program (`module`: the
     module event on its device that holds its start) and its dispatch (`launch`, `join`
@@ -174,13 +189,10 @@ def join_runs(ops: list, runs: list, host_threads: dict) -> dict:
     for d, lst in by_dev.items():
         lst.sort()
         launch = []
-        k = 0  # the next dispatch not yet paired on this device
-        for s, _, name in lst:
-            # the k-th run pairs with the k-th dispatch; a run that starts before that dispatch
-            # had its dispatch before the capture (or on a host not recorded): left unjoined
-            h = disp[k] if k < len(disp) and starts[k] <= s + CLOCK_SKEW_PS else None
-            if h is not None:
-                k += 1
+        for (s, _, name), k in zip(lst, pair_runs([r[0] for r in lst], starts), strict=True):
+            h = None
+            if k is not None:
+                h = disp[k]
                 joined_runs += 1
                 executions.setdefault(id(h), (h, module_name(name)[0]))
                 h = {**h, "run_start": s}  # the run's own view of its dispatch

@@ -69,28 +69,56 @@ def self_times(start: np.ndarray, dur: np.ndarray) -> np.ndarray:
     return np.maximum(self_ps, 0)
 
 
+def dispatches(space) -> tuple[list, list]:
+    """The host's program dispatches in the xplane (tracekit.tpu.DISPATCH_NAMES: the first name
+    the host plane holds), in start order: their starts and durations (ps)."""
+    host = space.plane("/host:CPU")
+    found: dict = {}
+    wanted = set(tpu.DISPATCH_NAMES)
+    for line in host.lines if host is not None else ():
+        if not len(line):
+            continue
+        c = line.columns(frozenset())
+        for name, s, d in zip(c.names(), c.start.tolist(), c.dur.tolist(), strict=True):
+            if name in wanted:
+                found.setdefault(name, []).append((s, d))
+    for name in tpu.DISPATCH_NAMES:
+        if name in found:
+            got = sorted(found[name])
+            return [s for s, _ in got], [d for _, d in got]
+    return [], []
+
+
 def collect(space, built: dict) -> tuple[list, dict, dict, dict]:
     """The op runs of every TPU plane as answered Kernels (device: the TPU ordinal; stream: the
     line id; dur: self time), in device and start order; (program id, device) -> executions
-    entry (count_executions' shape, from the `XLA Modules` runs); (device, program id) -> the
-    op runs' starts; counts of what was left aside (`async`: Async XLA Ops events, `nested`:
-    ops with others inside them)."""
+    entry (count_executions' shape, from the `XLA Modules` runs, `host_ps` their host
+    dispatches' summed duration, paired as step 1 pairs them: tracekit.tpu.pair_runs);
+    (device, program id) -> the op runs' starts; counts of what was left aside (`async`: Async
+    XLA Ops events, `nested`: ops with others inside them)."""
     kernels: list = []
     execs: dict = {}
     starts: dict = {}
     counts = {"async": 0, "nested": 0, "no_program": 0}
+    disp = dispatches(space)
     for plane in tpu_planes(space):
         dev = ordinal(plane)
         for line in plane.lines:
             if line.name == ASYNC_LINE:
                 counts["async"] += len(line)
             elif line.name == tpu.MODULE_LINE and len(line):
-                for name in line.columns(frozenset()).names():
+                c = line.columns(frozenset())
+                order = np.argsort(c.start, kind="stable")
+                names = np.array(c.names(), dtype=object)[order].tolist()
+                paired = tpu.pair_runs(c.start[order].tolist(), disp[0])
+                for name, k in zip(names, paired, strict=True):
                     _, pid = tpu.module_name(name)
                     key = (int(pid) if pid else None, dev)
                     e = execs.setdefault(key, {"executions": 0, "from": "device program runs",
                                                "host_ps": None})
                     e["executions"] += 1
+                    if k is not None:  # its host dispatch's duration
+                        e["host_ps"] = (e["host_ps"] or 0) + disp[1][k]
         for line in plane.lines:
             if line.name != OP_LINE or not len(line):
                 continue
