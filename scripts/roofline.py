@@ -55,6 +55,9 @@ PLOT = "roofline.svg"
 INSTALL = "pip install -r requirements.txt (protobuf)"
 
 COLUMNS = scratch.columns(TABLE)
+# a ceiling read from a record (the vendor's, a mirror of it, a secondary source, the capture's
+# own device plane); any other (derived) is inferred
+READ_TAGS = ("vendor", "vendor-mirror", "secondary", "capture")
 
 
 # ---------------------------------------------------------------- the analysis
@@ -104,9 +107,11 @@ def program_executions(res: dict) -> dict:
 
 
 def analyse(rows, res, programs, gpu: dict, peaks: dict,
-            user=None) -> tuple[list[list], dict]:
+            user=None, tpu_costs: dict | None = None) -> tuple[list[list], dict]:
     """roofline.csv rows and the figures of the result. `programs`: program id (str) ->
-    Program (a single Program: every row is that program's); `user`: the --costs table."""
+    Program (a single Program: every row is that program's); `user`: the --costs table;
+    `tpu_costs`: a TPU capture's own costs (jaxperf.tpu.op_runs.costs), used instead of the
+    HLO's."""
     if not isinstance(programs, dict):
         programs = {str(programs.id): programs}
     counts = program_executions(res)
@@ -120,12 +125,15 @@ def analyse(rows, res, programs, gpu: dict, peaks: dict,
         ps = round(float(r["gpu_us"] or 0) * 1e6)
         total_ps += ps
         c, ins, runs = row_cost(r, programs, costs, counts)
+        if tpu_costs is not None:
+            c, runs = capture_cost(r, c, ins, tpu_costs)
         if c.why is not None:
             spot = Placement(why=f"FLOPs or bytes not computable: {c.why}")
             no_cost_ps += ps
             no_cost.append((ps, r["instruction"], c.why))
         else:
-            spot = place(c, runs, ps, r["category"], gpu["model"], ceilings)
+            spot = place(c, runs, ps, r["category"], gpu["model"], ceilings,
+                         vector_memory=tpu_costs is not None)
             used.update((x.key, x) for x in spot.used)
         if spot.why:
             no_ceiling_ps += ps
@@ -209,6 +217,43 @@ def row_cost(r: dict, programs: dict, costs: dict, counts: dict) -> tuple[Cost, 
     return c, ins, runs
 
 
+def capture_cost(r: dict, c: Cost, ins, tpu_costs: dict) -> tuple[Cost, int]:
+    """A TPU op's FLOPs and bytes of one run as the capture states them (XLA's cost model; a
+    Pallas call's own cost estimate), with the HLO's dtype and kind of work where it has them
+    (`c`: the HLO's cost), and its runs: the op runs step 4 counted (each run is one)."""
+    runs = int(r["kernels"] or 0)
+    got = tpu_costs.get((int(r["program_id"]), r["instruction"])) \
+        if str(r.get("program_id", "")).isdigit() else None
+    if got is None:
+        return Cost(None, None, "not computable",
+                    why="the capture gives no cost for this instruction"), runs
+    flops, model_flops, nbytes, category, hbm = got
+    custom = category == "custom-call"
+    if not flops and not nbytes:
+        return Cost(None, None, "not computable", why=(
+            "a Pallas call without a cost estimate: the capture gives it no FLOPs or bytes "
+            "(pallas_call's cost_estimate sets them)" if custom else
+            "the capture gives it no FLOPs and no bytes (a wait, a copy's start, or "
+            "bookkeeping)")), runs
+    method = "capture: the call's cost estimate" if custom else "capture: XLA's cost model"
+    if model_flops is not None and model_flops != flops:
+        method += f" (model_flops {model_flops:,})"
+    hlo = c.why is None
+    dtype = c.matrix_dtype if hlo else None
+    if custom and flops and dtype is None and ins is not None:
+        dtype = dtype_name(ins.shape)  # a Pallas kernel's arithmetic: its result's dtype
+    if hbm is not None:  # the roof is HBM's: bytes kept on chip (VMEM, CMEM) are not its load
+        method += f"; HBM bytes {hbm:,} of {nbytes or 0:,} accessed"
+        nbytes = hbm
+        if not hbm and dtype is None:
+            return Cost(None, None, "not computable", why=(
+                "it works in on-chip memory alone (no HBM bytes) and the plane gives no "
+                "ceiling for vector work")), runs
+    return Cost(flops or 0, nbytes or 0, method, matrix_dtype=dtype,
+                tf32_allowed=c.tf32_allowed if hlo else custom,
+                kind=c.kind if hlo else (category or "other"), backend="TPU"), runs
+
+
 @dataclass
 class Placement:
     """Where one instruction sits on the roofline; empty (no ceiling, `why` says so) where its
@@ -228,14 +273,18 @@ class Placement:
 
 
 def place(c: Cost, runs: int, ps: int, category: str, model: str | None,
-          ceilings: dict) -> Placement:
-    """One instruction with computable FLOPs and bytes on the GPU's roofline (`ceilings`: its
-    peaks.csv rows): its totals over `runs`, intensity and what it achieved in `ps`; then the
-    binding ceiling and the share of it reached, or why it has none."""
+          ceilings: dict, vector_memory: bool = False) -> Placement:
+    """One instruction with computable FLOPs and bytes on the device's roofline (`ceilings`:
+    its peaks.csv rows, or a TPU's read from its plane): its totals over `runs`, intensity and
+    what it achieved in `ps`; then the binding ceiling and the share of it reached, or why it
+    has none. `vector_memory`: vector work has no compute ceiling, memory alone bounds it (a
+    TPU: its plane gives no VPU peak)."""
     hbm = ceilings.get("hbm_bandwidth")
     total_flops, total_bytes = c.flops * runs, c.bytes * runs
     secs = ps / 1e12
     key = gpu_ceilings.ceiling_key(c, c.flops, ceilings)
+    if vector_memory and key and key not in ceilings:
+        key = None
     spot = Placement(total_flops, total_bytes, c.flops / c.bytes if c.bytes else None,
                      total_flops / secs if secs else None, total_bytes / secs if secs else None,
                      key, ceilings.get(key) if key else None)
@@ -420,10 +469,16 @@ def run(capture, out: Path, use_xprof: bool = True,
         return refuse_without_hlo(capture, out, space, gpu_ceilings.identify_space(space))
     rows, res = read_attribution(out, capture)
     pid, programs = load_programs(space, rows, res)
-    gpu = gpu_ceilings.identify_space(space)
+    from jaxperf.tpu import chip, op_runs
+    tpu_costs = None
+    if op_runs.tpu_planes(space):  # a TPU's costs and peaks are read from its own capture
+        gpu, ceilings = chip.ceilings(space)
+        peaks, tpu_costs = {gpu["model"]: ceilings}, op_runs.costs(space)
+    else:
+        gpu, peaks = gpu_ceilings.identify_space(space), gpu_ceilings.load_peaks()
     step_cli.progress("costing each instruction and placing it under its ceiling", len(rows),
                       unit="instructions")
-    table, a = analyse(rows, res, programs, gpu, gpu_ceilings.load_peaks(), user)
+    table, a = analyse(rows, res, programs, gpu, peaks, user, tpu_costs)
     xprof = add_xprof_figures(table, programs, out, use_xprof)
     refusals = [gpu["why"]] if gpu["why"] else []
     result = {
@@ -431,8 +486,8 @@ def run(capture, out: Path, use_xprof: bool = True,
         "program": {"id": pid, "name": programs[str(pid)].name}, "gpu": gpu_json(gpu),
         "ceilings": [{"ceiling": c.key, "value": c.value, "unit": c.unit, "tag": c.tag,
                       "source": c.source, "other_values": c.other_values,
-                      "label": "read" if c.tag in ("vendor", "vendor-mirror", "secondary")
-                      else "inferred"} for c in sorted(a["used"].values(), key=lambda c: c.key)],
+                      "label": "read" if c.tag in READ_TAGS else "inferred"}
+                     for c in sorted(a["used"].values(), key=lambda c: c.key)],
         "xprof_ceiling": {
             "capture_memory_bandwidth_bytes_per_s": gpu.get("xprof_memory_bandwidth_bytes_per_s"),
             "capture_note": "the capture's memory_bandwidth stat (2 x memory clock x bus width "

@@ -128,3 +128,26 @@ def test_the_draft_passes_its_fact_check(job):
     _, out, _ = job
     fc = json.loads((out / "factcheck.json").read_text())
     assert fc["status"] == "done" and not fc.get("failing"), fc.get("counts")
+
+
+def test_the_roofline_uses_the_captures_own_costs_and_peaks(job):
+    """Step 5 on a TPU: FLOPs and HBM bytes as the capture states them, ceilings read from the
+    device plane (tag capture), no share past 100%; a Pallas call without a cost estimate is a
+    sentence, not a point."""
+    import csv
+    case, out, _ = job
+    roof = json.loads((out / "roofline.json").read_text())
+    assert roof["gpu"]["model"] and not roof["refusals"]
+    assert {c["tag"] for c in roof["ceilings"]} <= {"capture"}
+    assert all(c["label"] == "read" for c in roof["ceilings"])
+    with open(out / "roofline.csv", newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    for r in rows:
+        assert not r["pct_of_ceiling"] or float(r["pct_of_ceiling"]) <= 100.0, r
+        assert r["pct_of_ceiling"] or r["no_ceiling_why"], r
+        if r["method"].startswith("capture"):
+            assert r["compute_tag"] in ("", "capture") and r["memory_tag"] == "capture"
+    if case.name == "bf16_matmul":  # 8192^3 bf16 matmuls: the MXU near its peak
+        assert all(r["binding"] == "compute" and float(r["pct_of_ceiling"]) > 85 for r in rows)
+    if case.name.startswith("pallas_matmul"):  # its pallas_call has no cost_estimate
+        assert "without a cost estimate" in rows[0]["no_ceiling_why"]

@@ -163,3 +163,76 @@ def collect(space, built: dict) -> tuple[list, dict, dict, dict]:
                 starts.setdefault((dev, p), []).append(s)
     starts = {key: np.array(v, np.int64) for key, v in starts.items()}
     return kernels, execs, starts, counts
+
+
+COST_STATS = frozenset({"program_id", "flops", "model_flops", "bytes_accessed", "hlo_category",
+                        "memory_access_breakdown"})
+# memory_access_breakdown: repeated MemoryAccessed (field 1), each (operation, field 1; memory
+# space, field 2; bytes, field 3); memory space 1 is HBM (then CMEM 2, VMEM 3), as XProf's
+# PerformanceInfo.MemoryAccessed numbers them. XProf's own HBM bandwidth per op is these bytes
+# over its time (checked on the lab's train_step: equal to the byte).
+HBM_SPACE = 1
+
+
+def hbm_bytes(breakdown) -> int | None:
+    """The HBM bytes of one run from its serialized memory_access_breakdown; None where it has
+    none or it cannot be read."""
+    if not isinstance(breakdown, bytes | bytearray) or not breakdown:
+        return None
+    try:
+        total, i = 0, 0
+        while i < len(breakdown):
+            _, i = _varint(breakdown, i)
+            n, i = _varint(breakdown, i)
+            sub, i, fields, j = breakdown[i:i + n], i + n, {}, 0
+            while j < len(sub):
+                tag, j = _varint(sub, j)
+                fields[tag >> 3], j = _varint(sub, j)
+            if fields.get(2) == HBM_SPACE:
+                total += fields.get(3, 0)
+        return total
+    except IndexError:
+        return None
+
+
+def _varint(b, i: int) -> tuple[int, int]:
+    out = shift = 0
+    while True:
+        x = b[i]
+        i += 1
+        out |= (x & 0x7F) << shift
+        shift += 7
+        if x < 0x80 or shift > 63:
+            return out, i
+
+
+def costs(space) -> dict:
+    """(program id, instruction) -> (flops, model_flops, bytes_accessed, hlo_category, HBM
+    bytes) of one run, as the capture states them (XLA's cost model; a Pallas call's own cost
+    estimate, 0 where it gives none; HBM bytes from its memory-access breakdown, None where it
+    has none), from the first run of each instruction on the TPU planes."""
+    out: dict = {}
+    for plane in tpu_planes(space):
+        for line in plane.lines:
+            if line.name != OP_LINE or not len(line):
+                continue
+            c = line.columns(COST_STATS)
+            st = c.stats
+            for i, name in enumerate(c.names()):
+                try:
+                    key = (int(st["program_id"][i]), instruction(name))
+                except (TypeError, ValueError):
+                    continue
+                if key not in out:
+                    out[key] = tuple(_int(st[k][i]) for k in ("flops", "model_flops",
+                                                               "bytes_accessed")) + (
+                        str(st["hlo_category"][i] or ""),
+                        hbm_bytes(st["memory_access_breakdown"][i]))
+    return out
+
+
+def _int(v) -> int | None:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return None
