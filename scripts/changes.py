@@ -53,6 +53,7 @@ from jaxperf.steps.critical_path import (  # the steps, their frames and critica
     spread,
     tables,
 )
+from jaxperf.tpu import knobs as tpu_knobs  # a TPU's knobs: Pallas blocks, a scan's stacking
 from tracekit import capture_inputs, scratch, step_cli
 from tracekit import gpu as gpu_rules
 from tracekit import trace_rules as rules  # tie rule, CSV writing, atomic files
@@ -82,6 +83,11 @@ FAR_FROM_CEILING_PCT = 10.0
 # an instruction row; a family spread thin over many is a pattern with one knob.
 FAMILY_MIN_PCT_OF_GPU_TIME = 5.0
 FAMILY_MIN_INSTRUCTIONS = 3
+# A TPU step too small for the chip: its device busy under this share of the window, and the
+# host's side of it under this many us: the fixed cost of one dispatch and its wait (on a TPU
+# v5e 0.4 to 0.6 ms a step for one small program, lab: tiny_step, eager_loop_jit), not host work
+TOO_SMALL_HOST_SHARE = 0.5
+TOO_SMALL_HOST_US = 1000.0
 # but a split-K reduction is one GEMM's partial sums: a cause of its own under a single GEMM
 # (the knob is that GEMM's split; an eager program holds one GEMM)
 FAMILY_MIN_INSTRUCTIONS_OF = {"split-K reduction": 1}
@@ -725,6 +731,9 @@ def instruction_prose(c: dict, exposed: str, vendor: str = "") -> tuple[str, str
         target=target, ceiling=said["memory"] if memory else said["compute"].format(
             dtype=c["ceiling_dtype"] or "its dtype"))
     work = c.get("work", "").removesuffix(" backward")
+    if c.get("backend") == "TPU" and work == "custom-call":  # a Pallas kernel on a TPU
+        knob = tpu_knobs.pallas_blocks(c["instruction"])
+        return assumptions, knob
     if work in ("attention", "gemm") and not memory or \
             work in ("elementwise", "reduction", "scatter"):
         knob = knobs[work].format(backend=backend_text(c.get("backend") or "its backend",
@@ -800,6 +809,133 @@ def instruction(ctx: Context) -> Found | list:
              f"step {median}, is hidden behind the host (it lies before the step's last host-late "
              "gap); it would count once the host gaps are gone"] if hidden >= MIN_SAVING_US else []
     return Found(rows, notes, no_ceiling_refusal(ctx, top))
+
+
+# ---------------------------------------------------------------- a TPU's own changes
+
+def tpu_capture(ctx: Context) -> bool:
+    """Whether the capture is a TPU's (capture_info.json's device record)."""
+    info = tables(ctx.out).json("capture_info.json") or {}
+    return (info.get("device") or {}).get("kind") == "TPU"
+
+
+def per_step_us(ctx: Context) -> dict:
+    """(program id, instruction) -> its time in the median step (ops.csv's time over the
+    program's executions, programs.csv, times the program's executions in that step on the
+    device that ends it, steps.csv `programs`)."""
+    t = tables(ctx.out)
+    progs = {p["program_id"]: p for p in t.rows("attribution/programs.csv") or []}
+    row = next((r for r in t.rows("steps.csv") or [] if r["step"] == str(ctx.median)
+                and r["device"] == str(ctx.bound)), {})
+    runs = tpu_knobs.step_programs(row.get("programs") or "")
+    out = {}
+    for r in t.rows("attribution/ops.csv") or []:
+        p = progs.get(r["program_id"])
+        n = number(p.get("executions")) if p else None
+        k = runs.get(p["module"], 0) if p else 0
+        if n and k:
+            out[(r["program_id"], r["instruction"])] = (number(r["gpu_us"]) or 0.0) / n * k
+    return out
+
+
+SCAN_STACKING = Prose(
+    source="attribution/ops.csv; attribution/programs.csv; steps.csv",
+    assumptions=(
+        "unrolled, each iteration's residuals stay in buffers of their own: the "
+        "dynamic-update-slice fusions that copy them into the scan's stacked buffer go; the "
+        "upper end counts their whole time (a matmul XLA fused with the stacking included), "
+        "saving_measured_us only the fusions whose own work is the stacking; the body's other "
+        "work unchanged, more memory held; its time a step: ops.csv's over the program's "
+        "executions"),
+    knob=("unroll the scan: jax.lax.scan(..., unroll=True) for a short scan, or a Python loop "
+          "over its iterations inside the jitted step; or jax.checkpoint on the scanned body "
+          "with a policy that saves fewer residuals (jax.checkpoint_policies), trading "
+          "recompute for the copies"))
+
+
+@cause("scan_stacking", SCAN_STACKING)
+def scan_stacking(ctx: Context) -> list:
+    """A TPU's scan (a while loop's body) stacking each iteration's residuals for the backward
+    pass: the dynamic-update-slice fusions inside the body (jaxperf.tpu.knobs.stacking), their
+    time in the median step."""
+    if not tpu_capture(ctx):
+        return []
+    times = per_step_us(ctx)
+    found = tpu_knobs.stacking(tables(ctx.out).rows("attribution/ops.csv") or [])
+    high = sum(times.get(k, 0.0) for k, _ in found)
+    low = sum(times.get(k, 0.0) for k, pure in found if pure)
+    if high < MIN_SAVING_US:
+        return []
+    lines = tpu_knobs.top_lines(tables(ctx.out).rows("attribution/ops.csv") or [],
+                                {k for k, _ in found})
+    return [Row(f"the scan's stacked residuals: {rules.plural(len(found), 'fusion')} of "
+                f"dynamic-update-slice inside a while loop's body take {us_text(high)} of step "
+                f"{ctx.median} ({us_text(low)} of it in fusions whose own work is the stacking): "
+                "lax.scan copies each iteration's residuals into one stacked buffer for the "
+                "backward pass", lines or "the scanned body", 100.0 * high / ctx.window,
+                spread([high] * len(ctx.chosen), ctx.at), measured=low)]
+
+
+PALLAS_NO_COST = Prose(
+    source="roofline.csv; attribution/ops.csv",
+    assumptions=(
+        "an upper bound, its whole time: the capture gives the call no FLOPs or bytes (its "
+        "pallas_call has no cost_estimate), so how far it runs from the MXU's peak is unknown; "
+        "its time a step is its share of the programs' op time times the step's compute"),
+    knob="")
+
+
+@cause("pallas_call", PALLAS_NO_COST)
+def pallas_call(ctx: Context) -> list:
+    """A TPU's Pallas calls the capture gives no cost (no cost_estimate): ranked by their time,
+    the saving an upper bound, the knob their block sizes (the instruction cause costs those
+    with an estimate)."""
+    if ctx.ceilings is None or not tpu_capture(ctx):
+        return []
+    rows = []
+    for name, share, why, frame in ctx.ceilings.no_ceiling:
+        if "Pallas call without a cost estimate" not in why:
+            continue
+        t = [share * ctx.paths[n].compute for n in ctx.chosen]
+        if t[ctx.at] < MIN_SAVING_US:
+            continue
+        rows.append(Row(f"{name}, a Pallas call, takes {us_text(t[ctx.at])} of step "
+                        f"{ctx.median}; the capture gives it no FLOPs or bytes (no "
+                        "cost_estimate), so its share of the MXU's peak is unknown",
+                        name + (f" ({frame})" if frame else ""), 100.0 * t[ctx.at] / ctx.window,
+                        spread(t, ctx.at), knob=tpu_knobs.pallas_blocks(name)
+                        + "; pass pl.CostEstimate(flops=..., bytes_accessed=...) to "
+                        "pallas_call so a capture shows its share of the peak"))
+    return rows
+
+
+TOO_SMALL = Prose(
+    source="steps.csv; skip_stats.json",
+    assumptions=(
+        "the host's fixed cost a step (its dispatch, the wait for the result, the loop's "
+        "Python: the host-late and between-steps idle) is paid once per dispatch: with k steps "
+        "in one dispatch each step pays 1/k of it; the upper end is all of it (k large); the "
+        "device's work a step unchanged"),
+    knob=("more work per dispatch: several steps in one jitted program (jax.lax.scan or "
+          "jax.lax.fori_loop over steps, the batch of each step stacked), or a larger batch a "
+          "step; no block_until_ready or float() on every step"))
+
+
+@cause("too_small", TOO_SMALL)
+def too_small(ctx: Context) -> list:
+    """A TPU step of one program run too small for the chip: the device busy under half the
+    step's window and the host's side of it under TOO_SMALL_HOST_US (a fixed per-dispatch
+    cost, not host work such as an input pipeline, which the host-gap row names)."""
+    if not tpu_capture(ctx) or ctx.executions[ctx.at] != 1:
+        return []
+    side = [ctx.paths[n].host_late + ctx.paths[n].idle_between for n in ctx.chosen]
+    w = ctx.window
+    if side[ctx.at] < w * TOO_SMALL_HOST_SHARE or side[ctx.at] >= TOO_SMALL_HOST_US:
+        return []
+    return [Row(f"the step is too small for the chip: one program run a step, the device busy "
+                f"{us_text(w - side[ctx.at])} of a {us_text(w)} step window; the host's fixed "
+                f"cost of each dispatch and wait, {us_text(side[ctx.at])}, is the rest",
+                f"GPU {ctx.bound}", 100.0 * side[ctx.at] / w, spread(side, ctx.at))]
 
 
 GEMM_BACKEND = Prose(

@@ -151,3 +151,30 @@ def test_the_roofline_uses_the_captures_own_costs_and_peaks(job):
         assert all(r["binding"] == "compute" and float(r["pct_of_ceiling"]) > 85 for r in rows)
     if case.name.startswith("pallas_matmul"):  # its pallas_call has no cost_estimate
         assert "without a cost estimate" in rows[0]["no_ceiling_why"]
+
+
+# the cause whose row is a truth's first change, by the truth's case (the lab's and the shared
+# captures' names; a truth without a first change is not checked)
+FIRST_CAUSE = {"eager_ops": "dispatch", "eager_loop": "dispatch", "host_sync": "dispatch",
+               "flax_optax": "dispatch", "tpu-v5e-flax-optax": "dispatch",
+               "pallas_flash": "instruction", "pallas_matmul": "pallas_call",
+               "scan_layers": "scan_stacking", "train_jit": "scan_stacking",
+               "tiny_step": "too_small", "input_pipeline": "host_gap"}
+
+
+def test_change_1_is_the_truths_first_change(job):
+    """Change 1 is the change the truth measured first on the chip, with its knob; its saving
+    is never past the step."""
+    import csv
+    case, out, truth = job
+    with open(out / "changes.csv", newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    for r in rows:
+        assert float(r["saving_us"]) <= float(r["step_us"]) + 1e-6, r
+    if not truth.get("first_change"):
+        return
+    assert rows and rows[0]["cause_kind"] == FIRST_CAUSE[case.name], rows[:2]
+    knob = rows[0]["knob"].lower()
+    assert {"dispatch": "jax.jit", "pallas_call": "block", "instruction": "block",
+            "scan_stacking": "unroll", "too_small": "fori_loop",
+            "host_gap": "prefetch"}[rows[0]["cause_kind"]] in knob
