@@ -1911,8 +1911,8 @@ declare(Table(
         col("rank", "", "", "the cause's rank"),
         col("cause_kind", "", "",
             "`dispatch`, `fused_on_jit`, `host_gap`, `straggler_wait`, `exposed_collective`, "
-            "`memcpy`, `kernel_gaps`, `kernel_family`, `instruction`, `gemm_backend`, "
-            "`python_line`, `idle_between_steps` "
+            "`memcpy`, `kernel_gaps`, `kernel_family`, `instruction`, `scan_stacking`, "
+            "`pallas_call`, `too_small`, `gemm_backend`, `python_line`, `idle_between_steps` "
             "(what each saving assumes: references/changes.md)"),
         col("cause", "", "",
             "one sentence with its own figures (quote it whole, cited as text: `changes.csv: "
