@@ -178,3 +178,39 @@ def test_change_1_is_the_truths_first_change(job):
     assert {"dispatch": "jax.jit", "pallas_call": "block", "instruction": "block",
             "scan_stacking": "unroll", "too_small": "fori_loop",
             "host_gap": "prefetch"}[rows[0]["cause_kind"]] in knob
+
+
+def pairs() -> list:
+    """The before/after pairs whose two captures this checkout holds: (before, after) folders."""
+    where = {p.parent.name: p.parent for p in (
+        [*LAB.glob("*/truth.json"), *EXAMPLES.glob("tpu-*/truth.json")]
+        + ([*SHARED_TPU.glob("*/truth.json")] if SHARED_TPU.is_dir() else []))}
+    where["flax_optax"] = where.get("tpu-v5e-flax-optax")
+    out = []
+    for name, folder in sorted((k, v) for k, v in where.items() if v is not None):
+        truth = json.loads((folder / "truth.json").read_text())
+        after = truth.get("after")
+        if after in where and name != "flax_optax":
+            out.append((folder, where[after]))
+    return out
+
+
+@pytest.mark.parametrize("before, after", pairs(), ids=lambda p: p.name)
+def test_compare_calls_each_pair_as_the_chip_measured_it(before, after, tmp_path):
+    """compare.py on a lab pair: faster where the truth's unprofiled step medians say the after
+    is faster by 5% or more, no change counted where they do not (the chip's own timing without
+    the profiler decides, not the captures compared)."""
+    tb = json.loads((before / "truth.json").read_text())
+    ta = json.loads((after / "truth.json").read_text())
+    done = subprocess.run([sys.executable, "-P", str(REPO / "scripts" / "compare.py"),
+                           str(before), str(after), "--out", str(tmp_path / "cmp")],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    cmp = json.loads((tmp_path / "cmp" / "compare.json").read_text())
+    f = cmp["figures"]
+    faster = f["step_period_after_us"]["value"] < f["step_period_before_us"]["value"]
+    ratio = tb["step_ms_unprofiled_median"] / ta["step_ms_unprofiled_median"]
+    if ratio >= 1.05:
+        assert cmp["significant"] and faster, cmp["significance"]
+    else:
+        assert not (cmp["significant"] and faster), cmp["significance"]
