@@ -87,6 +87,7 @@ FAMILY_MIN_INSTRUCTIONS = 3
 # host's side of it under this many us: the fixed cost of one dispatch and its wait (on a TPU
 # v5e 0.4 to 0.6 ms a step for one small program, lab: tiny_step, eager_loop_jit), not host work
 TOO_SMALL_HOST_SHARE = 0.5
+PALLAS_NO_COST_WHY = "Pallas call without a cost estimate"  # roofline.csv's no_ceiling_why
 TOO_SMALL_HOST_US = 1000.0
 # but a split-K reduction is one GEMM's partial sums: a cause of its own under a single GEMM
 # (the knob is that GEMM's split; an eager program holds one GEMM)
@@ -731,9 +732,9 @@ def instruction_prose(c: dict, exposed: str, vendor: str = "") -> tuple[str, str
         target=target, ceiling=said["memory"] if memory else said["compute"].format(
             dtype=c["ceiling_dtype"] or "its dtype"))
     work = c.get("work", "").removesuffix(" backward")
-    if c.get("backend") == "TPU" and work == "custom-call":  # a Pallas kernel on a TPU
-        knob = tpu_knobs.pallas_blocks(c["instruction"])
-        return assumptions, knob
+    if c.get("backend") == "TPU":  # a TPU: the MXU, its tiles, a Pallas kernel's blocks
+        return assumptions, (tpu_knobs.pallas_blocks(c["instruction"]) if work == "custom-call"
+                             else tpu_knobs.BOUND_KNOB["memory" if memory else "compute"])
     if work in ("attention", "gemm") and not memory or \
             work in ("elementwise", "reduction", "scatter"):
         knob = knobs[work].format(backend=backend_text(c.get("backend") or "its backend",
@@ -749,7 +750,8 @@ def instruction_prose(c: dict, exposed: str, vendor: str = "") -> tuple[str, str
 def no_ceiling_refusal(ctx: Context, top: list) -> list:
     """The instructions without a ceiling that outweigh the listed ones' distance (at most 3):
     no saving can be estimated for them."""
-    big_no = sorted(ctx.ceilings.no_ceiling, key=lambda x: (-x[1], x[0]))[:3]
+    big_no = sorted((x for x in ctx.ceilings.no_ceiling if PALLAS_NO_COST_WHY not in x[2]),
+                    key=lambda x: (-x[1], x[0]))[:3]  # a Pallas call's is the pallas_call row
     if big_no and (not top or big_no[0][1] > top[-1][1]["cut"]):
         return ["cannot estimate a saving for " + ", ".join(
             f"{n} ({us_text(sh * ctx.median_path.compute)} of step {ctx.median}: {why})"
@@ -894,7 +896,7 @@ def pallas_call(ctx: Context) -> list:
         return []
     rows = []
     for name, share, why, frame in ctx.ceilings.no_ceiling:
-        if "Pallas call without a cost estimate" not in why:
+        if PALLAS_NO_COST_WHY not in why:
             continue
         t = [share * ctx.paths[n].compute for n in ctx.chosen]
         if t[ctx.at] < MIN_SAVING_US:

@@ -58,6 +58,7 @@ COLUMNS = scratch.columns(TABLE)
 # a ceiling read from a record (the vendor's, a mirror of it, a secondary source, the capture's
 # own device plane); any other (derived) is inferred
 READ_TAGS = ("vendor", "vendor-mirror", "secondary", "capture")
+PALLAS_TARGET = "tpu_custom_call"  # a Pallas kernel's custom call on a TPU
 
 
 # ---------------------------------------------------------------- the analysis
@@ -229,12 +230,13 @@ def capture_cost(r: dict, c: Cost, ins, tpu_costs: dict) -> tuple[Cost, int]:
                     why="the capture gives no cost for this instruction"), runs
     flops, model_flops, nbytes, category, hbm = got
     custom = category == "custom-call"
+    pallas = custom and ins is not None and ins.custom_call_target == PALLAS_TARGET
     if not flops and not nbytes:
         return Cost(None, None, "not computable", why=(
             "a Pallas call without a cost estimate: the capture gives it no FLOPs or bytes "
-            "(pallas_call's cost_estimate sets them)" if custom else
-            "the capture gives it no FLOPs and no bytes (a wait, a copy's start, or "
-            "bookkeeping)")), runs
+            "(pallas_call's cost_estimate sets them)" if pallas else
+            f"the capture gives this {'custom call' if custom else 'op'} no FLOPs and no bytes "
+            "(a wait, a copy's start, a relabelling, or bookkeeping)")), runs
     method = "capture: the call's cost estimate" if custom else "capture: XLA's cost model"
     if model_flops is not None and model_flops != flops:
         method += f" (model_flops {model_flops:,})"

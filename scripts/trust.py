@@ -87,7 +87,8 @@ KIND_ORDER = ("step_failed", "no_hlo", "reconciliation_check", "under_recorded_r
               "duplicate_program", "async_labels_missing", "not_checkable", "unattributed",
               "low_confidence", "graph_launch_metrics", "python_tracer", "nccl_waits",
               "kernel_family",
-              "rocm_unknown_memcpy", "not_computable", "no_ceiling", "refusal")
+              "rocm_unknown_memcpy", "not_computable", "no_ceiling", "tpu_cost_model",
+              "tpu_steps_line", "refusal")
 DEFECT_KINDS = frozenset({"reconciliation_check", "under_recorded_replays",
                           "duplicate_program", "async_labels_missing"})
 
@@ -152,6 +153,11 @@ NEEDS = {
     "gpu_model": "the user's word on the GPU model, or a capture whose device plane names the "
                  "vendor and model",
     "knob": "the same steps captured with that change made, to compare step times",
+    "tpu_counters": "a capture of the same steps with the TPU's hardware performance counters "
+                    "(XProf's TPU perf counters), or the instruction timed alone at this shape",
+    "pallas_cost": "the same steps captured with a cost estimate on each Pallas call "
+                   "(pallas_call(..., cost_estimate=pl.CostEstimate(flops=..., "
+                   "bytes_accessed=..., transcendentals=...)))",
 }
 
 
@@ -630,6 +636,29 @@ def roofline_items(inp: Inputs, facts: Facts) -> list:
     return out
 
 
+def tpu_items(inp: Inputs, facts: Facts) -> list:
+    """What a TPU capture cannot tell: its FLOPs and bytes are XLA's estimates (no hardware
+    counters), and a device Steps line that counts programs, not steps."""
+    if ((inp.get("capture_info") or {}).get("device") or {}).get("kind") != "TPU":
+        return []
+    out = []
+    rows = [r for r in scratch.records(inp.out, "roofline.csv") or ()
+            if (r.get("method") or "").startswith("capture")]
+    if rows:
+        us = sum(number(r.get("gpu_us"), 0.0) for r in rows)
+        out.append(item("tpu_cost_model", "the roofline's FLOPs and bytes are XLA's cost model's "
+                        "(a Pallas call's own estimate), as the capture states them: the "
+                        "capture holds no hardware counters, so a share of the MXU or HBM peak "
+                        "rests on counted work, not on measured use", "roofline.csv: "
+                        "method=capture*", count=len(rows), gpu_us=us, total_us=facts.total_us))
+    for n in ((inp.get("skip_stats") or {}).get("notes") or []):
+        if "counts programs, not steps" in n:
+            out.append(item("tpu_steps_line", "the device's Steps line counts program runs, not "
+                            "steps: XProf's own step time on it is a program's, not a step's",
+                            "skip_stats.json: notes", n))
+    return out
+
+
 def refusal_items(inp: Inputs, facts: Facts) -> list:
     """Every step's refusal (and step 1's limiting notes) not already stated by an item."""
     out = []
@@ -716,6 +745,16 @@ def needs_new_capture(inp: Inputs, items: list, facts: Facts) -> list:
     if (roof.get("gpu") or {}).get("why") and (roof.get("gpu") or {}).get("model") is None:
         q.append(question("which GPU model ran the capture (the roofline needs its peaks)",
                           NEEDS["gpu_model"], "roofline.json: gpu.why"))
+    if "tpu_cost_model" in kinds:
+        q.append(question("how far the top instructions are from the chip's real limits (their "
+                          "FLOPs and bytes are XLA's estimates, not counters)",
+                          NEEDS["tpu_counters"], "roofline.csv: method"))
+    pallas = [r for r in scratch.records(inp.out, "roofline.csv") or ()
+              if "Pallas call without a cost estimate" in (r.get("no_ceiling_why") or "")]
+    if pallas:
+        q.append(question(f"the share of the MXU's peak that {pallas[0]['instruction']} reaches "
+                          "(the capture gives the Pallas call no FLOPs or bytes)",
+                          NEEDS["pallas_cost"], "roofline.csv: no_ceiling_why"))
     if any("only partial steps" in s for s in ss.get("refusals") or []):
         q.append(question("the time of a whole step (the capture holds only fragments)",
                           NEEDS["whole_steps"], "skip_stats.json: refusals"))
@@ -781,7 +820,7 @@ def collect(inp: Inputs, failed: dict, scanned: Scanned) -> tuple[list, list, Fa
              + attribution_items(inp, facts) + graph_items(inp, facts)
              + python_tracer_items(inp, facts) + nccl_items(facts) + family_items(inp, facts)
              + rocm_memcpy_items(facts)
-             + roofline_items(inp, facts))
+             + roofline_items(inp, facts) + tpu_items(inp, facts))
     items += refusal_items(inp, facts)
     order = {k: i for i, k in enumerate(KIND_ORDER)}
     items.sort(key=lambda it: (order.get(it["kind"], len(order)), -(it["gpu_us"] or 0.0),

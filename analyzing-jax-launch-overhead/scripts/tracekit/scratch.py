@@ -1994,7 +1994,8 @@ Reads only the scratch folder.
 - `kind`: `step_failed`, `no_hlo`, `reconciliation_check` (a failed step 2 check, one row per
   check family), `under_recorded_replays`, `duplicate_program`, `async_labels_missing`,
   `not_checkable`, `unattributed`, `low_confidence`, `graph_launch_metrics`, `python_tracer`,
-  `nccl_waits`, `rocm_unknown_memcpy`, `not_computable`, `no_ceiling`, `refusal`. Defect kinds
+  `nccl_waits`, `rocm_unknown_memcpy`, `not_computable`, `no_ceiling`, `tpu_cost_model`,
+  `tpu_steps_line`, `refusal`. Defect kinds
   (this capture's records incomplete or disagreeing; none in a clean capture) are listed in
   `trust.json` `defect_kinds`: `reconciliation_check`, `under_recorded_replays`,
   `duplicate_program`, `async_labels_missing`; the rest are standing limits.

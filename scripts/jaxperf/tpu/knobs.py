@@ -11,6 +11,17 @@ BLOCK_NUMBERS_RE = re.compile(r"(?<![a-z])(\d{2,5})(?:x(\d{2,5}))?")
 STEP_PROGRAM_RE = re.compile(r"^(.*) x(\d+)$")
 
 
+# An XLA instruction's knob on a TPU by what binds it (step 6's instruction rows)
+BOUND_KNOB = {
+    "memory": ("fewer HBM bytes: fusion with its producer or consumer (see what XLA left "
+               "unfused), a layout that needs no copy or transpose, bf16 where it is f32, a "
+               "larger batch (more work per byte)"),
+    "compute": ("fuller MXU tiles: matmul dimensions in multiples of 128 (8 on the "
+                "second-minor axis), a larger batch; int8 on the MXU where the model tolerates "
+                "it; a Pallas kernel where XLA's tiling is poor"),
+}
+
+
 def pallas_blocks(name: str) -> str:
     """The knob of a Pallas call: its block sizes, with the sizes its name shows."""
     sizes = sorted({int(n) for m in BLOCK_NUMBERS_RE.finditer(name.split(".")[0])
