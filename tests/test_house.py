@@ -109,7 +109,7 @@ def test_the_platform_is_one_package_imported_by_name():
 
 
 # the order of jaxperf/__init__.py
-LAYERS = ("read", "program", "match", "tpu", "cost", "steps", "report", "job")
+LAYERS = ("read", "program", "match", "cost", "tpu", "steps", "report", "job")
 
 
 def test_the_root_skill_shows_its_layers():
