@@ -680,12 +680,14 @@ def header_facts(scratch: Path, report: Path) -> list[tuple[str, str]]:
     model = gpu.get("model") if isinstance(gpu, dict) else None
     if not model and busy and isinstance(busy[0].get("device"), dict):
         model = busy[0]["device"].get("device_vendor")
+    device = info.get("device") if isinstance(info.get("device"), dict) else {}
+    kind = "TPU core" if device.get("kind") == "TPU" else "GPU"  # what the devices are
     facts = [
         ("Capture", run_dir or "not recorded (capture_info.json missing)"),
         ("Run", Path(run_dir).name if run_dir else "not recorded"),
         ("Host", str(cap.get("host") or "not recorded")),
-        ("GPUs", (f"{len(gpus)} in the capture, {len(busy)} of them ran work" if gpus else
-                  "not recorded") + (f"; {model}" if model else "")),
+        (f"{kind}s", (f"{len(gpus)} in the capture, {len(busy)} of them ran work" if gpus else
+                      "not recorded") + (f"; {model}" if model else "")),
         ("Report", report.name),
         ("Built", dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")),
     ]
