@@ -12,8 +12,7 @@ correlation ids. XLA's trace of a TPU (`/device:TPU:<n>`) has these lines:
   program as a step: never used to frame steps, only said).
 The host (`/host:CPU`) dispatches each program run with one call (`DISPATCH_NAMES`). An op run
 is joined to its program run (the module event on its device that holds it in time) and that run
-to its dispatch: the k-th run on a device to the k-th dispatch that started before it (runs are
-executed in dispatch order on one device; the clocks are aligned only to within CLOCK_SKEW_PS).
+to its dispatch, in order (runs execute in dispatch order on one device: pair_runs).
 Its join kind is `dispatch` and its `launch` that dispatch with the run's start (`run_start`):
 the host call that queued it, as a graph launch queues every kernel of a graph on a GPU. A gap
 before a run's first op is the host's (the device has no program until the host dispatches
@@ -25,6 +24,7 @@ from __future__ import annotations
 
 import bisect
 import re
+import statistics
 
 TPU_PROCESS_RE = re.compile(r"^/device:TPU:(\d+)$")
 OP_LINES = frozenset({"XLA Ops"})
@@ -42,11 +42,8 @@ DISPATCH_NAMES = ("PjRtCApiLoadedExecutable::Execute", "PJRT_LoadedExecutable_Ex
                   "PjRtStreamExecutorLoadedExecutable::Execute", "TfrtTpuExecutable::Execute",
                   "TpuExecutable::Execute")
 
-# The host's and the chip's clocks are aligned by the profiler to within tens of microseconds: on
-# a TPU v5e capture a program run began up to 68 us before the dispatch call that queued it (its
-# Python call began 0.5 us before the run). A dispatch that starts at most this long after a run
-# may still be that run's.
-CLOCK_SKEW_PS = 500_000_000
+# The most runs or dispatches at the capture's start that pair_runs lets go unpaired at once.
+MAX_SHIFT = 3
 
 # hlo_category values (XProf's) that are collectives, and those that move data to or from the
 # host; every other category is compute on the chip.
@@ -156,18 +153,25 @@ def steps_from_line(device_steps: list, joined: dict) -> list[tuple]:
 
 
 def pair_runs(run_starts: list, dispatch_starts: list) -> list:
-    """Each program run's dispatch on one device: the k-th run (starts in order) pairs with the
-    k-th dispatch (starts in order); a run that starts before that dispatch (beyond
-    CLOCK_SKEW_PS) had its dispatch before the capture (or on a host not recorded) and pairs
-    with none. Returns, per run, the dispatch's index or None."""
-    out, k = [], 0
-    for s in run_starts:
-        if k < len(dispatch_starts) and dispatch_starts[k] <= s + CLOCK_SKEW_PS:
-            out.append(k)
-            k += 1
-        else:
-            out.append(None)
-    return out
+    """Each program run's dispatch on one device (both lists in start order): runs execute in
+    dispatch order, so run i pairs with dispatch i - shift: 0 where the counts are equal, else 0
+    (the unpaired ones at the capture's end) or the difference (at its start: runs dispatched
+    before the capture began, or dispatches whose runs it missed), whichever makes the runs'
+    lags behind their dispatches most alike (a lag is the clocks' offset, which the profiler
+    aligns only roughly, -432 to +144 us on one v5e, plus the run's wait in the queue: up to
+    tens of ms behind an input's transfer). Returns, per run, the dispatch's index or None."""
+    n, m = len(run_starts), len(dispatch_starts)
+    best = None
+    for shift in sorted({0, max(-MAX_SHIFT, min(MAX_SHIFT, n - m))}, key=abs):
+        lags = [run_starts[i] - dispatch_starts[i - shift]
+                for i in range(max(0, shift), min(n, m + shift))]
+        if lags:
+            mid = statistics.median(lags)
+            spread = statistics.median(abs(x - mid) for x in lags)
+            if best is None or spread < best[0]:
+                best = (spread, shift)
+    shift = best[1] if best else 0
+    return [i - shift if 0 <= i - shift < m else None for i in range(n)]
 
 
 def join_runs(ops: list, runs: list, host_threads: dict) -> dict:
