@@ -196,8 +196,8 @@ def build_inventory(files, xf, tf, programs, xplane_error, trace_error) -> dict:
             result["host"] = h
         result["profile_ms"] = xf["profile_ms"]
         result["profiler"] = xf["profiler"]
-        result["gpu_model"] = {k: xf["gpu"].get(k) for k in ("model", "basis", "why",
-                                                              "devices")}
+        result["gpu_model"] = None if xf["tpu"] else {  # a TPU: `device` says what it is
+            k: xf["gpu"].get(k) for k in ("model", "basis", "why", "devices")}
         result["repeated_stat_events"] = xf["repeated_stat_events"]
         result["device"] = xf["tpu"] or {
             "kind": "GPU" if xg else ("CPU" if xf["cpu_thunk_events"] else None),

@@ -524,7 +524,9 @@ def roofline_part(s: Scratch) -> list[str]:
     if rj and rj.get("status") == "done":
         model = rj["gpu"].get("model")
         out = ["", "![roofline of the chosen program](roofline.svg)", "",
-               f"GPU: `{model}` (inferred; roofline.json: gpu.model). Ceilings:" if model else
+               f"{'TPU' if rj['gpu'].get('kind') == 'TPU' else 'GPU'}: `{model}` "
+               f"({rj['gpu'].get('label') or 'inferred'}; roofline.json: gpu.model). Ceilings:"
+               if model else
                f"GPU: not identified ({rj['gpu'].get('why') or 'no model in roofline.json'}). "
                "Ceilings:", ""]
         for n, c in enumerate(rj.get("ceilings") or []):
@@ -533,7 +535,8 @@ def roofline_part(s: Scratch) -> list[str]:
             where = f"ceilings.{n}.value"
             out.append(f"- {c['ceiling']}: "
                        f"{cite(value, unit, c['label'], 'roofline.json', where, 2)}"
-                       f", tag {c['tag']}, source {c['source']} (references/peaks-sources.md)")
+                       f", tag {c['tag']}, source {c['source']}"
+                       + ("" if c["tag"] == "capture" else " (references/peaks-sources.md)"))
         return out
     if rj:
         return ["", "Roofline refused: " + (

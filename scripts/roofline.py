@@ -577,8 +577,10 @@ def capture_json(capture) -> dict:
 
 def gpu_json(gpu: dict) -> dict:
     """The result's `gpu`: the model identified (or why none) and its evidence."""
+    tpu = gpu.get("kind") == "TPU"  # a TPU names itself: read, not identified by a match
     return {"model": gpu["model"], "basis": gpu["basis"], "devices": gpu.get("devices"),
-            "evidence": gpu["evidence"], "why": gpu["why"], "label": "inferred"}
+            "evidence": gpu["evidence"], "why": gpu["why"], "label": "read" if tpu else
+            "inferred", **({"kind": "TPU"} if tpu else {})}
 
 
 def _write_all(out: Path, table, result, svg) -> list[tuple[str, int]]:

@@ -951,7 +951,7 @@ declare(File(
   stop: the traced work).
 - `gpu_model`: `model` (the GPU the device stats identify, peaks.md section 4; null where none
   is), `basis`, `why` (null, or why it is not identified), `devices` (GPU planes with device
-  stats); null without a readable xplane.
+  stats); null without a readable xplane, and on a TPU (`device` names the chip).
 - `programs`: null (no readable xplane), or one per program: `program_id`, `entry`, `module`,
   `computations`, `instructions`, `while_loops` (known trip counts, null where unknown), `error`
   (null, or why its HLO could not be read: that program alone is refused).
@@ -1124,7 +1124,9 @@ declare(File(
     fields="""
 `step` (`roofline`), `status`, `capture`, `program` (`id`, `name`); `gpu`: `model` (null when
 not recognised), `basis`, `devices`, `evidence` (the device stats used), `why`, `label`
-(`inferred`); `ceilings` used: `{ceiling, value, unit, tag, source, other_values, label}`;
+(`inferred`: matched to a peaks.csv row; a TPU's `read`, its plane names it, with `kind`
+`TPU`); `ceilings` used: `{ceiling, value, unit, tag, source, other_values, label}` (a TPU's
+tag `capture`: read from its device plane, `source` the plane stat);
 `xprof_ceiling` (never used: the capture's `memory_bandwidth` stat, and XProf's roofline_model
 peaks `compute_flop_per_s`, `memory_bytes_per_s`, `device_type`, or a `note` why not); `status`
 (`done`, or `refused` when the capture holds no HLO: then `program` is null, the table is empty
