@@ -26,6 +26,7 @@ Cases (`--cases` takes any of these; naming a "before" brings its "after" along)
     eager_loop -> eager_loop_jit, train_step, pallas_matmul -> pallas_matmul_big,
     input_pipeline -> input_pipeline_prefetch, host_sync -> host_sync_fused,
     scan_layers -> scan_layers_unrolled, gather_sort, bf16_matmul, tiny_step -> tiny_step_scan,
+    recompile -> recompile_padded,
     flax_optax -> flax_optax_fused (skipped, with a note, where flax or optax is not importable:
     install them first into a folder of their own, `pip install --target DIR flax optax`, and put
     DIR at the END of PYTHONPATH, so that the jax already installed stays the one imported: the
@@ -646,6 +647,47 @@ def case_tiny_step_scan(cfg):
     return _tiny(cfg, scan=True)
 
 
+# ----------------------------------------------------------------------------- 11 recompiles
+
+def _recompile(cfg: Cfg, padded: bool) -> Workload:
+    """A jitted MLP step on token batches whose length changes every step (as a loader that
+    does not bucket its sequences gives them): each new length is a new shape, compiled inside
+    the step; the after pads every batch to one length (and masks), compiled once."""
+    d, width = cfg.pick((512, 2048), (32, 64))
+    bucket = cfg.pick(1024, 64)
+    k = jax.random.split(jax.random.key(11), 2)
+    params = {"w1": _normal(k[0], (d, width), jnp.bfloat16, 1 / math.sqrt(d)),
+              "w2": _normal(k[1], (width, d), jnp.bfloat16, 1 / math.sqrt(width))}
+
+    def loss(p, x, mask):
+        h = jax.nn.gelu(x @ p["w1"]) @ p["w2"]
+        return (jnp.square(h.astype(jnp.float32)).mean(-1) * mask).sum() / mask.sum()
+
+    step_fn = jax.jit(lambda p, x, m: _sgd(p, jax.grad(loss)(p, x, m), 1e-3))
+    state = {"p": params}
+
+    def step(i):
+        length = bucket // 2 + 8 * (i % (bucket // 16)) + 8  # a new length each step
+        x = jnp.ones((8, bucket if padded else length, d), jnp.bfloat16)
+        mask = (jnp.arange(bucket if padded else length) < length).astype(jnp.float32)
+        mask = jnp.broadcast_to(mask, (8, mask.shape[0]))
+        state["p"] = step_fn(state["p"], x, mask)
+        return state["p"]
+
+    what = (f"every batch padded to {bucket} tokens with a mask: one shape, compiled once"
+            if padded else "a new length every step: a new shape, compiled inside the step")
+    return Workload(step, f"a jitted bf16 MLP train step (d {d}, width {width}, SGD) on 8 "
+                          f"sequences of {bucket // 2 + 8} to {bucket} tokens: {what}")
+
+
+def case_recompile(cfg):
+    return _recompile(cfg, padded=False)
+
+
+def case_recompile_padded(cfg):
+    return _recompile(cfg, padded=True)
+
+
 # ----------------------------------------------------------------------------- 10 flax + optax
 
 def have_flax() -> str | None:
@@ -762,6 +804,8 @@ CASES: dict[str, Callable[[Cfg], Workload]] = {
     "tiny_step_scan": case_tiny_step_scan,
     "flax_optax": case_flax_optax,
     "flax_optax_fused": case_flax_optax_fused,
+    "recompile": case_recompile,
+    "recompile_padded": case_recompile_padded,
 }
 
 NEEDS_FLAX = {"flax_optax", "flax_optax_fused"}
@@ -796,6 +840,10 @@ PAIRS: dict[str, Pair] = {
                       "program with jax.lax.fori_loop (knob: updates per jit call), so the "
                       "per-dispatch and per-block host cost is paid once per "
                       f"{TINY_INNER} updates"),
+    "recompile": Pair("recompile_padded",
+                      "pad to a few shapes: every batch padded to one length (a mask for the "
+                      "padding), so the step compiles once instead of at every new length "
+                      "(knob: bucket or pad the input shapes)"),
     "flax_optax": Pair("flax_optax_fused",
                        "one jitted train step: value_and_grad, optax.global_norm, tx.update "
                        "and optax.apply_updates inside jax.jit with params and optimizer state "
