@@ -196,11 +196,17 @@ DISPATCH = Prose(
 @cause("dispatch", DISPATCH)
 def dispatch(ctx: Context) -> list:
     """The dispatch between programs (Context.dispatch_idle): the critical stream idle between two
-    program executions' kernels while the host dispatches the next; its saving is that idle. The
+    program executions' kernels while the host dispatches the next, less the compilation the
+    compile row names; its saving is that idle. The
     knob names the Python call to jit where step 1 found one enclosing the dispatches."""
     between = ctx.dispatch_idle
     if between is None:
         return []
+    compiled = (((ctx.s1 or {}).get("compile") or {}).get("per_step_us") or {}).get("value")
+    if compiled:  # the compile row's time, not the dispatch's (XLA compiles between programs)
+        between = [max(0.0, v - compiled) for v in between]
+        if between[ctx.at] < MIN_SAVING_US:
+            return []
     at, b, n = ctx.at, ctx.bound, ctx.executions[ctx.at]
     dp = (ctx.s1 or {}).get("dispatch") or {}
     knob = DISPATCH.knob
@@ -811,6 +817,34 @@ def instruction(ctx: Context) -> Found | list:
              f"step {median}, is hidden behind the host (it lies before the step's last host-late "
              "gap); it would count once the host gaps are gone"] if hidden >= MIN_SAVING_US else []
     return Found(rows, notes, no_ceiling_refusal(ctx, top))
+
+
+COMPILE = Prose(
+    source="skip_stats.json",
+    assumptions=(
+        "the step's programs compiled once, before the loop (a shape seen before hits jax.jit's "
+        "cache): XLA's compilation inside the step, measured on the host (the union of its "
+        "compile events from the step's start to the next step's), goes; the programs' runs "
+        "unchanged (padded shapes cost the padding's work)"),
+    knob=("a few shapes, not a new one a step: pad or bucket the inputs (sequence lengths, the "
+          "last batch) to a few sizes, keep Python scalars that change out of the jitted "
+          "function's static arguments; jax.config.update('jax_log_compiles', True) names "
+          "each compile"))
+
+
+@cause("compile", COMPILE)
+def compile_in_step(ctx: Context) -> list:
+    """XLA compiling on the host inside the steps (step 1's `compile`): a new shape, or a
+    cache miss, paid every step; its saving the compile time of the median step."""
+    c = (ctx.s1 or {}).get("compile") or {}
+    per = (c.get("per_step_us") or {}).get("value")
+    if not per or per < MIN_SAVING_US:
+        return []
+    per = min(per, ctx.window)  # the median step's window at most
+    return [Row(f"XLA compiles inside the step: {us_text(per)} of compilation a step (median; "
+                f"{c['steps_with_compile']} of {c['steps']} steps compile), a new shape or a "
+                "cache miss each time", "the host", 100.0 * per / ctx.window,
+                spread([per] * len(ctx.chosen), ctx.at))]
 
 
 # ---------------------------------------------------------------- a TPU's own changes

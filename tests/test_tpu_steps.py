@@ -62,3 +62,40 @@ def test_every_op_run_joins_its_program_run_and_dispatch(tmp_path):
     r = _step1(LAB / "host_sync", tmp_path / "out")
     assert r["joins"]["dispatch"] == r["gpu_events"] and r["join_rate_pct_of_gpu_events"] == 0
     assert any("15 program runs, 15 of them joined" in n for n in r["notes"])
+
+
+def test_compilation_inside_the_steps_is_measured_and_ranked_first(tmp_path):
+    """XLA compiling on the host inside each step (the compile events a real recompiling TPU
+    capture holds, bench/tpu_lab.py's recompile case: PJRT_Client_Compile around
+    TpuCompiler::Compile) placed in a lab capture's steps: step 1 measures it once per step
+    (nested events counted once), step 6 ranks it with its knob (on the lab's real recompile
+    capture, 3.6 s of compiling in a 3.7 s step, it ranks first)."""
+    import subprocess
+    import sys
+    dst = tmp_path / "cap"
+    shutil.copytree(LAB / "tiny_step" / "plugins", dst / "plugins")
+    (trace,) = dst.glob("plugins/profile/*/*.trace.json.gz")
+    data = json.loads(gzip.decompress(trace.read_bytes()))
+    ev = data["traceEvents"]
+    steps = sorted((e for e in ev if "step_num" in (e.get("args") or {})), key=lambda e: e["ts"])
+    host = next(e for e in ev if e.get("name") == "PjRtCApiLoadedExecutable::Execute")
+    for s in steps:  # 150 us of compiling at each step's start, before its dispatch
+        ev.append({"ph": "X", "pid": host["pid"], "tid": 77, "ts": s["ts"] + 1, "dur": 150,
+                   "name": "PJRT_Client_Compile"})
+        ev.append({"ph": "X", "pid": host["pid"], "tid": 77, "ts": s["ts"] + 2, "dur": 140,
+                   "name": "TpuCompiler::Compile"})
+    trace.write_bytes(gzip.compress(json.dumps(data).encode()))
+    out = tmp_path / "out"
+    r = _step1(dst, out)
+    assert r["compile"]["steps_with_compile"] == r["compile"]["steps"] > 0
+    assert 149 <= r["compile"]["per_step_us"]["value"] <= 150.001
+    for step in ("attribute_kernels.py", "roofline.py"):
+        subprocess.run([sys.executable, "-P", str(REPO / "scripts" / step), str(dst), "--out",
+                        str(out), "--no-xprof"], check=True, capture_output=True)
+    subprocess.run([sys.executable, "-P", str(REPO / "scripts" / "changes.py"), "--out",
+                    str(out)], check=True, capture_output=True)
+    import csv
+    with open(out / "changes.csv", newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    (row,) = [r for r in rows if r["cause_kind"] == "compile"]
+    assert 149 <= float(row["saving_us"]) <= 150.001 and "pad" in row["knob"]

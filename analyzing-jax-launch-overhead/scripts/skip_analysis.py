@@ -399,6 +399,28 @@ def step_frames(a: Analysis, step_rows, info) -> dict:
             "label": "measured"}
 
 
+def compile_summary(a: Analysis) -> dict | None:
+    """XLA compiling on the host inside the analysed steps (trace_rules.COMPILE_RE: the union
+    of those events, nested ones counted once), from each step's start to the next step's:
+    the time per step, where any step holds some; None where none does (nothing is said)."""
+    iv = sorted((h["start"], h["start"] + h["dur"]) for events in a.host_threads.values()
+                for h in events if rules.COMPILE_RE.match(h["name"]))
+    if not iv:
+        return None
+    order = sorted(a.steps, key=lambda st: st.start)
+    nxt = {st.number: order[i + 1].start for i, st in enumerate(order[:-1])}
+    per = []
+    for st in a.analysed:
+        end = max(st.end, nxt.get(st.number, st.end))
+        per.append(union_ps([(max(s, st.start), min(e, end)) for s, e in iv
+                             if s < end and e > st.start]))
+    if not any(per):
+        return None
+    return {"per_step_us": spread(per, "us", "measured", 1e-6),
+            "steps_with_compile": sum(1 for p in per if p), "steps": len(per),
+            "events": len(iv), "label": "measured"}
+
+
 def dispatch_summary(a: Analysis, step_rows) -> dict | None:
     """Steps that hold several program executions: executions per step, the GPU idle between
     two executions' kernels (steps.csv), and the Python-traced call that encloses a step's
@@ -580,6 +602,9 @@ def build_result(a: Analysis, joins, name, rule, figures, step_rows, info) -> di
                                    "device_pct_of_step": 100 - 100 * host / span,
                                    "label": "inferred"}
     result["dispatch"] = dispatch_summary(a, step_rows)
+    compiled = compile_summary(a)
+    if compiled is not None:  # absent where no step compiles (every capture's result alike)
+        result["compile"] = compiled
     result["frames"] = step_frames(a, step_rows, info)
     result["gpu_groups"] = group_entries(info, len({r["step"] for r in step_rows}))
     if len(result["gpu_groups"]) > 1:

@@ -1226,6 +1226,9 @@ The step's result as data; `summary.txt` is a rendering of it. Fields:
   that encloses a step's dispatches in most steps, `$<file>:<line> <function>`: the function to
   jit whole; null without the Python tracer or when no traced call encloses them),
   `enclosing_call_steps` (in how many steps), `steps`, `label`.
+- `compile`: absent unless XLA compiles on the host inside an analysed step (events matching
+  `trace_rules.COMPILE_RE`, their union from a step's start to the next step's): `per_step_us`
+  (figure, measured), `steps_with_compile`, `steps`, `events`, `label`.
 - `gpu_groups`: the GPUs grouped by the programs they run in the analysed steps, program groups
   first, then by GPU time: `devices`, `kind` (`programs`, `argument copies only`, `memcpys only`,
   `kernels without a program label`), `programs` (module names), `events_per_gpu_and_step`,
@@ -1913,7 +1916,7 @@ declare(Table(
         col("rank", "", "", "the cause's rank"),
         col("cause_kind", "", "",
             "`dispatch`, `fused_on_jit`, `host_gap`, `straggler_wait`, `exposed_collective`, "
-            "`memcpy`, `kernel_gaps`, `kernel_family`, `instruction`, `scan_stacking`, "
+            "`memcpy`, `kernel_gaps`, `kernel_family`, `instruction`, `compile`, `scan_stacking`, "
             "`pallas_call`, `too_small`, `gemm_backend`, `python_line`, `idle_between_steps` "
             "(what each saving assumes: references/changes.md)"),
         col("cause", "", "",

@@ -29,6 +29,13 @@ from pathlib import Path
 QUEUED_BY = frozenset({"launch", "graph_launch", "dispatch"})
 
 
+# XLA compiling a program on the host (the PJRT client's compile, JAX's call into it, the
+# backends' compilers): inside a step it is a new shape or a cache miss, paid every time.
+COMPILE_RE = re.compile(r"^(\$\S+ )?(PJRT_Client_Compile|backend_compile(_and_load)?|XlaCompile|"
+                        r"TpuCompiler::Compile|GpuCompiler::Compile|"
+                        r"PjRt(StreamExecutor|CApi)Client::Compile)$")
+
+
 # ---------------------------------------------------------------- HLO opcodes
 
 # Opcodes that never launch device work: they only name, reshape views of, or order values.
