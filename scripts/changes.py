@@ -217,9 +217,10 @@ def dispatch(ctx: Context) -> list:
         traced = ((ctx.s1 or {}).get("python_tracer") or {}).get("calls")
         jit = knob["unnamed"].format(n=n, why=knob["tracer on" if traced else "tracer off"])
     return [Row(f"dispatch between programs: {n} program executions in step {ctx.median}, "
-                f"{us_text(between[at])} the critical stream of GPU {b} waits between two "
+                f"{us_text(between[at])} the critical stream of {device_word(ctx)} {b} waits "
+                "between two "
                 "executions' kernels while the host dispatches the next",
-                f"GPU {b}", 100.0 * between[at] / ctx.window, spread(between, at),
+                f"{device_word(ctx)} {b}", 100.0 * between[at] / ctx.window, spread(between, at),
                 knob=f"{jit}; {knob['always']}")]
 
 
@@ -438,7 +439,7 @@ def host_gap(ctx: Context) -> list:
     knob = host_knob(hd["leading_us"] if hd else 0.0, host_late,
                      100.0 * graph / (graph + launched) if graph + launched else 0.0,
                      bool(hd and hd["python_tracer"]), hd["events"] if hd else ())
-    where = f"GPU {b} stream {ctx.steps[ctx.median][b].crit}" + (
+    where = f"{device_word(ctx)} {b} stream {ctx.steps[ctx.median][b].crit}" + (
         f" (launching thread {', '.join(hd['threads'])})" if hd and hd["threads"] else "")
     return [Row(words, where, 100.0 * host_late / ctx.window, spread(hsav, ctx.at), knob=knob)]
 
@@ -560,12 +561,13 @@ def kernel_gaps(ctx: Context) -> list:
     if sav[ctx.at] < MIN_SAVING_US:
         return []
     n_big, big_us = mp.big_gaps
-    return [Row(f"the critical stream of GPU {b} is idle between its kernels with no launch "
+    return [Row(f"the critical stream of {device_word(ctx)} {b} is idle between its kernels "
+                "with no launch "
                 f"late from the host: {us_text(mp.idle_before)} of step {ctx.median}, "
                 f"{n_big} gap(s) of 1 us or more that no other stream filled holding "
                 f"{number_text(min(big_us, mp.idle_before))} us of it, the rest gaps under 1 us "
                 "between kernels",
-                f"GPU {b} stream {ctx.steps[ctx.median][b].crit}",
+                f"{device_word(ctx)} {b} stream {ctx.steps[ctx.median][b].crit}",
                 100.0 * mp.idle_before_exposed / ctx.window, spread(sav, ctx.at))]
 
 
@@ -849,6 +851,11 @@ def compile_in_step(ctx: Context) -> list:
 
 # ---------------------------------------------------------------- a TPU's own changes
 
+def device_word(ctx: Context) -> str:
+    """What a row calls the device: a TPU's core, else a GPU."""
+    return "TPU core" if tpu_capture(ctx) else "GPU"
+
+
 def tpu_capture(ctx: Context) -> bool:
     """Whether the capture is a TPU's (capture_info.json's device record)."""
     info = tables(ctx.out).json("capture_info.json") or {}
@@ -971,7 +978,7 @@ def too_small(ctx: Context) -> list:
     return [Row(f"the step is too small for the chip: one program run a step, the device busy "
                 f"{us_text(w - side[ctx.at])} of a {us_text(w)} step window; the host's fixed "
                 f"cost of each dispatch and wait, {us_text(side[ctx.at])}, is the rest",
-                f"GPU {ctx.bound}", 100.0 * side[ctx.at] / w, spread(side, ctx.at))]
+                f"TPU core {ctx.bound}", 100.0 * side[ctx.at] / w, spread(side, ctx.at))]
 
 
 GEMM_BACKEND = Prose(
@@ -1153,9 +1160,10 @@ def idle_between_steps(ctx: Context) -> Found:
     if sav[ctx.at] < MIN_SAVING_US:
         return Found([], refusals=refusals)
     cause = ((ctx.s1 or {}).get("between_steps") or {}).get("cause")
-    return Found([Row(f"GPU {b} is idle after its critical stream's last kernel until the next "
+    return Found([Row(f"{device_word(ctx)} {b} is idle after its critical stream's last kernel "
+                      "until the next "
                       f"step starts: {us_text(idle)} after step {ctx.median}",
-                      f"GPU {b}", 100.0 * idle / ctx.window, spread(sav, ctx.at),
+                      f"{device_word(ctx)} {b}", 100.0 * idle / ctx.window, spread(sav, ctx.at),
                       knob=IDLE_BETWEEN_KNOBS.get(cause))],
                  refusals=refusals)
 

@@ -461,6 +461,11 @@ def group_sentence(g: dict, steps: int) -> str:
             f"({g['copies']} argument copies in all)")
 
 
+def device_word(a: Analysis) -> str:
+    """What the devices are called in sentences: a TPU's cores, else GPUs."""
+    return "TPU core" if getattr(a, "tpu_joins", None) is not None else "GPU"
+
+
 def verdict(a: Analysis, step_rows, info) -> tuple[str, list, dict]:
     """Apply the named thresholds on the GPU that finishes each step last: the verdict, the
     lines of its rule, and the figures it was weighed on."""
@@ -481,8 +486,9 @@ def verdict(a: Analysis, step_rows, info) -> tuple[str, list, dict]:
     c_max = max(coll_all) if coll_all else 0.0
     figures = {"host_share": host, "busy_share": busy, "collective_share": coll,
                "unknown_share": unknown}
-    rule = (f"on the GPU that finishes each step last (among those that run the step's "
-            f"programs), critical stream: host-late share "
+    dev = device_word(a)
+    rule = (f"on the {dev} that finishes each step last (among those that run the step's "
+            f"programs), {'its op line' if dev != 'GPU' else 'critical stream'}: host-late share "
             f"{h:.1%}, busy-or-queued share {b:.1%}, collective share {c:.1%}, unknown gap "
             f"share {u:.1%} (medians over {len(bound)} steps)")
     name, fired = weigh(h, b, max(c, c_max), u, len(main))
@@ -564,8 +570,10 @@ def weigh_between_steps(a: Analysis, bound: list[dict], name: str) -> tuple[list
     cause = max(sorted(set(causes)), key=causes.count) if causes else "none (no idle)"
     figures = {"between_share": shares, "between_cause": cause}
     words = cause_words(cause, getattr(a, "python_tracer_on", False))
-    lines = [f"between steps, on the same GPU: {share:.1%} of the step period (start to "
-             f"the next step's start) is GPU idle after the step's last kernel (median "
+    dev = device_word(a)
+    lines = [f"between steps, on the same {dev}: {share:.1%} of the step period (start to "
+             f"the next step's start) is {dev} idle after the step's last "
+             f"{'kernel' if dev == 'GPU' else 'op'} (median "
              f"over {len(between)} steps); host in that idle: {words}"]
     if share >= BETWEEN_STEPS_SHARE:
         figures["qualifier"] = (f"{name} within the step; {share:.0%} of the step period is "
