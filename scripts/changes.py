@@ -857,9 +857,11 @@ def device_word(ctx: Context) -> str:
 
 
 def tpu_capture(ctx: Context) -> bool:
-    """Whether the capture is a TPU's (capture_info.json's device record)."""
+    """Whether the capture is a TPU's: capture_info.json's device record, else step 1's joins
+    (a TPU's op runs join their program's dispatch: a trace without its xplane)."""
     info = tables(ctx.out).json("capture_info.json") or {}
-    return (info.get("device") or {}).get("kind") == "TPU"
+    return (info.get("device") or {}).get("kind") == "TPU" or bool(
+        ((ctx.s1 or {}).get("joins") or {}).get("dispatch"))
 
 
 def per_step_us(ctx: Context) -> dict:
