@@ -441,7 +441,18 @@ def host_gap(ctx: Context) -> list:
                      bool(hd and hd["python_tracer"]), hd["events"] if hd else ())
     where = f"{device_word(ctx)} {b} stream {ctx.steps[ctx.median][b].crit}" + (
         f" (launching thread {', '.join(hd['threads'])})" if hd and hd["threads"] else "")
-    return [Row(words, where, 100.0 * host_late / ctx.window, spread(hsav, ctx.at), knob=knob)]
+    measured = None
+    work = (ctx.s1 or {}).get("host_work_before_device") or {}
+    w = (work.get("per_step_us") or {}).get("value")
+    if w and hd and hd["leading_us"] >= LEADING_GAP_MAJORITY * host_late:
+        # one producer thread, prefetching, still takes its time a step: the step is at least
+        # that long, so it saves at most the period less it (nothing where it is slower)
+        measured = max(0.0, min(hsav[ctx.at], ctx.window - w))
+        words += (f"; the host's own work before the device starts takes {us_text(w)} a step "
+                  f"(largest call {work['largest_call']}): done ahead by one producer thread, "
+                  f"a step still lasts that long, so prefetching saves {us_text(measured)}")
+    return [Row(words, where, 100.0 * host_late / ctx.window, spread(hsav, ctx.at), knob=knob,
+                measured=measured)]
 
 
 STRAGGLER_WAIT = Prose(

@@ -187,8 +187,8 @@ def where_to_look(out: Path, failed: dict[str, str], factcheck_rc: int | None) -
     for r in top + ([line] if line else []):
         saves = rules.us_text(r.get("saving_us"), "? us")
         if r.get("saving_measured_us"):
-            saves = (f"{rules.us_text(r['saving_measured_us'], '? us')} at a rate this capture "
-                     f"reached to {saves}")
+            saves = (f"{rules.us_text(r['saving_measured_us'], '? us')} "
+                     f"{rules.low_end_words(r.get('cause_kind'))} to {saves}")
         of = rules.us_text(r.get("step_us"), "? us")
         lines.append(f"change {r.get('rank')}: {r.get('cause')} (saves {saves} "
                      f"of {of} per step; inferred, not run)"

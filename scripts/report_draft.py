@@ -617,13 +617,7 @@ def measured_part(r: dict, key: str) -> str:
     if not r.get("saving_measured_us"):
         return ""
     m = cell(r["saving_measured_us"], "us", "inferred", "changes.csv", "saving_measured_us", key)
-    return f"{m} ({LOW_END.get(r.get('cause_kind'), LOW_END[''])}) to "
-
-
-# what a change's low end (changes.csv saving_measured_us) is, by its cause: a rate this capture
-# reached, or, for a scan's stacking, the fusions whose own work is the stacking
-LOW_END = {"": "at a rate this capture reached",
-           "scan_stacking": "the fusions whose own work is the stacking"}
+    return f"{m} ({rules.low_end_words(r.get('cause_kind'))}) to "
 
 
 def changes_section(s: Scratch) -> list[str]:

@@ -99,3 +99,19 @@ def test_compilation_inside_the_steps_is_measured_and_ranked_first(tmp_path):
         rows = list(csv.DictReader(fh))
     (row,) = [r for r in rows if r["cause_kind"] == "compile"]
     assert 149 <= float(row["saving_us"]) <= 150.001 and "pad" in row["knob"]
+
+
+def test_the_hosts_own_work_before_the_device_is_the_calls_wholly_inside():
+    """CallTree.inside: the outermost traced calls that start and end inside a window; a call
+    that spans past it (the loop body around the dispatch) is not the host's work before it,
+    its children inside are."""
+    from step_framing import CallTree
+    key = (1, 1)
+    calls = [{"name": "$a.py:1 step", "start": 0, "dur": 100, "thread": key, "args": {}},
+             {"name": "$a.py:2 make_batch", "start": 5, "dur": 40, "thread": key, "args": {}},
+             {"name": "$a.py:3 inner", "start": 10, "dur": 5, "thread": key, "args": {}},
+             {"name": "$a.py:4 put", "start": 50, "dur": 10, "thread": key, "args": {}}]
+    tree = CallTree(None, {"calls": {key: calls}})
+    assert [h["name"] for h in tree.inside(0, 70)] == ["$a.py:2 make_batch", "$a.py:4 put"]
+    assert [h["name"] for h in tree.inside(0, 100)] == ["$a.py:1 step"]
+    assert tree.inside(46, 49) == []

@@ -289,6 +289,21 @@ class CallTree:
             return host_threads
         return cls(host_threads)
 
+    def inside(self, t0: int, t1: int) -> list:
+        """The outermost traced calls, on any thread, that start at t0 or later and end by t1
+        (the host's own work in that window: a call that spans past it, a loop's body around
+        the dispatch, is not)."""
+        out = []
+        for starts, calls, parent, _ in self.threads:
+            i = bisect.bisect_left(starts, t0)
+            while i < len(calls) and calls[i]["start"] < t1:
+                h, p = calls[i], parent[i]
+                outer = p < 0 or calls[p]["start"] < t0 or calls[p]["start"] + calls[p]["dur"] > t1
+                if h["start"] + h["dur"] <= t1 and outer:
+                    out.append(h)
+                i += 1
+        return out
+
     def innermost_enclosing(self, t0: int, t1: int) -> dict | None:
         """The shortest traced call, on any thread, that starts by t0 and ends at t1 or later."""
         best = None

@@ -1226,6 +1226,11 @@ The step's result as data; `summary.txt` is a rendering of it. Fields:
   that encloses a step's dispatches in most steps, `$<file>:<line> <function>`: the function to
   jit whole; null without the Python tracer or when no traced call encloses them),
   `enclosing_call_steps` (in how many steps), `steps`, `label`.
+- `host_work_before_device` (a TPU, with the Python tracer on): the host's own Python work
+  before each step's device work starts (the outermost traced calls wholly between the step's
+  start and the first event of the device that ends it): `per_step_us` (figure, measured),
+  `largest_call`, `largest_call_us_per_step`, `label`; absent otherwise. Step 6 bounds what
+  prefetching by one producer thread saves with it.
 - `compile`: absent unless XLA compiles on the host inside an analysed step (events matching
   `trace_rules.COMPILE_RE`, their union from a step's start to the next step's): `per_step_us`
   (figure, measured), `steps_with_compile`, `steps`, `events`, `label`.

@@ -36,6 +36,18 @@ COMPILE_RE = re.compile(r"^(\$\S+ )?(PJRT_Client_Compile|backend_compile(_and_lo
                         r"PjRt(StreamExecutor|CApi)Client::Compile)$")
 
 
+# What a change's low end (changes.csv saving_measured_us) is, by its cause_kind: a rate this
+# capture reached, else what the cause's own bound is; said the same by the job's summary and
+# the draft.
+LOW_END = {"": "at a rate this capture reached",
+           "scan_stacking": "the fusions whose own work is the stacking",
+           "host_gap": "one producer thread's bound"}
+
+
+def low_end_words(cause_kind: str | None) -> str:
+    return LOW_END.get(cause_kind or "", LOW_END[""])
+
+
 # ---------------------------------------------------------------- HLO opcodes
 
 # Opcodes that never launch device work: they only name, reshape views of, or order values.
