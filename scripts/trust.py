@@ -745,6 +745,12 @@ def needs_new_capture(inp: Inputs, items: list, facts: Facts) -> list:
     if (roof.get("gpu") or {}).get("why") and (roof.get("gpu") or {}).get("model") is None:
         q.append(question("which GPU model ran the capture (the roofline needs its peaks)",
                           NEEDS["gpu_model"], "roofline.json: gpu.why"))
+    dev = (inp.get("capture_info") or {}).get("device") or {}
+    if dev.get("kind") == "TPU":
+        q.append(question(f"whether the job runs on more chips or hosts than this capture's "
+                          f"{dev.get('cores')} TPU core(s), and whether they keep the same pace "
+                          "(one host's profile shows its own cores only)", NEEDS["hosts"],
+                          "capture_info.json: device.cores"))
     if "tpu_cost_model" in kinds:
         q.append(question("how far the top instructions are from the chip's real limits (their "
                           "FLOPs and bytes are XLA's estimates, not counters)",
