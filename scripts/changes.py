@@ -444,7 +444,9 @@ def host_gap(ctx: Context) -> list:
     measured = None
     work = (ctx.s1 or {}).get("host_work_before_device") or {}
     w = (work.get("per_step_us") or {}).get("value")
-    if w and hd and hd["leading_us"] >= LEADING_GAP_MAJORITY * host_late:
+    compiled = (((ctx.s1 or {}).get("compile") or {}).get("per_step_us") or {}).get("value")
+    if w and hd and hd["leading_us"] >= LEADING_GAP_MAJORITY * host_late and not compiled:
+        # (where XLA compiles in the step, that work is the compile row's, not a producer's)
         # one producer thread, prefetching, still takes its time a step: the step is at least
         # that long, so it saves at most the period less it (nothing where it is slower)
         measured = max(0.0, min(hsav[ctx.at], ctx.window - w))
@@ -854,10 +856,11 @@ def compile_in_step(ctx: Context) -> list:
     if not per or per < MIN_SAVING_US:
         return []
     per = min(per, ctx.window)  # the median step's window at most
+    f = c["per_step_us"]
     return [Row(f"XLA compiles inside the step: {us_text(per)} of compilation a step (median; "
                 f"{c['steps_with_compile']} of {c['steps']} steps compile), a new shape or a "
                 "cache miss each time", "the host", 100.0 * per / ctx.window,
-                spread([per] * len(ctx.chosen), ctx.at))]
+                {"value": per, "min": min(f.get("min", per), per), "max": f.get("max", per)})]
 
 
 # ---------------------------------------------------------------- a TPU's own changes
@@ -1122,6 +1125,7 @@ def python_line(ctx: Context) -> list:
             no_line[frame] = no_line.get(frame, 0.0) + sh
     at, median, said = ctx.at, ctx.median, PYTHON_LINE.assumptions
     cm, exposure = ctx.median_path.compute, ctx.median_path.exposure
+    tpu = tpu_capture(ctx)  # no Triton there
     exposed = EXPOSED_PART.format(pct=100 * exposure, step=median)
     rows = []
     for frame, ln in sorted(lines.items(), key=lambda kv: (-kv[1]["cut"], kv[0]))[:TOP_LINES]:
@@ -1137,6 +1141,7 @@ def python_line(ctx: Context) -> list:
             "their ceilings",
             frame, 100.0 * ln["cut"] * cm * exposure / ctx.window, spread(sav, at),
             said["row"].format(no_ceiling=no_ceiling, time=INSTRUCTION_TIME, exposed=exposed),
+            knob=PYTHON_LINE.knob.replace("Pallas/Triton", "Pallas") if tpu else None,
             named=frozenset(ln["named"])))
     return rows
 
