@@ -202,7 +202,7 @@ def dispatch(ctx: Context) -> list:
     between = ctx.dispatch_idle
     if between is None:
         return []
-    compiled = (((ctx.s1 or {}).get("compile") or {}).get("per_step_us") or {}).get("value")
+    compiled = compile_per_step(ctx)
     if compiled:  # the compile row's time, not the dispatch's (XLA compiles between programs)
         between = [max(0.0, v - compiled) for v in between]
         if between[ctx.at] < MIN_SAVING_US:
@@ -444,7 +444,7 @@ def host_gap(ctx: Context) -> list:
     measured = None
     work = (ctx.s1 or {}).get("host_work_before_device") or {}
     w = (work.get("per_step_us") or {}).get("value")
-    compiled = (((ctx.s1 or {}).get("compile") or {}).get("per_step_us") or {}).get("value")
+    compiled = compile_per_step(ctx)
     if w and hd and hd["leading_us"] >= LEADING_GAP_MAJORITY * host_late and not compiled:
         # (where XLA compiles in the step, that work is the compile row's, not a producer's)
         # one producer thread, prefetching, still takes its time a step: the step is at least
@@ -845,6 +845,11 @@ COMPILE = Prose(
           "last batch) to a few sizes, keep Python scalars that change out of the jitted "
           "function's static arguments; jax.config.update('jax_log_compiles', True) names "
           "each compile"))
+
+
+def compile_per_step(ctx: Context) -> float | None:
+    """The median step's XLA compile time on the host (step 1's `compile`), None without."""
+    return (((ctx.s1 or {}).get("compile") or {}).get("per_step_us") or {}).get("value")
 
 
 @cause("compile", COMPILE)
