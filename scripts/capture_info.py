@@ -35,7 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bootstrap; sibling.py: the platform
 import sibling  # noqa: F401
 import model_checks  # sibling skill: step 1's counts of the trace
-from jaxperf.cost import gpu_ceilings
+from jaxperf.gpu import peaks as gpu_peaks
 from tracekit import capture_inputs, scratch, step_cli, tpu, trace_reader
 from tracekit import gpu as gpu_rules
 from tracekit import trace_rules as rules
@@ -135,7 +135,7 @@ def xplane_facts(space) -> dict:
     if start and stop and stop >= start:
         facts["profile_ms"] = (stop - start) / 1e6
     facts["profiler"] = profiler_calls(host)
-    facts["gpu"] = gpu_ceilings.identify_space(space)
+    facts["gpu"] = gpu_peaks.identify_space(space)
     from jaxperf.tpu import chip
     facts["tpu"] = chip.describe(space)
     facts["repeated_stat_events"] = space.repeated_stat_events  # after every decode

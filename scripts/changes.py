@@ -36,6 +36,7 @@ why: no step 1 tables, tables of another capture); 2 usage.
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -43,6 +44,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bootstrap; sibling.py: the platform
 import sibling  # noqa: F401
+from jaxperf.device import adapters  # what the capture's device answers: its knobs, set-up
 from jaxperf.steps.critical_path import (  # the steps, their frames and critical paths, the context
     MIN_SAVING_US,
     TOP_INSTRUCTIONS,
@@ -53,9 +55,7 @@ from jaxperf.steps.critical_path import (  # the steps, their frames and critica
     spread,
     tables,
 )
-from jaxperf.tpu import knobs as tpu_knobs  # a TPU's knobs: Pallas blocks, a scan's stacking
 from tracekit import capture_inputs, scratch, step_cli
-from tracekit import gpu as gpu_rules
 from tracekit import trace_rules as rules  # tie rule, CSV writing, atomic files
 from tracekit.scratch import number
 from tracekit.trace_rules import number_text, us_text
@@ -383,14 +383,15 @@ HOST_GAP = Prose(
 
 
 def host_knob(lead: float, host_late: float, graph_pct: float, tracer: bool,
-              events: list = ()) -> str:
+              events: list = (), setup_re=None) -> str:
     """What to test for host gaps: the host's work before the first launch (the runtime's own
     set-up where its host events, of `events` (name, us) inside the gaps, are half their time
     or more and fill half the leading gap or more), or the launches between kernels (the larger
-    first), and the Python tracer where its events fill the gaps."""
+    first), and the Python tracer where its events fill the gaps. `setup_re`: the device's
+    names of the runtime's set-up (adapters.Adapter.setup_re; None: none known)."""
     sentences = HOST_GAP.knob
     between = sentences["between, in graphs" if graph_pct >= 50.0 else "between"]
-    setup = [(n, t) for n, t in events if gpu_rules.EXECUTION_SETUP_RE.match(n)]
+    setup = [(n, t) for n, t in events if setup_re is not None and setup_re.match(n)]
     knob = []
     if lead >= LEADING_GAP_MAJORITY * host_late:
         knob.append(sentences["before, set-up"].format(
@@ -438,7 +439,8 @@ def host_gap(ctx: Context) -> list:
     graph, launched = joins.get("graph_launch", 0), joins.get("launch", 0)
     knob = host_knob(hd["leading_us"] if hd else 0.0, host_late,
                      100.0 * graph / (graph + launched) if graph + launched else 0.0,
-                     bool(hd and hd["python_tracer"]), hd["events"] if hd else ())
+                     bool(hd and hd["python_tracer"]), hd["events"] if hd else (),
+                     device(ctx).setup_re)
     where = f"{device_word(ctx)} {b} stream {ctx.steps[ctx.median][b].crit}" + (
         f" (launching thread {', '.join(hd['threads'])})" if hd and hd["threads"] else "")
     measured = None
@@ -740,7 +742,8 @@ def backend_text(backend: str, vendor: str) -> str:
     return backend
 
 
-def instruction_prose(c: dict, exposed: str, vendor: str = "") -> tuple[str, str]:
+def instruction_prose(c: dict, exposed: str, vendor: str = "",
+                      dev: adapters.Adapter = adapters.ADAPTERS["GPU"]) -> tuple[str, str]:
     """An instruction row's assumptions and knob: the knob by the kind of work (attention, GEMM,
     element-wise, reduction, scatter), else by what binds it (memory bandwidth, else its dtype's
     peak), and launch size first when it runs far from its ceiling."""
@@ -753,9 +756,9 @@ def instruction_prose(c: dict, exposed: str, vendor: str = "") -> tuple[str, str
         target=target, ceiling=said["memory"] if memory else said["compute"].format(
             dtype=c["ceiling_dtype"] or "its dtype"))
     work = c.get("work", "").removesuffix(" backward")
-    if c.get("backend") == "TPU":  # a TPU: the MXU, its tiles, a Pallas kernel's blocks
-        return assumptions, (tpu_knobs.pallas_blocks(c["instruction"]) if work == "custom-call"
-                             else tpu_knobs.BOUND_KNOB["memory" if memory else "compute"])
+    if dev.bound_knob is not None:  # the device's own words (a TPU: the MXU, Pallas blocks)
+        return assumptions, (dev.kernel_knob(c["instruction"]) if work == "custom-call"
+                             else dev.bound_knob["memory" if memory else "compute"])
     if work in ("attention", "gemm") and not memory or \
             work in ("elementwise", "reduction", "scatter"):
         knob = knobs[work].format(backend=backend_text(c.get("backend") or "its backend",
@@ -815,7 +818,7 @@ def instruction(ctx: Context) -> Found | list:
         sav = [c["cut"] * ctx.paths[n].compute * ctx.paths[n].exposure for n in ctx.chosen]
         if sav[at] < MIN_SAVING_US:
             continue
-        assumptions, knob = instruction_prose(c, exposed, ce.vendor)
+        assumptions, knob = instruction_prose(c, exposed, ce.vendor, device(ctx))
         reached = (f"; the same work reaches {pct_text(c['best'])}% in this capture "
                    f"({c['best_by']})" if c["best"] else "")
         rows.append(Row(
@@ -875,12 +878,13 @@ def device_word(ctx: Context) -> str:
     return "TPU core" if tpu_capture(ctx) else "GPU"
 
 
+def device(ctx: Context) -> adapters.Adapter:
+    """The adapter of the capture's device (step 0's device record, else step 1's joins)."""
+    return adapters.of_results(tables(ctx.out).json("capture_info.json"), ctx.s1)
+
+
 def tpu_capture(ctx: Context) -> bool:
-    """Whether the capture is a TPU's: capture_info.json's device record, else step 1's joins
-    (a TPU's op runs join their program's dispatch: a trace without its xplane)."""
-    info = tables(ctx.out).json("capture_info.json") or {}
-    return (info.get("device") or {}).get("kind") == "TPU" or bool(
-        ((ctx.s1 or {}).get("joins") or {}).get("dispatch"))
+    return device(ctx).kind == "TPU"
 
 
 def per_step_us(ctx: Context) -> dict:
@@ -891,7 +895,7 @@ def per_step_us(ctx: Context) -> dict:
     progs = {p["program_id"]: p for p in t.rows("attribution/programs.csv") or []}
     row = next((r for r in t.rows("steps.csv") or [] if r["step"] == str(ctx.median)
                 and r["device"] == str(ctx.bound)), {})
-    runs = tpu_knobs.step_programs(row.get("programs") or "")
+    runs = step_programs(row.get("programs") or "")
     out = {}
     for r in t.rows("attribution/ops.csv") or []:
         p = progs.get(r["program_id"])
@@ -900,6 +904,42 @@ def per_step_us(ctx: Context) -> dict:
         if n and k:
             out[(r["program_id"], r["instruction"])] = (number(r["gpu_us"]) or 0.0) / n * k
     return out
+
+
+STEP_PROGRAM_RE = re.compile(r"^(.*) x(\d+)$")
+
+
+def step_programs(text: str) -> dict:
+    """steps.csv `programs` (`jit_a x1; jit_b x2`) -> module -> its runs in the step."""
+    out = {}
+    for part in text.split(";"):
+        m = STEP_PROGRAM_RE.match(part.strip())
+        if m:
+            out[m.group(1)] = int(m.group(2))
+    return out
+
+
+def stacking(ops: list) -> list:
+    """ops.csv rows of a scan's stacking: instructions inside a while loop's body (their
+    op_name under `/while/body/`) that are dynamic-update-slice fusions; each as ((program id,
+    instruction), whether its own work is the stacking: its op_name ends in the update)."""
+    out = []
+    for r in ops:
+        op = r.get("op_name") or ""
+        if "/while/body/" in op and ("dynamic-update-slice" in r["instruction"]
+                                     or op.endswith("dynamic_update_slice")):
+            out.append(((r["program_id"], r["instruction"]), op.endswith("dynamic_update_slice")))
+    return out
+
+
+def top_lines(ops: list, keys: set, n: int = 3) -> str:
+    """The Python lines (ops.csv user_frame) holding the most time of the instructions `keys`."""
+    lines: dict = {}
+    for r in ops:
+        if (r["program_id"], r["instruction"]) in keys and r.get("user_frame"):
+            lines[r["user_frame"]] = lines.get(r["user_frame"], 0.0) + float(r["gpu_us"] or 0)
+    top = sorted(lines, key=lambda k: -lines[k])[:n]
+    return ", ".join(top)
 
 
 SCAN_STACKING = Prose(
@@ -920,17 +960,17 @@ SCAN_STACKING = Prose(
 @cause("scan_stacking", SCAN_STACKING)
 def scan_stacking(ctx: Context) -> list:
     """A TPU's scan (a while loop's body) stacking each iteration's residuals for the backward
-    pass: the dynamic-update-slice fusions inside the body (jaxperf.tpu.knobs.stacking), their
+    pass: the dynamic-update-slice fusions inside the body (`stacking`), their
     time in the median step."""
     if not tpu_capture(ctx):
         return []
     times = per_step_us(ctx)
-    found = tpu_knobs.stacking(tables(ctx.out).rows("attribution/ops.csv") or [])
+    found = stacking(tables(ctx.out).rows("attribution/ops.csv") or [])
     high = sum(times.get(k, 0.0) for k, _ in found)
     low = sum(times.get(k, 0.0) for k, pure in found if pure)
     if high < MIN_SAVING_US:
         return []
-    lines = tpu_knobs.top_lines(tables(ctx.out).rows("attribution/ops.csv") or [],
+    lines = top_lines(tables(ctx.out).rows("attribution/ops.csv") or [],
                                 {k for k, _ in found})
     return [Row(f"the scan's stacked residuals: {rules.plural(len(found), 'fusion')} of "
                 f"dynamic-update-slice inside a while loop's body take {us_text(high)} of step "
@@ -967,7 +1007,7 @@ def pallas_call(ctx: Context) -> list:
                         f"{ctx.median}; the capture gives it no FLOPs or bytes (no "
                         "cost_estimate), so its share of the MXU's peak is unknown",
                         name + (f" ({frame})" if frame else ""), 100.0 * t[ctx.at] / ctx.window,
-                        spread(t, ctx.at), knob=tpu_knobs.pallas_blocks(name)
+                        spread(t, ctx.at), knob=device(ctx).kernel_knob(name)
                         + "; pass pl.CostEstimate(flops=..., bytes_accessed=...) to "
                         "pallas_call so a capture shows its share of the peak"))
     return rows

@@ -41,8 +41,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bootstrap; sibling.py: the platform
 import sibling  # noqa: F401
-from jaxperf.cost import gpu_ceilings  # peaks.csv, the GPU, its ceilings
+from jaxperf.cost.ceilings import Ceiling, ceiling_key  # the ceiling of an instruction
 from jaxperf.cost.hlo_costs import Cost, Costs, dtype_name  # FLOPs and bytes per instruction
+from jaxperf.device import adapters  # the device's record, ceilings and own costs
 from jaxperf.read import xprof_figures  # XProf's own figures, shown beside ours
 from jaxperf.report import svg  # SVG elements and text widths, shared with swimlanes.py
 from tracekit import scratch, step_cli
@@ -266,7 +267,7 @@ class Placement:
     flop_per_s: float | None = None      # achieved in its measured time
     bytes_per_s: float | None = None
     key: str | None = None               # the peaks.csv row bounding its arithmetic
-    compute: gpu_ceilings.Ceiling | None = None  # that row's ceiling (value None: unconfirmed)
+    compute: Ceiling | None = None  # that row's ceiling (value None: unconfirmed)
     binding: str = ""                    # "compute" or "memory"
     attainable: float | None = None      # FLOP/s: min(compute ceiling, intensity x bandwidth)
     share: float | None = None           # percent of the binding ceiling reached
@@ -284,7 +285,7 @@ def place(c: Cost, runs: int, ps: int, category: str, model: str | None,
     hbm = ceilings.get("hbm_bandwidth")
     total_flops, total_bytes = c.flops * runs, c.bytes * runs
     secs = ps / 1e12
-    key = gpu_ceilings.ceiling_key(c, c.flops, ceilings)
+    key = ceiling_key(c, c.flops, ceilings)
     if vector_memory and key and key not in ceilings:
         key = None
     spot = Placement(total_flops, total_bytes, c.flops / c.bytes if c.bytes else None,
@@ -467,17 +468,12 @@ def run(capture, out: Path, use_xprof: bool = True,
     out = Path(out)
     user = read_costs(costs)
     space = read_space(capture, lazy=checked_by_step4(out, capture))
+    # the device's record, its ceilings and, where it records them, its own costs (a TPU's)
+    gpu, peaks, tpu_costs = adapters.of_space(space).environment(space)
     if not space.hlo_protos():
-        return refuse_without_hlo(capture, out, space, gpu_ceilings.identify_space(space))
+        return refuse_without_hlo(capture, out, space, gpu)
     rows, res = read_attribution(out, capture)
     pid, programs = load_programs(space, rows, res)
-    from jaxperf.tpu import chip, op_runs
-    tpu_costs = None
-    if op_runs.tpu_planes(space):  # a TPU's costs and peaks are read from its own capture
-        gpu, ceilings = chip.ceilings(space)
-        peaks, tpu_costs = {gpu["model"]: ceilings}, op_runs.costs(space)
-    else:
-        gpu, peaks = gpu_ceilings.identify_space(space), gpu_ceilings.load_peaks()
     step_cli.progress("costing each instruction and placing it under its ceiling", len(rows),
                       unit="instructions")
     table, a = analyse(rows, res, programs, gpu, peaks, user, tpu_costs)

@@ -47,8 +47,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bootstrap; sibling.py: the platform
 import sibling  # noqa: F401
+from jaxperf.device import adapters  # the kind of each device event, as its device says
 from jaxperf.report import svg  # SVG elements and text widths, shared with roofline.py
-from tracekit import gpu as gpu_rules
 from tracekit import scratch, step_cli
 from tracekit import trace_rules as rules  # the classification rules
 from tracekit.trace_rules import number_text, us_value  # units
@@ -197,7 +197,8 @@ class Rows:
     (for stragglers.csv); the events and launch calls inside the window (for drawing); each
     stream's name and its busy time per category in the chosen step (for its role)."""
 
-    def __init__(self, out: Path, analysed: set, chosen: int, v0: int, v1: int):
+    def __init__(self, out: Path, analysed: set, chosen: int, v0: int, v1: int,
+                 event_kind=adapters.ADAPTERS["GPU"].event_kind):
         self.per_step_gpu: dict[tuple, list] = {}
         self.lane_events: dict[tuple, list] = {}
         self.stream_names: dict[tuple, str] = {}
@@ -235,7 +236,7 @@ class Rows:
                     acc = self.step_streams.setdefault(key, [0, 0, 0])
                     acc[cat_index.get(cat, 0)] += end - start
                 if start < v1 and (end > v0 or start >= v0):
-                    kind = gpu_rules.kernel_kind(name, hlo_op, cat == "memcpy")
+                    kind = event_kind(name, hlo_op, cat == "memcpy")
                     self.lane_events.setdefault(key, []).append(
                         (start, end, KIND_CLASS[kind], name, graph == "1", start_t))
                 hk = HOST_KIND_OF_JOIN.get(join)
@@ -1086,7 +1087,8 @@ def run(capture, out: Path, step: int | None = None, start_us: float | None = No
     s1, steps, gaps = read_step1(out)
     chosen = pick_step(s1, steps, step, start_us, end_us)
     v0, v1, zoomed = window(chosen, start_us, end_us)
-    rows = read_rows(out, steps, chosen, v0, v1, zoomed)
+    dev = adapters.of_results(scratch.Scratch(out).json("capture_info.json"), s1)
+    rows = read_rows(out, steps, chosen, v0, v1, zoomed, dev)
     strag_rows = straggler_rows(steps, rows.per_step_gpu, gaps, rules.compared_gpus(s1))
     straggler, notes, refusals = straggler_of(chosen, strag_rows)
     notes += [f"not compared for the straggler (other work): {x}" for x in rules.other_work(s1)]
@@ -1140,13 +1142,14 @@ def pick_step(s1: dict, steps: dict, step: int | None, start_us: float | None,
     return chosen
 
 
-def read_rows(out: Path, steps: dict, chosen: dict, v0: int, v1: int, zoomed: bool) -> Rows:
-    """rows.csv read for the chosen step and the window; SwimlaneError where it holds no GPU
-    event, or none in a zoomed window."""
+def read_rows(out: Path, steps: dict, chosen: dict, v0: int, v1: int, zoomed: bool,
+              dev: adapters.Adapter = adapters.ADAPTERS["GPU"]) -> Rows:
+    """rows.csv read for the chosen step and the window, each event's kind as its device
+    draws it (`dev`); SwimlaneError where it holds no GPU event, or none in a zoomed window."""
     path = out / "rows.csv"
     step_cli.progress("reading step 1's rows.csv", path.stat().st_size >> 20 if path.is_file()
                       else 0, unit="MiB")
-    rows = Rows(out, set(steps), chosen["number"], v0, v1)
+    rows = Rows(out, set(steps), chosen["number"], v0, v1, dev.event_kind)
     if rows.span is None:
         raise SwimlaneError(f"{path} holds no GPU event, so there are no GPU lanes to draw")
     if zoomed and (v1 <= rows.span[0] or v0 >= rows.span[1]):

@@ -581,7 +581,8 @@ def test_the_leading_gaps_knob_follows_what_fills_it(events, lead, setup):
     pipeline's prefetching first."""
     sys.path.insert(0, str(REPO / "scripts"))
     import changes
-    knob = changes.host_knob(lead, lead, 100.0, False, events)
+    knob = changes.host_knob(lead, lead, 100.0, False, events,
+                             changes.adapters.ADAPTERS["GPU"].setup_re)
     assert knob.startswith("the host's work before the step's first launch is mostly the "
                            "runtime's own set-up") == setup, knob
     assert ("prefetching" in knob) != setup

@@ -1,6 +1,7 @@
 """The house rules that keep the bundle maintainable, counted (references/architecture.md):
 no function over 100 lines; the command line built in one place; every step's main a few lines
-handed to step_cli; the scratch folder declared in one scratch.py; no private copy of a unit
+handed to step_cli; the scratch folder declared in one scratch.toml; the analyses never import a
+device's module; no private copy of a unit
 formatter, a CSV writer, a result writer or a scratch reader outside their homes."""
 
 from __future__ import annotations
@@ -109,7 +110,7 @@ def test_the_platform_is_one_package_imported_by_name():
 
 
 # the order of jaxperf/__init__.py
-LAYERS = ("read", "program", "match", "cost", "tpu", "steps", "report", "job")
+LAYERS = ("read", "program", "match", "cost", "gpu", "tpu", "device", "steps", "report", "job")
 
 
 def test_the_root_skill_shows_its_layers():
@@ -134,6 +135,38 @@ def test_the_root_skill_shows_its_layers():
                 if LAYERS.index(used) > LAYERS.index(layer):
                     wrong.append(f"{layer}/{p.name} imports {n.module} (a layer below)")
     assert not wrong, wrong
+
+
+# A device's own modules (its vocabulary, peaks, kernel matching, knobs), and the analyses that
+# reach them only through the device's adapter (jaxperf.device.adapters) or the records the
+# readers (gpu_events.py, capture_info.py, attribute_kernels.py) fill
+DEVICE_MODULES = ("tracekit.gpu", "tracekit.tpu", "jaxperf.gpu", "jaxperf.tpu", "jaxperf.match")
+SIBLING = REPO / "analyzing-jax-launch-overhead" / "scripts"
+ANALYSES = [*(REPO / "scripts" / f"{n}.py" for n in (
+    "reconcile", "swimlanes", "roofline", "changes", "trust", "compare", "report_draft",
+    "factcheck")),
+    *(SIBLING / f"{n}.py" for n in ("skip_stats", "skip_analysis", "skip_writers", "gap_causes",
+                                    "step_framing", "model_checks")),
+    *(REPO / "writing-trace-report-pages" / "scripts").glob("*.py"),
+    *(REPO / "scripts" / "jaxperf" / "steps").glob("*.py"),
+    *(REPO / "scripts" / "jaxperf" / "report").glob("*.py")]
+
+
+def test_the_analyses_never_import_a_device():
+    """Steps 1 to 7, compare.py, the report, the fact check and the page ask the capture's
+    device through its adapter, never by importing the device's own modules: a device's
+    knowledge lives in its folder alone."""
+    wrong = []
+    for p in ANALYSES:
+        for n in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+            names = []
+            if isinstance(n, ast.Import):
+                names = [a.name for a in n.names]
+            elif isinstance(n, ast.ImportFrom) and n.module:
+                names = [n.module] + [f"{n.module}.{a.name}" for a in n.names]
+            wrong += [f"{p.name} imports {m}" for m in names
+                      if any(m == d or m.startswith(d + ".") for d in DEVICE_MODULES)]
+    assert len(ANALYSES) >= 20 and not wrong, wrong
 
 
 SKILL_MAX_LINES = 250

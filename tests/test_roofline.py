@@ -1,7 +1,7 @@
-"""roofline.py with its cost model (hlo_costs.py) and ceilings (gpu_ceilings.py): FLOPs and bytes
-against hand-computed values (HloModuleProtos built inline with xprotos' classes), the GPU
-identified on every shared capture, an end-to-end run on a generated capture after step 4, and bad
-input."""
+"""roofline.py with its cost model (hlo_costs.py) and ceilings (cost/ceilings.py, gpu/peaks.py):
+FLOPs and bytes against hand-computed values (HloModuleProtos built inline with xprotos'
+classes), the GPU identified on every shared capture, an end-to-end run on a generated capture
+after step 4, and bad input."""
 
 from __future__ import annotations
 
@@ -17,7 +17,9 @@ import roofline
 from capgen.generate import generate
 from capgen.scenarios import SCENARIOS
 from conftest import REPO
-from jaxperf.cost import gpu_ceilings, hlo_costs
+from jaxperf.cost import hlo_costs
+from jaxperf.cost.ceilings import ceiling_key
+from jaxperf.gpu import peaks as gpu_peaks
 from jaxperf.program.hlo_program import Program
 from jaxperf.read import xplane_reader, xprotos
 
@@ -66,7 +68,7 @@ def test_dot():
     c = cost(h, e, d)
     assert (c.flops, c.bytes, c.method) == (2 * 64 * 16 * 32, 4 * (64 * 32 + 32 * 16 + 64 * 16),
                                             "shapes")
-    assert gpu_ceilings.ceiling_key(c, c.flops, {}) == "tf32_matrix"  # f32 at DEFAULT precision
+    assert ceiling_key(c, c.flops, {}) == "tf32_matrix"  # f32 at DEFAULT precision
 
 
 def test_batched_dot_bf16():
@@ -82,7 +84,7 @@ def test_batched_dot_bf16():
     c = cost(h, e, d)
     assert c.flops == 2 * 8 * 64 * 16 * 32
     assert c.bytes == 2 * (8 * 64 * 32 + 8 * 32 * 16 + 8 * 64 * 16)
-    assert gpu_ceilings.ceiling_key(c, c.flops, {}) == "bf16_fp16_matrix"
+    assert ceiling_key(c, c.flops, {}) == "bf16_fp16_matrix"
 
 
 def test_convolution():
@@ -138,7 +140,7 @@ def test_loop_fusion():
     f = _fusion(h, e, fc, (a, b), [4, 8])
     c = cost(h, e, f)
     assert (c.flops, c.bytes, c.method) == (2 * 32, 3 * 32 * 4, "fused computation")
-    assert gpu_ceilings.ceiling_key(c, c.flops, {}) == "fp32_vector"
+    assert ceiling_key(c, c.flops, {}) == "fp32_vector"
 
 
 def test_reduction_fusion():
@@ -245,13 +247,13 @@ def test_identify_shared_captures(shared):
     for x in sorted(shared.rglob("*.xplane.pb")):
         if "other-formats" in x.parts:
             continue
-        gpu = gpu_ceilings.identify_space(xplane_reader.load_space(x))
+        gpu = gpu_peaks.identify_space(xplane_reader.load_space(x))
         name = x.parts[len(shared.parts)]
         if name == "tracelens-amd-rocm":
             key = x.parts[len(shared.parts) + 1].split("-")[0]
             model, compute_tag = EXPECTED[key]
             assert gpu["model"] == model and gpu["why"] is None, x
-            peaks = gpu_ceilings.load_peaks()[model]
+            peaks = gpu_peaks.load_peaks()[model]
             assert peaks["hbm_bandwidth"].tag in ("vendor", "secondary")
             assert peaks["bf16_fp16_matrix"].tag == compute_tag
             seen.add(model)
@@ -262,20 +264,20 @@ def test_identify_shared_captures(shared):
         elif name == "independent-generator":
             assert gpu["model"] == "H100 SXM5 80GB"
     assert seen == {"MI300X", "MI355X", "V100"}
-    assert gpu_ceilings.load_peaks()["MI300X"]["hbm_bandwidth"].value == 5.3e12  # not 2.6624e12
+    assert gpu_peaks.load_peaks()["MI300X"]["hbm_bandwidth"].value == 5.3e12  # not 2.6624e12
 
 
 def test_identify_unknown_is_no_guess():
     stats = {"device_vendor": "Nvidia", "compute_cap_major": 9, "compute_cap_minor": 0,
              "core_count": 132, "clock_rate": 1_980_000, "memory_size": 120e9}
-    g = gpu_ceilings.identify(stats)
+    g = gpu_peaks.identify(stats)
     assert g["model"] is None and g["why"].startswith("cannot identify the GPU")
     stats["memory_size"] = 151_397_597_184
-    assert gpu_ceilings.identify(stats)["model"] == "H200 SXM 141GB"
+    assert gpu_peaks.identify(stats)["model"] == "H200 SXM 141GB"
 
 
 def test_peaks_table():
-    peaks = gpu_ceilings.load_peaks()
+    peaks = gpu_peaks.load_peaks()
     for gpu in ("H100 SXM5 80GB", "H100 PCIe 80GB", "H200 SXM 141GB", "A100 SXM4 80GB",
                 "A100 SXM4 40GB", "B200", "MI300X", "MI325X", "MI355X"):
         assert "hbm_bandwidth" in peaks[gpu] and "bf16_fp16_matrix" in peaks[gpu]

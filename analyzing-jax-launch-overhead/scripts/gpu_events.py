@@ -283,9 +283,9 @@ def _merged(trace, parts) -> Collected:
     for (pid, tid), t in totals.items():
         per_stream[(gpu_pid[pid], tid)] = t
         per_gpu[gpu_pid[pid]] += t[0]
+    kinds = trace_reader.device_kinds(trace.processes)
     facts = {"gpu_events": [[o, k] for o, k in sorted(per_gpu.items())],
-             "kinds": {str(o): "TPU" for pid, o in gpu_pid.items()
-                       if tpu.is_tpu(trace.processes.get(pid, ""))},
+             "kinds": {str(o): "TPU" for pid, o in gpu_pid.items() if kinds.get(pid) == "TPU"},
              "host_events": sum(map(len, host_threads.values())),
              "notes": list(getattr(trace, "notes", ()))}
     return Collected(gpu, sum(other.values()), host_threads, by_corr,
@@ -353,6 +353,27 @@ def join_events(gpu, by_corr) -> tuple[dict, dict]:
         n for (d, cid), n in Counter(ids).items() if n > 1 and not any(
             h for h in by_corr.get(cid, []) if gpu_rules.is_graph_launch(h["name"])))
     return counts, sample
+
+
+def join_program_runs(c: Collected, host_threads: dict) -> dict | None:
+    """Where the device records its program runs (a TPU's `XLA Modules`), each op run joined to
+    its run and that run's host dispatch (tracekit.tpu.join_runs: its counts, `executions` and
+    `runs_of`); None where it records none (a GPU's events join by correlation id:
+    join_events)."""
+    runs = [r[:4] for r in c.runs if not r[4]]
+    return tpu.join_runs(c.gpu, runs, host_threads) if runs else None
+
+
+def device_step_line(c: Collected, annotated: int, joins: dict | None) -> tuple[list, list]:
+    """The device's own step line (a TPU's `Steps`) beside the host's `annotated` steps: its
+    notes, and the steps it frames, (number, start, end) each, where it counts steps and the
+    host annotated none (tracekit.tpu.steps_line_notes, steps_from_line); else no steps."""
+    runs = [r[:4] for r in c.runs if not r[4]]
+    line = [r[:4] for r in c.runs if r[4]]
+    notes, counts = tpu.steps_line_notes(line, runs, annotated)
+    if not (counts and not annotated and joins is not None):
+        return notes, []
+    return notes, tpu.steps_from_line(line, joins["runs_of"])
 
 
 def launch_threads_to_exec(sample, host_threads, unordered=()) -> dict:

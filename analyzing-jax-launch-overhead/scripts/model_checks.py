@@ -15,8 +15,7 @@ import statistics
 
 import gpu_events
 import skip_analysis
-from tracekit import gpu as gpu_rules
-from tracekit import tpu, trace_reader
+from tracekit import trace_reader
 from tracekit import trace_rules as rules
 
 # Compute + memcpy time per step (collectives left out: they include waiting for peers) of GPUs
@@ -61,9 +60,9 @@ def trace_totals(trace) -> tuple[dict, dict]:
             e = out.setdefault((o, ev["tid"]), [0, 0])
             e[0] += 1
             e[1] += ps(ev.get("dur", 0))
+    kinds = trace_reader.device_kinds(trace.processes)
     facts = {"gpu_events": [[o, n] for o, n in sorted(per_gpu.items())], "host_events": n_host,
-             "kinds": {str(o): "TPU" for pid, o in ordinal.items()
-                       if tpu.is_tpu(trace.processes.get(pid, ""))},
+             "kinds": {str(o): "TPU" for pid, o in ordinal.items() if kinds.get(pid) == "TPU"},
              "notes": list(trace.notes)}
     return out, facts
 
@@ -139,7 +138,7 @@ def _per_device(a, steps) -> tuple[dict, dict]:
         if e.step not in steps:
             continue
         cat = e.category
-        if gpu_rules.is_argument_copy(cat, e.op, e.graph):
+        if rules.is_argument_copy(cat, e.op, e.graph):
             copies[e.device] = copies.get(e.device, 0) + 1
         elif cat != "collective":
             t = time_ps.setdefault(e.device, {})

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from gap_causes import between_steps, cause_words, classify_gaps, gap_parts
 from gpu_events import stream_budget, union_ps
 from step_framing import CallTree, StepFrame
-from tracekit import gpu as gpu_rules
 from tracekit import trace_rules as rules
 from tracekit.scratch import number
 
@@ -190,7 +189,7 @@ def gpu_step_pass(evs: list, start: int) -> dict:
             if f is None or es < f:
                 first[m] = es
         elif cat == "memcpy":
-            if gpu_rules.is_argument_copy(cat, e.op, e.graph):
+            if rules.is_argument_copy(cat, e.op, e.graph):
                 copies += 1
             else:
                 memcpy += 1

@@ -34,7 +34,13 @@ sys.path.insert(0, str(HERE))
 import gpu_events
 import model_checks  # step 2's checks 2 to 5, handed on
 from gap_causes import GapIndex
-from gpu_events import collect, join_events, launch_threads_to_exec
+from gpu_events import (
+    collect,
+    device_step_line,
+    join_events,
+    join_program_runs,
+    launch_threads_to_exec,
+)
 from skip_analysis import (
     Analysis,
     build_result,
@@ -53,7 +59,7 @@ from step_framing import (
     mark_partial,
     program_call_starts,
 )
-from tracekit import capture_inputs, row_facts, scratch, step_cli, tpu, trace_reader
+from tracekit import capture_inputs, row_facts, scratch, step_cli, trace_reader
 from tracekit import trace_rules as rules
 from tracekit.step_cli import progress
 
@@ -80,9 +86,7 @@ def analyse(trace, release: bool = False) -> tuple[Analysis, dict]:
     if other_gpu_lines:
         notes.append(f"{other_gpu_lines} events on GPU lines that are not streams (derived lines "
                      "such as Steps or TensorFlow Ops) were left out")
-    runs = [r[:4] for r in c.runs if not r[4]]
-    device_steps = [r[:4] for r in c.runs if r[4]]
-    tpu_joins = tpu.join_runs(gpu, runs, host_threads) if runs else None
+    tpu_joins = join_program_runs(c, host_threads)
     progress("joining GPU events to their launches", len(gpu), unit="GPU events")
     joins, launch_sample = join_events(gpu, by_corr)
     scan = host_scan(host_threads, c.marked)  # one pass over the host events for the steps
@@ -94,10 +98,10 @@ def analyse(trace, release: bool = False) -> tuple[Analysis, dict]:
     tree = CallTree(host_threads, scan) if scan["tracer"] else None  # the Python calls' nesting
     progress("finding the steps", len(gpu), unit="GPU events")
     annotated = len({h["args"].get("step_num") for h in scan["marks"]})
-    line_notes, line_counts = tpu.steps_line_notes(device_steps, runs, annotated)
+    line_notes, line_steps = device_step_line(c, annotated, tpu_joins)
     notes += line_notes
-    if line_counts and not annotated and tpu_joins is not None:
-        steps, source, step_notes = device_line_steps(device_steps, tpu_joins, scan), \
+    if line_steps:
+        steps, source, step_notes = device_line_steps(line_steps, scan), \
             "the device's Steps line", []
     else:
         steps, source, step_notes = find_steps(gpu, host_threads, c.last_end, scan, tree)
@@ -117,14 +121,14 @@ def analyse(trace, release: bool = False) -> tuple[Analysis, dict]:
     return a, joins
 
 
-def device_line_steps(device_steps: list, joins: dict, scan: dict) -> list:
-    """Steps framed from a TPU's Steps line (tracekit.tpu.steps_from_line), each with the
-    program executions that began inside it."""
+def device_line_steps(line_steps: list, scan: dict) -> list:
+    """Steps framed from the device's own step line (gpu_events.device_step_line), each with
+    the program executions that began inside it."""
     from step_framing import StepFrame, program_executions
     execs = program_executions(None, scan)
     starts = [x.start for x in execs]
     out = []
-    for n, s, e in tpu.steps_from_line(device_steps, joins["runs_of"]):
+    for n, s, e in line_steps:
         st = StepFrame(n, s, e, "device steps")
         st.executions = execs[bisect.bisect_left(starts, s):bisect.bisect_left(starts, e)]
         out.append(st)

@@ -16,7 +16,6 @@ import operator
 import statistics
 from dataclasses import dataclass, field
 
-from tracekit import gpu as gpu_rules
 from tracekit import trace_rules as rules
 
 # Steps from the repeating cycle of program executions (no step annotation). A cycle length p is
@@ -575,8 +574,8 @@ def program_call_starts(gpu, steps) -> None:
     first: dict[int, int] = {}
     for ev in gpu:
         if not (ev.join == "launch" and ev.launch and not ev.module
-                and gpu_rules.is_argument_copy(ev.category, ev.op, ev.graph)) \
-                or gpu_rules.is_copy_to_host(ev.name, ev.launch["name"]):
+                and rules.is_argument_copy(ev.category, ev.op, ev.graph)) \
+                or rules.is_copy_to_host(ev.name, ev.launch["name"]):
             continue
         t = ev.launch["start"]
         i = bisect.bisect_right(starts, t)  # the next execution: starts[i] > t

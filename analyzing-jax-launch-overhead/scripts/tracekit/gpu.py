@@ -8,8 +8,8 @@ tracekit.tpu's for a TPU. The device-neutral rules and units stay in tracekit.tr
   carries a graph id, or when its correlation id joins a graph-launch host call. A correlation id
   merely shared by several events is not enough: the MI300X conv3d capture has two kernels
   sharing the id of a `hipStreamWaitEvent`.
-- Host calls: graph launches, launches, and calls that launch nothing; argument copies and copies
-  to the host; a CPU capture's XLA:CPU thunks and a GPU tracer's runtime calls.
+- Host calls: graph launches, launches, and calls that launch nothing; a CPU capture's XLA:CPU
+  thunks and a GPU tracer's runtime calls.
 """
 
 from __future__ import annotations
@@ -95,20 +95,6 @@ def join_kind(host_name: str, kernel_name: str) -> str:
 def in_graph(has_graph_id: bool, joins_graph_launch: bool) -> bool:
     """The one rule for the `graph` column of every table."""
     return has_graph_id or joins_graph_launch
-
-
-TO_HOST_RE = re.compile(r"DtoH|D2H|DeviceToHost", re.I)
-
-
-def is_argument_copy(category: str, hlo_op: str | None, graph: bool) -> bool:
-    """A memcpy outside the program: no hlo_op, not in a graph (an argument copy)."""
-    return category == "memcpy" and not hlo_op and not graph
-
-
-def is_copy_to_host(name: str, launch_name: str | None = None) -> bool:
-    """A copy to the host, by the event's name or its launch call's."""
-    return TO_HOST_RE.search(name) is not None or (
-        launch_name is not None and TO_HOST_RE.search(launch_name) is not None)
 
 
 def is_cpu_thunk(stats) -> bool:

@@ -73,6 +73,21 @@ def op_category(args: dict) -> str:
     return category(hc if type(hc) is str else "")
 
 
+# instructions the MXU runs (a TPU's matrix unit), by the instruction's name
+MATRIX_INSTRUCTION_RE = re.compile(r"^%?(convolution|dot)\b")
+
+
+def op_kind(name: str, hlo_op: str | None = None, memcpy: bool = False) -> str:
+    """An op run's kind as a lane draws it (tracekit.gpu.kernel_kind's kinds): copy (a transfer
+    to or from the host), collective, gemm (a convolution or dot: the MXU) or compute."""
+    op = hlo_op or name
+    if memcpy:
+        return "copy"
+    if COLLECTIVE_CATEGORY_RE.search(op):
+        return "collective"
+    return "gemm" if MATRIX_INSTRUCTION_RE.match(op) else "compute"
+
+
 def module_name(run_name: str) -> tuple[str, str]:
     """`jit_step(123)` -> ("jit_step", "123"); a name without an id -> (name, "")."""
     m = MODULE_NAME_RE.match(run_name)

@@ -129,10 +129,17 @@ def gpu_ordinals(processes: dict) -> dict[int, int]:
     return dict(sorted(out.items()))
 
 
+def device_kinds(processes: dict) -> dict[int, str]:
+    """pid -> its device's kind (GPU, TPU) for every device process: the one place the kind is
+    read from a process's name."""
+    return {pid: "TPU" if tpu.is_tpu(name) else "GPU" for pid, name in processes.items()
+            if GPU_PROCESS_RE.match(name)}
+
+
 def device_lanes(processes: dict, threads: dict) -> set:
     """The (pid, tid) of every device lane: a GPU's `Stream #` lines, a TPU core's op line
     (tracekit.tpu.OP_LINES: its events are the instructions' runs)."""
-    tpu_pids = {pid for pid, name in processes.items() if tpu.is_tpu(name)}
+    tpu_pids = {pid for pid, kind in device_kinds(processes).items() if kind == "TPU"}
     return {k for k, name in threads.items()
             if name.startswith("Stream #") or (k[0] in tpu_pids and name in tpu.OP_LINES)}
 

@@ -224,6 +224,21 @@ def quiet_fd2():
 
 # ---------------------------------------------------------------- host events and copies
 
+TO_HOST_RE = re.compile(r"DtoH|D2H|DeviceToHost", re.I)
+
+
+def is_argument_copy(category: str, hlo_op: str | None, graph: bool) -> bool:
+    """A copy event outside every program: no instruction, not in a graph (an argument
+    copy), whichever device ran it."""
+    return category == "memcpy" and not hlo_op and not graph
+
+
+def is_copy_to_host(name: str, launch_name: str | None = None) -> bool:
+    """A copy to the host, by the event's name or its host call's."""
+    return TO_HOST_RE.search(name) is not None or (
+        launch_name is not None and TO_HOST_RE.search(launch_name) is not None)
+
+
 # The Python tracer names its events "$<file>:<line> <function>" (or "$builtins <function>").
 PYTHON_TRACER_PREFIX = "$"
 

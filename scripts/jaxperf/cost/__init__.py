@@ -1,1 +1,1 @@
-"""An instruction's FLOPs and bytes, custom calls' from their configs, the GPU's ceilings."""
+"""An instruction's FLOPs and bytes, custom calls' from their configs, the ceiling bounding it."""

@@ -15,7 +15,7 @@ import numpy as np
 
 from jaxperf.match.kernel_match import Kernel
 from tracekit import gpu as gpu_rules
-from tracekit import step_cli
+from tracekit import step_cli, trace_rules
 from tracekit.step_cli import progress
 
 KERNEL_STATS = frozenset({"correlation_id", "hlo_op", "program_id", "memcpy_details",
@@ -104,7 +104,7 @@ def mark_graph_launches(kernels, launched: set) -> None:
 
 def assign_programs(kernels, programs, chosen) -> None:
     """Give each event without a program id its program: an argument copy (a memcpy with no
-    hlo_op, no hlo_module, not in a graph: gpu_rules.is_argument_copy) belongs to none
+    hlo_op, no hlo_module, not in a graph: trace_rules.is_argument_copy) belongs to none
     (program_id None: OUTSIDE, class none, why outside); another takes the one program its
     hlo_module names, else the chosen program."""
     by_name: dict[str, list] = {}
@@ -116,7 +116,7 @@ def assign_programs(kernels, programs, chosen) -> None:
         if not k.cpu:
             kind = gpu_rules.kernel_kind(k.name, k.hlo_op, k.category == "memcpy")
             category = gpu_rules.CATEGORY_OF_KIND.get(kind, "compute")
-            if not k.module and gpu_rules.is_argument_copy(category, k.hlo_op, k.graph):
+            if not k.module and trace_rules.is_argument_copy(category, k.hlo_op, k.graph):
                 k.category, k.match, k.why = category, "none", "outside"
                 continue
         ids = by_name.get(k.module) if k.module else None

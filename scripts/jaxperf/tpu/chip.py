@@ -55,19 +55,20 @@ def describe(space) -> dict | None:
                          "tpu_runtime": " ".join(runtime.split()) or None}}
 
 
-# the roofline's ceiling keys (gpu_ceilings.ceiling_key) the MXU's peak bounds: bf16 and f16
-# matmuls, and f32 ones at DEFAULT precision (the MXU runs them as bf16 passes); f32 at HIGH or
+# the roofline's ceiling keys (jaxperf.cost.ceilings.ceiling_key) the MXU's peak bounds: bf16 and
+# f16 matmuls, and f32 ones at DEFAULT precision (the MXU runs them as bf16 passes); f32 at HIGH or
 # HIGHEST precision (3 or 6 passes) and integer matmuls have no ceiling the plane gives
 MXU_KEYS = ("bf16_fp16_matrix", "tf32_matrix")
 
 
 def ceilings(space) -> tuple[dict, dict]:
     """Step 5 on a TPU: the chip as the roofline's device record (the shape of
-    gpu_ceilings.identify_space's) and its ceilings (gpu_ceilings.Ceiling by key), each read from
-    the device plane (tag `capture`): HBM bandwidth, and the MXU's peak for the keys it bounds
-    (MXU_KEYS). Vector work has no compute ceiling here (the plane gives none for the VPU):
-    memory alone bounds it. A plane without a peak gives no ceiling for it, said in `why`."""
-    from jaxperf.cost.gpu_ceilings import Ceiling
+    jaxperf.gpu.peaks.identify_space's) and its ceilings (jaxperf.cost.ceilings.Ceiling by
+    key), each read from the device plane (tag `capture`): HBM bandwidth, and the MXU's peak
+    for the keys it bounds (MXU_KEYS). Vector work has no compute ceiling here (the plane gives
+    none for the VPU): memory alone bounds it. A plane without a peak gives no ceiling for
+    it, said in `why`."""
+    from jaxperf.cost.ceilings import Ceiling
     d = describe(space)
     model = d["model"] or "TPU"
     peaks = d["peaks"]

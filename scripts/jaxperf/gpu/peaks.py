@@ -1,12 +1,13 @@
-"""Step 5's ceilings: references/peaks.csv read into per-GPU ceilings, the GPU recognised from
-its device-plane stats (peaks.md section 4), and the peaks.csv row that bounds an instruction's
-arithmetic. Standard library only."""
+"""A GPU's ceilings for step 5: references/peaks.csv (the datasheets) read into per-GPU
+ceilings, and the GPU recognised from its device-plane stats (peaks.md section 4). Standard
+library only."""
 
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass
 from pathlib import Path
+
+from jaxperf.cost.ceilings import Ceiling
 
 PEAKS_CSV = Path(__file__).resolve().parents[3] / "references" / "peaks.csv"  # the skill root
 
@@ -33,18 +34,6 @@ IDENTIFY = (
      "A2 (clock and memory expected, unconfirmed)"),
     ("MI355X", "amd", (9, 5), 256, 2_400_000, 309_220_868_096, "C1 [seen]"),
 )
-
-
-@dataclass(frozen=True)
-class Ceiling:
-    """One cell of peaks.csv: a GPU's ceiling with its tag and source."""
-    gpu: str
-    key: str
-    value: float | None  # FLOP/s or B/s; None = no ceiling (unconfirmed, none)
-    unit: str
-    tag: str
-    source: str
-    other_values: str
 
 
 def load_peaks(path: Path = PEAKS_CSV) -> dict[str, dict[str, Ceiling]]:
@@ -116,28 +105,3 @@ def identify_space(space) -> dict:
         first["why"] = ("cannot use one ceiling because the GPU planes identify as different "
                         f"models ({', '.join(models)}): no ceiling is used")
     return first
-
-
-def ceiling_key(c, flops: int, gpu_ceilings: dict) -> str | None:
-    """The peaks.csv row that bounds an instruction's arithmetic (`c`: its hlo_costs.Cost): its
-    matrix operand's dtype (an f32 dot at DEFAULT precision may run as TF32: the higher
-    ceiling), else the vector FP32 (FP64 for f64 arithmetic). None when it does no arithmetic."""
-    if not flops:
-        return None
-    d = c.matrix_dtype
-    if d is None:
-        return "fp64_vector" if c.vector_f64 else "fp32_vector"
-    if d == "f64":
-        return "fp64_matrix"
-    if d == "f32":
-        if c.tf32_allowed:
-            return "tf32_matrix"
-        return "fp32_matrix" if "fp32_matrix" in gpu_ceilings else "fp32_vector"
-    if d in ("bf16", "f16"):
-        return "bf16_fp16_matrix"
-    if d.startswith("f8"):
-        return "fp8_matrix"
-    if d == "f4e2m1fn":
-        return "fp4_matrix" if "fp4_matrix" in gpu_ceilings else "fp6_fp4_matrix"
-    return f"{d}_matrix"  # not in the table: said as no ceiling
-

@@ -1,0 +1,1 @@
+"""The one door from the analyses to the device folders: what each device answers."""
