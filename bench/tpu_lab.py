@@ -26,7 +26,8 @@ Cases (`--cases` takes any of these; naming a "before" brings its "after" along)
     eager_loop -> eager_loop_jit, train_step, pallas_matmul -> pallas_matmul_big,
     input_pipeline -> input_pipeline_prefetch, host_sync -> host_sync_fused,
     scan_layers -> scan_layers_unrolled, gather_sort, bf16_matmul, tiny_step -> tiny_step_scan,
-    recompile -> recompile_padded,
+    recompile -> recompile_padded, h2d_copy -> h2d_copy_resident, mxu_padded -> mxu_aligned,
+    layout_moved -> layout_native,
     flax_optax -> flax_optax_fused (skipped, with a note, where flax or optax is not importable:
     install them first into a folder of their own, `pip install --target DIR flax optax`, and put
     DIR at the END of PYTHONPATH, so that the jax already installed stays the one imported: the
@@ -784,6 +785,109 @@ def case_flax_optax_fused(cfg: Cfg) -> Workload:
                           "(the lab still blocks at the end of each step to time it)")
 
 
+# ----------------------------------------------------------------------------- 12 host-to-device
+
+def _h2d(cfg: Cfg, resident: bool) -> Workload:
+    """A jitted layer whose weight the step passes as a numpy array: jax copies it to the chip
+    at every call (a large host-to-device copy every step); the after puts it on the chip once
+    (jax.device_put) and passes the device array."""
+    n, b = cfg.pick((4096, 512), (128, 16))
+    w_host = (np.random.default_rng(12).standard_normal((n, n), dtype=np.float32)
+              / math.sqrt(n))
+    w = jax.device_put(w_host) if resident else w_host
+    state = {"x": _normal(jax.random.key(12), (b, n), jnp.float32, 1.0)}
+    layer = jax.jit(lambda w, x: jnp.tanh(x @ w))
+
+    def step(i):
+        state["x"] = layer(w, state["x"])
+        return state["x"]
+
+    what = ("the weight put on the chip once (jax.device_put) and passed as a device array"
+            if resident else f"the weight passed as a numpy array: {n * n * 4 >> 20} MiB "
+            "copied to the chip at every call")
+    return Workload(step, f"a jitted layer x = tanh(x @ w) on a {b}x{n} f32 x, w {n}x{n} f32: "
+                          f"{what}")
+
+
+def case_h2d_copy(cfg):
+    return _h2d(cfg, resident=False)
+
+
+def case_h2d_copy_resident(cfg):
+    return _h2d(cfg, resident=True)
+
+
+# ----------------------------------------------------------------------------- 13 MXU padding
+
+def _mxu_shapes(cfg: Cfg, width: int) -> Workload:
+    """A jitted bf16 MLP block (x @ w1, gelu, @ w2) whose hidden width is `width`: 1040 is not a
+    multiple of 128, so the MXU pads each tile to 1152 (10.8% of its work is padding); the after
+    takes 1024 (1.5% fewer FLOPs, no padding)."""
+    d, rows = cfg.pick((4096, 8192), (128, 64))
+    width = width if not cfg.smoke else width // 8
+    k = jax.random.split(jax.random.key(13), 3)
+    x = _normal(k[0], (rows, d), jnp.bfloat16, 1.0)
+    w1 = _normal(k[1], (d, width), jnp.bfloat16, 1 / math.sqrt(d))
+    w2 = _normal(k[2], (width, d), jnp.bfloat16, 1 / math.sqrt(width))
+    block = jax.jit(lambda x, w1, w2: [x := jax.nn.gelu(x @ w1) @ w2 for _ in range(4)][-1])
+
+    def step(i):
+        return block(x, w1, w2)
+
+    return Workload(step, f"a jitted bf16 MLP block applied 4 times, x {rows}x{d} @ w1 "
+                          f"{d}x{width}, gelu, @ w2 {width}x{d}: hidden width {width}"
+                          + (" (not a multiple of 128: the MXU pads it)" if width % 128 else ""),
+                    extra={"matmul_flops_per_step": 4 * 2 * 2 * rows * d * width})
+
+
+def case_mxu_padded(cfg):
+    return _mxu_shapes(cfg, 1040)
+
+
+def case_mxu_aligned(cfg):
+    return _mxu_shapes(cfg, 1024)
+
+
+# ----------------------------------------------------------------------------- 14 layout copies
+
+def _layout(cfg: Cfg, native: bool) -> Workload:
+    """Attention scores on activations kept as (batch, seq, heads, dim): the before moves heads
+    ahead of the sequence with an explicit transpose of q, k and v (materialised, then read by
+    the dots) and back after; the after writes the same einsums on the native layout and lets
+    the dots take any dimension order."""
+    bsz, seq, heads, dim = cfg.pick((16, 1024, 16, 128), (2, 64, 2, 32))
+    k = jax.random.split(jax.random.key(14), 3)
+    q, kk, v = (_normal(kx, (bsz, seq, heads, dim), jnp.bfloat16, 1.0) for kx in k)
+
+    def moved(q, k, v):
+        t = lambda a: jnp.transpose(a, (0, 2, 1, 3)).copy()  # noqa: E731
+        q, k, v = (jax.lax.optimization_barrier(t(a)) for a in (q, k, v))
+        s = jax.nn.softmax(jnp.einsum("bhqd,bhkd->bhqk", q, k) / math.sqrt(dim), axis=-1)
+        return jnp.transpose(jnp.einsum("bhqk,bhkd->bhqd", s, v), (0, 2, 1, 3))
+
+    def native_layout(q, k, v):
+        s = jax.nn.softmax(jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(dim), axis=-1)
+        return jnp.einsum("bhqk,bkhd->bqhd", s, v)
+
+    fn = jax.jit(native_layout if native else moved)
+
+    def step(i):
+        return fn(q, kk, v)
+
+    what = ("einsums on the native (batch, seq, heads, dim) layout" if native else
+            "q, k and v transposed to (batch, heads, seq, dim) and materialised first")
+    return Workload(step, f"attention scores and values, bf16, batch {bsz}, seq {seq}, "
+                          f"{heads} heads of {dim}: {what}")
+
+
+def case_layout_moved(cfg):
+    return _layout(cfg, native=False)
+
+
+def case_layout_native(cfg):
+    return _layout(cfg, native=True)
+
+
 # ----------------------------------------------------------------------------- the case list
 
 CASES: dict[str, Callable[[Cfg], Workload]] = {
@@ -806,6 +910,12 @@ CASES: dict[str, Callable[[Cfg], Workload]] = {
     "flax_optax_fused": case_flax_optax_fused,
     "recompile": case_recompile,
     "recompile_padded": case_recompile_padded,
+    "h2d_copy": case_h2d_copy,
+    "h2d_copy_resident": case_h2d_copy_resident,
+    "mxu_padded": case_mxu_padded,
+    "mxu_aligned": case_mxu_aligned,
+    "layout_moved": case_layout_moved,
+    "layout_native": case_layout_native,
 }
 
 NEEDS_FLAX = {"flax_optax", "flax_optax_fused"}
@@ -850,6 +960,19 @@ PAIRS: dict[str, Pair] = {
                        "donated (donate_argnums=(0, 1)), metrics read every 4 steps instead of "
                        "two float() per step (knob: jax.jit around the whole step)"),
 }
+PAIRS.update({
+    "h2d_copy": Pair("h2d_copy_resident",
+                     "keep the weight on the chip: jax.device_put it once and pass the device "
+                     "array (knob: what the step passes as numpy), so no 64 MiB host-to-device "
+                     "copy runs at every call"),
+    "mxu_padded": Pair("mxu_aligned",
+                       "a hidden width that is a multiple of 128: 1024 instead of 1040 (knob: "
+                       "the model's dimensions), so the MXU's 128-wide tiles carry no padding"),
+    "layout_moved": Pair("layout_native",
+                         "no transposes: write the einsums on the activations' own (batch, "
+                         "seq, heads, dim) layout (knob: the einsum's dimension order) instead "
+                         "of materialising q, k and v as (batch, heads, seq, dim)"),
+})
 BEFORE_OF = {p.after: b for b, p in PAIRS.items()}
 
 

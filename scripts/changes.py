@@ -363,6 +363,13 @@ HOST_GAP = Prose(
         "before": ("the host's work before the step's first launch: input pipeline prefetching "
                    "(prepare and device_put the next batch while this step runs), async dispatch "
                    "(do not block on the previous step's results)"),
+        "before, copy": (
+            "the host's work before the step's device work is mostly copying arrays from the "
+            "host to the chip ({copy}: the runtime laying out a host buffer for the chip, then "
+            "its transfer): pass device arrays, not numpy ones: jax.device_put what does not "
+            "change from step to step (weights, constants, masks) once and keep it; for each "
+            "step's fresh batch, device_put the next one in a background thread while this step "
+            "runs (prefetch)"),
         "before, set-up": (
             "the host's work before the step's first launch is mostly the runtime's own set-up "
             "of each execution ({setup}: XLA initialises its thunks and records or updates the "
@@ -383,17 +390,20 @@ HOST_GAP = Prose(
 
 
 def host_knob(lead: float, host_late: float, graph_pct: float, tracer: bool,
-              events: list = (), setup_re=None) -> str:
+              events: list = (), setup_re=None, copy: tuple | None = None) -> str:
     """What to test for host gaps: the host's work before the first launch (the runtime's own
     set-up where its host events, of `events` (name, us) inside the gaps, are half their time
     or more and fill half the leading gap or more), or the launches between kernels (the larger
     first), and the Python tracer where its events fill the gaps. `setup_re`: the device's
-    names of the runtime's set-up (adapters.Adapter.setup_re; None: none known)."""
+    names of the runtime's set-up (adapters.Adapter.setup_re; None: none known). `copy`: (its
+    largest event's name, whether copies from the host dominate the leading gap: copies_lead)."""
     sentences = HOST_GAP.knob
     between = sentences["between, in graphs" if graph_pct >= 50.0 else "between"]
     setup = [(n, t) for n, t in events if setup_re is not None and setup_re.match(n)]
     knob = []
-    if lead >= LEADING_GAP_MAJORITY * host_late:
+    if lead >= LEADING_GAP_MAJORITY * host_late and copy and copy[1]:
+        knob.append(sentences["before, copy"].format(copy=copy[0]))
+    elif lead >= LEADING_GAP_MAJORITY * host_late:
         knob.append(sentences["before, set-up"].format(
             setup=", ".join(n for n, _ in setup[:HOST_EVENTS_NAMED]))
             if 2 * sum(t for _, t in setup) >= max(lead, sum(t for _, t in events)) > 0
@@ -404,6 +414,26 @@ def host_knob(lead: float, host_late: float, graph_pct: float, tracer: bool,
     if tracer:
         knob.append(sentences["tracer"])
     return "; ".join(knob)
+
+
+# copies from the host name the leading gap's knob where their host work is at least this share
+# of the gap (the rest is largely their transfer, which no host event records: on the lab's
+# h2d_copy, 3.3 ms of host layout work in an 8.1 ms gap; passing the weight once on the chip
+# saved 8.2 ms a step) and more than the host's own Python work before the device
+COPY_SHARE_OF_LEAD = 0.1
+
+
+def copies_lead(ctx: Context, hd: dict | None) -> tuple | None:
+    """(largest event name, whether they name the leading gap, their time a step) of step 1's
+    copies from the host before the device's work (skip_stats.json
+    host_to_device_before_device); None where it has none."""
+    c = (ctx.s1 or {}).get("host_to_device_before_device") or {}
+    t = (c.get("per_step_us") or {}).get("value")
+    if not t or not hd:
+        return None
+    work = (((ctx.s1 or {}).get("host_work_before_device") or {}).get("per_step_us")
+            or {}).get("value") or 0.0
+    return c.get("largest", ""), t >= max(work, COPY_SHARE_OF_LEAD * hd["leading_us"]), t
 
 
 @cause("host_gap", HOST_GAP)
@@ -440,10 +470,15 @@ def host_gap(ctx: Context) -> list:
     knob = host_knob(hd["leading_us"] if hd else 0.0, host_late,
                      100.0 * graph / (graph + launched) if graph + launched else 0.0,
                      bool(hd and hd["python_tracer"]), hd["events"] if hd else (),
-                     device(ctx).setup_re)
+                     device(ctx).setup_re, copies_lead(ctx, hd))
     where = f"{device_word(ctx)} {b} stream {ctx.steps[ctx.median][b].crit}" + (
         f" (launching thread {', '.join(hd['threads'])})" if hd and hd["threads"] else "")
     measured = None
+    copy = copies_lead(ctx, hd)
+    if copy and copy[1]:
+        words += (f"; copies from the host to the chip keep the host busy {us_text(copy[2])} a "
+                  f"step before the device starts (largest: {copy[0]}; the transfer itself "
+                  "adds to it)")
     work = (ctx.s1 or {}).get("host_work_before_device") or {}
     w = (work.get("per_step_us") or {}).get("value")
     compiled = compile_per_step(ctx)
@@ -978,6 +1013,43 @@ def scan_stacking(ctx: Context) -> list:
                 "lax.scan copies each iteration's residuals into one stacked buffer for the "
                 "backward pass", lines or "the scanned body", 100.0 * high / ctx.window,
                 spread([high] * len(ctx.chosen), ctx.at), measured=low)]
+
+
+# an instruction that changes a layout: a copy or transpose, or a fusion XLA named after one (a
+# fusion's name begins with its root's opcode); not copy-start/copy-done (asynchronous copies)
+LAYOUT_COPY_RE = re.compile(r"^(copy|transpose)([._]|$)")
+
+LAYOUT_COPIES = Prose(
+    source="attribution/ops.csv; attribution/programs.csv; steps.csv",
+    assumptions=(
+        "an upper bound, their whole time: the copies and transposes go where producer and "
+        "consumer agree on one layout, the rest of the program unchanged; not confirmed on the "
+        "chip: on the lab's attention (a TPU v5e), writing the einsums on the activations' own "
+        "layout left such copies in place (7.2% of op time against 8.0%) and ran 0.90x as "
+        "fast; its time a step: ops.csv's over the program's executions"),
+    knob="")
+
+
+@cause("layout_copies", LAYOUT_COPIES)
+def layout_copies(ctx: Context) -> list:
+    """Copies and transposes that change a layout (LAYOUT_COPY_RE), where the device has a
+    knob for them (adapters.Adapter.layout_knob): their time in the median step, the Python
+    lines with the most of it."""
+    knob = device(ctx).layout_knob
+    if not knob:
+        return []
+    ops = tables(ctx.out).rows("attribution/ops.csv") or []
+    keys = {(r["program_id"], r["instruction"]) for r in ops
+            if LAYOUT_COPY_RE.match(r["instruction"])}
+    times = per_step_us(ctx)
+    t = sum(times.get(k, 0.0) for k in keys)
+    if t < MIN_SAVING_US:
+        return []
+    what = rules.plural(len(keys), "copy or transpose", "copies or transposes")
+    return [Row(f"layout copies: {what} take {us_text(t)} of step {ctx.median}, moving data to "
+                "another layout between the instructions that produce and consume it",
+                top_lines(ops, keys) or "the programs' copies", 100.0 * t / ctx.window,
+                spread([t] * len(ctx.chosen), ctx.at), knob=knob)]
 
 
 PALLAS_NO_COST = Prose(

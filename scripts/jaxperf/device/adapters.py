@@ -11,7 +11,9 @@ adapter of the capture's device kind, which answers the same questions on every 
 - `setup_re`: the host events of the runtime's own set-up of an execution (None: none known);
 - `bound_knob`: an instruction's knob by what binds it ("memory", "compute") where the device
   has words of its own (None: step 6's by the instruction's kind of work);
-- `kernel_knob(name)`: the knob of a hand-written kernel (a Pallas call) by its name.
+- `kernel_knob(name)`: the knob of a hand-written kernel (a Pallas call) by its name;
+- `layout_knob`: what removes the copies and transposes that change a layout (None: step 6
+  does not rank them on this device: not measured there).
 A device added is an adapter added here.
 """
 
@@ -30,6 +32,7 @@ class Adapter:
     setup_re: re.Pattern | None
     bound_knob: dict | None
     kernel_knob: Callable[[str], str] | None
+    layout_knob: str | None
 
 
 def _gpu_environment(space) -> tuple:
@@ -47,9 +50,9 @@ def _adapters() -> dict[str, Adapter]:
     from jaxperf.tpu import knobs
     from tracekit import gpu, tpu
     return {"GPU": Adapter("GPU", _gpu_environment, gpu.kernel_kind, gpu.EXECUTION_SETUP_RE,
-                           None, None),
+                           None, None, None),
             "TPU": Adapter("TPU", _tpu_environment, tpu.op_kind, None, knobs.BOUND_KNOB,
-                           knobs.pallas_blocks)}
+                           knobs.pallas_blocks, knobs.LAYOUT_KNOB)}
 
 
 ADAPTERS = _adapters()

@@ -21,6 +21,15 @@ BOUND_KNOB = {
 }
 
 
+# What removes the copies and transposes XLA inserts to change a layout on a TPU
+LAYOUT_KNOB = (
+    "a layout XLA need not copy: write each einsum or dot in the order the arrays are laid out "
+    "(batch and heads leading, the contracted dimension minor) instead of an explicit "
+    "transpose or .T before it, keep minor dimensions in multiples of 128 (8 on the "
+    "second-minor), and see which producer and consumer each copy sits between (its op_name); "
+    "measure: XLA may insert copies for the new order too")
+
+
 def pallas_blocks(name: str) -> str:
     """The knob of a Pallas call: its block sizes, with the sizes its name shows."""
     sizes = sorted({int(n) for m in BLOCK_NUMBERS_RE.finditer(name.split(".")[0])
