@@ -550,8 +550,7 @@ def test_hlo_text_written_by_a_forked_child_is_the_same(tmp_path, monkeypatch):
     """A large chosen program's HLO text is written by a child while the step matches: the
     same file as the one-process path, and a program the child cannot print is said as when
     printed here (a note and a refusal, no file)."""
-    import attribute_kernels as ak
-
+    from jaxperf.analyses import attribute_kernels as ak
     from jaxperf.program import hlo_text
     from tracekit import capture_inputs
     example = REPO / "examples" / "minigpt-h100-2gpu-cb"
@@ -647,7 +646,7 @@ FIGURES = {"kernels", "devices", "kernel_time_us", "graph_kernels", "attributed_
 def test_result_json_has_its_documented_fields_and_summary_renders_it(corpus, name):
     import json
 
-    import attribute_kernels
+    from jaxperf.analyses import attribute_kernels
     _, out = corpus(name)
     result = json.loads((out / "attribute_kernels.json").read_text())
     assert set(result) == RESULT_FIELDS
@@ -850,8 +849,7 @@ def test_a_process_of_its_own_lets_the_decoded_xplane_go_at_once():
     import gc
     import weakref
 
-    import attribute_kernels as ak
-
+    from jaxperf.analyses import attribute_kernels as ak
     from jaxperf.read import xplane_reader
     from tracekit import capture_inputs
     cap = capture_inputs.open_capture(str(REPO / "examples" / "minigpt-h100-2gpu-cb"))
@@ -875,8 +873,7 @@ def test_a_process_of_its_own_lets_the_decoded_xplane_go_at_once():
 def test_launch_count_ignores_split_k_and_optional_events(shared):
     """Without host events, executions come from the launches: the gemm capture's one-GEMM
     programs give 3 each (the alignment's coverage said 1.5), the conv3d one 5 per GPU."""
-    import attribute_kernels as ak
-
+    from jaxperf.analyses import attribute_kernels as ak
     from tracekit import capture_inputs
     for case, want in (("mi300x-jax0.8-gemm", {(49, 0): 3, (21, 0): 3, (1, 0): 12}),
                        ("mi300x-jax0.8-conv3d-8gpu", {(15, d): 5 for d in range(8)})):
@@ -948,8 +945,7 @@ def test_matching_in_a_forked_child_is_the_same(tmp_path, monkeypatch):
     kernels.csv of the later GPUs while the step does the others: every table byte for byte
     the one-process path's; a child that fails, in its matching or in writing its rows, fails
     the step with its reason and leaves no attribution/."""
-    import attribute_kernels as ak
-
+    from jaxperf.analyses import attribute_kernels as ak
     from tracekit import capture_inputs
     example = REPO / "examples" / "minigpt-h100-2gpu-cb"
     monkeypatch.setenv("JAXTRACE_CORES", "2")  # a core for the child, on any machine
@@ -1026,7 +1022,7 @@ def test_faults_in_a_forked_childs_planes_are_said_as_in_one_process(tmp_path, m
     them (or in both shares) is refused with the sentence a reading in one process gives, in
     the same order of precedence: a corrupt plane, then an event out of time, then one that
     outlasts the profile, then a file without programs, then a stat of the wrong kind."""
-    import attribute_kernels as ak
+    from jaxperf.analyses import attribute_kernels as ak
 
     def negative(space):
         _gpu_event(space, 1)[1].duration_ps = -5
@@ -1094,8 +1090,7 @@ def test_shared_captures_matched_in_shares_are_the_same(tmp_path, monkeypatch, c
     """On every shared capture, a forked child that decodes, checks, collects and matches the
     later GPUs (FORK_MATCH_MIN 0, where there are two GPUs or more) gives every table byte for
     byte the one-process path's, or the same refusal."""
-    import attribute_kernels as ak
-
+    from jaxperf.analyses import attribute_kernels as ak
     from tracekit import capture_inputs
     monkeypatch.setenv("JAXTRACE_CORES", "2")  # a core for the child, on any machine
     runs = sorted({p.parent for p in SHARED_CAPTURES.rglob("*.xplane.pb")})

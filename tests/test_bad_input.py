@@ -509,7 +509,7 @@ def test_hostile_names_read_back_from_the_csvs_as_the_same_strings(tmp_path, see
     assert {r["kernel"] for r in _read(out / "attribution" / "kernel_names.csv")} == names
     assert any("\n" in n for n in names) and any("," in n for n in names)
     # summary.txt: one line per rendered line, none split by a name's newline
-    import attribute_kernels
+    from jaxperf.analyses import attribute_kernels
     result = json.loads((out / "attribution" / "attribute_kernels.json").read_text())
     text = (out / "attribution" / "summary.txt").read_text(encoding="utf-8")
     assert text.splitlines() == attribute_kernels.render_summary(result)

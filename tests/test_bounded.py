@@ -27,8 +27,7 @@ def test_loops_of_unknown_trip_count_expand_to_a_bound(tmp_path, monkeypatch):
     """A loop whose trip count the HLO does not give, taken to run ten million times (nested
     loops multiply to that and beyond): its schedule stops at MAX_PLAN_EVENTS events per
     execution, says so (`cut`), and the note names what was left out."""
-    import attribute_kernels
-
+    from jaxperf.analyses import attribute_kernels
     from jaxperf.match import kernel_match as km
     from jaxperf.program.hlo_program import load
     from jaxperf.read import xplane_reader

@@ -487,7 +487,7 @@ def test_registry_is_the_documented_cause_kinds():
     from scratch.py) name, in the same order: a cause added, removed or moved in one place and not
     the others fails."""
     sys.path.insert(0, str(REPO / "scripts"))
-    import changes
+    from jaxperf.analyses import changes
     registry = [c.kind for c in changes.REGISTRY]
     doc = (REPO / "references" / "changes.md").read_text(encoding="utf-8")
     section = doc.split("## Each cause\n", 1)[1].split("\n## ", 1)[0]
@@ -580,7 +580,7 @@ def test_the_leading_gaps_knob_follows_what_fills_it(events, lead, setup):
     time and fills half the gap or more: async dispatch, then fewer executions; else the input
     pipeline's prefetching first."""
     sys.path.insert(0, str(REPO / "scripts"))
-    import changes
+    from jaxperf.analyses import changes
     knob = changes.host_knob(lead, lead, 100.0, False, events,
                              changes.adapters.ADAPTERS["GPU"].setup_re)
     assert knob.startswith("the host's work before the step's first launch is mostly the "

@@ -366,7 +366,7 @@ def test_bad_input(tmp_path):
 
 def test_template_citations_parse():
     sys.path.insert(0, str(REPO / "scripts"))
-    import factcheck
+    from jaxperf.analyses import factcheck
 
     text = TEMPLATE.read_text(encoding="utf-8")
     lines = text.splitlines()
@@ -816,7 +816,7 @@ def test_the_check_costs_citations_plus_rows_never_their_product(tmp_path, monke
     """2,000 rows and 400 citations each selecting one by step and device: the keys compared
     are those of one index of the table and a few per citation (once 400 x 2,000 x 2)."""
     sys.path.insert(0, str(SCRIPT.parent))
-    import factcheck
+    from jaxperf.analyses import factcheck
     out = tmp_path / "s"
     out.mkdir()
     with open(out / "steps.csv", "w", newline="") as fh:

@@ -65,8 +65,7 @@ def handed(tmp_path_factory):
 
 
 def test_step_2_reads_no_trace_when_step_1_handed_on(handed, tmp_path):
-    import reconcile
-
+    from jaxperf.analyses import reconcile
     from tracekit import capture_inputs
 
     r, out = handed
@@ -254,8 +253,7 @@ def test_step_0_after_step_4_decodes_no_gpu_plane_and_says_the_same(tmp_path):
     """Step 4 hands on the xplane's per-stream totals (it decodes every event): step 0 then
     decodes no GPU plane's events (the host plane's at most), and its inventory and hand-off
     are those it makes from the whole file alone."""
-    import capture_info
-
+    from jaxperf.analyses import capture_info
     from tracekit import capture_inputs
     r = generate(ALL_SCENARIOS["rocm-8gpu-straggler"], tmp_path / "capture")
     alone, after = tmp_path / "alone", tmp_path / "after"

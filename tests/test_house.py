@@ -110,7 +110,8 @@ def test_the_platform_is_one_package_imported_by_name():
 
 
 # the order of jaxperf/__init__.py
-LAYERS = ("read", "program", "match", "cost", "gpu", "tpu", "device", "steps", "report", "job")
+LAYERS = ("read", "program", "match", "cost", "gpu", "tpu", "device", "steps", "report",
+          "analyses", "job")
 
 
 def test_the_root_skill_shows_its_layers():
@@ -145,6 +146,9 @@ SIBLING = REPO / "analyzing-jax-launch-overhead" / "scripts"
 ANALYSES = [*(REPO / "scripts" / f"{n}.py" for n in (
     "reconcile", "swimlanes", "roofline", "changes", "trust", "compare", "report_draft",
     "factcheck")),
+    *(REPO / "scripts" / "jaxperf" / "analyses" / f"{n}.py" for n in (
+        "reconcile", "swimlanes", "roofline", "changes", "trust", "compare", "report_draft",
+        "factcheck")),
     *(SIBLING / f"{n}.py" for n in ("skip_stats", "skip_analysis", "skip_writers", "gap_causes",
                                     "step_framing", "model_checks")),
     *(REPO / "writing-trace-report-pages" / "scripts").glob("*.py"),

@@ -185,7 +185,7 @@ def test_the_draft_is_complete_and_passes_the_fact_check(example):
     assert draft.count("<!-- judge:") >= 8
     first = read(out / "changes.csv")[0]
     sys.path.insert(0, str(REPO / "scripts"))
-    import report_draft
+    from jaxperf.analyses import report_draft
     assert (f"Change 1: {report_draft.md_cell(first['cause'])} (inferred; changes.csv: cause, "
             "rank=1)") in draft
 

@@ -12,11 +12,11 @@ import subprocess
 import sys
 
 import pytest
-import roofline
 
 from capgen.generate import generate
 from capgen.scenarios import SCENARIOS
 from conftest import REPO
+from jaxperf.analyses import roofline
 from jaxperf.cost import hlo_costs
 from jaxperf.cost.ceilings import ceiling_key
 from jaxperf.gpu import peaks as gpu_peaks
@@ -492,8 +492,7 @@ def test_runs_are_the_executions_the_gpu_ran(tmp_path, reused):
 def test_a_scatter_is_work_of_its_own():
     """A scatter (an embedding's gradient: updates land by index, colliding ones serialise) is
     never held to a reduction's rate, and its knob is about its indices, not a reduction's."""
-    import changes
-
+    from jaxperf.analyses import changes
     from jaxperf.cost import hlo_costs
     assert hlo_costs.what_work({"scatter", "add", "parameter"}) == "scatter"
     assert hlo_costs.what_work({"reduce", "add"}) == "reduction"
@@ -508,7 +507,7 @@ def test_a_scatter_is_work_of_its_own():
 def test_a_gemm_knob_names_the_library_that_runs_on_the_capture_s_gpu():
     """XLA names its GEMM library call __cublas$gemm on ROCm too (the MI300X captures hold it):
     on an AMD GPU the knob says hipBLASLt or rocBLAS runs it; on NVIDIA it stays as read."""
-    import changes
+    from jaxperf.analyses import changes
     c = {"binding": "compute", "method": "custom call", "best": None, "best_by": "",
          "ceiling_dtype": "bf16", "work": "gemm", "pct": 60.0,
          "backend": "library __cublas$gemm"}

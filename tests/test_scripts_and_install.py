@@ -298,10 +298,8 @@ def test_three_steps_in_one_process_read_each_file_once(tmp_path, shared):
     share one capture_inputs.Capture; the xplane is decoded once and the trace read once."""
     import gc
 
-    import attribute_kernels
-    import capture_info
-
     import skip_stats
+    from jaxperf.analyses import attribute_kernels, capture_info
     from tracekit import capture_inputs
     cap = capture_inputs.open_capture(shared / "independent-generator" / "minigpt-h100-cb-on")
     inv = capture_info.run(cap)
@@ -318,7 +316,7 @@ def test_three_steps_in_one_process_read_each_file_once(tmp_path, shared):
 def test_capture_info_printout_is_a_rendering_of_its_json(shared, tmp_path):
     import json
 
-    import capture_info
+    from jaxperf.analyses import capture_info
     r = _run([REPO / "scripts" / "capture_info.py", shared / GEMM_RUN, "--out", tmp_path],
              tmp_path)
     assert r.returncode == 0, r.stderr

@@ -724,10 +724,9 @@ def test_a_real_capture_stopped_early_keeps_its_cycle(shared, tmp_path, cut):
 def test_two_unlike_values_are_said_as_both_not_as_a_median():
     """A figure of two values (two step periods, 3,615.5 and 23,948.6 us) has no median worth
     the name: the summary and the draft say both values, never their mean as a median."""
-    import report_draft
-
     import skip_analysis
     import skip_writers
+    from jaxperf.analyses import report_draft
     f = skip_analysis.spread([3615.5, 23948.6], "us", "measured")
     assert f["n"] == 2 and f["value"] == (3615.5 + 23948.6) / 2
     text = skip_writers._rng(f, lambda v: f"{v:,.1f}")

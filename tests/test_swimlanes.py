@@ -203,7 +203,7 @@ RESULT_FIELDS = {"step", "status", "capture", "inputs", "chosen", "window", "lan
 
 def test_the_svg_text_is_a_rendering_of_the_result(straggler):
     sys.path.insert(0, str(SCRIPT.parent))
-    import swimlanes
+    from jaxperf.analyses import swimlanes
     _, out, _ = straggler
     result = json.loads((out / "swimlanes.json").read_text())
     assert set(result) == RESULT_FIELDS and result["step"] == "swimlanes"
@@ -541,7 +541,7 @@ def test_tooltips_read_only_each_lane_s_window_of_a_large_kernels_table(tmp_path
     quoted name holding a newline included); a table not in that order is read whole."""
     import random
 
-    import swimlanes
+    from jaxperf.analyses import swimlanes
     rows = [(d, s, f"{t * 1.5:.3f}", f"k{t}", f"fusion.{d}.{s}.{t}", "exact")
             for d in range(2) for s in (7, 8) for t in range(1500)]
     rows[2000] = rows[2000][:3] + ('k"\n1,8,30.000,',) + rows[2000][4:]

@@ -13,11 +13,11 @@ import sys
 from pathlib import Path
 
 import pytest
-import trust
 
 from capgen.generate import generate
 from capgen.scenarios import SCENARIOS
 from conftest import REPO, SHARED_CAPTURES
+from jaxperf.analyses import trust
 
 SCRIPT = REPO / "scripts" / "trust.py"
 BARE = getattr(sys, "_base_executable", sys.executable)

@@ -364,6 +364,12 @@ def join_program_runs(c: Collected, host_threads: dict) -> dict | None:
     return tpu.join_runs(c.gpu, runs, host_threads) if runs else None
 
 
+def host_copies(c: Collected, host_threads: dict, joins: dict | None) -> dict | None:
+    """Where the device records its program runs (a TPU), the host's copies to it
+    (tracekit.tpu.host_copies); None elsewhere (a GPU's copies are device events)."""
+    return tpu.host_copies(host_threads) if joins is not None else None
+
+
 def device_step_line(c: Collected, annotated: int, joins: dict | None) -> tuple[list, list]:
     """The device's own step line (a TPU's `Steps`) beside the host's `annotated` steps: its
     notes, and the steps it frames, (number, start, end) each, where it counts steps and the

@@ -87,6 +87,7 @@ class Analysis:
     stream_names: dict = field(default_factory=dict)
     trace_totals: tuple = field(default_factory=lambda: ({}, {}))
     tpu_joins: dict | None = None  # a TPU's: tracekit.tpu.join_runs' counts
+    host_copies: dict | None = None  # a TPU's copies from the host (gpu_events.host_copies)
 
 
 def step_refusals(gpu, launches: bool, analysed) -> list[str]:
@@ -439,33 +440,37 @@ def first_device_event(a: Analysis, step_rows, info) -> dict:
 
 
 def host_to_device_summary(a: Analysis, step_rows, info) -> dict | None:
-    """The runtime's host-side work of copies from the host to the device before each step's
-    device work starts (trace_rules.HOST_TO_DEVICE_RE on every host thread, their union from
-    the step's start to the first event of the device that ends it): the time per step and its
-    largest name. None where no step holds any, and on a GPU (its copies are device events:
-    the argument copies)."""
-    if getattr(a, "tpu_joins", None) is None:
-        return None
-    iv = sorted((h["start"], h["start"] + h["dur"], h["name"])
-                for events in a.host_threads.values() for h in events
-                if rules.HOST_TO_DEVICE_RE.search(h["name"]))
-    if not iv:
+    """Copies from the host to the device before each step's device work starts (the reader's
+    `host_copies`: their host-side work, and each transfer from its start until the device's
+    first event of the step, when what it carried is there), from the step's start to the first
+    event of the device that ends it: per step their union (`per_step_us`), the transfers' part
+    alone (`transfer_us`) and the bytes they carried; the name with the most host work. None
+    where no step holds any, and where the reader records none (a GPU: its copies are device
+    events, the argument copies)."""
+    copies = getattr(a, "host_copies", None)
+    if not copies or not (copies["work"] or copies["transfers"]):
         return None
     first = first_device_event(a, step_rows, info)
-    per, names = [], {}
+    per, moving, carried, names = [], [], [], {}
     for st in a.analysed:
         t1 = first.get(st.number)
         if t1 is None:
             continue
-        inside = [(max(s, st.start), min(e, t1), n) for s, e, n in iv if s < t1 and e > st.start]
-        per.append(union_ps([(s, e) for s, e, _ in inside]))
-        for s, e, n in inside:
+        work = [(max(s, st.start), min(e, t1), n) for s, e, n in copies["work"]
+                if s < t1 and e > st.start]
+        sent = [(s, b) for s, b in copies["transfers"] if st.start <= s < t1]
+        span = [(sent[0][0], t1)] if sent else []
+        per.append(union_ps([(s, e) for s, e, _ in work] + span))
+        moving.append(t1 - sent[0][0] if sent else 0)
+        carried.append(sum(b for _, b in sent))
+        for s, e, n in work:
             names[n] = names.get(n, 0) + e - s
     if not per or not any(per):
         return None
-    top = max(sorted(names), key=names.get)
-    return {"per_step_us": spread(per, "us", "measured", 1e-6), "largest": top,
-            "label": "measured"}
+    return {"per_step_us": spread(per, "us", "measured", 1e-6),
+            "transfer_us": spread(moving, "us", "measured", 1e-6),
+            "bytes_per_step": spread(carried, "bytes", "read"),
+            "largest": max(sorted(names), key=names.get) if names else "", "label": "measured"}
 
 
 def host_work_summary(a: Analysis, step_rows, info) -> dict | None:

@@ -37,6 +37,7 @@ from gap_causes import GapIndex
 from gpu_events import (
     collect,
     device_step_line,
+    host_copies,
     join_events,
     join_program_runs,
     launch_threads_to_exec,
@@ -117,7 +118,8 @@ def analyse(trace, release: bool = False) -> tuple[Analysis, dict]:
                  exec_of=exec_of, host_threads=host_threads, python_tracer_on=scan["tracer"],
                  call_tree=tree,
                  gap_events=GapIndex(host_threads, c.marked), thread_names=trace.threads,
-                 trace_totals=(c.per_stream, c.facts), tpu_joins=tpu_joins)
+                 trace_totals=(c.per_stream, c.facts), tpu_joins=tpu_joins,
+                 host_copies=host_copies(c, host_threads, tpu_joins))
     return a, joins
 
 

@@ -14,5 +14,7 @@ above it in this list and the platform (`tracekit`, in the sibling skill):
   analyses never import `match`, `gpu` or `tpu`: tests/test_house.py);
 - `steps`: step 6's model of the steps (frames, critical paths, the context its causes read);
 - `report`: a report's grammar for the fact check, the pictures' SVG;
+- `analyses`: each step's analysis behind its door (the entry script of the same name in
+  scripts/, which holds its command line and what it prints);
 - `job`: the runner of investigate.py's steps.
 """

@@ -227,14 +227,6 @@ def quiet_fd2():
 TO_HOST_RE = re.compile(r"DtoH|D2H|DeviceToHost", re.I)
 
 
-# The runtime's host-side work of a copy from the host to a device (PJRT: the host buffer laid
-# out for the device, `Linearize`, by host transposes on worker threads, then handed to the
-# transfer): on a TPU v5e, 3.4 ms of XlaLinearize and Transpose::ExecuteChunk on 14 threads
-# before each run of a layer given its 64 MiB weight as a numpy array (the lab's h2d_copy)
-HOST_TO_DEVICE_RE = re.compile(r"^(Xla)?Linearize$|^Transpose::Execute|TransferToDevice|"
-                               r"BufferFromHostBuffer")
-
-
 def is_argument_copy(category: str, hlo_op: str | None, graph: bool) -> bool:
     """A copy event outside every program: no instruction, not in a graph (an argument
     copy), whichever device ran it."""

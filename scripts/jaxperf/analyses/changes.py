@@ -1,0 +1,1595 @@
+"""Step 6: changes: the causes of the step time, ranked by their share of the critical path: the
+analysis. Its door, with the command line and what it writes, is scripts/changes.py."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from jaxperf.device import adapters  # what the capture's device answers: its knobs, set-up
+from jaxperf.steps.critical_path import (  # the steps, their frames and critical paths, the context
+    MIN_SAVING_US,
+    TOP_INSTRUCTIONS,
+    ChangesError,
+    Context,
+    build_context,
+    read_steps,
+    spread,
+    tables,
+)
+from tracekit import capture_inputs, scratch
+from tracekit import trace_rules as rules  # tie rule, CSV writing, atomic files
+from tracekit.scratch import number
+from tracekit.trace_rules import number_text, us_text
+
+RESULT_FILE = "changes.json"
+
+TABLE = "changes.csv"
+
+COLUMNS = scratch.columns(TABLE)
+
+LABEL = "inferred, not run"
+
+
+# ---------------------------------------------------------------- named constants
+
+# Python lines listed as causes (as TOP_INSTRUCTIONS instructions): the few a reader acts on.
+TOP_LINES = 3
+
+# A host gap is said to be "before the first launch" when the step's leading gap holds at least
+# this share of the step's host-late time: then the knob is the host's work before the step (the
+# input pipeline, dispatch), not the launches between kernels.
+LEADING_GAP_MAJORITY = 0.5
+
+# Host events named in a host_gap cause (largest overlap first).
+HOST_EVENTS_NAMED = 3
+
+# An instruction whose pct_of_ceiling is under this runs far from any ceiling: a kernel that short
+# or that slow is more likely launch-size- or occupancy-limited than bandwidth-limited.
+FAR_FROM_CEILING_PCT = 10.0
+
+# A kernel family is a cause of its own when it holds at least this share of all GPU time and
+# its kernels run under at least this many instructions: one instruction's kernel is already
+# an instruction row; a family spread thin over many is a pattern with one knob.
+FAMILY_MIN_PCT_OF_GPU_TIME = 5.0
+
+FAMILY_MIN_INSTRUCTIONS = 3
+
+# A TPU step too small for the chip: its device busy under this share of the window, and the
+# host's side of it under this many us: the fixed cost of one dispatch and its wait (on a TPU
+# v5e 0.4 to 0.6 ms a step for one small program, lab: tiny_step, eager_loop_jit), not host work
+TOO_SMALL_HOST_SHARE = 0.5
+
+PALLAS_NO_COST_WHY = "Pallas call without a cost estimate"  # roofline.csv's no_ceiling_why
+
+TOO_SMALL_HOST_US = 1000.0
+
+# but a split-K reduction is one GEMM's partial sums: a cause of its own under a single GEMM
+# (the knob is that GEMM's split; an eager program holds one GEMM)
+FAMILY_MIN_INSTRUCTIONS_OF = {"split-K reduction": 1}
+
+
+
+# ---------------------------------------------------------------- the causes: one registry
+#
+# A cause is a function (ctx: Context) -> its rows (a list of Row, empty when it is not listed), or
+# a Found when it has notes or refusals for the reader too. Its prose (a Prose: the tables it
+# reads, its assumptions, its knob) sits beside it, and @cause registers it: the registry's order
+# is the order the causes run in and the rank order among rows that tie.
+
+@dataclass(frozen=True)
+class Prose:
+    """What a cause's rows say besides their figures: the tables they come from (`source`), what
+    the saving assumes (`assumptions`) and the change to test (`knob`). Each is the text itself,
+    or, where a row's figures choose or fill it, a dict of the sentences and str.format templates
+    the cause's function picks from."""
+    source: str
+    assumptions: str | dict
+    knob: str | dict
+
+
+
+@dataclass
+class Row:
+    """A row as its cause finds it: the sentence with its own figures (`cause`), where, its share
+    of the median step's window (`pct`, percent), its saving (spread), its assumptions and knob
+    where the function filled them in (else its Prose's text), the fields only changes.json keeps
+    (`extra`), and the instructions it names (`named`: indices of Ceilings.cands, each counted
+    once in the combined saving)."""
+    cause: str
+    where: str
+    pct: float
+    saving: dict
+    assumptions: str | None = None
+    knob: str | None = None
+    extra: dict | None = None
+    named: frozenset = frozenset()
+    measured: float | None = None  # the median step's saving at a target this capture reached
+    kernel_cut: list | None = None  # per step used: kernel time it removes, in place of the
+    #                                 distance to their ceilings of the instructions it `fuses`
+    fuses: frozenset = frozenset()  # indices of Ceilings.cands whose cut kernel_cut replaces
+
+
+
+@dataclass
+class Found:
+    """A cause's rows with the notes and refusals it has for the reader."""
+    rows: list
+    notes: list = field(default_factory=list)
+    refusals: list = field(default_factory=list)
+
+
+
+@dataclass(frozen=True)
+class Cause:
+    """An entry of the registry: the cause_kind, the function that finds its rows, its prose, and
+    whether its rows regroup other rows' kernel time (ranked after every other row, never added
+    to them)."""
+    kind: str
+    find: Callable
+    prose: Prose
+    regroups: bool = False
+
+
+
+REGISTRY: list[Cause] = []
+
+
+
+def cause(kind: str, prose: Prose, regroups: bool = False):
+    """Registers the function it decorates as the cause `kind`, after those registered before."""
+    def register(find: Callable) -> Callable:
+        REGISTRY.append(Cause(kind, find, prose, regroups))
+        return find
+    return register
+
+
+
+def largest_labels(labels: dict) -> str:
+    """The three largest labels by kernel time, as the end of a cause sentence ('' for none)."""
+    top = sorted(labels.items(), key=lambda kv: (-kv[1], kv[0]))
+    return (f"; largest by kernel time: {', '.join(f'{n} {us_text(v)}' for n, v in top[:3])}"
+            if top else "")
+
+
+
+DISPATCH = Prose(
+    source="steps.csv; skip_stats.json",
+    assumptions=(
+        "the GPU would run the step's programs back to back, as one program would (the idle "
+        "while the host dispatches the next program gone; kernel durations unchanged); part of "
+        "the host gaps' time, taken out of that row; the step's programs as step 1 lists them "
+        "(steps.csv programs)"),
+    knob={
+        "named": ("jax.jit the function that makes these calls ({call}, the innermost Python "
+                  "call that encloses a step's dispatches in {in_steps} of {steps} steps): one "
+                  "program per step instead of {n}"),
+        "unnamed": ("jax.jit the function that makes these calls: one program per step instead "
+                    "of {n} ({why})"),
+        "tracer on": ("the Python tracer was on, but no one traced call encloses a step's "
+                      "dispatches: python_lines.csv and the host events of gaps.csv name the "
+                      "calls around them"),
+        "tracer off": ("the Python tracer was off: a capture with python_tracer_level=1 would "
+                       "name the function"),
+        "always": ("donate_argnums (no copy of the inputs at each call); async dispatch (no "
+                   "blocking on a result between calls: no float() or .item() inside the "
+                   "loop)")})
+
+
+
+@cause("dispatch", DISPATCH)
+def dispatch(ctx: Context) -> list:
+    """The dispatch between programs (Context.dispatch_idle): the critical stream idle between two
+    program executions' kernels while the host dispatches the next, less the compilation the
+    compile row names; its saving is that idle. The
+    knob names the Python call to jit where step 1 found one enclosing the dispatches."""
+    between = ctx.dispatch_idle
+    if between is None:
+        return []
+    compiled = compile_per_step(ctx)
+    if compiled:  # the compile row's time, not the dispatch's (XLA compiles between programs)
+        between = [max(0.0, v - compiled) for v in between]
+        if between[ctx.at] < MIN_SAVING_US:
+            return []
+    at, b, n = ctx.at, ctx.bound, ctx.executions[ctx.at]
+    dp = (ctx.s1 or {}).get("dispatch") or {}
+    knob = DISPATCH.knob
+    if dp.get("enclosing_call"):
+        jit = knob["named"].format(call=dp["enclosing_call"], n=n, steps=dp.get("steps"),
+                                   in_steps=dp.get("enclosing_call_steps"))
+    else:
+        traced = ((ctx.s1 or {}).get("python_tracer") or {}).get("calls")
+        jit = knob["unnamed"].format(n=n, why=knob["tracer on" if traced else "tracer off"])
+    return [Row(f"dispatch between programs: {n} program executions in step {ctx.median}, "
+                f"{us_text(between[at])} the critical stream of {device_word(ctx)} {b} waits "
+                "between two "
+                "executions' kernels while the host dispatches the next",
+                f"{device_word(ctx)} {b}", 100.0 * between[at] / ctx.window, spread(between, at),
+                knob=f"{jit}; {knob['always']}")]
+
+
+
+FUSED_ON_JIT = Prose(
+    source="attribution/kernels.csv; attribution/programs.csv; roofline.csv; steps.csv",
+    assumptions=(
+        "with the jax.jit of the dispatch row: XLA fuses each run of back-to-back element-wise "
+        "passes that now run as separate programs into one kernel (passes that feed one "
+        "another, as a line of eager element-wise code does; a result the Python code keeps "
+        "stays a pass of its own, and independent passes in a row would not fuse); the fused "
+        "kernel moves the largest pass's bytes (roofline.csv run_bytes: its operands read and "
+        "its result written once) at the best byte rate these passes reached "
+        "(saving_measured_us) or at the memory ceiling (saving_us): an upper bound on what "
+        "fusion saves; once the programs are one, their kernel time is the step's"),
+    knob=("the jax.jit of the dispatch row (XLA fuses element-wise chains itself; nothing to "
+          "write by hand); where a chain stays unfused once jitted, see what XLA left unfused "
+          "(the HLO after optimisation)"))
+
+# A run of passes is counted where its fused saving is at least this share of its time: a pair
+# of small passes whose fused kernel would move as much as they do is no change.
+FUSED_MIN_SHARE = 0.2
+
+
+
+def elementwise_passes(ctx: Context) -> dict:
+    """(program id, instruction) -> (bytes a kernel moves, memory ceiling B/s) of the
+    element-wise instructions of roofline.csv with one kernel a run."""
+    out = {}
+    for r in tables(ctx.out).rows("roofline.csv") or []:
+        b, runs, k = number(r.get("run_bytes")), number(r.get("runs")), number(r.get("kernels"))
+        ceiling = number(r.get("memory_ceiling_bytes_per_s"))
+        if r.get("work") == "elementwise" and b and runs and k == runs and ceiling:
+            out[(r.get("program_id", ""), r["instruction"])] = (b, ceiling)
+    return out
+
+
+
+def pass_runs(events: list, ew: dict, one_kernel: set) -> list:
+    """The runs of back-to-back element-wise kernels (`events`: (start, dur, pid, instruction,
+    user frame) in start order) that span at least two program executions: each a list of
+    (dur us, bytes, ceiling, user frame, (program id, instruction)). A program with one kernel
+    an execution starts a new execution at each kernel; another, where its program id
+    changes."""
+    runs, cur, execs, prev = [], [], 0, None
+    for _, dur, pid, ins, frame in events + [(0.0, 0.0, None, None, "")]:
+        info = ew.get((pid, ins))
+        if info is None or dur <= 0:
+            if execs >= 2:
+                runs.append(cur)
+            cur, execs, prev = [], 0, None
+            continue
+        if pid != prev or pid in one_kernel:
+            execs += 1
+        prev = pid
+        cur.append((dur, info[0], info[1], frame, (pid, ins)))
+    return runs
+
+
+
+def fused_saving(run: list) -> tuple[float, float]:
+    """(saving at the best rate the run's passes reached, saving at the memory ceiling), us."""
+    total = sum(p[0] for p in run)
+    big = max(p[1] for p in run)
+    ceiling = min(p[2] for p in run)
+    rate = min(ceiling, max(p[1] / (p[0] * 1e-6) for p in run))
+    return total - big / rate * 1e6, total - big / ceiling * 1e6
+
+
+
+@cause("fused_on_jit", FUSED_ON_JIT)
+def fused_on_jit(ctx: Context) -> list:
+    """What the jit of the dispatch row brings besides the dispatch: the element-wise passes
+    that run back to back as separate programs (eager jnp code) fuse into one kernel each run;
+    the saving bounded by the bytes of the largest pass (FUSED_ON_JIT's assumptions). Only
+    where the dispatch row stands (a step of several program executions)."""
+    if ctx.dispatch_idle is None:
+        return []
+    ew = elementwise_passes(ctx)
+    path = ctx.out / "attribution" / "kernels.csv"
+    if not ew or not path.is_file():
+        return []
+    one_kernel = {p.get("program_id", "") for p in
+                  tables(ctx.out).rows("attribution/programs.csv") or []
+                  if (number(p.get("kernels_per_execution")) or 0) <= 1.0}
+    spans = {n: (str(ctx.frames[n].bound), ctx.frames[n].start, ctx.frames[n].end)
+             for n in ctx.chosen}
+    events: dict = {n: [] for n in ctx.chosen}
+    for k in scratch.records(ctx.out, "attribution/kernels.csv"):
+        t = number(k.get("start_us"))
+        if not k.get("instruction") and k.get("category") == "memcpy":
+            continue  # an argument copy between two programs: no kernel of the chain
+        for n, (dev, a, b) in spans.items():
+            if k.get("device") == dev and t is not None and a <= t < b:
+                events[n].append((t, number(k.get("dur_us")) or 0.0, k.get("program_id", ""),
+                                  k.get("instruction", ""), k.get("user_frame", "")))
+    measured, ceiling, median_runs, fused_keys = [], [], [], set()
+    for n in ctx.chosen:
+        runs = [r for r in pass_runs(sorted(events[n]), ew, one_kernel)
+                if fused_saving(r)[0] >= FUSED_MIN_SHARE * sum(d for d, *_ in r)]
+        sav = [fused_saving(r) for r in runs]
+        measured.append(sum(m for m, _ in sav))
+        ceiling.append(sum(c for _, c in sav))
+        fused_keys.update(p[4] for r in runs for p in r)
+        if n == ctx.median:
+            median_runs = runs
+    at = ctx.at
+    if ceiling[at] < MIN_SAVING_US:
+        return []
+    lines: dict = {}
+    for r in median_runs:
+        for d, _, _, frame, _ in r:
+            ln = lines.setdefault(frame.split(" ")[0] or "no line", [0, 0.0])
+            ln[0] += 1
+            ln[1] += d
+    top = sorted(lines.items(), key=lambda kv: (-kv[1][1], kv[0]))
+    passes = sum(len(r) for r in median_runs)
+    total = sum(d for r in median_runs for d, *_ in r)
+    idle = ctx.dispatch_idle[at]
+    fuses = frozenset(i for i, c in enumerate(ctx.ceilings.cands) if c["key"] in fused_keys) \
+        if ctx.ceilings is not None else frozenset()
+    where = ", ".join(line for line, _ in top[:3]) + (
+        f" and {rules.plural(len(top) - 3, 'other line')}" if len(top) > 3 else "")
+    return [Row(
+        f"once jitted, XLA can fuse {rules.plural(len(median_runs), 'run')} of back-to-back "
+        f"element-wise passes that now run as separate programs: {passes} passes, "
+        f"{us_text(total)} of step {ctx.median}, into "
+        f"{rules.plural(len(median_runs), 'kernel')}; largest: "
+        + ", ".join(f"{line} {rules.plural(n, 'pass', 'passes')} {us_text(t)}"
+                    for line, (n, t) in top[:3])
+        + f"; with the dispatch row's {us_text(idle)} (the same jit, other time) the jit saves "
+          f"{number_text(idle + measured[at])} to {us_text(idle + ceiling[at])} of step "
+          f"{ctx.median}",
+        where, 100.0 * ceiling[at] / ctx.window, spread(ceiling, at),
+        measured=measured[at], kernel_cut=ceiling, fuses=fuses,
+        extra={"passes": passes, "runs": len(median_runs)})]
+
+
+
+HOST_GAP = Prose(
+    source="steps.csv; gaps.csv; skip_stats.json",
+    assumptions=(
+        "every GPU's critical stream would run its kernels back to back (kernel durations "
+        "unchanged, the host never late); the step then ends when the GPU that is slowest "
+        "without its host gaps ends; sub-microsecond gaps included"),
+    knob={
+        "before": ("the host's work before the step's first launch: input pipeline prefetching "
+                   "(prepare and device_put the next batch while this step runs), async dispatch "
+                   "(do not block on the previous step's results)"),
+        "before, copy": (
+            "the host's work before the step's device work is mostly copying arrays from the "
+            "host to the chip ({copy}: the runtime laying out a host buffer for the chip, then "
+            "its transfer): pass device arrays, not numpy ones: jax.device_put what does not "
+            "change from step to step (weights, constants, masks) once and keep it; for each "
+            "step's fresh batch, device_put the next one in a background thread while this step "
+            "runs (prefetch)"),
+        "before, set-up": (
+            "the host's work before the step's first launch is mostly the runtime's own set-up "
+            "of each execution ({setup}: XLA initialises its thunks and records or updates the "
+            "command buffers): async dispatch (do not block on the previous step's results, so "
+            "that this set-up runs while the previous step's kernels do), then fewer executions "
+            "a step (more steps in one call, e.g. a scan over steps)"),
+        "between, in graphs": (
+            "launches between kernels: {graph_pct:.0f}% of GPU events already run inside command "
+            "buffers; fewer, larger graphs (--xla_gpu_graph_min_graph_size, more command types "
+            "in --xla_gpu_enable_command_buffer), fewer and larger kernels (fusion), a larger "
+            "batch size per launch"),
+        "between": (
+            "launches between kernels: command buffers on (--xla_gpu_enable_command_buffer, with "
+            "{graph_pct:.0f}% of GPU events inside graphs now), fewer and larger kernels "
+            "(fusion), a larger batch size per launch"),
+        "tracer": ("capture again without the Python tracer: its events fill these gaps and it "
+                   "inflates host time")})
+
+
+
+def host_knob(lead: float, host_late: float, graph_pct: float, tracer: bool,
+              events: list = (), setup_re=None, copy: tuple | None = None) -> str:
+    """What to test for host gaps: the host's work before the first launch (the runtime's own
+    set-up where its host events, of `events` (name, us) inside the gaps, are half their time
+    or more and fill half the leading gap or more), or the launches between kernels (the larger
+    first), and the Python tracer where its events fill the gaps. `setup_re`: the device's
+    names of the runtime's set-up (adapters.Adapter.setup_re; None: none known). `copy`: (its
+    largest event's name, whether copies from the host dominate the leading gap: copies_lead)."""
+    sentences = HOST_GAP.knob
+    between = sentences["between, in graphs" if graph_pct >= 50.0 else "between"]
+    setup = [(n, t) for n, t in events if setup_re is not None and setup_re.match(n)]
+    knob = []
+    if lead >= LEADING_GAP_MAJORITY * host_late and copy and copy[1]:
+        knob.append(sentences["before, copy"].format(copy=copy[0]))
+    elif lead >= LEADING_GAP_MAJORITY * host_late:
+        knob.append(sentences["before, set-up"].format(
+            setup=", ".join(n for n, _ in setup[:HOST_EVENTS_NAMED]))
+            if 2 * sum(t for _, t in setup) >= max(lead, sum(t for _, t in events)) > 0
+            else sentences["before"])
+    if host_late - lead >= (1.0 - LEADING_GAP_MAJORITY) * host_late:
+        knob.insert(0 if host_late - lead > lead else len(knob),
+                    between.format(graph_pct=graph_pct))
+    if tracer:
+        knob.append(sentences["tracer"])
+    return "; ".join(knob)
+
+
+
+# copies from the host name the leading gap's knob where their host work is at least this share
+# of the gap (the rest is largely their transfer, which no host event records: on the lab's
+# h2d_copy, 3.3 ms of host layout work in an 8.1 ms gap; passing the weight once on the chip
+# saved 8.2 ms a step) and more than the host's own Python work before the device
+COPY_SHARE_OF_LEAD = 0.1
+
+
+
+def copies_lead(ctx: Context, hd: dict | None) -> tuple | None:
+    """(largest event name, whether they name the leading gap, their time a step) of step 1's
+    copies from the host before the device's work (skip_stats.json
+    host_to_device_before_device); None where it has none."""
+    c = (ctx.s1 or {}).get("host_to_device_before_device") or {}
+    t = (c.get("per_step_us") or {}).get("value")
+    if not t or not hd:
+        return None
+    work = (((ctx.s1 or {}).get("host_work_before_device") or {}).get("per_step_us")
+            or {}).get("value") or 0.0
+    return c.get("largest", ""), t >= max(work, COPY_SHARE_OF_LEAD * hd["leading_us"]), t
+
+
+
+@cause("host_gap", HOST_GAP)
+def host_gap(ctx: Context) -> list:
+    """The critical stream waiting on the host (host-late gaps), less the dispatch row's idle and
+    the capture's lead-in; its saving is the step's end less the latest GPU end with each GPU's
+    host-late time removed. Names the host events inside the median step's gaps."""
+    hsav = []
+    for n, fr in ctx.frames.items():
+        g = {d: r for d, r in ctx.steps[n].items() if d in ctx.gpus} or ctx.steps[n]
+        hsav.append(max(0.0, fr.end - max(r.end - r.host_late for r in g.values())))
+    between = ctx.dispatch_idle
+    if between is not None:
+        hsav = [max(0.0, v - b) for v, b in zip(hsav, between, strict=True)]
+    waits = ctx.median_path.host_late
+    host_late = max(0.0, waits - (between[ctx.at] if between is not None else 0.0))
+    if ctx.lead_in:
+        host_late = max(0.0, waits - ctx.lead_in)
+        hsav = [min(v, host_late) for v in hsav]  # the bounding GPU's other gaps at most
+    if hsav[ctx.at] < MIN_SAVING_US and host_late < MIN_SAVING_US:
+        return []
+    hd, b = ctx.host, ctx.bound
+    words = (f"the critical stream waits on the host: {us_text(host_late)} of step {ctx.median}"
+             + (" besides the dispatch between programs" if between is not None else ""))
+    if hd:
+        named = ", ".join(f"{n} {us_text(v)}" for n, v in hd["events"][:HOST_EVENTS_NAMED])
+        words += (f", in {hd['gaps']} gap(s) of 1 us or more, {us_text(hd['leading_us'])} "
+                  "of it before the first kernel")
+        if named:
+            inc = " (the dispatch gaps included)" if between is not None else ""
+            words += f"; host events inside them{inc}: {named}"
+    joins = (ctx.s1 or {}).get("joins", {})
+    graph, launched = joins.get("graph_launch", 0), joins.get("launch", 0)
+    knob = host_knob(hd["leading_us"] if hd else 0.0, host_late,
+                     100.0 * graph / (graph + launched) if graph + launched else 0.0,
+                     bool(hd and hd["python_tracer"]), hd["events"] if hd else (),
+                     device(ctx).setup_re, copies_lead(ctx, hd))
+    where = f"{device_word(ctx)} {b} stream {ctx.steps[ctx.median][b].crit}" + (
+        f" (launching thread {', '.join(hd['threads'])})" if hd and hd["threads"] else "")
+    measured = None
+    copy = copies_lead(ctx, hd)
+    if copy and copy[1]:
+        words += (f"; copies from the host to the chip keep the host busy {us_text(copy[2])} a "
+                  f"step before the device starts (largest: {copy[0]}; the transfer itself "
+                  "adds to it)")
+    work = (ctx.s1 or {}).get("host_work_before_device") or {}
+    w = (work.get("per_step_us") or {}).get("value")
+    compiled = compile_per_step(ctx)
+    if w and hd and hd["leading_us"] >= LEADING_GAP_MAJORITY * host_late and not compiled:
+        # (where XLA compiles in the step, that work is the compile row's, not a producer's)
+        # one producer thread, prefetching, still takes its time a step: the step is at least
+        # that long, so it saves at most the period less it (nothing where it is slower)
+        measured = max(0.0, min(hsav[ctx.at], ctx.window - w))
+        words += (f"; the host's own work before the device starts takes {us_text(w)} a step "
+                  f"(largest call {work['largest_call']}): done ahead by one producer thread, "
+                  f"a step still lasts that long, so prefetching saves {us_text(measured)}")
+    return [Row(words, where, 100.0 * host_late / ctx.window, spread(hsav, ctx.at), knob=knob,
+                measured=measured)]
+
+
+
+STRAGGLER_WAIT = Prose(
+    source="steps.csv; rows.csv; reconcile.json",
+    assumptions=(
+        "the other GPUs wait for it inside collectives, so the step would end as if it did its "
+        "compute and memcpy work at the median GPU's pace; work hidden behind host gaps saves "
+        "nothing; per step, kernel time summed (il_us - il_idle_us, collectives left out) scaled "
+        "to its wall time"),
+    knob=("why GPU {gpu} is slower: its clocks, temperature and power limit, other processes on "
+          "it, its interconnect placement; if it does more work, even out the sharding"))
+
+
+
+@cause("straggler_wait", STRAGGLER_WAIT)
+def straggler_wait(ctx: Context) -> list:
+    """The straggler's extra work (Context.straggler_work): the other GPUs wait for it inside
+    collectives; its saving is that work's exposed part. Says whether it runs more events than
+    the others (reconcile.json's failed same-work check) or the same ones slower."""
+    work = ctx.straggler_work
+    if not work:
+        return []
+    sav = [work[n]["exposed"] for n in ctx.chosen]
+    if sav[ctx.at] < MIN_SAVING_US:
+        return []
+    g = ctx.straggler
+    more = None
+    for c in (tables(ctx.out).json("reconcile.json") or {}).get("checks", []):
+        if c.get("check") == "same_work_across_gpus_events" and \
+                str(c.get("device")) == str(g) and c.get("status") == "fail":
+            more = c.get("trust_sentence")
+    reason = ("it runs more GPU events per step than the others: " + more) if more else \
+        "it runs the same events slower than the others"
+    return [Row(f"GPU {g} ends {ctx.alone.count(g)} of {len(ctx.chosen)} steps last; its compute "
+                f"and memcpy kernels take {us_text(work[ctx.median]['excess'])} in step "
+                f"{ctx.median} more than the median GPU's, and the other GPUs wait for it "
+                f"({reason})",
+                f"GPU {g}", 100.0 * sav[ctx.at] / ctx.window, spread(sav, ctx.at),
+                knob=STRAGGLER_WAIT.knob.format(gpu=g))]
+
+
+
+EXPOSED_COLLECTIVE = Prose(
+    source="steps.csv; gaps.csv; rows.csv",
+    assumptions=(
+        "the collectives would be hidden under compute (or free); their kernel time includes "
+        "waiting for peers, which the straggler row counts separately; only the part after the "
+        "last host gap saves time"),
+    knob=("overlap flags (XLA's latency-hiding scheduler --xla_gpu_enable_latency_hiding_"
+          "scheduler, async collectives), fewer or larger collectives (combine thresholds such as "
+          "--xla_gpu_all_reduce_combine_threshold_bytes), a sharding that communicates less"))
+
+
+
+@cause("exposed_collective", EXPOSED_COLLECTIVE)
+def exposed_collective(ctx: Context) -> list:
+    """Collective kernels on the critical path while no compute or copy runs (the collective
+    slice); its saving is their exposed part."""
+    return exposed_slice(ctx, "collective", "collective",
+                         f"collective kernels run while no compute or copy does on GPU "
+                         f"{ctx.bound}")
+
+
+
+def exposed_slice(ctx: Context, part: str, labels: str, what: str) -> list:
+    """The row of a critical-path slice whose exposed part (`<part>_exposed`) is the saving:
+    `what`, then its time in the median step and its largest events (`labels`); nothing
+    without rows.csv or below MIN_SAVING_US."""
+    if ctx.rows is None:
+        return []
+    sav, mp = ctx.each(f"{part}_exposed"), ctx.median_path
+    if sav[ctx.at] < MIN_SAVING_US and getattr(mp, part) < MIN_SAVING_US:
+        return []
+    return [Row(f"{what}: {number_text(getattr(mp, part))} us of step {ctx.median}"
+                + largest_labels(mp.labels[labels]),
+                f"GPU {ctx.bound}", 100.0 * getattr(mp, f"{part}_exposed") / ctx.window,
+                spread(sav, ctx.at))]
+
+
+
+MEMCPY = Prose(
+    source="steps.csv; gaps.csv; rows.csv",
+    assumptions=(
+        "the copies would not run (or run hidden under compute); only the part after the last "
+        "host gap saves time; copies the program launches (an hlo_op label) are ranked as "
+        "instructions"),
+    knob=("donate_argnums (reuse the input buffers), keep inputs on the device, input pipeline "
+          "prefetching (device_put the next batch while this step runs)"))
+
+
+
+@cause("memcpy", MEMCPY)
+def memcpy(ctx: Context) -> list:
+    """memcpys outside the program on the critical path while no compute runs (the memcpy_arg
+    slice; the program's own copies are instructions, ranked with them); its saving is their
+    exposed part."""
+    return exposed_slice(ctx, "memcpy_arg", "arg",
+                         "memcpys without an instruction label (argument copies and other "
+                         "copies outside the program) on the critical path while no compute "
+                         "runs")
+
+
+
+KERNEL_GAPS = Prose(
+    source="steps.csv; gaps.csv; rows.csv",
+    assumptions=(
+        "the critical stream's kernels would run back to back once launched (its waits on other "
+        "streams and the GPU's per-kernel launch latency gone); an upper bound: every kernel "
+        "costs some launch latency, inside a graph too, so only fewer kernels remove it all; only "
+        "the part after the last host gap saves time"),
+    knob=("fewer and larger kernels (fusion, fewer small ops per step), a larger batch size per "
+          "kernel, the waits on other streams (what the gaps wait for: gaps.csv device_wait rows "
+          "and the swimlanes)"))
+
+
+
+@cause("kernel_gaps", KERNEL_GAPS)
+def kernel_gaps(ctx: Context) -> list:
+    """The critical stream idle between its kernels with no launch late from the host
+    (dependencies on other streams, event waits, the GPU's own launch latency between kernels,
+    inside graphs too: the idle_before slice); its saving is its exposed part."""
+    if ctx.rows is None:
+        return []
+    sav, mp, b = ctx.each("idle_before_exposed"), ctx.median_path, ctx.bound
+    if sav[ctx.at] < MIN_SAVING_US:
+        return []
+    n_big, big_us = mp.big_gaps
+    return [Row(f"the critical stream of {device_word(ctx)} {b} is idle between its kernels "
+                "with no launch "
+                f"late from the host: {us_text(mp.idle_before)} of step {ctx.median}, "
+                f"{n_big} gap(s) of 1 us or more that no other stream filled holding "
+                f"{number_text(min(big_us, mp.idle_before))} us of it, the rest gaps under 1 us "
+                "between kernels",
+                f"{device_word(ctx)} {b} stream {ctx.steps[ctx.median][b].crit}",
+                100.0 * mp.idle_before_exposed / ctx.window, spread(sav, ctx.at))]
+
+
+
+FAMILY_KNOBS = {
+    "split-K reduction": (
+        "the GEMMs' algorithm choice: split-K is what the GEMM backend picked for these shapes "
+        "(cuBLAS/hipBLASLt's heuristics within the workspace XLA allows, or XLA's autotuner "
+        "for its Triton GEMM fusions); larger or batched GEMMs "
+        "(fewer, bigger dots: a larger K split less), another layout or dtype of the operands"),
+    "layout transpose": (
+        "layouts: keep tensors in the order their consumers read them (the einsum/dot dimension "
+        "order, no transpose between ops), so XLA needs no layout change; where one is needed, "
+        "let it fuse into its producer or consumer"),
+    "memcpy": (
+        "copies inside the programs (dynamic slices and updates of loop carries, copies to a "
+        "new layout): donate_argnums, scan carries updated in place, fewer slices of large "
+        "buffers per step"),
+    "memset": (
+        "zero-initialisations before reductions and scatters: fewer separate reductions "
+        "(fusion), accumulation in the consumer"),
+}
+
+FAMILY_CANNOT_SHOW = {
+    "split-K reduction": "why the backend chose split-K for these GEMMs (its autotuning results "
+                         "and workspace size are not in the capture)",
+    "layout transpose": "why XLA chose these layouts (the layout assignment pass is not in the "
+                        "capture; the HLO shows the result only)",
+    "memcpy": "which copies XLA could have avoided (buffer assignment and aliasing are not in "
+              "the capture)",
+    "memset": "whether the zeroing could fuse into the reduction (a compiler decision the "
+              "capture does not show)",
+}
+
+KERNEL_FAMILY = Prose(
+    source="attribution/families.csv; steps.csv; gaps.csv; rows.csv",
+    assumptions=(
+        "an upper bound: the family's kernels gone entirely (a partial fix saves less); its time "
+        "in a step is its share of all GPU time times the step's compute time on the GPU that "
+        "ends it, exposed part only; the same kernel time as the instruction rows of its "
+        "instructions: never add the two; the capture cannot show {cannot_show}"),
+    knob=FAMILY_KNOBS)
+
+
+
+@cause("kernel_family", KERNEL_FAMILY, regroups=True)
+def kernel_family(ctx: Context) -> list:
+    """Kernel families of attribution/families.csv (split-K reductions, layout transposes,
+    copies, memsets) of at least FAMILY_MIN_PCT_OF_GPU_TIME spread over at least
+    FAMILY_MIN_INSTRUCTIONS instructions (a split-K reduction under one GEMM is enough:
+    FAMILY_MIN_INSTRUCTIONS_OF). Its time in a step is its share of all GPU time times
+    the step's compute time on its bounding GPU; the saving, an upper bound, is that time's
+    exposed part (the family's kernels gone). Collectives by kind are ranked as exposed
+    collectives, not here."""
+    rows = []
+    for f in tables(ctx.out).rows("attribution/families.csv") or []:
+        name, pct = f.get("family", ""), number(f.get("pct_of_gpu_time"))
+        n_ins = int(number(f.get("instructions")) or 0)
+        if name not in FAMILY_KNOBS or pct is None or pct < FAMILY_MIN_PCT_OF_GPU_TIME or \
+                n_ins < FAMILY_MIN_INSTRUCTIONS_OF.get(name, FAMILY_MIN_INSTRUCTIONS):
+            continue
+        share = pct / 100.0
+        sav = [share * ctx.paths[n].compute * ctx.paths[n].exposure for n in ctx.chosen]
+        if sav[ctx.at] < MIN_SAVING_US:
+            continue
+        top = []
+        for x in (f.get("top_instructions") or "").split(" | "):
+            pid, _, ins = x.split("=")[0].partition(":")
+            if ins:
+                top.append(f"{ins} (program {pid})")
+        rows.append(Row(
+            f"{name} kernels take {pct:.2f}% of GPU time over "
+            f"{rules.plural(n_ins, 'instruction')} (about "
+            f"{us_text(share * ctx.median_path.compute)} of step {ctx.median}); largest under "
+            + ", ".join(top[:3]),
+            f"{name} ({rules.plural(n_ins, 'instruction')})", 100.0 * sav[ctx.at] / ctx.window,
+            spread(sav, ctx.at),
+            assumptions=KERNEL_FAMILY.assumptions.format(cannot_show=FAMILY_CANNOT_SHOW[name]),
+            knob=FAMILY_KNOBS[name],
+            extra={"family": name, "cannot_show": FAMILY_CANNOT_SHOW[name],
+                   "family_gpu_us": number(f.get("gpu_us")), "instructions": n_ins}))
+    return rows
+
+
+
+# The prose instruction and Python-line rows share: how their time in a step is had, and how much
+# of it is exposed (filled with the median step's exposed share of compute).
+INSTRUCTION_TIME = (
+    "its time in a step is its share of the program's compute and copy kernel time (ops.csv, all "
+    "executions and GPUs) times that step's compute time on the GPU that ends it, and never less "
+    "than its kernels at the shortest average kernel time of any instruction in this capture "
+    "(where that is a few microseconds: tiny kernels)")
+
+EXPOSED_PART = (
+    "only the share of the step's compute after its last host gap is exposed ({pct:.0f}% in step "
+    "{step}); the rest is hidden behind the host and would save time only once the host gaps are "
+    "gone")
+
+INSTRUCTION = Prose(
+    source="attribution/ops.csv; roofline.csv; rows.csv; steps.csv; gaps.csv",
+    assumptions={
+        "row": ("it would run at its {binding} ceiling ({ceiling}; FLOPs and bytes from the HLO: "
+                "{method}){target}; {time}; {exposed}"),
+        "target": (", at most; at the best rate this capture shows for the same work "
+                   "({best}% of the ceiling, {by}) it saves saving_measured_us, measured on "
+                   "this GPU"),
+        "memory": "memory bandwidth",
+        "compute": "{dtype}'s peak"},
+    knob={
+        "memory": ("fusion (fewer bytes moved: see what XLA left unfused), a Pallas/Triton "
+                   "kernel, a larger batch size (more work per byte)"),
+        "compute": "{dtype}, a Pallas/Triton kernel, a larger batch size",
+        # by the kind of work (roofline.csv work), each naming what in the capture supports it
+        "attention": (
+            "the fused-attention implementation: its backend and version (Transformer Engine's "
+            "fused-attention backend, cuDNN's version, or the CK / AOTriton kernels on ROCm: "
+            "check in your build which one ran), the layout and mask it is given (a causal "
+            "mask halves the work only where the kernel skips masked blocks); dropout's own "
+            "cost is measured by a capture with dropout 0; a lower precision (fp8 attention) "
+            "only where the model tolerates it"),
+        "gemm": (
+            "the GEMM's backend and tiling: XLA's autotuner chose {backend} here; compare the "
+            "library and Triton (--xla_gpu_enable_triton_gemm, --xla_gpu_autotune_level; check "
+            "the flags in your build), split-K, and shapes that fill the GPU (dimensions in "
+            "multiples of the tile, a larger batch)"),
+        "elementwise": ("fusion into the producer or consumer (fewer bytes moved: see what XLA "
+                        "left unfused), a larger batch size (more work per launch)"),
+        "reduction": ("fusion of the reduction with its producer, fewer passes over the same "
+                      "data (one reduction for several statistics)"),
+        "scatter": ("fewer colliding updates (a scatter-add's updates to one row serialise: "
+                    "sorted or unique indices, indices_are_sorted / unique_indices where they "
+                    "hold), or a dense form where the table is small (a one-hot matmul for an "
+                    "embedding's gradient)"),
+        "far": "at under 10% of its ceiling check the kernel's launch size and occupancy first",
+        "from f32": "a lower-precision dtype on the matrix units (bf16 for f32)",
+        "from bf16": ("fp8 on the matrix units where the model tolerates it and the GPU has them "
+                      "(it runs at bf16/fp16 now)"),
+        "lower": "a lower-precision dtype on the matrix units where the model tolerates it"})
+
+
+
+def dtype_knob(dtype: str) -> str:
+    """A lower precision than the instruction's own, on the matrix units (the ceiling's dtype
+    names what it runs at now: an f32 GEMM may go to bf16; a bf16 one only to fp8)."""
+    d = (dtype or "").lower()
+    if d.startswith(("f32", "fp32", "tf32", "f64", "fp64")):
+        return INSTRUCTION.knob["from f32"]
+    if d.startswith(("bf16", "f16", "fp16")):
+        return INSTRUCTION.knob["from bf16"]
+    return INSTRUCTION.knob["lower"]
+
+
+
+# XLA names its GEMM library calls after cuBLAS on every GPU (kGemmCallTarget "__cublas$gemm",
+# kCublasLtMatmulCallTarget "__cublas$lt$matmul": xla/service/gpu/cublas_cudnn.h; the shared
+# MI300X gemm capture holds __cublas$gemm): on ROCm the same call runs hipBLASLt or rocBLAS,
+# which a knob must say to an AMD user.
+ROCM_LIBRARY = " (XLA's name for its GEMM library call; on ROCm it runs hipBLASLt or rocBLAS)"
+
+
+
+def backend_text(backend: str, vendor: str) -> str:
+    """A GEMM backend as a knob names it: on an AMD GPU, XLA's cuBLAS-named library call with
+    the library that runs it there."""
+    if "__cublas" in backend and vendor.upper().startswith("AMD"):
+        return backend + ROCM_LIBRARY
+    return backend
+
+
+
+def instruction_prose(c: dict, exposed: str, vendor: str = "",
+                      dev: adapters.Adapter = adapters.ADAPTERS["GPU"]) -> tuple[str, str]:
+    """An instruction row's assumptions and knob: the knob by the kind of work (attention, GEMM,
+    element-wise, reduction, scatter), else by what binds it (memory bandwidth, else its dtype's
+    peak), and launch size first when it runs far from its ceiling."""
+    said, knobs = INSTRUCTION.assumptions, INSTRUCTION.knob
+    memory = c["binding"] == "memory"
+    target = said["target"].format(best=pct_text(c["best"]), by=c["best_by"]) \
+        if c.get("best") else ""
+    assumptions = said["row"].format(
+        binding=c["binding"], method=c["method"], time=INSTRUCTION_TIME, exposed=exposed,
+        target=target, ceiling=said["memory"] if memory else said["compute"].format(
+            dtype=c["ceiling_dtype"] or "its dtype"))
+    work = c.get("work", "").removesuffix(" backward")
+    if dev.bound_knob is not None:  # the device's own words (a TPU: the MXU, Pallas blocks)
+        return assumptions, (dev.kernel_knob(c["instruction"]) if work == "custom-call"
+                             else dev.bound_knob["memory" if memory else "compute"])
+    if work in ("attention", "gemm") and not memory or \
+            work in ("elementwise", "reduction", "scatter"):
+        knob = knobs[work].format(backend=backend_text(c.get("backend") or "its backend",
+                                                         vendor))
+    else:
+        knob = knobs["memory"] if memory else knobs["compute"].format(
+            dtype=dtype_knob(c["ceiling_dtype"]))
+    if c["pct"] < FAR_FROM_CEILING_PCT:
+        knob += "; " + knobs["far"]
+    return assumptions, knob
+
+
+
+def no_ceiling_refusal(ctx: Context, top: list) -> list:
+    """The instructions without a ceiling that outweigh the listed ones' distance (at most 3):
+    no saving can be estimated for them."""
+    big_no = sorted((x for x in ctx.ceilings.no_ceiling if PALLAS_NO_COST_WHY not in x[2]),
+                    key=lambda x: (-x[1], x[0]))[:3]  # a Pallas call's is the pallas_call row
+    if big_no and (not top or big_no[0][1] > top[-1][1]["cut"]):
+        return ["cannot estimate a saving for " + ", ".join(
+            f"{n} ({us_text(sh * ctx.median_path.compute)} of step {ctx.median}: {why})"
+            for n, sh, why, _ in big_no) + " because there is no ceiling to measure their "
+            "distance to"]
+    return []
+
+
+
+def pct_text(x: float) -> str:
+    """A share in a sentence: one decimal, two significant digits under 1%."""
+    return f"{x:.1f}" if x >= 1 else f"{x:.2g}"
+
+
+
+def measured_saving(c: dict, exposed_compute: float, target: float | None = None) -> float:
+    """The median step's saving were the instruction to run at `target` percent of its ceiling
+    (default: the best rate this capture shows for the same work), 0 where it already does."""
+    target = c["best"] if target is None else target
+    if not target or target <= c["pct"]:
+        return 0.0
+    # never past the distance to the ceiling (`cut`: which keeps the kernels' floor)
+    return min(c["share"] * (1.0 - c["pct"] / target), c["cut"]) * exposed_compute
+
+
+
+@cause("instruction", INSTRUCTION)
+def instruction(ctx: Context) -> Found | list:
+    """The instructions furthest from their ceilings (Ceilings), at most TOP_INSTRUCTIONS. An
+    instruction's time in a step is its share of the programs' compute and copy kernel time times
+    the step's compute time on its bounding GPU; its distance to the ceiling is that time times
+    (1 - pct_of_ceiling/100), and its saving that distance's exposed part. Notes the distance
+    hidden behind the host."""
+    ce = ctx.ceilings
+    if ce is None:
+        return []
+    at, median = ctx.at, ctx.median
+    cm, exposure = ctx.median_path.compute, ctx.median_path.exposure
+    exposed = EXPOSED_PART.format(pct=100 * exposure, step=median)
+    top = [(i, c) for i, c in enumerate(ce.cands) if c["cut"] > 0][:TOP_INSTRUCTIONS]
+    rows = []
+    for i, c in top:
+        sav = [c["cut"] * ctx.paths[n].compute * ctx.paths[n].exposure for n in ctx.chosen]
+        if sav[at] < MIN_SAVING_US:
+            continue
+        assumptions, knob = instruction_prose(c, exposed, ce.vendor, device(ctx))
+        reached = (f"; the same work reaches {pct_text(c['best'])}% in this capture "
+                   f"({c['best_by']})" if c["best"] else "")
+        rows.append(Row(
+            f"{c['instruction']} takes {us_text(c['share'] * cm)} of step {median} at "
+            f"{c['pct']:.1f}% of its {c['binding']} ceiling on {ce.model}{reached}",
+            c["instruction"] + (f" ({c['user_frame']})" if c["user_frame"] else ""),
+            100.0 * c["cut"] * cm * exposure / ctx.window, spread(sav, at),
+            assumptions, knob, named=frozenset({i}),
+            measured=measured_saving(c, cm * exposure, c["best_raw"])
+            if c["best_raw"] is not None else None))
+    listed = {i for r in rows for i in r.named}
+    hidden = sum(c["cut"] for i, c in top if i not in listed) * cm
+    notes = [f"not listed: the top instructions' distance to their ceilings, {us_text(hidden)} of "
+             f"step {median}, is hidden behind the host (it lies before the step's last host-late "
+             "gap); it would count once the host gaps are gone"] if hidden >= MIN_SAVING_US else []
+    return Found(rows, notes, no_ceiling_refusal(ctx, top))
+
+
+
+COMPILE = Prose(
+    source="skip_stats.json",
+    assumptions=(
+        "the step's programs compiled once, before the loop (a shape seen before hits jax.jit's "
+        "cache): XLA's compilation inside the step, measured on the host (the union of its "
+        "compile events from the step's start to the next step's), goes; the programs' runs "
+        "unchanged (padded shapes cost the padding's work)"),
+    knob=("a few shapes, not a new one a step: pad or bucket the inputs (sequence lengths, the "
+          "last batch) to a few sizes, keep Python scalars that change out of the jitted "
+          "function's static arguments; jax.config.update('jax_log_compiles', True) names "
+          "each compile"))
+
+
+
+def compile_per_step(ctx: Context) -> float | None:
+    """The median step's XLA compile time on the host (step 1's `compile`), None without."""
+    return (((ctx.s1 or {}).get("compile") or {}).get("per_step_us") or {}).get("value")
+
+
+
+@cause("compile", COMPILE)
+def compile_in_step(ctx: Context) -> list:
+    """XLA compiling on the host inside the steps (step 1's `compile`): a new shape, or a
+    cache miss, paid every step; its saving the compile time of the median step."""
+    c = (ctx.s1 or {}).get("compile") or {}
+    per = (c.get("per_step_us") or {}).get("value")
+    if not per or per < MIN_SAVING_US:
+        return []
+    per = min(per, ctx.window)  # the median step's window at most
+    f = c["per_step_us"]
+    return [Row(f"XLA compiles inside the step: {us_text(per)} of compilation a step (median; "
+                f"{c['steps_with_compile']} of {c['steps']} steps compile), a new shape or a "
+                "cache miss each time", "the host", 100.0 * per / ctx.window,
+                {"value": per, "min": min(f.get("min", per), per), "max": f.get("max", per)})]
+
+
+
+# ---------------------------------------------------------------- a TPU's own changes
+
+def device_word(ctx: Context) -> str:
+    """What a row calls the device: a TPU's core, else a GPU."""
+    return "TPU core" if tpu_capture(ctx) else "GPU"
+
+
+
+def device(ctx: Context) -> adapters.Adapter:
+    """The adapter of the capture's device (step 0's device record, else step 1's joins)."""
+    return adapters.of_results(tables(ctx.out).json("capture_info.json"), ctx.s1)
+
+
+
+def tpu_capture(ctx: Context) -> bool:
+    return device(ctx).kind == "TPU"
+
+
+
+def per_step_us(ctx: Context) -> dict:
+    """(program id, instruction) -> its time in the median step (ops.csv's time over the
+    program's executions, programs.csv, times the program's executions in that step on the
+    device that ends it, steps.csv `programs`)."""
+    t = tables(ctx.out)
+    progs = {p["program_id"]: p for p in t.rows("attribution/programs.csv") or []}
+    row = next((r for r in t.rows("steps.csv") or [] if r["step"] == str(ctx.median)
+                and r["device"] == str(ctx.bound)), {})
+    runs = step_programs(row.get("programs") or "")
+    out = {}
+    for r in t.rows("attribution/ops.csv") or []:
+        p = progs.get(r["program_id"])
+        n = number(p.get("executions")) if p else None
+        k = runs.get(p["module"], 0) if p else 0
+        if n and k:
+            out[(r["program_id"], r["instruction"])] = (number(r["gpu_us"]) or 0.0) / n * k
+    return out
+
+
+
+STEP_PROGRAM_RE = re.compile(r"^(.*) x(\d+)$")
+
+
+
+def step_programs(text: str) -> dict:
+    """steps.csv `programs` (`jit_a x1; jit_b x2`) -> module -> its runs in the step."""
+    out = {}
+    for part in text.split(";"):
+        m = STEP_PROGRAM_RE.match(part.strip())
+        if m:
+            out[m.group(1)] = int(m.group(2))
+    return out
+
+
+
+def stacking(ops: list) -> list:
+    """ops.csv rows of a scan's stacking: instructions inside a while loop's body (their
+    op_name under `/while/body/`) that are dynamic-update-slice fusions; each as ((program id,
+    instruction), whether its own work is the stacking: its op_name ends in the update)."""
+    out = []
+    for r in ops:
+        op = r.get("op_name") or ""
+        if "/while/body/" in op and ("dynamic-update-slice" in r["instruction"]
+                                     or op.endswith("dynamic_update_slice")):
+            out.append(((r["program_id"], r["instruction"]), op.endswith("dynamic_update_slice")))
+    return out
+
+
+
+def top_lines(ops: list, keys: set, n: int = 3) -> str:
+    """The Python lines (ops.csv user_frame) holding the most time of the instructions `keys`."""
+    lines: dict = {}
+    for r in ops:
+        if (r["program_id"], r["instruction"]) in keys and r.get("user_frame"):
+            lines[r["user_frame"]] = lines.get(r["user_frame"], 0.0) + float(r["gpu_us"] or 0)
+    top = sorted(lines, key=lambda k: -lines[k])[:n]
+    return ", ".join(top)
+
+
+
+SCAN_STACKING = Prose(
+    source="attribution/ops.csv; attribution/programs.csv; steps.csv",
+    assumptions=(
+        "unrolled, each iteration's residuals stay in buffers of their own: the "
+        "dynamic-update-slice fusions that copy them into the scan's stacked buffer go; the "
+        "upper end counts their whole time (a matmul XLA fused with the stacking included), "
+        "saving_measured_us only the fusions whose own work is the stacking; the body's other "
+        "work unchanged, more memory held; its time a step: ops.csv's over the program's "
+        "executions"),
+    knob=("unroll the scan: jax.lax.scan(..., unroll=True) for a short scan, or a Python loop "
+          "over its iterations inside the jitted step; or jax.checkpoint on the scanned body "
+          "with a policy that saves fewer residuals (jax.checkpoint_policies), trading "
+          "recompute for the copies"))
+
+
+
+@cause("scan_stacking", SCAN_STACKING)
+def scan_stacking(ctx: Context) -> list:
+    """A TPU's scan (a while loop's body) stacking each iteration's residuals for the backward
+    pass: the dynamic-update-slice fusions inside the body (`stacking`), their
+    time in the median step."""
+    if not tpu_capture(ctx):
+        return []
+    times = per_step_us(ctx)
+    found = stacking(tables(ctx.out).rows("attribution/ops.csv") or [])
+    high = sum(times.get(k, 0.0) for k, _ in found)
+    low = sum(times.get(k, 0.0) for k, pure in found if pure)
+    if high < MIN_SAVING_US:
+        return []
+    lines = top_lines(tables(ctx.out).rows("attribution/ops.csv") or [],
+                                {k for k, _ in found})
+    return [Row(f"the scan's stacked residuals: {rules.plural(len(found), 'fusion')} of "
+                f"dynamic-update-slice inside a while loop's body take {us_text(high)} of step "
+                f"{ctx.median} ({us_text(low)} of it in fusions whose own work is the stacking): "
+                "lax.scan copies each iteration's residuals into one stacked buffer for the "
+                "backward pass", lines or "the scanned body", 100.0 * high / ctx.window,
+                spread([high] * len(ctx.chosen), ctx.at), measured=low)]
+
+
+
+# an instruction that changes a layout: a copy or transpose, or a fusion XLA named after one (a
+# fusion's name begins with its root's opcode); not copy-start/copy-done (asynchronous copies)
+LAYOUT_COPY_RE = re.compile(r"^(copy|transpose)([._]|$)")
+
+
+LAYOUT_COPIES = Prose(
+    source="attribution/ops.csv; attribution/programs.csv; steps.csv",
+    assumptions=(
+        "an upper bound, their whole time: the copies and transposes go where producer and "
+        "consumer agree on one layout, the rest of the program unchanged; not confirmed on the "
+        "chip: on the lab's attention (a TPU v5e), writing the einsums on the activations' own "
+        "layout left such copies in place (7.2% of op time against 8.0%) and ran 0.90x as "
+        "fast; its time a step: ops.csv's over the program's executions"),
+    knob="")
+
+
+
+@cause("layout_copies", LAYOUT_COPIES)
+def layout_copies(ctx: Context) -> list:
+    """Copies and transposes that change a layout (LAYOUT_COPY_RE), where the device has a
+    knob for them (adapters.Adapter.layout_knob): their time in the median step, the Python
+    lines with the most of it."""
+    knob = device(ctx).layout_knob
+    if not knob:
+        return []
+    ops = tables(ctx.out).rows("attribution/ops.csv") or []
+    keys = {(r["program_id"], r["instruction"]) for r in ops
+            if LAYOUT_COPY_RE.match(r["instruction"])}
+    times = per_step_us(ctx)
+    t = sum(times.get(k, 0.0) for k in keys)
+    if t < MIN_SAVING_US:
+        return []
+    what = rules.plural(len(keys), "copy or transpose", "copies or transposes")
+    return [Row(f"layout copies: {what} take {us_text(t)} of step {ctx.median}, moving data to "
+                "another layout between the instructions that produce and consume it",
+                top_lines(ops, keys) or "the programs' copies", 100.0 * t / ctx.window,
+                spread([t] * len(ctx.chosen), ctx.at), knob=knob)]
+
+
+
+PALLAS_NO_COST = Prose(
+    source="roofline.csv; attribution/ops.csv",
+    assumptions=(
+        "an upper bound, its whole time: the capture gives the call no FLOPs or bytes (its "
+        "pallas_call has no cost_estimate), so how far it runs from the MXU's peak is unknown; "
+        "its time a step is its share of the programs' op time times the step's compute"),
+    knob="")
+
+
+
+@cause("pallas_call", PALLAS_NO_COST)
+def pallas_call(ctx: Context) -> list:
+    """A TPU's Pallas calls the capture gives no cost (no cost_estimate): ranked by their time,
+    the saving an upper bound, the knob their block sizes (the instruction cause costs those
+    with an estimate)."""
+    if ctx.ceilings is None or not tpu_capture(ctx):
+        return []
+    rows = []
+    for name, share, why, frame in ctx.ceilings.no_ceiling:
+        if PALLAS_NO_COST_WHY not in why:
+            continue
+        t = [share * ctx.paths[n].compute for n in ctx.chosen]
+        if t[ctx.at] < MIN_SAVING_US:
+            continue
+        rows.append(Row(f"{name}, a Pallas call, takes {us_text(t[ctx.at])} of step "
+                        f"{ctx.median}; the capture gives it no FLOPs or bytes (no "
+                        "cost_estimate), so its share of the MXU's peak is unknown",
+                        name + (f" ({frame})" if frame else ""), 100.0 * t[ctx.at] / ctx.window,
+                        spread(t, ctx.at), knob=device(ctx).kernel_knob(name)
+                        + "; pass pl.CostEstimate(flops=..., bytes_accessed=...) to "
+                        "pallas_call so a capture shows its share of the peak"))
+    return rows
+
+
+
+TOO_SMALL = Prose(
+    source="steps.csv; skip_stats.json",
+    assumptions=(
+        "the host's fixed cost a step (its dispatch, the wait for the result, the loop's "
+        "Python: the host-late and between-steps idle) is paid once per dispatch: with k steps "
+        "in one dispatch each step pays 1/k of it; the upper end is all of it (k large); the "
+        "device's work a step unchanged"),
+    knob=("more work per dispatch: several steps in one jitted program (jax.lax.scan or "
+          "jax.lax.fori_loop over steps, the batch of each step stacked), or a larger batch a "
+          "step; no block_until_ready or float() on every step"))
+
+
+
+@cause("too_small", TOO_SMALL)
+def too_small(ctx: Context) -> list:
+    """A TPU step of one program run too small for the chip: the device busy under half the
+    step's window and the host's side of it under TOO_SMALL_HOST_US (a fixed per-dispatch
+    cost, not host work such as an input pipeline, which the host-gap row names)."""
+    if not tpu_capture(ctx) or ctx.executions[ctx.at] != 1:
+        return []
+    side = [ctx.paths[n].host_late + ctx.paths[n].idle_between for n in ctx.chosen]
+    w = ctx.window
+    if side[ctx.at] < w * TOO_SMALL_HOST_SHARE or side[ctx.at] >= TOO_SMALL_HOST_US:
+        return []
+    return [Row(f"the step is too small for the chip: one program run a step, the device busy "
+                f"{us_text(w - side[ctx.at])} of a {us_text(w)} step window; the host's fixed "
+                f"cost of each dispatch and wait, {us_text(side[ctx.at])}, is the rest",
+                f"TPU core {ctx.bound}", 100.0 * side[ctx.at] / w, spread(side, ctx.at))]
+
+
+
+GEMM_BACKEND = Prose(
+    source="roofline.csv (work, backend, pct_of_ceiling, run_flops); attribution/ops.csv; "
+           "steps.csv; gaps.csv; rows.csv",
+    assumptions=(
+        "each GEMM of the slower backend would run at the rate the other backend reaches in "
+        "this capture for the same dtype and a similar size (within 4x the FLOPs a run): a "
+        "target measured on this GPU, not a datasheet figure; the same kernel time as the "
+        "instruction rows of these GEMMs: never add the two; the split-K reductions after "
+        "them (a kernel_family row, where there is one) are not counted, though a GEMM that "
+        "needs no split would save them too; {time}; {exposed}"),
+    knob={
+        "to library": (
+            "send these dots to the library: XLA's autotuner chose Triton GEMM fusions for "
+            "them (--xla_gpu_enable_triton_gemm=false, or a higher --xla_gpu_autotune_level so "
+            "the autotuner times the library too; check the flags in your build)"),
+        "to triton": (
+            "let XLA generate these GEMMs: they run as library calls "
+            "({target}); with --xla_gpu_enable_triton_gemm on and the autotuner comparing "
+            "both (--xla_gpu_autotune_level; check the flags in your build), or the dot "
+            "written so XLA can fuse it"),
+        "other": "compare the two backends for these shapes: {fast} against {slow}"})
+
+
+
+def backend_family(backend: str) -> str:
+    """A backend's family for comparing GEMMs: `library` (any library call), `triton`, or the
+    backend as it is."""
+    return "library" if backend.startswith("library") else backend
+
+
+
+@cause("gemm_backend", GEMM_BACKEND)
+def gemm_backend(ctx: Context) -> list:
+    """Where the same GEMM work (compute-bound, same ceiling dtype, FLOPs a run within
+    rules.SAME_SIZE_FACTOR) runs on two backends in the capture (a library call and a Triton
+    fusion), a row per slower backend: its GEMMs below the other backend's best rate, each
+    saving its distance to that rate (measured on this GPU)."""
+    ce = ctx.ceilings
+    if ce is None:
+        return []
+    gemms = [(i, c) for i, c in enumerate(ce.cands)
+             if c.get("work") == "gemm" and c["binding"] == "compute" and c.get("backend")
+             and c.get("flops")]
+    rows = []
+    for dtype in sorted({c["ceiling_dtype"] for _, c in gemms}):
+        same = [(i, c) for i, c in gemms if c["ceiling_dtype"] == dtype]
+        families = sorted({backend_family(c["backend"]) for _, c in same})
+        for slow in families:
+            for fast in families:
+                if fast == slow:
+                    continue
+                rows += backend_row(ctx, same, slow, fast)
+    return rows
+
+
+
+def backend_row(ctx: Context, same: list, slow: str, fast: str) -> list:
+    """The row for the GEMMs of backend family `slow` that the `fast` family's GEMMs of a
+    similar size outrun; none where none does or the saving is under MIN_SAVING_US."""
+    mine, named, target_by = [], set(), {}
+    for i, c in same:
+        if backend_family(c["backend"]) != slow:
+            continue
+        near = rules.SAME_SIZE_FACTOR
+        others = [o for _, o in same if backend_family(o["backend"]) == fast
+                  and c["flops"] / near <= o["flops"] <= c["flops"] * near]
+        best = max(others, key=lambda o: o["pct"], default=None)
+        if best is None or best["pct"] <= c["pct"]:
+            continue
+        mine.append((c, best))
+        named.add(i)
+        target_by[best["instruction"]] = best
+    if not mine:
+        return []
+    per_step = [sum(measured_saving(c, ctx.paths[n].compute * ctx.paths[n].exposure,
+                                    b["pct"]) for c, b in mine) for n in ctx.chosen]
+    if per_step[ctx.at] < MIN_SAVING_US:
+        return []
+    top = max(target_by.values(), key=lambda o: o["pct"])
+    lo, hi = min(c["pct"] for c, _ in mine), max(c["pct"] for c, _ in mine)
+    names = ", ".join(c["instruction"] for c, _ in mine[:4]) + (" ..." if len(mine) > 4 else "")
+    said = GEMM_BACKEND
+    knob = said.knob.get({("triton", "library"): "to library",
+                          ("library", "triton"): "to triton"}.get((slow, fast), "other"))
+    knob = knob.format(target=backend_text(mine[0][0]["backend"].removeprefix("library "),
+                                           ctx.ceilings.vendor), fast=fast, slow=slow)
+    cm = ctx.median_path.compute
+    return [Row(
+        f"the {fast} GEMM {top['instruction']} does the same work ({top['flops'] / 1e9:,.1f} "
+        f"GFLOP a run, {mine[0][0]['ceiling_dtype']}) at {top['pct']:.1f}% of its ceiling where "
+        f"the {slow} GEMMs {names} reach {f'{lo:.1f}' if lo == hi else f'{lo:.1f}-{hi:.1f}'}% "
+        f"({number_text(sum(c['share'] for c, _ in mine) * cm)} us of step {ctx.median})",
+        f"{slow} GEMMs ({len(mine)} instructions)", 100.0 * per_step[ctx.at] / ctx.window,
+        spread(per_step, ctx.at),
+        said.assumptions.format(time=INSTRUCTION_TIME, exposed=EXPOSED_PART.format(
+            pct=100 * ctx.median_path.exposure, step=ctx.median)),
+        knob, named=frozenset(named), measured=per_step[ctx.at])]
+
+
+
+PYTHON_LINE = Prose(
+    source=INSTRUCTION.source,
+    assumptions={
+        "row": ("each of its instructions would run at its ceiling; the same kernel time as the "
+                "instruction rows, grouped by Python line: never add the two{no_ceiling}; {time}; "
+                "{exposed}"),
+        "no ceiling": "; {us} us of step {step} in its instructions has no ceiling and is not "
+                      "counted"},
+    knob="rewrite the line's computation: fusion, dtype, a Pallas/Triton kernel, batch size")
+
+
+
+@cause("python_line", PYTHON_LINE, regroups=True)
+def python_line(ctx: Context) -> list:
+    """The Python lines whose instructions are furthest from their ceilings, at most TOP_LINES:
+    the instructions' kernel time grouped by their user frame (never added to the instruction
+    rows); the time of their instructions without a ceiling is said, not counted."""
+    ce = ctx.ceilings
+    if ce is None:
+        return []
+    lines: dict = {}
+    for i, c in enumerate(ce.cands):
+        if c["user_frame"]:
+            ln = lines.setdefault(c["user_frame"], {"cut": 0.0, "share": 0.0, "named": set()})
+            ln["cut"] += c["cut"]
+            ln["share"] += c["share"]
+            ln["named"].add(i)
+    no_line: dict = {}
+    for _, sh, _, frame in ce.no_ceiling:
+        if frame:
+            no_line[frame] = no_line.get(frame, 0.0) + sh
+    at, median, said = ctx.at, ctx.median, PYTHON_LINE.assumptions
+    cm, exposure = ctx.median_path.compute, ctx.median_path.exposure
+    tpu = tpu_capture(ctx)  # no Triton there
+    exposed = EXPOSED_PART.format(pct=100 * exposure, step=median)
+    rows = []
+    for frame, ln in sorted(lines.items(), key=lambda kv: (-kv[1]["cut"], kv[0]))[:TOP_LINES]:
+        sav = [ln["cut"] * ctx.paths[n].compute * ctx.paths[n].exposure for n in ctx.chosen]
+        if sav[at] < MIN_SAVING_US:
+            continue
+        missing = no_line.get(frame, 0.0) * cm
+        no_ceiling = said["no ceiling"].format(us=number_text(missing), step=median) \
+            if missing >= MIN_SAVING_US else ""
+        rows.append(Row(
+            f"the instructions of {frame.split(' ')[0]} ({len(ln['named'])} with a ceiling) take "
+            f"{us_text(ln['share'] * cm)} of step {median}, {us_text(ln['cut'] * cm)} of it above "
+            "their ceilings",
+            frame, 100.0 * ln["cut"] * cm * exposure / ctx.window, spread(sav, at),
+            said["row"].format(no_ceiling=no_ceiling, time=INSTRUCTION_TIME, exposed=exposed),
+            knob=PYTHON_LINE.knob.replace("Pallas/Triton", "Pallas") if tpu else None,
+            named=frozenset(ln["named"])))
+    return rows
+
+
+
+IDLE_BETWEEN_STEPS = Prose(
+    source="steps.csv; rows.csv",
+    assumptions=(
+        "the next step's first kernels would start as soon as this step's last ended (the host's "
+        "work between steps done ahead)"),
+    knob=("input pipeline prefetching, async dispatch (no host synchronisation every step, e.g. "
+          "reading the loss), the host's per-step Python work off the step's path"))
+
+# The knob to test first by what step 1 found in that idle (skip_stats.json between_steps.cause);
+# any other cause takes the Prose's.
+IDLE_BETWEEN_KNOBS = {
+    "waiting on a result": (
+        "async dispatch: stop blocking on every step's result (block_until_ready, reading the "
+        "loss or a metric each step); read results every N steps so the next step dispatches "
+        "while this one runs; then the host's per-step Python work off the step's path"),
+    "input pipeline": (
+        "input pipeline prefetching (prepare and device_put the next batch while this step "
+        "runs), then async dispatch (no host synchronisation every step)"),
+}
+
+
+
+@cause("idle_between_steps", IDLE_BETWEEN_STEPS)
+def idle_between_steps(ctx: Context) -> Found:
+    """The GPU idle after its critical stream's last kernel until the next step starts (the
+    idle_between slice); refused where no step used is followed by an analysed step."""
+    refusals = [] if ctx.followed else [
+        "cannot measure the GPU idle between steps because no analysed step is followed by "
+        "another analysed step (only the idle after the critical stream's last kernel up to the "
+        "step's end is counted)"]
+    sav, idle, b = ctx.each("idle_between"), ctx.median_path.idle_between, ctx.bound
+    if sav[ctx.at] < MIN_SAVING_US:
+        return Found([], refusals=refusals)
+    cause = ((ctx.s1 or {}).get("between_steps") or {}).get("cause")
+    return Found([Row(f"{device_word(ctx)} {b} is idle after its critical stream's last kernel "
+                      "until the next "
+                      f"step starts: {us_text(idle)} after step {ctx.median}",
+                      f"{device_word(ctx)} {b}", 100.0 * idle / ctx.window, spread(sav, ctx.at),
+                      knob=IDLE_BETWEEN_KNOBS.get(cause))],
+                 refusals=refusals)
+
+
+
+# ---------------------------------------------------------------- ranking and the combined saving
+
+def find_causes(ctx: Context) -> tuple[list, list, list]:
+    """Every registered cause's rows as written (kind, prose, label and source filled in), notes
+    and refusals, in the registry's order."""
+    rows, notes, refusals = [], [], []
+    for c in REGISTRY:
+        found = c.find(ctx)
+        if not isinstance(found, Found):
+            found = Found(found)
+        rows += [written(c, r) for r in found.rows]
+        notes += found.notes
+        refusals += found.refusals
+    return rows, notes, refusals
+
+
+
+def written(c: Cause, r: Row) -> dict:
+    """A row as ranked and written: its cause's kind, source and the label, with its assumptions
+    and knob (its own, else its cause's text)."""
+    prose = {}
+    for part in ("assumptions", "knob"):
+        text = getattr(r, part) if getattr(r, part) is not None else getattr(c.prose, part)
+        if not isinstance(text, str):
+            raise TypeError(f"a {c.kind} row must fill in its {part}: its prose is a choice")
+        prose[part] = text
+    return {"cause_kind": c.kind, "cause": r.cause, "where": r.where, "pct_of_step": r.pct,
+            "saving": r.saving, **prose, "label": LABEL, "source": c.prose.source,
+            "named": r.named, "measured": r.measured, "kernel_cut": r.kernel_cut,
+            "fuses": r.fuses,
+            **(r.extra or {})}
+
+
+
+def ranked(rows: list) -> list:
+    """The rows in rank order, numbered from 1: by share of the median step's critical path, then
+    by saving, then in the registry's order and by where; rows that regroup the instructions'
+    time (Cause.regroups: Python lines, kernel families; a family's saving an upper bound) after
+    every other row."""
+    order = {c.kind: i for i, c in enumerate(REGISTRY)}
+    regroups = {c.kind for c in REGISTRY if c.regroups}
+    rows.sort(key=lambda c: (c["cause_kind"] in regroups, -round(c["pct_of_step"], 2),
+                             -c["saving"]["value"], order[c["cause_kind"]], c["where"]))
+    for i, c in enumerate(rows, 1):
+        c["rank"] = i
+    return rows
+
+
+
+def combined(ctx: Context, rows: list) -> dict:
+    """Every listed cause gone at once, all work exposed, per step (COMBINE_RULE: an upper bound,
+    capped at the step's window): the median step's with the min and max across steps."""
+    # a fused pass's cut is in its fused_on_jit row's kernel time (never counted twice)
+    named = {i for r in rows for i in r["named"]} - {i for r in rows for i in r["fuses"]}
+    cut = sum(c["cut"] for i, c in enumerate(ctx.ceilings.cands) if i in named) \
+        if ctx.ceilings is not None else 0.0
+    comb = []
+    for i, n in enumerate(ctx.chosen):
+        p = ctx.paths[n]
+        straggler = ctx.straggler_work.get(n, {}).get("full", 0.0)
+        fused = sum(r["kernel_cut"][i] for r in rows if r.get("kernel_cut"))
+        compute_side = min(p.compute, straggler + cut * p.compute + fused)
+        c = (max(0.0, p.host_late - ctx.lead_in) + p.collective + p.memcpy_arg
+             + p.idle_between + (p.idle_before if ctx.rows is not None else 0.0)
+             + compute_side)
+        comb.append(min(c, ctx.frames[n].window))
+    return spread(comb, ctx.at)
+
+
+
+CRITICAL_PATH_SLICES = ("window", "host_late", "compute", "memcpy_arg", "collective",
+                        "idle_before", "idle_between")
+
+
+
+def analyse(out: Path) -> dict:
+    """Step 6 on the scratch folder `out`: status `done` with the steps used, the median step and
+    why, their frames, the step time, the ranked causes, the combined saving, the median step's
+    critical path by slice and exposed share of compute, the straggler, refusals, notes, the
+    inputs found and step 1's verdict; or status `refused` when step 1 found no GPU events."""
+    inputs: dict = {}
+    s1 = tables(out).json("skip_stats.json")
+    inputs["skip_stats.json"] = s1 is not None
+    steps = read_steps(out)
+    inputs["steps.csv"] = True
+    if s1 is not None and s1.get("status") == "not computable" or not steps:
+        return {"status": "refused", "refusals": [
+            "cannot rank any cause because step 1 found no GPU events in analysed steps "
+            "(steps.csv is empty)"], "notes": [], "inputs": inputs}
+    ctx = build_context(out, s1, steps, inputs)
+    rows, notes, refusals = find_causes(ctx)
+    notes = ctx.notes + notes
+    if ctx.whole:
+        notes.append("the capture has no steps: 'step' here is the whole capture's window")
+    for f in ("reconcile.json", "attribution/ops.csv",
+              "attribution/attribute_kernels.json", "roofline.csv", "roofline.json"):
+        inputs[f] = (out / f).is_file()
+    return {"status": "done", "steps": ctx.chosen, "median": ctx.median, "why": ctx.why,
+            "frames": ctx.frames, "step": ctx.step, "causes": ranked(rows),
+            "combined": combined(ctx, rows),
+            "critical_path": {k: getattr(ctx.median_path, k) for k in CRITICAL_PATH_SLICES},
+            "exposure": ctx.median_path.exposure, "straggler": ctx.straggler,
+            "refusals": ctx.refusals + refusals, "notes": notes, "inputs": inputs,
+            "verdict": (s1 or {}).get("verdict")}
+
+
+
+# ---------------------------------------------------------------- result and writers
+
+def figure(v, unit, label, rng: dict | None = None) -> dict:
+    """A figure of this step's result, to the nanosecond (3 decimals)."""
+    return scratch.figure(v, unit, label, rng, decimals=3)
+
+
+
+COMBINE_RULE = (
+    "Each saving is for its cause alone, the others left in place. They overlap: (1) work "
+    "before the step's last host-late gap is hidden behind the host, so instruction, memcpy, "
+    "collective and straggler savings count only their part after it, and grow once the host "
+    "gaps are gone; (2) Python lines are the instructions' kernel time grouped by line: never add "
+    "a line to an instruction; (3) the straggler's extra work and the instructions' distance to "
+    "their ceilings shorten the same compute time, so together they never exceed it; (4) the "
+    "element-wise passes a jit would fuse count their fused saving in place of their distance "
+    "to the ceiling. "
+    "combined_saving_us is every listed cause gone at once with all work exposed: host-late "
+    "time + collective + memcpy + idle between steps + idle between kernels + min(compute, "
+    "straggler + the instructions "
+    "the instruction and Python-line rows name, each once, a fused pass by its fused saving), "
+    "per step, capped at the step time; "
+    "an upper bound, never a sum of the rows.")
+
+
+
+def build_result(a: dict) -> dict:
+    if a["status"] != "done":
+        return {"step": "changes", "status": a["status"], "figures": {}, "causes": [],
+                "combine_rule": COMBINE_RULE, "refusals": a["refusals"], "notes": a["notes"],
+                "inputs": a["inputs"], "tables": {}}
+    step = a["step"]
+    mf = a["frames"][a["median"]]
+    cp = a["critical_path"]
+    causes = []
+    for c in a["causes"]:
+        causes.append({
+            "rank": c["rank"], "cause_kind": c["cause_kind"], "cause": c["cause"],
+            "where": c["where"],
+            "pct_of_step": figure(c["pct_of_step"], "pct", "inferred"),
+            "saving_us": figure(c["saving"]["value"], "us", "inferred", c["saving"]),
+            "step_if_gone_us": figure(round(step["value"], 3) - round(c["saving"]["value"], 3),
+                                      "us", "inferred"),
+            **({"saving_measured_us": figure(c["measured"], "us", "inferred")}
+               if c.get("measured") is not None else {}),
+            "assumptions": c["assumptions"], "knob": c["knob"], "label": c["label"],
+            "source": c["source"]})
+        if c["cause_kind"] == "kernel_family":
+            causes[-1].update({"family": c["family"], "cannot_show": c["cannot_show"],
+                               "instructions": c["instructions"],
+                               "family_gpu_us": figure(c["family_gpu_us"], "us", "measured")})
+    comb = a["combined"]
+    return {
+        "step": "changes", "status": "done", "verdict": a["verdict"],
+        "steps": {"used": a["steps"], "median": a["median"], "bounding_gpu": mf.bound,
+                  "why": a["why"],
+                  "straggler": a["straggler"]},
+        "figures": {
+            "step_us": figure(step["value"], "us", "measured", step),
+            "combined_saving_us": figure(comb["value"], "us", "inferred", comb),
+            "step_if_all_gone_us": figure(step["value"] - comb["value"], "us", "inferred"),
+            "compute_exposed_pct_of_compute": figure(100.0 * a["exposure"], "pct", "inferred"),
+        },
+        "critical_path": {k: figure(v, "us", "measured") for k, v in cp.items()},
+        "causes": causes, "combine_rule": COMBINE_RULE,
+        "refusals": a["refusals"], "notes": a["notes"], "inputs": a["inputs"], "tables": {}}
+
+
+
+def csv_rows(result: dict) -> list:
+    out = []
+    for c in result["causes"]:
+        s = c["saving_us"]
+        out.append([c["rank"], c["cause_kind"], c["cause"], c["where"],
+                    f"{c['pct_of_step']['value']:.2f}",
+                    f"{result['figures']['step_us']['value']:.3f}", f"{s['value']:.3f}",
+                    f"{s['min']:.3f}", f"{s['max']:.3f}",
+                    f"{c['saving_measured_us']['value']:.3f}" if "saving_measured_us" in c
+                    else "", f"{c['step_if_gone_us']['value']:.3f}",
+                    c["assumptions"], c["knob"], c["label"], c["source"]])
+    return out
+
+
+
+def run(out: Path) -> tuple[dict, list]:
+    """Step 6 on the scratch folder `out`: changes.csv and changes.json; the result and the
+    (file, rows) written."""
+    tables.cache_clear()  # each run reads the folder as it is now
+    if not out.is_dir():
+        raise ChangesError(f"{out} is not a folder: pass the scratch folder steps 1 to 5 wrote "
+                           "into with --out")
+    result = build_result(analyse(out))
+    rows = csv_rows(result)
+    with rules.replace_files(out, ".changes-") as tmp:
+        n = scratch.write_table(tmp, TABLE, rows)
+        result["tables"] = {TABLE: n}
+        scratch.write_result(tmp, RESULT_FILE, result)
+    return result, [(TABLE, n), (RESULT_FILE, None)]
+
+
+
+def check_capture(capture: str, run_name, host, out: Path) -> str | None:
+    """The capture named on the command line against the one the tables came from; a note when
+    that cannot be checked. Raises ChangesError on a mismatch."""
+    files = capture_inputs.resolve(capture, run=run_name, host=host)
+    ci = tables(out).json("capture_info.json")
+    if ci is None:
+        return ("cannot check that the tables are this capture's: the scratch folder has no "
+                "capture_info.json (step 0)")
+    c = ci.get("capture") if isinstance(ci.get("capture"), dict) else {}
+    same = c.get("host") == files.host and all(
+        scratch.written_for(c.get(k), getattr(files, k), base=out) for k in ("trace", "xplane"))
+    if not same:
+        raise ChangesError(f"the scratch folder {out} holds the tables of {c.get('run_dir')} "
+                           f"(host {c.get('host')}), not of {files.run_dir} (host {files.host}); "
+                           "pass the --out folder of this capture's steps")
+    return None
+
+
+
+def summary_lines(result: dict) -> list[str]:
+    lines = []
+    for c in result["causes"][:3]:
+        s = c["saving_us"]
+        lines.append(f"{c['rank']}. {c['cause_kind']} ({c['where']}): "
+                     f"{c['pct_of_step']['value']:.1f}% of the step, saving "
+                     f"{s['value']:,.1f} us ({s['min']:,.1f}-{s['max']:,.1f}) -> step "
+                     f"{c['step_if_gone_us']['value']:,.1f} us ({LABEL}); test: "
+                     f"{c['knob'].split('; ')[0]}")
+    if not result["causes"]:
+        lines.append("no cause ranked: " + ("; ".join(result["refusals"]) or "nothing to rank"))
+    return lines
