@@ -1022,6 +1022,8 @@ def test_faults_in_a_forked_childs_planes_are_said_as_in_one_process(tmp_path, m
     them (or in both shares) is refused with the sentence a reading in one process gives, in
     the same order of precedence: a corrupt plane, then an event out of time, then one that
     outlasts the profile, then a file without programs, then a stat of the wrong kind."""
+    import attribute_kernels as door  # the step's command line
+
     from jaxperf.analyses import attribute_kernels as ak
 
     def negative(space):
@@ -1078,7 +1080,7 @@ def test_faults_in_a_forked_childs_planes_are_said_as_in_one_process(tmp_path, m
         said = []
         for fork in (False, True):
             monkeypatch.setattr(ak, "FORK_MATCH_MIN", 0 if fork else 10**9)
-            code = ak.main([str(run), "--no-xprof", "--out", str(tmp_path / "out")])
+            code = door.main([str(run), "--no-xprof", "--out", str(tmp_path / "out")])
             said.append((code, capsys.readouterr().err.strip().splitlines()[-1]))
         assert said[0] == said[1] and said[0][0] == 1, (name, said)
         assert words[name] in said[0][1], (name, said)
@@ -1090,6 +1092,8 @@ def test_shared_captures_matched_in_shares_are_the_same(tmp_path, monkeypatch, c
     """On every shared capture, a forked child that decodes, checks, collects and matches the
     later GPUs (FORK_MATCH_MIN 0, where there are two GPUs or more) gives every table byte for
     byte the one-process path's, or the same refusal."""
+    import attribute_kernels as door  # the step's command line
+
     from jaxperf.analyses import attribute_kernels as ak
     from tracekit import capture_inputs
     monkeypatch.setenv("JAXTRACE_CORES", "2")  # a core for the child, on any machine
@@ -1100,7 +1104,7 @@ def test_shared_captures_matched_in_shares_are_the_same(tmp_path, monkeypatch, c
         for fork in (False, True):
             monkeypatch.setattr(ak, "FORK_MATCH_MIN", 0 if fork else 10**9)
             out = tmp_path / f"{n}-{fork}"
-            code = ak.main([str(run_dir), "--no-xprof", "--out", str(out)])
+            code = door.main([str(run_dir), "--no-xprof", "--out", str(out)])
             err = capsys.readouterr().err.strip().splitlines()
             att = out / "attribution"
             files = {f.name: f.read_bytes() for f in sorted(att.glob("*"))

@@ -334,7 +334,7 @@ def test_sigterm_ends_the_job_and_its_steps_leave_no_temporary_folder(tmp_path):
     import signal
     import time
     bundle = copy_bundle(tmp_path, "scripts", "analyzing-jax-launch-overhead", "references")
-    ak = bundle / "scripts" / "attribute_kernels.py"
+    ak = bundle / "scripts" / "jaxperf" / "analyses" / "attribute_kernels.py"
     ak.write_text(ak.read_text().replace(
         "def write_tables(folder: Path, m: Matched, opts: Options) -> Tables:\n",
         "def write_tables(folder: Path, m: Matched, opts: Options) -> Tables:\n"

@@ -428,21 +428,24 @@ def compile_summary(a: Analysis) -> dict | None:
             "events": len(iv), "label": "measured"}
 
 
-def first_device_event(a: Analysis, step_rows, info) -> dict:
-    """(step, device) -> the start of the step's first event on the device that ends it."""
+def first_device_event(a: Analysis, step_rows, info, dispatched: bool = False) -> dict:
+    """step -> the start of the step's first event on the device that ends it (with
+    `dispatched`: (that start, the start of the host call that queued it, or None))."""
     bound = {r["step"]: r["device"] for r in bounding_rows(step_rows, info)}
     first: dict = {}
     for ev in a.events:
         key = (ev.step, ev.device)
-        if bound.get(ev.step) == ev.device and ev.start < first.get(key, ev.end + 1):
-            first[key] = ev.start
-    return {st.number: first.get((st.number, bound.get(st.number))) for st in a.analysed}
+        if bound.get(ev.step) == ev.device and ev.start < first.get(key, (ev.end + 1,))[0]:
+            first[key] = (ev.start, ev.launch["start"] if ev.launch else None)
+    return {st.number: (f if dispatched else f[0]) if (f := first.get(
+        (st.number, bound.get(st.number)))) else None for st in a.analysed}
 
 
 def host_to_device_summary(a: Analysis, step_rows, info) -> dict | None:
     """Copies from the host to the device before each step's device work starts (the reader's
-    `host_copies`: their host-side work, and each transfer from its start until the device's
-    first event of the step, when what it carried is there), from the step's start to the first
+    `host_copies`: their host-side work, and, where the step's program was queued before its
+    first transfer began, that transfer from its start until the device's first event of the
+    step, when what it carried is there), from the step's start to the first
     event of the device that ends it: per step their union (`per_step_us`), the transfers' part
     alone (`transfer_us`) and the bytes they carried; the name with the most host work. None
     where no step holds any, and where the reader records none (a GPU: its copies are device
@@ -450,18 +453,21 @@ def host_to_device_summary(a: Analysis, step_rows, info) -> dict | None:
     copies = getattr(a, "host_copies", None)
     if not copies or not (copies["work"] or copies["transfers"]):
         return None
-    first = first_device_event(a, step_rows, info)
+    first = first_device_event(a, step_rows, info, dispatched=True)
     per, moving, carried, names = [], [], [], {}
     for st in a.analysed:
-        t1 = first.get(st.number)
-        if t1 is None:
+        if first.get(st.number) is None:
             continue
+        t1, queued = first[st.number]
         work = [(max(s, st.start), min(e, t1), n) for s, e, n in copies["work"]
                 if s < t1 and e > st.start]
         sent = [(s, b) for s, b in copies["transfers"] if st.start <= s < t1]
-        span = [(sent[0][0], t1)] if sent else []
+        # a transfer holds the device back only where its program was queued before it began
+        # (else the device waits for the dispatch, and what the transfer took is unknown)
+        span = [(sent[0][0], t1)] if sent and queued is not None and queued <= sent[0][0] \
+            else []
         per.append(union_ps([(s, e) for s, e, _ in work] + span))
-        moving.append(t1 - sent[0][0] if sent else 0)
+        moving.append(t1 - span[0][0] if span else 0)
         carried.append(sum(b for _, b in sent))
         for s, e, n in work:
             names[n] = names.get(n, 0) + e - s

@@ -57,16 +57,12 @@ INSTALL = "pip install -r requirements.txt (jax, jaxlib, xprof, protobuf, numpy)
 COVERAGE_TOLERANCE_PCT = 0.01
 
 
-
-
-
 # ---------------------------------------------------------------- load
 
 def _user_path(exc, copy: Path, xplane: Path) -> str:
     """XProf's message with the copy's path put back to the user's file (one line)."""
     return rules.printable(str(exc).replace(str(copy), str(xplane)).strip() or
                            type(exc).__name__)
-
 
 
 def xplane_copy(xplane: Path, folder: Path) -> Path:
@@ -79,7 +75,6 @@ def xplane_copy(xplane: Path, folder: Path) -> Path:
     copy = dest / xplane.name
     xprof_figures.device_copy(xplane, copy)  # XProf reads the device planes' events only
     return copy
-
 
 
 def load(metadata_protos: dict):
@@ -103,7 +98,6 @@ def load(metadata_protos: dict):
     return protos, built, unreadable
 
 
-
 # ---------------------------------------------------------------- analyses
 
 def module_fingerprint(module) -> bytes:
@@ -114,7 +108,6 @@ def module_fingerprint(module) -> bytes:
     return copy.SerializeToString(deterministic=True)
 
 
-
 def kernel_times(kernels) -> tuple[dict, int]:
     """program id -> the summed duration of the events the capture gave that program id; and
     the duration of every event (choose_program's figures, summed over the shares)."""
@@ -123,7 +116,6 @@ def kernel_times(kernels) -> tuple[dict, int]:
         if k.own_program:
             all_time[k.program_id] = all_time.get(k.program_id, 0) + k.dur
     return all_time, sum(k.dur for k in kernels)
-
 
 
 def choose_program(all_time: dict, total: int, programs, requested,
@@ -176,7 +168,6 @@ def choose_program(all_time: dict, total: int, programs, requested,
     return chosen, notes
 
 
-
 @dataclasses.dataclass
 class Part:
     """What one share of the GPUs' events gives back once matched (match_part), before it
@@ -189,7 +180,6 @@ class Part:
     totals: dict        # event_totals of its events, in kernels.csv's order
     starts: dict        # (device, program id) -> its events' starts (program_rows' steps)
     collectives: tuple  # collective_durations of its events
-
 
 
 def match_part(space, ordinals, user_re, own: bool):
@@ -283,9 +273,7 @@ def match_part(space, ordinals, user_re, own: bool):
         write_kernels(path, kernels, Sources(built, user_re), header)
 
 
-
 _start = operator.attrgetter("start")
-
 
 
 def label_counts(gpu: list) -> dict:
@@ -307,7 +295,6 @@ def label_counts(gpu: list) -> dict:
     return out
 
 
-
 def merge_labels(shares: list) -> dict:
     """label_counts of the shares, in their order, summed."""
     out: dict = {}
@@ -317,7 +304,6 @@ def merge_labels(shares: list) -> dict:
             mine[0].update(labels)
             mine[1] += placed
     return out
-
 
 
 def by_device_and_program(kernels, programs) -> tuple[dict, list, list]:
@@ -339,7 +325,6 @@ def by_device_and_program(kernels, programs) -> tuple[dict, list, list]:
     return by, unsaved, outside
 
 
-
 def answer_cpu_thunks(ks, prog) -> None:
     """A CPU capture's thunk events of one program: exact by their hlo_op, or class control
     where it names a while/call/conditional (its body's thunks are counted)."""
@@ -350,7 +335,6 @@ def answer_cpu_thunks(ks, prog) -> None:
             k.match = "control"  # a while/call thunk: its body's thunks are counted
         elif ins is not None:
             k.instruction, k.match, k.confidence = k.hlo_op, "exact", 1.0
-
 
 
 def in_launch_order(ks) -> None:
@@ -369,7 +353,6 @@ def in_launch_order(ks) -> None:
         k.group = k.graph or (k.corr is not None and shared[k.corr] > 1)
 
 
-
 def program_plan(prog, pid, labels: Counter, placed: int, notes: list):
     """The program's kernel_match.Plan, from its events on every device (`labels`, `placed`:
     merge_labels'); a note per while loop whose iterations were inferred."""
@@ -385,13 +368,11 @@ def program_plan(prog, pid, labels: Counter, placed: int, notes: list):
     return plan
 
 
-
 def _as_int(v) -> int:
     try:
         return int(v)
     except (TypeError, ValueError):
         return -1
-
 
 
 class Sources:
@@ -430,7 +411,6 @@ class Sources:
         return out
 
 
-
 def op_name(prog, ins) -> str:
     if ins.metadata.op_name:
         return ins.metadata.op_name
@@ -442,7 +422,6 @@ def op_name(prog, ins) -> str:
             if inner.metadata.op_name:
                 return inner.metadata.op_name
     return ""
-
 
 
 def xprof_coverage(pending, copy: Path) -> tuple[float | None, float, str]:
@@ -469,7 +448,6 @@ def xprof_coverage(pending, copy: Path) -> tuple[float | None, float, str]:
     except (ValueError, KeyError, TypeError, IndexError) as exc:
         return None, seconds, f"XProf's hlo_stats had an unexpected shape: {exc}"
     return total, seconds, ""
-
 
 
 # ---------------------------------------------------------------- writers
@@ -511,7 +489,6 @@ def write_kernels(path: Path, kernels, sources, header: bool = True) -> int:
     return len(kernels)
 
 
-
 CLASSES = ("exact", "name", "order", "none")
 
 NONE_REASONS = (("outside", "launched outside any instruction (no hlo_op, a launch of their own: "
@@ -547,7 +524,6 @@ HLO_TEXT_FORK_MIN = 5_000
 XPROF_HLO_STATS = "hlo_stats.json"  # XProf's hlo_stats output, in attribution/xplane/
 
 
-
 @dataclasses.dataclass
 class Options:
     program: int | None = None
@@ -557,7 +533,6 @@ class Options:
     own_process: bool = False      # the command line: the decoded xplane is let go once read
 
 
-
 # What a program's name may keep in a file name: the rest becomes "_" (a name from a capture
 # could hold "/" or "..", which must never lead outside attribution/), and 100 characters.
 UNSAFE_FILE_CHARS_RE = re.compile(r"[^A-Za-z0-9_.+=-]")
@@ -565,13 +540,11 @@ UNSAFE_FILE_CHARS_RE = re.compile(r"[^A-Za-z0-9_.+=-]")
 MAX_FILE_STEM = 100
 
 
-
 def safe_file_name(name: str) -> str:
     """A program's name as part of a file name in attribution/: letters, digits and _.+=-,
     never starting with a dot, at most MAX_FILE_STEM characters."""
     stem = UNSAFE_FILE_CHARS_RE.sub("_", name)[:MAX_FILE_STEM].lstrip(".")
     return stem or "program"
-
 
 
 def run(capture, out: Path, opts: Options) -> tuple[dict, list]:
@@ -642,7 +615,6 @@ def run(capture, out: Path, opts: Options) -> tuple[dict, list]:
     return result, written
 
 
-
 def match_tpu(capture, space, opts: Options, folder: Path | None = None,
               meanwhile=None) -> Matched:
     """Step 4 on a TPU capture: every op run is its instruction (jaxperf.tpu.op_runs), so
@@ -687,7 +659,6 @@ def match_tpu(capture, space, opts: Options, folder: Path | None = None,
                    starts, [collective_durations(kernels)], [], text, runs)
 
 
-
 @dataclasses.dataclass
 class XPlaneRead:
     """What step 4 reads of the xplane: the programs' HLO (load's protos, built, unreadable),
@@ -704,7 +675,6 @@ class XPlaneRead:
     built: dict
     unreadable: dict
     streams: list  # xplane_reader.stream_totals: handed on for steps 0 and 2
-
 
 
 def read_xplane(capture, user_re=None, let_go: bool = False) -> XPlaneRead:
@@ -775,7 +745,6 @@ def read_xplane(capture, user_re=None, let_go: bool = False) -> XPlaneRead:
     return read
 
 
-
 def gpu_shares(space) -> list:
     """The GPU ordinals of each share of the events (match_part), in kernels.csv's order (by
     the ordinal's text): from FORK_MATCH_MIN events on GPU streams, where a second core is
@@ -793,7 +762,6 @@ def gpu_shares(space) -> list:
             cut -= 1
             later += sizes[order[cut]]
     return [None] if cut == len(order) else [order[:cut], order[cut:]]
-
 
 
 @dataclasses.dataclass
@@ -818,7 +786,6 @@ class Matched:
     writing: list       # the later shares, writing their rows of kernels.csv (join_kernels)
     chosen_text: Forked | None = None  # the chosen program's HLO text, written meanwhile
     runs: dict | None = None  # (program id, instruction) -> its runs, where counted (a TPU's)
-
 
 
 def match_capture(capture, x: XPlaneRead, opts: Options, folder: Path | None = None,
@@ -893,11 +860,9 @@ def match_capture(capture, x: XPlaneRead, opts: Options, folder: Path | None = N
                    [p.collectives for p in done], parts[1:] if folder else [], text)
 
 
-
 def kernels_part(folder: Path, i: int) -> Path:
     """Where share i writes its rows of kernels.csv (the first share: the table itself)."""
     return folder / ("kernels.csv" if i == 0 else f"kernels.csv.{i}")
-
 
 
 def join_kernels(folder: Path, m: Matched) -> None:
@@ -917,7 +882,6 @@ def join_kernels(folder: Path, m: Matched) -> None:
     m.writing = []
 
 
-
 @dataclasses.dataclass
 class Tables:
     """The tables written into attribution/ and what the result reads of them."""
@@ -926,7 +890,6 @@ class Tables:
     progs: list         # program_rows
     groups: dict        # class_totals
     steps_note: str     # read_steps' note
-
 
 
 def declared_kernel_names(programs) -> frozenset:
@@ -941,7 +904,6 @@ def declared_kernel_names(programs) -> frozenset:
                 if isinstance(name, str) and name:
                     out.add(name)
     return frozenset(out)
-
 
 
 def write_tables(folder: Path, m: Matched, opts: Options) -> Tables:
@@ -967,7 +929,6 @@ def write_tables(folder: Path, m: Matched, opts: Options) -> Tables:
     return Tables(written, ops, [], groups, "")
 
 
-
 def add_programs(folder: Path, m: Matched, tables: Tables, steps: tuple) -> None:
     """programs.csv, with each program's steps (`steps`: read_steps'), placed in
     tables.written after ops.csv and lines.csv."""
@@ -976,7 +937,6 @@ def add_programs(folder: Path, m: Matched, tables: Tables, steps: tuple) -> None
     at = next(i for i, (f, _) in enumerate(tables.written) if f == "how.csv")
     tables.written.insert(at, ("programs.csv", scratch.write_table(
         folder, "attribution/programs.csv", programs_csv_rows(tables.progs), stands_for=ATT)))
-
 
 
 def write_hlo_texts(folder: Path, m: Matched, tables: Tables, opts: Options,
@@ -1015,7 +975,6 @@ def write_hlo_texts(folder: Path, m: Matched, tables: Tables, opts: Options,
     return hlo_names
 
 
-
 def hlo_text_file(folder: Path, pid: int, pname: str, module) -> tuple[str, int | None,
                                                                         str | None]:
     """One program's HLO text as folder/<name>(<id>).hlo.txt: (file name, lines, None), or
@@ -1029,7 +988,6 @@ def hlo_text_file(folder: Path, pid: int, pname: str, module) -> tuple[str, int 
         return fname, None, str(exc)
 
 
-
 def write_result(folder: Path, result: dict, written: list) -> list:
     """summary.txt and attribute_kernels.json (the result with its `tables`); returns every
     (file, rows) written, those two first."""
@@ -1038,7 +996,6 @@ def write_result(folder: Path, result: dict, written: list) -> list:
     (folder / "summary.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     scratch.write_result(folder, "attribution/" + RESULT_FILE, result, stands_for=ATT)
     return [("summary.txt", len(lines)), (RESULT_FILE, None)] + written
-
 
 
 def event_totals(kernels) -> dict:
@@ -1059,7 +1016,6 @@ def event_totals(kernels) -> dict:
             e[0] += 1
             e[1] += k.dur
     return out
-
 
 
 def op_totals(totals: dict, only=None) -> dict:
@@ -1086,7 +1042,6 @@ def op_totals(totals: dict, only=None) -> dict:
     return ops
 
 
-
 def instruction_runs(plans: dict, execs: dict) -> dict:
     """(program id, instruction) -> its executions: the program's executions on each GPU times
     the instruction's runs per execution (its slots in the schedule: trip counts of the loops
@@ -1102,7 +1057,6 @@ def instruction_runs(plans: dict, execs: dict) -> dict:
         for ins, starts in plan.positions.items():
             out[(pid, ins)] = n * len(starts)
     return out
-
 
 
 def write_op_and_line_tables(folder: Path, ops: dict, programs: dict, sources, gpu_time: int,
@@ -1152,7 +1106,6 @@ def write_op_and_line_tables(folder: Path, ops: dict, programs: dict, sources, g
                                               stands_for=ATT))]
 
 
-
 def phase_rows(op_rows: list, ops: dict, attributed: int, gpu_time: int) -> list[tuple]:
     """phases.csv: each of trace_rules.PHASES with its instructions, kernels and GPU time (a
     row even where none ran), and a sentence where a phase's absence says what the program is."""
@@ -1183,7 +1136,6 @@ def phase_rows(op_rows: list, ops: dict, attributed: int, gpu_time: int) -> list
             "may hold an update written by hand")
     return [(p, a[0], a[1], us(a[2]), pct(a[2], attributed), pct(a[2], gpu_time), len(a[3]),
              said.get(p, "")) for p, a in at.items()]
-
 
 
 def program_rows(starts: dict, totals: dict, programs_names: dict, execs: dict,
@@ -1243,7 +1195,6 @@ def program_rows(starts: dict, totals: dict, programs_names: dict, execs: dict,
     return out
 
 
-
 def programs_csv_rows(progs: list[dict]) -> list[tuple]:
     rows = []
     for r in progs:
@@ -1260,7 +1211,6 @@ def programs_csv_rows(progs: list[dict]) -> list[tuple]:
                      r["host_dispatch"],
                      "" if r["steps"] is None else rules.format_ranges(r["steps"])))
     return rows
-
 
 
 def read_steps(out: Path, files) -> tuple[dict | None, str]:
@@ -1290,7 +1240,6 @@ def read_steps(out: Path, files) -> tuple[dict | None, str]:
         "its GPU events starts inside that step's window on its GPU"
 
 
-
 def class_totals(totals: dict) -> dict:
     """program id (and "all") -> class -> [kernels, ps, low-confidence kernels, their ps]
     (`totals`: event_totals')."""
@@ -1309,7 +1258,6 @@ def class_totals(totals: dict) -> dict:
     return groups
 
 
-
 def how_rows(groups) -> list[tuple]:
     rows = []
     for key in sorted((g for g in groups if g not in ("all", OUTSIDE)), key=str) + \
@@ -1322,13 +1270,11 @@ def how_rows(groups) -> list[tuple]:
     return rows
 
 
-
 def _classes_json(g) -> dict:
     total = sum(v[1] for v in g.values())
     return {c: {"kernels": g[c][0], "gpu_us": rules.us_value(g[c][1]),
                 "pct_of_group": round(100.0 * g[c][1] / total, 2) if total else 0.0}
             for c in CLASSES}
-
 
 
 def build_result(*, files, m: Matched, tables: Tables, coverage, opts, refusals: list,
@@ -1378,7 +1324,6 @@ def build_result(*, files, m: Matched, tables: Tables, coverage, opts, refusals:
     }
 
 
-
 def collective_durations(kernels) -> tuple[list, set]:
     """The durations, in order, and the labels of the collective kernels outside graphs whose
     tracer label names no instruction of the saved HLO (matched other than exactly: their
@@ -1389,7 +1334,6 @@ def collective_durations(kernels) -> tuple[list, set]:
             durs.append(k.dur)
             labels.add(k.hlo_op)
     return durs, labels
-
 
 
 def collectives_by_order(shares: list) -> dict:
@@ -1404,7 +1348,6 @@ def collectives_by_order(shares: list) -> dict:
             us += float(f"{dur / 1e6:.3f}")
         labels |= mine
     return {"kernels": n, "gpu_us": us, "labels": sorted(labels)}
-
 
 
 def kernel_figures(totals: dict, g: dict, total: int) -> dict:
@@ -1430,7 +1373,6 @@ def kernel_figures(totals: dict, g: dict, total: int) -> dict:
     return fig
 
 
-
 def coverage_check(fig: dict, coverage, total: int, opts) -> tuple[dict, dict]:
     """Our attributed share next to XProf's hlo_stats (`coverage`: its total self time in us,
     None where not run or not read): the result's `coverage` and its check; XProf's share is
@@ -1450,7 +1392,6 @@ def coverage_check(fig: dict, coverage, total: int, opts) -> tuple[dict, dict]:
     return cov, {"name": "coverage at least XProf's hlo_stats",
                  "status": "fail" if lower else "pass",
                  "detail": f"ours {ours:.2f}%, XProf's {theirs:.2f}%"}
-
 
 
 def none_entries(totals: dict) -> list[dict]:
@@ -1473,7 +1414,6 @@ def none_entries(totals: dict) -> list[dict]:
                                  for n, (c, t) in sorted(top.items(),
                                                          key=lambda kv: -kv[1][1])[:5]]})
     return none
-
 
 
 def source_counts(ops: dict, sources) -> dict:
@@ -1500,10 +1440,8 @@ def source_counts(ops: dict, sources) -> dict:
             if attributed else 0}
 
 
-
 def _p(v) -> str:
     return f"{v:.2f}"
-
 
 
 def render_summary(r: dict) -> list[str]:

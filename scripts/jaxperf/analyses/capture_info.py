@@ -26,7 +26,6 @@ DEVICE_STATS = ("device_vendor", "core_count", "clock_rate", "memory_size", "mem
                 "compute_cap_major", "compute_cap_minor")
 
 
-
 def gpu_counts_xplane(space) -> dict[int, dict]:
     """Per device plane (a GPU's, or a TPU core's) its stats, lines and the events the trace
     would hold too (a TPU's `Async XLA Ops` line is the xplane's alone: left out of the count)."""
@@ -42,7 +41,6 @@ def gpu_counts_xplane(space) -> dict[int, dict]:
             "kind": "TPU", "stats": plane.stats, "lines": lines,
             "events": sum(n for name, n in lines.values() if name != tpu.ASYNC_LINE)}
     return out
-
 
 
 def program_rows(space) -> list[dict]:
@@ -69,7 +67,6 @@ def program_rows(space) -> list[dict]:
     return rows
 
 
-
 def profiler_calls(host) -> dict | None:
     """The profiler's own start-up and stop on the host (trace_rules.PROFILER_CALL_RE): each
     call's total ms, and the ms between the end of the last start and the first stop (the
@@ -92,7 +89,6 @@ def profiler_calls(host) -> dict | None:
     out["between_ms"] = (min(a for a, _ in stops) - max(b for _, b in starts)) / 1e9 \
         if starts and stops and min(a for a, _ in stops) >= max(b for _, b in starts) else None
     return out
-
 
 
 def xplane_facts(space) -> dict:
@@ -120,7 +116,6 @@ def xplane_facts(space) -> dict:
     facts["tpu"] = chip.describe(space)
     facts["repeated_stat_events"] = space.repeated_stat_events  # after every decode
     return facts
-
 
 
 def build_inventory(files, xf, tf, programs, xplane_error, trace_error) -> dict:
@@ -195,7 +190,6 @@ def build_inventory(files, xf, tf, programs, xplane_error, trace_error) -> dict:
                 f"cannot read program {r['entry']} because its HLO is not consistent "
                 f"({r['error']})")
     return result
-
 
 
 def render(r: dict) -> list[str]:
@@ -295,12 +289,10 @@ def render(r: dict) -> list[str]:
     return [rules.printable(line) for line in out]
 
 
-
 def _trace_facts(p: dict) -> dict:
     """Step 1's hand-off of the trace's counts, taken apart (scratch.handoff_get's shape)."""
     return {"gpu_events": [(int(o), int(n)) for o, n in p["gpu_events"]],
             "host_events": int(p["host_events"]), "notes": [str(x) for x in p["notes"]]}
-
 
 
 def run(capture, own_process: bool = False, out: Path | None = None) -> dict:
@@ -360,7 +352,6 @@ def run(capture, own_process: bool = False, out: Path | None = None) -> dict:
     if streams is not None:  # the step has succeeded: its hand-off to step 2
         scratch.handoff_put(out, "xplane_streams", [files.xplane], {"streams": streams})
     return build_inventory(files, xf, tf, programs, xplane_error, trace_error)
-
 
 
 def write_json(path: Path, data: dict) -> None:

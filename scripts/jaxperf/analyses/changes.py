@@ -71,7 +71,6 @@ TOO_SMALL_HOST_US = 1000.0
 FAMILY_MIN_INSTRUCTIONS_OF = {"split-K reduction": 1}
 
 
-
 # ---------------------------------------------------------------- the causes: one registry
 #
 # A cause is a function (ctx: Context) -> its rows (a list of Row, empty when it is not listed), or
@@ -88,7 +87,6 @@ class Prose:
     source: str
     assumptions: str | dict
     knob: str | dict
-
 
 
 @dataclass
@@ -112,14 +110,12 @@ class Row:
     fuses: frozenset = frozenset()  # indices of Ceilings.cands whose cut kernel_cut replaces
 
 
-
 @dataclass
 class Found:
     """A cause's rows with the notes and refusals it has for the reader."""
     rows: list
     notes: list = field(default_factory=list)
     refusals: list = field(default_factory=list)
-
 
 
 @dataclass(frozen=True)
@@ -133,9 +129,7 @@ class Cause:
     regroups: bool = False
 
 
-
 REGISTRY: list[Cause] = []
-
 
 
 def cause(kind: str, prose: Prose, regroups: bool = False):
@@ -146,13 +140,11 @@ def cause(kind: str, prose: Prose, regroups: bool = False):
     return register
 
 
-
 def largest_labels(labels: dict) -> str:
     """The three largest labels by kernel time, as the end of a cause sentence ('' for none)."""
     top = sorted(labels.items(), key=lambda kv: (-kv[1], kv[0]))
     return (f"; largest by kernel time: {', '.join(f'{n} {us_text(v)}' for n, v in top[:3])}"
             if top else "")
-
 
 
 DISPATCH = Prose(
@@ -176,7 +168,6 @@ DISPATCH = Prose(
         "always": ("donate_argnums (no copy of the inputs at each call); async dispatch (no "
                    "blocking on a result between calls: no float() or .item() inside the "
                    "loop)")})
-
 
 
 @cause("dispatch", DISPATCH)
@@ -210,7 +201,6 @@ def dispatch(ctx: Context) -> list:
                 knob=f"{jit}; {knob['always']}")]
 
 
-
 FUSED_ON_JIT = Prose(
     source="attribution/kernels.csv; attribution/programs.csv; roofline.csv; steps.csv",
     assumptions=(
@@ -231,7 +221,6 @@ FUSED_ON_JIT = Prose(
 FUSED_MIN_SHARE = 0.2
 
 
-
 def elementwise_passes(ctx: Context) -> dict:
     """(program id, instruction) -> (bytes a kernel moves, memory ceiling B/s) of the
     element-wise instructions of roofline.csv with one kernel a run."""
@@ -242,7 +231,6 @@ def elementwise_passes(ctx: Context) -> dict:
         if r.get("work") == "elementwise" and b and runs and k == runs and ceiling:
             out[(r.get("program_id", ""), r["instruction"])] = (b, ceiling)
     return out
-
 
 
 def pass_runs(events: list, ew: dict, one_kernel: set) -> list:
@@ -266,7 +254,6 @@ def pass_runs(events: list, ew: dict, one_kernel: set) -> list:
     return runs
 
 
-
 def fused_saving(run: list) -> tuple[float, float]:
     """(saving at the best rate the run's passes reached, saving at the memory ceiling), us."""
     total = sum(p[0] for p in run)
@@ -274,7 +261,6 @@ def fused_saving(run: list) -> tuple[float, float]:
     ceiling = min(p[2] for p in run)
     rate = min(ceiling, max(p[1] / (p[0] * 1e-6) for p in run))
     return total - big / rate * 1e6, total - big / ceiling * 1e6
-
 
 
 @cause("fused_on_jit", FUSED_ON_JIT)
@@ -345,7 +331,6 @@ def fused_on_jit(ctx: Context) -> list:
         extra={"passes": passes, "runs": len(median_runs)})]
 
 
-
 HOST_GAP = Prose(
     source="steps.csv; gaps.csv; skip_stats.json",
     assumptions=(
@@ -382,7 +367,6 @@ HOST_GAP = Prose(
                    "inflates host time")})
 
 
-
 def host_knob(lead: float, host_late: float, graph_pct: float, tracer: bool,
               events: list = (), setup_re=None, copy: tuple | None = None) -> str:
     """What to test for host gaps: the host's work before the first launch (the runtime's own
@@ -410,27 +394,18 @@ def host_knob(lead: float, host_late: float, graph_pct: float, tracer: bool,
     return "; ".join(knob)
 
 
-
-# copies from the host name the leading gap's knob where their host work is at least this share
-# of the gap (the rest is largely their transfer, which no host event records: on the lab's
-# h2d_copy, 3.3 ms of host layout work in an 8.1 ms gap; passing the weight once on the chip
-# saved 8.2 ms a step) and more than the host's own Python work before the device
-COPY_SHARE_OF_LEAD = 0.1
-
-
-
 def copies_lead(ctx: Context, hd: dict | None) -> tuple | None:
-    """(largest event name, whether they name the leading gap, their time a step) of step 1's
-    copies from the host before the device's work (skip_stats.json
-    host_to_device_before_device); None where it has none."""
+    """(the largest host-work name, whether copies from the host fill the leading gap's
+    majority (LEADING_GAP_MAJORITY), their time a step, its transfer part, the bytes carried a
+    step) from step 1's host_to_device_before_device; None where it has none. On the lab's
+    h2d_copy: 7.86 ms of an 8.06 ms gap, 64 MiB a step; on the chip once, 8.22 ms saved."""
     c = (ctx.s1 or {}).get("host_to_device_before_device") or {}
     t = (c.get("per_step_us") or {}).get("value")
     if not t or not hd:
         return None
-    work = (((ctx.s1 or {}).get("host_work_before_device") or {}).get("per_step_us")
-            or {}).get("value") or 0.0
-    return c.get("largest", ""), t >= max(work, COPY_SHARE_OF_LEAD * hd["leading_us"]), t
-
+    return (c.get("largest") or "the transfer", t >= LEADING_GAP_MAJORITY * hd["leading_us"], t,
+            (c.get("transfer_us") or {}).get("value") or 0.0,
+            (c.get("bytes_per_step") or {}).get("value") or 0.0)
 
 
 @cause("host_gap", HOST_GAP)
@@ -453,12 +428,13 @@ def host_gap(ctx: Context) -> list:
     if hsav[ctx.at] < MIN_SAVING_US and host_late < MIN_SAVING_US:
         return []
     hd, b = ctx.host, ctx.bound
-    words = (f"the critical stream waits on the host: {us_text(host_late)} of step {ctx.median}"
+    waits = "the critical stream" if device(ctx).kind == "GPU" else f"{device_word(ctx)} {b}"
+    words = (f"{waits} waits on the host: {us_text(host_late)} of step {ctx.median}"
              + (" besides the dispatch between programs" if between is not None else ""))
     if hd:
         named = ", ".join(f"{n} {us_text(v)}" for n, v in hd["events"][:HOST_EVENTS_NAMED])
         words += (f", in {hd['gaps']} gap(s) of 1 us or more, {us_text(hd['leading_us'])} "
-                  "of it before the first kernel")
+                  f"of it before the first {'kernel' if device(ctx).kind == 'GPU' else 'op'}")
         if named:
             inc = " (the dispatch gaps included)" if between is not None else ""
             words += f"; host events inside them{inc}: {named}"
@@ -468,18 +444,25 @@ def host_gap(ctx: Context) -> list:
                      100.0 * graph / (graph + launched) if graph + launched else 0.0,
                      bool(hd and hd["python_tracer"]), hd["events"] if hd else (),
                      device(ctx).setup_re, copies_lead(ctx, hd))
-    where = f"{device_word(ctx)} {b} stream {ctx.steps[ctx.median][b].crit}" + (
-        f" (launching thread {', '.join(hd['threads'])})" if hd and hd["threads"] else "")
+    gpu = device(ctx).kind == "GPU"
+    where = (f"{device_word(ctx)} {b} stream {ctx.steps[ctx.median][b].crit}" if gpu else
+             f"{device_word(ctx)} {b}") + (
+        f" ({'launching' if gpu else 'dispatching'} thread {', '.join(hd['threads'])})"
+        if hd and hd["threads"] else "")
     measured = None
     copy = copies_lead(ctx, hd)
     if copy and copy[1]:
-        words += (f"; copies from the host to the chip keep the host busy {us_text(copy[2])} a "
-                  f"step before the device starts (largest: {copy[0]}; the transfer itself "
-                  "adds to it)")
+        moved = f"{copy[4] / 2**20:,.1f} MiB a step, " if copy[4] else ""
+        rate = (f", {copy[4] / copy[3] / 1e3:,.1f} GB/s" if copy[4] and copy[3] else "")
+        words += (f"; copies from the host to the chip fill {us_text(copy[2])} of it a step "
+                  f"({moved}the host laying them out ({copy[0]} the largest), then their "
+                  f"transfer, {us_text(copy[3])} until the device starts{rate})")
+        measured = min(hsav[ctx.at], copy[2])  # what putting constant arrays on it once saves
     work = (ctx.s1 or {}).get("host_work_before_device") or {}
     w = (work.get("per_step_us") or {}).get("value")
     compiled = compile_per_step(ctx)
-    if w and hd and hd["leading_us"] >= LEADING_GAP_MAJORITY * host_late and not compiled:
+    if w and hd and hd["leading_us"] >= LEADING_GAP_MAJORITY * host_late and not compiled \
+            and not (copy and copy[1]):  # (a copy's time is the copy's, not a producer's)
         # (where XLA compiles in the step, that work is the compile row's, not a producer's)
         # one producer thread, prefetching, still takes its time a step: the step is at least
         # that long, so it saves at most the period less it (nothing where it is slower)
@@ -491,7 +474,6 @@ def host_gap(ctx: Context) -> list:
                 measured=measured)]
 
 
-
 STRAGGLER_WAIT = Prose(
     source="steps.csv; rows.csv; reconcile.json",
     assumptions=(
@@ -501,7 +483,6 @@ STRAGGLER_WAIT = Prose(
         "to its wall time"),
     knob=("why GPU {gpu} is slower: its clocks, temperature and power limit, other processes on "
           "it, its interconnect placement; if it does more work, even out the sharding"))
-
 
 
 @cause("straggler_wait", STRAGGLER_WAIT)
@@ -531,7 +512,6 @@ def straggler_wait(ctx: Context) -> list:
                 knob=STRAGGLER_WAIT.knob.format(gpu=g))]
 
 
-
 EXPOSED_COLLECTIVE = Prose(
     source="steps.csv; gaps.csv; rows.csv",
     assumptions=(
@@ -543,7 +523,6 @@ EXPOSED_COLLECTIVE = Prose(
           "--xla_gpu_all_reduce_combine_threshold_bytes), a sharding that communicates less"))
 
 
-
 @cause("exposed_collective", EXPOSED_COLLECTIVE)
 def exposed_collective(ctx: Context) -> list:
     """Collective kernels on the critical path while no compute or copy runs (the collective
@@ -551,7 +530,6 @@ def exposed_collective(ctx: Context) -> list:
     return exposed_slice(ctx, "collective", "collective",
                          f"collective kernels run while no compute or copy does on GPU "
                          f"{ctx.bound}")
-
 
 
 def exposed_slice(ctx: Context, part: str, labels: str, what: str) -> list:
@@ -569,7 +547,6 @@ def exposed_slice(ctx: Context, part: str, labels: str, what: str) -> list:
                 spread(sav, ctx.at))]
 
 
-
 MEMCPY = Prose(
     source="steps.csv; gaps.csv; rows.csv",
     assumptions=(
@@ -578,7 +555,6 @@ MEMCPY = Prose(
         "instructions"),
     knob=("donate_argnums (reuse the input buffers), keep inputs on the device, input pipeline "
           "prefetching (device_put the next batch while this step runs)"))
-
 
 
 @cause("memcpy", MEMCPY)
@@ -592,7 +568,6 @@ def memcpy(ctx: Context) -> list:
                          "runs")
 
 
-
 KERNEL_GAPS = Prose(
     source="steps.csv; gaps.csv; rows.csv",
     assumptions=(
@@ -603,7 +578,6 @@ KERNEL_GAPS = Prose(
     knob=("fewer and larger kernels (fusion, fewer small ops per step), a larger batch size per "
           "kernel, the waits on other streams (what the gaps wait for: gaps.csv device_wait rows "
           "and the swimlanes)"))
-
 
 
 @cause("kernel_gaps", KERNEL_GAPS)
@@ -625,7 +599,6 @@ def kernel_gaps(ctx: Context) -> list:
                 "between kernels",
                 f"{device_word(ctx)} {b} stream {ctx.steps[ctx.median][b].crit}",
                 100.0 * mp.idle_before_exposed / ctx.window, spread(sav, ctx.at))]
-
 
 
 FAMILY_KNOBS = {
@@ -668,7 +641,6 @@ KERNEL_FAMILY = Prose(
     knob=FAMILY_KNOBS)
 
 
-
 @cause("kernel_family", KERNEL_FAMILY, regroups=True)
 def kernel_family(ctx: Context) -> list:
     """Kernel families of attribution/families.csv (split-K reductions, layout transposes,
@@ -706,7 +678,6 @@ def kernel_family(ctx: Context) -> list:
             extra={"family": name, "cannot_show": FAMILY_CANNOT_SHOW[name],
                    "family_gpu_us": number(f.get("gpu_us")), "instructions": n_ins}))
     return rows
-
 
 
 # The prose instruction and Python-line rows share: how their time in a step is had, and how much
@@ -764,7 +735,6 @@ INSTRUCTION = Prose(
         "lower": "a lower-precision dtype on the matrix units where the model tolerates it"})
 
 
-
 def dtype_knob(dtype: str) -> str:
     """A lower precision than the instruction's own, on the matrix units (the ceiling's dtype
     names what it runs at now: an f32 GEMM may go to bf16; a bf16 one only to fp8)."""
@@ -776,13 +746,11 @@ def dtype_knob(dtype: str) -> str:
     return INSTRUCTION.knob["lower"]
 
 
-
 # XLA names its GEMM library calls after cuBLAS on every GPU (kGemmCallTarget "__cublas$gemm",
 # kCublasLtMatmulCallTarget "__cublas$lt$matmul": xla/service/gpu/cublas_cudnn.h; the shared
 # MI300X gemm capture holds __cublas$gemm): on ROCm the same call runs hipBLASLt or rocBLAS,
 # which a knob must say to an AMD user.
 ROCM_LIBRARY = " (XLA's name for its GEMM library call; on ROCm it runs hipBLASLt or rocBLAS)"
-
 
 
 def backend_text(backend: str, vendor: str) -> str:
@@ -791,7 +759,6 @@ def backend_text(backend: str, vendor: str) -> str:
     if "__cublas" in backend and vendor.upper().startswith("AMD"):
         return backend + ROCM_LIBRARY
     return backend
-
 
 
 def instruction_prose(c: dict, exposed: str, vendor: str = "",
@@ -823,7 +790,6 @@ def instruction_prose(c: dict, exposed: str, vendor: str = "",
     return assumptions, knob
 
 
-
 def no_ceiling_refusal(ctx: Context, top: list) -> list:
     """The instructions without a ceiling that outweigh the listed ones' distance (at most 3):
     no saving can be estimated for them."""
@@ -837,11 +803,9 @@ def no_ceiling_refusal(ctx: Context, top: list) -> list:
     return []
 
 
-
 def pct_text(x: float) -> str:
     """A share in a sentence: one decimal, two significant digits under 1%."""
     return f"{x:.1f}" if x >= 1 else f"{x:.2g}"
-
 
 
 def measured_saving(c: dict, exposed_compute: float, target: float | None = None) -> float:
@@ -852,7 +816,6 @@ def measured_saving(c: dict, exposed_compute: float, target: float | None = None
         return 0.0
     # never past the distance to the ceiling (`cut`: which keeps the kernels' floor)
     return min(c["share"] * (1.0 - c["pct"] / target), c["cut"]) * exposed_compute
-
 
 
 @cause("instruction", INSTRUCTION)
@@ -893,7 +856,6 @@ def instruction(ctx: Context) -> Found | list:
     return Found(rows, notes, no_ceiling_refusal(ctx, top))
 
 
-
 COMPILE = Prose(
     source="skip_stats.json",
     assumptions=(
@@ -907,11 +869,9 @@ COMPILE = Prose(
           "each compile"))
 
 
-
 def compile_per_step(ctx: Context) -> float | None:
     """The median step's XLA compile time on the host (step 1's `compile`), None without."""
     return (((ctx.s1 or {}).get("compile") or {}).get("per_step_us") or {}).get("value")
-
 
 
 @cause("compile", COMPILE)
@@ -930,7 +890,6 @@ def compile_in_step(ctx: Context) -> list:
                 {"value": per, "min": min(f.get("min", per), per), "max": f.get("max", per)})]
 
 
-
 # ---------------------------------------------------------------- a TPU's own changes
 
 def device_word(ctx: Context) -> str:
@@ -938,16 +897,13 @@ def device_word(ctx: Context) -> str:
     return "TPU core" if tpu_capture(ctx) else "GPU"
 
 
-
 def device(ctx: Context) -> adapters.Adapter:
     """The adapter of the capture's device (step 0's device record, else step 1's joins)."""
     return adapters.of_results(tables(ctx.out).json("capture_info.json"), ctx.s1)
 
 
-
 def tpu_capture(ctx: Context) -> bool:
     return device(ctx).kind == "TPU"
-
 
 
 def per_step_us(ctx: Context) -> dict:
@@ -969,9 +925,7 @@ def per_step_us(ctx: Context) -> dict:
     return out
 
 
-
 STEP_PROGRAM_RE = re.compile(r"^(.*) x(\d+)$")
-
 
 
 def step_programs(text: str) -> dict:
@@ -982,7 +936,6 @@ def step_programs(text: str) -> dict:
         if m:
             out[m.group(1)] = int(m.group(2))
     return out
-
 
 
 def stacking(ops: list) -> list:
@@ -998,7 +951,6 @@ def stacking(ops: list) -> list:
     return out
 
 
-
 def top_lines(ops: list, keys: set, n: int = 3) -> str:
     """The Python lines (ops.csv user_frame) holding the most time of the instructions `keys`."""
     lines: dict = {}
@@ -1007,7 +959,6 @@ def top_lines(ops: list, keys: set, n: int = 3) -> str:
             lines[r["user_frame"]] = lines.get(r["user_frame"], 0.0) + float(r["gpu_us"] or 0)
     top = sorted(lines, key=lambda k: -lines[k])[:n]
     return ", ".join(top)
-
 
 
 SCAN_STACKING = Prose(
@@ -1023,7 +974,6 @@ SCAN_STACKING = Prose(
           "over its iterations inside the jitted step; or jax.checkpoint on the scanned body "
           "with a policy that saves fewer residuals (jax.checkpoint_policies), trading "
           "recompute for the copies"))
-
 
 
 @cause("scan_stacking", SCAN_STACKING)
@@ -1049,7 +999,6 @@ def scan_stacking(ctx: Context) -> list:
                 spread([high] * len(ctx.chosen), ctx.at), measured=low)]
 
 
-
 # an instruction that changes a layout: a copy or transpose, or a fusion XLA named after one (a
 # fusion's name begins with its root's opcode); not copy-start/copy-done (asynchronous copies)
 LAYOUT_COPY_RE = re.compile(r"^(copy|transpose)([._]|$)")
@@ -1064,7 +1013,6 @@ LAYOUT_COPIES = Prose(
         "layout left such copies in place (7.2% of op time against 8.0%) and ran 0.90x as "
         "fast; its time a step: ops.csv's over the program's executions"),
     knob="")
-
 
 
 @cause("layout_copies", LAYOUT_COPIES)
@@ -1089,7 +1037,6 @@ def layout_copies(ctx: Context) -> list:
                 spread([t] * len(ctx.chosen), ctx.at), knob=knob)]
 
 
-
 PALLAS_NO_COST = Prose(
     source="roofline.csv; attribution/ops.csv",
     assumptions=(
@@ -1097,7 +1044,6 @@ PALLAS_NO_COST = Prose(
         "pallas_call has no cost_estimate), so how far it runs from the MXU's peak is unknown; "
         "its time a step is its share of the programs' op time times the step's compute"),
     knob="")
-
 
 
 @cause("pallas_call", PALLAS_NO_COST)
@@ -1124,7 +1070,6 @@ def pallas_call(ctx: Context) -> list:
     return rows
 
 
-
 TOO_SMALL = Prose(
     source="steps.csv; skip_stats.json",
     assumptions=(
@@ -1135,7 +1080,6 @@ TOO_SMALL = Prose(
     knob=("more work per dispatch: several steps in one jitted program (jax.lax.scan or "
           "jax.lax.fori_loop over steps, the batch of each step stacked), or a larger batch a "
           "step; no block_until_ready or float() on every step"))
-
 
 
 @cause("too_small", TOO_SMALL)
@@ -1153,7 +1097,6 @@ def too_small(ctx: Context) -> list:
                 f"{us_text(w - side[ctx.at])} of a {us_text(w)} step window; the host's fixed "
                 f"cost of each dispatch and wait, {us_text(side[ctx.at])}, is the rest",
                 f"TPU core {ctx.bound}", 100.0 * side[ctx.at] / w, spread(side, ctx.at))]
-
 
 
 GEMM_BACKEND = Prose(
@@ -1179,12 +1122,10 @@ GEMM_BACKEND = Prose(
         "other": "compare the two backends for these shapes: {fast} against {slow}"})
 
 
-
 def backend_family(backend: str) -> str:
     """A backend's family for comparing GEMMs: `library` (any library call), `triton`, or the
     backend as it is."""
     return "library" if backend.startswith("library") else backend
-
 
 
 @cause("gemm_backend", GEMM_BACKEND)
@@ -1209,7 +1150,6 @@ def gemm_backend(ctx: Context) -> list:
                     continue
                 rows += backend_row(ctx, same, slow, fast)
     return rows
-
 
 
 def backend_row(ctx: Context, same: list, slow: str, fast: str) -> list:
@@ -1255,7 +1195,6 @@ def backend_row(ctx: Context, same: list, slow: str, fast: str) -> list:
         knob, named=frozenset(named), measured=per_step[ctx.at])]
 
 
-
 PYTHON_LINE = Prose(
     source=INSTRUCTION.source,
     assumptions={
@@ -1265,7 +1204,6 @@ PYTHON_LINE = Prose(
         "no ceiling": "; {us} us of step {step} in its instructions has no ceiling and is not "
                       "counted"},
     knob="rewrite the line's computation: fusion, dtype, a Pallas/Triton kernel, batch size")
-
 
 
 @cause("python_line", PYTHON_LINE, regroups=True)
@@ -1310,7 +1248,6 @@ def python_line(ctx: Context) -> list:
     return rows
 
 
-
 IDLE_BETWEEN_STEPS = Prose(
     source="steps.csv; rows.csv",
     assumptions=(
@@ -1330,7 +1267,6 @@ IDLE_BETWEEN_KNOBS = {
         "input pipeline prefetching (prepare and device_put the next batch while this step "
         "runs), then async dispatch (no host synchronisation every step)"),
 }
-
 
 
 @cause("idle_between_steps", IDLE_BETWEEN_STEPS)
@@ -1353,7 +1289,6 @@ def idle_between_steps(ctx: Context) -> Found:
                  refusals=refusals)
 
 
-
 # ---------------------------------------------------------------- ranking and the combined saving
 
 def find_causes(ctx: Context) -> tuple[list, list, list]:
@@ -1368,7 +1303,6 @@ def find_causes(ctx: Context) -> tuple[list, list, list]:
         notes += found.notes
         refusals += found.refusals
     return rows, notes, refusals
-
 
 
 def written(c: Cause, r: Row) -> dict:
@@ -1387,7 +1321,6 @@ def written(c: Cause, r: Row) -> dict:
             **(r.extra or {})}
 
 
-
 def ranked(rows: list) -> list:
     """The rows in rank order, numbered from 1: by share of the median step's critical path, then
     by saving, then in the registry's order and by where; rows that regroup the instructions'
@@ -1400,7 +1333,6 @@ def ranked(rows: list) -> list:
     for i, c in enumerate(rows, 1):
         c["rank"] = i
     return rows
-
 
 
 def combined(ctx: Context, rows: list) -> dict:
@@ -1423,10 +1355,8 @@ def combined(ctx: Context, rows: list) -> dict:
     return spread(comb, ctx.at)
 
 
-
 CRITICAL_PATH_SLICES = ("window", "host_late", "compute", "memcpy_arg", "collective",
                         "idle_before", "idle_between")
-
 
 
 def analyse(out: Path) -> dict:
@@ -1460,13 +1390,11 @@ def analyse(out: Path) -> dict:
             "verdict": (s1 or {}).get("verdict")}
 
 
-
 # ---------------------------------------------------------------- result and writers
 
 def figure(v, unit, label, rng: dict | None = None) -> dict:
     """A figure of this step's result, to the nanosecond (3 decimals)."""
     return scratch.figure(v, unit, label, rng, decimals=3)
-
 
 
 COMBINE_RULE = (
@@ -1484,7 +1412,6 @@ COMBINE_RULE = (
     "the instruction and Python-line rows name, each once, a fused pass by its fused saving), "
     "per step, capped at the step time; "
     "an upper bound, never a sum of the rows.")
-
 
 
 def build_result(a: dict) -> dict:
@@ -1529,7 +1456,6 @@ def build_result(a: dict) -> dict:
         "refusals": a["refusals"], "notes": a["notes"], "inputs": a["inputs"], "tables": {}}
 
 
-
 def csv_rows(result: dict) -> list:
     out = []
     for c in result["causes"]:
@@ -1542,7 +1468,6 @@ def csv_rows(result: dict) -> list:
                     else "", f"{c['step_if_gone_us']['value']:.3f}",
                     c["assumptions"], c["knob"], c["label"], c["source"]])
     return out
-
 
 
 def run(out: Path) -> tuple[dict, list]:
@@ -1561,7 +1486,6 @@ def run(out: Path) -> tuple[dict, list]:
     return result, [(TABLE, n), (RESULT_FILE, None)]
 
 
-
 def check_capture(capture: str, run_name, host, out: Path) -> str | None:
     """The capture named on the command line against the one the tables came from; a note when
     that cannot be checked. Raises ChangesError on a mismatch."""
@@ -1578,7 +1502,6 @@ def check_capture(capture: str, run_name, host, out: Path) -> str | None:
                            f"(host {c.get('host')}), not of {files.run_dir} (host {files.host}); "
                            "pass the --out folder of this capture's steps")
     return None
-
 
 
 def summary_lines(result: dict) -> list[str]:

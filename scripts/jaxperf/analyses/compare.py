@@ -29,7 +29,6 @@ RULE = ("the per-step values of the two captures do not overlap, two steps or mo
         f"their medians differ by {MIN_CHANGE_PCT:g}% or more")
 
 
-
 # ---------------------------------------------------------------- the two sides
 
 def kind(path: Path) -> str | None:
@@ -40,7 +39,6 @@ def kind(path: Path) -> str | None:
     if path.is_dir() and (path / "hosts.csv").is_file():
         return "run"
     return None
-
 
 
 def side_folder(arg: str, name: str, out: Path, no_xprof: bool) -> Path:
@@ -61,9 +59,6 @@ def side_folder(arg: str, name: str, out: Path, no_xprof: bool) -> Path:
                                  f"{lines[-1] if lines else 'no output'}",
                                  p.returncode if p.returncode == 3 else 1)
     return folder
-
-
-
 
 
 class Side:
@@ -115,7 +110,6 @@ class Side:
         return out
 
 
-
 # ---------------------------------------------------------------- figures and the rule
 
 def summary(values: list[float]) -> dict | None:
@@ -123,7 +117,6 @@ def summary(values: list[float]) -> dict | None:
         return None
     return {"value": statistics.median(values), "min": min(values), "max": max(values),
             "n": len(values)}
-
 
 
 def significance(before: list[float], after: list[float]) -> tuple[bool, str]:
@@ -143,13 +136,11 @@ def significance(before: list[float], after: list[float]) -> tuple[bool, str]:
                    "difference is within the step-to-step spread")
 
 
-
 def change_cells(b, a) -> tuple:
     if b is None or a is None:
         return "", ""
     pct = round(100.0 * (a - b) / b, 2) if b else ""
     return round(a - b, 3), pct
-
 
 
 def row(section, key, b, a, unit, label, status="", note="") -> list:
@@ -158,10 +149,8 @@ def row(section, key, b, a, unit, label, status="", note="") -> list:
     return [section, key, _cell(b), _cell(a), ch, pct, unit, label, status, note]
 
 
-
 def _cell(v):
     return round(v, 3) if isinstance(v, float) else ("" if v is None else v)
-
 
 
 def step_figure(name: str, before: list, after: list, figs: dict, sig: dict,
@@ -181,7 +170,6 @@ def step_figure(name: str, before: list, after: list, figs: dict, sig: dict,
                f"{rules.us_text(a['min'])} to {rules.us_text(a['max'])}; {sig[name][1]}")
 
 
-
 def step_rows(sides: dict) -> tuple[list, dict, dict]:
     """The step period and step time rows, their figures, and the significance verdict."""
     out, figs, sig = [], {}, {}
@@ -196,7 +184,6 @@ def step_rows(sides: dict) -> tuple[list, dict, dict]:
     return out, figs, sig
 
 
-
 def result_of(figs: dict, sig: dict, table: list, **rest) -> dict:
     """compare.json: the figures, whether the difference counts (the step period's verdict,
     else the step time's) and the rest."""
@@ -206,7 +193,6 @@ def result_of(figs: dict, sig: dict, table: list, **rest) -> dict:
             "significance": {"of": key, "why": sig[key][1] if key else "no analysed step",
                              "rule": RULE},
             **rest, "tables": {TABLE: len(table)}}
-
 
 
 # What moves a verdict: the step's parts as steps.csv splits them (largest over GPUs per step).
@@ -221,7 +207,6 @@ HOST = (("kernels", "kernels per step", sum, "count"),
         ("host_late_us", "host-late time per step", max, "us"),
         ("idle_between_us", "idle between steps", max, "us"),
         ("between_programs_idle_us", "idle between programs per step", max, "us"))
-
 
 
 def verdict_rows(sides: dict) -> tuple[list, list]:
@@ -241,7 +226,6 @@ def verdict_rows(sides: dict) -> tuple[list, list]:
                        f"{words}: median per step"))
     return out, [{"part": c, "words": w, "before_us": round(b, 3), "after_us": round(a, 3)}
                  for _, c, w, b, a in moved[:3]]
-
 
 
 def host_rows(sides: dict) -> list:
@@ -268,7 +252,6 @@ def host_rows(sides: dict) -> list:
     return out
 
 
-
 # ---------------------------------------------------------------- GPU time by what survives
 
 KEYS = {  # section: (table, key of a row: what survives recompilation)
@@ -279,7 +262,6 @@ KEYS = {  # section: (table, key of a row: what survives recompilation)
     "kernel": ("attribution/kernel_names.csv", lambda r: r.get("kernel", "")),
     "line": ("attribution/lines.csv", lambda r: r.get("user_frame", "")),
 }
-
 
 
 def gpu_time_rows(sides: dict, refusals: list) -> tuple[list, dict]:
@@ -322,7 +304,6 @@ def gpu_time_rows(sides: dict, refusals: list) -> tuple[list, dict]:
     return out, times
 
 
-
 def renames(sides: dict, t: dict) -> dict:
     """{BEFORE's instruction key: AFTER's} for instructions of one side alone that share their
     module, opcode and fusion fingerprint with exactly one of the other side alone: a fusion
@@ -340,7 +321,6 @@ def renames(sides: dict, t: dict) -> dict:
             if len(b[fp]) == 1 and len(a[fp]) == 1}
 
 
-
 # ---------------------------------------------------------------- predictions
 
 def where_name(where: str) -> str:
@@ -348,11 +328,9 @@ def where_name(where: str) -> str:
     return where.split(" (", 1)[0].strip()
 
 
-
 def gpu_of(where: str) -> int | None:
     m = re.match(r"GPU (\d+)", where)
     return int(m.group(1)) if m else None
-
 
 
 def cause_measure(side: Side, kind: str, where: str, times: dict) -> float | None:
@@ -384,7 +362,6 @@ def cause_measure(side: Side, kind: str, where: str, times: dict) -> float | Non
     return None
 
 
-
 def predictions(sides: dict, times: dict, period: dict | None) -> tuple[list, list]:
     """BEFORE's ranked changes beside the measured change of their cause and of the step
     period; (result entries, table rows). `cause_ratio`: the share of the predicted saving its
@@ -413,11 +390,9 @@ def predictions(sides: dict, times: dict, period: dict | None) -> tuple[list, li
     return entries, [prediction_row(e) for e in entries]
 
 
-
 # A change whose cause lost less than this share of its predicted saving was not made (or did
 # nothing): the step period's change is not set against it.
 MIN_CAUSE_RATIO = 0.5
-
 
 
 def prediction_row(e: dict) -> list:
@@ -438,7 +413,6 @@ def prediction_row(e: dict) -> list:
                f"{e['cause']} at {e['where']}: {note}")
 
 
-
 # ---------------------------------------------------------------- comparable at all
 
 def comparable(sides: dict, notes: list) -> None:
@@ -457,7 +431,6 @@ def comparable(sides: dict, notes: list) -> None:
         notes.append("the captures share no program (by module name): they run other programs "
                      "entirely, so every program, instruction and line is new or gone; the "
                      "step period and the host side still compare")
-
 
 
 def compare(before: Path, after: Path) -> tuple[list, dict]:
@@ -482,7 +455,6 @@ def compare(before: Path, after: Path) -> tuple[list, dict]:
     return table, result
 
 
-
 def run_hosts(folder: Path) -> dict[str, Path]:
     """{host: its scratch folder} of a run's hosts.csv (the hosts whose pass finished)."""
     out = {}
@@ -494,7 +466,6 @@ def run_hosts(folder: Path) -> dict[str, Path]:
         if r.get("host") and kind(sub) == "host":
             out[r["host"]] = sub
     return out
-
 
 
 def compare_runs(before: Path, after: Path, out: Path) -> tuple[list, dict, list]:
@@ -526,7 +497,6 @@ def compare_runs(before: Path, after: Path, out: Path) -> tuple[list, dict, list
     return table, result, written
 
 
-
 def compare_run_steps(before: Path, after: Path) -> tuple[list, dict]:
     """The run's step period and step time per step (the slowest host's), by the rule."""
     per = {}  # side -> column -> step -> the largest over the hosts
@@ -549,15 +519,12 @@ def compare_run_steps(before: Path, after: Path) -> tuple[list, dict]:
         refusals=[], inputs={"before": str(before), "after": str(after)})
 
 
-
 def cite(label: str, column: str, section: str, key: str) -> str:
     return f"({label}; {TABLE}: {column}, section={section}, key={key})"
 
 
-
 def fig(value) -> str:
     return f"{value:,.3f}"
-
 
 
 def draft(table: list, result: dict) -> str:
@@ -603,7 +570,6 @@ def draft(table: list, result: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-
 def write(out: Path, table: list, result: dict, stands_for: str = "") -> list:
     """compare.csv, compare.json and compare_draft.md into out (or out/<host>), each whole."""
     target = out / stands_for if stands_for else out
@@ -615,7 +581,6 @@ def write(out: Path, table: list, result: dict, stands_for: str = "") -> list:
                    (RESULT, scratch.write_result(tmp, RESULT, result)),
                    (DRAFT, text.count("\n"))]
     return [(f"{stands_for}/{f}" if stands_for else f, n) for f, n in written]
-
 
 
 def compare_sides(args, out: Path) -> list[str]:

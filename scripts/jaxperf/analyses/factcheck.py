@@ -120,11 +120,8 @@ AND_SEP_RE = re.compile(r"^\s*(?:and|,|&)\s*$")
 SEPARATOR_RE = re.compile(r"^\s*(?:\|\s*)?:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?\s*$")
 
 
-
-
 class NoTable(Exception):
     """The citation names no usable table, column, path or row; the message says which."""
-
 
 
 # ---------------------------------------------------------------- analysis: tables
@@ -132,7 +129,6 @@ class NoTable(Exception):
 def skip_record(folder: Path) -> dict:
     """skip_stats.json of the folder ({} where missing or unreadable)."""
     return scratch.Scratch(folder).json("skip_stats.json") or {}
-
 
 
 def load_table(scratch: TableCache, name: str):
@@ -165,9 +161,6 @@ def load_table(scratch: TableCache, name: str):
     return data
 
 
-
-
-
 def column_unit(name: str) -> str | None:
     if PCT_NAME_RE.search(name):
         return "pct"
@@ -175,7 +168,6 @@ def column_unit(name: str) -> str | None:
         if name.endswith(suffix):
             return unit
     return None
-
 
 
 def range_column(column: str, role: str, header) -> str | None:
@@ -186,7 +178,6 @@ def range_column(column: str, role: str, header) -> str | None:
     return name if name in header else None
 
 
-
 def label_of(value) -> str | None:
     """A table's label normalised: 'inferred, not run' -> inferred."""
     if not isinstance(value, str) or not value.strip():
@@ -194,13 +185,11 @@ def label_of(value) -> str | None:
     return value.strip().split(",")[0].strip().lower()
 
 
-
 def key_of(cell: str):
     """A key cell as it matches a selector's value: a number by its value (3, 3.0 and 03 are one
     key), any other text stripped; the one rule of selector matching."""
     d = decimal_of(cell)
     return ("n", d.normalize()) if d is not None else ("s", cell.strip())
-
 
 
 def selected(scratch: TableCache, name: str, rows: list, filters: list) -> list:
@@ -216,7 +205,6 @@ def selected(scratch: TableCache, name: str, rows: list, filters: list) -> list:
         for r in rows:
             index.setdefault(tuple(key_of(r.get(k, "")) for k in cols), []).append(r)
     return index.get(tuple(key_of(v) for _, v in filters), [])
-
 
 
 def aggregate(values: list, agg: str, what: str):
@@ -237,7 +225,6 @@ def aggregate(values: list, agg: str, what: str):
     return D(fn(dec))
 
 
-
 def lookup(scratch: TableCache, cite: Citation, roles: set[str]) -> dict:
     """role (value, min, max) -> (value: Decimal | str, table unit | None); plus 'label'."""
     if not cite.selector:
@@ -249,9 +236,7 @@ def lookup(scratch: TableCache, cite: Citation, roles: set[str]) -> dict:
     return lookup_json(cite.table, data, items, roles)
 
 
-
 ENTRY_RE = re.compile(r"^([\w.]+)\[(.+)\]$")  # a column of host events, one by name
-
 
 
 def lookup_csv(scratch, name, data, items, roles):
@@ -313,7 +298,6 @@ def lookup_csv(scratch, name, data, items, roles):
     return out
 
 
-
 def host_event(cell: str, name: str, where: str) -> str:
     """The us a host event of that name takes in a `name=us | ...` cell, as written."""
     for item in (cell or "").split(" | "):
@@ -323,12 +307,10 @@ def host_event(cell: str, name: str, where: str) -> str:
     raise NoTable(f"{where} holds no host event {name} in the selected row")
 
 
-
 # A declared unit (scratch.Column.unit) as this check's table unit (TABLE_UNITS); a count or
 # ratio has none.
 DECLARED_UNITS = {"us": "us", "ps": "ps", "ms": "ms", "s": "s", "pct": "pct", "bytes": "bytes",
                   "flop": "FLOP", "flop/s": "FLOP/s", "bytes/s": "B/s", "flop/byte": "FLOP/B"}
-
 
 
 def declared_unit(table: str, column: str) -> str | None:
@@ -340,7 +322,6 @@ def declared_unit(table: str, column: str) -> str | None:
         return None
 
 
-
 def declared_label(table: str, column: str) -> str | None:
     """The label scratch.py declares for a table's column; None for keys and text, and for a
     table or column it does not declare."""
@@ -348,7 +329,6 @@ def declared_label(table: str, column: str) -> str | None:
         return label_of(scratch.column(table, column).label) or None
     except scratch.ScratchError:
         return None
-
 
 
 def lookup_json(name, data, items, roles):
@@ -416,14 +396,12 @@ def lookup_json(name, data, items, roles):
     return out
 
 
-
 # ---------------------------------------------------------------- analysis: comparison
 
 def table_dimension(unit: str | None):
     if unit is None:
         return None, D(1)
     return TABLE_UNITS.get(unit, (None, D(1)))
-
 
 
 def fmt(v: Decimal, quantum: Decimal) -> str:
@@ -433,7 +411,6 @@ def fmt(v: Decimal, quantum: Decimal) -> str:
         q = v.quantize(quantum * D("0.001"), rounding=decimal.ROUND_HALF_EVEN)
     s = f"{q:f}"
     return s.rstrip("0").rstrip(".") if "." in s else s
-
 
 
 def compare(num: Num, found, unit: str | None, written_unit: str | None):
@@ -464,7 +441,6 @@ def compare(num: Num, found, unit: str | None, written_unit: str | None):
     return False, shown, f"the table gives {shown}, which rounds to {min(rounded):f}"
 
 
-
 def rows_of(scratch, cite: Citation) -> int:
     """How many rows a row reference ("steps.csv: step=3, device=0") selects; NoTable when none
     or when it names a column that is not there."""
@@ -485,7 +461,6 @@ def rows_of(scratch, cite: Citation) -> int:
     return n
 
 
-
 def combine(results):
     """One verdict of several citations in one parenthesis: the first failing one's, else ok;
     found values and reasons joined, each reason naming its table."""
@@ -494,7 +469,6 @@ def combine(results):
     labels = list(dict.fromkeys(r[1] for r in results))
     whys = [r[3] for r in failing]
     return (verdict, " | ".join(labels), " | ".join(r[2] for r in results), "; ".join(whys))
-
 
 
 def check_figure(scratch, fig: Figure, cite: Citation, default_unit: str | None):
@@ -527,7 +501,6 @@ def check_figure(scratch, fig: Figure, cite: Citation, default_unit: str | None)
     return combine(results)
 
 
-
 def evaluate(expr: str, values: dict) -> Decimal:
     """A formula's value in Decimal arithmetic: numbers, the bound names, + - * / ** and
     parentheses; ValueError for anything else (a call, an unbound name)."""
@@ -556,10 +529,8 @@ def evaluate(expr: str, values: dict) -> Decimal:
         return ev(tree)
 
 
-
 BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
           ast.Div: operator.truediv, ast.Pow: operator.pow}
-
 
 
 def derived_inputs(scratch, d) -> tuple[dict, list]:
@@ -580,7 +551,6 @@ def derived_inputs(scratch, d) -> tuple[dict, list]:
         values[name] = v
         shown.append(f"{name}={v}")
     return values, shown
-
 
 
 def check_derived(scratch, fig: Figure, cite: Citation):
@@ -608,9 +578,7 @@ def check_derived(scratch, fig: Figure, cite: Citation):
     return "ok", label, found, ""
 
 
-
 DERIVED_FILE = "derived.csv"
-
 
 
 def check_derived_file(scratch) -> list[Row]:
@@ -645,7 +613,6 @@ def check_derived_file(scratch) -> list[Row]:
     return out
 
 
-
 def paired(scratch, fig: Figure, members: list) -> bool:
     """Two numbers joined by "to", "-" or "and" before two citations that each select one row
     are two figures, each checked against its own citation (not a range: one row has no
@@ -658,7 +625,6 @@ def paired(scratch, fig: Figure, members: list) -> bool:
         return False
 
 
-
 def one_row(scratch, cite: Citation) -> bool:
     """Whether a CSV citation's filters select exactly one row and it names no aggregate."""
     items = split_selector(cite.selector or "")
@@ -666,7 +632,6 @@ def one_row(scratch, cite: Citation) -> bool:
         return False
     return rows_of(scratch, Citation(cite.start, cite.end, cite.label, cite.table,
                                      ", ".join(items[1:]))) == 1
-
 
 
 def check_row_ref(scratch, cite: Citation) -> tuple:
@@ -680,7 +645,6 @@ def check_row_ref(scratch, cite: Citation) -> tuple:
     if not label_ok:
         return "no_label", label, "", f"{cite.table}: {label_why}"
     return "ok", label, f"{n} row{'s' if n != 1 else ''}", ""
-
 
 
 def check_one_figure(scratch, fig: Figure, cite: Citation, default_unit: str | None):
@@ -720,7 +684,6 @@ def check_one_figure(scratch, fig: Figure, cite: Citation, default_unit: str | N
     return "ok", label, found_text, ""
 
 
-
 def check_label(cite: Citation):
     """(ok, why, normalised label) of a citation's label."""
     if cite.label is None:
@@ -732,7 +695,6 @@ def check_label(cite: Citation):
     if lab == "inferred, not run":
         return True, "", "inferred"
     return False, f"the label '{cite.label}' is not measured, read or inferred", cite.label
-
 
 
 def check_text_claim(scratch, cite: Citation, text: str, start: int):
@@ -757,7 +719,6 @@ def check_text_claim(scratch, cite: Citation, text: str, start: int):
     span = (min(a for a, _ in spans), max(b for _, b in spans)) if spans else None
     return (verdict, label, found, why, next((r[4] for r in results if r[4]), ""),
             span if verdict == "ok" else None)
-
 
 
 def check_one_text(scratch, cite: Citation, text: str, start: int):
@@ -786,12 +747,10 @@ def check_one_text(scratch, cite: Citation, text: str, start: int):
             re.sub(r"\s+", " ", text[start:cite.start]).strip()[-40:], None)
 
 
-
 def normalise_words(s: str) -> str:
     """Words compared as text: emphasis, underscores and Markdown's backslash escapes undone."""
     s = re.sub(r"\\([\\`*_\[\](){}<>#+.!|-])", r"\1", s)
     return re.sub(r"\s+", " ", re.sub(r"[_\-`*]", " ", s)).strip().lower()
-
 
 
 # ---------------------------------------------------------------- analysis: segments
@@ -803,7 +762,6 @@ def mask(text: str, spans) -> str:
             if chars[i] != "\n":
                 chars[i] = " "
     return "".join(chars)
-
 
 
 def code_spans(masked: str, add) -> list[tuple]:
@@ -827,7 +785,6 @@ def code_spans(masked: str, add) -> list[tuple]:
                 add(s, n.group(0), "skipped", why="inside backticks")
         spans.append((m.start(), m.end()))
     return spans
-
 
 
 def check_segment(scratch, text: str, where, claim_of, ctx: Context, rows: list):
@@ -928,7 +885,6 @@ def check_segment(scratch, text: str, where, claim_of, ctx: Context, rows: list)
                   lambda *a, **k: add_row(rows, where, claim_of, *a, **k))
 
 
-
 def check_figures(scratch, text: str, masked: str, figures, cites, claimed: dict,
                   covered: list, ctx, add) -> None:
     """check_segment's verdict on each figure: claimed by a citation, inside a quoted text,
@@ -973,7 +929,6 @@ def check_figures(scratch, text: str, masked: str, figures, cites, claimed: dict
             add(fig.start, written, "no_table", why=why, counts=counts)
 
 
-
 def add_row(rows, where, claim_of, pos, figure, verdict, cite=None, label="", found="", why="",
             counts=""):
     line, gpos = where(pos)
@@ -984,10 +939,8 @@ def add_row(rows, where, claim_of, pos, figure, verdict, cite=None, label="", fo
                     counts))
 
 
-
 # the word a figure counts: the first after it, past a citation written right after it
 COUNTED_RE = re.compile(r"\s*(?:\([^()]*\)\s*)?([A-Za-z][A-Za-z-]*)")
-
 
 
 def counted_word(text: str, end: int) -> str:
@@ -995,7 +948,6 @@ def counted_word(text: str, end: int) -> str:
     that "1 step" and "2 steps" count one thing); "" where no word follows."""
     m = COUNTED_RE.match(text, end)
     return m.group(1).lower().removesuffix("s") if m else ""
-
 
 
 def collapse(s: str) -> str:
@@ -1009,7 +961,6 @@ def collapse(s: str) -> str:
             break
         n *= 4
     return c if len(c) <= CLAIM_CHARS else c[:CLAIM_CHARS - 1] + "…"
-
 
 
 def check_report(scratch: TableCache, text: str) -> list[Row]:
@@ -1050,7 +1001,6 @@ def check_report(scratch: TableCache, text: str) -> list[Row]:
     return rows
 
 
-
 def written_value(figure: str) -> tuple | None:
     """(value, unit) of one number as written ("100%", "30"), in the unit's base; None for
     anything else (a range, a bound, words)."""
@@ -1061,16 +1011,13 @@ def written_value(figure: str) -> tuple | None:
     return nums[0].value * factor, dim
 
 
-
 CONSTANT_SHOWN_RE = re.compile(r"(\w+)=(-?[\d.]+(?:E[-+]?\d+)?) \[([^\]]+)\]")
-
 
 
 def constants_of(row: Row) -> list[tuple]:
     """(name, value, source) of the named constants a derived figure's row shows."""
     return [(n, D(v), s) for n, v, s in CONSTANT_SHOWN_RE.findall(row.found_value)] \
         if row.selector.startswith("= ") else []
-
 
 
 def restated(rows: list[Row]) -> None:
@@ -1104,7 +1051,6 @@ def restated(rows: list[Row]) -> None:
             name, source, src = constants[v[0]]
             r.verdict, r.label, r.table, r.selector = "ok", src.label, f"[{source}]", name
             r.why = f"restates the constant {name} [{source}] of line {src.line}'s formula"
-
 
 
 def check_table(scratch, lines, line_start, rows):
@@ -1156,13 +1102,11 @@ def check_table(scratch, lines, line_start, rows):
         check_row_cells(scratch, no, ln, line_start, cells, ctxs, rows)
 
 
-
 EMPHASIS_RE = re.compile(r"^(\*{1,3})(?=\S)(.*?)(?<=\S)\1$", re.S)
 
 CODE_CELL_RE = re.compile(r"^(`+)(.*)\1$", re.S)
 
 ESCAPE_RE = re.compile(r"\\([\\`*_\[\](){}<>#+.!|-])")
-
 
 
 def key_text(cell: str) -> str:
@@ -1186,14 +1130,12 @@ def key_text(cell: str) -> str:
     return ESCAPE_RE.sub(r"\1", t).strip()
 
 
-
 def check_row_cells(scratch, no, line, line_start, cells, ctxs, rows):
     claim = collapse(line)
     for (text, off), ctx in zip(cells, ctxs, strict=True):
         def where(pos, off=off):
             return no, line_start[no - 1] + off + pos
         check_segment(scratch, text, where, lambda pos: claim, ctx, rows)
-
 
 
 # ---------------------------------------------------------------- writers
@@ -1223,13 +1165,11 @@ def result_of(rows: list[Row], report: Path) -> dict:
             "notes": notes, "refusals": [], "tables": {TABLE: len(rows)}}
 
 
-
 def write(out: Path, rows: list[Row], result: dict):
     with rules.replace_files(out, ".factcheck-") as tmp:  # both files whole or not at all
         n = scratch.write_table(tmp, TABLE, ([getattr(r, c) for c in COLUMNS] for r in rows))
         scratch.write_result(tmp, RESULT_FILE, result)
     return n
-
 
 
 def run(report: Path, out: Path):

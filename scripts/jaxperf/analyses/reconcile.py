@@ -22,7 +22,6 @@ COLUMNS = scratch.columns(TABLE)
 LOW_CONFIDENCE_SHARE_MAX_PCT = 5.0
 
 
-
 # ---------------------------------------------------------------- check 1
 
 def check_events(x, t, n_events, xplane_why: str, trace_why: str) -> list[dict]:
@@ -54,11 +53,9 @@ def check_events(x, t, n_events, xplane_why: str, trace_why: str) -> list[dict]:
     return out
 
 
-
 def _exporter_cap() -> int:
     import skip_stats
     return skip_stats.EXPORTER_EVENT_CAP
-
 
 
 # ---------------------------------------------------------------- check 6
@@ -99,7 +96,6 @@ def check_attribution(out_dir: Path) -> list[dict]:
     return out
 
 
-
 # ---------------------------------------------------------------- run
 
 def _by_stream(streams) -> dict:
@@ -111,7 +107,6 @@ def _by_stream(streams) -> dict:
             raise ValueError("not an integer")
         out[(d, s)] = [n, ps]
     return out
-
 
 
 def xplane_side(capture, out: Path, own_process: bool) -> tuple[dict | None, str]:
@@ -137,7 +132,6 @@ def xplane_side(capture, out: Path, own_process: bool) -> tuple[dict | None, str
                                       "requirements.txt") from exc
     except Exception as exc:  # noqa: BLE001 - the reader's own sentence
         return None, f"the xplane cannot be read ({exc})"
-
 
 
 def trace_side(capture, out: Path) -> tuple[dict | None, int, list | None, str]:
@@ -166,7 +160,6 @@ def trace_side(capture, out: Path) -> tuple[dict | None, int, list | None, str]:
                       len(a.events), unit="GPU events")
     idle = sorted(set(trace.gpu_pids()) - {e.device for e in a.events})
     return t, len(trace.events), model_checks.rows(a, step_rows, stream_acc, info, idle), ""
-
 
 
 def run(capture, out: Path, own_process: bool = False) -> tuple[dict, list]:

@@ -31,17 +31,14 @@ CH = "changes.csv"
 KNOWN_TABLES = ("capture_info.json", "skip_stats.json", "attribution/attribute_kernels.json")
 
 
-
 # ---------------------------------------------------------------- figures with citations
 
 UNITS = {"us": "us", "pct": "%", "count": "", "bytes": "B"}
 
 
-
 def num(value, decimals: int) -> str:
     """A table cell's number rounded for a column whose header carries the citation."""
     return "" if value in (None, "") else number_text(float(value), decimals)
-
 
 
 def cite(value, unit: str, label: str, table: str, selector: str, decimals: int = 1) -> str:
@@ -52,7 +49,6 @@ def cite(value, unit: str, label: str, table: str, selector: str, decimals: int 
     v = float(value)
     sep = "" if unit in ("%", "") else " "
     return f"{number_text(v, decimals)}{sep}{unit} ({label}; {table}: {selector})"
-
 
 
 def fig(scratch: Scratch, table: str, key: str, decimals: int = 1) -> str:
@@ -75,7 +71,6 @@ def fig(scratch: Scratch, table: str, key: str, decimals: int = 1) -> str:
             f"{unit}) ({f['label']}; {table}: figures.{key})")
 
 
-
 def cell(value, unit: str, label: str, table: str, column: str, key: str,
          decimals: int = 1) -> str:
     """A CSV cell's figure cited by its column and its row's key; empty where the cell is."""
@@ -84,10 +79,8 @@ def cell(value, unit: str, label: str, table: str, column: str, key: str,
     return cite(value, unit, label, table, f"{column}, {key}", decimals)
 
 
-
 def judge(what: str) -> str:
     return f"<!-- judge: {what} -->"
-
 
 
 def asked(what: str) -> list[str]:
@@ -95,14 +88,11 @@ def asked(what: str) -> list[str]:
     return ["", judge(what), ""]
 
 
-
 def missing(table: str, why: str) -> str:
     return f"_Not available: `{table}` is missing ({why}); see the trust list._"
 
 
-
 MD_PUNCT_RE = re.compile(r"([\\`*_\[\]<>#|!])")
-
 
 
 def md_cell(text: str) -> str:
@@ -111,14 +101,12 @@ def md_cell(text: str) -> str:
     return MD_PUNCT_RE.sub(r"\\\1", str(text).replace("\n", " "))
 
 
-
 def code(text: str) -> str:
     """A name as a code span, fenced by more backticks than any run inside it."""
     t = str(text).replace("\n", " ").replace("|", "\\|")
     fence = "`" * (max((len(m) for m in re.findall(r"`+", t)), default=0) + 1)
     pad = " " if t.startswith("`") or t.endswith("`") else ""
     return f"{fence}{pad}{t}{pad}{fence}"
-
 
 
 # ---------------------------------------------------------------- sections
@@ -161,7 +149,6 @@ def gpu_line(s: Scratch) -> list[str]:
                      f"{cite(p['between_ms'], 'ms', 'measured', t, 'profiler.between_ms', 3)}")
         out.append(line + ".")
     return out
-
 
 
 def results(s: Scratch) -> list[str]:
@@ -222,7 +209,6 @@ def results(s: Scratch) -> list[str]:
     return out + [""]
 
 
-
 def top_in_brief(s: Scratch) -> list[str]:
     """The three instructions and Python lines with the most GPU time, where step 4 ranked
     them (its refusal is said in section 4)."""
@@ -253,15 +239,12 @@ def top_in_brief(s: Scratch) -> list[str]:
     return out
 
 
-
 def program_named(r: dict) -> str:
     """An ops.csv row's instruction with its program: `jit_dot(49) custom-call.1`."""
     return f"{r.get('module', '')}({r.get('program_id', '')}) {r['instruction']}"
 
 
-
 MAX_CITED_NAME = 100  # a kernel name longer than this is left to its table, not cited inline
-
 
 
 def citeable(name: str) -> bool:
@@ -270,11 +253,9 @@ def citeable(name: str) -> bool:
     return bool(name) and len(name) <= MAX_CITED_NAME and not set(name) & set('"()`;|\n\\')
 
 
-
 def kernel_key(name: str) -> str:
     """A kernel name as a filter value: quoted where it holds a comma."""
     return f'"{name}"' if "," in name else name
-
 
 
 def key_of(r: dict, col: str) -> str:
@@ -283,7 +264,6 @@ def key_of(r: dict, col: str) -> str:
     if col == "instruction":
         return f"program_id={r.get('program_id', '')}, instruction={r['instruction']}"
     return f"user_frame={r['user_frame']}"
-
 
 
 def verdict_section(s: Scratch) -> list[str]:
@@ -307,7 +287,6 @@ def verdict_section(s: Scratch) -> list[str]:
                        "verdict holds on every GPU (steps.csv)")
 
 
-
 STEP_FIGURES = {  # step 1's figures in the appendix, in order, with their names
     "step_duration_us": "step duration", "busy_us": "GPU busy (union of streams)",
     "union_idle_us": "GPU idle (step minus busy)",
@@ -318,14 +297,12 @@ STEP_FIGURES = {  # step 1's figures in the appendix, in order, with their names
     "tklqt_us": "TKLQT (sum of launch-to-start)", "akd_us": "AKD (average kernel duration)"}
 
 
-
 def figures_table(s: Scratch) -> list[str]:
     """Step 1's figures across steps and GPUs (skip_stats.json), for the appendix."""
     figures = (s.json("skip_stats.json") or {}).get("figures") or {}
     return ["| figure | median (range) across steps and GPUs |", "|---|---|"] + [
         f"| {name} | {fig(s, 'skip_stats.json', key)} |"
         for key, name in STEP_FIGURES.items() if key in figures] + [""]
-
 
 
 def reconciliation_section(s: Scratch) -> list[str]:
@@ -341,7 +318,6 @@ def reconciliation_section(s: Scratch) -> list[str]:
                        "(reconciliation.csv trust_sentence)")
 
 
-
 def failed_checks(s: Scratch) -> list[str]:
     """Every reconciliation check that did not pass, with its trust-list sentence."""
     bad = [r for r in (s.rows("reconciliation.csv") or []) if r["status"] != "pass"]
@@ -355,7 +331,6 @@ def failed_checks(s: Scratch) -> list[str]:
                    f"{md_cell(r['trust_sentence'])} (measured; reconciliation.csv: "
                    f"trust_sentence, {key}) |")
     return out + [""]
-
 
 
 def streams_table(s: Scratch) -> list[str]:
@@ -376,7 +351,6 @@ def streams_table(s: Scratch) -> list[str]:
             out.append(f"| {r['device']} | {r['stream']} | {'yes' if r['critical'] == '1' else ''}"
                        f" | " + " | ".join(cells) + " |")
     return out + [""]
-
 
 
 def streams_section(s: Scratch) -> list[str]:
@@ -404,7 +378,6 @@ def streams_section(s: Scratch) -> list[str]:
                        "(swimlanes.svg, stragglers.csv)")
 
 
-
 def shares(r: dict, table: str, key: str) -> str:
     """An ops.csv or lines.csv row's two shares, as two cells: of the chosen program's
     attributed time, and of all GPU time."""
@@ -412,13 +385,11 @@ def shares(r: dict, table: str, key: str) -> str:
                       for c in ("pct_of_attributed", "pct_of_gpu_time"))
 
 
-
 # A refusal to rank a table's rows, as steps 4 and 6 word it: "cannot rank instructions or Python
 # lines because ..." (changes.py), the one contract the draft reads refusals by.
 RANK_REFUSAL_RE = re.compile(r"^cannot rank\b(?P<what>[^:;]*?)\bbecause\b")
 
 REFUSING = ("attribution/attribute_kernels.json", "changes.json")
-
 
 
 def rank_refusals(s: Scratch) -> dict[str, list[tuple[str, str]]]:
@@ -440,7 +411,6 @@ def rank_refusals(s: Scratch) -> dict[str, list[tuple[str, str]]]:
     return out
 
 
-
 def refused_lines(refusals: list[tuple[str, str]], table: str, what: str,
                   program: str) -> list[str]:
     """The refusal said, quoted whole and cited, in place of a table of shares."""
@@ -449,7 +419,6 @@ def refused_lines(refusals: list[tuple[str, str]], table: str, what: str,
     out += ["", f"`{table}`'s shares (the chosen program is {code(program)}) are not stated "
             "here as an answer to what the step refused."]
     return out
-
 
 
 def ops_section(s: Scratch) -> list[str]:
@@ -491,7 +460,6 @@ def ops_section(s: Scratch) -> list[str]:
                        "anything about them; a small instruction cannot fill the GPU")
 
 
-
 def ops_table(s: Scratch, ops: list) -> list[str]:
     """Instructions with their GPU time, shares, Python line and the share of their ceiling
     they reach (or why none is computable); the figures cited once in the header, by the row's
@@ -521,7 +489,6 @@ def ops_table(s: Scratch, ops: list) -> list[str]:
     return out
 
 
-
 def lines_table(lines: list) -> list[str]:
     key = "user_frame=*"
     out = ["", f"| Python line | GPU time (us) (measured; {LINES}: gpu_us, {key}) "
@@ -535,7 +502,6 @@ def lines_table(lines: list) -> list[str]:
                    f"{num(r['pct_of_attributed'], 2)} | {num(r['pct_of_gpu_time'], 2)} | "
                    f"{num(r['instructions'], 0)} |")
     return out
-
 
 
 def roofline_part(s: Scratch) -> list[str]:
@@ -562,7 +528,6 @@ def roofline_part(s: Scratch) -> list[str]:
             f"{md_cell(rj['refusals'][0])} (inferred; roofline.json: refusals.0)"
             if rj.get("refusals") else "no reason given (roofline.json)")]
     return ["", missing("roofline.json", "step 5 did not run")]
-
 
 
 def appendix(s: Scratch) -> list[str]:
@@ -610,7 +575,6 @@ def appendix(s: Scratch) -> list[str]:
     return out
 
 
-
 def phases_part(s: Scratch) -> list[str]:
     """GPU time per phase of the program (phases.csv), and what an absent phase says."""
     rows = s.rows(PHASES)
@@ -632,7 +596,6 @@ def phases_part(s: Scratch) -> list[str]:
     return out + [""] + [f"- {t}" for t in said]
 
 
-
 def measured_part(r: dict, key: str) -> str:
     """'<saving at a rate this capture reached> to ' before a change's saving, where it has
     one (changes.csv saving_measured_us), else nothing."""
@@ -640,7 +603,6 @@ def measured_part(r: dict, key: str) -> str:
         return ""
     m = cell(r["saving_measured_us"], "us", "inferred", "changes.csv", "saving_measured_us", key)
     return f"{m} ({rules.low_end_words(r.get('cause_kind'))}) to "
-
 
 
 def changes_section(s: Scratch) -> list[str]:
@@ -659,7 +621,6 @@ def changes_section(s: Scratch) -> list[str]:
                        "knob as a hypothesis (changes.csv assumptions)")
 
 
-
 def assumptions(changes: list, shown: list = ()) -> list[str]:
     """The assumptions once per kind of change, with the changes of that kind; the kinds of
     `shown` (said in section 5) left out."""
@@ -675,7 +636,6 @@ def assumptions(changes: list, shown: list = ()) -> list[str]:
         f"- {kind} ({'change' if len(rs) == 1 else 'changes'} "
         f"{', '.join(r['rank'] for r in rs)}): {md_cell(rs[0]['assumptions'])} "
         f"(inferred; {CH}: assumptions, rank={rs[0]['rank']})" for kind, rs in kinds.items()] + [""]
-
 
 
 def changes_table(changes: list, full: bool) -> list[str]:
@@ -705,7 +665,6 @@ def changes_table(changes: list, full: bool) -> list[str]:
     return out
 
 
-
 def trust_section(s: Scratch) -> list[str]:
     rows = s.rows("trust.csv")
     if rows is None:
@@ -730,7 +689,6 @@ def trust_section(s: Scratch) -> list[str]:
     return out + asked("say which trust items limit the changes above (trust.csv detail)")
 
 
-
 SECTIONS = (  # the report's sections in order: heading, lines
     ("## In brief", results),
     ("## 1. Verdict and causes", verdict_section),
@@ -741,7 +699,6 @@ SECTIONS = (  # the report's sections in order: heading, lines
     ("## 6. Where this capture cannot be trusted", trust_section),
     ("## Appendix: the tables behind the sections", appendix),
 )
-
 
 
 def draft(s: Scratch) -> str:

@@ -35,13 +35,11 @@ READ_TAGS = ("vendor", "vendor-mirror", "secondary", "capture")
 PALLAS_TARGET = "tpu_custom_call"  # a Pallas kernel's custom call on a TPU
 
 
-
 # ---------------------------------------------------------------- the analysis
 
 def _g(x) -> str:
     """A figure in a table cell: six significant digits, empty for None."""
     return "" if x is None else f"{x:.6g}"
-
 
 
 def read_attribution(out: Path, capture) -> tuple[list[dict], dict]:
@@ -68,7 +66,6 @@ def read_attribution(out: Path, capture) -> tuple[list[dict], dict]:
     return rows, res
 
 
-
 def program_executions(res: dict) -> dict:
     """program id (str) -> (executions summed over GPUs, GPUs) as step 4 counted them
     (attribute_kernels.json `programs`; an older result: the chosen program's `executions`)."""
@@ -82,7 +79,6 @@ def program_executions(res: dict) -> dict:
             sum(int(e.get("executions") or 0) for e in (res.get("executions") or {}).values()),
             devices or 0)
     return out
-
 
 
 def analyse(rows, res, programs, gpu: dict, peaks: dict,
@@ -140,13 +136,11 @@ def analyse(rows, res, programs, gpu: dict, peaks: dict,
                       "used": used}
 
 
-
 # Every instruction holding at least this share of the attributed time gets a roofline point or
 # a sentence on the trust list saying what is missing
 POINT_MIN_PCT = 1.0
 
 WITHHELD = "withheld:"
-
 
 
 def same_work_targets(placed: list) -> list[tuple]:
@@ -171,7 +165,6 @@ def same_work_targets(placed: list) -> list[tuple]:
                        for _, m in members[lo:hi])
             out[n] = best
     return out
-
 
 
 def row_cost(r: dict, programs: dict, costs: dict, counts: dict) -> tuple[Cost, object, int | None]:
@@ -200,6 +193,10 @@ def row_cost(r: dict, programs: dict, costs: dict, counts: dict) -> tuple[Cost, 
     return c, ins, runs
 
 
+# the opcodes that start an asynchronous op (their done is one of trace_rules.WAIT_OPCODES)
+ASYNC_STARTS = frozenset({"copy-start", "async-start", "send", "recv", "all-reduce-start",
+                          "all-gather-start", "collective-permute-start"})
+
 
 def capture_cost(r: dict, c: Cost, ins, tpu_costs: dict) -> tuple[Cost, int]:
     """A TPU op's FLOPs and bytes of one run as the capture states them (XLA's cost model; a
@@ -212,6 +209,11 @@ def capture_cost(r: dict, c: Cost, ins, tpu_costs: dict) -> tuple[Cost, int]:
         return Cost(None, None, "not computable",
                     why="the capture gives no cost for this instruction"), runs
     flops, model_flops, nbytes, category, hbm = got
+    if ins is not None and (ins.opcode in rules.WAIT_OPCODES or ins.opcode in ASYNC_STARTS):
+        return Cost(None, None, "not computable", why=(
+            f"one half of an asynchronous {ins.opcode.rsplit('-', 1)[0]}: its bytes move "
+            "between its start and its done, beside other ops; its own time is the start's "
+            "issue or the done's wait, no measure of a rate")), runs
     custom = category == "custom-call"
     pallas = custom and ins is not None and ins.custom_call_target == PALLAS_TARGET
     if not flops and not nbytes:
@@ -239,7 +241,6 @@ def capture_cost(r: dict, c: Cost, ins, tpu_costs: dict) -> tuple[Cost, int]:
                 kind=c.kind if hlo else (category or "other"), backend="TPU"), runs
 
 
-
 @dataclass
 class Placement:
     """Where one instruction sits on the roofline; empty (no ceiling, `why` says so) where its
@@ -256,7 +257,6 @@ class Placement:
     share: float | None = None           # percent of the binding ceiling reached
     why: str | None = None               # why it has no ceiling
     used: tuple = ()                     # the ceilings it was held against
-
 
 
 def place(c: Cost, runs: int, ps: int, category: str, model: str | None,
@@ -291,7 +291,6 @@ def place(c: Cost, runs: int, ps: int, category: str, model: str | None,
     return past_limit(spot, hbm.value)
 
 
-
 def past_limit(spot: Placement, hbm: float) -> Placement:
     """The placement with its share withheld (`why` says so) where it passes a physical limit:
     above 100% of its ceiling, or moving its bytes faster than the GPU's memory. Either is a
@@ -309,7 +308,6 @@ def past_limit(spot: Placement, hbm: float) -> Placement:
     return spot
 
 
-
 def no_ceiling_why(model, category: str, secs: float, hbm, key, comp_c) -> str | None:
     """Why an instruction gets no ceiling (the GPU, a collective, no time, a ceiling peaks.csv
     does not confirm), or None when it has one."""
@@ -324,7 +322,6 @@ def no_ceiling_why(model, category: str, secs: float, hbm, key, comp_c) -> str |
     if key and (comp_c is None or comp_c.value is None):
         return f"{key} of {model} is {comp_c.tag if comp_c else 'not in peaks.csv'}"
     return None
-
 
 
 def table_row(r: dict, c: Cost, ins, runs: int | None, spot: Placement, hbm,
@@ -352,7 +349,6 @@ def table_row(r: dict, c: Cost, ins, runs: int | None, spot: Placement, hbm,
     ]
 
 
-
 def not_computable_trust(no_cost: list, total_ps: int) -> list[str]:
     """The trust-list sentence for the instructions whose FLOPs or bytes are not computable
     (`no_cost`: (ps, instruction, why)); none when there are none."""
@@ -363,7 +359,6 @@ def not_computable_trust(no_cost: list, total_ps: int) -> list[str]:
     return [f"FLOPs or bytes are not computable for {len(no_cost)} instructions with "
             f"{no_cost_ps / 1e6:.3f} us of GPU time ({pct(no_cost_ps, total_ps)}% of "
             f"the program's attributed time); largest: {top}."]
-
 
 
 def without_point_trust(placed: list, total_ps: int) -> list[str]:
@@ -380,14 +375,12 @@ def without_point_trust(placed: list, total_ps: int) -> list[str]:
                 f"{n} ({pct(ps, total_ps)}%: {why})" for ps, n, why in missing) + "."]
 
 
-
 def withheld_trust(withheld: list) -> list[str]:
     """The trust-list sentence for the shares withheld past a physical limit."""
     if not withheld:
         return []
     return [f"{len(withheld)} roofline shares are withheld past a physical limit: "
             + "; ".join(withheld[:5]) + (" ..." if len(withheld) > 5 else "") + "."]
-
 
 
 def add_xprof(table: list[list], costs: dict, program=None) -> int:
@@ -418,7 +411,6 @@ def add_xprof(table: list[list], costs: dict, program=None) -> int:
     return n
 
 
-
 def refuse_without_hlo(capture, out: Path, space, gpu: dict) -> tuple[dict, list]:
     """A capture with no HLO program (a TensorFlow capture, or one taken without the metadata
     plane): no instruction has FLOPs or bytes. The refusal is written, with the GPU time it
@@ -440,7 +432,6 @@ def refuse_without_hlo(capture, out: Path, space, gpu: dict) -> tuple[dict, list
     return result, _write_all(out, [], result, None)
 
 
-
 def read_costs(path: Path | None):
     """The user's --costs table (custom_costs.UserCosts), None without one; a StepError where
     it cannot be used."""
@@ -451,7 +442,6 @@ def read_costs(path: Path | None):
         return custom_costs.UserCosts(path)
     except custom_costs.CostsTableError as exc:
         raise step_cli.StepError(str(exc)) from exc
-
 
 
 def run(capture, out: Path, use_xprof: bool = True,
@@ -502,7 +492,6 @@ def run(capture, out: Path, use_xprof: bool = True,
     return result, written
 
 
-
 def checked_by_step4(out: Path, capture) -> bool:
     """Whether step 4's result in `out` records this very xplane (its path, size and time): step
     4 decoded and checked each of its events, and this step reads none (the programs and the
@@ -513,7 +502,6 @@ def checked_by_step4(out: Path, capture) -> bool:
     return isinstance(was, dict) and scratch.written_for(was, capture.files.xplane, base=out)
 
 
-
 def read_space(capture, lazy: bool = False):
     """The capture's xplane (`lazy`: its events decoded when first read); a StepError where it
     cannot be read (XPlaneError), a MissingPackage where protobuf is missing."""
@@ -522,7 +510,6 @@ def read_space(capture, lazy: bool = False):
         return xplane_reader.space_of(capture, lazy)
     except ImportError as exc:  # protobuf (xprotos.MissingDependency is one)
         raise step_cli.MissingPackage(f"a package is missing ({exc}); {INSTALL}") from exc
-
 
 
 def load_programs(space, rows: list[dict], res: dict) -> tuple[int, dict]:
@@ -547,7 +534,6 @@ def load_programs(space, rows: list[dict], res: dict) -> tuple[int, dict]:
     return pid, programs
 
 
-
 def add_xprof_figures(table: list[list], programs: dict, out: Path, use_xprof: bool) -> dict:
     """XProf's FLOPs and bytes added to the table's rows (add_xprof); the result's `xprof`:
     the rows that got them and a note on the others."""
@@ -563,12 +549,10 @@ def add_xprof_figures(table: list[list], programs: dict, out: Path, use_xprof: b
     return {"rows_with_xprof": with_xprof, "note": xnote or None}
 
 
-
 def capture_json(capture) -> dict:
     """The result's `capture`: the xplane, the host and the run folder's name."""
     return {"xplane": str(capture.files.xplane), "host": capture.files.host,
             "run": Path(capture.files.run_dir).name if capture.files.run_dir else None}
-
 
 
 def gpu_json(gpu: dict) -> dict:
@@ -577,7 +561,6 @@ def gpu_json(gpu: dict) -> dict:
     return {"model": gpu["model"], "basis": gpu["basis"], "devices": gpu.get("devices"),
             "evidence": gpu["evidence"], "why": gpu["why"], "label": "read" if tpu else
             "inferred", **({"kind": "TPU"} if tpu else {})}
-
 
 
 def _write_all(out: Path, table, result, svg) -> list[tuple[str, int]]:
@@ -593,7 +576,6 @@ def _write_all(out: Path, table, result, svg) -> list[tuple[str, int]]:
     return [(TABLE, n), (PLOT, len(svg.encode())), (RESULT_FILE, None)]
 
 
-
 # ---------------------------------------------------------------- the plot
 
 W, H, LEFT, RIGHT, TOP, BOTTOM = 900, 620, 90, 30, 40, 150
@@ -607,7 +589,6 @@ DTYPE_COLOURS = ("#444444", "#9467bd", "#ff7f0e", "#8c564b", "#17becf", "#e377c2
 CAPTION_CHARS = 140  # caption lines are wrapped to stay inside the plot's width
 
 LABELLED_POINTS = 8  # the instructions with the most GPU time get a text label on the plot
-
 
 
 @dataclass(frozen=True)
@@ -626,7 +607,6 @@ class LogAxes:
     def y(self, v: float) -> float:
         return H - BOTTOM - (math.log10(v) - math.log10(self.ylo)) / (
             math.log10(self.yhi) - math.log10(self.ylo)) * (H - TOP - BOTTOM)
-
 
 
 def render_svg(table, result) -> str:
@@ -658,7 +638,6 @@ def render_svg(table, result) -> str:
     return "\n".join(s)
 
 
-
 def plot_points(table) -> list[tuple]:
     """(intensity, achieved FLOP/s, GPU us, category, instruction) of each row with both above
     zero: the rows a log-log plot can draw."""
@@ -672,7 +651,6 @@ def plot_points(table) -> list[tuple]:
     return pts
 
 
-
 def log_axes(pts: list[tuple], hbm: dict | None, computes: list[dict]) -> LogAxes:
     """Scales holding every point and every ridge (compute ceiling / bandwidth), with a decade
     of room to the right and below, and a factor 2 above the highest ceiling."""
@@ -682,7 +660,6 @@ def log_axes(pts: list[tuple], hbm: dict | None, computes: list[dict]) -> LogAxe
                    xhi=10 ** math.ceil(math.log10(max(xs) * 10)) if xs else 1e4,
                    ylo=10 ** math.floor(math.log10(min(ys) / 10)) if ys else 1e9,
                    yhi=10 ** math.ceil(math.log10(max(ys) * 2)) if ys else 1e16)
-
 
 
 def draw_axes(axes: LogAxes) -> list[str]:
@@ -704,7 +681,6 @@ def draw_axes(axes: LogAxes) -> list[str]:
     return out
 
 
-
 def draw_roofs(axes: LogAxes, hbm: dict, computes: list[dict]) -> list[str]:
     """Per compute ceiling, in its colour: the memory slope up to the ridge, then the flat
     roof, and a dot at the ridge."""
@@ -723,7 +699,6 @@ def draw_roofs(axes: LogAxes, hbm: dict, computes: list[dict]) -> list[str]:
     return out
 
 
-
 def draw_legend(hbm: dict | None, computes: list[dict]) -> tuple[list[str], list[tuple]]:
     """The ceilings with their tags and sources, top left (above the memory slope no
     instruction can be drawn); returns the texts and the boxes they take."""
@@ -740,7 +715,6 @@ def draw_legend(hbm: dict | None, computes: list[dict]) -> tuple[list[str], list
     return out, placed
 
 
-
 def draw_points(axes: LogAxes, pts: list[tuple]) -> list[str]:
     """A circle per instruction, largest GPU time first, its area by GPU time and its colour
     by category; the tooltip gives its figures."""
@@ -753,7 +727,6 @@ def draw_points(axes: LogAxes, pts: list[tuple]) -> list[str]:
                                cx=axes.x(i), cy=axes.y(f), r=r, fill_opacity="0.6",
                                fill=CATEGORY_COLOURS.get(cat, "#7f7f7f")))
     return out
-
 
 
 def draw_labels(axes: LogAxes, pts: list[tuple], placed: list[tuple]) -> list[str]:
@@ -774,7 +747,6 @@ def draw_labels(axes: LogAxes, pts: list[tuple], placed: list[tuple]) -> list[st
                 out.append(svg.text(x0, y0, name, apos=APOS))
                 break
     return out
-
 
 
 def caption_lines(table, result, pts: list[tuple]) -> list[str]:

@@ -124,17 +124,14 @@ PATTERNS = (
     '</pattern>')
 
 
-
 class SwimlaneError(step_cli.StepError):
     """The input cannot be drawn; the message is one sentence (exit 1)."""
-
 
 
 class WindowError(SwimlaneError):
     """--start/--end do not make a window (a usage error, exit 2)."""
 
     code = step_cli.USAGE
-
 
 
 # ---------------------------------------------------------------- load
@@ -144,7 +141,6 @@ def to_ps(us_text: str) -> int:
     return round(float(us_text) * 1_000_000)
 
 
-
 def ensure_step1(capture, out: Path) -> bool:
     """Run step 1 into `out` where one of its tables is missing; True when it ran."""
     if all((out / f).is_file() for f in STEP1_FILES):
@@ -152,7 +148,6 @@ def ensure_step1(capture, out: Path) -> bool:
     import skip_stats  # sibling skill, standard library only
     skip_stats.run(capture, out)
     return True
-
 
 
 def read_step1(out: Path) -> tuple[dict, dict, list]:
@@ -184,11 +179,9 @@ def read_step1(out: Path) -> tuple[dict, dict, list]:
     return s1, steps, gaps
 
 
-
 ROW_COLUMNS = ["device", "stream", "stream_name", "kernel", "category", "start_us", "end_us",
                "join", "launch_name", "launch_thread", "launch_start_us", "launch_dur_us",
                "hlo_op", "graph", "step"]
-
 
 
 class Rows:
@@ -261,7 +254,6 @@ class Rows:
             self.span = (first, last)
 
 
-
 # kernels.csv is written in the order of device, stream and start (scratch-layout.md), so from
 # this size on each drawn lane's kernels are read where its window lies (found by halving the
 # file), not the whole table (258 MB at five times the seed's size, 0.5 s); a key the windows miss
@@ -269,7 +261,6 @@ class Rows:
 WINDOWED_READ_MIN = 8 << 20
 
 _HALVED_DOWN_TO = 1 << 16  # the window's start is found to within this many bytes
-
 
 
 def read_instructions(out: Path, keys: set) -> tuple[dict, str | None]:
@@ -298,7 +289,6 @@ def read_instructions(out: Path, keys: set) -> tuple[dict, str | None]:
         return {}, f"{exc}: tooltips name no instruction"
 
 
-
 def _read_keys(lines, keys: set, cols: tuple, last=None) -> dict:
     """The (instruction, match) of each key among `lines` (text lines of kernels.csv after its
     header); with `last` ((device, stream, start) of the last key wanted), lines ordered by
@@ -323,7 +313,6 @@ def _read_keys(lines, keys: set, cols: tuple, last=None) -> dict:
     return found
 
 
-
 def _line_key(line: str) -> tuple | None:
     """(device, stream, start) of a kernels.csv line; None where it does not start with them."""
     cells = line.split(",", 3)
@@ -331,7 +320,6 @@ def _line_key(line: str) -> tuple | None:
         return int(cells[0]), int(cells[1]), float(cells[2])
     except (ValueError, IndexError):
         return None
-
 
 
 def _read_windows(path: Path, keys: set, cols: tuple) -> dict:
@@ -363,7 +351,6 @@ def _read_windows(path: Path, keys: set, cols: tuple) -> dict:
             found.update(_read_keys(text, {(d, s, t) for t in ts}, cols,
                                     (int(d), int(s), float(ts[-1]))))
     return found
-
 
 
 # ---------------------------------------------------------------- analyses
@@ -421,7 +408,6 @@ def choose_step(s1: dict, steps: dict, requested: int | None) -> dict:
             "end": max(r["end"] for r in g.values()), "dur": dur[n]}
 
 
-
 def step_of_window(steps: dict, start_us: float | None, end_us: float | None) -> int | None:
     """The analysed step a --start/--end window overlaps most (the one it starts in when it
     overlaps several equally); None when it overlaps none (the median step is drawn around it,
@@ -436,7 +422,6 @@ def step_of_window(steps: dict, start_us: float | None, end_us: float | None) ->
     return best if min(hi, spans[best][1]) > max(lo, spans[best][0]) else None
 
 
-
 def window(chosen: dict, start_us: float | None, end_us: float | None) -> tuple[int, int, bool]:
     """The drawn window in picoseconds: the step with a margin, or --start/--end."""
     pad = max(1, round((chosen["end"] - chosen["start"]) * MARGIN_SHARE))
@@ -447,7 +432,6 @@ def window(chosen: dict, start_us: float | None, end_us: float | None) -> tuple[
                           f"end {us_value(v1):,.3f} us (step {chosen['number']} spans "
                           f"{us_value(chosen['start']):,.3f} to {us_value(chosen['end']):,.3f} us)")
     return v0, v1, start_us is not None or end_us is not None
-
 
 
 def last_stretch(evs: list, gaps: list, step_start: int) -> tuple:
@@ -488,7 +472,6 @@ def last_stretch(evs: list, gaps: list, step_start: int) -> tuple:
     return last, kind, t0
 
 
-
 def straggler_rows(steps: dict, per_step_gpu: dict, gaps: list,
                    compared: set | None = None) -> list[dict]:
     """stragglers.csv: one row per analysed step and GPU, by step then device. Only the compared
@@ -518,7 +501,6 @@ def straggler_rows(steps: dict, per_step_gpu: dict, gaps: list,
                            stretch=last[1] - t0, last_dur=last[1] - last[0])
             out.append(row)
     return out
-
 
 
 def straggler_of(chosen: dict, rows: list[dict]) -> tuple[dict | None, list, list]:
@@ -583,7 +565,6 @@ def straggler_of(chosen: dict, rows: list[dict]) -> tuple[dict | None, list, lis
             "sentence": sentence}, [], []
 
 
-
 def lay_out(events, v0: int, v1: int, merge_ps: float) -> list[tuple]:
     """Bars of one lane: (start, end, class, n, busy_ps, event). An event at least `merge_ps`
     wide (in the window) is a bar alone (n = 1); narrower ones of one kind, each within
@@ -617,7 +598,6 @@ def lay_out(events, v0: int, v1: int, merge_ps: float) -> list[tuple]:
     return bars
 
 
-
 def merge_spans(spans, gap_ps: float) -> list[tuple]:
     """Intervals joined where they lie less than `gap_ps` apart (the graph strip)."""
     out: list[list] = []
@@ -627,7 +607,6 @@ def merge_spans(spans, gap_ps: float) -> list[tuple]:
         else:
             out.append([s, e])
     return [tuple(x) for x in out]
-
 
 
 def build_lanes(rows: Rows, steps: dict, chosen: dict, gaps: list, v0: int, v1: int) -> list:
@@ -681,12 +660,10 @@ def build_lanes(rows: Rows, steps: dict, chosen: dict, gaps: list, v0: int, v1: 
     return lanes
 
 
-
 # ---------------------------------------------------------------- the SVG
 
 def short(name: str) -> str:
     return name if len(name) <= NAME_CHARS else name[:NAME_CHARS - 1] + "\u2026"
-
 
 
 def nice_step(span: float, target: int = 10) -> float:
@@ -695,10 +672,8 @@ def nice_step(span: float, target: int = 10) -> float:
     return next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
 
 
-
 def fmt_us(v: float, step: float) -> str:
     return number_text(v, 0 if step >= 1 else min(3, -math.floor(math.log10(step))))
-
 
 
 class Canvas:
@@ -723,7 +698,6 @@ class Canvas:
                              width=max(w, MIN_BAR_PX), height=h, class_=cls))
 
 
-
 def kernel_tip(ev, lane, instructions) -> str:
     start, end, cls, name, graph, start_t = ev
     lines = [short(name)]
@@ -735,13 +709,11 @@ def kernel_tip(ev, lane, instructions) -> str:
     return "\n".join(lines)
 
 
-
 def merged_tip(bar, where: str) -> str:
     s, e, cls, n, busy, ev = bar
     return (f"{n} events merged ({KIND_WORDS[cls]}, each narrower than a pixel): "
             f"{busy / 1e6:,.3f} us busy over {(e - s) / 1e6:,.3f} us from {s / 1e6:,.3f} us; "
             f"longest: {short(ev[3])} ({(ev[1] - ev[0]) / 1e6:,.3f} us)\n{where}")
-
 
 
 def merged_gap_tip(bar) -> str:
@@ -754,7 +726,6 @@ def merged_gap_tip(bar) -> str:
             f"{(g['end'] - g['start']) / 1e6:,.3f} us, is before {short(g['after'])}")
 
 
-
 def gap_tip(g: dict) -> str:
     """The tooltip of one gap on a critical stream."""
     return (f"idle {(g['end'] - g['start']) / 1e6:,.3f} us on the critical stream "
@@ -762,13 +733,11 @@ def gap_tip(g: dict) -> str:
             f"{short(g['before']) or 'the step start'}, before {short(g['after'])}")
 
 
-
 def host_call_tip(call, cls: str, thread: str) -> str:
     """The tooltip of one launch call on a host lane."""
     return (f"{short(call[3])}\n{KIND_WORDS[cls]}, {(call[1] - call[0]) / 1e6:,.3f} us "
             f"at {call[0] / 1e6:,.3f} us; launched {call[5]} GPU event(s) on GPU "
             f"{', '.join(map(str, sorted(call[4])))}\n{thread}")
-
 
 
 def host_gap_tip(g: dict, items: list[str]) -> str:
@@ -780,7 +749,6 @@ def host_gap_tip(g: dict, items: list[str]) -> str:
             + "; ".join(short(x) for x in items[:HOST_GAP_EVENTS])
             + (f"; and {len(items) - HOST_GAP_EVENTS} more"
                if len(items) > HOST_GAP_EVENTS else ""))
-
 
 
 def render_lines(result: dict) -> list[str]:
@@ -811,7 +779,6 @@ def render_lines(result: dict) -> list[str]:
     return out
 
 
-
 def lay_out_lanes(lanes: list, v0: int, v1: int, merge_ps: float) -> dict:
     """Each lane's bars (lane["bars"]: its events; lane["gap_bars"]: the critical stream's gaps
     on a GPU lane, the GPU gaps whose host events a host lane shows), merged alike, and the
@@ -837,7 +804,6 @@ def lay_out_lanes(lanes: list, v0: int, v1: int, merge_ps: float) -> dict:
     return counts
 
 
-
 def name_lanes(lanes: list, straggler: dict | None) -> None:
     """Each lane's label, SVG id and label class: GPU, stream name, role, critical stream and
     the straggler (or tie) mark; a host lane's thread, role and the GPUs it serves."""
@@ -858,7 +824,6 @@ def name_lanes(lanes: list, straggler: dict | None) -> None:
                 f" (GPU {', '.join(map(str, lane['devices']))})" if lane["devices"] else "")
             lane["id"] = f"host{i}"
             lane["cls"] = "lab"
-
 
 
 def render_svg(result: dict, lanes: list, v0: int, v1: int, chosen: dict, rows_strag: list,
@@ -895,7 +860,6 @@ def render_svg(result: dict, lanes: list, v0: int, v1: int, chosen: dict, rows_s
             + "".join(canvas.parts) + "</svg>\n")
 
 
-
 def draw_head(canvas: Canvas, title: str, head: list[str]) -> int:
     """The title and the header sentences, wrapped; returns the y of the last line."""
     y = 28
@@ -905,7 +869,6 @@ def draw_head(canvas: Canvas, title: str, head: list[str]) -> int:
         y += 17
         canvas.text(16, y, part, "hd")
     return y
-
 
 
 def draw_legend(canvas: Canvas, y: int) -> int:
@@ -925,7 +888,6 @@ def draw_legend(canvas: Canvas, y: int) -> int:
     return y
 
 
-
 def lane_rows(lanes: list, axis_y: int) -> tuple[list[int], int]:
     """Each lane's y below the axis (a gap between groups), and the y below the last lane."""
     y_cur = axis_y + 14
@@ -939,7 +901,6 @@ def lane_rows(lanes: list, axis_y: int) -> tuple[list[int], int]:
         prev_group = group
         y_cur += LANE_PITCH
     return rows_y, y_cur + 4
-
 
 
 def draw_axis(canvas: Canvas, axis_y: int, bottom: int) -> None:
@@ -962,7 +923,6 @@ def draw_axis(canvas: Canvas, axis_y: int, bottom: int) -> None:
                 "small")
 
 
-
 def draw_backgrounds(canvas: Canvas, lanes: list, rows_y: list[int]) -> None:
     """A shaded band behind every other group of lanes (a GPU with its host lanes)."""
     spans: dict = {}
@@ -974,7 +934,6 @@ def draw_backgrounds(canvas: Canvas, lanes: list, rows_y: list[int]) -> None:
         if i % 2 == 0:
             canvas.add(svg.element("rect", x=0, y=lo - 3, width=WIDTH, height=hi - lo + 6,
                                    class_="bg"))
-
 
 
 def draw_lane(canvas: Canvas, lane: dict, ly: int, instructions: dict, merge_ps: float) -> None:
@@ -990,7 +949,6 @@ def draw_lane(canvas: Canvas, lane: dict, ly: int, instructions: dict, merge_ps:
     else:
         draw_host_bars(canvas, lane, ly)
     canvas.add("</g>")
-
 
 
 def draw_gpu_bars(canvas: Canvas, lane: dict, ly: int, instructions: dict,
@@ -1019,7 +977,6 @@ def draw_gpu_bars(canvas: Canvas, lane: dict, ly: int, instructions: dict,
                    gap_tip(b[5][3]) if b[3] == 1 else merged_gap_tip(b))
 
 
-
 def draw_host_bars(canvas: Canvas, lane: dict, ly: int) -> None:
     """A host lane's launch calls, and the GPU gaps it shows host events for (the largest
     event named inside where wide enough)."""
@@ -1040,7 +997,6 @@ def draw_host_bars(canvas: Canvas, lane: dict, ly: int) -> None:
             canvas.text(x0 + 2, ly + LANE_H - 4, svg.clip(items[0], w - 4, 9), "small")
 
 
-
 def draw_step_bounds(canvas: Canvas, chosen: dict, top: int, bottom: int) -> None:
     """The step's begin and end, where they are in the window: a dashed line and a word."""
     n = chosen["number"]
@@ -1051,7 +1007,6 @@ def draw_step_bounds(canvas: Canvas, chosen: dict, top: int, bottom: int) -> Non
                                    y1=top - 22, x2=x, y2=bottom, class_="step"))
             canvas.text(x + (3 if word == "begins" else -3), top - 20, f"step {n} {word}",
                         "small", None if word == "begins" else "end")
-
 
 
 def draw_gpu_ends(canvas: Canvas, lanes: list, rows_y: list[int], chosen: dict,
@@ -1082,7 +1037,6 @@ def draw_gpu_ends(canvas: Canvas, lanes: list, rows_y: list[int], chosen: dict,
             draw_straggler(canvas, d, r, x, (lo, hi), canvas.x(max(first_end, canvas.v0)), tie)
 
 
-
 def draw_straggler(canvas: Canvas, d: int, r: dict, x: float, span: tuple, xf: float,
                    tie: bool) -> None:
     """A marked GPU's lag, from the first GPU's end (`xf`) to its own (`x`), across its lanes'
@@ -1102,7 +1056,6 @@ def draw_straggler(canvas: Canvas, d: int, r: dict, x: float, span: tuple, xf: f
                 data_device=d)
 
 
-
 def draw_notes(canvas: Canvas, notes: list[str], y: int) -> int:
     """One line per note (clipped, whole in its tooltip); returns the SVG's height."""
     for line in notes:
@@ -1110,7 +1063,6 @@ def draw_notes(canvas: Canvas, notes: list[str], y: int) -> int:
                     tip=line if svg.text_px(line) > WIDTH - 32 else None)
         y += 15
     return int(y + 8)
-
 
 
 # ---------------------------------------------------------------- the step
@@ -1169,7 +1121,6 @@ def run(capture, out: Path, step: int | None = None, start_us: float | None = No
     return result, write_outputs(out, result, text, strag_rows)
 
 
-
 def pick_step(s1: dict, steps: dict, step: int | None, start_us: float | None,
               end_us: float | None) -> dict:
     """The step to draw (choose_step): --step N, else the step a --start/--end window overlaps
@@ -1182,7 +1133,6 @@ def pick_step(s1: dict, steps: dict, step: int | None, start_us: float | None,
         chosen["why"] = chosen["why"].replace("chosen by --step", "the step the window (--start/"
                                               "--end) overlaps most", 1)
     return chosen
-
 
 
 def read_rows(out: Path, steps: dict, chosen: dict, v0: int, v1: int, zoomed: bool,
@@ -1202,7 +1152,6 @@ def read_rows(out: Path, steps: dict, chosen: dict, v0: int, v1: int, zoomed: bo
     return rows
 
 
-
 def attach_gaps(lanes: list, gaps: list, v0: int, v1: int) -> None:
     """Each GPU lane's gaps in the window (lane["gaps"], by start): its stream's, from gaps.csv,
     which holds the critical streams' gaps."""
@@ -1214,7 +1163,6 @@ def attach_gaps(lanes: list, gaps: list, v0: int, v1: int) -> None:
         if lane["kind"] == "gpu":
             lane["gaps"] = sorted(crit_gaps.get((lane["device"], lane["stream"]), []),
                                   key=lambda g: g["start"])
-
 
 
 def fit_bars(lanes: list, v0: int, v1: int, pixel_ps: float) -> tuple[dict, float, float]:
@@ -1229,7 +1177,6 @@ def fit_bars(lanes: list, v0: int, v1: int, pixel_ps: float) -> tuple[dict, floa
                 merge_px >= MAX_MERGE_PX:
             return counts, merge_px, merge_ps
         merge_px *= 2
-
 
 
 def tooltip_instructions(out: Path, lanes: list) -> tuple[dict, dict | None, list[str]]:
@@ -1249,7 +1196,6 @@ def tooltip_instructions(out: Path, lanes: list) -> tuple[dict, dict | None, lis
     attribution = {"file": str(ATTRIBUTION_FILE), "kernels_alone": len(keys),
                    "joined": len(instructions)}
     return instructions, attribution, notes
-
 
 
 def window_notes(s1: dict, chosen: dict, ran: bool, zoomed: bool, v0: int, v1: int) -> list:
@@ -1277,7 +1223,6 @@ def window_notes(s1: dict, chosen: dict, ran: bool, zoomed: bool, v0: int, v1: i
     return notes
 
 
-
 def write_outputs(out: Path, result: dict, text: str, strag_rows: list) -> list:
     """swimlanes.svg, stragglers.csv and swimlanes.json (with the sizes in `tables`), each to a
     temporary name and renamed; returns the (file, rows or bytes) written."""
@@ -1293,7 +1238,6 @@ def write_outputs(out: Path, result: dict, text: str, strag_rows: list) -> list:
     return [(SVG_FILE, len(text.encode("utf-8"))), (STRAGGLERS_FILE, n), (RESULT_FILE, None)]
 
 
-
 def steps_last(rows: list[dict]) -> list[dict]:
     """Per analysed step: the GPUs that finish last (several: a tie) and the spread of ends."""
     out = []
@@ -1305,7 +1249,6 @@ def steps_last(rows: list[dict]) -> list[dict]:
         out.append({"step": n, "gpus": last, "tie": len(last) > 1,
                     "spread_us": us_value(max(r["lag"] for r in mine))})
     return out
-
 
 
 def lane_json(lane: dict) -> dict:

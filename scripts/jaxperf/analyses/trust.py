@@ -140,7 +140,6 @@ NEEDS = {
 }
 
 
-
 # ---------------------------------------------------------------- load
 
 @dataclass
@@ -152,7 +151,6 @@ class Inputs:
 
     def get(self, step: str) -> dict | None:
         return self.results.get(step)
-
 
 
 def load(out: Path, failed: dict) -> Inputs:
@@ -184,11 +182,9 @@ def load(out: Path, failed: dict) -> Inputs:
     return inp
 
 
-
 def _fig(result: dict | None, name: str):
     f = ((result or {}).get("figures") or {}).get(name)
     return number(f.get("value")) if isinstance(f, dict) else None
-
 
 
 # ---------------------------------------------------------------- model
@@ -200,11 +196,9 @@ def item(kind, text, source, detail="", count=None, gpu_us=None, total_us=None) 
             "source": source, "detail": detail}
 
 
-
 def question(text, capture, source) -> dict:
     return {"section": "needs_new_capture", "item": text, "kind": "", "count": None,
             "gpu_us": None, "pct_of_gpu_time": None, "source": source, "detail": capture}
-
 
 
 @dataclass
@@ -221,7 +215,6 @@ class Scanned:
     kernels_note: str = ""
 
 
-
 @dataclass
 class Facts:
     total_us: float | None
@@ -231,7 +224,6 @@ class Facts:
     consumed: set = field(default_factory=set)  # sentences an item here already states
     folded: list = field(default_factory=list)   # failed checks an item here already states
     python_tracer_seen: bool | None = None       # None: gaps.csv not there
-
 
 
 # ---------------------------------------------------------------- analyses (pure)
@@ -244,7 +236,6 @@ def step_failed_items(inp: Inputs, failed: dict) -> list:
         out.append(item("step_failed", f"step {num} ({step}) did not run or failed", rel,
                         f"{reason}; for the report: {meaning}"))
     return out
-
 
 
 def no_hlo_items(inp: Inputs, facts: Facts) -> list:
@@ -266,7 +257,6 @@ def no_hlo_items(inp: Inputs, facts: Facts) -> list:
                  total_us=facts.total_us)]
 
 
-
 def gpus_text(devices: list) -> str:
     """GPU ordinals without commas (a trust item is a citation key: references/trust.md):
     'GPU 5', 'GPUs 0 to 7', 'GPUs 1 3 and 6'."""
@@ -278,13 +268,11 @@ def gpus_text(devices: list) -> str:
     return f"GPUs {' '.join(map(str, devices[:-1]))} and {devices[-1]}"
 
 
-
 def _family(check: str) -> str:
     for fam, *_ in CHECK_FAMILIES:
         if check == fam or check.startswith(fam + "_"):
             return fam
     return check
-
 
 
 def reconciliation_items(inp: Inputs, facts: Facts) -> list:
@@ -363,7 +351,6 @@ def reconciliation_items(inp: Inputs, facts: Facts) -> list:
     return out
 
 
-
 def replay_items(facts: Facts) -> list:
     f = facts.rows
     if f is None or not f.missing_replays:
@@ -383,9 +370,7 @@ def replay_items(facts: Facts) -> list:
                  count=n)]
 
 
-
 _SAVED_TWICE = re.compile(r"program (\d+) is saved under several ids \(([\d, ]+), identical HLO\)")
-
 
 
 def program_items(inp: Inputs, facts: Facts) -> list:
@@ -413,7 +398,6 @@ def program_items(inp: Inputs, facts: Facts) -> list:
     return out
 
 
-
 def async_label_items(inp: Inputs, facts: Facts) -> list:
     """Collective kernels outside graphs whose tracer label names no instruction of the saved
     HLO: their label is kept, and their instruction was placed by order."""
@@ -433,7 +417,6 @@ def async_label_items(inp: Inputs, facts: Facts) -> list:
                  f"labels {shown}; each kernel keeps its label, and its instruction (and Python "
                  "line) comes from the collective-start matched by order", count=n, gpu_us=us,
                  total_us=facts.total_us)]
-
 
 
 def attribution_items(inp: Inputs, facts: Facts) -> list:
@@ -485,7 +468,6 @@ def attribution_items(inp: Inputs, facts: Facts) -> list:
     return out
 
 
-
 def graph_items(inp: Inputs, facts: Facts) -> list:
     f, ss = facts.rows, inp.get("skip_stats")
     if f is None or not f.graph_events:
@@ -498,12 +480,10 @@ def graph_items(inp: Inputs, facts: Facts) -> list:
                  gpu_us=f.graph_us, total_us=facts.total_us)]
 
 
-
 def _traced(text: str) -> list:
     """The Python-traced (`$<file>:<line> ...`) names of a host-events cell, with their us."""
     return [(name, v) for name, v in rules.parse_host_events(text)
             if name.startswith(rules.PYTHON_TRACER_PREFIX)]
-
 
 
 def python_tracer_items(inp: Inputs, facts: Facts) -> list:
@@ -553,7 +533,6 @@ def python_tracer_items(inp: Inputs, facts: Facts) -> list:
                  "unknown amount", count=n + between)]  # gap idle is no GPU time: not gpu_us
 
 
-
 def family_items(inp: Inputs, facts: Facts) -> list:
     """Kernel families step 6 ranks as causes of their own (changes.json causes of kind
     kernel_family): what the capture cannot show about each (autotuning, layout choice, ...)."""
@@ -573,7 +552,6 @@ def family_items(inp: Inputs, facts: Facts) -> list:
     return out
 
 
-
 def nccl_items(facts: Facts) -> list:
     f = facts.rows
     if f is None or not f.collective_events:
@@ -583,7 +561,6 @@ def nccl_items(facts: Facts) -> list:
                  "a collective starts when its GPU arrives and ends when the last peer has; "
                  "quote it as collective time, never as bandwidth", count=f.collective_events,
                  gpu_us=f.collective_us, total_us=facts.total_us)]
-
 
 
 def rocm_memcpy_items(facts: Facts) -> list:
@@ -596,7 +573,6 @@ def rocm_memcpy_items(facts: Facts) -> list:
                  "GPUs (no step reads the memcpy_details stat); no bandwidth can be computed "
                  "for them", count=n, gpu_us=us,
                  total_us=facts.total_us)]
-
 
 
 def roofline_items(inp: Inputs, facts: Facts) -> list:
@@ -639,7 +615,6 @@ def roofline_items(inp: Inputs, facts: Facts) -> list:
     return out
 
 
-
 def tpu_items(inp: Inputs, facts: Facts) -> list:
     """What a TPU capture cannot tell: its FLOPs and bytes are XLA's estimates (no hardware
     counters), and a device Steps line that counts programs, not steps."""
@@ -661,7 +636,6 @@ def tpu_items(inp: Inputs, facts: Facts) -> list:
                             "steps: XProf's own step time on it is a program's, not a step's",
                             "skip_stats.json: notes", n))
     return out
-
 
 
 def refusal_items(inp: Inputs, facts: Facts) -> list:
@@ -688,7 +662,6 @@ def refusal_items(inp: Inputs, facts: Facts) -> list:
             seen.add(s)
             out.append(item("refusal", s, f"{rel}: refusals"))
     return out
-
 
 
 def needs_new_capture(inp: Inputs, items: list, facts: Facts) -> list:
@@ -789,7 +762,6 @@ def needs_new_capture(inp: Inputs, items: list, facts: Facts) -> list:
     return q
 
 
-
 def scan_tables(out: Path, failed: dict) -> Scanned:
     """Read what is read first (Scanned); what cannot be read is a note, said where it
     matters."""
@@ -817,7 +789,6 @@ def scan_tables(out: Path, failed: dict) -> Scanned:
     return sc
 
 
-
 def collect(inp: Inputs, failed: dict, scanned: Scanned) -> tuple[list, list, Facts]:
     rf = scanned.rows
     if scanned.rows_note:
@@ -842,13 +813,11 @@ def collect(inp: Inputs, failed: dict, scanned: Scanned) -> tuple[list, list, Fa
     return items, needs_new_capture(inp, items, facts), facts
 
 
-
 def largest(items: list, n: int = LARGEST_SHOWN) -> list:
     """The items with the most GPU time (shares of kernel time only: not python_tracer's idle
     time)."""
     with_time = [it for it in items if it["gpu_us"] and it["pct_of_gpu_time"] is not None]
     return sorted(with_time, key=lambda it: (-it["gpu_us"], it["item"]))[:n]
-
 
 
 def build_result(inp: Inputs, items: list, questions: list, facts: Facts) -> dict:
@@ -885,7 +854,6 @@ def build_result(inp: Inputs, items: list, questions: list, facts: Facts) -> dic
     }
 
 
-
 # ---------------------------------------------------------------- writers
 
 def _cell(it: dict, col: str) -> str:
@@ -901,14 +869,12 @@ def _cell(it: dict, col: str) -> str:
     return str(v)
 
 
-
 def write(out: Path, items: list, questions: list, result: dict) -> list:
     with rules.replace_files(out, ".trust-") as tmp:
         n = scratch.write_table(tmp, TABLE, ([_cell(it, c) for c in COLUMNS]
                                              for it in items + questions))
         scratch.write_result(tmp, RESULT_FILE, result)
     return [(TABLE, n), (RESULT_FILE, None)]
-
 
 
 # ---------------------------------------------------------------- main

@@ -32,8 +32,8 @@ def ceiling_key(c, flops: int, ceilings: dict) -> str | None:
     if d == "f64":
         return "fp64_matrix"
     if d == "f32":
-        if c.tf32_allowed:
-            return "tf32_matrix"
+        if c.tf32_allowed:  # a device whose matrix unit runs DEFAULT f32 its own way names it
+            return "f32_default_matrix" if "f32_default_matrix" in ceilings else "tf32_matrix"
         return "fp32_matrix" if "fp32_matrix" in ceilings else "fp32_vector"
     if d in ("bf16", "f16"):
         return "bf16_fp16_matrix"

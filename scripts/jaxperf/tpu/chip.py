@@ -58,7 +58,7 @@ def describe(space) -> dict | None:
 # the roofline's ceiling keys (jaxperf.cost.ceilings.ceiling_key) the MXU's peak bounds: bf16 and
 # f16 matmuls, and f32 ones at DEFAULT precision (the MXU runs them as bf16 passes); f32 at HIGH or
 # HIGHEST precision (3 or 6 passes) and integer matmuls have no ceiling the plane gives
-MXU_KEYS = ("bf16_fp16_matrix", "tf32_matrix")
+MXU_KEYS = ("bf16_fp16_matrix", "f32_default_matrix")
 
 
 def ceilings(space) -> tuple[dict, dict]:
