@@ -448,6 +448,21 @@ def test_a_tool_sentence_quoted_whole_is_checked_as_text(scratch, tmp_path):
     assert any(v == "wrong_value" for _, v in failed)  # the quoted text no longer matches
 
 
+def test_the_users_words_in_a_block_quote_are_theirs(scratch, tmp_path):
+    """A block quote without a citation is the user's words: its numbers are skipped, each said
+    in factcheck.csv; a cited figure in one is checked like any other."""
+    v = values(scratch)
+    text = (f"> My step takes about 9 ms and I expected under 1 ms.\n\n"
+            f"> The step: {v['med_us3']} us (measured; steps.csv: dur_us, median)\n\n"
+            f"> The step: 1.5 ms (measured; steps.csv: dur_us, median)\n")
+    p, rows = check(text, scratch, tmp_path)
+    assert p.returncode == 4  # the quoted figure with a wrong value still fails
+    said = [(x["figure"], x["verdict"]) for x in rows]
+    assert said == [("9", "skipped"), ("1", "skipped"), (v["med_us3"] + " us", "ok"),
+                    ("1.5 ms", "wrong_value")], said
+    assert "the user's" in rows[0]["why"]
+
+
 def test_table_keyed_by_two_cells(scratch, tmp_path):
     """A GPU x stream table: the header's `device=*, stream=*2` takes the row's first two cells;
     those are not checked; a planted cell is caught on its row."""

@@ -105,6 +105,8 @@ LABEL_ONLY_RE = re.compile(
 CODE_SPAN_RE = re.compile(r"(`+)(.+?)\1", re.S)
 
 # a link's target holds no "(": a run of "](" was each scanned to the end (quadratic)
+# a block quote's line without a citation: someone else's words (the user's question), quoted
+QUOTE_LINE_RE = re.compile(r"^[ \t]*>.*$", re.M)
 LINK_TARGET_RE = re.compile(r"\]\([^()\s]*\)|<?https?://[^\s>)]+>?")
 
 KEY_REF_RE = re.compile(r"=\s*\*(\d*)\s*(?=,|$)")  # a header filter's value: *, *2, ...
@@ -796,6 +798,13 @@ def check_segment(scratch, text: str, where, claim_of, ctx: Context, rows: list)
     masked = mask(text, [(c.start, c.end) for c in cites])
     spans = code_spans(masked, lambda *a, **k: add_row(rows, where, claim_of, *a, **k))
     spans += [(m.start(), m.end()) for m in LINK_TARGET_RE.finditer(masked)]
+    for m in QUOTE_LINE_RE.finditer(masked):  # each number said, as skipped, never hidden
+        if any(m.start() <= c.start < m.end() for c in cites):
+            continue  # a cited figure is the report's own, checked wherever it stands
+        for n in NUM_RE.finditer(m.group(0)):
+            add_row(rows, where, claim_of, m.start() + n.start(), n.group(0), "skipped",
+                    why="in a block quote: someone else's words (the user's), not checked")
+        spans.append((m.start(), m.end()))
     masked = mask(masked, spans)
     named = []
     nums = scan_numbers(masked, named, text)
