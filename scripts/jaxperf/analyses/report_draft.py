@@ -547,10 +547,10 @@ def appendix(s: Scratch) -> list[str]:
             for r in how for k in [f"program_id=all, match={r['match']}"]] + [""]
     refusals = rank_refusals(s)
     ops = (s.rows(OPS) or [])[:TOP_ROWS]
-    if ops and not refusals["ops"]:
+    if len(ops) > MAIN_ROWS and not refusals["ops"]:  # more than section 4 shows, else nothing
         out += ["### Top instructions, more of them"] + ops_table(s, ops) + [""]
     lines = (s.rows(LINES) or [])[:TOP_ROWS]
-    if lines and not refusals["lines"]:
+    if len(lines) > MAIN_ROWS and not refusals["lines"]:
         out += ["### Top Python lines, more of them"] + lines_table(lines) + [""]
     changes = s.rows(CH) or []
     if changes:
