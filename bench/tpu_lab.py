@@ -27,7 +27,8 @@ Cases (`--cases` takes any of these; naming a "before" brings its "after" along)
     input_pipeline -> input_pipeline_prefetch, host_sync -> host_sync_fused,
     scan_layers -> scan_layers_unrolled, gather_sort, bf16_matmul, tiny_step -> tiny_step_scan,
     recompile -> recompile_padded, h2d_copy -> h2d_copy_resident, mxu_padded -> mxu_aligned,
-    layout_moved -> layout_native,
+    layout_moved -> layout_native, eager_big (the eager loop, 50 steps captured: about a
+    million trace events, for the benchmark at size),
     flax_optax -> flax_optax_fused (skipped, with a note, where flax or optax is not importable:
     install them first into a folder of their own, `pip install --target DIR flax optax`, and put
     DIR at the END of PYTHONPATH, so that the jax already installed stays the one imported: the
@@ -111,6 +112,7 @@ class Workload:
     heavy: bool = False  # a trace with many events a step: fewer captured steps
     inner_steps: int = 1  # updates done per step (tiny_step_scan)
     extra: dict = field(default_factory=dict)  # more truth fields (flops...)
+    captured: int | None = None  # steps under the profiler, where not the usual (eager_big)
     close: Callable[[], None] | None = None
 
 
@@ -179,6 +181,15 @@ def _eager_loop(cfg: Cfg, jit: bool) -> Workload:
 
 def case_eager_loop(cfg):
     return _eager_loop(cfg, jit=False)
+
+
+def case_eager_big(cfg):
+    """The eager loop at size: 50 captured steps, about a million trace events (the benchmark's
+    TPU capture at size; bench/run.py)."""
+    wl = _eager_loop(cfg, jit=False)
+    wl.captured = 2 if cfg.smoke else 50
+    wl.workload += f"; {wl.captured} steps captured (a capture at size)"
+    return wl
 
 
 def case_eager_loop_jit(cfg):
@@ -893,6 +904,7 @@ def case_layout_native(cfg):
 CASES: dict[str, Callable[[Cfg], Workload]] = {
     "eager_loop": case_eager_loop,
     "eager_loop_jit": case_eager_loop_jit,
+    "eager_big": case_eager_big,
     "train_step": case_train_step,
     "pallas_matmul": case_pallas_matmul,
     "pallas_matmul_big": case_pallas_matmul_big,
@@ -1060,7 +1072,7 @@ def run_case(name: str, cfg: Cfg, outdir: Path) -> dict:
         for _ in range(WARMUP):
             jax.block_until_ready(wl.step(i))
             i += 1
-        n_cap = cfg.captured(wl.heavy)
+        n_cap = wl.captured or cfg.captured(wl.heavy)
         t0 = time.perf_counter()
         with jax.profiler.trace(str(case_dir), create_perfetto_trace=True):
             for s in range(n_cap):
