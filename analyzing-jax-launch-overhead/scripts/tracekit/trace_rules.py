@@ -41,7 +41,7 @@ COMPILE_RE = re.compile(r"^(\$\S+ )?(PJRT_Client_Compile|backend_compile(_and_lo
 # the draft.
 LOW_END = {"": "at a rate this capture reached",
            "scan_stacking": "the fusions whose own work is the stacking",
-           "host_gap": "one producer thread's bound"}
+           "host_gap": "one producer thread's bound, or the copies from the host"}
 
 
 def low_end_words(cause_kind: str | None) -> str:

@@ -1431,6 +1431,8 @@ def build_result(a: dict) -> dict:
             "saving_us": figure(c["saving"]["value"], "us", "inferred", c["saving"]),
             "step_if_gone_us": figure(round(step["value"], 3) - round(c["saving"]["value"], 3),
                                       "us", "inferred"),
+            "speedup_if_gone": figure(speedup(step["value"], c["saving"]["value"]), "ratio",
+                                      "inferred"),
             **({"saving_measured_us": figure(c["measured"], "us", "inferred")}
                if c.get("measured") is not None else {}),
             "assumptions": c["assumptions"], "knob": c["knob"], "label": c["label"],
@@ -1456,6 +1458,13 @@ def build_result(a: dict) -> dict:
         "refusals": a["refusals"], "notes": a["notes"], "inputs": a["inputs"], "tables": {}}
 
 
+def speedup(step: float, saving: float) -> float | None:
+    """How many times faster the step would be without a cause: step / (step - saving), rounded
+    as the table writes both; None where nothing of the step would be left."""
+    left = round(step, 3) - round(saving, 3)
+    return round(step, 3) / left if left > 0 else None
+
+
 def csv_rows(result: dict) -> list:
     out = []
     for c in result["causes"]:
@@ -1466,6 +1475,8 @@ def csv_rows(result: dict) -> list:
                     f"{s['min']:.3f}", f"{s['max']:.3f}",
                     f"{c['saving_measured_us']['value']:.3f}" if "saving_measured_us" in c
                     else "", f"{c['step_if_gone_us']['value']:.3f}",
+                    f"{c['speedup_if_gone']['value']:.3f}"
+                    if c["speedup_if_gone"]["value"] is not None else "",
                     c["assumptions"], c["knob"], c["label"], c["source"]])
     return out
 

@@ -192,7 +192,7 @@ def results(s: Scratch) -> list[str]:
                 f"- Change {r['rank']}: {md_cell(r['cause'])} (inferred; changes.csv: cause, "
                 f"{rank}): saves " + measured_part(r, rank)
                 + f"{cell(r['saving_us'], 'us', 'inferred', 'changes.csv', 'saving_us', rank)}"
-                f" of the step (inferred, not run). " + judge(
+                f" of the step (inferred, not run)" + faster(r, rank) + ". " + judge(
                     ("say whether change 1 is the one to test first and why; its knob: "
                      if r["rank"] == "1" else
                      f"say what change {r['rank']} adds after the ones above it; its knob: ")
@@ -594,6 +594,15 @@ def phases_part(s: Scratch) -> list[str]:
                    f"{cell(r['pct_of_gpu_time'], '%', 'inferred', PHASES, 'pct_of_gpu_time', k, 2)}"
                    " |")
     return out + [""] + [f"- {t}" for t in said]
+
+
+def faster(r: dict, key: str) -> str:
+    """', the step <t> if it were gone, <k>x faster' for a change row, where it has them."""
+    if not r.get("speedup_if_gone"):
+        return ""
+    gone = cell(r["step_if_gone_us"], "us", "inferred", "changes.csv", "step_if_gone_us", key)
+    k = cell(r["speedup_if_gone"], "x", "inferred", "changes.csv", "speedup_if_gone", key, 2)
+    return f": the step {gone} without it, {k} as fast"
 
 
 def measured_part(r: dict, key: str) -> str:
