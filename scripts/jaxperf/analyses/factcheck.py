@@ -72,7 +72,8 @@ FAILS_PRINTED = 20  # failing claims printed on stdout; factcheck.csv has them a
 
 # Column headers whose integer cells are identifiers (a table's row keys).
 IDENTIFIER_COLUMNS = {"step", "steps", "gpu", "gpus", "device", "devices", "stream", "streams",
-                      "rank", "ranks", "program", "program_id", "id", "#", "line"}
+                      "rank", "ranks", "program", "program_id", "id", "#", "line", "core",
+                      "cores", "tpu core", "op line"}
 
 DECIMAL_PREC = 60  # enough digits for any table value divided by 2^40 and re-rounded
 
