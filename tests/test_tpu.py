@@ -147,6 +147,11 @@ def test_the_roofline_uses_the_captures_own_costs_and_peaks(job):
         assert r["pct_of_ceiling"] or r["no_ceiling_why"], r
         if r["method"].startswith("capture"):
             assert r["compute_tag"] in ("", "capture") and r["memory_tag"] == "capture"
+        if "convolution" in r["work"] or r["work"] == "gemm":  # matrix work, in a loop or not
+            assert r["ceiling_dtype"] and r["work"] in ("convolution", "gemm"), r
+    if case.name == "scan_layers":  # a matmul fused inside the scan's body: the MXU bounds it
+        (fused,) = [r for r in rows if r["instruction"] == "fusion.333"]
+        assert fused["binding"] == "compute" and float(fused["pct_of_ceiling"]) > 85, fused
     if case.name == "bf16_matmul":  # 8192^3 bf16 matmuls: the MXU near its peak
         assert all(r["binding"] == "compute" and float(r["pct_of_ceiling"]) > 85 for r in rows)
     if case.name.startswith("pallas_matmul"):  # its pallas_call has no cost_estimate

@@ -100,8 +100,9 @@ def analyse(rows, res, programs, gpu: dict, peaks: dict,
         ps = round(float(r["gpu_us"] or 0) * 1e6)
         total_ps += ps
         c, ins, runs = row_cost(r, programs, costs, counts)
-        if tpu_costs is not None:
-            c, runs = capture_cost(r, c, ins, tpu_costs)
+        if tpu_costs is not None:  # the HLO's dtype and kind of work, whatever its runs
+            hlo = costs[str(r.get("program_id"))].checked_cost(ins) if ins is not None else c
+            c, runs = capture_cost(r, hlo, ins, tpu_costs)
         if c.why is not None:
             spot = Placement(why=f"FLOPs or bytes not computable: {c.why}")
             no_cost_ps += ps
