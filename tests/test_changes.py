@@ -32,7 +32,7 @@ KINDS = {"dispatch", "fused_on_jit", "gemm_backend", "host_gap", "kernel_gaps", 
          "idle_between_steps"}
 COLUMNS = ["rank", "cause_kind", "cause", "where", "pct_of_step", "step_us", "saving_us",
            "saving_min_us", "saving_max_us", "saving_measured_us", "step_if_gone_us",
-           "speedup_if_gone", "assumptions", "knob", "label", "source"]
+           "speedup_if_gone", "speedup_measured", "assumptions", "knob", "label", "source"]
 PS = 1e6  # picoseconds per microsecond
 # Tolerances against the generator's truth. Host-late time is measured off the same timestamps
 # the truth is computed from (1%: only rounding to ns and the 3-decimal tables). An instruction's

@@ -1352,6 +1352,11 @@ def combined(ctx: Context, rows: list) -> dict:
              + p.idle_between + (p.idle_before if ctx.rows is not None else 0.0)
              + compute_side)
         comb.append(min(c, ctx.frames[n].window))
+    # all at once saves at least what the largest row saves alone (a row outside the slices
+    # above, such as a scan's stacking, cuts compute the instruction cuts do not count)
+    if rows:
+        comb = [max(v, max(r["saving"]["min"] for r in rows)) for v in comb]
+        comb[ctx.at] = max(comb[ctx.at], max(r["saving"]["value"] for r in rows))
     return spread(comb, ctx.at)
 
 
@@ -1410,7 +1415,7 @@ COMBINE_RULE = (
     "time + collective + memcpy + idle between steps + idle between kernels + min(compute, "
     "straggler + the instructions "
     "the instruction and Python-line rows name, each once, a fused pass by its fused saving), "
-    "per step, capped at the step time; "
+    "per step, capped at the step time, and never less than the largest row's saving alone; "
     "an upper bound, never a sum of the rows.")
 
 
@@ -1433,6 +1438,8 @@ def build_result(a: dict) -> dict:
                                       "us", "inferred"),
             "speedup_if_gone": figure(speedup(step["value"], c["saving"]["value"]), "ratio",
                                       "inferred"),
+            **({"speedup_measured": figure(speedup(step["value"], c["measured"]), "ratio",
+                                           "inferred")} if c.get("measured") else {}),
             **({"saving_measured_us": figure(c["measured"], "us", "inferred")}
                if c.get("measured") is not None else {}),
             "assumptions": c["assumptions"], "knob": c["knob"], "label": c["label"],
@@ -1477,6 +1484,8 @@ def csv_rows(result: dict) -> list:
                     else "", f"{c['step_if_gone_us']['value']:.3f}",
                     f"{c['speedup_if_gone']['value']:.3f}"
                     if c["speedup_if_gone"]["value"] is not None else "",
+                    f"{c['speedup_measured']['value']:.3f}"
+                    if (c.get("speedup_measured") or {}).get("value") is not None else "",
                     c["assumptions"], c["knob"], c["label"], c["source"]])
     return out
 

@@ -602,7 +602,9 @@ def faster(r: dict, key: str) -> str:
         return ""
     gone = cell(r["step_if_gone_us"], "us", "inferred", "changes.csv", "step_if_gone_us", key)
     k = cell(r["speedup_if_gone"], "x", "inferred", "changes.csv", "speedup_if_gone", key, 2)
-    return f": the step {gone} without it, {k} as fast"
+    low = (cell(r["speedup_measured"], "x", "inferred", "changes.csv", "speedup_measured", key, 2)
+           + " to ") if r.get("speedup_measured") else ""
+    return f": the step {gone} without it, {low}{k} as fast"
 
 
 def measured_part(r: dict, key: str) -> str:
@@ -656,7 +658,7 @@ def changes_table(changes: list, full: bool) -> list[str]:
     cols += [f"cause (inferred; {CH}: cause, {k})"] if full else []
     cols += [f"saving in the median step (across steps: min–max) (us) (inferred, not run; "
              f"{CH}: saving_us, {k})"]
-    cols += ["at a rate this capture reached (us)", f"step if gone (us) (inferred, not run; "
+    cols += ["what the capture measures of it (us)", f"step if gone (us) (inferred, not run; "
              f"{CH}: step_if_gone_us, {k})"] if full else []
     cols += [f"knob to test (inferred, not run; {CH}: knob, {k})"]
     out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
