@@ -790,6 +790,21 @@ def code_spans(masked: str, add) -> list[tuple]:
     return spans
 
 
+def quoted(masked: str, cites: list, add) -> list[tuple]:
+    """The block-quote lines of a segment without a citation (someone else's words: the
+    user's); each number in one is said as skipped, never hidden (`add`: add_row's rest). A
+    cited figure in one is the report's own, checked wherever it stands."""
+    spans = []
+    for m in QUOTE_LINE_RE.finditer(masked):
+        if any(m.start() <= c.start < m.end() for c in cites):
+            continue
+        for n in NUM_RE.finditer(m.group(0)):
+            add(m.start() + n.start(), n.group(0), "skipped",
+                why="in a block quote: someone else's words (the user's), not checked")
+        spans.append((m.start(), m.end()))
+    return spans
+
+
 def check_segment(scratch, text: str, where, claim_of, ctx: Context, rows: list):
     """Every number and citation of one segment (a paragraph, a heading, a table cell).
     `where(pos)` -> (line, global position); `claim_of(pos)` -> the claim text."""
@@ -799,13 +814,7 @@ def check_segment(scratch, text: str, where, claim_of, ctx: Context, rows: list)
     masked = mask(text, [(c.start, c.end) for c in cites])
     spans = code_spans(masked, lambda *a, **k: add_row(rows, where, claim_of, *a, **k))
     spans += [(m.start(), m.end()) for m in LINK_TARGET_RE.finditer(masked)]
-    for m in QUOTE_LINE_RE.finditer(masked):  # each number said, as skipped, never hidden
-        if any(m.start() <= c.start < m.end() for c in cites):
-            continue  # a cited figure is the report's own, checked wherever it stands
-        for n in NUM_RE.finditer(m.group(0)):
-            add_row(rows, where, claim_of, m.start() + n.start(), n.group(0), "skipped",
-                    why="in a block quote: someone else's words (the user's), not checked")
-        spans.append((m.start(), m.end()))
+    spans += quoted(masked, cites, lambda *a, **k: add_row(rows, where, claim_of, *a, **k))
     masked = mask(masked, spans)
     named = []
     nums = scan_numbers(masked, named, text)
