@@ -215,8 +215,10 @@ def test_a_figure_past_its_limit_is_withheld(tmp_path):
 
 def test_only_regular_files_of_bounded_size_are_read(tmp_path, monkeypatch):
     """A FIFO, a link to a device, a folder or a file past the limit named like a scratch file
-    is an OSError at once (never a read that waits for ever or fills memory); Scratch reads it
-    as missing."""
+    is an OSError at once (never a read that waits for ever or fills memory); every reader of
+    the scratch folder says it in one sentence (the one policy, scratch.opened): a file there
+    that is not its producer's is a TableError, never read as missing or empty; a file not
+    there is None."""
     os.mkfifo(tmp_path / "steps.csv")
     (tmp_path / "changes.json").symlink_to("/dev/zero")
     (tmp_path / "trust.csv").mkdir()
@@ -228,9 +230,27 @@ def test_only_regular_files_of_bounded_size_are_read(tmp_path, monkeypatch):
     monkeypatch.setattr(scratch, "MAX_SCRATCH_BYTES", 4)
     with pytest.raises(OSError, match="more than the 4 read"):
         scratch.open_file(tmp_path / "ops.csv", limit=scratch.MAX_SCRATCH_BYTES)
+    monkeypatch.undo()
     s = scratch.Scratch(tmp_path)
-    assert s.rows("steps.csv") is None and s.json("changes.json") is None
-    assert s.rows("trust.csv") is None
+    for read in (lambda: s.rows("steps.csv"), lambda: s.json("changes.json"),
+                 lambda: s.rows("trust.csv"), lambda: scratch.records(tmp_path, "steps.csv"),
+                 lambda: scratch.stream(tmp_path, "trust.csv", ["item"])):
+        with pytest.raises(scratch.TableError, match="not a regular file, so it is not the file"):
+            read()
+    (tmp_path / "gaps.csv").write_text("junk,header\n")
+    with pytest.raises(scratch.TableError, match="another header"), \
+            scratch.lines(tmp_path / "gaps.csv", "gaps.csv"):
+        pass
+    (tmp_path / "roofline.json").write_text("[1, 2]")
+    with pytest.raises(scratch.TableError, match="not a JSON object .a list"):
+        s.json("roofline.json")
+    for name in ("rows.csv", "kernels.json"):
+        (tmp_path / name).symlink_to(tmp_path / "nowhere")  # a link to nothing: not there
+    assert s.rows("rows.csv") is None and s.json("capture_info.json") is None
+    assert scratch.stream(tmp_path, "rows.csv", ["kernel"]) is None
+    assert scratch.records(tmp_path, "changes.csv") is None
+    with scratch.lines(tmp_path / "rows.csv", "rows.csv") as fh:
+        assert fh is None
 
 
 def test_later_steps_end_on_fifos_and_devices_named_like_tables(example, tmp_path):

@@ -909,7 +909,13 @@ def test_a_stop_as_an_exchange_forks_leaves_no_work_behind(tmp_path, monkeypatch
         signal.signal(signal.SIGTERM, was)
         monkeypatch.undo()
     deadline = time.monotonic() + 10
-    while os.waitpid(children[0], os.WNOHANG) == (0, 0) and time.monotonic() < deadline:
+
+    def running(pid) -> bool:  # False once ended (reaped here, or already by the Exchange)
+        try:
+            return os.waitpid(pid, os.WNOHANG) == (0, 0)
+        except ChildProcessError:
+            return False
+    while running(children[0]) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert time.monotonic() < deadline, "the child did not end"
     assert not (tmp_path / "mark").exists()

@@ -383,7 +383,7 @@ def test_bad_input(tmp_path):
     assert r.returncode == 0, r.stderr
     failed = [x for x in trust_rows(out) if x["kind"] == "step_failed"]
     assert [x["source"] for x in failed] == ["roofline.json", "changes.json"]
-    assert "cannot be read (not a JSON object)" in failed[0]["detail"]
+    assert "is not a JSON object (Expecting property name" in failed[0]["detail"]
 
 
 # ---------------------------------------------------------------- real captures

@@ -3,9 +3,11 @@ step's work that trades values with the step as it goes (Exchange)."""
 
 from __future__ import annotations
 
+import fcntl
 import math
 import os
 import pickle
+import signal
 import sys
 
 from tracekit import base
@@ -44,6 +46,7 @@ def share(at_once: int) -> int:
 
 
 FRAME_LENGTH = 8  # bytes of a frame's length on a pipe
+PIPE_BYTES = 1 << 20  # Linux's most for a process without privileges (pipe-max-size)
 
 
 def send_frame(fh, body: bytes) -> None:
@@ -63,13 +66,15 @@ def received_frame(fh) -> bytes | None:
 
 
 class Exchange:
-    """A generator, `work(*args)`, run by a forked child (with `here`, or where no core is
-    free for one, in this process): each value it yields is `get()` here, and what this
-    process `put()`s is the value of its yield; its return value is the last `get()`. A child
-    starts at once and runs to its first yield meanwhile; here, each `get()` runs the
-    generator to its next yield. Values cross the pipes pickled. A child's StepError (the
+    """The one way this bundle runs work beside a process: a generator, `work(*args)`, run by
+    a forked child (with `here`, or where no core is free for one, in this process): each value
+    it yields is `get()` here, and what this process `put()`s is the value of its yield; its
+    return value is the last `get()`. A child starts at once and runs to its first yield
+    meanwhile; here, each `get()` runs the generator to its next yield. Values cross the pipes
+    pickled (bytes, as marshal makes them, at the cost of a copy). A child's StepError (the
     input cannot be used) is raised here as it was; another exception is an OSError with its
-    type and words. `abort()` stops the child. `what` names the work in the reason."""
+    type and words. `abort()` stops the child; a stop (SIGTERM, SIGINT) is this process's to
+    act on, never the child's. `what` names the work in the reason."""
 
     def __init__(self, work, *args, here: bool = False, what: str = "the work"):
         self.what = what
@@ -81,15 +86,23 @@ class Exchange:
             return
         back_r, back_w = os.pipe()
         to_r, to_w = os.pipe()
+        try:  # what the child says comes back through it: fewer switches between the two
+            fcntl.fcntl(back_w, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+        except (AttributeError, OSError):  # not Linux, or over the system's limit
+            pass
         sys.stdout.flush()
         sys.stderr.flush()
+        # no stop reaches the child before it has its own handlers (_exchange_child)
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
         pid = None
         try:
             pid = os.fork()
             if pid == 0:
                 os.close(back_r)
                 os.close(to_w)
-                _exchange_child(work, args, os.fdopen(back_w, "wb"), os.fdopen(to_r, "rb"))
+                _exchange_child(work, args, os.fdopen(back_w, "wb"), os.fdopen(to_r, "rb"),
+                                mask)
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
             os.close(back_w)
             os.close(to_r)
             self.pid, self.back, self.to = pid, os.fdopen(back_r, "rb"), os.fdopen(to_w, "wb")
@@ -97,6 +110,7 @@ class Exchange:
             # it was this object's to stop, does nothing and ends when the pipes close below
             send_frame(self.to, b"")
         except BaseException:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
             if self.pid is not None:
                 self.abort()
             else:
@@ -167,12 +181,19 @@ class Exchange:
         self._reap()
 
 
-def _exchange_child(work, args, out, inp) -> None:
+def _exchange_child(work, args, out, inp, mask) -> None:
     """Exchange's child: runs the generator, saying each yield, its return or its exception as
-    one frame, reading each answer; ends when the generator does or the parent has gone."""
+    one frame, reading each answer; ends when the generator does or the parent has gone.
+    Stopped by the parent (abort) without a word; an interrupt is the parent's to say."""
     code = 1
     base.PROGRESS_EVERY_S = math.inf  # the parent says what the step is doing
     try:
+        try:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        except ValueError:  # forked from a thread that is not the main one: as inherited
+            pass
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         if received_frame(inp) is None:
             return  # the parent stopped before it held this child: nothing to do
         try:

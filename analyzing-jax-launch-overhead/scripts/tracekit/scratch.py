@@ -11,7 +11,9 @@ Producers write through `write_table` (the declared header, the rows in its orde
 `write_result` (sorted keys, one indent, its figures checked against their declarations);
 consumers read through `Scratch` (each file read once; `values` refuses an undeclared
 column), `stream` (a table's declared columns, streamed, for tables of millions of rows) and
-`records` (rows as dicts, streamed). Under the tests (STRICT) every row read refuses a column
+`records` (rows as dicts, streamed), each under the one reader policy (`opened`): a file that is
+not there reads as None (what needs it is refused, naming it); one that is there but cannot be
+its producer's is a TableError. Under the tests (STRICT) every row read refuses a column
 its table does not declare. `references/scratch-layout.md` is rendered from the declarations
 (`render_layout`); a test keeps the two equal. Standard library only: the launch-overhead skill
 runs where nothing is installed.
@@ -400,19 +402,33 @@ def figure(value, unit: str, label: str, rng: dict | None = None,
 STRICT = os.environ.get("JAXTRACE_SCRATCH_STRICT") == "1"
 
 
+def opened(path: Path, file: str, binary: bool = False):
+    """The one reader policy of the scratch folder, for every reader of a declared file: None
+    where nothing is at `path` (what needs it is refused and names it); a TableError in one
+    sentence where something is there that cannot be its producer's (not a regular file, past
+    the size read, unreadable; the readers add: not UTF-8, not CSV or JSON, a header without a
+    needed column, a row cut short, a figure that is not a finite number); else the open
+    file. A table that cannot be read is never read as empty."""
+    try:
+        return open_file(path, binary=binary)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise _unreadable(path, file, exc) from None
+
+
 def records(folder: Path, file: str):
     """The rows of the declared table `file` under `folder` as dicts, streamed (a table of
-    millions of rows is never held whole); None when the file is not there."""
+    millions of rows is never held whole); None when the file is not there (`opened`)."""
     table(file)
     path = Path(folder) / file
-    if not path.is_file():
-        return None
-    return _records(path, file)
+    fh = opened(path, file)
+    return None if fh is None else _records(fh, path, file)
 
 
-def _records(path: Path, file: str):
+def _records(fh, path: Path, file: str):
     try:
-        with open_file(path) as fh:
+        with fh:
             if STRICT:
                 for r in csv.DictReader(fh):
                     yield DeclaredRow(file, r)
@@ -423,10 +439,19 @@ def _records(path: Path, file: str):
 
 
 def _unreadable(path: Path, file: str, exc) -> TableError:
-    """A table that is not text CSV (junk, another encoding), in one sentence."""
-    producer = table(file).producer
-    what = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else f"not CSV ({exc})"
-    return TableError(f"{path} is {what}, so not the table {producer} writes: run {producer} "
+    """A file that is there and is not its producer's (junk, another encoding, not a regular
+    file, too large), in one sentence naming the producer to run again."""
+    producer = DECLARED[file].producer if file in DECLARED else "the step that writes it"
+    if isinstance(exc, UnicodeDecodeError):
+        what = "is not UTF-8 text"
+    elif isinstance(exc, OSError):
+        what = (f"cannot be read ({exc.strerror.lower()})" if exc.strerror else
+                str(exc).removeprefix(f"{path} "))
+    elif isinstance(exc, csv.Error):
+        what = f"is not CSV ({exc})"
+    else:
+        what = f"is not a JSON object ({exc})"
+    return TableError(f"{path} {what}, so it is not the file {producer} writes: run {producer} "
                       "again, or delete it")
 
 
@@ -451,34 +476,38 @@ class DeclaredRow(dict):
 @contextlib.contextmanager
 def lines(path: Path, file: str):
     """The text lines after the header of the declared table `file` at `path`, for a reader
-    that splits them itself in a hot loop (an open file); None where the file is missing,
-    unreadable or has another header (not its producer's: what needs it is refused)."""
-    try:
-        fh = open_file(path)
-    except OSError:
+    that splits them itself in a hot loop (an open file); None where the file is not there,
+    a TableError where its header is not its producer's (`opened`)."""
+    fh = opened(path, file)
+    if fh is None:
         yield None
         return
     with fh:
         try:
             same = fh.readline() == header(file)
-        except UnicodeDecodeError:
-            same = False
-        yield fh if same else None
+        except UnicodeDecodeError as exc:
+            raise _unreadable(path, file, exc) from None
+        if not same:
+            raise TableError(f"{path} has another header than the table {table(file).producer} "
+                             f"writes: run {table(file).producer} into this folder again, or "
+                             "delete it")
+        yield fh
 
 
-def stream(folder: Path, file: str, names) -> object:
-    """Yield each row of the declared table `file` under `folder` as a tuple of the cells of
-    the columns `names` (each declared), in that order, streaming: a table of millions of rows
-    is never held whole. TableError where the file cannot be read, lacks a column or has a row
-    cut short."""
+def stream(folder: Path, file: str, names):
+    """Each row of the declared table `file` under `folder` as a tuple of the cells of the
+    columns `names` (each declared), in that order, streamed (a table of millions of rows is
+    never held whole); None where the file is not there; TableError where it cannot be read,
+    lacks a column or has a row cut short (`opened`)."""
     for n in names:
         column(file, n)
     path = Path(folder) / file
+    fh = opened(path, file)
+    return None if fh is None else _stream(fh, path, file, names)
+
+
+def _stream(fh, path: Path, file: str, names):
     producer = table(file).producer
-    try:
-        fh = open_file(path)
-    except OSError as exc:
-        raise TableError(f"cannot read {path}: {exc.strerror or exc}") from exc
     with fh:
         reader = csv.reader(fh)
         try:
@@ -503,7 +532,8 @@ def stream(folder: Path, file: str, names) -> object:
 
 
 class Scratch:
-    """A scratch folder's files, each read once; a missing or unreadable file reads as None.
+    """A scratch folder's files, each read once, under the one reader policy (`opened`): a
+    file that is not there reads as None, one that is not its producer's is a TableError.
     `rows` returns a table's rows as dicts; `values` one declared column of it."""
 
     def __init__(self, folder: Path):
@@ -511,29 +541,41 @@ class Scratch:
         self._cache: dict[str, object] = {}
 
     def json(self, file: str) -> dict | None:
-        """A result (a JSON object); None when missing, unreadable, not an object or holding
-        NaN or an infinity (no writer of the bundle's writes one: the file is not its)."""
+        """A result (a JSON object); None when not there; a TableError where it is not JSON,
+        not an object or holds NaN or an infinity (no writer of the bundle's writes one: the
+        file is not its)."""
         if file not in self._cache:
-            try:
-                d = json.loads(read_file(self.folder / file), parse_constant=no_constant)
-            except (OSError, ValueError, RecursionError):
-                d = None
-            self._cache[file] = d if isinstance(d, dict) else None
+            path = self.folder / file
+            fh = opened(path, file)
+            d = None
+            if fh is not None:
+                try:
+                    with fh:
+                        d = json.loads(fh.read(), parse_constant=no_constant)
+                except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+                    raise _unreadable(path, file, exc) from None
+                if not isinstance(d, dict):
+                    raise _unreadable(path, file, ValueError(f"a {type(d).__name__}"))
+            self._cache[file] = d
         return self._cache[file]
 
     def rows(self, file: str, need=()) -> list[dict] | None:
-        """A declared table's rows as dicts; None when missing or unreadable; TableError where a
-        column of `need` is missing or a figure's cell (a column with a unit) is not a finite
-        number (NaN, inf, text): the table is not its producer's, and none of it is read."""
+        """A declared table's rows as dicts; None when not there; TableError where it cannot
+        be read, a column of `need` is missing or a figure's cell (a column with a unit) is not
+        a finite number (NaN, inf, text): the table is not its producer's, none of it read."""
         if need:
             return self._needing(file, need)
         if file not in self._cache:
             table(file)
-            try:
-                with open_file(self.folder / file) as fh:
-                    rows = list(csv.DictReader(fh))
-            except (OSError, UnicodeDecodeError, csv.Error):
-                rows = None
+            path = self.folder / file
+            fh = opened(path, file)
+            rows = None
+            if fh is not None:
+                try:
+                    with fh:
+                        rows = list(csv.DictReader(fh))
+                except (UnicodeDecodeError, csv.Error) as exc:
+                    raise _unreadable(path, file, exc) from None
             if rows:
                 self._whole(file, rows)
             self._cache[file] = [DeclaredRow(file, r) for r in rows] if STRICT and rows \
@@ -562,7 +604,7 @@ class Scratch:
     def typed(self, file: str, need=()) -> list[dict] | None:
         """A declared table's rows, each cell as its column's declaration reads it (`parse`; a
         declared column the file lacks reads as None): the one reader of typed rows. None where
-        the file is missing or unreadable; TableError where it is not its producer's (a column
+        the file is not there; TableError where it is not its producer's (a column
         of `need` missing, a number that is not one)."""
         key = "typed:" + file
         rows = self._needing(file, need)

@@ -31,22 +31,19 @@ the file, the entry and what was expected):
 
 from __future__ import annotations
 
-import fcntl
 import json
 import marshal
 import math
 import os
-import pickle
 import re
-import signal
 import sys
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tracekit import base, tpu
+from tracekit import tpu
 from tracekit.base import StepError, progress
-from tracekit.forked import FRAME_LENGTH, can_fork, received_frame, send_frame
+from tracekit.forked import Exchange, can_fork
 from tracekit.trace_rules import MAX_NAME_CHARS, MAX_TIME_PS, cut_name, runs_past_capture
 
 GPU_PROCESS_RE = re.compile(r"^/device:(?:GPU|TPU):(\d+)$")  # a TPU core is a device too
@@ -422,188 +419,102 @@ def _text_size(path: Path) -> int:
 # HAND_BACK at a time: marshal reads them back in a quarter of the time json parses them.
 SPLIT_MIN = 64 << 20
 HAND_BACK = 50_000
-PIPE_BYTES = 1 << 20  # Linux's most for a process without privileges (pipe-max-size)
 
 
 class _Tail:
     """The text's second half, from the first run cut after `half` bytes of text, parsed by a
-    forked child (`_tail_child`) while this process parses the first. `parsed()`: whether the
-    child read it (False: parse the text whole; a TraceError of the child's is raised);
-    `start_check(offset)`: the child checks its entries, numbered from `offset`, while this
-    process checks its own; `checked()`: the child's _Checked, its events handed back (with a
-    `digest`, kept there: `start_digest(processes, threads)` gives the child the whole trace's
-    names and `digested()` its digest of its events); `abort()`: the child is stopped."""
+    forked child (`_tail_work`, run by forked.Exchange) while this process parses the first.
+    `parsed()`: whether the child read it (False: parse the text whole; a TraceError of the
+    child's is raised); `start_check(offset)`: the child checks its entries, numbered from
+    `offset`, while this process checks its own; `checked()`: the child's _Checked, its events
+    handed back (with a `digest`, kept there: `start_digest(processes, threads)` gives the
+    child the whole trace's names and `digested()` its digest of its events); `abort()`: the
+    child is stopped."""
 
     def __init__(self, path: Path, half: int, digest=None):
         self.path = path
         self.digest = digest
         self.count = 0
         self.surrogates = False
-        back_r, back_w = os.pipe()
-        to_r, to_w = os.pipe()
-        try:  # the events come back through it: a larger buffer, fewer switches between the two
-            fcntl.fcntl(back_w, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
-        except (AttributeError, OSError):  # not Linux, or over the system's limit
-            pass
-        sys.stdout.flush()
-        sys.stderr.flush()
-        # no signal reaches the child before it has its own handlers (_tail_child)
-        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
-        try:
-            pid = os.fork()
-            if pid == 0:
-                os.close(back_r)
-                os.close(to_w)
-                _tail_child(path, half, back_w, to_r, mask, digest)
-        except OSError:  # no process to spare: the caller reads it all
-            for fd in (back_r, back_w, to_r, to_w):
-                os.close(fd)
-            raise
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        os.close(back_w)
-        os.close(to_r)
-        self.pid, self.back, self.to = pid, os.fdopen(back_r, "rb"), os.fdopen(to_w, "wb")
+        self.child = Exchange(_tail_work, path, half, digest, what="the trace's second half")
 
-    def _failed(self) -> TraceError:
-        self.abort()
-        return TraceError(f"{self.path}: the process reading the second half of its text ended "
-                          "without handing it back (killed, or out of memory)")
+    def _get(self):
+        try:
+            return self.child.get()
+        except OSError as exc:  # killed, out of memory, or an error of its own
+            self.abort()
+            raise TraceError(f"{self.path}: the process reading the second half of its text "
+                             f"ended without handing it back ({exc})") from None
 
     def parsed(self) -> bool:
-        said = received_frame(self.back)
-        if said is None:
+        said = self._get()
+        if not said or said[0] != "parsed":
             self.abort()
             return False  # parsed whole here instead
-        said = pickle.loads(said)
-        if said[0] == "error":
-            self.abort()
-            raise TraceError(said[1])
-        if said[0] == "whole":
-            self.abort()
-            return False
         self.count, self.surrogates = said[1], said[2]
         return True
 
-    def _say(self, body: bytes, last: bool) -> None:
-        """A frame to the child (`last`: the pipe is closed after it)."""
-        send_frame(self.to, body)
-        if last:
-            self.to.close()
-            self.to = None
-
     def start_check(self, offset: int) -> None:
-        self._say(offset.to_bytes(FRAME_LENGTH, "little"), last=self.digest is None)
+        self.child.put(offset)
 
     def checked(self) -> _Checked:
         """The child's check of its half; its events with it where there is no digest (the
         child then ends), else kept by the child for `digested`."""
-        said = received_frame(self.back)
-        if said is None:
-            raise self._failed()
-        c = pickle.loads(said)
+        c = self._get()
         if self.digest is not None:
             return c
-        while (said := received_frame(self.back)):
-            c.events += marshal.loads(said)
-        if said is None:
-            raise self._failed()
-        self._ended()
+        self.child.put(None)
+        while (part := self._get()) is not None:
+            self.child.put(None)  # the child marshals the next part while this one is loaded
+            c.events += marshal.loads(part)
         return c
 
     def start_digest(self, processes: dict, threads: dict) -> None:
         """The whole trace's names, for the child's digest of its events."""
-        self._say(pickle.dumps((processes, threads), pickle.HIGHEST_PROTOCOL), last=True)
+        self.child.put((processes, threads))
 
     def digested(self):
         """The child's digest of its events."""
-        said = received_frame(self.back)
-        if said is None:
-            raise self._failed()
-        if said[:1] == b"E":
-            self.abort()
-            raise TraceError(said[1:].decode("utf-8", "replace"))
-        part = marshal.loads(memoryview(said)[1:])
-        self._ended()
-        return part
-
-    def _ended(self) -> None:
-        self.back.close()
-        _, status = os.waitpid(self.pid, 0)
-        self.pid = None
-        if os.waitstatus_to_exitcode(status) != 0:
-            raise self._failed()
+        return marshal.loads(self._get())
 
     def abort(self) -> None:
-        if self.pid is not None:
-            try:
-                os.kill(self.pid, signal.SIGTERM)
-                os.waitpid(self.pid, 0)
-            except OSError:
-                pass
-            self.pid = None
-        self.back.close()
-        if self.to is not None:
-            self.to.close()
-            self.to = None
+        self.child.abort()
 
 
-def _tail_child(path: Path, half: int, back: int, to: int, mask, digest) -> None:
-    """The forked child of a _Tail: parses the runs after the first one cut after `half` bytes,
-    says how that went, waits for its entries' first number, checks them (_check) and hands
-    its _Checked back, then its events, or, with a `digest`, once it has the whole trace's
-    names, their digest; never returns."""
-    code = 1
+def _tail_work(path: Path, half: int, digest):
+    """A _Tail's work (a generator, for forked.Exchange): parses the runs after the first one
+    cut after `half` bytes and yields how that went; given its entries' first number, checks
+    them (_check) and yields its _Checked; then yields its events marshalled, HAND_BACK at a
+    time, or, with a `digest`, given the whole trace's names, returns their digest marshalled.
+    A TraceError of its own is raised in the parent as it is."""
+    theirs = _Events()
+    pieces = _pieces(path)
     try:
-        # stopped by the parent (abort) without a word; an interrupt is the parent's to say
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        base.PROGRESS_EVERY_S = math.inf  # the parent says what the read is doing
-        out = os.fdopen(back, "wb")
-        theirs = _Events()
-        pieces = _pieces(path)
-        try:
-            runs = _runs(pieces)
-            next(runs)
-            for _, read in runs:
-                if read >= half:
-                    break  # the parent's last run
-            for run, _ in runs:
-                theirs.add(run)
-            said = ("parsed", theirs.count, theirs.surrogates)
-        except (_OtherShape, ValueError, RecursionError, StopIteration):
-            said = ("whole",)
-        except TraceError as exc:
-            said = ("error", str(exc))
-        except MemoryError:
-            said = ("error", f"{path} is too large to parse in this machine's memory")
-        send_frame(out, pickle.dumps(said, pickle.HIGHEST_PROTOCOL))
-        inp = os.fdopen(to, "rb")  # None from it: the parent went on without this half, or ended
-        if said[0] == "parsed" and theirs.entries is not None and (offset := received_frame(inp)):
-            c = _check(path, theirs.entries, int.from_bytes(offset, "little"),
-                       theirs.surrogates)
-            theirs.entries = None
-            events, c.events = c.events, []
-            send_frame(out, pickle.dumps(c, pickle.HIGHEST_PROTOCOL))
-            if digest is None:
-                for i in range(0, len(events), HAND_BACK):
-                    send_frame(out, marshal.dumps(events[i:i + HAND_BACK]))
-                send_frame(out, b"")
-            else:
-                names = received_frame(inp)
-                if names is not None:
-                    try:
-                        part = b"M" + marshal.dumps(digest(path, events, *pickle.loads(names),
-                                                           True))
-                    except TraceError as exc:
-                        part = b"E" + str(exc).encode("utf-8", "replace")
-                    send_frame(out, part)
-        code = 0
-    except BaseException:  # noqa: BLE001, S110 - the parent, seeing no frame, says so
-        pass
+        runs = _runs(pieces)
+        next(runs)
+        for _, read in runs:
+            if read >= half:
+                break  # the parent's last run
+        for run, _ in runs:
+            theirs.add(run)
+    except (_OtherShape, ValueError, RecursionError, StopIteration):
+        return ("whole",)
+    except MemoryError:
+        raise TraceError(f"{path} is too large to parse in this machine's memory") from None
     finally:
-        os._exit(code)
+        pieces.close()
+    offset = yield ("parsed", theirs.count, theirs.surrogates)
+    if theirs.entries is None:
+        return None
+    c = _check(path, theirs.entries, offset, theirs.surrogates)
+    theirs.entries = None
+    events, c.events = c.events, []
+    names = yield c
+    if digest is None:
+        for i in range(0, len(events), HAND_BACK):
+            yield marshal.dumps(events[i:i + HAND_BACK])
+        return None
+    return marshal.dumps(digest(path, events, *names, True))
 
 
 def _parse_whole(path: Path):

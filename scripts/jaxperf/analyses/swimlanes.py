@@ -150,6 +150,15 @@ def ensure_step1(capture, out: Path) -> bool:
     return True
 
 
+def _step1_table(out: Path, file: str, names: list):
+    """One of step 1's tables, streamed (scratch.stream); a SwimlaneError where it is not there
+    (this step needs each)."""
+    rows = scratch.stream(out, file, names)
+    if rows is None:
+        raise SwimlaneError(f"{out / file} is not there: run skip_stats.py into this folder")
+    return rows
+
+
 def read_step1(out: Path) -> tuple[dict, dict, list]:
     """skip_stats.json, steps.csv as {step: {device: row}}, gaps.csv rows."""
     s1 = scratch.Scratch(out).json("skip_stats.json")
@@ -160,13 +169,13 @@ def read_step1(out: Path) -> tuple[dict, dict, list]:
                             "skip_stats.py into this folder again, or delete it") from exc
     steps: dict[int, dict] = {}
     try:
-        for step, dev, source, start, end, crit in scratch.stream(out, "steps.csv", [
+        for step, dev, source, start, end, crit in _step1_table(out, "steps.csv", [
                 "step", "device", "source", "start_us", "end_us", "critical_stream"]):
             steps.setdefault(int(step), {})[int(dev)] = {
                 "source": source, "start": to_ps(start), "end": to_ps(end),
                 "critical": int(crit) if crit else None}
         gaps = []
-        for dev, stream, step, start, end, before, after, cause, thread, host in scratch.stream(
+        for dev, stream, step, start, end, before, after, cause, thread, host in _step1_table(
                 out, "gaps.csv", ["device", "stream", "step", "start_us", "end_us",
                                    "kernel_before", "kernel_after", "cause", "launch_thread",
                                    "host_events"]):
@@ -206,7 +215,7 @@ class Rows:
         per_step_gpu = self.per_step_gpu
         try:
             for (dev, stream, sname, name, cat, start_t, end_t, join, lname, lthread, lstart,
-                 ldur, hlo_op, graph, step) in scratch.stream(out, "rows.csv", ROW_COLUMNS):
+                 ldur, hlo_op, graph, step) in _step1_table(out, "rows.csv", ROW_COLUMNS):
                 key = keys.get((dev, stream))
                 if key is None:
                     key = keys[(dev, stream)] = (int(dev), int(stream))

@@ -167,12 +167,13 @@ def load(out: Path, failed: dict) -> Inputs:
                 inp.notes.append(f"{rel} is present but {step} failed in this run (--failed): "
                                  "its older result was not read")
             continue
-        if not path.is_file():
-            inp.missing[step] = f"{rel} is missing: the step did not run here, or failed"
+        try:
+            got = scratch.Scratch(out).json(rel)
+        except scratch.TableError as exc:  # the trust list says which result it could not read
+            inp.missing[step] = str(exc)
             continue
-        got = scratch.Scratch(out).json(rel)
         if got is None:
-            inp.missing[step] = f"{rel} cannot be read (not a JSON object)"
+            inp.missing[step] = f"{rel} is missing: the step did not run here, or failed"
         else:
             inp.results[step] = got
     if not inp.results:
@@ -770,13 +771,13 @@ def scan_tables(out: Path, failed: dict) -> Scanned:
     ci = None if "capture_info" in failed else scratch.Scratch(out).json("capture_info.json")
     amd = {str(g.get("ordinal")) for g in (ci or {}).get("gpus") or []
            if str((g.get("device") or {}).get("device_vendor") or "").upper() == "AMD"}
-    if (out / "rows.csv").is_file():
-        try:
-            sc.rows = row_facts.handed_on(out) or row_facts.summarise(
-                scratch.stream(out, "rows.csv", row_facts.COLUMNS))
+    try:
+        rows = scratch.stream(out, "rows.csv", row_facts.COLUMNS)
+        if rows is not None:
+            sc.rows = row_facts.handed_on(out) or row_facts.summarise(rows)
             sc.rocm = sc.rows.rocm_memcpys(amd)
-        except scratch.TableError as exc:
-            sc.rows_note = f"rows.csv was not read: {exc}"
+    except scratch.TableError as exc:
+        sc.rows_note = f"rows.csv was not read: {exc}"
     att = None if "attribute_kernels" in failed else \
         scratch.Scratch(out).json("attribution/attribute_kernels.json")
     got = (att or {}).get("collectives_by_order")

@@ -273,13 +273,16 @@ def read_rows(path: Path, bound: dict, all_collectives: bool, after: dict | None
             "bad": bad}
 
 
-def guarded(reader, path: Path, *args):
-    """A streamed table, or None when it is missing or not step 1's (a value that does not
-    parse): the causes that need it are refused, never a traceback."""
+def guarded(reader, path: Path, *args) -> tuple[dict | None, str]:
+    """(a streamed table, "") or (None, why it was not read: not in the folder, or a value of
+    it that does not parse): the causes that need it are refused with that reason, never a
+    traceback. A table there whose header is not step 1's is a TableError (scratch.opened)."""
     try:
-        return reader(path, *args)
-    except (ValueError, IndexError, KeyError):
-        return None
+        got = reader(path, *args)
+    except (ValueError, IndexError, KeyError) as exc:
+        said = rules.printable(str(exc))[:80]
+        return None, f"a line of {path.name} does not parse ({said}), so it is not step 1's"
+    return got, "" if got is not None else f"{path.name} is not in {path.parent}"
 
 
 # ---------------------------------------------------------------- steps and the critical path
@@ -569,29 +572,32 @@ def find_straggler(s1: dict | None, frames: dict, gpus: list, whole: bool, notes
 def read_step_tables(out: Path, steps: dict, frames: dict, median: int, all_collectives: bool,
                      inputs: dict, notes: list, refusals: list) -> tuple[dict | None, dict | None]:
     """gaps.csv and rows.csv, streamed for the GPU that ends each step (read_gaps, read_rows);
-    each None, with a refusal, where it is missing or not step 1's, rows.csv also where it holds
-    no event of these steps' critical streams (with a note). `inputs` records which were read."""
+    each None, with a refusal naming the check that failed, where it is not there or does not
+    parse, rows.csv also where it holds no event of these steps' critical streams. `inputs`
+    records which were read."""
     bound = {n: (str(fr.bound), steps[n][fr.bound].crit) for n, fr in frames.items()}
-    gaps = guarded(read_gaps, out / "gaps.csv", bound, median)
+    gaps, why = guarded(read_gaps, out / "gaps.csv", bound, median)
     inputs["gaps.csv"] = gaps is not None
     if gaps is None:
         refusals.append("cannot name the host events inside the host gaps, nor tell work hidden "
-                        "behind the host from exposed work, because gaps.csv is missing or is not "
-                        "step 1's (all work is taken as exposed)")
+                        f"behind the host from exposed work, because {why} (all work is taken "
+                        "as exposed)")
     host_end = (gaps or {}).get("host_end") or {}
-    rows = guarded(read_rows, out / "rows.csv", bound, all_collectives,
-                   {n: host_end.get(n, fr.start) for n, fr in frames.items()})
+    rows, why = guarded(read_rows, out / "rows.csv", bound, all_collectives,
+                        {n: host_end.get(n, fr.start) for n, fr in frames.items()})
     lost = [n for n in frames if rows is not None and n not in rows["crit_end"]]
     if lost:
-        notes.append(f"rows.csv holds no event of the critical stream of step(s) "
-                     f"{', '.join(map(str, lost))} on the GPU that ends them, so it is not the "
-                     "rows.csv of these steps.csv; it is left out")
+        said = ", ".join(f"{n} (device {frames[n].bound} stream {steps[n][frames[n].bound].crit})"
+                         for n in lost[:5])
+        why = (f"rows.csv holds no event of the critical stream steps.csv names for step(s) "
+               f"{said}{' ...' if len(lost) > 5 else ''}, so the two tables are not of one run "
+               "of step 1")
         rows = None
     inputs["rows.csv"] = rows is not None
     if rows is None:
         refusals.append("cannot rank exposed collective time, memcpys outside the program or the "
-                        "straggler's extra work, because rows.csv is missing or is not step 1's "
-                        "(compute and the idle between steps come from steps.csv alone)")
+                        f"straggler's extra work, because {why} (compute and the idle between "
+                        "steps come from steps.csv alone)")
     elif rows["bad"]:
         notes.append(f"{rows['bad']} rows.csv line(s) could not be read and were left out")
     return gaps, rows
