@@ -23,11 +23,16 @@ written. Writes into DIR (default ./):
     compare_draft.md  the report's "Before and after" section, every figure cited from
                   compare.csv (the fact check passes it with --out DIR)
     compare.json  the result: figures (the step period and step time before and after, each
-                  with min and max), `significant` (the rule below), the verdicts, what moved
+                  with min and max), `significant` and `direction` (the rule below), the
+                  verdicts, what moved
                   the verdict, `predictions`, notes, refusals
 The rule: a difference counts only where the per-step values of the two captures do not overlap
 (every step after is faster than every step before, or slower) and each side has two steps or
-more; otherwise it is within the step-to-step spread and is said as such, never as a gain. Per
+more; otherwise it is within the step-to-step spread and is said as such, never as a gain. And
+the step period's parts (device busy, host late, idle between steps and programs) that moved
+beyond their own spread must account for its move, in its direction, by 5% of BEFORE's period or
+more: a smaller move is no gain (a program's step moves about as much between two runs of it).
+`direction` in compare.json says it: faster, slower or no gain. Per
 step means: the step period (one step's start to the next's) and step time (the longest GPU's)
 of each analysed step; host-side times the largest over GPUs, counts the sum; GPU time of a
 program, instruction, family or line its capture-wide time over the capture's analysed steps.

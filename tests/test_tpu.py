@@ -212,11 +212,11 @@ def pairs() -> list:
 
 @pytest.mark.parametrize("before, after", pairs(), ids=lambda p: p.name)
 def test_compare_calls_each_pair_as_the_chip_measured_it(before, after, tmp_path):
-    """compare.py on a lab pair: faster where the truth's unprofiled step medians say the after
-    is faster by 5% or more; a change it counts never in the direction the chip's own timing
-    without the profiler contradicts (an after the chip measured slower is never called faster,
-    one it measured faster never slower: the lab's 1040 -> 1024 hidden width, 1.3% faster on
-    the chip, 6% less device time in the captures, may be counted faster)."""
+    """compare.py on a lab pair calls it as the chip's own timing without the profiler does:
+    faster where the truth's unprofiled step medians say the after is faster by 5% or more,
+    slower where slower by as much, else no gain (the lab's 1040 -> 1024 hidden width: 1.3%
+    faster on the chip, 6% less device time and 7.7% shorter periods in the captures, where
+    the device waited for the host more than the time saved in every step: no gain)."""
     tb = json.loads((before / "truth.json").read_text())
     ta = json.loads((after / "truth.json").read_text())
     done = subprocess.run([sys.executable, "-P", str(REPO / "scripts" / "compare.py"),
@@ -224,10 +224,8 @@ def test_compare_calls_each_pair_as_the_chip_measured_it(before, after, tmp_path
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     cmp = json.loads((tmp_path / "cmp" / "compare.json").read_text())
-    f = cmp["figures"]
-    faster = f["step_period_after_us"]["value"] < f["step_period_before_us"]["value"]
     ratio = tb["step_ms_unprofiled_median"] / ta["step_ms_unprofiled_median"]
-    if ratio >= NO_GAIN_BELOW:
-        assert cmp["significant"] and faster, cmp["significance"]
-    elif cmp["significant"]:
-        assert faster == (ratio > 1.0), (ratio, cmp["significance"])
+    truth = ("faster" if ratio >= NO_GAIN_BELOW else "slower" if ratio <= 1 / NO_GAIN_BELOW
+             else "no gain")
+    assert cmp["direction"] == truth, (ratio, cmp["significance"])
+    assert cmp["significant"] == (truth != "no gain")

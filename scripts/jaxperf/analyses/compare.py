@@ -25,8 +25,16 @@ SIDES = ("before", "after")
 # rounding, a few nanoseconds of a microsecond-long step)
 MIN_CHANGE_PCT = 1.0
 
+# Below this share of BEFORE's step period, what the step's parts account for is no gain: a
+# program's step moves by about as much between two runs of it (the lab's unprofiled medians of
+# one program on one chip, 8 steps a run: per-step spreads of 4-9%), and the lab's truths call
+# an after below 1.05x of its before no gain.
+MIN_GAIN_PCT = 5.0
+
 RULE = ("the per-step values of the two captures do not overlap, two steps or more each, and "
-        f"their medians differ by {MIN_CHANGE_PCT:g}% or more")
+        f"their medians differ by {MIN_CHANGE_PCT:g}% or more; and the step period's parts that "
+        "moved beyond their own spread account for its move, in its direction, by "
+        f"{MIN_GAIN_PCT:g}% of BEFORE's period or more (else no gain)")
 
 
 # ---------------------------------------------------------------- the two sides
@@ -119,21 +127,26 @@ def summary(values: list[float]) -> dict | None:
             "n": len(values)}
 
 
-def significance(before: list[float], after: list[float]) -> tuple[bool, str]:
-    """The stated rule (module docstring): (counts, why in words)."""
+def significance(before: list[float], after: list[float]) -> tuple[bool, str, str]:
+    """The stated rule (module docstring): (counts, why, why in words without figures: the
+    draft's, whose figures are the rows it cites)."""
     if len(before) < 2 or len(after) < 2:
         return False, (f"{len(before)} step(s) before and {len(after)} after: no step-to-step "
-                       "spread to judge a difference against")
+                       "spread to judge a difference against"), \
+            "too few steps on a side to judge a difference against their spread"
     mb, ma = statistics.median(before), statistics.median(after)
     if mb and abs(ma - mb) < MIN_CHANGE_PCT / 100 * mb:
-        return False, f"the medians differ by less than {MIN_CHANGE_PCT:g}%"
+        return False, f"the medians differ by less than {MIN_CHANGE_PCT:g}%", \
+            "the medians differ by less than the rule's least change"
     if max(after) < min(before) or min(after) > max(before):
-        return True, ("every step after is " + ("faster" if ma < mb else "slower")
-                      + " than every step before")
+        why = "every step after is " + ("faster" if ma < mb else "slower") + \
+            " than every step before"
+        return True, why, why
     return False, ("the steps of the two captures overlap (before "
                    f"{rules.us_text(min(before))} to {rules.us_text(max(before))}, after "
                    f"{rules.us_text(min(after))} to {rules.us_text(max(after))}): the "
-                   "difference is within the step-to-step spread")
+                   "difference is within the step-to-step spread"), \
+        "the steps of the two captures overlap: the difference is within their spread"
 
 
 def change_cells(b, a) -> tuple:
@@ -154,14 +167,17 @@ def _cell(v):
 
 
 def step_figure(name: str, before: list, after: list, figs: dict, sig: dict,
-                whose: str = "") -> list:
+                whose: str = "", sides: dict | None = None) -> list:
     """The compare.csv row of one step figure (`step_period` or `step_time`) from its per-step
-    values on each side; its figures and its verdict by the rule go into `figs` and `sig`."""
+    values on each side; its figures and its verdict by the rule go into `figs` and `sig` (the
+    step period's with the rule's second half where the `sides` are given: attributed)."""
     sums = {"before": summary(before), "after": summary(after)}
     sig[name] = significance(before, after)
     for s in SIDES:
         figs[f"{name}_{s}_us"] = scratch.figure(sums[s]["value"], "us", "measured", sums[s],
                                                 decimals=3)
+    if sides is not None and name == "step_period":
+        attributed(sides, sig, figs)
     b, a = sums["before"], sums["after"]
     return row("step", name, b["value"], a["value"], "us", "measured",
                "changed" if sig[name][0] else "within spread",
@@ -180,17 +196,62 @@ def step_rows(sides: dict) -> tuple[list, dict, dict]:
                            "no analysed step on " + " and ".join(
                                s.upper() for s in SIDES if not vals[s])))
             continue
-        out.append(step_figure(name, vals["before"], vals["after"], figs, sig))
+        out.append(step_figure(name, vals["before"], vals["after"], figs, sig, sides=sides))
     return out, figs, sig
+
+
+def accounted(sides: dict) -> tuple[float, list[str]]:
+    """The move of the step period that the step's parts (PARTS) account for where they moved
+    beyond their own step-to-step spread (significance), and each such part in words."""
+    total, said = 0.0, []
+    for column, words in PARTS:
+        b, a = (sides[s].per_step(column) for s in SIDES)
+        if significance(b, a)[0]:
+            moved = statistics.median(a) - statistics.median(b)
+            total += moved
+            said.append(f"{words} {moved:+,.1f} us")
+    return total, said
+
+
+def attributed(sides: dict, sig: dict, figs: dict) -> None:
+    """The rule's second half on the step period (`sig`, in place): a move of the period that
+    no part moving beyond its spread accounts for is the host's variation between two runs,
+    not the change's: no change counted, and why."""
+    if not sig.get("step_period", (False,))[0]:
+        return
+    b, a = (figs[f"step_period_{s}_us"]["value"] for s in SIDES)
+    total, said = accounted(sides)
+    way = "faster" if a < b else "slower"
+    if (total < 0) == (a < b) and abs(total) >= MIN_GAIN_PCT / 100 * b:
+        sig["step_period"] = (True, sig["step_period"][1] + f"; accounted for by {total:+,.1f} "
+                              f"us of its parts ({'; '.join(said)})",
+                              f"every step after is {way} than every step before, and the parts "
+                              "below that moved beyond their own spread account for it")
+        return
+    sig["step_period"] = (False, (
+        f"the step period moved {a - b:+,.1f} us and every step after is "
+        f"{'faster' if a < b else 'slower'} than every step before, but the parts of the step "
+        f"that moved beyond their own spread account for {total:+,.1f} us of it"
+        f"{' (' + '; '.join(said) + ')' if said else ' (none moved beyond its spread)'}, "
+        f"less than {MIN_GAIN_PCT:g}% of the period in its direction: no gain (the rest is "
+        "the variation between two runs)"),
+        f"every step after is {way} than every step before, but the parts that moved beyond "
+        f"their own spread account for less than {MIN_GAIN_PCT:g}% of the period: no gain")
 
 
 def result_of(figs: dict, sig: dict, table: list, **rest) -> dict:
     """compare.json: the figures, whether the difference counts (the step period's verdict,
-    else the step time's) and the rest."""
+    else the step time's), its direction (faster, slower, no gain) and the rest."""
     key = "step_period" if "step_period" in sig else "step_time" if "step_time" in sig else None
+    counted = bool(key and sig[key][0])
+    direction = "no gain"
+    if counted:
+        b, a = (figs[f"{key}_{s}_us"]["value"] for s in SIDES)
+        direction = "faster" if a < b else "slower"
     return {"step": "compare", "status": "done", "figures": figs,
-            "significant": bool(key and sig[key][0]),
+            "significant": counted, "direction": direction,
             "significance": {"of": key, "why": sig[key][1] if key else "no analysed step",
+                             "words": sig[key][-1] if key else "no analysed step",
                              "rule": RULE},
             **rest, "tables": {TABLE: len(table)}}
 
@@ -527,6 +588,17 @@ def fig(value) -> str:
     return f"{value:,.3f}"
 
 
+def sig_words(result: dict, r: list) -> str:
+    """The rule's reason in words for a step figure's row `r` in the draft (its figures are the
+    rows the draft cites): compare.json's `significance.words` for the figure it judges."""
+    sig = result["significance"]
+    if sig.get("of") == r[1] and sig.get("words"):
+        return sig["words"]
+    if r[8] == "changed":
+        return f"every step after is {'faster' if r[3] < r[2] else 'slower'} than every step before"
+    return "the steps of the two captures overlap, or differ by less than the rule's least change"
+
+
 def draft(table: list, result: dict) -> str:
     """The report's "Before and after" section: every figure cited from compare.csv, the
     judgement places marked."""
@@ -541,8 +613,7 @@ def draft(table: list, result: dict) -> str:
                    f"{cite('measured', 'after', 'step', name)} after, "
                    f"{r[5]:+.2f}% {cite('measured', 'change_pct', 'step', name)}: "
                    + ("a change by the rule (" if r[8] == "changed" else
-                      "no change counted: within the step-to-step spread (")
-                   + f"{result['significance']['why']}).")
+                      "no change counted (") + f"{sig_words(result, r)}).")
     if result.get("verdict_before"):
         out.append(f"- Verdict: {result['verdict_before']} before, {result['verdict_after']} "
                    "after.")
