@@ -189,9 +189,12 @@ def where_to_look(out: Path, failed: dict[str, str], factcheck_rc: int | None) -
         if r.get("saving_measured_us"):
             saves = (f"{rules.us_text(r['saving_measured_us'], '? us')} "
                      f"{rules.low_end_words(r.get('cause_kind'))} to {saves}")
+        bound = ""
+        if r.get("target") and not r.get("saving_measured_us"):  # the ceiling's bound alone
+            saves, bound = f"at most {saves}", f", at its ceiling: {r['target']}"
         of = rules.us_text(r.get("step_us"), "? us")
         lines.append(f"change {r.get('rank')}: {r.get('cause')} (saves {saves} "
-                     f"of {of} per step; inferred, not run)"
+                     f"of {of} per step{bound}; inferred, not run)"
                      + ("; the largest Python line" if r is line else ""))
     if not top:
         lines.append("changes: none ranked (see changes.json refusals)")

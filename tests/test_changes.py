@@ -11,6 +11,7 @@ import dataclasses
 import json
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -32,7 +33,8 @@ KINDS = {"dispatch", "fused_on_jit", "gemm_backend", "host_gap", "kernel_gaps", 
          "idle_between_steps"}
 COLUMNS = ["rank", "cause_kind", "cause", "where", "pct_of_step", "step_us", "saving_us",
            "saving_min_us", "saving_max_us", "saving_measured_us", "step_if_gone_us",
-           "speedup_if_gone", "speedup_measured", "assumptions", "knob", "label", "source"]
+           "speedup_if_gone", "speedup_measured", "target", "assumptions", "knob", "label",
+           "source"]
 PS = 1e6  # picoseconds per microsecond
 # Tolerances against the generator's truth. Host-late time is measured off the same timestamps
 # the truth is computed from (1%: only rounding to ns and the 3-decimal tables). An instruction's
@@ -132,14 +134,15 @@ def check_table(out, p):
             lines_seen = True
         else:
             assert not lines_seen
-    # the other causes rank by their share of the median step
+    # the other causes rank by their saving per step (its share of the step)
     shares = [float(r["pct_of_step"]) for r in rows
               if r["cause_kind"] not in ("python_line", "kernel_family")]
     assert shares == sorted(shares, reverse=True)
     # the critical path's slices cover the median step's window, each microsecond once
     cp = {k: v["value"] for k, v in res["critical_path"].items()}
     assert sum(v for k, v in cp.items() if k != "window") == pytest.approx(cp["window"], abs=0.01)
-    assert cp["window"] == pytest.approx(step["value"], abs=1e-3)
+    # the median step's own window is one of the steps' windows the step is the median of
+    assert step["min"] - 1e-3 <= cp["window"] <= step["max"] + 1e-3
     assert all(v >= 0 for v in cp.values())
     # the exposed share of the compute is a share: never above 100%, whatever the gaps below 1 us
     assert 0 <= res["figures"]["compute_exposed_pct_of_compute"]["value"] <= 100 + 1e-9
@@ -480,7 +483,7 @@ def test_interval_helpers():
     assert critical_path.subtract([[0, 10], [20, 30]], [[2, 3], [8, 22], [29, 40]]) == \
         [[0, 2], [3, 8], [22, 29]]
     assert critical_path.total([[0, 10], [20, 30]], 5, 25) == 10
-    assert critical_path.spread([3, 1, 2], 0) == {"value": 3, "min": 1, "max": 3}
+    assert critical_path.spread([3, 1, 2], 0) == {"value": 2, "min": 1, "max": 3}  # the median
 
 
 def test_registry_is_the_documented_cause_kinds():
@@ -531,10 +534,12 @@ def test_real_captures(shared, tmp_path, rel):
         # host late inside the graph: that idle is a cause of its own
         assert "kernel_gaps" in [r["cause_kind"] for r in rows]
     assert all(res["inputs"].values())
-    # the step is the median step's window: at least its duration on the GPU that ends it
+    # the step is the median of the steps' windows, each at least the step's duration on the
+    # GPU that ends it: at least the median of those durations
     n = res["steps"]["median"]
-    dur = max(float(s["dur_us"]) for s in read(out / "steps.csv") if s["step"] == str(n))
-    assert res["figures"]["step_us"]["value"] >= dur - 1e-3
+    durs = [max(float(s["dur_us"]) for s in read(out / "steps.csv") if s["step"] == str(m))
+            for m in res["steps"]["used"]]
+    assert res["figures"]["step_us"]["value"] >= statistics.median(durs) - 1e-3
     # the step step 3 drew, where it is among the steps used
     drawn = json.loads((out / "swimlanes.json").read_text())["chosen"]["step"]
     assert n == drawn or drawn not in res["steps"]["used"]

@@ -235,6 +235,7 @@ def test_every_shared_jax_capture_runs_to_the_end(shared, tmp_path, rel):
     assert fc["verdict"] == "pass", fc["failing"][:5]
     assert p.stdout.startswith("verdict: ")
     assert_no_figure_past_a_limit(tmp_path / "scratch")
+    assert_changes_agree(tmp_path / "scratch")
     # the idle between steps takes the knob of its cause: on the conv3d capture the host blocks
     # on each step's result (block_until_ready), so async dispatch comes first, not prefetching
     skip = json.loads((tmp_path / "scratch" / "skip_stats.json").read_text())
@@ -245,6 +246,32 @@ def test_every_shared_jax_capture_runs_to_the_end(shared, tmp_path, rel):
     if rel.endswith("conv3d-8gpu"):
         assert first["cause_kind"] == "idle_between_steps" and \
             skip["between_steps"]["cause"] == "waiting on a result"
+
+
+def assert_changes_agree(out):
+    """Changes that agree with each other and with the other tables: no knob told two ways (a
+    GEMM backend's direction), no measured target that is the instruction itself, one step
+    period in the summary and the changes, and the draft's top kernels kernel_names.csv's top
+    rows, in order."""
+    rows = read(out / "changes.csv")
+    directions = {r["knob"].split(":")[0] for r in rows if r["cause_kind"] == "gemm_backend"}
+    assert len(directions) <= 1, directions
+    for r in rows:
+        if r["cause_kind"] == "instruction":
+            assert r["target"] and r["target"] != r["where"].split(" (")[0], r
+    period = ((json.loads((out / "skip_stats.json").read_text()).get("figures") or {})
+              .get("period_us") or {})
+    ch = json.loads((out / "changes.json").read_text())
+    if period.get("n") == len(ch["steps"]["used"]):
+        # the same figure, to the nanosecond (each from windows written to 3 decimals)
+        assert abs(period["value"] - ch["figures"]["step_us"]["value"]) <= 1.5e-3, period
+    draft = (out / "report_draft.md").read_text(encoding="utf-8")
+    said = next((ln for ln in draft.splitlines() if ln.startswith("- Top kernels by name")), "")
+    top = [r["kernel"] for r in read(out / "attribution/kernel_names.csv")[:3] if r["kernel"]]
+    shown = re.findall(r"`([^`]+)`", said)
+    assert len(shown) == len(top), (said, top)
+    assert all(t == s or (s.endswith("…") and t.startswith(s[:-1]))
+               for t, s in zip(top, shown, strict=True)), (said, top)
 
 
 def assert_no_figure_past_a_limit(out):

@@ -10,6 +10,7 @@ example examples/tpu-v5e-flax-optax/ (the lab's flax_optax)."""
 
 from __future__ import annotations
 
+import csv
 import gzip
 import json
 import statistics
@@ -193,6 +194,33 @@ def test_change_1_is_the_truths_first_change(job):
     assert rows and rows[0]["cause_kind"] == cause, rows[:2]
     knob = rows[0]["knob"].lower()
     assert KNOB_WORDS[cause] in knob and CASE_KNOB_WORDS.get(case.name, "") in knob
+
+
+def test_a_pallas_call_without_a_cost_estimate_is_costed_from_the_users_table(tmp_path):
+    """The lab's Pallas matmul carries no cost estimate: step 5 says how to give it one, and a
+    --costs row matching its kernel's name (2 M K N FLOPs of its two operands) gives it a point
+    at its share of the MXU's peak (6% at 128x128 blocks, as the chip measured 7.5x faster at
+    512x512) and change 1 the kernel's block sizes, with no number to compute by hand."""
+    costs = tmp_path / "costs.csv"
+    costs.write_text("match,flops,bytes,kind\nmatmul_128,2 * in0_d0 * in0_d1 * in1_d1,,gemm\n")
+    for table, out in ((None, tmp_path / "plain"), (costs, tmp_path / "costed")):
+        done = subprocess.run([sys.executable, "-P", str(REPO / "scripts" / "investigate.py"),
+                               str(LAB / "pallas_matmul"), "--out", str(out), "--no-xprof"]
+                              + (["--costs", str(table)] if table else []),
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        with open(out / "roofline.csv", newline="", encoding="utf-8") as fh:
+            row = next(r for r in csv.DictReader(fh) if r["instruction"] == "matmul_128.1")
+        if table is None:
+            assert not row["pct_of_ceiling"] and "--costs" in row["no_ceiling_why"], row
+            continue
+        assert row["method"].startswith("costs table") and row["binding"] == "compute", row
+        assert 5.0 < float(row["pct_of_ceiling"]) < 7.0, row
+        assert row["ceiling_dtype"] == "bf16_fp16_matrix", row
+        with open(out / "changes.csv", newline="", encoding="utf-8") as fh:
+            first = next(csv.DictReader(fh))
+        assert first["where"].startswith("matmul_128.1") and "block" in first["knob"], first
+        assert first["target"] == "no measured target in this capture", first
 
 
 def pairs() -> list:

@@ -912,10 +912,11 @@ def write_tables(folder: Path, m: Matched, opts: Options) -> Tables:
     totals = m.totals
     written: list = []
     ops = op_totals(totals, opts.program)
+    split_k = split_k_reductions(m.programs)
     written += write_op_and_line_tables(folder, ops, m.programs, m.sources,
                                         sum(ps for _, ps in totals.values()),
                                         instruction_runs(m.plans, m.execs)
-                                        if m.runs is None else m.runs, m.plans)
+                                        if m.runs is None else m.runs, m.plans, split_k)
     groups = class_totals(totals)
     written.append(("how.csv", scratch.write_table(folder, "attribution/how.csv",
                                                    how_rows(groups), stands_for=ATT)))
@@ -923,7 +924,7 @@ def write_tables(folder: Path, m: Matched, opts: Options) -> Tables:
                                  declared_kernel_names(m.programs))
     written.append(("kernel_names.csv", scratch.write_table(
         folder, "attribution/kernel_names.csv", name_rows, stands_for=ATT)))
-    families = family_rows(totals, name_rows, split_k_reductions(m.programs))
+    families = family_rows(totals, name_rows, split_k)
     written.append(("families.csv", scratch.write_table(
         folder, "attribution/families.csv", families, stands_for=ATT)))
     return Tables(written, ops, [], groups, "")
@@ -1060,11 +1061,12 @@ def instruction_runs(plans: dict, execs: dict) -> dict:
 
 
 def write_op_and_line_tables(folder: Path, ops: dict, programs: dict, sources, gpu_time: int,
-                             runs: dict, plans: dict) -> list:
+                             runs: dict, plans: dict, split_k: dict) -> list:
     """ops.csv and lines.csv over the programs in `ops`, each share twice: of the table's
     attributed kernel time (`pct_of_attributed`: every program's, or the --program one's) and
     of all GPU event time (`pct_of_gpu_time`, as kernel_names.csv). A fusion's fingerprint
-    comes from its program's plan (`plans`), which has taken it already."""
+    comes from its program's plan (`plans`), which has taken it already; a split-K reduction
+    names its GEMM (`split_k`: split_k_reductions')."""
     attributed = sum(t for _, t, _ in ops.values())
     op_rows = []
     structures = {pid: plans[pid].structure if pid in plans else km.Structure(prog)
@@ -1079,7 +1081,7 @@ def write_op_and_line_tables(folder: Path, ops: dict, programs: dict, sources, g
                         pct(t, attributed), pct(t, gpu_time), opn, src, user,
                         prog.name if prog is not None else "", runs.get((pid, name), ""), fw,
                         structures[pid].fusion_digest(ins) if ins is not None else "",
-                        rules.phase(opn, fw)))
+                        rules.phase(opn, fw), split_k.get((pid, name), "")))
     lines: dict[tuple, list] = {}
     for (pid, ins_name), (n, t, _) in ops.items():  # per instruction, then per line
         user = sources.get(pid, ins_name)[2]
@@ -1112,7 +1114,7 @@ def phase_rows(op_rows: list, ops: dict, attributed: int, gpu_time: int) -> list
     at = {p: [0, 0, 0, set()] for p in rules.PHASES}
     for r in op_rows:
         n, t, _ = ops[(r[0], r[1])]
-        a = at[r[-1]]
+        a = at[r[15]]  # its phase
         a[0] += 1
         a[1] += n
         a[2] += t

@@ -32,6 +32,9 @@ COLUMNS = scratch.columns(TABLE)
 
 LABEL = "inferred, not run"
 
+# changes.csv `target` of an instruction row that no other work of its kind outruns here
+NO_TARGET = "no measured target in this capture"
+
 
 # ---------------------------------------------------------------- named constants
 
@@ -105,6 +108,7 @@ class Row:
     extra: dict | None = None
     named: frozenset = frozenset()
     measured: float | None = None  # the median step's saving at a target this capture reached
+    target: str = ""  # that target, other work of the same kind (or NO_TARGET); "" for none
     kernel_cut: list | None = None  # per step used: kernel time it removes, in place of the
     #                                 distance to their ceilings of the instructions it `fuses`
     fuses: frozenset = frozenset()  # indices of Ceilings.cands whose cut kernel_cut replaces
@@ -698,9 +702,12 @@ INSTRUCTION = Prose(
     assumptions={
         "row": ("it would run at its {binding} ceiling ({ceiling}; FLOPs and bytes from the HLO: "
                 "{method}){target}; {time}; {exposed}"),
-        "target": (", at most; at the best rate this capture shows for the same work "
-                   "({best}% of the ceiling, {by}) it saves saving_measured_us, measured on "
-                   "this GPU"),
+        "target": (", at most; at the best rate other work of the same kind reaches in this "
+                   "capture ({best}% of the ceiling, {by}) it saves saving_measured_us, measured "
+                   "on this GPU"),
+        "no target": ("; no measured target in this capture (no other work of the same kind "
+                      "and size runs faster here: a run of it on the other backend, or alone at "
+                      "this shape, would give one), so the saving is the ceiling's bound alone"),
         "memory": "memory bandwidth",
         "compute": "{dtype}'s peak"},
     knob={
@@ -769,14 +776,15 @@ def instruction_prose(c: dict, exposed: str, vendor: str = "",
     said, knobs = INSTRUCTION.assumptions, INSTRUCTION.knob
     memory = c["binding"] == "memory"
     target = said["target"].format(best=pct_text(c["best"]), by=c["best_by"]) \
-        if c.get("best") else ""
+        if c.get("best") else "" if c.get("best_raw") is not None else said["no target"]
     assumptions = said["row"].format(
         binding=c["binding"], method=c["method"], time=INSTRUCTION_TIME, exposed=exposed,
         target=target, ceiling=said["memory"] if memory else said["compute"].format(
             dtype=c["ceiling_dtype"] or "its dtype"))
     work = c.get("work", "").removesuffix(" backward")
     if dev.bound_knob is not None:  # the device's own words (a TPU: the MXU, Pallas blocks)
-        return assumptions, (dev.kernel_knob(c["instruction"]) if work == "custom-call"
+        return assumptions, (dev.kernel_knob(c["instruction"])
+                             if "custom-call" in (work, c.get("opcode"))  # a Pallas call's own
                              else dev.bound_knob["memory" if memory else "compute"])
     if work in ("attention", "gemm") and not memory or \
             work in ("elementwise", "reduction", "scatter"):
@@ -847,7 +855,8 @@ def instruction(ctx: Context) -> Found | list:
             100.0 * c["cut"] * cm * exposure / ctx.window, spread(sav, at),
             assumptions, knob, named=frozenset({i}),
             measured=measured_saving(c, cm * exposure, c["best_raw"])
-            if c["best_raw"] is not None else None))
+            if c["best_raw"] is not None else None,
+            target=c["best_by"] if c["best_raw"] is not None else NO_TARGET))
     listed = {i for r in rows for i in r.named}
     hidden = sum(c["cut"] for i, c in top if i not in listed) * cm
     notes = [f"not listed: the top instructions' distance to their ceilings, {us_text(hidden)} of "
@@ -1103,12 +1112,13 @@ GEMM_BACKEND = Prose(
     source="roofline.csv (work, backend, pct_of_ceiling, run_flops); attribution/ops.csv; "
            "steps.csv; gaps.csv; rows.csv",
     assumptions=(
-        "each GEMM of the slower backend would run at the rate the other backend reaches in "
-        "this capture for the same dtype and a similar size (within 4x the FLOPs a run): a "
-        "target measured on this GPU, not a datasheet figure; the same kernel time as the "
-        "instruction rows of these GEMMs: never add the two; the split-K reductions after "
-        "them (a kernel_family row, where there is one) are not counted, though a GEMM that "
-        "needs no split would save them too; {time}; {exposed}"),
+        "each GEMM of the slower backend would run at the rate the other backend's best GEMM "
+        "reaches in this capture for the same dtype and a similar size (within 4x the FLOPs a "
+        "run): a target measured on this GPU, not a datasheet figure; each GEMM counted whole, "
+        "a Triton GEMM with the split-K reduction that adds its partial sums (ops.csv "
+        "split_k_of), and the backends compared so: one direction per dtype, never both; the "
+        "same kernel time as the instruction rows of these GEMMs and the split-K family's: "
+        "never add them; {time}; {exposed}"),
     knob={
         "to library": (
             "send these dots to the library: XLA's autotuner chose Triton GEMM fusions for "
@@ -1132,8 +1142,11 @@ def backend_family(backend: str) -> str:
 def gemm_backend(ctx: Context) -> list:
     """Where the same GEMM work (compute-bound, same ceiling dtype, FLOPs a run within
     rules.SAME_SIZE_FACTOR) runs on two backends in the capture (a library call and a Triton
-    fusion), a row per slower backend: its GEMMs below the other backend's best rate, each
-    saving its distance to that rate (measured on this GPU)."""
+    fusion), one direction per dtype: toward the backend whose best GEMM, counted whole (a
+    Triton GEMM with the split-K reduction that adds its partial sums), reaches the higher
+    share of the ceiling; a row for the other backend's GEMMs below that rate, each saving its
+    whole time's distance to it (measured on this GPU). Never both directions: that is one
+    knob told two ways."""
     ce = ctx.ceilings
     if ce is None:
         return []
@@ -1143,18 +1156,29 @@ def gemm_backend(ctx: Context) -> list:
     rows = []
     for dtype in sorted({c["ceiling_dtype"] for _, c in gemms}):
         same = [(i, c) for i, c in gemms if c["ceiling_dtype"] == dtype]
-        families = sorted({backend_family(c["backend"]) for _, c in same})
-        for slow in families:
-            for fast in families:
-                if fast == slow:
-                    continue
+        best = {}
+        for _, c in same:
+            fam = backend_family(c["backend"])
+            best[fam] = max(best.get(fam, 0.0), whole_pct(c))
+        if len(best) < 2:
+            continue
+        fast = max(sorted(best), key=lambda f: best[f])
+        for slow in sorted(best):
+            if slow != fast:
                 rows += backend_row(ctx, same, slow, fast)
     return rows
 
 
+def whole_pct(c: dict) -> float:
+    """A GEMM's share of its ceiling counted whole: its FLOPs over its own time and that of the
+    split-K reductions that add its partial sums (ops.csv split_k_of)."""
+    return c["pct"] * c["share"] / (c["share"] + c.get("split_k", 0.0))
+
+
 def backend_row(ctx: Context, same: list, slow: str, fast: str) -> list:
     """The row for the GEMMs of backend family `slow` that the `fast` family's GEMMs of a
-    similar size outrun; none where none does or the saving is under MIN_SAVING_US."""
+    similar size outrun, counted whole (whole_pct); none where none does or the saving is under
+    MIN_SAVING_US."""
     mine, named, target_by = [], set(), {}
     for i, c in same:
         if backend_family(c["backend"]) != slow:
@@ -1162,20 +1186,26 @@ def backend_row(ctx: Context, same: list, slow: str, fast: str) -> list:
         near = rules.SAME_SIZE_FACTOR
         others = [o for _, o in same if backend_family(o["backend"]) == fast
                   and c["flops"] / near <= o["flops"] <= c["flops"] * near]
-        best = max(others, key=lambda o: o["pct"], default=None)
-        if best is None or best["pct"] <= c["pct"]:
+        best = max(others, key=whole_pct, default=None)
+        if best is None or whole_pct(best) <= whole_pct(c):
             continue
         mine.append((c, best))
         named.add(i)
         target_by[best["instruction"]] = best
     if not mine:
         return []
-    per_step = [sum(measured_saving(c, ctx.paths[n].compute * ctx.paths[n].exposure,
-                                    b["pct"]) for c, b in mine) for n in ctx.chosen]
+
+    def saving(c: dict, b: dict, scale: float) -> float:
+        whole = c["share"] + c.get("split_k", 0.0)
+        return min(whole * (1.0 - whole_pct(c) / whole_pct(b)),
+                   c["cut"] + c.get("split_k", 0.0)) * scale
+
+    per_step = [sum(saving(c, b, ctx.paths[n].compute * ctx.paths[n].exposure)
+                    for c, b in mine) for n in ctx.chosen]
     if per_step[ctx.at] < MIN_SAVING_US:
         return []
-    top = max(target_by.values(), key=lambda o: o["pct"])
-    lo, hi = min(c["pct"] for c, _ in mine), max(c["pct"] for c, _ in mine)
+    top = max(target_by.values(), key=whole_pct)
+    lo, hi = (f(whole_pct(c) for c, _ in mine) for f in (min, max))
     names = ", ".join(c["instruction"] for c, _ in mine[:4]) + (" ..." if len(mine) > 4 else "")
     said = GEMM_BACKEND
     knob = said.knob.get({("triton", "library"): "to library",
@@ -1183,16 +1213,20 @@ def backend_row(ctx: Context, same: list, slow: str, fast: str) -> list:
     knob = knob.format(target=backend_text(mine[0][0]["backend"].removeprefix("library "),
                                            ctx.ceilings.vendor), fast=fast, slow=slow)
     cm = ctx.median_path.compute
+    whole = any(c.get("split_k") for c, _ in mine)
     return [Row(
         f"the {fast} GEMM {top['instruction']} does the same work ({top['flops'] / 1e9:,.1f} "
-        f"GFLOP a run, {mine[0][0]['ceiling_dtype']}) at {top['pct']:.1f}% of its ceiling where "
-        f"the {slow} GEMMs {names} reach {f'{lo:.1f}' if lo == hi else f'{lo:.1f}-{hi:.1f}'}% "
-        f"({number_text(sum(c['share'] for c, _ in mine) * cm)} us of step {ctx.median})",
+        f"GFLOP a run, {mine[0][0]['ceiling_dtype']}) at {whole_pct(top):.1f}% of its ceiling "
+        f"where the {slow} GEMMs {names} reach "
+        f"{f'{lo:.1f}' if lo == hi else f'{lo:.1f}-{hi:.1f}'}%"
+        + (" counted with their split-K reductions" if whole else "")
+        + f" ({number_text(sum(c['share'] + c.get('split_k', 0.0) for c, _ in mine) * cm)} us "
+        f"of step {ctx.median})",
         f"{slow} GEMMs ({len(mine)} instructions)", 100.0 * per_step[ctx.at] / ctx.window,
         spread(per_step, ctx.at),
         said.assumptions.format(time=INSTRUCTION_TIME, exposed=EXPOSED_PART.format(
             pct=100 * ctx.median_path.exposure, step=ctx.median)),
-        knob, named=frozenset(named), measured=per_step[ctx.at])]
+        knob, named=frozenset(named), measured=per_step[ctx.at], target=top["instruction"])]
 
 
 PYTHON_LINE = Prose(
@@ -1316,20 +1350,21 @@ def written(c: Cause, r: Row) -> dict:
         prose[part] = text
     return {"cause_kind": c.kind, "cause": r.cause, "where": r.where, "pct_of_step": r.pct,
             "saving": r.saving, **prose, "label": LABEL, "source": c.prose.source,
-            "named": r.named, "measured": r.measured, "kernel_cut": r.kernel_cut,
+            "named": r.named, "measured": r.measured, "target": r.target,
+            "kernel_cut": r.kernel_cut,
             "fuses": r.fuses,
             **(r.extra or {})}
 
 
 def ranked(rows: list) -> list:
-    """The rows in rank order, numbered from 1: by share of the median step's critical path, then
-    by saving, then in the registry's order and by where; rows that regroup the instructions'
-    time (Cause.regroups: Python lines, kernel families; a family's saving an upper bound) after
-    every other row."""
+    """The rows in rank order, numbered from 1: by saving per step (its median over the steps
+    used, to the nanosecond), then in the registry's order and by where; rows that regroup the
+    instructions' time (Cause.regroups: Python lines, kernel families; a family's saving an
+    upper bound) after every other row."""
     order = {c.kind: i for i, c in enumerate(REGISTRY)}
     regroups = {c.kind for c in REGISTRY if c.regroups}
-    rows.sort(key=lambda c: (c["cause_kind"] in regroups, -round(c["pct_of_step"], 2),
-                             -c["saving"]["value"], order[c["cause_kind"]], c["where"]))
+    rows.sort(key=lambda c: (c["cause_kind"] in regroups, -round(c["saving"]["value"], 3),
+                             order[c["cause_kind"]], c["where"]))
     for i, c in enumerate(rows, 1):
         c["rank"] = i
     return rows
@@ -1337,7 +1372,7 @@ def ranked(rows: list) -> list:
 
 def combined(ctx: Context, rows: list) -> dict:
     """Every listed cause gone at once, all work exposed, per step (COMBINE_RULE: an upper bound,
-    capped at the step's window): the median step's with the min and max across steps."""
+    capped at each step's window): its median over the steps with the min and max."""
     # a fused pass's cut is in its fused_on_jit row's kernel time (never counted twice)
     named = {i for r in rows for i in r["named"]} - {i for r in rows for i in r["fuses"]}
     cut = sum(c["cut"] for i, c in enumerate(ctx.ceilings.cands) if i in named) \
@@ -1354,10 +1389,11 @@ def combined(ctx: Context, rows: list) -> dict:
         comb.append(min(c, ctx.frames[n].window))
     # all at once saves at least what the largest row saves alone (a row outside the slices
     # above, such as a scan's stacking, cuts compute the instruction cuts do not count)
+    out = spread(comb, ctx.at)
     if rows:
-        comb = [max(v, max(r["saving"]["min"] for r in rows)) for v in comb]
-        comb[ctx.at] = max(comb[ctx.at], max(r["saving"]["value"] for r in rows))
-    return spread(comb, ctx.at)
+        for k in ("value", "min", "max"):
+            out[k] = max(out[k], max(r["saving"][k] for r in rows))
+    return out
 
 
 CRITICAL_PATH_SLICES = ("window", "host_late", "compute", "memcpy_arg", "collective",
@@ -1429,10 +1465,13 @@ def build_result(a: dict) -> dict:
     cp = a["critical_path"]
     causes = []
     for c in a["causes"]:
+        if c.get("measured") is not None:  # the low end of the range, never above its high end
+            c["measured"] = min(c["measured"], c["saving"]["value"])
         causes.append({
             "rank": c["rank"], "cause_kind": c["cause_kind"], "cause": c["cause"],
             "where": c["where"],
-            "pct_of_step": figure(c["pct_of_step"], "pct", "inferred"),
+            "pct_of_step": figure(100.0 * c["saving"]["value"] / step["value"]
+                                  if step["value"] > 0 else 0.0, "pct", "inferred"),
             "saving_us": figure(c["saving"]["value"], "us", "inferred", c["saving"]),
             "step_if_gone_us": figure(round(step["value"], 3) - round(c["saving"]["value"], 3),
                                       "us", "inferred"),
@@ -1442,7 +1481,8 @@ def build_result(a: dict) -> dict:
                                            "inferred")} if c.get("measured") else {}),
             **({"saving_measured_us": figure(c["measured"], "us", "inferred")}
                if c.get("measured") is not None else {}),
-            "assumptions": c["assumptions"], "knob": c["knob"], "label": c["label"],
+            "target": c.get("target", ""), "assumptions": c["assumptions"], "knob": c["knob"],
+            "label": c["label"],
             "source": c["source"]})
         if c["cause_kind"] == "kernel_family":
             causes[-1].update({"family": c["family"], "cannot_show": c["cannot_show"],
@@ -1486,7 +1526,7 @@ def csv_rows(result: dict) -> list:
                     if c["speedup_if_gone"]["value"] is not None else "",
                     f"{c['speedup_measured']['value']:.3f}"
                     if (c.get("speedup_measured") or {}).get("value") is not None else "",
-                    c["assumptions"], c["knob"], c["label"], c["source"]])
+                    c.get("target", ""), c["assumptions"], c["knob"], c["label"], c["source"]])
     return out
 
 

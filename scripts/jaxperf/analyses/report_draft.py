@@ -192,7 +192,9 @@ def results(s: Scratch) -> list[str]:
                 f"- Change {r['rank']}: {md_cell(r['cause'])} (inferred; changes.csv: cause, "
                 f"{rank}): saves " + measured_part(r, rank)
                 + f"{cell(r['saving_us'], 'us', 'inferred', 'changes.csv', 'saving_us', rank)}"
-                f" of the step (inferred, not run)" + faster(r, rank) + ". " + judge(
+                f" of the step (inferred, not run)"
+                + (f", at its ceiling ({r['target']})" if r.get("target")
+                   and not r.get("saving_measured_us") else "") + faster(r, rank) + ". " + judge(
                     ("say whether change 1 is the one to test first and why; its knob: "
                      if r["rank"] == "1" else
                      f"say what change {r['rank']} adds after the ones above it; its knob: ")
@@ -215,15 +217,14 @@ def top_in_brief(s: Scratch) -> list[str]:
     refusals = rank_refusals(s)
     out = []
     kn = "attribution/kernel_names.csv"
-    top = (s.rows(kn) or [])[:BRIEF_ROWS]
-    names = [r for r in top if citeable(r["kernel"])]
+    top = [r for r in (s.rows(kn) or [])[:BRIEF_ROWS] if r["kernel"]]
     tpu = ((s.json("capture_info.json") or {}).get("device") or {}).get("kind") == "TPU"
-    if names and not tpu:  # by name alone: no matching (a TPU's names are its instructions)
+    if top and not tpu:  # by name alone: no matching (a TPU's names are its instructions)
         share = [cell(r["pct_of_gpu_time"], "%", "inferred", kn, "pct_of_gpu_time",
-                      "kernel=" + kernel_key(r["kernel"]), 2) for r in names]
+                      name_key(r), 2) for r in top]
         out.append("- Top kernels by name, share of GPU time: " + "; ".join(
-            f"{code(r['kernel'])} ({r['family']}) {c}" for r, c in zip(names, share, strict=True))
-            + ("; the longer names in kernel_names.csv" if len(names) < len(top) else "") + ".")
+            f"{code(shown_name(r['kernel']))} ({r['family']}) {c}"
+            for r, c in zip(top, share, strict=True)) + ".")
     for table, what, col, refused in ((OPS, "Top instructions", "instruction", refusals["ops"]),
                                       (LINES, "Top Python lines", "user_frame",
                                        refusals["lines"])):
@@ -256,6 +257,24 @@ def citeable(name: str) -> bool:
 def kernel_key(name: str) -> str:
     """A kernel name as a filter value: quoted where it holds a comma."""
     return f'"{name}"' if "," in name else name
+
+
+SHOWN_NAME = 60  # characters of a kernel name too long to cite, shown before an ellipsis
+
+
+def shown_name(name: str) -> str:
+    """A kernel name as the brief shows it: whole where it can be cited, else its start."""
+    if citeable(name):
+        return name
+    return "".join(ch for ch in name[:SHOWN_NAME] if ch not in "`\n") + "…"
+
+
+def name_key(r: dict) -> str:
+    """A kernel_names.csv row's filter: its name, or for a name too long or odd to cite, its
+    GPU time and kernel count (the row's own cells)."""
+    if citeable(r["kernel"]):
+        return "kernel=" + kernel_key(r["kernel"])
+    return f"gpu_us={r['gpu_us']}, kernels={r['kernels']}"
 
 
 def key_of(r: dict, col: str) -> str:
@@ -611,7 +630,7 @@ def measured_part(r: dict, key: str) -> str:
     """'<saving at a rate this capture reached> to ' before a change's saving, where it has
     one (changes.csv saving_measured_us), else nothing."""
     if not r.get("saving_measured_us"):
-        return ""
+        return "at most " if r.get("target") else ""
     m = cell(r["saving_measured_us"], "us", "inferred", "changes.csv", "saving_measured_us", key)
     return f"{m} ({rules.low_end_words(r.get('cause_kind'))}) to "
 

@@ -4,6 +4,7 @@ analysis. Its door, with the command line and what it writes, is scripts/rooflin
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,10 +146,12 @@ WITHHELD = "withheld:"
 
 
 def same_work_targets(placed: list) -> list[tuple]:
-    """Per placed row, the best share of its ceiling that the capture shows for the same kind
-    of work (the `work` kind, ceiling dtype and binding) of a similar size
-    (trace_rules.SAME_SIZE_FACTOR), itself included: (pct, instruction), or (None, "") where
-    it has no share."""
+    """Per placed row, its measured target: the best share of its ceiling that other work of
+    the same kind (the `work` kind, ceiling dtype and binding) of a similar size
+    (trace_rules.SAME_SIZE_FACTOR) reaches in this capture: (pct, instruction), or (None, "")
+    where none does. Never itself nor a twin (the same FLOPs and bytes a run: the same
+    computation again, e.g. in another layer, whose rate says nothing of another way to run
+    it)."""
     groups: dict = {}
     for n, (_, c, _, _, spot, _) in enumerate(placed):
         if spot.share is None:
@@ -156,15 +159,25 @@ def same_work_targets(placed: list) -> list[tuple]:
         size = c.flops if spot.binding == "compute" else c.bytes
         groups.setdefault((c.kind, spot.key, spot.binding), []).append((size or 0, n))
     out: list[tuple] = [(None, "")] * len(placed)
+
+    def run(m: int) -> tuple:
+        return placed[m][1].flops, placed[m][1].bytes
+
+    def named(m: int, n: int) -> str:  # with its program where that is another's
+        r, mine = placed[m][0], placed[n][0]
+        if r.get("program_id") == mine.get("program_id"):
+            return r["instruction"]
+        return f"{r.get('module', '')}({r.get('program_id', '')}) {r['instruction']}"
+
     for members in groups.values():
         members.sort()
         sizes = [m[0] for m in members]
         for size, n in members:
             lo = bisect.bisect_left(sizes, size / rules.SAME_SIZE_FACTOR)
             hi = bisect.bisect_right(sizes, size * rules.SAME_SIZE_FACTOR)
-            best = max((placed[m][4].share, placed[m][0]["instruction"])
-                       for _, m in members[lo:hi])
-            out[n] = best
+            best = max(((placed[m][4].share, m) for _, m in members[lo:hi]
+                        if run(m) != run(n)), default=None)
+            out[n] = (best[0], named(best[1], n)) if best else (None, "")
     return out
 
 
@@ -201,11 +214,16 @@ ASYNC_STARTS = frozenset({"copy-start", "async-start", "send", "recv", "all-redu
 
 def capture_cost(r: dict, c: Cost, ins, tpu_costs: dict) -> tuple[Cost, int]:
     """A TPU op's FLOPs and bytes of one run as the capture states them (XLA's cost model; a
-    Pallas call's own cost estimate), with the HLO's dtype and kind of work where it has them
-    (`c`: the HLO's cost), and its runs: the op runs step 4 counted (each run is one)."""
+    Pallas call's own cost estimate; where it states none, the user's --costs table for a
+    custom call), with the HLO's dtype and kind of work where it has them (`c`: the HLO's
+    cost, the user's table's for a custom call it matches), and its runs: the op runs step 4
+    counted (each run is one)."""
     runs = int(r["kernels"] or 0)
     got = tpu_costs.get((int(r["program_id"]), r["instruction"])) \
         if str(r.get("program_id", "")).isdigit() else None
+    if c.why is None and c.method.startswith("costs table") and (
+            got is None or not (got[0] or got[2])):  # the capture has none: the user's --costs
+        return dataclasses.replace(c, backend="TPU"), runs
     if got is None:
         return Cost(None, None, "not computable",
                     why="the capture gives no cost for this instruction"), runs
@@ -220,7 +238,8 @@ def capture_cost(r: dict, c: Cost, ins, tpu_costs: dict) -> tuple[Cost, int]:
     if not flops and not nbytes:
         return Cost(None, None, "not computable", why=(
             "a Pallas call without a cost estimate: the capture gives it no FLOPs or bytes "
-            "(pallas_call's cost_estimate sets them)" if pallas else
+            "(pallas_call's cost_estimate sets them; a --costs row matching its kernel's name "
+            "gives them here)" if pallas else
             f"the capture gives this {'custom call' if custom else 'op'} no FLOPs and no bytes "
             "(a wait, a copy's start, a relabelling, or bookkeeping)")), runs
     method = "capture: the call's cost estimate" if custom else "capture: XLA's cost model"

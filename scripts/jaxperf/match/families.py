@@ -64,18 +64,20 @@ def cause_family(name: str, family: str) -> str | None:
     return None
 
 
-def split_k_reductions(programs) -> set[tuple]:
+def split_k_reductions(programs) -> dict[tuple, str]:
     """(program id, instruction) of XLA's own split-K reductions, from the program rather than
-    kernel names (is_split_k_reduction)."""
-    return {(pid, ins.name) for pid, prog in programs.items()
-            for ins in prog.instructions.values() if is_split_k_reduction(prog, ins)}
+    kernel names, each with the GEMM fusion whose partial sums it adds (split_k_gemm)."""
+    return {(pid, ins.name): gemm for pid, prog in programs.items()
+            for ins in prog.instructions.values() if (gemm := split_k_gemm(prog, ins))}
 
 
-def is_split_k_reduction(prog, ins) -> bool:
-    """A fusion that reduces, over its leading dimension, the result of a fusion whose root is
-    a dot with a batch dimension leading its output. XLA's split-K rewrite
-    (xla/service/gpu/split_k_gemm_rewriter.cc, MakeDotSplitKBatch) splits K into such a batch
-    dimension of partial sums and sums them in a reduction after the GEMM fusion."""
+def split_k_gemm(prog, ins) -> str | None:
+    """The GEMM fusion whose partial sums `ins` adds, where `ins` is a fusion that reduces, over
+    its leading dimension, the result of a fusion whose root is a dot with a batch dimension
+    leading its output; else None. XLA's split-K rewrite (xla/service/gpu/
+    split_k_gemm_rewriter.cc, MakeDotSplitKBatch) splits K into such a batch dimension of
+    partial sums and sums them in a reduction after the GEMM fusion: the two are one GEMM's
+    work."""
     comp = prog.computations.get(ins.called_computation_ids[0]) \
         if ins.opcode == "fusion" and ins.called_computation_ids else None
     for r in comp.instructions if comp is not None else ():
@@ -90,11 +92,11 @@ def is_split_k_reduction(prog, ins) -> bool:
         if root is not None and root.opcode == "dot" and \
                 root.dot_dimension_numbers.lhs_batch_dimensions and \
                 list(src.shape.dimensions[:1]) == list(root.shape.dimensions[:1]):
-            return True
-    return False
+            return gemm.name
+    return None
 
 
-def family_rows(totals: dict, name_rows, split_k: set = frozenset()) -> list[tuple]:
+def family_rows(totals: dict, name_rows, split_k=frozenset()) -> list[tuple]:
     """families.csv: per family of cause_family, its kernels, distinct names, GPU time and share,
     the instructions (program id, instruction) its attributed kernels span, the programs, and the
     largest instructions by its time (`<program_id>:<instruction>=us`). `totals`: step 4's

@@ -515,8 +515,11 @@ def event_slices(fr: Frame, row: StepRow, rows: dict, other_gaps: list, L: float
 # ---------------------------------------------------------------- the context every cause reads
 
 def spread(values: list, at: int) -> dict:
-    """The median step's value (at its index) with the min and max across the steps used."""
-    return {"value": values[at], "min": min(values), "max": max(values)}
+    """A figure over the steps used: its median over them (as step 1's summary states each of
+    its figures: one figure per quantity across the tables) with the min and max; `at`, the
+    median step's index, is where a cause's words are said of one step."""
+    del at  # the median step's own value is said in a cause's sentence, not as its figure
+    return {"value": statistics.median(values), "min": min(values), "max": max(values)}
 
 
 def steps_used(steps: dict, s1: dict | None, notes: list) -> tuple[list, bool, bool]:
@@ -864,6 +867,11 @@ def distances(work: list, total_us: float, roof: list, several: bool) -> tuple[l
     program where `several` programs share the step."""
     by_ins = {(r.get("program_id", ""), r["instruction"]): r for r in roof}
     floor = kernel_floor_us(work)
+    partial_sums: dict = {}  # a GEMM's split-K reductions' share: one GEMM's work with it
+    for o in work:
+        if o.get("split_k_of"):
+            gemm = (o.get("program_id", ""), o["split_k_of"])
+            partial_sums[gemm] = partial_sums.get(gemm, 0.0) + float(o["gpu_us"]) / total_us
     cands, no_ceiling = [], []
     for o in work:
         r = by_ins.get((o.get("program_id", ""), o["instruction"]))
@@ -890,7 +898,9 @@ def distances(work: list, total_us: float, roof: list, several: bool) -> tuple[l
                       "best": best if best is not None and best >= pct * TARGET_MARGIN
                       else None, "best_raw": best,
                       "best_by": r.get("best_same_work", ""),
-                      "flops": number(r.get("run_flops"))})
+                      "flops": number(r.get("run_flops")), "opcode": o.get("opcode", ""),
+                      "split_k": partial_sums.get((o.get("program_id", ""), o["instruction"]),
+                                                  0.0)})
     cands.sort(key=lambda c: (-c["cut"], c["instruction"]))
     return cands, no_ceiling
 
