@@ -429,9 +429,10 @@ def _blobs(space):
     return out
 
 
-def _all_events(space, gpu_only=False):
+def _all_events(space, device_only=False):
+    """Every event, or those of the device planes alone (a GPU's or a TPU's)."""
     return [(p, ln, ev) for p in space.planes
-            if not gpu_only or p.name.startswith("/device:GPU")
+            if not device_only or p.name.startswith("/device:")
             for ln in p.lines for ev in ln.events]
 
 
@@ -463,10 +464,10 @@ def xplane_mutant(rng: random.Random, seed: Seed) -> tuple[str, bytes]:
     space = _space(seed)
     desc = op
     if op == "event_time":
-        evs = _all_events(space, gpu_only=rng.random() < 0.7)
+        evs = _all_events(space, device_only=rng.random() < 0.7) or _all_events(space)
         field_ = rng.choice(("offset_ps", "duration_ps"))
         value = rng.choice((-1, -10**12, 2**62, 2**63 - 1, -(2**63), 0, 10**18))
-        for _, _, ev in rng.sample(evs, rng.choice((1, 1, min(len(evs), 50)))):
+        for _, _, ev in rng.sample(evs, min(len(evs), rng.choice((1, 1, 50)))):
             setattr(ev, field_, value)
         desc = f"xplane event {field_}={value}"
     elif op == "line_time":
@@ -479,7 +480,9 @@ def xplane_mutant(rng: random.Random, seed: Seed) -> tuple[str, bytes]:
         p = rng.choice([p for p in space.planes if p.lines] or space.planes)
         name = rng.choice(("hlo_op", "program_id", "correlation_id", "hlo_module", "step_num",
                            "memcpy_details", "cuda_graph_id", "device_id", "module_name",
-                           "group_id"))
+                           "group_id", "flops", "model_flops", "bytes_accessed", "hlo_category",
+                           "run_id", "source_stack", "tf_op", "peak_teraflops_per_second",
+                           "peak_hbm_bw_gigabytes_per_second", "memory_access_breakdown"))
         ids = [k for k, m in p.stat_metadata.items() if m.name == name]
         if not ids:
             k = max(p.stat_metadata or {0: None}) + 1

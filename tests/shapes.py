@@ -102,6 +102,22 @@ def many_gpus(n: int, folder: Path) -> list[str]:
     return [str(_trace_file(folder / "h.trace.json.gz", ev))]
 
 
+def many_planes(n: int, folder: Path) -> list[str]:
+    """An xplane of n GPU planes, three kernels each: every plane is decoded and checked, one at
+    a time where a step reads them so (the check of each against those read before)."""
+    from xspace_builder import XSpaceBuilder
+    b = XSpaceBuilder(hostnames=["h"])
+    for g in range(n):
+        s = b.plane(f"/device:GPU:{g}", stats={"device_vendor": "Nvidia"}).line(
+            7, "Stream #7(Kernel)", timestamp_ns=1000)
+        for k in range(3):
+            s.event("fusion.1", offset_ps=5 + 100 * k, duration_ps=10)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "h.xplane.pb"
+    path.write_bytes(b.serialize())
+    return [str(path)]
+
+
 def one_thread_gpus(n: int, folder: Path) -> list[str]:
     """n GPUs launched in turn by one host thread, 10,240 kernels in all: each GPU's gap holds
     the launches for the n - 1 others, so the host events a gap is searched for grow with n
@@ -309,6 +325,7 @@ SHAPES = {s.name: s for s in [
     Shape("many-gpus-step3", "GPUs", SCRIPTS / "swimlanes.py", many_gpus, 512),
     Shape("many-gpus-step0", "GPUs", SCRIPTS / "capture_info.py", many_gpus, 512),
     Shape("one-thread-gpus", "GPUs", SIBLING / "skip_stats.py", one_thread_gpus, 512),
+    Shape("many-planes-step0", "planes", SCRIPTS / "capture_info.py", many_planes, 2_000),
     Shape("many-streams", "streams", SIBLING / "skip_stats.py", many_streams, 1_000),
     Shape("long-name", "characters", SIBLING / "skip_stats.py", long_name, 600_000),
     Shape("citations", "citations", SCRIPTS / "factcheck.py", citations, 20_000),

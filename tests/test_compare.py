@@ -152,6 +152,29 @@ def test_a_side_without_hlo_compares_what_it_can(pairs, tmp_path):
     assert not [r for r in read(tmp_path / "o" / "compare.csv") if r["section"] == "program"]
 
 
+def test_an_after_whose_trace_is_cut_in_half_is_refused_per_step(pairs, tmp_path):
+    """AFTER's trace cut in half, its xplane whole: AFTER has no analysed step, so its GPU time
+    has no step to be divided by: programs, instructions and lines are refused in one sentence
+    naming it, never published at +300% (a division by max(1, 0) steps)."""
+    import gzip
+    _, runs = pairs
+    cut = tmp_path / "t" / "plugins" / "profile" / "r"
+    cut.mkdir(parents=True)
+    for f in runs["on"].iterdir():
+        data = f.read_bytes()
+        if f.name.endswith(".trace.json.gz"):
+            text = gzip.decompress(data)
+            data = gzip.compress(text[:len(text) // 2])
+        (cut / f.name).write_bytes(data)
+    p = compare(runs["off"], cut, tmp_path / "o")
+    assert p.returncode == 0, p.stderr
+    res = json.loads((tmp_path / "o" / "compare.json").read_text())
+    assert not res["significant"] and res["direction"] == "no gain"
+    assert any("because AFTER has no analysed step" in r for r in res["refusals"])
+    rows = read(tmp_path / "o" / "compare.csv")
+    assert not [r for r in rows if r["section"] in ("program", "instruction", "line")]
+
+
 @pytest.mark.parametrize("case", ["missing", "same", "unusable"])
 def test_bad_input_is_one_sentence(pairs, tmp_path, case):
     _, runs = pairs

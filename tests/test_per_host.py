@@ -243,6 +243,30 @@ def test_a_host_named_with_a_dash_or_like_a_summary_file(slow_run, tmp_path):
         "host_kernels.csv"
 
 
+def test_host_names_with_format_and_escape_characters_are_escaped_in_the_draft(slow_run,
+                                                                              tmp_path):
+    """Host names holding a right-to-left override, a zero-width space or a terminal escape are
+    written escaped wherever a text output writes them (trace_rules.printable): hosts.txt and
+    hosts_draft.md, its citations too, which the fact check matches against hosts.csv's exact
+    names by the same rule; hosts.csv keeps them as the capture has them."""
+    run = tmp_path / "run"
+    run.mkdir()
+    names = {"gen-host-0": "abc\u202egnp.exe", "gen-host-1": "b\u200bx", "gen-host-2": "c\x1b[31m"}
+    for src, dst in names.items():
+        for suffix in (".xplane.pb", ".trace.json.gz"):
+            shutil.copy(slow_run["run"] / f"{src}{suffix}", run / f"{dst}{suffix}")
+    out = tmp_path / "out"
+    p = _run(ENTRY["skip_stats"], run, "--out", out)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert set(r["host"] for r in _read(out / "hosts.csv")) == set(names.values())
+    for f in ("hosts.txt", "hosts_draft.md"):
+        text = (out / f).read_text(encoding="utf-8")
+        assert not any(ch in text for ch in ("\u202e", "\u200b", "\x1b")), f
+        assert "abc\\u202egnp.exe" in text, f
+    fc = _run(ROOT_SCRIPTS / "factcheck.py", out / "hosts_draft.md", "--out", out)
+    assert fc.returncode == 0, fc.stdout + fc.stderr
+
+
 def test_tables_of_an_earlier_capture_are_not_read(slow_run, tmp_path):
     """One scratch folder re-used for another run whose host 1 has a broken trace: that host's
     step-1 tables left from the first run are not taken for this run's."""

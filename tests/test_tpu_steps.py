@@ -115,3 +115,30 @@ def test_the_hosts_own_work_before_the_device_is_the_calls_wholly_inside():
     assert [h["name"] for h in tree.inside(0, 70)] == ["$a.py:2 make_batch", "$a.py:4 put"]
     assert [h["name"] for h in tree.inside(0, 100)] == ["$a.py:1 step"]
     assert tree.inside(46, 49) == []
+
+
+def test_a_plane_without_peaks_takes_its_generations_datasheet_and_says_so():
+    """The device plane's own peaks are the ceilings; a plane that gives none (a profiler that
+    did not record them) takes its generation's datasheet, tagged vendor with the datasheet as
+    its source, and the device record says where; a generation without one gets no ceiling,
+    said."""
+    import sys
+    sys.path.insert(0, str(REPO / "scripts"))
+    from jaxperf.read import xplane_reader, xprotos
+    from jaxperf.tpu import chip
+    path = next((REPO / "tests" / "data" / "tpu" / "bf16_matmul").rglob("*.xplane.pb"))
+    proto = xprotos.classes()["XSpace"].FromString(path.read_bytes())
+    whole = xplane_reader.Space(proto, path, lazy=True)
+    device, ceilings = chip.ceilings(whole)
+    assert ceilings["bf16_fp16_matrix"].tag == "capture" and device["why"] is None
+    for p in proto.planes:
+        ids = {k for k, m in p.stat_metadata.items() if m.name.startswith("peak_")}
+        kept = [st for st in p.stats if st.metadata_id not in ids]
+        del p.stats[:]
+        p.stats.extend(kept)
+    device, ceilings = chip.ceilings(xplane_reader.Space(proto, path, lazy=True))
+    mxu, hbm = ceilings["bf16_fp16_matrix"], ceilings["hbm_bandwidth"]
+    assert (mxu.value, hbm.value) == (197e12, 819e9) and mxu.tag == hbm.tag == "vendor"
+    assert mxu.source.startswith("datasheet: Cloud TPU v5e") and device["why"] is None
+    assert "datasheet" in device["basis"]
+    assert chip.datasheet_of("v3") is None and chip.datasheet_of("v6 lite") == "v6e"

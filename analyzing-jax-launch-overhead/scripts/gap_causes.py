@@ -50,7 +50,8 @@ INPUT_PIPELINE_RE = re.compile(r"(?i)iterator|dataset|dataloader|data_loader|pre
 # reading a value, a stream or device synchronisation): idle between steps with these filling it
 # is the host blocked on a result, whatever else ran beside.
 SYNC_RE = re.compile(r"(?i)block_until_ready|block_host_until_ready|device_get|__array__|"
-                     r"\bitem\b|_value\b|synchroniz|Synchronize|await")
+                     r"__float__|__int__|np\.asarray|\bitem\b|_value\b|synchroniz|Synchronize|"
+                     r"await")
 # A named class explains the idle between steps only where one of its events holds at least this
 # share of the host time recorded there (one short prefetch call among milliseconds of other
 # work is not an input-pipeline wait).

@@ -589,14 +589,15 @@ def draft(r: dict) -> str:
     out = ["# The run across hosts", "",
            f"{len(r['hosts'])} hosts (read; hosts.json: figures.hosts), each analysed on its "
            "own (each host's report: `<host>/report_draft.md`).", ""]
+    name = rules.printable  # a host's name as every text output writes it, citations too
     for h in r["hosts"]:
-        key = f"host={h['host']}"
+        key = f"host={name(h['host'])}"
         if h["exit"] != 0 or not h["step_us"]:
             why = h["error"] or h.get("not_read") or "no steps"
-            out.append(f"- {h['host']}: not compared ({why}).")
+            out.append(f"- {name(h['host'])}: not compared ({rules.printable(why)}).")
             continue
-        line = (f"- {h['host']}: verdict {h['verdict']}; step {_fmt(h['step_us']['value'])} us "
-                f"(measured; hosts.csv: step_us, {key})")
+        line = (f"- {name(h['host'])}: verdict {h['verdict']}; step "
+                f"{_fmt(h['step_us']['value'])} us (measured; hosts.csv: step_us, {key})")
         if h["compute_us_per_gpu_step"] is not None:
             line += (f", compute {_fmt(h['compute_us_per_gpu_step'])} us per GPU step (measured; "
                      f"hosts.csv: compute_us_per_gpu_step, {key})")
@@ -606,7 +607,7 @@ def draft(r: dict) -> str:
         out.append(line + ".")
     slow = r.get("slow_host") or {}
     out += ["", "Slow host by step time: " + (
-        f"{slow['host']}, slowest in {slow['steps_slowest']} (inferred; hosts.json: "
+        f"{name(slow['host'])}, slowest in {slow['steps_slowest']} (inferred; hosts.json: "
         f"slow_host.steps_slowest) of {slow['steps']} (inferred; hosts.json: slow_host.steps) "
         "compared steps."
         if slow.get("is_slow_host") else "none (no host is slowest in most steps by more than "
@@ -617,19 +618,21 @@ def draft(r: dict) -> str:
 
         def cite(column, host):
             return (f"{_fmt(by[host][column])} us (measured; hosts.csv: {column}, "
-                    f"host={host})")
+                    f"host={name(host)})")
         out.append("Host that holds the others back inside collectives spanning hosts: "
-                   + (c["host"] or "none by the rule") + f". {c['most_compute']} computes "
+                   + (name(c["host"]) if c["host"] else "none by the rule")
+                   + f". {name(c['most_compute'])} computes "
                    f"{cite('compute_us_per_gpu_step', c['most_compute'])} per GPU step, "
                    f"{c['lead_pct']}% (inferred; hosts.json: culprit.lead_pct) above the next "
-                   f"host, {c['next']} ({cite('compute_us_per_gpu_step', c['next'])}); the "
-                   f"least time in collectives is {c['least_in_collectives']}'s "
+                   f"host, {name(c['next'])} ({cite('compute_us_per_gpu_step', c['next'])}); "
+                   f"the least time in collectives is {name(c['least_in_collectives'])}'s "
                    f"({cite('collective_us_per_gpu_step', c['least_in_collectives'])})"
                    + (f"; the last to arrive at the steps' last collective is "
-                      f"{c['last_to_arrive']}, at {cite('arrival_us', c['last_to_arrive'])} "
-                      "into the step" if c.get("last_to_arrive") else "") + ".")
+                      f"{name(c['last_to_arrive'])}, at "
+                      f"{cite('arrival_us', c['last_to_arrive'])} into the step"
+                      if c.get("last_to_arrive") else "") + ".")
     elif c:
-        out.append(f"Host that holds the others back: none ({c['why']}).")
+        out.append(f"Host that holds the others back: none ({name(c['why'])}).")
     out += ["", "<!-- judge: which host to look at first and why, from the rows above and "
             "that host's own report; say 'no single host' where the rules name none. -->", ""]
     return "\n".join(out) + "\n"

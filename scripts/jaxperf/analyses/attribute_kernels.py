@@ -153,7 +153,7 @@ def choose_program(all_time: dict, total: int, programs, requested,
     elif gpu_time:
         chosen = max(sorted(gpu_time), key=lambda p: gpu_time[p])
         notes.append(f"{programs[chosen][0]}({chosen}) chosen: the most kernel time, "
-                     f"{100.0 * gpu_time[chosen] / total:.1f}% of all kernel time")
+                     f"{100.0 * gpu_time[chosen] / (total or 1):.1f}% of all kernel time")
     else:
         chosen = max(programs, key=lambda p: sum(len(c.instructions)
                                                  for c in programs[p][1].computations))
@@ -207,7 +207,8 @@ def match_part(space, ordinals, user_re, own: bool):
     checked = streams = None
     if own:
         from jaxperf.read import xplane_reader
-        checked = space.checked([p for p in space.gpu_planes() if p.gpu_ordinal in ordinals])
+        mine = set(ordinals)
+        checked = space.checked([p for p in space.gpu_planes() if p.gpu_ordinal in mine])
         if checked.corrupt or checked.bad_time:  # said by the step, with the others' checks
             yield 0, False, {}, 0, checked, []
             return None

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import gap_causes  # the host's blocking calls (sibling skill, standard library only)
 from jaxperf.device import adapters  # what the capture's device answers: its knobs, set-up
 from jaxperf.steps.critical_path import (  # the steps, their frames and critical paths, the context
     MIN_SAVING_US,
@@ -171,7 +172,9 @@ DISPATCH = Prose(
                        "name the function"),
         "always": ("donate_argnums (no copy of the inputs at each call); async dispatch (no "
                    "blocking on a result between calls: no float() or .item() inside the "
-                   "loop)")})
+                   "loop)"),
+        "syncs": ("; the host blocks on a result between them in this capture ({calls}): read "
+                  "metrics every N steps, not every step")})
 
 
 @cause("dispatch", DISPATCH)
@@ -197,6 +200,10 @@ def dispatch(ctx: Context) -> list:
     else:
         traced = ((ctx.s1 or {}).get("python_tracer") or {}).get("calls")
         jit = knob["unnamed"].format(n=n, why=knob["tracer on" if traced else "tracer off"])
+    syncs = [name for name, _ in (ctx.host or {}).get("events", [])
+             if gap_causes.SYNC_RE.search(name)][:3]
+    if syncs:
+        jit += knob["syncs"].format(calls=", ".join(f"`{c}`" for c in syncs))
     return [Row(f"dispatch between programs: {n} program executions in step {ctx.median}, "
                 f"{us_text(between[at])} the critical stream of {device_word(ctx)} {b} waits "
                 "between two "

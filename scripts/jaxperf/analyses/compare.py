@@ -333,6 +333,14 @@ def gpu_time_rows(sides: dict, refusals: list) -> tuple[list, dict]:
                         f"lines because {lacking} has no attribution (no xplane, or step 4 "
                         "could not run); the steps and the host side are compared")
         return out, times
+    stepless = [s for s in SIDES if not sides[s].steps]
+    if stepless:  # nothing to divide a capture's GPU time by: never a zero or a max(1, 0)
+        refusals.append(
+            "cannot compare programs, instructions, kernel families and Python lines per step "
+            "because " + " and ".join(s.upper() for s in stepless) + " has no analysed step "
+            "(its steps.csv is empty: a cut trace, or a capture too short for one step), so its "
+            "GPU time has no step to be divided by; the host side is compared")
+        return out, times
     short = [s for s in SIDES if sides[s].trace_short]
     if short:
         refusals.append(

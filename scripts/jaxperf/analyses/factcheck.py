@@ -190,9 +190,11 @@ def label_of(value) -> str | None:
 
 def key_of(cell: str):
     """A key cell as it matches a selector's value: a number by its value (3, 3.0 and 03 are one
-    key), any other text stripped; the one rule of selector matching."""
+    key), any other text stripped and as a text output writes it (trace_rules.printable: a
+    host name's right-to-left override is cited as its escape); the one rule of selector
+    matching."""
     d = decimal_of(cell)
-    return ("n", d.normalize()) if d is not None else ("s", cell.strip())
+    return ("n", d.normalize()) if d is not None else ("s", rules.printable(cell.strip()))
 
 
 def selected(scratch: TableCache, name: str, rows: list, filters: list) -> list:

@@ -41,6 +41,7 @@ def collect_kernels(space, ordinals=None) -> tuple[list, bool]:
     for a CPU capture, XLA:CPU thunk events (control thunks left out)."""
     kernel = Kernel
     kernels = []
+    ordinals = None if ordinals is None else set(ordinals)  # looked up once a plane
     for plane in space.gpu_planes():
         if ordinals is not None and plane.gpu_ordinal not in ordinals:
             continue

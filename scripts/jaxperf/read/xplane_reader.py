@@ -30,6 +30,7 @@ What the reader guarantees (anything else is an XPlaneError: one sentence naming
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 from collections.abc import Iterator
@@ -205,7 +206,12 @@ class Line:
                        start[keep], self.dur if keep is None else self.dur[keep], {}, {}, plane)
         names = plane.stat_names
         wanted = set(names.values()) if only is None else only
-        stats = self._events.stats(self._lo, self._hi) if wanted else None
+        try:
+            stats = self._events.stats(self._lo, self._hi) if wanted else None
+        except wire.WireError as exc:  # a decoder's error is the capture's: one sentence
+            raise XPlaneError(f"{plane._space.path} is not a readable XSpace protobuf: the "
+                              f"stats of line {_name(self.name)} on plane {_name(plane.name)} "
+                              f"are corrupt ({exc})") from None
         for key in sorted(wanted):
             values, has = self._stat(stats, key, [k for k, n in names.items() if n == key])
             cols.stats[key] = (values if keep is None else values[keep]).tolist()
@@ -357,7 +363,7 @@ class Plane:
     def event_count(self) -> int:
         return sum(len(ln) for ln in self.lines)
 
-    @property
+    @functools.cached_property
     def gpu_ordinal(self) -> int | None:
         m = GPU_PLANE_RE.match(self.name)
         return int(m.group(1)) if m else None
@@ -396,6 +402,8 @@ class Space:
         self.errors = list(proto.errors)
         self.warnings = list(proto.warnings)
         seen: set = set()
+        self._checked: set = set()  # ids of the planes decode has checked
+        self._extremes: list = []   # their extents' extremes (_extremes): all an extent check needs
         self.planes = []
         for i, p in enumerate(proto.planes):
             progress("checking the xplane's planes", i, len(proto.planes), "planes")
@@ -408,6 +416,7 @@ class Space:
                                   "each once, so the file is corrupt or merged")
             seen.add(key)
             self.planes.append(Plane(p, self))
+        self._at = {id(p): i for i, p in enumerate(self.planes)}  # each plane's place in the file
         if not lazy:
             self.decode(self.planes)
 
@@ -415,21 +424,28 @@ class Space:
         """Decode the events of `planes` in bulk and check them: each start and duration, and
         that none outlasts the profile the planes decoded so far recorded (every plane's: the
         whole file's); XPlaneError with the sentence of the first that is not readable, the
-        planes then left undecoded."""
+        planes then left undecoded. Each plane is checked once: the planes checked before are
+        kept as the extremes of their extents, so decoding planes one by one costs what
+        decoding them at once does."""
+        todo = [p for p in planes if id(p) not in self._checked]
+        if not todo:
+            return
         try:
-            self.raise_first([self.checked(planes, [p for p in self.planes
-                                                     if p._events is not None or p in planes])])
+            new = self.checked(todo)
+            self.raise_first([new, Checked(None, None, self._extremes)])
         except XPlaneError:
-            for p in planes:
+            for p in todo:
                 p._events = None  # read again, they say the same
             raise
+        self._extremes = _extremes(self._extremes + new.extents)
+        self._checked.update(id(p) for p in todo)
 
     def checked(self, planes: list, times: list | None = None) -> Checked:
         """Decode the events of `planes` (those not decoded yet) and check the times of those
         of `times` (default: `planes`), as decode does, but saying what it finds instead of
         raising it: a share of the planes whose other shares another process checks
         (raise_first joins them)."""
-        at = {id(p): i for i, p in enumerate(self.planes)}
+        at = self._at
         for p in planes:
             if p._events is None:
                 try:
@@ -544,13 +560,27 @@ def _check_times(path: Path, plane: Plane, index: int) -> list:
     return extents
 
 
+def _latest_end(e: tuple) -> tuple:
+    """The order in which an extent ends last: by its end; of several, the first in the file."""
+    return e[2], -e[3], -e[4]
+
+
+def _extremes(extents: list) -> list:
+    """The extents _check_extent reads of `extents`: the first start, the last start and the
+    latest end (at most three; the same check on them as on all)."""
+    if not extents:
+        return []
+    return [min(extents, key=lambda e: e[0]), max(extents, key=lambda e: e[1]),
+            max(extents, key=_latest_end)]
+
+
 def _check_extent(path: Path, extents: list) -> None:
     """No event outlasts the capture (trace_rules.runs_past_capture)."""
     if not extents:
         return
     first, last = min(e[0] for e in extents), max(e[1] for e in extents)
     # the line that ends last; of several, the first in the file
-    _, _, end, _, _, plane, line, i, dur = max(extents, key=lambda e: (e[2], -e[3], -e[4]))
+    _, _, end, _, _, plane, line, i, dur = max(extents, key=_latest_end)
     if runs_past_capture(first, last, end):
         raise XPlaneError(f"{path} has an event (number {i:,} of line {_name(line)} on "
                           f"plane {_name(plane)}) lasting {dur:,} "
@@ -564,6 +594,7 @@ def stream_totals(space: Space, ordinals=None) -> list[list[int]]:
     `ordinals` where given) "Stream #" line, in plane and line order (step 2's check 1 against
     the trace's)."""
     out = []
+    ordinals = None if ordinals is None else set(ordinals)  # looked up once a plane
     for plane in space.gpu_planes():
         if ordinals is not None and plane.gpu_ordinal not in ordinals:
             continue

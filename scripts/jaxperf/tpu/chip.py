@@ -5,7 +5,8 @@ The device plane (`/device:TPU:<n>`, one per core) carries `device_type_string` 
 `peak_teraflops_per_second` (the MXU's bf16 peak), `peak_hbm_bw_gigabytes_per_second`, and
 the on-chip memories' bandwidths (VMEM, SRAM, CMEM: read and write). `/host:metadata` carries
 `jax_version`, `jaxlib_version` and `tpu_version` (the TPU runtime's build line). Every figure
-here is *read* from the capture; nothing comes from a datasheet.
+here is *read* from the capture; a chip's datasheet (DATASHEET) is used only where the plane
+gives no peak, and the ceiling then says so (tag `vendor`, its source the datasheet's line).
 """
 
 from __future__ import annotations
@@ -24,6 +25,19 @@ PEAK_STATS = (("peak_teraflops_per_second", "mxu_flops_per_s", "FLOP/s", 1e12),
               ("peak_sram_wr_bw_gigabytes_per_second", "sram_write_bytes_per_s", "B/s", 1e9),
               ("peak_cmem_rd_bw_gigabytes_per_second", "cmem_read_bytes_per_s", "B/s", 1e9),
               ("peak_cmem_wr_bw_gigabytes_per_second", "cmem_write_bytes_per_s", "B/s", 1e9))
+
+
+# The datasheet of each TPU generation, per chip, as Cloud TPU's system architecture pages state
+# it: the MXU's bf16 peak (FLOP/s) and HBM bandwidth (B/s). Read only where the plane has no peak.
+DATASHEET = {"v4": (275e12, 1200e9), "v5e": (197e12, 819e9), "v5p": (459e12, 2765e9),
+             "v6e": (918e12, 1638e9)}
+
+
+def datasheet_of(generation: str | None) -> str | None:
+    """DATASHEET's key for a plane's generation ("v5 lite" is v5e, "v6 lite" v6e); None where
+    it has none."""
+    g = (generation or "").lower().replace(" lite", "e").replace(" ", "")
+    return g if g in DATASHEET else None
 
 
 def describe(space) -> dict | None:
@@ -71,19 +85,31 @@ def ceilings(space) -> tuple[dict, dict]:
     from jaxperf.cost.ceilings import Ceiling
     d = describe(space)
     model = d["model"] or "TPU"
-    peaks = d["peaks"]
+    peaks = dict(d["peaks"])
+    sheet = datasheet_of(d["generation"])
+    missing = [k for k in ("hbm_bytes_per_s", "mxu_flops_per_s") if k not in peaks]
+    for k in missing if sheet else ():  # the datasheet, only where the plane has no peak
+        value = DATASHEET[sheet][k == "hbm_bytes_per_s"]
+        peaks[k] = {"value": value, "tag": "vendor", "source": (
+            f"datasheet: Cloud TPU {sheet} per chip, "
+            + ("HBM bandwidth" if k == "hbm_bytes_per_s" else "peak compute (bf16)")
+            + " (the capture's plane gives none)")}
     out = {}
     hbm = peaks.get("hbm_bytes_per_s")
     if hbm:
-        out["hbm_bandwidth"] = Ceiling(model, "hbm_bandwidth", hbm["value"], "B/s", "capture",
-                                       hbm["source"], "")
+        out["hbm_bandwidth"] = Ceiling(model, "hbm_bandwidth", hbm["value"], "B/s",
+                                       hbm.get("tag", "capture"), hbm["source"], "")
     mxu = peaks.get("mxu_flops_per_s")
     for key in MXU_KEYS if mxu else ():
-        out[key] = Ceiling(model, key, mxu["value"], "FLOP/s", "capture", mxu["source"], "")
-    missing = [k for k in ("hbm_bytes_per_s", "mxu_flops_per_s") if k not in peaks]
-    device = {"model": model, "basis": "the TPU device plane's own peak stats",
+        out[key] = Ceiling(model, key, mxu["value"], "FLOP/s", mxu.get("tag", "capture"),
+                           mxu["source"], "")
+    lacking = [k for k in missing if k not in peaks]
+    said = f"the TPU plane gives no {' and no '.join(lacking)}: no ceiling for it" \
+        if lacking else None
+    device = {"model": model, "basis": "the TPU device plane's own peak stats"
+              + (f"; where it gives none ({' and '.join(missing)}), Cloud TPU {sheet}'s "
+                 "datasheet" if sheet and missing else ""),
               "devices": d["cores"], "evidence": {"device_type_string": d["model"],
                                                   "generation": d["generation"]},
-              "why": (f"the TPU plane gives no {' and no '.join(missing)}: no ceiling for it"
-                      if missing else None), "kind": "TPU"}
+              "why": said, "kind": "TPU"}
     return device, out
