@@ -152,6 +152,21 @@ def test_a_side_without_hlo_compares_what_it_can(pairs, tmp_path):
     assert not [r for r in read(tmp_path / "o" / "compare.csv") if r["section"] == "program"]
 
 
+def test_a_capture_compared_with_a_copy_of_itself_is_said(pairs, tmp_path):
+    """AFTER a byte-for-byte copy of BEFORE's capture: compared, and said to be the same
+    capture (nothing changed between them)."""
+    _, runs = pairs
+    copy = tmp_path / "copy" / "plugins" / "profile" / "r"
+    shutil.copytree(runs["off"], copy)
+    p = compare(runs["off"], copy, tmp_path / "o")
+    assert p.returncode == 0, p.stderr
+    res = json.loads((tmp_path / "o" / "compare.json").read_text())
+    assert any(n.startswith("BEFORE and AFTER are the same capture") for n in res["notes"])
+    p = compare(runs["off"], runs["on"], tmp_path / "o2")
+    res = json.loads((tmp_path / "o2" / "compare.json").read_text())
+    assert not any("the same capture" in n for n in res["notes"])
+
+
 def test_an_after_whose_trace_is_cut_in_half_is_refused_per_step(pairs, tmp_path):
     """AFTER's trace cut in half, its xplane whole: AFTER has no analysed step, so its GPU time
     has no step to be divided by: programs, instructions and lines are refused in one sentence

@@ -483,8 +483,8 @@ def lines(path: Path, file: str):
         yield None
         return
     with fh:
-        try:
-            same = fh.readline() == header(file)
+        try:  # the declared header, whatever the line ending (a table saved by another tool)
+            same = fh.readline().rstrip("\r\n") == header(file).rstrip("\n")
         except UnicodeDecodeError as exc:
             raise _unreadable(path, file, exc) from None
         if not same:

@@ -280,6 +280,12 @@ class _OtherShape(Exception):
     """The text is not of the exporter's shape: it is parsed whole."""
 
 
+# The exporter's object before its events is a few fields ("displayTimeUnit", "metadata"): a
+# text with no "traceEvents" array in its first HEAD_MAX bytes is not of its shape (parsed
+# whole, or refused there: the search is not run again over a growing text).
+HEAD_MAX = 8 << 20
+
+
 def _runs(pieces):
     """The document's object before its events (a dict) first, then each run of whole events as
     the bytes of a JSON array, with how much text had been read when it was cut (the same for
@@ -298,7 +304,7 @@ def _runs(pieces):
         if head is None:
             opening = _EVENTS_OPEN.search(buf)
             if opening is None:
-                if piece is None:
+                if piece is None or len(buf) > HEAD_MAX:
                     raise _OtherShape
                 parts, size = [buf], len(buf)
                 continue

@@ -4,6 +4,7 @@ analysis. Its door, with the command line and what it writes, is scripts/changes
 from __future__ import annotations
 
 import re
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -338,7 +339,7 @@ def fused_on_jit(ctx: Context) -> list:
           f"{number_text(idle + measured[at])} to {us_text(idle + ceiling[at])} of step "
           f"{ctx.median}",
         where, 100.0 * ceiling[at] / ctx.window, spread(ceiling, at),
-        measured=measured[at], kernel_cut=ceiling, fuses=fuses,
+        measured=statistics.median(measured), kernel_cut=ceiling, fuses=fuses,
         extra={"passes": passes, "runs": len(median_runs)})]
 
 
@@ -1233,7 +1234,8 @@ def backend_row(ctx: Context, same: list, slow: str, fast: str) -> list:
         spread(per_step, ctx.at),
         said.assumptions.format(time=INSTRUCTION_TIME, exposed=EXPOSED_PART.format(
             pct=100 * ctx.median_path.exposure, step=ctx.median)),
-        knob, named=frozenset(named), measured=per_step[ctx.at], target=top["instruction"])]
+        knob, named=frozenset(named), measured=statistics.median(per_step),
+        target=top["instruction"])]
 
 
 PYTHON_LINE = Prose(

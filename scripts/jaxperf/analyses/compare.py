@@ -484,8 +484,36 @@ def prediction_row(e: dict) -> list:
 
 # ---------------------------------------------------------------- comparable at all
 
+def same_capture(sides: dict) -> bool:
+    """Whether the two sides were investigated from the same capture: each file step 0 read
+    (xplane, trace) the same on both, by path or byte for byte."""
+    import hashlib
+    files = [((sides[s].info.get("capture") or {}).get(k) or {}) for k in ("xplane", "trace")
+             for s in SIDES]
+    pairs = [(files[i], files[i + 1]) for i in (0, 2)]
+    if not any(b.get("file") for b, _ in pairs):
+        return False
+
+    def digest(f: dict) -> str | None:
+        try:
+            with open(f["file"], "rb") as fh:
+                return hashlib.file_digest(fh, "sha256").hexdigest()
+        except (OSError, KeyError, TypeError):
+            return None
+    for b, a in pairs:
+        if b.get("bytes") != a.get("bytes"):
+            return False
+        if b.get("file") != a.get("file") and (digest(b) is None or digest(b) != digest(a)):
+            return False
+    return True
+
+
 def comparable(sides: dict, notes: list) -> None:
     """Say what differs between the captures that bears on comparing them."""
+    if same_capture(sides):
+        notes.append("BEFORE and AFTER are the same capture (the same xplane and trace, byte for "
+                     "byte): nothing changed between them, so no difference can be a change's; "
+                     "compare a capture made after the change")
     def gpus(s):
         return (sides[s].info.get("capture") or {}).get("gpus") or \
             (sides[s].info.get("xplane") or {}).get("gpus")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from jaxperf.report import citations  # the citation syntax the fact check reads
 from tracekit import trace_rules as rules
 from tracekit.scratch import Scratch  # the scratch folder, read once
 from tracekit.trace_rules import number_text
@@ -97,8 +98,11 @@ MD_PUNCT_RE = re.compile(r"([\\`*_\[\]<>#|!])")
 
 def md_cell(text: str) -> str:
     """A capture's or a tool's text in Markdown: every character Markdown could read as markup
-    (links, images, emphasis, code, HTML, table pipes) backslash-escaped, on one line."""
-    return MD_PUNCT_RE.sub(r"\\\1", str(text).replace("\n", " "))
+    (links, images, emphasis, code, HTML, table pipes) backslash-escaped, on one line; and a
+    parenthesis that would read as a citation (a capture's name like `(roofline.svg)`) escaped,
+    so the fact check takes it as the text it is."""
+    out = MD_PUNCT_RE.sub(r"\\\1", str(text).replace("\n", " "))
+    return citations.CITE_RE.sub(lambda m: "\\" + m.group(0), out)
 
 
 def code(text: str) -> str:
@@ -688,7 +692,7 @@ def changes_table(changes: list, full: bool) -> list[str]:
         if full:
             cells.append(cell(r["saving_measured_us"], "us", "inferred", CH,
                               "saving_measured_us", f"rank={r['rank']}")
-                         if r.get("saving_measured_us") else "no measured target")
+                         if r.get("saving_measured_us") else md_cell(r.get("target") or "—"))
             cells.append(num(r["step_if_gone_us"], 1))
         cells.append(md_cell(r["knob"]))
         out.append("| " + " | ".join(cells) + " |")

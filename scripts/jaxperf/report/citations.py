@@ -377,12 +377,25 @@ def parse_derived(inner: str):
     return parts[0], Derived(f.group("expr"), inputs, sources)
 
 
+def escaped_at(text: str, i: int) -> bool:
+    """Whether the character at i is backslash-escaped (an odd run of backslashes before it)."""
+    n = 0
+    while i - n - 1 >= 0 and text[i - n - 1] == "\\":
+        n += 1
+    return n % 2 == 1
+
+
 def find_citations(text: str) -> list[Citation]:
+    r"""The citations of a text; a parenthesis escaped as Markdown writes a literal one (`\(`,
+    a capture's name quoted by the draft) opens none."""
     out, pos = [], 0
     while True:
         i = text.find("(", pos)
         if i < 0:
             return out
+        if escaped_at(text, i):
+            pos = i + 1
+            continue
         m = GROUP_RE.match(text, i)
         derived = parse_derived(m.group(1)) if m and "=" in m.group(1) else None
         if derived:
