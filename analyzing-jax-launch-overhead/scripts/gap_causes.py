@@ -41,6 +41,10 @@ RUNTIME_API_RE = re.compile(r"^(hip|cu[A-Z]|cuda|Memcpy|Memset)")
 CONTAINER_RE = re.compile(r"^(\[\d+\] )?(PjitFunction|PJRT_|PjRt|GpuExecutable::|"
                           r"CommonPjRtLoadedExecutable::)|"
                           r":XLA GPU module$|^ExecutorState::|^ThunkExecutor")
+# The runtime's call that dispatches a program (PJRT's Execute): on a GPU a frame around the
+# launch calls that are the gap's causes; on a TPU the dispatch itself, the host's work before
+# the program starts (GapIndex dispatch_is_work).
+DISPATCH_CALL_RE = re.compile(r"^(\[\d+\] )?PjRt\w*LoadedExecutable::Execute")
 # Host events whose names say the host is preparing input (iterators, data loaders, transfers to
 # the device): idle between steps with these in it is an input-pipeline wait.
 INPUT_PIPELINE_RE = re.compile(r"(?i)iterator|dataset|dataloader|data_loader|prefetch|next_batch|"
@@ -84,10 +88,13 @@ class GapIndex:
     before the gap started at most 4 of their durations back: on one thread, where events
     nest, a few per open level."""
 
-    def __init__(self, host_threads, marked=()):
-        """`marked`: the host events that carry a step_num (gpu_events.Collected.marked)."""
+    def __init__(self, host_threads, marked=(), dispatch_is_work: bool = False):
+        """`marked`: the host events that carry a step_num (gpu_events.Collected.marked);
+        `dispatch_is_work`: the runtime's dispatch of a program (DISPATCH_CALL_RE) is the
+        host's work, not a frame (a TPU: no launch call inside it stands for it)."""
         self.host_threads = host_threads
         self.marked = {id(h) for h in marked}  # held by host_threads: their ids stay
+        self.dispatch_is_work = dispatch_is_work
         self.built: dict = {}
 
     def get(self, key) -> list:
@@ -98,7 +105,10 @@ class GapIndex:
         if built is not None:
             return built
         by_class: dict = {}
-        known = _CONTAINER
+        known = dict(_CONTAINER)
+        if self.dispatch_is_work:  # looked up once a name, as a container is
+            known.update((n, False) for n in {h["name"] for h in self.host_threads.get(key, ())}
+                         if DISPATCH_CALL_RE.search(n))
         marked = self.marked
         for h in self.host_threads.get(key, ()):  # a hot loop: every host event once
             name = h["name"]

@@ -1136,7 +1136,8 @@ def phase_rows(op_rows: list, ops: dict, attributed: int, gpu_time: int) -> list
             if not out[0] else
             f"no instruction has an optimizer's frame (optax, flax's train state, keras) or "
             f"name scope; the {out[0]} instructions outside differentiation ({us(out[2])} us) "
-            "may hold an update written by hand")
+            "may hold an update written by hand, or a forward pass run apart from its "
+            "gradients (a loss computed in a program of its own)")
     return [(p, a[0], a[1], us(a[2]), pct(a[2], attributed), pct(a[2], gpu_time), len(a[3]),
              said.get(p, "")) for p, a in at.items()]
 

@@ -360,6 +360,11 @@ HOST_GAP = Prose(
             "change from step to step (weights, constants, masks) once and keep it; for each "
             "step's fresh batch, device_put the next one in a background thread while this step "
             "runs (prefetch)"),
+        "before, dispatch": (
+            "the host's work before the step's first op is mostly the runtime dispatching the "
+            "program ({setup}): fewer dispatches, several steps in one (lax.scan or "
+            "lax.fori_loop over steps) or a larger batch, and async dispatch (no "
+            "block_until_ready each step) so the next dispatch runs while this step does"),
         "before, set-up": (
             "the host's work before the step's first launch is mostly the runtime's own set-up "
             "of each execution ({setup}: XLA initialises its thunks and records or updates the "
@@ -394,9 +399,11 @@ def host_knob(lead: float, host_late: float, graph_pct: float, tracer: bool,
     if lead >= LEADING_GAP_MAJORITY * host_late and copy and copy[1]:
         knob.append(sentences["before, copy"].format(copy=copy[0]))
     elif lead >= LEADING_GAP_MAJORITY * host_late:
-        knob.append(sentences["before, set-up"].format(
+        dispatch = bool(setup) and all(gap_causes.DISPATCH_CALL_RE.match(n) for n, _ in setup)
+        knob.append(sentences["before, dispatch" if dispatch else "before, set-up"].format(
             setup=", ".join(n for n, _ in setup[:HOST_EVENTS_NAMED]))
-            if 2 * sum(t for _, t in setup) >= max(lead, sum(t for _, t in events)) > 0
+            if 2 * sum(t for _, t in setup) >= lead > 0 and (
+                dispatch or 2 * sum(t for _, t in setup) >= sum(t for _, t in events))
             else sentences["before"])
     if host_late - lead >= (1.0 - LEADING_GAP_MAJORITY) * host_late:
         knob.insert(0 if host_late - lead > lead else len(knob),

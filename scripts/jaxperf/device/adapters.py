@@ -8,7 +8,8 @@ adapter of the capture's device kind, which answers the same questions on every 
   per-instruction costs where the device records them (None: step 5's HLO cost model);
 - `event_kind(name, hlo_op, memcpy)`: a device event's kind as a lane draws it (gemm, gemm_aux,
   collective, copy, memset, compute);
-- `setup_re`: the host events of the runtime's own set-up of an execution (None: none known);
+- `setup_re`: the host events of the runtime's own set-up of an execution (a GPU's thunks and
+  command buffers; a TPU's dispatch call itself; None: none known);
 - `bound_knob`: an instruction's knob by what binds it ("memory", "compute") where the device
   has words of its own (None: step 6's by the instruction's kind of work);
 - `kernel_knob(name)`: the knob of a hand-written kernel (a Pallas call) by its name;
@@ -47,12 +48,13 @@ def _tpu_environment(space) -> tuple:
 
 
 def _adapters() -> dict[str, Adapter]:
+    import gap_causes  # the runtime's dispatch call: a TPU's set-up of each execution
     from jaxperf.tpu import knobs
     from tracekit import gpu, tpu
     return {"GPU": Adapter("GPU", _gpu_environment, gpu.kernel_kind, gpu.EXECUTION_SETUP_RE,
                            None, None, None),
-            "TPU": Adapter("TPU", _tpu_environment, tpu.op_kind, None, knobs.BOUND_KNOB,
-                           knobs.pallas_blocks, knobs.LAYOUT_KNOB)}
+            "TPU": Adapter("TPU", _tpu_environment, tpu.op_kind, gap_causes.DISPATCH_CALL_RE,
+                           knobs.BOUND_KNOB, knobs.pallas_blocks, knobs.LAYOUT_KNOB)}
 
 
 ADAPTERS = _adapters()
