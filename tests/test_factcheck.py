@@ -889,3 +889,22 @@ def test_one_host_event_of_a_gap_is_cited_by_its_name(scratch, tmp_path):
     why = {x["line"]: x["why"] for x in rows}
     assert "holds no host event no such event" in why["5"]
     assert "is not a list of host events" in why["7"]
+
+
+def test_a_share_restates_only_a_cited_share_of_the_same_thing(tmp_path):
+    """A round share written without its citation restates a cited share only where both are of
+    the same thing: "100% of GPU time" again is that figure; "100% of peak" is a claim of its
+    own, never accepted on the strength of an unrelated 100% (a quantity, not its digits)."""
+    out = tmp_path / "scratch"
+    out.mkdir()
+    (out / "changes.csv").write_text("rank,pct_of_step\n1,100.00\n", encoding="utf-8")
+    text = """# Shares
+Change 1 holds 100% (inferred, not run; changes.csv: pct_of_step, rank=1) of the step.
+So 100% of the step is that change.
+It runs at 100% of peak.
+"""
+    p, rows = check(text, out, tmp_path)
+    assert p.returncode == 4, p.stdout + p.stderr
+    checked = [(x["line"], x["figure"], x["verdict"]) for x in rows if x["verdict"] != "skipped"]
+    assert checked == [("2", "100%", "ok"), ("3", "100%", "ok"), ("4", "100%", "no_table")], \
+        checked

@@ -964,11 +964,21 @@ def add_row(rows, where, claim_of, pos, figure, verdict, cite=None, label="", fo
 COUNTED_RE = re.compile(r"\s*(?:\([^()]*\)\s*)?([A-Za-z][A-Za-z-]*)")
 
 
+SUBJECT_RE = re.compile(r"\s+(?:(?:the|its|a|an|their|this|that)\s+)?([A-Za-z][A-Za-z-]*)")
+
+
 def counted_word(text: str, end: int) -> str:
     """What the figure ending at `end` counts ("kernel" of "32 kernels"; a plural's s cut, so
-    that "1 step" and "2 steps" count one thing); "" where no word follows."""
+    that "1 step" and "2 steps" count one thing), or what a share is of ("of peak" of "100% of
+    peak", "of time" of "100% of the time"); "" where no word follows."""
     m = COUNTED_RE.match(text, end)
-    return m.group(1).lower().removesuffix("s") if m else ""
+    if not m:
+        return ""
+    word = m.group(1).lower()
+    if word in ("of", "in"):
+        sub = SUBJECT_RE.match(text, m.end())
+        return f"{word} {sub.group(1).lower().removesuffix('s')}" if sub else word
+    return word.removesuffix("s")
 
 
 def collapse(s: str) -> str:
@@ -1046,14 +1056,15 @@ def restated(rows: list[Row]) -> None:
     time") that restates a figure the report cites and the check found right elsewhere is that
     figure again: ok, the row saying where it is cited. Whole numbers only: a figure written
     with decimals is a measurement of its own and needs its citation. A count without a unit
-    restates only a cited count of the same thing ("32 kernels", not "32 steps")."""
+    restates only a cited count of the same thing ("32 kernels", not "32 steps"), and a share
+    only a cited share of the same thing ("100% of peak" never restates "100% of GPU time")."""
     cited: dict = {}  # (value, dimension) -> the row that cites it; a count: (.., word)
     constants: dict = {}  # value -> (name, source, row) of a derived figure's named constant
     for r in rows:
         if r.verdict == "ok" and r.table:
             v = written_value(r.figure)
             if v is not None:
-                cited.setdefault(v if v[1] is not None else (*v, r.counts), r)
+                cited.setdefault(v if v[1] not in (None, "pct") else (*v, r.counts), r)
             for name, value, source in constants_of(r):
                 constants.setdefault(value, (name, source, r))
     for r in rows:
@@ -1062,8 +1073,8 @@ def restated(rows: list[Row]) -> None:
         v = written_value(r.figure)
         if v is None:
             continue
-        key = v if v[1] is not None else (*v, r.counts)
-        if key in cited and "." not in r.figure and (v[1] is not None or r.counts):
+        key = v if v[1] not in (None, "pct") else (*v, r.counts)
+        if key in cited and "." not in r.figure and (v[1] not in (None, "pct") or r.counts):
             src = cited[key]  # a whole number: the same figure again
             r.verdict, r.label, r.table, r.selector, r.found_value = \
                 "ok", src.label, src.table, src.selector, src.found_value
