@@ -616,6 +616,34 @@ def roofline_items(inp: Inputs, facts: Facts) -> list:
     return out
 
 
+# Our FLOPs and XProf's for one instruction differ by at least this share of ours: two cost
+# models that disagree on what the instruction does, not rounding.
+XPROF_DISAGREE_PCT = 50.0
+
+
+def xprof_items(inp: Inputs, facts: Facts) -> list:
+    """Where XProf's own per-instruction FLOPs disagree with ours (roofline.csv xprof_*): the
+    instructions, their time, the custom calls XProf gives no FLOPs, and which figure the
+    report uses (ours: the roofline's)."""
+    rows = [r for r in scratch.records(inp.out, "roofline.csv") or ()
+            if number(r.get("xprof_flops_diff_pct_of_ours")) is not None
+            and abs(number(r.get("xprof_flops_diff_pct_of_ours"))) >= XPROF_DISAGREE_PCT]
+    if not rows:
+        return []
+    zero = [r for r in rows if number(r.get("xprof_run_flops")) == 0]
+    us = sum(number(r.get("gpu_us"), 0.0) for r in rows)
+    top = sorted(rows, key=lambda r: -number(r.get("gpu_us"), 0.0))[:3]
+    detail = "; ".join(f"{r['instruction']}: ours {r.get('run_flops') or '?'} FLOP a run, "
+                       f"XProf's {r.get('xprof_run_flops')}" for r in top)
+    return [item("xprof_cost_disagrees", f"XProf's cost model and ours disagree by "
+                 f"{XPROF_DISAGREE_PCT:g}% or more on these instructions' FLOPs"
+                 + (f" ({len(zero)} that XProf gives 0 FLOPs, custom calls it cannot cost)"
+                    if zero else "") + ": the roofline and the changes use ours (its method "
+                 "column says how each was had); XProf's own roofline would place them "
+                 "elsewhere", "roofline.csv: xprof_flops_diff_pct_of_ours", detail,
+                 count=len(rows), gpu_us=us, total_us=facts.total_us)]
+
+
 def tpu_items(inp: Inputs, facts: Facts) -> list:
     """What a TPU capture cannot tell: its FLOPs and bytes are XLA's estimates (no hardware
     counters), and a device Steps line that counts programs, not steps."""
@@ -806,7 +834,7 @@ def collect(inp: Inputs, failed: dict, scanned: Scanned) -> tuple[list, list, Fa
              + attribution_items(inp, facts) + graph_items(inp, facts)
              + python_tracer_items(inp, facts) + nccl_items(facts) + family_items(inp, facts)
              + rocm_memcpy_items(facts)
-             + roofline_items(inp, facts) + tpu_items(inp, facts))
+             + roofline_items(inp, facts) + xprof_items(inp, facts) + tpu_items(inp, facts))
     items += refusal_items(inp, facts)
     order = {k: i for i, k in enumerate(KIND_ORDER)}
     items.sort(key=lambda it: (order.get(it["kind"], len(order)), -(it["gpu_us"] or 0.0),
