@@ -633,14 +633,14 @@ def xprof_items(inp: Inputs, facts: Facts) -> list:
     zero = [r for r in rows if number(r.get("xprof_run_flops")) == 0]
     us = sum(number(r.get("gpu_us"), 0.0) for r in rows)
     top = sorted(rows, key=lambda r: -number(r.get("gpu_us"), 0.0))[:3]
-    detail = "; ".join(f"{r['instruction']}: ours {r.get('run_flops') or '?'} FLOP a run, "
-                       f"XProf's {r.get('xprof_run_flops')}" for r in top)
-    return [item("xprof_cost_disagrees", f"XProf's cost model and ours disagree by "
-                 f"{XPROF_DISAGREE_PCT:g}% or more on these instructions' FLOPs"
-                 + (f" ({len(zero)} that XProf gives 0 FLOPs, custom calls it cannot cost)"
-                    if zero else "") + ": the roofline and the changes use ours (its method "
-                 "column says how each was had); XProf's own roofline would place them "
-                 "elsewhere", "roofline.csv: xprof_flops_diff_pct_of_ours", detail,
+    detail = (f"{len(zero)} of them XProf gives 0 FLOPs (custom calls it cannot cost); "
+              if zero else "") + "; ".join(
+        f"{r['instruction']}: ours {r.get('run_flops') or '?'} FLOP a run, XProf's "
+        f"{r.get('xprof_run_flops')}" for r in top)
+    return [item("xprof_cost_disagrees", "instructions whose FLOPs XProf's cost model puts half "
+                 "or more away from ours: the roofline and the changes use ours (roofline.csv "
+                 "method says how each was had) and XProf's own roofline places them elsewhere",
+                 "roofline.csv: xprof_flops_diff_pct_of_ours", detail,
                  count=len(rows), gpu_us=us, total_us=facts.total_us)]
 
 
