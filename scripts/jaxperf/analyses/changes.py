@@ -339,7 +339,7 @@ def fused_on_jit(ctx: Context) -> list:
           f"{number_text(idle + measured[at])} to {us_text(idle + ceiling[at])} of step "
           f"{ctx.median}",
         where, 100.0 * ceiling[at] / ctx.window, spread(ceiling, at),
-        measured=statistics.median(measured), kernel_cut=ceiling, fuses=fuses,
+        measured=measured[at], kernel_cut=ceiling, fuses=fuses,
         extra={"passes": passes, "runs": len(median_runs)})]
 
 
