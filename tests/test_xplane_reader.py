@@ -108,6 +108,7 @@ def test_hlo_programs_by_id_and_source_frames(tmp_path):
     (b"", "is empty"),
     (b"\x0a\xff\xff\xff\xff\x0f", "not a readable XSpace"),
     (gzip.compress(b'{"traceEvents": []}'), "XSpace"),
+    (b"\0" * 4096, "its first byte (0x00) starts no protobuf field"),
 ])
 def test_bad_files_give_one_sentence(tmp_path, content, words):
     path = tmp_path / "h.xplane.pb"
@@ -231,4 +232,15 @@ def test_corrupt_event_bytes_give_one_sentence(tmp_path):
     path = tmp_path / "h.xplane.pb"
     path.write_bytes(data[:at] + bytes(cut) + data[at + len(good):])
     with pytest.raises(xplane_reader.XPlaneError, match="corrupt"):
+        xplane_reader.load_space(path)
+
+
+def test_a_sparse_file_of_zeros_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    """A 1 GiB sparse file named like an xplane: refused on its first byte, never read whole
+    (a 1.9 GB one took 1.8 GB of memory before its refusal)."""
+    path = tmp_path / "h.xplane.pb"
+    with open(path, "wb") as fh:
+        fh.truncate(1 << 30)
+    monkeypatch.setattr(type(path), "read_bytes", lambda self: pytest.fail("read whole"))
+    with pytest.raises(xplane_reader.XPlaneError, match="starts no protobuf field"):
         xplane_reader.load_space(path)

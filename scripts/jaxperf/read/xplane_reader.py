@@ -620,6 +620,12 @@ def load_space(path, lazy: bool = False) -> Space:
         if size > MAX_XPLANE_BYTES:
             raise XPlaneError(f"{path} is {size:,} bytes, over the 2 GiB protobuf can parse; "
                               "it is not an xplane XProf wrote")
+        with open(path, "rb") as fh:  # a field's first tag, before the whole is read
+            first = fh.read(1)
+        if first and (first[0] >> 3 == 0 or first[0] & 7 not in (0, 1, 2, 5)):
+            raise XPlaneError(f"{path} is not a readable XSpace protobuf: its first byte "
+                              f"(0x{first[0]:02x}) starts no protobuf field (a file of zeros, "
+                              "or another format)")
         progress("reading the xplane", size >> 20, unit="MiB")
         data = path.read_bytes()
     except OSError as exc:
