@@ -183,11 +183,12 @@ def results(s: Scratch) -> list[str]:
                   f"{cite(period['min'], 'us', period['label'], c, 'figures.step_us.min')} to "
                   f"{cite(period['max'], 'us', period['label'], c, 'figures.step_us.max')}"
                   if period.get("min") != period.get("max") else "")
-        out.append(f"- Step period of step {n} (the median-duration step, to the next step's "
-                   f"start: what each change's share is of): "
+        out.append(f"- Step period (the median over the steps of a step's start to the next "
+                   f"step's: what each change's share is of): "
                    f"{cite(period['value'], 'us', period['label'], c, 'figures.step_us.value')}"
                    f"{spread}; "
-                   f"all changes at once save at most {comb} in step {n} (an upper bound).")
+                   f"all changes at once save at most {comb} a step (an upper bound; the "
+                   f"changes' sentences give step {n}'s own figures).")
     changes = s.rows("changes.csv")
     if changes:
         for r in changes[:1]:
@@ -679,7 +680,7 @@ def changes_table(changes: list, full: bool) -> list[str]:
     k = "rank=*"
     cols = ["rank", f"where (inferred; {CH}: where, {k})"]
     cols += [f"cause (inferred; {CH}: cause, {k})"] if full else []
-    cols += [f"saving in the median step (across steps: min–max) (us) (inferred, not run; "
+    cols += [f"saving per step, the median over steps (min–max) (us) (inferred, not run; "
              f"{CH}: saving_us, {k})"]
     cols += ["what the capture measures of it (us)", f"step if gone (us) (inferred, not run; "
              f"{CH}: step_if_gone_us, {k})"] if full else []
