@@ -417,6 +417,19 @@ def opened(path: Path, file: str, binary: bool = False):
         raise _unreadable(path, file, exc) from None
 
 
+def read_whole(path: Path, file: str, read):
+    """`read(open file)` of a declared file under the one policy (`opened`): None where it is
+    not there; a TableError where it is not text its reader can read."""
+    fh = opened(path, file)
+    if fh is None:
+        return None
+    try:
+        with fh:
+            return read(fh)
+    except (UnicodeDecodeError, ValueError, RecursionError, csv.Error) as exc:
+        raise _unreadable(path, file, exc) from None
+
+
 def records(folder: Path, file: str):
     """The rows of the declared table `file` under `folder` as dicts, streamed (a table of
     millions of rows is never held whole); None when the file is not there (`opened`)."""
@@ -546,16 +559,10 @@ class Scratch:
         file is not its)."""
         if file not in self._cache:
             path = self.folder / file
-            fh = opened(path, file)
-            d = None
-            if fh is not None:
-                try:
-                    with fh:
-                        d = json.loads(fh.read(), parse_constant=no_constant)
-                except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-                    raise _unreadable(path, file, exc) from None
-                if not isinstance(d, dict):
-                    raise _unreadable(path, file, ValueError(f"a {type(d).__name__}"))
+            d = read_whole(path, file, lambda fh: json.loads(fh.read(),
+                                                             parse_constant=no_constant))
+            if d is not None and not isinstance(d, dict):
+                raise _unreadable(path, file, ValueError(f"a {type(d).__name__}"))
             self._cache[file] = d
         return self._cache[file]
 
@@ -567,15 +574,7 @@ class Scratch:
             return self._needing(file, need)
         if file not in self._cache:
             table(file)
-            path = self.folder / file
-            fh = opened(path, file)
-            rows = None
-            if fh is not None:
-                try:
-                    with fh:
-                        rows = list(csv.DictReader(fh))
-                except (UnicodeDecodeError, csv.Error) as exc:
-                    raise _unreadable(path, file, exc) from None
+            rows = read_whole(self.folder / file, file, lambda fh: list(csv.DictReader(fh)))
             if rows:
                 self._whole(file, rows)
             self._cache[file] = [DeclaredRow(file, r) for r in rows] if STRICT and rows \
