@@ -238,9 +238,12 @@ def between_steps(a: Analysis, step_rows) -> None:
     waiting on a result, input pipeline, host work between steps, or not recorded
     (between_cause)."""
     order = sorted(a.steps, key=lambda st: st.start)
-    nxt = {st.number: order[i + 1].start for i, st in enumerate(order[:-1])}
+    nxt = {st.number: order[i + 1] for i, st in enumerate(order[:-1])}
+    on_device = {(r["device"], r["step"]): r["start_ps"] for r in step_rows}
     for r in step_rows:
         n = nxt.get(r["step"])
+        if n is not None:  # the next step's start on this GPU (skip_analysis.device_starts)
+            n = on_device.get((r["device"], n.number), n.start)
         r["period_ps"] = r["idle_between_ps"] = None
         r["between_events"], r["between_cause"] = "", ""
         if n is None or n <= r["start_ps"]:

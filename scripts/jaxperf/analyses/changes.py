@@ -1061,6 +1061,46 @@ def layout_copies(ctx: Context) -> list:
                 spread([t] * len(ctx.chosen), ctx.at), knob=knob)]
 
 
+# The JAX primitives that call a host function from inside a program: the op_name (JAX name
+# stack) of every instruction they lower to (a TPU's send, recv and their dones; a GPU's custom
+# call) ends in one of them.
+HOST_CALLBACK_RE = re.compile(r"(?:^|/)(io_callback|pure_callback|debug_callback)$")
+
+HOST_CALLBACK = Prose(
+    source="attribution/ops.csv; attribution/programs.csv; steps.csv",
+    assumptions=(
+        "an upper bound, their whole time: the device waits inside the program while the host "
+        "function runs and its result comes back; taken off the step's path, the host still "
+        "runs the function, beside the device's work instead of inside it; its time a step: "
+        "ops.csv's over the program's executions"),
+    knob=("take the host function out of the jitted step: return what it needs and call it "
+          "on the host after the step (every N steps for logging), or, where the program does "
+          "not use its result, jax.debug.callback(..., ordered=False) or io_callback(..., "
+          "ordered=False) so the device need not wait in order"))
+
+
+@cause("host_callback", HOST_CALLBACK)
+def host_callback(ctx: Context) -> list:
+    """Host callbacks inside a program (HOST_CALLBACK_RE on ops.csv op_name): the device waits
+    on the host function in the middle of the program; their time in the median step, the
+    Python lines that call them."""
+    ops = tables(ctx.out).rows("attribution/ops.csv") or []
+    keys = {(r["program_id"], r["instruction"]) for r in ops
+            if HOST_CALLBACK_RE.search(r.get("op_name") or "")}
+    times = per_step_us(ctx)
+    t = sum(times.get(k, 0.0) for k in keys)
+    if t < MIN_SAVING_US:
+        return []
+    kinds = sorted({HOST_CALLBACK_RE.search(r["op_name"]).group(1) for r in ops
+                    if (r["program_id"], r["instruction"]) in keys})
+    return [Row(f"host callbacks inside the program: {' and '.join(kinds)} "
+                f"{'takes' if len(kinds) == 1 else 'take'} {us_text(t)} of step "
+                f"{ctx.median} on the {device_word(ctx)}, which waits for the host function's "
+                "result mid-program",
+                top_lines(ops, keys) or "the programs' callbacks", 100.0 * t / ctx.window,
+                spread([t] * len(ctx.chosen), ctx.at))]
+
+
 PALLAS_NO_COST = Prose(
     source="roofline.csv; attribution/ops.csv",
     assumptions=(

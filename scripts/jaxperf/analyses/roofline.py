@@ -290,8 +290,8 @@ def place(c: Cost, runs: int, ps: int, category: str, model: str | None,
     total_flops, total_bytes = c.flops * runs, c.bytes * runs
     secs = ps / 1e12
     key = ceiling_key(c, c.flops, ceilings)
-    if vector_memory and key and key not in ceilings:
-        key = None
+    if vector_memory and key and key.endswith("_vector") and key not in ceilings:
+        key = None  # vector work: memory alone bounds it; matrix work without a ceiling has none
     spot = Placement(total_flops, total_bytes, c.flops / c.bytes if c.bytes else None,
                      total_flops / secs if secs else None, total_bytes / secs if secs else None,
                      key, ceilings.get(key) if key else None)

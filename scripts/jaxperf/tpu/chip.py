@@ -70,9 +70,12 @@ def describe(space) -> dict | None:
 
 
 # the roofline's ceiling keys (jaxperf.cost.ceilings.ceiling_key) the MXU's peak bounds: bf16 and
-# f16 matmuls, and f32 ones at DEFAULT precision (the MXU runs them as bf16 passes); f32 at HIGH or
-# HIGHEST precision (3 or 6 passes) and integer matmuls have no ceiling the plane gives
-MXU_KEYS = ("bf16_fp16_matrix", "f32_default_matrix")
+# f16 matmuls, f32 ones at DEFAULT precision (the MXU runs them as bf16 passes), and int8 ones:
+# XLA's cost model counts an integer matmul's FLOPs at the MXU's bf16 rate (a TPU v5e's 8192^3
+# int8 dot: flops 5.57e11, model_flops 1.10e12; 95% of the bf16 peak by the one, 94% of the
+# datasheet's int8 peak by the other), so the plane's peak bounds the capture's FLOPs. f32 at
+# HIGH or HIGHEST precision (3 or 6 passes) has no ceiling the plane gives
+MXU_KEYS = ("bf16_fp16_matrix", "f32_default_matrix", "s8_matrix", "u8_matrix")
 
 
 def ceilings(space) -> tuple[dict, dict]:
@@ -102,7 +105,9 @@ def ceilings(space) -> tuple[dict, dict]:
     mxu = peaks.get("mxu_flops_per_s")
     for key in MXU_KEYS if mxu else ():
         out[key] = Ceiling(model, key, mxu["value"], "FLOP/s", mxu.get("tag", "capture"),
-                           mxu["source"], "")
+                           mxu["source"] + ("; an integer matmul's FLOPs as XLA's cost model "
+                                            "counts them, at the bf16 rate (half its "
+                                            "model_flops)" if key[0] in "su" else ""), "")
     lacking = [k for k in missing if k not in peaks]
     said = f"the TPU plane gives no {' and no '.join(lacking)}: no ceiling for it" \
         if lacking else None

@@ -1,0 +1,525 @@
+#!/usr/bin/env python3
+"""Probes: JAX programs captured the way users capture them, not the way the lab does.
+
+Usage:
+    python3 bench/tpu_probe.py OUTDIR [--probes a,b,c] [--smoke]
+
+The lab (`bench/tpu_lab.py`) captures every case alike: a "train" StepTraceAnnotation around
+each step, a block at each step's end, `create_perfetto_trace=True`. Real captures are not so
+tidy, and the bundle is measured on captures it has not seen. Each probe here is a program
+written and captured as a user would: `jax.profiler.start_trace`/`stop_trace`, and one of
+- no step annotation at all (steps are the program cycle),
+- a step annotation of another name (`step`, `solve`),
+- no block at each step (the host runs ahead of the chip; a metric read every few steps),
+- a host callback inside the jitted step, an autoregressive decode loop that reads each token,
+- int8 matmuls, a rematerialised attention stack, a while loop on the chip.
+
+Each probe leaves `OUTDIR/<probe>/plugins/profile/<run>/...` and `OUTDIR/<probe>/truth.json`:
+the step time without the profiler (`step_ms_unprofiled_median`: steps run as the probe runs
+them, each timed; where the host does not block at each step, the loop's time over its steps),
+the chip's own busy time per step in the capture (the union of `XLA Modules` runs on
+`/device:TPU:0` over the captured steps' span, divided by the steps), and `bound` from
+`busy_share` = device ms per step / unprofiled step ms (device at 0.8 or more, host under 0.5,
+mixed between: the lab's rule, on a share that needs no annotation). Where the probe annotates
+its steps, `step_ms_profiled_median` is the median distance between annotation starts.
+
+Two probes have an after, the change an engineer would make first, captured and timed the
+same way (`AFTER`): the host callback moved out of the jitted step, the decoded token kept on
+the device; the before's truth gets `after` and `after_speedup` (an after no faster is kept as
+such). The captures are for trying the bundle on programs it was not written against; the few
+the tests read are committed under tests/data/tpu-probes/.
+`OUTDIR/probes.tar.gz` holds every probe's folder. Exit codes: 0 all ran, 1 one failed, 2 usage.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TPU_LOG_DIR", "disabled")
+
+import argparse
+import gzip
+import json
+import math
+import shutil
+import statistics
+import sys
+import tarfile
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import io_callback
+
+WARMUP = 2
+BOUND = (0.8, 0.5)
+
+
+@dataclass
+class Probe:
+    """`run(n, annotate)` runs n steps as the user's loop does (annotated where the probe
+    annotates) and returns when the last result is on the host."""
+
+    run: Callable[[int, bool], None]
+    what: str
+    annotation: str | None  # the StepTraceAnnotation name the probe uses; None: none
+    captured: int = 8
+    timed: int = 16
+    chunk: int = 1  # steps a timed chunk runs (the whole loop where the host does not block)
+
+
+def _normal(key, shape, dtype, scale):
+    return (jax.random.normal(key, shape, jnp.float32) * scale).astype(dtype)
+
+
+def _step_ctx(name, i, annotate):
+    if annotate and name:
+        return jax.profiler.StepTraceAnnotation(name, step_num=i)
+    return _Null()
+
+
+class _Null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+def _mlp(smoke: bool):
+    d, h, batch = (64, 128, 32) if smoke else (2048, 8192, 2048)
+    k = jax.random.split(jax.random.key(11), 4)
+    bf = jnp.bfloat16
+    params = {"w1": _normal(k[0], (d, h), bf, 1 / math.sqrt(d)),
+              "w2": _normal(k[1], (h, d), bf, 1 / math.sqrt(h))}
+    x = _normal(k[2], (batch, d), bf, 1.0)
+    y = _normal(k[3], (batch, d), bf, 1.0)
+
+    def loss_fn(p, x, y):
+        out = jax.nn.relu(x @ p["w1"]) @ p["w2"]
+        return jnp.mean(jnp.square((out - y).astype(jnp.float32)))
+
+    @partial(jax.jit, donate_argnums=(0,))
+    def train_step(p, x, y):
+        loss, g = jax.value_and_grad(loss_fn)(p, x, y)
+        return jax.tree.map(lambda a, b: a - 1e-3 * b.astype(a.dtype), p, g), loss
+
+    return params, x, y, train_step, f"{d}->{h}->{d} bf16 MLP, batch {batch}"
+
+
+def probe_async_train(smoke: bool) -> Probe:
+    """Steps annotated "train" but not blocked: the host dispatches ahead; float(loss) every
+    4th step is the only wait."""
+    params, x, y, train_step, shape = _mlp(smoke)
+    st = {"p": params}
+
+    def run(n, annotate):
+        loss = None
+        for i in range(n):
+            with _step_ctx("train", i, annotate):
+                st["p"], loss = train_step(st["p"], x, y)
+                if i % 4 == 3:
+                    float(loss)
+        jax.block_until_ready(st["p"])
+
+    return Probe(run, f"jitted donated {shape} train step, no block at the step's end; "
+                      "float(loss) every 4th step", "train", captured=12, timed=48, chunk=24)
+
+
+def probe_unannotated_train(smoke: bool) -> Probe:
+    params, x, y, train_step, shape = _mlp(smoke)
+    st = {"p": params}
+
+    def run(n, annotate):
+        for _ in range(n):
+            st["p"], loss = train_step(st["p"], x, y)
+            jax.block_until_ready(loss)
+
+    return Probe(run, f"jitted donated {shape} train step, blocked each step, no step "
+                      "annotation", None)
+
+
+def probe_two_programs(smoke: bool) -> Probe:
+    """A step of two jitted programs (the gradients, then the update) and an eager metric,
+    float(loss) each step; no annotation: the steps are the program cycle."""
+    params, x, y, _, shape = _mlp(smoke)
+
+    def loss_fn(p, x, y):
+        out = jax.nn.relu(x @ p["w1"]) @ p["w2"]
+        return jnp.mean(jnp.square((out - y).astype(jnp.float32)))
+
+    grad_fn = jax.jit(jax.value_and_grad(loss_fn))
+    update = jax.jit(lambda p, g: jax.tree.map(lambda a, b: a - 1e-3 * b.astype(a.dtype), p, g),
+                     donate_argnums=(0,))
+    st = {"p": params}
+
+    def run(n, annotate):
+        for _ in range(n):
+            loss, g = grad_fn(st["p"], x, y)
+            st["p"] = update(st["p"], g)
+            gnorm = jnp.sqrt(sum(jnp.sum(jnp.square(v.astype(jnp.float32)))
+                                 for v in jax.tree.leaves(g)))  # eager: several programs
+            float(loss), float(gnorm)
+
+    return Probe(run, f"{shape}: two jitted programs a step (value_and_grad, then the update, "
+                      "params donated), an eager gradient norm, float(loss) and float(gnorm) "
+                      "each step; no annotation", None)
+
+
+def probe_decode_kv(smoke: bool, on_device: bool = False) -> Probe:
+    """Greedy decoding with a KV cache: one jitted step a token, the token read to the host
+    (int()) to feed the next step (or, `on_device`, fed back as a jax array); no annotation."""
+    d, heads, vocab, length = (32, 2, 64, 64) if smoke else (1024, 8, 32000, 1024)
+    dh = d // heads
+    k = jax.random.split(jax.random.key(12), 6)
+    bf = jnp.bfloat16
+    p = {"emb": _normal(k[0], (vocab, d), bf, 0.02), "wq": _normal(k[1], (d, d), bf, d ** -.5),
+         "wk": _normal(k[2], (d, d), bf, d ** -.5), "wv": _normal(k[3], (d, d), bf, d ** -.5),
+         "wo": _normal(k[4], (d, d), bf, d ** -.5), "head": _normal(k[5], (d, vocab), bf, d ** -.5)}
+
+    @partial(jax.jit, donate_argnums=(1,))
+    def decode(p, cache, tok, pos):
+        x = p["emb"][tok][None]  # (1, d)
+        q = (x @ p["wq"]).reshape(heads, dh)
+        kk = (x @ p["wk"]).reshape(1, heads, dh)
+        vv = (x @ p["wv"]).reshape(1, heads, dh)
+        ck = jax.lax.dynamic_update_slice(cache["k"], kk, (pos, 0, 0))
+        cv = jax.lax.dynamic_update_slice(cache["v"], vv, (pos, 0, 0))
+        s = jnp.einsum("hd,thd->ht", q, ck).astype(jnp.float32) / math.sqrt(dh)
+        s = jnp.where(jnp.arange(length)[None] <= pos, s, -1e9)
+        o = jnp.einsum("ht,thd->hd", jax.nn.softmax(s, -1).astype(bf), cv).reshape(1, d)
+        logits = (x + o @ p["wo"]) @ p["head"]
+        return jnp.argmax(logits[0]), {"k": ck, "v": cv}
+
+    st = {"cache": {"k": jnp.zeros((length, heads, dh), bf),
+                    "v": jnp.zeros((length, heads, dh), bf)}, "tok": 1, "pos": 0}
+
+    def run(n, annotate):
+        for _ in range(n):
+            t, st["cache"] = decode(p, st["cache"], st["tok"], st["pos"] % length)
+            st["tok"] = t if on_device else int(t)
+            st["pos"] += 1
+        jax.block_until_ready(st["tok"])
+
+    how = ("the token kept on the device (fed to the next step as a jax array), read at the "
+           "loop's end" if on_device else "int(token) read each step")
+    return Probe(run, f"greedy KV-cache decode, d {d}, {heads} heads, vocab {vocab}, cache "
+                      f"{length}: one jitted step a token, {how}, no annotation", None,
+                 captured=32, timed=64, chunk=32 if on_device else 4)
+
+
+def probe_conv_train(smoke: bool) -> Probe:
+    b, hw, c = (4, 16, 8) if smoke else (128, 64, 128)
+    k = jax.random.split(jax.random.key(13), 5)
+    bf = jnp.bfloat16
+    p = {"c1": _normal(k[0], (3, 3, 3, c), bf, 0.2), "c2": _normal(k[1], (3, 3, c, c), bf, 0.05),
+         "c3": _normal(k[2], (3, 3, c, c), bf, 0.05), "fc": _normal(k[3], (c, 10), bf, 0.1)}
+    x = _normal(k[4], (b, hw, hw, 3), bf, 1.0)
+    y = jnp.arange(b) % 10
+
+    def conv(x, w, stride):
+        return jax.lax.conv_general_dilated(x, w, (stride, stride), "SAME",
+                                            dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+    def loss_fn(p, x, y):
+        h = jax.nn.relu(conv(x, p["c1"], 1))
+        h = jax.nn.relu(conv(h, p["c2"], 2))
+        h = jax.nn.relu(conv(h, p["c3"], 1))
+        logits = jnp.mean(h, axis=(1, 2)) @ p["fc"]
+        logz = jax.nn.logsumexp(logits.astype(jnp.float32), -1)
+        return jnp.mean(logz - jnp.take_along_axis(logits.astype(jnp.float32), y[:, None], 1)[:, 0])
+
+    @jax.jit
+    def train_step(p, x, y):
+        loss, g = jax.value_and_grad(loss_fn)(p, x, y)
+        return jax.tree.map(lambda a, b: a - 1e-2 * b, p, g), loss
+
+    st = {"p": p}
+
+    def run(n, annotate):
+        for i in range(n):
+            with _step_ctx("step", i, annotate):
+                st["p"], loss = train_step(st["p"], x, y)
+                jax.block_until_ready(loss)
+
+    return Probe(run, f"jitted 3-layer bf16 CNN train step (NHWC, {hw}x{hw}, {c} channels, "
+                      f"batch {b}), annotated StepTraceAnnotation('step')", "step")
+
+
+def probe_while_solver(smoke: bool) -> Probe:
+    n = 128 if smoke else 4096
+    k = jax.random.split(jax.random.key(14), 2)
+    a = _normal(k[0], (n, n), jnp.float32, 1 / math.sqrt(n))
+    a = a @ a.T + jnp.eye(n)
+    b = _normal(k[1], (n,), jnp.float32, 1.0)
+
+    @jax.jit
+    def cg(a, b):
+        def cond(s):
+            return (s[4] < 200) & (s[3] > 1e-10)
+
+        def body(s):
+            x, r, pp, rr, it = s
+            ap = a @ pp
+            alpha = rr / (pp @ ap)
+            x = x + alpha * pp
+            r = r - alpha * ap
+            rr2 = r @ r
+            return x, r, r + (rr2 / rr) * pp, rr2, it + 1
+
+        x0 = jnp.zeros_like(b)
+        return jax.lax.while_loop(cond, body, (x0, b, b, b @ b, 0))[0]
+
+    def run(n_steps, annotate):
+        for i in range(n_steps):
+            with _step_ctx("solve", i, annotate):
+                jax.block_until_ready(cg(a, b))
+
+    return Probe(run, f"jitted conjugate gradient (lax.while_loop, up to 200 iterations) on a "
+                      f"{n}x{n} f32 matrix, annotated StepTraceAnnotation('solve')", "solve")
+
+
+def probe_callback_step(smoke: bool, outside: bool = False) -> Probe:
+    params, x, y, _, shape = _mlp(smoke)
+
+    def host_metric(v):
+        time.sleep(0.003)  # a host-side logger or metric store
+        return np.float32(np.asarray(v).mean())
+
+    @jax.jit
+    def step(p, x, y):
+        h = jax.nn.relu(x @ p["w1"])
+        mean = jnp.mean(h.astype(jnp.float32))
+        if not outside:
+            mean = io_callback(host_metric, jax.ShapeDtypeStruct((), jnp.float32), mean,
+                               ordered=True)
+        out = h @ p["w2"]
+        return jnp.mean(jnp.square((out - y).astype(jnp.float32))) + 0 * mean, mean
+
+    def run(n, annotate):
+        for i in range(n):
+            with _step_ctx("train", i, annotate):
+                loss, mean = jax.block_until_ready(step(params, x, y))
+                if outside and i % 4 == 3:
+                    host_metric(mean)  # the metric logged on the host every 4th step
+
+    how = ("the host function (3 ms) called on the host after every 4th step instead"
+           if outside else "an ordered io_callback to a host function (3 ms) between the two "
+                           "matmuls")
+    return Probe(run, f"jitted {shape} forward with {how}, annotated 'train', blocked each "
+                      "step", "train")
+
+
+def probe_int8_matmul(smoke: bool) -> Probe:
+    n, chain = (256, 2) if smoke else (8192, 4)
+    k = jax.random.split(jax.random.key(15), chain + 1)
+    x = jax.random.randint(k[0], (n, n), -8, 8, jnp.int8)
+    ws = [jax.random.randint(kw, (n, n), -8, 8, jnp.int8) for kw in k[1:]]
+
+    @jax.jit
+    def chain_fn(x, ws):
+        for w in ws:
+            acc = jax.lax.dot(x, w, preferred_element_type=jnp.int32)
+            x = jnp.clip(acc >> 8, -127, 127).astype(jnp.int8)
+        return x
+
+    def run(n_steps, annotate):
+        for i in range(n_steps):
+            with _step_ctx("train", i, annotate):
+                jax.block_until_ready(chain_fn(x, ws))
+
+    return Probe(run, f"jitted chain of {chain} int8 matmuls {n}x{n} (int32 accumulate, "
+                      "requantised), annotated 'train'", "train")
+
+
+def probe_remat_attention(smoke: bool) -> Probe:
+    b, t, d, heads, layers = (2, 32, 32, 2, 2) if smoke else (8, 1024, 1024, 8, 4)
+    k = jax.random.split(jax.random.key(16), 3 * layers + 1)
+    bf = jnp.bfloat16
+    ps = [{"qkv": _normal(k[3 * i], (d, 3 * d), bf, d ** -.5),
+           "o": _normal(k[3 * i + 1], (d, d), bf, d ** -.5),
+           "ff": _normal(k[3 * i + 2], (d, d), bf, d ** -.5)} for i in range(layers)]
+    x = _normal(k[-1], (b, t, d), bf, 1.0)
+
+    @jax.checkpoint
+    def layer(p, h):
+        q, kk, v = jnp.split(h @ p["qkv"], 3, axis=-1)
+        shp = (b, t, heads, d // heads)
+        o = jax.nn.dot_product_attention(q.reshape(shp), kk.reshape(shp), v.reshape(shp),
+                                         is_causal=True).reshape(b, t, d)
+        h = h + o @ p["o"]
+        return h + jax.nn.gelu(h @ p["ff"])
+
+    def loss_fn(ps, x):
+        h = x
+        for p in ps:
+            h = layer(p, h)
+        return jnp.mean(jnp.square(h.astype(jnp.float32)))
+
+    @partial(jax.jit, donate_argnums=(0,))
+    def train_step(ps, x):
+        loss, g = jax.value_and_grad(loss_fn)(ps, x)
+        return jax.tree.map(lambda a, gg: a - 1e-4 * gg, ps, g), loss
+
+    st = {"p": ps}
+
+    def run(n, annotate):
+        for i in range(n):
+            with _step_ctx("train", i, annotate):
+                st["p"], loss = train_step(st["p"], x)
+                jax.block_until_ready(loss)
+
+    return Probe(run, f"jitted causal-attention train step, {layers} layers under "
+                      f"jax.checkpoint (remat), batch {b}, seq {t}, d {d}, {heads} heads, "
+                      "jax.nn.dot_product_attention, annotated 'train'", "train")
+
+
+AFTER = {"callback_step": "callback_step_outside", "decode_kv": "decode_kv_on_device"}
+
+PROBES: dict[str, Callable[[bool], Probe]] = {
+    "async_train": probe_async_train,
+    "unannotated_train": probe_unannotated_train,
+    "two_programs": probe_two_programs,
+    "decode_kv": probe_decode_kv,
+    "conv_train": probe_conv_train,
+    "while_solver": probe_while_solver,
+    "callback_step": probe_callback_step,
+    "callback_step_outside": partial(probe_callback_step, outside=True),
+    "decode_kv_on_device": partial(probe_decode_kv, on_device=True),
+    "int8_matmul": probe_int8_matmul,
+    "remat_attention": probe_remat_attention,
+}
+
+
+def _chip_busy(trace: Path, annotation: str | None) -> tuple[float, int, float, list]:
+    """(union ms of the chip's program runs over their span, runs, span ms, annotation starts)."""
+    with gzip.open(trace, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    pname, tname = {}, {}
+    for e in events:
+        if e.get("ph") == "M" and e.get("name") == "process_name":
+            pname[e["pid"]] = e.get("args", {}).get("name", "")
+        elif e.get("ph") == "M" and e.get("name") == "thread_name":
+            tname[(e["pid"], e.get("tid"))] = e.get("args", {}).get("name", "")
+    dev = {p for p, n in pname.items() if n == "/device:TPU:0"}
+    lines = {k for k, n in tname.items() if k[0] in dev and n == "XLA Modules"}
+    runs = sorted((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))) for e in events
+                  if e.get("ph") == "X" and (e["pid"], e.get("tid")) in lines)
+    starts = sorted(float(e["ts"]) for e in events if e.get("ph") == "X" and annotation
+                    and e.get("name") == annotation and "step_num" in (e.get("args") or {}))
+    busy, hi = 0.0, None
+    for a, b in runs:
+        if hi is None or a > hi:
+            busy += b - a
+            hi = b
+        elif b > hi:
+            busy += b - hi
+            hi = b
+    span = (runs[-1][1] - runs[0][0]) if runs else 0.0
+    return busy / 1e3, len(runs), span / 1e3, starts
+
+
+def run_probe(name: str, smoke: bool, outdir: Path) -> dict:
+    case_dir = outdir / name
+    if case_dir.exists():
+        shutil.rmtree(case_dir)
+    case_dir.mkdir(parents=True)
+    pr = PROBES[name](smoke)
+    captured = 2 if smoke else pr.captured
+    timed = 2 if smoke else pr.timed
+    pr.run(WARMUP, False)
+    jax.profiler.start_trace(str(case_dir))
+    try:
+        pr.run(captured, True)
+    finally:
+        jax.profiler.stop_trace()
+    chunk = pr.chunk
+    times = []
+    for _ in range(max(1, timed // chunk)):
+        t = time.perf_counter()
+        pr.run(chunk, False)
+        times.append((time.perf_counter() - t) * 1e3 / chunk)
+    (trace,) = sorted((case_dir / "plugins" / "profile").glob("*/*.trace.json.gz"))[-1:]
+    busy_ms, runs, span_ms, starts = _chip_busy(trace, pr.annotation)
+    step_ms = statistics.median(times)
+    dev_ms = busy_ms / captured
+    share = dev_ms / step_ms if step_ms > 0 else None
+    bound = ("unmeasured" if not runs or share is None else "device" if share >= BOUND[0]
+             else "host" if share < BOUND[1] else "mixed")
+    truth = {"probe": name, "workload": pr.what, "annotation": pr.annotation,
+             "bound": bound, "busy_share": round(share, 4) if share is not None else None,
+             "bound_rule": "busy_share = (union of /device:TPU:0 XLA Modules runs in the "
+                           "capture / captured steps) / unprofiled step ms; device >= 0.8, "
+                           "host < 0.5, mixed between",
+             "device_ms_per_step": round(dev_ms, 4), "program_runs": runs,
+             "programs_per_step": round(runs / captured, 2), "captured_steps": captured,
+             "chip_span_ms": round(span_ms, 3),
+             "step_ms_unprofiled": [round(t, 4) for t in times],
+             "step_ms_unprofiled_median": round(step_ms, 4),
+             "jax": jax.__version__, "device": jax.devices()[0].device_kind}
+    if len(starts) > 1:
+        truth["step_ms_profiled_median"] = round(
+            statistics.median(b - a for a, b in zip(starts, starts[1:], strict=False)) / 1e3, 4)
+    if smoke:
+        truth["smoke"] = True
+    (case_dir / "truth.json").write_text(json.dumps(truth, indent=1) + "\n")
+    return truth
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("outdir", type=Path)
+    ap.add_argument("--probes", help="comma-separated probe names (default: all)")
+    ap.add_argument("--smoke", action="store_true", help="tiny shapes, 2 steps (a CPU)")
+    args = ap.parse_args(argv)
+    names = [s.strip() for s in (args.probes or ",".join(PROBES)).split(",") if s.strip()]
+    unknown = [n for n in names if n not in PROBES]
+    if unknown:
+        print(f"tpu_probe: unknown probe(s) {', '.join(unknown)}; known: {', '.join(PROBES)}",
+              file=sys.stderr)
+        return 2
+    outdir = args.outdir.resolve()
+    outdir.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    print(f"tpu_probe: jax {jax.__version__}, {jax.devices()[0].device_kind}", flush=True)
+    failed, truths = [], {}
+    for name in names:
+        t = time.perf_counter()
+        try:
+            tr = run_probe(name, args.smoke, outdir)
+        except Exception:
+            failed.append(name)
+            (outdir / name).mkdir(parents=True, exist_ok=True)
+            (outdir / name / "error.txt").write_text(traceback.format_exc())
+            print(f"{name:<20} FAILED\n{traceback.format_exc()}", flush=True)
+            continue
+        truths[name] = tr
+        before = next((b for b, a in AFTER.items() if a == name and b in truths), None)
+        if before:
+            b = truths[before]
+            b["after"], b["after_speedup"] = name, round(
+                b["step_ms_unprofiled_median"] / tr["step_ms_unprofiled_median"], 3)
+            (outdir / before / "truth.json").write_text(json.dumps(b, indent=1) + "\n")
+            print(f"{before} -> {name}: {b['after_speedup']}x", flush=True)
+        print(f"{name:<20} step {tr['step_ms_unprofiled_median']:9.3f} ms  chip "
+              f"{tr['device_ms_per_step']:8.3f} ms  share {tr['busy_share'] or 0:6.1%}  "
+              f"{tr['bound']:<8} runs/step {tr['programs_per_step']:g}"
+              f"  profiled {tr.get('step_ms_profiled_median', '-')}"
+              f"  ({time.perf_counter() - t:.0f} s)", flush=True)
+    with tarfile.open(outdir / "probes.tar.gz", "w:gz") as tar:
+        for name in names:
+            if (outdir / name).is_dir():
+                tar.add(outdir / name, arcname=name)
+    print(f"tpu_probe: {len(names) - len(failed)} of {len(names)} in "
+          f"{time.perf_counter() - t0:.0f} s", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""TPU captures taken the way users take them (tests/data/tpu-probes/, bench/tpu_probe.py),
+through the whole job, against what each truth.json measured on the chip: a host that runs ahead
+of the chip, a host callback inside the step, int8 matmuls."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import statistics
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+
+pytestmark = pytest.mark.slow  # a whole job per capture
+
+PROBES = REPO / "tests" / "data" / "tpu-probes"
+
+
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory):
+    """investigate.py on each probe, once (name -> (capture, out folder, truth))."""
+    done = {}
+    for case in sorted(p.parent for p in PROBES.glob("*/truth.json")):
+        out = tmp_path_factory.mktemp(case.name)
+        run = subprocess.run([sys.executable, "-P", str(REPO / "scripts" / "investigate.py"),
+                              str(case), "--out", str(out)], capture_output=True, text=True,
+                             timeout=600)
+        assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+        done[case.name] = (case, out, json.loads((case / "truth.json").read_text()))
+    return done
+
+
+def _rows(path):
+    with open(path, newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _chip_runs(case) -> list:
+    (path,) = case.glob("plugins/profile/*/*.trace.json.gz")
+    events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    tid = {(e["pid"], e["tid"]) for e in events if e.get("ph") == "M"
+           and e.get("name") == "thread_name" and e["args"].get("name") == "XLA Modules"}
+    return sorted((e["ts"], e["ts"] + e["dur"]) for e in events
+                  if e.get("ph") == "X" and (e["pid"], e["tid"]) in tid)
+
+
+def test_a_host_that_runs_ahead_frames_steps_on_the_device(jobs):
+    """The host dispatches ahead of the chip (no block at a step's end): its annotations are
+    0.24 ms apart while each step's program runs 1.85 ms. The verdict is the truth's (device),
+    the period the chip's (the median distance between its program runs' ends, within 2%), and
+    the summary says the host ran ahead."""
+    case, out, truth = jobs["async_train"]
+    s1 = json.loads((out / "skip_stats.json").read_text())
+    assert truth["bound"] == "device" and s1["verdict"] == "device-bound", s1["rule"]
+    ends = [b for _, b in _chip_runs(case)]
+    chip = statistics.median(b - a for a, b in zip(ends, ends[1:], strict=False))
+    ours = s1["figures"]["period_us"]["value"]
+    assert abs(ours - chip) <= 0.02 * chip, (ours, chip)
+    assert truth["step_ms_profiled_median"] * 1e3 < ours / 5  # the host's annotations are not it
+    assert "the host ran ahead of the device" in (out / "summary.txt").read_text()
+    changes = json.loads((out / "changes.json").read_text())
+    assert changes["figures"]["step_us"]["value"] == pytest.approx(ours, rel=0.02)
+
+
+def test_a_host_callback_inside_the_step_is_change_1(jobs):
+    """An ordered io_callback stalls the chip mid-program; moving the host function out of the
+    step measured 5.5x on the chip: change 1 is the callback, at its Python line, its saving
+    within the step."""
+    case, out, truth = jobs["callback_step"]
+    assert truth["after_speedup"] > 1.05
+    first = _rows(out / "changes.csv")[0]
+    assert first["cause_kind"] == "host_callback", first
+    assert "io_callback" in first["cause"]
+    assert "tpu_probe.py" in first["where"]
+    assert 0 < float(first["saving_us"]) < float(first["step_us"])
+    # the after has no callback left to rank
+    assert all(r["cause_kind"] != "host_callback"
+               for r in _rows(jobs["callback_step_outside"][1] / "changes.csv"))
+
+
+def test_int8_matmuls_meet_the_mxus_ceiling_not_the_memorys(jobs):
+    """Four 8192^3 int8 matmuls: XLA's cost model counts their FLOPs at the bf16 rate, so the
+    plane's MXU peak bounds them; each runs at 85-100% of it, compute-bound, and no change
+    promises a saving past that ceiling (before, the int8 dots had no compute ceiling and
+    were placed at 8% of the memory ceiling, a 2.7 ms saving each)."""
+    _, out, truth = jobs["int8_matmul"]
+    assert truth["bound"] == "device"
+    dots = [r for r in _rows(out / "roofline.csv") if r["dtype"] == "s8" and r["run_flops"]
+            and float(r["run_flops"]) > 1e11]
+    assert len(dots) == 4
+    for r in dots:
+        assert r["ceiling_dtype"] == "s8_matrix" and r["binding"] == "compute", r
+        assert 85.0 <= float(r["pct_of_ceiling"]) <= 100.0, r
+    for c in _rows(out / "changes.csv"):
+        if c["cause_kind"] == "instruction":
+            assert float(c["saving_us"]) < 0.1 * float(c["step_us"]), c
