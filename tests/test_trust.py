@@ -455,3 +455,49 @@ def test_the_facts_step1_hands_on_are_rows_csv_s(tmp_path, monkeypatch, shared, 
     rows_csv = out / "rows.csv"
     os.utime(rows_csv, ns=(rows_csv.stat().st_atime_ns, rows_csv.stat().st_mtime_ns + 1))
     assert row_facts.handed_on(out) is None  # the table changed since: read it again
+
+
+def _recorded_on(src: Path, dst: Path, keep: set) -> Path:
+    """A copy of a real capture whose GPUs outside `keep` recorded nothing: their planes' lines
+    emptied in the xplane, their events dropped from the trace (as a profiler that missed them)."""
+    import gzip
+    import shutil
+
+    from jaxperf.read import xprotos
+    shutil.copytree(src / "plugins", dst / "plugins")
+    (xp,) = dst.glob("plugins/profile/*/*.xplane.pb")
+    space = xprotos.classes()["XSpace"].FromString(xp.read_bytes())
+    for p in space.planes:
+        if p.name.startswith("/device:GPU:") and int(p.name.rsplit(":", 1)[1]) not in keep:
+            del p.lines[:]
+    xp.write_bytes(space.SerializeToString())
+    (tr,) = dst.glob("plugins/profile/*/*.trace.json.gz")
+    data = json.loads(gzip.decompress(tr.read_bytes()))
+    gone = {e["pid"] for e in data["traceEvents"] if e.get("name") == "process_name"
+            and str(e["args"].get("name", "")).startswith("/device:GPU:")
+            and int(e["args"]["name"].rsplit(":", 1)[1]) not in keep}
+    data["traceEvents"] = [e for e in data["traceEvents"]
+                           if e.get("pid") not in gone or e.get("ph") == "M"]
+    tr.write_bytes(gzip.compress(json.dumps(data).encode()))
+    return dst
+
+
+def test_a_program_spanning_gpus_the_capture_missed_is_an_incomplete_capture(tmp_path, shared):
+    """The real 3D convolution sharded over 8 MI300X GPUs, as a capture that recorded GPUs 0
+    and 1 only: its HLO's sharding spans 8 devices (programs.csv partitions), so the other six
+    are work not recorded, a defect item, not idle GPUs; the whole capture has none."""
+    src = shared / "tracelens-amd-rocm" / "mi300x-jax0.8-conv3d-8gpu"
+    for keep, missing in (({0, 1}, 6), (set(range(8)), 0)):
+        cap = _recorded_on(src, tmp_path / f"cap{len(keep)}", keep)
+        out = tmp_path / f"out{len(keep)}"
+        assert all(r.returncode == 0 for _, r in run_steps(cap, out))
+        assert run_trust(out).returncode == 0
+        progs = {r["module"]: r for r in read(out / "attribution" / "programs.csv")}
+        assert progs["jit_forward_3d_conv"]["partitions"] == "8"
+        got = [x for x in trust_rows(out) if x["kind"] == "incomplete_capture"]
+        if not missing:
+            assert not got
+            continue
+        (it,) = got
+        assert it["count"] == str(missing) and "jit_forward_3d_conv" in it["item"]
+        assert "not idle" in it["detail"] and "incomplete_capture" in trust.DEFECT_KINDS

@@ -29,6 +29,11 @@ MIN_GAP_PS = 1_000_000
 # device (a dependency on another stream or GPU: a pipeline stage waiting for its input), and
 # that part of the gap before it is device_wait, not the host's.
 QUEUED_START_PS = 10_000_000
+# A TPU program run whose dispatch call ended this long before its device went idle was queued
+# by then: the gap before it is the device's (the host, blocked in a float() on an earlier
+# result, dispatched a chain of eager programs long before). Wider than the host and device
+# clocks' misalignment (up to 0.43 ms on a TPU v5e: tracekit.tpu.pair_runs).
+DISPATCHED_BEFORE_PS = 500_000_000
 # Runtime API calls (what a tracer's own launch lines hold): a thread with nothing else did no
 # host work of its own that could explain a gap.
 RUNTIME_API_RE = re.compile(r"^(hip|cu[A-Z]|cuda|Memcpy|Memset)")
@@ -137,12 +142,14 @@ def gap_parts(prev_end: int, ev) -> list:
     stream or GPU, a pipeline stage's input), unknown where no launch joined. A host_late gap
     whose kernel starts more than QUEUED_START_PS after its launch ended is cut there: the rest
     is the device's. A TPU op (joined to its program's `dispatch`) waits on the device inside
-    its program run, on the host before it. Returns [(start, end, cause)]."""
+    its program run, on the host before it unless its dispatch ended DISPATCHED_BEFORE_PS or
+    more before the gap began. Returns [(start, end, cause)]."""
     if ev.join == "dispatch" and ev.launch:
         # a TPU op: inside its program run the device waits on itself; before the run starts
         # the device has no program: it waits on the host's dispatch and the runtime's launch
-        inside = ev.launch["run_start"] <= prev_end
-        return [(prev_end, ev.start, "device_wait" if inside else "host_late")]
+        queued = ev.launch["run_start"] <= prev_end or (
+            ev.launch["start"] + ev.launch["dur"] + DISPATCHED_BEFORE_PS <= prev_end)
+        return [(prev_end, ev.start, "device_wait" if queued else "host_late")]
     if ev.join in rules.QUEUED_BY and ev.launch:
         lend = ev.launch["start"] + ev.launch["dur"]
         if lend <= prev_end:

@@ -154,7 +154,8 @@ def check_same_work(a, step_rows, idle_gpus, groups=None, compared=None) -> list
     devices = sorted({r["device"] for r in step_rows})
     for d in idle_gpus:
         out.append(row("same_work_across_gpus", d, "", "not checkable", "", "", "", "", "",
-                       f"GPU {d} is idle in this capture (no events): it did no work to compare"))
+                       f"GPU {d} has no events in this capture (idle, or its work not recorded: "
+                       "attribution/programs.csv partitions): nothing to compare"))
     groups = [g for g in (groups or []) if g["devices"]]
     if len(groups) > 1:
         n_steps = len({r["step"] for r in step_rows})

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from capgen import flavours
 from capgen.programs import (
+    PARTITIONS,
     KernelSpec,
     Options,
     Thunk,
@@ -1128,6 +1129,12 @@ def generate(sc: Scenario, out_dir) -> Result:
         defects.append({"defect_id": "S1", "kind": "straggler", "device": sc.straggler_gpu,
                         "stream": "", "correlation_id": "", "count": "",
                         "description": f"kernels {sc.straggler_factor}x slower"})
+    parts = PARTITIONS.get(sc.program) if sc.plan is None else None
+    if parts and sc.gpus < parts:
+        defects.append({"defect_id": "P1", "kind": "incomplete_capture", "device": "",
+                        "stream": "", "correlation_id": "", "count": parts - sc.gpus,
+                        "description": f"a program sharded over {parts} devices recorded on "
+                                       f"{sc.gpus} GPUs"})
     if sc.expected_verdict in ("launch-bound", "device-bound"):
         defects.append({"defect_id": "V1", "kind": sc.expected_verdict.replace("-", "_"),
                         "device": "", "stream": "", "correlation_id": "", "count": "",

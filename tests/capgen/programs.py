@@ -39,6 +39,10 @@ PROGRAM_FILES = {
     "module_0040.pjit__wrapped_step_fn.sm_8.0_gpu_after_optimizations.hlo.pb.xz",
 }
 
+# The devices each fixture's HLO sharding spans (its entry parameters' OpShardings, as the
+# compiler left them): a capture of it on fewer GPUs missed the others' work.
+PARTITIONS = {"minigpt-8gpu": 8, "maxtext-h100": 4, "pax-a100": 4, "conv3d-mi300x": 8}
+
 COLLECTIVE_OPCODES = frozenset({
     "all-reduce", "all-reduce-start", "all-gather", "all-gather-start", "reduce-scatter",
     "all-to-all", "collective-permute", "collective-permute-start", "collective-broadcast",

@@ -935,6 +935,9 @@ def add_programs(folder: Path, m: Matched, tables: Tables, steps: tuple) -> None
     """programs.csv, with each program's steps (`steps`: read_steps'), placed in
     tables.written after ops.csv and lines.csv."""
     tables.progs = program_rows(m.starts, m.totals, m.names, m.execs, steps[0])
+    for r in tables.progs:
+        p = m.programs.get(r["program_id"])
+        r["partitions"] = p.partitions() if p is not None else None
     tables.steps_note = steps[1]
     at = next(i for i, (f, _) in enumerate(tables.written) if f == "how.csv")
     tables.written.insert(at, ("programs.csv", scratch.write_table(
@@ -1213,7 +1216,8 @@ def programs_csv_rows(progs: list[dict]) -> list[tuple]:
                      f"{r['attributed_us']:.3f}",
                      "" if r["host_dispatch_us"] is None else f"{r['host_dispatch_us']:.3f}",
                      r["host_dispatch"],
-                     "" if r["steps"] is None else rules.format_ranges(r["steps"])))
+                     "" if r["steps"] is None else rules.format_ranges(r["steps"]),
+                     r.get("partitions") or ""))
     return rows
 
 

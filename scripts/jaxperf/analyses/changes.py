@@ -12,6 +12,7 @@ from pathlib import Path
 import gap_causes  # the host's blocking calls (sibling skill, standard library only)
 from jaxperf.device import adapters  # what the capture's device answers: its knobs, set-up
 from jaxperf.steps.critical_path import (  # the steps, their frames and critical paths, the context
+    DISPATCH_MIN_EXECUTIONS,
     MIN_SAVING_US,
     TOP_INSTRUCTIONS,
     ChangesError,
@@ -224,9 +225,9 @@ FUSED_ON_JIT = Prose(
         "its result written once) at the best byte rate these passes reached "
         "(saving_measured_us) or at the memory ceiling (saving_us): an upper bound on what "
         "fusion saves; once the programs are one, their kernel time is the step's"),
-    knob=("the jax.jit of the dispatch row (XLA fuses element-wise chains itself; nothing to "
-          "write by hand); where a chain stays unfused once jitted, see what XLA left unfused "
-          "(the HLO after optimisation)"))
+    knob=("jax.jit around the eager code, the dispatch row's where it stands (XLA fuses "
+          "element-wise chains itself; nothing to write by hand); where a chain stays unfused "
+          "once jitted, see what XLA left unfused (the HLO after optimisation)"))
 
 # A run of passes is counted where its fused saving is at least this share of its time: a pair
 # of small passes whose fused kernel would move as much as they do is no change.
@@ -235,12 +236,15 @@ FUSED_MIN_SHARE = 0.2
 
 def elementwise_passes(ctx: Context) -> dict:
     """(program id, instruction) -> (bytes a kernel moves, memory ceiling B/s) of the
-    element-wise instructions of roofline.csv with one kernel a run."""
+    element-wise instructions of roofline.csv with one kernel a run: element-wise work, a dtype
+    convert (an element-wise map, though roofline.csv calls it data movement), and a reduction
+    (XLA fuses the element-wise passes that feed it into it)."""
     out = {}
     for r in tables(ctx.out).rows("roofline.csv") or []:
         b, runs, k = number(r.get("run_bytes")), number(r.get("runs")), number(r.get("kernels"))
         ceiling = number(r.get("memory_ceiling_bytes_per_s"))
-        if r.get("work") == "elementwise" and b and runs and k == runs and ceiling:
+        if (r.get("work") in ("elementwise", "reduction") or r.get("opcode") == "convert") \
+                and b and runs and k == runs and ceiling:
             out[(r.get("program_id", ""), r["instruction"])] = (b, ceiling)
     return out
 
@@ -280,8 +284,9 @@ def fused_on_jit(ctx: Context) -> list:
     """What the jit of the dispatch row brings besides the dispatch: the element-wise passes
     that run back to back as separate programs (eager jnp code) fuse into one kernel each run;
     the saving bounded by the bytes of the largest pass (FUSED_ON_JIT's assumptions). Only
-    where the dispatch row stands (a step of several program executions)."""
-    if ctx.dispatch_idle is None:
+    in a step of several program executions (with or without a dispatch row: programs queued
+    ahead of the device still run as separate passes)."""
+    if max(ctx.executions, default=0) < DISPATCH_MIN_EXECUTIONS:
         return []
     ew = elementwise_passes(ctx)
     path = ctx.out / "attribution" / "kernels.csv"
@@ -323,7 +328,7 @@ def fused_on_jit(ctx: Context) -> list:
     top = sorted(lines.items(), key=lambda kv: (-kv[1][1], kv[0]))
     passes = sum(len(r) for r in median_runs)
     total = sum(d for r in median_runs for d, *_ in r)
-    idle = ctx.dispatch_idle[at]
+    idle = ctx.dispatch_idle[at] if ctx.dispatch_idle else 0.0
     fuses = frozenset(i for i, c in enumerate(ctx.ceilings.cands) if c["key"] in fused_keys) \
         if ctx.ceilings is not None else frozenset()
     where = ", ".join(line for line, _ in top[:3]) + (
@@ -335,9 +340,9 @@ def fused_on_jit(ctx: Context) -> list:
         f"{rules.plural(len(median_runs), 'kernel')}; largest: "
         + ", ".join(f"{line} {rules.plural(n, 'pass', 'passes')} {us_text(t)}"
                     for line, (n, t) in top[:3])
-        + f"; with the dispatch row's {us_text(idle)} (the same jit, other time) the jit saves "
-          f"{number_text(idle + measured[at])} to {us_text(idle + ceiling[at])} of step "
-          f"{ctx.median}",
+        + (f"; with the dispatch row's {us_text(idle)} (the same jit, other time) the jit saves "
+           f"{number_text(idle + measured[at])} to {us_text(idle + ceiling[at])} of step "
+           f"{ctx.median}" if idle else ""),
         where, 100.0 * ceiling[at] / ctx.window, spread(ceiling, at),
         measured=measured[at], kernel_cut=ceiling, fuses=fuses,
         extra={"passes": passes, "runs": len(median_runs)})]

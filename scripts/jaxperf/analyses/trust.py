@@ -53,14 +53,14 @@ STEP_BY_NUMBER = {str(n): name for name, (n, _, _) in STEPS.items()}
 # capture of its kind (graph kernels have no launch of their own, NCCL time includes waits), or
 # of the tools (attribution confidence, roofline cost models), or of this run of the steps.
 KIND_ORDER = ("step_failed", "no_hlo", "reconciliation_check", "under_recorded_replays",
-              "duplicate_program", "async_labels_missing", "not_checkable", "unattributed",
-              "low_confidence", "graph_launch_metrics", "python_tracer", "nccl_waits",
-              "kernel_family",
+              "incomplete_capture", "duplicate_program", "async_labels_missing",
+              "not_checkable", "unattributed", "low_confidence", "graph_launch_metrics",
+              "python_tracer", "nccl_waits", "kernel_family",
               "rocm_unknown_memcpy", "not_computable", "no_ceiling", "tpu_cost_model",
               "tpu_steps_line", "refusal")
 
 DEFECT_KINDS = frozenset({"reconciliation_check", "under_recorded_replays",
-                          "duplicate_program", "async_labels_missing"})
+                          "incomplete_capture", "duplicate_program", "async_labels_missing"})
 
 
 # Reconciliation checks reported as one item per family (a check's count and duration rows,
@@ -396,6 +396,27 @@ def program_items(inp: Inputs, facts: Facts) -> list:
                         f"{chosen}", "attribution/attribute_kernels.json: program.notes; "
                         "attribution/how.csv", note, count=len(ids),
                         gpu_us=other_us if how is not None else None, total_us=facts.total_us))
+    return out
+
+
+def incomplete_items(inp: Inputs, facts: Facts) -> list:
+    """A program whose HLO's sharding spans more devices than the capture holds its work on
+    (programs.csv `partitions` over its `devices`): the others' work was not recorded, not idle."""
+    out = []
+    for r in scratch.records(inp.out, "attribution/programs.csv") or ():
+        n, have = int(number(r.get("partitions"), 0)), (r.get("devices") or "").split()
+        if n > len(have) > 0:
+            out.append(item(
+                "incomplete_capture", f"{r['module']} is partitioned over {n} devices but "
+                f"this capture holds its work on {len(have)}",
+                "attribution/programs.csv: partitions; devices",
+                f"program {r['program_id']}: its HLO's sharding spans {n} devices; its events "
+                f"are on {gpus_text([int(d) for d in have if d.isdigit()])} only. The other "
+                f"{n - len(have)} devices ran it too (it cannot run otherwise) but their work is "
+                "not in this capture (not recorded, or in another host's capture): they are not "
+                "idle, and per-GPU medians, the straggler and collective waits cover "
+                f"{len(have)} of its {n} devices", count=n - len(have),
+                gpu_us=number(r.get("gpu_us")), total_us=facts.total_us))
     return out
 
 
@@ -830,7 +851,8 @@ def collect(inp: Inputs, failed: dict, scanned: Scanned) -> tuple[list, list, Fa
     items = step_failed_items(inp, failed) + no_hlo_items(inp, facts)
     items += reconciliation_items(inp, facts)  # before replay_items: it folds checks into it
     items += (replay_items(facts)
-             + program_items(inp, facts) + async_label_items(inp, facts)
+             + incomplete_items(inp, facts) + program_items(inp, facts)
+             + async_label_items(inp, facts)
              + attribution_items(inp, facts) + graph_items(inp, facts)
              + python_tracer_items(inp, facts) + nccl_items(facts) + family_items(inp, facts)
              + rocm_memcpy_items(facts)

@@ -218,6 +218,24 @@ class Program:
             return total
         return size(self.entry_id)
 
+    def partitions(self) -> int | None:
+        """The devices the program's sharding spans: over its instructions' OpShardings, the
+        most a tile assignment names (its device ids, else the product of its dimensions: an
+        iota assignment) or a maximal sharding's device id + 1; None where none names a device
+        (a program on one device)."""
+        def spans(s) -> int:
+            if s.type == 2:  # a tuple: its elements'
+                return max((spans(t) for t in s.tuple_shardings), default=0)
+            if s.type in (1, 3) and s.tile_assignment_devices:  # maximal, or tiled by ids
+                return max(s.tile_assignment_devices) + 1
+            n = 1
+            for d in s.tile_assignment_dimensions if s.type == 3 else ():
+                n *= d
+            return n if s.type == 3 else 0
+        n = max((spans(i.sharding) for i in self.instructions.values()
+                 if i.HasField("sharding")), default=0)
+        return n if n > 1 else None
+
     def schedule(self, computation_id: int) -> list:
         """Instructions of a computation in execution order (the schedule), else stored order.
         An id the schedule names that is not one of this computation's instructions is left
