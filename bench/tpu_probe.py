@@ -145,7 +145,7 @@ def probe_unannotated_train(smoke: bool) -> Probe:
                       "annotation", None)
 
 
-def probe_two_programs(smoke: bool) -> Probe:
+def probe_two_programs(smoke: bool, jit_norm: bool = False) -> Probe:
     """A step of two jitted programs (the gradients, then the update) and an eager metric,
     float(loss) each step; no annotation: the steps are the program cycle."""
     params, x, y, _, shape = _mlp(smoke)
@@ -159,16 +159,22 @@ def probe_two_programs(smoke: bool) -> Probe:
                      donate_argnums=(0,))
     st = {"p": params}
 
+    def norm(g):
+        return jnp.sqrt(sum(jnp.sum(jnp.square(v.astype(jnp.float32)))
+                            for v in jax.tree.leaves(g)))  # eager: several programs
+
+    norm_fn = jax.jit(norm) if jit_norm else norm
+
     def run(n, annotate):
         for _ in range(n):
             loss, g = grad_fn(st["p"], x, y)
             st["p"] = update(st["p"], g)
-            gnorm = jnp.sqrt(sum(jnp.sum(jnp.square(v.astype(jnp.float32)))
-                                 for v in jax.tree.leaves(g)))  # eager: several programs
+            gnorm = norm_fn(g)
             float(loss), float(gnorm)
 
     return Probe(run, f"{shape}: two jitted programs a step (value_and_grad, then the update, "
-                      "params donated), an eager gradient norm, float(loss) and float(gnorm) "
+                      "params donated), " + ("a jitted" if jit_norm else "an eager") +
+                 " gradient norm, float(loss) and float(gnorm) "
                       "each step; no annotation", None)
 
 
@@ -380,12 +386,120 @@ def probe_remat_attention(smoke: bool) -> Probe:
                       "jax.nn.dot_product_attention, annotated 'train'", "train")
 
 
-AFTER = {"callback_step": "callback_step_outside", "decode_kv": "decode_kv_on_device"}
+def probe_grad_accum(smoke: bool) -> Probe:
+    """Gradient accumulation: lax.scan over 4 microbatches inside one jitted step."""
+    params, x, y, _, shape = _mlp(smoke)
+    micro = 4
+
+    def loss_fn(p, x, y):
+        out = jax.nn.relu(x @ p["w1"]) @ p["w2"]
+        return jnp.mean(jnp.square((out - y).astype(jnp.float32)))
+
+    @partial(jax.jit, donate_argnums=(0,))
+    def step(p, x, y):
+        xs, ys = x.reshape(micro, -1, x.shape[-1]), y.reshape(micro, -1, y.shape[-1])
+
+        def body(acc, xy):
+            loss, g = jax.value_and_grad(loss_fn)(p, *xy)
+            return jax.tree.map(jnp.add, acc, g), loss
+
+        zero = jax.tree.map(jnp.zeros_like, p)
+        g, losses = jax.lax.scan(body, zero, (xs, ys))
+        return jax.tree.map(lambda a, b: a - 1e-3 * b / micro, p, g), jnp.mean(losses)
+
+    st = {"p": params}
+
+    def run(n, annotate):
+        for i in range(n):
+            with _step_ctx("train", i, annotate):
+                st["p"], loss = step(st["p"], x, y)
+                jax.block_until_ready(loss)
+
+    return Probe(run, f"{shape}: gradients accumulated over {micro} microbatches with "
+                      "lax.scan inside one jitted step, annotated 'train'", "train")
+
+
+def probe_debug_print(smoke: bool) -> Probe:
+    """A jitted train step that prints its loss with jax.debug.print every step."""
+    params, x, y, _, shape = _mlp(smoke)
+
+    def loss_fn(p, x, y):
+        out = jax.nn.relu(x @ p["w1"]) @ p["w2"]
+        return jnp.mean(jnp.square((out - y).astype(jnp.float32)))
+
+    @partial(jax.jit, donate_argnums=(0,))
+    def step(p, x, y):
+        loss, g = jax.value_and_grad(loss_fn)(p, x, y)
+        jax.debug.print("loss {l}", l=loss)
+        return jax.tree.map(lambda a, b: a - 1e-3 * b, p, g), loss
+
+    st = {"p": params}
+
+    def run(n, annotate):
+        for _ in range(n):
+            st["p"], loss = step(st["p"], x, y)
+        jax.block_until_ready(loss)
+
+    return Probe(run, f"{shape}: jitted train step printing its loss with jax.debug.print; "
+                      "the host blocks only at the loop's end; no annotation", None,
+                 captured=8, timed=32, chunk=16)
+
+
+def probe_host_batches(smoke: bool) -> Probe:
+    """Each step's batch made with numpy on the host and passed as a numpy array; float(loss)
+    each step; no annotation."""
+    params, x, y, train_step, shape = _mlp(smoke)
+    rng = np.random.default_rng(0)
+    st = {"p": params}
+    xs, ys = x.shape, y.shape
+
+    def run(n, annotate):
+        for _ in range(n):
+            bx = rng.standard_normal(xs, dtype=np.float32).astype(jnp.bfloat16)
+            by = rng.standard_normal(ys, dtype=np.float32).astype(jnp.bfloat16)
+            st["p"], loss = train_step(st["p"], bx, by)
+            float(loss)
+
+    return Probe(run, f"{shape}: each batch made by numpy on the host (standard normal, cast "
+                      "to bf16) and passed as numpy arrays; float(loss) each step; no "
+                      "annotation", None)
+
+
+def probe_pmap_step(smoke: bool) -> Probe:
+    """The train step under jax.pmap on the one chip (older data-parallel code)."""
+    params, x, y, _, shape = _mlp(smoke)
+
+    def loss_fn(p, x, y):
+        out = jax.nn.relu(x @ p["w1"]) @ p["w2"]
+        return jnp.mean(jnp.square((out - y).astype(jnp.float32)))
+
+    def step(p, x, y):
+        loss, g = jax.value_and_grad(loss_fn)(p, x, y)
+        g = jax.lax.pmean(g, "d")
+        return jax.tree.map(lambda a, b: a - 1e-3 * b, p, g), jax.lax.pmean(loss, "d")
+
+    pstep = jax.pmap(step, axis_name="d")
+    st = {"p": jax.tree.map(lambda a: a[None], params)}
+    px, py = x[None], y[None]
+
+    def run(n, annotate):
+        for i in range(n):
+            with _step_ctx("train", i, annotate):
+                st["p"], loss = pstep(st["p"], px, py)
+                jax.block_until_ready(loss)
+
+    return Probe(run, f"{shape}: the train step under jax.pmap (axis 'd', one device, pmean "
+                      "of the gradients), annotated 'train'", "train")
+
+
+AFTER = {"callback_step": "callback_step_outside", "decode_kv": "decode_kv_on_device",
+         "two_programs": "two_programs_jitted_norm"}
 
 PROBES: dict[str, Callable[[bool], Probe]] = {
     "async_train": probe_async_train,
     "unannotated_train": probe_unannotated_train,
     "two_programs": probe_two_programs,
+    "two_programs_jitted_norm": partial(probe_two_programs, jit_norm=True),
     "decode_kv": probe_decode_kv,
     "conv_train": probe_conv_train,
     "while_solver": probe_while_solver,
@@ -394,6 +508,10 @@ PROBES: dict[str, Callable[[bool], Probe]] = {
     "decode_kv_on_device": partial(probe_decode_kv, on_device=True),
     "int8_matmul": probe_int8_matmul,
     "remat_attention": probe_remat_attention,
+    "grad_accum": probe_grad_accum,
+    "debug_print": probe_debug_print,
+    "host_batches": probe_host_batches,
+    "pmap_step": probe_pmap_step,
 }
 
 

@@ -109,7 +109,8 @@ The step is {v['verdict']} (inferred; skip_stats.json: verdict). The median step
 that is {v['med_us3']} us (measured; steps.csv: dur_us, median) or
 **{v['med_us0']} µs** (measured; steps.csv: dur_us, median).
 Host share {v['host']}% (inferred; skip_stats.json: figures.host_share_pct_of_step.value).
-GPU 5 finishes step 1 last by {v['lag']} us (measured; swimlanes.json: straggler.lag_us), in
+GPU 5 finishes step 1 last by {v['lag']} us of step 1's end (measured; swimlanes.json:
+straggler.lag_us) before the host dispatches step n+1, in
 steps 0–3 of GPUs 0, 1 and 7; see `fusion.12`, `--step 3`, `64 GPUs`, minigpt.py:84 and
 jit_train_step(17). Change 6 and change 7 act on the same gaps.
 <!-- judge: 12.5 ms is not a figure, this comment is ignored -->
@@ -163,6 +164,7 @@ def test_a_report_of_real_values_passes(scratch, tmp_path):
     assert ("7", "an identifier after 'GPUs'") in skipped
     assert ("6", "an identifier after 'Change'") in skipped
     assert ("7", "an identifier after 'change'") in skipped
+    assert ("1", "an index expression (n+1)") in skipped
     assert ("84", "file:line or a name's number") in skipped
     assert ("17", "a program id in name(id)") in skipped
     assert ("1.", "a section number") in skipped

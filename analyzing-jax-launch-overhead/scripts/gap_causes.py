@@ -119,7 +119,7 @@ class GapIndex:
             name = h["name"]
             c = known.get(name)
             if c is None:
-                c = is_container(name)
+                c = known[name] = is_container(name)
             if c or marked and id(h) in marked:
                 continue
             hs, d = h["start"], h["dur"]

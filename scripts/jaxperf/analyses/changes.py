@@ -1066,10 +1066,12 @@ def layout_copies(ctx: Context) -> list:
                 spread([t] * len(ctx.chosen), ctx.at), knob=knob)]
 
 
-# The JAX primitives that call a host function from inside a program: the op_name (JAX name
-# stack) of every instruction they lower to (a TPU's send, recv and their dones; a GPU's custom
-# call) ends in one of them.
-HOST_CALLBACK_RE = re.compile(r"(?:^|/)(io_callback|pure_callback|debug_callback)$")
+# The JAX primitives that call a host function from inside a program (jax.debug.print is
+# debug_print; the old host_callback module's is outside_call): the op_name (JAX name stack) of
+# every instruction they lower to (a TPU's send, recv and their dones; a GPU's custom call) ends
+# in one of them.
+HOST_CALLBACK_RE = re.compile(
+    r"(?:^|/)(io_callback|pure_callback|debug_callback|debug_print|outside_call)$")
 
 HOST_CALLBACK = Prose(
     source="attribution/ops.csv; attribution/programs.csv; steps.csv",
@@ -1100,8 +1102,8 @@ def host_callback(ctx: Context) -> list:
                     if (r["program_id"], r["instruction"]) in keys})
     return [Row(f"host callbacks inside the program: {' and '.join(kinds)} "
                 f"{'takes' if len(kinds) == 1 else 'take'} {us_text(t)} of step "
-                f"{ctx.median} on the {device_word(ctx)}, which waits for the host function's "
-                "result mid-program",
+                f"{ctx.median} on the {device_word(ctx)}, which waits on the host function "
+                "mid-program",
                 top_lines(ops, keys) or "the programs' callbacks", 100.0 * t / ctx.window,
                 spread([t] * len(ctx.chosen), ctx.at))]
 

@@ -531,8 +531,8 @@ def gap_ok(gap: str) -> bool:
     """Only up to MAX_GAP_WORDS plain words, emphasis and identifiers ("on GPU 0 in step 3":
     the caller passes over identifier figures only) between a number and its citation."""
     words = gap.replace("*", " ").replace("_", " ").split()
-    return len(words) <= MAX_GAP_WORDS and all(re.fullmatch(r"[A-Za-z][A-Za-z'/-]*|#?\d+,?", w)
-                                               for w in words)
+    return len(words) <= MAX_GAP_WORDS and all(
+        re.fullmatch(r"[A-Za-z][A-Za-z'/-]*|#?\d+(?:['’]s)?,?", w) for w in words)
 
 
 def skip_reason(text: str, fig: Figure) -> str:
@@ -540,6 +540,8 @@ def skip_reason(text: str, fig: Figure) -> str:
     nums = [n for _, n in fig.parts]
     ints = all(n.quantum == 1 and n.unit is None and not n.rel and n.value >= 0 for n in nums)
     before = text[max(0, fig.start - 80):fig.start]
+    if ints and len(nums) == 1 and re.search(r"\b[A-Za-z]\s*[+-]\s*$", before[-4:]):
+        return f"an index expression ({text[fig.start - 2:fig.end].strip()})"
     if ints and IDENT_BEFORE_RE.search(before):
         word = IDENT_BEFORE_RE.search(before).group(1)
         return f"an identifier after '{word}'"
