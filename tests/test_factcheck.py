@@ -910,3 +910,10 @@ It runs at 100% of peak.
     checked = [(x["line"], x["figure"], x["verdict"]) for x in rows if x["verdict"] != "skipped"]
     assert checked == [("2", "100%", "ok"), ("3", "100%", "ok"), ("4", "100%", "no_table")], \
         checked
+
+
+def test_an_identifier_before_a_table_named_alone_is_no_claim(scratch, tmp_path):
+    """"Test change 1 (steps.csv) first.": the parentheses name a table, no column; the number
+    before them is an identifier, so nothing is claimed (an agent's report failed on it)."""
+    p, rows = check("# R\n\nTest change 1 (steps.csv) first.\n", scratch, tmp_path)
+    assert [x["verdict"] for x in rows if x["figure"] == "1"] == ["skipped"], p.stdout

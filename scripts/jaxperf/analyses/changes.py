@@ -485,15 +485,27 @@ def host_gap(ctx: Context) -> list:
     work = (ctx.s1 or {}).get("host_work_before_device") or {}
     w = (work.get("per_step_us") or {}).get("value")
     compiled = compile_per_step(ctx)
-    if w and hd and hd["leading_us"] >= LEADING_GAP_MAJORITY * host_late and not compiled \
-            and not (copy and copy[1]):  # (a copy's time is the copy's, not a producer's)
-        # (where XLA compiles in the step, that work is the compile row's, not a producer's)
-        # one producer thread, prefetching, still takes its time a step: the step is at least
-        # that long, so it saves at most the period less it (nothing where it is slower)
-        measured = max(0.0, min(hsav[ctx.at], ctx.window - w))
+    lead = hd["leading_us"] if hd else 0.0
+    named = dict(hd["events"]) if hd else {}
+    setup = device(ctx).setup_re
+    dispatched = max((v for n, v in named.items() if setup and setup.search(n)), default=0.0)
+    if w and hd and lead >= LEADING_GAP_MAJORITY * host_late and not compiled \
+            and not (copy and copy[1]) and dispatched < 0.5 * lead:
+        # (a copy's time is the copy's, where XLA compiles the compile row's, a dispatch the
+        # dispatch's: none a producer's) one producer thread, prefetching, still takes its time
+        # a step: the step is at least that long, so it saves at most the period less it. Where
+        # the traced calls cover under half the gap and no blocking call fills it, the rest is
+        # the enclosing Python frame's own time (numpy and C calls the tracer does not see):
+        # the producer's work too
+        untraced = w < 0.5 * lead and not any(
+            gap_causes.SYNC_RE.search(n) and v >= 0.25 * lead for n, v in named.items())
+        measured = max(0.0, min(hsav[ctx.at], ctx.window - (lead if untraced else w)))
         words += (f"; the host's own work before the device starts takes {us_text(w)} a step "
-                  f"(largest call {work['largest_call']}): done ahead by one producer thread, "
-                  f"a step still lasts that long, so prefetching saves {us_text(measured)}")
+                  f"(largest call {work['largest_call']})" + (
+                      f", and the rest of the {us_text(lead)} before the first op is its "
+                      "enclosing Python frame's own time (calls the tracer does not see), work "
+                      "too" if untraced else "") + ": done ahead by one producer thread, a step "
+                  f"still lasts that long, so prefetching saves {us_text(measured)}")
     return [Row(words, where, 100.0 * host_late / ctx.window, spread(hsav, ctx.at), knob=knob,
                 measured=measured)]
 
@@ -954,6 +966,15 @@ def per_step_us(ctx: Context) -> dict:
     return out
 
 
+def ops_matching(ctx: Context, test: Callable) -> tuple[list, set, float]:
+    """ops.csv's rows, the (program id, instruction) keys of those `test` accepts, and their
+    time in the median step (per_step_us)."""
+    ops = tables(ctx.out).rows("attribution/ops.csv") or []
+    keys = {(r["program_id"], r["instruction"]) for r in ops if test(r)}
+    times = per_step_us(ctx)
+    return ops, keys, sum(times.get(k, 0.0) for k in keys)
+
+
 STEP_PROGRAM_RE = re.compile(r"^(.*) x(\d+)$")
 
 
@@ -1052,11 +1073,7 @@ def layout_copies(ctx: Context) -> list:
     knob = device(ctx).layout_knob
     if not knob:
         return []
-    ops = tables(ctx.out).rows("attribution/ops.csv") or []
-    keys = {(r["program_id"], r["instruction"]) for r in ops
-            if LAYOUT_COPY_RE.match(r["instruction"])}
-    times = per_step_us(ctx)
-    t = sum(times.get(k, 0.0) for k in keys)
+    ops, keys, t = ops_matching(ctx, lambda r: LAYOUT_COPY_RE.match(r["instruction"]))
     if t < MIN_SAVING_US:
         return []
     what = rules.plural(len(keys), "copy or transpose", "copies or transposes")
@@ -1091,11 +1108,7 @@ def host_callback(ctx: Context) -> list:
     """Host callbacks inside a program (HOST_CALLBACK_RE on ops.csv op_name): the device waits
     on the host function in the middle of the program; their time in the median step, the
     Python lines that call them."""
-    ops = tables(ctx.out).rows("attribution/ops.csv") or []
-    keys = {(r["program_id"], r["instruction"]) for r in ops
-            if HOST_CALLBACK_RE.search(r.get("op_name") or "")}
-    times = per_step_us(ctx)
-    t = sum(times.get(k, 0.0) for k in keys)
+    ops, keys, t = ops_matching(ctx, lambda r: HOST_CALLBACK_RE.search(r.get("op_name") or ""))
     if t < MIN_SAVING_US:
         return []
     kinds = sorted({HOST_CALLBACK_RE.search(r["op_name"]).group(1) for r in ops

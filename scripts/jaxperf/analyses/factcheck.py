@@ -876,9 +876,11 @@ def check_segment(scratch, text: str, where, claim_of, ctx: Context, rows: list)
                 k -= 1
                 figures.remove(a)
                 figures[figures.index(fig)] = fig = unclaimed[k] = both
+        named = cite.label is None and cite.selector is None and cite.derived is None
         if (fig is not None and gap_ok(masked[fig.end:cite.start]) and not ctx.skip_all
                 and (not skip_reason(masked, fig) if rows_only  # "step 3 (...: step=3)"
-                     else res is None or res[0] != "ok")):
+                     else res is None or res[0] != "ok")
+                and not (named and skip_reason(masked, fig))):  # "change 1 (changes.csv)"
             claimed[id(fig)] = cite
             del unclaimed[k]
             continue
