@@ -168,11 +168,11 @@ def device_starts(analysed: dict, by_gpu_step: dict) -> dict:
     work was queued behind it), the end of that work on the GPU, or this step's first event if
     it began earlier (streams overlapping the two steps). Steps the host blocked on start where
     they began on the host."""
-    out, prev_end = {}, {}
+    out, prev_end, by_step = {}, {}, {}
+    for (d, n), evs in by_gpu_step.items():
+        by_step.setdefault(n, []).append((d, evs))
     for num, st in sorted(analysed.items(), key=lambda kv: kv[1].start):
-        for (d, n), evs in by_gpu_step.items():
-            if n != num:
-                continue
+        for d, evs in by_step.get(num, ()):
             start = st.start
             before = prev_end.get(d)
             if before is not None and before > start:

@@ -128,7 +128,8 @@ NEEDS = {
     "fewer_events": "a capture of fewer steps: the trace exporter keeps at most 1,000,000 "
                     "events",
     "host_calls": "the same steps captured with a deeper host trace "
-                  "(jax.profiler.ProfileOptions().host_tracer_level = 3)",
+                  "(jax.profiler.ProfileOptions().host_tracer_level = 3), or, for a Python "
+                  "frame's own time, a sampling profiler on the host (py-spy, cProfile)",
     "gpu_model": "the user's word on the GPU model, or a capture whose device plane names the "
                  "vendor and model",
     "knob": "the same steps captured with that change made, to compare step times",
