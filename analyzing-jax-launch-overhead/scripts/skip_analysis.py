@@ -463,10 +463,12 @@ def compile_summary(a: Analysis) -> dict | None:
     """XLA compiling on the host inside the analysed steps (trace_rules.COMPILE_RE: the union
     of those events, nested ones counted once), from each step's start to the next step's:
     the time per step, where any step holds some; None where none does (nothing is said)."""
-    iv = sorted((h["start"], h["start"] + h["dur"]) for events in a.host_threads.values()
-                for h in events if rules.COMPILE_RE.match(h["name"]))
-    if not iv:
+    names = {n for n in {h["name"] for events in a.host_threads.values() for h in events}
+             if rules.COMPILE_RE.match(n)}  # each name judged once
+    if not names:
         return None
+    iv = sorted((h["start"], h["start"] + h["dur"]) for events in a.host_threads.values()
+                for h in events if h["name"] in names)
     order = sorted(a.steps, key=lambda st: st.start)
     nxt = {st.number: order[i + 1].start for i, st in enumerate(order[:-1])}
     per = []

@@ -65,13 +65,17 @@ TRANSFER_RE = re.compile(r"^tpu::System::TransferToDevice$|^TransferToDevice$")
 def host_copies(host_threads: dict) -> dict:
     """The host's copies to the chip: `work` [(start, end, name)] of their host-side work and
     `transfers` [(start, bytes)] (0 bytes where the event gives no size), each sorted."""
-    work, transfers = [], []
+    work, transfers, kind = [], [], {}  # kind: each name's, judged once
     for events in host_threads.values():
         for h in events:
             name = h["name"]
-            if HOST_COPY_WORK_RE.search(name):
+            k = kind.get(name)
+            if k is None:
+                k = kind[name] = 1 if HOST_COPY_WORK_RE.search(name) else \
+                    2 if TRANSFER_RE.match(name) else 0
+            if k == 1:
                 work.append((h["start"], h["start"] + h["dur"], name))
-            elif TRANSFER_RE.match(name):
+            elif k == 2:
                 size = str((h.get("args") or {}).get("size", ""))
                 transfers.append((h["start"], int(size) if size.isdigit() else 0))
     return {"work": sorted(work), "transfers": sorted(transfers)}
