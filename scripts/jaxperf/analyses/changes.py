@@ -488,7 +488,9 @@ def host_gap(ctx: Context) -> list:
     lead = hd["leading_us"] if hd else 0.0
     named = dict(hd["events"]) if hd else {}
     setup = device(ctx).setup_re
-    dispatched = max((v for n, v in named.items() if setup and setup.search(n)), default=0.0)
+    # the runtime's dispatch and a blocking call: neither is a producer's work
+    dispatched = max((v for n, v in named.items() if setup and setup.search(n)), default=0.0) \
+        + max((v for n, v in named.items() if gap_causes.SYNC_RE.search(n)), default=0.0)
     if w and hd and lead >= LEADING_GAP_MAJORITY * host_late and not compiled \
             and not (copy and copy[1]) and dispatched < 0.5 * lead:
         # (a copy's time is the copy's, where XLA compiles the compile row's, a dispatch the
@@ -497,8 +499,7 @@ def host_gap(ctx: Context) -> list:
         # the traced calls cover under half the gap and no blocking call fills it, the rest is
         # the enclosing Python frame's own time (numpy and C calls the tracer does not see):
         # the producer's work too
-        untraced = w < 0.5 * lead and not any(
-            gap_causes.SYNC_RE.search(n) and v >= 0.25 * lead for n, v in named.items())
+        untraced = w < 0.5 * lead and dispatched < 0.25 * lead
         measured = max(0.0, min(hsav[ctx.at], ctx.window - (lead if untraced else w)))
         words += (f"; the host's own work before the device starts takes {us_text(w)} a step "
                   f"(largest call {work['largest_call']})" + (
