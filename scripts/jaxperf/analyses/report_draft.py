@@ -297,18 +297,20 @@ def verdict_section(s: Scratch) -> list[str]:
     out = [f"Verdict: **{skip.get('verdict')}** (inferred; skip_stats.json: verdict). Rule:", ""]
     out += [f"- {md_cell(r)} (inferred; skip_stats.json: rule.{n})"
             for n, r in enumerate(skip.get("rule") or [])]
-    gaps = s.rows("gaps.csv") or []
-    late = sorted((g for g in gaps if g.get("cause") == "host_late"),
-                  key=lambda g: -float(g["dur_us"] or 0))[:3]
-    if late:
-        out += ["", "Longest host-late gaps on the critical stream:", ""]
-        for g in late:
-            key = f"device={g['device']}, start_us={g['start_us']}"
-            out.append(f"- GPU {g['device']} stream {g['stream']} step {g['step']}: "
-                       f"{cell(g['dur_us'], 'us', 'measured', 'gaps.csv', 'dur_us', key, 3)}; "
-                       f"host events inside: {code(g['host_events'] or 'none recorded')}")
+    if longest_gaps(s):
+        out += ["", "The longest host-late gaps and the host events inside them: the appendix."]
     return out + asked("name the host-side causes (gaps.csv host_events) and whether the "
                        "verdict holds on every GPU (steps.csv)")
+
+
+def longest_gaps(s: Scratch) -> list[str]:
+    """The three longest host-late gaps on the critical stream with their host events."""
+    late = sorted((g for g in s.rows("gaps.csv") or [] if g.get("cause") == "host_late"),
+                  key=lambda g: -float(g["dur_us"] or 0))[:3]
+    return [f"- GPU {g['device']} stream {g['stream']} step {g['step']}: "
+            f"{cell(g['dur_us'], 'us', 'measured', 'gaps.csv', 'dur_us', key, 3)}; "
+            f"host events inside: {code(g['host_events'] or 'none recorded')}"
+            for g in late for key in [f"device={g['device']}, start_us={g['start_us']}"]]
 
 
 STEP_FIGURES = {  # step 1's figures in the appendix, in order, with their names
@@ -559,6 +561,8 @@ def appendix(s: Scratch) -> list[str]:
     the top instructions and Python lines, every change with its measured target and the step
     if it were gone, every failed reconciliation check."""
     out = ["### Step 1's figures", ""] + figures_table(s)
+    gaps = longest_gaps(s)
+    out += ["### Longest host-late gaps on the critical stream", ""] + gaps + [""] if gaps else []
     bad = failed_checks(s)
     out += ["### Reconciliation checks that did not pass"] + bad if bad else []
     out += ["### GPUs and streams", ""] + streams_table(s)
