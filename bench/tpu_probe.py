@@ -92,6 +92,11 @@ class _Null:
         return False
 
 
+def _mlp_loss(p, x, y):
+    out = jax.nn.relu(x @ p["w1"]) @ p["w2"]
+    return jnp.mean(jnp.square((out - y).astype(jnp.float32)))
+
+
 def _mlp(smoke: bool):
     d, h, batch = (64, 128, 32) if smoke else (2048, 8192, 2048)
     k = jax.random.split(jax.random.key(11), 4)
@@ -101,13 +106,10 @@ def _mlp(smoke: bool):
     x = _normal(k[2], (batch, d), bf, 1.0)
     y = _normal(k[3], (batch, d), bf, 1.0)
 
-    def loss_fn(p, x, y):
-        out = jax.nn.relu(x @ p["w1"]) @ p["w2"]
-        return jnp.mean(jnp.square((out - y).astype(jnp.float32)))
 
     @partial(jax.jit, donate_argnums=(0,))
     def train_step(p, x, y):
-        loss, g = jax.value_and_grad(loss_fn)(p, x, y)
+        loss, g = jax.value_and_grad(_mlp_loss)(p, x, y)
         return jax.tree.map(lambda a, b: a - 1e-3 * b.astype(a.dtype), p, g), loss
 
     return params, x, y, train_step, f"{d}->{h}->{d} bf16 MLP, batch {batch}"
@@ -150,11 +152,8 @@ def probe_two_programs(smoke: bool, jit_norm: bool = False) -> Probe:
     float(loss) each step; no annotation: the steps are the program cycle."""
     params, x, y, _, shape = _mlp(smoke)
 
-    def loss_fn(p, x, y):
-        out = jax.nn.relu(x @ p["w1"]) @ p["w2"]
-        return jnp.mean(jnp.square((out - y).astype(jnp.float32)))
 
-    grad_fn = jax.jit(jax.value_and_grad(loss_fn))
+    grad_fn = jax.jit(jax.value_and_grad(_mlp_loss))
     update = jax.jit(lambda p, g: jax.tree.map(lambda a, b: a - 1e-3 * b.astype(a.dtype), p, g),
                      donate_argnums=(0,))
     st = {"p": params}
@@ -391,16 +390,13 @@ def probe_grad_accum(smoke: bool) -> Probe:
     params, x, y, _, shape = _mlp(smoke)
     micro = 4
 
-    def loss_fn(p, x, y):
-        out = jax.nn.relu(x @ p["w1"]) @ p["w2"]
-        return jnp.mean(jnp.square((out - y).astype(jnp.float32)))
 
     @partial(jax.jit, donate_argnums=(0,))
     def step(p, x, y):
         xs, ys = x.reshape(micro, -1, x.shape[-1]), y.reshape(micro, -1, y.shape[-1])
 
         def body(acc, xy):
-            loss, g = jax.value_and_grad(loss_fn)(p, *xy)
+            loss, g = jax.value_and_grad(_mlp_loss)(p, *xy)
             return jax.tree.map(jnp.add, acc, g), loss
 
         zero = jax.tree.map(jnp.zeros_like, p)
@@ -423,13 +419,10 @@ def probe_debug_print(smoke: bool) -> Probe:
     """A jitted train step that prints its loss with jax.debug.print every step."""
     params, x, y, _, shape = _mlp(smoke)
 
-    def loss_fn(p, x, y):
-        out = jax.nn.relu(x @ p["w1"]) @ p["w2"]
-        return jnp.mean(jnp.square((out - y).astype(jnp.float32)))
 
     @partial(jax.jit, donate_argnums=(0,))
     def step(p, x, y):
-        loss, g = jax.value_and_grad(loss_fn)(p, x, y)
+        loss, g = jax.value_and_grad(_mlp_loss)(p, x, y)
         jax.debug.print("loss {l}", l=loss)
         return jax.tree.map(lambda a, b: a - 1e-3 * b, p, g), loss
 
@@ -469,12 +462,9 @@ def probe_pmap_step(smoke: bool) -> Probe:
     """The train step under jax.pmap on the one chip (older data-parallel code)."""
     params, x, y, _, shape = _mlp(smoke)
 
-    def loss_fn(p, x, y):
-        out = jax.nn.relu(x @ p["w1"]) @ p["w2"]
-        return jnp.mean(jnp.square((out - y).astype(jnp.float32)))
 
     def step(p, x, y):
-        loss, g = jax.value_and_grad(loss_fn)(p, x, y)
+        loss, g = jax.value_and_grad(_mlp_loss)(p, x, y)
         g = jax.lax.pmean(g, "d")
         return jax.tree.map(lambda a, b: a - 1e-3 * b, p, g), jax.lax.pmean(loss, "d")
 
