@@ -12,16 +12,24 @@ written and captured as a user would: `jax.profiler.start_trace`/`stop_trace`, a
 - a step annotation of another name (`step`, `solve`),
 - no block at each step (the host runs ahead of the chip; a metric read every few steps),
 - a host callback inside the jitted step, an autoregressive decode loop that reads each token,
-- int8 matmuls, a rematerialised attention stack, a while loop on the chip.
+- int8 matmuls, a rematerialised attention stack, a while loop on the chip,
+- ProfileOptions with the Python tracer off, or the host tracer off too,
+- steps marked by a plain TraceAnnotation(f"step {i}"), batches from a loader thread,
+- lax.switch among branches of very different cost, a few long steps,
+- the compilation inside the capture (no warmup), a capture opened while earlier dispatched
+  steps still run on the chip.
 
 Each probe leaves `OUTDIR/<probe>/plugins/profile/<run>/...` and `OUTDIR/<probe>/truth.json`:
 the step time without the profiler (`step_ms_unprofiled_median`: steps run as the probe runs
 them, each timed; where the host does not block at each step, the loop's time over its steps),
 the chip's own busy time per step in the capture (the union of `XLA Modules` runs on
-`/device:TPU:0` over the captured steps' span, divided by the steps), and `bound` from
+`/device:TPU:0` over the captured steps' span, divided by the steps; where steps were dispatched
+just before the capture, only the last runs, one a captured step), and `bound` from
 `busy_share` = device ms per step / unprofiled step ms (device at 0.8 or more, host under 0.5,
 mixed between: the lab's rule, on a share that needs no annotation). Where the probe annotates
-its steps, `step_ms_profiled_median` is the median distance between annotation starts.
+its steps, `step_ms_profiled_median` is the median distance between annotation starts (a
+StepTraceAnnotation's, or a TraceAnnotation's whose name starts with `annotation_prefix`). The
+truth also names the capture's ProfileOptions (`profile_options`) and warmup where not default.
 
 Two probes have an after, the change an engineer would make first, captured and timed the
 same way (`AFTER`): the host callback moved out of the jitted step, the decoded token kept on
@@ -41,10 +49,12 @@ import argparse
 import gzip
 import json
 import math
+import queue
 import shutil
 import statistics
 import sys
 import tarfile
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -72,6 +82,11 @@ class Probe:
     captured: int = 8
     timed: int = 16
     chunk: int = 1  # steps a timed chunk runs (the whole loop where the host does not block)
+    options: dict[str, int] | None = None  # ProfileOptions attributes for the capture
+    annotation_prefix: str | None = None  # steps marked by a TraceAnnotation named so, no step_num
+    warmup: int = WARMUP  # steps run before the capture
+    pre_capture: Callable[[], None] | None = None  # run just before start_trace, no block;
+    # then the chip's busy time counts only the last `captured` runs (one program a step)
 
 
 def _normal(key, shape, dtype, scale):
@@ -482,6 +497,157 @@ def probe_pmap_step(smoke: bool) -> Probe:
                       "of the gradients), annotated 'train'", "train")
 
 
+def probe_options_train(smoke: bool, **options: int) -> Probe:
+    """The train step annotated "train", blocked each step, captured with ProfileOptions set
+    (`options`: the Python tracer off, or the host tracer off too)."""
+    params, x, y, train_step, shape = _mlp(smoke)
+    st = {"p": params}
+
+    def run(n, annotate):
+        for i in range(n):
+            with _step_ctx("train", i, annotate):
+                st["p"], loss = train_step(st["p"], x, y)
+                jax.block_until_ready(loss)
+
+    opts = ", ".join(f"{k}={v}" for k, v in options.items())
+    return Probe(run, f"jitted donated {shape} train step, blocked each step, annotated "
+                      f"'train'; captured with ProfileOptions({opts})", "train", options=options)
+
+
+def probe_named_steps(smoke: bool) -> Probe:
+    """Steps marked by a plain TraceAnnotation(f"step {i}") (no StepTraceAnnotation)."""
+    params, x, y, train_step, shape = _mlp(smoke)
+    st = {"p": params}
+
+    def run(n, annotate):
+        for i in range(n):
+            with jax.profiler.TraceAnnotation(f"step {i}") if annotate else _Null():
+                st["p"], loss = train_step(st["p"], x, y)
+                jax.block_until_ready(loss)
+
+    return Probe(run, f"jitted donated {shape} train step, blocked each step, each step in a "
+                      "TraceAnnotation(f'step {i}') (no step_num)", None,
+                 annotation_prefix="step ")
+
+
+def probe_thread_loader(smoke: bool) -> Probe:
+    """Batches gathered by numpy (random rows of a host pool, a few ms) on a background thread
+    into a queue.Queue(maxsize=2); the main thread device_puts each, runs the step and reads
+    float(loss). The thread is joined at the end of every run."""
+    params, x, y, train_step, shape = _mlp(smoke)
+    rng = np.random.default_rng(1)
+    (batch, d), rows = x.shape, 4 * x.shape[0]
+    pool = [rng.standard_normal((rows, d), dtype=np.float32).astype(jnp.bfloat16)
+            for _ in range(2)]
+    st = {"p": params}
+
+    def run(n, annotate):
+        q, stop = queue.Queue(maxsize=2), threading.Event()
+
+        def load():
+            for _ in range(n):
+                b = tuple(a[rng.integers(0, rows, batch)] for a in pool)
+                while not stop.is_set():
+                    try:
+                        q.put(b, timeout=0.1)
+                        break
+                    except queue.Full:
+                        pass
+
+        t = threading.Thread(target=load, name="loader", daemon=True)
+        t.start()
+        try:
+            for i in range(n):
+                bx, by = q.get(timeout=60)
+                with _step_ctx("train", i, annotate):
+                    st["p"], loss = train_step(st["p"], jax.device_put(bx), jax.device_put(by))
+                    float(loss)
+        finally:
+            stop.set()
+            t.join()
+
+    return Probe(run, f"{shape}: batches gathered by numpy (random rows of a {rows}-row bf16 "
+                      "pool) on a background thread into a Queue(maxsize=2); the main thread "
+                      "device_puts each, float(loss) each step, annotated 'train'", "train",
+                 captured=12, timed=32, chunk=16)
+
+
+def probe_cond_switch(smoke: bool) -> Probe:
+    """lax.switch(i % 3) among branches of 1, 4 and 16 chained bf16 matmuls: step times that
+    differ step to step by design; the index a device int each step."""
+    n = 64 if smoke else 2048
+    k = jax.random.split(jax.random.key(17), 2)
+    x = _normal(k[0], (n, n), jnp.bfloat16, 1.0)
+    w = _normal(k[1], (n, n), jnp.bfloat16, 1 / math.sqrt(n))
+
+    def chain(m):
+        return lambda x, w: jax.lax.fori_loop(0, m, lambda _, h: h @ w, x)
+
+    @jax.jit
+    def step(i, x, w):
+        return jnp.sum(jax.lax.switch(i % 3, [chain(1), chain(4), chain(16)], x, w)
+                       .astype(jnp.float32))
+
+    st = {"i": 0}
+
+    def run(n_steps, annotate):
+        for i in range(n_steps):
+            with _step_ctx("train", i, annotate):
+                jax.block_until_ready(step(jax.device_put(np.int32(st["i"])), x, w))
+            st["i"] += 1
+
+    return Probe(run, f"jitted lax.switch(i % 3) among 1, 4 and 16 chained {n}x{n} bf16 "
+                      "matmuls, the index a device int each step, blocked each step, "
+                      "annotated 'train'", "train", captured=9, timed=30, chunk=3)
+
+
+def probe_few_big_steps(smoke: bool) -> Probe:
+    """A few long device-bound steps: 8 chained 8192x8192 bf16 matmuls in a fori_loop."""
+    n, m = (128, 2) if smoke else (8192, 8)
+    k = jax.random.split(jax.random.key(18), 2)
+    x = _normal(k[0], (n, n), jnp.bfloat16, 1.0)
+    w = _normal(k[1], (n, n), jnp.bfloat16, 1 / math.sqrt(n))
+    step = jax.jit(lambda x, w: jax.lax.fori_loop(0, m, lambda _, h: h @ w, x))
+
+    def run(n_steps, annotate):
+        for i in range(n_steps):
+            with _step_ctx("train", i, annotate):
+                jax.block_until_ready(step(x, w))
+
+    return Probe(run, f"jitted fori_loop of {m} chained {n}x{n} bf16 matmuls, blocked each "
+                      "step, annotated 'train': few long steps", "train", captured=3, timed=5)
+
+
+def probe_compile_in_capture(smoke: bool) -> Probe:
+    """The blocked "train" step with no warmup: step 0 of the capture holds the train step's
+    tracing and compilation; the timed steps after it are the compiled steady state."""
+    pr = probe_options_train(smoke)
+    pr.warmup = 0
+    pr.what = pr.what.split(";")[0] + "; no warmup: step 0 of the capture compiles"
+    return pr
+
+
+def probe_mid_start(smoke: bool) -> Probe:
+    """Steps dispatched without a block; 32 more dispatched just before the capture starts, so
+    it opens with the chip still busy on them (the truth's busy time leaves their runs out)."""
+    params, x, y, train_step, shape = _mlp(smoke)
+    st = {"p": params}
+
+    def dispatch(n, annotate):
+        for i in range(n):
+            with _step_ctx("train", i, annotate):
+                st["p"], _ = train_step(st["p"], x, y)
+
+    def run(n, annotate):
+        dispatch(n, annotate)
+        jax.block_until_ready(st["p"])
+
+    return Probe(run, f"jitted donated {shape} train step, annotated 'train', no block but at "
+                      "the loop's end; 32 steps dispatched unblocked just before the capture "
+                      "starts", "train", captured=12, timed=48, chunk=24,
+                 pre_capture=partial(dispatch, 32, False))
+
+
 AFTER = {"callback_step": "callback_step_outside", "decode_kv": "decode_kv_on_device",
          "two_programs": "two_programs_jitted_norm"}
 
@@ -502,11 +668,22 @@ PROBES: dict[str, Callable[[bool], Probe]] = {
     "debug_print": probe_debug_print,
     "host_batches": probe_host_batches,
     "pmap_step": probe_pmap_step,
+    "no_python_tracer": partial(probe_options_train, python_tracer_level=0),
+    "host_tracer_off": partial(probe_options_train, host_tracer_level=0, python_tracer_level=0),
+    "named_steps": probe_named_steps,
+    "thread_loader": probe_thread_loader,
+    "cond_switch": probe_cond_switch,
+    "few_big_steps": probe_few_big_steps,
+    "compile_in_capture": probe_compile_in_capture,
+    "mid_start": probe_mid_start,
 }
 
 
-def _chip_busy(trace: Path, annotation: str | None) -> tuple[float, int, float, list]:
-    """(union ms of the chip's program runs over their span, runs, span ms, annotation starts)."""
+def _chip_busy(trace: Path, annotation: str | None, prefix: str | None = None,
+               last: int | None = None) -> tuple[float, int, float, list]:
+    """(union ms of the chip's program runs over their span (given `last`, of the last runs
+    only), runs, span ms, annotation starts: `annotation`'s with a step_num, or, given
+    `prefix`, those of names so starting without one)."""
     with gzip.open(trace, "rt") as f:
         events = json.load(f)["traceEvents"]
     pname, tname = {}, {}
@@ -519,17 +696,23 @@ def _chip_busy(trace: Path, annotation: str | None) -> tuple[float, int, float, 
     lines = {k for k, n in tname.items() if k[0] in dev and n == "XLA Modules"}
     runs = sorted((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))) for e in events
                   if e.get("ph") == "X" and (e["pid"], e.get("tid")) in lines)
-    starts = sorted(float(e["ts"]) for e in events if e.get("ph") == "X" and annotation
-                    and e.get("name") == annotation and "step_num" in (e.get("args") or {}))
+
+    def start(e):
+        name, num = e.get("name", ""), "step_num" in (e.get("args") or {})
+        return ((annotation and name == annotation and num)
+                or (prefix and name.startswith(prefix) and not num))
+
+    starts = sorted(float(e["ts"]) for e in events if e.get("ph") == "X" and start(e))
+    counted = runs[-last:] if last else runs
     busy, hi = 0.0, None
-    for a, b in runs:
+    for a, b in counted:
         if hi is None or a > hi:
             busy += b - a
             hi = b
         elif b > hi:
             busy += b - hi
             hi = b
-    span = (runs[-1][1] - runs[0][0]) if runs else 0.0
+    span = (counted[-1][1] - counted[0][0]) if counted else 0.0
     return busy / 1e3, len(runs), span / 1e3, starts
 
 
@@ -541,8 +724,16 @@ def run_probe(name: str, smoke: bool, outdir: Path) -> dict:
     pr = PROBES[name](smoke)
     captured = 2 if smoke else pr.captured
     timed = 2 if smoke else pr.timed
-    pr.run(WARMUP, False)
-    jax.profiler.start_trace(str(case_dir))
+    if pr.warmup:
+        pr.run(pr.warmup, False)
+    opts = None
+    if pr.options:
+        opts = jax.profiler.ProfileOptions()
+        for k, v in pr.options.items():
+            setattr(opts, k, v)
+    if pr.pre_capture:
+        pr.pre_capture()
+    jax.profiler.start_trace(str(case_dir), profiler_options=opts)
     try:
         pr.run(captured, True)
     finally:
@@ -554,7 +745,8 @@ def run_probe(name: str, smoke: bool, outdir: Path) -> dict:
         pr.run(chunk, False)
         times.append((time.perf_counter() - t) * 1e3 / chunk)
     (trace,) = sorted((case_dir / "plugins" / "profile").glob("*/*.trace.json.gz"))[-1:]
-    busy_ms, runs, span_ms, starts = _chip_busy(trace, pr.annotation)
+    busy_ms, runs, span_ms, starts = _chip_busy(trace, pr.annotation, pr.annotation_prefix,
+                                                captured if pr.pre_capture else None)
     step_ms = statistics.median(times)
     dev_ms = busy_ms / captured
     share = dev_ms / step_ms if step_ms > 0 else None
@@ -574,6 +766,14 @@ def run_probe(name: str, smoke: bool, outdir: Path) -> dict:
     if len(starts) > 1:
         truth["step_ms_profiled_median"] = round(
             statistics.median(b - a for a, b in zip(starts, starts[1:], strict=False)) / 1e3, 4)
+    if pr.annotation_prefix:
+        truth["annotation_prefix"] = pr.annotation_prefix
+    if pr.options:
+        truth["profile_options"] = pr.options
+    if pr.pre_capture:
+        truth["device_runs_counted"] = captured  # the last runs; the earlier: pre-capture steps
+    if pr.warmup != WARMUP:
+        truth["warmup_steps"] = pr.warmup
     if smoke:
         truth["smoke"] = True
     (case_dir / "truth.json").write_text(json.dumps(truth, indent=1) + "\n")

@@ -11,7 +11,7 @@ Reads the report (Markdown) and the tables of the scratch folder (the current di
 --out DIR). Every number in the report must be followed by its citation,
     <number><unit> (<label>; <table>: <selector>)
     12.41 ms (measured; steps.csv: dur_us, median)
-    5.4% (inferred; = 100 * t / s; t = attribution/ops.csv: gpu_us, instruction=fusion.3;
+    5.4% (inferred; = 100 * t / s; t = attribution/ops.csv: device_us, instruction=fusion.3;
           s = steps.csv: dur_us, step=1, device=0)
 under the rules stated once, each with an example that passes and one that fails, on the first
 screen of references/report-template.md: labels (one per value, the table's own), CSV and JSON

@@ -66,7 +66,7 @@ def body(args) -> list[str]:
         return out + [f"roofline refused: {result['refusals'][0]}",
                       "Next: put this refusal on the trust list (SKILL.md step 7)."]
     out += [f"trust list: {line}" for line in result["trust_list"]]
-    return out + ["Next: read roofline.csv top rows by gpu_us; quote ceilings with their tag "
+    return out + ["Next: read roofline.csv top rows by device_us; quote ceilings with their tag "
                   "(SKILL.md step 5)."]
 
 

@@ -18,12 +18,12 @@ collective labels absent from the saved HLO are step 4's count (collectives_by_o
 --rest-when-told (investigate.py) it reads rows.csv first, while the last steps run, then the
 rest once its standard input ends. Standard library only.
 Writes into ./ (or DIR):
-    trust.csv   section, item, kind, count, gpu_us, pct_of_gpu_time, source, detail: the trust
+    trust.csv   section, item, kind, count, device_us, pct_of_device_time, source, detail: the trust
                 items
                 (section "trust": each with its count and share of GPU time), then the
                 "needs a new capture" questions (section "needs_new_capture": item = the open
                 question, detail = the capture that answers it)
-    trust.json  the result: figures (items, defects, needs_new_capture, gpu_time_us), the
+    trust.json  the result: figures (items, defects, needs_new_capture, device_time_us), the
                 defect kinds, the steps read or missing, refusals, notes
 Kinds and how to word each in a report: references/trust.md. A step whose JSON is missing (or
 named by --failed) becomes a step_failed item saying what that means for the report; STEP is a
@@ -84,9 +84,9 @@ def body(args) -> list[str]:
                f"this capture); needs a new capture: {fig['needs_new_capture']['value']} "
                "questions")
     for it in largest(items):
-        pct = (f", {it['pct_of_gpu_time']:.2f}% of GPU time"
-               if it["pct_of_gpu_time"] is not None else "")
-        out.append(f"  largest: [{it['kind']}] {it['item']} ({it['gpu_us']:.3f} us{pct})")
+        pct = (f", {it['pct_of_device_time']:.2f}% of GPU time"
+               if it["pct_of_device_time"] is not None else "")
+        out.append(f"  largest: [{it['kind']}] {it['item']} ({it['device_us']:.3f} us{pct})")
     out += [f"  {s}" for s in result["refusals"]]
     return out + ["Next: put the trust items and the needs-a-new-capture questions in the "
                   "report's trust list, worded as references/trust.md says (SKILL.md step 7), "

@@ -117,23 +117,23 @@ def test_ops_and_lines_tables(corpus):
     lines = read(out / "lines.csv")
     kernels = read(out / "kernels.csv")
     attributed = sum(float(k["dur_us"]) for k in kernels if k["instruction"])
-    assert abs(sum(float(o["gpu_us"]) for o in ops) - attributed) < 0.01 * len(ops)
+    assert abs(sum(float(o["device_us"]) for o in ops) - attributed) < 0.01 * len(ops)
     assert abs(sum(float(o["pct_of_attributed"]) for o in ops) - 100) < 0.05
     assert abs(sum(float(row["pct_of_attributed"]) for row in lines) - 100) < 0.05
     # the second share is of all GPU event time, the denominator of kernel_names.csv
-    gpu_time = sum(float(k["dur_us"]) for k in kernels)
+    device_time = sum(float(k["dur_us"]) for k in kernels)
     for table in (ops, lines):
-        assert abs(sum(float(o["pct_of_gpu_time"]) for o in table)
-                   - 100 * attributed / gpu_time) < 0.005 * len(table) + 0.01
+        assert abs(sum(float(o["pct_of_device_time"]) for o in table)
+                   - 100 * attributed / device_time) < 0.005 * len(table) + 0.01
         for o in table:
-            assert float(o["pct_of_gpu_time"]) <= float(o["pct_of_attributed"])
+            assert float(o["pct_of_device_time"]) <= float(o["pct_of_attributed"])
     names = read(out / "kernel_names.csv")
-    assert abs(sum(float(n["pct_of_gpu_time"]) for n in names) - 100) < 0.005 * len(names) + 0.01
-    top = max(ops, key=lambda o: float(o["gpu_us"]))
-    assert float(top["pct_of_gpu_time"]) == pytest.approx(
-        100 * float(top["gpu_us"]) / gpu_time, abs=0.006)
+    assert abs(sum(float(n["pct_of_device_time"]) for n in names) - 100) < 0.005 * len(names) + 0.01
+    top = max(ops, key=lambda o: float(o["device_us"]))
+    assert float(top["pct_of_device_time"]) == pytest.approx(
+        100 * float(top["device_us"]) / device_time, abs=0.006)
     assert sum(int(o["kernels"]) for o in ops) == sum(int(row["kernels"]) for row in lines)
-    assert [float(o["gpu_us"]) for o in ops] == sorted((float(o["gpu_us"]) for o in ops),
+    assert [float(o["device_us"]) for o in ops] == sorted((float(o["device_us"]) for o in ops),
                                                         reverse=True)
     # the H100 fixture was compiled from a checkout elsewhere: compare the path's tail
     assert any("tests/fixtures/minigpt.py:" in row["user_frame"] for row in lines)
@@ -638,7 +638,7 @@ RESULT_FIELDS = {"step", "status", "capture", "program", "device", "control_thun
                  "figures", "classes", "none", "no_hlo", "source", "coverage", "checks",
                  "refusals", "low_confidence_below", "timing_s", "hlo_text", "tables",
                  "collectives_by_order"}
-FIGURES = {"kernels", "devices", "kernel_time_us", "graph_kernels", "attributed_pct_of_gpu_time",
+FIGURES = {"kernels", "devices", "kernel_time_us", "graph_kernels", "attributed_pct_of_device_time",
            "low_confidence_kernels", "low_confidence_pct_of_all_attributed"}
 
 
@@ -726,16 +726,16 @@ def test_every_program_attributed_and_at_least_xprof(shared, shared_attributed, 
     # every program with GPU time has its instructions in ops.csv
     assert {r["program_id"] for r in ops} == {r["program_id"] for r in progs}
     for r in progs:
-        assert abs(sum(float(o["gpu_us"]) for o in ops if o["program_id"] == r["program_id"])
+        assert abs(sum(float(o["device_us"]) for o in ops if o["program_id"] == r["program_id"])
                    - float(r["attributed_us"])) < 0.01
     xprof = _xprof_rows(out)
-    ours_total = sum(float(o["gpu_us"]) for o in ops)
+    ours_total = sum(float(o["device_us"]) for o in ops)
     assert ours_total + 0.01 >= sum(t for _, t in xprof)
     # XProf's top instructions, by program id and name, in XProf's order where not a tie
     assert [(o["program_id"], o["instruction"]) for o in ops[:len(top)]] == top
     theirs = sorted(xprof, key=lambda kv: -kv[1])[:len(top)]
     for (key, t), o in zip(theirs, ops, strict=False):
-        assert abs(t - float(o["gpu_us"])) <= XPROF_TIE_US or key == (
+        assert abs(t - float(o["device_us"])) <= XPROF_TIE_US or key == (
             o["program_id"], o["instruction"]), (key, o)
     assert abs(sum(float(o["pct_of_attributed"]) for o in ops) - 100.0) < 0.05
 
@@ -747,7 +747,7 @@ def test_gemm_programs_count_one_execution_per_host_event(shared, shared_attribu
     progs = {r["program_id"]: r for r in read(out / "programs.csv")}
     for pid in ("49", "79", "34", "64", "21", "5"):
         assert progs[pid]["module"] == "jit_dot"
-        assert (progs[pid]["executions"], progs[pid]["executions_per_gpu"],
+        assert (progs[pid]["executions"], progs[pid]["executions_per_device"],
                 progs[pid]["executions_from"], progs[pid]["kernels_per_execution"]) == \
             ("3", "0=3", "host execution events", "1.00"), progs[pid]
         assert float(progs[pid]["host_dispatch_us"]) > 0 and \
@@ -757,7 +757,7 @@ def test_gemm_programs_count_one_execution_per_host_event(shared, shared_attribu
     assert ops[("49", "custom-call.1")]["executions"] == "3"
     # argument copies: no program's
     outside = progs["(outside programs)"]
-    assert (outside["kernels"], outside["gpu_us"], outside["executions"]) == ("12", "60.240", "")
+    assert (outside["kernels"], outside["device_us"], outside["executions"]) == ("12", "60.240", "")
     how = read(out / "how.csv")
     assert [h["kernels"] for h in how if h["program_id"] == "49"] == ["3", "0", "0", "0"]
     assert [h["kernels"] for h in how if h["program_id"] == "(outside programs)"] == \
@@ -787,7 +787,7 @@ def test_conv3d_concurrent_executions_map_to_their_gpus(shared, shared_attribute
     assert (p15["executions"], p15["devices"], p15["executions_from"],
             p15["kernels_per_execution"]) == ("40", "0 1 2 3 4 5 6 7", "host execution events",
                                               "5.00")
-    assert p15["executions_per_gpu"] == " ".join(f"{d}=5" for d in range(8))
+    assert p15["executions_per_device"] == " ".join(f"{d}=5" for d in range(8))
     ops = {o["instruction"]: o for o in read(out / "ops.csv")}
     assert ops["cudnn-conv.1"]["executions"] == "40" and ops["cudnn-conv.1"]["kernels"] == "80"
 
@@ -900,7 +900,7 @@ def test_collectives_by_order_is_what_kernels_csv_holds(tmp_path, name):
                 n, us = n + 1, us + float(row["dur_us"])
                 labels.add(row["hlo_op"])
     got = json.loads((att / "attribute_kernels.json").read_text())["collectives_by_order"]
-    assert got == {"kernels": n, "gpu_us": us, "labels": sorted(labels)}
+    assert got == {"kernels": n, "device_us": us, "labels": sorted(labels)}
     assert n > 0 or name != "nvidia-8gpu-prelabels"  # its labels name no saved instruction
 
 
@@ -932,7 +932,7 @@ def test_phases_cover_the_ops_table(corpus):
     for p in phases:
         mine = [o for o in ops if o["phase"] == p["phase"]]
         assert int(p["instructions"]) == len(mine)
-        assert float(p["gpu_us"]) == pytest.approx(sum(float(o["gpu_us"]) for o in mine),
+        assert float(p["device_us"]) == pytest.approx(sum(float(o["device_us"]) for o in mine),
                                                    abs=0.002 * len(mine) + 0.001)
     by = {p["phase"]: p for p in phases}
     assert all(int(by[k]["instructions"]) > 0 for k in ("forward", "backward", "optimizer"))

@@ -295,7 +295,7 @@ def test_a_fusion_renamed_by_recompilation_is_matched_by_its_structure(pairs, tm
     olds = [r["instruction"] for r in unique + shared]
     for r in unique + shared:
         r["instruction"] += ".renumbered"
-    unique[0]["gpu_us"] = f"{float(unique[0]['gpu_us']) * 0.6:.3f}"
+    unique[0]["device_us"] = f"{float(unique[0]['device_us']) * 0.6:.3f}"
     with open(path, "w", newline="", encoding="utf-8") as fh:
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
         w.writeheader()

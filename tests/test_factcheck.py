@@ -85,7 +85,7 @@ def values(out):
         "med_us3": r(median(dur), 3), "med_us0": r(median(dur), 0),
         "host": r(skip["figures"]["host_share_pct_of_step"]["value"], 1),
         "verdict": skip["verdict"],
-        "top_op": ops[0]["instruction"], "top_ms": r(Decimal(ops[0]["gpu_us"]) / ms, 1),
+        "top_op": ops[0]["instruction"], "top_ms": r(Decimal(ops[0]["device_us"]) / ms, 1),
         "top_pct": r(ops[0]["pct_of_attributed"], 2), "prog": exact["program_id"],
         "exact_kernels": r(exact["kernels"], 0), "exact_pct": r(exact["pct_of_group"], 1),
         "mem_gib": r(Decimal(roof["gpu"]["evidence"]["memory_size_bytes"]) / 2 ** 30, 1),
@@ -120,7 +120,7 @@ python3 -P scripts/swimlanes.py cap --step 2   # 42 ms in a code block: ignored
 ```
 
 ## Top ops
-{v['top_op']} takes {v['top_ms']} ms (measured; attribution/ops.csv: gpu_us,
+{v['top_op']} takes {v['top_ms']} ms (measured; attribution/ops.csv: device_us,
 instruction={v['top_op']}),
 {v['top_pct']}% (inferred; attribution/ops.csv: pct_of_attributed, instruction={v['top_op']}).
 Exact matches: {v['exact_kernels']} kernels (measured; attribution/how.csv: kernels,
@@ -190,7 +190,7 @@ No label: {v['med']} ms (steps.csv: dur_us, median).
 Bad label: {v['med']} ms (guessed; steps.csv: dur_us, median).
 Label the table contradicts: {v['host']}% (measured;
 skip_stats.json: figures.host_share_pct_of_step).
-Table without it: {v['top_ms']} ms (measured; steps.csv: gpu_us, instruction={v['top_op']}).
+Table without it: {v['top_ms']} ms (measured; steps.csv: device_us, instruction={v['top_op']}).
 Missing file: {v['med']} ms (measured; changes.csv: step_us).
 No row: {v['med']} ms (measured; steps.csv: dur_us, device=99).
 Several rows: {v['med']} ms (measured; steps.csv: dur_us, device=5).
@@ -218,7 +218,7 @@ Wrong word: the step is compute-starved (inferred; skip_stats.json: verdict).
     contradicted = row("Label the table contradicts:")
     assert contradicted["verdict"] == "no_label" and "inferred" in contradicted["why"]
     assert row("Table without it:")["verdict"] == "no_table"
-    assert "no column gpu_us" in row("Table without it:")["why"]
+    assert "no column device_us" in row("Table without it:")["why"]
     assert row("Missing file:")["verdict"] == "no_table"
     assert "no row" in row("No row:")["why"]
     several = row("Several rows:")
@@ -300,7 +300,8 @@ def test_changes_and_trust_tables(tmp_path):
         'copies overlap,donate_argnums,"inferred, not run",rows.csv\n', encoding="utf-8")
     (out / "changes.json").write_text(json.dumps({"step": "changes", "figures": {
         "combined_saving_us": {"value": 3093.009, "unit": "us", "label": "inferred"}}}))
-    tcols = ["section", "item", "kind", "count", "gpu_us", "pct_of_gpu_time", "source", "detail"]
+    tcols = ["section", "item", "kind", "count", "device_us", "pct_of_device_time", "source",
+             "detail"]
     (out / "trust.csv").write_text(
         ",".join(tcols) + "\n"
         "trust,Kernels with no instruction,unattributed,32,524.100,0.24,attribution/how.csv,\n"
@@ -321,12 +322,12 @@ Together at most 3.1 ms (inferred; changes.json: figures.combined_saving_us).
 
 # Trust
 - 32 kernels (measured; trust.csv: count, kind=unattributed), 0.24% of GPU time
-  (inferred; trust.csv: pct_of_gpu_time, kind=unattributed), 0.52 ms (measured; trust.csv: gpu_us,
-  kind=unattributed).
+  (inferred; trust.csv: pct_of_device_time, kind=unattributed), 0.52 ms (measured;
+  trust.csv: device_us, kind=unattributed).
 - 7 replays (measured; trust.csv: count, item="Graph kernels, under-recorded").
 - Planted: 38.2% (measured; changes.csv: pct_of_step, rank=1).
-- Planted: 0.25% (inferred; trust.csv: pct_of_gpu_time, kind=unattributed).
-- Planted: 5 (inferred; trust.csv: pct_of_gpu_time, section=trust).
+- Planted: 0.25% (inferred; trust.csv: pct_of_device_time, kind=unattributed).
+- Planted: 5 (inferred; trust.csv: pct_of_device_time, section=trust).
 """
     p, rows = check(text, out, tmp_path)
     assert p.returncode == 4, p.stdout + p.stderr
@@ -554,7 +555,7 @@ def test_dunder_names_in_key_cells_and_selectors(tmp_path):
     out = tmp_path / "scratch"
     (out / "attribution").mkdir(parents=True)
     (out / "attribution" / "lines.csv").write_text(
-        "user_frame,gpu_us,pct_of_attributed,pct_of_gpu_time,kernels,instructions\n"
+        "user_frame,device_us,pct_of_attributed,pct_of_device_time,kernels,instructions\n"
         "model.py:12 __call__,612.000,61.20,58.10,4,2\n"
         "model.py:40 _fused_,388.000,38.80,36.80,2,1\n"
         "model.py:12 __call,1.000,0.10,0.10,1,1\n", encoding="utf-8")
@@ -751,7 +752,7 @@ def test_a_careful_writers_sentences_pass_and_derived_figures_are_computed(tmp_p
         "rank,pct_of_step,step_us,saving_us\n1,14.42,610.352,88.000\n2,13.17,610.352,80.400\n"
         "3,4.10,610.352,25.000\n", encoding="utf-8")
     (out / "trust.csv").write_text(
-        "section,item,kind,count,gpu_us,pct_of_gpu_time,source,detail\n"
+        "section,item,kind,count,device_us,pct_of_device_time,source,detail\n"
         "trust,Kernels with no instruction,unattributed,32,524.100,0.24,attribution/how.csv,\n",
         encoding="utf-8")
     (out / "derived.csv").write_text(

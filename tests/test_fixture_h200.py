@@ -184,12 +184,12 @@ def test_an_eager_loop_of_many_programs_ranks_dispatch_first(h200, tmp_path):
     # all changes at once leave at least the step's kernels, each no shorter than the shortest
     # average kernel of any instruction here (286 kernels a step of about 1 us: the datasheet
     # rate would leave 154 us, under what 286 kernels take on this GPU)
-    floor = min(float(o["gpu_us"]) / int(o["kernels"]) for o in table(out / "attribution" /
+    floor = min(float(o["device_us"]) / int(o["kernels"]) for o in table(out / "attribution" /
                                                                      "ops.csv")
                 if int(o["kernels"]) and o["category"] in ("compute", "memcpy"))
     figures = json.loads((out / "changes.json").read_text())["figures"]
     kernels = json.loads((out / "skip_stats.json").read_text())["figures"][
-        "kernels_per_step_per_gpu"]["value"]
+        "kernels_per_step_per_device"]["value"]
     assert figures["step_us"]["value"] - figures["combined_saving_us"]["value"] >= \
         kernels * floor
 

@@ -302,7 +302,7 @@ def test_the_v100_capture_without_hlo_runs_to_the_end_and_says_so(shared, tmp_pa
                  "report_draft.md", "factcheck.json"):
         assert (out / name).is_file(), name
     kinds = {r["kind"]: r for r in read(out / "trust.csv")}
-    assert "no_hlo" in kinds and float(kinds["no_hlo"]["pct_of_gpu_time"]) == 100.0
+    assert "no_hlo" in kinds and float(kinds["no_hlo"]["pct_of_device_time"]) == 100.0
     assert "step_failed" in kinds
     assert json.loads((out / "factcheck.json").read_text())["verdict"] == "pass"
 
@@ -537,7 +537,7 @@ def test_every_program_of_a_real_eager_loop_is_ranked_with_its_program(shared, t
     assert changes["causes"][0]["cause_kind"] == "dispatch"
     text = (out / "report_draft.md").read_text(encoding="utf-8")
     assert "| 49 | `jit_dot` | `custom-call.1` |" in text
-    assert "(measured; attribution/ops.csv: gpu_us, program_id=*, instruction=*3)" in text
+    assert "(measured; attribution/ops.csv: device_us, program_id=*, instruction=*3)" in text
     assert json.loads((out / "factcheck.json").read_text())["verdict"] == "pass"
 
 
@@ -691,19 +691,19 @@ def test_a_modern_model_ranks_attention_then_the_gemm_backend(shared, tmp_path):
     with open(out / "attribution" / "families.csv", newline="") as fh:
         fam = {r["family"]: r for r in csv.DictReader(fh)}
     assert fam["split-K reduction"]["instructions"] == "5"
-    assert 7.0 < float(fam["split-K reduction"]["pct_of_gpu_time"]) < 7.2
+    assert 7.0 < float(fam["split-K reduction"]["pct_of_device_time"]) < 7.2
     assert any(r["cause_kind"] == "kernel_family" and r["where"].startswith("split-K")
                for r in rows)
     # what the program is: loss and gradients, no update; the GPU and the profiler's start-up
     with open(out / "attribution" / "phases.csv", newline="") as fh:
         ph = {r["phase"]: r for r in csv.DictReader(fh)}
     assert (ph["forward"]["instructions"], ph["backward"]["instructions"]) == ("11", "9")
-    assert ph["optimizer"]["gpu_us"] == "0.000"
+    assert ph["optimizer"]["device_us"] == "0.000"
     assert ph["optimizer"]["sentence"].startswith("no optimizer update in these programs")
     with open(out / "attribution" / "ops.csv", newline="") as fh:
         ops = list(csv.DictReader(fh))
-    assert sum(float(r["gpu_us"]) for r in ops) == pytest.approx(
-        sum(float(r["gpu_us"]) for r in ph.values()), abs=0.01)
+    assert sum(float(r["device_us"]) for r in ops) == pytest.approx(
+        sum(float(r["device_us"]) for r in ph.values()), abs=0.01)
     assert {r["phase"] for r in ops if "te_fused_attn_backward" in r["instruction"]} == {
         "backward"}
     info = json.loads((out / "capture_info.json").read_text())

@@ -179,7 +179,7 @@ def test_split_k_reductions_are_a_family_cause_with_what_the_capture_cannot_show
     fam = {f["family"]: f for f in read(out / "attribution" / "families.csv")}
     sk = fam["split-K reduction"]
     assert int(sk["kernels"]) == len(planted)
-    assert sk["gpu_us"] == f"{sum(int(k['dur_ps']) for k in planted) / 1e6:.3f}"
+    assert sk["device_us"] == f"{sum(int(k['dur_ps']) for k in planted) / 1e6:.3f}"
     assert int(sk["instructions"]) == len({(k["program_id"], k["instruction"]) for k in planted})
     rows = [c for c in read(out / "changes.csv") if c["cause_kind"] == "kernel_family"]
     split = [c for c in rows if c["where"].startswith("split-K reduction")]

@@ -328,7 +328,7 @@ def test_end_to_end_generated(tmp_path):
         assert x["memory_tag"] == "secondary" and x["binding"] in ("compute", "memory")
         assert 0 <= float(x["pct_of_ceiling"]) < 100
         positive += float(x["pct_of_ceiling"]) > 0
-        secs = float(x["gpu_us"]) / 1e6
+        secs = float(x["device_us"]) / 1e6
         assert float(x["achieved_bytes_per_s"]) == pytest.approx(
             int(x["total_bytes"]) / secs, rel=1e-5)
         if x["instruction"].startswith("gemm_fusion"):
@@ -336,8 +336,8 @@ def test_end_to_end_generated(tmp_path):
             assert x["ceiling_dtype"] in ("tf32_matrix", "bf16_fp16_matrix")
             assert x["compute_tag"] == "secondary" and int(x["run_flops"]) > 0
     assert gemm and positive
-    total = sum(float(x["gpu_us"]) for x in rows)
-    assert res["figures"]["gpu_time_us"]["value"] == pytest.approx(total, abs=1e-3)
+    total = sum(float(x["device_us"]) for x in rows)
+    assert res["figures"]["device_time_us"]["value"] == pytest.approx(total, abs=1e-3)
     svg = (out / "roofline.svg").read_text()
     assert "<script" not in svg and "FLOP/byte" in svg and "H100 SXM5 80GB" in svg
     assert "[secondary S1]" in svg
@@ -411,7 +411,7 @@ def test_xprofs_flops_and_bytes_beside_ours(shared, tmp_path):
     assert xc["compute_flop_per_s"] > 0 and xc["memory_bytes_per_s"] > 0, xc
 
 
-def test_capture_without_hlo_is_refused_with_its_gpu_time(shared, tmp_path):
+def test_capture_without_hlo_is_refused_with_its_device_time(shared, tmp_path):
     """The V100 TensorFlow capture holds no HLO: the roofline is refused (exit 0, a header-only
     table, no plot), the GPU stream time it cannot cover is counted, the GPU's own refusal
     kept; a stale plot from an earlier run does not stay behind."""
@@ -449,7 +449,7 @@ def test_plot_text_is_escaped_and_well_formed():
     import xml.etree.ElementTree as ET
     col = {c: i for i, c in enumerate(roofline.COLUMNS)}
     row = [""] * len(roofline.COLUMNS)
-    for k, v in {"instruction": "fusion.\x01<1>", "category": "compute", "gpu_us": "2.5",
+    for k, v in {"instruction": "fusion.\x01<1>", "category": "compute", "device_us": "2.5",
                  "intensity_flop_per_byte": "4", "achieved_flop_per_s": "1e12"}.items():
         row[col[k]] = v
     hbm = {"ceiling": "hbm_bandwidth", "value": 3.35e12, "unit": "B/s", "tag": "secondary",

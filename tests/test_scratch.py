@@ -138,7 +138,7 @@ def test_the_writers_and_the_reader_refuse_what_is_not_declared(tmp_path):
     assert json.loads((tmp_path / "trust.json").read_text()) == good
     undeclared = {"figures": {"not_a_figure": scratch.figure(1, "count", "inferred")}}
     wrong_label = {"figures": {"items": scratch.figure(3, "count", "measured")}}
-    wrong_unit = {"figures": {"gpu_time_us": scratch.figure(3, "pct", "measured")}}
+    wrong_unit = {"figures": {"device_time_us": scratch.figure(3, "pct", "measured")}}
     for data in (undeclared, wrong_label, wrong_unit):
         with pytest.raises(scratch.ScratchError):
             scratch.write_result(tmp_path, "trust.json", data)

@@ -72,12 +72,12 @@ def as_truth(row) -> str:
 
 
 def assert_citable(rows):
-    """A report cites a trust figure as `trust.csv: gpu_us, section=trust, item=<item>`: the
+    """A report cites a trust figure as `trust.csv: device_us, section=trust, item=<item>`: the
     item must select one row and hold no selector separator (comma) or quote."""
     items = [x["item"] for x in rows]
     assert len(items) == len(set(items)), items
     for x in rows:
-        if x["count"] or x["gpu_us"]:
+        if x["count"] or x["device_us"]:
             assert not set(x["item"]) & set(',"`'), x["item"]
 
 
@@ -198,15 +198,15 @@ def scratch(out: Path):
                                        "under several ids (3, 9, identical HLO); 3 has the most "
                                        "kernel time; kernels of 9 are matched within their own "
                                        "id"]},
-        "none": [{"why": "outside", "label": "argument copies", "kernels": 1, "gpu_us": 4.0,
-                  "largest": [{"kernel": "copy", "count": 1, "gpu_us": 4.0}]}],
+        "none": [{"why": "outside", "label": "argument copies", "kernels": 1, "device_us": 4.0,
+                  "largest": [{"kernel": "copy", "count": 1, "device_us": 4.0}]}],
         "no_hlo": None, "checks": [], "refusals": [],
         # what step 4 counts on the kernels.csv rows below
-        "collectives_by_order": {"kernels": 2, "gpu_us": 8.0,
+        "collectives_by_order": {"kernels": 2, "device_us": 8.0,
                                  "labels": ["all-gather.1", "all-gather.2"]}})
     write_csv(out / "attribution/how.csv",
-              ["program_id", "match", "kernels", "gpu_us", "pct_of_group", "low_confidence_kernels",
-               "low_confidence_us", "low_confidence_pct_of_group"],
+              ["program_id", "match", "kernels", "device_us", "pct_of_group",
+               "low_confidence_kernels", "low_confidence_us", "low_confidence_pct_of_group"],
               [[3, "exact", 10, 60.0, 75.0, 0, 0, 0], [3, "order", 3, 20.0, 25.0, 2, 7.5, 9.4],
                [9, "exact", 4, 16.0, 100.0, 0, 0, 0],
                ["all", "exact", 14, 76.0, 76.0, 0, 0, 0], ["all", "order", 3, 20.0, 20.0, 2, 7.5,
@@ -246,7 +246,8 @@ def test_exact_table_from_a_scratch_folder_written_here(tmp_path):
     scratch(out)
     r = run_trust(out)
     assert r.returncode == 0, r.stderr
-    got = [(x["kind"], x["count"], x["gpu_us"], x["pct_of_gpu_time"]) for x in trust_rows(out)]
+    got = [(x["kind"], x["count"], x["device_us"], x["pct_of_device_time"])
+           for x in trust_rows(out)]
     assert got == [
         ("step_failed", "", "", ""),
         ("reconciliation_check", "3", "", ""),          # |10 - 13| events, one item for both
@@ -285,7 +286,7 @@ def test_exact_table_from_a_scratch_folder_written_here(tmp_path):
     assert result["figures"]["items"] == {"value": 11, "unit": "count", "label": "inferred"}
     assert result["figures"]["defects"]["value"] == 4
     assert result["figures"]["needs_new_capture"]["value"] == len(questions)
-    assert result["figures"]["gpu_time_us"] == {"value": 100.0, "unit": "us",
+    assert result["figures"]["device_time_us"] == {"value": 100.0, "unit": "us",
                                                 "label": "measured"}
     assert result["inputs"]["missing"] == {"changes": "changes.json is missing: the step did "
                                                       "not run here, or failed"}
@@ -400,8 +401,8 @@ def test_v100_capture_without_hlo(tmp_path, shared):
     rows = trust_rows(out)
     no_hlo = [x for x in rows if x["kind"] == "no_hlo"]
     assert len(no_hlo) == 1 and "holds no HLO" in no_hlo[0]["item"]
-    assert no_hlo[0]["pct_of_gpu_time"] == "100.00"
-    assert float(no_hlo[0]["gpu_us"]) == pytest.approx(30162.105, abs=0.001)
+    assert no_hlo[0]["pct_of_device_time"] == "100.00"
+    assert float(no_hlo[0]["device_us"]) == pytest.approx(30162.105, abs=0.001)
     assert [x["source"] for x in rows if x["kind"] == "step_failed"] == [
         "attribution/attribute_kernels.json", "changes.json"]
     # each sentence once: the no-HLO refusals of steps 0 and 5 are the no_hlo item's detail
@@ -451,7 +452,7 @@ def test_the_facts_step1_hands_on_are_rows_csv_s(tmp_path, monkeypatch, shared, 
         read_whole = row_facts.summarise(scratch_files.stream(out, "rows.csv",
                                                                row_facts.COLUMNS))
         assert row_facts.handed_on(out) == read_whole
-        assert read_whole.gpu_us > 0
+        assert read_whole.device_us > 0
     rows_csv = out / "rows.csv"
     os.utime(rows_csv, ns=(rows_csv.stat().st_atime_ns, rows_csv.stat().st_mtime_ns + 1))
     assert row_facts.handed_on(out) is None  # the table changed since: read it again

@@ -276,15 +276,15 @@ def _merged(trace, parts) -> Collected:
         unordered.update(p_unordered)
         marked += p_marked
         last = max(last, p_last)
-    per_gpu = {o: other.get(pid, 0) for pid, o in gpu_pid.items()}
+    per_device = {o: other.get(pid, 0) for pid, o in gpu_pid.items()}
     for r in runs:  # a TPU's program runs: events of its process too
-        per_gpu[r[0]] += 1
+        per_device[r[0]] += 1
     per_stream = {}
     for (pid, tid), t in totals.items():
         per_stream[(gpu_pid[pid], tid)] = t
-        per_gpu[gpu_pid[pid]] += t[0]
+        per_device[gpu_pid[pid]] += t[0]
     kinds = trace_reader.device_kinds(trace.processes)
-    facts = {"gpu_events": [[o, k] for o, k in sorted(per_gpu.items())],
+    facts = {"gpu_events": [[o, k] for o, k in sorted(per_device.items())],
              "kinds": {str(o): "TPU" for pid, o in gpu_pid.items() if kinds.get(pid) == "TPU"},
              "host_events": sum(map(len, host_threads.values())),
              "notes": list(getattr(trace, "notes", ()))}

@@ -45,7 +45,7 @@ def trace_totals(trace) -> tuple[dict, dict]:
     ordinal = {pid: o for o, pid in trace.gpu_pids().items()}
     streams = trace_reader.device_lanes(trace.processes, trace.threads)
     host = set(trace.host_pids())
-    per_gpu = {o: 0 for o in ordinal.values()}
+    per_device = {o: 0 for o in ordinal.values()}
     n_host = 0
     out: dict = {}
     ps = trace_reader.ps
@@ -55,13 +55,13 @@ def trace_totals(trace) -> tuple[dict, dict]:
         if o is None:
             n_host += pid in host
             continue
-        per_gpu[o] += 1
+        per_device[o] += 1
         if (pid, ev.get("tid")) in streams:
             e = out.setdefault((o, ev["tid"]), [0, 0])
             e[0] += 1
             e[1] += ps(ev.get("dur", 0))
     kinds = trace_reader.device_kinds(trace.processes)
-    facts = {"gpu_events": [[o, n] for o, n in sorted(per_gpu.items())], "host_events": n_host,
+    facts = {"gpu_events": [[o, n] for o, n in sorted(per_device.items())], "host_events": n_host,
              "kinds": {str(o): "TPU" for pid, o in ordinal.items() if kinds.get(pid) == "TPU"},
              "notes": list(trace.notes)}
     return out, facts

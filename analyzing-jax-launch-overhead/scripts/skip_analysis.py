@@ -824,7 +824,7 @@ def result_head(a: Analysis, joins, name, rule) -> dict:
 # (dur_ps: dur_us). A reader cross-checks the table against them (compare.py).
 STEP_FIGURES = (
     ("step_duration_us", "dur_ps", "us", "measured"),
-    ("kernels_per_step_per_gpu", "kernels", "count", "measured"),
+    ("kernels_per_step_per_device", "kernels", "count", "measured"),
     ("busy_us", "busy_ps", "us", "measured"),
     ("union_idle_us", "union_idle_ps", "us", "measured"),
     ("il_idle_us", "il_idle_ps", "us", "measured"),
@@ -895,8 +895,8 @@ def group_entries(info, n_steps: int) -> list[dict]:
     sentence, whether its work is compared and whether it runs the step."""
     return [
         {"devices": g["devices"], "kind": g["kind"], "programs": g["programs"],
-         "events_per_gpu_and_step": g["events"] / max(n_steps, 1) / len(g["devices"]),
-         "gpu_us_per_gpu_and_step": {"value": g["gpu_ps"] * PS_TO_US / max(n_steps, 1)
+         "events_per_device_and_step": g["events"] / max(n_steps, 1) / len(g["devices"]),
+         "device_us_per_device_and_step": {"value": g["gpu_ps"] * PS_TO_US / max(n_steps, 1)
                                      / len(g["devices"]), "unit": "us", "label": "measured"},
          "argument_copies": g["copies"], "sentence": group_sentence(g, n_steps),
          "compared": g["devices"] == info.get("compared"),

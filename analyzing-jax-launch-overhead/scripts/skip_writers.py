@@ -249,7 +249,7 @@ def figures_lines(r: dict) -> list[str]:
     out = ["figures: median (min-max) across analysed steps and GPUs (of two values, both)"]
     out.append(f"  step duration: {_rng(f['step_duration_us'], f_us)}")
     out.append("  kernels per step per GPU: "
-               f"{_rng(f['kernels_per_step_per_gpu'], lambda v: f'{v:.0f}')}")
+               f"{_rng(f['kernels_per_step_per_device'], lambda v: f'{v:.0f}')}")
     out.append(f"  busy (union of all streams): {_rng(f['busy_us'], f_us)}")
     out.append(f"  idle from the union (IL - union busy): {_rng(f['union_idle_us'], f_us)}")
     out.append("  idle as the SKIP paper computes it (IL - sum of kernel time; double-counts "

@@ -61,7 +61,7 @@ SPECS = [
          ["rank", "cause_kind", "where", "pct_of_step", "saving_us", "saving_min_us",
           "saving_max_us", "step_if_gone_us", "knob"], top=30),
     Spec("trust.csv", "Trust list: where this capture cannot be trusted",
-         ["item", "kind", "count", "gpu_us", "pct_of_gpu_time"], top=40,
+         ["item", "kind", "count", "device_us", "pct_of_device_time"], top=40,
          where=("section", "trust")),
     Spec("trust.csv", "Questions that need a new capture", ["item", "detail"], top=40,
          where=("section", "needs_new_capture")),
@@ -80,24 +80,24 @@ SPECS = [
     Spec("reconciliation.csv", "Reconciliation checks",
          ["check", "device", "stream", "status", "figure_a", "figure_b", "unit"], top=60),
     Spec("attribution/ops.csv", "Top HLO instructions by GPU time",
-         ["instruction", "opcode", "category", "kernels", "gpu_us", "pct_of_attributed",
-          "pct_of_gpu_time", "user_frame"],
-         sort="gpu_us", top=20),
+         ["instruction", "opcode", "category", "kernels", "device_us", "pct_of_attributed",
+          "pct_of_device_time", "user_frame"],
+         sort="device_us", top=20),
     Spec("attribution/lines.csv", "Top Python lines by GPU time",
-         ["user_frame", "gpu_us", "pct_of_attributed", "pct_of_gpu_time", "kernels",
-          "instructions"], sort="gpu_us", top=20),
+         ["user_frame", "device_us", "pct_of_attributed", "pct_of_device_time", "kernels",
+          "instructions"], sort="device_us", top=20),
     Spec("attribution/how.csv", "How kernels were attributed",
-         ["program_id", "match", "kernels", "gpu_us", "pct_of_group",
+         ["program_id", "match", "kernels", "device_us", "pct_of_group",
           "low_confidence_pct_of_group"],
          top=100),
     Spec("roofline.csv", "Roofline of the top instructions",
-         ["instruction", "opcode", "gpu_us", "runs", "run_flops", "run_bytes", "dtype",
+         ["instruction", "opcode", "device_us", "runs", "run_flops", "run_bytes", "dtype",
           "intensity_flop_per_byte", "achieved_flop_per_s", "achieved_bytes_per_s", "binding",
           "pct_of_ceiling", "method"],
-         sort="gpu_us", top=20),
+         sort="device_us", top=20),
     Spec("attribution/kernel_names.csv", "Top kernels by name",
-         ["kernel", "family", "kernels", "gpu_us", "pct_of_gpu_time", "gpus"], sort="gpu_us",
-         top=20),
+         ["kernel", "family", "kernels", "device_us", "pct_of_device_time", "gpus"],
+         sort="device_us", top=20),
     Spec("attribution/kernels.csv", "Longest single kernels",
          ["device", "stream", "start_us", "dur_us", "kernel", "instruction", "match",
           "confidence", "user_frame"], sort="dur_us", top=20),
@@ -139,9 +139,9 @@ def clean(text: str) -> str:
 
 
 def heading_of(file: str, column: str) -> str:
-    """A column header in words with its declared unit (scratch.UNIT_SYMBOLS): gpu_us -> 'gpu
+    """A column header in words with its declared unit (scratch.UNIT_SYMBOLS): device_us -> 'gpu
     (µs)'; a percentage with its denominator: idle_pct_of_step -> 'idle (% of step)',
-    pct_of_gpu_time -> 'share (% of gpu time)'."""
+    pct_of_device_time -> 'share (% of gpu time)'."""
     m = PCT_OF_RE.search(column)
     if m:
         name = column[:m.start()].replace("_", " ") or "share"

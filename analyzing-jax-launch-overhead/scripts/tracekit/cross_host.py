@@ -98,7 +98,7 @@ def host_steps(folder: Path) -> dict:
     return out
 
 
-def _per_gpu_step(folder: Path, column: str, steps: int) -> float | None:
+def _per_device_step(folder: Path, column: str, steps: int) -> float | None:
     """streams.csv's total of `column` over the analysed steps, per GPU with events and step."""
     rows = _rows(folder, "streams.csv")
     gpus = {r.get("device") for r in rows}
@@ -115,7 +115,7 @@ def _kernel_means(folder: Path) -> dict[str, tuple[int, float, bool]] | None:
         return None
     out = {}
     for r in _rows(folder, "attribution/kernel_names.csv"):
-        n, us = number(r.get("kernels")), number(r.get("gpu_us"))
+        n, us = number(r.get("kernels")), number(r.get("device_us"))
         if n and us is not None:
             out[r.get("kernel", "")] = (int(n), us / n,
                                         "collective" in (r.get("family") or "").lower())
@@ -246,9 +246,9 @@ def host_row(out: Path, res: dict, run_dir: str) -> tuple[dict, dict, dict | Non
         "steps": len(st),
         "step_us": _spread(durs, "measured"),
         "period_us": _spread(periods, "measured"),
-        "compute_us_per_gpu_step": _per_gpu_step(folder, "compute_us", len(st))
+        "compute_us_per_device_step": _per_device_step(folder, "compute_us", len(st))
         if step1 else None,
-        "collective_us_per_gpu_step": _per_gpu_step(folder, "collective_us", len(st))
+        "collective_us_per_device_step": _per_device_step(folder, "collective_us", len(st))
         if step1 else None,
         "top_change": changes[0].get("cause") if changes else None,
         "top_line": lines[0].get("cause") if lines else None,
@@ -341,8 +341,8 @@ def slow_host(compared: dict, with_steps: list) -> dict:
 def waits_sentence(hosts: list[dict]) -> str | None:
     """Whether a host waits for another inside the captured programs, from the hosts'
     collective time; None when no host's streams were read."""
-    coll = [h["collective_us_per_gpu_step"] for h in hosts
-            if h["collective_us_per_gpu_step"] is not None]
+    coll = [h["collective_us_per_device_step"] for h in hosts
+            if h["collective_us_per_device_step"] is not None]
     if coll and not any(coll):
         return ("no collective time on any host: inside the captured program no host waits "
                 "for another, so a slow host slows only its own steps here; a wait outside "
@@ -361,8 +361,8 @@ CULPRIT_MIN_LEAD = 0.05
 CULPRIT_RULE = (
     "when collectives span hosts every host waits inside them for the last to arrive, so step "
     "times converge and cannot name the slow host; the evidence that survives is compute time "
-    "per GPU step (hosts.csv compute_us_per_gpu_step), time inside collectives "
-    "(collective_us_per_gpu_step, which holds the waiting) and when each host arrives at its "
+    "per GPU step (hosts.csv compute_us_per_device_step), time inside collectives "
+    "(collective_us_per_device_step, which holds the waiting) and when each host arrives at its "
     "steps' last collective (arrival_us): the culprit is the host whose compute leads the next "
     f"host's by {100 * CULPRIT_MIN_LEAD:g}% or more, which spends the least time in collectives "
     "and, where arrivals are known, arrives last (the others wait for it); otherwise no "
@@ -372,24 +372,24 @@ CULPRIT_RULE = (
 def culprit(hosts: list[dict]) -> dict:
     """hosts.json `culprit`: the host that holds the others back inside collectives spanning
     hosts (CULPRIT_RULE), or none, with why."""
-    have = [h for h in hosts if h["compute_us_per_gpu_step"] and
-            h["collective_us_per_gpu_step"] is not None]
+    have = [h for h in hosts if h["compute_us_per_device_step"] and
+            h["collective_us_per_device_step"] is not None]
     out = {"host": None, "rule": CULPRIT_RULE, "label": "inferred"}
     if len(have) < 2:
         return {**out, "why": f"{len(have)} host(s) with compute and collective time per GPU "
                               "step: nothing to compare"}
-    if not any(h["collective_us_per_gpu_step"] for h in have):
+    if not any(h["collective_us_per_device_step"] for h in have):
         return {**out, "why": "no collective time on any host: no host waits for another "
                               "inside the program"}
-    by_compute = sorted(have, key=lambda h: (-h["compute_us_per_gpu_step"], h["host"]))
+    by_compute = sorted(have, key=lambda h: (-h["compute_us_per_device_step"], h["host"]))
     top, second = by_compute[0], by_compute[1]
-    lead = top["compute_us_per_gpu_step"] / second["compute_us_per_gpu_step"] - 1
-    waits = sorted(h["collective_us_per_gpu_step"] for h in have)
-    least = min(have, key=lambda h: (h["collective_us_per_gpu_step"], h["host"]))
-    facts = (f"{top['host']} computes {us_text(top['compute_us_per_gpu_step'])} per GPU step, "
+    lead = top["compute_us_per_device_step"] / second["compute_us_per_device_step"] - 1
+    waits = sorted(h["collective_us_per_device_step"] for h in have)
+    least = min(have, key=lambda h: (h["collective_us_per_device_step"], h["host"]))
+    facts = (f"{top['host']} computes {us_text(top['compute_us_per_device_step'])} per GPU step, "
              f"{100 * lead:.1f}% above the next ({second['host']}, "
-             f"{us_text(second['compute_us_per_gpu_step'])}); the least time in collectives is "
-             f"{least['host']}'s ({us_text(least['collective_us_per_gpu_step'])}, the median "
+             f"{us_text(second['compute_us_per_device_step'])}); the least time in collectives is "
+             f"{least['host']}'s ({us_text(least['collective_us_per_device_step'])}, the median "
              f"host's {us_text(waits[len(waits) // 2])})")
     arrived = [h for h in have if h.get("arrival_us") is not None]
     last = max(arrived, key=lambda h: (h["arrival_us"], h["host"])) if arrived else None
@@ -551,8 +551,8 @@ def write(out: Path, r: dict) -> list[tuple[str, int]]:
                      h["verdict"] or "", h["steps"], _fmt(s.get("value")), _fmt(s.get("min")),
                      _fmt(s.get("max")), _fmt(pr.get("value")), _fmt(pr.get("min")),
                      _fmt(pr.get("max")),
-                     _fmt(h["slowest_in_steps"]), _fmt(h["compute_us_per_gpu_step"]),
-                     _fmt(h["collective_us_per_gpu_step"]), _fmt(kr.get("value")),
+                     _fmt(h["slowest_in_steps"]), _fmt(h["compute_us_per_device_step"]),
+                     _fmt(h["collective_us_per_device_step"]), _fmt(kr.get("value")),
                      _fmt(kr.get("min")), _fmt(kr.get("max")),
                      "" if same is None else ("yes" if same else "no"),
                      h["top_change_kind"] or "",
@@ -598,12 +598,12 @@ def draft(r: dict) -> str:
             continue
         line = (f"- {name(h['host'])}: verdict {h['verdict']}; step "
                 f"{_fmt(h['step_us']['value'])} us (measured; hosts.csv: step_us, {key})")
-        if h["compute_us_per_gpu_step"] is not None:
-            line += (f", compute {_fmt(h['compute_us_per_gpu_step'])} us per GPU step (measured; "
-                     f"hosts.csv: compute_us_per_gpu_step, {key})")
-        if h["collective_us_per_gpu_step"] is not None:
-            line += (f", in collectives {_fmt(h['collective_us_per_gpu_step'])} us (measured; "
-                     f"hosts.csv: collective_us_per_gpu_step, {key})")
+        if h["compute_us_per_device_step"] is not None:
+            line += (f", compute {_fmt(h['compute_us_per_device_step'])} us per GPU step "
+                     f"(measured; hosts.csv: compute_us_per_device_step, {key})")
+        if h["collective_us_per_device_step"] is not None:
+            line += (f", in collectives {_fmt(h['collective_us_per_device_step'])} us (measured; "
+                     f"hosts.csv: collective_us_per_device_step, {key})")
         out.append(line + ".")
     slow = r.get("slow_host") or {}
     out += ["", "Slow host by step time: " + (
@@ -622,11 +622,11 @@ def draft(r: dict) -> str:
         out.append("Host that holds the others back inside collectives spanning hosts: "
                    + (name(c["host"]) if c["host"] else "none by the rule")
                    + f". {name(c['most_compute'])} computes "
-                   f"{cite('compute_us_per_gpu_step', c['most_compute'])} per GPU step, "
+                   f"{cite('compute_us_per_device_step', c['most_compute'])} per GPU step, "
                    f"{c['lead_pct']}% (inferred; hosts.json: culprit.lead_pct) above the next "
-                   f"host, {name(c['next'])} ({cite('compute_us_per_gpu_step', c['next'])}); "
+                   f"host, {name(c['next'])} ({cite('compute_us_per_device_step', c['next'])}); "
                    f"the least time in collectives is {name(c['least_in_collectives'])}'s "
-                   f"({cite('collective_us_per_gpu_step', c['least_in_collectives'])})"
+                   f"({cite('collective_us_per_device_step', c['least_in_collectives'])})"
                    + (f"; the last to arrive at the steps' last collective is "
                       f"{name(c['last_to_arrive'])}, at "
                       f"{cite('arrival_us', c['last_to_arrive'])} into the step"

@@ -33,7 +33,7 @@ class RowFacts:
     hipMemcpy* calls ([device, us] in the table's order: counted on the GPUs step 0 finds AMD,
     `rocm_memcpys`), and the kernels each graph replay recorded (replays inside analysed steps
     only: a replay cut by the capture's start or end is not short)."""
-    gpu_us: float = 0.0
+    device_us: float = 0.0
     graph_events: int = 0
     graph_us: float = 0.0
     collective_events: int = 0
@@ -59,7 +59,7 @@ class RowFacts:
     def from_json(cls, d: dict) -> RowFacts:
         """The facts handed on (KeyError, TypeError or ValueError where they are not these)."""
         f = cls(**d)
-        kinds = {"gpu_us": float, "graph_us": float, "collective_us": float, "graph_events": int,
+        kinds = {"device_us": float, "graph_us": float, "collective_us": float, "graph_events": int,
                  "collective_events": int, "unidentified_launches": int, "hip_memcpys": list,
                  "missing_replays": dict, "replay_graphs": dict}
         if any(type(getattr(f, k)) is not t for k, t in kinds.items()) or not all(
@@ -85,7 +85,7 @@ class Summary:
     def add(self, device, dur_us, graph, category, join, launch_name, step, corr, hlo_op):
         f = self.f
         dur = number(dur_us, 0.0)
-        f.gpu_us += dur
+        f.device_us += dur
         if graph == "1":
             f.graph_events += 1
             f.graph_us += dur

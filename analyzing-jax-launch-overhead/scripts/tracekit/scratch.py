@@ -131,7 +131,7 @@ class File:
 # ---------------------------------------------------------------- declarations
 
 # How a page writes a declared unit, and the end of a column's name that states it (the naming
-# rule of the layout document: gpu_us, run_bytes, achieved_flop_per_s); a unit not here (count,
+# rule of the layout document: device_us, run_bytes, achieved_flop_per_s); a unit not here (count,
 # ratio, s) is written with no symbol.
 UNIT_SYMBOLS = {"us": ("µs", "_us"), "ps": ("ps", "_ps"), "ms": ("ms", "_ms"),
                 "pct": ("%", "_pct"), "bytes": ("B", "_bytes"), "flop": ("FLOP", "_flops"),

@@ -123,7 +123,7 @@ def choose_program(all_time: dict, total: int, programs, requested,
     """The program whose HLO the later steps read, and the notes saying why (`all_time`,
     `total`: kernel_times')."""
     unreadable = unreadable or {}
-    gpu_time = {pid: ps for pid, ps in all_time.items() if pid in programs}
+    device_time = {pid: ps for pid, ps in all_time.items() if pid in programs}
     readable = ", ".join(f"{n}({i})" for i, (n, _) in sorted(programs.items()))
     if requested is not None and requested in unreadable:
         raise step_cli.StepError(f"--program {requested} cannot be attributed: "
@@ -150,10 +150,10 @@ def choose_program(all_time: dict, total: int, programs, requested,
                                      f"programs: {ids}")
         chosen = requested
         notes.append(f"{programs[chosen][0]}({chosen}) chosen by --program")
-    elif gpu_time:
-        chosen = max(sorted(gpu_time), key=lambda p: gpu_time[p])
+    elif device_time:
+        chosen = max(sorted(device_time), key=lambda p: device_time[p])
         notes.append(f"{programs[chosen][0]}({chosen}) chosen: the most kernel time, "
-                     f"{100.0 * gpu_time[chosen] / (total or 1):.1f}% of all kernel time")
+                     f"{100.0 * device_time[chosen] / (total or 1):.1f}% of all kernel time")
     else:
         chosen = max(programs, key=lambda p: sum(len(c.instructions)
                                                  for c in programs[p][1].computations))
@@ -1064,11 +1064,11 @@ def instruction_runs(plans: dict, execs: dict) -> dict:
     return out
 
 
-def write_op_and_line_tables(folder: Path, ops: dict, programs: dict, sources, gpu_time: int,
+def write_op_and_line_tables(folder: Path, ops: dict, programs: dict, sources, device_time: int,
                              runs: dict, plans: dict, split_k: dict) -> list:
     """ops.csv and lines.csv over the programs in `ops`, each share twice: of the table's
     attributed kernel time (`pct_of_attributed`: every program's, or the --program one's) and
-    of all GPU event time (`pct_of_gpu_time`, as kernel_names.csv). A fusion's fingerprint
+    of all GPU event time (`pct_of_device_time`, as kernel_names.csv). A fusion's fingerprint
     comes from its program's plan (`plans`), which has taken it already; a split-K reduction
     names its GEMM (`split_k`: split_k_reductions')."""
     attributed = sum(t for _, t, _ in ops.values())
@@ -1082,7 +1082,7 @@ def write_op_and_line_tables(folder: Path, ops: dict, programs: dict, sources, g
         prog = programs.get(pid)
         ins = prog.by_name.get(name) if prog is not None else None
         op_rows.append((pid, name, ins.opcode if ins is not None else "", cat, n, us(t),
-                        pct(t, attributed), pct(t, gpu_time), opn, src, user,
+                        pct(t, attributed), pct(t, device_time), opn, src, user,
                         prog.name if prog is not None else "", runs.get((pid, name), ""), fw,
                         structures[pid].fusion_digest(ins) if ins is not None else "",
                         rules.phase(opn, fw), split_k.get((pid, name), "")))
@@ -1101,18 +1101,18 @@ def write_op_and_line_tables(folder: Path, ops: dict, programs: dict, sources, g
     for (user, _), (n, t, ins, fws, pids) in sorted(
             lines.items(), key=lambda kv: (-kv[1][1], kv[0])):
         fw = max(sorted(fws), key=lambda f: fws[f])  # the framework frame with the most time
-        line_rows.append((user, us(t), pct(t, attributed), pct(t, gpu_time), n, len(ins), fw,
+        line_rows.append((user, us(t), pct(t, attributed), pct(t, device_time), n, len(ins), fw,
                           len(pids)))
     return [("ops.csv", scratch.write_table(folder, "attribution/ops.csv", op_rows,
                                             stands_for=ATT)),
             ("phases.csv", scratch.write_table(folder, "attribution/phases.csv",
-                                               phase_rows(op_rows, ops, attributed, gpu_time),
+                                               phase_rows(op_rows, ops, attributed, device_time),
                                                stands_for=ATT)),
             ("lines.csv", scratch.write_table(folder, "attribution/lines.csv", line_rows,
                                               stands_for=ATT))]
 
 
-def phase_rows(op_rows: list, ops: dict, attributed: int, gpu_time: int) -> list[tuple]:
+def phase_rows(op_rows: list, ops: dict, attributed: int, device_time: int) -> list[tuple]:
     """phases.csv: each of trace_rules.PHASES with its instructions, kernels and GPU time (a
     row even where none ran), and a sentence where a phase's absence says what the program is."""
     at = {p: [0, 0, 0, set()] for p in rules.PHASES}
@@ -1141,7 +1141,7 @@ def phase_rows(op_rows: list, ops: dict, attributed: int, gpu_time: int) -> list
             f"name scope; the {out[0]} instructions outside differentiation ({us(out[2])} us) "
             "may hold an update written by hand, or a forward pass run apart from its "
             "gradients (a loss computed in a program of its own)")
-    return [(p, a[0], a[1], us(a[2]), pct(a[2], attributed), pct(a[2], gpu_time), len(a[3]),
+    return [(p, a[0], a[1], us(a[2]), pct(a[2], attributed), pct(a[2], device_time), len(a[3]),
              said.get(p, "")) for p, a in at.items()]
 
 
@@ -1183,13 +1183,13 @@ def program_rows(starts: dict, totals: dict, programs_names: dict, execs: dict,
             "program_id": OUTSIDE if pid is None else pid,
             "module": OUTSIDE if pid is None else programs_names.get(pid, ""),
             "executions": n if pid is not None else None,
-            "devices": gpus, "executions_per_gpu": per if pid is not None else {},
+            "devices": gpus, "executions_per_device": per if pid is not None else {},
             "executions_from": " + ".join(froms),
             "kernels": e["kernels"],
             "kernels_per_execution": round(e["kernels"] / n, 2) if pid is not None and n
             else None,
-            "gpu_us": rules.us_value(e["ps"]),
-            "pct_of_gpu_time": round(100.0 * e["ps"] / total, 2) if total else 0.0,
+            "device_us": rules.us_value(e["ps"]),
+            "pct_of_device_time": round(100.0 * e["ps"] / total, 2) if total else 0.0,
             "attributed_us": rules.us_value(e["attributed"]),
             "host_dispatch_us": rules.us_value(host_ps),
             "host_dispatch": "measured" if host_ps is not None else (
@@ -1208,11 +1208,11 @@ def programs_csv_rows(progs: list[dict]) -> list[tuple]:
         rows.append((r["program_id"], r["module"],
                      "" if r["executions"] is None else r["executions"],
                      " ".join(map(str, r["devices"])),
-                     " ".join(f"{d}={n}" for d, n in r["executions_per_gpu"].items()),
+                     " ".join(f"{d}={n}" for d, n in r["executions_per_device"].items()),
                      r["executions_from"], r["kernels"],
                      "" if r["kernels_per_execution"] is None else
                      f"{r['kernels_per_execution']:.2f}",
-                     f"{r['gpu_us']:.3f}", f"{r['pct_of_gpu_time']:.2f}",
+                     f"{r['device_us']:.3f}", f"{r['pct_of_device_time']:.2f}",
                      f"{r['attributed_us']:.3f}",
                      "" if r["host_dispatch_us"] is None else f"{r['host_dispatch_us']:.3f}",
                      r["host_dispatch"],
@@ -1280,7 +1280,7 @@ def how_rows(groups) -> list[tuple]:
 
 def _classes_json(g) -> dict:
     total = sum(v[1] for v in g.values())
-    return {c: {"kernels": g[c][0], "gpu_us": rules.us_value(g[c][1]),
+    return {c: {"kernels": g[c][0], "device_us": rules.us_value(g[c][1]),
                 "pct_of_group": round(100.0 * g[c][1] / total, 2) if total else 0.0}
             for c in CLASSES}
 
@@ -1310,7 +1310,7 @@ def build_result(*, files, m: Matched, tables: Tables, coverage, opts, refusals:
                     **({str(chosen): _classes_json(groups[chosen])} if chosen in groups else {})},
         "none": none_entries(totals),
         "no_hlo": {"kernels": sum(u[1] for u in unsaved),
-                   "pct_of_gpu_time": round(100.0 * sum(u[2] for u in unsaved) / total, 2)
+                   "pct_of_device_time": round(100.0 * sum(u[2] for u in unsaved) / total, 2)
                    if total else 0,
                    "programs": sorted({u[0] for u in unsaved})} if unsaved else None,
         "collectives_by_order": collectives_by_order(m.collectives),
@@ -1346,7 +1346,7 @@ def collective_durations(kernels) -> tuple[list, set]:
 
 def collectives_by_order(shares: list) -> dict:
     """The collective kernels of collective_durations (`shares`: each share's, in kernels.csv's
-    order): `kernels`, `gpu_us` (their kernels.csv dur_us cells summed in its row order, as a
+    order): `kernels`, `device_us` (their kernels.csv dur_us cells summed in its row order, as a
     reader of the table would) and their `labels`; step 7 reads these instead of scanning
     kernels.csv again."""
     n, us, labels = 0, 0.0, set()
@@ -1355,7 +1355,7 @@ def collectives_by_order(shares: list) -> dict:
         for dur in durs:
             us += float(f"{dur / 1e6:.3f}")
         labels |= mine
-    return {"kernels": n, "gpu_us": us, "labels": sorted(labels)}
+    return {"kernels": n, "device_us": us, "labels": sorted(labels)}
 
 
 def kernel_figures(totals: dict, g: dict, total: int) -> dict:
@@ -1370,7 +1370,7 @@ def kernel_figures(totals: dict, g: dict, total: int) -> dict:
         "kernel_time_us": scratch.figure(rules.us_value(total), "us", "measured"),
         "graph_kernels": scratch.figure(sum(n for key, (n, _) in totals.items() if key[8]),
                                         "count", "measured"),
-        "attributed_pct_of_gpu_time": scratch.figure(ours, "pct", "inferred"),
+        "attributed_pct_of_device_time": scratch.figure(ours, "pct", "inferred"),
     }
     t_att = sum(ps for key, (_, ps) in totals.items() if key[1])
     low = [(n, ps) for key, (n, ps) in totals.items() if key[1] and key[7]]
@@ -1385,18 +1385,18 @@ def coverage_check(fig: dict, coverage, total: int, opts) -> tuple[dict, dict]:
     """Our attributed share next to XProf's hlo_stats (`coverage`: its total self time in us,
     None where not run or not read): the result's `coverage` and its check; XProf's share is
     added to `fig`."""
-    ours = fig["attributed_pct_of_gpu_time"]["value"]
-    cov = {"ours_pct_of_gpu_time": ours, "xprof_pct_of_gpu_time": None, "verdict": None}
+    ours = fig["attributed_pct_of_device_time"]["value"]
+    cov = {"ours_pct_of_device_time": ours, "xprof_pct_of_device_time": None, "verdict": None}
     if coverage is None or not total:
         return cov, {"name": "coverage at least XProf's hlo_stats", "status": "not checkable",
                      "detail": "--no-xprof" if not opts.use_xprof else
                      "XProf's hlo_stats gave no figure"}
     theirs = round(100.0 * coverage * 1e6 / total, 2)
     lower = ours + COVERAGE_TOLERANCE_PCT < theirs
-    cov.update(xprof_pct_of_gpu_time=theirs, verdict=(
+    cov.update(xprof_pct_of_device_time=theirs, verdict=(
         f"OURS IS LOWER by {theirs - ours:.2f} points: see the none lines" if lower
         else "ours is not lower"))
-    fig["xprof_hlo_stats_pct_of_gpu_time"] = scratch.figure(theirs, "pct", "read")
+    fig["xprof_hlo_stats_pct_of_device_time"] = scratch.figure(theirs, "pct", "read")
     return cov, {"name": "coverage at least XProf's hlo_stats",
                  "status": "fail" if lower else "pass",
                  "detail": f"ours {ours:.2f}%, XProf's {theirs:.2f}%"}
@@ -1417,8 +1417,8 @@ def none_entries(totals: dict) -> list[dict]:
             continue
         none.append({"why": why or "unmatched", "label": label,
                      "kernels": sum(n for n, _ in top.values()),
-                     "gpu_us": rules.us_value(sum(ps for _, ps in top.values())),
-                     "largest": [{"kernel": n, "count": c, "gpu_us": rules.us_value(t)}
+                     "device_us": rules.us_value(sum(ps for _, ps in top.values())),
+                     "largest": [{"kernel": n, "count": c, "device_us": rules.us_value(t)}
                                  for n, (c, t) in sorted(top.items(),
                                                          key=lambda kv: -kv[1][1])[:5]]})
     return none
@@ -1473,12 +1473,12 @@ def render_summary(r: dict) -> list[str]:
                 for k in CLASSES))
     nh = r["no_hlo"]
     if nh:
-        s.append(f"no HLO: {nh['kernels']} kernels ({_p(nh['pct_of_gpu_time'])}% of kernel "
+        s.append(f"no HLO: {nh['kernels']} kernels ({_p(nh['pct_of_device_time'])}% of kernel "
                  f"time) belong to programs {nh['programs']} whose HLO the capture does not "
                  "hold: class none")
     for n in r["none"]:
-        s.append(f"none: {n['kernels']} kernels, {n['gpu_us']:,.1f} us, {n['label']}; "
-                 "largest: " + "; ".join(f"{e['kernel']} x{e['count']} {e['gpu_us']:,.1f} us"
+        s.append(f"none: {n['kernels']} kernels, {n['device_us']:,.1f} us, {n['label']}; "
+                 "largest: " + "; ".join(f"{e['kernel']} x{e['count']} {e['device_us']:,.1f} us"
                                          for e in n["largest"]))
     s.append(f"confidence: {f['low_confidence_kernels']['value']} attributed kernels "
              f"({_p(f['low_confidence_pct_of_all_attributed']['value'])}% of the attributed "
@@ -1491,7 +1491,7 @@ def render_summary(r: dict) -> list[str]:
     if progs:
         top = progs[0]
         s.append(f"programs: {len(progs)} ran GPU events; the most GPU time: "
-                 f"{top['module']}({top['program_id']}) {_p(top['pct_of_gpu_time'])}% of it, "
+                 f"{top['module']}({top['program_id']}) {_p(top['pct_of_device_time'])}% of it, "
                  f"{top['executions']} executions ({top['executions_from']}); programs.csv "
                  "lists every one")
     where = prog if scope.get("programs") == "one" else "all programs"
@@ -1502,13 +1502,13 @@ def render_summary(r: dict) -> list[str]:
              f"({_p(src['library_only_pct_of_attributed'])}%) have frames but none that counts "
              "as user code (see --user-re); counted, not guessed")
     cov = r["coverage"]
-    if cov["xprof_pct_of_gpu_time"] is not None:
+    if cov["xprof_pct_of_device_time"] is not None:
         s.append(f"coverage: XProf's hlo_stats attributes "
-                 f"{_p(cov['xprof_pct_of_gpu_time'])}% of this capture's kernel time to HLO "
-                 f"ops; this script attributes {_p(cov['ours_pct_of_gpu_time'])}% to an "
+                 f"{_p(cov['xprof_pct_of_device_time'])}% of this capture's kernel time to HLO "
+                 f"ops; this script attributes {_p(cov['ours_pct_of_device_time'])}% to an "
                  f"instruction (exact + name + order); {cov['verdict']}")
     else:
-        s.append(f"coverage: this script attributes {_p(cov['ours_pct_of_gpu_time'])}% of "
+        s.append(f"coverage: this script attributes {_p(cov['ours_pct_of_device_time'])}% of "
                  "kernel time to an instruction; XProf's hlo_stats cross-check skipped "
                  "(--no-xprof)")
     t = r["timing_s"]

@@ -689,7 +689,7 @@ def kernel_family(ctx: Context) -> list:
     collectives, not here."""
     rows = []
     for f in tables(ctx.out).rows("attribution/families.csv") or []:
-        name, pct = f.get("family", ""), number(f.get("pct_of_gpu_time"))
+        name, pct = f.get("family", ""), number(f.get("pct_of_device_time"))
         n_ins = int(number(f.get("instructions")) or 0)
         if name not in FAMILY_KNOBS or pct is None or pct < FAMILY_MIN_PCT_OF_GPU_TIME or \
                 n_ins < FAMILY_MIN_INSTRUCTIONS_OF.get(name, FAMILY_MIN_INSTRUCTIONS):
@@ -713,7 +713,7 @@ def kernel_family(ctx: Context) -> list:
             assumptions=KERNEL_FAMILY.assumptions.format(cannot_show=FAMILY_CANNOT_SHOW[name]),
             knob=FAMILY_KNOBS[name],
             extra={"family": name, "cannot_show": FAMILY_CANNOT_SHOW[name],
-                   "family_gpu_us": number(f.get("gpu_us")), "instructions": n_ins}))
+                   "family_device_us": number(f.get("device_us")), "instructions": n_ins}))
     return rows
 
 
@@ -963,7 +963,7 @@ def per_step_us(ctx: Context) -> dict:
         n = number(p.get("executions")) if p else None
         k = runs.get(p["module"], 0) if p else 0
         if n and k:
-            out[(r["program_id"], r["instruction"])] = (number(r["gpu_us"]) or 0.0) / n * k
+            out[(r["program_id"], r["instruction"])] = (number(r["device_us"]) or 0.0) / n * k
     return out
 
 
@@ -1007,7 +1007,7 @@ def top_lines(ops: list, keys: set, n: int = 3) -> str:
     lines: dict = {}
     for r in ops:
         if (r["program_id"], r["instruction"]) in keys and r.get("user_frame"):
-            lines[r["user_frame"]] = lines.get(r["user_frame"], 0.0) + float(r["gpu_us"] or 0)
+            lines[r["user_frame"]] = lines.get(r["user_frame"], 0.0) + float(r["device_us"] or 0)
     top = sorted(lines, key=lambda k: -lines[k])[:n]
     return ", ".join(top)
 
@@ -1564,7 +1564,7 @@ def build_result(a: dict) -> dict:
         if c["cause_kind"] == "kernel_family":
             causes[-1].update({"family": c["family"], "cannot_show": c["cannot_show"],
                                "instructions": c["instructions"],
-                               "family_gpu_us": figure(c["family_gpu_us"], "us", "measured")})
+                               "family_device_us": figure(c["family_device_us"], "us", "measured")})
     comb = a["combined"]
     return {
         "step": "changes", "status": "done", "verdict": a["verdict"],

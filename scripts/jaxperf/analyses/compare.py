@@ -108,11 +108,11 @@ class Side:
         ask for it."""
         return self.files.rows(file) or []
 
-    def gpu_time(self, file: str, key) -> dict:
+    def device_time(self, file: str, key) -> dict:
         """{key: GPU us per step} of an attribution table, keys from `key(row)`."""
         out: dict = {}
         for r in self.table(file):
-            k, us = key(r), number(r.get("gpu_us"))
+            k, us = key(r), number(r.get("device_us"))
             if k and us is not None:
                 out[k] = out.get(k, 0.0) + us / max(1, self.steps)
         return out
@@ -325,7 +325,7 @@ KEYS = {  # section: (table, key of a row: what survives recompilation)
 }
 
 
-def gpu_time_rows(sides: dict, refusals: list) -> tuple[list, dict]:
+def device_time_rows(sides: dict, refusals: list) -> tuple[list, dict]:
     out, times = [], {}
     if not all(sides[s].has_hlo for s in SIDES):
         lacking = " and ".join(s.upper() for s in SIDES if not sides[s].has_hlo)
@@ -352,7 +352,7 @@ def gpu_time_rows(sides: dict, refusals: list) -> tuple[list, dict]:
             "are compared")
         return out, times
     for section, (file, key) in KEYS.items():
-        t = {s: sides[s].gpu_time(file, key) for s in SIDES}
+        t = {s: sides[s].device_time(file, key) for s in SIDES}
         renamed = renames(sides, t) if section == "instruction" else {}
         for old, new in renamed.items():  # one row, under AFTER's name
             t["before"][new] = t["before"].pop(old)
@@ -537,7 +537,7 @@ def compare(before: Path, after: Path) -> tuple[list, dict]:
     table, figs, sig = step_rows(sides)
     vrows, moved = verdict_rows(sides)
     table += vrows + host_rows(sides)
-    gt, times = gpu_time_rows(sides, refusals)
+    gt, times = device_time_rows(sides, refusals)
     table += gt
     result = result_of(figs, sig, table,
                        verdict_before=sides["before"].skip.get("verdict"),

@@ -92,7 +92,7 @@ COLUMN_SUFFIXES = (("_flop_per_byte", "FLOP/B"), ("_bytes_per_s", "B/s"),
                    ("_pct", "pct"), ("_us", "us"), ("_ps", "ps"), ("_ns", "ns"), ("_ms", "ms"),
                    ("_s", "s"))
 
-# A percentage says its denominator: pct_of_gpu_time, idle_pct_of_step (scratch-layout.md).
+# A percentage says its denominator: pct_of_device_time, idle_pct_of_step (scratch-layout.md).
 PCT_NAME_RE = re.compile(r"(?:^|_)pct_of_[a-z0-9_]+$")
 
 DIMENSION_WORDS = {"time": "a time", "pct": "a percentage", "bytes": "bytes",

@@ -225,7 +225,7 @@ def top_in_brief(s: Scratch) -> list[str]:
     top = [r for r in (s.rows(kn) or [])[:BRIEF_ROWS] if r["kernel"]]
     tpu = ((s.json("capture_info.json") or {}).get("device") or {}).get("kind") == "TPU"
     if top and not tpu:  # by name alone: no matching (a TPU's names are its instructions)
-        share = [cell(r["pct_of_gpu_time"], "%", "inferred", kn, "pct_of_gpu_time",
+        share = [cell(r["pct_of_device_time"], "%", "inferred", kn, "pct_of_device_time",
                       name_key(r), 2) for r in top]
         out.append("- Top kernels by name, share of GPU time: " + "; ".join(
             f"{code(shown_name(r['kernel']))} ({r['family']}) {c}"
@@ -235,7 +235,7 @@ def top_in_brief(s: Scratch) -> list[str]:
                                        refusals["lines"])):
         rows = [r for r in (s.rows(table) or [])[:BRIEF_ROWS] if r[col]]
         if rows and not refused:
-            share = [cell(r["pct_of_gpu_time"], "%", "inferred", table, "pct_of_gpu_time",
+            share = [cell(r["pct_of_device_time"], "%", "inferred", table, "pct_of_device_time",
                           key_of(r, col), 2) for r in rows]
             # an instruction's name repeats across programs: then each is named by its program
             named = len({r[col] for r in rows}) < len(rows) and col == "instruction"
@@ -279,7 +279,7 @@ def name_key(r: dict) -> str:
     GPU time and kernel count (the row's own cells)."""
     if citeable(r["kernel"]):
         return "kernel=" + kernel_key(r["kernel"])
-    return f"gpu_us={r['gpu_us']}, kernels={r['kernels']}"
+    return f"device_us={r['device_us']}, kernels={r['kernels']}"
 
 
 def key_of(r: dict, col: str) -> str:
@@ -319,7 +319,7 @@ STEP_FIGURES = {  # step 1's figures in the appendix, in order, with their names
     "host_share_pct_of_step": "host-late share of the critical stream",
     "busy_share_pct_of_step": "busy-or-queued share",
     "collective_share_pct_of_step": "collective share",
-    "kernels_per_step_per_gpu": "kernels per step per GPU",
+    "kernels_per_step_per_device": "kernels per step per GPU",
     "tklqt_us": "TKLQT (sum of launch-to-start)", "akd_us": "AKD (average kernel duration)"}
 
 
@@ -408,7 +408,7 @@ def shares(r: dict, table: str, key: str) -> str:
     """An ops.csv or lines.csv row's two shares, as two cells: of the chosen program's
     attributed time, and of all GPU time."""
     return " | ".join(cell(r[c], "%", "inferred", table, c, key, 2)
-                      for c in ("pct_of_attributed", "pct_of_gpu_time"))
+                      for c in ("pct_of_attributed", "pct_of_device_time"))
 
 
 # A refusal to rank a table's rows, as steps 4 and 6 word it: "cannot rank instructions or Python
@@ -456,10 +456,10 @@ def ops_section(s: Scratch) -> list[str]:
     refusals = rank_refusals(s)
     prog = att.get("program") or {}
     program = f"{prog.get('name')}({prog.get('id')})"
-    out = [f"Attributed: {fig(s, t, 'attributed_pct_of_gpu_time', 2)} of kernel time; low "
+    out = [f"Attributed: {fig(s, t, 'attributed_pct_of_device_time', 2)} of kernel time; low "
            f"confidence: {fig(s, t, 'low_confidence_pct_of_all_attributed', 2)} of the "
            f"attributed time; XProf's hlo_stats covers "
-           f"{fig(s, t, 'xprof_hlo_stats_pct_of_gpu_time', 2)} of kernel time."]
+           f"{fig(s, t, 'xprof_hlo_stats_pct_of_device_time', 2)} of kernel time."]
     ops = (s.rows(OPS) or [])[:MAIN_ROWS]
     if ops and refusals["ops"]:
         out += refused_lines(refusals["ops"], OPS, "Instructions", program)
@@ -493,9 +493,9 @@ def ops_table(s: Scratch, ops: list) -> list[str]:
     roof = {(r.get("program_id", ""), r["instruction"]): r for r in (s.rows("roofline.csv") or [])}
     key = "program_id=*, instruction=*3"
     out = ["", "| program id | program | instruction "
-           f"| GPU time (us) (measured; {OPS}: gpu_us, {key}) "
+           f"| GPU time (us) (measured; {OPS}: device_us, {key}) "
            f"| share of attributed (%) (inferred; {OPS}: pct_of_attributed, {key}) "
-           f"| share of GPU time (%) (inferred; {OPS}: pct_of_gpu_time, {key}) "
+           f"| share of GPU time (%) (inferred; {OPS}: pct_of_device_time, {key}) "
            "| Python line | ceiling reached |", "|---|---|---|---|---|---|---|---|"]
     for r in ops:
         k = key_of(r, "instruction")
@@ -509,23 +509,23 @@ def ops_table(s: Scratch, ops: list) -> list[str]:
                      f"no_ceiling_why, {k})" if rf and rf["no_ceiling_why"] else "")
         out.append(f"| {r.get('program_id', '')} | {code(r.get('module', ''))} | "
                    f"{code(r['instruction'])} | "
-                   f"{num(r['gpu_us'], 1)} | {num(r['pct_of_attributed'], 2)} | "
-                   f"{num(r['pct_of_gpu_time'], 2)} | "
+                   f"{num(r['device_us'], 1)} | {num(r['pct_of_attributed'], 2)} | "
+                   f"{num(r['pct_of_device_time'], 2)} | "
                    f"{code(line) if (line := r['user_frame'] or r['source']) else ''} | {reach} |")
     return out
 
 
 def lines_table(lines: list) -> list[str]:
     key = "user_frame=*"
-    out = ["", f"| Python line | GPU time (us) (measured; {LINES}: gpu_us, {key}) "
+    out = ["", f"| Python line | GPU time (us) (measured; {LINES}: device_us, {key}) "
            f"| share of attributed (%) (inferred; {LINES}: pct_of_attributed, {key}) "
-           f"| share of GPU time (%) (inferred; {LINES}: pct_of_gpu_time, {key}) "
+           f"| share of GPU time (%) (inferred; {LINES}: pct_of_device_time, {key}) "
            f"| instructions (measured; {LINES}: instructions, {key}) |", "|---|---|---|---|---|"]
     for r in lines:
         if not r["user_frame"]:
             continue  # no line: counted in how.csv and on the trust list
-        out.append(f"| {code(r['user_frame'])} | {num(r['gpu_us'], 1)} | "
-                   f"{num(r['pct_of_attributed'], 2)} | {num(r['pct_of_gpu_time'], 2)} | "
+        out.append(f"| {code(r['user_frame'])} | {num(r['device_us'], 1)} | "
+                   f"{num(r['pct_of_attributed'], 2)} | {num(r['pct_of_device_time'], 2)} | "
                    f"{num(r['instructions'], 0)} |")
     return out
 
@@ -616,11 +616,11 @@ def phases_part(s: Scratch) -> list[str]:
             said.append(f"{md_cell(r['sentence'])} (inferred; {PHASES}: sentence, {k})")
         if r["instructions"] == "0":
             continue
+        share = cell(r['pct_of_device_time'], '%', 'inferred', PHASES, 'pct_of_device_time', k, 2)
         out.append(f"| {r['phase']} | "
                    f"{cell(r['instructions'], '', 'measured', PHASES, 'instructions', k, 0)} | "
-                   f"{cell(r['gpu_us'], 'us', 'measured', PHASES, 'gpu_us', k)} | "
-                   f"{cell(r['pct_of_gpu_time'], '%', 'inferred', PHASES, 'pct_of_gpu_time', k, 2)}"
-                   " |")
+                   f"{cell(r['device_us'], 'us', 'measured', PHASES, 'device_us', k)} | "
+                   f"{share} |")
     return out + [""] + [f"- {t}" for t in said]
 
 
@@ -713,12 +713,12 @@ def trust_section(s: Scratch) -> list[str]:
     # the item is the row's key (header filters item=*): its own numbers are found through it
     sel = "section=trust, item=*"
     out = [f"| item | count (measured; trust.csv: count, {sel}) "
-            f"| GPU time (us) (measured; trust.csv: gpu_us, {sel}) "
-            f"| share of GPU time (%) (inferred; trust.csv: pct_of_gpu_time, {sel}) |",
+            f"| GPU time (us) (measured; trust.csv: device_us, {sel}) "
+            f"| share of GPU time (%) (inferred; trust.csv: pct_of_device_time, {sel}) |",
            "|---|---|---|---|"]
     for r in items:
-        out.append(f"| {md_cell(r['item'])} | {num(r['count'], 0)} | {num(r['gpu_us'], 1)} | "
-                   f"{num(r['pct_of_gpu_time'], 2)} |")
+        out.append(f"| {md_cell(r['item'])} | {num(r['count'], 0)} | {num(r['device_us'], 1)} | "
+                   f"{num(r['pct_of_device_time'], 2)} |")
     said = ["what each item means"] if any(r["detail"] for r in items) else []
     said += ["the questions that need a new capture with the capture that answers each"] \
         if needs else []

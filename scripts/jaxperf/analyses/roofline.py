@@ -98,7 +98,7 @@ def analyse(rows, res, programs, gpu: dict, peaks: dict,
     placed, used, no_cost = [], {}, []
     total_ps = no_cost_ps = no_ceiling_ps = 0
     for r in rows:
-        ps = round(float(r["gpu_us"] or 0) * 1e6)
+        ps = round(float(r["device_us"] or 0) * 1e6)
         total_ps += ps
         c, ins, runs = row_cost(r, programs, costs, counts)
         if tpu_costs is not None:  # the HLO's dtype and kind of work, whatever its runs
@@ -119,7 +119,7 @@ def analyse(rows, res, programs, gpu: dict, peaks: dict,
     out_rows = [table_row(r, c, ins, runs, spot, ceilings.get("hbm_bandwidth"), targets[n])
                 for n, (r, c, ins, runs, spot, _) in enumerate(placed)]
     figures = {
-        "gpu_time_us": {"value": rules.us_value(total_ps), "unit": "us", "label": "measured"},
+        "device_time_us": {"value": rules.us_value(total_ps), "unit": "us", "label": "measured"},
         "not_computable_us": {"value": rules.us_value(no_cost_ps), "unit": "us",
                               "label": "measured"},
         "not_computable_pct_of_attributed": {"value": float(pct(no_cost_ps, total_ps) or 0),
@@ -353,7 +353,7 @@ def table_row(r: dict, c: Cost, ins, runs: int | None, spot: Placement, hbm,
     method = f"not computable: {c.why}" if c.why is not None else c.method
     return [
         r["program_id"], r["instruction"], r["opcode"], r["category"], r["kernels"],
-        runs if runs is not None else "", r["gpu_us"],
+        runs if runs is not None else "", r["device_us"],
         c.flops if c.flops is not None else "", c.bytes if c.bytes is not None else "",
         spot.total_flops if spot.total_flops is not None else "",
         spot.total_bytes if spot.total_bytes is not None else "", method,
@@ -444,7 +444,7 @@ def refuse_without_hlo(capture, out: Path, space, gpu: dict) -> tuple[dict, list
     result = {
         "step": "roofline", "status": "refused", "capture": capture_json(capture),
         "program": None, "gpu": gpu_json(gpu), "ceilings": [],
-        "figures": {"gpu_time_us": scratch.figure(rules.us_value(busy_ps), "us", "measured"),
+        "figures": {"device_time_us": scratch.figure(rules.us_value(busy_ps), "us", "measured"),
                     "not_computable_us": scratch.figure(rules.us_value(busy_ps), "us",
                                                         "measured")},
         "trust_list": refusals, "refusals": refusals, "tables": {TABLE: 0},
@@ -665,7 +665,7 @@ def plot_points(table) -> list[tuple]:
     pts = []
     for r in table:
         f, i, t = r[col["achieved_flop_per_s"]], r[col["intensity_flop_per_byte"]], r[
-            col["gpu_us"]]
+            col["device_us"]]
         if f and i and float(f) > 0 and float(i) > 0:
             pts.append((float(i), float(f), float(t), r[col["category"]], r[col["instruction"]]))
     return pts

@@ -191,16 +191,16 @@ def _fig(result: dict | None, name: str):
 
 # ---------------------------------------------------------------- model
 
-def item(kind, text, source, detail="", count=None, gpu_us=None, total_us=None) -> dict:
-    return {"section": "trust", "item": text, "kind": kind, "count": count, "gpu_us": gpu_us,
-            "pct_of_gpu_time": (100.0 * gpu_us / total_us if gpu_us is not None and total_us
-                                else None),
+def item(kind, text, source, detail="", count=None, device_us=None, total_us=None) -> dict:
+    return {"section": "trust", "item": text, "kind": kind, "count": count, "device_us": device_us,
+            "pct_of_device_time": (100.0 * device_us / total_us
+                                   if device_us is not None and total_us else None),
             "source": source, "detail": detail}
 
 
 def question(text, capture, source) -> dict:
     return {"section": "needs_new_capture", "item": text, "kind": "", "count": None,
-            "gpu_us": None, "pct_of_gpu_time": None, "source": source, "detail": capture}
+            "device_us": None, "pct_of_device_time": None, "source": source, "detail": capture}
 
 
 @dataclass
@@ -250,12 +250,12 @@ def no_hlo_items(inp: Inputs, facts: Facts) -> list:
     sentences = [s for r in (ci, roof) if r for s in r.get("refusals") or []
                  if any(k in s for k in NO_HLO_SENTENCES)]
     facts.consumed.update(sentences)
-    gpu_us = facts.total_us
+    device_us = facts.total_us
     src = "; ".join(x for x, ok in (("capture_info.json: programs", no_programs),
                                     ("roofline.json: status", refused)) if ok)
     return [item("no_hlo", "the capture holds no HLO: no kernel can be attributed to an "
                  "instruction or a Python line and no roofline can be drawn", src,
-                 "; ".join(sentences), gpu_us=gpu_us,
+                 "; ".join(sentences), device_us=device_us,
                  total_us=facts.total_us)]
 
 
@@ -390,13 +390,13 @@ def program_items(inp: Inputs, facts: Facts) -> list:
         how = scratch.records(inp.out, "attribution/how.csv")
         for r in how or ():
             if r.get("program_id") in ids and r.get("program_id") != chosen:
-                other_us += number(r.get("gpu_us"), 0.0)
+                other_us += number(r.get("device_us"), 0.0)
                 other_k += number(r.get("kernels"), 0.0)
         out.append(item("duplicate_program", f"one program saved under {len(ids)} ids "
                         f"({' and '.join(ids)}): {int(other_k)} kernels ran under an id other than "
                         f"{chosen}", "attribution/attribute_kernels.json: program.notes; "
                         "attribution/how.csv", note, count=len(ids),
-                        gpu_us=other_us if how is not None else None, total_us=facts.total_us))
+                        device_us=other_us if how is not None else None, total_us=facts.total_us))
     return out
 
 
@@ -417,7 +417,7 @@ def incomplete_items(inp: Inputs, facts: Facts) -> list:
                 "not in this capture (not recorded, or in another host's capture): they are not "
                 "idle, and per-GPU medians, the straggler and collective waits cover "
                 f"{len(have)} of its {n} devices", count=n - len(have),
-                gpu_us=number(r.get("gpu_us")), total_us=facts.total_us))
+                device_us=number(r.get("device_us")), total_us=facts.total_us))
     return out
 
 
@@ -438,7 +438,7 @@ def async_label_items(inp: Inputs, facts: Facts) -> list:
                  f"of the saved HLO: {n} kernels under {len(labels)} labels", "attribution/"
                  "kernels.csv: category=collective, graph=0, match!=exact",
                  f"labels {shown}; each kernel keeps its label, and its instruction (and Python "
-                 "line) comes from the collective-start matched by order", count=n, gpu_us=us,
+                 "line) comes from the collective-start matched by order", count=n, device_us=us,
                  total_us=facts.total_us)]
 
 
@@ -455,17 +455,17 @@ def attribution_items(inp: Inputs, facts: Facts) -> list:
         out.append(item("unattributed", f"GPU events with no instruction: {what}",
                         "attribution/attribute_kernels.json: none", f"{n.get('label')}"
                         + (f"; largest: {largest}" if largest else ""), count=n.get("kernels"),
-                        gpu_us=number(n.get("gpu_us")), total_us=facts.total_us))
+                        device_us=number(n.get("device_us")), total_us=facts.total_us))
     nh = att.get("no_hlo")
     if nh and nh.get("kernels"):
         facts.consumed.update(s for s in att.get("refusals") or []
                               if "have no HLO in the capture" in s)
         us = None
-        if facts.total_us and nh.get("pct_of_gpu_time") is not None:
-            us = facts.total_us * number(nh.get("pct_of_gpu_time"), 0.0) / 100.0
+        if facts.total_us and nh.get("pct_of_device_time") is not None:
+            us = facts.total_us * number(nh.get("pct_of_device_time"), 0.0) / 100.0
         out.append(item("unattributed", "kernels of programs with no HLO in the capture",
                         "attribution/attribute_kernels.json: no_hlo",
-                        f"programs {nh.get('programs')}", count=nh.get("kernels"), gpu_us=us,
+                        f"programs {nh.get('programs')}", count=nh.get("kernels"), device_us=us,
                         total_us=facts.total_us))
     threshold = att.get("low_confidence_below")
     rec_fail = [c for c in (inp.get("reconcile") or {}).get("checks") or []
@@ -480,7 +480,7 @@ def attribution_items(inp: Inputs, facts: Facts) -> list:
                         f"match={r['match']}",
                         f"{r.get('low_confidence_pct_of_group')}% of all kernel time{verdict}",
                         count=int(number(r.get("low_confidence_kernels"), 0)),
-                        gpu_us=number(r.get("low_confidence_us")), total_us=facts.total_us))
+                        device_us=number(r.get("low_confidence_us")), total_us=facts.total_us))
     if how is None and (_fig(att, "low_confidence_kernels") or 0) > 0:
         out.append(item("low_confidence", f"GPU time placed with a confidence below {threshold}",
                         "attribution/attribute_kernels.json: "
@@ -500,7 +500,7 @@ def graph_items(inp: Inputs, facts: Facts) -> list:
     return [item("graph_launch_metrics", "GPU events launched inside graphs have no launch "
                  "call of their own: no launch delay or queue time or TKLQT", "rows.csv: graph=1; "
                  "skip_stats.json: refusals", " ".join(sentence), count=f.graph_events,
-                 gpu_us=f.graph_us, total_us=facts.total_us)]
+                 device_us=f.graph_us, total_us=facts.total_us)]
 
 
 def _traced(text: str) -> list:
@@ -553,7 +553,7 @@ def python_tracer_items(inp: Inputs, facts: Facts) -> list:
                   "gaps; " if n else "")
                  + f"largest names: {top}; "
                  + "the launch-bound share and the host time between steps are inflated by an "
-                 "unknown amount", count=n + between)]  # gap idle is no GPU time: not gpu_us
+                 "unknown amount", count=n + between)]  # gap idle is no GPU time: not device_us
 
 
 def family_items(inp: Inputs, facts: Facts) -> list:
@@ -570,7 +570,7 @@ def family_items(inp: Inputs, facts: Facts) -> list:
                         f"{rules.plural(c.get('instructions'), 'instruction')}; the saving is an "
                         "upper bound "
                         "(the family's kernels gone)", count=c.get("instructions"),
-                        gpu_us=number((c.get("family_gpu_us") or {}).get("value")),
+                        device_us=number((c.get("family_device_us") or {}).get("value")),
                         total_us=facts.total_us))
     return out
 
@@ -583,7 +583,7 @@ def nccl_items(facts: Facts) -> list:
                  "it is not transfer time", "rows.csv: category=collective",
                  "a collective starts when its GPU arrives and ends when the last peer has; "
                  "quote it as collective time, never as bandwidth", count=f.collective_events,
-                 gpu_us=f.collective_us, total_us=facts.total_us)]
+                 device_us=f.collective_us, total_us=facts.total_us)]
 
 
 def rocm_memcpy_items(facts: Facts) -> list:
@@ -594,7 +594,7 @@ def rocm_memcpy_items(facts: Facts) -> list:
                  "direction and bytes are not in the capture", "rows.csv: category=memcpy, "
                  "launch_name=hipMemcpy*", "counted from their hipMemcpy* launch calls on AMD "
                  "GPUs (no step reads the memcpy_details stat); no bandwidth can be computed "
-                 "for them", count=n, gpu_us=us,
+                 "for them", count=n, device_us=us,
                  total_us=facts.total_us)]
 
 
@@ -614,13 +614,13 @@ def roofline_items(inp: Inputs, facts: Facts) -> list:
                         "from the HLO: no roofline point", "roofline.json: figures."
                         "not_computable_us; roofline.csv: method=not computable*",
                         " ".join(sentences), count=n if rows is not None else None,
-                        gpu_us=nc, total_us=facts.total_us))
+                        device_us=nc, total_us=facts.total_us))
     gpu = roof.get("gpu") or {}
     if gpu.get("model") is None and gpu.get("why"):
         facts.consumed.add(gpu["why"])
         out.append(item("no_ceiling", "the GPU is not identified: no ceiling applies to any "
                         "instruction", "roofline.json: gpu.why", gpu["why"],
-                        count=gpu.get("devices"), gpu_us=facts.total_us,
+                        count=gpu.get("devices"), device_us=facts.total_us,
                         total_us=facts.total_us))
     elif roof.get("status") != "refused":
         n, us, why = 0, 0.0, {}
@@ -628,13 +628,13 @@ def roofline_items(inp: Inputs, facts: Facts) -> list:
             w = r.get("no_ceiling_why") or ""
             if w and not (r.get("method") or "").startswith("not computable"):
                 n += 1
-                us += number(r.get("gpu_us"), 0.0)
+                us += number(r.get("device_us"), 0.0)
                 why[w] = why.get(w, 0) + 1
         if n:
             reasons = "; ".join(f"{w} ({k})" for w, k in sorted(why.items()))
             out.append(item("no_ceiling", "instructions whose FLOPs and bytes are known but "
                             "that no ceiling here bounds", "roofline.csv: no_ceiling_why",
-                            reasons, count=n, gpu_us=us, total_us=facts.total_us))
+                            reasons, count=n, device_us=us, total_us=facts.total_us))
     return out
 
 
@@ -653,8 +653,8 @@ def xprof_items(inp: Inputs, facts: Facts) -> list:
     if not rows:
         return []
     zero = [r for r in rows if number(r.get("xprof_run_flops")) == 0]
-    us = sum(number(r.get("gpu_us"), 0.0) for r in rows)
-    top = sorted(rows, key=lambda r: -number(r.get("gpu_us"), 0.0))[:3]
+    us = sum(number(r.get("device_us"), 0.0) for r in rows)
+    top = sorted(rows, key=lambda r: -number(r.get("device_us"), 0.0))[:3]
     detail = (f"{len(zero)} of them XProf gives 0 FLOPs (custom calls it cannot cost); "
               if zero else "") + "; ".join(
         f"{r['instruction']}: ours {r.get('run_flops') or '?'} FLOP a run, XProf's "
@@ -663,7 +663,7 @@ def xprof_items(inp: Inputs, facts: Facts) -> list:
                  "or more away from ours: the roofline and the changes use ours (roofline.csv "
                  "method says how each was had) and XProf's own roofline places them elsewhere",
                  "roofline.csv: xprof_flops_diff_pct_of_ours", detail,
-                 count=len(rows), gpu_us=us, total_us=facts.total_us)]
+                 count=len(rows), device_us=us, total_us=facts.total_us)]
 
 
 def tpu_items(inp: Inputs, facts: Facts) -> list:
@@ -675,12 +675,12 @@ def tpu_items(inp: Inputs, facts: Facts) -> list:
     rows = [r for r in scratch.records(inp.out, "roofline.csv") or ()
             if (r.get("method") or "").startswith("capture")]
     if rows:
-        us = sum(number(r.get("gpu_us"), 0.0) for r in rows)
+        us = sum(number(r.get("device_us"), 0.0) for r in rows)
         out.append(item("tpu_cost_model", "the roofline's FLOPs and bytes are XLA's cost model's "
                         "(a Pallas call's own estimate), as the capture states them: the "
                         "capture holds no hardware counters, so a share of the MXU or HBM peak "
                         "rests on counted work, not on measured use", "roofline.csv: "
-                        "method=capture*", count=len(rows), gpu_us=us, total_us=facts.total_us))
+                        "method=capture*", count=len(rows), device_us=us, total_us=facts.total_us))
     for n in ((inp.get("skip_stats") or {}).get("notes") or []):
         if "counts programs, not steps" in n:
             out.append(item("tpu_steps_line", "the device's Steps line counts program runs, not "
@@ -833,7 +833,7 @@ def scan_tables(out: Path, failed: dict) -> Scanned:
     got = (att or {}).get("collectives_by_order")
     if att is not None:
         try:  # step 4 counts them on its kernels (its result), not this step on kernels.csv
-            sc.collectives = (int(got["kernels"]), float(got["gpu_us"]), set(got["labels"]))
+            sc.collectives = (int(got["kernels"]), float(got["device_us"]), set(got["labels"]))
         except (KeyError, TypeError, ValueError):
             sc.kernels_note = ("attribution/attribute_kernels.json has no collectives_by_order "
                                "(an older step 4 wrote it): rerun attribute_kernels.py")
@@ -847,7 +847,7 @@ def collect(inp: Inputs, failed: dict, scanned: Scanned) -> tuple[list, list, Fa
     total = _fig(inp.get("attribute_kernels"), "kernel_time_us")
     source = "attribution/attribute_kernels.json: figures.kernel_time_us"
     if not total and rf is not None:
-        total, source = rf.gpu_us, "rows.csv: dur_us, sum"
+        total, source = rf.device_us, "rows.csv: dur_us, sum"
     facts = Facts(total or None, source if total else "", rf, scanned)
     items = step_failed_items(inp, failed) + no_hlo_items(inp, facts)
     items += reconciliation_items(inp, facts)  # before replay_items: it folds checks into it
@@ -860,7 +860,7 @@ def collect(inp: Inputs, failed: dict, scanned: Scanned) -> tuple[list, list, Fa
              + roofline_items(inp, facts) + xprof_items(inp, facts) + tpu_items(inp, facts))
     items += refusal_items(inp, facts)
     order = {k: i for i, k in enumerate(KIND_ORDER)}
-    items.sort(key=lambda it: (order.get(it["kind"], len(order)), -(it["gpu_us"] or 0.0),
+    items.sort(key=lambda it: (order.get(it["kind"], len(order)), -(it["device_us"] or 0.0),
                                -(it["count"] or 0), it["item"]))
     return items, needs_new_capture(inp, items, facts), facts
 
@@ -868,8 +868,8 @@ def collect(inp: Inputs, failed: dict, scanned: Scanned) -> tuple[list, list, Fa
 def largest(items: list, n: int = LARGEST_SHOWN) -> list:
     """The items with the most GPU time (shares of kernel time only: not python_tracer's idle
     time)."""
-    with_time = [it for it in items if it["gpu_us"] and it["pct_of_gpu_time"] is not None]
-    return sorted(with_time, key=lambda it: (-it["gpu_us"], it["item"]))[:n]
+    with_time = [it for it in items if it["device_us"] and it["pct_of_device_time"] is not None]
+    return sorted(with_time, key=lambda it: (-it["device_us"], it["item"]))[:n]
 
 
 def build_result(inp: Inputs, items: list, questions: list, facts: Facts) -> dict:
@@ -891,15 +891,15 @@ def build_result(inp: Inputs, items: list, questions: list, facts: Facts) -> dic
             "defects": {"value": len(defects), "unit": "count", "label": "inferred"},
             "needs_new_capture": {"value": len(questions), "unit": "count",
                                   "label": "inferred"},
-            "gpu_time_us": {"value": round(facts.total_us, 3) if facts.total_us else None,
+            "device_time_us": {"value": round(facts.total_us, 3) if facts.total_us else None,
                             "unit": "us", "label": "measured"},
         },
-        "gpu_time_source": facts.total_source,
+        "device_time_source": facts.total_source,
         "defect_kinds": sorted(DEFECT_KINDS),
         "kinds": {k: sum(1 for it in items if it["kind"] == k) for k in KIND_ORDER
                   if any(it["kind"] == k for it in items)},
         "inputs": {"read": sorted(inp.results), "missing": dict(inp.missing)},
-        "largest": [{"item": it["item"], "kind": it["kind"], "gpu_us": round(it["gpu_us"], 3)}
+        "largest": [{"item": it["item"], "kind": it["kind"], "device_us": round(it["device_us"], 3)}
                     for it in largest(items)],
         "refusals": refusals, "notes": notes,
         "tables": {TABLE: len(items) + len(questions)},
@@ -912,9 +912,9 @@ def _cell(it: dict, col: str) -> str:
     v = it[col]
     if v is None:
         return ""
-    if col == "gpu_us":
+    if col == "device_us":
         return f"{v:.3f}"
-    if col == "pct_of_gpu_time":
+    if col == "pct_of_device_time":
         return f"{v:.2f}"
     if col == "count":
         return str(int(v))

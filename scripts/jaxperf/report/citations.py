@@ -106,7 +106,7 @@ LINE_START_RE = re.compile(r"(?:^|\n)\s*(?:[-*+]\s+)?\(\s*$")
 # a figure written inside its citation's parentheses: "(0.0%, inferred; skip_stats.json: ...)"
 INNER_FIGURE_RE = re.compile(r"^\s*([<>≈~]?\s*-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?\s*\S{0,8}?)"
                              r"\s*,\s*(measured|read|inferred(?:, not run)?)\s*$")
-# A derived figure's citation: "(inferred; = 100 * a / b; a = ops.csv: gpu_us, instruction=x;
+# A derived figure's citation: "(inferred; = 100 * a / b; a = ops.csv: device_us, instruction=x;
 # b = steps.csv: dur_us, median; peak = 989e12 [peaks.md: H100 SXM bf16 dense])": the formula,
 # then each name bound to a cited table value or to a number with its source in brackets.
 FORMULA_RE = re.compile(r"^\s*=\s*(?P<expr>[^=]+?)\s*$")

@@ -855,8 +855,8 @@ def kernel_floor_us(work: list) -> float:
     """The shortest average kernel time of any instruction in ops.csv `work`: the least time a
     kernel takes on this GPU, as the capture measures it (0 where no row counts kernels, or
     where it is above KERNEL_FLOOR_EVIDENCE_US)."""
-    per = [float(o["gpu_us"]) / k for o in work
-           if (k := number(o.get("kernels"))) and number(o.get("gpu_us"))]
+    per = [float(o["device_us"]) / k for o in work
+           if (k := number(o.get("kernels"))) and number(o.get("device_us"))]
     least = min(per, default=0.0)
     return least if least <= KERNEL_FLOOR_EVIDENCE_US else 0.0
 
@@ -871,11 +871,11 @@ def distances(work: list, total_us: float, roof: list, several: bool) -> tuple[l
     for o in work:
         if o.get("split_k_of"):
             gemm = (o.get("program_id", ""), o["split_k_of"])
-            partial_sums[gemm] = partial_sums.get(gemm, 0.0) + float(o["gpu_us"]) / total_us
+            partial_sums[gemm] = partial_sums.get(gemm, 0.0) + float(o["device_us"]) / total_us
     cands, no_ceiling = [], []
     for o in work:
         r = by_ins.get((o.get("program_id", ""), o["instruction"]))
-        share = float(o["gpu_us"]) / total_us
+        share = float(o["device_us"]) / total_us
         pct = number(r.get("pct_of_ceiling")) if r else None
         # an instruction name repeats across programs: name the program where there are several
         name = (f"{o.get('module', '')}({o.get('program_id', '')}) {o['instruction']}"
@@ -914,14 +914,14 @@ def read_ceilings(ctx: Context) -> Ceilings | None:
     if ops is None:
         return None
     work = [o for o in ops
-            if o.get("category") in ("compute", "memcpy") and number(o.get("gpu_us"))]
-    total_us = sum(float(o["gpu_us"]) for o in work)
+            if o.get("category") in ("compute", "memcpy") and number(o.get("device_us"))]
+    total_us = sum(float(o["device_us"]) for o in work)
     if total_us <= 0:
         ctx.refusals.append("cannot rank instructions because attribution/ops.csv holds no "
                             "compute or copy kernel time")
         return None
     att = ((tables(ctx.out).json("attribution/attribute_kernels.json") or {}).get("figures")
-           or {}).get("attributed_pct_of_gpu_time") or {}
+           or {}).get("attributed_pct_of_device_time") or {}
     if number(att.get("value")) is not None and float(att["value"]) < 100.0 - 1e-6:
         ctx.notes.append(f"{float(att['value']):.1f}% of kernel time is attributed to an "
                          "instruction (attribute_kernels.json): instruction shares are of the "
@@ -935,8 +935,8 @@ def read_ceilings(ctx: Context) -> Ceilings | None:
         ctx.refusals.append(
             "cannot say how far the top instructions are from their ceiling because " + why
             + "; by kernel time they are " + ", ".join(
-                f"{o['instruction']} {number_text(float(o['gpu_us']) / total_us * cm)} us of step "
-                f"{ctx.median}" for o in work[:TOP_INSTRUCTIONS]))
+                f"{o['instruction']} {number_text(float(o['device_us']) / total_us * cm)} us "
+                f"of step {ctx.median}" for o in work[:TOP_INSTRUCTIONS]))
         return None
     several = len({o.get("program_id", "") for o in ops}) > 1
     gpu = (rj or {}).get("gpu") if isinstance((rj or {}).get("gpu"), dict) else {}
