@@ -1,6 +1,7 @@
 """TPU captures taken the way users take them (tests/data/tpu-probes/, bench/tpu_probe.py),
 through the whole job, against what each truth.json measured on the chip: a host that runs ahead
-of the chip, a host callback inside the step, int8 matmuls."""
+of the chip, a host callback inside the step, int8 matmuls, a capture without host events,
+steps numbered by annotation names, a compile inside the capture."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from conftest import REPO
 pytestmark = pytest.mark.slow  # a whole job per capture
 
 PROBES = REPO / "tests" / "data" / "tpu-probes"
+CLASS = {"launch-bound": "host", "device-bound": "device", "mixed": "mixed"}
 
 
 @pytest.fixture(scope="module")
@@ -137,3 +139,56 @@ def test_a_producer_slower_than_the_step_gains_nothing_from_prefetching(jobs):
     assert "enclosing Python frame's own time" in row["cause"]
     assert float(row["saving_measured_us"]) <= 1.5e3 * truth["device_ms_per_step"]
     assert float(row["saving_us"]) > 50 * float(row["saving_measured_us"])
+
+
+def test_a_capture_without_host_events_says_the_gaps_cause_is_not_recorded(jobs):
+    """ProfileOptions(host_tracer_level=0): only the chip's events. The chip idles a third of
+    each step for a cause the capture cannot show: the verdict is the truth's (mixed), change 1
+    says the cause is not recorded and asks for a capture with the host traced (not "fewer and
+    larger kernels"), and no GPU launch check stands in for the TPU's dispatch check."""
+    _, out, truth = jobs["host_tracer_off"]
+    s1 = json.loads((out / "skip_stats.json").read_text())
+    assert truth["bound"] == "mixed" and s1["verdict"] == "mixed", s1["rule"]
+    first = _rows(out / "changes.csv")[0]
+    assert first["cause_kind"] == "kernel_gaps" and "does not record" in first["cause"], first
+    assert "host_tracer_level" in first["knob"] and "fewer and larger" not in first["knob"]
+    checks = {r["check"] for r in _rows(out / "reconciliation.csv")}
+    assert "launch_join" not in checks and "program_runs_dispatched" in checks
+
+
+def test_steps_numbered_by_annotation_names_frame_the_steps(jobs):
+    """Steps marked by TraceAnnotation(f"step {i}") (no step_num): they frame the steps as a
+    StepTraceAnnotation would, so the period is the annotations' (the chip's Steps line alone
+    gave 2.3% less)."""
+    _, out, truth = jobs["named_steps"]
+    s1 = json.loads((out / "skip_stats.json").read_text())
+    assert s1["steps"]["source"] == "host annotations numbered by name ('step N')"
+    ours = s1["figures"]["period_us"]["value"]
+    assert ours == pytest.approx(truth["step_ms_profiled_median"] * 1e3, rel=0.005)
+    assert CLASS[s1["verdict"]] == truth["bound"]
+
+
+def test_a_compile_in_one_step_is_said_not_ranked(jobs):
+    """The capture holds the first call: step 0 compiles for 2.1 s. Step 1 says so in a note,
+    names the step, and the medians (and so the changes) leave it out."""
+    _, out, truth = jobs["compile_in_capture"]
+    s1 = json.loads((out / "skip_stats.json").read_text())
+    assert s1["compile"]["compiling_steps"] == [0]
+    assert any("XLA compiles on the host in 1 of" in n for n in s1["notes"])
+    assert s1["figures"]["period_us"]["value"] < 1.2e3 * truth["step_ms_profiled_median"]
+    assert all(r["cause_kind"] != "compile" for r in _rows(out / "changes.csv"))
+    assert CLASS[s1["verdict"]] == truth["bound"]
+
+
+def test_a_loop_carry_copy_is_not_a_layout_copy(jobs):
+    """A fori_loop of 8192^2 bf16 matmuls: XLA copies the loop's carry each iteration, into the
+    same layout (copy.11, 6.4% of the chip's time). It is a buffer copy, ranked as an
+    instruction against its memory ceiling, not a layout copy promising to vanish."""
+    _, out, truth = jobs["few_big_steps"]
+    assert truth["bound"] == "device"
+    ops = {r["instruction"]: r for r in _rows(out / "attribution" / "ops.csv")}
+    assert ops["copy.11"]["moves_layout"] == "no" and ops["fusion.8"]["moves_layout"] == ""
+    changes = _rows(out / "changes.csv")
+    assert all(r["cause_kind"] != "layout_copies" for r in changes)
+    assert any(r["cause_kind"] == "instruction" and r["cause"].startswith("copy.11 ")
+               for r in changes)

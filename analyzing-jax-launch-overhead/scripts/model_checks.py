@@ -70,6 +70,10 @@ def trace_totals(trace) -> tuple[dict, dict]:
 # ---------------------------------------------------------------- checks 2 to 5
 
 def check_joins(a) -> list[dict]:
+    """Every GPU event joins one launch call (a TPU's op runs join their program's dispatch:
+    check_program_runs)."""
+    if getattr(a, "tpu_joins", None):
+        return []
     out = []
     by_device: dict = {}  # GPU -> [events, the graph launches' ids, events joining no launch]
     for e in a.events:

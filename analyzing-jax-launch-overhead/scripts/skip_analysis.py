@@ -480,7 +480,20 @@ def compile_summary(a: Analysis) -> dict | None:
         return None
     return {"per_step_us": spread(per, "us", "measured", 1e-6),
             "steps_with_compile": sum(1 for p in per if p), "steps": len(per),
+            "compiling_steps": [st.number for st, p in zip(a.analysed, per, strict=True) if p],
             "events": len(iv), "label": "measured"}
+
+
+def compile_note(c: dict) -> str | None:
+    """A sentence where XLA compiles in fewer than half the analysed steps (a first call, an
+    occasional new shape): the medians leave it out, so no change ranks it; None otherwise."""
+    if 2 * c["steps_with_compile"] >= c["steps"]:
+        return None
+    steps = ", ".join(str(n) for n in c["compiling_steps"])
+    return (f"XLA compiles on the host in {c['steps_with_compile']} of {c['steps']} analysed "
+            f"steps (step {steps}; {c['per_step_us']['max']:,.1f} us at most): a first call or "
+            "an occasional new shape, a one-off the step medians leave out (skip_stats.json "
+            "compile); where it recurs over a run, it costs its total over the steps it spans")
 
 
 def first_device_event(a: Analysis, step_rows, info, dispatched: bool = False) -> dict:
@@ -778,6 +791,9 @@ def build_result(a: Analysis, joins, name, rule, figures, step_rows, info) -> di
     compiled = compile_summary(a)
     if compiled is not None:  # absent where no step compiles (every capture's result alike)
         result["compile"] = compiled
+        said = compile_note(compiled)
+        if said:
+            result["notes"].append(said)
     result["frames"] = step_frames(a, step_rows, info)
     result["gpu_groups"] = group_entries(info, len({r["step"] for r in step_rows}))
     if len(result["gpu_groups"]) > 1:

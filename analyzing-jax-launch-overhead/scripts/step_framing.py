@@ -1,6 +1,7 @@
 """How step 1 finds the steps of a trace (standard library only).
 
-In this order: StepTraceAnnotation events (`step_num`); the repeating cycle of the host's program
+In this order: StepTraceAnnotation events (`step_num`), else host annotations numbered by
+name (`step 3`); the repeating cycle of the host's program
 executions, a step starting where a Python-traced call runs one whole cycle or after the cycle's
 longest host pause; each call of the Python tracer's outermost repeated call; else the whole
 capture as one window (`find_steps`). Then a step framed from executions starts at its call's
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import operator
+import re
 import statistics
 from dataclasses import dataclass, field
 
@@ -68,6 +70,12 @@ class Execution:
 
 
 MODULE_SUFFIX = ":XLA GPU module"
+# Where no event carries a step_num: host annotations named with a step word and a number
+# (`TraceAnnotation(f"step {i}")`, `train_step_12`, `iteration=3`), one name stem numbering at
+# least NUMBERED_MIN_STEPS steps in start order, mark the steps as StepTraceAnnotation's would.
+NUMBERED_STEP_RE = re.compile(r"^(?!\$)(.*?(?:step|iter|iteration|batch)\w*?)[\s_#:=-]*(\d+)$",
+                              re.IGNORECASE)
+NUMBERED_MIN_STEPS = 3
 
 
 def host_scan(host_threads, marked: list | None = None) -> dict:
@@ -77,8 +85,10 @@ def host_scan(host_threads, marked: list | None = None) -> dict:
     profiler's own left out: CallTree's), and the events that carry a step_num (annotated
     steps: `marked` where the caller found them, gpu_events.Collected.marked). Names repeat,
     so each distinct name is classified once."""
-    # 0 nothing, 1 module event, 2 ExecuteThunks, 3 a traced Python call, 4 the profiler's own
+    # 0 nothing, 1 module event, 2 ExecuteThunks, 3 a traced Python call, 4 the profiler's own,
+    # 5 a name with a step word and a number (NUMBERED_STEP_RE)
     kind: dict[str, int] = {}
+    numbered: list = []
     per: dict = {}
     calls_of: dict = {}
     marks: list = [] if marked is None else marked  # the events carrying a step_num
@@ -93,11 +103,14 @@ def host_scan(host_threads, marked: list | None = None) -> dict:
             if k is None:
                 k = kind[name] = (1 if name.endswith(MODULE_SUFFIX) else
                                   2 if name == "GpuExecutable::ExecuteThunks" else
-                                  0 if not name.startswith(rules.PYTHON_TRACER_PREFIX) else
+                                  (5 if NUMBERED_STEP_RE.match(name) else 0)
+                                  if not name.startswith(rules.PYTHON_TRACER_PREFIX) else
                                   4 if rules.PROFILER_CALL_RE.match(name) else 3)
             if not k:
                 continue
-            if k == 3:
+            if k == 5:
+                numbered.append(h)
+            elif k == 3:
                 calls.append(h)
             elif k == 1:
                 mods.append((h["start"], h["start"] + h["dur"], name[:-len(MODULE_SUFFIX)]))
@@ -111,8 +124,34 @@ def host_scan(host_threads, marked: list | None = None) -> dict:
             per[key] = (mods, thunks)
         if calls:
             calls_of[key] = calls
+    stem = None
+    if not marks and numbered:
+        stem, found = numbered_marks(numbered)
+        marks.extend(found)
     return {"threads": per, "tracer": traced or bool(calls_of), "calls": calls_of,
-            "marks": marks}
+            "marks": marks, "numbered": stem}
+
+
+def numbered_marks(events: list) -> tuple[str | None, list]:
+    """Host annotations whose names number the steps (NUMBERED_STEP_RE), where no event carries
+    a step_num: the stem numbering the most steps, if it numbers at least NUMBERED_MIN_STEPS in
+    start order (a number never smaller than the one before), each event given its number as
+    its step_num (a new args dict: an args dict may be shared); else (None, [])."""
+    by_stem: dict = {}
+    for h in events:
+        m = NUMBERED_STEP_RE.match(h["name"])
+        by_stem.setdefault(m.group(1).strip().lower(), []).append((h["start"], int(m.group(2)), h))
+    best, found = None, []
+    for stem, hs in sorted(by_stem.items()):
+        hs.sort(key=operator.itemgetter(0))
+        numbers = [n for _, n, _ in hs]
+        if len(set(numbers)) < max(NUMBERED_MIN_STEPS, len(set(n for _, n, _ in found))) or \
+                any(b < a for a, b in zip(numbers, numbers[1:], strict=False)):
+            continue
+        best, found = stem, hs
+    for _, n, h in found:
+        h["args"] = {**h["args"], "step_num": n}
+    return best, [h for _, _, h in found]
 
 
 def program_executions(host_threads, scan: dict | None = None) -> list:
@@ -532,7 +571,9 @@ def find_steps(gpu, host_threads, trace_end, scan: dict | None = None,
     notes = []
     steps = annotated_steps(host_threads, scan)
     if steps:
-        return steps, "StepTraceAnnotation (step_num)", notes
+        stem = (scan or {}).get("numbered")
+        return steps, (f"host annotations numbered by name ('{stem} N')" if stem
+                       else "StepTraceAnnotation (step_num)"), notes
     execs = program_executions(host_threads, scan)
     if tree is None and execs:
         scan = scan or host_scan(host_threads)

@@ -612,9 +612,15 @@ KERNEL_GAPS = Prose(
         "streams and the GPU's per-kernel launch latency gone); an upper bound: every kernel "
         "costs some launch latency, inside a graph too, so only fewer kernels remove it all; only "
         "the part after the last host gap saves time"),
-    knob=("fewer and larger kernels (fusion, fewer small ops per step), a larger batch size per "
-          "kernel, the waits on other streams (what the gaps wait for: gaps.csv device_wait rows "
-          "and the swimlanes)"))
+    knob={"device": (
+        "fewer and larger kernels (fusion, fewer small ops per step), a larger batch size per "
+        "kernel, the waits on other streams (what the gaps wait for: gaps.csv device_wait rows "
+        "and the swimlanes)"),
+        "unrecorded": (
+            "first capture the same steps again with the host traced "
+            "(jax.profiler.ProfileOptions: host_tracer_level 2, python_tracer_level 1): the "
+            "gaps' cause is not in this capture; a host that blocks on each step's result, "
+            "dispatches late or feeds the input is the usual one on one device")})
 
 
 @cause("kernel_gaps", KERNEL_GAPS)
@@ -628,14 +634,19 @@ def kernel_gaps(ctx: Context) -> list:
     if sav[ctx.at] < MIN_SAVING_US:
         return []
     n_big, big_us = mp.big_gaps
+    row = ctx.steps[ctx.median][b]
+    unrecorded = row.unknown > row.device_wait  # no host event says why, in most of the idle
+    why = (f"for a cause the capture does not record ({us_text(row.unknown)} of gaps no host "
+           "event explains: steps.csv unknown_gap_us)" if unrecorded else
+           "with no launch late from the host")
     return [Row(f"the critical stream of {device_word(ctx)} {b} is idle between its kernels "
-                "with no launch "
-                f"late from the host: {us_text(mp.idle_before)} of step {ctx.median}, "
+                f"{why}: {us_text(mp.idle_before)} of step {ctx.median}, "
                 f"{n_big} gap(s) of 1 us or more that no other stream filled holding "
                 f"{number_text(min(big_us, mp.idle_before))} us of it, the rest gaps under 1 us "
                 "between kernels",
-                f"{device_word(ctx)} {b} stream {ctx.steps[ctx.median][b].crit}",
-                100.0 * mp.idle_before_exposed / ctx.window, spread(sav, ctx.at))]
+                f"{device_word(ctx)} {b} stream {row.crit}",
+                100.0 * mp.idle_before_exposed / ctx.window, spread(sav, ctx.at),
+                knob=KERNEL_GAPS.knob["unrecorded" if unrecorded else "device"])]
 
 
 FAMILY_KNOBS = {
@@ -1068,13 +1079,15 @@ LAYOUT_COPIES = Prose(
 
 @cause("layout_copies", LAYOUT_COPIES)
 def layout_copies(ctx: Context) -> list:
-    """Copies and transposes that change a layout (LAYOUT_COPY_RE), where the device has a
+    """Copies and transposes that change a layout (LAYOUT_COPY_RE; not a copy into the same
+    layout, ops.csv moves_layout: a buffer copy, an instruction row's), where the device has a
     knob for them (adapters.Adapter.layout_knob): their time in the median step, the Python
     lines with the most of it."""
     knob = device(ctx).layout_knob
     if not knob:
         return []
-    ops, keys, t = ops_matching(ctx, lambda r: LAYOUT_COPY_RE.match(r["instruction"]))
+    ops, keys, t = ops_matching(ctx, lambda r: LAYOUT_COPY_RE.match(r["instruction"])
+                                and r["moves_layout"] != "no")
     if t < MIN_SAVING_US:
         return []
     what = rules.plural(len(keys), "copy or transpose", "copies or transposes")

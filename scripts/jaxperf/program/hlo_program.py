@@ -263,6 +263,26 @@ class Program:
             return None
         return self.under(self.instructions.get(comp.root_id) or comp.instructions[-1], opcodes)
 
+    def moves_layout(self, ins) -> str:
+        """Whether a copy or transpose (or a fusion rooted in one) changes the layout: "yes" for
+        a transpose, or a copy whose operand is laid out otherwise (minor-to-major order or
+        tiles); "no" for a copy into the same layout (a buffer copy XLA inserted: a loop's carry,
+        an input not donated); "" for any other instruction, or where the HLO holds no
+        layout."""
+        root = self.called_root(ins) if ins.opcode == "fusion" else ins
+        if root is None or root.opcode not in ("copy", "transpose"):
+            return ""
+        if root.opcode == "transpose":
+            return "yes"
+        src = self.instructions.get(root.operand_ids[0]) if root.operand_ids else None
+        if src is None or not (root.shape.HasField("layout") and src.shape.HasField("layout")):
+            return ""
+
+        def laid(shape) -> tuple:
+            lay = shape.layout
+            return tuple(lay.minor_to_major), tuple(tuple(x.dimensions) for x in lay.tiles)
+        return "yes" if laid(root.shape) != laid(src.shape) else "no"
+
     @staticmethod
     def trip_count(ins) -> int | None:
         """``known_trip_count`` of a while instruction's backend_config, when present."""
