@@ -17,7 +17,11 @@ written and captured as a user would: `jax.profiler.start_trace`/`stop_trace`, a
 - steps marked by a plain TraceAnnotation(f"step {i}"), batches from a loader thread,
 - lax.switch among branches of very different cost, a few long steps,
 - the compilation inside the capture (no warmup), a capture opened while earlier dispatched
-  steps still run on the chip.
+  steps still run on the chip,
+- a whole greedy generation in one lax.scan (KV cache in the carry), a ResNet-style step with
+  batch norm and hand-written momentum, an embedding table's scatter-add gradient (ids drawn
+  on the chip), a 50,257-word softmax cross-entropy, eager jnp metrics after the jitted step,
+  jax.checkpoint policies (nothing saved, then the matmuls saved).
 
 Each probe leaves `OUTDIR/<probe>/plugins/profile/<run>/...` and `OUTDIR/<probe>/truth.json`:
 the step time without the profiler (`step_ms_unprofiled_median`: steps run as the probe runs
@@ -31,11 +35,12 @@ its steps, `step_ms_profiled_median` is the median distance between annotation s
 StepTraceAnnotation's, or a TraceAnnotation's whose name starts with `annotation_prefix`). The
 truth also names the capture's ProfileOptions (`profile_options`) and warmup where not default.
 
-Two probes have an after, the change an engineer would make first, captured and timed the
+Four probes have an after, the change an engineer would make first, captured and timed the
 same way (`AFTER`): the host callback moved out of the jitted step, the decoded token kept on
-the device; the before's truth gets `after` and `after_speedup` (an after no faster is kept as
-such). The captures are for trying the bundle on programs it was not written against; the few
-the tests read are committed under tests/data/tpu-probes/.
+the device, the gradient norm jitted, the matmuls saved by the checkpoint policy; the before's
+truth gets `after` and `after_speedup` (an after no faster is kept as such). The captures are
+for trying the bundle on programs it was not written against; the few the tests read are
+committed under tests/data/tpu-probes/.
 `OUTDIR/probes.tar.gz` holds every probe's folder. Exit codes: 0 all ran, 1 one failed, 2 usage.
 """
 
@@ -648,8 +653,235 @@ def probe_mid_start(smoke: bool) -> Probe:
                  pre_capture=partial(dispatch, 32, False))
 
 
+def _xent(logits, y):
+    logits = logits.astype(jnp.float32)
+    return jnp.mean(jax.nn.logsumexp(logits, -1)
+                    - jnp.take_along_axis(logits, y[:, None], 1)[:, 0])
+
+
+def probe_decode_scan(smoke: bool) -> Probe:
+    """Greedy decoding of a whole sequence in one jitted call: lax.scan over the positions with
+    the KV cache in the carry; a call a "generate" step, its tokens read with np.asarray."""
+    b, d, heads, vocab, layers, t = ((2, 32, 2, 64, 2, 8) if smoke
+                                     else (8, 1024, 8, 32000, 4, 64))
+    dh, bf = d // heads, jnp.bfloat16
+    k = jax.random.split(jax.random.key(19), layers + 2)
+    shapes = {"qkv": (d, 3 * d), "o": (d, d), "up": (d, 4 * d), "down": (4 * d, d)}
+    p = {"emb": _normal(k[-2], (vocab, d), bf, 0.02), "head": _normal(k[-1], (d, vocab), bf, .03),
+         "layers": [{n: _normal(kk, s, bf, s[0] ** -.5) for kk, (n, s)
+                     in zip(jax.random.split(k[i], 4), shapes.items(), strict=True)}
+                    for i in range(layers)]}
+
+    @jax.jit
+    def generate(p, tok):
+        def position(carry, pos):
+            tok, ck, cv = carry
+            x = p["emb"][tok]  # (b, d)
+            for i, w in enumerate(p["layers"]):
+                q, kk, vv = (a.reshape(b, heads, dh) for a in jnp.split(x @ w["qkv"], 3, -1))
+                ck = jax.lax.dynamic_update_slice(ck, kk[None, :, None], (i, 0, pos, 0, 0))
+                cv = jax.lax.dynamic_update_slice(cv, vv[None, :, None], (i, 0, pos, 0, 0))
+                s = jnp.einsum("bhd,bthd->bht", q, ck[i]).astype(jnp.float32) / math.sqrt(dh)
+                s = jnp.where(jnp.arange(t) <= pos, s, -1e9)
+                o = jnp.einsum("bht,bthd->bhd", jax.nn.softmax(s, -1).astype(bf), cv[i])
+                x = x + o.reshape(b, d) @ w["o"]
+                x = x + jax.nn.gelu(x @ w["up"]) @ w["down"]
+            nxt = jnp.argmax(x @ p["head"], -1).astype(jnp.int32)
+            return (nxt, ck, cv), nxt
+
+        cache = jnp.zeros((layers, b, t, heads, dh), bf)
+        (last, _, _), toks = jax.lax.scan(position, (tok, cache, cache), jnp.arange(t))
+        return toks.T, last
+
+    st = {"tok": jnp.arange(b, dtype=jnp.int32)}
+
+    def run(n, annotate):
+        for i in range(n):
+            with _step_ctx("generate", i, annotate):
+                toks, st["tok"] = generate(p, st["tok"])  # the last tokens start the next call
+                np.asarray(toks)
+
+    return Probe(run, f"jitted greedy generate of {t} tokens (lax.scan, KV cache in the carry), "
+                      f"{layers} layers, d {d}, {heads} heads, vocab {vocab}, batch {b}, bf16; "
+                      "np.asarray(tokens) each call, annotated 'generate'", "generate")
+
+
+def probe_resnet_bn(smoke: bool) -> Probe:
+    """A ResNet-style train step: three basic blocks (conv3x3, batch norm on the batch's
+    statistics, relu, twice, and the skip), global pool, dense head, softmax cross-entropy;
+    SGD with momentum by hand (jax.tree.map), params and momentum donated."""
+    b, hw, c, blocks = (4, 8, 8, 3) if smoke else (64, 56, 64, 3)
+    k = jax.random.split(jax.random.key(20), 2 * blocks + 2)
+    bf = jnp.bfloat16
+    p = {"conv": [_normal(k[i], (3, 3, c, c), bf, (9 * c) ** -.5) for i in range(2 * blocks)],
+         "bn": [{"g": jnp.ones(c), "b": jnp.zeros(c)} for _ in range(2 * blocks)],
+         "fc": _normal(k[-2], (c, 1000), bf, c ** -.5)}
+    x = _normal(k[-1], (b, hw, hw, c), bf, 1.0)
+    y = jnp.arange(b) % 1000
+
+    def conv_bn(h, w, bn):
+        h = jax.lax.conv_general_dilated(h, w, (1, 1), "SAME",
+                                         dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        hf = h.astype(jnp.float32)
+        mean, var = jnp.mean(hf, (0, 1, 2)), jnp.var(hf, (0, 1, 2))
+        return ((hf - mean) * jax.lax.rsqrt(var + 1e-5) * bn["g"] + bn["b"]).astype(bf)
+
+    def loss_fn(p, x, y):
+        h = x
+        for i in range(0, 2 * blocks, 2):
+            r = jax.nn.relu(conv_bn(h, p["conv"][i], p["bn"][i]))
+            h = jax.nn.relu(h + conv_bn(r, p["conv"][i + 1], p["bn"][i + 1]))
+        return _xent(jnp.mean(h, (1, 2)) @ p["fc"], y)
+
+    @partial(jax.jit, donate_argnums=(0, 1))
+    def train_step(p, m, x, y):
+        loss, g = jax.value_and_grad(loss_fn)(p, x, y)
+        m = jax.tree.map(lambda v, gg: 0.9 * v + gg.astype(v.dtype), m, g)
+        return jax.tree.map(lambda a, v: a - 1e-2 * v, p, m), m, loss
+
+    st = {"p": p, "m": jax.tree.map(jnp.zeros_like, p)}
+
+    def run(n, annotate):
+        for i in range(n):
+            with _step_ctx("train", i, annotate):
+                st["p"], st["m"], loss = train_step(st["p"], st["m"], x, y)
+                jax.block_until_ready(loss)
+
+    return Probe(run, f"jitted ResNet-style train step: {blocks} blocks of conv3x3 + batch norm "
+                      f"+ relu, NHWC bf16 {hw}x{hw}x{c}, batch {b}; SGD momentum by hand, "
+                      "params and momentum donated, annotated 'train'", "train")
+
+
+def probe_embedding_scatter(smoke: bool) -> Probe:
+    """A recommender step: ids drawn on the device (a key folded with the step number) look up
+    an f32 embedding table; bags of 8 mean-pooled into a small MLP; the table's gradient a
+    scatter-add, the table updated in place (donated)."""
+    rows, dim, n_ids, bag = (1000, 16, 256, 8) if smoke else (1_000_000, 128, 65536, 8)
+    k = jax.random.split(jax.random.key(21), 4)
+    p = {"table": _normal(k[0], (rows, dim), jnp.float32, 0.01),
+         "w1": _normal(k[1], (dim, 256), jnp.float32, dim ** -.5),
+         "w2": _normal(k[2], (256, 1), jnp.float32, 1 / 16)}
+
+    def loss_fn(p, ids, y):
+        e = p["table"][ids].reshape(-1, bag, dim).mean(1)
+        logit = (jax.nn.relu(e @ p["w1"]) @ p["w2"])[:, 0]
+        return jnp.mean(jax.nn.softplus(logit) - y * logit)  # logistic loss
+
+    @partial(jax.jit, donate_argnums=(0,))
+    def train_step(p, key, step):
+        ids = jax.random.randint(jax.random.fold_in(key, step), (n_ids,), 0, rows)
+        y = (ids[::bag] % 2).astype(jnp.float32)
+        loss, g = jax.value_and_grad(loss_fn)(p, ids, y)
+        return jax.tree.map(lambda a, gg: a - 0.1 * gg, p, g), loss
+
+    st = {"p": p, "step": 0}
+
+    def run(n, annotate):
+        for i in range(n):
+            with _step_ctx("train", i, annotate):
+                st["p"], loss = train_step(st["p"], k[3], st["step"])
+                jax.block_until_ready(loss)
+            st["step"] += 1
+
+    return Probe(run, f"jitted embedding train step: {rows:,} x {dim} f32 table, {n_ids:,} ids "
+                      f"a step drawn on the device, bags of {bag} mean-pooled into an MLP; the "
+                      "table's gradient a scatter-add, table donated, annotated 'train'", "train")
+
+
+def probe_xent_large_vocab(smoke: bool) -> Probe:
+    """A language-model head: hidden @ W to a vocabulary not a multiple of 128, softmax
+    cross-entropy in f32, gradients of W (updated, donated) and of the hidden states."""
+    n, d, vocab = (64, 32, 257) if smoke else (8192, 1024, 50257)
+    k = jax.random.split(jax.random.key(23), 3)
+    h = _normal(k[0], (n, d), jnp.bfloat16, 1.0)
+    w = _normal(k[1], (d, vocab), jnp.bfloat16, d ** -.5)
+    y = jax.random.randint(k[2], (n,), 0, vocab)
+
+    @partial(jax.jit, donate_argnums=(0,))
+    def train_step(w, h, y):
+        loss, (gw, gh) = jax.value_and_grad(lambda w, h: _xent(h @ w, y), (0, 1))(w, h)
+        return w - 1e-2 * gw, gh, loss
+
+    st = {"w": w}
+
+    def run(n_steps, annotate):
+        for i in range(n_steps):
+            with _step_ctx("train", i, annotate):
+                st["w"], _, loss = train_step(st["w"], h, y)
+                jax.block_until_ready(loss)
+
+    return Probe(run, f"jitted LM head: hidden ({n} x {d} bf16) @ W ({d} x {vocab} bf16), "
+                      "softmax cross-entropy in f32 and its gradients, W donated, annotated "
+                      "'train'", "train")
+
+
+def probe_eager_metrics(smoke: bool) -> Probe:
+    """The train step returning its predictions, then eager (un-jitted) jnp metrics on them
+    each step: accuracy, each param's norm, a few statistics; float() of the loss and accuracy."""
+    params, x, y, _, shape = _mlp(smoke)
+    labels = jnp.argmax(y, -1)
+
+    def loss_pred(p, x, y):
+        out = jax.nn.relu(x @ p["w1"]) @ p["w2"]
+        return jnp.mean(jnp.square((out - y).astype(jnp.float32))), out
+
+    @partial(jax.jit, donate_argnums=(0,))
+    def train_step(p, x, y):
+        (loss, pred), g = jax.value_and_grad(loss_pred, has_aux=True)(p, x, y)
+        return jax.tree.map(lambda a, b: a - 1e-3 * b.astype(a.dtype), p, g), loss, pred
+
+    st = {"p": params, "ema": 0.0}
+
+    def run(n, annotate):
+        for i in range(n):
+            with _step_ctx("train", i, annotate):
+                st["p"], loss, pred = train_step(st["p"], x, y)
+                acc = jnp.mean((jnp.argmax(pred, -1) == labels).astype(jnp.float32))
+                st["norms"] = [jnp.linalg.norm(v.astype(jnp.float32)) for v in st["p"].values()]
+                st["stats"] = (jnp.mean(pred), jnp.std(pred), jnp.max(jnp.abs(pred)))
+                st["ema"] = 0.9 * st["ema"] + 0.1 * loss
+                float(loss), float(acc)
+
+    return Probe(run, f"jitted donated {shape} train step returning its predictions, then eager "
+                      "jnp metrics (accuracy, param norms, prediction statistics, a loss EMA); "
+                      "float(loss), float(acc) each step, annotated 'train'", "train")
+
+
+def probe_remat_policy(smoke: bool, policy: str = "nothing_saveable") -> Probe:
+    """A 6-layer bf16 MLP, each layer under jax.checkpoint with a policy: `nothing_saveable`
+    (the backward pass recomputes every matmul) or `dots_saveable` (the matmuls kept)."""
+    d, b, layers = (64, 32, 6) if smoke else (4096, 4096, 6)
+    k = jax.random.split(jax.random.key(24), layers + 1)
+    ws = [_normal(k[i], (d, d), jnp.bfloat16, d ** -.5) for i in range(layers)]
+    x = _normal(k[-1], (b, d), jnp.bfloat16, 1.0)
+    layer = jax.checkpoint(lambda w, h: h + jax.nn.gelu(h @ w),
+                           policy=getattr(jax.checkpoint_policies, policy))
+
+    def loss_fn(ws, x):
+        h = x
+        for w in ws:
+            h = layer(w, h)
+        return jnp.mean(jnp.square(h.astype(jnp.float32)))
+
+    @partial(jax.jit, donate_argnums=(0,))
+    def train_step(ws, x):
+        loss, g = jax.value_and_grad(loss_fn)(ws, x)
+        return jax.tree.map(lambda a, gg: a - 1e-4 * gg, ws, g), loss
+
+    st = {"p": ws}
+
+    def run(n, annotate):
+        for i in range(n):
+            with _step_ctx("train", i, annotate):
+                st["p"], loss = train_step(st["p"], x)
+                jax.block_until_ready(loss)
+
+    return Probe(run, f"jitted {layers}-layer {d}x{d} bf16 MLP train step, batch {b}, each "
+                      f"layer under jax.checkpoint(policy={policy}), annotated 'train'", "train")
+
+
 AFTER = {"callback_step": "callback_step_outside", "decode_kv": "decode_kv_on_device",
-         "two_programs": "two_programs_jitted_norm"}
+         "two_programs": "two_programs_jitted_norm", "remat_policy": "remat_policy_saved"}
 
 PROBES: dict[str, Callable[[bool], Probe]] = {
     "async_train": probe_async_train,
@@ -676,6 +908,13 @@ PROBES: dict[str, Callable[[bool], Probe]] = {
     "few_big_steps": probe_few_big_steps,
     "compile_in_capture": probe_compile_in_capture,
     "mid_start": probe_mid_start,
+    "decode_scan": probe_decode_scan,
+    "resnet_bn": probe_resnet_bn,
+    "embedding_scatter": probe_embedding_scatter,
+    "xent_large_vocab": probe_xent_large_vocab,
+    "eager_metrics": probe_eager_metrics,
+    "remat_policy": probe_remat_policy,
+    "remat_policy_saved": partial(probe_remat_policy, policy="dots_saveable"),
 }
 
 

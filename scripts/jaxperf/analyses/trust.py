@@ -725,12 +725,14 @@ def needs_new_capture(inp: Inputs, items: list, facts: Facts) -> list:
         q.append(question(s, NEEDS["batch"] if "batch" in s else "a new capture (see the "
                           "question)", "skip_stats.json: needs_new_capture"))
     between = ss.get("between_steps") or {}
+    tpu = ((inp.get("capture_info") or {}).get("device") or {}).get("kind") == "TPU"
+    core = "TPU core" if tpu else "GPU"
     if between.get("cause") in ("not recorded", "mostly not recorded"):
-        q.append(question("what the host does between steps while the GPU idles (the host "
+        q.append(question(f"what the host does between steps while the {core} idles (the host "
                           "events there cover little of that idle: steps.csv between_cause)",
                           NEEDS["host_calls"], "skip_stats.json: between_steps; steps.csv"))
     if ss.get("verdict") == "launch-bound":
-        q.append(question("what the host does inside its calls while the GPU waits (the "
+        q.append(question(f"what the host does inside its calls while the {core} waits (the "
                           "verdict is launch-bound; gaps.csv names the calls, not their insides)",
                           NEEDS["host_calls"], "skip_stats.json: verdict; gaps.csv"))
     if "python_tracer" in kinds:
