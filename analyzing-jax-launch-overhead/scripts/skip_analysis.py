@@ -825,7 +825,7 @@ def result_head(a: Analysis, joins, name, rule) -> dict:
                   "partial_analysed": [s.number for s in a.analysed if s.partial]},
         "joins": {k: joins.get(k, 0) for k in JOIN_KEYS + ("shared_ids_without_graph_launch",)
                   + (("dispatch",) if joins.get("dispatch") else ())},
-        "gpu_events": total,
+        "gpu_events": total, "device_kind": "TPU" if device_word(a) != "GPU" else "GPU",
         "join_rate_pct_of_gpu_events": 100.0 * joins.get("launch", 0) / total if total else 0.0,
         "figures": {}, "host_device_split": None, "straggler": None, "gpu_groups": [],
         "dispatch": None, "frames": None,

@@ -180,6 +180,8 @@ def render_summary(r: dict) -> list[str]:
     out += [f"note: {n}" for n in r["notes"]]
     out += [f"cannot compute: {x}" for x in r["refusals"]]
     out += [f"needs a new capture: {x}" for x in r["needs_new_capture"]]
+    if r.get("device_kind") == "TPU":
+        out = [rules.tpu_words(line) for line in out]
     return [rules.printable(line) for line in out]  # a newline in a name stays on its line
 
 
@@ -223,9 +225,10 @@ def steps_lines(r: dict) -> list[str]:
 def joins_lines(r: dict) -> list[str]:
     """What the correlation ids joined, and notes on the ids that joined no launch."""
     j = r["joins"]
-    if j.get("dispatch"):  # a TPU's op runs: joined to their program's dispatch, not launched
-        out = [f"joins: dispatch {j['dispatch']} of {r['gpu_events']} op runs joined to their "
-               "program run's host dispatch (a TPU: no launch call or correlation id per op)"]
+    if r.get("device_kind") == "TPU":  # op runs: joined to their program's dispatch
+        out = [f"joins: dispatch {j.get('dispatch', 0)} of {r['gpu_events']} op runs joined to "
+               "their program run's host dispatch (a TPU: no launch call or correlation id per "
+               "op)"]
     else:
         out = ["joins: " + ", ".join(f"{k} {j[k]}" for k in JOIN_KEYS)
                + f" (of {r['gpu_events']} GPU events; join rate to a launch call "

@@ -437,6 +437,35 @@ def escaped(m) -> str:
     return m.group().encode("unicode_escape").decode("ascii")
 
 
+# The words of a GPU's parts in the text outputs' own sentences (summary.txt's lines, the
+# draft's headings and table heads), and a TPU's for them: a TPU core runs op lines, not
+# streams of kernels. Longer phrases first: each is replaced once, in this order.
+TPU_WORDS = (
+    ("GPUs and streams", "TPU cores and op lines"), ("| GPU | stream |", "| TPU core | op line |"),
+    ("kernels per step per GPU", "op runs per step per TPU core"),
+    ("across analysed steps and GPUs", "across analysed steps and TPU cores"),
+    ("across steps and GPUs", "across steps and cores"),
+    ("per step and GPU", "per step and TPU core"), ("(bounding GPU)", "(bounding TPU core)"),
+    ("each GPU's last kernel", "each TPU core's last op"), ("every GPU", "every TPU core"),
+    ("events on GPU lines that are not streams", "events on the TPU's lines that are not op lines"),
+    ("two executions' kernels", "two program runs' ops"),
+    ("union of all streams", "union of all op lines"), ("union of streams", "union of op lines"),
+    ("mean kernel duration", "mean op duration"), ("sum of kernel time", "sum of op time"),
+    ("its last kernel's end", "its last op's end"), ("overlapping streams", "overlapping op lines"),
+    ("on the critical streams", "on the critical op lines"),
+    ("GPU time", "device time"), ("GPU busy", "device busy"), ("GPU idle", "TPU core idle"),
+    ("the critical stream", "the critical op line"))
+
+
+def tpu_words(text: str, phrases=None) -> str:
+    """`text` (a sentence of this bundle's own) in a TPU's words (TPU_WORDS; only those of
+    `phrases` where given)."""
+    for gpu, tpu in TPU_WORDS:
+        if gpu in text and (phrases is None or gpu in phrases):
+            text = text.replace(gpu, tpu)
+    return text
+
+
 def printable(text) -> str:
     """`text` for one line of a text output (summary.txt, a printout, an error sentence):
     control characters (a newline, a carriage return, an escape, NUL), line separators, lone

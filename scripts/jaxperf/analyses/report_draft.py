@@ -758,14 +758,13 @@ def draft(s: Scratch) -> str:
     return tpu_words(text) if (info.get("device") or {}).get("kind") == "TPU" else text
 
 
-# The draft's own words for a GPU's parts, on a TPU: in its headings, its tables' header rows and
-# first cells and its gap bullets only (a table's sentence quoted whole keeps its words: the
-# fact check compares it with the table)
-TPU_WORDS = (("GPUs and streams", "TPU cores and op lines"), ("| GPU | stream |",
-             "| TPU core | op line |"), ("GPU time", "device time"), ("GPU busy", "device busy"),
-             ("GPU idle", "device idle"), ("union of streams", "union of op lines"),
-             ("kernels per step per GPU", "op runs per step per core"),
-             ("across steps and GPUs", "across steps and cores"))
+# The draft's own words for a GPU's parts, on a TPU (rules.TPU_WORDS): in its headings, its
+# tables' header rows and first cells and its gap bullets only, and only the phrases the draft
+# itself writes there (a table's sentence quoted whole keeps its words: the fact check compares
+# it with the table)
+DRAFT_PHRASES = frozenset({"GPUs and streams", "| GPU | stream |", "GPU time", "GPU busy",
+                           "GPU idle", "union of streams", "kernels per step per GPU",
+                           "across steps and GPUs"})
 GAP_BULLET_RE = re.compile(r"^- GPU (\d+) stream \d+ step")
 
 
@@ -776,9 +775,6 @@ def tpu_words(text: str) -> str:
         first = ln.startswith("| ") and "|" in ln[2:] and not header
         if ln.startswith("#") or header or first:
             cut = ln.index("|", 2) if first else len(ln)  # a data row: its first cell alone
-            part = ln[:cut]
-            for gpu, tpu in TPU_WORDS:
-                part = part.replace(gpu, tpu)
-            lines[i] = part + ln[cut:]
+            lines[i] = rules.tpu_words(ln[:cut], DRAFT_PHRASES) + ln[cut:]
         lines[i] = GAP_BULLET_RE.sub(r"- TPU core \1 step", lines[i])
     return "\n".join(lines)
