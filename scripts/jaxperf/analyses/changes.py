@@ -127,22 +127,24 @@ class Found:
 
 @dataclass(frozen=True)
 class Cause:
-    """An entry of the registry: the cause_kind, the function that finds its rows, its prose, and
+    """An entry of the registry: the cause_kind, the function that finds its rows, its prose,
     whether its rows regroup other rows' kernel time (ranked after every other row, never added
-    to them)."""
+    to them), and whether they cut compute time no instruction row counts (`compute`: the
+    combined saving adds them to the compute side)."""
     kind: str
     find: Callable
     prose: Prose
     regroups: bool = False
+    compute: bool = False
 
 
 REGISTRY: list[Cause] = []
 
 
-def cause(kind: str, prose: Prose, regroups: bool = False):
+def cause(kind: str, prose: Prose, regroups: bool = False, compute: bool = False):
     """Registers the function it decorates as the cause `kind`, after those registered before."""
     def register(find: Callable) -> Callable:
-        REGISTRY.append(Cause(kind, find, prose, regroups))
+        REGISTRY.append(Cause(kind, find, prose, regroups, compute))
         return find
     return register
 
@@ -1038,7 +1040,7 @@ SCAN_STACKING = Prose(
           "recompute for the copies"))
 
 
-@cause("scan_stacking", SCAN_STACKING)
+@cause("scan_stacking", SCAN_STACKING, compute=True)
 def scan_stacking(ctx: Context) -> list:
     """A TPU's scan (a while loop's body) stacking each iteration's residuals for the backward
     pass: the dynamic-update-slice fusions inside the body (`stacking`), their
@@ -1077,7 +1079,7 @@ LAYOUT_COPIES = Prose(
     knob="")
 
 
-@cause("layout_copies", LAYOUT_COPIES)
+@cause("layout_copies", LAYOUT_COPIES, compute=True)
 def layout_copies(ctx: Context) -> list:
     """Copies and transposes that change a layout (LAYOUT_COPY_RE; not a copy into the same
     layout, ops.csv moves_layout: a buffer copy, an instruction row's), where the device has a
@@ -1117,7 +1119,7 @@ HOST_CALLBACK = Prose(
           "ordered=False) so the device need not wait in order"))
 
 
-@cause("host_callback", HOST_CALLBACK)
+@cause("host_callback", HOST_CALLBACK, compute=True)
 def host_callback(ctx: Context) -> list:
     """Host callbacks inside a program (HOST_CALLBACK_RE on ops.csv op_name): the device waits
     on the host function in the middle of the program; their time in the median step, the
@@ -1148,16 +1150,18 @@ REMAT = Prose(
         "(FLOPs as XLA's cost model states them); with the matmuls' outputs saved, that share "
         "of the backward's matrix time goes, the rest unchanged; more memory holds the saved "
         "activations (whether they fit is not in the capture); measured on a TPU v5e (six "
-        "4096-wide bf16 layers): dots_saveable in place of nothing_saveable ran 1.25x as fast "
-        "(19.70 to 15.79 ms a step), where this row estimated 4.1 ms of the 3.9 ms saved; its "
-        "time a step: ops.csv's over the program's executions"),
+        "4096-wide bf16 layers, a calibration run of this bundle's, bench/tpu_probe.py "
+        "remat_policy: a fixed figure, not read from this capture): dots_saveable in place "
+        "of nothing_saveable ran 1.25x as fast (19.70 to 15.79 ms a step), where this row "
+        "estimated 4.1 ms of the 3.9 ms saved; its time a step: ops.csv's over the "
+        "program's executions"),
     knob=("a checkpoint policy that saves the matmuls' outputs: jax.checkpoint(f, policy="
           "jax.checkpoint_policies.dots_saveable) (or dots_with_no_batch_dims_saveable, "
           "save_only_these_names), or no jax.checkpoint where the activations fit in memory; "
           "recompute only what memory needs"))
 
 
-@cause("remat", REMAT)
+@cause("remat", REMAT, compute=True)
 def remat(ctx: Context) -> list:
     """The backward pass recomputing the forward under jax.checkpoint (REMAT_RE in a backward
     instruction's op_name): where the backward's matrix FLOPs (roofline.csv `work` gemm or
@@ -1200,7 +1204,7 @@ PALLAS_NO_COST = Prose(
     knob="")
 
 
-@cause("pallas_call", PALLAS_NO_COST)
+@cause("pallas_call", PALLAS_NO_COST, compute=True)
 def pallas_call(ctx: Context) -> list:
     """A TPU's Pallas calls the capture gives no cost (no cost_estimate): ranked by their time,
     the saving an upper bound, the knob their block sizes (the instruction cause costs those
@@ -1523,12 +1527,15 @@ def combined(ctx: Context, rows: list) -> dict:
     named = {i for r in rows for i in r["named"]} - {i for r in rows for i in r["fuses"]}
     cut = sum(c["cut"] for i, c in enumerate(ctx.ceilings.cands) if i in named) \
         if ctx.ceilings is not None else 0.0
+    # the compute rows no instruction row counts (Cause.compute), each at its median saving
+    compute_rows = {c.kind for c in REGISTRY if c.compute}
+    extra = sum(r["saving"]["value"] for r in rows if r["cause_kind"] in compute_rows)
     comb = []
     for i, n in enumerate(ctx.chosen):
         p = ctx.paths[n]
         straggler = ctx.straggler_work.get(n, {}).get("full", 0.0)
         fused = sum(r["kernel_cut"][i] for r in rows if r.get("kernel_cut"))
-        compute_side = min(p.compute, straggler + cut * p.compute + fused)
+        compute_side = min(p.compute, straggler + cut * p.compute + fused + extra)
         c = (max(0.0, p.host_late - ctx.lead_in) + p.collective + p.memcpy_arg
              + p.idle_between + (p.idle_before if ctx.rows is not None else 0.0)
              + compute_side)
@@ -1596,7 +1603,9 @@ COMBINE_RULE = (
     "combined_saving_us is every listed cause gone at once with all work exposed: host-late "
     "time + collective + memcpy + idle between steps + idle between kernels + min(compute, "
     "straggler + the instructions "
-    "the instruction and Python-line rows name, each once, a fused pass by its fused saving), "
+    "the instruction and Python-line rows name, each once, a fused pass by its fused saving, "
+    "+ the compute rows no instruction row counts: scan_stacking, layout_copies, "
+    "host_callback, remat, pallas_call, each at its saving), "
     "per step, capped at the step time, and never less than the largest row's saving alone; "
     "an upper bound, never a sum of the rows.")
 
