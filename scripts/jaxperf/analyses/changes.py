@@ -367,6 +367,11 @@ HOST_GAP = Prose(
             "change from step to step (weights, constants, masks) once and keep it; for each "
             "step's fresh batch, device_put the next one in a background thread while this step "
             "runs (prefetch)"),
+        "before, sync": (
+            "the host's time before the step's first op holds a wait on the previous step's "
+            "result ({sync}), then this step's dispatch: async dispatch: read results (the "
+            "loss, a metric) every N steps, not each step, so the host dispatches the next step "
+            "while this one runs"),
         "before, dispatch": (
             "the host's work before the step's first op is mostly the runtime dispatching the "
             "program ({setup}): fewer dispatches, several steps in one (lax.scan or "
@@ -395,16 +400,21 @@ def host_knob(lead: float, host_late: float, graph_pct: float, tracer: bool,
               events: list = (), setup_re=None, copy: tuple | None = None) -> str:
     """What to test for host gaps: the host's work before the first launch (the runtime's own
     set-up where its host events, of `events` (name, us) inside the gaps, are half their time
-    or more and fill half the leading gap or more), or the launches between kernels (the larger
-    first), and the Python tracer where its events fill the gaps. `setup_re`: the device's
-    names of the runtime's set-up (adapters.Adapter.setup_re; None: none known). `copy`: (its
-    largest event's name, whether copies from the host dominate the leading gap: copies_lead)."""
+    or more and fill half the leading gap or more; a wait on the previous step's result where
+    one blocking call, gap_causes.SYNC_RE, fills a quarter of it), or the launches between
+    kernels (the larger first), and the Python tracer where its events fill the gaps.
+    `setup_re`: the device's names of the runtime's set-up (adapters.Adapter.setup_re; None:
+    none known). `copy`: (its largest event's name, whether copies from the host dominate the
+    leading gap: copies_lead)."""
     sentences = HOST_GAP.knob
     between = sentences["between, in graphs" if graph_pct >= 50.0 else "between"]
     setup = [(n, t) for n, t in events if setup_re is not None and setup_re.match(n)]
+    sync = [(n, t) for n, t in events if gap_causes.SYNC_RE.search(n)]
     knob = []
     if lead >= LEADING_GAP_MAJORITY * host_late and copy and copy[1]:
         knob.append(sentences["before, copy"].format(copy=copy[0]))
+    elif lead >= LEADING_GAP_MAJORITY * host_late and sync and 4 * sync[0][1] >= lead:
+        knob.append(sentences["before, sync"].format(sync=sync[0][0]))
     elif lead >= LEADING_GAP_MAJORITY * host_late:
         dispatch = bool(setup) and all(gap_causes.DISPATCH_CALL_RE.match(n) for n, _ in setup)
         knob.append(sentences["before, dispatch" if dispatch else "before, set-up"].format(
