@@ -192,7 +192,7 @@ def test_tables_are_real_tables(scratch):
     for a in nums:
         float(a["data-value"])
     # units in the headers, each numeric column of a scratch table with its label
-    assert "gpu (µs)" in html
+    assert "device (µs)" in html
     assert re.search(r'<th scope="col" class="num">dur \(µs\) <span class="lbl lbl-m">', html)
     # the long table is cut to its top rows with the count of the rest
     kernels = sum(1 for _ in open(scratch / "attribution" / "kernels.csv")) - 1
