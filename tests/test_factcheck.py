@@ -918,3 +918,20 @@ def test_an_identifier_before_a_table_named_alone_is_no_claim(scratch, tmp_path)
     before them is an identifier, so nothing is claimed (an agent's report failed on it)."""
     p, rows = check("# R\n\nTest change 1 (steps.csv) first.\n", scratch, tmp_path)
     assert [x["verdict"] for x in rows if x["figure"] == "1"] == ["skipped"], p.stdout
+
+
+def test_two_figures_before_two_json_paths_are_each_their_own(tmp_path):
+    """"between a and b (label; x.json: path a; x.json: path b)": each figure is checked against
+    its own path, as two one-row CSV citations are (an agent's report failed on it as written);
+    the two swapped still fail."""
+    out = tmp_path / "scratch"
+    out.mkdir()
+    (out / "skip_stats.json").write_text(json.dumps({"figures": {"busy": {
+        "value": 97.94, "min": 96.9858, "max": 98.2846, "unit": "pct", "label": "inferred"}}}),
+        encoding="utf-8")
+    c = "(inferred; skip_stats.json: figures.busy.min; skip_stats.json: figures.busy.max)"
+    p, rows = check(f"# R\nBusy between 96.99% and 98.28% {c}.\nSwapped: 98.28% and 96.99% {c}.\n",
+                    out, tmp_path)
+    got = [(x["line"], x["figure"], x["verdict"]) for x in rows if x["verdict"] != "skipped"]
+    assert got == [("2", "96.99% and 98.28%", "ok"), ("3", "98.28% and 96.99%", "wrong_value")]
+    assert p.returncode == 4

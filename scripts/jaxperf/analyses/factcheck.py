@@ -620,12 +620,14 @@ def check_derived_file(scratch) -> list[Row]:
 
 def paired(scratch, fig: Figure, members: list) -> bool:
     """Two numbers joined by "to", "-" or "and" before two citations that each select one row
-    are two figures, each checked against its own citation (not a range: one row has no
-    spread)."""
+    (or one JSON value by its path) are two figures, each checked against its own citation
+    (not a range: one row has no spread)."""
     if len(fig.parts) != 2 or len(members) != 2 or any(c.is_row_ref() for c in members):
         return False
     try:
-        return all(c.table.endswith(".csv") and one_row(scratch, c) for c in members)
+        return all(c.table.endswith(".csv") and one_row(scratch, c) or
+                   c.table.endswith(".json") and bool(c.selector) and "=" not in c.selector
+                   for c in members)
     except NoTable:
         return False
 
