@@ -191,8 +191,9 @@ def check_same_work(a, step_rows, idle_gpus, groups=None, compared=None) -> list
         return out
     if len(devices) < 2:
         if devices:
-            out.append(row("same_work_across_gpus", devices[0], "", "not checkable",
-                           sentence="one GPU with work: nothing to compare it with"))
+            out.append(row("same_work_across_gpus", devices[0], "", "not checkable", 1, "",
+                           "count", "devices with work", "",
+                           "one GPU with work: nothing to compare it with"))
         return out
     steps = sorted({r["step"] for r in step_rows})
     kernels_of: dict[int, list] = {}
