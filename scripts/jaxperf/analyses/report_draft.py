@@ -227,7 +227,7 @@ def top_in_brief(s: Scratch) -> list[str]:
     if top and not tpu:  # by name alone: no matching (a TPU's names are its instructions)
         share = [cell(r["pct_of_device_time"], "%", "inferred", kn, "pct_of_device_time",
                       name_key(r), 2) for r in top]
-        out.append("- Top kernels by name, share of GPU time: " + "; ".join(
+        out.append("- Top kernels by name, share of device time: " + "; ".join(
             f"{code(shown_name(r['kernel']))} ({r['family']}) {c}"
             for r, c in zip(top, share, strict=True)) + ".")
     for table, what, col, refused in ((OPS, "Top instructions", "instruction", refusals["ops"]),
@@ -239,7 +239,7 @@ def top_in_brief(s: Scratch) -> list[str]:
                           key_of(r, col), 2) for r in rows]
             # an instruction's name repeats across programs: then each is named by its program
             named = len({r[col] for r in rows}) < len(rows) and col == "instruction"
-            out.append(f"- {what} by share of GPU time: " + "; ".join(
+            out.append(f"- {what} by share of device time: " + "; ".join(
                 f"{code(program_named(r) if named else r[col])} {c}"
                 for r, c in zip(rows, share, strict=True)) + ".")
     return out
@@ -493,9 +493,9 @@ def ops_table(s: Scratch, ops: list) -> list[str]:
     roof = {(r.get("program_id", ""), r["instruction"]): r for r in (s.rows("roofline.csv") or [])}
     key = "program_id=*, instruction=*3"
     out = ["", "| program id | program | instruction "
-           f"| GPU time (us) (measured; {OPS}: device_us, {key}) "
+           f"| device time (us) (measured; {OPS}: device_us, {key}) "
            f"| share of attributed (%) (inferred; {OPS}: pct_of_attributed, {key}) "
-           f"| share of GPU time (%) (inferred; {OPS}: pct_of_device_time, {key}) "
+           f"| share of device time (%) (inferred; {OPS}: pct_of_device_time, {key}) "
            "| Python line | ceiling reached |", "|---|---|---|---|---|---|---|---|"]
     for r in ops:
         k = key_of(r, "instruction")
@@ -517,9 +517,9 @@ def ops_table(s: Scratch, ops: list) -> list[str]:
 
 def lines_table(lines: list) -> list[str]:
     key = "user_frame=*"
-    out = ["", f"| Python line | GPU time (us) (measured; {LINES}: device_us, {key}) "
+    out = ["", f"| Python line | device time (us) (measured; {LINES}: device_us, {key}) "
            f"| share of attributed (%) (inferred; {LINES}: pct_of_attributed, {key}) "
-           f"| share of GPU time (%) (inferred; {LINES}: pct_of_device_time, {key}) "
+           f"| share of device time (%) (inferred; {LINES}: pct_of_device_time, {key}) "
            f"| instructions (measured; {LINES}: instructions, {key}) |", "|---|---|---|---|---|"]
     for r in lines:
         if not r["user_frame"]:
@@ -568,7 +568,7 @@ def appendix(s: Scratch) -> list[str]:
     out += ["### GPUs and streams", ""] + streams_table(s)
     how = [r for r in (s.rows(HOW) or []) if r["program_id"] == "all"]
     if how:
-        out += ["### Match classes", "", "| match class | kernels | share of GPU time |",
+        out += ["### Match classes", "", "| match class | kernels | share of device time |",
                 "|---|---|---|"] + [
             f"| {r['match']} | {cell(r['kernels'], '', 'measured', HOW, 'kernels', k, 0)} | "
             f"{cell(r['pct_of_group'], '%', 'inferred', HOW, 'pct_of_group', k, 2)} |"
@@ -608,7 +608,7 @@ def phases_part(s: Scratch) -> list[str]:
     rows = s.rows(PHASES)
     if not rows:
         return []
-    out = ["", "| phase | instructions | GPU time | share of GPU time |", "|---|---|---|---|"]
+    out = ["", "| phase | instructions | device time | share of device time |", "|---|---|---|---|"]
     said = []
     for r in rows:
         k = f"phase={r['phase']}"
@@ -713,8 +713,8 @@ def trust_section(s: Scratch) -> list[str]:
     # the item is the row's key (header filters item=*): its own numbers are found through it
     sel = "section=trust, item=*"
     out = [f"| item | count (measured; trust.csv: count, {sel}) "
-            f"| GPU time (us) (measured; trust.csv: device_us, {sel}) "
-            f"| share of GPU time (%) (inferred; trust.csv: pct_of_device_time, {sel}) |",
+            f"| device time (us) (measured; trust.csv: device_us, {sel}) "
+            f"| share of device time (%) (inferred; trust.csv: pct_of_device_time, {sel}) |",
            "|---|---|---|---|"]
     for r in items:
         out.append(f"| {md_cell(r['item'])} | {num(r['count'], 0)} | {num(r['device_us'], 1)} | "
