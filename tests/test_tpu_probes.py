@@ -208,3 +208,31 @@ def test_a_backward_that_recomputes_the_forward_is_change_1(jobs):
     assert saved_us / 1.34 <= float(first["saving_us"]) <= 1.34 * saved_us, (first, saved_us)
     assert all(r["cause_kind"] != "remat"
                for r in _rows(jobs["remat_policy_saved"][1] / "changes.csv"))
+
+
+def test_op_runs_outside_their_program_runs_are_counted_not_dropped(tmp_path):
+    """A trace whose op events were moved 0.5 ms later (every seventh: some leave their
+    program's run): the job ends as usual, the reconciliation counts the op runs outside
+    every run and the trust list names them, with the same count."""
+    import shutil
+    case = tmp_path / "moved"
+    shutil.copytree(PROBES / "named_steps", case)
+    (path,) = case.glob("plugins/profile/*/*.trace.json.gz")
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    ops = {(e["pid"], e["tid"]) for e in doc["traceEvents"] if e.get("ph") == "M"
+           and e.get("name") == "thread_name" and e["args"].get("name") == "XLA Ops"}
+    for e in [e for e in doc["traceEvents"] if e.get("ph") == "X"
+              and (e["pid"], e["tid"]) in ops][::7]:
+        e["ts"] += 500.0
+    path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    out = tmp_path / "out"
+    run = subprocess.run([sys.executable, "-P", str(REPO / "scripts" / "investigate.py"),
+                          str(case), "--out", str(out)], capture_output=True, text=True,
+                         timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    (check,) = [r for r in _rows(out / "reconciliation.csv")
+                if r["check"] == "ops_in_program_runs"]
+    outside = int(check["figure_b"]) - int(check["figure_a"])
+    assert check["status"] == "fail" and outside > 0
+    (item,) = [r for r in _rows(out / "trust.csv") if "outside every program run" in r["item"]]
+    assert int(item["count"]) == outside

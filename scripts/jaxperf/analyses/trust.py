@@ -79,6 +79,10 @@ CHECK_FAMILIES = (
     ("attribution_events_per_execution", "events per program execution are outside the "
      "schedule's prediction", "GPUs whose events per execution the schedule does not predict",
      "events per execution match the schedule"),
+    ("ops_in_program_runs", "TPU op runs outside every program run",
+     "op runs with no program and no dispatch", "every TPU op run lies inside a program run"),
+    ("program_runs_dispatched", "TPU program runs that join no host dispatch",
+     "program runs whose dispatch the capture lacks", "every program run joins its dispatch"),
     ("attribution_confidence", "too much attributed time rests on low-confidence placements",
      "checks", "the attribution's confidence is high enough"),
     ("attribution", "the attribution does not reconcile", "checks",
@@ -86,7 +90,8 @@ CHECK_FAMILIES = (
 )
 
 # Families whose figures are event counts on each side: their count is the events that differ.
-EVENT_COUNT_FAMILIES = frozenset({"gpu_events_json_vs_xplane", "launch_join"})
+EVENT_COUNT_FAMILIES = frozenset({"gpu_events_json_vs_xplane", "launch_join",
+                                  "ops_in_program_runs", "program_runs_dispatched"})
 
 
 # The Python tracer names its events "$<file>:<line> <function>" (or "$<module> <function>" for
