@@ -210,29 +210,54 @@ def test_a_backward_that_recomputes_the_forward_is_change_1(jobs):
                for r in _rows(jobs["remat_policy_saved"][1] / "changes.csv"))
 
 
-def test_op_runs_outside_their_program_runs_are_counted_not_dropped(tmp_path):
-    """A trace whose op events were moved 0.5 ms later (every seventh: some leave their
-    program's run): the job ends as usual, the reconciliation counts the op runs outside
-    every run and the trust list names them, with the same count."""
+def _edited(tmp_path, probe: str, line: str, edit):
+    """A copy of a probe whose trace's events on the lines named `line` went through `edit`
+    (the list of them, and the whole event list), then the whole job on it: its out folder."""
     import shutil
-    case = tmp_path / "moved"
-    shutil.copytree(PROBES / "named_steps", case)
+    case = tmp_path / "edited"
+    shutil.copytree(PROBES / probe, case)
     (path,) = case.glob("plugins/profile/*/*.trace.json.gz")
     doc = json.loads(gzip.decompress(path.read_bytes()))
-    ops = {(e["pid"], e["tid"]) for e in doc["traceEvents"] if e.get("ph") == "M"
-           and e.get("name") == "thread_name" and e["args"].get("name") == "XLA Ops"}
-    for e in [e for e in doc["traceEvents"] if e.get("ph") == "X"
-              and (e["pid"], e["tid"]) in ops][::7]:
-        e["ts"] += 500.0
+    keys = {(e["pid"], e["tid"]) for e in doc["traceEvents"] if e.get("ph") == "M"
+            and e.get("name") == "thread_name" and e["args"].get("name") == line}
+    edit([e for e in doc["traceEvents"] if e.get("ph") == "X" and (e["pid"], e["tid"]) in keys],
+         doc["traceEvents"])
     path.write_bytes(gzip.compress(json.dumps(doc).encode()))
     out = tmp_path / "out"
     run = subprocess.run([sys.executable, "-P", str(REPO / "scripts" / "investigate.py"),
                           str(case), "--out", str(out)], capture_output=True, text=True,
                          timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
+    return out
+
+
+def test_op_runs_outside_their_program_runs_are_counted_not_dropped(tmp_path):
+    """A trace whose op events were moved 0.5 ms later (every seventh: some leave their
+    program's run): the job ends as usual, the reconciliation counts the op runs outside
+    every run and the trust list names them, with the same count."""
+    def later(ops, _):
+        for e in ops[::7]:
+            e["ts"] += 500.0
+    out = _edited(tmp_path, "named_steps", "XLA Ops", later)
     (check,) = [r for r in _rows(out / "reconciliation.csv")
                 if r["check"] == "ops_in_program_runs"]
     outside = int(check["figure_b"]) - int(check["figure_a"])
     assert check["status"] == "fail" and outside > 0
     (item,) = [r for r in _rows(out / "trust.csv") if "outside every program run" in r["item"]]
     assert int(item["count"]) == outside
+
+
+def test_a_steps_line_that_disagrees_with_the_annotations_is_said_not_used(tmp_path):
+    """The chip's Steps line cut in two (16 'steps' for 8 annotated): the annotations frame
+    the steps, the period is theirs, and a note says what the line counted."""
+    def halved(steps, events):
+        for e in list(steps):
+            events.append(dict(e, ts=e["ts"] + e["dur"] / 2, dur=e["dur"] / 2))
+            e["dur"] /= 2
+    out = _edited(tmp_path, "compile_in_capture", "Steps", halved)
+    s1 = json.loads((out / "skip_stats.json").read_text())
+    assert s1["steps"]["source"] == "StepTraceAnnotation (step_num)"
+    assert any("Steps line counts 16 steps, the host's annotations 8" in n for n in s1["notes"])
+    truth = json.loads((PROBES / "compile_in_capture" / "truth.json").read_text())
+    assert s1["figures"]["period_us"]["value"] == pytest.approx(
+        truth["step_ms_profiled_median"] * 1e3, rel=0.005)
