@@ -543,3 +543,19 @@ def test_a_drawing_linked_in_from_outside_the_folder_is_not_embedded(scratch, tm
     html = (tmp_path / "page.html").read_text()
     assert "outside-words" not in html and "image not embedded" in html
     assert html.count("<svg") >= 1
+
+
+def test_the_reports_derived_figures_show_their_formulas(scratch, tmp_path):
+    """A report that derives a figure (derived.csv): the page shows each one's value and its
+    formula with the values it is computed from, so the reader sees how it was made."""
+    mine = tmp_path / "mine"
+    shutil.copytree(scratch, mine)
+    formula = "= 100 * s / w; s = changes.csv: saving_us, rank=1; w = changes.csv: step_us, rank=1"
+    with open(mine / "derived.csv", "w", newline="", encoding="utf-8") as fh:
+        csv.writer(fh).writerows([["name", "value", "unit", "formula"],
+                                  ["share_of_change_1", "14.42", "%", formula]])
+    p = build(mine / "report_draft.md", mine, tmp_path / "page.html")
+    assert p.returncode == 0, p.stderr
+    html = (tmp_path / "page.html").read_text(encoding="utf-8")
+    assert re.search(r"<caption>Figures the report derived[^<]*\(1 row; derived\.csv\)", html)
+    assert "share_of_change_1" in html and "s = changes.csv: saving_us, rank=1" in html
