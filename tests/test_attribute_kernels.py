@@ -754,7 +754,7 @@ def test_gemm_programs_count_one_execution_per_host_event(shared, shared_attribu
             progs[pid]["host_dispatch"] == "measured"
     assert progs["1"]["executions"] == "12"  # jit_convert_element_type: 12 host events
     ops = {(o["program_id"], o["instruction"]): o for o in read(out / "ops.csv")}
-    assert ops[("49", "custom-call.1")]["executions"] == "3"
+    assert ops[("49", "custom-call.1")]["runs"] == "3"
     # argument copies: no program's
     outside = progs["(outside programs)"]
     assert (outside["kernels"], outside["device_us"], outside["executions"]) == ("12", "60.240", "")
@@ -789,7 +789,7 @@ def test_conv3d_concurrent_executions_map_to_their_gpus(shared, shared_attribute
                                               "5.00")
     assert p15["executions_per_device"] == " ".join(f"{d}=5" for d in range(8))
     ops = {o["instruction"]: o for o in read(out / "ops.csv")}
-    assert ops["cudnn-conv.1"]["executions"] == "40" and ops["cudnn-conv.1"]["kernels"] == "80"
+    assert ops["cudnn-conv.1"]["runs"] == "40" and ops["cudnn-conv.1"]["kernels"] == "80"
 
 
 def test_same_name_programs_each_attributed_with_truth(corpus):
