@@ -1004,3 +1004,15 @@ def test_a_trace_read_and_collected_by_two_processes_gives_the_same_tables(corpu
     assert handed and handed[0][0]  # the child collected GPU events
     for f in OUTPUTS:
         assert (tmp_path / "two" / f).read_bytes() == (out / f).read_bytes(), f
+
+
+def test_figures_are_medians_over_the_gpus_that_run_the_step():
+    """GPUs doing other work (one running the step's program, one holding argument copies
+    only): the figures are medians over the GPU that runs the step, never across the two."""
+    import skip_analysis
+    rows = [{"device": d, "step": s, "dur_ps": (2_000_000 if d == 7 else 500_000) + s}
+            for s in range(3) for d in (0, 7)]
+    info = {"groups": [{"devices": [7]}, {"devices": [0]}], "main_group": [7]}
+    assert {r["device"] for r in skip_analysis.weighed_rows(rows, info)} == {7}
+    assert skip_analysis.weighed_rows(rows, {"groups": [{"devices": [0, 7]}],
+                                             "main_group": [0, 7]}) == rows

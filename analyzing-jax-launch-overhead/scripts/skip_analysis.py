@@ -771,7 +771,9 @@ def build_result(a: Analysis, joins, name, rule, figures, step_rows, info) -> di
     result = result_head(a, joins, name, rule)
     if not step_rows:
         return result
-    result["figures"] = step_figures(step_rows, figures)
+    weighed = weighed_rows(step_rows, info)
+    result["figures"] = step_figures(weighed, figures)
+    result["figures_devices"] = sorted({r["device"] for r in weighed})
     result["verdict_qualifier"] = figures.get("qualifier")
     if any(r.get("period_ps") for r in step_rows):
         result["between_steps"] = {"cause": figures.get("between_cause"), "label": "inferred",
@@ -882,6 +884,17 @@ def steps_disagree(rows: list, skip: dict) -> str:
             return (f"steps.csv's {column} has the median {statistics.median(cells):,.3f} where "
                     f"skip_stats.json's {name}, written with it, says {value:,.3f}")
     return ""
+
+
+def weighed_rows(step_rows, info) -> list:
+    """The step rows the figures are medians over: where the GPUs do different work (step 1's
+    groups), those of the GPUs that run the step's programs (the verdict's, `main_group`),
+    never a median across unlike GPUs (one GPU's compute steps with another's copies); else
+    every row."""
+    main = set(info.get("main_group") or ())
+    if len(info.get("groups") or ()) < 2 or not main:
+        return step_rows
+    return [r for r in step_rows if r["device"] in main] or step_rows
 
 
 def step_figures(step_rows, figures) -> dict:

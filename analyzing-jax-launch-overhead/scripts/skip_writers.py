@@ -249,7 +249,12 @@ def figures_lines(r: dict) -> list[str]:
     f = r["figures"]
     f_us = lambda v: f"{v:,.1f} us"  # noqa: E731
     f_pct = lambda v: f"{v:.1f}%"  # noqa: E731
-    out = ["figures: median (min-max) across analysed steps and GPUs (of two values, both)"]
+    devs = r.get("figures_devices") or []
+    over = (f" {', '.join(map(str, devs))} (those that run the step's programs: the others do "
+            "other work, gpu_groups)" if devs and any(len(g.get("devices") or ()) and not set(
+                g["devices"]) <= set(devs) for g in r.get("gpu_groups") or ()) else "")
+    out = [f"figures: median (min-max) across analysed steps and GPUs{over} (of two values, "
+           "both)"]
     out.append(f"  step duration: {_rng(f['step_duration_us'], f_us)}")
     out.append("  kernels per step per GPU: "
                f"{_rng(f['kernels_per_step_per_device'], lambda v: f'{v:.0f}')}")
