@@ -381,7 +381,8 @@ def test_no_launch_events_is_a_refusal(tmp_path):
 RESULT_FIELDS = {"step", "status", "verdict", "rule", "steps", "joins", "gpu_events",
                  "join_rate_pct_of_gpu_events", "figures", "host_device_split", "straggler",
                  "notes", "refusals", "needs_new_capture", "tables", "verdict_qualifier",
-                 "between_steps", "capture", "python_tracer", "gpu_groups", "dispatch", "frames"}
+                 "between_steps", "capture", "python_tracer", "gpu_groups", "dispatch", "frames",
+                 "device_kind", "figures_devices"}
 
 
 @pytest.mark.parametrize("name", ["rocm-8gpu-straggler", "nvidia-cb-partial", "rocm-no-steps"])
