@@ -935,3 +935,15 @@ def test_two_figures_before_two_json_paths_are_each_their_own(tmp_path):
     got = [(x["line"], x["figure"], x["verdict"]) for x in rows if x["verdict"] != "skipped"]
     assert got == [("2", "96.99% and 98.28%", "ok"), ("3", "98.28% and 96.99%", "wrong_value")]
     assert p.returncode == 4
+
+
+def test_row_numbers_are_identifiers(tmp_path):
+    """"rows 4 to 12 of the table", "rows 2 and 3": row numbers, not uncited figures (an
+    agent's report failed on them); "changes 12 to 16 launches" still needs its citation."""
+    out = tmp_path / "scratch"
+    out.mkdir()
+    p, rows = check("# R\nThe ranked rows 4 to 12 of the table are small; rows 2 and 3 are "
+                    "host rows.\nPlanted: changes 12 to 16 launches.\n", out, tmp_path)
+    got = [(x["line"], x["figure"], x["verdict"]) for x in rows]
+    assert got == [("2", "4 to 12", "skipped"), ("2", "2", "skipped"), ("2", "3", "skipped"),
+                   ("3", "12 to 16", "no_table")], got

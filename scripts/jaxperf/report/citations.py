@@ -41,12 +41,12 @@ IDENTIFIER_WORDS = ("steps?", "gpus?", "devices?", "streams?", "ranks?", "progra
                     "layers?", "block", "stage", "head", "epochs?", "iterations?", "iter",
                     "nodes?", "host", "workers?", "replicas?", "experts?", "pid", "tid",
                     "thread", "core", "chip", "slice", "task", "phase", "figure", "table",
-                    "column", "row")
+                    "columns?", "rows?")
 # The plurals that are also verbs ("changes 12 to 16 launches"): a list of integers after one
 # names things ("changes 1, 2 and 3", "blocks 4 and 5"), a range only where no word follows
 # ("changes 1 to 3.").
 PLURAL_VERBS = ("changes", "causes", "blocks", "stages", "heads", "cores", "chips", "slices",
-                "tasks", "phases", "figures", "tables", "columns", "rows")
+                "tasks", "phases", "figures", "tables")
 ENUM_MAX = 20  # "(3) the ..." with at most this number is an enumeration
 YEARS = (1900, 2099)  # a 4-digit integer in this range, followed by no word, is a year
 D = Decimal
