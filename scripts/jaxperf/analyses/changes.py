@@ -1475,9 +1475,12 @@ def idle_between_steps(ctx: Context) -> Found:
     if sav[ctx.at] < MIN_SAVING_US:
         return Found([], refusals=refusals)
     cause = ((ctx.s1 or {}).get("between_steps") or {}).get("cause")
+    med = spread(sav, ctx.at)["value"]  # the saving's median: said beside the median step's
+    said = (f"{us_text(idle)} after step {ctx.median}" if abs(med - idle) < 1.0 else
+            f"{us_text(med)} a step (the median over {rules.plural(len(sav), 'step')}; "
+            f"{us_text(idle)} after step {ctx.median})")
     return Found([Row(f"{device_word(ctx)} {b} is idle after its critical stream's last kernel "
-                      "until the next "
-                      f"step starts: {us_text(idle)} after step {ctx.median}",
+                      f"until the next step starts: {said}",
                       f"{device_word(ctx)} {b}", 100.0 * idle / ctx.window, spread(sav, ctx.at),
                       knob=IDLE_BETWEEN_KNOBS.get(cause))],
                  refusals=refusals)
