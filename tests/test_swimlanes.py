@@ -227,9 +227,13 @@ def test_stragglers_csv_exact_values(tiny, tmp_path):
                         "stretch_start_us", "stretch_us", "finishes_last", "compared"]
     assert table[1:] == [row + ["1"] for row in EXPECTED_STRAGGLERS]
     result = json.loads((tmp_path / "swimlanes.json").read_text())
-    # the median-duration step of 60, 50.5 and 70 us is step 0
-    assert result["chosen"]["step"] == 0 and result["chosen"]["why"].startswith(
-        "step 0: the median-duration step of the 3 complete analysed step(s) (60.000 us")
+    # the median step is step 1's: the lower median of the steps followed by another (60 and
+    # 50.5 us; the last, 70 us, has no period), the one step 6 takes its figures from
+    assert result["chosen"]["step"] == 1 and result["chosen"]["why"].startswith(
+        "step 1: the lower-median duration of the 2 complete analysed step(s) followed by "
+        "another (50.500 us")
+    assert run(tiny, tmp_path, "--step", "0").returncode == 0
+    result = json.loads((tmp_path / "swimlanes.json").read_text())
     assert result["straggler"]["sentence"] == (
         "GPU 1 finishes step 0 last, 10.000 us after the other GPU (GPU 0); its last stretch "
         "(20.000 us from its last collective to its end) is mostly waiting for the host's "
@@ -264,14 +268,14 @@ def test_step_option_a_tie_is_said_as_a_tie(tiny, tmp_path):
 
 
 def tooltips_with(tiny, tmp_path, kernels: str) -> list[str]:
-    """The drawing's tooltips once step 4's kernels.csv (its leading columns: `kernels`, the
-    rows after the header) is beside step 1's tables."""
+    """The drawing's tooltips of step 0 once step 4's kernels.csv (its leading columns:
+    `kernels`, the rows after the header) is beside step 1's tables."""
     assert run(tiny, tmp_path).returncode == 0
     att = tmp_path / "attribution"
     att.mkdir()
     att.joinpath("kernels.csv").write_text(
         "device,stream,start_us,dur_us,kernel,instruction,match\n" + kernels)
-    p = run(tiny, tmp_path)
+    p = run(tiny, tmp_path, "--step", "0")
     assert p.returncode == 0, p.stderr
     return [t.text for t in svg_of(tmp_path).iter(f"{SVG}title") if t.text]
 

@@ -446,13 +446,17 @@ def step_frames(a: Analysis, step_rows, info) -> dict:
                        "next_start_us": None if ns is None else ns / 1e6,
                        "window_us": (wend - start) / 1e6, "partial": n in partial})
     pool = [f for f in frames if not f["partial"]] or frames
+    # those followed by another step where any are: the steps step 6 uses (a period, the idle
+    # between steps), so that steps 3 and 6 speak of one median step
+    followed = [f for f in pool if f["next_start_us"] is not None]
     median = None
     why = ""
     if pool:
-        ranked = sorted(pool, key=lambda f: (f["dur_us"], f["step"]))
+        ranked = sorted(followed or pool, key=lambda f: (f["dur_us"], f["step"]))
         median = ranked[(len(ranked) - 1) // 2]["step"]
         why = (f"step {median}: the lower-median duration of the {len(ranked)} "
-               f"{'complete ' if pool is not frames or not partial else ''}analysed step(s)")
+               f"{'complete ' if pool is not frames or not partial else ''}analysed step(s)"
+               + (" followed by another" if followed and len(followed) < len(pool) else ""))
     return {"median_step": median, "why": why, "steps": frames,
             "margin": {"floor_us": STRAGGLER_MIN_LEAD_PS / 1e6,
                        "pct_of_step": 100.0 * STRAGGLER_MIN_LEAD_SHARE},

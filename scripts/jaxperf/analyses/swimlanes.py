@@ -394,13 +394,16 @@ def choose_step(s1: dict, steps: dict, requested: int | None) -> dict:
     elif complete:
         order = sorted(complete, key=lambda k: (dur[k], k))
         n = order[(len(order) - 1) // 2]  # the lower median: a step that ran
-        median = (s1.get("frames") or {}).get("median_step")
-        if median in complete:
-            n = median  # step 1's frames are the one home of the median step
+        frames = s1.get("frames") or {}
         lo, hi = dur[order[0]], dur[order[-1]]
         why = (f"step {n}: the median-duration step of the {len(order)} complete analysed "
                f"step(s) ({us_value(dur[n]):,.3f} us; they range {us_value(lo):,.3f} to "
                f"{us_value(hi):,.3f} us)")
+        if frames.get("median_step") in complete:  # step 1's frames: the one median step
+            n = frames["median_step"]
+            why = (f"{frames.get('why') or f'step {n}: step 1s median step'} "
+                   f"({us_value(dur[n]):,.3f} us; the {len(order)} complete analysed steps "
+                   f"range {us_value(lo):,.3f} to {us_value(hi):,.3f} us)")
     elif whole:
         n = min(steps)
         why = ("the capture has no steps (no StepTraceAnnotation and no program executions), so "
