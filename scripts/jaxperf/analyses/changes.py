@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import statistics
+import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,6 +96,11 @@ class Prose:
     knob: str | dict
 
 
+# every cause's words, as data (changes.toml beside this file): name -> Prose
+PROSE = {name: Prose(**fields) for name, fields in tomllib.loads(
+    Path(__file__).with_name("changes.toml").read_text(encoding="utf-8")).items()}
+
+
 @dataclass
 class Row:
     """A row as its cause finds it: the sentence with its own figures (`cause`), where, its share
@@ -156,29 +162,7 @@ def largest_labels(labels: dict) -> str:
             if top else "")
 
 
-DISPATCH = Prose(
-    source="steps.csv; skip_stats.json",
-    assumptions=(
-        "the GPU would run the step's programs back to back, as one program would (the idle "
-        "while the host dispatches the next program gone; kernel durations unchanged); part of "
-        "the host gaps' time, taken out of that row; the step's programs as step 1 lists them "
-        "(steps.csv programs)"),
-    knob={
-        "named": ("jax.jit the function that makes these calls ({call}, the innermost Python "
-                  "call that encloses a step's dispatches in {in_steps} of {steps} steps): one "
-                  "program per step instead of {n}"),
-        "unnamed": ("jax.jit the function that makes these calls: one program per step instead "
-                    "of {n} ({why})"),
-        "tracer on": ("the Python tracer was on, but no one traced call encloses a step's "
-                      "dispatches: python_lines.csv and the host events of gaps.csv name the "
-                      "calls around them"),
-        "tracer off": ("the Python tracer was off: a capture with python_tracer_level=1 would "
-                       "name the function"),
-        "always": ("donate_argnums (no copy of the inputs at each call); async dispatch (no "
-                   "blocking on a result between calls: no float() or .item() inside the "
-                   "loop)"),
-        "syncs": ("; the host blocks on a result between them in this capture ({calls}): read "
-                  "metrics every N steps, not every step")})
+DISPATCH = PROSE["DISPATCH"]
 
 
 @cause("dispatch", DISPATCH)
@@ -216,20 +200,7 @@ def dispatch(ctx: Context) -> list:
                 knob=f"{jit}; {knob['always']}")]
 
 
-FUSED_ON_JIT = Prose(
-    source="attribution/kernels.csv; attribution/programs.csv; roofline.csv; steps.csv",
-    assumptions=(
-        "with the jax.jit of the dispatch row: XLA fuses each run of back-to-back element-wise "
-        "passes that now run as separate programs into one kernel (passes that feed one "
-        "another, as a line of eager element-wise code does; a result the Python code keeps "
-        "stays a pass of its own, and independent passes in a row would not fuse); the fused "
-        "kernel moves the largest pass's bytes (roofline.csv run_bytes: its operands read and "
-        "its result written once) at the best byte rate these passes reached "
-        "(saving_measured_us) or at the memory ceiling (saving_us): an upper bound on what "
-        "fusion saves; once the programs are one, their kernel time is the step's"),
-    knob=("jax.jit around the eager code, the dispatch row's where it stands (XLA fuses "
-          "element-wise chains itself; nothing to write by hand); where a chain stays unfused "
-          "once jitted, see what XLA left unfused (the HLO after optimisation)"))
+FUSED_ON_JIT = PROSE["FUSED_ON_JIT"]
 
 # A run of passes is counted where its fused saving is at least this share of its time: a pair
 # of small passes whose fused kernel would move as much as they do is no change.
@@ -350,50 +321,7 @@ def fused_on_jit(ctx: Context) -> list:
         extra={"passes": passes, "runs": len(median_runs)})]
 
 
-HOST_GAP = Prose(
-    source="steps.csv; gaps.csv; skip_stats.json",
-    assumptions=(
-        "every GPU's critical stream would run its kernels back to back (kernel durations "
-        "unchanged, the host never late); the step then ends when the GPU that is slowest "
-        "without its host gaps ends; sub-microsecond gaps included"),
-    knob={
-        "before": ("the host's work before the step's first launch: input pipeline prefetching "
-                   "(prepare and device_put the next batch while this step runs), async dispatch "
-                   "(do not block on the previous step's results)"),
-        "before, copy": (
-            "the host's work before the step's device work is mostly copying arrays from the "
-            "host to the chip ({copy}: the runtime laying out a host buffer for the chip, then "
-            "its transfer): pass device arrays, not numpy ones: jax.device_put what does not "
-            "change from step to step (weights, constants, masks) once and keep it; for each "
-            "step's fresh batch, device_put the next one in a background thread while this step "
-            "runs (prefetch)"),
-        "before, sync": (
-            "the host's time before the step's first op holds a wait on the previous step's "
-            "result ({sync}), then this step's dispatch: async dispatch: read results (the "
-            "loss, a metric) every N steps, not each step, so the host dispatches the next step "
-            "while this one runs"),
-        "before, dispatch": (
-            "the host's work before the step's first op is mostly the runtime dispatching the "
-            "program ({setup}): fewer dispatches, several steps in one (lax.scan or "
-            "lax.fori_loop over steps) or a larger batch, and async dispatch (no "
-            "block_until_ready each step) so the next dispatch runs while this step does"),
-        "before, set-up": (
-            "the host's work before the step's first launch is mostly the runtime's own set-up "
-            "of each execution ({setup}: XLA initialises its thunks and records or updates the "
-            "command buffers): async dispatch (do not block on the previous step's results, so "
-            "that this set-up runs while the previous step's kernels do), then fewer executions "
-            "a step (more steps in one call, e.g. a scan over steps)"),
-        "between, in graphs": (
-            "launches between kernels: {graph_pct:.0f}% of GPU events already run inside command "
-            "buffers; fewer, larger graphs (--xla_gpu_graph_min_graph_size, more command types "
-            "in --xla_gpu_enable_command_buffer), fewer and larger kernels (fusion), a larger "
-            "batch size per launch"),
-        "between": (
-            "launches between kernels: command buffers on (--xla_gpu_enable_command_buffer, with "
-            "{graph_pct:.0f}% of GPU events inside graphs now), fewer and larger kernels "
-            "(fusion), a larger batch size per launch"),
-        "tracer": ("capture again without the Python tracer: its events fill these gaps and it "
-                   "inflates host time")})
+HOST_GAP = PROSE["HOST_GAP"]
 
 
 def host_knob(lead: float, host_late: float, graph_pct: float, tracer: bool,
@@ -523,15 +451,7 @@ def host_gap(ctx: Context) -> list:
                 measured=measured)]
 
 
-STRAGGLER_WAIT = Prose(
-    source="steps.csv; rows.csv; reconcile.json",
-    assumptions=(
-        "the other GPUs wait for it inside collectives, so the step would end as if it did its "
-        "compute and memcpy work at the median GPU's pace; work hidden behind host gaps saves "
-        "nothing; per step, kernel time summed (il_us - il_idle_us, collectives left out) scaled "
-        "to its wall time"),
-    knob=("why GPU {gpu} is slower: its clocks, temperature and power limit, other processes on "
-          "it, its interconnect placement; if it does more work, even out the sharding"))
+STRAGGLER_WAIT = PROSE["STRAGGLER_WAIT"]
 
 
 @cause("straggler_wait", STRAGGLER_WAIT)
@@ -561,15 +481,7 @@ def straggler_wait(ctx: Context) -> list:
                 knob=STRAGGLER_WAIT.knob.format(gpu=g))]
 
 
-EXPOSED_COLLECTIVE = Prose(
-    source="steps.csv; gaps.csv; rows.csv",
-    assumptions=(
-        "the collectives would be hidden under compute (or free); their kernel time includes "
-        "waiting for peers, which the straggler row counts separately; only the part after the "
-        "last host gap saves time"),
-    knob=("overlap flags (XLA's latency-hiding scheduler --xla_gpu_enable_latency_hiding_"
-          "scheduler, async collectives), fewer or larger collectives (combine thresholds such as "
-          "--xla_gpu_all_reduce_combine_threshold_bytes), a sharding that communicates less"))
+EXPOSED_COLLECTIVE = PROSE["EXPOSED_COLLECTIVE"]
 
 
 @cause("exposed_collective", EXPOSED_COLLECTIVE)
@@ -596,14 +508,7 @@ def exposed_slice(ctx: Context, part: str, labels: str, what: str) -> list:
                 spread(sav, ctx.at))]
 
 
-MEMCPY = Prose(
-    source="steps.csv; gaps.csv; rows.csv",
-    assumptions=(
-        "the copies would not run (or run hidden under compute); only the part after the last "
-        "host gap saves time; copies the program launches (an hlo_op label) are ranked as "
-        "instructions"),
-    knob=("donate_argnums (reuse the input buffers), keep inputs on the device, input pipeline "
-          "prefetching (device_put the next batch while this step runs)"))
+MEMCPY = PROSE["MEMCPY"]
 
 
 @cause("memcpy", MEMCPY)
@@ -617,22 +522,7 @@ def memcpy(ctx: Context) -> list:
                          "runs")
 
 
-KERNEL_GAPS = Prose(
-    source="steps.csv; gaps.csv; rows.csv",
-    assumptions=(
-        "the critical stream's kernels would run back to back once launched (its waits on other "
-        "streams and the GPU's per-kernel launch latency gone); an upper bound: every kernel "
-        "costs some launch latency, inside a graph too, so only fewer kernels remove it all; only "
-        "the part after the last host gap saves time"),
-    knob={"device": (
-        "fewer and larger kernels (fusion, fewer small ops per step), a larger batch size per "
-        "kernel, the waits on other streams (what the gaps wait for: gaps.csv device_wait rows "
-        "and the swimlanes)"),
-        "unrecorded": (
-            "first capture the same steps again with the host traced "
-            "(jax.profiler.ProfileOptions: host_tracer_level 2, python_tracer_level 1): the "
-            "gaps' cause is not in this capture; a host that blocks on each step's result, "
-            "dispatches late or feeds the input is the usual one on one device")})
+KERNEL_GAPS = PROSE["KERNEL_GAPS"]
 
 
 @cause("kernel_gaps", KERNEL_GAPS)
@@ -661,24 +551,7 @@ def kernel_gaps(ctx: Context) -> list:
                 knob=KERNEL_GAPS.knob["unrecorded" if unrecorded else "device"])]
 
 
-FAMILY_KNOBS = {
-    "split-K reduction": (
-        "the GEMMs' algorithm choice: split-K is what the GEMM backend picked for these shapes "
-        "(cuBLAS/hipBLASLt's heuristics within the workspace XLA allows, or XLA's autotuner "
-        "for its Triton GEMM fusions); larger or batched GEMMs "
-        "(fewer, bigger dots: a larger K split less), another layout or dtype of the operands"),
-    "layout transpose": (
-        "layouts: keep tensors in the order their consumers read them (the einsum/dot dimension "
-        "order, no transpose between ops), so XLA needs no layout change; where one is needed, "
-        "let it fuse into its producer or consumer"),
-    "memcpy": (
-        "copies inside the programs (dynamic slices and updates of loop carries, copies to a "
-        "new layout): donate_argnums, scan carries updated in place, fewer slices of large "
-        "buffers per step"),
-    "memset": (
-        "zero-initialisations before reductions and scatters: fewer separate reductions "
-        "(fusion), accumulation in the consumer"),
-}
+FAMILY_KNOBS = PROSE["KERNEL_FAMILY"].knob
 
 FAMILY_CANNOT_SHOW = {
     "split-K reduction": "why the backend chose split-K for these GEMMs (its autotuning results "
@@ -691,14 +564,7 @@ FAMILY_CANNOT_SHOW = {
               "capture does not show)",
 }
 
-KERNEL_FAMILY = Prose(
-    source="attribution/families.csv; steps.csv; gaps.csv; rows.csv",
-    assumptions=(
-        "an upper bound: the family's kernels gone entirely (a partial fix saves less); its time "
-        "in a step is its share of all GPU time times the step's compute time on the GPU that "
-        "ends it, exposed part only; the same kernel time as the instruction rows of its "
-        "instructions: never add the two; the capture cannot show {cannot_show}"),
-    knob=FAMILY_KNOBS)
+KERNEL_FAMILY = PROSE["KERNEL_FAMILY"]
 
 
 @cause("kernel_family", KERNEL_FAMILY, regroups=True)
@@ -753,49 +619,7 @@ EXPOSED_PART = (
     "{step}); the rest is hidden behind the host and would save time only once the host gaps are "
     "gone")
 
-INSTRUCTION = Prose(
-    source="attribution/ops.csv; roofline.csv; rows.csv; steps.csv; gaps.csv",
-    assumptions={
-        "row": ("it would run at its {binding} ceiling ({ceiling}; FLOPs and bytes from the HLO: "
-                "{method}){target}; {time}; {exposed}"),
-        "target": (", at most; at the best rate other work of the same kind reaches in this "
-                   "capture ({best}% of the ceiling, {by}) it saves saving_measured_us, measured "
-                   "on this GPU"),
-        "no target": ("; no measured target in this capture (no other work of the same kind "
-                      "and size runs faster here: a run of it on the other backend, or alone at "
-                      "this shape, would give one), so the saving is the ceiling's bound alone"),
-        "memory": "memory bandwidth",
-        "compute": "{dtype}'s peak"},
-    knob={
-        "memory": ("fusion (fewer bytes moved: see what XLA left unfused), a Pallas/Triton "
-                   "kernel, a larger batch size (more work per byte)"),
-        "compute": "{dtype}, a Pallas/Triton kernel, a larger batch size",
-        # by the kind of work (roofline.csv work), each naming what in the capture supports it
-        "attention": (
-            "the fused-attention implementation: its backend and version (Transformer Engine's "
-            "fused-attention backend, cuDNN's version, or the CK / AOTriton kernels on ROCm: "
-            "check in your build which one ran), the layout and mask it is given (a causal "
-            "mask halves the work only where the kernel skips masked blocks); dropout's own "
-            "cost is measured by a capture with dropout 0; a lower precision (fp8 attention) "
-            "only where the model tolerates it"),
-        "gemm": (
-            "the GEMM's backend and tiling: XLA's autotuner chose {backend} here; compare the "
-            "library and Triton (--xla_gpu_enable_triton_gemm, --xla_gpu_autotune_level; check "
-            "the flags in your build), split-K, and shapes that fill the GPU (dimensions in "
-            "multiples of the tile, a larger batch)"),
-        "elementwise": ("fusion into the producer or consumer (fewer bytes moved: see what XLA "
-                        "left unfused), a larger batch size (more work per launch)"),
-        "reduction": ("fusion of the reduction with its producer, fewer passes over the same "
-                      "data (one reduction for several statistics)"),
-        "scatter": ("fewer colliding updates (a scatter-add's updates to one row serialise: "
-                    "sorted or unique indices, indices_are_sorted / unique_indices where they "
-                    "hold), or a dense form where the table is small (a one-hot matmul for an "
-                    "embedding's gradient)"),
-        "far": "at under 10% of its ceiling check the kernel's launch size and occupancy first",
-        "from f32": "a lower-precision dtype on the matrix units (bf16 for f32)",
-        "from bf16": ("fp8 on the matrix units where the model tolerates it and the GPU has them "
-                      "(it runs at bf16/fp16 now)"),
-        "lower": "a lower-precision dtype on the matrix units where the model tolerates it"})
+INSTRUCTION = PROSE["INSTRUCTION"]
 
 
 def dtype_knob(dtype: str) -> str:
@@ -921,17 +745,7 @@ def instruction(ctx: Context) -> Found | list:
     return Found(rows, notes, no_ceiling_refusal(ctx, top))
 
 
-COMPILE = Prose(
-    source="skip_stats.json",
-    assumptions=(
-        "the step's programs compiled once, before the loop (a shape seen before hits jax.jit's "
-        "cache): XLA's compilation inside the step, measured on the host (the union of its "
-        "compile events from the step's start to the next step's), goes; the programs' runs "
-        "unchanged (padded shapes cost the padding's work)"),
-    knob=("a few shapes, not a new one a step: pad or bucket the inputs (sequence lengths, the "
-          "last batch) to a few sizes, keep Python scalars that change out of the jitted "
-          "function's static arguments; jax.config.update('jax_log_compiles', True) names "
-          "each compile"))
+COMPILE = PROSE["COMPILE"]
 
 
 def compile_per_step(ctx: Context) -> float | None:
@@ -1035,19 +849,7 @@ def top_lines(ops: list, keys: set, n: int = 3) -> str:
     return ", ".join(top)
 
 
-SCAN_STACKING = Prose(
-    source="attribution/ops.csv; attribution/programs.csv; steps.csv",
-    assumptions=(
-        "unrolled, each iteration's residuals stay in buffers of their own: the "
-        "dynamic-update-slice fusions that copy them into the scan's stacked buffer go; the "
-        "upper end counts their whole time (a matmul XLA fused with the stacking included), "
-        "saving_measured_us only the fusions whose own work is the stacking; the body's other "
-        "work unchanged, more memory held; its time a step: ops.csv's over the program's "
-        "executions"),
-    knob=("unroll the scan: jax.lax.scan(..., unroll=True) for a short scan, or a Python loop "
-          "over its iterations inside the jitted step; or jax.checkpoint on the scanned body "
-          "with a policy that saves fewer residuals (jax.checkpoint_policies), trading "
-          "recompute for the copies"))
+SCAN_STACKING = PROSE["SCAN_STACKING"]
 
 
 @cause("scan_stacking", SCAN_STACKING, compute=True)
@@ -1078,15 +880,7 @@ def scan_stacking(ctx: Context) -> list:
 LAYOUT_COPY_RE = re.compile(r"^(copy|transpose)([._]|$)")
 
 
-LAYOUT_COPIES = Prose(
-    source="attribution/ops.csv; attribution/programs.csv; steps.csv",
-    assumptions=(
-        "an upper bound, their whole time: the copies and transposes go where producer and "
-        "consumer agree on one layout, the rest of the program unchanged; not confirmed on the "
-        "chip: on the lab's attention (a TPU v5e), writing the einsums on the activations' own "
-        "layout left such copies in place (7.2% of op time against 8.0%) and ran 0.90x as "
-        "fast; its time a step: ops.csv's over the program's executions"),
-    knob="")
+LAYOUT_COPIES = PROSE["LAYOUT_COPIES"]
 
 
 @cause("layout_copies", LAYOUT_COPIES, compute=True)
@@ -1116,17 +910,7 @@ def layout_copies(ctx: Context) -> list:
 HOST_CALLBACK_RE = re.compile(
     r"(?:^|/)(io_callback|pure_callback|debug_callback|debug_print|outside_call)$")
 
-HOST_CALLBACK = Prose(
-    source="attribution/ops.csv; attribution/programs.csv; steps.csv",
-    assumptions=(
-        "an upper bound, their whole time: the device waits inside the program while the host "
-        "function runs and its result comes back; taken off the step's path, the host still "
-        "runs the function, beside the device's work instead of inside it; its time a step: "
-        "ops.csv's over the program's executions"),
-    knob=("take the host function out of the jitted step: return what it needs and call it "
-          "on the host after the step (every N steps for logging), or, where the program does "
-          "not use its result, jax.debug.callback(..., ordered=False) or io_callback(..., "
-          "ordered=False) so the device need not wait in order"))
+HOST_CALLBACK = PROSE["HOST_CALLBACK"]
 
 
 @cause("host_callback", HOST_CALLBACK, compute=True)
@@ -1153,22 +937,7 @@ def host_callback(ctx: Context) -> list:
 REMAT_RE = re.compile(r"(?:^|[/(])(?:checkpoint|remat|rematted_computation)(?:[/)]|$)")
 REMAT_MIN_RATIO = 2.2
 
-REMAT = Prose(
-    source="attribution/ops.csv; roofline.csv; attribution/programs.csv; steps.csv",
-    assumptions=(
-        "the backward's matrix work beyond twice the forward's is the forward recomputed "
-        "(FLOPs as XLA's cost model states them); with the matmuls' outputs saved, that share "
-        "of the backward's matrix time goes, the rest unchanged; more memory holds the saved "
-        "activations (whether they fit is not in the capture); measured on a TPU v5e (six "
-        "4096-wide bf16 layers, a calibration run of this bundle's, bench/tpu_probe.py "
-        "remat_policy: a fixed figure, not read from this capture): dots_saveable in place "
-        "of nothing_saveable ran 1.25x as fast (19.70 to 15.79 ms a step), where this row "
-        "estimated 4.1 ms of the 3.9 ms saved; its time a step: ops.csv's over the "
-        "program's executions"),
-    knob=("a checkpoint policy that saves the matmuls' outputs: jax.checkpoint(f, policy="
-          "jax.checkpoint_policies.dots_saveable) (or dots_with_no_batch_dims_saveable, "
-          "save_only_these_names), or no jax.checkpoint where the activations fit in memory; "
-          "recompute only what memory needs"))
+REMAT = PROSE["REMAT"]
 
 
 @cause("remat", REMAT, compute=True)
@@ -1205,13 +974,7 @@ def remat(ctx: Context) -> list:
                 100.0 * high / ctx.window, spread([high] * len(ctx.chosen), ctx.at))]
 
 
-PALLAS_NO_COST = Prose(
-    source="roofline.csv; attribution/ops.csv",
-    assumptions=(
-        "an upper bound, its whole time: the capture gives the call no FLOPs or bytes (its "
-        "pallas_call has no cost_estimate), so how far it runs from the MXU's peak is unknown; "
-        "its time a step is its share of the programs' op time times the step's compute"),
-    knob="")
+PALLAS_NO_COST = PROSE["PALLAS_NO_COST"]
 
 
 @cause("pallas_call", PALLAS_NO_COST, compute=True)
@@ -1238,16 +1001,7 @@ def pallas_call(ctx: Context) -> list:
     return rows
 
 
-TOO_SMALL = Prose(
-    source="steps.csv; skip_stats.json",
-    assumptions=(
-        "the host's fixed cost a step (its dispatch, the wait for the result, the loop's "
-        "Python: the host-late and between-steps idle) is paid once per dispatch: with k steps "
-        "in one dispatch each step pays 1/k of it; the upper end is all of it (k large); the "
-        "device's work a step unchanged"),
-    knob=("more work per dispatch: several steps in one jitted program (jax.lax.scan or "
-          "jax.lax.fori_loop over steps, the batch of each step stacked), or a larger batch a "
-          "step; no block_until_ready or float() on every step"))
+TOO_SMALL = PROSE["TOO_SMALL"]
 
 
 @cause("too_small", TOO_SMALL)
@@ -1267,28 +1021,7 @@ def too_small(ctx: Context) -> list:
                 f"TPU core {ctx.bound}", 100.0 * side[ctx.at] / w, spread(side, ctx.at))]
 
 
-GEMM_BACKEND = Prose(
-    source="roofline.csv (work, backend, pct_of_ceiling, run_flops); attribution/ops.csv; "
-           "steps.csv; gaps.csv; rows.csv",
-    assumptions=(
-        "each GEMM of the slower backend would run at the rate the other backend's best GEMM "
-        "reaches in this capture for the same dtype and a similar size (within 4x the FLOPs a "
-        "run): a target measured on this GPU, not a datasheet figure; each GEMM counted whole, "
-        "a Triton GEMM with the split-K reduction that adds its partial sums (ops.csv "
-        "split_k_of), and the backends compared so: one direction per dtype, never both; the "
-        "same kernel time as the instruction rows of these GEMMs and the split-K family's: "
-        "never add them; {time}; {exposed}"),
-    knob={
-        "to library": (
-            "send these dots to the library: XLA's autotuner chose Triton GEMM fusions for "
-            "them (--xla_gpu_enable_triton_gemm=false, or a higher --xla_gpu_autotune_level so "
-            "the autotuner times the library too; check the flags in your build)"),
-        "to triton": (
-            "let XLA generate these GEMMs: they run as library calls "
-            "({target}); with --xla_gpu_enable_triton_gemm on and the autotuner comparing "
-            "both (--xla_gpu_autotune_level; check the flags in your build), or the dot "
-            "written so XLA can fuse it"),
-        "other": "compare the two backends for these shapes: {fast} against {slow}"})
+GEMM_BACKEND = PROSE["GEMM_BACKEND"]
 
 
 def backend_family(backend: str) -> str:
@@ -1389,15 +1122,7 @@ def backend_row(ctx: Context, same: list, slow: str, fast: str) -> list:
         target=top["instruction"])]
 
 
-PYTHON_LINE = Prose(
-    source=INSTRUCTION.source,
-    assumptions={
-        "row": ("each of its instructions would run at its ceiling; the same kernel time as the "
-                "instruction rows, grouped by Python line: never add the two{no_ceiling}; {time}; "
-                "{exposed}"),
-        "no ceiling": "; {us} us of step {step} in its instructions has no ceiling and is not "
-                      "counted"},
-    knob="rewrite the line's computation: fusion, dtype, a Pallas/Triton kernel, batch size")
+PYTHON_LINE = PROSE["PYTHON_LINE"]
 
 
 @cause("python_line", PYTHON_LINE, regroups=True)
@@ -1442,13 +1167,7 @@ def python_line(ctx: Context) -> list:
     return rows
 
 
-IDLE_BETWEEN_STEPS = Prose(
-    source="steps.csv; rows.csv",
-    assumptions=(
-        "the next step's first kernels would start as soon as this step's last ended (the host's "
-        "work between steps done ahead)"),
-    knob=("input pipeline prefetching, async dispatch (no host synchronisation every step, e.g. "
-          "reading the loss), the host's per-step Python work off the step's path"))
+IDLE_BETWEEN_STEPS = PROSE["IDLE_BETWEEN_STEPS"]
 
 # The knob to test first by what step 1 found in that idle (skip_stats.json between_steps.cause);
 # any other cause takes the Prose's.
