@@ -1117,6 +1117,7 @@ def phase_rows(op_rows: list, ops: dict, attributed: int, device_time: int) -> l
     """phases.csv: each of trace_rules.PHASES with its instructions, kernels and GPU time (a
     row even where none ran), and a sentence where a phase's absence says what the program is."""
     at = {p: [0, 0, 0, set()] for p in rules.PHASES}
+    modules: dict = {}  # phase -> module -> its instructions' time
     for r in op_rows:
         n, t, _ = ops[(r[0], r[1])]
         a = at[r[15]]  # its phase
@@ -1124,6 +1125,8 @@ def phase_rows(op_rows: list, ops: dict, attributed: int, device_time: int) -> l
         a[1] += n
         a[2] += t
         a[3].add(r[0])
+        mine = modules.setdefault(r[15], {})
+        mine[r[11]] = mine.get(r[11], 0) + t
     fwd, bwd, opt, out, _ = (at[p] for p in rules.PHASES)
     said = {}
     if not fwd[0] and not bwd[0]:
@@ -1139,9 +1142,12 @@ def phase_rows(op_rows: list, ops: dict, attributed: int, device_time: int) -> l
             "(an update in a program the capture lacks, or on the host, is not seen)"
             if not out[0] else
             f"no instruction has an optimizer's frame (optax, flax's train state, keras) or "
-            f"name scope; the {out[0]} instructions outside differentiation ({us(out[2])} us) "
-            "may hold an update written by hand, or a forward pass run apart from its "
-            "gradients (a loss computed in a program of its own)")
+            f"name scope; the {out[0]} instructions outside differentiation ({us(out[2])} us, "
+            f"in {rules.plural(len(out[3]), 'program')}, the most time in "
+            + ", ".join(sorted(modules["outside"], key=lambda m: -modules["outside"][m])[:4])
+            + ") may hold an update written by hand, or a forward pass run apart from its "
+            "gradients (a loss computed in a program of its own), or other work (metrics, "
+            "eager ops between programs)")
     return [(p, a[0], a[1], us(a[2]), pct(a[2], attributed), pct(a[2], device_time), len(a[3]),
              said.get(p, "")) for p, a in at.items()]
 
