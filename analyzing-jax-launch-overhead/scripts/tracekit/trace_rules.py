@@ -453,6 +453,12 @@ TPU_WORDS = (
     ("mean kernel duration", "mean op duration"), ("sum of kernel time", "sum of op time"),
     ("its last kernel's end", "its last op's end"), ("overlapping streams", "overlapping op lines"),
     ("on the critical streams", "on the critical op lines"),
+    ("every GPU's critical stream would run its kernels",
+     "every TPU core's critical op line would run its ops"),
+    ("all executions and GPUs", "all executions and TPU cores"), ("ran GPU events", "ran ops"),
+    ("on the GPU that ends it", "on the TPU core that ends it"),
+    ("the GPU would run", "the TPU core would run"), ("the GPU that is slowest",
+                                                       "the TPU core that is slowest"),
     ("GPU time", "device time"), ("GPU busy", "device busy"), ("GPU idle", "TPU core idle"),
     ("the critical stream", "the critical op line"))
 

@@ -1311,7 +1311,8 @@ def build_result(*, files, m: Matched, tables: Tables, coverage, opts, refusals:
         "capture": {"xplane": scratch.identity(files.xplane), "host": files.host,
                     "run": files.run_dir.name},
         "program": {"id": chosen, "name": m.protos[chosen][0], "notes": m.notes},
-        "device": "CPU" if m.cpu else "GPU", "control_thunks_left_out": m.control,
+        "device": "CPU" if m.cpu else "TPU" if m.runs is not None else "GPU",  # runs: a TPU's
+        "control_thunks_left_out": m.control,
         "figures": fig,
         "classes": {"all": _classes_json(groups["all"]),
                     **({str(chosen): _classes_json(groups[chosen])} if chosen in groups else {})},
@@ -1524,4 +1525,6 @@ def render_summary(r: dict) -> list[str]:
     s.append(f"hlo text: {r['hlo_text']}" if r["hlo_text"] else
              "hlo text: not written (see the program: lines)")
     # names come from the capture: a newline or an escape in one must not split or hide a line
+    if r["device"] == "TPU":
+        s = [rules.tpu_words(line) for line in s]
     return [rules.printable(line) for line in s]

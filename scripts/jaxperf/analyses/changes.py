@@ -1218,6 +1218,10 @@ def find_causes(ctx: Context) -> tuple[list, list, list]:
         rows += [written(c, r) for r in found.rows]
         notes += found.notes
         refusals += found.refusals
+    if tpu_capture(ctx):  # the causes' words on a TPU's parts (trace_rules.TPU_WORDS)
+        for r in rows:
+            r["assumptions"], r["knob"] = (rules.tpu_words(r["assumptions"]),
+                                           rules.tpu_words(r["knob"]))
     return rows, notes, refusals
 
 
