@@ -328,8 +328,8 @@ def host_knob(lead: float, host_late: float, graph_pct: float, tracer: bool,
               events: list = (), setup_re=None, copy: tuple | None = None) -> str:
     """What to test for host gaps: the host's work before the first launch (the runtime's own
     set-up where its host events, of `events` (name, us) inside the gaps, are half their time
-    or more and fill half the leading gap or more; a wait on the previous step's result where
-    one blocking call, gap_causes.SYNC_RE, fills a quarter of it), or the launches between
+    or more and fill half the leading gap or more; a wait where one blocking call on a
+    result, gap_causes.SYNC_RE, fills a quarter of it), or the launches between
     kernels (the larger first), and the Python tracer where its events fill the gaps.
     `setup_re`: the device's names of the runtime's set-up (adapters.Adapter.setup_re; None:
     none known). `copy`: (its largest event's name, whether copies from the host dominate the

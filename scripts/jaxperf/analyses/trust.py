@@ -653,14 +653,30 @@ XPROF_DISAGREE_PCT = 50.0
 
 
 def xprof_items(inp: Inputs, facts: Facts) -> list:
-    """Where XProf's own per-instruction FLOPs disagree with ours (roofline.csv xprof_*): the
-    instructions, their time, the custom calls XProf gives no FLOPs, and which figure the
-    report uses (ours: the roofline's)."""
-    rows = [r for r in scratch.records(inp.out, "roofline.csv") or ()
-            if number(r.get("xprof_flops_diff_pct_of_ours")) is not None
-            and abs(number(r.get("xprof_flops_diff_pct_of_ours"))) >= XPROF_DISAGREE_PCT]
+    """Where XProf's own per-instruction FLOPs or bytes disagree with ours (roofline.csv
+    xprof_*): the instructions, their time, the custom calls XProf gives no FLOPs, what each
+    side's bytes count, and which figure the report uses (ours: the roofline's)."""
+    roof = list(scratch.records(inp.out, "roofline.csv") or ())
+
+    def apart(r, what) -> bool:
+        d = number(r.get(f"xprof_{what}_diff_pct_of_ours"))
+        return d is not None and abs(d) >= XPROF_DISAGREE_PCT
+    out = []
+    far = [r for r in roof if apart(r, "bytes")]
+    if far:
+        top = sorted(far, key=lambda r: -number(r.get("device_us"), 0.0))[:3]
+        out.append(item(
+            "xprof_cost_disagrees", "instructions whose bytes XProf puts half or more away from "
+            "ours: ours are the bytes the memory roof loads as roofline.csv method counts them "
+            "(on a TPU the HBM bytes of the capture's memory_access_breakdown where XProf's "
+            "also count on-chip memory); the roofline and the changes use ours", "roofline.csv: "
+            "xprof_bytes_diff_pct_of_ours", "; ".join(
+                f"{r['instruction']}: ours {r.get('run_bytes') or '?'} bytes a run, XProf's "
+                f"{r.get('xprof_run_bytes')}" for r in top), count=len(far),
+            device_us=sum(number(r.get("device_us"), 0.0) for r in far), total_us=facts.total_us))
+    rows = [r for r in roof if apart(r, "flops")]
     if not rows:
-        return []
+        return out
     zero = [r for r in rows if number(r.get("xprof_run_flops")) == 0]
     us = sum(number(r.get("device_us"), 0.0) for r in rows)
     top = sorted(rows, key=lambda r: -number(r.get("device_us"), 0.0))[:3]
@@ -672,7 +688,7 @@ def xprof_items(inp: Inputs, facts: Facts) -> list:
                  "or more away from ours: the roofline and the changes use ours (roofline.csv "
                  "method says how each was had) and XProf's own roofline places them elsewhere",
                  "roofline.csv: xprof_flops_diff_pct_of_ours", detail,
-                 count=len(rows), device_us=us, total_us=facts.total_us)]
+                 count=len(rows), device_us=us, total_us=facts.total_us)] + out
 
 
 def tpu_items(inp: Inputs, facts: Facts) -> list:
