@@ -363,24 +363,9 @@ def probe_int8_matmul(smoke: bool) -> Probe:
                       "requantised), annotated 'train'", "train")
 
 
-def probe_remat_attention(smoke: bool) -> Probe:
-    b, t, d, heads, layers = (2, 32, 32, 2, 2) if smoke else (8, 1024, 1024, 8, 4)
-    k = jax.random.split(jax.random.key(16), 3 * layers + 1)
-    bf = jnp.bfloat16
-    ps = [{"qkv": _normal(k[3 * i], (d, 3 * d), bf, d ** -.5),
-           "o": _normal(k[3 * i + 1], (d, d), bf, d ** -.5),
-           "ff": _normal(k[3 * i + 2], (d, d), bf, d ** -.5)} for i in range(layers)]
-    x = _normal(k[-1], (b, t, d), bf, 1.0)
-
-    @jax.checkpoint
-    def layer(p, h):
-        q, kk, v = jnp.split(h @ p["qkv"], 3, axis=-1)
-        shp = (b, t, heads, d // heads)
-        o = jax.nn.dot_product_attention(q.reshape(shp), kk.reshape(shp), v.reshape(shp),
-                                         is_causal=True).reshape(b, t, d)
-        h = h + o @ p["o"]
-        return h + jax.nn.gelu(h @ p["ff"])
-
+def _layers_run(layer, ps, x):
+    """`run(n, annotate)` of a stack of `layer(p, h)` over the params `ps`: a jitted, donated
+    train step on the mean square of the last output, annotated 'train', blocked each step."""
     def loss_fn(ps, x):
         h = x
         for p in ps:
@@ -399,10 +384,31 @@ def probe_remat_attention(smoke: bool) -> Probe:
             with _step_ctx("train", i, annotate):
                 st["p"], loss = train_step(st["p"], x)
                 jax.block_until_ready(loss)
+    return run
 
-    return Probe(run, f"jitted causal-attention train step, {layers} layers under "
-                      f"jax.checkpoint (remat), batch {b}, seq {t}, d {d}, {heads} heads, "
-                      "jax.nn.dot_product_attention, annotated 'train'", "train")
+
+def probe_remat_attention(smoke: bool) -> Probe:
+    b, t, d, heads, layers = (2, 32, 32, 2, 2) if smoke else (8, 1024, 1024, 8, 4)
+    k = jax.random.split(jax.random.key(16), 3 * layers + 1)
+    bf = jnp.bfloat16
+    ps = [{"qkv": _normal(k[3 * i], (d, 3 * d), bf, d ** -.5),
+           "o": _normal(k[3 * i + 1], (d, d), bf, d ** -.5),
+           "ff": _normal(k[3 * i + 2], (d, d), bf, d ** -.5)} for i in range(layers)]
+    x = _normal(k[-1], (b, t, d), bf, 1.0)
+
+    @jax.checkpoint
+    def layer(p, h):
+        q, kk, v = jnp.split(h @ p["qkv"], 3, axis=-1)
+        shp = (b, t, heads, d // heads)
+        o = jax.nn.dot_product_attention(q.reshape(shp), kk.reshape(shp), v.reshape(shp),
+                                         is_causal=True).reshape(b, t, d)
+        h = h + o @ p["o"]
+        return h + jax.nn.gelu(h @ p["ff"])
+
+    return Probe(_layers_run(layer, ps, x),
+                 f"jitted causal-attention train step, {layers} layers under jax.checkpoint "
+                 f"(remat), batch {b}, seq {t}, d {d}, {heads} heads, "
+                 "jax.nn.dot_product_attention, annotated 'train'", "train")
 
 
 def probe_grad_accum(smoke: bool) -> Probe:
@@ -857,27 +863,9 @@ def probe_remat_policy(smoke: bool, policy: str = "nothing_saveable") -> Probe:
     layer = jax.checkpoint(lambda w, h: h + jax.nn.gelu(h @ w),
                            policy=getattr(jax.checkpoint_policies, policy))
 
-    def loss_fn(ws, x):
-        h = x
-        for w in ws:
-            h = layer(w, h)
-        return jnp.mean(jnp.square(h.astype(jnp.float32)))
-
-    @partial(jax.jit, donate_argnums=(0,))
-    def train_step(ws, x):
-        loss, g = jax.value_and_grad(loss_fn)(ws, x)
-        return jax.tree.map(lambda a, gg: a - 1e-4 * gg, ws, g), loss
-
-    st = {"p": ws}
-
-    def run(n, annotate):
-        for i in range(n):
-            with _step_ctx("train", i, annotate):
-                st["p"], loss = train_step(st["p"], x)
-                jax.block_until_ready(loss)
-
-    return Probe(run, f"jitted {layers}-layer {d}x{d} bf16 MLP train step, batch {b}, each "
-                      f"layer under jax.checkpoint(policy={policy}), annotated 'train'", "train")
+    return Probe(_layers_run(layer, ws, x),
+                 f"jitted {layers}-layer {d}x{d} bf16 MLP train step, batch {b}, each layer "
+                 f"under jax.checkpoint(policy={policy}), annotated 'train'", "train")
 
 
 AFTER = {"callback_step": "callback_step_outside", "decode_kv": "decode_kv_on_device",

@@ -750,8 +750,8 @@ def needs_new_capture(inp: Inputs, items: list, facts: Facts) -> list:
         q.append(question(s, NEEDS["batch"] if "batch" in s else "a new capture (see the "
                           "question)", "skip_stats.json: needs_new_capture"))
     between = ss.get("between_steps") or {}
-    tpu = ((inp.get("capture_info") or {}).get("device") or {}).get("kind") == "TPU"
-    core = "TPU core" if tpu else "GPU"
+    dev = (inp.get("capture_info") or {}).get("device") or {}
+    core = "TPU core" if dev.get("kind") == "TPU" else "GPU"
     if between.get("cause") in ("not recorded", "mostly not recorded"):
         q.append(question(f"what the host does between steps while the {core} idles (the host "
                           "events there cover little of that idle: steps.csv between_cause)",
@@ -802,7 +802,6 @@ def needs_new_capture(inp: Inputs, items: list, facts: Facts) -> list:
     if (roof.get("gpu") or {}).get("why") and (roof.get("gpu") or {}).get("model") is None:
         q.append(question("which GPU model ran the capture (the roofline needs its peaks)",
                           NEEDS["gpu_model"], "roofline.json: gpu.why"))
-    dev = (inp.get("capture_info") or {}).get("device") or {}
     if dev.get("kind") == "TPU":
         q.append(question(f"whether the job runs on more chips or hosts than this capture's "
                           f"{dev.get('cores')} TPU core(s), and whether they keep the same pace "
