@@ -125,3 +125,45 @@ def layout_text() -> str:
     refs = REPO / "references"
     return "\n".join(p.read_text(encoding="utf-8") for p in
                      [refs / "scratch-layout.md", *sorted((refs / "scratch-layout").glob("*.md"))])
+
+
+def read_table(path: Path) -> list[dict]:
+    """A CSV's rows as dicts; a declared parent table (rows.csv, attribution/kernels.csv) with
+    its child tables' columns joined in, as the steps read it (scratch.records)."""
+    import csv
+
+    from tracekit import scratch
+    path = Path(path)
+    for file in scratch.TABLES:
+        if scratch.children(file) and path.as_posix().endswith("/" + file):
+            rows = scratch.records(Path(path.as_posix()[:-len(file) - 1]), file)
+            return [] if rows is None else [dict(r) for r in rows]
+    with open(path, newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def write_table(folder: Path, file: str, header: list, rows: list) -> None:
+    """A hand-made declared table whose `header` may hold its child tables' columns too (as
+    the table was before they moved there): the parent written with its own columns, each
+    child with the rows whose cells are not the column's default."""
+    import csv
+
+    from tracekit import scratch
+    at = {h: i for i, h in enumerate(header)}
+    parts = [(file, scratch.columns(file), None)]
+    parts += [(k.file, k.names, k) for k in scratch.children(file)]
+    for name, cols, child in parts:
+        path = Path(folder) / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "w", newline="", encoding="utf-8") as fh:
+            w = csv.writer(fh, lineterminator="\n")
+            w.writerow(cols)
+            for n, r in enumerate(rows):
+                if child is None:
+                    w.writerow([r[at[c]] if c in at else "" for c in cols])
+                    continue
+                cells = [r[at[c.name]] if c.name in at else c.default
+                         for c in child.columns[1:]]
+                if any(str(v) not in ("", c.default) for v, c in zip(cells, child.columns[1:],
+                                                                      strict=True)):
+                    w.writerow([n, *cells])

@@ -19,7 +19,7 @@ import pytest
 
 from capgen.generate import generate
 from capgen.scenarios import SCENARIOS
-from conftest import REPO, SHARED_CAPTURES, layout_text
+from conftest import REPO, SHARED_CAPTURES, layout_text, read_table
 from jaxperf.program.hlo_program import Program
 from jaxperf.read import xplane_reader
 from tracekit import trace_rules as rules
@@ -39,8 +39,7 @@ def run(capture, out, *extra, xprof=False):
 
 
 def read(path):
-    with open(path, newline="") as fh:
-        return list(csv.DictReader(fh))
+    return read_table(path)
 
 
 @pytest.fixture(scope="module")
@@ -893,12 +892,11 @@ def test_collectives_by_order_is_what_kernels_csv_holds(tmp_path, name):
     assert p.returncode == 0, p.stderr
     att = tmp_path / "out" / "attribution"
     n, us, labels = 0, 0.0, set()
-    with open(att / "kernels.csv", newline="") as fh:
-        for row in csv.DictReader(fh):
-            if (row["category"] == "collective" and row["graph"] != "1" and row["hlo_op"]
-                    and row["match"] != "exact"):
-                n, us = n + 1, us + float(row["dur_us"])
-                labels.add(row["hlo_op"])
+    for row in read_table(att / "kernels.csv"):
+        if (row["category"] == "collective" and row["graph"] != "1" and row["hlo_op"]
+                and row["match"] != "exact"):
+            n, us = n + 1, us + float(row["dur_us"])
+            labels.add(row["hlo_op"])
     got = json.loads((att / "attribute_kernels.json").read_text())["collectives_by_order"]
     assert got == {"kernels": n, "device_us": us, "labels": sorted(labels)}
     assert n > 0 or name != "nvidia-8gpu-prelabels"  # its labels name no saved instruction

@@ -20,7 +20,7 @@ import pytest
 
 from capgen.generate import generate
 from capgen.scenarios import SCENARIOS
-from conftest import REPO, SHARED_CAPTURES, layout_text
+from conftest import REPO, SHARED_CAPTURES, layout_text, read_table, write_table
 
 SCRIPT = REPO / "scripts" / "changes.py"
 BARE = getattr(sys, "_base_executable", sys.executable)
@@ -54,8 +54,7 @@ def run(out, *args, capture=None):
 
 
 def read(path):
-    with open(path, newline="", encoding="utf-8") as fh:
-        return list(csv.DictReader(fh))
+    return read_table(path)
 
 
 def build(base: Path, capture: Path, steps=STEPS) -> Path:
@@ -313,6 +312,8 @@ def write(path, cols, rows):
     """One of step 1's tables as scratch.py declares it: the given columns' cells in their
     declared places, the columns not given empty."""
     from tracekit import scratch
+    if scratch.children(path.name):
+        return write_table(path.parent, path.name, cols, rows)
     declared = scratch.columns(path.name)
     assert set(cols) <= set(declared), set(cols) - set(declared)
     with open(path, "w", newline="", encoding="utf-8") as fh:

@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parent.parent
 CASES = sorted(p.parent for p in (REPO / "tests" / "diff").glob("*/host.trace.json"))
 STEPS = (REPO / "analyzing-jax-launch-overhead" / "scripts" / "skip_stats.py",
          REPO / "scripts" / "swimlanes.py")
-KEPT = ("steps.csv", "streams.csv", "gaps.csv", "rows.csv", "stragglers.csv")
+KEPT = ("steps.csv", "streams.csv", "gaps.csv", "rows.csv", "rows_gpu.csv", "stragglers.csv")
 WRITE = os.environ.get("JAXTRACE_DIFF_WRITE") == "1"
 
 

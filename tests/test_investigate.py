@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, SHARED_CAPTURES, layout_text
+from conftest import REPO, SHARED_CAPTURES, layout_text, read_table
 from tracekit import scratch
 
 SCRIPT = REPO / "scripts" / "investigate.py"
@@ -79,8 +79,7 @@ TABLES = ["capture_info.json", "summary.txt", "skip_stats.json", "rows.csv", "st
 
 
 def read(path):
-    with open(path, newline="", encoding="utf-8") as fh:
-        return list(csv.DictReader(fh))
+    return read_table(path)
 
 
 def tree_digest(folder: Path) -> dict:

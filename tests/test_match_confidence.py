@@ -7,7 +7,6 @@ free (events of the launch running at once) or the names show the reordering."""
 
 from __future__ import annotations
 
-import csv
 import random
 import subprocess
 import sys
@@ -19,7 +18,7 @@ from matcher_events import event, fresh
 
 from capgen.generate import generate
 from capgen.scenarios import SCENARIOS
-from conftest import REPO
+from conftest import REPO, read_table
 from jaxperf.match import kernel_match as km
 from jaxperf.program.hlo_program import Program
 from jaxperf.read import xplane_reader
@@ -33,8 +32,7 @@ PER_SWAP = 3
 
 
 def _read(path: Path) -> list[dict]:
-    with open(path, newline="") as fh:
-        return list(csv.DictReader(fh))
+    return read_table(path)
 
 
 @pytest.fixture(scope="module")

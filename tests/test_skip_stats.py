@@ -3,7 +3,6 @@ real captures, exact stream budgets, refusals, bad input, and a bare interpreter
 
 from __future__ import annotations
 
-import csv
 import gzip
 import json
 import subprocess
@@ -14,12 +13,12 @@ import pytest
 
 from capgen.generate import generate
 from capgen.scenarios import SCENARIOS
-from conftest import REPO, layout_text
+from conftest import REPO, layout_text, read_table
 
 SCRIPT = REPO / "analyzing-jax-launch-overhead" / "scripts" / "skip_stats.py"
 BARE = getattr(sys, "_base_executable", sys.executable)
-OUTPUTS = ("summary.txt", "skip_stats.json", "rows.csv", "streams.csv", "steps.csv", "gaps.csv",
-           "python_lines.csv")
+OUTPUTS = ("summary.txt", "skip_stats.json", "rows.csv", "rows_gpu.csv", "streams.csv",
+           "steps.csv", "gaps.csv", "python_lines.csv")
 
 
 def run(capture, out, python=BARE, flags=("-I", "-S", "-P")):
@@ -29,8 +28,7 @@ def run(capture, out, python=BARE, flags=("-I", "-S", "-P")):
 
 
 def read(path):
-    with open(path, newline="") as fh:
-        return list(csv.DictReader(fh))
+    return read_table(path)
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ import pytest
 
 from capgen.generate import generate
 from capgen.scenarios import SCENARIOS
-from conftest import REPO, SHARED_CAPTURES
+from conftest import REPO, SHARED_CAPTURES, read_table, write_table
 from jaxperf.analyses import trust
 
 SCRIPT = REPO / "scripts" / "trust.py"
@@ -48,8 +48,7 @@ def run_steps(capture, out):
 
 
 def read(path):
-    with open(path, newline="", encoding="utf-8") as fh:
-        return list(csv.DictReader(fh))
+    return read_table(path)
 
 
 def trust_rows(out):
@@ -211,7 +210,7 @@ def scratch(out: Path):
                [9, "exact", 4, 16.0, 100.0, 0, 0, 0],
                ["all", "exact", 14, 76.0, 76.0, 0, 0, 0], ["all", "order", 3, 20.0, 20.0, 2, 7.5,
                                                            7.5]])
-    write_csv(out / "attribution/kernels.csv",
+    write_table(out, "attribution/kernels.csv",
               ["device", "stream", "start_us", "dur_us", "kernel", "correlation_id", "hlo_op",
                "program_id", "instruction", "inner_instruction", "match", "confidence",
                "op_name", "source", "user_frame", "category", "graph"],
@@ -232,7 +231,7 @@ def scratch(out: Path):
              row("ncclKernel", "collective", 2.0, 6, "launch", "hipLaunchKernel"),
              row("__amd_rocclr_copyBuffer.kd", "memcpy", 4.0, 7, "launch",
                  "hipMemcpyDtoDAsync")]
-    write_csv(out / "rows.csv", ROWS_HEADER, rows)
+    write_table(out, "rows.csv", ROWS_HEADER, rows)
     write_csv(out / "gaps.csv", ["device", "stream", "step", "start_us", "end_us", "dur_us",
                                  "kernel_before", "kernel_after", "cause", "launch_thread",
                                  "host_events"],

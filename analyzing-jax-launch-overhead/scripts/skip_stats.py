@@ -51,7 +51,7 @@ from skip_analysis import (
     step_refusals,
     verdict,
 )
-from skip_writers import rows_job, write_python_lines, write_result, write_tables
+from skip_writers import GPU_CHILD, rows_job, write_python_lines, write_result, write_tables
 from step_framing import (
     CallTree,
     assign_steps,
@@ -197,8 +197,8 @@ def run(trace, out: Path) -> tuple[dict, list]:
             progress("checking joins, steps, same work and stream budgets for step 2",
                      len(a.events), unit="GPU events")
             checks = model_checks.rows(a, step_rows, stream_acc, info, idle_gpus)
-            n_rows, facts_of_rows = rows.wait()
-            written.insert(0, ("rows.csv", n_rows))
+            n_rows, facts_of_rows, n_gpu = rows.wait()
+            written[:0] = [("rows.csv", n_rows), (GPU_CHILD, n_gpu)]
         except BaseException:
             rows.abort()
             raise

@@ -21,13 +21,29 @@ from tracekit.trace_rules import pct, us
 FORK_ROWS_MIN = 100_000
 
 RESULT_FILE = "skip_stats.json"
+GPU_CHILD = "rows_gpu.csv"  # rows.csv's child table: a GPU's correlation ids and graphs
 
 
-def write_rows(path, a: Analysis) -> tuple[int, dict]:
-    """One line per GPU event, streamed to the file; returns the lines written and what the
+def by_stream(events) -> dict[tuple, list]:
+    """The events by (device, stream), each stream's in the events' order: the rows' order is
+    device, stream and start, each stream's then sorted by its starts alone (stable, as one sort
+    on the three would be; a third of its time)."""
+    per_stream: dict[tuple, list] = {}
+    for ev in events:
+        key = (ev.device, ev.stream)
+        lst = per_stream.get(key)
+        if lst is None:
+            lst = per_stream[key] = []
+        lst.append(ev)
+    return per_stream
+
+
+def write_rows(path, a: Analysis) -> tuple[int, dict, int]:
+    """One line per device event, streamed to the file, and its GPU-only cells (a correlation id,
+    a graph) to the child table GPU_CHILD beside it; returns the lines written, what the
     trust list reads of them (row_facts, summarised from each row's cells as they are written,
-    in the table's order). This is the hot loop of a large trace: strings repeat (kernel,
-    stream, op names), so each is quoted once and looked up after."""
+    in the table's order) and the child's rows. This is the hot loop of a large trace: strings
+    repeat (kernel, stream, op names), so each is quoted once and looked up after."""
     names = a.thread_names
     quoted: dict[str, str] = {}
 
@@ -38,16 +54,8 @@ def write_rows(path, a: Analysis) -> tuple[int, dict]:
         return r
     streams = {k: q(v) for k, v in a.stream_names.items()}
     threads = {k: q(v) for k, v in names.items()}
-    n = 0
-    # by device, stream and start: each stream's events gathered, then each sorted by its
-    # starts alone (stable, as one sort on the three would be; a third of its time)
-    per_stream: dict[tuple, list] = {}
-    for ev in a.events:
-        key = (ev.device, ev.stream)
-        lst = per_stream.get(key)
-        if lst is None:
-            lst = per_stream[key] = []
-        lst.append(ev)
+    n = gpu_n = 0
+    per_stream = by_stream(a.events)
     by_start = operator.attrgetter("start")
     # the columns that repeat from event to event, each combination formatted once
     tails: dict[tuple, str] = {}
@@ -55,10 +63,14 @@ def write_rows(path, a: Analysis) -> tuple[int, dict]:
     step_cells: dict = {None: ""}
     summary = row_facts.Summary()
     add = summary.add
-    with open(path, "w", newline="", encoding="utf-8") as fh:
+    with open(path, "w", newline="", encoding="utf-8") as fh, \
+            open(path.with_name(GPU_CHILD), "w", newline="", encoding="utf-8") as gpu_fh:
         fh.write(scratch.header("rows.csv"))  # the line below, in its declared order
+        gpu_fh.write(scratch.header(GPU_CHILD))
         buf = []
         append = buf.append
+        gpu_buf: list = []
+        gpu_append = gpu_buf.append
         for device, stream in sorted(per_stream):
             dev = str(device)
             where = f"{device},{stream},{streams.get((device, stream), '')},"
@@ -91,20 +103,23 @@ def write_rows(path, a: Analysis) -> tuple[int, dict]:
                 if head is None or head[0] != category:
                     head = heads[ev.name] = (category, f"{where}{q(ev.name)},{category},")
                 step = ev.step
-                key = (ev.op, ev.module, ev.graph, step)
+                key = (ev.op, ev.module, step)
                 tail = tails.get(key)
                 if tail is None:
-                    hlo_op, hlo_module, graph, _ = key
-                    tail = tails[key] = (f"{q(hlo_op)},{q(hlo_module)},{1 if graph else 0},"
+                    hlo_op, hlo_module, _ = key
+                    tail = tails[key] = (f"{q(hlo_op)},{q(hlo_module)},"
                                          f"{'' if step is None else step}\n")
                 raw_cid = ev.cid
-                cid = raw_cid
-                if type(cid) is not int and not (type(cid) is str and cid.isdigit()):
-                    # a malformed id (text with commas, quotes) stays one field; a decimal one
-                    # (each event's own: not memoized) needs no quotes
-                    cid = q(str(cid))
+                if raw_cid != "" or ev.graph:  # a GPU's own cells: the child table's row
+                    cid = raw_cid
+                    if type(cid) is not int and not (type(cid) is str and cid.isdigit()):
+                        # a malformed id (text with commas, quotes) stays one field; a decimal
+                        # one (each event's own: not memoized) needs no quotes
+                        cid = q(str(cid))
+                    gpu_append(f"{n},{cid},{1 if ev.graph else 0}\n")
+                    gpu_n += 1
                 dur = f"{ev.dur / 1e6:.3f}"
-                append(f"{head[1]}{start / 1e6:.3f},{dur},{ev.end / 1e6:.3f},{cid},"
+                append(f"{head[1]}{start / 1e6:.3f},{dur},{ev.end / 1e6:.3f},"
                        f"{join},{launch},{tail}")
                 cell = step_cells.get(step)
                 if cell is None:
@@ -116,8 +131,11 @@ def write_rows(path, a: Analysis) -> tuple[int, dict]:
                 if n % 10_000 == 0:
                     fh.write("".join(buf))
                     buf.clear()
+                    gpu_fh.write("".join(gpu_buf))
+                    gpu_buf.clear()
         fh.write("".join(buf))
-    return n, summary.facts().to_json()
+        gpu_fh.write("".join(gpu_buf))
+    return n, summary.facts().to_json(), gpu_n
 
 
 def rows_job(path: Path, a) -> Forked:

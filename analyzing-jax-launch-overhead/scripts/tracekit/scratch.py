@@ -93,6 +93,7 @@ class Column:
     label: str         # measured | read | inferred | "" (a key or text, not a figure)
     meaning: str
     at_most: str = ""  # its physical limit: a number, or another column of the same row
+    default: str = ""  # a child table's column: what a parent row without a child row reads
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,7 @@ class Table:
     order: str         # the row order
     columns: tuple[Column, ...]
     notes: str = ""    # Markdown after the column list
+    parent: str = ""   # a child table: the table whose rows it extends (CHILD_KEY: their row)
 
     @property
     def names(self) -> list[str]:
@@ -159,6 +161,10 @@ def declare(*items) -> None:
         for c in getattr(it, "columns", ()) + getattr(it, "figures", ()):
             if c.label not in LABELS + (("",) if isinstance(c, Column) else ()):
                 raise ScratchError(f"{it.file}: {c.name} has the label {c.label!r}")
+        if getattr(it, "parent", "") and (it.parent not in TABLES
+                                          or it.columns[0].name != CHILD_KEY):
+            raise ScratchError(f"{it.file}: a child table follows its parent {it.parent} and "
+                               f"keys its rows by {CHILD_KEY}")
         DECLARED[it.file] = it
         (TABLES if isinstance(it, Table) else FILES)[it.file] = it
 
@@ -177,11 +183,83 @@ def columns(file: str) -> list[str]:
     return table(file).names
 
 
+def children(file: str) -> list[Table]:
+    """The child tables of `file`: each extends some of its rows with columns of one device's
+    own (a GPU's correlation id and graph), keyed by the row (CHILD_KEY)."""
+    return [t for t in TABLES.values() if t.parent == file]
+
+
 def column(file: str, name: str) -> Column:
-    for c in table(file).columns:
-        if c.name == name:
-            return c
+    """A declared column of `file`, or of one of its child tables (a reader of the parent reads
+    the child's columns as its own: `stream`, `records`, `Scratch.rows`)."""
+    for t in [table(file), *children(file)]:
+        for c in t.columns:
+            if c.name == name and not (t.file != file and name == CHILD_KEY):
+                return c
     raise ScratchError(f"{file} declares no column {name}")
+
+
+# A child table's first column: the 0-based row of its parent (after the header) it extends.
+CHILD_KEY = "row"
+
+
+class Children:
+    """The cells of the child columns among `names` of the table `file` under `folder`, read
+    beside the parent's rows in their order (both are in row order: neither is held whole):
+    `cells(i)` is row i's {column: cell}, a column's default where its child lists no row i.
+    A child table that is not there reads as every row's defaults (its parent was written on a
+    device that has no such cells); one that cannot be read is a TableError (`stream`)."""
+
+    def __init__(self, folder: Path, file: str, names):
+        self.defaults: dict = {}
+        self.its: list = []  # [its rows (stream), its columns, its next (row, cells) or None]
+        for t in children(file):
+            want = [c for c in t.columns[1:] if c.name in names]
+            self.defaults.update((c.name, c.default) for c in want)
+            rows = stream(folder, t.file, [CHILD_KEY, *(c.name for c in want)]) if want \
+                else None
+            if rows is not None:
+                self.its.append([rows, [c.name for c in want], None, Path(folder) / t.file])
+                self._next(self.its[-1])
+
+    @staticmethod
+    def _next(it) -> None:
+        r = next(it[0], None)
+        if r is not None and not r[0].isdigit():
+            raise TableError(f"{it[3]} is not the table its producer writes (a row without its "
+                             f"{CHILD_KEY}): run it again, or delete it")
+        it[2] = None if r is None else (int(r[0]), r[1:])
+
+    def __bool__(self) -> bool:
+        return bool(self.defaults)
+
+    def cells(self, i: int) -> dict:
+        out = self.defaults
+        for it in self.its:
+            while it[2] is not None and it[2][0] < i:
+                self._next(it)
+            if it[2] is not None and it[2][0] == i:
+                out = {**out, **dict(zip(it[1], it[2][1], strict=True))}
+                self._next(it)
+        return out
+
+    def close(self) -> None:
+        for it in self.its:
+            it[0].close()
+
+
+def with_children(rows, kids: Children):
+    """Each row (a dict) of a parent table with its child tables' cells (`Children`), in
+    place; the rows streamed."""
+    if not kids:
+        yield from rows
+        return
+    try:
+        for i, r in enumerate(rows):
+            r.update(kids.cells(i))
+            yield r
+    finally:
+        kids.close()
 
 
 def result(file: str) -> File:
@@ -436,7 +514,10 @@ def records(folder: Path, file: str):
     table(file)
     path = Path(folder) / file
     fh = opened(path, file)
-    return None if fh is None else _records(fh, path, file)
+    if fh is None:
+        return None
+    kids = Children(folder, file, {c.name for k in children(file) for c in k.columns})
+    return with_children(_records(fh, path, file), kids)
 
 
 def _records(fh, path: Path, file: str):
@@ -516,7 +597,26 @@ def stream(folder: Path, file: str, names):
         column(file, n)
     path = Path(folder) / file
     fh = opened(path, file)
-    return None if fh is None else _stream(fh, path, file, names)
+    if fh is None:
+        return None
+    own = set(columns(file))
+    kids = Children(folder, file, [n for n in names if n not in own])
+    if not kids:
+        return _stream(fh, path, file, names)
+    return _joined(_stream(fh, path, file, [n for n in names if n in own]), names, own, kids)
+
+
+def _joined(rows, names, own, kids: Children):
+    """`_stream`'s tuples of a parent's own columns with its child tables' cells, in `names`'
+    order."""
+    mine = [n for n in names if n in own]
+    try:
+        for i, row in enumerate(rows):
+            extra = kids.cells(i)
+            d = dict(zip(mine, row, strict=True))
+            yield tuple(d[n] if n in own else extra[n] for n in names)
+    finally:
+        kids.close()
 
 
 def _stream(fh, path: Path, file: str, names):
@@ -577,6 +677,8 @@ class Scratch:
             rows = read_whole(self.folder / file, file, lambda fh: list(csv.DictReader(fh)))
             if rows:
                 self._whole(file, rows)
+                rows = list(with_children(rows, Children(
+                    self.folder, file, {c.name for k in children(file) for c in k.columns})))
             self._cache[file] = [DeclaredRow(file, r) for r in rows] if STRICT and rows \
                 else rows
         return self._cache[file]
@@ -823,8 +925,12 @@ def _cell(text: str) -> str:
 def render_table(t: Table) -> list[str]:
     out = [f"### `{t.file}` ({t.producer})", f"One row per {t.row}; rows by {t.order}.", "",
            "| column | unit | label | meaning |", "|---|---|---|---|"]
+    if t.parent:
+        out[1:1] = [f"A child table of `{t.parent}`, keyed by `{CHILD_KEY}`: a row of it that "
+                    "this table does not list reads as each column's default."]
     out += [f"| `{c.name}` | {c.unit} | {c.label} | {_cell(c.meaning)}"
-            f"{f' (at most `{c.at_most}`)' if c.at_most else ''} |" for c in t.columns]
+            f"{f' (at most `{c.at_most}`)' if c.at_most else ''}"
+            f"{f' (default `{c.default}`)' if c.default else ''} |" for c in t.columns]
     if t.notes:
         out += ["", t.notes.strip()]
     return out + [""]
@@ -893,7 +999,8 @@ def _load(path: Path) -> tuple[str, str, dict[str, tuple[str, str]]]:
         if d["kind"] == "csv":
             declare(Table(d["file"], d["producer"], d["row"], d["order"], tuple(
                 Column(c["name"], c.get("unit", ""), c.get("label", ""), c["meaning"],
-                       c.get("at_most", "")) for c in d["column"]), d.get("notes", "")))
+                       c.get("at_most", ""), c.get("default", "")) for c in d["column"]),
+                d.get("notes", ""), d.get("parent", "")))
         else:
             declare(File(d["file"], d["producer"], d["kind"], d["what"], d.get("fields", ""),
                          tuple(Figure(g["name"], g["unit"], g["label"], g["meaning"])

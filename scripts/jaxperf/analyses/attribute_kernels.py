@@ -267,11 +267,11 @@ def match_part(space, ordinals, user_re, own: bool):
     if not cpu:
         starts.update((key, np.fromiter(map(_start, ks), np.int64, len(ks)))
                       for key, ks in by.items())
-    path, header = yield Part(
+    path, header, first = yield Part(
         len(kernels), control, counted, launched, unsaved_ids, event_totals(kernels), starts,
         collective_durations(kernels))
     if path is not None:
-        write_kernels(path, kernels, Sources(built, user_re), header)
+        write_kernels(path, kernels, Sources(built, user_re), header, first)
 
 
 _start = operator.attrgetter("start")
@@ -453,10 +453,12 @@ def xprof_coverage(pending, copy: Path) -> tuple[float | None, float, str]:
 
 # ---------------------------------------------------------------- writers
 
-def write_kernels(path: Path, kernels, sources, header: bool = True) -> int:
-    """kernels.csv's rows of `kernels` (its header first, with `header`), the large table:
-    strings repeat, so each is quoted once, and the cells after the correlation id, which the
-    events of one kernel name and instruction share, are formatted once for them."""
+def write_kernels(path: Path, kernels, sources, header: bool = True, first: int = 0) -> int:
+    """kernels.csv's rows of `kernels` (its header first, with `header`), the large table, and
+    their GPU-only cells (a correlation id, a graph) in its child table beside it (gpu_part;
+    `first`: the row of the whole table these rows start at): strings repeat, so each is quoted
+    once, and the cells after the name, which the events of one kernel name and instruction
+    share, are formatted once for them."""
     quoted: dict = {}
 
     def q(v):
@@ -464,30 +466,46 @@ def write_kernels(path: Path, kernels, sources, header: bool = True) -> int:
         if r is None:
             r = quoted[v] = scratch.quote(v)
         return r
-    rests: dict = {}  # what decides the cells after the correlation id -> those cells
-    with open(path, "w", newline="", encoding="utf-8") as fh:
+    rests: dict = {}  # what decides the cells after the name -> those cells
+    with open(path, "w", newline="", encoding="utf-8") as fh, \
+            open(gpu_part(path), "w", newline="", encoding="utf-8") as gpu_fh:
         if header:
             fh.write(scratch.header("attribution/kernels.csv"))  # the row below, in its order
+            gpu_fh.write(scratch.header(GPU_CHILD))
         buf = []
-        for k in kernels:
+        gpu_buf = []
+        for n, k in enumerate(kernels, first):
             ins = k.instruction
             key = (k.hlo_op, k.program_id, ins, k.inner, k.match,
-                   k.confidence if ins else None, k.category, k.graph)
+                   k.confidence if ins else None, k.category)
             rest = rests.get(key)
             if rest is None:
                 opn, source, user = sources.get(k.program_id, ins)
                 rest = rests[key] = (
                     f",{q(k.hlo_op or '')},{'' if k.program_id is None else k.program_id},"
                     f"{q(ins)},{q(k.inner)},{k.match},{f'{k.confidence:.3f}' if ins else '0'},"
-                    f"{q(opn)},{q(source)},{q(user)},{k.category},{1 if k.graph else 0}\n")
+                    f"{q(opn)},{q(source)},{q(user)},{k.category}\n")
             buf.append(f"{k.device},{k.stream},{k.start / 1e6:.3f},{k.dur / 1e6:.3f},"
-                       f"{quoted.get(k.name) or q(k.name)},{'' if k.corr is None else k.corr}"
-                       f"{rest}")
+                       f"{quoted.get(k.name) or q(k.name)}{rest}")
+            if k.corr is not None or k.graph:
+                gpu_buf.append(f"{n},{'' if k.corr is None else k.corr},"
+                               f"{1 if k.graph else 0}\n")
             if len(buf) >= 10_000:
                 fh.write("".join(buf))
                 buf.clear()
+                gpu_fh.write("".join(gpu_buf))
+                gpu_buf.clear()
         fh.write("".join(buf))
+        gpu_fh.write("".join(gpu_buf))
     return len(kernels)
+
+
+GPU_CHILD = "attribution/kernels_gpu.csv"  # kernels.csv's child: a GPU's correlation ids, graphs
+
+
+def gpu_part(path: Path) -> Path:
+    """The child table's part beside a part of kernels.csv (kernels.csv.1 -> kernels_gpu.csv.1)."""
+    return path.with_name(path.name.replace("kernels.csv", "kernels_gpu.csv", 1))
 
 
 CLASSES = ("exact", "name", "order", "none")
@@ -586,7 +604,8 @@ def run(capture, out: Path, opts: Options) -> tuple[dict, list]:
                                 f"{why}" for p, (n, why) in sorted(m.unreadable.items())]
                     hlo_names = write_hlo_texts(tmp, m, tables, opts, refusals)
                     join_kernels(tmp, m)
-                    tables.written.insert(0, ("kernels.csv", m.rows))
+                    tables.written[:0] = [("kernels.csv", m.rows),
+                                          ("kernels_gpu.csv", gpu_rows(tmp))]
                 except BaseException:
                     if m.chosen_text is not None:
                         m.chosen_text.abort()
@@ -818,7 +837,8 @@ def match_capture(capture, x: XPlaneRead, opts: Options, folder: Path | None = N
         done = []
         for i, part in enumerate(parts):  # this share's rows are written before the child's
             done.append(part.get())       # sums are taken: the child writes during the tables
-            part.put((None if folder is None else kernels_part(folder, i), i == 0))
+            part.put((None if folder is None else kernels_part(folder, i), i == 0,
+                      sum(p.rows for p in done[:-1])))
             if i == 0:
                 part.get()
         if folder is not None:
@@ -868,19 +888,33 @@ def kernels_part(folder: Path, i: int) -> Path:
 
 def join_kernels(folder: Path, m: Matched) -> None:
     """kernels.csv whole: the later shares' rows, once written, appended in their order."""
-    with open(kernels_part(folder, 0), "ab") as fh:
+    with open(kernels_part(folder, 0), "ab") as fh, open(gpu_part(kernels_part(folder, 0)),
+                                                          "ab") as gpu_fh:
         for i, part in enumerate(m.writing, 1):
             part.get()
-            with open(kernels_part(folder, i), "rb") as more:
-                try:  # in the kernel, where it can: no copy through this process
-                    while os.sendfile(fh.fileno(), more.fileno(), None, 1 << 30):
-                        pass
-                except (AttributeError, OSError):
-                    fh.seek(0, os.SEEK_END)
-                    more.seek(0)
-                    shutil.copyfileobj(more, fh, 1 << 20)
-            kernels_part(folder, i).unlink()
+            for to, more in ((fh, kernels_part(folder, i)), (gpu_fh, gpu_part(
+                    kernels_part(folder, i)))):
+                append_file(to, more)
     m.writing = []
+
+
+def gpu_rows(folder: Path) -> int:
+    """The rows of the child table of kernels.csv, whole, in `folder`."""
+    with open(gpu_part(kernels_part(folder, 0)), "rb") as fh:
+        return sum(b.count(b"\n") for b in iter(lambda: fh.read(1 << 20), b"")) - 1
+
+
+def append_file(fh, path: Path) -> None:
+    """The file at `path` appended to the open file `fh`, then removed."""
+    with open(path, "rb") as more:
+        try:  # in the kernel, where it can: no copy through this process
+            while os.sendfile(fh.fileno(), more.fileno(), None, 1 << 30):
+                pass
+        except (AttributeError, OSError):
+            fh.seek(0, os.SEEK_END)
+            more.seek(0)
+            shutil.copyfileobj(more, fh, 1 << 20)
+    path.unlink()
 
 
 @dataclasses.dataclass

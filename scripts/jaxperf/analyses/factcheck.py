@@ -151,6 +151,7 @@ def load_table(scratch: TableCache, name: str):
                 reader = csv.reader(fh)
                 header = next(reader, [])
                 data = (header, [dict(zip(header, r, strict=False)) for r in reader])
+            data = with_children(scratch.folder, name, *data)
         else:
             data = json.loads(path.read_text(encoding="utf-8"), parse_float=D, parse_int=D)
     except (OSError, UnicodeDecodeError, ValueError, csv.Error) as exc:
@@ -162,6 +163,18 @@ def load_table(scratch: TableCache, name: str):
                           "is checked; run skip_stats.py into the folder again")
     scratch.cache[name] = data
     return data
+
+
+def with_children(folder: Path, name: str, header: list, rows: list) -> tuple[list, list]:
+    """A declared table's rows with its child tables' columns (a GPU's correlation ids and
+    graphs: scratch.Children), which a selector names as the table's own."""
+    kids = [c.name for k in scratch.children(name) for c in k.columns[1:]] \
+        if name in scratch.TABLES else []
+    try:
+        rows = list(scratch.with_children(rows, scratch.Children(folder, name, kids)))
+    except scratch.TableError as exc:
+        raise NoTable(str(exc)) from None
+    return header + [k for k in kids if k not in header], rows
 
 
 def column_unit(name: str) -> str | None:

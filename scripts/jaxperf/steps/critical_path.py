@@ -168,7 +168,7 @@ _CAT = ROWS.index("category")
 if (GAPS[:5] != ["device", "stream", "step", "start_us", "end_us"]
         or ROWS[:2] != ["device", "stream"]
         or ROWS[_CAT:_CAT + 4] != ["category", "start_us", "dur_us", "end_us"]
-        or ROWS[-4:] != ["hlo_op", "hlo_module", "graph", "step"]):
+        or ROWS[-3:] != ["hlo_op", "hlo_module", "step"]):
     raise scratch.ScratchError("changes.py reads gaps.csv and rows.csv by their columns' "
                                "places: their declarations moved them (scratch.py)")
 # a rows.csv line's category and times: the only unquoted run of these four fields in a line
@@ -192,9 +192,9 @@ def row_label(line: str, cat: str) -> tuple[str, str] | None:
     """A collective or memcpy line's category and label: its hlo_op, else its kernel name; a
     memcpy with an hlo_op is the program's own copy, an instruction, so its category becomes
     compute. None when the line, parsed as CSV, does not have ROW_FIELDS fields."""
-    # hlo_op, hlo_module, graph, step are the last four fields (no commas in them)
-    t = line.rsplit(",", 4)
-    op = t[1] if len(t) == 5 and '"' not in t[1] and '"' not in t[2] else None
+    # hlo_op, hlo_module, step are the last three fields (no commas in them)
+    t = line.rsplit(",", 3)
+    op = t[1] if len(t) == 4 and '"' not in t[1] and '"' not in t[2] else None
     if op is None or not op:
         r = next(csv.reader([line]))
         if len(r) != ROW_FIELDS:
