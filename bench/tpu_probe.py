@@ -21,7 +21,11 @@ written and captured as a user would: `jax.profiler.start_trace`/`stop_trace`, a
 - a whole greedy generation in one lax.scan (KV cache in the carry), a ResNet-style step with
   batch norm and hand-written momentum, an embedding table's scatter-add gradient (ids drawn
   on the chip), a 50,257-word softmax cross-entropy, eager jnp metrics after the jitted step,
-  jax.checkpoint policies (nothing saved, then the matmuls saved).
+  jax.checkpoint policies (nothing saved, then the matmuls saved),
+- per-example gradients by lax.map inside the jitted step, f32 matmuls at Precision.HIGHEST,
+  a top-k by argsort of whole rows, batch lengths that bring a compile every 8th step, 64 MB
+  of numpy batch made device arrays each step, a 2,048-step scan of a tiny RNN cell, attention
+  at sequence 4,096 with the scores written out, a Python loop of 48 jitted layer calls.
 
 Each probe leaves `OUTDIR/<probe>/plugins/profile/<run>/...` and `OUTDIR/<probe>/truth.json`:
 the step time without the profiler (`step_ms_unprofiled_median`: steps run as the probe runs
@@ -33,14 +37,17 @@ just before the capture, only the last runs, one a captured step), and `bound` f
 mixed between: the lab's rule, on a share that needs no annotation). Where the probe annotates
 its steps, `step_ms_profiled_median` is the median distance between annotation starts (a
 StepTraceAnnotation's, or a TraceAnnotation's whose name starts with `annotation_prefix`). The
-truth also names the capture's ProfileOptions (`profile_options`) and warmup where not default.
+truth also names the capture's ProfileOptions (`profile_options`) and warmup where not default,
+and in `notes` a fact read as the program was built (the path jax.nn.dot_product_attention took).
 
-Four probes have an after, the change an engineer would make first, captured and timed the
+Twelve probes have an after, the change an engineer would make first, captured and timed the
 same way (`AFTER`): the host callback moved out of the jitted step, the decoded token kept on
-the device, the gradient norm jitted, the matmuls saved by the checkpoint policy; the before's
-truth gets `after` and `after_speedup` (an after no faster is kept as such). The captures are
-for trying the bundle on programs it was not written against; the few the tests read are
-committed under tests/data/tpu-probes/.
+the device, the gradient norm jitted, the matmuls saved by the checkpoint policy, jax.vmap for
+lax.map, bf16 matmul inputs at the default precision, jax.lax.top_k, every batch padded to one
+length, batches device_put two steps ahead, the scan unrolled by 8, jax.nn.dot_product_attention,
+the layers in one jitted call; the before's truth gets `after` and `after_speedup` (an after
+no faster is kept as such). The captures are for trying the bundle on programs it was not
+written against; the few the tests read are committed under tests/data/tpu-probes/.
 `OUTDIR/probes.tar.gz` holds every probe's folder. Exit codes: 0 all ran, 1 one failed, 2 usage.
 """
 
@@ -92,6 +99,7 @@ class Probe:
     warmup: int = WARMUP  # steps run before the capture
     pre_capture: Callable[[], None] | None = None  # run just before start_trace, no block;
     # then the chip's busy time counts only the last `captured` runs (one program a step)
+    notes: str | None = None  # a fact about the program found as it was built (the truth's notes)
 
 
 def _normal(key, shape, dtype, scale):
@@ -868,8 +876,308 @@ def probe_remat_policy(smoke: bool, policy: str = "nothing_saveable") -> Probe:
                  f"under jax.checkpoint(policy={policy}), annotated 'train'", "train")
 
 
+def probe_lax_map_examples(smoke: bool, vmap: bool = False) -> Probe:
+    """DP-SGD-style per-example gradients of an f32 MLP, each clipped to norm 1, averaged: by
+    jax.lax.map over the batch inside the jitted step (a loop of one-example bodies on the
+    chip), or, `vmap`, by jax.vmap."""
+    d, h, batch = (16, 32, 8) if smoke else (128, 256, 1024)
+    k = jax.random.split(jax.random.key(25), 4)
+    f32 = jnp.float32
+    p = {"w1": _normal(k[0], (d, h), f32, d ** -.5), "w2": _normal(k[1], (h, d), f32, h ** -.5)}
+    x, y = _normal(k[2], (batch, d), f32, 1.0), _normal(k[3], (batch, d), f32, 1.0)
+
+    def clipped(p, x, y):  # one example's gradient, clipped to norm 1
+        g = jax.grad(_mlp_loss)(p, x[None], y[None])
+        norm = jnp.sqrt(sum(jnp.sum(jnp.square(v)) for v in jax.tree.leaves(g)))
+        return jax.tree.map(lambda v: v / jnp.maximum(1.0, norm), g)
+
+    @partial(jax.jit, donate_argnums=(0,))
+    def step(p, x, y):
+        if vmap:
+            gs = jax.vmap(clipped, in_axes=(None, 0, 0))(p, x, y)
+        else:
+            gs = jax.lax.map(lambda xy: clipped(p, *xy), (x, y))
+        return (jax.tree.map(lambda a, g: a - 1e-2 * jnp.mean(g, 0), p, gs),
+                _mlp_loss(p, x, y))
+
+    st = {"p": p}
+
+    def run(n, annotate):
+        for i in range(n):
+            with _step_ctx("train", i, annotate):
+                st["p"], loss = step(st["p"], x, y)
+                jax.block_until_ready(loss)
+
+    how = "jax.vmap" if vmap else "jax.lax.map over the examples (a loop on the chip)"
+    return Probe(run, f"jitted DP-SGD step of a {d}->{h}->{d} f32 MLP, batch {batch}: per-example "
+                      f"gradients by {how}, each clipped to norm 1, averaged; params donated, "
+                      "blocked each step, annotated 'train'", "train", captured=4)
+
+
+def probe_f32_highest_matmul(smoke: bool, bf16: bool = False) -> Probe:
+    """The MLP train step on f32 params and data with every matmul at
+    precision=Precision.HIGHEST; or, `bf16`, the f32 params' matmuls on bf16 inputs at the
+    default precision (f32 results)."""
+    params, x, y, _, shape = _mlp(smoke)
+    f32, bf = jnp.float32, jnp.bfloat16
+    params, x, y = jax.tree.map(lambda a: a.astype(f32), (params, x, y))
+
+    def mm(a, b):
+        if bf16:
+            return jnp.dot(a.astype(bf), b.astype(bf), preferred_element_type=f32)
+        return jnp.dot(a, b, precision=jax.lax.Precision.HIGHEST)
+
+    def loss_fn(p, x, y):
+        return jnp.mean(jnp.square(mm(jax.nn.relu(mm(x, p["w1"])), p["w2"]) - y))
+
+    @partial(jax.jit, donate_argnums=(0,))
+    def train_step(p, x, y):
+        loss, g = jax.value_and_grad(loss_fn)(p, x, y)
+        return jax.tree.map(lambda a, b: a - 1e-3 * b, p, g), loss
+
+    st = {"p": params}
+
+    def run(n, annotate):
+        for _ in range(n):
+            st["p"], loss = train_step(st["p"], x, y)
+            jax.block_until_ready(loss)
+
+    how = ("bf16 inputs at the default precision (f32 results)" if bf16
+           else "precision=Precision.HIGHEST")
+    return Probe(run, f"jitted donated {shape.replace('bf16', 'f32')} train step, the params and "
+                      f"data f32, every matmul on {how}; blocked each step, no annotation", None)
+
+
+def probe_sort_topk(smoke: bool, top_k: bool = False) -> Probe:
+    """Retrieval: each query's 64 best keys of a bank by jnp.argsort of its whole score row,
+    then a slice (or, `top_k`, jax.lax.top_k); indices and scores read to the host."""
+    nq, nk, d, kk = (16, 512, 32, 8) if smoke else (1024, 65536, 128, 64)
+    k = jax.random.split(jax.random.key(26), 2)
+    q = _normal(k[0], (nq, d), jnp.bfloat16, 1.0)
+    bank = _normal(k[1], (nk, d), jnp.bfloat16, d ** -.5)
+
+    @jax.jit
+    def search(q, bank):
+        s = jnp.einsum("qd,nd->qn", q, bank, preferred_element_type=jnp.float32)
+        if top_k:
+            return jax.lax.top_k(s, kk)
+        idx = jnp.argsort(-s, axis=-1)[:, :kk]
+        return jnp.take_along_axis(s, idx, -1), idx
+
+    def run(n, annotate):
+        for i in range(n):
+            with _step_ctx("search", i, annotate):
+                vals, idx = search(q, bank)
+                np.asarray(vals), np.asarray(idx)
+
+    how = ("jax.lax.top_k" if top_k
+           else "jnp.argsort(-scores) of each whole row, then [:, :k] and take_along_axis")
+    return Probe(run, f"jitted top-{kk} search: {nq} queries x {nk:,} keys (d {d}, bf16, f32 "
+                      f"scores), the top {kk} by {how}; values and indices read with np.asarray "
+                      "each call, annotated StepTraceAnnotation('search')", "search")
+
+
+def probe_ragged_recompile(smoke: bool, padded: bool = False) -> Probe:
+    """Token batches as long as their longest sequence rounded up to 64: every 8th step brings
+    a length the jitted train step has not seen, and a compile (the steps between repeat seen
+    lengths); or, `padded`, each batch padded (with a mask) to the one bucket of the longest."""
+    b, d, vocab, unit = (4, 16, 64, 8) if smoke else (64, 256, 8192, 64)
+    rng = np.random.default_rng(2)
+    lens = [int(v) * unit for v in rng.permutation(np.arange(1, 9))]  # in order of first use
+    top, every = max(lens), 8
+    k = jax.random.split(jax.random.key(27), 4)
+    bf = jnp.bfloat16
+    p = {"emb": _normal(k[0], (vocab, d), bf, 0.02),
+         "up": [_normal(kk, (d, 4 * d), bf, d ** -.5) for kk in jax.random.split(k[1], 2)],
+         "down": [_normal(kk, (4 * d, d), bf, (4 * d) ** -.5) for kk in jax.random.split(k[2], 2)],
+         "head": _normal(k[3], (d, 16), bf, d ** -.5)}
+
+    def loss_fn(p, tok, mask, y):
+        h = p["emb"][tok]
+        for up, down in zip(p["up"], p["down"], strict=True):
+            h = h + jax.nn.gelu(h @ up) @ down
+        m = mask[..., None].astype(jnp.float32)
+        pooled = (jnp.sum(h.astype(jnp.float32) * m, 1) / jnp.sum(m, 1)).astype(bf)
+        return _xent(pooled @ p["head"], y)
+
+    @partial(jax.jit, donate_argnums=(0,))
+    def train_step(p, tok, mask, y):
+        loss, g = jax.value_and_grad(loss_fn)(p, tok, mask, y)
+        return jax.tree.map(lambda a, gg: a - 1e-2 * gg, p, g), loss
+
+    st = {"p": p, "i": 0}
+    y = np.arange(b, dtype=np.int32) % 16
+
+    def run(n, annotate):
+        for i in range(n):
+            seen = lens[:min(st["i"] // every, len(lens) - 1) + 1]
+            length = seen[-1] if st["i"] % every == 0 else int(rng.choice(seen))
+            tok = rng.integers(1, vocab, (b, length), dtype=np.int32)
+            mask = np.ones((b, length), np.int32)
+            if padded:
+                tok, mask = (np.pad(a, ((0, 0), (0, top - length))) for a in (tok, mask))
+            with _step_ctx("train", i, annotate):
+                st["p"], loss = train_step(st["p"], tok, mask, y)
+                float(loss)
+            st["i"] += 1
+
+    how = (f"each batch padded with a mask to one bucket of {top}: one compile" if padded
+           else f"not padded: every {every}th step a new shape, and a compile")
+    return Probe(run, f"jitted donated train step of a token MLP (vocab {vocab}, d {d}, 2 "
+                      f"residual layers, masked mean pool), batch {b}, each batch as long as its "
+                      f"longest sequence rounded up to {unit} ({unit}..{top}), a length not seen "
+                      f"before every {every}th step; {how}; tokens from numpy, float(loss) each "
+                      "step, annotated 'train'", "train", timed=every, chunk=every)
+
+
+def probe_h2d_each_step(smoke: bool, prefetch: bool = False) -> Probe:
+    """A dataset in host memory as float32 numpy batches, each step's batch (x and y) made a
+    device array by jnp.asarray in the loop; or, `prefetch`, jax.device_put two batches ahead
+    of the step that uses them. The step casts to bf16; float(loss) each step."""
+    params, x, y, train_step, shape = _mlp(smoke)
+    rows, d = 2 * x.shape[0], x.shape[1]
+    rng = np.random.default_rng(3)
+    pool = [tuple(rng.standard_normal((rows, d), dtype=np.float32) for _ in range(2))
+            for _ in range(3)]
+    step = jax.jit(lambda p, x, y: train_step(p, x.astype(jnp.bfloat16), y.astype(jnp.bfloat16)),
+                   donate_argnums=(0,))
+    st = {"p": params, "i": 0, "ahead": []}
+
+    def put(i):
+        st["ahead"].append(jax.device_put(pool[i % len(pool)]))
+
+    def run(n, annotate):
+        for _ in range(n):
+            i = st["i"]
+            if prefetch:
+                while len(st["ahead"]) < 2:
+                    put(i + len(st["ahead"]))
+                bx, by = st["ahead"].pop(0)
+            else:
+                bx, by = (jnp.asarray(a) for a in pool[i % len(pool)])
+            st["p"], loss = step(st["p"], bx, by)
+            if prefetch:
+                put(i + 2)
+            float(loss)
+            st["i"] += 1
+
+    mb = 2 * rows * d * 4 / 2 ** 20
+    how = ("jax.device_put two batches ahead of the step (issued after the step's dispatch)"
+           if prefetch else "jnp.asarray of each in the loop before the step")
+    return Probe(run, f"{shape.rsplit('batch', 1)[0]}batch {rows} train step on float32 numpy "
+                      f"batches from host memory (x and y, {mb:.3g} MB a step, cast to bf16 in "
+                      f"the step), {how}; float(loss) each step, no annotation", None)
+
+
+def probe_scan_tiny_body(smoke: bool, unroll: int = 1) -> Probe:
+    """An RNN trained on a long sequence: lax.scan of a tanh cell (a small state) over 2,048
+    steps, the gradient through the scan; `unroll` the scan's unroll."""
+    t, b, d, hd = (16, 2, 8, 16) if smoke else (2048, 16, 64, 128)
+    k = jax.random.split(jax.random.key(28), 5)
+    f32 = jnp.float32
+    p = {"wx": _normal(k[0], (d, hd), f32, d ** -.5), "wh": _normal(k[1], (hd, hd), f32, hd ** -.5),
+         "b": jnp.zeros(hd), "out": _normal(k[2], (hd, 1), f32, hd ** -.5)}
+    xs, y = _normal(k[3], (t, b, d), f32, 1.0), _normal(k[4], (b, 1), f32, 1.0)
+
+    def loss_fn(p, xs, y):
+        def cell(h, x):
+            return jnp.tanh(x @ p["wx"] + h @ p["wh"] + p["b"]), None
+
+        h, _ = jax.lax.scan(cell, jnp.zeros((b, hd)), xs, unroll=unroll)
+        return jnp.mean(jnp.square(h @ p["out"] - y))
+
+    @partial(jax.jit, donate_argnums=(0,))
+    def train_step(p, xs, y):
+        loss, g = jax.value_and_grad(loss_fn)(p, xs, y)
+        return jax.tree.map(lambda a, gg: a - 1e-3 * gg, p, g), loss
+
+    st = {"p": p}
+
+    def run(n, annotate):
+        for i in range(n):
+            with _step_ctx("train", i, annotate):
+                st["p"], loss = train_step(st["p"], xs, y)
+                jax.block_until_ready(loss)
+
+    return Probe(run, f"jitted donated RNN train step: lax.scan(unroll={unroll}) of a tanh cell "
+                      f"(batch {b}, input {d}, state {hd}, f32) over {t} steps, the gradient "
+                      "through the scan; blocked each step, annotated 'train'", "train",
+                 captured=3)
+
+
+def probe_naive_attention_long(smoke: bool, dpa: bool = False) -> Probe:
+    """One causal self-attention layer trained at a long sequence, the scores (batch, heads,
+    seq, seq) written out by hand (einsum, jnp.where mask, f32 softmax); or, `dpa`,
+    jax.nn.dot_product_attention(is_causal=True) with no implementation named."""
+    b, t, d, heads = (1, 64, 32, 2) if smoke else (2, 4096, 1024, 8)
+    dh, bf = d // heads, jnp.bfloat16
+    k = jax.random.split(jax.random.key(29), 3)
+    ps = [{"qkv": _normal(k[0], (d, 3 * d), bf, d ** -.5),
+           "o": _normal(k[1], (d, d), bf, d ** -.5)}]
+    x = _normal(k[2], (b, t, d), bf, 1.0)
+
+    def attend(q, kk, v):
+        if dpa:
+            return jax.nn.dot_product_attention(q, kk, v, is_causal=True)
+        s = jnp.einsum("bqhd,bkhd->bhqk", q, kk) / math.sqrt(dh)
+        s = jnp.where(jnp.tril(jnp.ones((t, t), bool)), s, -1e9)
+        w = jax.nn.softmax(s.astype(jnp.float32), -1).astype(bf)
+        return jnp.einsum("bhqk,bkhd->bqhd", w, v)
+
+    def layer(p, h):
+        q, kk, v = (a.reshape(b, t, heads, dh) for a in jnp.split(h @ p["qkv"], 3, axis=-1))
+        return h + attend(q, kk, v).reshape(b, t, d) @ p["o"]
+
+    notes = None
+    if dpa:
+        hlo = jax.jit(layer).lower(ps[0], x).as_text()
+        impl = "cudnn" if "cudnn" in hlo.lower() else "xla"
+        notes = (f"jax.nn.dot_product_attention(implementation=None) lowered to its '{impl}' "
+                 f"path on {jax.devices()[0].platform} (jax {jax.__version__})"
+                 + ("; the xla path also writes out the scores, in f32" if impl == "xla" else ""))
+    how = ("jax.nn.dot_product_attention(is_causal=True), no implementation named" if dpa
+           else "the scores written out (bf16 einsum, jnp.where causal mask, softmax in f32)")
+    return Probe(_layers_run(layer, ps, x),
+                 f"jitted donated train step of one causal self-attention layer, batch {b}, seq "
+                 f"{t}, d {d}, {heads} heads, bf16: {how}; blocked each step, annotated 'train'",
+                 "train", notes=notes)
+
+
+def probe_python_loop_layers(smoke: bool, fused: bool = False) -> Probe:
+    """A residual MLP of 48 small layers evaluated from a Python loop, each layer a call of one
+    jitted function; or, `fused`, the whole stack in one jitted call. Blocked each step."""
+    d, b, layers = (32, 8, 4) if smoke else (512, 256, 48)
+    k = jax.random.split(jax.random.key(30), layers + 1)
+    ws = [_normal(kk, (d, d), jnp.bfloat16, d ** -.5) for kk in k[:-1]]
+    x = _normal(k[-1], (b, d), jnp.bfloat16, 1.0)
+    layer = jax.jit(lambda w, h: h + jax.nn.gelu(h @ w))
+
+    def stack(ws, h):
+        for w in ws:
+            h = layer(w, h)
+        return h
+
+    fwd = jax.jit(stack) if fused else stack
+
+    def run(n, annotate):
+        for _ in range(n):
+            jax.block_until_ready(fwd(ws, x))
+
+    how = ("one jitted call of the whole stack" if fused
+           else "a Python loop calling one jitted layer function per layer")
+    return Probe(run, f"forward of a {layers}-layer residual bf16 MLP ({d}x{d}, batch {b}) by "
+                      f"{how}; blocked each step, no annotation", None, captured=16, timed=64,
+                 chunk=8)
+
+
 AFTER = {"callback_step": "callback_step_outside", "decode_kv": "decode_kv_on_device",
-         "two_programs": "two_programs_jitted_norm", "remat_policy": "remat_policy_saved"}
+         "two_programs": "two_programs_jitted_norm", "remat_policy": "remat_policy_saved",
+         "lax_map_examples": "lax_map_examples_vmap",
+         "f32_highest_matmul": "f32_highest_matmul_bf16", "sort_topk": "sort_topk_lax_top_k",
+         "ragged_recompile": "ragged_recompile_padded", "h2d_each_step": "h2d_each_step_prefetch",
+         "scan_tiny_body": "scan_tiny_body_unroll8",
+         "naive_attention_long": "naive_attention_long_dpa",
+         "python_loop_layers": "python_loop_layers_jitted"}
 
 PROBES: dict[str, Callable[[bool], Probe]] = {
     "async_train": probe_async_train,
@@ -903,6 +1211,22 @@ PROBES: dict[str, Callable[[bool], Probe]] = {
     "eager_metrics": probe_eager_metrics,
     "remat_policy": probe_remat_policy,
     "remat_policy_saved": partial(probe_remat_policy, policy="dots_saveable"),
+    "lax_map_examples": probe_lax_map_examples,
+    "lax_map_examples_vmap": partial(probe_lax_map_examples, vmap=True),
+    "f32_highest_matmul": probe_f32_highest_matmul,
+    "f32_highest_matmul_bf16": partial(probe_f32_highest_matmul, bf16=True),
+    "sort_topk": probe_sort_topk,
+    "sort_topk_lax_top_k": partial(probe_sort_topk, top_k=True),
+    "ragged_recompile": probe_ragged_recompile,
+    "ragged_recompile_padded": partial(probe_ragged_recompile, padded=True),
+    "h2d_each_step": probe_h2d_each_step,
+    "h2d_each_step_prefetch": partial(probe_h2d_each_step, prefetch=True),
+    "scan_tiny_body": probe_scan_tiny_body,
+    "scan_tiny_body_unroll8": partial(probe_scan_tiny_body, unroll=8),
+    "naive_attention_long": probe_naive_attention_long,
+    "naive_attention_long_dpa": partial(probe_naive_attention_long, dpa=True),
+    "python_loop_layers": probe_python_loop_layers,
+    "python_loop_layers_jitted": partial(probe_python_loop_layers, fused=True),
 }
 
 
@@ -1001,6 +1325,8 @@ def run_probe(name: str, smoke: bool, outdir: Path) -> dict:
         truth["device_runs_counted"] = captured  # the last runs; the earlier: pre-capture steps
     if pr.warmup != WARMUP:
         truth["warmup_steps"] = pr.warmup
+    if pr.notes:
+        truth["notes"] = pr.notes
     if smoke:
         truth["smoke"] = True
     (case_dir / "truth.json").write_text(json.dumps(truth, indent=1) + "\n")
