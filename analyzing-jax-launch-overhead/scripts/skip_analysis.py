@@ -205,19 +205,12 @@ def ran_ahead(step_rows, analysed: dict) -> str | None:
 def critical_streams(passes, devices) -> dict:
     """GPU -> its critical stream: the stream with the most kernel-busy time over the analysed
     steps (the lowest stream id among equals)."""
-    busy_by_stream: dict[tuple, int] = {}
-    for (d, _), p in passes.items():
-        for s, b in p["stream_busy"].items():
-            busy_by_stream[(d, s)] = busy_by_stream.get((d, s), 0) + b
     streams_of: dict[int, dict] = {}
-    for (d, s), b in busy_by_stream.items():
-        streams_of.setdefault(d, {})[s] = b
-    critical = {}
-    for d in devices:
-        cands = streams_of.get(d)
-        if cands:
-            critical[d] = max(sorted(cands), key=lambda s: cands[s])
-    return critical
+    for (d, _), p in passes.items():
+        busy = streams_of.setdefault(d, {})
+        for s, b in p["stream_busy"].items():
+            busy[s] = busy.get(s, 0) + b
+    return {d: max(sorted(busy), key=busy.get) for d in devices if (busy := streams_of.get(d))}
 
 
 def gpu_step_pass(evs: list, start: int) -> dict:

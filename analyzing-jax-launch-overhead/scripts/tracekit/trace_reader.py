@@ -105,24 +105,18 @@ class Trace:
         """How many complete events the trace holds (kept, or digested)."""
         return len(self.events) if self.digests is None else self.phase_counts.get("X", 0)
 
-    def pids_named(self, name: str) -> list[int]:
-        return sorted(pid for pid, n in self.processes.items() if n == name)
-
     def gpu_pids(self) -> dict[int, int]:
         """GPU ordinal -> pid, from ``/device:GPU:n`` process names (one pid each: checked)."""
         return gpu_ordinals(self.processes)
 
     def host_pids(self) -> list[int]:
-        return self.pids_named(HOST_CPU_PROCESS)
+        return sorted(pid for pid, n in self.processes.items() if n == HOST_CPU_PROCESS)
 
 
 def gpu_ordinals(processes: dict) -> dict[int, int]:
     """GPU ordinal -> pid, from ``/device:GPU:n`` process names."""
-    out = {}
-    for pid, name in processes.items():
-        m = GPU_PROCESS_RE.match(name)
-        if m:
-            out[int(m.group(1))] = pid
+    out = {int(m.group(1)): pid for pid, name in processes.items()
+           if (m := GPU_PROCESS_RE.match(name))}
     return dict(sorted(out.items()))
 
 

@@ -818,12 +818,8 @@ STEP_PROGRAM_RE = re.compile(r"^(.*) x(\d+)$")
 
 def step_programs(text: str) -> dict:
     """steps.csv `programs` (`jit_a x1; jit_b x2`) -> module -> its runs in the step."""
-    out = {}
-    for part in text.split(";"):
-        m = STEP_PROGRAM_RE.match(part.strip())
-        if m:
-            out[m.group(1)] = int(m.group(2))
-    return out
+    return {m.group(1): int(m.group(2)) for part in text.split(";")
+            if (m := STEP_PROGRAM_RE.match(part.strip()))}
 
 
 def stacking(ops: list) -> list:

@@ -96,12 +96,8 @@ class Side:
 
     def per_step(self, column: str, how=max) -> list[float]:
         """One value per analysed step: `how` over its GPUs' rows (max, or sum)."""
-        out = []
-        for rs in self.by_step.values():
-            vals = [v for v in (number(r.get(column)) for r in rs) if v is not None]
-            if vals:
-                out.append(how(vals))
-        return out
+        return [how(vals) for rs in self.by_step.values()
+                if (vals := [v for v in (number(r.get(column)) for r in rs) if v is not None])]
 
     def table(self, file: str) -> list[dict]:
         """A table of the side's folder ([] where missing), read once however many comparisons
@@ -392,11 +388,6 @@ def renames(sides: dict, t: dict) -> dict:
 
 # ---------------------------------------------------------------- predictions
 
-def where_name(where: str) -> str:
-    """The name a change's `where` begins with (before " (")."""
-    return where.split(" (", 1)[0].strip()
-
-
 def gpu_of(where: str) -> int | None:
     m = re.match(r"GPU (\d+)", where)
     return int(m.group(1)) if m else None
@@ -421,7 +412,8 @@ def cause_measure(side: Side, kind: str, where: str, times: dict) -> float | Non
         lags = [v for v in lags if v is not None]
         return statistics.median(lags) if lags else 0.0
     section = {"kernel_family": "family", "memcpy": "family", "python_line": "line"}.get(kind)
-    name = "memcpy" if kind == "memcpy" else where_name(where)
+    # the name the change's `where` begins with (before " (")
+    name = "memcpy" if kind == "memcpy" else where.split(" (", 1)[0].strip()
     if kind == "instruction":
         t = times.get("instruction", {}).get(side.role, {})
         return sum(v for k, v in t.items() if k.split("/")[1:2] == [name])

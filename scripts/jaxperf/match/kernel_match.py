@@ -351,24 +351,16 @@ class Plan:
                 return ""
             return launcher_of_comp(comp, depth)
 
-        out = {}
-        for ins in prog.instructions.values():
-            r = launcher_of_ins(ins)
-            if r:
-                out[ins.name] = r
-        return out
+        return {ins.name: r for ins in prog.instructions.values() if (r := launcher_of_ins(ins))}
 
     def fingerprint(self, comp_id: int) -> bytes:
         return self.structure.fingerprint(comp_id)
-
-    def _fusion_key(self, ins) -> bytes:
-        return self.structure.fusion_key(ins)
 
     def _predicted_name(self, ins) -> str:
         """The kernel name a fusion launches: its own, or that of the first identical fusion."""
         name = self.kernel_name.get(ins.name)
         if name is None:
-            key = self._fusion_key(ins)
+            key = self.structure.fusion_key(ins)
             first = self._fingerprints.setdefault(key, ins.name)
             name = self.kernel_name[ins.name] = sanitize(first)
         return name

@@ -855,18 +855,13 @@ class _Printer:
             yield from self.computation_lines(comp)
 
 
-def iter_hlo_lines(module: Any) -> Iterator[str]:
-    """The HLO text of ``module`` (an ``xla.HloModuleProto``), one line at a time, no newlines."""
-    return _Printer(module).lines()
-
-
 def write_hlo_text(module: Any, path: str | Path) -> int:
     """Write the HLO text of ``module`` (an ``xla.HloModuleProto``) to ``path``, line by line.
 
     Returns the number of lines written."""
     n = 0
     with open(path, "w", encoding="utf-8", buffering=1 << 20) as f:
-        for line in iter_hlo_lines(module):
+        for line in _Printer(module).lines():
             f.write(line)
             f.write("\n")
             n += 1

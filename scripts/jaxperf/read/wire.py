@@ -18,7 +18,6 @@ from collections.abc import Iterator
 import numpy as np
 
 PAD = 16  # zero bytes after the buffer: a varint or fixed read near the end stays inside it
-_U8 = np.uint64(8)
 
 
 class WireError(ValueError):
