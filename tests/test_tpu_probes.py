@@ -1,7 +1,7 @@
 """TPU captures taken the way users take them (tests/data/tpu-probes/, bench/tpu_probe.py),
 through the whole job, against what each truth.json measured on the chip: a host that runs ahead
 of the chip, a host callback inside the step, int8 matmuls, a capture without host events,
-steps numbered by annotation names, a compile inside the capture."""
+steps numbered by annotation names, a compile inside the capture, f32 matmuls at HIGHEST."""
 
 from __future__ import annotations
 
@@ -208,6 +208,25 @@ def test_a_backward_that_recomputes_the_forward_is_change_1(jobs):
     assert saved_us / 1.34 <= float(first["saving_us"]) <= 1.34 * saved_us, (first, saved_us)
     assert all(r["cause_kind"] != "remat"
                for r in _rows(jobs["remat_policy_saved"][1] / "changes.csv"))
+
+
+def test_f32_matmuls_at_highest_precision_meet_the_mxus_ceiling_and_are_change_1(jobs):
+    """An f32 MLP whose matmuls run at Precision.HIGHEST: the capture's FLOPs count six bf16
+    passes, so its matmuls sit under the MXU's peak (compute-bound, never past it), not at a few
+    percent of HBM's bandwidth; change 1 is one pass, its saving within a fifth of what bf16
+    operands saved on the chip (3.89x), and the after has no such row."""
+    _, out, truth = jobs["f32_highest_matmul"]
+    assert truth["after"] == "f32_highest_matmul_bf16" and truth["after_speedup"] > 3
+    dots = [r for r in _rows(out / "roofline.csv") if r["passes"]]
+    assert dots and all(r["passes"] == "6" and r["binding"] == "compute"
+                        and 50 < float(r["pct_of_ceiling"]) <= 100 for r in dots), dots
+    first = _rows(out / "changes.csv")[0]
+    assert first["cause_kind"] == "matmul_precision" and "bf16" in first["knob"], first
+    after_ms = jobs["f32_highest_matmul_bf16"][2]["step_ms_unprofiled_median"]
+    saved_us = (truth["step_ms_unprofiled_median"] - after_ms) * 1e3
+    assert saved_us / 1.2 <= float(first["saving_us"]) <= 1.2 * saved_us, (first, saved_us)
+    assert all(r["cause_kind"] != "matmul_precision"
+               for r in _rows(jobs["f32_highest_matmul_bf16"][1] / "changes.csv"))
 
 
 def _edited(tmp_path, probe: str, line: str, edit):

@@ -970,6 +970,40 @@ def remat(ctx: Context) -> list:
                 100.0 * high / ctx.window, spread([high] * len(ctx.chosen), ctx.at))]
 
 
+MATMUL_PRECISION = PROSE["MATMUL_PRECISION"]
+
+
+@cause("matmul_precision", MATMUL_PRECISION, compute=True)
+def matmul_precision(ctx: Context) -> list:
+    """A TPU's f32 matmuls at HIGH or HIGHEST precision (roofline.csv `passes`: the MXU's bf16
+    passes the capture's FLOPs count): at one pass each runs its passes' share of its time in
+    the median step, no faster than its HBM bytes at the bandwidth."""
+    t = tables(ctx.out)
+    times = per_step_us(ctx)
+    keys, high, passes = set(), 0.0, set()
+    for r in t.rows("roofline.csv") or []:
+        p, key = number(r.get("passes")), (r["program_id"], r["instruction"])
+        us, total = times.get(key, 0.0), number(r["device_us"])
+        if not p or p < 2 or not us or not total:
+            continue
+        bw = number(r["memory_ceiling_bytes_per_s"])
+        memory = (number(r["total_bytes"]) or 0.0) / bw * 1e6 / total if bw else 0.0
+        high += us * (1.0 - max(1.0 / p, min(memory, 1.0)))
+        keys.add(key)
+        passes.add(int(p))
+    if high < MIN_SAVING_US:
+        return []
+    ops = t.rows("attribution/ops.csv") or []
+    said = " and ".join(PASS_WORDS.get(p, f"{p} bf16 passes") for p in sorted(passes))
+    return [Row(f"f32 matmuls at {said}: {len(keys)} matmuls run each as several bf16 passes "
+                f"on the MXU; at one pass they would save {us_text(high)} of step {ctx.median}",
+                top_lines(ops, keys) or "the f32 matmuls", 100.0 * high / ctx.window,
+                spread([high] * len(ctx.chosen), ctx.at))]
+
+
+PASS_WORDS = {3: "HIGH precision (3 bf16 passes)", 6: "HIGHEST precision (6 bf16 passes)"}
+
+
 PALLAS_NO_COST = PROSE["PALLAS_NO_COST"]
 
 

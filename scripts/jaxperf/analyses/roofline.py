@@ -249,6 +249,11 @@ def capture_cost(r: dict, c: Cost, ins, tpu_costs: dict) -> tuple[Cost, int]:
     dtype = c.matrix_dtype if hlo else None
     if custom and flops and dtype is None and ins is not None:
         dtype = dtype_name(ins.shape)  # a Pallas kernel's arithmetic: its result's dtype
+    passes = None
+    if dtype == "f32" and hlo and not c.tf32_allowed:  # HIGH or HIGHEST: bf16 passes on the MXU
+        passes = round(flops / model_flops) if model_flops and flops else 0
+        if passes < 2:  # the FLOPs count no passes: the MXU's peak does not bound them
+            dtype, passes = None, None
     if hbm is not None:  # the roof is HBM's: bytes kept on chip (VMEM, CMEM) are not its load
         method += f"; HBM bytes {hbm:,} of {nbytes or 0:,} accessed"
         nbytes = hbm
@@ -256,7 +261,7 @@ def capture_cost(r: dict, c: Cost, ins, tpu_costs: dict) -> tuple[Cost, int]:
             return Cost(None, None, "not computable", why=(
                 "it works in on-chip memory alone (no HBM bytes) and the plane gives no "
                 "ceiling for vector work")), runs
-    return Cost(flops or 0, nbytes or 0, method, matrix_dtype=dtype,
+    return Cost(flops or 0, nbytes or 0, method, matrix_dtype=dtype, passes=passes,
                 tf32_allowed=c.tf32_allowed if hlo else custom,
                 kind=c.kind if hlo else (category or "other"), backend="TPU"), runs
 
@@ -358,7 +363,7 @@ def table_row(r: dict, c: Cost, ins, runs: int | None, spot: Placement, hbm,
         spot.total_flops if spot.total_flops is not None else "",
         spot.total_bytes if spot.total_bytes is not None else "", method,
         c.matrix_dtype or (dtype_name(ins.shape) if ins is not None else ""), spot.key or "",
-        _g(spot.intensity), _g(spot.flop_per_s), _g(spot.bytes_per_s),
+        c.passes or "", _g(spot.intensity), _g(spot.flop_per_s), _g(spot.bytes_per_s),
         _g(show_c.value) if show_c else "", comp_c.tag if comp_c else "",
         comp_c.source if comp_c else "",
         _g(hbm.value) if hbm and hbm.value else "", hbm.tag if hbm else "",

@@ -52,6 +52,7 @@ class Cost:
     method: str = "shapes"
     matrix_dtype: str | None = None   # operand dtype of a dot / convolution / GEMM
     tf32_allowed: bool = False        # an f32 dot at DEFAULT precision may run as TF32
+    passes: int | None = None         # a TPU's f32 matmul: the MXU's bf16 passes its FLOPs count
     vector_f64: bool = False
     why: str | None = None            # set when not computable
     kind: str = ""                    # the work: WORK_KINDS (what_work)

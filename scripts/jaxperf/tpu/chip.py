@@ -73,9 +73,11 @@ def describe(space) -> dict | None:
 # f16 matmuls, f32 ones at DEFAULT precision (the MXU runs them as bf16 passes), and int8 ones:
 # XLA's cost model counts an integer matmul's FLOPs at the MXU's bf16 rate (a TPU v5e's 8192^3
 # int8 dot: flops 5.57e11, model_flops 1.10e12; 95% of the bf16 peak by the one, 94% of the
-# datasheet's int8 peak by the other), so the plane's peak bounds the capture's FLOPs. f32 at
-# HIGH or HIGHEST precision (3 or 6 passes) has no ceiling the plane gives
-MXU_KEYS = ("bf16_fp16_matrix", "f32_default_matrix", "s8_matrix", "u8_matrix")
+# datasheet's int8 peak by the other), so the plane's peak bounds the capture's FLOPs. An f32
+# matmul at HIGH or HIGHEST precision runs as 3 or 6 bf16 passes, and the capture's FLOPs count
+# them (a v5e's 2048x2048x8192 f32 dot at HIGHEST: flops 6 x model_flops, 86% of the bf16 peak),
+# so the same peak bounds them (roofline.capture_cost keeps it only where the FLOPs show passes)
+MXU_KEYS = ("bf16_fp16_matrix", "f32_default_matrix", "fp32_matrix", "s8_matrix", "u8_matrix")
 
 
 def ceilings(space) -> tuple[dict, dict]:
@@ -107,7 +109,10 @@ def ceilings(space) -> tuple[dict, dict]:
         out[key] = Ceiling(model, key, mxu["value"], "FLOP/s", mxu.get("tag", "capture"),
                            mxu["source"] + ("; an integer matmul's FLOPs as XLA's cost model "
                                             "counts them, at the bf16 rate (half its "
-                                            "model_flops)" if key[0] in "su" else ""), "")
+                                            "model_flops)" if key[0] in "su" else
+                                            "; an f32 matmul's FLOPs counting its bf16 passes "
+                                            "(6 at HIGHEST, 3 at HIGH)" if key == "fp32_matrix"
+                                            else ""), "")
     lacking = [k for k in missing if k not in peaks]
     said = f"the TPU plane gives no {' and no '.join(lacking)}: no ceiling for it" \
         if lacking else None
