@@ -1,7 +1,8 @@
 """TPU captures taken the way users take them (tests/data/tpu-probes/, bench/tpu_probe.py),
 through the whole job, against what each truth.json measured on the chip: a host that runs ahead
 of the chip, a host callback inside the step, int8 matmuls, a capture without host events,
-steps numbered by annotation names, a compile inside the capture, f32 matmuls at HIGHEST."""
+steps numbered by annotation names, a compile inside the capture, f32 matmuls at HIGHEST, a
+sort for the top k."""
 
 from __future__ import annotations
 
@@ -227,6 +228,21 @@ def test_f32_matmuls_at_highest_precision_meet_the_mxus_ceiling_and_are_change_1
     assert saved_us / 1.2 <= float(first["saving_us"]) <= 1.2 * saved_us, (first, saved_us)
     assert all(r["cause_kind"] != "matmul_precision"
                for r in _rows(jobs["f32_highest_matmul_bf16"][1] / "changes.csv"))
+
+
+def test_a_sort_for_the_top_k_is_change_1_with_top_k_its_knob(jobs):
+    """argsort and a slice for the top 64 of 65,536 scores: the sort is compared with no other
+    kind of work (an iota had been its target), change 1 names lax.top_k, and its saving is
+    within a fifth of what top_k saved on the chip (5.43x)."""
+    _, out, truth = jobs["sort_topk"]
+    assert truth["after"] == "sort_topk_lax_top_k" and truth["after_speedup"] > 3
+    sort = next(r for r in _rows(out / "roofline.csv") if r["opcode"] == "sort")
+    assert sort["work"] == "sort" and sort["best_same_work"] == "", sort
+    first = _rows(out / "changes.csv")[0]
+    assert first["cause_kind"] == "instruction" and "lax.top_k" in first["knob"], first
+    after_ms = jobs["sort_topk_lax_top_k"][2]["step_ms_unprofiled_median"]
+    saved_us = (truth["step_ms_unprofiled_median"] - after_ms) * 1e3
+    assert saved_us / 1.2 <= float(first["saving_us"]) <= 1.2 * saved_us, (first, saved_us)
 
 
 def _edited(tmp_path, probe: str, line: str, edit):

@@ -665,7 +665,8 @@ def instruction_prose(c: dict, exposed: str, vendor: str = "",
     if dev.bound_knob is not None:  # the device's own words (a TPU: the MXU, Pallas blocks)
         return assumptions, (dev.kernel_knob(c["instruction"])
                              if "custom-call" in (work, c.get("opcode"))  # a Pallas call's own
-                             else dev.bound_knob["memory" if memory else "compute"])
+                             else dev.bound_knob.get(work)
+                             or dev.bound_knob["memory" if memory else "compute"])
     if work in ("attention", "gemm") and not memory or \
             work in ("elementwise", "reduction", "scatter"):
         knob = knobs[work].format(backend=backend_text(c.get("backend") or "its backend",

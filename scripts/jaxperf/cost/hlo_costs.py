@@ -26,7 +26,7 @@ SLICE_OPCODES = frozenset({"slice", "dynamic-slice", "gather"})
 # What an instruction's work is (Cost.kind): what a measured target of the same kind compares
 # (an attention backward is work of its own: its kernels recompute and reduce what the forward's
 # do not, so a forward is never held to a backward's rate)
-WORK_KINDS = ("attention", "attention backward", "gemm", "convolution", "scatter",
+WORK_KINDS = ("attention", "attention backward", "gemm", "convolution", "sort", "scatter",
               "reduction", "elementwise", "data movement", "copy", "kernel", "custom")
 
 
@@ -77,13 +77,16 @@ def conv_flops(out_shape, kernel_shape, dn) -> int:
 def what_work(found: set) -> str:
     """The kind of work (WORK_KINDS) of an instruction whose costing walked through the opcodes
     `found` (its fused computations included), for comparing it with the same kind of work
-    elsewhere in the capture: a dot or convolution anywhere in it (a GEMM fusion), else a
-    scatter (its updates land by index: atomics, not a reduction's tree), else a reduction,
-    else element-wise arithmetic, else data movement."""
+    elsewhere in the capture: a dot or convolution anywhere in it (a GEMM fusion), else a sort
+    (comparisons over several passes: no other kind's rate), else a scatter (its updates land
+    by index: atomics, not a reduction's tree), else a reduction, else element-wise
+    arithmetic, else data movement."""
     if "dot" in found:
         return "gemm"
     if "convolution" in found:
         return "convolution"
+    if "sort" in found:
+        return "sort"
     if found & {"scatter", "select-and-scatter"}:
         return "scatter"
     if found & {"reduce", "reduce-window"}:

@@ -18,6 +18,10 @@ BOUND_KNOB = {
     "compute": ("fuller MXU tiles: matmul dimensions in multiples of 128 (8 on the "
                 "second-minor axis), a larger batch; int8 on the MXU where the model tolerates "
                 "it; a Pallas kernel where XLA's tiling is poor"),
+    # a sort, whatever binds it: its comparisons over several passes keep it far from both
+    "sort": ("where only the largest k are used, jax.lax.top_k in place of a sort or argsort "
+             "and a slice, or jax.lax.approx_max_k (a TPU's approximate top-k, faster still); "
+             "else fewer or shorter keys (one key, not a sort of several operands)"),
 }
 
 
