@@ -824,14 +824,16 @@ def step_programs(text: str) -> dict:
 
 
 def stacking(ops: list) -> list:
-    """ops.csv rows of a scan's stacking: instructions inside a while loop's body (their
-    op_name under `/while/body/`) that are dynamic-update-slice fusions; each as ((program id,
-    instruction), whether its own work is the stacking: its op_name ends in the update)."""
+    """ops.csv rows of a scan's stacking: instructions inside the body of a while loop that is
+    itself differentiated (their op_name under `/while/body/`, a `jvp(` before it: residuals
+    kept for the backward; a lax.map's results, or a loop of its own gradients, are not) that
+    are dynamic-update-slice fusions; each as ((program id, instruction), whether its own work
+    is the stacking: its op_name ends in the update)."""
     out = []
     for r in ops:
         op = r.get("op_name") or ""
-        if "/while/body/" in op and ("dynamic-update-slice" in r["instruction"]
-                                     or op.endswith("dynamic_update_slice")):
+        if 0 <= op.find("jvp(") < op.find("/while/body/") and (
+                "dynamic-update-slice" in r["instruction"] or op.endswith("dynamic_update_slice")):
             out.append(((r["program_id"], r["instruction"]), op.endswith("dynamic_update_slice")))
     return out
 
