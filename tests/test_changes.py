@@ -323,8 +323,9 @@ def write(path, cols, rows):
                     for r in rows)
 
 
-def tiny_scratch(folder: Path) -> Path:
-    """One GPU, steps 0 and 1 of 100 us each (step 1 starts at 120 us), critical stream 7.
+def tiny_scratch(folder: Path, steps: int = 2) -> Path:
+    """One GPU, steps 0 and 1 (`steps` of them) of 100 us each (each starts 120 us after the one
+    before), critical stream 7.
     Step 0: host-late gap 0-10, compute 10-30, an argument copy on stream 8 at 30-40 while
     stream 7 waits on the host (40-50 is a host-late gap too), a collective on stream 9 at
     50-70 while stream 7 waits on the device, compute 70-100; then idle to 120."""
@@ -335,9 +336,9 @@ def tiny_scratch(folder: Path) -> Path:
                 "30.000", "30.00", 7, "", "", "100.000", "20.000", "30.000", "30.000", "20.000",
                 "0.000"]
 
-    write(folder / "steps.csv", STEP_COLS, [step_row(0, 0.0), step_row(1, 120.0)])
+    write(folder / "steps.csv", STEP_COLS, [step_row(n, 120.0 * n) for n in range(steps)])
     gaps, rows = [], []
-    for n, t0 in ((0, 0.0), (1, 120.0)):
+    for n, t0 in ((n, 120.0 * n) for n in range(steps)):
         gaps += [[0, 7, n, f"{t0:.3f}", f"{t0 + 10:.3f}", "10.000", "", "fusion.1", "host_late",
                   "python", "$train.py:10 load=6.000 | jit_step=4.000"],
                  [0, 7, n, f"{t0 + 30:.3f}", f"{t0 + 50:.3f}", "20.000", "fusion.1",
@@ -390,6 +391,31 @@ def test_the_critical_path_of_a_scratch_folder_written_here(tmp_path):
     assert res["figures"]["combined_saving_us"]["value"] == 70.0
     assert any("attribution/ops.csv is missing" in x for x in res["refusals"])
     assert [r["rank"] for r in read(out / "changes.csv")] == ["1", "2", "3"]
+
+
+def test_a_recompile_mid_run_is_ranked_over_the_mean_step(tmp_path):
+    """XLA compiles in step 2 only, after steps 0 and 1 ran without (a new shape mid-run): the
+    median step leaves it out, so its row is of the steps' mean window (its own step_us), its
+    saving the compile's total over the steps used; the combined saving leaves it out."""
+    out = tiny_scratch(tmp_path / "out", steps=4)
+    s1 = json.loads((out / "skip_stats.json").read_text())
+    s1["steps"]["analysed"] = [0, 1, 2, 3]
+    s1["compile"] = {"per_step_us": {"value": 0.0, "min": 0.0, "max": 60.0, "unit": "us",
+                                     "label": "measured"}, "total_us": 60.0,
+                     "steps_with_compile": 1, "steps": 3, "compiling_steps": [2], "events": 1,
+                     "label": "measured"}
+    (out / "skip_stats.json").write_text(json.dumps(s1))
+    p = run(out)
+    assert p.returncode == 0, p.stderr
+    res = result(out)
+    assert res["steps"]["used"] == [0, 1, 2]
+    rows = {r["cause_kind"]: r for r in read(out / "changes.csv")}
+    c = rows["compile"]
+    assert (float(c["step_us"]), float(c["saving_us"]), float(c["pct_of_step"])) == (
+        120.0, 20.0, 16.67), c
+    assert "recompiles mid-run" in c["cause"] and "step 2" in c["cause"]
+    assert float(rows["host_gap"]["step_us"]) == 120.0
+    assert res["figures"]["combined_saving_us"]["value"] == 70.0
 
 
 def test_missing_tables_rank_what_they_can_and_say_why(tmp_path, launch_bound):

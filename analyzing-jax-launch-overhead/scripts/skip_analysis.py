@@ -476,6 +476,7 @@ def compile_summary(a: Analysis) -> dict | None:
     if not any(per):
         return None
     return {"per_step_us": spread(per, "us", "measured", 1e-6),
+            "total_us": round(sum(per) * 1e-6, 3),
             "steps_with_compile": sum(1 for p in per if p), "steps": len(per),
             "compiling_steps": [st.number for st, p in zip(a.analysed, per, strict=True) if p],
             "events": len(iv), "label": "measured"}

@@ -757,9 +757,27 @@ def compile_per_step(ctx: Context) -> float | None:
 @cause("compile", COMPILE)
 def compile_in_step(ctx: Context) -> list:
     """XLA compiling on the host inside the steps (step 1's `compile`): a new shape, or a
-    cache miss, paid every step; its saving the compile time of the median step."""
+    cache miss, paid every step: its saving the compile time of the median step; or in a few
+    steps after steps that ran without (a recompile: a new shape met mid-run), which the
+    median step leaves out: its saving the compiles' total over the steps used, of their mean
+    window (the row's own step, `step_basis`; outside the combined saving)."""
     c = (ctx.s1 or {}).get("compile") or {}
     per = (c.get("per_step_us") or {}).get("value")
+    later = [n for n in c.get("compiling_steps") or () if n in ctx.chosen and n != ctx.chosen[0]]
+    if not per and later and c.get("total_us"):
+        windows = [ctx.frames[n].window for n in ctx.chosen]
+        mean, total = sum(windows) / len(windows), min(c["total_us"], sum(windows))
+        each = total / len(windows)
+        if each < MIN_SAVING_US:
+            return []
+        return [Row(f"XLA recompiles mid-run: {us_text(total)} of compilation in step "
+                    f"{', '.join(map(str, later))}, after steps that ran without (a new input "
+                    f"shape or static argument), {100 * total / sum(windows):.1f}% of the "
+                    f"{len(windows)} steps' time: {us_text(each)} a step on average, against "
+                    f"a median step of {us_text(ctx.step['value'])}", "the host",
+                    100.0 * each / mean, {"value": each, "min": each, "max": each},
+                    extra={"step_basis": {"value": mean, "min": min(windows),
+                                          "max": max(windows)}})]
     if not per or per < MIN_SAVING_US:
         return []
     per = min(per, ctx.window)  # the median step's window at most
@@ -1292,6 +1310,7 @@ def ranked(rows: list) -> list:
 def combined(ctx: Context, rows: list) -> dict:
     """Every listed cause gone at once, all work exposed, per step (COMBINE_RULE: an upper bound,
     capped at each step's window): its median over the steps with the min and max."""
+    rows = [r for r in rows if not r.get("step_basis")]  # a saving of another step's
     # a fused pass's cut is in its fused_on_jit row's kernel time (never counted twice)
     named = {i for r in rows for i in r["named"]} - {i for r in rows for i in r["fuses"]}
     cut = sum(c["cut"] for i, c in enumerate(ctx.ceilings.cands) if i in named) \
@@ -1391,9 +1410,10 @@ def build_result(a: dict) -> dict:
     for c in a["causes"]:
         if c.get("measured") is not None:  # the low end of the range, never above its high end
             c["measured"] = min(c["measured"], c["saving"]["value"])
+        step = c.get("step_basis") or a["step"]  # a row's own step: a recompile's mean
         causes.append({
             "rank": c["rank"], "cause_kind": c["cause_kind"], "cause": c["cause"],
-            "where": c["where"],
+            "where": c["where"], "step_us": figure(step["value"], "us", "measured", step),
             "pct_of_step": figure(100.0 * c["saving"]["value"] / step["value"]
                                   if step["value"] > 0 else 0.0, "pct", "inferred"),
             "saving_us": figure(c["saving"]["value"], "us", "inferred", c["saving"]),
@@ -1412,7 +1432,7 @@ def build_result(a: dict) -> dict:
             causes[-1].update({"family": c["family"], "cannot_show": c["cannot_show"],
                                "instructions": c["instructions"],
                                "family_device_us": figure(c["family_device_us"], "us", "measured")})
-    comb = a["combined"]
+    comb, step = a["combined"], a["step"]
     return {
         "step": "changes", "status": "done", "verdict": a["verdict"],
         "steps": {"used": a["steps"], "median": a["median"], "bounding_gpu": mf.bound,
@@ -1442,7 +1462,7 @@ def csv_rows(result: dict) -> list:
         s = c["saving_us"]
         out.append([c["rank"], c["cause_kind"], c["cause"], c["where"],
                     f"{c['pct_of_step']['value']:.2f}",
-                    f"{result['figures']['step_us']['value']:.3f}", f"{s['value']:.3f}",
+                    f"{c['step_us']['value']:.3f}", f"{s['value']:.3f}",
                     f"{s['min']:.3f}", f"{s['max']:.3f}",
                     f"{c['saving_measured_us']['value']:.3f}" if "saving_measured_us" in c
                     else "", f"{c['step_if_gone_us']['value']:.3f}",
