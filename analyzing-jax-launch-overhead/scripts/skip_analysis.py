@@ -95,6 +95,7 @@ class Analysis:
     trace_totals: tuple = field(default_factory=lambda: ({}, {}))
     tpu_joins: dict | None = None  # a TPU's: tracekit.tpu.join_runs' counts
     host_copies: dict | None = None  # a TPU's copies from the host (gpu_events.host_copies)
+    compiled: object = False  # compile_summary's, once computed (False: not yet)
 
 
 def step_refusals(gpu, launches: bool, analysed) -> list[str]:
@@ -460,6 +461,12 @@ def compile_summary(a: Analysis) -> dict | None:
     """XLA compiling on the host inside the analysed steps (trace_rules.COMPILE_RE: the union
     of those events, nested ones counted once), from each step's start to the next step's:
     the time per step, where any step holds some; None where none does (nothing is said)."""
+    if a.compiled is False:
+        a.compiled = _compile_summary(a)
+    return a.compiled
+
+
+def _compile_summary(a: Analysis) -> dict | None:
     names = {n for n in {h["name"] for events in a.host_threads.values() for h in events}
              if rules.COMPILE_RE.match(n)}  # each name judged once
     if not names:

@@ -20,7 +20,9 @@ from jaxperf.steps.critical_path import (  # the steps, their frames and critica
     Context,
     build_context,
     read_steps,
+    recompiled,
     spread,
+    step_frames,
     tables,
 )
 from tracekit import capture_inputs, scratch
@@ -763,9 +765,11 @@ def compile_in_step(ctx: Context) -> list:
     window (the row's own step, `step_basis`; outside the combined saving)."""
     c = (ctx.s1 or {}).get("compile") or {}
     per = (c.get("per_step_us") or {}).get("value")
-    later = [n for n in c.get("compiling_steps") or () if n in ctx.chosen and n != ctx.chosen[0]]
-    if not per and later and c.get("total_us"):
-        windows = [ctx.frames[n].window for n in ctx.chosen]
+    later = recompiled(ctx.s1, sorted({*ctx.chosen, *(n for n in c.get("compiling_steps") or ()
+                                                        if n in ctx.steps)}))
+    if later and c.get("total_us"):  # left out of the steps used
+        frames = step_frames(ctx.steps, sorted({*ctx.chosen, *later}), rules.step_gpus(ctx.s1))
+        windows = [f.window for f in frames.values()]
         mean, total = sum(windows) / len(windows), min(c["total_us"], sum(windows))
         each = total / len(windows)
         if each < MIN_SAVING_US:
@@ -1393,9 +1397,10 @@ COMBINE_RULE = (
     "straggler + the instructions "
     "the instruction and Python-line rows name, each once, a fused pass by its fused saving, "
     "+ the compute rows no instruction row counts: scan_stacking, layout_copies, "
-    "host_callback, remat, pallas_call, each at its saving), "
+    "host_callback, remat, matmul_precision, pallas_call, each at its saving), "
     "per step, capped at the step time, and never less than the largest row's saving alone; "
-    "an upper bound, never a sum of the rows.")
+    "an upper bound, never a sum of the rows. A mid-run recompile's row is of its own step "
+    "(its step_us: the mean window of the steps with the recompiling ones) and outside it.")
 
 
 def build_result(a: dict) -> dict:

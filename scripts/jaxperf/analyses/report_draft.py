@@ -188,7 +188,11 @@ def results(s: Scratch) -> list[str]:
                    f"{cite(period['value'], 'us', period['label'], c, 'figures.step_us.value')}"
                    f"{spread}; "
                    f"all changes at once save at most {comb} a step (an upper bound; the "
-                   f"changes' sentences give step {n}'s own figures).")
+                   f"changes' sentences give step {n}'s own figures"
+                   + ("; a mid-run recompile's row is of its own step_us, outside it"
+                      if any(x.get("step_us", {}).get("value") != period.get("value")
+                             for x in cj.get("causes") or []) else "")
+                   + ").")
     changes = s.rows("changes.csv")
     if changes:
         for r in changes[:1]:

@@ -522,11 +522,29 @@ def spread(values: list, at: int) -> dict:
     return {"value": statistics.median(values), "min": min(values), "max": max(values)}
 
 
+def recompiled(s1: dict | None, chosen: list) -> list:
+    """The steps of `chosen` in which XLA compiles after an earlier step of them ran without
+    (skip_stats.json compile: a new shape met mid-run), where fewer than half of them compile
+    (else compiling is every step's and stays in the median); [] where none."""
+    c = (s1 or {}).get("compile") or {}
+    steps = [n for n in c.get("compiling_steps") or () if n in chosen]
+    if not steps or 2 * len(steps) >= len(chosen):
+        return []
+    return [n for n in steps if any(m < n and m not in steps for m in chosen)]
+
+
 def steps_used(steps: dict, s1: dict | None, notes: list) -> tuple[list, bool, bool]:
     """The steps the figures are medians over (choose_steps), less those no analysed step follows
     where others remain; whether the capture is one whole window (no steps); whether any of them
     is followed by an analysed step (else the GPU idle between steps cannot be measured)."""
     chosen, whole = choose_steps(steps, s1, notes)
+    # a step that recompiles after steps that ran without: its compile is no part of a step
+    # (step 6's compile row takes it, over the steps used and these: recompiled)
+    later = recompiled(s1, chosen)
+    if later and len(later) < len(chosen):
+        notes.append(f"step(s) {', '.join(map(str, later))} left out: XLA recompiles in them "
+                     "after steps that ran without (the compile row takes that time)")
+        chosen = [n for n in chosen if n not in later]
     # a step no analysed step follows has no measurable idle after it: its window would be short
     # by that idle, so it is left out where others remain
     followed = [n for n in chosen if n + 1 in steps or
