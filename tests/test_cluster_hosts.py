@@ -173,8 +173,9 @@ def test_a_real_scheduler_passes_the_handshake_probe():
 
 def test_terminated_on_a_local_cluster_leaves_no_process_running(hosts_run, tmp_path):
     """investigate.py --scheduler local, SIGTERM to it alone while the hosts' passes run as
-    tasks: it exits 143 and no host's pass or step outlives it (ending a worker does not end
-    what its task started: the command ends their groups itself)."""
+    tasks: it exits 143 and no host's pass or step outlives it (closing the LocalCluster, on
+    the way out, ends its workers and the passes their tasks started: distributed's doing, not
+    a group the command ends itself; under load this has once been seen to lag the exit)."""
     from test_per_host import _running_for, _terminated_midway
     out = tmp_path / "out"
     rc = _terminated_midway([sys.executable, "-P", str(ROOT_SCRIPTS / "investigate.py"),

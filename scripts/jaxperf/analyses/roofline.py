@@ -256,11 +256,11 @@ def capture_cost(r: dict, c: Cost, ins, tpu_costs: dict) -> tuple[Cost, int]:
             dtype, passes = None, None
     if hbm is not None:  # the roof is HBM's: bytes kept on chip (VMEM, CMEM) are not its load
         method += f"; HBM bytes {hbm:,} of {nbytes or 0:,} accessed"
-        nbytes = hbm
-        if not hbm and dtype is None:
+        if 100 * hbm < (nbytes or 0) and dtype is None:  # under 1%: HBM's roof says nothing
             return Cost(None, None, "not computable", why=(
-                "it works in on-chip memory alone (no HBM bytes) and the plane gives no "
-                "ceiling for vector work")), runs
+                f"it works in on-chip memory (HBM bytes {hbm:,} of {nbytes:,} accessed, under "
+                "1%) and the plane gives no ceiling for vector work")), runs
+        nbytes = hbm
     return Cost(flops or 0, nbytes or 0, method, matrix_dtype=dtype, passes=passes,
                 tf32_allowed=c.tf32_allowed if hlo else custom,
                 kind=c.kind if hlo else (category or "other"), backend="TPU"), runs
