@@ -472,6 +472,19 @@ def tpu_words(text: str, phrases=None) -> str:
     return text
 
 
+# a GPU named in a sentence said of any device (a check's, an item's): a TPU core on a TPU
+# ("GPU 0", "1 GPU whose", "GPUs"; not the SKIP paper's "GPU-bound")
+GPU_WORD_RE = re.compile(r"\bGPU(s?)\b(?!-)")
+
+
+def tpu_said(text):
+    """A sentence of this bundle's own, said of a GPU, in a TPU's words: tpu_words, then each
+    GPU left a TPU core (text that is not a str as it is)."""
+    if not isinstance(text, str):
+        return text
+    return GPU_WORD_RE.sub(lambda m: "TPU core" + m.group(1), tpu_words(text))
+
+
 def printable(text) -> str:
     """`text` for one line of a text output (summary.txt, a printout, an error sentence):
     control characters (a newline, a carriage return, an escape, NUL), line separators, lone

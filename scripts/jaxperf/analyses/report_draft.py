@@ -765,7 +765,7 @@ def draft(s: Scratch) -> str:
 # The draft's own words for a GPU's parts, on a TPU (rules.TPU_WORDS): in its headings, its
 # tables' header rows and first cells and its gap bullets only, and only the phrases the draft
 # itself writes there (a table's sentence quoted whole keeps its words: the fact check compares
-# it with the table)
+# it with the table); its prompts to the agent (judge) wholly
 DRAFT_PHRASES = frozenset({"GPUs and streams", "| GPU | stream |", "GPU time", "GPU busy",
                            "GPU idle", "union of streams", "kernels per step per GPU",
                            "across steps and GPUs"})
@@ -781,4 +781,6 @@ def tpu_words(text: str) -> str:
             cut = ln.index("|", 2) if first else len(ln)  # a data row: its first cell alone
             lines[i] = rules.tpu_words(ln[:cut], DRAFT_PHRASES) + ln[cut:]
         lines[i] = GAP_BULLET_RE.sub(r"- TPU core \1 step", lines[i])
+        if ln.startswith("<!-- judge:"):  # the draft's own prompt to the agent: all of it
+            lines[i] = rules.tpu_said(lines[i])
     return "\n".join(lines)

@@ -887,23 +887,11 @@ def collect(inp: Inputs, failed: dict, scanned: Scanned) -> tuple[list, list, Fa
     items += refusal_items(inp, facts)
     if ((inp.get("capture_info") or {}).get("device") or {}).get("kind") == "TPU":
         for it in items:  # the other steps' sentences, said of a GPU, in a TPU's words
-            it["item"], it["detail"] = tpu_said(it["item"]), tpu_said(it["detail"])
+            it["item"], it["detail"] = rules.tpu_said(it["item"]), rules.tpu_said(it["detail"])
     order = {k: i for i, k in enumerate(KIND_ORDER)}
     items.sort(key=lambda it: (order.get(it["kind"], len(order)), -(it["device_us"] or 0.0),
                                -(it["count"] or 0), it["item"]))
     return items, needs_new_capture(inp, items, facts), facts
-
-
-# a GPU named in a sentence of another step's (a reconciliation check's, the roofline's): a TPU
-# core on a TPU ("GPU 0", "1 GPU whose", "GPUs"; not the SKIP paper's "GPU-bound")
-GPU_WORD_RE = re.compile(r"\bGPU(s?)\b(?!-)")
-
-
-def tpu_said(text):
-    """A trust item's words on a TPU (trace_rules.tpu_words, then each GPU a TPU core)."""
-    if not isinstance(text, str):
-        return text
-    return GPU_WORD_RE.sub(lambda m: "TPU core" + m.group(1), rules.tpu_words(text))
 
 
 def largest(items: list, n: int = LARGEST_SHOWN) -> list:

@@ -902,6 +902,8 @@ def distances(work: list, total_us: float, roof: list, several: bool) -> tuple[l
             no_ceiling.append((name, share, (r or {}).get("no_ceiling_why")
                                or "not in roofline.csv", o.get("user_frame", "")))
             continue
+        if (number(r.get("passes")) or 0) >= 2:
+            continue  # a matmul of several bf16 passes: the matmul_precision row's, at one pass
         best = number(r.get("best_same_work_pct"))
         # at its ceiling, but never below its kernels at the shortest kernel time this GPU
         # shows (a kernel's launch and teardown: a 12-byte add at 0.00% of the bandwidth does

@@ -111,7 +111,8 @@ def ceilings(space) -> tuple[dict, dict]:
                                             "counts them, at the bf16 rate (half its "
                                             "model_flops)" if key[0] in "su" else
                                             "; an f32 matmul's FLOPs counting its bf16 passes "
-                                            "(6 at HIGHEST, 3 at HIGH)" if key == "fp32_matrix"
+                                            "(six at HIGHEST, three at HIGH)"
+                                            if key == "fp32_matrix"
                                             else ""), "")
     lacking = [k for k in missing if k not in peaks]
     said = f"the TPU plane gives no {' and no '.join(lacking)}: no ceiling for it" \
