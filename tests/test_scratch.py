@@ -361,3 +361,15 @@ def test_no_figure_that_is_not_a_finite_number_is_written_or_read(example, tmp_p
                         "--out", str(out)], capture_output=True, text=True, timeout=120)
     assert p.returncode == 1 and "'nan' is not a finite number" in p.stderr, p.stderr
     assert "Traceback" not in p.stderr
+
+
+def test_a_child_table_follows_its_parent_and_keys_its_rows_by_row():
+    """Every child table (a GPU's own columns of a parent's rows) is declared after its parent,
+    its first column `row`, read through the parent (scratch.Children)."""
+    from tracekit import scratch as sc
+    order = list(sc.TABLES)
+    kids = [t for t in sc.TABLES.values() if t.parent]
+    assert {t.file for t in kids} == {"rows_gpu.csv", "attribution/kernels_gpu.csv"}
+    for t in kids:
+        assert order.index(t.parent) < order.index(t.file) and t.columns[0].name == sc.CHILD_KEY
+        assert sc.column(t.parent, "graph").default == "0"

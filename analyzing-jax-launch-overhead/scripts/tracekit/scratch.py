@@ -161,10 +161,6 @@ def declare(*items) -> None:
         for c in getattr(it, "columns", ()) + getattr(it, "figures", ()):
             if c.label not in LABELS + (("",) if isinstance(c, Column) else ()):
                 raise ScratchError(f"{it.file}: {c.name} has the label {c.label!r}")
-        if getattr(it, "parent", "") and (it.parent not in TABLES
-                                          or it.columns[0].name != CHILD_KEY):
-            raise ScratchError(f"{it.file}: a child table follows its parent {it.parent} and "
-                               f"keys its rows by {CHILD_KEY}")
         DECLARED[it.file] = it
         (TABLES if isinstance(it, Table) else FILES)[it.file] = it
 
@@ -230,9 +226,6 @@ class Children:
                              f"{CHILD_KEY}): run it again, or delete it")
         it[2] = None if r is None else (int(r[0]), r[1:])
 
-    def __bool__(self) -> bool:
-        return bool(self.defaults)
-
     def cells(self, i: int) -> dict:
         out = self.defaults
         for it in self.its:
@@ -243,15 +236,12 @@ class Children:
                 self._next(it)
         return out
 
-    def close(self) -> None:
-        for it in self.its:
-            it[0].close()
 
 
 def with_children(rows, kids: Children):
     """Each row (a dict) of a parent table with its child tables' cells (`Children`), in
     place; the rows streamed."""
-    if not kids:
+    if not kids.defaults:
         yield from rows
         return
     try:
@@ -259,7 +249,8 @@ def with_children(rows, kids: Children):
             r.update(kids.cells(i))
             yield r
     finally:
-        kids.close()
+        for it in kids.its:
+            it[0].close()
 
 
 def result(file: str) -> File:
@@ -601,22 +592,11 @@ def stream(folder: Path, file: str, names):
         return None
     own = set(columns(file))
     kids = Children(folder, file, [n for n in names if n not in own])
-    if not kids:
+    if not kids.defaults:
         return _stream(fh, path, file, names)
-    return _joined(_stream(fh, path, file, [n for n in names if n in own]), names, own, kids)
-
-
-def _joined(rows, names, own, kids: Children):
-    """`_stream`'s tuples of a parent's own columns with its child tables' cells, in `names`'
-    order."""
     mine = [n for n in names if n in own]
-    try:
-        for i, row in enumerate(rows):
-            extra = kids.cells(i)
-            d = dict(zip(mine, row, strict=True))
-            yield tuple(d[n] if n in own else extra[n] for n in names)
-    finally:
-        kids.close()
+    return (tuple(r[n] for n in names) for r in with_children(
+        (dict(zip(mine, row, strict=True)) for row in _stream(fh, path, file, mine)), kids))
 
 
 def _stream(fh, path: Path, file: str, names):

@@ -471,7 +471,7 @@ def write_kernels(path: Path, kernels, sources, header: bool = True, first: int 
             open(gpu_part(path), "w", newline="", encoding="utf-8") as gpu_fh:
         if header:
             fh.write(scratch.header("attribution/kernels.csv"))  # the row below, in its order
-            gpu_fh.write(scratch.header(GPU_CHILD))
+            gpu_fh.write(scratch.header("attribution/kernels_gpu.csv"))  # its child's
         buf = []
         gpu_buf = []
         for n, k in enumerate(kernels, first):
@@ -498,9 +498,6 @@ def write_kernels(path: Path, kernels, sources, header: bool = True, first: int 
         fh.write("".join(buf))
         gpu_fh.write("".join(gpu_buf))
     return len(kernels)
-
-
-GPU_CHILD = "attribution/kernels_gpu.csv"  # kernels.csv's child: a GPU's correlation ids, graphs
 
 
 def gpu_part(path: Path) -> Path:
@@ -604,8 +601,7 @@ def run(capture, out: Path, opts: Options) -> tuple[dict, list]:
                                 f"{why}" for p, (n, why) in sorted(m.unreadable.items())]
                     hlo_names = write_hlo_texts(tmp, m, tables, opts, refusals)
                     join_kernels(tmp, m)
-                    tables.written[:0] = [("kernels.csv", m.rows),
-                                          ("kernels_gpu.csv", gpu_rows(tmp))]
+                    tables.written[:0] = [("kernels.csv", m.rows), ("kernels_gpu.csv", None)]
                 except BaseException:
                     if m.chosen_text is not None:
                         m.chosen_text.abort()
@@ -896,12 +892,6 @@ def join_kernels(folder: Path, m: Matched) -> None:
                     kernels_part(folder, i)))):
                 append_file(to, more)
     m.writing = []
-
-
-def gpu_rows(folder: Path) -> int:
-    """The rows of the child table of kernels.csv, whole, in `folder`."""
-    with open(gpu_part(kernels_part(folder, 0)), "rb") as fh:
-        return sum(b.count(b"\n") for b in iter(lambda: fh.read(1 << 20), b"")) - 1
 
 
 def append_file(fh, path: Path) -> None:
