@@ -268,3 +268,20 @@ def test_tiny_capture_a_dropped_event_and_a_lost_launch_fail_exactly(tmp_path):
          "the xplane"),
         ("launch_join", "0", "", "8", "9",
          "GPU 0: 1 of 9 events join no launch call: none 1 (ids 3)")]
+
+
+def test_a_step_that_compiles_a_new_program_is_no_defect_of_the_event_counts():
+    """kernels_per_step on step 1's analysis: a step whose event count differs because XLA
+    compiled a new program in it (skip_stats.json compile.compiling_steps) passes, saying why;
+    a step that differs without compiling fails."""
+    from types import SimpleNamespace
+
+    import model_checks
+    rows = [{"device": 0, "step": n, "kernels": 69 if n == 2 else 57} for n in range(4)]
+    a = SimpleNamespace(analysed=[SimpleNamespace(partial=False)] * 4,
+                        compiled={"compiling_steps": [2]})
+    (r,) = model_checks.check_kernels_per_step(a, rows)
+    assert r["status"] == "pass" and "XLA compiles in it" in r["trust_sentence"], r
+    a.compiled = {"compiling_steps": [3]}
+    (r,) = model_checks.check_kernels_per_step(a, rows)
+    assert r["status"] == "fail" and "69 in step 2" in r["trust_sentence"], r
