@@ -1408,25 +1408,24 @@ def build_result(a: dict) -> dict:
         return {"step": "changes", "status": a["status"], "figures": {}, "causes": [],
                 "combine_rule": COMBINE_RULE, "refusals": a["refusals"], "notes": a["notes"],
                 "inputs": a["inputs"], "tables": {}}
-    step = a["step"]
     mf = a["frames"][a["median"]]
     cp = a["critical_path"]
     causes = []
     for c in a["causes"]:
         if c.get("measured") is not None:  # the low end of the range, never above its high end
             c["measured"] = min(c["measured"], c["saving"]["value"])
-        step = c.get("step_basis") or a["step"]  # a row's own step: a recompile's mean
+        own = c.get("step_basis") or a["step"]  # a row's own step: a recompile's mean
         causes.append({
             "rank": c["rank"], "cause_kind": c["cause_kind"], "cause": c["cause"],
-            "where": c["where"], "step_us": figure(step["value"], "us", "measured", step),
-            "pct_of_step": figure(100.0 * c["saving"]["value"] / step["value"]
-                                  if step["value"] > 0 else 0.0, "pct", "inferred"),
+            "where": c["where"], "step_us": figure(own["value"], "us", "measured", own),
+            "pct_of_step": figure(100.0 * c["saving"]["value"] / own["value"]
+                                  if own["value"] > 0 else 0.0, "pct", "inferred"),
             "saving_us": figure(c["saving"]["value"], "us", "inferred", c["saving"]),
-            "step_if_gone_us": figure(round(step["value"], 3) - round(c["saving"]["value"], 3),
+            "step_if_gone_us": figure(round(own["value"], 3) - round(c["saving"]["value"], 3),
                                       "us", "inferred"),
-            "speedup_if_gone": figure(speedup(step["value"], c["saving"]["value"]), "ratio",
+            "speedup_if_gone": figure(speedup(own["value"], c["saving"]["value"]), "ratio",
                                       "inferred"),
-            **({"speedup_measured": figure(speedup(step["value"], c["measured"]), "ratio",
+            **({"speedup_measured": figure(speedup(own["value"], c["measured"]), "ratio",
                                            "inferred")} if c.get("measured") else {}),
             **({"saving_measured_us": figure(c["measured"], "us", "inferred")}
                if c.get("measured") is not None else {}),
