@@ -25,7 +25,9 @@ written and captured as a user would: `jax.profiler.start_trace`/`stop_trace`, a
 - per-example gradients by lax.map inside the jitted step, f32 matmuls at Precision.HIGHEST,
   a top-k by argsort of whole rows, batch lengths that bring a compile every 8th step, 64 MB
   of numpy batch made device arrays each step, a 2,048-step scan of a tiny RNN cell, attention
-  at sequence 4,096 with the scores written out, a Python loop of 48 jitted layer calls.
+  at sequence 4,096 with the scores written out, a Python loop of 48 jitted layer calls,
+- the same per-example loop at batch 128 (small enough to commit), an inference step that
+  scores rows one at a time in a lax.fori_loop.
 
 Each probe leaves `OUTDIR/<probe>/plugins/profile/<run>/...` and `OUTDIR/<probe>/truth.json`:
 the step time without the profiler (`step_ms_unprofiled_median`: steps run as the probe runs
@@ -40,14 +42,15 @@ StepTraceAnnotation's, or a TraceAnnotation's whose name starts with `annotation
 truth also names the capture's ProfileOptions (`profile_options`) and warmup where not default,
 and in `notes` a fact read as the program was built (the path jax.nn.dot_product_attention took).
 
-Twelve probes have an after, the change an engineer would make first, captured and timed the
+Fourteen probes have an after, the change an engineer would make first, captured and timed the
 same way (`AFTER`): the host callback moved out of the jitted step, the decoded token kept on
 the device, the gradient norm jitted, the matmuls saved by the checkpoint policy, jax.vmap for
-lax.map, bf16 matmul inputs at the default precision, jax.lax.top_k, every batch padded to one
-length, batches device_put two steps ahead, the scan unrolled by 8, jax.nn.dot_product_attention,
-the layers in one jitted call; the before's truth gets `after` and `after_speedup` (an after
-no faster is kept as such). The captures are for trying the bundle on programs it was not
-written against; the few the tests read are committed under tests/data/tpu-probes/.
+lax.map (at both batches) and for the fori_loop, bf16 matmul inputs at the default precision,
+jax.lax.top_k, every batch padded to one length, batches device_put two steps ahead, the scan
+unrolled by 8, jax.nn.dot_product_attention, the layers in one jitted call; the before's truth
+gets `after` and `after_speedup` (an after no faster is kept as such). The captures are for
+trying the bundle on programs it was not written against; the few the tests read are committed
+under tests/data/tpu-probes/.
 `OUTDIR/probes.tar.gz` holds every probe's folder. Exit codes: 0 all ran, 1 one failed, 2 usage.
 """
 
@@ -876,11 +879,13 @@ def probe_remat_policy(smoke: bool, policy: str = "nothing_saveable") -> Probe:
                  f"under jax.checkpoint(policy={policy}), annotated 'train'", "train")
 
 
-def probe_lax_map_examples(smoke: bool, vmap: bool = False) -> Probe:
+def probe_lax_map_examples(smoke: bool, vmap: bool = False, batch: int = 1024,
+                           captured: int = 4) -> Probe:
     """DP-SGD-style per-example gradients of an f32 MLP, each clipped to norm 1, averaged: by
     jax.lax.map over the batch inside the jitted step (a loop of one-example bodies on the
-    chip), or, `vmap`, by jax.vmap."""
-    d, h, batch = (16, 32, 8) if smoke else (128, 256, 1024)
+    chip), or, `vmap`, by jax.vmap. (`batch` 128, `captured` 3: a capture small enough to
+    commit for the tests.)"""
+    d, h, batch = (16, 32, 8) if smoke else (128, 256, batch)
     k = jax.random.split(jax.random.key(25), 4)
     f32 = jnp.float32
     p = {"w1": _normal(k[0], (d, h), f32, d ** -.5), "w2": _normal(k[1], (h, d), f32, h ** -.5)}
@@ -911,7 +916,38 @@ def probe_lax_map_examples(smoke: bool, vmap: bool = False) -> Probe:
     how = "jax.vmap" if vmap else "jax.lax.map over the examples (a loop on the chip)"
     return Probe(run, f"jitted DP-SGD step of a {d}->{h}->{d} f32 MLP, batch {batch}: per-example "
                       f"gradients by {how}, each clipped to norm 1, averaged; params donated, "
-                      "blocked each step, annotated 'train'", "train", captured=4)
+                      "blocked each step, annotated 'train'", "train", captured=captured)
+
+
+def probe_fori_rows(smoke: bool, vmap: bool = False) -> Probe:
+    """An inference step that scores rows one at a time: a jitted lax.fori_loop over the rows
+    of a batch, each row through a two-layer tanh MLP written into its own row of the output
+    (`out.at[i].set`): a loop of independent iterations on the chip; or, `vmap`, jax.vmap
+    over the rows. No step annotation of the usual name: TraceAnnotation "infer" steps."""
+    rows, d = (8, 16) if smoke else (256, 512)
+    k = jax.random.split(jax.random.key(31), 3)
+    w1 = _normal(k[0], (d, d), jnp.float32, d ** -.5)
+    w2 = _normal(k[1], (d, d), jnp.float32, d ** -.5)
+    x = _normal(k[2], (rows, d), jnp.float32, 1.0)
+
+    def score(r):
+        return jnp.tanh(jnp.tanh(r @ w1) @ w2)
+
+    @jax.jit
+    def infer(x):
+        if vmap:
+            return jax.vmap(score)(x)
+        return jax.lax.fori_loop(0, rows, lambda i, out: out.at[i].set(score(x[i])),
+                                 jnp.zeros_like(x))
+
+    def run(n, annotate):
+        for i in range(n):
+            with _step_ctx("infer", i, annotate):
+                jax.block_until_ready(infer(x))
+
+    how = "jax.vmap over the rows" if vmap else "a lax.fori_loop writing each row's result"
+    return Probe(run, f"jitted inference of {rows} rows of {d} through a two-layer tanh MLP by "
+                      f"{how}; blocked each step, annotated 'infer'", "infer", captured=3)
 
 
 def probe_f32_highest_matmul(smoke: bool, bf16: bool = False) -> Probe:
@@ -1172,7 +1208,8 @@ def probe_python_loop_layers(smoke: bool, fused: bool = False) -> Probe:
 
 AFTER = {"callback_step": "callback_step_outside", "decode_kv": "decode_kv_on_device",
          "two_programs": "two_programs_jitted_norm", "remat_policy": "remat_policy_saved",
-         "lax_map_examples": "lax_map_examples_vmap",
+         "lax_map_examples": "lax_map_examples_vmap", "lax_map_small": "lax_map_small_vmap",
+         "fori_rows": "fori_rows_vmap",
          "f32_highest_matmul": "f32_highest_matmul_bf16", "sort_topk": "sort_topk_lax_top_k",
          "ragged_recompile": "ragged_recompile_padded", "h2d_each_step": "h2d_each_step_prefetch",
          "scan_tiny_body": "scan_tiny_body_unroll8",
@@ -1213,6 +1250,10 @@ PROBES: dict[str, Callable[[bool], Probe]] = {
     "remat_policy_saved": partial(probe_remat_policy, policy="dots_saveable"),
     "lax_map_examples": probe_lax_map_examples,
     "lax_map_examples_vmap": partial(probe_lax_map_examples, vmap=True),
+    "lax_map_small": partial(probe_lax_map_examples, batch=128, captured=3),
+    "lax_map_small_vmap": partial(probe_lax_map_examples, vmap=True, batch=128, captured=3),
+    "fori_rows": probe_fori_rows,
+    "fori_rows_vmap": partial(probe_fori_rows, vmap=True),
     "f32_highest_matmul": probe_f32_highest_matmul,
     "f32_highest_matmul_bf16": partial(probe_f32_highest_matmul, bf16=True),
     "sort_topk": probe_sort_topk,

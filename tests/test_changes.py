@@ -532,7 +532,7 @@ def test_registry_is_the_documented_cause_kinds():
     row = next(ln for ln in section.splitlines() if ln.startswith("| `cause_kind` |"))
     listed = re.findall(r"`([a-z_]+)`", row.split("|")[4].split("(", 1)[0])
     assert registry == table == listed
-    assert len(set(registry)) == len(registry) == 20
+    assert len(set(registry)) == len(registry) == 21
     assert {c.kind for c in changes.REGISTRY if c.regroups} == {"python_line", "kernel_family"}
 
 

@@ -1,10 +1,14 @@
-"""Source frames and schedules of real programs saved in the shared AMD captures.
+"""Source frames and schedules of real programs saved in the shared AMD captures; while loops
+of real TPU programs (tests/data/).
 
 The MI300X (JAX 0.8) programs fill both `source_file/line` and `stack_frame_id`; the MI355X one
 fills only `stack_frame_id` (capture-format.md). Both must give the same kind of answer."""
 
 from __future__ import annotations
 
+import pytest
+
+from conftest import REPO
 from jaxperf.program.hlo_program import Program
 from jaxperf.read import xplane_reader
 
@@ -86,3 +90,29 @@ def test_pax_framework_frames_are_not_user_code(shared):
     assert hlo_program.framework_path("/x/site-packages/jax/_src/numpy/lax_numpy.py") == ""
     assert hlo_program.framework_path("/opt/praxis/praxis/layers/base_ops.py") == \
         "praxis/layers/base_ops.py"
+
+
+@pytest.mark.parametrize("case, independent", [
+    ("tpu-probes/lax_map_small", {"while.2": True}),  # lax.map of per-example gradients
+    ("tpu-probes/fori_rows", {"while.3": True}),  # fori_loop writing out.at[i]
+    ("tpu/scan_layers", {"while.6": False, "while.7": False}),  # a scan's carry, its backward
+    ("tpu/tiny_step_scan", {"while": False}),  # steps scanned: the params carried
+])
+def test_a_loop_is_independent_only_where_no_value_flows_between_iterations(case, independent):
+    """A while loop whose body passes its state through, counts, and writes each iteration's
+    result into its own slice is independent (vmap would do it at once); a scan that carries a
+    value from one iteration to the next is not. Every instruction of an independent loop's body
+    names the loop, the loop names itself."""
+    (xp,) = (REPO / "tests" / "data" / case).glob("plugins/profile/*/*.xplane.pb")
+    programs = [Program(xplane_reader.parse_hlo(blob), pid)
+                for pid, (_, blob) in xplane_reader.load_space(xp).hlo_protos().items()]
+    prog = max(programs, key=lambda p: len(p.instructions))  # the step's, not an init's
+    found = {}
+    for ins in prog.instructions.values():
+        if ins.opcode == "while":
+            found[ins.name] = yes = prog.independent(ins)
+            assert prog.independent_loop(ins) == (ins.name if yes else "")
+            body = prog.computations[ins.called_computation_ids[0]]
+            assert {prog.independent_loop(i) for i in body.instructions} == \
+                {ins.name if yes else ""}
+    assert found == independent

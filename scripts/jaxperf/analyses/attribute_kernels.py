@@ -1110,7 +1110,9 @@ def write_op_and_line_tables(folder: Path, ops: dict, programs: dict, sources, d
                         prog.name if prog is not None else "", runs.get((pid, name), ""), fw,
                         structures[pid].fusion_digest(ins) if ins is not None else "",
                         rules.phase(opn, fw), split_k.get((pid, name), ""),
-                        prog.moves_layout(ins) if ins is not None else ""))
+                        prog.moves_layout(ins) if ins is not None else "",
+                        prog.independent_loop(ins) if ins is not None else "",
+                        (prog.invariant_bytes(ins) or "") if ins is not None else ""))
     lines: dict[tuple, list] = {}
     for (pid, ins_name), (n, t, _) in ops.items():  # per instruction, then per line
         user = sources.get(pid, ins_name)[2]

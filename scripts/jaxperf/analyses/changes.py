@@ -1026,6 +1026,73 @@ def matmul_precision(ctx: Context) -> list:
                 spread([high] * len(ctx.chosen), ctx.at))]
 
 
+INDEPENDENT_LOOP = PROSE["INDEPENDENT_LOOP"]
+
+
+@cause("independent_loop", INDEPENDENT_LOOP, compute=True)
+def independent_loop(ctx: Context) -> list:
+    """Each while loop whose iterations are independent (ops.csv `independent_loop`: a lax.map,
+    a scan with no carry): the loop runs one small iteration at a time; vectorised, the loop's
+    own time goes and each body instruction takes its time at its ceilings (`vectorised_us`);
+    one with no roofline point saves nothing (a matmul of several passes: matmul_precision)."""
+    t = tables(ctx.out)
+    times = per_step_us(ctx)
+    roof = {(r["program_id"], r["instruction"]): r for r in t.rows("roofline.csv") or []
+            if (number(r.get("passes")) or 0) < 2}
+    ops = t.rows("attribution/ops.csv") or []
+    runs = {(r["program_id"], r["instruction"]): number(r.get("runs")) for r in ops}
+    loops: dict = {}
+    for r in ops:
+        if r.get("independent_loop"):
+            key, loop = (r["program_id"], r["instruction"]), (r["program_id"],
+                                                               r["independent_loop"])
+            e = loops.setdefault(loop, [0.0, 0.0, set(), 0.0])
+            us = times.get(key, 0.0)
+            e[0] += us
+            e[2].add(key)
+            if key == loop:
+                e[1] += us
+                continue
+            fast = vectorised_us(roof.get(key), number(r.get("invariant_bytes")) or 0.0,
+                                 runs.get(loop))
+            if fast is not None and number(r["device_us"]):
+                e[1] += us * max(0.0, 1.0 - fast / number(r["device_us"]))
+            e[3] = max(e[3], (runs.get(key) or 0) / (runs.get(loop) or 1))
+    rows = []
+    for (_, name), (total, high, keys, iters) in sorted(loops.items(), key=lambda kv: -kv[1][1]):
+        if high < MIN_SAVING_US:
+            continue
+        body = len(keys) - any(k[1] == name for k in keys)
+        rows.append(Row(
+            f"a loop of independent iterations: {name}"
+            + (f", {iters:,.0f} iterations a run" if iters >= 2 else "")
+            + f", whose iterations feed no value to each other (a lax.map, or a scan with no "
+            f"carry); it and its body take {us_text(total)} of step {ctx.median}, one small "
+            f"iteration at a time; vectorised (its {rules.plural(body, 'instruction')} at "
+            f"their ceilings, each whole array read once, no loop) it would save "
+            f"{us_text(high)}",
+            top_lines(ops, keys) or name, 100.0 * high / ctx.window,
+            spread([high] * len(ctx.chosen), ctx.at)))
+    return rows
+
+
+def vectorised_us(roof: dict | None, invariant: float, loop_runs: float | None) -> float | None:
+    """A loop body instruction's time over the capture, vectorised: its FLOPs at its compute
+    ceiling, or its HBM bytes at the bandwidth with the arrays it rereads each iteration
+    (`invariant`, ops.csv invariant_bytes, at most its bytes a run) read once a loop run; None
+    where roofline.csv gives it no ceiling."""
+    if roof is None or number(roof.get("pct_of_ceiling")) is None:
+        return None
+    flops, compute = number(roof.get("total_flops")) or 0.0, number(
+        roof.get("compute_ceiling_flop_per_s"))
+    total, bw = number(roof.get("total_bytes")) or 0.0, number(
+        roof.get("memory_ceiling_bytes_per_s"))
+    runs, per_run = number(roof.get("runs")) or 0.0, number(roof.get("run_bytes")) or 0.0
+    again = min(invariant, per_run) * max(0.0, runs - (loop_runs or runs))
+    return max(flops / compute if compute else 0.0,
+               max(0.0, total - again) / bw if bw else 0.0) * 1e6
+
+
 PASS_WORDS = {3: "HIGH precision (3 bf16 passes)", 6: "HIGHEST precision (6 bf16 passes)"}
 
 
@@ -1397,7 +1464,8 @@ COMBINE_RULE = (
     "straggler + the instructions "
     "the instruction and Python-line rows name, each once, a fused pass by its fused saving, "
     "+ the compute rows no instruction row counts: scan_stacking, layout_copies, "
-    "host_callback, remat, matmul_precision, pallas_call, each at its saving), "
+    "host_callback, remat, matmul_precision, independent_loop, pallas_call, each at "
+    "its saving), "
     "per step, capped at the step time, and never less than the largest row's saving alone; "
     "an upper bound, never a sum of the rows. A mid-run recompile's row is of its own step "
     "(its step_us: the mean window of the steps with the recompiling ones) and outside it.")

@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass
 
 from jaxperf.read.xprotos import PRIMITIVE_TYPES
+from jaxperf.read.xprotos import nbytes as xprotos_nbytes
 from tracekit.trace_rules import (
     NO_LAUNCH_OPCODES,  # noqa: F401  (re-exported: one home)
     WAIT_OPCODES,
@@ -116,6 +117,8 @@ class Program:
         self._frames = list(sfi.stack_frames)
         self._stacks: dict[int, list[Frame]] = {}
         self._comp_frames: dict[int, list[Frame]] = {}
+        self._loop_of: dict[int, str] | None = None
+        self._states: dict = {}
         if check:
             self.check()
 
@@ -282,6 +285,126 @@ class Program:
             lay = shape.layout
             return tuple(lay.minor_to_major), tuple(tuple(x.dimensions) for x in lay.tiles)
         return "yes" if laid(root.shape) != laid(src.shape) else "no"
+
+    def independent_loop(self, ins) -> str:
+        """The outermost while loop around `ins` (or `ins` itself) whose iterations are
+        independent of each other (`independent`): its name, "" where none."""
+        if self._loop_of is None:
+            caller = {c: i for i in self.instructions.values() for c in i.called_computation_ids}
+            self._loop_of = {}
+            for cid in self.computations:  # outward from each computation; memo on the way back
+                chain, at = [], cid
+                while at not in self._loop_of and at in caller and len(chain) <= MAX_CALL_DEPTH:
+                    chain.append(at)
+                    at = self.computation_of[caller[at].id]
+                found = self._loop_of.get(at, "")
+                for c in reversed(chain):
+                    w = caller[c]
+                    if not found and w.opcode == "while" and \
+                            w.called_computation_ids[0] == c and self.independent(w):
+                        found = w.name
+                    self._loop_of[c] = found
+        return self._loop_of.get(self.computation_of.get(ins.id), "") or (
+            ins.name if ins.opcode == "while" and self.independent(ins) else "")
+
+    def independent(self, w) -> bool:
+        return self._loop_state(w) is not None
+
+    def invariant_bytes(self, ins) -> int:
+        """Of an instruction in an independent loop's body (`_loop_state`): the bytes of its
+        operands that are the same whole arrays every iteration (state the loop passes through,
+        read other than by a slice at the counter): read once when the loop is vectorised."""
+        w = self.by_name.get(self.independent_loop(ins))
+        state = self._loop_state(w) if w is not None else None
+        if state is None or self.computation_of.get(ins.id) != w.called_computation_ids[0]:
+            return 0
+        element, counters, _, through = state
+        return sum(xprotos_nbytes(self.instructions[x].shape)
+                   for k, x in enumerate(ins.operand_ids)
+                   if element(self.instructions[x]) in through
+                   and not self._sliced_at(ins, k, element, counters))
+
+    def _sliced_at(self, user, k, element, counters) -> bool:
+        """Whether `user` reads its operand `k` only as slices at the loop's counter (or at
+        constants): a dynamic-slice of it, or a fusion whose parameter k only dynamic-slices
+        do."""
+        get = self.instructions.get
+        if user.opcode == "fusion" and user.called_computation_ids:
+            comp = self.computations.get(user.called_computation_ids[0])
+            param = next((i for i in comp.instructions if i.opcode == "parameter"
+                          and i.parameter_number == k), None) if comp else None
+            if param is None:
+                return False
+            ops = {i.parameter_number: element(get(user.operand_ids[i.parameter_number]))
+                   for i in comp.instructions if i.opcode == "parameter"
+                   and i.parameter_number < len(user.operand_ids)}
+            at = [i for i in comp.instructions if param.id in i.operand_ids]
+
+            def at_counter(x) -> bool:  # a constant, or the parameter the counter comes in by
+                x = self.under(get(x), ("bitcast", "copy", "convert"))
+                return x.opcode == "constant" or x.opcode == "parameter" and \
+                    ops.get(x.parameter_number) in counters
+            return bool(at) and all(i.opcode == "dynamic-slice" and i.operand_ids[0] == param.id
+                                    and param.id not in i.operand_ids[1:]
+                                    and all(at_counter(x) for x in i.operand_ids[1:]) for i in at)
+        return user.opcode == "dynamic-slice" and k == 0 and all(
+            get(x).opcode == "constant" or element(get(x)) in counters
+            for x in user.operand_ids[1:])
+
+    def _loop_state(self, w):
+        """A while loop whose iterations are independent (a lax.map, a fori_loop writing
+        `out.at[i]`, a scan whose only carry is its counter): its body passes each element of
+        its state through unchanged, adds constants to it (a counter), or writes one
+        iteration's slice into it (a dynamic-update-slice, alone or as a fusion's root) that
+        the body reads nowhere else but at the counter: no value flows from one iteration into
+        the next. None where not; else (element: an instruction -> the state element it reads,
+        counters, written elements, passed-through elements). Memoized."""
+        memo = self._states.get(w.id, False) if w is not None else None
+        if memo is not False:
+            return memo
+        self._states[w.id] = state = self._find_state(w)
+        return state
+
+    def _find_state(self, w):
+        body = self.computations.get(w.called_computation_ids[0]) \
+            if w.opcode == "while" and w.called_computation_ids else None
+        root = self.instructions.get(body.root_id) if body is not None else None
+        params = [i.id for i in body.instructions if i.opcode == "parameter"] if body else []
+        if root is None or root.opcode != "tuple" or len(params) != 1:
+            return None
+        get = self.instructions.get
+
+        def element(i) -> int | None:  # the state's element `i` reads, under bitcasts/copies
+            i = self.under(i, ("bitcast", "copy")) if i is not None else None
+            return i.tuple_index if i is not None and i.opcode == "get-tuple-element" and \
+                list(i.operand_ids) == params else None
+        counters, written, through = set(), {}, set()
+        for j, oid in enumerate(root.operand_ids):
+            o = self.under(get(oid), ("bitcast", "copy")) if get(oid) is not None else None
+            if o is None:
+                return None
+            reads = [element(get(x)) for x in o.operand_ids]
+            top = self.called_root(o) if o.opcode == "fusion" else o
+            if element(o) == j:
+                through.add(j)
+            elif top is not None and top.opcode == "add" and j in reads and all(
+                    e == j or get(x).opcode == "constant"
+                    for x, e in zip(o.operand_ids, reads, strict=True)):
+                counters.add(j)  # the element plus constants (a fusion's inside it)
+            elif top is not None and top.opcode == "dynamic-update-slice" and j in reads:
+                written[j] = o.id
+            else:
+                return None
+        if not counters or not written:
+            return None
+        for i in body.instructions:  # a written element read but by its update or at the counter
+            for k, x in enumerate(i.operand_ids):
+                e = element(get(x))
+                if e in written and i.id not in (written[e], root.id) and \
+                        get(x).opcode == "get-tuple-element" and \
+                        not self._sliced_at(i, k, element, counters):
+                    return None
+        return element, counters, set(written), through
 
     @staticmethod
     def trip_count(ins) -> int | None:

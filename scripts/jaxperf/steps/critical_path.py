@@ -904,6 +904,8 @@ def distances(work: list, total_us: float, roof: list, several: bool) -> tuple[l
             continue
         if (number(r.get("passes")) or 0) >= 2:
             continue  # a matmul of several bf16 passes: the matmul_precision row's, at one pass
+        if o.get("independent_loop"):
+            continue  # in a loop of independent iterations: the independent_loop row's
         best = number(r.get("best_same_work_pct"))
         # at its ceiling, but never below its kernels at the shortest kernel time this GPU
         # shows (a kernel's launch and teardown: a 12-byte add at 0.00% of the bandwidth does
