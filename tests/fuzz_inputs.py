@@ -29,11 +29,11 @@ captures; investigate.py itself on every K-th mutant (--investigate-every, 0 for
 script runs as its own forked child of this process (its main(argv), as `python3 -P` would run
 it), so a run costs milliseconds, not an interpreter start. Outcomes: ok (exit 0), refused (exit
 1 with a sentence on stderr), usage (2), missing (3), and the failures: traceback, hang (over
---timeout), memory (resident set over --memory-mib), signal, exit (another code), leftover (a
-failed run changed the scratch folder, or any run left a temporary file), touched (the capture
-changed), bad_csv (a CSV that Python's csv module does not read back as its header's width),
-bad_json (a JSON that is not strict JSON). Prints the counts by outcome and script, and each
-failure with its mutant.
+--timeout), memory (resident set over --memory-mib past the pages inherited at the fork),
+signal, exit (another code), leftover (a failed run changed the scratch folder, or any run left
+a temporary file), touched (the capture changed), bad_csv (a CSV that Python's csv module does
+not read back as its header's width), bad_json (a JSON that is not strict JSON). Prints the
+counts by outcome and script, and each failure with its mutant.
 
 Exit codes: 0 no failure; 1 at least one failure (listed); 2 usage.
 """
@@ -831,6 +831,7 @@ def run_forked(mod, argv: list[str], log_dir: Path, timeout: float, memory_mib: 
     sys.stdout.flush()
     sys.stderr.flush()
     t0 = time.monotonic()
+    inherited = _rss_bytes(os.getpid())  # the child starts with this parent's pages resident
     pid = os.fork()
     if pid == 0:  # the child: never returns
         code = TRACEBACK_RC
@@ -869,7 +870,7 @@ def run_forked(mod, argv: list[str], log_dir: Path, timeout: float, memory_mib: 
         elapsed = time.monotonic() - t0
         if elapsed > timeout:
             why = "hang"
-        elif _rss_bytes(pid) > limit:
+        elif _rss_bytes(pid) - inherited > limit:
             why = "memory"
         if why:
             os.kill(pid, signal.SIGKILL)

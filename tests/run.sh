@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh checkout: makes .venv/ with the pinned packages (again only
-# when a requirements file changed), then runs ruff and pytest. Extra arguments go to pytest.
+# when a requirements file changed), then runs ruff and pytest (test files in parallel). Extra
+# arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -13,4 +14,7 @@ if [ ! -x .venv/bin/python ] || [ "$(cat .venv/.requirements-stamp 2>/dev/null)"
   echo "$stamp" > .venv/.requirements-stamp
 fi
 .venv/bin/ruff check --quiet .
-.venv/bin/python -m pytest -q tests "$@"
+# test files run in parallel, each file whole in one worker (its module fixtures built once):
+# as many workers as cores, at most 4 (JAXTRACE_TEST_WORKERS sets it; 0 runs in this process)
+workers=${JAXTRACE_TEST_WORKERS:-$("$PY" -c 'import os; print(min(4, len(os.sched_getaffinity(0))))')}
+.venv/bin/python -m pytest -q tests -n "$workers" --dist loadfile "$@"
