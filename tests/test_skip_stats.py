@@ -993,7 +993,6 @@ def test_a_trace_read_and_collected_by_two_processes_gives_the_same_tables(corpu
     import skip_stats
     from tracekit import trace_reader
     monkeypatch.setattr(trace_reader, "SPLIT_MIN", 0)
-    monkeypatch.setattr(trace_reader, "can_fork", lambda: True)
     monkeypatch.setattr(trace_reader, "PARSE_PIECE", 1 << 14)  # the half falls among events
     handed = []
     digested = trace_reader._Tail.digested

@@ -59,7 +59,7 @@ def test_ps_is_exact_for_long_captures():
 @pytest.mark.parametrize("name, raw, words", [
     ("h.trace.json.gz", b"", "is empty"),
     ("h.trace.json.gz", b"plain text", "not gzip"),
-    ("h.trace.json.gz", gzip.compress(b'{"traceEvents": [' * 50)[:30], "not a complete gzip"),
+    ("h.trace.json.gz", gzip.compress(b'{"traceEvents": [' * 50, mtime=0)[:30], "not a complete gzip"),
     ("h.trace.json", b'{"traceEvents": [{"ph": "X"', "not valid JSON"),
     ("h.trace.json", b"[1, 2]", "JSON but list"),
     ("h.trace.json", b'{"otherTool": 1}', "without a traceEvents list"),
@@ -215,7 +215,6 @@ def _in_two(monkeypatch, path, split=True, digest=None):
     """load_trace's answer (fields, or its refusal) with the text's second half read by a forked
     child (split) or without one; with a digest, the events each process digested."""
     with monkeypatch.context() as m:
-        m.setattr(trace_reader, "can_fork", lambda: True)
         m.setattr(trace_reader, "SPLIT_MIN", 0 if split else 1 << 62)
         m.setattr(trace_reader, "READ_CHUNK", 50)
         m.setattr(trace_reader, "PARSE_PIECE", 64)

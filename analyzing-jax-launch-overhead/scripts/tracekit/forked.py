@@ -74,13 +74,15 @@ class Exchange:
     pickled (bytes, as marshal makes them, at the cost of a copy). A child's StepError (the
     input cannot be used) is raised here as it was; another exception is an OSError with its
     type and words. `abort()` stops the child; a stop (SIGTERM, SIGINT) is this process's to
-    act on, never the child's. `what` names the work in the reason."""
+    act on, never the child's. `what` names the work in the reason; `memory`: forked even where
+    no core is free (the work's memory, not its time, is the reason)."""
 
-    def __init__(self, work, *args, here: bool = False, what: str = "the work"):
+    def __init__(self, work, *args, here: bool = False, what: str = "the work",
+                 memory: bool = False):
         self.what = what
         self.pid = None
         self.given = None
-        if here or not can_fork():
+        if here or not (can_fork() or memory and hasattr(os, "fork")):
             self.gen = work(*args)
             self.started = False
             return
