@@ -59,7 +59,8 @@ def test_ps_is_exact_for_long_captures():
 @pytest.mark.parametrize("name, raw, words", [
     ("h.trace.json.gz", b"", "is empty"),
     ("h.trace.json.gz", b"plain text", "not gzip"),
-    ("h.trace.json.gz", gzip.compress(b'{"traceEvents": [' * 50, mtime=0)[:30], "not a complete gzip"),
+    ("h.trace.json.gz", gzip.compress(b'{"traceEvents": [' * 50, mtime=0)[:30],
+     "not a complete gzip"),
     ("h.trace.json", b'{"traceEvents": [{"ph": "X"', "not valid JSON"),
     ("h.trace.json", b"[1, 2]", "JSON but list"),
     ("h.trace.json", b'{"otherTool": 1}', "without a traceEvents list"),

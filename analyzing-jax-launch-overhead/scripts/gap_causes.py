@@ -221,15 +221,17 @@ def host_events_in(a: Analysis, start: int, end: int, threads=None,
     per: dict[str, list] = {}
     spans = []
     for thread in a.host_threads if threads is None else threads:
-        for starts, evs, longest in a.gap_events.get(thread):
+        for starts, evs, longest in a.gap_events.get(thread):  # a hot loop: once a gap
             i = bisect.bisect_left(starts, start - longest)
-            while i < len(evs) and evs[i][0] < end:
-                hs, he, name = evs[i]
-                s, e = max(hs, start), min(he, end)
-                if e > s:
-                    per.setdefault(name, []).append((s, e))
-                    spans.append((s, e))
-                i += 1
+            for hs, he, name in evs[i:bisect.bisect_left(starts, end, i)]:
+                if he > start and he > hs:  # overlaps it (a zero-length event does not)
+                    span = (hs if hs > start else start, he if he < end else end)
+                    iv = per.get(name)
+                    if iv is None:
+                        per[name] = [span]
+                    else:
+                        iv.append(span)
+                    spans.append(span)
     overlap = {name: iv[0][1] - iv[0][0] if len(iv) == 1 else union_ps(iv)
                for name, iv in per.items()}
     if traced is not None:
