@@ -26,8 +26,9 @@ written and captured as a user would: `jax.profiler.start_trace`/`stop_trace`, a
   a top-k by argsort of whole rows, batch lengths that bring a compile every 8th step, 64 MB
   of numpy batch made device arrays each step, a 2,048-step scan of a tiny RNN cell, attention
   at sequence 4,096 with the scores written out, a Python loop of 48 jitted layer calls,
-- the same per-example loop at batch 128 (small enough to commit), an inference step that
-  scores rows one at a time in a lax.fori_loop.
+- the same per-example loop at batch 128 (small enough to commit; and with 8 steps a dispatch:
+  the other change for a step too small for the chip), an inference step that scores rows one
+  at a time in a lax.fori_loop.
 
 Each probe leaves `OUTDIR/<probe>/plugins/profile/<run>/...` and `OUTDIR/<probe>/truth.json`:
 the step time without the profiler (`step_ms_unprofiled_median`: steps run as the probe runs
@@ -880,11 +881,13 @@ def probe_remat_policy(smoke: bool, policy: str = "nothing_saveable") -> Probe:
 
 
 def probe_lax_map_examples(smoke: bool, vmap: bool = False, batch: int = 1024,
-                           captured: int = 4) -> Probe:
+                           captured: int = 4, per_dispatch: int = 1) -> Probe:
     """DP-SGD-style per-example gradients of an f32 MLP, each clipped to norm 1, averaged: by
     jax.lax.map over the batch inside the jitted step (a loop of one-example bodies on the
     chip), or, `vmap`, by jax.vmap. (`batch` 128, `captured` 3: a capture small enough to
-    commit for the tests.)"""
+    commit for the tests; `per_dispatch` steps in one jitted fori_loop a dispatch, each
+    annotation around one dispatch, the step time a dispatch's over its steps: the other
+    change for a step too small for the chip.)"""
     d, h, batch = (16, 32, 8) if smoke else (128, 256, batch)
     k = jax.random.split(jax.random.key(25), 4)
     f32 = jnp.float32
@@ -905,18 +908,29 @@ def probe_lax_map_examples(smoke: bool, vmap: bool = False, batch: int = 1024,
         return (jax.tree.map(lambda a, g: a - 1e-2 * jnp.mean(g, 0), p, gs),
                 _mlp_loss(p, x, y))
 
+    if per_dispatch > 1:
+        one = step.__wrapped__
+
+        @partial(jax.jit, donate_argnums=(0,))
+        def step(p, x, y):  # noqa: F811 - per_dispatch steps in one program
+            return jax.lax.fori_loop(0, per_dispatch, lambda _, c: one(c[0], x, y),
+                                     one(p, x, y))
+
     st = {"p": p}
 
     def run(n, annotate):
-        for i in range(n):
+        for i in range(max(1, n // per_dispatch)):
             with _step_ctx("train", i, annotate):
                 st["p"], loss = step(st["p"], x, y)
                 jax.block_until_ready(loss)
 
     how = "jax.vmap" if vmap else "jax.lax.map over the examples (a loop on the chip)"
+    many = (f", {per_dispatch} steps a dispatch in one jitted fori_loop (an annotation a "
+            "dispatch)") if per_dispatch > 1 else ""
     return Probe(run, f"jitted DP-SGD step of a {d}->{h}->{d} f32 MLP, batch {batch}: per-example "
                       f"gradients by {how}, each clipped to norm 1, averaged; params donated, "
-                      "blocked each step, annotated 'train'", "train", captured=captured)
+                      f"blocked each step, annotated 'train'{many}", "train",
+                 captured=captured * per_dispatch, timed=16 * per_dispatch, chunk=per_dispatch)
 
 
 def probe_fori_rows(smoke: bool, vmap: bool = False) -> Probe:
@@ -1252,6 +1266,8 @@ PROBES: dict[str, Callable[[bool], Probe]] = {
     "lax_map_examples_vmap": partial(probe_lax_map_examples, vmap=True),
     "lax_map_small": partial(probe_lax_map_examples, batch=128, captured=3),
     "lax_map_small_vmap": partial(probe_lax_map_examples, vmap=True, batch=128, captured=3),
+    "lax_map_small_fori8": partial(probe_lax_map_examples, batch=128, captured=3,
+                                   per_dispatch=8),
     "fori_rows": probe_fori_rows,
     "fori_rows_vmap": partial(probe_fori_rows, vmap=True),
     "f32_highest_matmul": probe_f32_highest_matmul,
