@@ -1073,7 +1073,7 @@ def independent_loop(ctx: Context) -> list:
             f"their ceilings, each whole array read once, no loop) it would save "
             f"{us_text(high)}",
             top_lines(ops, keys) or name, 100.0 * high / ctx.window,
-            spread([high] * len(ctx.chosen), ctx.at)))
+            spread([high] * len(ctx.chosen), ctx.at), target=NO_TARGET))
     return rows
 
 

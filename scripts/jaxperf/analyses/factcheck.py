@@ -1189,10 +1189,30 @@ def check_row_cells(scratch, no, line, line_start, cells, ctxs, rows):
 
 # ---------------------------------------------------------------- writers
 
-def result_of(rows: list[Row], report: Path) -> dict:
+# SKILL.md's length for the sections before the appendix, citations and comments not counted
+WORDS_BEFORE_APPENDIX = 2000
+APPENDIX_RE = re.compile(r"^#{1,6}[ \t]+Appendix\b", re.M | re.I)
+COMMENT_RE = re.compile(r"<!--.*?-->", re.S)
+
+
+def words_before_appendix(text: str) -> int:
+    """The words of the sections before the first heading named Appendix, without citations
+    and HTML comments (SKILL.md's count)."""
+    m = APPENDIX_RE.search(text)
+    body = COMMENT_RE.sub(" ", text[:m.start()] if m else text)
+    for c in reversed(find_citations(body)):
+        body = body[:c.start] + " " + body[c.end:]
+    return len(body.split())
+
+
+def result_of(rows: list[Row], report: Path, words: int = 0) -> dict:
     counts = {v: sum(r.verdict == v for r in rows) for v in VERDICTS}
     failing = [r for r in rows if r.verdict in FAILING]
     notes = []
+    if words > WORDS_BEFORE_APPENDIX:
+        notes.append(f"the sections before the appendix hold {words:,} words (citations and "
+                     f"comments not counted), past the {WORDS_BEFORE_APPENDIX:,} SKILL.md asks "
+                     "for: move detail into the appendix, citations and all")
     if not any(r.verdict != "skipped" for r in rows):
         notes.append("the report holds no cited figure: nothing was checked against a table")
     try:
@@ -1208,6 +1228,7 @@ def result_of(rows: list[Row], report: Path) -> dict:
     return {"step": "factcheck", "status": "done",
             "verdict": "fail" if failing or not checked else "pass",
             "report": str(report), "report_sha256": digest, "figures": counts,
+            "words_before_appendix": words,
             "skipped": dict(sorted(skipped.items(), key=lambda kv: (-kv[1], kv[0]))),
             "failing": [{"line": r.line, "figure": r.figure, "verdict": r.verdict,
                          "why": r.why, "claim": r.claim} for r in failing],
@@ -1235,5 +1256,5 @@ def run(report: Path, out: Path):
             f"the report {report} cannot be read as UTF-8 text ({exc})") from None
     cache = TableCache(out)
     rows = check_derived_file(cache) + check_report(cache, text.replace("\r\n", "\n"))
-    result = result_of(rows, report)
+    result = result_of(rows, report, words_before_appendix(text))
     return rows, result, write(out, rows, result)
