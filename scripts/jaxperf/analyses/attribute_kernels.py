@@ -145,9 +145,8 @@ def choose_program(all_time: dict, total: int, programs, requested,
     same = {pid: sorted(g) for g in groups.values() if len(g) > 1 for pid in g}
     if requested is not None:
         if requested not in programs:
-            ids = ", ".join(f"{n}({i})" for i, (n, _) in sorted(programs.items()))
             raise step_cli.StepError(f"--program {requested} is not a program of this capture; "
-                                     f"programs: {ids}")
+                                     f"programs: {readable}")
         chosen = requested
         notes.append(f"{programs[chosen][0]}({chosen}) chosen by --program")
     elif device_time:
@@ -312,8 +311,7 @@ def by_device_and_program(kernels, programs) -> tuple[dict, list, list]:
     holds; the events of the programs without it, answered none ("no hlo") here; and the
     argument copies, of no program, left as they are."""
     by: dict[tuple, list] = {}
-    unsaved = []
-    outside = []
+    unsaved, outside = [], []
     for k in kernels:
         if k.program_id is None:
             outside.append(k)  # an argument copy: launched by no program
@@ -341,10 +339,7 @@ def answer_cpu_thunks(ks, prog) -> None:
 def in_launch_order(ks) -> None:
     """Sort one device's events of one program into launch order (correlation id, then start)
     and fill what the matcher reads besides the capture's fields: kind, category and group."""
-    shared: dict = {}
-    for k in ks:
-        if k.corr is not None:
-            shared[k.corr] = shared.get(k.corr, 0) + 1
+    shared = Counter(k.corr for k in ks if k.corr is not None)
     ks.sort(key=lambda k: (_as_int(k.corr), k.start))
     kind_of = gpu_rules.kernel_kind
     for k in ks:
@@ -559,8 +554,7 @@ MAX_FILE_STEM = 100
 def safe_file_name(name: str) -> str:
     """A program's name as part of a file name in attribution/: letters, digits and _.+=-,
     never starting with a dot, at most MAX_FILE_STEM characters."""
-    stem = UNSAFE_FILE_CHARS_RE.sub("_", name)[:MAX_FILE_STEM].lstrip(".")
-    return stem or "program"
+    return UNSAFE_FILE_CHARS_RE.sub("_", name)[:MAX_FILE_STEM].lstrip(".") or "program"
 
 
 def run(capture, out: Path, opts: Options) -> tuple[dict, list]:
@@ -742,10 +736,9 @@ def read_xplane(capture, user_re=None, let_go: bool = False) -> XPlaneRead:
         if not events:
             raise step_cli.StepError(f"{files.xplane} has no GPU stream events and no XLA:CPU "
                                      "thunk events: there are no kernels to attribute")
-        all_time: dict = {}
+        all_time = Counter()
         for f in firsts:
-            for pid, ps in f[2].items():
-                all_time[pid] = all_time.get(pid, 0) + ps
+            all_time.update(f[2])
         streams = sorted(xplane_reader.stream_totals(space, None if not theirs else [
             o for o in shares[0]]) + [row for f in firsts[1:] for row in f[5]],
             key=lambda row: row[0])  # by GPU, each GPU's lines in their order
@@ -849,21 +842,15 @@ def match_capture(capture, x: XPlaneRead, opts: Options, folder: Path | None = N
             if child is not None:
                 child.abort()
         raise
-    launched: dict = {}
-    counted: dict = {}
-    totals: dict = {}
-    starts: dict = {}
+    launched, counted, totals, starts = {}, {}, {}, {}
     for part in done:
         launched.update(part.launched)
         counted.update(part.counted)
         starts.update(part.starts)
         for key, (n, ps) in part.totals.items():
-            e = totals.get(key)
-            if e is None:
-                totals[key] = [n, ps]
-            else:
-                e[0] += n
-                e[1] += ps
+            e = totals.setdefault(key, [0, 0])
+            e[0] += n
+            e[1] += ps
     for part in done:
         for key, ids in part.unsaved.items():
             launched.setdefault(key, set()).update(ids)
@@ -1187,10 +1174,8 @@ def program_rows(starts: dict, totals: dict, programs_names: dict, execs: dict,
     total = sum(ps for _, ps in totals.values())
     by: dict = {}
     for (pid, ins, _, dev, *_), (n, ps) in totals.items():
-        e = by.get(pid)
-        if e is None:
-            e = by[pid] = {"kernels": 0, "ps": 0, "attributed": 0, "gpus": set(),
-                           "steps": set()}
+        e = by.setdefault(pid, {"kernels": 0, "ps": 0, "attributed": 0, "gpus": set(),
+                                "steps": set()})
         e["kernels"] += n
         e["ps"] += ps
         if ins:
@@ -1236,22 +1221,16 @@ def program_rows(starts: dict, totals: dict, programs_names: dict, execs: dict,
 
 
 def programs_csv_rows(progs: list[dict]) -> list[tuple]:
-    rows = []
-    for r in progs:
-        rows.append((r["program_id"], r["module"],
-                     "" if r["executions"] is None else r["executions"],
-                     " ".join(map(str, r["devices"])),
-                     " ".join(f"{d}={n}" for d, n in r["executions_per_device"].items()),
-                     r["executions_from"], r["kernels"],
-                     "" if r["kernels_per_execution"] is None else
-                     f"{r['kernels_per_execution']:.2f}",
-                     f"{r['device_us']:.3f}", f"{r['pct_of_device_time']:.2f}",
-                     f"{r['attributed_us']:.3f}",
-                     "" if r["host_dispatch_us"] is None else f"{r['host_dispatch_us']:.3f}",
-                     r["host_dispatch"],
-                     "" if r["steps"] is None else rules.format_ranges(r["steps"]),
-                     r.get("partitions") or ""))
-    return rows
+    return [(r["program_id"], r["module"], "" if r["executions"] is None else r["executions"],
+             " ".join(map(str, r["devices"])),
+             " ".join(f"{d}={n}" for d, n in r["executions_per_device"].items()),
+             r["executions_from"], r["kernels"],
+             "" if r["kernels_per_execution"] is None else f"{r['kernels_per_execution']:.2f}",
+             f"{r['device_us']:.3f}", f"{r['pct_of_device_time']:.2f}",
+             f"{r['attributed_us']:.3f}",
+             "" if r["host_dispatch_us"] is None else f"{r['host_dispatch_us']:.3f}",
+             r["host_dispatch"], "" if r["steps"] is None else rules.format_ranges(r["steps"]),
+             r.get("partitions") or "") for r in progs]
 
 
 def read_steps(out: Path, files) -> tuple[dict | None, str]:
@@ -1287,10 +1266,7 @@ def class_totals(totals: dict) -> dict:
     groups: dict = {}
     for (pid, _, _, _, _, match, _, low, _), (n, ps) in totals.items():
         for key in (OUTSIDE if pid is None else pid, "all"):
-            g = groups.get(key)
-            if g is None:
-                g = groups[key] = {c: [0, 0, 0, 0] for c in CLASSES}
-            e = g[match]
+            e = groups.setdefault(key, {c: [0, 0, 0, 0] for c in CLASSES})[match]
             e[0] += n
             e[1] += ps
             if low:

@@ -7,7 +7,9 @@ import ast
 import bisect
 import csv
 import decimal
+import functools
 import hashlib
+import itertools
 import json
 import operator
 import re
@@ -229,15 +231,13 @@ def aggregate(values: list, agg: str, what: str):
     nums = [v for v in values if v is not None and v != ""]
     if agg == "count":
         return D(len(nums))
+    if not nums:
+        raise NoTable(f"{what}: the selected cells are empty")
     if agg == "first":
-        if not nums:
-            raise NoTable(f"{what}: the selected cells are empty")
         return nums[0]
     dec = [decimal_of(v) if isinstance(v, str) else v for v in nums]
     if any(d is None for d in dec):
         raise NoTable(f"{what}: {agg} of cells that are not numbers")
-    if not dec:
-        raise NoTable(f"{what}: the selected cells are empty")
     fn = {"median": statistics.median, "min": min, "max": max, "sum": sum,
           "mean": statistics.mean}[agg]
     return D(fn(dec))
@@ -283,7 +283,8 @@ def lookup_csv(scratch, name, data, items, roles):
     if not sel:
         raise NoTable(f"no row of {name} has {where}")
     units = {r.get("unit") for r in sel} if "unit" in header else set()
-    unit = declared_unit(name, column) or column_unit(column) or (
+    col = declared(name, column)  # its declared unit, as TABLE_UNITS names it (none: a count)
+    unit = (col and DECLARED_UNITS.get(col.unit)) or column_unit(column) or (
         units.pop() if len(units) == 1 else None)
     out = {}
     cells = [r.get(column, "") for r in sel]
@@ -312,7 +313,7 @@ def lookup_csv(scratch, name, data, items, roles):
     labels = {label_of(r.get("label")) for r in sel} if "label" in header else set()
     out["label"] = labels.pop() if len(labels) == 1 else ("measured" if entry else None)
     if out["label"] is None and agg != "count":  # the column's one label (scratch.py)
-        out["label"] = declared_label(name, column)
+        out["label"] = (col and label_of(col.label)) or None
     return out
 
 
@@ -331,20 +332,11 @@ DECLARED_UNITS = {"us": "us", "ps": "ps", "ms": "ms", "s": "s", "pct": "pct", "b
                   "flop": "FLOP", "flop/s": "FLOP/s", "bytes/s": "B/s", "flop/byte": "FLOP/B"}
 
 
-def declared_unit(table: str, column: str) -> str | None:
-    """The unit scratch.py declares for a table's column, as TABLE_UNITS names it; None for a
-    count, a ratio, text, and a table or column it does not declare."""
+def declared(table: str, column: str) -> scratch.Column | None:
+    """The column scratch.py declares for a table (its unit, its label); None for a table or
+    column it does not declare."""
     try:
-        return DECLARED_UNITS.get(scratch.column(table, column).unit)
-    except scratch.ScratchError:
-        return None
-
-
-def declared_label(table: str, column: str) -> str | None:
-    """The label scratch.py declares for a table's column; None for keys and text, and for a
-    table or column it does not declare."""
-    try:
-        return label_of(scratch.column(table, column).label) or None
+        return scratch.column(table, column)
     except scratch.ScratchError:
         return None
 
@@ -416,12 +408,6 @@ def lookup_json(name, data, items, roles):
 
 # ---------------------------------------------------------------- analysis: comparison
 
-def table_dimension(unit: str | None):
-    if unit is None:
-        return None, D(1)
-    return TABLE_UNITS.get(unit, (None, D(1)))
-
-
 def fmt(v: Decimal, quantum: Decimal) -> str:
     """A table value in the written unit, three more decimals than written."""
     with decimal.localcontext() as ctx:
@@ -437,8 +423,8 @@ def compare(num: Num, found, unit: str | None, written_unit: str | None):
         found = D(str(found))
     if not isinstance(found, Decimal) or not found.is_finite():
         return False, str(found)[:60], f"the table holds '{str(found)[:60]}', not a number"
-    wdim, wfac = WRITTEN_UNITS.get(written_unit, (None, D(1))) if written_unit else (None, D(1))
-    tdim, tfac = table_dimension(unit)
+    wdim, wfac = WRITTEN_UNITS.get(written_unit, (None, D(1)))
+    tdim, tfac = TABLE_UNITS.get(unit, (None, D(1)))
     if wdim and tdim and wdim != tdim:
         return False, f"{found} {unit}", (f"written in {written_unit} ({DIMENSION_WORDS[wdim]}), "
                                           f"the table's unit is {unit}")
@@ -828,15 +814,16 @@ def check_segment(scratch, text: str, where, claim_of, ctx: Context, rows: list)
     code = [(m.start(), m.end()) for m in CODE_SPAN_RE.finditer(text)]
     cites = [c for c in find_citations(text)  # a citation shown in backticks is an example
              if not any(s < c.start < e for s, e in code)]
+    add = functools.partial(add_row, rows, where, claim_of)  # add_row's rest
     masked = mask(text, [(c.start, c.end) for c in cites])
-    spans = code_spans(masked, lambda *a, **k: add_row(rows, where, claim_of, *a, **k))
+    spans = code_spans(masked, add)
     spans += [(m.start(), m.end()) for m in LINK_TARGET_RE.finditer(masked)]
-    spans += quoted(masked, cites, lambda *a, **k: add_row(rows, where, claim_of, *a, **k))
+    spans += quoted(masked, cites, add)
     masked = mask(masked, spans)
     named = []
     nums = scan_numbers(masked, named, text)
     for s, e, why in named:
-        add_row(rows, where, claim_of, s, text[s:e], "skipped", why=why)
+        add(s, text[s:e], "skipped", why=why)
     figures = group_figures(masked, nums, cites)
     claimed, covered = {}, []
     for cite in cites:  # a figure written inside its citation: "(0.0%, inferred; ...)"
@@ -853,9 +840,8 @@ def check_segment(scratch, text: str, where, claim_of, ctx: Context, rows: list)
         res = check_text_claim(scratch, dc.at(len(text)), text, 0)
         if res is not None:
             verdict, label, found, why, figure, _ = res
-            add_row(rows, where, claim_of, len(text) - len(text.lstrip()), figure, verdict,
-                    cite=dc, label=label, found=found,
-                    why=why + (" (the column header's citation)" if why else ""))
+            add(len(text) - len(text.lstrip()), figure, verdict, cite=dc, label=label,
+                found=found, why=why + (" (the column header's citation)" if why else ""))
             covered.append(((0, len(text)), f"inside the text cell checked against {dc.table}"))
     # one walk: the figures before each citation not yet claimed (a stack: its top is claimed,
     # or, for a value's citation, the nearest below the identifiers on top), and where the
@@ -907,20 +893,17 @@ def check_segment(scratch, text: str, where, claim_of, ctx: Context, rows: list)
             bad = NOT_DECIMAL_RE.search(masked, max(cites[i - 1].end if i else 0,
                                                      cite.start - 80), cite.start)
             if bad and not rows_only:  # NaN, inf, 0x1F, 1_135.9, 1e999999999 (...): no figure
-                add_row(rows, where, claim_of, bad.start(1), bad.group(1), "wrong_value",
-                        cite=cite, why=f"'{bad.group(1)}' is not a finite decimal figure "
-                        "(a figure is digits, with an optional point and exponent)")
+                add(bad.start(1), bad.group(1), "wrong_value", cite=cite,
+                    why=f"'{bad.group(1)}' is not a finite decimal figure "
+                    "(a figure is digits, with an optional point and exponent)")
             else:
-                add_row(rows, where, claim_of, cite.start, "", "skipped", cite=cite,
-                        why="a citation with no number before it")
+                add(cite.start, "", "skipped", cite=cite, why="a citation with no number before it")
             continue
         verdict, label, found, why, figure, span = res
-        add_row(rows, where, claim_of, cite.start, figure, verdict, cite=cite, label=label,
-                found=found, why=why)
+        add(cite.start, figure, verdict, cite=cite, label=label, found=found, why=why)
         if span and verdict == "ok":
             covered.append((span, f"inside the text quoted from {cite.table} (checked as text)"))
-    check_figures(scratch, text, masked, figures, cites, claimed, covered, ctx,
-                  lambda *a, **k: add_row(rows, where, claim_of, *a, **k))
+    check_figures(scratch, text, masked, figures, cites, claimed, covered, ctx, add)
 
 
 def check_figures(scratch, text: str, masked: str, figures, cites, claimed: dict,
@@ -1014,18 +997,14 @@ def collapse(s: str) -> str:
 def check_report(scratch: TableCache, text: str) -> list[Row]:
     rows: list[Row] = []
     cleaned = clean_report(text)
-    line_start = [0]
-    for ln in cleaned.split("\n")[:-1]:
-        line_start.append(line_start[-1] + len(ln) + 1)
+    line_start = [0, *itertools.accumulate(len(ln) + 1 for ln in cleaned.split("\n")[:-1])]
     for kind, lines in blocks(cleaned):
         if kind == "table":
             check_table(scratch, lines, line_start, rows)
             continue
         first = lines[0][0]
         seg = "\n".join(ln for _, ln in lines)
-        starts = [0]
-        for _, ln in lines[:-1]:
-            starts.append(starts[-1] + len(ln) + 1)
+        starts = [0, *itertools.accumulate(len(ln) + 1 for _, ln in lines[:-1])]
 
         def where(pos, first=first, starts=starts):
             i = bisect.bisect_right(starts, pos) - 1
@@ -1208,13 +1187,13 @@ def words_before_appendix(text: str) -> int:
 def result_of(rows: list[Row], report: Path, words: int = 0) -> dict:
     counts = {v: sum(r.verdict == v for r in rows) for v in VERDICTS}
     failing = [r for r in rows if r.verdict in FAILING]
-    notes = []
+    checked = any(r.verdict != "skipped" for r in rows)  # nothing checked is no pass
+    notes = [] if checked else [
+        "the report holds no cited figure: nothing was checked against a table"]
     if words > WORDS_BEFORE_APPENDIX:
         notes.append(f"the sections before the appendix hold {words:,} words (citations and "
                      f"comments not counted), past the {WORDS_BEFORE_APPENDIX:,} SKILL.md asks "
                      "for: move detail into the appendix, citations and all")
-    if not any(r.verdict != "skipped" for r in rows):
-        notes.append("the report holds no cited figure: nothing was checked against a table")
     try:
         digest = hashlib.sha256(report.read_bytes()).hexdigest()
     except OSError:
@@ -1224,7 +1203,6 @@ def result_of(rows: list[Row], report: Path, words: int = 0) -> dict:
         if r.verdict == "skipped":
             kind = re.sub(r" after '[^']*'.*| (?:from|against) \S+.*| \([^)]*\)$", "", r.why)
             skipped[kind] = skipped.get(kind, 0) + 1
-    checked = any(r.verdict != "skipped" for r in rows)  # nothing checked is no pass
     return {"step": "factcheck", "status": "done",
             "verdict": "fail" if failing or not checked else "pass",
             "report": str(report), "report_sha256": digest, "figures": counts,

@@ -39,6 +39,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -262,9 +263,8 @@ class Structure:
 
     def fusion_digest(self, ins) -> str:
         """A fusion's key as 16 hex digits ('' for an instruction that is not a fusion)."""
-        if ins.opcode != "fusion":
-            return ""
-        return hashlib.blake2b(self.fusion_key(ins), digest_size=8).hexdigest()
+        return hashlib.blake2b(self.fusion_key(ins), digest_size=8).hexdigest() \
+            if ins.opcode == "fusion" else ""
 
 
 class Plan:
@@ -297,11 +297,7 @@ class Plan:
         for s in self.slots:
             self.positions.setdefault(s.instruction, []).append(s.start)
         self.slot_count = {s.instruction: s.count for s in self.slots}
-        names: dict[str, int] = {}
-        for e in self.events:
-            if e.name:
-                names[e.name] = names.get(e.name, 0) + 1
-        self.name_counts = names
+        self.name_counts = dict(Counter(e.name for e in self.events if e.name))
         self._arrays()
         self._scope_masks: dict[str, np.ndarray] = {}
         self._ancestry_memo: dict[int, tuple[dict, dict]] = {}
@@ -622,9 +618,6 @@ class Plan:
                 [control in self.slots[e.slot].scope for e in self.events], dtype=bool)
         return m
 
-    def is_launching(self, name: str) -> bool:
-        return name in self.positions
-
     def ordered(self, a: str, b: str) -> bool:
         """Whether the program fixes the order of instructions a and b inside one launch: the
         same instruction (its events, its loop iterations), instructions of different
@@ -738,8 +731,7 @@ def align(plan: Plan, obs_kind: list[int], obs_name: list[int], masks: list,
     np.cumsum(edel, out=C[1:])
     D = np.empty((m + 1, width + 1), dtype=np.int64)
     D[0] = np.arange(width + 1, dtype=np.int64) * LEAD
-    subs = []
-    inss = []
+    subs, inss = [], []
     for i in range(m):
         k, nm = obs_kind[i], obs_name[i]
         ok = plan.accept[k][ek]
@@ -942,8 +934,7 @@ class _Repair:
                         continue
                     if by_name and (obs_name[i] == 0 or plan.e_name[e] != obs_name[i]):
                         continue
-                    pl.where[i] = j
-                    pl.fit[i] = "repair"
+                    pl.where[i], pl.fit[i] = j, "repair"
                     pool.remove(j)
                     pl.reordered = True
                     break
@@ -967,9 +958,7 @@ def _ran_at_once(ks) -> bool:
     buffer whose events run one after another on one stream ran as recorded, in the schedule's
     order (XLA records a command buffer's commands in the order of its thunks), their
     boundaries overlapping a little as they do on real GPUs (AT_ONCE_SHARE)."""
-    streams = {k.stream for k in ks}
-    streams.discard(None)
-    if len(streams) > 1:
+    if len({k.stream for k in ks} - {None}) > 1:
         return True
     spans = sorted([(k.start, k.dur) for k in ks if k.start is not None and k.dur is not None])
     busy = None  # the latest point an earlier event is AT_ONCE_SHARE done
@@ -1081,15 +1070,12 @@ def mark_exact(plan: Plan, kernels: list[Kernel]) -> list[bool]:
     for k in kernels:
         op = k.hlo_op
         r = launcher.get(op) if op else None
-        if r is not None and r in positions:
-            k.instruction = r
-            k.match = "exact"
-            k.confidence = 1.0
+        hit = r is not None and r in positions
+        if hit:
+            k.instruction, k.match, k.confidence = r, "exact", 1.0
             if r != op:
                 k.inner = op
-            exact.append(True)
-        else:
-            exact.append(False)
+        exact.append(hit)
     return exact
 
 
@@ -1139,7 +1125,7 @@ def _place_launch(plan: Plan, kernels, i: int, j: int, p: int, ne, cache: dict) 
     width = max(width, 1)
     k = kernels[i]
     control = plan.launcher.get(k.hlo_op) if k.hlo_op else None
-    mask = plan.scope_mask(control) if control and not plan.is_launching(control) else None
+    mask = plan.scope_mask(control) if control and control not in plan.positions else None
     ks = kernels[i:j]
     codes = plan.name_codes
     ok = tuple([KIND_ID[kk.kind] for kk in ks])

@@ -257,8 +257,7 @@ def blocks(text: str):
         if not s:
             flush()
             continue
-        is_row = s.startswith("|")
-        if is_row:
+        if s.startswith("|"):
             if kind != "table":
                 flush()
                 kind = "table"
@@ -280,11 +279,8 @@ def blocks(text: str):
 
 def split_cells(line: str):
     """A table row's cells as (text, offset in the line), split on | outside backticks."""
-    cells, start, in_code, i = [], None, False, 0
-    s = line
-    first = s.index("|")
-    start = first + 1
-    i = start
+    cells, in_code, s = [], False, line
+    start = i = s.index("|") + 1
     while i < len(s):
         c = s[i]
         if c == "`":
@@ -470,12 +466,9 @@ def scan_numbers(text: str, skips: list, orig: str | None = None):
             if nxt.isalnum() or nxt == "_":
                 continue  # part of a word: 3rd, 2D
             end = e
-        rel = ""
         before = text[max(0, start - 3):start].rstrip()
-        for r in ("<=", ">=", "≤", "≥", "<", ">", "~", "≈"):
-            if before.endswith(r) and not before.endswith(("->", "=>")):
-                rel = r
-                break
+        rel = next((r for r in ("<=", ">=", "≤", "≥", "<", ">", "~", "≈")
+                    if before.endswith(r) and not before.endswith(("->", "=>"))), "")
         raw = m.group(0).replace(",", "")
         mant, _, exp = raw.lower().partition("e")
         if len(exp.lstrip("+-")) > MAX_EXPONENT_DIGITS:  # 1e999999999: no figure is that
@@ -542,9 +535,8 @@ def skip_reason(text: str, fig: Figure) -> str:
     before = text[max(0, fig.start - 80):fig.start]
     if ints and len(nums) == 1 and re.search(r"\b[A-Za-z]\s*[+-]\s*$", before[-4:]):
         return f"an index expression ({text[fig.start - 2:fig.end].strip()})"
-    if ints and IDENT_BEFORE_RE.search(before):
-        word = IDENT_BEFORE_RE.search(before).group(1)
-        return f"an identifier after '{word}'"
+    if ints and (ident := IDENT_BEFORE_RE.search(before)):
+        return f"an identifier after '{ident.group(1)}'"
     plural = PLURAL_BEFORE_RE.search(before) if ints else None
     if plural and (plural.group(2) or (LIST_AFTER_RE.match(text[fig.end:fig.end + 8])
                                        if len(nums) == 1 else
@@ -557,10 +549,9 @@ def skip_reason(text: str, fig: Figure) -> str:
                 or LINE_START_RE.search(text[max(0, fig.start - 8):fig.start])):
         return "an enumeration: (1), (2), ..."
     if ints and len(nums) == 1 and YEARS[0] <= nums[0].value <= YEARS[1] \
-            and len(text[nums[0].start:nums[0].end]) == 4:
-        nxt = text[fig.end:].lstrip()[:1]
-        if not nxt.isalpha():
-            return "a year"
+            and len(text[nums[0].start:nums[0].end]) == 4 \
+            and not text[fig.end:].lstrip()[:1].isalpha():
+        return "a year"
     return ""
 
 
