@@ -260,10 +260,6 @@ def result(file: str) -> File:
     return f
 
 
-def figure_of(file: str, name: str) -> Figure | None:
-    return next((f for f in result(file).figures if f.name == name), None)
-
-
 # ---------------------------------------------------------------- writers
 
 def quote(value) -> str:
@@ -410,7 +406,7 @@ def check_figures(file: str, data: dict) -> None:
     for name, v in figs.items():
         if not (isinstance(v, dict) and "label" in v):
             continue
-        decl = figure_of(file, name)
+        decl = next((f for f in result(file).figures if f.name == name), None)
         if decl is None:
             raise ScratchError(f"{file}: figure {name} is not declared")
         if v.get("label") != decl.label or v.get("unit") != decl.unit:

@@ -82,11 +82,10 @@ class Side:
         if disagreement:
             raise step_cli.StepError(f"{role.upper()} ({folder}): {disagreement}; run "
                                      "skip_stats.py (or investigate.py) into it again")
-        by_step: dict = {}
+        self.by_step: dict = {}
         for r in self.steps_rows:
-            by_step.setdefault(r["step"], []).append(r)
-        self.by_step = by_step
-        self.steps = len(by_step)
+            self.by_step.setdefault(r["step"], []).append(r)
+        self.steps = len(self.by_step)
         self.has_hlo = (folder / "attribution" / "ops.csv").is_file()
         # the trace's streams that hold less GPU time than the xplane's (reconcile.json): the
         # trace's steps then do not cover what step 4 attributed (a cut or capped trace)
@@ -117,10 +116,8 @@ class Side:
 # ---------------------------------------------------------------- figures and the rule
 
 def summary(values: list[float]) -> dict | None:
-    if not values:
-        return None
     return {"value": statistics.median(values), "min": min(values), "max": max(values),
-            "n": len(values)}
+            "n": len(values)} if values else None
 
 
 def significance(before: list[float], after: list[float]) -> tuple[bool, str, str]:
@@ -145,16 +142,10 @@ def significance(before: list[float], after: list[float]) -> tuple[bool, str, st
         "the steps of the two captures overlap: the difference is within their spread"
 
 
-def change_cells(b, a) -> tuple:
-    if b is None or a is None:
-        return "", ""
-    pct = round(100.0 * (a - b) / b, 2) if b else ""
-    return round(a - b, 3), pct
-
-
 def row(section, key, b, a, unit, label, status="", note="") -> list:
-    ch, pct = change_cells(b, a) if isinstance(b, float | int) or isinstance(a, float | int) \
-        else ("", "")
+    ch = pct = ""  # the change, where both sides are figures
+    if isinstance(b, float | int) and isinstance(a, float | int):
+        ch, pct = round(a - b, 3), round(100.0 * (a - b) / b, 2) if b else ""
     return [section, key, _cell(b), _cell(a), ch, pct, unit, label, status, note]
 
 
@@ -388,17 +379,12 @@ def renames(sides: dict, t: dict) -> dict:
 
 # ---------------------------------------------------------------- predictions
 
-def gpu_of(where: str) -> int | None:
-    m = re.match(r"GPU (\d+)", where)
-    return int(m.group(1)) if m else None
-
-
 def cause_measure(side: Side, kind: str, where: str, times: dict) -> float | None:
     """The per-step quantity a change of `kind` at `where` removes, measured on one side."""
     steps_columns = {"host_gap": "host_late_us", "dispatch": "between_programs_idle_us",
                      "idle_between_steps": "idle_between_us", "kernel_gaps": "device_wait_us"}
     if kind in steps_columns:
-        d = gpu_of(where)
+        d = int(m.group(1)) if (m := re.match(r"GPU (\d+)", where)) else None
         vals = [number(r.get(steps_columns[kind])) for rs in side.by_step.values() for r in rs
                 if d is None or r.get("device") == str(d)]
         vals = [v for v in vals if v is not None]
@@ -664,8 +650,7 @@ def draft(table: list, result: dict) -> str:
         out += ["", "<!-- judge: how far to trust the next estimate: compare each prediction "
                 "with what its cause and the step period moved (compare.json: predictions). "
                 "-->"]
-    for s in result.get("refusals", []) + result.get("notes", []):
-        out.append(f"- {s}")
+    out += [f"- {s}" for s in result.get("refusals", []) + result.get("notes", [])]
     return "\n".join(out) + "\n"
 
 

@@ -263,35 +263,29 @@ def citeable(name: str) -> bool:
     return bool(name) and len(name) <= MAX_CITED_NAME and not set(name) & set('"()`;|\n\\')
 
 
-def kernel_key(name: str) -> str:
-    """A kernel name as a filter value: quoted where it holds a comma."""
-    return f'"{name}"' if "," in name else name
-
-
 SHOWN_NAME = 60  # characters of a kernel name too long to cite, shown before an ellipsis
 
 
 def shown_name(name: str) -> str:
     """A kernel name as the brief shows it: whole where it can be cited, else its start."""
-    if citeable(name):
-        return name
-    return "".join(ch for ch in name[:SHOWN_NAME] if ch not in "`\n") + "…"
+    return name if citeable(name) else \
+        "".join(ch for ch in name[:SHOWN_NAME] if ch not in "`\n") + "…"
 
 
 def name_key(r: dict) -> str:
     """A kernel_names.csv row's filter: its name, or for a name too long or odd to cite, its
-    GPU time and kernel count (the row's own cells)."""
-    if citeable(r["kernel"]):
-        return "kernel=" + kernel_key(r["kernel"])
+    GPU time and kernel count (the row's own cells); a name is quoted where it holds a comma."""
+    name = r["kernel"]
+    if citeable(name):
+        return "kernel=" + (f'"{name}"' if "," in name else name)
     return f"device_us={r['device_us']}, kernels={r['kernels']}"
 
 
 def key_of(r: dict, col: str) -> str:
     """A row's key in ops.csv (program and instruction: a name repeats across programs) or
     lines.csv (the Python line)."""
-    if col == "instruction":
-        return f"program_id={r.get('program_id', '')}, instruction={r['instruction']}"
-    return f"user_frame={r['user_frame']}"
+    return f"program_id={r.get('program_id', '')}, instruction={r['instruction']}" \
+        if col == "instruction" else f"user_frame={r['user_frame']}"
 
 
 def verdict_section(s: Scratch) -> list[str]:
@@ -365,21 +359,18 @@ def failed_checks(s: Scratch) -> list[str]:
 
 def streams_table(s: Scratch) -> list[str]:
     """Every GPU stream's shares of its span (streams.csv), for the appendix."""
-    out: list[str] = []
     streams = s.rows("streams.csv")
     if streams is None:
-        out.append(missing("streams.csv", "step 1 did not run"))
-    else:
-        out += ["| GPU | stream | critical | compute (% of span) | collective (% of span) "
-                "| memcpy (% of span) | idle (% of span) |",
-                "|---|---|---|---|---|---|---|"]
-        for r in streams:
-            key = f"device={r['device']}, stream={r['stream']}"
-            cells = [cite(r[c], "%", "measured", "streams.csv", f"{c}, {key}")
-                     for c in ("compute_pct_of_span", "collective_pct_of_span",
-                               "memcpy_pct_of_span", "idle_pct_of_span")]
-            out.append(f"| {r['device']} | {r['stream']} | {'yes' if r['critical'] == '1' else ''}"
-                       f" | " + " | ".join(cells) + " |")
+        return [missing("streams.csv", "step 1 did not run"), ""]
+    out = ["| GPU | stream | critical | compute (% of span) | collective (% of span) "
+           "| memcpy (% of span) | idle (% of span) |", "|---|---|---|---|---|---|---|"]
+    for r in streams:
+        key = f"device={r['device']}, stream={r['stream']}"
+        cells = [cite(r[c], "%", "measured", "streams.csv", f"{c}, {key}")
+                 for c in ("compute_pct_of_span", "collective_pct_of_span",
+                           "memcpy_pct_of_span", "idle_pct_of_span")]
+        out.append(f"| {r['device']} | {r['stream']} | {'yes' if r['critical'] == '1' else ''}"
+                   f" | " + " | ".join(cells) + " |")
     return out + [""]
 
 
@@ -720,9 +711,8 @@ def trust_section(s: Scratch) -> list[str]:
             f"| device time (us) (measured; trust.csv: device_us, {sel}) "
             f"| share of device time (%) (inferred; trust.csv: pct_of_device_time, {sel}) |",
            "|---|---|---|---|"]
-    for r in items:
-        out.append(f"| {md_cell(r['item'])} | {num(r['count'], 0)} | {num(r['device_us'], 1)} | "
-                   f"{num(r['pct_of_device_time'], 2)} |")
+    out += [f"| {md_cell(r['item'])} | {num(r['count'], 0)} | {num(r['device_us'], 1)} | "
+            f"{num(r['pct_of_device_time'], 2)} |" for r in items]
     said = ["what each item means"] if any(r["detail"] for r in items) else []
     said += ["the questions that need a new capture with the capture that answers each"] \
         if needs else []

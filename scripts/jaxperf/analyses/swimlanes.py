@@ -174,14 +174,13 @@ def read_step1(out: Path) -> tuple[dict, dict, list]:
             steps.setdefault(int(step), {})[int(dev)] = {
                 "source": source, "start": to_ps(start), "end": to_ps(end),
                 "critical": int(crit) if crit else None}
-        gaps = []
-        for dev, stream, step, start, end, before, after, cause, thread, host in _step1_table(
-                out, "gaps.csv", ["device", "stream", "step", "start_us", "end_us",
-                                   "kernel_before", "kernel_after", "cause", "launch_thread",
-                                   "host_events"]):
-            gaps.append({"device": int(dev), "stream": int(stream), "step": int(step),
-                         "start": to_ps(start), "end": to_ps(end), "before": before,
-                         "after": after, "cause": cause, "thread": thread, "host": host})
+        gaps = [{"device": int(dev), "stream": int(stream), "step": int(step),
+                 "start": to_ps(start), "end": to_ps(end), "before": before, "after": after,
+                 "cause": cause, "thread": thread, "host": host}
+                for dev, stream, step, start, end, before, after, cause, thread, host in
+                _step1_table(out, "gaps.csv", [
+                    "device", "stream", "step", "start_us", "end_us", "kernel_before",
+                    "kernel_after", "cause", "launch_thread", "host_events"])]
     except ValueError as exc:
         raise SwimlaneError(f"a cell of steps.csv or gaps.csv in {out} is not a number ({exc}); "
                             "run skip_stats.py into this folder again") from exc
@@ -584,18 +583,13 @@ def lay_out(events, v0: int, v1: int, merge_ps: float) -> list[tuple]:
     bars, pending = [], {}
     append = bars.append
     for ev in events:
-        s, e, cls = ev[0], ev[1], ev[2]
-        if s < v0:
-            s = v0
-        if e > v1:
-            e = v1
+        s, e, cls = max(ev[0], v0), min(ev[1], v1), ev[2]
         if e - s >= merge_ps:
             append((s, e, cls, 1, e - s, ev))
             continue
         p = pending.get(cls)
         if p is not None and s - p[1] <= merge_ps:
-            if e > p[1]:
-                p[1] = e
+            p[1] = max(p[1], e)
             p[2] += 1
             p[3] += e - s
             if ev[1] - ev[0] > p[5]:
@@ -649,10 +643,8 @@ def build_lanes(rows: Rows, steps: dict, chosen: dict, gaps: list, v0: int, v1: 
         if g["host"] and g["thread"] and g["start"] < v1 and g["end"] > v0:
             host_gaps.setdefault(g["thread"], []).append(g)
     threads = set(rows.step_threads) | set(rows.host) | set(host_gaps)
-    serves: dict[str, set] = {}
-    for t in threads:
-        serves[t] = {d for c in rows.host.get(t, {}).values() for d in c[4]} | \
-            {g["device"] for g in host_gaps.get(t, [])}
+    serves = {t: {d for c in rows.host.get(t, {}).values() for d in c[4]}
+              | {g["device"] for g in host_gaps.get(t, [])} for t in threads}
     for t in sorted(threads):
         calls = sorted(rows.host.get(t, {}).values(), key=lambda c: (c[0], c[1]))
         role = " and ".join(x for x, has in (("launches", calls),

@@ -255,13 +255,11 @@ def no_hlo_items(inp: Inputs, facts: Facts) -> list:
     sentences = [s for r in (ci, roof) if r for s in r.get("refusals") or []
                  if any(k in s for k in NO_HLO_SENTENCES)]
     facts.consumed.update(sentences)
-    device_us = facts.total_us
     src = "; ".join(x for x, ok in (("capture_info.json: programs", no_programs),
                                     ("roofline.json: status", refused)) if ok)
     return [item("no_hlo", "the capture holds no HLO: no kernel can be attributed to an "
                  "instruction or a Python line and no roofline can be drawn", src,
-                 "; ".join(sentences), device_us=device_us,
-                 total_us=facts.total_us)]
+                 "; ".join(sentences), device_us=facts.total_us, total_us=facts.total_us)]
 
 
 def gpus_text(devices: list) -> str:
@@ -276,10 +274,8 @@ def gpus_text(devices: list) -> str:
 
 
 def _family(check: str) -> str:
-    for fam, *_ in CHECK_FAMILIES:
-        if check == fam or check.startswith(fam + "_"):
-            return fam
-    return check
+    return next((fam for fam, *_ in CHECK_FAMILIES
+                 if check == fam or check.startswith(fam + "_")), check)
 
 
 def reconciliation_items(inp: Inputs, facts: Facts) -> list:
@@ -347,9 +343,8 @@ def reconciliation_items(inp: Inputs, facts: Facts) -> list:
             out.append(item("reconciliation_check", f"{title}: {n} {what}{on}", src, sentences,
                             count=n))
         else:
-            n = len(rs)
             out.append(item("not_checkable", f"cannot check that {subject}{on}", src,
-                            sentences, count=n))
+                            sentences, count=len(rs)))
     for c in (inp.get("attribute_kernels") or {}).get("checks") or []:
         if c.get("status") == "fail":
             out.append(item("unattributed", f"the attribution covers less GPU time than XProf's "

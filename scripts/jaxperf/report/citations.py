@@ -217,11 +217,6 @@ class TableCache:
 
 # ---------------------------------------------------------------- load: the report
 
-def blank(text: str) -> str:
-    """The same text with every character but line ends turned into spaces (offsets kept)."""
-    return re.sub(r"[^\n]", " ", text)
-
-
 def clean_report(text: str) -> str:
     """Fenced code blocks and HTML comments blanked, line numbers and offsets kept."""
     lines = text.split("\n")
@@ -239,7 +234,7 @@ def clean_report(text: str) -> str:
     # a "<!--" after the last "-->" never closes: only the text up to it is searched (else each
     # unclosed one is a search to the end, thousands of them a quadratic time)
     cut = text.rfind("-->") + 3 if "-->" in text else 0
-    return COMMENT_RE.sub(lambda m: blank(m.group(0)), text[:cut]) + text[cut:]
+    return COMMENT_RE.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text[:cut]) + text[cut:]
 
 
 def blocks(text: str):

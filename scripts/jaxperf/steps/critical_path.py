@@ -47,8 +47,7 @@ def union(iv) -> list:
         if e <= s:
             continue
         if out and s <= out[-1][1]:
-            if e > out[-1][1]:
-                out[-1][1] = e
+            out[-1][1] = max(out[-1][1], e)
         else:
             out.append([s, e])
     return out
@@ -194,15 +193,13 @@ def row_label(line: str, cat: str) -> tuple[str, str] | None:
     compute. None when the line, parsed as CSV, does not have ROW_FIELDS fields."""
     # hlo_op, hlo_module, step are the last three fields (no commas in them)
     t = line.rsplit(",", 3)
-    op = t[1] if len(t) == 4 and '"' not in t[1] and '"' not in t[2] else None
-    if op is None or not op:
+    op = label = t[1] if len(t) == 4 and '"' not in t[1] and '"' not in t[2] else None
+    if not op:
         r = next(csv.reader([line]))
         if len(r) != ROW_FIELDS:
             return None
         op = r[ROW_HLO_OP]
         label = op or r[ROW_KERNEL]
-    else:
-        label = op
     if cat == "memcpy" and op:
         cat = "compute"  # the program's own copy: an instruction
     return cat, label
@@ -783,15 +780,13 @@ def build_context(out: Path, s1: dict | None, steps: dict, inputs: dict) -> Cont
     """The context of the scratch folder's steps (`steps` non-empty), each table read once; the
     notes and refusals of reading them in its lists, in that order; `inputs` records which of
     gaps.csv and rows.csv were read."""
-    notes: list = []
-    refusals: list = []
+    notes, refusals = [], []
     chosen, whole, followed = steps_used(steps, s1, notes)
     compared = rules.step_gpus(s1)
     frames = step_frames(steps, chosen, compared)
     median, why = median_step(out, chosen, frames)
     gpus = sorted({d for n in chosen for d in steps[n] if compared is None or d in compared})
-    for sentence in rules.other_work(s1):
-        notes.append(f"not compared for the straggler (other work): {sentence}")
+    notes += [f"not compared for the straggler (other work): {s}" for s in rules.other_work(s1)]
     straggler, alone, peers = find_straggler(s1, frames, gpus, whole, notes)
     gaps, rows = read_step_tables(out, steps, frames, median, straggler is not None, inputs,
                                   notes, refusals)
