@@ -312,11 +312,9 @@ def embed_svg(path: Path, n: int, alt: str) -> str:
     except (PageError, ET.ParseError, ValueError) as exc:
         why = str(exc) if isinstance(exc, PageError) else "it is not well-formed SVG"
         return f'<span class="missing">[drawing {esc(path.name)} not embedded: {esc(why)}]</span>'
-    if local(root.tag) != "svg":
+    if local(root.tag) != "svg" or not root.tag.startswith(f"{{{SVG_NS}}}"):
         return f'<span class="missing">[{esc(path.name)} is not an SVG drawing]</span>'
     prefix, scope = f"f{n}-", f"fig{n}"
-    if not root.tag.startswith(f"{{{SVG_NS}}}"):
-        return f'<span class="missing">[{esc(path.name)} is not an SVG drawing]</span>'
     try:
         clean_svg(root, prefix, scope)
     except RecursionError:
@@ -371,8 +369,8 @@ class Render:
         self.title = ""
         self.table_ids: dict = {}
 
-    def html_token(self, content: str, block: bool = False):
-        t = self.Token("html_block" if block else "html_inline", "", 0)
+    def token(self, content: str, kind: str = "html_inline"):
+        t = self.Token(kind, "", 0)
         t.content = content
         return t
 
@@ -388,9 +386,7 @@ class Render:
         return self.md.renderer.render(tokens, self.md.options, {})
 
     def headings(self, tokens):
-        out, last = [], 1
-        first = True
-        i = 0
+        out, last, first, i = [], 1, True, 0
         while i < len(tokens):
             t = tokens[i]
             if t.type == "heading_open":
@@ -428,9 +424,7 @@ class Render:
             if c.type in ("text", "softbreak") and merged and merged[-1].type == "text":
                 merged[-1].content += " " if c.type == "softbreak" else c.content
             elif c.type == "softbreak":
-                t = self.Token("text", "", 0)
-                t.content = " "
-                merged.append(t)
+                merged.append(self.token(" ", "text"))
             else:
                 merged.append(c)
         out, skip_close = [], 0
@@ -438,13 +432,13 @@ class Render:
             if c.type == "text":
                 out.extend(self.cites(c.content))
             elif c.type == "image":
-                out.append(self.html_token(self.image(c)))
+                out.append(self.token(self.image(c)))
             elif c.type == "link_open":
                 href = c.attrGet("href") or ""
                 target = self.link_target(href)
                 if target is None:
                     skip_close += 1
-                    out.append(self.html_token('<span class="file">'))
+                    out.append(self.token('<span class="file">'))
                     continue
                 c.attrSet("href", target)
                 if target.startswith("http"):
@@ -452,7 +446,7 @@ class Render:
                 out.append(c)
             elif c.type == "link_close" and skip_close:
                 skip_close -= 1
-                out.append(self.html_token("</span>"))
+                out.append(self.token("</span>"))
             else:
                 out.append(c)
         return out
@@ -461,17 +455,13 @@ class Render:
         out, pos = [], 0
         for m in CITE_RE.finditer(text):
             if m.start() > pos:
-                t = self.Token("text", "", 0)
-                t.content = text[pos:m.start()]
-                out.append(t)
+                out.append(self.token(text[pos:m.start()], "text"))
             label = m.group(1)
             self.counts[label] += 1
-            out.append(self.html_token(mark(label, m.group(3), bool(m.group(2)))))
+            out.append(self.token(mark(label, m.group(3), bool(m.group(2)))))
             pos = m.end()
         if pos < len(text):
-            t = self.Token("text", "", 0)
-            t.content = text[pos:]
-            out.append(t)
+            out.append(self.token(text[pos:], "text"))
         return out
 
     def local_file(self, ref: str) -> Path | None:
@@ -525,11 +515,11 @@ class Render:
                     rows = max(0, t.map[1] - t.map[0] - 2)
                     cap += (f" ({rows} row{'s' if rows != 1 else ''}"
                             + (f"; from {', '.join(files)}" if files else "") + ")")
-                out.append(self.html_token(
+                out.append(self.token(
                     f'<div class="table-wrap" role="region" tabindex="0" '
-                    f'aria-label="{esc(cap)}">\n', True))
+                    f'aria-label="{esc(cap)}">\n', "html_block"))
                 out.append(t)
-                out.append(self.html_token(f"<caption>{esc(cap)}</caption>\n", True))
+                out.append(self.token(f"<caption>{esc(cap)}</caption>\n", "html_block"))
                 continue
             if t.type == "th_open":
                 t.attrSet("scope", "col")
@@ -540,7 +530,7 @@ class Render:
                     t.attrSet("data-value", m.group(1).replace(",", ""))
             out.append(t)
             if t.type == "table_close":
-                out.append(self.html_token("</div>\n", True))
+                out.append(self.token("</div>\n", "html_block"))
         return out
 
     def sole_figures(self, tokens):
@@ -555,9 +545,9 @@ class Render:
                     and 'class="fig-wrap"' in tokens[i + 1].children[0].content):
                 alt = tokens[i + 1].content
                 alt = re.sub(r"^!\[(.*?)\]\(.*\)$", r"\1", alt.strip())
-                out.append(self.html_token(
+                out.append(self.token(
                     f"<figure>{tokens[i + 1].children[0].content}"
-                    f"<figcaption>{esc(alt)}</figcaption></figure>\n", True))
+                    f"<figcaption>{esc(alt)}</figcaption></figure>\n", "html_block"))
                 i += 3
                 continue
             out.append(t)
@@ -568,8 +558,7 @@ class Render:
 # ---------------------------------------------------------------- the scratch tables
 
 def table_html(t: pt.Table, tid: str) -> str:
-    spec = t.spec
-    labels = t.labels
+    spec, labels = t.spec, t.labels
     numeric = [c in labels or all(pt.is_number(r[k]) for r in t.rows if r[k])
                and any(r[k] for r in t.rows) for k, c in enumerate(t.columns)]
     head = []
@@ -735,13 +724,10 @@ def build(report: Path, scratch: Path) -> tuple[str, dict]:
     text = COMMENT_RE.sub("", text[:cut]) + text[cut:]
     tables = [t for t in pt.read_tables(scratch) if not shown_in_report(text, t.spec)]
     r = Render(md, token_cls, scratch, report.parent)
-    ids = {}
     for t in tables:
-        tid = slug("table " + t.spec.file + " " + (t.spec.where[1] if t.spec.where else ""),
-                   r.ids)
-        ids.setdefault(t.spec.file, tid)
-        t.tid = tid
-    r.table_ids = ids
+        t.tid = slug("table " + t.spec.file + " " + (t.spec.where[1] if t.spec.where else ""),
+                     r.ids)
+        r.table_ids.setdefault(t.spec.file, t.tid)
     body = r.run(text)
     title = r.title or "Trace report"
     facts = header_facts(scratch, report)
@@ -821,12 +807,9 @@ def main(argv=None) -> int:
         print("build_page: markdown-it-py is missing; install it with: python3 -m pip install "
               f"-r {HERE.parent / 'requirements.txt'}", file=sys.stderr)
         return 3
-    except UsageError as exc:
-        print(f"build_page: {exc}", file=sys.stderr)
-        return 2
     except PageError as exc:
         print(f"build_page: {exc}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(exc, UsageError) else 1
     except OSError as exc:
         print(f"build_page: cannot write {args.out or 'the page'}: {exc.strerror or exc}",
               file=sys.stderr)

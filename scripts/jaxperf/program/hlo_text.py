@@ -64,10 +64,7 @@ def _ints(values: Iterable[int]) -> str:
 
 def _with_index_marks(items: Iterable[str]) -> str:
     """Join with ", ", putting XLA's ``/*index=N*/`` before every fifth item."""
-    out = []
-    for i, s in enumerate(items):
-        out.append(f"/*index={i}*/{s}" if i and i % 5 == 0 else s)
-    return ", ".join(out)
+    return ", ".join(f"/*index={i}*/{s}" if i and i % 5 == 0 else s for i, s in enumerate(items))
 
 
 # ---- shapes ------------------------------------------------------------------------------------
@@ -126,14 +123,8 @@ def _shape_text(shape: Any, layout: bool) -> str:
     if et in (_TOKEN, _OPAQUE):
         return _type_name(et) + "[]"
     dyn = shape.is_dynamic_dimension
-    dims = []
-    for i, d in enumerate(shape.dimensions):
-        if d == _UNBOUNDED:
-            dims.append("?")
-        elif i < len(dyn) and dyn[i]:
-            dims.append(f"<={d}")
-        else:
-            dims.append(str(d))
+    dims = ["?" if d == _UNBOUNDED else f"<={d}" if i < len(dyn) and dyn[i] else str(d)
+            for i, d in enumerate(shape.dimensions)]
     out = _type_name(et) + "[" + ",".join(dims) + "]"
     if layout and shape.HasField("layout"):
         out += _layout(shape.layout, len(dims))
@@ -421,30 +412,18 @@ def _shape_index(index: Iterable[int]) -> str:
     return "{" + ", ".join(str(i) for i in index) + "}"
 
 
+# The metadata fields XLA prints, in its order, and whether each is a quoted string.
+_METADATA_FIELDS = (("op_type", True), ("op_name", True), ("source_file", True),
+                    ("source_line", False), ("source_end_line", False), ("source_column", False),
+                    ("source_end_column", False), ("deduplicated_name", True),
+                    ("scheduling_name", True), ("stack_frame_id", False))
+
+
 def _metadata(md: Any) -> str | None:
     if not (md.op_type or md.op_name or md.source_file or md.scheduling_name):
         return None  # XLA prints no metadata without one of these
-    parts = []
-    if md.op_type:
-        parts.append(f"op_type={_q(md.op_type)}")
-    if md.op_name:
-        parts.append(f"op_name={_q(md.op_name)}")
-    if md.source_file:
-        parts.append(f"source_file={_q(md.source_file)}")
-    if md.source_line:
-        parts.append(f"source_line={md.source_line}")
-    if md.source_end_line:
-        parts.append(f"source_end_line={md.source_end_line}")
-    if md.source_column:
-        parts.append(f"source_column={md.source_column}")
-    if md.source_end_column:
-        parts.append(f"source_end_column={md.source_end_column}")
-    if md.deduplicated_name:
-        parts.append(f"deduplicated_name={_q(md.deduplicated_name)}")
-    if md.scheduling_name:
-        parts.append(f"scheduling_name={_q(md.scheduling_name)}")
-    if md.stack_frame_id:
-        parts.append(f"stack_frame_id={md.stack_frame_id}")
+    parts = [f"{k}={_q(v) if quoted else v}" for k, quoted in _METADATA_FIELDS
+             if (v := getattr(md, k))]
     return "{" + " ".join(parts) + "}" if parts else None
 
 
@@ -459,9 +438,7 @@ def _frontend_attributes(fa: Any) -> str | None:
 
 def _backend_config(raw: bytes) -> str:
     text = raw.decode("utf-8", errors="backslashreplace")
-    if text.startswith("{") and text.endswith("}"):
-        return text
-    return _q(text)
+    return text if text.startswith("{") and text.endswith("}") else _q(text)
 
 
 def _collective_attributes(ins: Any, op: str, add: Callable[[str], None]) -> None:
@@ -651,14 +628,11 @@ class _Printer:
         sfi = self.module.stack_frame_index
         if not sfi.file_names and not sfi.stack_frames:
             return
-        yield ""
-        yield "FileNames"
-        for i, n in enumerate(sfi.file_names, 1):
-            yield f"{i} {_q(n)}"
-        yield ""
-        yield "FunctionNames"
-        for i, n in enumerate(sfi.function_names, 1):
-            yield f"{i} {_q(n)}"
+        for title, names in (("FileNames", sfi.file_names),
+                             ("FunctionNames", sfi.function_names)):
+            yield ""
+            yield title
+            yield from (f"{i} {_q(n)}" for i, n in enumerate(names, 1))
         yield ""
         yield "FileLocations"
         for i, loc in enumerate(sfi.file_locations, 1):
