@@ -532,11 +532,7 @@ def render(r: dict) -> list[str]:
 
 
 def _fmt(v) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, float):
-        return f"{v:.3f}"
-    return str(v)
+    return "" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v)
 
 
 def write(out: Path, r: dict) -> list[tuple[str, int]]:

@@ -237,7 +237,6 @@ class Children:
         return out
 
 
-
 def with_children(rows, kids: Children):
     """Each row (a dict) of a parent table with its child tables' cells (`Children`), in
     place; the rows streamed."""
@@ -264,9 +263,7 @@ def result(file: str) -> File:
 
 def quote(value) -> str:
     v = "" if value is None else str(value)
-    if any(c in v for c in ',"\n\r'):
-        return '"' + v.replace('"', '""') + '"'
-    return v
+    return '"' + v.replace('"', '""') + '"' if any(c in v for c in ',"\n\r') else v
 
 
 def header(file: str) -> str:
@@ -776,14 +773,27 @@ def handoff_put(folder: Path, name: str, sources: list, payload: dict) -> None:
     keys = [identity(p) for p in sources]
     if None in keys or not keys:
         return
-    folder = own_dir(Path(folder) / HANDOFF)
-    tmp = folder / f".{name}.{os.getpid()}.tmp"
+    _handoff_write(folder, name, {"sources": keys, "payload": payload})
+
+
+def _handoff_write(folder: Path, name: str, data) -> None:
+    """`.handoff/<name>.json` written whole (a rename) or not at all."""
+    target = own_dir(Path(folder) / HANDOFF)
+    tmp = target / f".{name}.{os.getpid()}.tmp"
     try:
-        tmp.write_text(json.dumps({"sources": keys, "payload": payload}), encoding="utf-8")
-        os.replace(tmp, folder / f"{name}.json")
+        tmp.write_text(json.dumps(data), encoding="utf-8")
+        os.replace(tmp, target / f"{name}.json")
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def _handoff_read(folder: Path, name: str):
+    """`.handoff/<name>.json` as read; None where it is missing or unreadable."""
+    try:
+        return json.loads(read_file(Path(folder) / HANDOFF / f"{name}.json"))
+    except (OSError, ValueError, RecursionError):
+        return None
 
 
 def handoff_get(folder: Path, name: str, sources: list, shape=None):
@@ -795,10 +805,7 @@ def handoff_get(folder: Path, name: str, sources: list, shape=None):
     keys = [identity(p) for p in sources]
     if None in keys or not keys:
         return None
-    try:
-        d = json.loads(read_file(Path(folder) / HANDOFF / f"{name}.json"))
-    except (OSError, ValueError, RecursionError):
-        return None
+    d = _handoff_read(folder, name)
     if not isinstance(d, dict) or d.get("sources") != keys or not isinstance(
             d.get("payload"), dict):
         return None
@@ -824,10 +831,7 @@ def _kind(path) -> str:
 
 def claimed(folder: Path) -> dict:
     """The capture files the folder's tables were made from (kind -> identity); {} for none."""
-    try:
-        d = json.loads(read_file(Path(folder) / HANDOFF / f"{CLAIM}.json"))
-    except (OSError, ValueError, RecursionError):
-        return {}
+    d = _handoff_read(folder, CLAIM)
     return d if isinstance(d, dict) else {}
 
 
@@ -851,14 +855,7 @@ def claim(folder: Path, sources: list) -> None:
     for p in sources:
         if identity(p) is not None:
             have[_kind(p)] = identity(p)
-    target = own_dir(Path(folder) / HANDOFF)
-    tmp = target / f".{CLAIM}.{os.getpid()}.tmp"
-    try:
-        tmp.write_text(json.dumps(have), encoding="utf-8")
-        os.replace(tmp, target / f"{CLAIM}.json")
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    _handoff_write(folder, CLAIM, have)
 
 
 def outputs(folder: Path) -> list[Path]:

@@ -105,9 +105,7 @@ def backend_of(ins) -> str:
     if ins.opcode == "fusion":
         kind = str((custom_costs.attributes(ins.backend_config).get("fusion_backend_config")
                     or {}).get("kind") or "")
-        if "triton" in kind.lower():
-            return "triton"
-        return kind.strip("_") or "xla"
+        return "triton" if "triton" in kind.lower() else kind.strip("_") or "xla"
     return "xla"
 
 

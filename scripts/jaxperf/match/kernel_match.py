@@ -1189,6 +1189,4 @@ def launch_executions(plan: Plan, kernels: list[Kernel]) -> int | None:
         if per:
             n = round(len(corrs) / per)
             votes[n] = votes.get(n, 0) + 1
-    if not votes:
-        return None
-    return min(votes, key=lambda n: (-votes[n], n))
+    return min(votes, key=lambda n: (-votes[n], n)) if votes else None

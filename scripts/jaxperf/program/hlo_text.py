@@ -403,9 +403,7 @@ def _replica_groups(ins: Any) -> str | None:
             iota = cdl.iota_replica_group_list
             return _tile_assignment([iota.num_replica_groups, iota.num_devices_per_group], [],
                                     iota.iota_reshape_dims, iota.iota_transpose_perm)
-    if not groups:
-        return None
-    return "{" + ",".join(_ints(g.replica_ids) for g in groups) + "}"
+    return "{" + ",".join(_ints(g.replica_ids) for g in groups) + "}" if groups else None
 
 
 def _shape_index(index: Iterable[int]) -> str:
@@ -428,12 +426,9 @@ def _metadata(md: Any) -> str | None:
 
 
 def _frontend_attributes(fa: Any) -> str | None:
-    items = sorted(fa.map.items())
-    if not items:
-        return None
     # a value that is itself a {...} dictionary prints bare, as XLA prints it
     return "{" + ",".join(f"{k}={v}" if v.startswith("{") and v.endswith("}") else f"{k}={_q(v)}"
-                          for k, v in items) + "}"
+                          for k, v in sorted(fa.map.items())) + "}" if fa.map else None
 
 
 def _backend_config(raw: bytes) -> str:
