@@ -163,10 +163,6 @@ def cut_names(line: str, names: list[str]) -> str:
     return LONG_RUN_RE.sub(lambda m: short_name(m.group(0)), line)
 
 
-def _count(n, noun: str) -> str:
-    return f"{n} {noun}" + ("" if n == 1 else "s")
-
-
 def where_to_look(out: Path, failed: dict[str, str], factcheck_rc: int | None) -> list[str]:
     """The closing lines: verdict, top three changes (and the largest Python line below them),
     trust-list count, files written."""
@@ -205,8 +201,8 @@ def where_to_look(out: Path, failed: dict[str, str], factcheck_rc: int | None) -
     if n_items is None:
         lines.append("trust list: none (step 7 did not run)")
     else:
-        lines.append(f"trust list: {_count(n_items, 'item')}, "
-                     f"{_count(n_need or 0, 'question')} that need a new capture (trust.csv)")
+        lines.append(f"trust list: {rules.plural(n_items, 'item')}, "
+                     f"{rules.plural(n_need or 0, 'question')} that need a new capture (trust.csv)")
     if factcheck_rc is not None:
         lines.append("fact check of the draft: " + (
             "every figure found in its table" if factcheck_rc == 0 else

@@ -142,13 +142,9 @@ def compare_kernels(means: dict[str, dict]) -> tuple[list, dict]:
             # a collective's time holds its wait for the other GPUs and hosts: not a speed
             if ratio is not None and not collective:
                 ratios[h].append(ratio)
-    out = {}
-    for h in hosts:
-        r = ratios[h]
-        out[h] = {"value": statistics.median(r), "min": min(r), "max": max(r),
-                  "unit": "ratio", "label": "measured", "kernels_compared": len(r)} \
-            if r else None
-    return rows, out
+    return rows, {h: {"value": statistics.median(r), "min": min(r), "max": max(r),
+                      "unit": "ratio", "label": "measured", "kernels_compared": len(r)}
+                  if (r := ratios[h]) else None for h in hosts}
 
 
 def _capture_files(run_dir: str, host: str) -> dict:
@@ -163,10 +159,8 @@ def _capture_files(run_dir: str, host: str) -> dict:
 
 
 def _spread(values: list[float], label: str) -> dict | None:
-    if not values:
-        return None
     return {"value": statistics.median(values), "min": min(values), "max": max(values),
-            "unit": "us", "label": label}
+            "unit": "us", "label": label} if values else None
 
 
 def summarise(out: Path, results: list[dict], run_dir: str = "", script: str = "") -> dict:
@@ -407,15 +401,11 @@ def culprit(hosts: list[dict]) -> dict:
 def speed_needs(hosts: list[dict]) -> list[str]:
     """What a new capture would need to say why a host runs the same kernels at another
     speed (beyond SAME_SPEED_TOLERANCE of the median host)."""
-    needs = []
-    for h in hosts:
-        r = h["kernel_time_ratio"]
-        if r and h["same_kernels"] and abs(r["value"] - 1) > SAME_SPEED_TOLERANCE:
-            needs.append(f"why {h['host']} runs the same kernels {r['value']:.2f}x the median "
-                         "host's time (its GPUs' clocks, power, temperature, other processes "
-                         "on the machine): the capture holds no clock or power record; "
-                         "nvidia-smi / rocm-smi logs beside a new capture would")
-    return needs
+    return [f"why {h['host']} runs the same kernels {r['value']:.2f}x the median host's time "
+            "(its GPUs' clocks, power, temperature, other processes on the machine): the "
+            "capture holds no clock or power record; nvidia-smi / rocm-smi logs beside a new "
+            "capture would" for h in hosts if (r := h["kernel_time_ratio"]) and h["same_kernels"]
+            and abs(r["value"] - 1) > SAME_SPEED_TOLERANCE]
 
 
 def cross_host_result(hosts, with_steps, compared, slow, kernel_rows, run_dir, script) -> dict:
@@ -459,9 +449,7 @@ def cross_host_result(hosts, with_steps, compared, slow, kernel_rows, run_dir, s
 
 
 def _rng(f: dict | None) -> str:
-    if not f:
-        return "n/a"
-    return f"{us_text(f['value'])} ({us_text(f['min'])}-{us_text(f['max'])})"
+    return f"{us_text(f['value'])} ({us_text(f['min'])}-{us_text(f['max'])})" if f else "n/a"
 
 
 def render(r: dict) -> list[str]:

@@ -166,10 +166,8 @@ def build_inventory(files, xf, tf, programs, xplane_error, trace_error) -> dict:
                             "runtime calls (events with a correlation id): its GPU planes "
                             "are missing, so it is not a CPU capture")
         if xf["host"]:
-            h = {**xf["host"], "trace_events": None, "gpu_runtime_calls": calls}
-            if tf:
-                h["trace_events"] = tf["host_events"]
-            result["host"] = h
+            result["host"] = {**xf["host"], "trace_events": tf["host_events"] if tf else None,
+                              "gpu_runtime_calls": calls}
         result["profile_ms"] = xf["profile_ms"]
         result["profiler"] = xf["profiler"]
         result["gpu_model"] = None if xf["tpu"] else {  # a TPU: `device` says what it is
@@ -223,8 +221,7 @@ def render(r: dict) -> list[str]:
                              for k in DEVICE_STATS if k in g["device"])
             out.append(f"  device: {desc or 'no device stats'}")
         if g["xplane_events"] is not None:
-            for ln in g["lines"]:
-                out.append(f"  line {ln['id']} {ln['name']!r}: {ln['events']} events")
+            out += [f"  line {ln['id']} {ln['name']!r}: {ln['events']} events" for ln in g["lines"]]
     if not r["gpus"]:
         out.append("GPUs: none in this capture")
     if (r["host"] or {}).get("gpu_runtime_calls"):

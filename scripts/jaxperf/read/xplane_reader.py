@@ -267,10 +267,8 @@ class Plane:
         self.stat_names = {k: v.name for k, v in proto.stat_metadata.items()}
         # a name past trace_rules.MAX_NAME_CHARS is cut, as the trace reader cuts it
         self.event_names = {k: cut_name(v.name) for k, v in proto.event_metadata.items()}
-        self.metadata_stats = {}
-        for k, md in proto.event_metadata.items():
-            if md.stats:
-                self.metadata_stats[k] = self.decode_stats(md.stats)
+        self.metadata_stats = {k: self.decode_stats(md.stats)
+                               for k, md in proto.event_metadata.items() if md.stats}
         self.stats = self.decode_stats(proto.stats)
         self.lines = []
         first = 0

@@ -47,12 +47,9 @@ def instruction(event_name: str) -> str:
 def frames(source_stack: str) -> list:
     """An op's `source_stack` (`file:line:column` a line, innermost first) as frames."""
     from jaxperf.program.hlo_program import MAX_STACK_FRAMES, Frame
-    out = []
-    for text in source_stack.splitlines()[:MAX_STACK_FRAMES]:
-        m = FRAME_RE.match(text.strip())
-        if m:
-            out.append(Frame(m.group(1), int(m.group(2)), ""))
-    return out
+    return [Frame(m.group(1), int(m.group(2)), "")
+            for text in source_stack.splitlines()[:MAX_STACK_FRAMES]
+            if (m := FRAME_RE.match(text.strip()))]
 
 
 def self_times(start: np.ndarray, dur: np.ndarray) -> np.ndarray:
@@ -96,9 +93,7 @@ def collect(space, built: dict) -> tuple[list, dict, dict, dict]:
     dispatches' summed duration, paired as step 1 pairs them: tracekit.tpu.pair_runs);
     (device, program id) -> the op runs' starts; counts of what was left aside (`async`: Async
     XLA Ops events, `nested`: ops with others inside them)."""
-    kernels: list = []
-    execs: dict = {}
-    starts: dict = {}
+    kernels, execs, starts = [], {}, {}
     counts = {"async": 0, "nested": 0, "no_program": 0}
     disp = dispatches(space)
     for plane in tpu_planes(space):
@@ -150,15 +145,12 @@ def collect(space, built: dict) -> tuple[list, dict, dict, dict]:
                                      prog.name if prog is not None else "")
                 ins, p, category, module = m
                 k = km.Kernel(dev, line.id, s, d, ins, None, ins, p, False, False, module)
-                k.category = category
-                k.kind = category
+                k.category = k.kind = category
                 if p is None:
                     counts["no_program"] += 1
                     k.why = "outside"
                 else:
-                    k.instruction = ins
-                    k.match = "exact"
-                    k.confidence = 1.0
+                    k.instruction, k.match, k.confidence = ins, "exact", 1.0
                 kernels.append(k)
                 starts.setdefault((dev, p), []).append(s)
     starts = {key: np.array(v, np.int64) for key, v in starts.items()}
