@@ -146,7 +146,6 @@ def rows_job(path: Path, a) -> Forked:
 
 def write_tables(tmp: Path, a: Analysis, stream_acc, critical, step_rows, gap_rows) -> list:
     """streams.csv, steps.csv, gaps.csv (rows.csv is rows_job's)."""
-    written = []
     stream_rows = []
     for (d, s), acc in sorted(stream_acc.items()):
         span = acc["span"]
@@ -155,8 +154,8 @@ def write_tables(tmp: Path, a: Analysis, stream_acc, critical, step_rows, gap_ro
                             us(acc["idle"]), pct(acc["compute"], span),
                             pct(acc["collective"], span), pct(acc["memcpy"], span),
                             pct(acc["idle"], span), acc["events"], int(critical.get(d) == s)])
-    written.append(("streams.csv", scratch.write_table(tmp, "streams.csv", stream_rows)))
-    written.append(("steps.csv", scratch.write_table(tmp, "steps.csv", (
+    return [("streams.csv", scratch.write_table(tmp, "streams.csv", stream_rows)),
+            ("steps.csv", scratch.write_table(tmp, "steps.csv", (
         [r["step"], r["device"], r["source"], us(r["start_ps"]), us(r["end_ps"]),
           us(r["dur_ps"]), r["kernels"], us(r["busy_ps"]), us(r["idle_ps"]),
           pct(r["idle_ps"], r["dur_ps"]), r["critical_stream"], us(r["tklqt_ps"]),
@@ -167,13 +166,12 @@ def write_tables(tmp: Path, a: Analysis, stream_acc, critical, step_rows, gap_ro
           r["between_cause"], r["between_events"],
           "" if r["executions"] is None else r["executions"], us(r["between_programs_ps"]),
           r["programs"], us(r.get("arrival_ps"))]
-         for r in step_rows))))
-    written.append(("gaps.csv", scratch.write_table(tmp, "gaps.csv", (
+         for r in step_rows))),
+            ("gaps.csv", scratch.write_table(tmp, "gaps.csv", (
         [g["device"], g["stream"], g["step"], us(g["start_ps"]), us(g["end_ps"]),
           us(g["dur_ps"]), g["kernel_before"], g["kernel_after"], g["cause"],
           g["launch_thread"], g["host_events"], us(g["python_traced_ps"])]
-         for g in sorted(gap_rows, key=lambda g: (g["device"], g["start_ps"]))))))
-    return written
+         for g in sorted(gap_rows, key=lambda g: (g["device"], g["start_ps"])))))]
 
 
 def _rng(f: dict | None, fmt) -> str:
@@ -205,9 +203,8 @@ def render_summary(r: dict) -> list[str]:
 
 def step_numbers(numbers: list) -> str:
     """Step numbers named as such ("step 0", "steps 1, 2, 3"), never read as a count."""
-    if not numbers:
-        return ""
-    return ("step " if len(numbers) == 1 else "steps ") + ", ".join(map(str, numbers))
+    return ("step " if len(numbers) == 1 else "steps ") + ", ".join(map(str, numbers)) \
+        if numbers else ""
 
 
 def steps_lines(r: dict) -> list[str]:

@@ -257,11 +257,8 @@ class Costs:
                     share = u * max(0.0, 1 - elements(
                         self.operand(i, 1).shape) / max(1, elements(by_id[o].shape)))
                 need[o] = need.get(o, 0.0) + share
-        read = 0
-        for prm in comp.instructions:
-            if prm.opcode == "parameter":
-                read += round(nbytes(prm.shape) * min(1.0, need.get(prm.id, 0.0)))
-        return read + written
+        return written + sum(round(nbytes(prm.shape) * min(1.0, need.get(prm.id, 0.0)))
+                             for prm in comp.instructions if prm.opcode == "parameter")
 
     def _in_place_pairs(self, r) -> list[tuple]:
         """(operand index, its update) for each operand of a fused root that XLA updates in
@@ -295,13 +292,9 @@ class Costs:
         return order
 
     def plain_bytes(self, ins) -> int:
-        seen = set()
-        total = nbytes(ins.shape)
-        for o in ins.operand_ids:
-            if o not in seen:
-                seen.add(o)
-                total += nbytes(self.p.instructions[o].shape)
-        return total
+        """The result written and each distinct operand read once."""
+        return nbytes(ins.shape) + sum(nbytes(self.p.instructions[o].shape)
+                                       for o in dict.fromkeys(ins.operand_ids))
 
     def group(self, ins, base: str) -> tuple[int | None, str]:
         """GPUs taking part in one group of a collective, and where the count comes from: the

@@ -51,9 +51,7 @@ FAMILY_TOP_INSTRUCTIONS = 5  # instructions named per family in families.csv
 
 def cause_family(name: str, family: str) -> str | None:
     """The family a kernel counts under in families.csv (None: an ordinary compute kernel)."""
-    if family == "split-K reduction":
-        return family
-    if family in ("memcpy", "memset"):
+    if family in ("split-K reduction", "memcpy", "memset"):
         return family
     if family == "NCCL/RCCL collective":
         m = COLLECTIVE_KIND_RE.search(name)
@@ -140,9 +138,7 @@ def kernel_name_rows(totals: dict, xla_names: set,
     total = sum(ps for _, ps in totals.values())
     by: dict[str, list] = {}
     for (_, _, name, dev, *_), (n, ps) in totals.items():
-        e = by.get(name)
-        if e is None:
-            e = by[name] = [0, 0, set()]
+        e = by.setdefault(name, [0, 0, set()])
         e[0] += n
         e[1] += ps
         e[2].add(dev)
