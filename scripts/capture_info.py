@@ -32,12 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bootstrap; sibling.py: the platform
 import sibling  # noqa: F401
-from jaxperf.analyses.capture_info import (  # the analysis
-    RESULT_FILE,
-    render,
-    run,
-    write_json,
-)
+from jaxperf.analyses.capture_info import RESULT_FILE, render, run, write_json  # the analysis
 from tracekit import capture_inputs, step_cli
 
 

@@ -41,12 +41,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bootstrap; sibling.py: the platform
 import sibling  # noqa: F401
-from jaxperf.analyses.changes import (  # the analysis
-    LABEL,
-    check_capture,
-    run,
-    summary_lines,
-)
+from jaxperf.analyses.changes import LABEL, check_capture, run, summary_lines  # the analysis
 from tracekit import step_cli
 
 STEP = step_cli.Step("changes", __doc__, __file__, reads="scratch", capture_check=True,

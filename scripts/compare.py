@@ -49,10 +49,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bootstrap; sibling.py: the platform
 import sibling  # noqa: F401
-from jaxperf.analyses.compare import (  # the analysis
-    compare_sides,
-    kind,
-)
+from jaxperf.analyses.compare import compare_sides, kind  # the analysis
 from tracekit import step_cli
 
 # ---------------------------------------------------------------- the step

@@ -52,9 +52,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bootstrap; sibling.py: the platform
 import sibling  # noqa: F401
-from jaxperf.analyses.reconcile import (  # the analysis
-    run,
-)
+from jaxperf.analyses.reconcile import run  # the analysis
 from tracekit import step_cli
 from tracekit import trace_rules as rules
 

@@ -29,11 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bootstrap; sibling.py: the platform
 import sibling  # noqa: F401
-from jaxperf.analyses.report_draft import (  # the analysis
-    DRAFT,
-    KNOWN_TABLES,
-    draft,
-)
+from jaxperf.analyses.report_draft import DRAFT, KNOWN_TABLES, draft  # the analysis
 from tracekit import step_cli  # the command line, errors, exit codes
 from tracekit import trace_rules as rules
 from tracekit.scratch import Scratch  # the scratch folder, read once

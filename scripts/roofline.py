@@ -38,9 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bootstrap; sibling.py: the platform
 import sibling  # noqa: F401
-from jaxperf.analyses.roofline import (  # the analysis
-    run,
-)
+from jaxperf.analyses.roofline import run  # the analysis
 from tracekit import step_cli
 
 # ---------------------------------------------------------------- main

@@ -42,9 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bootstrap; sibling.py: the platform
 import sibling  # noqa: F401
-from jaxperf.analyses.swimlanes import (  # the analysis
-    run,
-)
+from jaxperf.analyses.swimlanes import run  # the analysis
 from tracekit import step_cli
 from tracekit import trace_rules as rules  # the classification rules
 

@@ -373,9 +373,7 @@ def gpu_groups(work: dict) -> list[dict]:
     only inside a group: GPUs that run other programs do other work."""
     per: dict[int, dict] = {}
     for (d, _), w in work.items():
-        g = per.get(d)
-        if g is None:
-            g = per[d] = {"modules": set(), "ps": 0, "events": 0, "copies": 0, "memcpy": 0}
+        g = per.setdefault(d, {"modules": set(), "ps": 0, "events": 0, "copies": 0, "memcpy": 0})
         g["modules"] |= w["modules"]
         for k in ("ps", "events", "copies", "memcpy"):
             g[k] += w[k]

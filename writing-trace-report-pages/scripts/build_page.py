@@ -701,12 +701,10 @@ def header_facts(scratch: Path, report: Path) -> list[tuple[str, str]]:
 def shown_in_report(text: str, spec: pt.Spec) -> bool:
     """Whether a Markdown table of the report already cites this file (and the spec's row
     filter): the page then does not repeat it below."""
-    for line in text.split("\n"):
-        if line.lstrip().startswith("|") and re.search(
-                r";\s*" + re.escape(spec.file) + r"\s*:", line):
-            if spec.where is None or f"{spec.where[0]}={spec.where[1]}" in line:
-                return True
-    return False
+    return any(line.lstrip().startswith("|")
+               and re.search(r";\s*" + re.escape(spec.file) + r"\s*:", line)
+               and (spec.where is None or f"{spec.where[0]}={spec.where[1]}" in line)
+               for line in text.split("\n"))
 
 
 PAGE_TABLE_RE = re.compile(r"<table[\s>]")

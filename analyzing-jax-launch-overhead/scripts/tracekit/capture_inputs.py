@@ -52,16 +52,12 @@ class Capture:
 
     @property
     def trace(self):
-        t = self.cache.get("trace")
-        if t is None:
-            from tracekit import trace_reader
-            if self.files.trace is None:
-                raise CaptureError(f"no <host>.trace.json.gz for host {self.files.host} in "
-                                   f"{self.files.run_dir}; jax.profiler writes it beside the "
-                                   "xplane.pb")
-            t = self.cache["trace"] = trace_reader.load_trace(self.files.trace)
-            self.loads["trace"] = self.loads.get("trace", 0) + 1
-        return t
+        from tracekit import trace_reader
+        if "trace" not in self.cache and self.files.trace is None:
+            raise CaptureError(f"no <host>.trace.json.gz for host {self.files.host} in "
+                               f"{self.files.run_dir}; jax.profiler writes it beside the "
+                               "xplane.pb")
+        return self.cached("trace", lambda: trace_reader.load_trace(self.files.trace))
 
     def cached(self, key: str, load):
         """The value cached under `key`, computed once by `load()`."""
@@ -108,16 +104,12 @@ def _hosts_in(run_dir: Path) -> dict[str, dict[str, Path]]:
     return hosts
 
 
-def _run_sort_key(run: Path) -> tuple:
-    return (0, run.name) if RUN_NAME_RE.match(run.name) else (1, run.name)
-
-
 def _runs_under(folder: Path) -> list[Path]:
     for base in (folder / "plugins" / "profile", folder):
         if base.is_dir():
             runs = [d for d in _listing(base) if d.is_dir() and _hosts_in(d)]
             if runs:
-                return sorted(runs, key=_run_sort_key)
+                return sorted(runs, key=lambda r: (0 if RUN_NAME_RE.match(r.name) else 1, r.name))
     return []
 
 

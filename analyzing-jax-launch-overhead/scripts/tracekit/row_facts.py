@@ -45,12 +45,8 @@ class RowFacts:
 
     def rocm_memcpys(self, amd_devices: set) -> tuple[int, float]:
         """How many of the hipMemcpy*-launched memcpys ran on the AMD GPUs, and their us."""
-        n, us = 0, 0.0
-        for device, dur in self.hip_memcpys:
-            if device in amd_devices:
-                n += 1
-                us += dur
-        return n, us
+        mine = [dur for device, dur in self.hip_memcpys if device in amd_devices]
+        return len(mine), sum(mine, 0.0)
 
     def to_json(self) -> dict:
         return asdict(self)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import bisect
 import re
 import statistics
+from collections import Counter
 
 TPU_PROCESS_RE = re.compile(r"^/device:TPU:(\d+)$")
 OP_LINES = frozenset({"XLA Ops"})
@@ -146,9 +147,7 @@ def steps_line_notes(device_steps: list, runs: list, annotated: int) -> tuple[li
     a step holds several runs counts programs, not steps."""
     if not device_steps:
         return [], False
-    per_dev: dict = {}
-    for d, *_ in device_steps:
-        per_dev[d] = per_dev.get(d, 0) + 1
+    per_dev = Counter(d for d, *_ in device_steps)
     d0 = min(per_dev)
     n_steps = per_dev[d0]
     n_runs = sum(1 for r in runs if r[0] == d0)

@@ -744,10 +744,8 @@ class Context:
         and the median step waits so at least MIN_SAVING_US."""
         between = [min(self.steps[n][self.frames[n].bound].between_programs or 0.0,
                        self.paths[n].host_late) for n in self.chosen]
-        if max(self.executions, default=0) >= DISPATCH_MIN_EXECUTIONS and \
-                between[self.at] >= MIN_SAVING_US:
-            return between
-        return None
+        return between if max(self.executions, default=0) >= DISPATCH_MIN_EXECUTIONS and \
+            between[self.at] >= MIN_SAVING_US else None
 
     @cached_property
     def straggler_work(self) -> dict:

@@ -51,12 +51,10 @@ def describe(space) -> dict | None:
     stats = next((p.stats for p in planes if p.stats.get("device_type_string")), planes[0].stats)
     model = str(stats.get("device_type_string") or "") or None
     m = GENERATION_RE.search(model or "")
-    peaks = {}
-    for stat, name, unit, factor in PEAK_STATS:
-        v = stats.get(stat)
-        if isinstance(v, int | float) and v > 0:
-            peaks[name] = {"value": float(v) * factor, "unit": unit, "label": "read",
-                           "source": f"{planes[0].name} stat {stat}"}
+    peaks = {name: {"value": float(v) * factor, "unit": unit, "label": "read",
+                    "source": f"{planes[0].name} stat {stat}"}
+             for stat, name, unit, factor in PEAK_STATS
+             if isinstance(v := stats.get(stat), int | float) and v > 0}
     meta = space.plane("/host:metadata")
     ms = meta.stats if meta is not None else {}
     runtime = str(ms.get("tpu_version") or "")
