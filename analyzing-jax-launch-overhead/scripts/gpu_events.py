@@ -377,9 +377,8 @@ def device_step_line(c: Collected, annotated: int, joins: dict | None) -> tuple[
     runs = [r[:4] for r in c.runs if not r[4]]
     line = [r[:4] for r in c.runs if r[4]]
     notes, counts = tpu.steps_line_notes(line, runs, annotated)
-    if not (counts and not annotated and joins is not None):
-        return notes, []
-    return notes, tpu.steps_from_line(line, joins["runs_of"])
+    return notes, tpu.steps_from_line(line, joins["runs_of"]) \
+        if counts and not annotated and joins is not None else []
 
 
 def launch_threads_to_exec(sample, host_threads, unordered=()) -> dict:

@@ -441,8 +441,7 @@ def step_frames(a: Analysis, step_rows, info) -> dict:
     # those followed by another step where any are: the steps step 6 uses (a period, the idle
     # between steps), so that steps 3 and 6 speak of one median step
     followed = [f for f in pool if f["next_start_us"] is not None]
-    median = None
-    why = ""
+    median, why = None, ""
     if pool:
         ranked = sorted(followed or pool, key=lambda f: (f["dur_us"], f["step"]))
         median = ranked[(len(ranked) - 1) // 2]["step"]

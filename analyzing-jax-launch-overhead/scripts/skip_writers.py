@@ -231,10 +231,9 @@ def steps_lines(r: dict) -> list[str]:
             out.append(f"  the Python call that encloses a step's dispatches: "
                        f"{dp['enclosing_call']} (in {dp['enclosing_call_steps']} of "
                        f"{dp['steps']} steps)")
-    for g in r.get("gpu_groups") or []:
-        if len(r["gpu_groups"]) > 1:
-            out.append(f"  GPU group{' (compared)' if g['compared'] else ''}: {g['sentence']}")
-    return out
+    groups = r.get("gpu_groups") or []
+    return out + [f"  GPU group{' (compared)' if g['compared'] else ''}: {g['sentence']}"
+                  for g in groups if len(groups) > 1]
 
 
 def joins_lines(r: dict) -> list[str]:

@@ -185,9 +185,7 @@ def normalize_kernel_name(name: str) -> str:
 
 
 def _normalize(name: str) -> str:
-    n = VENDOR_SUFFIX_RE.sub("", name)
-    if n.startswith("void "):
-        n = n[5:]
+    n = VENDOR_SUFFIX_RE.sub("", name).removeprefix("void ")
     for sep in ("(", "<"):
         i = n.find(sep)
         if i > 0:
