@@ -458,10 +458,59 @@ def step_cycle(execs: list, names: list, host_threads=None) -> tuple[list, str] 
                          "extras: " + ("a Python-traced call runs it whole" if by_call else
                                        "the host pauses longest once per turn of it"))
                 p, pattern = full
+    grown = python_turns(tree, execs, pattern)
+    if grown is not None:
+        return grown
     cycle, why = python_phase(tree, execs, pattern) or cycle_phase(execs, pattern)
     if chose:
         why = f"{chose}; {why}"
     return cycle, why
+
+
+# A Python-traced call is a step of several turns of the cycle (a Python loop over layers, each a
+# jitted call) only where it repeats at least this often and its calls hold nearly every
+# execution (TURNS_COVER of them)
+TURNS_MIN_CALLS = 3
+TURNS_COVER = 0.9
+
+
+def python_turns(tree, execs: list, pattern: list) -> tuple[list, str] | None:
+    """The step as several turns of the cycle: a Python-traced call (one name, at least
+    TURNS_MIN_CALLS calls, holding TURNS_COVER of the executions) each of whose calls runs the
+    same k > 1 whole turns (a Python loop calling a jitted layer function 48 times between two
+    blocks: the 48 calls are the user's step, not each one), the innermost such call; None where
+    a traced call runs exactly one turn each time (the step is a turn) or none runs several."""
+    tree = CallTree.of(tree)
+    if not tree or not execs:
+        return None
+    p, starts, names = len(pattern), [x.start for x in execs], [x.module for x in execs]
+    best = None
+    for _, calls, _, _ in tree.threads:
+        per: dict[str, list] = {}
+        for h in calls:
+            lo = bisect.bisect_left(starts, h["start"])
+            hi = bisect.bisect_left(starts, h["start"] + h["dur"])
+            if hi > lo:
+                per.setdefault(h["name"], []).append((h["dur"], lo, hi))
+        for name, held in per.items():
+            sizes = {hi - lo for _, lo, hi in held}
+            if len(held) < TURNS_MIN_CALLS or len(sizes) != 1:
+                continue
+            n = sizes.pop()
+            if n == p:
+                return None  # a call a turn: the turn is the step
+            if n % p or sum(hi - lo for _, lo, hi in held) < TURNS_COVER * len(execs):
+                continue
+            rank = (statistics.median(d for d, _, _ in held), name)
+            if best is None or rank < best[0]:
+                best = (rank, name, held, n)
+    if best is None:
+        return None
+    _, name, held, n = best
+    lo, hi = held[0][1], held[0][2]
+    return names[lo:hi], (f"a step is one call of {name}: each of its {len(held)} calls runs "
+                          f"{n // p} turns of the cycle ({n} executions), a Python loop the "
+                          "user's step holds")
 
 
 def cycle_groups(names: list, cycle: list) -> tuple[list, list]:
