@@ -173,9 +173,9 @@ def test_a_real_scheduler_passes_the_handshake_probe():
 
 def test_terminated_on_a_local_cluster_leaves_no_process_running(hosts_run, tmp_path):
     """investigate.py --scheduler local, SIGTERM to it alone while the hosts' passes run as
-    tasks: it exits 143 and no host's pass or step outlives it (closing the LocalCluster, on
-    the way out, ends its workers and the passes their tasks started: distributed's doing, not
-    a group the command ends itself; under load this has once been seen to lag the exit)."""
+    tasks: it exits 143 and no host's pass or step outlives it (on the way out the command
+    ends each pass's process group itself, by the id its task left beside the log, and waits
+    for it, before it closes the LocalCluster; no `.pid` file is left)."""
     from test_per_host import _running_for, _terminated_midway
     out = tmp_path / "out"
     rc = _terminated_midway([sys.executable, "-P", str(ROOT_SCRIPTS / "investigate.py"),
@@ -183,3 +183,4 @@ def test_terminated_on_a_local_cluster_leaves_no_process_running(hosts_run, tmp_
                              "local"], out)
     assert rc == 143
     assert not _running_for(out)
+    assert not list(out.glob("**/logs/*.pid"))

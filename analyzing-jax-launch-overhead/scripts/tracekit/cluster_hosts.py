@@ -91,13 +91,65 @@ def _probe(scheduler: str) -> None:
 
 
 def run_host(cmd: list[str], log: str) -> dict:
-    """One host's pass, as a task on a worker: the command, its output to the host's log."""
+    """One host's pass, as a task on a worker: the command, its output to the host's log, in a
+    process group of its own whose id waits beside the log while it runs (`<log>.pid`: on a
+    LocalCluster the command ends the group itself on its way out, `end_passes`)."""
     start = time.monotonic()
+    pid_file = Path(log).with_suffix(".pid")
     with open(log, "w", encoding="utf-8") as fh:
         fh.write("$ " + " ".join(cmd) + "\n")
         fh.flush()
-        p = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    return {"rc": p.returncode, "seconds": time.monotonic() - start}
+        p = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                             start_new_session=True)
+        try:
+            pid_file.write_text(str(p.pid))
+            rc = p.wait()
+        finally:
+            pid_file.unlink(missing_ok=True)
+    return {"rc": rc, "seconds": time.monotonic() - start}
+
+
+# How long the command waits for a host's pass it ended (SIGTERM) before it kills its group
+END_WAIT_S = 30.0
+
+
+def end_passes(out: Path, logs: list[Path]) -> None:
+    """On a LocalCluster, on the way out: each host's pass still running (its `.pid` beside
+    its log, a process whose command line names `out`) gets SIGTERM (it ends its own steps),
+    then SIGKILL for its group where it outlives END_WAIT_S; returns once each has ended."""
+    import os
+    import signal
+    groups = []
+    for log in logs:
+        try:
+            pid = int(log.with_suffix(".pid").read_text())
+            mine = str(out).encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+        except (OSError, ValueError):
+            continue
+        if mine and pid > 1:
+            try:
+                os.killpg(pid, signal.SIGTERM)
+                groups.append(pid)
+            except OSError:
+                pass
+    deadline = time.monotonic() + END_WAIT_S
+    for pid in groups:
+        while _running(pid):
+            if time.monotonic() > deadline:
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+                break
+            time.sleep(0.05)
+
+
+def _running(pid: int) -> bool:
+    """Whether a process runs (not ended, not a zombie waiting for its reaper)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _client(scheduler: str, n_jobs: int):
@@ -162,6 +214,9 @@ def run_all(prog: str, stem: str, todo: list, out: Path, n_jobs: int, scheduler:
         say(f"{prog}: interrupted; the hosts that finished are in their folders")
         return None
     finally:
+        if cluster is not None:  # the passes on this machine end before their workers
+            end_passes(Path(out), [Path(out) / folder / "logs" / f"{stem}.txt"
+                                   for _, folder, _ in todo])
         client.close()
         if cluster is not None:
             cluster.close()
