@@ -555,6 +555,17 @@ def test_the_fuzzer_finds_no_traceback_hang_or_leftover(tmp_path):
     assert set(report.by_script) == set(SCRIPTS)
 
 
+
+@pytest.mark.parametrize("mutant", [26, 1475])
+def test_xprof_on_a_flipped_tpu_xplane_leaves_no_file_that_is_not_json(tmp_path, mutant):
+    """Mutants of a real TPU capture (probe named_steps, campaign seed 53, XProf on) whose
+    flipped bits XProf's hlo_stats turns into no JSON: step 4 keeps no such file for step 5
+    (it had written the empty answer as attribution/xplane/hlo_stats.json) and says why."""
+    run = next((REPO / "tests" / "data" / "tpu-probes" / "named_steps").glob("plugins/profile/*"))
+    report = fz.campaign(1, "53", seeds=[fz.load_seed(run, run.name)], work=tmp_path,
+                         opts=fz.Options(timeout=120, memory_mib=1024), start=mutant)
+    assert report.failed == 0, "\n".join(report.render())
+
 def test_a_closed_output_pipe_is_not_a_traceback(tmp_path):
     """`script ... | head -c 1`: the reader leaves before the script has printed; the files are
     written, the script says nothing more and exits 141 (as for SIGPIPE), no traceback. The

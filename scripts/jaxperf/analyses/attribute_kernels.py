@@ -433,11 +433,13 @@ def xprof_coverage(pending, copy: Path) -> tuple[float | None, float, str]:
     except xprof_figures.XProfError as exc:  # reported, not fatal
         return None, time.perf_counter() - t, f"XProf's hlo_stats failed: {exc}"
     seconds = time.perf_counter() - t
-    # kept beside the copy for the roofline step, which would otherwise convert it again
-    (copy.parent / XPROF_HLO_STATS).write_text(data if isinstance(data, str) else "",
-                                               encoding="utf-8", errors="replace")
     try:
-        table = json.loads(data)
+        table = json.loads(data if isinstance(data, str) else "")
+    except ValueError as exc:  # XProf read a corrupt xplane into no JSON: nothing kept
+        return None, seconds, f"XProf's hlo_stats is not JSON: {exc}"
+    # kept beside the copy for the roofline step, which would otherwise convert it again
+    (copy.parent / XPROF_HLO_STATS).write_text(data, encoding="utf-8", errors="replace")
+    try:
         cols = [c["id"] for c in table["cols"]]
         i = cols.index("total_self_time")
         total = sum(float(r["c"][i]["v"] or 0) for r in table["rows"])
