@@ -698,15 +698,16 @@ def test_a_python_loop_of_jitted_layer_calls_is_one_step_per_call_of_the_loop():
     """A Python function calling one jitted layer 6 times, called 5 times with a block after
     each (the probe python_loop_layers: 48 layers, 16 calls, jitting the whole stack measured
     9.24x): a step is one call of the function, 6 executions, not each execution; where a
-    traced call holds each execution alone (the user's own step function), the execution stays
-    the step, however many of them an outer call holds."""
+    traced call holds each execution alone (the user's own step function), or the host waits on
+    a result between them (a loop of train steps each reading its loss: an epoch function), the
+    execution stays the step, however many of them an outer call holds."""
     import step_framing
 
     def call(name, s, e):
         return {"name": name, "start": s * 1_000_000, "dur": (e - s) * 1_000_000,
                 "thread": ("h", 1), "args": {}}
 
-    def loop(per_call: bool):
+    def loop(per_call: bool, sync: bool = False):
         events, t = [], 10
         for _ in range(5):
             events.append(call("$model.py:12 stack", t, t + 700))
@@ -715,6 +716,9 @@ def test_a_python_loop_of_jitted_layer_calls_is_one_step_per_call_of_the_loop():
                 if per_call:
                     events.append(call("$model.py:5 layer_step", t + 15 + 100 * j,
                                        t + 65 + 100 * j))
+                if sync:  # each execution's result read before the next: each is a step
+                    events.append(call("$array.py:300 __float__", t + 62 + 100 * j,
+                                       t + 90 + 100 * j))
             t += 1000
         return {("h", 1): events}, t * 1_000_000
 
@@ -726,10 +730,11 @@ def test_a_python_loop_of_jitted_layer_calls_is_one_step_per_call_of_the_loop():
     assert source.startswith("the repeating cycle of 6 program executions (layer x6)")
     assert "a step is one call of $model.py:12 stack: each of its 5 calls runs 6 turns" in \
         notes[0]
-    host, end = loop(True)
-    steps, source = step_framing.cycle_steps(step_framing.program_executions(host), end, [],
-                                             host)
-    assert len(steps) == 30 and source.startswith("executions of layer")
+    for per_call, sync in ((True, False), (False, True)):
+        host, end = loop(per_call, sync)
+        steps, source = step_framing.cycle_steps(step_framing.program_executions(host), end,
+                                                 [], host)
+        assert len(steps) == 30 and source.startswith("executions of layer")
 
 
 @pytest.mark.parametrize("cut", [1, 3, 5])

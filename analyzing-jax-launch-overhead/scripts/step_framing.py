@@ -477,13 +477,22 @@ TURNS_COVER = 0.9
 def python_turns(tree, execs: list, pattern: list) -> tuple[list, str] | None:
     """The step as several turns of the cycle: a Python-traced call (one name, at least
     TURNS_MIN_CALLS calls, holding TURNS_COVER of the executions) each of whose calls runs the
-    same k > 1 whole turns (a Python loop calling a jitted layer function 48 times between two
-    blocks: the 48 calls are the user's step, not each one), the innermost such call; None where
-    a traced call runs exactly one turn each time (the step is a turn) or none runs several."""
+    same k > 1 whole turns with no traced wait on a result between them (SYNC_RE: a Python loop
+    calling a jitted layer function 48 times between two blocks: the 48 calls are the user's
+    step, not each one; a loop of train steps that each read their loss is not), the innermost
+    such call; None where a traced call runs exactly one turn each time (the step is a turn) or
+    none runs several."""
+    from gap_causes import SYNC_RE
     tree = CallTree.of(tree)
     if not tree or not execs:
         return None
     p, starts, names = len(pattern), [x.start for x in execs], [x.module for x in execs]
+    syncs = sorted(h["start"] for _, calls, _, _ in tree.threads for h in calls
+                   if SYNC_RE.search(h["name"]))
+
+    def waits_inside(lo: int, hi: int) -> bool:  # a sync between the call's executions
+        i = bisect.bisect_right(syncs, starts[lo])
+        return i < len(syncs) and syncs[i] < starts[hi - 1]
     best = None
     for _, calls, _, _ in tree.threads:
         per: dict[str, list] = {}
@@ -499,7 +508,8 @@ def python_turns(tree, execs: list, pattern: list) -> tuple[list, str] | None:
             n = sizes.pop()
             if n == p:
                 return None  # a call a turn: the turn is the step
-            if n % p or sum(hi - lo for _, lo, hi in held) < TURNS_COVER * len(execs):
+            if n % p or sum(hi - lo for _, lo, hi in held) < TURNS_COVER * len(execs) or \
+                    any(waits_inside(lo, hi) for _, lo, hi in held):
                 continue
             rank = (statistics.median(d for d, _, _ in held), name)
             if best is None or rank < best[0]:
