@@ -826,7 +826,7 @@ class Run:
 
 def run_forked(mod, argv: list[str], log_dir: Path, timeout: float, memory_mib: int) -> tuple:
     """Run mod.main(argv) in a forked child; (rc or None, why, seconds, maxrss MiB, stdout,
-    stderr)."""
+    stderr, CPU seconds: the child's user and system time with the children it waited for)."""
     out_log, err_log = log_dir / "stdout.txt", log_dir / "stderr.txt"
     sys.stdout.flush()
     sys.stderr.flush()
@@ -887,7 +887,8 @@ def run_forked(mod, argv: list[str], log_dir: Path, timeout: float, memory_mib: 
             rc = os.WEXITSTATUS(status)
     out = out_log.read_text(errors="replace") if out_log.exists() else ""
     err = err_log.read_text(errors="replace") if err_log.exists() else ""
-    return rc, why, seconds, maxrss, out, err
+    cpu = rusage.ru_utime + rusage.ru_stime if rusage else seconds
+    return rc, why, seconds, maxrss, out, err, cpu
 
 
 def run_investigate(capture: Path, out: Path, timeout: float, no_xprof: bool) -> tuple:
@@ -1007,7 +1008,7 @@ def run_mutant(m: Mutant, work: Path, args) -> list[Run]:
             argv = [str(cap), "--out", str(target)]
             if args.no_xprof and name in ("attribute_kernels", "roofline"):
                 argv.append("--no-xprof")
-            rc, why, secs, rss, _, err = run_forked(module(name, path), argv, logs,
+            rc, why, secs, rss, _, err, _ = run_forked(module(name, path), argv, logs,
                                                     args.timeout, args.memory_mib)
         after = snapshot(target)
         outcome, detail = classify(rc, why, err, before, after, target, name)

@@ -354,7 +354,7 @@ SHAPES = {s.name: s for s in [
 @dataclass
 class Cost:
     n: int
-    seconds: float
+    seconds: float  # CPU (user + system), which other processes' load inflates less than wall
     rss_mib: float
     outcome: str
 
@@ -362,7 +362,7 @@ class Cost:
 def costs(shape: Shape, n: int, work: Path, timeout: float, repeats: int) -> Cost:
     """The shape made once at size n, then run `repeats` times, each a forked child (a script's
     main(argv) into a fresh scratch folder, or the in-process callable) under `timeout`: the
-    fastest run, or the first that failed."""
+    fastest run (its CPU seconds), or the first that failed."""
     import fuzz_inputs as fz
     folder = work / f"{shape.name}-{n}"
     made = shape.make(n, folder)
@@ -376,10 +376,10 @@ def costs(shape: Shape, n: int, work: Path, timeout: float, repeats: int) -> Cos
         logs.mkdir(parents=True)
         argv = [] if shape.script is None else made if shape.script.name in (
             "factcheck.py", "build_page.py") else made + ["--out", str(folder / f"out-{r}")]
-        rc, why, seconds, rss_mib, _, err = fz.run_forked(mod, argv, logs, timeout=timeout,
-                                                          memory_mib=8192)
+        rc, why, _, rss_mib, _, err, cpu = fz.run_forked(mod, argv, logs, timeout=timeout,
+                                                         memory_mib=8192)
         outcome = why or ("ok" if rc in (0, 4) else f"exit {rc}: {err.strip()[-300:]}")
-        c = Cost(n, seconds, rss_mib, outcome)
+        c = Cost(n, cpu, rss_mib, outcome)
         if outcome != "ok":
             return c
         if best is None or c.seconds < best.seconds:

@@ -291,7 +291,7 @@ def test_each_bad_input_is_one_sentence_and_a_documented_exit(tmp_path, seed, ot
     said = {}
     for name, path, _ in fz.ENTRY:
         before = fz.snapshot(out)
-        rc, why, _, rss, _, err = fz.run_forked(fz.module(name, path),
+        rc, why, _, rss, _, err, _ = fz.run_forked(fz.module(name, path),
                                                 [str(capture), "--out", str(out)], logs,
                                                 timeout=120, memory_mib=1024)
         after = fz.snapshot(out)

@@ -114,8 +114,9 @@ def test_a_stack_frame_chain_of_200000_frames(tmp_path):
 @pytest.mark.parametrize("name", list(shapes.SHAPES))
 def test_each_shape_costs_twice_at_twice_the_size(tmp_path, name):
     """tests/shapes.py: each input shaped to be expensive (a count, a length, a depth, a width)
-    run at n/2 and n; the second costs under 3 times the first (quadratic would be 4 times), and
-    no run passes 60 s. Sizes are those at which the costs found were seconds to minutes: 20,000
-    kernels under one long host event took 45 s (11.5 s at 10,000)."""
+    run at n/2 and n; the second costs under 3 times the first (quadratic would be 4 times; a
+    cost is the run's CPU time, which the other test workers' load inflates less than the wall
+    clock), and no run passes 60 s. Sizes are those at which the costs found were seconds to
+    minutes: 20,000 kernels under one long host event took 45 s (11.5 s at 10,000)."""
     r = shapes.check(shapes.SHAPES[name], tmp_path, timeout=60)
     assert r["failure"] is None, r

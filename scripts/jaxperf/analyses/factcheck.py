@@ -1171,14 +1171,19 @@ def check_row_cells(scratch, no, line, line_start, cells, ctxs, rows):
 # SKILL.md's length for the sections before the appendix, citations and comments not counted
 WORDS_BEFORE_APPENDIX = 2000
 APPENDIX_RE = re.compile(r"^#{1,6}[ \t]+Appendix\b", re.M | re.I)
-COMMENT_RE = re.compile(r"<!--.*?-->", re.S)
 
 
 def words_before_appendix(text: str) -> int:
     """The words of the sections before the first heading named Appendix, without citations
-    and HTML comments (SKILL.md's count)."""
+    and HTML comments (SKILL.md's count; an unclosed comment runs to the end), in one pass."""
     m = APPENDIX_RE.search(text)
-    body = COMMENT_RE.sub(" ", text[:m.start()] if m else text)
+    text = text[:m.start()] if m else text
+    parts, at = [], 0
+    while (i := text.find("<!--", at)) >= 0:
+        parts.append(text[at:i])
+        j = text.find("-->", i + 4)
+        at = len(text) if j < 0 else j + 3
+    body = " ".join(parts + [text[at:]])
     for c in reversed(find_citations(body)):
         body = body[:c.start] + " " + body[c.end:]
     return len(body.split())
