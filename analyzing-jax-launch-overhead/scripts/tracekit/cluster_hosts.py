@@ -20,6 +20,9 @@ option is refused with the install line (exit 3). Without `--scheduler` nothing 
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -117,31 +120,21 @@ def end_passes(out: Path, logs: list[Path]) -> None:
     """On a LocalCluster, on the way out: each host's pass still running (its `.pid` beside
     its log, a process whose command line names `out`) gets SIGTERM (it ends its own steps),
     then SIGKILL for its group where it outlives END_WAIT_S; returns once each has ended."""
-    import os
-    import signal
     groups = []
     for log in logs:
         try:
             pid = int(log.with_suffix(".pid").read_text())
-            mine = str(out).encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
-        except (OSError, ValueError):
-            continue
-        if mine and pid > 1:
-            try:
+            if pid > 1 and str(out).encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
                 os.killpg(pid, signal.SIGTERM)
                 groups.append(pid)
-            except OSError:
-                pass
+        except (OSError, ValueError):
+            continue
     deadline = time.monotonic() + END_WAIT_S
-    for pid in groups:
-        while _running(pid):
-            if time.monotonic() > deadline:
-                try:
-                    os.killpg(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-                break
-            time.sleep(0.05)
+    while any(map(_running, groups)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for pid in filter(_running, groups):
+        with contextlib.suppress(OSError):
+            os.killpg(pid, signal.SIGKILL)
 
 
 def _running(pid: int) -> bool:

@@ -315,10 +315,9 @@ class Program:
         operands that are the same whole arrays every iteration (state the loop passes through,
         read other than by a slice at the counter): read once when the loop is vectorised."""
         w = self.by_name.get(self.independent_loop(ins))
-        state = self._loop_state(w) if w is not None else None
-        if state is None or self.computation_of.get(ins.id) != w.called_computation_ids[0]:
+        if w is None or self.computation_of.get(ins.id) != w.called_computation_ids[0]:
             return 0
-        element, counters, _, through = state
+        element, counters, _, through = self._loop_state(w)
         return sum(xprotos_nbytes(self.instructions[x].shape)
                    for k, x in enumerate(ins.operand_ids)
                    if element(self.instructions[x]) in through
@@ -359,11 +358,9 @@ class Program:
         the body reads nowhere else but at the counter: no value flows from one iteration into
         the next. None where not; else (element: an instruction -> the state element it reads,
         counters, written elements, passed-through elements). Memoized."""
-        memo = self._states.get(w.id, False) if w is not None else None
-        if memo is not False:
-            return memo
-        self._states[w.id] = state = self._find_state(w)
-        return state
+        if w.id not in self._states:
+            self._states[w.id] = self._find_state(w)
+        return self._states[w.id]
 
     def _find_state(self, w):
         body = self.computations.get(w.called_computation_ids[0]) \
