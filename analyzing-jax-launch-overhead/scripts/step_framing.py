@@ -354,6 +354,19 @@ class CallTree:
         return best
 
 
+def calls_holding(tree: CallTree, starts: list):
+    """Per thread, each Python-traced call name with its calls that hold executions: (name,
+    [(duration, lo, hi)]), the executions starting inside a call being starts[lo:hi]."""
+    for _, calls, _, _ in tree.threads:
+        per: dict[str, list] = {}
+        for h in calls:
+            lo = bisect.bisect_left(starts, h["start"])
+            hi = bisect.bisect_left(starts, h["start"] + h["dur"], lo)
+            if hi > lo:
+                per.setdefault(h["name"], []).append((h["dur"], lo, hi))
+        yield from per.items()
+
+
 def python_phase(tree, execs: list, pattern: list) -> tuple[list, str] | None:
     """The rotation of the cycle that a Python-traced call runs whole: a traced call (one name,
     at least PERIOD_MIN_CYCLES calls) inside each of which exactly one cycle's executions begin,
@@ -369,22 +382,15 @@ def python_phase(tree, execs: list, pattern: list) -> tuple[list, str] | None:
     span = min((execs[i + p - 1].start - execs[i].start for i in range(len(execs) - p + 1)),
                default=0)
     best = None
-    for _, calls, _, _ in tree.threads:
-        per: dict[str, list] = {}
-        for h in calls:
-            if h["dur"] < span:
-                continue
-            lo = bisect.bisect_left(starts, h["start"])
-            hi = bisect.bisect_left(starts, h["start"] + h["dur"])
-            if hi - lo == p and tuple(names[lo:hi]) in rotations:
-                per.setdefault(h["name"], []).append((h["dur"], tuple(names[lo:hi])))
-        for name, calls in per.items():
-            if len(calls) < PERIOD_MIN_CYCLES:
-                continue
-            rot = max(set(c[1] for c in calls), key=[c[1] for c in calls].count)
-            rank = (statistics.median(c[0] for c in calls), name)
-            if best is None or rank < best[0]:
-                best = (rank, name, rot, len(calls))
+    for name, held in calls_holding(tree, starts):
+        calls = [(d, tuple(names[lo:hi])) for d, lo, hi in held
+                 if d >= span and hi - lo == p and tuple(names[lo:hi]) in rotations]
+        if len(calls) < PERIOD_MIN_CYCLES:
+            continue
+        rot = max(set(c[1] for c in calls), key=[c[1] for c in calls].count)
+        rank = (statistics.median(c[0] for c in calls), name)
+        if best is None or rank < best[0]:
+            best = (rank, name, rot, len(calls))
     if best is None:
         return None
     _, name, rot, n = best
@@ -494,26 +500,19 @@ def python_turns(tree, execs: list, pattern: list) -> tuple[list, str] | None:
         i = bisect.bisect_right(syncs, starts[lo])
         return i < len(syncs) and syncs[i] < starts[hi - 1]
     best = None
-    for _, calls, _, _ in tree.threads:
-        per: dict[str, list] = {}
-        for h in calls:
-            lo = bisect.bisect_left(starts, h["start"])
-            hi = bisect.bisect_left(starts, h["start"] + h["dur"])
-            if hi > lo:
-                per.setdefault(h["name"], []).append((h["dur"], lo, hi))
-        for name, held in per.items():
-            sizes = {hi - lo for _, lo, hi in held}
-            if len(held) < TURNS_MIN_CALLS or len(sizes) != 1:
-                continue
-            n = sizes.pop()
-            if n == p:
-                return None  # a call a turn: the turn is the step
-            if n % p or sum(hi - lo for _, lo, hi in held) < TURNS_COVER * len(execs) or \
-                    any(waits_inside(lo, hi) for _, lo, hi in held):
-                continue
-            rank = (statistics.median(d for d, _, _ in held), name)
-            if best is None or rank < best[0]:
-                best = (rank, name, held, n)
+    for name, held in calls_holding(tree, starts):
+        sizes = {hi - lo for _, lo, hi in held}
+        if len(held) < TURNS_MIN_CALLS or len(sizes) != 1:
+            continue
+        n = sizes.pop()
+        if n == p:
+            return None  # a call a turn: the turn is the step
+        if n % p or sum(hi - lo for _, lo, hi in held) < TURNS_COVER * len(execs) or \
+                any(waits_inside(lo, hi) for _, lo, hi in held):
+            continue
+        rank = (statistics.median(d for d, _, _ in held), name)
+        if best is None or rank < best[0]:
+            best = (rank, name, held, n)
     if best is None:
         return None
     _, name, held, n = best
