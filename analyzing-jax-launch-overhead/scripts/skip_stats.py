@@ -117,7 +117,7 @@ def analyse(trace, release: bool = False) -> tuple[Analysis, dict]:
     a = Analysis(gpu, steps, source, analysed, refusals=refusals, notes=notes, joins=joins,
                  exec_of=exec_of, host_threads=host_threads, python_tracer_on=scan["tracer"],
                  call_tree=tree,
-                 gap_events=GapIndex(host_threads, c.marked, dispatch_is_work=bool(tpu_joins)),
+                 gap_events=GapIndex(host_threads, c.marked, bool(tpu_joins), c.unordered),
                  thread_names=trace.threads,
                  trace_totals=(c.per_stream, c.facts), tpu_joins=tpu_joins,
                  host_copies=host_copies(c, host_threads, tpu_joins))
