@@ -19,7 +19,7 @@ BRIEF_ROWS = 3  # instructions, lines and changes said in brief
 
 MAIN_ROWS = 5  # rows of a long table in its section; all of them in the appendix
 
-MAIN_CHANGES = 3  # changes in section 5 with their assumptions; every change in the appendix
+MAIN_CHANGES = 3  # changes in section 5; every change, with its assumptions, in the appendix
 
 RECONCILE_ROWS = 20  # failed checks listed; the rest are named by their file, not counted
 
@@ -460,7 +460,6 @@ def ops_section(s: Scratch) -> list[str]:
         out += refused_lines(refusals["ops"], OPS, "Instructions", program)
     elif ops:
         out += ops_table(s, ops)
-    out += phases_part(s)
     lines = (s.rows(LINES) or [])[:MAIN_ROWS]
     if lines and refusals["lines"]:
         if refusals["lines"] != refusals["ops"]:
@@ -469,7 +468,8 @@ def ops_section(s: Scratch) -> list[str]:
             out += ["", "Python lines: not ranked either (the same refusal)."]
     elif lines:
         out += lines_table(lines)
-    out += ["", "The match classes, and more instructions and lines: the appendix."]
+    out += ["", "The match classes, the time of each phase (forward, backward, outside), and more "
+            "instructions and lines: the appendix."]
     out += roofline_part(s)
     if refusals["ops"] or refusals["lines"]:
         return out + asked("say what the refusal above leaves unanswered (which instructions and "
@@ -568,6 +568,8 @@ def appendix(s: Scratch) -> list[str]:
             f"| {r['match']} | {cell(r['kernels'], '', 'measured', HOW, 'kernels', k, 0)} | "
             f"{cell(r['pct_of_group'], '%', 'inferred', HOW, 'pct_of_group', k, 2)} |"
             for r in how for k in [f"program_id=all, match={r['match']}"]] + [""]
+    phases = phases_part(s)
+    out += ["### Phases of the program"] + phases + [""] if phases else []
     refusals = rank_refusals(s)
     ops = (s.rows(OPS) or [])[:TOP_ROWS]
     if len(ops) > MAIN_ROWS and not refusals["ops"]:  # more than section 4 shows, else nothing
@@ -581,7 +583,7 @@ def appendix(s: Scratch) -> list[str]:
     rule = (s.json("changes.json") or {}).get("combine_rule")
     if rule:
         out += [f"How they combine: {md_cell(rule)} (inferred; changes.json: combine_rule)", ""]
-    out += assumptions(changes, changes[:MAIN_CHANGES])
+    out += assumptions(changes)
     trust = s.rows("trust.csv") or []
     items = [r for r in trust if r["section"] == "trust" and r["detail"]]
     if items:
@@ -645,28 +647,23 @@ def changes_section(s: Scratch) -> list[str]:
     if changes is None:
         return [missing("changes.csv", "step 6 did not run"), ""]
     out = changes_table(changes[:MAIN_CHANGES], full=False)
-    if len(changes) > MAIN_CHANGES:
-        out += ["", "The other changes, and each with its saving at a rate this capture "
-                "reached and the step if it were gone: the appendix."]
-    out += assumptions(changes[:MAIN_CHANGES])
-    if cj.get("combine_rule"):
-        out += ["", "How the savings combine (never add them): the appendix."]
+    out += ["", "Each change's assumptions" + (", how the savings combine (never add them)"
+                                               if cj.get("combine_rule") else "")
+            + (", the other changes" if len(changes) > MAIN_CHANGES else "")
+            + ", and each with its saving at a rate this capture reached and the step if it "
+            "were gone: the appendix."]
     return out + asked("order the changes for the user and say which to test first, with the "
                        "knob as a hypothesis (changes.csv assumptions)")
 
 
-def assumptions(changes: list, shown: list = ()) -> list[str]:
-    """The assumptions once per kind of change, with the changes of that kind; the kinds of
-    `shown` (said in section 5) left out."""
-    said = {r["cause_kind"] for r in shown}
+def assumptions(changes: list) -> list[str]:
+    """The assumptions once per kind of change, with the changes of that kind."""
     kinds: dict = {}
     for r in changes:
-        if r["cause_kind"] not in said:
-            kinds.setdefault(r["cause_kind"], []).append(r)
+        kinds.setdefault(r["cause_kind"], []).append(r)
     if not kinds:
         return []
-    return ["Assumptions, once per kind of change" + (" (the other kinds)" if said else "")
-            + ":", ""] + [
+    return ["Assumptions, once per kind of change:", ""] + [
         f"- {kind} ({'change' if len(rs) == 1 else 'changes'} "
         f"{', '.join(r['rank'] for r in rs)}): {md_cell(rs[0]['assumptions'])} "
         f"(inferred; {CH}: assumptions, rank={rs[0]['rank']})" for kind, rs in kinds.items()] + [""]
