@@ -117,8 +117,10 @@ def test_an_eager_chain_queued_ahead_is_fused_on_jit(jobs):
     """Two jitted programs and an eager gradient norm (convert, square, reduce per leaf) a step,
     the host blocked in float(): the eager programs were dispatched long before the chip ran
     them, so the gaps before them are the chip's, not the host's (all compute exposed), and the
-    chain is a fused_on_jit row at its line. Jitting the norm measured 1.26x on the chip: the
-    row's saving is within what the after saved."""
+    chain is a fused_on_jit row at its line. Jitting the norm measured 1.23x on the chip: the
+    row's saving is within what that after saved. Reading the two floats once after the steps
+    measured 1.27x, the first change: change 1 is the idle between steps, and in that after
+    (device-bound) the chain's fusion is change 1."""
     case, out, truth = jobs["two_programs"]
     after = jobs["two_programs_jitted_norm"][2]
     changes = json.loads((out / "changes.json").read_text())
@@ -126,7 +128,15 @@ def test_an_eager_chain_queued_ahead_is_fused_on_jit(jobs):
     fused = [r for r in _rows(out / "changes.csv") if r["cause_kind"] == "fused_on_jit"]
     assert len(fused) == 1 and "tpu_probe.py:" in fused[0]["where"], fused
     saved_us = (truth["step_ms_unprofiled_median"] - after["step_ms_unprofiled_median"]) * 1e3
-    assert truth["after_speedup"] > 1.05 and 0 < float(fused[0]["saving_us"]) <= saved_us
+    assert truth["afters"]["two_programs_jitted_norm"] > 1.05
+    assert 0 < float(fused[0]["saving_us"]) <= saved_us
+    assert truth["after"] == "two_programs_no_sync" and truth["after_speedup"] > 1.05
+    first = _rows(out / "changes.csv")[0]
+    assert first["cause_kind"] == "idle_between_steps" and "every N steps" in first["knob"], first
+    _, no_sync, no_sync_truth = jobs["two_programs_no_sync"]
+    s1 = json.loads((no_sync / "skip_stats.json").read_text())
+    assert no_sync_truth["bound"] == "device" and s1["verdict"] == "device-bound", s1["rule"]
+    assert _rows(no_sync / "changes.csv")[0]["cause_kind"] == "fused_on_jit"
 
 
 def test_a_producer_slower_than_the_step_gains_nothing_from_prefetching(jobs):

@@ -501,3 +501,26 @@ def test_a_program_spanning_gpus_the_capture_missed_is_an_incomplete_capture(tmp
         (it,) = got
         assert it["count"] == str(missing) and "jit_forward_3d_conv" in it["item"]
         assert "not idle" in it["detail"] and "incomplete_capture" in trust.DEFECT_KINDS
+
+
+@pytest.mark.parametrize("case", ["gemm", "two_programs"])
+def test_steps_that_run_other_programs_of_one_module_name_are_not_the_same_work(
+        shared, tmp_path, case):
+    """A sweep over GEMM shapes (mi300x gemm: each turn another jit_dot) frames its turns from
+    the trace, where programs of one module name count together: step 4's program ids show
+    each step runs other programs, a trust item. Two jitted programs and an eager norm a step
+    (a TPU probe): every step runs the same programs, no item."""
+    capture = (shared / "tracelens-amd-rocm" / "mi300x-jax0.8-gemm" if case == "gemm"
+               else REPO / "tests" / "data" / "tpu-probes" / "two_programs")
+    out = tmp_path / "out"
+    for name, r in run_steps(capture, out):
+        assert r.returncode == 0, (name, r.stderr)
+    r = run_trust(out)
+    assert r.returncode == 0, r.stderr
+    items = [x for x in trust_rows(out) if x["kind"] == "steps_not_same_work"]
+    if case == "two_programs":
+        assert items == []
+        return
+    (it,) = items
+    assert it["count"] == "5" and "jit_dot: 5 program ids" in it["item"], it
+    assert "," not in it["item"]

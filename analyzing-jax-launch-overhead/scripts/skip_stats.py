@@ -146,6 +146,12 @@ def tpu_notes(j: dict, ops: int) -> list[str]:
     if j["no_run"]:
         notes.append(f"TPU: {j['no_run']:,} op runs lie outside every program run on their "
                      "device: no program and no dispatch for them")
+    if j["empty"]:
+        n = sum(j["empty"].values())
+        notes.append(f"TPU: {n:,} of the {j['runs']:,} program runs hold no op on the devices' "
+                     "op lines (" + ", ".join(f"{m} x{k}" for m, k in sorted(j["empty"].items()))
+                     + "): they count in the program cycle, not in a step's program executions "
+                     "(steps.csv executions)")
     if j["runs"] > j["runs_dispatched"]:
         notes.append(f"TPU: {j['runs'] - j['runs_dispatched']:,} program runs started before "
                      "any unpaired dispatch (dispatched before the capture began, or by a host "

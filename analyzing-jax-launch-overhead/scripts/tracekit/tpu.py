@@ -222,8 +222,9 @@ def join_runs(ops: list, runs: list, host_threads: dict) -> dict:
     module event on its device that holds its start) and its dispatch (`launch`, `join`
     "dispatch"); `runs`: (device, start ps, dur ps, name) of every `XLA Modules` event. Returns
     the counts (`dispatch`: ops joined; `no_run`: ops outside any program run; `runs`,
-    `runs_dispatched`), `executions`: (dispatch host event, module) per joined run, for step
-    framing, and `runs_of`: device -> [(run start, its dispatch or None)]."""
+    `runs_dispatched`; `empty`: module -> its runs that hold no op), `executions`: (dispatch
+    host event, module) per joined run, for step framing, and `runs_of`: device -> [(run start,
+    its dispatch or None)]."""
     disp = dispatches(host_threads)
     starts = [h["start"] for h in disp]
     by_dev: dict[int, list] = {}
@@ -250,12 +251,14 @@ def join_runs(ops: list, runs: list, host_threads: dict) -> dict:
     counts = {"dispatch": 0, "no_run": 0, "undispatched": 0, "runs": len(runs),
               "runs_dispatched": joined_runs,
               "dispatch_calls": len(disp)}
+    held = set()  # (device, run) of the runs holding an op
     for ev in ops:
         r = run_of.get(ev.device)
         i = bisect.bisect_right(r[0], ev.start) - 1 if r else -1
         if i < 0 or ev.start >= r[1][i]:
             counts["no_run"] += 1
             continue
+        held.add((ev.device, i))
         ev.module = r[2][i]
         h = r[3][i]
         if h is not None:
@@ -264,6 +267,12 @@ def join_runs(ops: list, runs: list, host_threads: dict) -> dict:
             counts["dispatch"] += 1
         else:
             counts["undispatched"] += 1
+    empty: dict = {}  # module -> its runs that hold no op
+    for d, r in run_of.items():
+        for i, name in enumerate(r[2]):
+            if (d, i) not in held:
+                empty[name] = empty.get(name, 0) + 1
+    counts["empty"] = empty
     counts["executions"] = sorted(executions.values(), key=lambda x: x[0]["start"])
     counts["runs_of"] = joined
     return counts

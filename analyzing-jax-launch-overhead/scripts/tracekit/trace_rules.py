@@ -460,7 +460,8 @@ TPU_WORDS = (
     ("the GPU would run", "the TPU core would run"), ("the GPU that is slowest",
                                                        "the TPU core that is slowest"),
     ("GPU time", "device time"), ("GPU busy", "device busy"), ("GPU idle", "TPU core idle"),
-    ("the critical stream", "the critical op line"))
+    ("the critical stream", "the critical op line"),
+    ("its critical stream's last kernel", "its critical op line's last op"))
 
 
 def tpu_words(text: str, phrases=None) -> str:
@@ -496,3 +497,19 @@ def printable(text) -> str:
     if not _UNPRINTABLE_RE.search(text):
         return text
     return _UNPRINTABLE_RE.sub(escaped, text)
+
+
+# step 4's note on a program saved under several ids with one HLO (attribute_kernels.json
+# program.notes), read back by steps 2 and 7: the chosen id, then every id
+SAVED_TWICE_RE = re.compile(r"program (\d+) is saved under several ids \(([\d, ]+), identical "
+                            r"HLO\)")
+
+
+def saved_twice(notes) -> dict[str, str]:
+    """Each id of a program saved under several ids -> the id chosen among them (SAVED_TWICE_RE
+    in step 4's notes)."""
+    out = {}
+    for note in notes or ():
+        if m := SAVED_TWICE_RE.search(str(note)):
+            out.update((x.strip(), m.group(1)) for x in m.group(2).split(",") if x.strip())
+    return out

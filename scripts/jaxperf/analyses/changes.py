@@ -1343,8 +1343,9 @@ def find_causes(ctx: Context) -> tuple[list, list, list]:
         refusals += found.refusals
     if tpu_capture(ctx):  # the causes' words on a TPU's parts (trace_rules.TPU_WORDS)
         for r in rows:
-            r["assumptions"], r["knob"] = (rules.tpu_words(r["assumptions"]),
-                                           rules.tpu_words(r["knob"]))
+            r["cause"], r["assumptions"], r["knob"] = (
+                rules.tpu_words(r["cause"]), rules.tpu_words(r["assumptions"]),
+                rules.tpu_words(r["knob"]))
     return rows, notes, refusals
 
 

@@ -3,6 +3,7 @@ analysis. Its door, with the command line and what it writes, is scripts/trust.p
 
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,8 +55,8 @@ STEP_BY_NUMBER = {str(n): name for name, (n, _, _) in STEPS.items()}
 # of the tools (attribution confidence, roofline cost models), or of this run of the steps.
 KIND_ORDER = ("step_failed", "no_hlo", "reconciliation_check", "under_recorded_replays",
               "incomplete_capture", "duplicate_program", "async_labels_missing",
-              "not_checkable", "unattributed", "low_confidence", "graph_launch_metrics",
-              "python_tracer", "nccl_waits", "kernel_family",
+              "steps_not_same_work", "not_checkable", "unattributed", "low_confidence",
+              "graph_launch_metrics", "python_tracer", "nccl_waits", "kernel_family",
               "rocm_unknown_memcpy", "not_computable", "no_ceiling", "tpu_cost_model",
               "tpu_steps_line", "refusal")
 
@@ -376,16 +377,13 @@ def replay_items(facts: Facts) -> list:
                  count=n)]
 
 
-_SAVED_TWICE = re.compile(r"program (\d+) is saved under several ids \(([\d, ]+), identical HLO\)")
-
-
 def program_items(inp: Inputs, facts: Facts) -> list:
     att = inp.get("attribute_kernels")
     if att is None:
         return []
     out = []
     for note in (att.get("program") or {}).get("notes") or []:
-        m = _SAVED_TWICE.search(note)
+        m = rules.SAVED_TWICE_RE.search(note)
         if not m:
             continue
         chosen = m.group(1)
@@ -401,6 +399,58 @@ def program_items(inp: Inputs, facts: Facts) -> list:
                         f"{chosen}", "attribution/attribute_kernels.json: program.notes; "
                         "attribution/how.csv", note, count=len(ids),
                         device_us=other_us if how is not None else None, total_us=facts.total_us))
+    return out
+
+
+def step_work_items(inp: Inputs, facts: Facts) -> list:
+    """Steps on one device that run different programs: the program ids of step 4's kernels
+    (attribution/kernels.csv) inside each step of steps.csv. Step 1 reads the trace alone,
+    where programs of one module name count together: a sweep that runs another jit_dot each
+    turn frames turns that are not the same work, and a median over them mixes them."""
+    sc = scratch.Scratch(inp.out)
+    path = inp.out / "attribution" / "kernels.csv"
+    try:
+        steps = sc.typed("steps.csv", need=("step", "device", "start_us", "end_us")) or []
+    except scratch.TableError:
+        return []
+    spans: dict = {}  # device -> [(start, end, step)]
+    for r in steps:
+        if None not in (r["start_us"], r["end_us"]):
+            spans.setdefault(str(r["device"]), []).append((r["start_us"], r["end_us"], r["step"]))
+    if not spans or not path.is_file():
+        return []
+    for v in spans.values():
+        v.sort()
+    starts = {d: [a for a, _, _ in v] for d, v in spans.items()}
+    same = rules.saved_twice(((inp.get("attribute_kernels") or {}).get("program") or {})
+                             .get("notes"))  # a program saved under two ids is one
+    ran: dict = {(d, n): set() for d, v in spans.items() for _, _, n in v}
+    for k in scratch.records(inp.out, "attribution/kernels.csv") or ():
+        d, pid, t = k.get("device", ""), k.get("program_id", ""), number(k.get("start_us"))
+        if d in spans and pid and not pid.startswith("(") and t is not None:
+            i = bisect.bisect_right(starts[d], t) - 1
+            if i >= 0 and t < spans[d][i][1]:
+                ran[(d, spans[d][i][2])].add(same.get(pid, pid))
+    module = {p.get("program_id"): p.get("module") for p in
+              sc.rows("attribution/programs.csv") or []}
+    out = []
+    for d, v in sorted(spans.items()):
+        sets = [frozenset(ran[(d, n)]) for _, _, n in v if ran[(d, n)]]
+        kinds = len(set(sets))
+        if kinds < 2:
+            continue
+        ids: dict = {}
+        for pid in set().union(*sets):
+            ids.setdefault(module.get(pid) or pid, set()).add(pid)
+        named = "; ".join(f"{m}: {len(p)} program ids" for m, p in sorted(ids.items())
+                          if len(p) > 1)
+        out.append(item("steps_not_same_work", f"GPU {d}: the {len(sets)} analysed steps run "
+                        f"{kinds} different sets of programs ({named or 'other programs'}) and "
+                        "so are not the same work: a median over them mixes different programs "
+                        "(a sweep or a loop whose turns differ)",
+                        "steps.csv; attribution/kernels.csv; attribution/programs.csv",
+                        "step 1 frames steps from the trace, where programs of one module name "
+                        "count together; step 4's program ids tell them apart", count=kinds))
     return out
 
 
@@ -874,7 +924,7 @@ def collect(inp: Inputs, failed: dict, scanned: Scanned) -> tuple[list, list, Fa
     items += reconciliation_items(inp, facts)  # before replay_items: it folds checks into it
     items += (replay_items(facts)
              + incomplete_items(inp, facts) + program_items(inp, facts)
-             + async_label_items(inp, facts)
+             + step_work_items(inp, facts) + async_label_items(inp, facts)
              + attribution_items(inp, facts) + graph_items(inp, facts)
              + python_tracer_items(inp, facts) + nccl_items(facts) + family_items(inp, facts)
              + rocm_memcpy_items(facts)
