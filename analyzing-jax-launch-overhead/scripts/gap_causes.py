@@ -166,13 +166,11 @@ def classify_gaps(a: Analysis, crit_evs, step_start, device, step):
         if ev.start > prev_end:
             for s, e, cause in gap_parts(prev_end, ev):
                 totals[cause] += e - s
-                if e - s >= MIN_GAP_PS:
-                    thread, events, traced = gap_host_events(a, ev, s, e)
+                if e - s >= MIN_GAP_PS:  # its host events: gap_host_cells, as it is written
                     rows.append({"device": device, "stream": ev.stream, "step": step,
                                  "start_ps": s, "end_ps": e, "dur_ps": e - s,
                                  "kernel_before": prev_name, "kernel_after": ev.name,
-                                 "cause": cause, "launch_thread": thread, "host_events": events,
-                                 "python_traced_ps": traced})
+                                 "cause": cause, "after": ev})
         if ev.end > prev_end:
             prev_end, prev_name = ev.end, ev.name
     return totals["host_late"], totals["device_wait"], totals["unknown"], rows
@@ -186,6 +184,14 @@ def does_work(a: Analysis, thread) -> bool:
         known[thread] = any(not RUNTIME_API_RE.search(h["name"])
                             for h in a.host_threads.get(thread, []))
     return known[thread]
+
+
+def gap_host_cells(a: Analysis, gap_rows) -> list[tuple]:
+    """Per gaps.csv row (in order: by GPU, then start, as the GapIndex's lanes sweep), the
+    thread that launched the event after it, the host events overlapping it there and the time
+    Python-traced calls cover (gap_host_events): found only where the table is written
+    (skip_writers.GapsJob), not where step 2 measures the steps."""
+    return [gap_host_events(a, g["after"], g["start_ps"], g["end_ps"]) for g in gap_rows]
 
 
 def gap_host_events(a: Analysis, ev, start, end) -> tuple[str, str, int | None]:

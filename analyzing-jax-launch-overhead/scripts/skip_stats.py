@@ -51,7 +51,14 @@ from skip_analysis import (
     step_refusals,
     verdict,
 )
-from skip_writers import GPU_CHILD, rows_job, write_python_lines, write_result, write_tables
+from skip_writers import (
+    GPU_CHILD,
+    GapsJob,
+    rows_job,
+    write_python_lines,
+    write_result,
+    write_tables,
+)
 from step_framing import (
     CallTree,
     assign_steps,
@@ -191,13 +198,15 @@ def run(trace, out: Path) -> tuple[dict, list]:
     del trace  # the analysis holds what it needs; free the parsed json before writing
     with rules.replace_files(out, ".skip_stats-") as tmp:
         rows = rows_job(tmp / "rows.csv", a)  # the events are final once analysed
+        gaps = None
         try:
             progress("measuring each step and GPU", len(a.analysed), unit="steps")
             step_rows, stream_acc, gap_rows, info = per_step_rows(a)
+            gaps = GapsJob(tmp / "gaps.csv", a, gap_rows)
             name, rule, figures = verdict(a, step_rows, info) if a.events else \
                 ("not computable", ["no GPU events"], {})
             progress("writing the tables", len(a.events), unit="GPU events")
-            written = write_tables(tmp, a, stream_acc, info["critical"], step_rows, gap_rows)
+            written = write_tables(tmp, a, stream_acc, info["critical"], step_rows)
             py = python_lines(a.call_tree)  # None: the tracer was off
             written.append(("python_lines.csv", write_python_lines(tmp / "python_lines.csv", py)))
             progress("checking joins, steps, same work and stream budgets for step 2",
@@ -205,8 +214,11 @@ def run(trace, out: Path) -> tuple[dict, list]:
             checks = model_checks.rows(a, step_rows, stream_acc, info, idle_gpus)
             n_rows, facts_of_rows, n_gpu = rows.wait()
             written[:0] = [("rows.csv", n_rows), (GPU_CHILD, n_gpu)]
+            written.insert(4, ("gaps.csv", gaps.wait()))
         except BaseException:
             rows.abort()
+            if gaps is not None:
+                gaps.abort()
             raise
         result = build_result(a, joins, name, rule, figures, step_rows, info)
         result["python_tracer"] = python_tracer(py)

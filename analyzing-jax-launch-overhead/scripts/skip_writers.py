@@ -9,6 +9,7 @@ from __future__ import annotations
 import operator
 from pathlib import Path
 
+from gap_causes import gap_host_cells
 from skip_analysis import JOIN_KEYS, Analysis
 from tracekit import row_facts, scratch
 from tracekit import trace_rules as rules
@@ -19,6 +20,7 @@ from tracekit.trace_rules import pct, us
 # the other tables (a second core; where there is no fork, or one core for this process, it is
 # written first, here: tracekit.forked). Under it the fork costs more than it saves.
 FORK_ROWS_MIN = 100_000
+FORK_GAPS_MIN = 5_000  # gaps: each a search of the host threads
 
 RESULT_FILE = "skip_stats.json"
 GPU_CHILD = "rows_gpu.csv"  # rows.csv's child table: a GPU's correlation ids and graphs
@@ -144,8 +146,35 @@ def rows_job(path: Path, a) -> Forked:
     return Forked(write_rows, path, a, here=len(a.events) < FORK_ROWS_MIN, what="rows.csv")
 
 
-def write_tables(tmp: Path, a: Analysis, stream_acc, critical, step_rows, gap_rows) -> list:
-    """streams.csv, steps.csv, gaps.csv (rows.csv is rows_job's)."""
+class GapsJob:
+    """gaps.csv, its host events found as it is written (gap_causes.gap_host_cells: a search of
+    the host threads per gap): from FORK_GAPS_MIN gaps, the later two thirds' by a forked child
+    while this process writes the other tables, then finds the first third's and writes gaps.csv
+    (each side's share of the work about even)."""
+
+    def __init__(self, path: Path, a, gap_rows):
+        self.path, self.a = path, a
+        self.rows = sorted(gap_rows, key=lambda g: (g["device"], g["start_ps"]))
+        self.half = len(self.rows) // 3 if len(self.rows) >= FORK_GAPS_MIN else len(self.rows)
+        self.later = Forked(gap_host_cells, a, self.rows[self.half:],
+                            what="gaps.csv's host events") if self.half < len(self.rows) else None
+
+    def wait(self) -> int:
+        cells = gap_host_cells(self.a, self.rows[:self.half])
+        cells += self.later.wait() if self.later is not None else []
+        return scratch.write_table(self.path.parent, self.path.name, (
+            [g["device"], g["stream"], g["step"], us(g["start_ps"]), us(g["end_ps"]),
+             us(g["dur_ps"]), g["kernel_before"], g["kernel_after"], g["cause"], thread,
+             events, us(traced)] for g, (thread, events, traced) in zip(self.rows, cells,
+                                                                        strict=True)))
+
+    def abort(self) -> None:
+        if self.later is not None:
+            self.later.abort()
+
+
+def write_tables(tmp: Path, a: Analysis, stream_acc, critical, step_rows) -> list:
+    """streams.csv, steps.csv (rows.csv is rows_job's, gaps.csv GapsJob's)."""
     stream_rows = []
     for (d, s), acc in sorted(stream_acc.items()):
         span = acc["span"]
@@ -166,12 +195,7 @@ def write_tables(tmp: Path, a: Analysis, stream_acc, critical, step_rows, gap_ro
           r["between_cause"], r["between_events"],
           "" if r["executions"] is None else r["executions"], us(r["between_programs_ps"]),
           r["programs"], us(r.get("arrival_ps"))]
-         for r in step_rows))),
-            ("gaps.csv", scratch.write_table(tmp, "gaps.csv", (
-        [g["device"], g["stream"], g["step"], us(g["start_ps"]), us(g["end_ps"]),
-          us(g["dur_ps"]), g["kernel_before"], g["kernel_after"], g["cause"],
-          g["launch_thread"], g["host_events"], us(g["python_traced_ps"])]
-         for g in sorted(gap_rows, key=lambda g: (g["device"], g["start_ps"])))))]
+         for r in step_rows)))]
 
 
 def _rng(f: dict | None, fmt) -> str:
