@@ -336,3 +336,18 @@ def test_a_steps_line_that_disagrees_with_the_annotations_is_said_not_used(tmp_p
     truth = json.loads((PROBES / "compile_in_capture" / "truth.json").read_text())
     assert s1["figures"]["period_us"]["value"] == pytest.approx(
         truth["step_ms_profiled_median"] * 1e3, rel=0.005)
+
+
+def test_every_probes_verdict_class_is_its_truths(jobs):
+    """The verdict's class (host, device, mixed) is the truth's on every committed probe: the
+    truth's line is the chip's share of the unprofiled step (device from 0.8, host below 0.5);
+    a step device-bound within itself whose chip works under half its period (a DP-SGD step
+    blocked on every result: lax_map_small) is host-bound over the period."""
+    wrong = {}
+    for name, (_, out, truth) in jobs.items():
+        s1 = json.loads((out / "skip_stats.json").read_text())
+        if CLASS.get(s1["verdict"]) != truth["bound"]:
+            wrong[name] = (s1["verdict"], truth["bound"], truth["busy_share"])
+    assert not wrong, wrong
+    first = json.loads((jobs["lax_map_small"][1] / "skip_stats.json").read_text())
+    assert any("host-bound over the period" in r for r in first["rule"]), first["rule"]

@@ -52,7 +52,9 @@ PERIOD_DEVICE_SHARE = 0.80
 # share away alone cannot make the step twice as fast. The lab's and the probes' truths draw the
 # host line here (host below 0.5 of the step): on a TPU v5e a jitted MLP step blocked each step,
 # framed by its program cycle, waits 33% of its period on the host's block and dispatch and is
-# busy 67%: mixed, as the same step framed by its annotations is.
+# busy 67%: mixed, as the same step framed by its annotations is. Below it a step device-bound
+# or mixed within itself is launch-bound over its period: a DP-SGD step blocked each step, busy
+# 91% within the step, worked 37% of its period (the chip 28% of the unprofiled step: host).
 LAUNCH_PERIOD_DEVICE_BELOW = 0.50
 # Straggler: the rule and its margin are shared with the cross-host summary (trace_rules).
 STRAGGLER_MIN_LEAD_PS = rules.STRAGGLER_MIN_LEAD_PS
@@ -651,7 +653,16 @@ def verdict(a: Analysis, step_rows, info) -> tuple[str, list, dict]:
     between, between_figures = weigh_between_steps(a, bound, name)
     figures.update(between_figures)
     period = between_figures.get("period_device_share")
-    if name == "device-bound" and period is not None and period < PERIOD_DEVICE_SHARE:
+    if name in ("device-bound", "mixed") and period is not None and \
+            period < LAUNCH_PERIOD_DEVICE_BELOW:
+        between.append(f"{name} within the step, but the {dev} works {period:.1%} of the step "
+                       f"period < LAUNCH_PERIOD_DEVICE_BELOW {LAUNCH_PERIOD_DEVICE_BELOW:.0%}: "
+                       "host-bound over the period (launch-bound: the idle between steps, the "
+                       "host's, is most of the wall time)")
+        name = "launch-bound"
+        if "qualifier" in figures:
+            figures["qualifier"] = "launch-bound over the period: " + figures["qualifier"]
+    elif name == "device-bound" and period is not None and period < PERIOD_DEVICE_SHARE:
         name = "mixed"
         between.append(f"device-bound within the step, but the {dev} works {period:.1%} of the "
                        f"step period < PERIOD_DEVICE_SHARE {PERIOD_DEVICE_SHARE:.0%}: mixed "
