@@ -14,6 +14,7 @@ tracekit.tpu's for a TPU. The device-neutral rules and units stay in tracekit.tr
 
 from __future__ import annotations
 
+import functools
 import re
 
 # ---------------------------------------------------------------- GPU events
@@ -32,25 +33,15 @@ GEMM_AUX_RE = re.compile(r"splitKreduce|PostGSU|gemv2T_kernel|_reduce_kernel")
 KINDS = ("compute", "gemm", "gemm_aux", "collective", "copy", "memset")
 CATEGORY_OF_KIND = {"collective": "collective", "copy": "memcpy", "memset": "memcpy"}
 
-_KIND: dict[tuple, str] = {}
-
-
-def kernel_kind(name: str, hlo_op: str | None = None, memcpy: bool = False) -> str:
-    """gemm, gemm_aux (a split-K reduction), collective, copy, memset or compute."""
-    key = (name, hlo_op, memcpy)
-    out = _KIND.get(key)
-    if out is None:
-        out = _KIND[key] = _kind(name, hlo_op or "", memcpy)
-    return out
-
-
 # a kernel's kind by its name: the first that matches (else compute)
 NAME_KINDS = (("collective", COLLECTIVE_KERNEL_RE.search), ("memset", MEMSET_KERNEL_RE.search),
               ("copy", COPY_KERNEL_RE.search), ("gemm_aux", GEMM_AUX_RE.search),
               ("gemm", GEMM_KERNEL_RE.match))
 
 
-def _kind(name: str, hlo_op: str, memcpy: bool) -> str:
+@functools.cache
+def kernel_kind(name: str, hlo_op: str | None = None, memcpy: bool = False) -> str:
+    """gemm, gemm_aux (a split-K reduction), collective, copy, memset or compute (memoized)."""
     if hlo_op and COLLECTIVE_HLO_RE.match(hlo_op):
         return "collective"
     kind = next((k for k, test in NAME_KINDS if test(name)), "compute")
@@ -85,11 +76,8 @@ def join_kind(host_name: str, kernel_name: str) -> str:
     """What a correlation id joined: launch, graph_launch, or other (not a launch call)."""
     if GRAPH_LAUNCH_RE.search(host_name):
         return "graph_launch"
-    if NON_LAUNCH_RE.search(host_name):
-        return "other"
-    if LAUNCH_RE.search(host_name) or host_name == kernel_name:
-        return "launch"
-    return "other"
+    return "launch" if not NON_LAUNCH_RE.search(host_name) and (
+        LAUNCH_RE.search(host_name) or host_name == kernel_name) else "other"
 
 
 def in_graph(has_graph_id: bool, joins_graph_launch: bool) -> bool:

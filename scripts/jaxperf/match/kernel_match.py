@@ -36,6 +36,7 @@ their confidence, and placements by position alone keep only their own fit (`_un
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -173,18 +174,9 @@ def sanitize(name: str) -> str:
     return name.replace(".", "_").replace("-", "_")
 
 
-_NORMALIZED: dict[str, str] = {}
-
-
+@functools.cache
 def normalize_kernel_name(name: str) -> str:
-    """A kernel symbol as XLA would have named it: no vendor suffix, no signature."""
-    out = _NORMALIZED.get(name)
-    if out is None:
-        out = _NORMALIZED[name] = _normalize(name)
-    return out
-
-
-def _normalize(name: str) -> str:
+    """A kernel symbol as XLA would have named it: no vendor suffix, no signature (memoized)."""
     n = VENDOR_SUFFIX_RE.sub("", name).removeprefix("void ")
     for sep in ("(", "<"):
         i = n.find(sep)
@@ -485,10 +477,8 @@ class Plan:
                     # Unknown trip count: before every iteration and at the exit the condition
                     # runs and its predicate is copied to the host (a small D2H memcpy labelled
                     # with the while; xla/backends/gpu/runtime/while_thunk.cc).
-                    if self._fixed_trips is not None:
-                        trips = self._fixed_trips.get(ins.name, 0)
-                    else:
-                        trips = self._trips(ins, body, comp_id)
+                    trips = self._trips(ins, body, comp_id) if self._fixed_trips is None \
+                        else self._fixed_trips.get(ins.name, 0)
                     for it in range(trips + 1):
                         if len(self.events) > MAX_PLAN_EVENTS:
                             self.cut = True
@@ -1091,8 +1081,7 @@ class _Anchor:
         if self.last is not None and self.last[0] == r and self.filled < max(count, 1):
             self.filled += 1  # another event of the same slot (an im2col, then its GEMM)
         else:
-            start = _next_position(plan, r, self.p - count + 1) if count > 1 else \
-                _next_position(plan, r, self.p)
+            start = _next_position(plan, r, self.p - count + 1 if count > 1 else self.p)
             self.last, self.filled = (r, start), 1
         self.p = max(self.p, self.last[1] + min(self.filled, count))
 
@@ -1113,13 +1102,11 @@ def _place_launch(plan: Plan, kernels, i: int, j: int, p: int, ne, cache: dict) 
     into kernels, or None); fill their answers; return how many expected events it consumed."""
     n = len(plan.events)
     m = j - i
+    width = n + m + WINDOW_CAP_EXTRA
     if ne is not None:
         r = kernels[ne].instruction
         # up to the anchor's slot, and its other events (an im2col before a labelled GEMM)
-        b = _next_position(plan, r, p) + max(plan.slot_count[r] - 1, 0)
-        width = min(b - p, n + m + WINDOW_CAP_EXTRA)
-    else:
-        width = n + m + WINDOW_CAP_EXTRA
+        width = min(_next_position(plan, r, p) + max(plan.slot_count[r] - 1, 0) - p, width)
     width = max(width, 1)
     k = kernels[i]
     control = plan.launcher.get(k.hlo_op) if k.hlo_op else None
