@@ -5,6 +5,7 @@ how often an instruction runs per execution of its program. Rules: references/ro
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from jaxperf.cost import custom_costs
@@ -30,17 +31,10 @@ WORK_KINDS = ("attention", "attention backward", "gemm", "convolution", "sort", 
               "reduction", "elementwise", "data movement", "copy", "kernel", "custom")
 
 
-def _prod(xs) -> int:
-    n = 1
-    for x in xs:
-        n *= int(x)
-    return n
-
-
 def elements(shape) -> int:
     if shape.tuple_shapes:
         return sum(elements(s) for s in shape.tuple_shapes)
-    return _prod(shape.dimensions)
+    return math.prod(shape.dimensions)
 
 
 @dataclass
@@ -62,15 +56,15 @@ class Cost:
 
 def dot_flops(out_shape, lhs_shape, lhs_contracting) -> int:
     """2 x output elements x contracted size (batch dimensions are in the output)."""
-    k = _prod(lhs_shape.dimensions[d] for d in lhs_contracting)
-    return 2 * _prod(out_shape.dimensions) * k
+    k = math.prod(lhs_shape.dimensions[d] for d in lhs_contracting)
+    return 2 * math.prod(out_shape.dimensions) * k
 
 
 def conv_flops(out_shape, kernel_shape, dn) -> int:
     """2 x output elements x kernel window x kernel input features (the per-group features:
     feature_group_count is already in the kernel's shape)."""
-    window = _prod(kernel_shape.dimensions[d] for d in dn.kernel_spatial_dimensions)
-    return 2 * _prod(out_shape.dimensions) * window * int(
+    window = math.prod(kernel_shape.dimensions[d] for d in dn.kernel_spatial_dimensions)
+    return 2 * math.prod(out_shape.dimensions) * window * int(
         kernel_shape.dimensions[dn.kernel_input_feature_dimension])
 
 
@@ -159,7 +153,7 @@ class Costs:
             if op == "reduce":
                 c.flops += max(0, elements(self.operand(ins, 0).shape) - out) * per
             else:
-                c.flops += out * _prod(d.size for d in ins.window.dimensions) * per
+                c.flops += out * math.prod(d.size for d in ins.window.dimensions) * per
             self._mark_f64(ins, c)
         elif op in ("scatter", "select-and-scatter"):
             # each update element is combined into the operand by the combiner's arithmetic

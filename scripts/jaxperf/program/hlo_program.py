@@ -20,6 +20,7 @@ trip counts (what the matcher expands). ``load(blob, id)`` parses and checks in 
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 
@@ -231,10 +232,7 @@ class Program:
                 return max((spans(t) for t in s.tuple_shardings), default=0)
             if s.type in (1, 3) and s.tile_assignment_devices:  # maximal, or tiled by ids
                 return max(s.tile_assignment_devices) + 1
-            n = 1
-            for d in s.tile_assignment_dimensions if s.type == 3 else ():
-                n *= d
-            return n if s.type == 3 else 0
+            return math.prod(s.tile_assignment_dimensions) if s.type == 3 else 0
         n = max((spans(i.sharding) for i in self.instructions.values()
                  if i.HasField("sharding")), default=0)
         return n if n > 1 else None
@@ -422,13 +420,9 @@ class Program:
     def stack(self, frame_id: int) -> list[Frame]:
         """The frames from ``frame_id`` outward (innermost first); [] when none (memoized:
         instructions share frames)."""
-        memo = self._stacks.get(frame_id)
-        if memo is None:
-            memo = self._stacks[frame_id] = self._stack(frame_id)
-        return memo
-
-    def _stack(self, frame_id: int) -> list[Frame]:
-        out = []
+        if frame_id in self._stacks:
+            return self._stacks[frame_id]
+        out = self._stacks[frame_id] = []
         seen = set()
         while 0 < frame_id <= len(self._frames) and frame_id not in seen \
                 and len(out) < MAX_STACK_FRAMES:

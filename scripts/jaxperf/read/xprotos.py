@@ -12,6 +12,7 @@ package that registers the same message names.
 
 from __future__ import annotations
 
+import math
 from functools import cache
 
 # Each message's fields as its .proto declares them, "; " between two: `[repeated] type name =
@@ -247,10 +248,7 @@ def nbytes(shape) -> int:
     if shape.tuple_shapes:
         return sum(nbytes(s) for s in shape.tuple_shapes)
     bits = PRIMITIVE_BITS.get(dtype_name(shape))
-    n = 1
-    for d in shape.dimensions:
-        n *= int(d)
-    return 0 if bits is None else (n * bits + 7) // 8
+    return 0 if bits is None else (math.prod(shape.dimensions) * bits + 7) // 8
 
 
 class MissingDependency(ImportError):
