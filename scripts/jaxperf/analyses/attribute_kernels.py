@@ -4,6 +4,7 @@ analysis. Its door, with the command line and what it writes, is scripts/attribu
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import operator
 import os
@@ -456,13 +457,7 @@ def write_kernels(path: Path, kernels, sources, header: bool = True, first: int 
     `first`: the row of the whole table these rows start at): strings repeat, so each is quoted
     once, and the cells after the name, which the events of one kernel name and instruction
     share, are formatted once for them."""
-    quoted: dict = {}
-
-    def q(v):
-        r = quoted.get(v)
-        if r is None:
-            r = quoted[v] = scratch.quote(v)
-        return r
+    q = functools.cache(scratch.quote)  # each string quoted once
     rests: dict = {}  # what decides the cells after the name -> those cells
     with open(path, "w", newline="", encoding="utf-8") as fh, \
             open(gpu_part(path), "w", newline="", encoding="utf-8") as gpu_fh:
@@ -483,7 +478,7 @@ def write_kernels(path: Path, kernels, sources, header: bool = True, first: int 
                     f"{q(ins)},{q(k.inner)},{k.match},{f'{k.confidence:.3f}' if ins else '0'},"
                     f"{q(opn)},{q(source)},{q(user)},{k.category}\n")
             buf.append(f"{k.device},{k.stream},{k.start / 1e6:.3f},{k.dur / 1e6:.3f},"
-                       f"{quoted.get(k.name) or q(k.name)}{rest}")
+                       f"{q(k.name)}{rest}")
             if k.corr is not None or k.graph:
                 gpu_buf.append(f"{n},{'' if k.corr is None else k.corr},"
                                f"{1 if k.graph else 0}\n")
@@ -877,9 +872,8 @@ def join_kernels(folder: Path, m: Matched) -> None:
                                                           "ab") as gpu_fh:
         for i, part in enumerate(m.writing, 1):
             part.get()
-            for to, more in ((fh, kernels_part(folder, i)), (gpu_fh, gpu_part(
-                    kernels_part(folder, i)))):
-                append_file(to, more)
+            append_file(fh, kernels_part(folder, i))
+            append_file(gpu_fh, gpu_part(kernels_part(folder, i)))
     m.writing = []
 
 
@@ -932,16 +926,17 @@ def write_tables(folder: Path, m: Matched, opts: Options) -> Tables:
                                         instruction_runs(m.plans, m.execs)
                                         if m.runs is None else m.runs, m.plans, split_k)
     groups = class_totals(totals)
-    written.append(("how.csv", scratch.write_table(folder, "attribution/how.csv",
-                                                   how_rows(groups), stands_for=ATT)))
+    written.append(_table(folder, "how.csv", how_rows(groups)))
     name_rows = kernel_name_rows(totals, plans_names(m.programs),
                                  declared_kernel_names(m.programs))
-    written.append(("kernel_names.csv", scratch.write_table(
-        folder, "attribution/kernel_names.csv", name_rows, stands_for=ATT)))
-    families = family_rows(totals, name_rows, split_k)
-    written.append(("families.csv", scratch.write_table(
-        folder, "attribution/families.csv", families, stands_for=ATT)))
+    written.append(_table(folder, "kernel_names.csv", name_rows))
+    written.append(_table(folder, "families.csv", family_rows(totals, name_rows, split_k)))
     return Tables(written, ops, [], groups, "")
+
+
+def _table(folder: Path, name: str, rows) -> tuple[str, int]:
+    """(name, rows written) of one table of attribution/ (scratch.write_table)."""
+    return name, scratch.write_table(folder, f"{ATT}/{name}", rows, stands_for=ATT)
 
 
 def add_programs(folder: Path, m: Matched, tables: Tables, steps: tuple) -> None:
@@ -953,8 +948,7 @@ def add_programs(folder: Path, m: Matched, tables: Tables, steps: tuple) -> None
         r["partitions"] = p.partitions() if p is not None else None
     tables.steps_note = steps[1]
     at = next(i for i, (f, _) in enumerate(tables.written) if f == "how.csv")
-    tables.written.insert(at, ("programs.csv", scratch.write_table(
-        folder, "attribution/programs.csv", programs_csv_rows(tables.progs), stands_for=ATT)))
+    tables.written.insert(at, _table(folder, "programs.csv", programs_csv_rows(tables.progs)))
 
 
 def write_hlo_texts(folder: Path, m: Matched, tables: Tables, opts: Options,
@@ -1119,13 +1113,9 @@ def write_op_and_line_tables(folder: Path, ops: dict, programs: dict, sources, d
         fw = max(sorted(fws), key=lambda f: fws[f])  # the framework frame with the most time
         line_rows.append((user, us(t), pct(t, attributed), pct(t, device_time), n, len(ins), fw,
                           len(pids)))
-    return [("ops.csv", scratch.write_table(folder, "attribution/ops.csv", op_rows,
-                                            stands_for=ATT)),
-            ("phases.csv", scratch.write_table(folder, "attribution/phases.csv",
-                                               phase_rows(op_rows, ops, attributed, device_time),
-                                               stands_for=ATT)),
-            ("lines.csv", scratch.write_table(folder, "attribution/lines.csv", line_rows,
-                                              stands_for=ATT))]
+    return [_table(folder, "ops.csv", op_rows),
+            _table(folder, "phases.csv", phase_rows(op_rows, ops, attributed, device_time)),
+            _table(folder, "lines.csv", line_rows)]
 
 
 def phase_rows(op_rows: list, ops: dict, attributed: int, device_time: int) -> list[tuple]:
