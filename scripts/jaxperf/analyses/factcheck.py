@@ -258,7 +258,7 @@ ENTRY_RE = re.compile(r"^([\w.]+)\[(.+)\]$")  # a column of host events, one by 
 
 
 def lookup_csv(scratch, name, data, items, roles):
-    header, rows = data
+    header = data[0]
     column, agg, filters = items[0], None, []
     entry = ENTRY_RE.match(column)
     if entry:  # `host_events[Thunks::Initialize]`: one host event's time in a list cell
@@ -271,17 +271,13 @@ def lookup_csv(scratch, name, data, items, roles):
         if it in AGGREGATES:
             agg = it
         elif "=" in it:
-            k, _, v = it.partition("=")
-            filters.append((k.strip(), v.strip().strip("`\"")))
+            filters.append(it)
         else:
             raise NoTable(f"cannot read selector item '{it}' (an aggregate or key=value)")
-    for col in [column] + [k for k, _ in filters]:
-        if col not in header:
-            raise NoTable(f"{name} has no column {col}")
-    sel = selected(scratch, name, rows, filters)
+    if column not in header:
+        raise NoTable(f"{name} has no column {column}")
+    sel, filters = filtered(scratch, name, data, filters)
     where = ", ".join(f"{k}={v}" for k, v in filters)
-    if not sel:
-        raise NoTable(f"no row of {name} has {where}")
     units = {r.get("unit") for r in sel} if "unit" in header else set()
     col = declared(name, column)  # its declared unit, as TABLE_UNITS names it (none: a count)
     unit = (col and DECLARED_UNITS.get(col.unit)) or column_unit(column) or (
@@ -448,21 +444,28 @@ def compare(num: Num, found, unit: str | None, written_unit: str | None):
 def rows_of(scratch, cite: Citation) -> int:
     """How many rows a row reference ("steps.csv: step=3, device=0") selects; NoTable when none
     or when it names a column that is not there."""
-    header, rows = load_table(scratch, cite.table)
-    filters = []
-    for it in split_selector(cite.selector or ""):
+    data, items = load_table(scratch, cite.table), split_selector(cite.selector or "")
+    for it in items:
         if "=" not in it:
             raise NoTable(f"cannot read selector item '{it}' (a row reference is key=value "
                           "filters only)")
+    return len(filtered(scratch, cite.table, data, items)[0])
+
+
+def filtered(scratch, name: str, data: tuple, items: list) -> tuple[list, list]:
+    """The rows of a table (`data`: load_table's) its `key=value` selector items select, and
+    the (key, value) filters; NoTable where a key is no column or no row is selected."""
+    header, rows = data
+    filters = []
+    for it in items:
         k, _, v = it.partition("=")
         filters.append((k.strip(), v.strip().strip("`\"")))
-    for k, _ in filters:
-        if k not in header:
-            raise NoTable(f"{cite.table} has no column {k}")
-    n = len(selected(scratch, cite.table, rows, filters))
-    if not n:
-        raise NoTable(f"no row of {cite.table} has " + ", ".join(f"{k}={v}" for k, v in filters))
-    return n
+        if k.strip() not in header:
+            raise NoTable(f"{name} has no column {k.strip()}")
+    sel = selected(scratch, name, rows, filters)
+    if not sel:
+        raise NoTable(f"no row of {name} has " + ", ".join(f"{k}={v}" for k, v in filters))
+    return sel, filters
 
 
 def combine(results):
