@@ -124,13 +124,8 @@ def _without(argv: list[str], options: tuple[str, ...]) -> list[str]:
     """argv less each `--opt VALUE` / `--opt=VALUE` of `options` (the per-host pass sets them)."""
     out, skip = [], False
     for a in argv:
-        if skip:
-            skip = False
-            continue
-        if a in options:
-            skip = True
-            continue
-        if any(a.startswith(o + "=") for o in options):
+        if skip or a in options or any(a.startswith(o + "=") for o in options):
+            skip = not skip and a in options  # after `--opt`, its value
             continue
         out.append(a)
     return out

@@ -400,14 +400,10 @@ def run(step: Step | str, main_fn: Callable[[], int]) -> int:
         except (OSError, ValueError):
             pass
         return PIPE_CLOSED
-    except Terminated:
-        print(f"{name}: terminated; files already written stay as they were or whole",
-              file=sys.stderr)
-        return TERMINATED
-    except KeyboardInterrupt:
-        print(f"{name}: interrupted; files already written stay as they were or whole",
-              file=sys.stderr)
-        return INTERRUPTED
+    except (Terminated, KeyboardInterrupt) as exc:
+        how = "terminated" if isinstance(exc, Terminated) else "interrupted"
+        print(f"{name}: {how}; files already written stay as they were or whole", file=sys.stderr)
+        return TERMINATED if isinstance(exc, Terminated) else INTERRUPTED
 
 
 def run_and_exit(step: Step | str, main_fn: Callable[[], int]) -> None:

@@ -31,15 +31,13 @@ def gpu_counts_xplane(space) -> dict[int, dict]:
     would hold too (a TPU's `Async XLA Ops` line is the xplane's alone: left out of the count)."""
     from jaxperf.tpu import op_runs
     out = {}
-    for plane in space.gpu_planes():
-        streams = {ln.id: (ln.name, len(ln)) for ln in plane.lines}
-        out[plane.gpu_ordinal] = {"kind": "GPU", "stats": plane.stats, "lines": streams,
-                                  "events": sum(n for _, n in streams.values())}
-    for plane in op_runs.tpu_planes(space):
-        lines = {ln.id: (ln.name, len(ln)) for ln in plane.lines}
-        out[op_runs.ordinal(plane)] = {
-            "kind": "TPU", "stats": plane.stats, "lines": lines,
-            "events": sum(n for name, n in lines.values() if name != tpu.ASYNC_LINE)}
+    for kind, planes, ordinal in (("GPU", space.gpu_planes(), lambda p: p.gpu_ordinal),
+                                  ("TPU", op_runs.tpu_planes(space), op_runs.ordinal)):
+        for plane in planes:
+            lines = {ln.id: (ln.name, len(ln)) for ln in plane.lines}
+            out[ordinal(plane)] = {"kind": kind, "stats": plane.stats, "lines": lines,
+                                   "events": sum(n for name, n in lines.values()
+                                                 if kind == "GPU" or name != tpu.ASYNC_LINE)}
     return out
 
 
