@@ -548,11 +548,6 @@ def _show(v) -> str:
     return s if len(s) <= 40 else s[:30] + f"... ({len(s):,} characters)"
 
 
-def _missing(ev: dict) -> str | None:
-    """The first field every complete event of XLA's has that this one lacks."""
-    return next((k for k in ("pid", "tid", "ts", "dur", "name") if k not in ev), None)
-
-
 def _bad_complete(ev: dict) -> str:
     """Why a complete event is refused (the slow path: only for the first bad one)."""
     for key in ("pid", "tid"):
@@ -689,7 +684,8 @@ def _refuse(path: Path, c: _Checked) -> None:
                          "by XLA's trace exporter")
     if c.first_bad is not None:
         i, ev = c.first_bad
-        key = _missing(ev)
+        # the first field every complete event of XLA's has that this one lacks
+        key = next((k for k in ("pid", "tid", "ts", "dur", "name") if k not in ev), None)
         if key:
             raise TraceError(f"{path} has a complete event without '{key}' (traceEvents entry "
                              f"{i:,}); pid, tid, ts, dur and name are always there in XLA's "

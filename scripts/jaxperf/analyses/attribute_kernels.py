@@ -60,12 +60,6 @@ COVERAGE_TOLERANCE_PCT = 0.01
 
 # ---------------------------------------------------------------- load
 
-def _user_path(exc, copy: Path, xplane: Path) -> str:
-    """XProf's message with the copy's path put back to the user's file (one line)."""
-    return rules.printable(str(exc).replace(str(copy), str(xplane)).strip() or
-                           type(exc).__name__)
-
-
 def xplane_copy(xplane: Path, folder: Path) -> Path:
     """Copy the xplane to folder/xplane/ for XProf's hlo_stats (its device planes' events and
     every plane's metadata: xprof_figures.device_copy); returns the copy."""
@@ -602,8 +596,9 @@ def run(capture, out: Path, opts: Options) -> tuple[dict, list]:
                     progress("XProf: its hlo_stats, for the coverage check")
                     coverage, xprof_s, err = xprof_coverage(pending, copy)
                     pending = None
-                    if err:
-                        m.notes.append(_user_path(err, copy, files.xplane))
+                    if err:  # XProf's message, the copy's path put back to the user's file
+                        m.notes.append(rules.printable(
+                            err.replace(str(copy), str(files.xplane)).strip()))
             finally:
                 if pending is not None:
                     pending.cancel()
