@@ -83,10 +83,8 @@ def host_steps(folder: Path) -> dict:
     the step's bounding GPU is the one with the longest duration (it finishes last)."""
     by_step: dict = {}
     for r in _rows(folder, "steps.csv"):
-        dur = number(r.get("dur_us"))
-        if dur is None:
-            continue
-        by_step.setdefault(r.get("step", ""), []).append(r)
+        if number(r.get("dur_us")) is not None:
+            by_step.setdefault(r.get("step", ""), []).append(r)
     out = {}
     for step, rows in by_step.items():
         top = max(rows, key=lambda r: (number(r.get("dur_us")), str(r.get("device"))))
@@ -271,15 +269,12 @@ def same_kernels(h: dict, hosts: list[dict], means: dict) -> bool | None:
     """Whether host `h` runs the same kernel names as some other host, each as many times per
     step within 1% (the steps captured may differ); None without kernel means to compare."""
     m = means.get(h["host"])
-    ref = [means[x["host"]] for x in hosts if means.get(x["host"]) and x is not h]
-    if not m or not ref:
+    others = [(x, means[x["host"]]) for x in hosts if means.get(x["host"]) and x is not h]
+    if not m or not others:
         return None
     per_step = {k: v[0] / max(h["steps"], 1) for k, v in m.items()}
-    return any(
-        set(o) == set(m) and all(abs(o[k][0] / max(x["steps"], 1) - per_step[k])
-                                 <= 0.01 * per_step[k] for k in m)
-        for x, o in ((x, means[x["host"]]) for x in hosts
-                     if means.get(x["host"]) and x is not h))
+    return any(set(o) == set(m) and all(abs(o[k][0] / max(x["steps"], 1) - per_step[k])
+                                        <= 0.01 * per_step[k] for k in m) for x, o in others)
 
 
 def compare_steps(steps_of: dict, with_steps: list) -> dict:
@@ -527,20 +522,16 @@ def write(out: Path, r: dict) -> list[tuple[str, int]]:
     """hosts.csv, host_steps.csv, hosts.json, hosts.txt, each replaced whole."""
     rows = []
     for h in r["hosts"]:
-        s = h["step_us"] or {}
-        pr = h["period_us"] or {}
-        kr = h["kernel_time_ratio"] or {}
+        s, pr, kr = (h[k] or {} for k in ("step_us", "period_us", "kernel_time_ratio"))
         same = h["same_kernels"]
         rows.append([h["host"], h["folder"], h["exit"], _fmt(h["seconds"]), _fmt(h["gpus"]),
-                     h["verdict"] or "", h["steps"], _fmt(s.get("value")), _fmt(s.get("min")),
-                     _fmt(s.get("max")), _fmt(pr.get("value")), _fmt(pr.get("min")),
-                     _fmt(pr.get("max")),
+                     h["verdict"] or "", h["steps"],
+                     *(_fmt(f.get(k)) for f in (s, pr) for k in ("value", "min", "max")),
                      _fmt(h["slowest_in_steps"]), _fmt(h["compute_us_per_device_step"]),
-                     _fmt(h["collective_us_per_device_step"]), _fmt(kr.get("value")),
-                     _fmt(kr.get("min")), _fmt(kr.get("max")),
+                     _fmt(h["collective_us_per_device_step"]),
+                     *(_fmt(kr.get(k)) for k in ("value", "min", "max")),
                      "" if same is None else ("yes" if same else "no"),
-                     h["top_change_kind"] or "",
-                     h["top_change"] or "",
+                     h["top_change_kind"] or "", h["top_change"] or "",
                      _fmt(h["top_saving_us"]), _fmt(h["trust_items"]), h["error"],
                      h.get("not_read") or "", _fmt(h.get("arrival_us"))])
     written = []
