@@ -119,17 +119,15 @@ def analyse(rows, res, programs, gpu: dict, peaks: dict,
     out_rows = [table_row(r, c, ins, runs, spot, ceilings.get("hbm_bandwidth"), targets[n])
                 for n, (r, c, ins, runs, spot, _) in enumerate(placed)]
     figures = {
-        "device_time_us": {"value": rules.us_value(total_ps), "unit": "us", "label": "measured"},
-        "not_computable_us": {"value": rules.us_value(no_cost_ps), "unit": "us",
-                              "label": "measured"},
-        "not_computable_pct_of_attributed": {"value": float(pct(no_cost_ps, total_ps) or 0),
-                                             "unit": "pct", "label": "inferred"},
-        "no_ceiling_us": {"value": rules.us_value(no_ceiling_ps), "unit": "us",
-                          "label": "measured"},
-        "executions": {"value": counts.get(str((res.get("program") or {}).get("id")),
-                                           (0, 0))[0], "unit": "count", "label": "measured"},
-        "executions_all_programs": {"value": sum(n for n, _ in counts.values()),
-                                    "unit": "count", "label": "measured"},
+        "device_time_us": scratch.figure(rules.us_value(total_ps), "us", "measured"),
+        "not_computable_us": scratch.figure(rules.us_value(no_cost_ps), "us", "measured"),
+        "not_computable_pct_of_attributed": scratch.figure(
+            float(pct(no_cost_ps, total_ps) or 0), "pct", "inferred"),
+        "no_ceiling_us": scratch.figure(rules.us_value(no_ceiling_ps), "us", "measured"),
+        "executions": scratch.figure(counts.get(str((res.get("program") or {}).get("id")),
+                                                (0, 0))[0], "count", "measured"),
+        "executions_all_programs": scratch.figure(sum(n for n, _ in counts.values()), "count",
+                                                  "measured"),
     }
     withheld = [f"{r['instruction']}: {spot.why}" for r, _, _, _, spot, _ in placed
                 if spot.why and spot.why.startswith(WITHHELD)]
