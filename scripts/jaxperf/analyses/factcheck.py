@@ -249,9 +249,8 @@ def lookup(scratch: TableCache, cite: Citation, roles: set[str]) -> dict:
         raise NoTable(f"the citation names {cite.table} but no column or path")
     items = split_selector(cite.selector)
     data = load_table(scratch, cite.table)
-    if cite.table.endswith(".csv"):
-        return lookup_csv(scratch, cite.table, data, items, roles)
-    return lookup_json(cite.table, data, items, roles)
+    return lookup_csv(scratch, cite.table, data, items, roles) if cite.table.endswith(".csv") \
+        else lookup_json(cite.table, data, items, roles)
 
 
 ENTRY_RE = re.compile(r"^([\w.]+)\[(.+)\]$")  # a column of host events, one by name

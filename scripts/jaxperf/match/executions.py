@@ -280,8 +280,7 @@ def count_executions(host: tuple, launched: dict, names: dict, launches_counted:
             n, ps = host[key]
             out[key] = {"executions": n, "from": "host execution events", "host_ps": ps}
         elif launches_counted.get(key):
-            out[key] = {"executions": launches_counted[key], "from": "launches",
-                        "host_ps": None}
+            out[key] = {"executions": launches_counted[key], "from": "launches", "host_ps": None}
         else:
             out[key] = {"executions": round(covered.get(key) or 0), "from": "alignment",
                         "host_ps": None}

@@ -295,12 +295,8 @@ class Plane:
                 continue
             key = names.get(st.metadata_id, str(st.metadata_id))
             kind = st.WhichOneof("value")
-            if kind == "ref_value":
-                value = names.get(st.ref_value, "")
-            elif kind is None:
-                value = None
-            else:
-                value = getattr(st, kind)
+            value = names.get(st.ref_value, "") if kind == "ref_value" else \
+                None if kind is None else getattr(st, kind)
             if key in out:
                 self._space.repeated_stat_events += 1
                 continue

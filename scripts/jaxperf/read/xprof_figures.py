@@ -119,11 +119,8 @@ def costs(out: Path) -> tuple[dict, str]:
         return {}, "XProf's figures not shown: step 4 left no xplane copy in attribution/xplane/"
     saved = copies[0].parent / "hlo_stats.json"  # step 4's own XProf conversion, when it ran
     try:
-        if saved.is_file() and saved.stat().st_size:
-            data = saved.read_text()
-        else:
-            data = convert(copies[0], "hlo_stats")
-        table = json.loads(data)
+        table = json.loads(saved.read_text() if saved.is_file() and saved.stat().st_size
+                           else convert(copies[0], "hlo_stats"))
         cols = [c["id"] for c in table["cols"]]
         at = {k: cols.index(k) for k in ("program_id", "hlo_op_name", "avg_self_time",
                                          "model_flop_rate", "measured_memory_bw")}
