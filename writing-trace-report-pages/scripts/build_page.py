@@ -423,10 +423,8 @@ class Render:
         for c in children:  # a citation may wrap: text and soft breaks joined first
             if c.type in ("text", "softbreak") and merged and merged[-1].type == "text":
                 merged[-1].content += " " if c.type == "softbreak" else c.content
-            elif c.type == "softbreak":
-                merged.append(self.token(" ", "text"))
             else:
-                merged.append(c)
+                merged.append(self.token(" ", "text") if c.type == "softbreak" else c)
         out, skip_close = [], 0
         for c in merged:
             if c.type == "text":

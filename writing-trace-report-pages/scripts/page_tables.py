@@ -215,9 +215,4 @@ def pick(rec: list, idx: list) -> list:
 
 
 def read_tables(folder: Path) -> list[Table]:
-    out = []
-    for spec in SPECS:
-        t = read_table(folder, spec)
-        if t is not None and t.total:
-            out.append(t)
-    return out
+    return [t for spec in SPECS if (t := read_table(folder, spec)) is not None and t.total]

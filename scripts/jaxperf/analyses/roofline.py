@@ -426,11 +426,9 @@ def add_xprof(table: list[list], costs: dict, program=None) -> int:
             row.extend(["", "", "", ""])
             continue
         n += 1
-        diffs = []
-        for ours, theirs in ((row[col["run_flops"]], x[0]), (row[col["run_bytes"]], x[1])):
-            diffs.append(f"{100.0 * (theirs - ours) / ours:.1f}"
-                         if isinstance(ours, int) and ours else "")
-        row.extend([_g(x[0]), _g(x[1]), *diffs])
+        row.extend([_g(x[0]), _g(x[1]), *(
+            f"{100.0 * (theirs - ours) / ours:.1f}" if isinstance(ours, int) and ours else ""
+            for ours, theirs in ((row[col["run_flops"]], x[0]), (row[col["run_bytes"]], x[1])))])
     return n
 
 

@@ -336,12 +336,8 @@ def convolution(ins, operands: list, cfg: dict) -> CallCost:
     dn = ins.convolution_dimension_numbers
     out = ins.shape.tuple_shapes[0] if ins.shape.tuple_shapes else ins.shape
     a, b = operands[0], operands[1]
-    if "BackwardInput" in target:
-        fwd_out, kernel = a, b
-    elif "BackwardFilter" in target:
-        fwd_out, kernel = b, out
-    else:
-        fwd_out, kernel = out, b
+    fwd_out, kernel = (a, b) if "BackwardInput" in target else \
+        (b, out) if "BackwardFilter" in target else (out, b)
     if not dn.kernel_spatial_dimensions and not dn.input_spatial_dimensions and \
             len(kernel.dimensions) > 2:
         return CallCost(why=f"custom call {target} carries no convolution dimension numbers",

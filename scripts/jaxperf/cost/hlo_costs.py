@@ -150,10 +150,8 @@ class Costs:
                              if i.opcode in FLOP_OPCODES))
             n_in = len(ins.operand_ids) // 2 or 1
             out = elements(ins.shape) // n_in if ins.shape.tuple_shapes else elements(ins.shape)
-            if op == "reduce":
-                c.flops += max(0, elements(self.operand(ins, 0).shape) - out) * per
-            else:
-                c.flops += out * math.prod(d.size for d in ins.window.dimensions) * per
+            c.flops += (max(0, elements(self.operand(ins, 0).shape) - out) if op == "reduce"
+                        else out * math.prod(d.size for d in ins.window.dimensions)) * per
             self._mark_f64(ins, c)
         elif op in ("scatter", "select-and-scatter"):
             # each update element is combined into the operand by the combiner's arithmetic

@@ -181,10 +181,8 @@ def run_step(step: JobStep, args, out: Path, failed: dict[str, str], t0: float,
     cmd += [step.told_option] if tell else []
     if step.name in ("factcheck", "build_page"):
         cmd.append(str(out / "report_draft.md"))
-    if step.name == "build_page":
-        cmd += ["--scratch", str(out), "--out", str(out / "report_draft.html")]
-    else:
-        cmd += ["--out", str(out)]
+    cmd += ["--scratch", str(out), "--out", str(out / "report_draft.html")] \
+        if step.name == "build_page" else ["--out", str(out)]
     started = time.monotonic()
     p = run_relaying(cmd, tell, args.step_limit, at_once)
     logs = scratch.own_dir(out / "logs")  # a planted link is replaced, never followed

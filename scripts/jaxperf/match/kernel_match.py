@@ -352,12 +352,9 @@ class Plan:
         return name
 
     def _inner(self, ins) -> list:
-        out = []
-        for cid in ins.called_computation_ids:
-            comp = self.program.computations.get(cid)
-            if comp is not None:
-                out.extend(comp.instructions)
-        return out
+        return [i for cid in ins.called_computation_ids
+                if (comp := self.program.computations.get(cid)) is not None
+                for i in comp.instructions]
 
     def expected_events(self, ins) -> list[Expect]:
         """The GPU events one execution of a launching instruction produces, in order."""

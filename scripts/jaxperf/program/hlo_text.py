@@ -170,9 +170,7 @@ def _float_text(v: float, type_name: str) -> str:
     low, high = _FLOAT_DIGITS.get(type_name, (3, 17))
     cast = _ROUND.get(type_name, float)
     s = f"{v:.{low}g}"
-    if cast(float(s)) != v:
-        s = f"{v:.{high}g}"
-    return s
+    return s if cast(float(s)) == v else f"{v:.{high}g}"
 
 
 def _minifloat(byte: int, exp_bits: int, man_bits: int, bias: int, kind: str) -> float:
@@ -447,8 +445,7 @@ def _collective_attributes(ins: Any, op: str, add: Callable[[str], None]) -> Non
         if ins.is_host_transfer:
             add("is_host_transfer=true")
     elif op not in ("collective-permute", "collective-permute-start"):
-        rg = _replica_groups(ins)
-        if rg is not None:
+        if (rg := _replica_groups(ins)) is not None:
             add(f"replica_groups={rg}")
         if op in _DIMENSIONS_AFTER_GROUPS and (ins.dimensions or op != "all-to-all"):
             add("dimensions=" + _ints(ins.dimensions))
@@ -597,11 +594,9 @@ class _Printer:
             items = [f"({e.parameter_number}, {_shape_index(e.parameter_shape_index)})"
                      for e in m.buffer_donor.entries]
             parts.append("buffer_donor={ " + ", ".join(items) + " }")
-        layout = self.entry_layout()
-        if layout:
+        if layout := self.entry_layout():
             parts.append(f"entry_computation_layout={{{layout}}}")
-        fa = _frontend_attributes(m.frontend_attributes)
-        if fa:
+        if fa := _frontend_attributes(m.frontend_attributes):
             parts.append(f"frontend_attributes={fa}")
         return ", ".join(parts)
 
@@ -804,14 +799,12 @@ class _Printer:
         predecessors, metadata, backend config."""
         if ins.HasField("sharding"):
             add(f"sharding={sharding_text(ins.sharding)}")
-        fa = _frontend_attributes(ins.frontend_attributes)
-        if fa:
+        if fa := _frontend_attributes(ins.frontend_attributes):
             add(f"frontend_attributes={fa}")
         if ins.control_predecessor_ids:
             add("control-predecessors={" + ", ".join(
                 self.name(i) for i in ins.control_predecessor_ids) + "}")
-        md = _metadata(ins.metadata)
-        if md:
+        if md := _metadata(ins.metadata):
             add(f"metadata={md}")
         if ins.backend_config:
             add(f"backend_config={_backend_config(ins.backend_config)}")

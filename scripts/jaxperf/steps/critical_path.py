@@ -407,10 +407,8 @@ def critical_path(fr: Frame, row: StepRow, rows: dict | None, gaps: dict | None
     s0, s1 = fr.start, fr.window_end
     L = min(max(s0, (gaps or {}).get("host_end", {}).get(n, s0)), s1)
     out = {"window": s1 - s0, "host_late": row.host_late}
-    if rows is None:
-        out.update(budget_slices(row, s0, s1, L))
-    else:
-        out.update(event_slices(fr, row, rows, (gaps or {}).get("other", {}).get(n, []), L))
+    out.update(budget_slices(row, s0, s1, L) if rows is None else
+               event_slices(fr, row, rows, (gaps or {}).get("other", {}).get(n, []), L))
     out["exposure"] = out["compute_exposed"] / out["compute"] if out["compute"] > 0 else 0.0
     return CriticalPath(**out)
 
