@@ -522,8 +522,7 @@ class Render:
             if t.type == "th_open":
                 t.attrSet("scope", "col")
             if t.type == "td_open" and i + 1 < len(tokens) and tokens[i + 1].type == "inline":
-                m = NUM_START_RE.match(tokens[i + 1].content.strip())
-                if m:
+                if m := NUM_START_RE.match(tokens[i + 1].content.strip()):
                     t.attrSet("class", "num")
                     t.attrSet("data-value", m.group(1).replace(",", ""))
             out.append(t)

@@ -145,8 +145,7 @@ def heading_of(file: str, column: str) -> str:
     """A column header in words with its declared unit (scratch.UNIT_SYMBOLS): device_us -> 'gpu
     (µs)'; a percentage with its denominator: idle_pct_of_step -> 'idle (% of step)',
     pct_of_device_time -> 'share (% of gpu time)'."""
-    m = PCT_OF_RE.search(column)
-    if m:
+    if m := PCT_OF_RE.search(column):
         name = column[:m.start()].replace("_", " ") or "share"
         return f"{name} (% of {m.group(1).replace('_', ' ')})"
     symbol, suffix = scratch.UNIT_SYMBOLS.get(scratch.column(file, column).unit, ("", ""))

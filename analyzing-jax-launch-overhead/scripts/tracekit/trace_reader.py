@@ -296,8 +296,7 @@ def _runs(pieces):
                 continue
         buf = bytearray().join(parts)
         if head is None:
-            opening = _EVENTS_OPEN.search(buf)
-            if opening is None:
+            if (opening := _EVENTS_OPEN.search(buf)) is None:
                 if piece is None or len(buf) > HEAD_MAX:
                     raise _OtherShape
                 parts, size = [buf], len(buf)
@@ -852,8 +851,7 @@ def _check_gpu_processes(path: Path, processes: dict) -> None:
     """One process per GPU ordinal (/device:GPU:0 and /device:GPU:00 are one GPU twice)."""
     gpu_pids: dict[int, tuple[int, str]] = {}
     for pid, name in sorted(processes.items()):
-        m = GPU_PROCESS_RE.match(name)
-        if m:
+        if m := GPU_PROCESS_RE.match(name):
             o = int(m.group(1))
             if o in gpu_pids:
                 raise TraceError(f"{path} names two processes for GPU {o} ({gpu_pids[o][1]}, pid "

@@ -157,7 +157,8 @@ def build_inventory(files, xf, tf, programs, xplane_error, trace_error) -> dict:
               "programs": programs, "checks": checks, "refusals": refusals}
     if xf:
         calls = xf["calls"]
-        result["cpu_thunk_events"] = xf["cpu_thunk_events"]
+        result.update({k: xf[k] for k in ("cpu_thunk_events", "profile_ms", "profiler",
+                                          "repeated_stat_events")})
         if calls:
             refusals.append(f"cannot count GPU events in the xplane because it has no "
                             f"/device:GPU plane while its host plane holds {calls} GPU "
@@ -166,11 +167,8 @@ def build_inventory(files, xf, tf, programs, xplane_error, trace_error) -> dict:
         if xf["host"]:
             result["host"] = {**xf["host"], "trace_events": tf["host_events"] if tf else None,
                               "gpu_runtime_calls": calls}
-        result["profile_ms"] = xf["profile_ms"]
-        result["profiler"] = xf["profiler"]
         result["gpu_model"] = None if xf["tpu"] else {  # a TPU: `device` says what it is
             k: xf["gpu"].get(k) for k in ("model", "basis", "why", "devices")}
-        result["repeated_stat_events"] = xf["repeated_stat_events"]
         result["device"] = xf["tpu"] or {
             "kind": "GPU" if xg else ("CPU" if xf["cpu_thunk_events"] else None),
             "model": xf["gpu"].get("model"), "cores": len(xg), "peaks": None,

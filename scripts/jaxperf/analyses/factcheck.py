@@ -1018,8 +1018,7 @@ def check_report(scratch: TableCache, text: str) -> list[Row]:
             i = bisect.bisect_right(bounds, pos) - 1
             return collapse(seg[bounds[i]:bounds[i + 1]])
 
-        m = (HEADING_NUMBER_RE if kind == "heading" else LIST_MARKER_RE).match(seg)
-        if m:
+        if m := (HEADING_NUMBER_RE if kind == "heading" else LIST_MARKER_RE).match(seg):
             if kind == "heading":
                 add_row(rows, where, claim_of, m.start(2), m.group(2), "skipped",
                         why="a section number")
@@ -1144,10 +1143,7 @@ def key_text(cell: str) -> str:
     with Markdown's backslash escapes undone and asterisk emphasis taken off. Underscores are
     kept: `__call__`, `_fused_op_` are names (write emphasis with asterisks)."""
     t = cell.strip()
-    while True:
-        m = EMPHASIS_RE.match(t)
-        if not m:
-            break
+    while m := EMPHASIS_RE.match(t):
         t = m.group(2).strip()
     m = CODE_CELL_RE.match(t)
     n = len(m.group(1)) if m else 0

@@ -330,8 +330,7 @@ def parse_group(inner: str):
     out, pending = [], None
     for tok in split_group(inner):
         t = re.sub(r"\s+", " ", tok).strip()
-        m = TABLE_TOKEN_RE.fullmatch(t)
-        if m:
+        if m := TABLE_TOKEN_RE.fullmatch(t):
             label = pending if pending is not None else (out[-1][0] if out else None)
             out.append((label, m.group("table"), (m.group("sel") or "").strip() or None))
             pending = None
@@ -380,31 +379,23 @@ def find_citations(text: str) -> list[Citation]:
     r"""The citations of a text; a parenthesis escaped as Markdown writes a literal one (`\(`,
     a capture's name quoted by the draft) opens none."""
     out, pos = [], 0
-    while True:
-        i = text.find("(", pos)
-        if i < 0:
-            return out
+    while (i := text.find("(", pos)) >= 0:
+        pos = i + 1  # past it, or past the citation read from it (below)
         if escaped_at(text, i):
-            pos = i + 1
             continue
         m = GROUP_RE.match(text, i)
         derived = parse_derived(m.group(1)) if m and "=" in m.group(1) else None
+        parsed = parse_group(m.group(1)) if m and not derived else None
         if derived:
             label, d = derived
             tables = sorted({c.table for c in d.inputs.values() if isinstance(c, Citation)})
             out.append(Citation(m.start(), m.end(), label, " + ".join(tables) or "(constants)",
                                 "= " + d.expr, derived=d))
-            pos = m.end()
-            continue
-        parsed = parse_group(m.group(1)) if m else None
-        if parsed and len(parsed) > 1:
+        elif parsed and len(parsed) > 1:
             cites = [Citation(m.start(), m.end(), lab, table, sel) for lab, table, sel in parsed]
             cites[0].more = cites[1:]
             out.append(cites[0])
-            pos = m.end()
-            continue
-        m = CITE_RE.match(text, i)  # one citation: its selector read as written
-        if m:
+        elif m := CITE_RE.match(text, i):  # one citation: its selector read as written
             label = m.group("label")
             sel = re.sub(r"\s+", " ", m.group("sel") or "").strip()
             inner = INNER_FIGURE_RE.match(label) if label is not None else None
@@ -414,9 +405,10 @@ def find_citations(text: str) -> list[Citation]:
             out.append(Citation(m.start(), m.end(),
                                 re.sub(r"\s+", " ", label).strip() if label is not None
                                 else None, m.group("table"), sel or None, inner=inner))
-            pos = m.end()
+        else:
             continue
-        pos = i + 1
+        pos = m.end()
+    return out
 
 
 def scan_numbers(text: str, skips: list, orig: str | None = None):
@@ -452,8 +444,7 @@ def scan_numbers(text: str, skips: list, orig: str | None = None):
             if not p2.isdigit():
                 sign, start = -1, s - 1
         unit = None
-        um = UNIT_RE.match(text, e)
-        if um:
+        if um := UNIT_RE.match(text, e):
             unit = um.group(1) or um.group(2)
             end = um.end()
         else:
@@ -490,8 +481,7 @@ def group_figures(text: str, nums: list[Num], cites=()) -> list[Figure]:
         if (i + 2 < len(nums) and PAREN_OPEN_RE.match(text[a.end:nums[i + 1].start])
                 and RANGE_SEP_RE.match(text[nums[i + 1].end:nums[i + 2].start])
                 and not cited_between(a.end, nums[i + 2].start)):
-            close = PAREN_CLOSE_RE.match(text, nums[i + 2].end)
-            if close:
+            if close := PAREN_CLOSE_RE.match(text, nums[i + 2].end):
                 parts = [("value", a), ("min", nums[i + 1]), ("max", nums[i + 2])]
                 out.append(Figure(a.start, close.end(), inherit_units(parts)))
                 i += 3
