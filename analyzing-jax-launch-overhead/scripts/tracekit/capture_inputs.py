@@ -74,10 +74,8 @@ def open_capture(path, run: str | None = None, host: str | None = None) -> Captu
 def host_of(path: Path) -> str | None:
     """The host part of a capture file name, or None when the name is not a capture file."""
     name = path.name
-    for suffix in (XPLANE_SUFFIX, *TRACE_SUFFIXES):
-        if name.endswith(suffix) and len(name) > len(suffix):
-            return name[: -len(suffix)]
-    return None
+    return next((name[: -len(s)] for s in (XPLANE_SUFFIX, *TRACE_SUFFIXES)
+                 if name.endswith(s) and len(name) > len(s)), None)
 
 
 def _listing(folder: Path) -> list[Path]:

@@ -91,8 +91,7 @@ class Summary:
         if category == "memcpy" and join == "launch" and ROCM_MEMCPY_LAUNCH.match(launch_name):
             f.hip_memcpys.append([device, dur])
         if join == "graph_launch" and step != "":
-            e = self.launches.get((device, corr))
-            if e is None:
+            if (e := self.launches.get((device, corr))) is None:
                 e = self.launches[(device, corr)] = [launch_name, set(), 0]
             if hlo_op:
                 e[1].add(hlo_op)

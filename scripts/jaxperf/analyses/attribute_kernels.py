@@ -376,8 +376,7 @@ class Sources:
 
     def get(self, pid, instruction) -> tuple[str, str, str]:
         key = (pid, instruction)
-        out = self.cache.get(key)
-        if out is None:
+        if (out := self.cache.get(key)) is None:
             prog = self.programs.get(pid)
             ins = prog.by_name.get(instruction) if prog and instruction else None
             if ins is None:
@@ -394,8 +393,7 @@ class Sources:
         """The instruction's innermost modelling-framework frame (hlo_program.framework_frame),
         "" where none."""
         key = ("framework", pid, instruction)
-        out = self.cache.get(key)
-        if out is None:
+        if (out := self.cache.get(key)) is None:
             prog = self.programs.get(pid)
             ins = prog.by_name.get(instruction) if prog and instruction else None
             out = self.cache[key] = prog.framework_frame(ins) if ins is not None else ""
@@ -464,8 +462,7 @@ def write_kernels(path: Path, kernels, sources, header: bool = True, first: int 
             ins = k.instruction
             key = (k.hlo_op, k.program_id, ins, k.inner, k.match,
                    k.confidence if ins else None, k.category)
-            rest = rests.get(key)
-            if rest is None:
+            if (rest := rests.get(key)) is None:
                 opn, source, user = sources.get(k.program_id, ins)
                 rest = rests[key] = (
                     f",{q(k.hlo_op or '')},{'' if k.program_id is None else k.program_id},"
@@ -1016,8 +1013,7 @@ def event_totals(kernels) -> dict:
         ins = k.instruction
         key = (k.program_id, ins, k.name, k.device, k.category, k.match, k.why,
                bool(ins) and k.confidence < low_conf, k.graph)
-        e = out.get(key)
-        if e is None:
+        if (e := out.get(key)) is None:
             out[key] = [1, k.dur]
         else:
             e[0] += 1
@@ -1035,8 +1031,7 @@ def op_totals(totals: dict, only=None) -> dict:
     for (pid, ins, _, _, category, *_), (n, ps) in totals.items():
         if ins and (only is None or pid == only):
             key = (pid, ins)
-            o = ops.get(key)
-            if o is None:
+            if (o := ops.get(key)) is None:
                 o = ops[key] = [0, 0, category]
                 by_category[key] = {}
             o[0] += n

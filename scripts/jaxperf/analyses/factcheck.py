@@ -182,10 +182,7 @@ def with_children(folder: Path, name: str, header: list, rows: list) -> tuple[li
 def column_unit(name: str) -> str | None:
     if PCT_NAME_RE.search(name):
         return "pct"
-    for suffix, unit in COLUMN_SUFFIXES:
-        if name.endswith(suffix):
-            return unit
-    return None
+    return next((unit for suffix, unit in COLUMN_SUFFIXES if name.endswith(suffix)), None)
 
 
 def range_column(column: str, role: str, header) -> str | None:
@@ -219,8 +216,7 @@ def selected(scratch: TableCache, name: str, rows: list, filters: list) -> list:
     if not filters:
         return rows
     cols = tuple(k for k, _ in filters)
-    index = scratch.cache.get((name, cols))
-    if index is None:
+    if (index := scratch.cache.get((name, cols))) is None:
         index = scratch.cache[(name, cols)] = {}
         for r in rows:
             index.setdefault(tuple(key_of(r.get(k, "")) for k in cols), []).append(r)

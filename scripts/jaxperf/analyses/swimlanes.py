@@ -215,8 +215,7 @@ class Rows:
         try:
             for (dev, stream, sname, name, cat, start_t, end_t, join, lname, lthread, lstart,
                  ldur, hlo_op, graph, step) in _step1_table(out, "rows.csv", ROW_COLUMNS):
-                key = keys.get((dev, stream))
-                if key is None:
+                if (key := keys.get((dev, stream))) is None:
                     key = keys[(dev, stream)] = (int(dev), int(stream))
                     if key not in self.stream_names:
                         self.stream_names[key] = sname
@@ -228,8 +227,7 @@ class Rows:
                 if n is steps:
                     n = steps[step] = int(step)
                 if n in analysed:
-                    evs = per_step_gpu.get((n, d))
-                    if evs is None:
+                    if (evs := per_step_gpu.get((n, d))) is None:
                         evs = per_step_gpu[(n, d)] = []
                     evs.append((start, end, cat, name))
                 if n == chosen:
@@ -249,8 +247,7 @@ class Rows:
                     le = ls + to_ps(ldur or "0")
                     if le > v0 or ls >= v0:
                         calls = self.host.setdefault(lthread, {})
-                        c = calls.get((ls, lname))
-                        if c is None:
+                        if (c := calls.get((ls, lname))) is None:
                             calls[(ls, lname)] = [ls, le, KIND_CLASS[hk], lname, {d}, 1]
                         else:
                             c[4].add(d)
@@ -628,8 +625,7 @@ def build_lanes(rows: Rows, steps: dict, chosen: dict, gaps: list, v0: int, v1: 
     keys = sorted(set(rows.step_streams) | set(rows.lane_events))
     lanes = []
     for d, s in keys:
-        acc = rows.step_streams.get((d, s))
-        if acc is None:
+        if (acc := rows.step_streams.get((d, s))) is None:
             acc = [0, 0, 0]
             for ev in rows.lane_events.get((d, s), ()):
                 acc[{"kn": 1, "km": 2, "ks": 2}.get(ev[2], 0)] += ev[1] - ev[0]

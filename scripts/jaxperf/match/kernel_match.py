@@ -217,8 +217,7 @@ class Structure:
         """A computation's structure with names and ids left out (operands by position), as a
         32-byte digest: a callee enters its caller's by its digest, so the size stays fixed
         however deep fusions nest (pasted whole, it doubled with each level that calls two)."""
-        memo = self._memo.get(comp_id)
-        if memo is not None:
+        if (memo := self._memo.get(comp_id)) is not None:
             return memo
         self._memo[comp_id] = b"cycle"
         comp = self.program.computations.get(comp_id)
@@ -344,8 +343,7 @@ class Plan:
 
     def _predicted_name(self, ins) -> str:
         """The kernel name a fusion launches: its own, or that of the first identical fusion."""
-        name = self.kernel_name.get(ins.name)
-        if name is None:
+        if (name := self.kernel_name.get(ins.name)) is None:
             key = self.structure.fusion_key(ins)
             first = self._fingerprints.setdefault(key, ins.name)
             name = self.kernel_name[ins.name] = sanitize(first)
@@ -597,8 +595,7 @@ class Plan:
                     self.kind_swap[KIND_ID[ok], EXP_KIND_ID[ek]] = KIND_SWAP
 
     def scope_mask(self, control: str) -> np.ndarray:
-        m = self._scope_masks.get(control)
-        if m is None:
+        if (m := self._scope_masks.get(control)) is None:
             m = self._scope_masks[control] = np.array(
                 [control in self.slots[e.slot].scope for e in self.events], dtype=bool)
         return m
@@ -645,8 +642,7 @@ class Plan:
         """Per instruction of a computation, the set of instructions whose results it reads
         (directly or through others) as a bit mask over their positions; iterative, and a cycle
         (never in HLO XLA writes) is cut where it closes."""
-        memo = self._ancestry_memo.get(comp_id)
-        if memo is not None:
+        if (memo := self._ancestry_memo.get(comp_id)) is not None:
             return memo
         instructions = self.program.computations[comp_id].instructions
         pos = {ins.id: i for i, ins in enumerate(instructions)}
@@ -1142,10 +1138,7 @@ def _next_position(plan: Plan, instruction: str, p: int) -> int:
     n = len(plan.events)
     pos = plan.positions[instruction]
     base, off = divmod(p, n) if n else (0, 0)
-    for s in pos:
-        if s >= off:
-            return base * n + s
-    return (base + 1) * n + pos[0]
+    return next((base * n + s for s in pos if s >= off), (base + 1) * n + pos[0])
 
 
 def launch_executions(plan: Plan, kernels: list[Kernel]) -> int | None:

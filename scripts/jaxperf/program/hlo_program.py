@@ -460,8 +460,7 @@ class Program:
     def _computation_frames(self, comp_id: int) -> list[Frame]:
         """The frames of a fused computation's last instruction that has any (its root is stored
         last); [] for none. Memoized; calls nest at most MAX_CALL_DEPTH deep (checked)."""
-        memo = self._comp_frames.get(comp_id)
-        if memo is None:
+        if (memo := self._comp_frames.get(comp_id)) is None:
             self._comp_frames[comp_id] = []  # a call back to it (a cycle the checks refused)
             comp = self.computations.get(comp_id)
             memo = next((f for f in (self.frames(inner) for inner in reversed(comp.instructions))
@@ -494,10 +493,8 @@ class Program:
 def _package_at(parts: list[str]) -> int:
     """Index of the innermost folder naming a FRAMEWORK_PACKAGES package (a checkout is
     `/opt/praxis/praxis/...`: the package is the inner one), else -1."""
-    for i in range(len(parts) - 2, -1, -1):  # the file itself is not a package
-        if parts[i] in FRAMEWORK_PACKAGES:
-            return i
-    return -1
+    # from the folder holding the file (the file itself is not a package) outward
+    return next((i for i in range(len(parts) - 2, -1, -1) if parts[i] in FRAMEWORK_PACKAGES), -1)
 
 
 def is_library_file(path: str) -> bool:

@@ -105,8 +105,7 @@ def shape_text(shape: Any, layout: bool = True) -> str:
     """``f32[2,3]{1,0}``, ``(s32[], f32[4]{0})``, ``token[]``; without layouts when told.
     Shapes repeat through a module: each is formatted once (by its bytes)."""
     key = (shape.SerializeToString(), layout)
-    out = _SHAPE_TEXTS.get(key)
-    if out is None:
+    if (out := _SHAPE_TEXTS.get(key)) is None:
         if len(_SHAPE_TEXTS) >= _MAX_SHAPE_TEXTS:
             _SHAPE_TEXTS.clear()
         out = _SHAPE_TEXTS[key] = _shape_text(shape, layout)

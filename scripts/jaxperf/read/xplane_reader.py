@@ -327,8 +327,7 @@ class Plane:
                 for i, a, b in zip(m.tolist(), at.tolist(), (at + length[m]).tolist(),
                                    strict=True):
                     raw = data[a:b]
-                    text = seen.get(raw)
-                    if text is None:
+                    if (text := seen.get(raw)) is None:
                         try:
                             text = seen[raw] = raw.decode() if k == 5 else raw
                         except UnicodeDecodeError:
@@ -475,10 +474,7 @@ class Space:
         self.planes = []
 
     def plane(self, name: str) -> Plane | None:
-        for p in self.planes:
-            if p.name == name:
-                return p
-        return None
+        return next((p for p in self.planes if p.name == name), None)
 
     def gpu_planes(self) -> list[Plane]:
         """``/device:GPU:n`` planes sorted by ordinal (idle GPUs included, with no lines)."""

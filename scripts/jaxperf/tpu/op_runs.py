@@ -130,8 +130,7 @@ def collect(space, built: dict) -> tuple[list, dict, dict, dict]:
             for s, d, name, pid, cat, stack in zip(start.tolist(), own.tolist(), names, pids,
                                                    cats, stacks, strict=True):
                 key = (name, pid, cat)
-                m = memo.get(key)
-                if m is None:
+                if (m := memo.get(key)) is None:
                     try:
                         p = int(pid) if pid not in (None, "") else None
                     except (TypeError, ValueError):
