@@ -463,8 +463,7 @@ def render(r: dict) -> list[str]:
         if h["step_us"]:
             line += (f"; step on its bounding GPU {_rng(h['step_us'])} over {h['steps']} "
                      f"steps; slowest host in {h['slowest_in_steps'] or 0}")
-        kr = h["kernel_time_ratio"]
-        if kr:
+        if kr := h["kernel_time_ratio"]:
             line += (f"; kernels {kr['value']:.2f}x ({kr['min']:.2f}-{kr['max']:.2f}) the median "
                      f"host's time over {kr['kernels_compared']} kernel names"
                      + ("" if h["same_kernels"] is None else
@@ -502,8 +501,7 @@ def render(r: dict) -> list[str]:
         f"{v} on {len(h)} ({', '.join(h)})" for v, h in r["verdicts"].items())))
     if r.get("waits"):
         out.append(f"waits: {r['waits']}")
-    c = r.get("culprit")
-    if c:
+    if c := r.get("culprit"):
         out.append(f"culprit: {c['host'] or 'none'} ({c['why']})")
     out += [rules.printable(f"needs a new capture: {n}") for n in r.get("needs_new_capture", [])]
     out += [f"note: {n}" for n in r["notes"]]

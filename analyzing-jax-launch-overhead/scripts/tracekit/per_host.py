@@ -93,8 +93,7 @@ def processes_at_once(most: int, capture_bytes: int, each: str) -> tuple[int, st
     available now (`each` names one: a host, a step)."""
     cores = forked.cores()
     jobs, why = min(cores, most), f"{cores} cores"
-    avail = _available_memory()
-    if avail:
+    if avail := _available_memory():
         per = MEMORY_BASE + MEMORY_PER_CAPTURE_BYTE * capture_bytes
         fit = max(1, avail // per)
         if fit < jobs:

@@ -107,8 +107,7 @@ class Summary:
                 continue
             graphs.setdefault((device, name, label), []).append(n)
         for (device, name, label), counts in sorted(graphs.items()):
-            short = sum(max(counts) - n for n in counts)
-            if short:
+            if short := sum(max(counts) - n for n in counts):
                 f.missing_replays[device] = f.missing_replays.get(device, 0) + short
                 f.replay_graphs.setdefault(device, []).append(
                     f"{name}{' ' + label if label else ''}: "

@@ -205,8 +205,7 @@ def claim_for(files, out) -> None:
     step succeeds (a failed step leaves the folder as it was)."""
     from tracekit import scratch
     sources = [f for f in (files.xplane, files.trace) if f is not None]
-    refusal = scratch.other_capture(out, sources)
-    if refusal:
+    if refusal := scratch.other_capture(out, sources):
         raise StepError(refusal)
     _CLAIMED.append((out, sources))
 

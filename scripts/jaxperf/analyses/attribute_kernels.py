@@ -1051,14 +1051,8 @@ def instruction_runs(plans: dict, execs: dict) -> dict:
     per_program: dict = {}
     for (pid, _), e in execs.items():
         per_program[pid] = per_program.get(pid, 0) + e["executions"]
-    out: dict = {}
-    for pid, plan in plans.items():
-        n = per_program.get(pid)
-        if n is None:
-            continue
-        for ins, starts in plan.positions.items():
-            out[(pid, ins)] = n * len(starts)
-    return out
+    return {(pid, ins): per_program[pid] * len(starts) for pid, plan in plans.items()
+            if pid in per_program for ins, starts in plan.positions.items()}
 
 
 def write_op_and_line_tables(folder: Path, ops: dict, programs: dict, sources, device_time: int,
@@ -1286,8 +1280,7 @@ def build_result(*, files, m: Matched, tables: Tables, coverage, opts, refusals:
     cov, check = coverage_check(fig, coverage, total, opts)
     unsaved = [(key[0], n, ps) for key, (n, ps) in totals.items()
                if key[0] is not None and key[0] not in m.protos]
-    missing = [u for u in unsaved if u[0] not in m.unreadable]
-    if missing:
+    if missing := [u for u in unsaved if u[0] not in m.unreadable]:
         refusals.append(f"cannot attribute {sum(u[1] for u in missing)} kernels because their "
                         f"programs {sorted({u[0] for u in missing})} have no HLO in the capture")
     return {
@@ -1458,13 +1451,11 @@ def render_summary(r: dict) -> list[str]:
              f"{f['kernel_time_us']['value']:,.1f} us of kernel time; "
              f"{f['graph_kernels']['value']} launched inside graphs (command buffers)")
     for key, label in (("all", "all programs"), (str(r["program"]["id"]), prog)):
-        c = r["classes"].get(key)
-        if c:
+        if c := r["classes"].get(key):
             s.append(f"match classes ({label}): " + ", ".join(
                 f"{k} {c[k]['kernels']} kernels {_p(c[k]['pct_of_group'])}% of time"
                 for k in CLASSES))
-    nh = r["no_hlo"]
-    if nh:
+    if nh := r["no_hlo"]:
         s.append(f"no HLO: {nh['kernels']} kernels ({_p(nh['pct_of_device_time'])}% of kernel "
                  f"time) belong to programs {nh['programs']} whose HLO the capture does not "
                  "hold: class none")
@@ -1479,8 +1470,7 @@ def render_summary(r: dict) -> list[str]:
              "low_confidence_*); the rest at or above it")
     src = r["source"]
     scope = r.get("scope") or {}
-    progs = [p for p in r.get("programs") or [] if p["program_id"] != OUTSIDE]
-    if progs:
+    if progs := [p for p in r.get("programs") or [] if p["program_id"] != OUTSIDE]:
         top = progs[0]
         s.append(f"programs: {len(progs)} ran GPU events; the most GPU time: "
                  f"{top['module']}({top['program_id']}) {_p(top['pct_of_device_time'])}% of it, "

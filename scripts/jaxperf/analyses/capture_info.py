@@ -227,8 +227,7 @@ def render(r: dict) -> list[str]:
     if r["cpu_thunk_events"]:
         out.append(f"CPU: {r['cpu_thunk_events']} XLA:CPU thunk events carry hlo_op on "
                    "/host:CPU (they are this capture's kernels)")
-    h = r["host"]
-    if h:
+    if h := r["host"]:
         line = f"host: {h['lines']} lines, {h['xplane_events']} events in the xplane"
         if h["trace_events"] is not None:
             line += f"; {h['trace_events']} in the trace"

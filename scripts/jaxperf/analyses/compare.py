@@ -78,8 +78,7 @@ class Side:
         self.info = self.files.json("capture_info.json") or {}
         self.skip = self.files.json("skip_stats.json") or {}
         self.steps_rows = self.files.rows("steps.csv", need=("step", "device")) or []
-        disagreement = steps_disagree(self.steps_rows, self.skip)
-        if disagreement:
+        if disagreement := steps_disagree(self.steps_rows, self.skip):
             raise step_cli.StepError(f"{role.upper()} ({folder}): {disagreement}; run "
                                      "skip_stats.py (or investigate.py) into it again")
         self.by_step: dict = {}

@@ -159,8 +159,7 @@ def load_table(scratch: TableCache, name: str):
     except (OSError, UnicodeDecodeError, ValueError, csv.Error) as exc:
         raise NoTable(f"{name} cannot be read ({exc})") from None
     if rel == Path("steps.csv"):  # cross-checked against the result written with it
-        why = steps_disagree(data[1], skip_record(scratch.folder))
-        if why:
+        if why := steps_disagree(data[1], skip_record(scratch.folder)):
             raise NoTable(f"{why}: the table disagrees with its own record, so no figure of it "
                           "is checked; run skip_stats.py into the folder again")
     scratch.cache[name] = data

@@ -70,10 +70,9 @@ def read_attribution(out: Path, capture) -> tuple[list[dict], dict]:
 def program_executions(res: dict) -> dict:
     """program id (str) -> (executions summed over GPUs, GPUs) as step 4 counted them
     (attribute_kernels.json `programs`; an older result: the chosen program's `executions`)."""
-    out = {}
-    for p in res.get("programs") or []:
-        if isinstance(p, dict) and isinstance(p.get("executions"), int):
-            out[str(p.get("program_id"))] = (p["executions"], len(p.get("devices") or []))
+    out = {str(p.get("program_id")): (p["executions"], len(p.get("devices") or []))
+           for p in res.get("programs") or []
+           if isinstance(p, dict) and isinstance(p.get("executions"), int)}
     if not out and res.get("program"):
         devices = (res.get("figures", {}).get("devices") or {}).get("value")
         out[str(res["program"].get("id"))] = (

@@ -276,8 +276,7 @@ def read_instructions(out: Path, keys: set) -> tuple[dict, str | None]:
     try:
         with scratch.open_file(out / ATTRIBUTION_FILE) as fh:
             head = next(csv.reader([fh.readline()]), [])
-            missing = [c for c in names if c not in head]
-            if missing:
+            if missing := [c for c in names if c not in head]:
                 return {}, (f"{out / ATTRIBUTION_FILE} is not the table attribute_kernels.py "
                             f"writes (it has no column {missing[0]}): tooltips name no "
                             "instruction")
@@ -944,27 +943,28 @@ def draw_lane(canvas: Canvas, lane: dict, ly: int, instructions: dict, merge_ps:
     canvas.text(8, ly + LANE_H - 3, shown, lane["cls"], tip=label if shown != label else None)
     canvas.add(svg.element("rect", x=PLOT_X0, y=ly, width=PLOT_X1 - PLOT_X0, height=LANE_H,
                            class_="lane"))
-    if lane["kind"] == "gpu":
-        draw_gpu_bars(canvas, lane, ly, instructions, merge_ps)
-    else:
-        draw_host_bars(canvas, lane, ly)
-    canvas.add("</g>")
-
-
-def draw_gpu_bars(canvas: Canvas, lane: dict, ly: int, instructions: dict,
-                  merge_ps: float) -> None:
-    """A GPU lane's kernels (named inside where wide enough), the strip over what ran inside a
-    graph, and the critical stream's gaps along its foot."""
-    where = f"lane: {lane['label']}"
-    for b in lane["bars"]:
+    gpu = lane["kind"] == "gpu"
+    for b in lane["bars"]:  # a GPU lane's kernels (named inside where wide enough), or launches
         x0, w = canvas.x(b[0]), (b[1] - b[0]) * canvas.scale
-        if b[3] == 1:
+        if b[3] > 1:
+            canvas.bar(x0, w, ly, LANE_H, b[2] + " mg", merged_tip(b, f"lane: {label}"))
+        elif gpu:
             canvas.bar(x0, w, ly, LANE_H, b[2], kernel_tip(b[5], lane, instructions))
             if w >= BAR_LABEL_MIN_PX:
                 canvas.text(x0 + 2, ly + LANE_H - 4, svg.clip(b[5][3], w - 4, 9),
                             "small white" if b[2] == "kg" else "small")
         else:
-            canvas.bar(x0, w, ly, LANE_H, b[2] + " mg", merged_tip(b, where))
+            canvas.bar(x0, w, ly, LANE_H, b[2], host_call_tip(b[5], b[2], lane["thread"]))
+    if gpu:
+        draw_gpu_marks(canvas, lane, ly, merge_ps)
+    else:
+        draw_host_gaps(canvas, lane, ly)
+    canvas.add("</g>")
+
+
+def draw_gpu_marks(canvas: Canvas, lane: dict, ly: int, merge_ps: float) -> None:
+    """A GPU lane's strip over what ran inside a graph, and the critical stream's gaps along
+    its foot."""
     graph = merge_spans(((max(e[0], canvas.v0), min(e[1], canvas.v1)) for e in lane["events"]
                          if e[4]), merge_ps)
     for s, e in graph:
@@ -977,16 +977,9 @@ def draw_gpu_bars(canvas: Canvas, lane: dict, ly: int, instructions: dict,
                    gap_tip(b[5][3]) if b[3] == 1 else merged_gap_tip(b))
 
 
-def draw_host_bars(canvas: Canvas, lane: dict, ly: int) -> None:
-    """A host lane's launch calls, and the GPU gaps it shows host events for (the largest
-    event named inside where wide enough)."""
-    where = f"lane: {lane['label']}"
-    for b in lane["bars"]:
-        x0, w = canvas.x(b[0]), (b[1] - b[0]) * canvas.scale
-        if b[3] == 1:
-            canvas.bar(x0, w, ly, LANE_H, b[2], host_call_tip(b[5], b[2], lane["thread"]))
-        else:
-            canvas.bar(x0, w, ly, LANE_H, b[2] + " mg", merged_tip(b, where))
+def draw_host_gaps(canvas: Canvas, lane: dict, ly: int) -> None:
+    """A host lane's GPU gaps it shows host events for (the largest event named inside where
+    wide enough)."""
     for b in lane["gap_bars"]:
         x0, w = canvas.x(b[0]), (b[1] - b[0]) * canvas.scale
         g = b[5][3]

@@ -224,8 +224,7 @@ class Costs:
         need: dict[int, float] = {}
         in_place = {}  # root id -> {operand index: the share of it touched}
         for r in roots:
-            pairs = self._in_place_pairs(r)
-            if pairs:
+            if pairs := self._in_place_pairs(r):
                 in_place[r.id] = {}
                 for k, upd in pairs:
                     whole = self.operand(r, k).shape
@@ -382,12 +381,10 @@ class Costs:
                 return Cost(None, None, "not computable", why=cc.why)
             return Cost(cc.flops, cc.bytes, cc.method, cc.matrix_dtype,
                         cc.kind in ("gemm", "convolution"), kind=cc.kind, backend=backend_of(ins))
-        c = Cost()
         if op in ("copy", "copy-start"):
-            src = nbytes(self.operand(ins, 0).shape)
-            c.bytes, c.method, c.kind, c.backend = 2 * src, "shapes (copy: read + write)", \
-                "copy", backend_of(ins)
-            return c
+            return Cost(0, 2 * nbytes(self.operand(ins, 0).shape), "shapes (copy: read + write)",
+                        kind="copy", backend=backend_of(ins))
+        c = Cost()
         self.add_flops(ins, c)
         if c.why:
             return Cost(None, None, "not computable", why=c.why)

@@ -60,9 +60,8 @@ _RUNNING_LOCK = threading.Lock()
 STOP_GRACE_S = 10  # after SIGTERM, a step's time to let its temporary files go; then SIGKILL
 
 
-def _stop(proc, why: list | None = None, reason: str = "") -> None:
-    if why is not None:
-        why.append(reason)
+def _stop(proc, why: list, reason: str) -> None:
+    why.append(reason)
     step_cli.end_children([proc], STOP_GRACE_S)  # with what it started (XProf's child)
 
 

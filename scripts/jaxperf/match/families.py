@@ -125,10 +125,7 @@ def family_rows(totals: dict, name_rows, split_k=frozenset()) -> list[tuple]:
 
 def plans_names(programs) -> set:
     """Sanitized names of every instruction of every program: what XLA's own kernels are called."""
-    out = set()
-    for prog in programs.values():
-        out.update(km.sanitize(n) for n in prog.by_name)
-    return out
+    return {km.sanitize(n) for prog in programs.values() for n in prog.by_name}
 
 
 def kernel_name_rows(totals: dict, xla_names: set,

@@ -269,8 +269,7 @@ class Plan:
         # events per launching instruction, from the labels (for loops of unknown trip count)
         self.label_counts: dict[str, int] = {}
         for label, c in (label_counts or {}).items():
-            r = self.launcher.get(label)
-            if r:
+            if r := self.launcher.get(label):
                 self.label_counts[r] = self.label_counts.get(r, 0) + c
         self.event_total = event_total
         self.inferred_trips: dict[str, int] = {}
@@ -407,8 +406,7 @@ class Plan:
         inner = self._inner(ins)
         inner_ops = {i.opcode for i in inner}
         if kind == "__custom_fusion":
-            hero = [i for i in inner if i.opcode == "custom-call"]
-            if hero:
+            if hero := [i for i in inner if i.opcode == "custom-call"]:
                 return self._custom_call_events(hero[0].custom_call_target)
             if inner_ops & COLLECTIVE_OPCODES:
                 return [Expect(0, "collective", "", repeat=True)]

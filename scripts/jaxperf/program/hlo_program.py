@@ -158,11 +158,9 @@ class Program:
                         self._fail(f"nests {ins.name}'s backend config too deep to read")
                     except ValueError:
                         pass  # not JSON: read as no config, as everywhere
-        missing = operands.difference(self.instructions)
-        if missing:
+        if missing := operands.difference(self.instructions):
             self._fail(f"names operand {min(missing)}, an instruction it does not hold")
-        missing = {cid for out in calls.values() for cid in out}.difference(self.computations)
-        if missing:
+        if missing := {cid for out in calls.values() for cid in out}.difference(self.computations):
             self._fail(f"calls computation {min(missing)}, which it does not hold")
         for cid, seq in m.schedule.sequences.items():
             if len(set(seq.instruction_ids)) != len(seq.instruction_ids):
@@ -445,15 +443,13 @@ class Program:
         be searched once per path to them, twice as often per level)."""
         md = ins.metadata
         if md.stack_frame_id:
-            frames = self.stack(md.stack_frame_id)
-            if frames:
+            if frames := self.stack(md.stack_frame_id):
                 return frames
         if md.source_file:
             return [Frame(md.source_file, md.source_line, "")]
         if ins.opcode == "fusion":
             for comp_id in ins.called_computation_ids:
-                frames = self._computation_frames(comp_id)
-                if frames:
+                if frames := self._computation_frames(comp_id):
                     return frames
         return self.run_frames.get(ins.name, [])
 
@@ -484,8 +480,7 @@ class Program:
         ``<package>/<path>:<line> <function>`` (``praxis/layers/base_ops.py:42 __call__``); ""
         when no frame is in one."""
         for fr in self.frames(ins):
-            rel = framework_path(fr.file)
-            if rel:
+            if rel := framework_path(fr.file):
                 return f"{rel}:{fr.line} {fr.function}".strip()
         return ""
 

@@ -235,8 +235,7 @@ class Line:
             sel = sel[first]  # a repeated key: the first value is kept
             col[events] = plane.values(key, ev, sel)
             has[events] = True
-        meta = {m: st[key] for m, st in plane.metadata_stats.items() if key in st}
-        if meta:
+        if meta := {m: st[key] for m, st in plane.metadata_stats.items() if key in st}:
             ids_ = np.array(sorted(meta), np.int64)
             at = np.minimum(np.searchsorted(ids_, mid), ids_.size - 1)
             fill = (ids_[at] == mid) & ~has

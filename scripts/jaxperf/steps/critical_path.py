@@ -834,8 +834,7 @@ def steps_ops(ctx: Context) -> list | None:
     progs = tables(ctx.out).rows("attribution/programs.csv")
     in_steps = programs_in_steps(progs, ctx.chosen)
     if in_steps is not None:
-        left = {o.get("program_id", "") for o in ops} - in_steps
-        if left:
+        if left := {o.get("program_id", "") for o in ops} - in_steps:
             ctx.notes.append(f"{len(left)} program(s) of attribution/ops.csv ran in none of the "
                              "steps used (programs.csv steps) and take no share of a step: "
                              + ", ".join(sorted(left, key=str)[:8]))

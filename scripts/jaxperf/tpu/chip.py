@@ -98,8 +98,7 @@ def ceilings(space) -> tuple[dict, dict]:
             + ("HBM bandwidth" if k == "hbm_bytes_per_s" else "peak compute (bf16)")
             + " (the capture's plane gives none)")}
     out = {}
-    hbm = peaks.get("hbm_bytes_per_s")
-    if hbm:
+    if hbm := peaks.get("hbm_bytes_per_s"):
         out["hbm_bandwidth"] = Ceiling(model, "hbm_bandwidth", hbm["value"], "B/s",
                                        hbm.get("tag", "capture"), hbm["source"], "")
     mxu = peaks.get("mxu_flops_per_s")

@@ -122,10 +122,8 @@ def collect(space, built: dict) -> tuple[list, dict, dict, dict]:
             start, dur = c.start[order], c.dur[order]
             own = self_times(start, dur)
             counts["nested"] += int((own < dur).sum())
-            names = np.array(c.names(), dtype=object)[order].tolist()
-            pids = np.array(c.stats["program_id"], dtype=object)[order].tolist()
-            cats = np.array(c.stats["hlo_category"], dtype=object)[order].tolist()
-            stacks = np.array(c.stats["source_stack"], dtype=object)[order].tolist()
+            names, pids, cats, stacks = (np.array(v, dtype=object)[order].tolist() for v in (
+                c.names(), c.stats["program_id"], c.stats["hlo_category"], c.stats["source_stack"]))
             memo: dict = {}
             for s, d, name, pid, cat, stack in zip(start.tolist(), own.tolist(), names, pids,
                                                    cats, stacks, strict=True):
