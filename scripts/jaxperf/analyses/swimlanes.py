@@ -1109,7 +1109,9 @@ def run(capture, out: Path, step: int | None = None, start_us: float | None = No
     }
     name_lanes(lanes, straggler)
     result["lanes"] = [lane_json(lane) for lane in lanes]
-    text = render_svg(result, lanes, v0, v1, chosen, strag_rows, instructions, merge_ps)
+    text = dev.said(render_svg(result, lanes, v0, v1, chosen, strag_rows, instructions,
+                               merge_ps))
+    result["notes"] = [dev.said(n) for n in notes]
     return result, write_outputs(out, result, text, strag_rows)
 
 

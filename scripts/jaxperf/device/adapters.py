@@ -14,7 +14,8 @@ adapter of the capture's device kind, which answers the same questions on every 
   has words of its own (None: step 6's by the instruction's kind of work);
 - `kernel_knob(name)`: the knob of a hand-written kernel (a Pallas call) by its name;
 - `layout_knob`: what removes the copies and transposes that change a layout (None: step 6
-  does not rank them on this device: not measured there).
+  does not rank them on this device: not measured there);
+- `said(text)`: a sentence of this bundle's own, written in GPU words, in the device's.
 A device added is an adapter added here.
 """
 
@@ -34,6 +35,7 @@ class Adapter:
     bound_knob: dict | None
     kernel_knob: Callable[[str], str] | None
     layout_knob: str | None
+    said: Callable[[str], str]
 
 
 def _gpu_environment(space) -> tuple:
@@ -51,10 +53,12 @@ def _adapters() -> dict[str, Adapter]:
     import gap_causes  # the runtime's dispatch call: a TPU's set-up of each execution
     from jaxperf.tpu import knobs
     from tracekit import gpu, tpu
+    from tracekit import trace_rules as rules
     return {"GPU": Adapter("GPU", _gpu_environment, gpu.kernel_kind, gpu.EXECUTION_SETUP_RE,
-                           None, None, None),
+                           None, None, None, str),
             "TPU": Adapter("TPU", _tpu_environment, tpu.op_kind, gap_causes.DISPATCH_CALL_RE,
-                           knobs.BOUND_KNOB, knobs.pallas_blocks, knobs.LAYOUT_KNOB)}
+                           knobs.BOUND_KNOB, knobs.pallas_blocks, knobs.LAYOUT_KNOB,
+                           rules.tpu_said)}
 
 
 ADAPTERS = _adapters()
