@@ -50,8 +50,9 @@ lax.map (at both batches) and for the fori_loop, bf16 matmul inputs at the defau
 jax.lax.top_k, every batch padded to one length, batches device_put two steps ahead, the scan
 unrolled by 8, jax.nn.dot_product_attention, the layers in one jitted call; the before's truth
 gets `after` and `after_speedup` (an after no faster is kept as such). A before with two
-afters (the gradient norm jitted, or float() read once after the steps, not each step) gets
-each one's speedup in `afters`, and `after` is the one the chip ran fastest. The captures are for
+afters (the gradient norm jitted, or float() read once after the steps; jax.vmap, or eight
+steps a dispatch) gets each one's speedup in `afters`, and `after` is the one the chip ran
+fastest. The captures are for
 trying the bundle on programs it was not written against; the few the tests read are committed
 under tests/data/tpu-probes/.
 `OUTDIR/probes.tar.gz` holds every probe's folder. Exit codes: 0 all ran, 1 one failed, 2 usage.
@@ -1230,7 +1231,7 @@ def probe_python_loop_layers(smoke: bool, fused: bool = False) -> Probe:
 AFTER = {"callback_step": "callback_step_outside", "decode_kv": "decode_kv_on_device",
          "two_programs": ("two_programs_jitted_norm", "two_programs_no_sync"),
          "remat_policy": "remat_policy_saved",
-         "lax_map_examples": "lax_map_examples_vmap", "lax_map_small": "lax_map_small_vmap",
+         "lax_map_examples": "lax_map_examples_vmap", "lax_map_small": ("lax_map_small_vmap", "lax_map_small_fori8"),
          "fori_rows": "fori_rows_vmap",
          "f32_highest_matmul": "f32_highest_matmul_bf16", "sort_topk": "sort_topk_lax_top_k",
          "ragged_recompile": "ragged_recompile_padded", "h2d_each_step": "h2d_each_step_prefetch",
