@@ -1144,7 +1144,9 @@ def too_small(ctx: Context) -> list:
     return [Row(f"the step is too small for the chip: one program run a step, the device busy "
                 f"{us_text(w - side[ctx.at])} of a {us_text(w)} step window; the host's fixed "
                 f"cost of each dispatch and wait, {us_text(side[ctx.at])}, is the rest",
-                f"TPU core {ctx.bound}", 100.0 * side[ctx.at] / w, spread(side, ctx.at))]
+                f"TPU core {ctx.bound}", 100.0 * side[ctx.at] / w, spread(side, ctx.at),
+                knob=TOO_SMALL.knob["waits" if ((ctx.s1 or {}).get("between_steps") or {})
+                                    .get("cause") == "waiting on a result" else "steps"])]
 
 
 GEMM_BACKEND = PROSE["GEMM_BACKEND"]
