@@ -1071,7 +1071,8 @@ def independent_loop(ctx: Context) -> list:
             + (f", {iters:,.0f} iterations a run" if iters >= 2 else "")
             + f", whose iterations feed no value to each other (a lax.map, a fori_loop writing "
             "each result into its own slice, a scan with no "
-            f"carry); it and its body take {us_text(total)} of step {ctx.median}, one small "
+            f"carry); it and its body take {us_text(total)} a step (its program's mean run), "
+            "one small "
             f"iteration at a time; vectorised (its {rules.plural(body, 'instruction')} at "
             f"their ceilings, each whole array read once, no loop) it would save "
             f"{us_text(high)}",

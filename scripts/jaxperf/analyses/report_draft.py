@@ -188,7 +188,8 @@ def results(s: Scratch) -> list[str]:
                    f"{cite(period['value'], 'us', period['label'], c, 'figures.step_us.value')}"
                    f"{spread}; "
                    f"all changes at once save at most {comb} a step (an upper bound; the "
-                   f"changes' sentences give step {n}'s own figures"
+                   f"changes' sentences are of step {n}, an instruction's time there its "
+                   "program's mean run times its runs in that step"
                    + ("; a mid-run recompile's row is of its own step_us, outside it"
                       if any(x.get("step_us", {}).get("value") != period.get("value")
                              for x in cj.get("causes") or []) else "")
