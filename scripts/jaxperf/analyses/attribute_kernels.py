@@ -3,6 +3,7 @@ analysis. Its door, with the command line and what it writes, is scripts/attribu
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -545,6 +546,18 @@ def safe_file_name(name: str) -> str:
     return UNSAFE_FILE_CHARS_RE.sub("_", name)[:MAX_FILE_STEM].lstrip(".") or "program"
 
 
+@contextlib.contextmanager
+def parts_ended(x):
+    """The xplane's reading parts (read_xplane's forked children) ended where the body fails
+    or is stopped."""
+    try:
+        yield
+    except BaseException:
+        for part in x.parts if x is not None else ():
+            part.abort()
+        raise
+
+
 def run(capture, out: Path, opts: Options) -> tuple[dict, list]:
     """Step 4 on a capture (capture_inputs.Capture, shared with the other steps of this process):
     writes out/attribution/ whole or not at all; returns the result (also written as
@@ -560,54 +573,50 @@ def run(capture, out: Path, opts: Options) -> tuple[dict, list]:
     # a TPU's op runs are its instructions: read, not matched (op_runs)
     x = None if op_runs.tpu_planes(space) else read_xplane(capture, opts.user_re,
                                                             opts.own_process)
-    try:
-        with rules.atomic_folder(out / "attribution") as tmp:
-            copy = pending = None
+    # the parts end before the folder goes (a part writes its kernels into it)
+    with rules.atomic_folder(out / "attribution") as tmp, parts_ended(x):
+        copy = pending = None
 
-            def meanwhile():  # the copy XProf reads, and its hlo_stats for the coverage
-                nonlocal copy, pending  # check, converted in its own process
-                copy = xplane_copy(files.xplane, tmp)
-                pending = xprof_figures.Pending(copy, "hlo_stats", background=True) \
-                    if opts.use_xprof else None
+        def meanwhile():  # the copy XProf reads, and its hlo_stats for the coverage
+            nonlocal copy, pending  # check, converted in its own process
+            copy = xplane_copy(files.xplane, tmp)
+            pending = xprof_figures.Pending(copy, "hlo_stats", background=True) \
+                if opts.use_xprof else None
+        try:
+            m = match_capture(capture, x, opts, tmp, meanwhile) if x is not None else \
+                match_tpu(capture, space, opts, tmp, meanwhile)
+            t_match = time.perf_counter() - t0
+            progress("writing the tables", m.rows, unit="kernels")
             try:
-                m = match_capture(capture, x, opts, tmp, meanwhile) if x is not None else \
-                    match_tpu(capture, space, opts, tmp, meanwhile)
-                t_match = time.perf_counter() - t0
-                progress("writing the tables", m.rows, unit="kernels")
-                try:
-                    tables = write_tables(tmp, m, opts)
-                    if opts.steps_when_told:  # step 1 writes steps.csv meanwhile: its end
-                        step_cli.wait_until_told("step 1's steps.csv")
-                    add_programs(tmp, m, tables, read_steps(Path(out), files))
-                    refusals = [f"cannot attribute the kernels of program {n}({p}) because "
-                                f"{why}" for p, (n, why) in sorted(m.unreadable.items())]
-                    hlo_names = write_hlo_texts(tmp, m, tables, opts, refusals)
-                    join_kernels(tmp, m)
-                    tables.written[:0] = [("kernels.csv", m.rows), ("kernels_gpu.csv", None)]
-                except BaseException:
-                    if m.chosen_text is not None:
-                        m.chosen_text.abort()
-                    raise
-                coverage, xprof_s = None, 0.0
-                if pending is not None:
-                    progress("XProf: its hlo_stats, for the coverage check")
-                    coverage, xprof_s, err = xprof_coverage(pending, copy)
-                    pending = None
-                    if err:  # XProf's message, the copy's path put back to the user's file
-                        m.notes.append(rules.printable(
-                            err.replace(str(copy), str(files.xplane)).strip()))
-            finally:
-                if pending is not None:
-                    pending.cancel()
-            result = build_result(
-                files=files, m=m, tables=tables, coverage=coverage, opts=opts,
-                refusals=refusals, hlo_names=hlo_names,
-                timing={"matching": round(t_match, 3), "xprof_hlo_stats": round(xprof_s, 3)})
-            written = write_result(tmp, result, tables.written)
-    except BaseException:
-        for part in x.parts if x is not None else ():
-            part.abort()
-        raise
+                tables = write_tables(tmp, m, opts)
+                if opts.steps_when_told:  # step 1 writes steps.csv meanwhile: its end
+                    step_cli.wait_until_told("step 1's steps.csv")
+                add_programs(tmp, m, tables, read_steps(Path(out), files))
+                refusals = [f"cannot attribute the kernels of program {n}({p}) because "
+                            f"{why}" for p, (n, why) in sorted(m.unreadable.items())]
+                hlo_names = write_hlo_texts(tmp, m, tables, opts, refusals)
+                join_kernels(tmp, m)
+                tables.written[:0] = [("kernels.csv", m.rows), ("kernels_gpu.csv", None)]
+            except BaseException:
+                if m.chosen_text is not None:
+                    m.chosen_text.abort()
+                raise
+            coverage, xprof_s = None, 0.0
+            if pending is not None:
+                progress("XProf: its hlo_stats, for the coverage check")
+                coverage, xprof_s, err = xprof_coverage(pending, copy)
+                pending = None
+                if err:  # XProf's message, the copy's path put back to the user's file
+                    m.notes.append(rules.printable(
+                        err.replace(str(copy), str(files.xplane)).strip()))
+        finally:
+            if pending is not None:
+                pending.cancel()
+        result = build_result(
+            files=files, m=m, tables=tables, coverage=coverage, opts=opts,
+            refusals=refusals, hlo_names=hlo_names,
+            timing={"matching": round(t_match, 3), "xprof_hlo_stats": round(xprof_s, 3)})
+        written = write_result(tmp, result, tables.written)
     # the per-stream totals steps 0 and 2 would otherwise decode the xplane's GPU planes for
     if x is not None:
         scratch.handoff_put(out, "xplane_streams", [files.xplane], {"streams": x.streams})
