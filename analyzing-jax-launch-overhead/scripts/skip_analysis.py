@@ -653,29 +653,27 @@ def verdict(a: Analysis, step_rows, info) -> tuple[str, list, dict]:
     between, between_figures = weigh_between_steps(a, bound, name)
     figures.update(between_figures)
     period = between_figures.get("period_device_share")
-    if name in ("device-bound", "mixed") and period is not None and \
-            period < LAUNCH_PERIOD_DEVICE_BELOW:
-        between.append(f"{name} within the step, but the {dev} works {period:.1%} of the step "
-                       f"period < LAUNCH_PERIOD_DEVICE_BELOW {LAUNCH_PERIOD_DEVICE_BELOW:.0%}: "
-                       "host-bound over the period (launch-bound: the idle between steps, the "
-                       "host's, is most of the wall time)")
-        name = "launch-bound"
+    moved = None  # the verdict over the period, where the idle between steps changes it
+    if period is None:
+        pass
+    elif name in ("device-bound", "mixed") and period < LAUNCH_PERIOD_DEVICE_BELOW:
+        moved = "launch-bound", (
+            f"{name} within the step, but the {dev} works {period:.1%} of the step period < "
+            f"LAUNCH_PERIOD_DEVICE_BELOW {LAUNCH_PERIOD_DEVICE_BELOW:.0%}: host-bound over the "
+            "period (launch-bound: the idle between steps, the host's, is most of the wall time)")
+    elif name == "device-bound" and period < PERIOD_DEVICE_SHARE:
+        moved = "mixed", (f"device-bound within the step, but the {dev} works {period:.1%} of "
+                          f"the step period < PERIOD_DEVICE_SHARE {PERIOD_DEVICE_SHARE:.0%}: "
+                          "mixed over the period (the idle between steps is the rest)")
+    elif name == "launch-bound" and period >= LAUNCH_PERIOD_DEVICE_BELOW:
+        moved = "mixed", (f"launch-bound by its host-late share, but the {dev} works "
+                          f"{period:.1%} of the step period >= LAUNCH_PERIOD_DEVICE_BELOW "
+                          f"{LAUNCH_PERIOD_DEVICE_BELOW:.0%}: mixed over the period")
+    if moved:
+        name = moved[0]
+        between.append(moved[1])
         if "qualifier" in figures:
-            figures["qualifier"] = "launch-bound over the period: " + figures["qualifier"]
-    elif name == "device-bound" and period is not None and period < PERIOD_DEVICE_SHARE:
-        name = "mixed"
-        between.append(f"device-bound within the step, but the {dev} works {period:.1%} of the "
-                       f"step period < PERIOD_DEVICE_SHARE {PERIOD_DEVICE_SHARE:.0%}: mixed "
-                       "over the period (the idle between steps is the rest)")
-        if "qualifier" in figures:
-            figures["qualifier"] = "mixed over the period: " + figures["qualifier"]
-    elif name == "launch-bound" and period is not None and period >= LAUNCH_PERIOD_DEVICE_BELOW:
-        name = "mixed"
-        between.append(f"launch-bound by its host-late share, but the {dev} works "
-                       f"{period:.1%} of the step period >= LAUNCH_PERIOD_DEVICE_BELOW "
-                       f"{LAUNCH_PERIOD_DEVICE_BELOW:.0%}: mixed over the period")
-        if "qualifier" in figures:
-            figures["qualifier"] = "mixed over the period: " + figures["qualifier"]
+            figures["qualifier"] = f"{name} over the period: " + figures["qualifier"]
     return name, lines + between, figures
 
 

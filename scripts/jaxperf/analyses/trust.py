@@ -3,7 +3,6 @@ analysis. Its door, with the command line and what it writes, is scripts/trust.p
 
 from __future__ import annotations
 
-import bisect
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -403,55 +402,41 @@ def program_items(inp: Inputs, facts: Facts) -> list:
 
 
 def step_work_items(inp: Inputs, facts: Facts) -> list:
-    """Steps on one device that run different programs: the program ids of step 4's kernels
-    (attribution/kernels.csv) inside each step of steps.csv. Step 1 reads the trace alone,
-    where programs of one module name count together: a sweep that runs another jit_dot each
-    turn frames turns that are not the same work, and a median over them mixes them."""
+    """Analysed steps that run different programs: the steps each program ran in
+    (attribution/programs.csv `steps`, step 4's placing of its runs) over steps.csv's steps.
+    Step 1 reads the trace alone, where programs of one module name count together: a sweep
+    that runs another jit_dot each turn frames turns that are not the same work, and a median
+    over them mixes them."""
     sc = scratch.Scratch(inp.out)
-    path = inp.out / "attribution" / "kernels.csv"
     try:
-        steps = sc.typed("steps.csv", need=("step", "device", "start_us", "end_us")) or []
+        analysed = {r["step"] for r in sc.typed("steps.csv", need=("step",)) or []}
+        progs = sc.rows("attribution/programs.csv") or []
     except scratch.TableError:
         return []
-    spans: dict = {}  # device -> [(start, end, step)]
-    for r in steps:
-        if None not in (r["start_us"], r["end_us"]):
-            spans.setdefault(str(r["device"]), []).append((r["start_us"], r["end_us"], r["step"]))
-    if not spans or not path.is_file():
-        return []
-    for v in spans.values():
-        v.sort()
-    starts = {d: [a for a, _, _ in v] for d, v in spans.items()}
     same = rules.saved_twice(((inp.get("attribute_kernels") or {}).get("program") or {})
                              .get("notes"))  # a program saved under two ids is one
-    ran: dict = {(d, n): set() for d, v in spans.items() for _, _, n in v}
-    for k in scratch.records(inp.out, "attribution/kernels.csv") or ():
-        d, pid, t = k.get("device", ""), k.get("program_id", ""), number(k.get("start_us"))
-        if d in spans and pid and not pid.startswith("(") and t is not None:
-            i = bisect.bisect_right(starts[d], t) - 1
-            if i >= 0 and t < spans[d][i][1]:
-                ran[(d, spans[d][i][2])].add(same.get(pid, pid))
-    module = {p.get("program_id"): p.get("module") for p in
-              sc.rows("attribution/programs.csv") or []}
-    out = []
-    for d, v in sorted(spans.items()):
-        sets = [frozenset(ran[(d, n)]) for _, _, n in v if ran[(d, n)]]
-        kinds = len(set(sets))
-        if kinds < 2:
-            continue
-        ids: dict = {}
-        for pid in set().union(*sets):
-            ids.setdefault(module.get(pid) or pid, set()).add(pid)
-        named = "; ".join(f"{m}: {len(p)} program ids" for m, p in sorted(ids.items())
-                          if len(p) > 1)
-        out.append(item("steps_not_same_work", f"GPU {d}: the {len(sets)} analysed steps run "
-                        f"{kinds} different sets of programs ({named or 'other programs'}) and "
-                        "so are not the same work: a median over them mixes different programs "
-                        "(a sweep or a loop whose turns differ)",
-                        "steps.csv; attribution/kernels.csv; attribution/programs.csv",
-                        "step 1 frames steps from the trace, where programs of one module name "
-                        "count together; step 4's program ids tell them apart", count=kinds))
-    return out
+    ran: dict = {n: set() for n in analysed}
+    for p in progs:
+        pid = p.get("program_id", "")
+        if not pid.startswith("("):  # not the kernels outside programs
+            for n in rules.parse_ranges(p.get("steps")) & analysed:
+                ran[n].add(same.get(pid, pid))
+    sets = [frozenset(v) for v in ran.values() if v]
+    kinds = len(set(sets))
+    if kinds < 2:
+        return []
+    module: dict = {}
+    for p in progs:
+        if p.get("program_id") in set().union(*sets):
+            module.setdefault(p.get("module"), set()).add(p["program_id"])
+    named = "; ".join(f"{m}: {len(ids)} program ids" for m, ids in sorted(module.items())
+                      if len(ids) > 1)
+    return [item("steps_not_same_work", f"the {len(sets)} analysed steps run {kinds} different "
+                 f"sets of programs ({named or 'other programs'}) and so are not the same work: "
+                 "a median over them mixes different programs (a sweep or a loop whose turns "
+                 "differ)", "steps.csv; attribution/programs.csv: steps",
+                 "step 1 frames steps from the trace, where programs of one module name count "
+                 "together; step 4's program ids tell them apart", count=kinds)]
 
 
 def incomplete_items(inp: Inputs, facts: Facts) -> list:
