@@ -28,7 +28,10 @@ written and captured as a user would: `jax.profiler.start_trace`/`stop_trace`, a
   at sequence 4,096 with the scores written out, a Python loop of 48 jitted layer calls,
 - the same per-example loop at batch 128 (small enough to commit; and with 8 steps a dispatch:
   the other change for a step too small for the chip), an inference step that scores rows one
-  at a time in a lax.fori_loop.
+  at a time in a lax.fori_loop,
+- dropout masks drawn by the default threefry PRNG, a KV cache jitted without donation that
+  XLA copies into another layout and back each step, 128 MiB of logits brought to numpy for an
+  argmax each step, a learning rate passed as a static argument (a compile every step).
 
 Each probe leaves `OUTDIR/<probe>/plugins/profile/<run>/...` and `OUTDIR/<probe>/truth.json`:
 the step time without the profiler (`step_ms_unprofiled_median`: steps run as the probe runs
@@ -43,12 +46,14 @@ StepTraceAnnotation's, or a TraceAnnotation's whose name starts with `annotation
 truth also names the capture's ProfileOptions (`profile_options`) and warmup where not default,
 and in `notes` a fact read as the program was built (the path jax.nn.dot_product_attention took).
 
-Fourteen probes have an after, the change an engineer would make first, captured and timed the
+Eighteen probes have an after, the change an engineer would make first, captured and timed the
 same way (`AFTER`): the host callback moved out of the jitted step, the decoded token kept on
 the device, the gradient norm jitted, the matmuls saved by the checkpoint policy, jax.vmap for
 lax.map (at both batches) and for the fori_loop, bf16 matmul inputs at the default precision,
 jax.lax.top_k, every batch padded to one length, batches device_put two steps ahead, the scan
-unrolled by 8, jax.nn.dot_product_attention, the layers in one jitted call; the before's truth
+unrolled by 8, jax.nn.dot_product_attention, the layers in one jitted call, an rbg key (or
+float() read once), the cache donated (or stored in the program's order, donated or not), the
+accuracy computed in the jitted function, the learning rate traced; the before's truth
 gets `after` and `after_speedup` (an after no faster is kept as such). A before with two
 afters (the gradient norm jitted, or float() read once after the steps; jax.vmap, or eight
 steps a dispatch) gets each one's speedup in `afters`, and `after` is the one the chip ran
@@ -1228,6 +1233,168 @@ def probe_python_loop_layers(smoke: bool, fused: bool = False) -> Probe:
                  chunk=8)
 
 
+def probe_dropout_prng(smoke: bool, impl: str = "threefry2x32", sync: bool = True) -> Probe:
+    """A bf16 MLP train step with dropout (rate 0.1) on its input and both hidden layers, the
+    masks drawn in the step from a key folded with the step number: by the default PRNG
+    (threefry) or, `impl` "rbg", a key made with jax.random.key(..., impl="rbg")."""
+    d, h, batch = (64, 128, 32) if smoke else (1024, 4096, 4096)
+    k = jax.random.split(jax.random.key(31), 5)
+    bf = jnp.bfloat16
+    p = {"w1": _normal(k[0], (d, h), bf, d ** -.5), "w2": _normal(k[1], (h, h), bf, h ** -.5),
+         "w3": _normal(k[2], (h, d), bf, h ** -.5)}
+    x = _normal(k[3], (batch, d), bf, 1.0)
+    y = _normal(k[4], (batch, d), bf, 1.0)
+
+    def drop(key, a, rate=0.1):
+        keep = jax.random.bernoulli(key, 1 - rate, a.shape)
+        return jnp.where(keep, a / (1 - rate), 0).astype(a.dtype)
+
+    def loss_fn(p, key, x, y):
+        ks = jax.random.split(key, 3)
+        h1 = drop(ks[1], jax.nn.relu(drop(ks[0], x) @ p["w1"]))
+        h2 = drop(ks[2], jax.nn.relu(h1 @ p["w2"]))
+        return jnp.mean(jnp.square((h2 @ p["w3"] - y).astype(jnp.float32)))
+
+    @partial(jax.jit, donate_argnums=(0,))
+    def train_step(p, key, i, x, y):
+        loss, g = jax.value_and_grad(loss_fn)(p, jax.random.fold_in(key, i), x, y)
+        return jax.tree.map(lambda a, b: a - 1e-3 * b.astype(a.dtype), p, g), loss
+
+    st = {"p": p, "i": 0, "key": jax.random.key(7, impl=impl)}
+
+    def run(n, annotate):
+        for i in range(n):
+            with _step_ctx("train", i, annotate):
+                st["p"], loss = train_step(st["p"], st["key"], jnp.int32(st["i"]), x, y)
+                if sync:
+                    float(loss)
+            st["i"] += 1
+        float(loss)
+
+    return Probe(run, f"jitted donated train step of a {d}->{h}->{h}->{d} bf16 MLP, batch "
+                      f"{batch}, dropout 0.1 on the input and both hidden layers by "
+                      f"jax.random.bernoulli with a {impl} key folded with the step number; "
+                      f"float(loss) {'each step' if sync else 'after the last step'}, "
+                      "annotated 'train'", "train", chunk=1 if sync else 16)
+
+
+def probe_cache_update(smoke: bool, donate: bool = False, seq_major: bool = False) -> Probe:
+    """A decode step over a per-layer KV cache (4 layers, batch 16, 4,096 positions, 512
+    wide, bf16; 512 MiB): each layer attends over its whole cache and writes the new
+    position's keys and values with .at[pos].set, jitted without donating the cache (XLA
+    copies it each step to write the new position) or, `donate`, with donate_argnums; the
+    cache (layers, batch, positions, width), or, `seq_major`, (layers, positions, batch,
+    width)."""
+    layers, b, s, d = (2, 2, 64, 32) if smoke else (4, 16, 4096, 512)
+    k = jax.random.split(jax.random.key(32), 4)
+    bf = jnp.bfloat16
+    p = {n: _normal(kk, (layers, d, d), bf, d ** -.5)
+         for n, kk in zip(("wq", "wk", "wv", "wo"), k, strict=True)}
+
+    def step(p, cache, h, pos):
+        ck, cv = cache
+        for li in range(layers):
+            q, kn, vn = h @ p["wq"][li], h @ p["wk"][li], h @ p["wv"][li]
+            if seq_major:
+                ck, cv = ck.at[li, pos].set(kn), cv.at[li, pos].set(vn)
+            else:
+                ck, cv = ck.at[li, :, pos].set(kn), cv.at[li, :, pos].set(vn)
+            sc = jnp.einsum("bd,sbd->bs" if seq_major else "bd,bsd->bs", q,
+                            ck[li]).astype(jnp.float32) / math.sqrt(d)
+            sc = jnp.where(jnp.arange(s)[None] <= pos, sc, -1e9)
+            o = jnp.einsum("bs,sbd->bd" if seq_major else "bs,bsd->bd",
+                           jax.nn.softmax(sc, -1).astype(bf), cv[li])
+            h = h + o @ p["wo"][li]
+        return (ck, cv), h, (pos + 1) % s
+
+    decode = jax.jit(step, donate_argnums=(1,) if donate else ())
+    shape = (layers, s, b, d) if seq_major else (layers, b, s, d)
+    st = {"cache": (jnp.zeros(shape, bf), jnp.zeros(shape, bf)),
+          "h": _normal(k[0], (b, d), bf, 1.0), "pos": jnp.int32(0)}
+
+    def run(n, annotate):
+        for _ in range(n):
+            st["cache"], st["h"], st["pos"] = decode(p, st["cache"], st["h"], st["pos"])
+            st["h"].block_until_ready()
+
+    how = "donate_argnums=(1,) (the cache updated in place)" if donate else "no donation"
+    mib = 2 * layers * b * s * d * 2 / 2 ** 20
+    dims = f"{s} positions x batch {b}" if seq_major else f"batch {b} x {s} positions"
+    return Probe(run, f"jitted decode step over a KV cache of {layers} layers x {dims} x "
+                      f"{d} (bf16, K and V {mib:.0f} MiB): attention over the "
+                      f"whole cache, the new position written with .at[pos].set, {how}; "
+                      "block_until_ready each step, no annotation", None, captured=8, timed=32)
+
+
+def probe_logits_to_host(smoke: bool, on_device: bool = False) -> Probe:
+    """An evaluation loop: a jitted forward returns f32 logits (batch 4,096 x 8,192 classes,
+    128 MiB) and the host computes accuracy with numpy (np.asarray(logits).argmax); or,
+    `on_device`, the jitted function returns the accuracy, read by float()."""
+    d, h, batch, classes = (32, 64, 16, 64) if smoke else (1024, 4096, 4096, 8192)
+    k = jax.random.split(jax.random.key(33), 3)
+    bf = jnp.bfloat16
+    p = {"w1": _normal(k[0], (d, h), bf, d ** -.5), "w2": _normal(k[1], (h, classes), bf,
+                                                                  h ** -.5)}
+    xs = [_normal(kk, (batch, d), bf, 1.0) for kk in jax.random.split(k[2], 4)]
+    labels = [np.random.default_rng(i).integers(0, classes, batch) for i in range(4)]
+    dev_labels = [jnp.asarray(a) for a in labels]
+
+    @jax.jit
+    def forward(p, x):
+        return (jax.nn.relu(x @ p["w1"]) @ p["w2"]).astype(jnp.float32)
+
+    @jax.jit
+    def accuracy(p, x, y):
+        return jnp.mean(jnp.argmax(forward(p, x), -1) == y)
+
+    st = {"i": 0}
+
+    def run(n, annotate):
+        for i in range(n):
+            j = st["i"] % len(xs)
+            with _step_ctx("eval", i, annotate):
+                if on_device:
+                    float(accuracy(p, xs[j], dev_labels[j]))
+                else:
+                    float(np.mean(np.asarray(forward(p, xs[j])).argmax(-1) == labels[j]))
+            st["i"] += 1
+
+    how = ("the accuracy computed in the jitted function, float() of it" if on_device else
+           f"the logits ({batch * classes * 4 / 2 ** 20:.0f} MiB f32) to the host by "
+           "np.asarray, accuracy by numpy")
+    return Probe(run, f"evaluation of a {d}->{h}->{classes} bf16 MLP, batch {batch}: {how}; "
+                      "annotated 'eval'", "eval")
+
+
+def probe_static_lr(smoke: bool, traced: bool = False) -> Probe:
+    """The MLP train step with a decaying learning rate passed as a Python float marked static
+    (static_argnums): a new value, and a compile, every step; or, `traced`, passed as an
+    array (one compile)."""
+    params, x, y, _, shape = _mlp(smoke)
+
+    def step(p, x, y, lr):
+        loss, g = jax.value_and_grad(_mlp_loss)(p, x, y)
+        return jax.tree.map(lambda a, b: a - lr * b.astype(a.dtype), p, g), loss
+
+    train_step = (jax.jit(step, donate_argnums=(0,)) if traced
+                  else jax.jit(step, donate_argnums=(0,), static_argnums=(3,)))
+    st = {"p": params, "i": 0}
+
+    def run(n, annotate):
+        for i in range(n):
+            lr = 1e-3 * 0.999 ** st["i"]
+            with _step_ctx("train", i, annotate):
+                st["p"], loss = train_step(st["p"], x, y, jnp.float32(lr) if traced else lr)
+                float(loss)
+            st["i"] += 1
+
+    how = ("passed as a jnp.float32 array (traced)" if traced
+           else "a Python float marked static_argnums=(3,): a new value every step")
+    return Probe(run, f"jitted donated train step of the {shape} with a learning rate "
+                      f"1e-3 * 0.999**step {how}; float(loss) each step, annotated 'train'",
+                 "train", timed=8)
+
+
 AFTER = {"callback_step": "callback_step_outside", "decode_kv": "decode_kv_on_device",
          "two_programs": ("two_programs_jitted_norm", "two_programs_no_sync"),
          "remat_policy": "remat_policy_saved",
@@ -1238,7 +1405,10 @@ AFTER = {"callback_step": "callback_step_outside", "decode_kv": "decode_kv_on_de
          "ragged_recompile": "ragged_recompile_padded", "h2d_each_step": "h2d_each_step_prefetch",
          "scan_tiny_body": "scan_tiny_body_unroll8",
          "naive_attention_long": "naive_attention_long_dpa",
-         "python_loop_layers": "python_loop_layers_jitted"}
+         "python_loop_layers": "python_loop_layers_jitted",
+         "dropout_threefry": ("dropout_rbg", "dropout_threefry_no_sync"),
+         "cache_no_donate": ("cache_donated", "cache_seq_major", "cache_seq_major_donated"),
+         "logits_to_host": "logits_accuracy_on_device", "static_lr": "static_lr_traced"}
 
 PROBES: dict[str, Callable[[bool], Probe]] = {
     "async_train": probe_async_train,
@@ -1295,6 +1465,17 @@ PROBES: dict[str, Callable[[bool], Probe]] = {
     "naive_attention_long_dpa": partial(probe_naive_attention_long, dpa=True),
     "python_loop_layers": probe_python_loop_layers,
     "python_loop_layers_jitted": partial(probe_python_loop_layers, fused=True),
+    "dropout_threefry": probe_dropout_prng,
+    "dropout_rbg": partial(probe_dropout_prng, impl="rbg"),
+    "cache_no_donate": probe_cache_update,
+    "cache_donated": partial(probe_cache_update, donate=True),
+    "cache_seq_major": partial(probe_cache_update, seq_major=True),
+    "cache_seq_major_donated": partial(probe_cache_update, donate=True, seq_major=True),
+    "dropout_threefry_no_sync": partial(probe_dropout_prng, sync=False),
+    "logits_to_host": probe_logits_to_host,
+    "logits_accuracy_on_device": partial(probe_logits_to_host, on_device=True),
+    "static_lr": probe_static_lr,
+    "static_lr_traced": partial(probe_static_lr, traced=True),
 }
 
 

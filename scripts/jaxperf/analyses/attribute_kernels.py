@@ -1088,7 +1088,9 @@ def write_op_and_line_tables(folder: Path, ops: dict, programs: dict, sources, d
                         rules.phase(opn, fw), split_k.get((pid, name), ""),
                         prog.moves_layout(ins) if ins is not None else "",
                         prog.independent_loop(ins) if ins is not None else "",
-                        (prog.invariant_bytes(ins) or "") if ins is not None else ""))
+                        (prog.invariant_bytes(ins) or "") if ins is not None else "",
+                        prog.argument_layout(ins) if ins is not None else "",
+                        prog.random_bits(ins) if ins is not None else ""))
     lines: dict[tuple, list] = {}
     for (pid, ins_name), (n, t, _) in ops.items():  # per instruction, then per line
         user = sources.get(pid, ins_name)[2]

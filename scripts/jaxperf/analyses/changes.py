@@ -147,15 +147,17 @@ class Cause:
     prose: Prose
     regroups: bool = False
     compute: bool = False
+    explains: tuple = ()  # kinds of rows whose time this cause's rows are the cause of
 
 
 REGISTRY: list[Cause] = []
 
 
-def cause(kind: str, prose: Prose, regroups: bool = False, compute: bool = False):
+def cause(kind: str, prose: Prose, regroups: bool = False, compute: bool = False,
+          explains: tuple = ()):
     """Registers the function it decorates as the cause `kind`, after those registered before."""
     def register(find: Callable) -> Callable:
-        REGISTRY.append(Cause(kind, find, prose, regroups, compute))
+        REGISTRY.append(Cause(kind, find, prose, regroups, compute, explains))
         return find
     return register
 
@@ -725,7 +727,9 @@ def instruction(ctx: Context) -> Found | list:
     at, median = ctx.at, ctx.median
     cm, exposure = ctx.median_path.compute, ctx.median_path.exposure
     exposed = EXPOSED_PART.format(pct=100 * exposure, step=median)
-    top = [(i, c) for i, c in enumerate(ce.cands) if c["cut"] > 0][:TOP_INSTRUCTIONS]
+    threefry = threefry_keys(ctx)  # the random_bits row's
+    top = [(i, c) for i, c in enumerate(ce.cands)
+           if c["cut"] > 0 and c["key"] not in threefry][:TOP_INSTRUCTIONS]
     rows = []
     for i, c in top:
         sav = [c["cut"] * ctx.paths[n].compute * ctx.paths[n].exposure for n in ctx.chosen]
@@ -759,7 +763,7 @@ def compile_per_step(ctx: Context) -> float | None:
     return (((ctx.s1 or {}).get("compile") or {}).get("per_step_us") or {}).get("value")
 
 
-@cause("compile", COMPILE)
+@cause("compile", COMPILE, explains=("host_gap",))
 def compile_in_step(ctx: Context) -> list:
     """XLA compiling on the host inside the steps (step 1's `compile`): a new shape, or a
     cache miss, paid every step: its saving the compile time of the median step; or in a few
@@ -905,6 +909,12 @@ LAYOUT_COPY_RE = re.compile(r"^(copy|transpose)([._]|$)")
 
 
 LAYOUT_COPIES = PROSE["LAYOUT_COPIES"]
+# ops.csv argument_layout: a copy of the program's argument in (or its result out), the order
+# of dimensions the program computes in, and whether the argument is donated
+ARGUMENT_LAYOUT_RE = re.compile(
+    r"^(?P<way>in|out) (?P<order>\d+(?:,\d+)*)(?P<donated> not donated)?$")
+# the argument copies take at least this share of the layout copies' time: their knob first
+ARGUMENTS_MAJORITY = 0.5
 
 
 @cause("layout_copies", LAYOUT_COPIES, compute=True)
@@ -921,10 +931,32 @@ def layout_copies(ctx: Context) -> list:
     if t < MIN_SAVING_US:
         return []
     what = rules.plural(len(keys), "copy or transpose", "copies or transposes")
-    return [Row(f"layout copies: {what} take {us_text(t)} of step {ctx.median}, moving data to "
-                "another layout between the instructions that produce and consume it",
-                top_lines(ops, keys) or "the programs' copies", 100.0 * t / ctx.window,
-                spread([t] * len(ctx.chosen), ctx.at), knob=knob)]
+    cause = (f"layout copies: {what} take {us_text(t)} of step {ctx.median}, moving data to "
+             "another layout between the instructions that produce and consume it")
+    assumptions = LAYOUT_COPIES.assumptions["between"]
+    times = per_step_us(ctx)
+    args = [r for r in ops if (r["program_id"], r["instruction"]) in keys
+            and ARGUMENT_LAYOUT_RE.match(r.get("argument_layout") or "")]
+    at = sum(times.get((r["program_id"], r["instruction"]), 0.0) for r in args)
+    if at >= ARGUMENTS_MAJORITY * t:  # mostly the program's own arguments and results
+        ms = [ARGUMENT_LAYOUT_RE.match(r["argument_layout"]) for r in args]
+        orders = sorted({m["order"] for m in ms})
+        names = sorted({r["op_name"] for r, m in zip(args, ms, strict=True)
+                        if m["way"] == "in" and r["op_name"]})
+        order = " or ".join(f"({o.replace(',', ', ')})" for o in orders)
+        back = " and its results back out" if any(m["way"] == "out" for m in ms) else ""
+        cause += (f"; {len(args)} of them ({us_text(at)}) move the program's arguments"
+                  + (f" ({', '.join(names[:4])})" if names else "") + " into the layout it "
+                  f"computes in{back}: dimensions in the order {order}")
+        donate = any(m["donated"] for m in ms)
+        knob = (f"keep those arrays in the order the program computes in: transpose them once, "
+                f"before the loop, to dimensions {order} (jnp.transpose, with the indexing and "
+                "einsums written for that order), so that no copy moves them in or out"
+                + ("; and donate them (jax.jit donate_argnums), so that the program updates "
+                   "them in place" if donate else "") + "; the other copies: " + knob)
+        assumptions = LAYOUT_COPIES.assumptions["arguments"]
+    return [Row(cause, top_lines(ops, keys) or "the programs' copies", 100.0 * t / ctx.window,
+                spread([t] * len(ctx.chosen), ctx.at), assumptions=assumptions, knob=knob)]
 
 
 # The JAX primitives that call a host function from inside a program (jax.debug.print is
@@ -1027,6 +1059,45 @@ def matmul_precision(ctx: Context) -> list:
                 f"on the MXU; at one pass they would save {us_text(high)} of step {ctx.median}",
                 top_lines(ops, keys) or "the f32 matmuls", 100.0 * high / ctx.window,
                 spread([high] * len(ctx.chosen), ctx.at))]
+
+
+RANDOM_BITS = PROSE["RANDOM_BITS"]
+
+
+def threefry_keys(ctx: Context) -> set:
+    """The (program id, instruction) of ops.csv's instructions that compute threefry bits."""
+    return {(r["program_id"], r["instruction"]) for r in
+            tables(ctx.out).rows("attribution/ops.csv") or [] if r.get("random_bits")}
+
+
+@cause("random_bits", RANDOM_BITS)
+def random_bits(ctx: Context) -> list:
+    """The instructions that compute jax.random's threefry bits (ops.csv random_bits): their
+    distance to their ceilings in the median step (as the instruction rows count it, which
+    leave them to this row), the rate the same work reaches elsewhere as the measured target."""
+    ce, keys = ctx.ceilings, threefry_keys(ctx)
+    if ce is None or not keys:
+        return []
+    mine = [(i, c) for i, c in enumerate(ce.cands) if c["key"] in keys]
+    cm, exposure = ctx.median_path.compute, ctx.median_path.exposure
+    sav = [sum(c["cut"] for _, c in mine) * ctx.paths[n].compute * ctx.paths[n].exposure
+           for n in ctx.chosen]
+    if sav[ctx.at] < MIN_SAVING_US:
+        return []
+    took = sum(c["share"] for _, c in mine) * cm
+    reached = [c for _, c in mine if c["best_raw"] is not None]
+    pct = 100.0 * sum(c["share"] * c["pct"] / 100.0 for _, c in mine) / \
+        max(sum(c["share"] for _, c in mine), 1e-12)
+    ops = tables(ctx.out).rows("attribution/ops.csv") or []
+    return [Row(f"jax.random's threefry bits: {rules.plural(len(mine), 'instruction')} that "
+                f"compute them (fused with the work that uses them) take {us_text(took)} of "
+                f"step {ctx.median} at {pct:.1f}% of their ceilings (time-weighted)",
+                top_lines(ops, {c["key"] for _, c in mine}) or "the random draws",
+                100.0 * sav[ctx.at] / ctx.window, spread(sav, ctx.at),
+                named=frozenset(i for i, _ in mine),
+                measured=sum(measured_saving(c, cm * exposure, c["best_raw"]) for c in reached)
+                if reached else None,
+                target=NO_TARGET if not reached else "the same work's best rate in this capture")]
 
 
 INDEPENDENT_LOOP = PROSE["INDEPENDENT_LOOP"]
@@ -1308,7 +1379,22 @@ IDLE_BETWEEN_KNOBS = {
     "input pipeline": (
         "input pipeline prefetching (prepare and device_put the next batch while this step "
         "runs), then async dispatch (no host synchronisation every step)"),
+    "host work between steps": (
+        "the host's work named there off the step's path: array work on the step's results (a "
+        "metric, an argmax, a conversion to numpy) inside the jitted step, so that only its "
+        "small result comes to the host; other per-step Python work on a thread beside the "
+        "device's work, or every N steps; then async dispatch (no host synchronisation every "
+        "step)"),
 }
+
+
+def between_events(ctx: Context) -> list:
+    """The host events in the idle after the median step on its bounding device (steps.csv
+    between_host_events), largest first: (name, us) pairs."""
+    b = str(ctx.bound)
+    row = next((r for r in tables(ctx.out).rows("steps.csv") or []
+                if r["step"] == str(ctx.median) and r["device"] == b), None)
+    return rules.parse_host_events(row.get("between_host_events")) if row else []
 
 
 @cause("idle_between_steps", IDLE_BETWEEN_STEPS)
@@ -1327,6 +1413,8 @@ def idle_between_steps(ctx: Context) -> Found:
     said = (f"{us_text(idle)} after step {ctx.median}" if abs(med - idle) < 1.0 else
             f"{us_text(med)} a step (the median over {rules.plural(len(sav), 'step')}; "
             f"{us_text(idle)} after step {ctx.median})")
+    if named := ", ".join(f"{n} {us_text(v)}" for n, v in between_events(ctx)[:HOST_EVENTS_NAMED]):
+        said += f"; host events there: {named}"
     return Found([Row(f"{device_word(ctx)} {b} is idle after its critical stream's last kernel "
                       f"until the next step starts: {said}",
                       f"{device_word(ctx)} {b}", 100.0 * idle / ctx.window, spread(sav, ctx.at),
@@ -1372,15 +1460,30 @@ def written(c: Cause, r: Row) -> dict:
             **(r.extra or {})}
 
 
+# a row that explains another (Cause.explains) ranks before it when it saves this share of it
+EXPLAINS_SHARE = 0.5
+
+
 def ranked(rows: list) -> list:
     """The rows in rank order, numbered from 1: by saving per step (its median over the steps
-    used, to the nanosecond), then in the registry's order and by where; rows that regroup the
-    instructions' time (Cause.regroups: Python lines, kernel families; a family's saving an
-    upper bound) after every other row."""
+    used, to the nanosecond), then in the registry's order and by where; a row that explains
+    another's time (Cause.explains) and saves at least EXPLAINS_SHARE of it just before it; rows
+    that regroup the instructions' time (Cause.regroups: Python lines, kernel families; a
+    family's saving an upper bound) after every other row."""
     order = {c.kind: i for i, c in enumerate(REGISTRY)}
     regroups = {c.kind for c in REGISTRY if c.regroups}
     rows.sort(key=lambda c: (c["cause_kind"] in regroups, -round(c["saving"]["value"], 3),
                              order[c["cause_kind"]], c["where"]))
+    explains = {c.kind: c.explains for c in REGISTRY if c.explains}
+    for r in [r for r in rows if r["cause_kind"] in explains]:
+        # a cause ranks before the symptom it explains most of (XLA's compile inside the step
+        # before the host gap it fills)
+        at = rows.index(r)
+        first = next((i for i, x in enumerate(rows[:at]) if x["cause_kind"] in
+                      explains[r["cause_kind"]] and r["saving"]["value"]
+                      >= EXPLAINS_SHARE * x["saving"]["value"]), None)
+        if first is not None:
+            rows.insert(first, rows.pop(at))
     for i, c in enumerate(rows, 1):
         c["rank"] = i
     return rows

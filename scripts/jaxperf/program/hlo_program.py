@@ -55,6 +55,16 @@ MAX_STACK_FRAMES = 256
 # instructions) runs about 12,000; MaxText's scanned layers about 3,500. Ten million slots would
 # cost gigabytes, so more is a corrupt trip count, not a program.
 MAX_RUNS_PER_EXECUTION = 5_000_000
+# jax.random's samplers (their jitted helpers in the name stack) and its bits primitive: an xor
+# under one of them is a round of threefry's hash (rbg's bits are one rng-bit-generator, and a
+# key's split or fold_in is `_threefry_split`/`_threefry_fold_in`: a few words, not the bits).
+RANDOM_SAMPLER_RE = re.compile(
+    r"jit\(_(?:uniform|bernoulli|normal|randint|truncated_normal|gumbel|categorical|choice|"
+    r"permutation|gamma|beta|exponential|poisson|laplace|logistic|cauchy|dirichlet|rademacher|"
+    r"orthogonal|binomial)\w*\)|random_bits|threefry2x32")
+# xors under a sampler that make an instruction one computing threefry's bits (its 20 rounds
+# hold an xor each)
+RANDOM_MIX_MIN = 8
 # A backend config with more brackets than this is parsed once here to prove its depth is one a
 # JSON parser can follow (XLA's nest under 10 levels; a RecursionError must not reach a step).
 CONFIG_BRACKETS_CHECKED = 500
@@ -281,6 +291,57 @@ class Program:
             lay = shape.layout
             return tuple(lay.minor_to_major), tuple(tuple(x.dimensions) for x in lay.tiles)
         return "yes" if laid(root.shape) != laid(src.shape) else "no"
+
+    def argument_layout(self, ins) -> str:
+        """For a layout-changing copy (`moves_layout` "yes"; or a fusion rooted in one) in the
+        entry computation that moves a parameter of the program into the layout the program
+        computes in ("in"), or a value into the layout of the program's result ("out"): that
+        direction, then the order of the array's dimensions, major to minor, in the layout the
+        program computes in ("in 0,2,1,3": an array of that order laid out row-major would need
+        no copy), then " not donated" for a parameter the program does not alias to a result;
+        "" for any other instruction."""
+        if self.computation_of.get(ins.id) != self.entry_id or self.moves_layout(ins) != "yes":
+            return ""
+        root = self.called_root(ins) if ins.opcode == "fusion" else ins
+        if root.opcode != "copy" or not root.operand_ids:
+            return ""
+        src = self.under(self.instructions[root.operand_ids[0]])
+        if src.opcode == "parameter" and ins is not root:  # a fusion's parameter: its operand
+            src = self.under(self.instructions[ins.operand_ids[src.parameter_number]]) \
+                if src.parameter_number < len(ins.operand_ids) else src
+        entry_root = self.instructions.get(self.computations[self.entry_id].root_id)
+        outs = {self.under(self.instructions[i]).id for i in entry_root.operand_ids} \
+            if entry_root is not None and entry_root.opcode == "tuple" else \
+            {self.under(entry_root).id} if entry_root is not None else set()
+        if src.opcode == "parameter" and self.computation_of.get(src.id) == self.entry_id:
+            way, program_shape = "in", root.shape
+        elif ins.id in outs:
+            way, program_shape = "out", self.instructions[root.operand_ids[0]].shape
+        else:
+            return ""
+        order = list(reversed(program_shape.layout.minor_to_major))
+        if order == sorted(order):
+            return ""  # the program computes in row-major order: the argument is the odd one
+        donated = {e.parameter_number for e in self.module.input_output_alias.entries}
+        return (f"{way} {','.join(map(str, order))}" + (
+            " not donated" if way == "in" and src.parameter_number not in donated else ""))
+
+    def random_bits(self, ins) -> str:
+        """"threefry" where `ins`, or a computation it calls (fused or nested), computes
+        jax.random's threefry bits: RANDOM_MIX_MIN or more xors whose op_name lies under a
+        jax.random sampler (RANDOM_SAMPLER_RE); "" otherwise."""
+        def xors(i) -> int:
+            return i.opcode == "xor" and bool(RANDOM_SAMPLER_RE.search(i.metadata.op_name))
+        n, todo, seen = int(xors(ins)), list(ins.called_computation_ids), set()
+        while todo and n < RANDOM_MIX_MIN:
+            cid = todo.pop()
+            if cid in seen or cid not in self.computations:
+                continue
+            seen.add(cid)
+            for i in self.computations[cid].instructions:
+                n += xors(i)
+                todo.extend(i.called_computation_ids)
+        return "threefry" if n >= RANDOM_MIX_MIN else ""
 
     def independent_loop(self, ins) -> str:
         """The outermost while loop around `ins` (or `ins` itself) whose iterations are
