@@ -454,6 +454,10 @@ def host_gap(ctx: Context) -> list:
                       "enclosing Python frame's own time (calls the tracer does not see), work "
                       "too" if untraced else "") + ": done ahead by one producer thread, a step "
                   f"still lasts that long, so prefetching saves {us_text(measured)}")
+    if compiled and compiled >= EXPLAINS_SHARE * host_late:  # the compile row ranks first
+        words += (f"; XLA's compile inside the step fills {us_text(compiled)} of it (the "
+                  "compile row)")
+        knob = "first the compile row's change (XLA compiles inside the step); then " + knob
     return [Row(words, where, 100.0 * host_late / ctx.window, spread(hsav, ctx.at), knob=knob,
                 measured=measured)]
 
