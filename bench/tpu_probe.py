@@ -1395,6 +1395,80 @@ def probe_static_lr(smoke: bool, traced: bool = False) -> Probe:
                  "train", timed=8)
 
 
+def probe_x64_mlp(smoke: bool, f32: bool = False) -> Probe:
+    """An MLP train step under jax.enable_x64(True) with its params and data float64 (as code
+    ported from numpy keeps them); or, `f32`, the same step in float32."""
+    d, h, batch = (32, 64, 16) if smoke else (512, 2048, 512)
+    dt = np.float32 if f32 else np.float64
+    rng = np.random.default_rng(34)
+    p = {"w1": (rng.standard_normal((d, h)) / math.sqrt(d)).astype(dt),
+         "w2": (rng.standard_normal((h, d)) / math.sqrt(h)).astype(dt)}
+    x = rng.standard_normal((batch, d)).astype(dt)
+    y = rng.standard_normal((batch, d)).astype(dt)
+
+    def loss_fn(p, x, y):
+        return jnp.mean(jnp.square(jnp.tanh(x @ p["w1"]) @ p["w2"] - y))
+
+    @partial(jax.jit, donate_argnums=(0,))
+    def train_step(p, x, y):
+        loss, g = jax.value_and_grad(loss_fn)(p, x, y)
+        return jax.tree.map(lambda a, b: a - 1e-2 * b, p, g), loss
+
+    with jax.enable_x64(True):
+        st = {"p": jax.device_put(p), "x": jax.device_put(x), "y": jax.device_put(y)}
+
+    def run(n, annotate):
+        with jax.enable_x64(True):
+            for i in range(n):
+                with _step_ctx("train", i, annotate):
+                    st["p"], loss = train_step(st["p"], st["x"], st["y"])
+                    float(loss)
+
+    return Probe(run, f"jitted donated train step of a {d}->{h}->{d} tanh MLP, batch {batch}, "
+                      f"under jax.enable_x64(True) with params and data {np.dtype(dt).name}; "
+                      "float(loss) each step, annotated 'train'", "train")
+
+
+def probe_many_leaves(smoke: bool, stacked: bool = False) -> Probe:
+    """An Adam update under jit of 512 separate 128x128 f32 parameter arrays (a model kept as
+    many small leaves), the gradients given; or, `stacked`, the same numbers as one
+    (512, 128, 128) array."""
+    n, w = (8, 16) if smoke else (512, 128)
+    k = jax.random.split(jax.random.key(35), 2)
+    one = jax.random.normal(k[0], (n, w, w), jnp.float32)
+    g1 = jax.random.normal(k[1], (n, w, w), jnp.float32) * 1e-3
+    if stacked:
+        p, g = {"w": one}, {"w": g1}
+    else:
+        p = {f"w{i}": one[i] for i in range(n)}
+        g = {f"w{i}": g1[i] for i in range(n)}
+    zeros = jax.tree.map(jnp.zeros_like, p)
+
+    @partial(jax.jit, donate_argnums=(0, 1, 2))
+    def adam(p, m, v, g, t):
+        m = jax.tree.map(lambda a, b: 0.9 * a + 0.1 * b, m, g)
+        v = jax.tree.map(lambda a, b: 0.999 * a + 0.001 * b * b, v, g)
+        c1, c2 = 1 - 0.9 ** t, 1 - 0.999 ** t
+        p = jax.tree.map(lambda a, mm, vv: a - 1e-3 * (mm / c1) / (jnp.sqrt(vv / c2) + 1e-8),
+                         p, m, v)
+        return p, m, v
+
+    st = {"p": p, "m": zeros, "v": jax.tree.map(jnp.zeros_like, p), "t": 0}
+
+    def run(n_, annotate):
+        for i in range(n_):
+            st["t"] += 1
+            with _step_ctx("update", i, annotate):
+                st["p"], st["m"], st["v"] = adam(st["p"], st["m"], st["v"], g,
+                                                 jnp.float32(st["t"]))
+                jax.block_until_ready(st["p"])
+
+    how = f"one ({n}, {w}, {w}) array" if stacked else f"{n} separate ({w}, {w}) arrays"
+    return Probe(run, f"jitted donated Adam update of {n * w * w:,} f32 parameters kept as "
+                      f"{how}, the gradients given; blocked each step, annotated 'update'",
+                 "update")
+
+
 AFTER = {"callback_step": "callback_step_outside", "decode_kv": "decode_kv_on_device",
          "two_programs": ("two_programs_jitted_norm", "two_programs_no_sync"),
          "remat_policy": "remat_policy_saved",
@@ -1408,7 +1482,8 @@ AFTER = {"callback_step": "callback_step_outside", "decode_kv": "decode_kv_on_de
          "python_loop_layers": "python_loop_layers_jitted",
          "dropout_threefry": ("dropout_rbg", "dropout_threefry_no_sync"),
          "cache_no_donate": ("cache_donated", "cache_seq_major", "cache_seq_major_donated"),
-         "logits_to_host": "logits_accuracy_on_device", "static_lr": "static_lr_traced"}
+         "logits_to_host": "logits_accuracy_on_device", "static_lr": "static_lr_traced",
+         "x64_mlp": "x64_mlp_f32", "many_leaves": "many_leaves_stacked"}
 
 PROBES: dict[str, Callable[[bool], Probe]] = {
     "async_train": probe_async_train,
@@ -1476,6 +1551,10 @@ PROBES: dict[str, Callable[[bool], Probe]] = {
     "logits_accuracy_on_device": partial(probe_logits_to_host, on_device=True),
     "static_lr": probe_static_lr,
     "static_lr_traced": partial(probe_static_lr, traced=True),
+    "x64_mlp": probe_x64_mlp,
+    "x64_mlp_f32": partial(probe_x64_mlp, f32=True),
+    "many_leaves": probe_many_leaves,
+    "many_leaves_stacked": partial(probe_many_leaves, stacked=True),
 }
 
 

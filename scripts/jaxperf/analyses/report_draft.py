@@ -209,6 +209,14 @@ def results(s: Scratch) -> list[str]:
                      if r["rank"] == "1" else
                      f"say what change {r['rank']} adds after the ones above it; its knob: ")
                     + r["knob"]))
+        for r in changes[1:2]:  # the next one, short: its cause and knob are section 5's
+            rank = f"rank={r['rank']}"
+            out.append(
+                f"- Change {r['rank']} ({r['cause_kind']}, {md_cell(r['where'])}): saves "
+                f"{cell(r['saving_us'], 'us', 'inferred', 'changes.csv', 'saving_us', rank)}"
+                " of the step (inferred, not run); its cause, knob and assumptions: section 5 "
+                "and the appendix. " + judge(f"say what change {r['rank']} adds after change 1, "
+                                             "and whether the two overlap"))
     else:
         out.append("- Changes: " + missing("changes.csv", "step 6 did not run"))
     trust = s.json("trust.json")
