@@ -201,8 +201,7 @@ def dispatch(ctx: Context) -> list:
         jit += knob["syncs"].format(calls=", ".join(f"`{c}`" for c in syncs))
     return [Row(f"dispatch between programs: {n} program executions in step {ctx.median}, "
                 f"{us_text(between[at])} the critical stream of {device_word(ctx)} {b} waits "
-                "between two "
-                "executions' kernels while the host dispatches the next",
+                "between two executions' kernels while the host dispatches the next",
                 f"{device_word(ctx)} {b}", 100.0 * between[at] / ctx.window, spread(between, at),
                 knob=f"{jit}; {knob['always']}")]
 
@@ -500,8 +499,7 @@ def exposed_collective(ctx: Context) -> list:
     """Collective kernels on the critical path while no compute or copy runs (the collective
     slice); its saving is their exposed part."""
     return exposed_slice(ctx, "collective", "collective",
-                         f"collective kernels run while no compute or copy does on GPU "
-                         f"{ctx.bound}")
+                         f"collective kernels run while no compute or copy does on GPU {ctx.bound}")
 
 
 def exposed_slice(ctx: Context, part: str, labels: str, what: str) -> list:
@@ -598,11 +596,8 @@ def kernel_family(ctx: Context) -> list:
         sav = [share * ctx.paths[n].compute * ctx.paths[n].exposure for n in ctx.chosen]
         if sav[ctx.at] < MIN_SAVING_US:
             continue
-        top = []
-        for x in (f.get("top_instructions") or "").split(" | "):
-            pid, _, ins = x.split("=")[0].partition(":")
-            if ins:
-                top.append(f"{ins} (program {pid})")
+        top = [f"{ins} (program {pid})" for x in (f.get("top_instructions") or "").split(" | ")
+               for pid, _, ins in [x.split("=")[0].partition(":")] if ins]
         rows.append(Row(
             f"{name} kernels take {pct:.2f}% of GPU time over "
             f"{rules.plural(n_ins, 'instruction')} (about "
@@ -654,9 +649,8 @@ ROCM_LIBRARY = " (XLA's name for its GEMM library call; on ROCm it runs hipBLASL
 def backend_text(backend: str, vendor: str) -> str:
     """A GEMM backend as a knob names it: on an AMD GPU, XLA's cuBLAS-named library call with
     the library that runs it there."""
-    if "__cublas" in backend and vendor.upper().startswith("AMD"):
-        return backend + ROCM_LIBRARY
-    return backend
+    amd = "__cublas" in backend and vendor.upper().startswith("AMD")
+    return backend + ROCM_LIBRARY if amd else backend
 
 
 def instruction_prose(c: dict, exposed: str, vendor: str = "",
@@ -862,13 +856,10 @@ def stacking(ops: list) -> list:
     kept for the backward; a lax.map's results, or a loop of its own gradients, are not) that
     are dynamic-update-slice fusions; each as ((program id, instruction), whether its own work
     is the stacking: its op_name ends in the update)."""
-    out = []
-    for r in ops:
-        op = r.get("op_name") or ""
-        if 0 <= op.find("jvp(") < op.find("/while/body/") and (
-                "dynamic-update-slice" in r["instruction"] or op.endswith("dynamic_update_slice")):
-            out.append(((r["program_id"], r["instruction"]), op.endswith("dynamic_update_slice")))
-    return out
+    return [((r["program_id"], r["instruction"]), op.endswith("dynamic_update_slice"))
+            for r in ops if 0 <= (op := r.get("op_name") or "").find("jvp(") < op.find(
+                "/while/body/") and ("dynamic-update-slice" in r["instruction"]
+                                     or op.endswith("dynamic_update_slice"))]
 
 
 def top_lines(ops: list, keys: set, n: int = 3) -> str:
@@ -897,8 +888,7 @@ def scan_stacking(ctx: Context) -> list:
     low = sum(times.get(k, 0.0) for k, pure in found if pure)
     if high < MIN_SAVING_US:
         return []
-    lines = top_lines(tables(ctx.out).rows("attribution/ops.csv") or [],
-                                {k for k, _ in found})
+    lines = top_lines(tables(ctx.out).rows("attribution/ops.csv") or [], {k for k, _ in found})
     return [Row(f"the scan's stacked residuals: {rules.plural(len(found), 'fusion')} of "
                 f"dynamic-update-slice inside a while loop's body take {us_text(high)} of step "
                 f"{ctx.median} ({us_text(low)} of it in fusions whose own work is the stacking): "
@@ -1144,13 +1134,11 @@ def independent_loop(ctx: Context) -> list:
         rows.append(Row(
             f"a loop of independent iterations: {name}"
             + (f", {iters:,.0f} iterations a run" if iters >= 2 else "")
-            + f", whose iterations feed no value to each other (a lax.map, a fori_loop writing "
-            "each result into its own slice, a scan with no "
-            f"carry); it and its body take {us_text(total)} a step (its program's mean run), "
-            "one small "
-            f"iteration at a time; vectorised (its {rules.plural(body, 'instruction')} at "
-            f"their ceilings, each whole array read once, no loop) it would save "
-            f"{us_text(high)}",
+            + ", whose iterations feed no value to each other (a lax.map, a fori_loop writing "
+            "each result into its own slice, a scan with no carry); it and its body take "
+            f"{us_text(total)} a step (its program's mean run), one small iteration at a time; "
+            f"vectorised (its {rules.plural(body, 'instruction')} at their ceilings, each whole "
+            f"array read once, no loop) it would save {us_text(high)}",
             top_lines(ops, keys) or name, 100.0 * high / ctx.window,
             spread([high] * len(ctx.chosen), ctx.at), target=NO_TARGET))
     return rows
@@ -1303,8 +1291,7 @@ def backend_row(ctx: Context, same: list, slow: str, fast: str) -> list:
     top = max(target_by.values(), key=whole_pct)
     lo, hi = (f(whole_pct(c) for c, _ in mine) for f in (min, max))
     names = ", ".join(c["instruction"] for c, _ in mine[:4]) + (" ..." if len(mine) > 4 else "")
-    said = GEMM_BACKEND
-    knob = said.knob.get({("triton", "library"): "to library",
+    knob = GEMM_BACKEND.knob.get({("triton", "library"): "to library",
                           ("library", "triton"): "to triton"}.get((slow, fast), "other"))
     knob = knob.format(target=backend_text(mine[0][0]["backend"].removeprefix("library "),
                                            ctx.ceilings.vendor), fast=fast, slow=slow)
@@ -1320,7 +1307,7 @@ def backend_row(ctx: Context, same: list, slow: str, fast: str) -> list:
         f"of step {ctx.median})",
         f"{slow} GEMMs ({len(mine)} instructions)", 100.0 * per_step[ctx.at] / ctx.window,
         spread(per_step, ctx.at),
-        said.assumptions.format(time=INSTRUCTION_TIME, exposed=EXPOSED_PART.format(
+        GEMM_BACKEND.assumptions.format(time=INSTRUCTION_TIME, exposed=EXPOSED_PART.format(
             pct=100 * ctx.median_path.exposure, step=ctx.median)),
         knob, named=frozenset(named), measured=statistics.median(per_step),
         target=top["instruction"])]
@@ -1441,9 +1428,7 @@ def find_causes(ctx: Context) -> tuple[list, list, list]:
         refusals += found.refusals
     if tpu_capture(ctx):  # the causes' words on a TPU's parts (trace_rules.TPU_WORDS)
         for r in rows:
-            r["cause"], r["assumptions"], r["knob"] = (
-                rules.tpu_words(r["cause"]), rules.tpu_words(r["assumptions"]),
-                rules.tpu_words(r["knob"]))
+            r.update({k: rules.tpu_words(r[k]) for k in ("cause", "assumptions", "knob")})
     return rows, notes, refusals
 
 
@@ -1459,9 +1444,7 @@ def written(c: Cause, r: Row) -> dict:
     return {"cause_kind": c.kind, "cause": r.cause, "where": r.where, "pct_of_step": r.pct,
             "saving": r.saving, **prose, "label": LABEL, "source": c.prose.source,
             "named": r.named, "measured": r.measured, "target": r.target,
-            "kernel_cut": r.kernel_cut,
-            "fuses": r.fuses,
-            **(r.extra or {})}
+            "kernel_cut": r.kernel_cut, "fuses": r.fuses, **(r.extra or {})}
 
 
 # a row that explains another (Cause.explains) ranks before it when it saves this share of it
@@ -1532,11 +1515,9 @@ def analyse(out: Path) -> dict:
     why, their frames, the step time, the ranked causes, the combined saving, the median step's
     critical path by slice and exposed share of compute, the straggler, refusals, notes, the
     inputs found and step 1's verdict; or status `refused` when step 1 found no GPU events."""
-    inputs: dict = {}
     s1 = tables(out).json("skip_stats.json")
-    inputs["skip_stats.json"] = s1 is not None
     steps = read_steps(out)
-    inputs["steps.csv"] = True
+    inputs = {"skip_stats.json": s1 is not None, "steps.csv": True}
     if s1 is not None and s1.get("status") == "not computable" or not steps:
         return {"status": "refused", "refusals": [
             "cannot rank any cause because step 1 found no GPU events in analysed steps "
@@ -1591,8 +1572,6 @@ def build_result(a: dict) -> dict:
         return {"step": "changes", "status": a["status"], "figures": {}, "causes": [],
                 "combine_rule": COMBINE_RULE, "refusals": a["refusals"], "notes": a["notes"],
                 "inputs": a["inputs"], "tables": {}}
-    mf = a["frames"][a["median"]]
-    cp = a["critical_path"]
     causes = []
     for c in a["causes"]:
         if c.get("measured") is not None:  # the low end of the range, never above its high end
@@ -1613,8 +1592,7 @@ def build_result(a: dict) -> dict:
             **({"saving_measured_us": figure(c["measured"], "us", "inferred")}
                if c.get("measured") is not None else {}),
             "target": c.get("target", ""), "assumptions": c["assumptions"], "knob": c["knob"],
-            "label": c["label"],
-            "source": c["source"]})
+            "label": c["label"], "source": c["source"]})
         if c["cause_kind"] == "kernel_family":
             causes[-1].update({"family": c["family"], "cannot_show": c["cannot_show"],
                                "instructions": c["instructions"],
@@ -1622,8 +1600,8 @@ def build_result(a: dict) -> dict:
     comb, step = a["combined"], a["step"]
     return {
         "step": "changes", "status": "done", "verdict": a["verdict"],
-        "steps": {"used": a["steps"], "median": a["median"], "bounding_gpu": mf.bound,
-                  "why": a["why"],
+        "steps": {"used": a["steps"], "median": a["median"],
+                  "bounding_gpu": a["frames"][a["median"]].bound, "why": a["why"],
                   "straggler": a["straggler"]},
         "figures": {
             "step_us": figure(step["value"], "us", "measured", step),
@@ -1631,7 +1609,7 @@ def build_result(a: dict) -> dict:
             "step_if_all_gone_us": figure(step["value"] - comb["value"], "us", "inferred"),
             "compute_exposed_pct_of_compute": figure(100.0 * a["exposure"], "pct", "inferred"),
         },
-        "critical_path": {k: figure(v, "us", "measured") for k, v in cp.items()},
+        "critical_path": {k: figure(v, "us", "measured") for k, v in a["critical_path"].items()},
         "causes": causes, "combine_rule": COMBINE_RULE,
         "refusals": a["refusals"], "notes": a["notes"], "inputs": a["inputs"], "tables": {}}
 
@@ -1644,21 +1622,17 @@ def speedup(step: float, saving: float) -> float | None:
 
 
 def csv_rows(result: dict) -> list:
-    out = []
-    for c in result["causes"]:
-        s = c["saving_us"]
-        out.append([c["rank"], c["cause_kind"], c["cause"], c["where"],
-                    f"{c['pct_of_step']['value']:.2f}",
-                    f"{c['step_us']['value']:.3f}", f"{s['value']:.3f}",
-                    f"{s['min']:.3f}", f"{s['max']:.3f}",
-                    f"{c['saving_measured_us']['value']:.3f}" if "saving_measured_us" in c
-                    else "", f"{c['step_if_gone_us']['value']:.3f}",
-                    f"{c['speedup_if_gone']['value']:.3f}"
-                    if c["speedup_if_gone"]["value"] is not None else "",
-                    f"{c['speedup_measured']['value']:.3f}"
-                    if (c.get("speedup_measured") or {}).get("value") is not None else "",
-                    c.get("target", ""), c["assumptions"], c["knob"], c["label"], c["source"]])
-    return out
+    return [[c["rank"], c["cause_kind"], c["cause"], c["where"],
+             f"{c['pct_of_step']['value']:.2f}", f"{c['step_us']['value']:.3f}",
+             f"{s['value']:.3f}", f"{s['min']:.3f}", f"{s['max']:.3f}",
+             f"{c['saving_measured_us']['value']:.3f}" if "saving_measured_us" in c else "",
+             f"{c['step_if_gone_us']['value']:.3f}",
+             f"{c['speedup_if_gone']['value']:.3f}"
+             if c["speedup_if_gone"]["value"] is not None else "",
+             f"{c['speedup_measured']['value']:.3f}"
+             if (c.get("speedup_measured") or {}).get("value") is not None else "",
+             c.get("target", ""), c["assumptions"], c["knob"], c["label"], c["source"]]
+            for c in result["causes"] for s in [c["saving_us"]]]
 
 
 def run(out: Path) -> tuple[dict, list]:
@@ -1696,14 +1670,12 @@ def check_capture(capture: str, run_name, host, out: Path) -> str | None:
 
 
 def summary_lines(result: dict) -> list[str]:
-    lines = []
-    for c in result["causes"][:3]:
-        s = c["saving_us"]
-        lines.append(f"{c['rank']}. {c['cause_kind']} ({c['where']}): "
-                     f"{c['pct_of_step']['value']:.1f}% of the step, saving "
-                     f"{s['value']:,.1f} us ({s['min']:,.1f}-{s['max']:,.1f}) -> step "
-                     f"{c['step_if_gone_us']['value']:,.1f} us ({LABEL}); test: "
-                     f"{c['knob'].split('; ')[0]}")
+    lines = [f"{c['rank']}. {c['cause_kind']} ({c['where']}): "
+             f"{c['pct_of_step']['value']:.1f}% of the step, saving "
+             f"{s['value']:,.1f} us ({s['min']:,.1f}-{s['max']:,.1f}) -> step "
+             f"{c['step_if_gone_us']['value']:,.1f} us ({LABEL}); test: "
+             f"{c['knob'].split('; ')[0]}"
+             for c in result["causes"][:3] for s in [c["saving_us"]]]
     if not result["causes"]:
         lines.append("no cause ranked: " + ("; ".join(result["refusals"]) or "nothing to rank"))
     return lines

@@ -292,12 +292,10 @@ def lookup_csv(scratch, name, data, items, roles):
             else:
                 out[role] = (aggregate(cells, agg, f"{name} {column}"),
                              None if agg == "count" else unit)
-        elif len(sel) == 1 and range_column(column, role, header):
-            sib = range_column(column, role, header)
-            v = sel[0].get(sib, "")
-            if decimal_of(v) is None:
+        elif len(sel) == 1 and (sib := range_column(column, role, header)):
+            if (d := decimal_of(sel[0].get(sib, ""))) is None:
                 raise NoTable(f"{name} {sib} is empty or not a number in the selected row")
-            out[role] = (decimal_of(v), unit)
+            out[role] = (d, unit)
         else:
             out[role] = (aggregate(cells, role, f"{name} {column}"), unit)
     labels = {label_of(r.get("label")) for r in sel} if "label" in header else set()
@@ -339,8 +337,7 @@ def lookup_json(name, data, items, roles):
         else:
             raise NoTable(f"cannot read selector item '{it}' (a JSON path takes an aggregate "
                           "only)")
-    node, parent, key = data, None, ""
-    chain = [data]
+    node, parent, key, chain = data, None, "", [data]
     for part in path.split("."):
         parent = node
         if isinstance(node, dict) and part in node:
@@ -468,8 +465,8 @@ def combine(results):
     failing = [r for r in results if r[0] != "ok"]
     verdict = failing[0][0] if failing else "ok"
     labels = list(dict.fromkeys(r[1] for r in results))
-    whys = [r[3] for r in failing]
-    return (verdict, " | ".join(labels), " | ".join(r[2] for r in results), "; ".join(whys))
+    return (verdict, " | ".join(labels), " | ".join(r[2] for r in results),
+            "; ".join(r[3] for r in failing))
 
 
 def check_figure(scratch, fig: Figure, cite: Citation, default_unit: str | None):
@@ -691,8 +688,7 @@ def check_label(cite: Citation):
     """(ok, why, normalised label) of a citation's label."""
     if cite.label is None:
         return False, "the citation has no label (measured, read or inferred)", ""
-    lab = cite.label.replace("*", "").replace("_", " ").strip().lower()
-    lab = re.sub(r"\s+", " ", lab)
+    lab = re.sub(r"\s+", " ", cite.label.replace("*", "").replace("_", " ").strip().lower())
     if lab in LABELS:
         return True, "", lab
     if lab == "inferred, not run":
@@ -826,16 +822,14 @@ def check_segment(scratch, text: str, where, claim_of, ctx: Context, rows: list)
     for cite in cites:  # a figure written inside its citation: "(0.0%, inferred; ...)"
         if cite.inner is not None:
             s, e = cite.inner
-            inner = scan_numbers(mask(text, [(0, s), (e, len(text))]), [], text)
-            if inner:
+            if inner := scan_numbers(mask(text, [(0, s), (e, len(text))]), [], text):
                 fig = group_figures(text, inner)[0]
                 figures.append(fig)
                 claimed[id(fig)] = cite
     dc = ctx.default_cite
     if dc is not None and not cites and not ctx.skip_all and text.strip():
         # a table cell under a header citing a text column: the cell must say that text
-        res = check_text_claim(scratch, dc.at(len(text)), text, 0)
-        if res is not None:
+        if (res := check_text_claim(scratch, dc.at(len(text)), text, 0)) is not None:
             verdict, label, found, why, figure, _ = res
             add(len(text) - len(text.lstrip()), figure, verdict, cite=dc, label=label,
                 found=found, why=why + (" (the column header's citation)" if why else ""))
@@ -931,9 +925,8 @@ def check_figures(scratch, text: str, masked: str, figures, cites, claimed: dict
             verdict, label, found, why = check_figure(scratch, fig, cite, ctx.default_unit)
             add(fig.start, written, verdict, cite=cite, label=label, found=found,
                 why=why + (" (the column header's citation)" if why else ""))
-        elif LABEL_ONLY_RE.match(text, fig.end):
-            lab = LABEL_ONLY_RE.match(text, fig.end).group(1)
-            add(fig.start, written, "no_table", label=lab,
+        elif lab := LABEL_ONLY_RE.match(text, fig.end):
+            add(fig.start, written, "no_table", label=lab.group(1),
                 why="a label but no table: write (label; table: column or path)")
         else:
             k = bisect.bisect_left(starts, fig.end)  # the first citation after it
@@ -1054,16 +1047,14 @@ def restated(rows: list[Row]) -> None:
     constants: dict = {}  # value -> (name, source, row) of a derived figure's named constant
     for r in rows:
         if r.verdict == "ok" and r.table:
-            v = written_value(r.figure)
-            if v is not None:
+            if (v := written_value(r.figure)) is not None:
                 cited.setdefault(v if v[1] not in (None, "pct") else (*v, r.counts), r)
             for name, value, source in constants_of(r):
                 constants.setdefault(value, (name, source, r))
     for r in rows:
         if r.verdict != "no_table" or not r.why.startswith(("no citation", "its citation is")):
             continue
-        v = written_value(r.figure)
-        if v is None:
+        if (v := written_value(r.figure)) is None:
             continue
         key = v if v[1] not in (None, "pct") else (*v, r.counts)
         if key in cited and "." not in r.figure and (v[1] not in (None, "pct") or r.counts):

@@ -153,8 +153,7 @@ def ensure_step1(capture, out: Path) -> bool:
 def _step1_table(out: Path, file: str, names: list):
     """One of step 1's tables, streamed (scratch.stream); a SwimlaneError where it is not there
     (this step needs each)."""
-    rows = scratch.stream(out, file, names)
-    if rows is None:
+    if (rows := scratch.stream(out, file, names)) is None:
         raise SwimlaneError(f"{out / file} is not there: run skip_stats.py into this folder")
     return rows
 
@@ -302,8 +301,7 @@ def _read_keys(lines, keys: set, cols: tuple, last=None) -> dict:
     ins, match = cols
     for line in lines:
         cut = line.find(",", line.find(",", line.find(",") + 1) + 1) + 1
-        k = wanted.get(line[:cut])
-        if k is not None:
+        if (k := wanted.get(line[:cut])) is not None:
             while line.count('"') % 2:  # a quoted cell holds a newline: read on
                 more = next(lines, "")
                 if not more:
@@ -594,8 +592,7 @@ def lay_out(events, v0: int, v1: int, merge_ps: float) -> list[tuple]:
         if p is not None:
             append((p[0], p[1], cls, p[2], p[3], p[4]))
         pending[cls] = [s, e, 1, e - s, ev, ev[1] - ev[0]]
-    for cls, p in pending.items():
-        bars.append((p[0], p[1], cls, p[2], p[3], p[4]))
+    bars += [(p[0], p[1], cls, p[2], p[3], p[4]) for cls, p in pending.items()]
     bars.sort(key=lambda b: (b[0], b[1]))
     return bars
 
@@ -689,8 +686,7 @@ class Canvas:
         return PLOT_X0 + (ps - self.v0) * self.scale
 
     def text(self, x, y, s, cls=None, anchor=None, tip=None, **given):
-        self.add(svg.text(f"{x:.1f}", f"{y:.1f}", s, tip, class_=cls, text_anchor=anchor,
-                          **given))
+        self.add(svg.text(f"{x:.1f}", f"{y:.1f}", s, tip, class_=cls, text_anchor=anchor, **given))
 
     def bar(self, x0, w, y, h, cls, tip):
         self.add(svg.element("rect", tip=tip, x=f"{x0:.1f}", y=f"{y:.1f}",
@@ -889,15 +885,11 @@ def draw_legend(canvas: Canvas, y: int) -> int:
 
 def lane_rows(lanes: list, axis_y: int) -> tuple[list[int], int]:
     """Each lane's y below the axis (a gap between groups), and the y below the last lane."""
-    y_cur = axis_y + 14
-    rows_y = []
-    prev_group = -1
-    for lane in lanes:
-        group = lane["group"]
-        if prev_group != -1 and group != prev_group:
+    y_cur, rows_y = axis_y + 14, []
+    for i, lane in enumerate(lanes):
+        if i and lane["group"] != lanes[i - 1]["group"]:
             y_cur += GROUP_GAP
         rows_y.append(y_cur)
-        prev_group = group
         y_cur += LANE_PITCH
     return rows_y, y_cur + 4
 
@@ -1045,8 +1037,7 @@ def draw_straggler(canvas: Canvas, d: int, r: dict, x: float, span: tuple, xf: f
     tx = x + 6 if right else x - 6 - wpx
     canvas.add(svg.element("rect", x=tx - 3, y=f"{lo - 14:.1f}", width=wpx, height=14,
                            fill="#fff", fill_opacity="0.85"))
-    canvas.text(tx, lo - 3, label, "tie" if tie else "strag", id=f"straggler-gpu{d}",
-                data_device=d)
+    canvas.text(tx, lo - 3, label, "tie" if tie else "strag", id=f"straggler-gpu{d}", data_device=d)
 
 
 def draw_notes(canvas: Canvas, notes: list[str], y: int) -> int:
@@ -1101,16 +1092,14 @@ def run(capture, out: Path, step: int | None = None, start_us: float | None = No
         "window": {"start_us": us_value(v0), "end_us": us_value(v1), "zoomed": zoomed},
         "lanes": [], "merged": {"events": counts["merged_events"], "bars": counts["merged_bars"],
                                 "pixel_us": round(pixel_ps / 1e6, 6), "below_px": merge_px},
-        "drawn": {k: counts[k] for k in ("gpu_events", "host_calls", "alone", "gaps",
-                                         "gap_bars")},
+        "drawn": {k: counts[k] for k in ("gpu_events", "host_calls", "alone", "gaps", "gap_bars")},
         "straggler": straggler,
         "steps_last": steps_last(strag_rows),
         "notes": notes, "refusals": refusals, "tables": {},
     }
     name_lanes(lanes, straggler)
     result["lanes"] = [lane_json(lane) for lane in lanes]
-    text = dev.said(render_svg(result, lanes, v0, v1, chosen, strag_rows, instructions,
-                               merge_ps))
+    text = dev.said(render_svg(result, lanes, v0, v1, chosen, strag_rows, instructions, merge_ps))
     result["notes"] = [dev.said(n) for n in notes]
     return result, write_outputs(out, result, text, strag_rows)
 
