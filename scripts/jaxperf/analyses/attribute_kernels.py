@@ -227,8 +227,7 @@ def match_part(space, ordinals, user_re, own: bool):
     if plans is None:
         plans = {pid: program_plan(built[pid], pid, *merged[pid], []) for pid in
                  {pid for (_, pid), _ in gpu}}
-    counted: dict = {}
-    launched: dict = {}
+    counted, launched = {}, {}
     done, total = 0, sum(len(ks) for _, ks in gpu)
     for (dev, pid), ks in gpu:
         progress("matching kernels to instructions", done, total, "kernels")
@@ -402,16 +401,10 @@ class Sources:
 
 
 def op_name(prog, ins) -> str:
-    if ins.metadata.op_name:
-        return ins.metadata.op_name
-    for cid in ins.called_computation_ids:
-        comp = prog.computations.get(cid)
-        if comp is None:
-            continue
-        for inner in reversed(comp.instructions):
-            if inner.metadata.op_name:
-                return inner.metadata.op_name
-    return ""
+    return ins.metadata.op_name or next(
+        (inner.metadata.op_name for cid in ins.called_computation_ids
+         if (comp := prog.computations.get(cid)) is not None
+         for inner in reversed(comp.instructions) if inner.metadata.op_name), "")
 
 
 def xprof_coverage(pending, copy: Path) -> tuple[float | None, float, str]:
@@ -457,8 +450,7 @@ def write_kernels(path: Path, kernels, sources, header: bool = True, first: int 
         if header:
             fh.write(scratch.header("attribution/kernels.csv"))  # the row below, in its order
             gpu_fh.write(scratch.header("attribution/kernels_gpu.csv"))  # its child's
-        buf = []
-        gpu_buf = []
+        buf, gpu_buf = [], []
         for n, k in enumerate(kernels, first):
             ins = k.instruction
             key = (k.hlo_op, k.program_id, ins, k.inner, k.match,
@@ -571,8 +563,7 @@ def run(capture, out: Path, opts: Options) -> tuple[dict, list]:
     from jaxperf.tpu import op_runs
     space = xplane_reader.space_of(capture, lazy=True)
     # a TPU's op runs are its instructions: read, not matched (op_runs)
-    x = None if op_runs.tpu_planes(space) else read_xplane(capture, opts.user_re,
-                                                            opts.own_process)
+    x = None if op_runs.tpu_planes(space) else read_xplane(capture, opts.user_re, opts.own_process)
     # the parts end before the folder goes (a part writes its kernels into it)
     with rules.atomic_folder(out / "attribution") as tmp, parts_ended(x):
         copy = pending = None
@@ -623,8 +614,7 @@ def run(capture, out: Path, opts: Options) -> tuple[dict, list]:
     return result, written
 
 
-def match_tpu(capture, space, opts: Options, folder: Path | None = None,
-              meanwhile=None) -> Matched:
+def match_tpu(capture, space, opts: Options, folder: Path | None = None, meanwhile=None) -> Matched:
     """Step 4 on a TPU capture: every op run is its instruction (jaxperf.tpu.op_runs), so
     nothing is matched; the program with the most op time is chosen, kernels.csv written (with
     `folder`) and the chosen program's HLO text."""
@@ -905,31 +895,25 @@ def declared_kernel_names(programs) -> frozenset:
     """The kernel names the programs' custom calls declare in their backend configs (a Pallas
     call's `name`, its kernel function: kernel_names.csv's family for them)."""
     from jaxperf.cost.custom_costs import attributes
-    out = set()
-    for prog in programs.values():
-        for ins in prog.by_name.values():
-            if ins.opcode == "custom-call" and ins.backend_config:
-                name = attributes(ins.backend_config).get("name")
-                if isinstance(name, str) and name:
-                    out.add(name)
-    return frozenset(out)
+    return frozenset(name for prog in programs.values() for ins in prog.by_name.values()
+                     if ins.opcode == "custom-call" and ins.backend_config
+                     and isinstance(name := attributes(ins.backend_config).get("name"), str)
+                     and name)
 
 
 def write_tables(folder: Path, m: Matched, opts: Options) -> Tables:
     """ops.csv, lines.csv, how.csv, kernel_names.csv and families.csv, which need no steps
     (kernels.csv is match_part's; programs.csv add_programs', once steps.csv is there)."""
     totals = m.totals
-    written: list = []
     ops = op_totals(totals, opts.program)
     split_k = split_k_reductions(m.programs)
-    written += write_op_and_line_tables(folder, ops, m.programs, m.sources,
+    written = write_op_and_line_tables(folder, ops, m.programs, m.sources,
                                         sum(ps for _, ps in totals.values()),
                                         instruction_runs(m.plans, m.execs)
                                         if m.runs is None else m.runs, m.plans, split_k)
     groups = class_totals(totals)
     written.append(_table(folder, "how.csv", how_rows(groups)))
-    name_rows = kernel_name_rows(totals, plans_names(m.programs),
-                                 declared_kernel_names(m.programs))
+    name_rows = kernel_name_rows(totals, plans_names(m.programs), declared_kernel_names(m.programs))
     written.append(_table(folder, "kernel_names.csv", name_rows))
     written.append(_table(folder, "families.csv", family_rows(totals, name_rows, split_k)))
     return Tables(written, ops, [], groups, "")
@@ -988,8 +972,7 @@ def write_hlo_texts(folder: Path, m: Matched, tables: Tables, opts: Options,
     return hlo_names
 
 
-def hlo_text_file(folder: Path, pid: int, pname: str, module) -> tuple[str, int | None,
-                                                                        str | None]:
+def hlo_text_file(folder: Path, pid: int, pname: str, module) -> tuple[str, int | None, str | None]:
     """One program's HLO text as folder/<name>(<id>).hlo.txt: (file name, lines, None), or
     (file name, None, why) where the program cannot be printed (no file left)."""
     fname = f"{safe_file_name(pname)}({pid}).hlo.txt"

@@ -236,13 +236,9 @@ class Facts:
 # ---------------------------------------------------------------- analyses (pure)
 
 def step_failed_items(inp: Inputs, failed: dict) -> list:
-    out = []
-    for step, why in inp.missing.items():
-        num, rel, meaning = STEPS[step]
-        reason = failed.get(step) or why
-        out.append(item("step_failed", f"step {num} ({step}) did not run or failed", rel,
-                        f"{reason}; for the report: {meaning}"))
-    return out
+    return [item("step_failed", f"step {num} ({step}) did not run or failed", rel,
+                 f"{failed.get(step) or why}; for the report: {meaning}")
+            for step, why in inp.missing.items() for num, rel, meaning in [STEPS[step]]]
 
 
 def no_hlo_items(inp: Inputs, facts: Facts) -> list:
@@ -301,8 +297,7 @@ def reconciliation_items(inp: Inputs, facts: Facts) -> list:
     short = facts.rows.missing_replays if facts.rows else {}
     groups: dict = {}
     for r in rows:
-        status = r.get("status")
-        if status not in ("fail", "not checkable"):
+        if (status := r.get("status")) not in ("fail", "not checkable"):
             continue
         fam = _family(str(r.get("check", "")))
         dev = str(r.get("device", ""))
@@ -382,8 +377,7 @@ def program_items(inp: Inputs, facts: Facts) -> list:
         return []
     out = []
     for note in (att.get("program") or {}).get("notes") or []:
-        m = rules.SAVED_TWICE_RE.search(note)
-        if not m:
+        if not (m := rules.SAVED_TWICE_RE.search(note)):
             continue
         chosen = m.group(1)
         ids = [x.strip() for x in m.group(2).split(",") if x.strip()]
@@ -499,9 +493,8 @@ def attribution_items(inp: Inputs, facts: Facts) -> list:
     if nh and nh.get("kernels"):
         facts.consumed.update(s for s in att.get("refusals") or []
                               if "have no HLO in the capture" in s)
-        us = None
-        if facts.total_us and nh.get("pct_of_device_time") is not None:
-            us = facts.total_us * number(nh.get("pct_of_device_time"), 0.0) / 100.0
+        us = facts.total_us * number(nh.get("pct_of_device_time"), 0.0) / 100.0 \
+            if facts.total_us and nh.get("pct_of_device_time") is not None else None
         out.append(item("unattributed", "kernels of programs with no HLO in the capture",
                         "attribution/attribute_kernels.json: no_hlo",
                         f"programs {nh.get('programs')}", count=nh.get("kernels"), device_us=us,
@@ -513,13 +506,12 @@ def attribution_items(inp: Inputs, facts: Facts) -> list:
     how = scratch.records(inp.out, "attribution/how.csv")
     by_class = [r for r in how or () if r.get("program_id") == "all"
                 and number(r.get("low_confidence_kernels"), 0) > 0]
-    for r in by_class:
-        out.append(item("low_confidence", f"GPU time placed by {r['match']} with a confidence "
-                        f"below {threshold}", "attribution/how.csv: program_id=all, "
-                        f"match={r['match']}",
-                        f"{r.get('low_confidence_pct_of_group')}% of all kernel time{verdict}",
-                        count=int(number(r.get("low_confidence_kernels"), 0)),
-                        device_us=number(r.get("low_confidence_us")), total_us=facts.total_us))
+    out += [item("low_confidence", f"GPU time placed by {r['match']} with a confidence below "
+                 f"{threshold}", f"attribution/how.csv: program_id=all, match={r['match']}",
+                 f"{r.get('low_confidence_pct_of_group')}% of all kernel time{verdict}",
+                 count=int(number(r.get("low_confidence_kernels"), 0)),
+                 device_us=number(r.get("low_confidence_us")), total_us=facts.total_us)
+            for r in by_class]
     if how is None and (_fig(att, "low_confidence_kernels") or 0) > 0:
         out.append(item("low_confidence", f"GPU time placed with a confidence below {threshold}",
                         "attribution/attribute_kernels.json: "
@@ -598,20 +590,15 @@ def python_tracer_items(inp: Inputs, facts: Facts) -> list:
 def family_items(inp: Inputs, facts: Facts) -> list:
     """Kernel families step 6 ranks as causes of their own (changes.json causes of kind
     kernel_family): what the capture cannot show about each (autotuning, layout choice, ...)."""
-    ch = inp.get("changes") or {}
-    out = []
-    for c in ch.get("causes") or []:
-        if not isinstance(c, dict) or c.get("cause_kind") != "kernel_family":
-            continue
-        out.append(item("kernel_family", f"{c.get('family')} kernels (change {c.get('rank')}): "
-                        f"the capture cannot show {c.get('cannot_show')}",
-                        f"changes.json: causes, rank={c.get('rank')}",
-                        f"{rules.plural(c.get('instructions'), 'instruction')}; the saving is an "
-                        "upper bound "
-                        "(the family's kernels gone)", count=c.get("instructions"),
-                        device_us=number((c.get("family_device_us") or {}).get("value")),
-                        total_us=facts.total_us))
-    return out
+    return [item("kernel_family", f"{c.get('family')} kernels (change {c.get('rank')}): the "
+                 f"capture cannot show {c.get('cannot_show')}",
+                 f"changes.json: causes, rank={c.get('rank')}",
+                 f"{rules.plural(c.get('instructions'), 'instruction')}; the saving is an upper "
+                 "bound (the family's kernels gone)", count=c.get("instructions"),
+                 device_us=number((c.get("family_device_us") or {}).get("value")),
+                 total_us=facts.total_us)
+            for c in (inp.get("changes") or {}).get("causes") or []
+            if isinstance(c, dict) and c.get("cause_kind") == "kernel_family"]
 
 
 def nccl_items(facts: Facts) -> list:
@@ -633,8 +620,7 @@ def rocm_memcpy_items(facts: Facts) -> list:
                  "direction and bytes are not in the capture", "rows.csv: category=memcpy, "
                  "launch_name=hipMemcpy*", "counted from their hipMemcpy* launch calls on AMD "
                  "GPUs (no step reads the memcpy_details stat); no bandwidth can be computed "
-                 "for them", count=n, device_us=us,
-                 total_us=facts.total_us)]
+                 "for them", count=n, device_us=us, total_us=facts.total_us)]
 
 
 def roofline_items(inp: Inputs, facts: Facts) -> list:
@@ -747,15 +733,12 @@ def tpu_items(inp: Inputs, facts: Facts) -> list:
 def refusal_items(inp: Inputs, facts: Facts) -> list:
     """Every step's refusal (and step 1's limiting notes) not already stated by an item."""
     out = []
-    files = {"capture_info": "capture_info.json", "skip_stats": "skip_stats.json",
-             "attribute_kernels": "attribution/attribute_kernels.json",
-             "swimlanes": "swimlanes.json", "roofline": "roofline.json",
-             "changes": "changes.json"}
     seen = set(facts.consumed)
-    for step, rel in files.items():
-        r = inp.get(step)
-        if r is None:
+    for step in ("capture_info", "skip_stats", "attribute_kernels", "swimlanes", "roofline",
+                 "changes"):
+        if (r := inp.get(step)) is None:
             continue
+        rel = STEPS[step][1]
         sentences = list(r.get("refusals") or [])
         if step == "skip_stats":
             sentences += [n for n in r.get("notes") or [] if any(k in n for k in LIMITING_NOTES)]
@@ -802,8 +785,7 @@ def needs_new_capture(inp: Inputs, items: list, facts: Facts) -> list:
     if "under_recorded_replays" in kinds:
         q.append(question("which kernels the short graph replays ran, and their time",
                           NEEDS["graphs"], "rows.csv: join=graph_launch"))
-    placed = [it for it in kinds.get("low_confidence", [])]
-    if placed and facts.rows and facts.rows.graph_events:
+    if kinds.get("low_confidence") and facts.rows and facts.rows.graph_events:
         q.append(question("which instruction each low-confidence graph kernel ran",
                           NEEDS["graphs"], "attribution/how.csv: low_confidence_kernels"))
     if "async_labels_missing" in kinds:
@@ -878,8 +860,7 @@ def scan_tables(out: Path, failed: dict) -> Scanned:
     amd = {str(g.get("ordinal")) for g in (ci or {}).get("gpus") or []
            if str((g.get("device") or {}).get("device_vendor") or "").upper() == "AMD"}
     try:
-        rows = scratch.stream(out, "rows.csv", row_facts.COLUMNS)
-        if rows is not None:
+        if (rows := scratch.stream(out, "rows.csv", row_facts.COLUMNS)) is not None:
             sc.rows = row_facts.handed_on(out) or row_facts.summarise(rows)
             sc.rocm = sc.rows.rocm_memcpys(amd)
     except scratch.TableError as exc:
@@ -948,8 +929,7 @@ def build_result(inp: Inputs, items: list, questions: list, facts: Facts) -> dic
         "figures": {
             "items": {"value": len(items), "unit": "count", "label": "inferred"},
             "defects": {"value": len(defects), "unit": "count", "label": "inferred"},
-            "needs_new_capture": {"value": len(questions), "unit": "count",
-                                  "label": "inferred"},
+            "needs_new_capture": {"value": len(questions), "unit": "count", "label": "inferred"},
             "device_time_us": {"value": round(facts.total_us, 3) if facts.total_us else None,
                             "unit": "us", "label": "measured"},
         },

@@ -234,8 +234,7 @@ class Structure:
             parts.append(repr([pos.get(o, -1) for o in ins.operand_ids]).encode())
             parts.append(b"|".join(self.fingerprint(cc) for cc in ins.called_computation_ids))
             parts.append(b"R" if ins.id == comp.root_id else b"-")
-        out = hashlib.blake2b(b"\x00".join(parts), digest_size=32).digest()
-        self._memo[comp_id] = out
+        out = self._memo[comp_id] = hashlib.blake2b(b"\x00".join(parts), digest_size=32).digest()
         return out
 
     def fusion_key(self, ins) -> bytes:
@@ -331,9 +330,7 @@ class Plan:
             comp = prog.computation_of.get(ins.id)
             if comp in self.scheduled_comps:
                 return ins.name
-            if depth > 64 or comp is None:
-                return ""
-            return launcher_of_comp(comp, depth)
+            return "" if depth > 64 or comp is None else launcher_of_comp(comp, depth)
 
         return {ins.name: r for ins in prog.instructions.values() if (r := launcher_of_ins(ins))}
 
@@ -441,8 +438,7 @@ class Plan:
                 Expect(0, "copy", "", optional=True) for _ in range(outputs - 1)]
         if inner_ops & REDUCING_OPCODES:
             # a reduction may initialize its output first (a memset or an init kernel)
-            return [Expect(0, "memset", "", optional=True),
-                    Expect(0, "compute", name, repeat=True)]
+            return [Expect(0, "memset", "", optional=True), Expect(0, "compute", name, repeat=True)]
         return [Expect(0, "compute", name, repeat=True)]
 
     def _expand(self) -> None:
@@ -578,8 +574,7 @@ class Plan:
         ev = self.events
         self.e_kind = np.array([EXP_KIND_ID[e.kind] for e in ev], dtype=np.int64)
         self.e_name = np.array([self.name_ids[e.name] for e in ev], dtype=np.int64)
-        self.e_own = np.array([self.name_ids[e.own] if e.own else -1 for e in ev],
-                              dtype=np.int64)
+        self.e_own = np.array([self.name_ids[e.own] if e.own else -1 for e in ev], dtype=np.int64)
         self.e_del = np.array([0 if e.optional else DELETE for e in ev], dtype=np.int64)
         self.e_repeat = np.array([e.repeat for e in ev], dtype=bool)
         # accept[observed kind][expected kind]
@@ -701,11 +696,8 @@ def align(plan: Plan, obs_kind: list[int], obs_name: list[int], masks: list,
     n = len(plan.events)
     m = len(obs_kind)
     cols = (np.arange(a, a + width) % n) if n else np.zeros(0, dtype=np.int64)
-    ek = plan.e_kind[cols]
-    en = plan.e_name[cols]
-    eown = plan.e_own[cols]
-    edel = plan.e_del[cols]
-    erep = plan.e_repeat[cols]
+    ek, en, eown, edel, erep = (x[cols] for x in (plan.e_kind, plan.e_name, plan.e_own,
+                                                  plan.e_del, plan.e_repeat))
     C = np.zeros(width + 1, dtype=np.int64)
     np.cumsum(edel, out=C[1:])
     D = np.empty((m + 1, width + 1), dtype=np.int64)
@@ -733,8 +725,7 @@ def align(plan: Plan, obs_kind: list[int], obs_name: list[int], masks: list,
         subs.append(sub)
         inss.append(ins)
     end = int(np.argmin(D[m]))
-    where = [-1] * m
-    fit = [""] * m
+    where, fit = [-1] * m, [""] * m
     i, j = m, end
     while i > 0:
         v = D[i, j]
@@ -818,8 +809,7 @@ class _Repair:
             nm = self.obs_name[i]
             if not nm or not self.loose(i):
                 continue
-            best = self._named_position(i)
-            if best is None:
+            if (best := self._named_position(i)) is None:
                 # its own slot is free but it may not move there: the launch is out of order all
                 # the same (or its name mispredicted), so its order does not pin placements
                 if any(j not in held and (plan.e_name[(a + j) % n] == nm or
@@ -1022,8 +1012,7 @@ def match(plan: Plan, kernels: list[Kernel]) -> float:
             nxt = i
     cache: dict = {}
     anchor = _Anchor()
-    i = 0
-    total = len(kernels)
+    i, total = 0, len(kernels)
     while i < total:
         k = kernels[i]
         if exact[i]:
