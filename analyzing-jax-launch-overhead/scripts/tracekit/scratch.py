@@ -168,8 +168,7 @@ def declare(*items) -> None:
 # ---------------------------------------------------------------- lookup
 
 def table(file: str) -> Table:
-    t = TABLES.get(file)
-    if t is None:
+    if (t := TABLES.get(file)) is None:
         raise ScratchError(f"{file} is not a declared scratch table")
     return t
 
@@ -253,8 +252,7 @@ def with_children(rows, kids: Children):
 
 
 def result(file: str) -> File:
-    f = FILES.get(file)
-    if f is None:
+    if (f := FILES.get(file)) is None:
         raise ScratchError(f"{file} is not a declared scratch file")
     return f
 
@@ -299,13 +297,10 @@ def parse(col: Column, cell):
     if cell is None or cell == "":
         return None if col.unit else ""
     if col.unit:
-        x = number(cell)
-        if x is None:
+        if (x := number(cell)) is None:
             raise ValueError(f"its {col.name} {cell!r} is not a number")
         return int(x) if col.unit == "count" and x.is_integer() else x
-    if col.name in INT_KEYS and cell.lstrip("-").isdigit():
-        return int(cell)
-    return cell
+    return int(cell) if col.name in INT_KEYS and cell.lstrip("-").isdigit() else cell
 
 
 def number(v, default=None) -> float | None:
@@ -328,8 +323,7 @@ def past_limits(file: str, row) -> list[tuple[int, str, float, float, str]]:
     for i, c in enumerate(t.columns):
         if not c.at_most or i >= len(row):
             continue
-        v = number(row[i])
-        if v is None:
+        if (v := number(row[i])) is None:
             continue
         limit, what = number(c.at_most), c.at_most
         if limit is None and c.at_most in t.names:
@@ -342,8 +336,7 @@ def past_limits(file: str, row) -> list[tuple[int, str, float, float, str]]:
 def _withhold(file: str, row, first_key: str):
     """The row with every cell past its limit emptied (each said in WITHHELD); the row itself
     where none is."""
-    bad = past_limits(file, row)
-    if not bad:
+    if not (bad := past_limits(file, row)):
         return row
     row = list(row)
     for i, name, v, limit, what in bad:
@@ -364,8 +357,7 @@ def write_table(folder: Path, file: str, rows, stands_for: str = "") -> int:
     limited = any(c.at_most for c in table(file).columns)
     path = path_of(folder, file, stands_for)
     path.parent.mkdir(parents=True, exist_ok=True)
-    n = 0
-    nonfinite = [0]
+    n, nonfinite = 0, [0]
     figure = [bool(c.unit) for c in table(file).columns]  # text columns are written as given
 
     def cell(v, is_figure) -> str:
@@ -407,8 +399,7 @@ def check_figures(file: str, data: dict) -> None:
     for name, v in figs.items():
         if not (isinstance(v, dict) and "label" in v):
             continue
-        decl = next((f for f in result(file).figures if f.name == name), None)
-        if decl is None:
+        if (decl := next((f for f in result(file).figures if f.name == name), None)) is None:
             raise ScratchError(f"{file}: figure {name} is not declared")
         if v.get("label") != decl.label or v.get("unit") != decl.unit:
             raise ScratchError(f"{file}: figure {name} written as {v.get('unit')}, "
@@ -486,8 +477,7 @@ def opened(path: Path, file: str, binary: bool = False):
 def read_whole(path: Path, file: str, read):
     """`read(open file)` of a declared file under the one policy (`opened`): None where it is
     not there; a TableError where it is not text its reader can read."""
-    fh = opened(path, file)
-    if fh is None:
+    if (fh := opened(path, file)) is None:
         return None
     try:
         with fh:
@@ -501,8 +491,7 @@ def records(folder: Path, file: str):
     millions of rows is never held whole); None when the file is not there (`opened`)."""
     table(file)
     path = Path(folder) / file
-    fh = opened(path, file)
-    if fh is None:
+    if (fh := opened(path, file)) is None:
         return None
     kids = Children(folder, file, {c.name for k in children(file) for c in k.columns})
     return with_children(_records(fh, path, file), kids)
@@ -560,8 +549,7 @@ def lines(path: Path, file: str):
     """The text lines after the header of the declared table `file` at `path`, for a reader
     that splits them itself in a hot loop (an open file); None where the file is not there,
     a TableError where its header is not its producer's (`opened`)."""
-    fh = opened(path, file)
-    if fh is None:
+    if (fh := opened(path, file)) is None:
         yield None
         return
     with fh:
@@ -584,8 +572,7 @@ def stream(folder: Path, file: str, names):
     for n in names:
         column(file, n)
     path = Path(folder) / file
-    fh = opened(path, file)
-    if fh is None:
+    if (fh := opened(path, file)) is None:
         return None
     own = set(columns(file))
     kids = Children(folder, file, [n for n in names if n not in own])
@@ -604,8 +591,7 @@ def _stream(fh, path: Path, file: str, names):
             header = next(reader, None) or []
         except (UnicodeDecodeError, csv.Error) as exc:
             raise _unreadable(path, file, exc) from None
-        missing = [c for c in names if c not in header]
-        if missing:
+        if missing := [c for c in names if c not in header]:
             raise TableError(f"{path} is not the table {producer} writes (it has no column "
                              f"{missing[0]}); run {producer} into this folder again, or delete it")
         idx = [header.index(c) for c in names]
@@ -636,8 +622,7 @@ class Scratch:
         file is not its)."""
         if file not in self._cache:
             path = self.folder / file
-            d = read_whole(path, file, lambda fh: json.loads(fh.read(),
-                                                             parse_constant=no_constant))
+            d = read_whole(path, file, lambda fh: json.loads(fh.read(), parse_constant=no_constant))
             if d is not None and not isinstance(d, dict):
                 raise _unreadable(path, file, ValueError(f"a {type(d).__name__}"))
             self._cache[file] = d
@@ -656,8 +641,7 @@ class Scratch:
                 self._whole(file, rows)
                 rows = list(with_children(rows, Children(
                     self.folder, file, {c.name for k in children(file) for c in k.columns})))
-            self._cache[file] = [DeclaredRow(file, r) for r in rows] if STRICT and rows \
-                else rows
+            self._cache[file] = [DeclaredRow(file, r) for r in rows] if STRICT and rows else rows
         return self._cache[file]
 
     def _whole(self, file: str, rows: list[dict]) -> None:
@@ -685,8 +669,7 @@ class Scratch:
         the file is not there; TableError where it is not its producer's (a column
         of `need` missing, a number that is not one)."""
         key = "typed:" + file
-        rows = self._needing(file, need)
-        if rows is None:
+        if (rows := self._needing(file, need)) is None:
             return None
         got = set(rows[0]) if rows else set()
         if key not in self._cache:
@@ -702,8 +685,7 @@ class Scratch:
 
     def _needing(self, file: str, need) -> list[dict] | None:
         rows = self.rows(file)
-        lacking = [n for n in need if rows and n not in rows[0]]
-        if lacking:
+        if lacking := [n for n in need if rows and n not in rows[0]]:
             raise TableError(f"{self.folder / file} is not the table {table(file).producer} "
                              f"writes (no {', '.join(lacking)}): run {table(file).producer} "
                              "again")

@@ -219,9 +219,7 @@ def read_rows(path: Path, bound: dict, all_collectives: bool, after: dict | None
     crit_after: dict = {n: [] for n in bound}
     crit: dict = {n: [] for n in bound}
     others: dict = {n: [] for n in bound}
-    crit_last: dict = {}
-    coll_sum: dict = {}
-    bad = 0
+    crit_last, coll_sum, bad = {}, {}, 0
     with scratch.lines(path, "rows.csv") as fh:
         if fh is None:
             return None  # no step 1's rows.csv: the causes that need it are refused
@@ -238,8 +236,7 @@ def read_rows(path: Path, bound: dict, all_collectives: bool, after: dict | None
                 crit_last[step] = line
                 if step not in after:
                     continue
-            m = ROW_TIMES.search(line)
-            if m is None:
+            if (m := ROW_TIMES.search(line)) is None:
                 bad += 1
                 continue
             cat, start, end = m.group(1), float(m.group(2)), float(m.group(3))
@@ -254,8 +251,7 @@ def read_rows(path: Path, bound: dict, all_collectives: bool, after: dict | None
                 add_time(coll_sum, (n, line[:i]), start, end)
             label = ""
             if cat != "compute":
-                labelled = row_label(line, cat)
-                if labelled is None:
+                if (labelled := row_label(line, cat)) is None:
                     bad += 1
                     continue
                 cat, label = labelled
@@ -392,8 +388,7 @@ def intersect(a: list, b: list) -> list:
     return subtract(a, subtract(a, b))
 
 
-def critical_path(fr: Frame, row: StepRow, rows: dict | None, gaps: dict | None
-                  ) -> CriticalPath:
+def critical_path(fr: Frame, row: StepRow, rows: dict | None, gaps: dict | None) -> CriticalPath:
     """The bounding GPU's step window cut into disjoint slices, each µs counted once: on its
     critical stream up to its last event, host_late (waiting on a launch), the stream's own
     collectives and unlabelled memcpys, compute (everything else it ran), and its other gaps,
@@ -403,8 +398,7 @@ def critical_path(fr: Frame, row: StepRow, rows: dict | None, gaps: dict | None
     host-late gap: work before it is hidden behind the host (shortening it only lengthens that
     gap), work after it is exposed (the `_exposed` figures; `exposure`, the exposed share of
     compute)."""
-    n = fr.step
-    s0, s1 = fr.start, fr.window_end
+    n, s0, s1 = fr.step, fr.start, fr.window_end
     L = min(max(s0, (gaps or {}).get("host_end", {}).get(n, s0)), s1)
     out = {"window": s1 - s0, "host_late": row.host_late}
     out.update(budget_slices(row, s0, s1, L) if rows is None else
@@ -486,8 +480,7 @@ def event_slices(fr: Frame, row: StepRow, rows: dict, other_gaps: list, L: float
     o = {k: intersect(lay[k], free) for k in "cak"}
     in_gaps = {k: total(v, hi=ce) for k, v in o.items()}
     in_tail = {k: total(v, lo=ce) for k, v in o.items()}
-    big = [iv for iv in subtract(g, union(lay["c"] + lay["a"] + lay["k"]))
-           if iv[1] - iv[0] >= 1.0]
+    big = [iv for iv in subtract(g, union(lay["c"] + lay["a"] + lay["k"])) if iv[1] - iv[0] >= 1.0]
     crit_c = max(0.0, busy - total(lay["crit_k0"]) - total(lay["crit_a0"]))
     crit_c_after = max(0.0, busy_after - total(lay["crit_k0"], L) - total(lay["crit_a0"], L))
     idle = gaps_total - in_gaps["c"] - in_gaps["a"] - in_gaps["k"]
@@ -542,8 +535,7 @@ def steps_used(steps: dict, s1: dict | None, notes: list) -> tuple[list, bool, b
         chosen = [n for n in chosen if n not in later]
     # a step no analysed step follows has no measurable idle after it: its window would be short
     # by that idle, so it is left out where others remain
-    followed = [n for n in chosen if n + 1 in steps or
-                any(r.period for r in steps[n].values())]
+    followed = [n for n in chosen if n + 1 in steps or any(r.period for r in steps[n].values())]
     if followed and len(followed) < len(chosen):
         left = [n for n in chosen if n not in followed]
         notes.append(f"step(s) {', '.join(map(str, left))} left out: no analysed step follows, so "
@@ -560,8 +552,7 @@ def find_straggler(s1: dict | None, frames: dict, gpus: list, whole: bool, notes
     (rules.compared_gpus: those that run the same programs, the only candidates)."""
     multi = len(gpus) > 1
     alone = [x[0] for x in (fr.last for fr in frames.values()) if len(x) == 1]
-    s1_strag = (s1 or {}).get("straggler") if isinstance((s1 or {}).get("straggler"),
-                                                         dict) else None
+    s1_strag = st if isinstance(st := (s1 or {}).get("straggler"), dict) else None
     peers = rules.compared_gpus(s1)
     if peers is not None and len(peers) < 2:
         if multi:
@@ -601,8 +592,7 @@ def read_step_tables(out: Path, steps: dict, frames: dict, median: int, all_coll
     host_end = (gaps or {}).get("host_end") or {}
     rows, why = guarded(read_rows, out / "rows.csv", bound, all_collectives,
                         {n: host_end.get(n, fr.start) for n, fr in frames.items()})
-    lost = [n for n in frames if rows is not None and n not in rows["crit_end"]]
-    if lost:
+    if lost := [n for n in frames if rows is not None and n not in rows["crit_end"]]:
         said = ", ".join(f"{n} (device {frames[n].bound} stream {steps[n][frames[n].bound].crit})"
                          for n in lost[:5])
         why = (f"rows.csv holds no event of the critical stream steps.csv names for step(s) "
@@ -731,8 +721,7 @@ class Context:
     @cached_property
     def executions(self) -> list:
         """Per step used: the program executions on the GPU that ends it (steps.csv)."""
-        return [self.steps[n][self.frames[n].bound].executions or 0
-                for n in self.chosen]
+        return [self.steps[n][self.frames[n].bound].executions or 0 for n in self.chosen]
 
     @cached_property
     def dispatch_idle(self) -> list | None:
@@ -786,8 +775,7 @@ def build_context(out: Path, s1: dict | None, steps: dict, inputs: dict) -> Cont
     straggler, alone, peers = find_straggler(s1, frames, gpus, whole, notes)
     gaps, rows = read_step_tables(out, steps, frames, median, straggler is not None, inputs,
                                   notes, refusals)
-    paths = {n: critical_path(fr, steps[n][fr.bound], rows, gaps)
-             for n, fr in frames.items()}
+    paths = {n: critical_path(fr, steps[n][fr.bound], rows, gaps) for n, fr in frames.items()}
     host, lead_in = median_host(gaps, frames[median], whole, notes)
     # the others wait for a straggler inside collectives: without any collective kernel in the
     # steps no GPU waits for another, and there is no straggler to rank
@@ -823,8 +811,7 @@ def steps_ops(ctx: Context) -> list | None:
     """attribution/ops.csv's rows of the programs that ran in the steps used and on the GPU that
     ends the median step, with a note for the programs left out; None, with a refusal, where
     step 4 wrote no ops.csv."""
-    ops = tables(ctx.out).rows("attribution/ops.csv")
-    if ops is None:
+    if (ops := tables(ctx.out).rows("attribution/ops.csv")) is None:
         ctx.refusals.append("cannot rank instructions or Python lines because step 4's "
                             "attribution/ops.csv is missing (step 4 refused or did not run: a "
                             "capture without HLO cannot be attributed)")
@@ -832,8 +819,7 @@ def steps_ops(ctx: Context) -> list | None:
     # every program step 4 attributed: keep those that ran in the steps used (programs.csv
     # steps), so a warm-up or set-up program outside the steps takes no share of a step
     progs = tables(ctx.out).rows("attribution/programs.csv")
-    in_steps = programs_in_steps(progs, ctx.chosen)
-    if in_steps is not None:
+    if (in_steps := programs_in_steps(progs, ctx.chosen)) is not None:
         if left := {o.get("program_id", "") for o in ops} - in_steps:
             ctx.notes.append(f"{len(left)} program(s) of attribution/ops.csv ran in none of the "
                              "steps used (programs.csv steps) and take no share of a step: "
@@ -922,8 +908,7 @@ def read_ceilings(ctx: Context) -> Ceilings | None:
     roofline.csv); None, with a refusal, where ops.csv holds no compute or copy kernel time or
     either table is missing, or step 5 refused (the top instructions then named by kernel time).
     Notes: the programs left out, and the attributed share of kernel time where under 100%."""
-    ops = steps_ops(ctx)
-    if ops is None:
+    if (ops := steps_ops(ctx)) is None:
         return None
     work = [o for o in ops
             if o.get("category") in ("compute", "memcpy") and number(o.get("device_us"))]
