@@ -143,8 +143,7 @@ def per_step_rows(a: Analysis) -> tuple[list, list, list, dict]:
         ends = {}
         exec_starts = [x.start for x in st.executions]
         for d in devices:
-            evs = by_gpu_step.get((d, num))
-            if not evs:
+            if not (evs := by_gpu_step.get((d, num))):
                 continue
             row, per_stream, gaps = gpu_step_row(a, st, d, evs, passes[(d, num)],
                                                  critical.get(d), exec_starts, starts[(d, num)])
@@ -188,8 +187,7 @@ def device_starts(analysed: dict, by_gpu_step: dict) -> dict:
 def ran_ahead(step_rows, analysed: dict) -> str | None:
     """The note where the host ran ahead of a GPU in some analysed steps (device_starts moved
     their start): how many, and the host's period beside the GPU's."""
-    moved = [r for r in step_rows if r["start_ps"] != analysed[r["step"]].start]
-    if not moved:
+    if not (moved := [r for r in step_rows if r["start_ps"] != analysed[r["step"]].start]):
         return None
     order = sorted(analysed.values(), key=lambda st: st.start)
     host = [b.start - a.start for a, b in zip(order, order[1:], strict=False)]
@@ -238,8 +236,7 @@ def gpu_step_pass(evs: list, start: int) -> dict:
         cat = e.category
         if cat == "collective":
             coll_iv.append((es, ee))
-        m = e.module
-        if m:
+        if m := e.module:
             f = first.get(m)
             if f is None or es < f:
                 first[m] = es
@@ -343,8 +340,7 @@ def step_programs(evs, exec_starts, crit, first: dict) -> tuple:
     order = sorted(evs, key=operator.attrgetter("start"))
     runs: dict[str, set] = {}
     for e in order:
-        m = e.module
-        if m:
+        if m := e.module:
             runs.setdefault(m, set()).add(idx_of[e])
     # on the critical stream, as classify_gaps cuts it: a host_late gap (the next kernel's launch
     # call had not ended when the stream went idle) between two executions' kernels; so the
@@ -357,8 +353,7 @@ def step_programs(evs, exec_starts, crit, first: dict) -> tuple:
             continue
         i = idx_of[e]
         if cur_end is not None and e.start > cur_end and i != cur_idx:
-            between += sum(b - a for a, b, cause in gap_parts(cur_end, e)
-                           if cause == "host_late")
+            between += sum(b - a for a, b, cause in gap_parts(cur_end, e) if cause == "host_late")
         if cur_end is None or e.end > cur_end:
             cur_end, cur_idx = e.end, i
     executions = len({idx_of[e] for e in evs if e.module})
@@ -382,14 +377,9 @@ def gpu_groups(work: dict) -> list[dict]:
     groups: dict[tuple, dict] = {}
     for d, g in sorted(per.items()):
         key = tuple(sorted(g["modules"]))
-        if key:
-            kind = "programs"
-        elif g["copies"] == g["events"]:
-            kind = "argument copies only"
-        elif g["copies"] + g["memcpy"] == g["events"]:
-            kind = "memcpys only"
-        else:
-            kind = "kernels without a program label"
+        kind = ("programs" if key else "argument copies only" if g["copies"] == g["events"]
+                else "memcpys only" if g["copies"] + g["memcpy"] == g["events"]
+                else "kernels without a program label")
         grp = groups.setdefault((key, kind), {"programs": list(key), "kind": kind,
                                              "devices": [], "gpu_ps": 0, "events": 0,
                                              "copies": 0})
@@ -474,11 +464,8 @@ def _compile_summary(a: Analysis) -> dict | None:
                 for h in events if h["name"] in names)
     order = sorted(a.steps, key=lambda st: st.start)
     nxt = {st.number: order[i + 1].start for i, st in enumerate(order[:-1])}
-    per = []
-    for st in a.analysed:
-        end = max(st.end, nxt.get(st.number, st.end))
-        per.append(union_ps([(max(s, st.start), min(e, end)) for s, e in iv
-                             if s < end and e > st.start]))
+    per = [union_ps([(max(s, st.start), min(e, end)) for s, e in iv if s < end and e > st.start])
+           for st in a.analysed for end in [max(st.end, nxt.get(st.number, st.end))]]
     if not any(per):
         return None
     return {"per_step_us": spread(per, "us", "measured", 1e-6),
@@ -536,8 +523,7 @@ def host_to_device_summary(a: Analysis, step_rows, info) -> dict | None:
         sent = [(s, b) for s, b in copies["transfers"] if st.start <= s < t1]
         # a transfer holds the device back only where its program was queued before it began
         # (else the device waits for the dispatch, and what the transfer took is unknown)
-        span = [(sent[0][0], t1)] if sent and queued is not None and queued <= sent[0][0] \
-            else []
+        span = [(sent[0][0], t1)] if sent and queued is not None and queued <= sent[0][0] else []
         per.append(union_ps([(s, e) for s, e, _ in work] + span))
         moving.append(t1 - span[0][0] if span else 0)
         carried.append(sum(b for _, b in sent))
@@ -564,8 +550,7 @@ def host_work_summary(a: Analysis, step_rows, info) -> dict | None:
     first = first_device_event(a, step_rows, info)
     per, names = [], {}
     for st in a.analysed:
-        t1 = first.get(st.number)
-        if t1 is None:
+        if (t1 := first.get(st.number)) is None:
             continue
         calls = tree.inside(st.start, t1)
         per.append(sum(h["dur"] for h in calls))
@@ -585,13 +570,8 @@ def dispatch_summary(a: Analysis, step_rows) -> dict | None:
     rows = [r for r in step_rows if r.get("executions")]
     if not rows or max(r["executions"] for r in rows) < 2:
         return None
-    names = []
     tree = getattr(a, "call_tree", None)
-    if tree is not None:
-        for st in a.analysed:
-            name = enclosing_call(tree, st)
-            if name:
-                names.append(name)
+    names = [] if tree is None else [n for st in a.analysed if (n := enclosing_call(tree, st))]
     top = max(sorted(set(names)), key=names.count) if names else None
     return {"executions_per_step": spread([r["executions"] for r in rows], "count", "measured"),
             "between_programs_idle_us": spread([r["between_programs_ps"] for r in rows], "us",
@@ -740,8 +720,7 @@ def weigh_between_steps(a: Analysis, bound: list[dict], name: str) -> tuple[list
     """The idle between steps on the bounding GPU, against the step period: the rule's lines,
     and the figures `between_share`, `between_cause` and, at BETWEEN_STEPS_SHARE or more,
     `qualifier` (the verdict holds within the step only). Nothing without a next step."""
-    between = [r for r in bound if r.get("period_ps")]
-    if not between:
+    if not (between := [r for r in bound if r.get("period_ps")]):
         return [], {}
     shares = [r["idle_between_ps"] / r["period_ps"] for r in between]
     share = statistics.median(shares)
@@ -760,8 +739,7 @@ def weigh_between_steps(a: Analysis, bound: list[dict], name: str) -> tuple[list
              f"over {len(between)} steps); host in that idle: {words}"]
     if share >= BETWEEN_STEPS_SHARE:
         figures["qualifier"] = (f"{name} within the step; {share:.0%} of the step period is "
-                                f"between steps, {words} "
-                                f"(cause: {cause})")
+                                f"between steps, {words} (cause: {cause})")
         lines.append(f"between-steps share {share:.1%} >= BETWEEN_STEPS_SHARE "
                      f"{BETWEEN_STEPS_SHARE:.0%}: the verdict holds within the step only")
     return lines, figures
@@ -804,8 +782,7 @@ def build_result(a: Analysis, joins, name, rule, figures, step_rows, info) -> di
     compiled = compile_summary(a)
     if compiled is not None:  # absent where no step compiles (every capture's result alike)
         result["compile"] = compiled
-        said = compile_note(compiled)
-        if said:
+        if said := compile_note(compiled):
             result["notes"].append(said)
     result["frames"] = step_frames(a, step_rows, info)
     result["gpu_groups"] = group_entries(info, len({r["step"] for r in step_rows}))
@@ -911,10 +888,8 @@ def weighed_rows(step_rows, info) -> list:
 def step_figures(step_rows, figures) -> dict:
     """The result's `figures`: each steps.csv measure across steps and GPUs, and the verdict's
     shares on the bounding GPU, as spreads (median, min, max)."""
-    fig = {}
-    for key, col, unit, label in STEP_FIGURES:
-        fig[key] = spread([r[col] for r in step_rows], unit, label,
-                          PS_TO_US if unit == "us" else 1.0)
+    fig = {key: spread([r[col] for r in step_rows], unit, label, PS_TO_US if unit == "us" else 1.0)
+           for key, col, unit, label in STEP_FIGURES}
     for key in ("host_share", "busy_share", "collective_share"):
         fig[key + "_pct_of_step"] = spread(figures.get(key, []), "pct", "inferred", 100.0)
     with_period = [r for r in step_rows if r.get("period_ps")]
@@ -1009,8 +984,7 @@ def python_lines(calls_of) -> list[dict]:
     for key, (_, calls, parent, _) in threads:
         accs = []
         for h, p in zip(calls, parent, strict=True):
-            acc = per.get(h["name"])
-            if acc is None:
+            if (acc := per.get(h["name"])) is None:
                 acc = per[h["name"]] = {"name": h["name"], "calls": 0, "total_ps": 0,
                                         "self_ps": 0, "threads": set()}
             acc["calls"] += 1
