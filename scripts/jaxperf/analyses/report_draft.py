@@ -72,12 +72,10 @@ def fig(scratch: Scratch, table: str, key: str, decimals: int = 1) -> str:
             f"{unit}) ({f['label']}; {table}: figures.{key})")
 
 
-def cell(value, unit: str, label: str, table: str, column: str, key: str,
-         decimals: int = 1) -> str:
+def cell(value, unit: str, label: str, table: str, column: str, key: str, decimals: int = 1) -> str:
     """A CSV cell's figure cited by its column and its row's key; empty where the cell is."""
-    if value in (None, ""):
-        return ""
-    return cite(value, unit, label, table, f"{column}, {key}", decimals)
+    return "" if value in (None, "") else cite(value, unit, label, table, f"{column}, {key}",
+                                                 decimals)
 
 
 def judge(what: str) -> str:
@@ -194,8 +192,7 @@ def results(s: Scratch) -> list[str]:
                       if any(x.get("step_us", {}).get("value") != period.get("value")
                              for x in cj.get("causes") or []) else "")
                    + ").")
-    changes = s.rows("changes.csv")
-    if changes:
+    if changes := s.rows("changes.csv"):
         for r in changes[:1]:
             rank = f"rank={r['rank']}"
             out.append(
@@ -353,8 +350,7 @@ def reconciliation_section(s: Scratch) -> list[str]:
 
 def failed_checks(s: Scratch) -> list[str]:
     """Every reconciliation check that did not pass, with its trust-list sentence."""
-    bad = [r for r in (s.rows("reconciliation.csv") or []) if r["status"] != "pass"]
-    if not bad:
+    if not (bad := [r for r in (s.rows("reconciliation.csv") or []) if r["status"] != "pass"]):
         return []
     out = ["", "| check | GPU | stream | status | trust-list sentence |", "|---|---|---|---|---|"]
     for r in bad:
@@ -368,8 +364,7 @@ def failed_checks(s: Scratch) -> list[str]:
 
 def streams_table(s: Scratch) -> list[str]:
     """Every GPU stream's shares of its span (streams.csv), for the appendix."""
-    streams = s.rows("streams.csv")
-    if streams is None:
+    if (streams := s.rows("streams.csv")) is None:
         return [missing("streams.csv", "step 1 did not run"), ""]
     out = ["| GPU | stream | critical | compute (% of span) | collective (% of span) "
            "| memcpy (% of span) | idle (% of span) |", "|---|---|---|---|---|---|---|"]
@@ -388,8 +383,7 @@ def streams_section(s: Scratch) -> list[str]:
     sw = s.json("swimlanes.json")
     if sw:
         out += ["", "![swimlanes of one step](swimlanes.svg)", ""]
-        sentence = (sw.get("straggler") or {}).get("sentence")
-        if sentence:
+        if sentence := (sw.get("straggler") or {}).get("sentence"):
             out.append(f"In the drawn step: {md_cell(sentence)} (measured; swimlanes.json: "
                        f"straggler.sentence)")
         across = (s.json("skip_stats.json") or {}).get("straggler") or {}
@@ -429,8 +423,7 @@ def rank_refusals(s: Scratch) -> dict[str, list[tuple[str, str]]]:
     out: dict[str, list[tuple[str, str]]] = {"ops": [], "lines": []}
     for table in REFUSING:
         for n, sentence in enumerate((s.json(table) or {}).get("refusals") or []):
-            m = RANK_REFUSAL_RE.match(str(sentence))
-            if not m:
+            if not (m := RANK_REFUSAL_RE.match(str(sentence))):
                 continue
             what = m.group("what").lower()
             where = f"{table}: refusals.{n}"
@@ -570,8 +563,7 @@ def appendix(s: Scratch) -> list[str]:
     bad = failed_checks(s)
     out += ["### Reconciliation checks that did not pass"] + bad if bad else []
     out += ["### GPUs and streams", ""] + streams_table(s)
-    how = [r for r in (s.rows(HOW) or []) if r["program_id"] == "all"]
-    if how:
+    if how := [r for r in (s.rows(HOW) or []) if r["program_id"] == "all"]:
         out += ["### Match classes", "", "| match class | kernels | share of device time |",
                 "|---|---|---|"] + [
             f"| {r['match']} | {cell(r['kernels'], '', 'measured', HOW, 'kernels', k, 0)} | "
@@ -586,22 +578,18 @@ def appendix(s: Scratch) -> list[str]:
     lines = (s.rows(LINES) or [])[:TOP_ROWS]
     if len(lines) > MAIN_ROWS and not refusals["lines"]:
         out += ["### Top Python lines, more of them"] + lines_table(lines) + [""]
-    changes = s.rows(CH) or []
-    if changes:
+    if changes := s.rows(CH) or []:
         out += ["### Every change", ""] + changes_table(changes, full=True) + [""]
-    rule = (s.json("changes.json") or {}).get("combine_rule")
-    if rule:
+    if rule := (s.json("changes.json") or {}).get("combine_rule"):
         out += [f"How they combine: {md_cell(rule)} (inferred; changes.json: combine_rule)", ""]
     out += assumptions(changes)
     trust = s.rows("trust.csv") or []
-    items = [r for r in trust if r["section"] == "trust" and r["detail"]]
-    if items:
+    if items := [r for r in trust if r["section"] == "trust" and r["detail"]]:
         out += ["### What each trust item means", "",
                 "| item | what it means (inferred; trust.csv: detail, section=trust, item=*) |",
                 "|---|---|"]
         out += [f"| {md_cell(r['item'])} | {md_cell(r['detail'])} |" for r in items] + [""]
-    needs = [r for r in trust if r["section"] == "needs_new_capture"]
-    if needs:
+    if needs := [r for r in trust if r["section"] == "needs_new_capture"]:
         out += ["### Questions that need a new capture", "",
                 "| question | the capture that answers it (inferred; trust.csv: detail, "
                 "section=needs_new_capture, item=*) |", "|---|---|"]
@@ -611,8 +599,7 @@ def appendix(s: Scratch) -> list[str]:
 
 def phases_part(s: Scratch) -> list[str]:
     """GPU time per phase of the program (phases.csv), and what an absent phase says."""
-    rows = s.rows(PHASES)
-    if not rows:
+    if not (rows := s.rows(PHASES)):
         return []
     out = ["", "| phase | instructions | device time | share of device time |", "|---|---|---|---|"]
     said = []
@@ -706,8 +693,7 @@ def changes_table(changes: list, full: bool) -> list[str]:
 
 
 def trust_section(s: Scratch) -> list[str]:
-    rows = s.rows("trust.csv")
-    if rows is None:
+    if (rows := s.rows("trust.csv")) is None:
         return [missing("trust.csv", "step 7 did not run"), ""]
     items = [r for r in rows if r["section"] == "trust"]
     needs = [r for r in rows if r["section"] == "needs_new_capture"]
@@ -746,8 +732,7 @@ def draft(s: Scratch) -> str:
     name = cap.get("run_dir") or cap.get("xplane") or cap.get("trace") or "the capture"
     host = cap.get("host")
     hosts = cap.get("hosts") or []
-    title = code(Path(str(name)).name) + (f", host {code(host)}" if host and len(hosts) > 1
-                                          else "")
+    title = code(Path(str(name)).name) + (f", host {code(host)}" if host and len(hosts) > 1 else "")
     model = (info.get("device") or {}).get("model") or (info.get("gpu_model") or {}).get("model")
     title += f" on {code(model)}" if model else ""
     verdict = (s.json("skip_stats.json") or {}).get("verdict")

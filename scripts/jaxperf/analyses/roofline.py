@@ -90,9 +90,8 @@ def analyse(rows, res, programs, gpu: dict, peaks: dict,
     if not isinstance(programs, dict):
         programs = {str(programs.id): programs}
     counts = program_executions(res)
-    costs = {pid: Costs(p, group_size=counts.get(pid, (0, 0))[1]
-                        if counts.get(pid, (0, 0))[1] > 1 else None, user=user)
-             for pid, p in programs.items()}
+    costs = {pid: Costs(p, group_size=g if (g := counts.get(pid, (0, 0))[1]) > 1 else None,
+                        user=user) for pid, p in programs.items()}
     ceilings = peaks.get(gpu["model"] or "", {})
     placed, used, no_cost = [], {}, []
     total_ps = no_cost_ps = no_ceiling_ps = 0
@@ -346,8 +345,7 @@ def no_ceiling_why(model, category: str, secs: float, hbm, key, comp_c) -> str |
     return None
 
 
-def table_row(r: dict, c: Cost, ins, runs: int | None, spot: Placement, hbm,
-              target: tuple) -> list:
+def table_row(r: dict, c: Cost, ins, runs: int | None, spot: Placement, hbm, target: tuple) -> list:
     """One roofline.csv row (COLUMNS up to best_same_work; add_xprof adds XProf's); `target`:
     same_work_targets' (pct, instruction)."""
     comp_c = spot.compute
@@ -374,8 +372,7 @@ def table_row(r: dict, c: Cost, ins, runs: int | None, spot: Placement, hbm,
 def not_computable_trust(no_cost: list, total_ps: int) -> list[str]:
     """The trust-list sentence for the instructions whose FLOPs or bytes are not computable
     (`no_cost`: (ps, instruction, why)); none when there are none."""
-    no_cost_ps = sum(ps for ps, _, _ in no_cost)
-    if not no_cost_ps:
+    if not (no_cost_ps := sum(ps for ps, _, _ in no_cost)):
         return []
     top = ", ".join(f"{n} ({w})" for _, n, w in sorted(no_cost, reverse=True)[:3])
     return [f"FLOPs or bytes are not computable for {len(no_cost)} instructions with "
@@ -445,8 +442,7 @@ def refuse_without_hlo(capture, out: Path, space, gpu: dict) -> tuple[dict, list
         "step": "roofline", "status": "refused", "capture": capture_json(capture),
         "program": None, "gpu": gpu_json(gpu), "ceilings": [],
         "figures": {"device_time_us": scratch.figure(rules.us_value(busy_ps), "us", "measured"),
-                    "not_computable_us": scratch.figure(rules.us_value(busy_ps), "us",
-                                                        "measured")},
+                    "not_computable_us": scratch.figure(rules.us_value(busy_ps), "us", "measured")},
         "trust_list": refusals, "refusals": refusals, "tables": {TABLE: 0},
     }
     return result, _write_all(out, [], result, None)
@@ -507,9 +503,7 @@ def run(capture, out: Path, use_xprof: bool = True,
         "tables": {TABLE: len(table)},
         "xprof": xprof,
     }
-    svg = render_svg(table, result)
-    written = _write_all(out, table, result, svg)
-    return result, written
+    return result, _write_all(out, table, result, render_svg(table, result))
 
 
 def checked_by_step4(out: Path, capture) -> bool:
@@ -649,9 +643,7 @@ def render_svg(table, result) -> str:
     if hbm:
         s += draw_roofs(axes, hbm, computes)
     legend, placed = draw_legend(hbm, computes)
-    s += legend
-    s += draw_points(axes, pts)
-    s += draw_labels(axes, pts, placed)
+    s += legend + draw_points(axes, pts) + draw_labels(axes, pts, placed)
     s += [svg.text(LEFT, H - BOTTOM + 58 + 13 * n, line, apos=APOS)
           for n, line in enumerate(caption)]
     s.append("</svg>\n")
@@ -662,13 +654,10 @@ def plot_points(table) -> list[tuple]:
     """(intensity, achieved FLOP/s, GPU us, category, instruction) of each row with both above
     zero: the rows a log-log plot can draw."""
     col = {c: i for i, c in enumerate(COLUMNS)}
-    pts = []
-    for r in table:
-        f, i, t = r[col["achieved_flop_per_s"]], r[col["intensity_flop_per_byte"]], r[
-            col["device_us"]]
-        if f and i and float(f) > 0 and float(i) > 0:
-            pts.append((float(i), float(f), float(t), r[col["category"]], r[col["instruction"]]))
-    return pts
+    return [(float(i), float(f), float(r[col["device_us"]]), r[col["category"]],
+             r[col["instruction"]]) for r in table
+            for f, i in [(r[col["achieved_flop_per_s"]], r[col["intensity_flop_per_byte"]])]
+            if f and i and float(f) > 0 and float(i) > 0]
 
 
 def log_axes(pts: list[tuple], hbm: dict | None, computes: list[dict]) -> LogAxes:
@@ -739,14 +728,10 @@ def draw_points(axes: LogAxes, pts: list[tuple]) -> list[str]:
     """A circle per instruction, largest GPU time first, its area by GPU time and its colour
     by category; the tooltip gives its figures."""
     tmax = max((p[2] for p in pts), default=1) or 1
-    out = []
-    for i, f, t, cat, name in sorted(pts, key=lambda p: -p[2]):
-        r = 2 + 14 * math.sqrt(t / tmax)
-        out.append(svg.element("circle", tip=f"{name}: {t:.3f} us, {i:.3g} FLOP/B, "
-                                             f"{f:.3g} FLOP/s", apos=APOS,
-                               cx=axes.x(i), cy=axes.y(f), r=r, fill_opacity="0.6",
-                               fill=CATEGORY_COLOURS.get(cat, "#7f7f7f")))
-    return out
+    return [svg.element("circle", tip=f"{name}: {t:.3f} us, {i:.3g} FLOP/B, {f:.3g} FLOP/s",
+                        apos=APOS, cx=axes.x(i), cy=axes.y(f), r=2 + 14 * math.sqrt(t / tmax),
+                        fill_opacity="0.6", fill=CATEGORY_COLOURS.get(cat, "#7f7f7f"))
+            for i, f, t, cat, name in sorted(pts, key=lambda p: -p[2])]
 
 
 def draw_labels(axes: LogAxes, pts: list[tuple], placed: list[tuple]) -> list[str]:
