@@ -263,14 +263,12 @@ def verdict_rows(sides: dict) -> tuple[list, list]:
                "changed" if v["before"] != v["after"] else "same")]
     moved = []
     for column, words in PARTS:
-        b = summary(sides["before"].per_step(column))
-        a = summary(sides["after"].per_step(column))
+        b, a = (summary(sides[s].per_step(column)) for s in SIDES)
         if b and a and abs(a["value"] - b["value"]) >= 0.001:
             moved.append((abs(a["value"] - b["value"]), column, words, b["value"], a["value"]))
     moved.sort(reverse=True)
-    for _, column, words, b, a in moved:
-        out.append(row("verdict_part", column, b, a, "us", "measured", "",
-                       f"{words}: median per step"))
+    out += [row("verdict_part", column, b, a, "us", "measured", "", f"{words}: median per step")
+            for _, column, words, b, a in moved]
     return out, [{"part": c, "words": w, "before_us": round(b, 3), "after_us": round(a, 3)}
                  for _, c, w, b, a in moved[:3]]
 
@@ -290,8 +288,7 @@ def host_rows(sides: dict) -> list:
                            "own or to a graph's (skip_stats.json: joins), over its analysed "
                            "steps"))
     for column, words, how, unit in HOST:
-        b = summary(sides["before"].per_step(column, how))
-        a = summary(sides["after"].per_step(column, how))
+        b, a = (summary(sides[s].per_step(column, how)) for s in SIDES)
         if b is None and a is None:
             continue
         out.append(row("host", words, b and b["value"], a and a["value"], unit, "measured",
@@ -327,8 +324,7 @@ def device_time_rows(sides: dict, refusals: list) -> tuple[list, dict]:
             "(its steps.csv is empty: a cut trace, or a capture too short for one step), so its "
             "GPU time has no step to be divided by; the host side is compared")
         return out, times
-    short = [s for s in SIDES if sides[s].trace_short]
-    if short:
+    if short := [s for s in SIDES if sides[s].trace_short]:
         refusals.append(
             "cannot compare programs, instructions, kernel families and Python lines per step "
             "because " + " and ".join(f"{s.upper()}'s trace holds less GPU time than its xplane "
@@ -418,8 +414,7 @@ def predictions(sides: dict, times: dict, period: dict | None) -> tuple[list, li
     for c in sides["before"].table("changes.csv"):
         kind, where = c.get("cause_kind", ""), c.get("where", "")
         pred = number(c.get("saving_us"))
-        b = cause_measure(sides["before"], kind, where, times)
-        a = cause_measure(sides["after"], kind, where, times)
+        b, a = (cause_measure(sides[s], kind, where, times) for s in SIDES)
         entries.append({"rank": int(number(c.get("rank")) or 0), "cause": kind, "where": where,
                         "predicted_saving_us": pred,
                         "measured_change_us": round(b - a, 3) if None not in (a, b) else None,
@@ -546,8 +541,7 @@ def compare_runs(before: Path, after: Path, out: Path) -> tuple[list, dict, list
     """Two runs of several hosts: host by host into out/<host>/, then the run as a whole (its
     steps: each the slowest host's, from host_steps.csv)."""
     hosts = {s: run_hosts(f) for s, f in (("before", before), ("after", after))}
-    both = sorted(set(hosts["before"]) & set(hosts["after"]))
-    if not both:
+    if not (both := sorted(set(hosts["before"]) & set(hosts["after"]))):
         raise step_cli.StepError(f"BEFORE ({before}) and AFTER ({after}) share no host by name "
                                  "that finished: compare one host's folder of each instead")
     written, per_host = [], []
