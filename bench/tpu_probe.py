@@ -31,7 +31,8 @@ written and captured as a user would: `jax.profiler.start_trace`/`stop_trace`, a
   at a time in a lax.fori_loop,
 - dropout masks drawn by the default threefry PRNG, a KV cache jitted without donation that
   XLA copies into another layout and back each step, 128 MiB of logits brought to numpy for an
-  argmax each step, a learning rate passed as a static argument (a compile every step).
+  argmax each step, a learning rate passed as a static argument (a compile every step),
+- a train step in float64 under jax.enable_x64, an Adam update of 512 separate small arrays.
 
 Each probe leaves `OUTDIR/<probe>/plugins/profile/<run>/...` and `OUTDIR/<probe>/truth.json`:
 the step time without the profiler (`step_ms_unprofiled_median`: steps run as the probe runs
@@ -46,14 +47,15 @@ StepTraceAnnotation's, or a TraceAnnotation's whose name starts with `annotation
 truth also names the capture's ProfileOptions (`profile_options`) and warmup where not default,
 and in `notes` a fact read as the program was built (the path jax.nn.dot_product_attention took).
 
-Eighteen probes have an after, the change an engineer would make first, captured and timed the
+Twenty probes have an after, the change an engineer would make first, captured and timed the
 same way (`AFTER`): the host callback moved out of the jitted step, the decoded token kept on
 the device, the gradient norm jitted, the matmuls saved by the checkpoint policy, jax.vmap for
 lax.map (at both batches) and for the fori_loop, bf16 matmul inputs at the default precision,
 jax.lax.top_k, every batch padded to one length, batches device_put two steps ahead, the scan
 unrolled by 8, jax.nn.dot_product_attention, the layers in one jitted call, an rbg key (or
 float() read once), the cache donated (or stored in the program's order, donated or not), the
-accuracy computed in the jitted function, the learning rate traced; the before's truth
+accuracy computed in the jitted function, the learning rate traced, float32 for float64, the
+leaves stacked into one array; the before's truth
 gets `after` and `after_speedup` (an after no faster is kept as such). A before with two
 afters (the gradient norm jitted, or float() read once after the steps; jax.vmap, or eight
 steps a dispatch) gets each one's speedup in `afters`, and `after` is the one the chip ran
@@ -1426,7 +1428,7 @@ def probe_x64_mlp(smoke: bool, f32: bool = False) -> Probe:
 
     return Probe(run, f"jitted donated train step of a {d}->{h}->{d} tanh MLP, batch {batch}, "
                       f"under jax.enable_x64(True) with params and data {np.dtype(dt).name}; "
-                      "float(loss) each step, annotated 'train'", "train")
+                      "float(loss) each step, annotated 'train'", "train", captured=3)
 
 
 def probe_many_leaves(smoke: bool, stacked: bool = False) -> Probe:
@@ -1466,7 +1468,7 @@ def probe_many_leaves(smoke: bool, stacked: bool = False) -> Probe:
     how = f"one ({n}, {w}, {w}) array" if stacked else f"{n} separate ({w}, {w}) arrays"
     return Probe(run, f"jitted donated Adam update of {n * w * w:,} f32 parameters kept as "
                       f"{how}, the gradients given; blocked each step, annotated 'update'",
-                 "update")
+                 "update", captured=3)
 
 
 AFTER = {"callback_step": "callback_step_outside", "decode_kv": "decode_kv_on_device",

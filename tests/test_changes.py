@@ -526,13 +526,13 @@ def test_registry_is_the_documented_cause_kinds():
     registry = [c.kind for c in changes.REGISTRY]
     doc = (REPO / "references" / "changes.md").read_text(encoding="utf-8")
     section = doc.split("## Each cause\n", 1)[1].split("\n## ", 1)[0]
-    table = re.findall(r"^\| `([a-z_]+)` \|", section.split("\n|---", 1)[1], re.M)
+    table = re.findall(r"^\| `([a-z0-9_]+)` \|", section.split("\n|---", 1)[1], re.M)
     layout = layout_text()
     section = layout.split("### `changes.csv`", 1)[1].split("\n### ", 1)[0]
     row = next(ln for ln in section.splitlines() if ln.startswith("| `cause_kind` |"))
-    listed = re.findall(r"`([a-z_]+)`", row.split("|")[4].split("(", 1)[0])
+    listed = re.findall(r"`([a-z0-9_]+)`", row.split("|")[4].split("(", 1)[0])
     assert registry == table == listed
-    assert len(set(registry)) == len(registry) == 22
+    assert len(set(registry)) == len(registry) == 24
     assert {c.kind for c in changes.REGISTRY if c.regroups} == {"python_line", "kernel_family"}
 
 

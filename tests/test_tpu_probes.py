@@ -424,3 +424,51 @@ def test_every_probes_verdict_class_is_its_truths(jobs):
     assert not wrong, wrong
     first = json.loads((jobs["lax_map_small"][1] / "skip_stats.json").read_text())
     assert any("host-bound over the period" in r for r in first["rule"]), first["rule"]
+
+
+def _changes_with(tmp_path, job, column: str, value: str) -> list:
+    """Step 6 again on a copy of a probe's scratch folder whose programs.csv `column` is
+    `value` in every row (what step 4 reads from a program's HLO)."""
+    import shutil
+    out = tmp_path / "out"
+    shutil.copytree(job[1], out)
+    path = out / "attribution" / "programs.csv"
+    rows = _rows(path)
+    for r in rows:
+        r[column] = value
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    run = subprocess.run([sys.executable, "-P", str(REPO / "scripts" / "changes.py"),
+                          "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    return _rows(out / "changes.csv")
+
+
+def test_many_arguments_and_float64_rows_fire_on_their_program_facts_only(jobs, tmp_path):
+    """No committed probe takes 256 arrays or computes in float64: neither row fires, and each
+    program's arguments are its HLO's (logits_to_host's forward: two weights and a batch). The
+    same host-bound evaluation step read as taking 2,049 arrays (an Adam update of 512
+    leaves measured 7.5x once stacked) ranks the arguments first, its saving the host's side
+    less one dispatch's 1 ms; read as float64 (x64 mode on a TPU: 5.2x once float32), the
+    program's whole time is the f64 row's and no instruction row is left."""
+    for name, (_, out, _) in jobs.items():
+        kinds = {r["cause_kind"] for r in _rows(out / "changes.csv")}
+        assert not kinds & {"many_arguments", "f64_emulated"}, (name, kinds)
+        assert all(float(p["f64_argument_pct"] or 0) == 0 and int(p["arguments"] or 0) < 256
+                   for p in _rows(out / "attribution" / "programs.csv")), name
+    job = jobs["logits_to_host"]
+    progs = _rows(job[1] / "attribution" / "programs.csv")
+    assert [(p["module"], p["arguments"]) for p in progs if p["module"] == "jit_forward"] \
+        == [("jit_forward", "3")]
+    first = _changes_with(tmp_path / "a", job, "arguments", "2049")[0]
+    assert first["cause_kind"] == "many_arguments" and "2,049" in first["cause"], first
+    idle = next(r for r in _rows(job[1] / "changes.csv")
+                if r["cause_kind"] == "idle_between_steps")
+    assert float(idle["saving_us"]) - 1000 <= float(first["saving_us"]) \
+        <= float(idle["saving_us"]) + 7000, (first, idle)  # the host gap's share too
+    rows = _changes_with(tmp_path / "b", job, "f64_argument_pct", "100.00")
+    f64 = next(r for r in rows if r["cause_kind"] == "f64_emulated")
+    assert "jax_enable_x64" in f64["cause"] and "float32" in f64["knob"], f64
+    assert not any(r["cause_kind"] == "instruction" for r in rows), rows

@@ -931,6 +931,7 @@ def add_programs(folder: Path, m: Matched, tables: Tables, steps: tuple) -> None
     for r in tables.progs:
         p = m.programs.get(r["program_id"])
         r["partitions"] = p.partitions() if p is not None else None
+        r["arguments"], r["f64_argument_pct"] = p.arguments() if p is not None else (None, None)
     tables.steps_note = steps[1]
     at = next(i for i, (f, _) in enumerate(tables.written) if f == "how.csv")
     tables.written.insert(at, _table(folder, "programs.csv", programs_csv_rows(tables.progs)))
@@ -1200,7 +1201,9 @@ def programs_csv_rows(progs: list[dict]) -> list[tuple]:
              f"{r['attributed_us']:.3f}",
              "" if r["host_dispatch_us"] is None else f"{r['host_dispatch_us']:.3f}",
              r["host_dispatch"], "" if r["steps"] is None else rules.format_ranges(r["steps"]),
-             r.get("partitions") or "") for r in progs]
+             r.get("partitions") or "", "" if r.get("arguments") is None else r["arguments"],
+             "" if r.get("f64_argument_pct") is None else f"{r['f64_argument_pct']:.2f}")
+            for r in progs]
 
 
 def read_steps(out: Path, files) -> tuple[dict | None, str]:

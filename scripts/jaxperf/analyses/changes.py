@@ -725,9 +725,9 @@ def instruction(ctx: Context) -> Found | list:
     at, median = ctx.at, ctx.median
     cm, exposure = ctx.median_path.compute, ctx.median_path.exposure
     exposed = EXPOSED_PART.format(pct=100 * exposure, step=median)
-    threefry = threefry_keys(ctx)  # the random_bits row's
+    claimed = claimed_keys(ctx)  # the random_bits and f64_emulated rows'
     top = [(i, c) for i, c in enumerate(ce.cands)
-           if c["cut"] > 0 and c["key"] not in threefry][:TOP_INSTRUCTIONS]
+           if c["cut"] > 0 and c["key"] not in claimed][:TOP_INSTRUCTIONS]
     rows = []
     for i, c in top:
         sav = [c["cut"] * ctx.paths[n].compute * ctx.paths[n].exposure for n in ctx.chosen]
@@ -1058,10 +1058,47 @@ def matmul_precision(ctx: Context) -> list:
 RANDOM_BITS = PROSE["RANDOM_BITS"]
 
 
-def threefry_keys(ctx: Context) -> set:
-    """The (program id, instruction) of ops.csv's instructions that compute threefry bits."""
+def claimed_keys(ctx: Context, threefry: bool = True, f64: bool = True) -> set:
+    """The (program id, instruction) of ops.csv's instructions that compute threefry bits
+    (random_bits), and of those of programs that emulate float64 (f64_programs): rows of their
+    own, no instruction rows."""
+    progs = f64_programs(ctx) if f64 else {}
     return {(r["program_id"], r["instruction"]) for r in
-            tables(ctx.out).rows("attribution/ops.csv") or [] if r.get("random_bits")}
+            tables(ctx.out).rows("attribution/ops.csv") or []
+            if (threefry and r.get("random_bits")) or r["program_id"] in progs}
+
+
+F64_EMULATED = PROSE["F64_EMULATED"]
+# a program whose arguments are at least this share (percent) float64: it computes in x64 mode
+F64_ARGUMENT_PCT = 50.0
+
+
+def f64_programs(ctx: Context) -> dict:
+    """programs.csv's programs (id -> row) whose arguments are mostly float64, on a device that
+    emulates f64 (adapters.Adapter.emulates_f64)."""
+    if not device(ctx).emulates_f64:
+        return {}
+    return {r["program_id"]: r for r in tables(ctx.out).rows("attribution/programs.csv") or []
+            if (number(r.get("f64_argument_pct")) or 0.0) >= F64_ARGUMENT_PCT}
+
+
+@cause("f64_emulated", F64_EMULATED, compute=True)
+def f64_emulated(ctx: Context) -> list:
+    """Programs that compute in float64 on a device without f64 arithmetic (f64_programs):
+    their instructions' whole time in the median step, an upper bound."""
+    progs = f64_programs(ctx)
+    if not progs:
+        return []
+    ops, keys, t = ops_matching(ctx, lambda r: r["program_id"] in progs)
+    if t < MIN_SAVING_US:
+        return []
+    named = ", ".join(f"{r['module']} {float(r['f64_argument_pct']):.0f}%"
+                      for r in list(progs.values())[:3])
+    return [Row(f"float64 on a chip without f64 arithmetic: the programs' arguments are mostly "
+                f"float64 ({named} of their bytes; jax_enable_x64), and XLA emulates each f64 "
+                f"operation with several f32 ones: their {rules.plural(len(keys), 'instruction')} "
+                f"take {us_text(t)} of step {ctx.median}", top_lines(ops, keys) or named,
+                100.0 * t / ctx.window, spread([t] * len(ctx.chosen), ctx.at))]
 
 
 @cause("random_bits", RANDOM_BITS)
@@ -1069,7 +1106,7 @@ def random_bits(ctx: Context) -> list:
     """The instructions that compute jax.random's threefry bits (ops.csv random_bits): their
     distance to their ceilings in the median step (as the instruction rows count it, which
     leave them to this row), the rate the same work reaches elsewhere as the measured target."""
-    ce, keys = ctx.ceilings, threefry_keys(ctx)
+    ce, keys = ctx.ceilings, claimed_keys(ctx, f64=False)
     if ce is None or not keys:
         return []
     mine = [(i, c) for i, c in enumerate(ce.cands) if c["key"] in keys]
@@ -1211,6 +1248,42 @@ def too_small(ctx: Context) -> list:
                 f"TPU core {ctx.bound}", 100.0 * side[ctx.at] / w, spread(side, ctx.at),
                 knob=TOO_SMALL.knob["waits" if ((ctx.s1 or {}).get("between_steps") or {})
                                     .get("cause") == "waiting on a result" else "steps"])]
+
+
+MANY_ARGUMENTS = PROSE["MANY_ARGUMENTS"]
+# a program taking at least this many arrays costs the host per array at every call
+MANY_ARGUMENTS_MIN = 256
+# a dispatch's fixed cost and the wait on its result where the host blocks each step (1.0 to
+# 1.4 ms measured on a TPU v5e; too_small's): the host side that stays with few arguments
+DISPATCH_FIXED_US = 1000.0
+
+
+@cause("many_arguments", MANY_ARGUMENTS, explains=("idle_between_steps", "host_gap"))
+def many_arguments(ctx: Context) -> list:
+    """A program of the median step taking MANY_ARGUMENTS_MIN arrays or more (programs.csv
+    arguments) in a step whose host side (host-late and idle between steps) is at least half
+    its window: that side less DISPATCH_FIXED_US a run of the step's programs."""
+    row = next((r for r in tables(ctx.out).rows("steps.csv") or []
+                if r["step"] == str(ctx.median) and r["device"] == str(ctx.bound)), None)
+    runs = step_programs(row.get("programs") or "") if row else {}
+    args = {}
+    for p in tables(ctx.out).rows("attribution/programs.csv") or []:
+        if p["module"] in runs and (n := number(p.get("arguments"))):
+            args[p["module"]] = max(args.get(p["module"], 0), int(n))
+    many = {m: n for m, n in args.items() if n >= MANY_ARGUMENTS_MIN}
+    side = [ctx.paths[n].host_late + ctx.paths[n].idle_between for n in ctx.chosen]
+    if not many or side[ctx.at] < 0.5 * ctx.window:
+        return []
+    fixed = DISPATCH_FIXED_US * sum(runs.values())
+    sav = [max(0.0, v - fixed) for v in side]
+    if sav[ctx.at] < MIN_SAVING_US:
+        return []
+    named = ", ".join(f"{m} {n:,}" for m, n in sorted(many.items(), key=lambda kv: -kv[1]))
+    return [Row(f"the step's programs take many arrays ({named} arguments): the host flattens, "
+                f"checks and hands each to the runtime at every call, and a block on the "
+                f"results waits on each; the host's side of step {ctx.median} is "
+                f"{us_text(side[ctx.at])} of its {us_text(ctx.window)}",
+                "the host", 100.0 * sav[ctx.at] / ctx.window, spread(sav, ctx.at))]
 
 
 GEMM_BACKEND = PROSE["GEMM_BACKEND"]

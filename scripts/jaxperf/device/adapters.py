@@ -15,7 +15,9 @@ adapter of the capture's device kind, which answers the same questions on every 
 - `kernel_knob(name)`: the knob of a hand-written kernel (a Pallas call) by its name;
 - `layout_knob`: what removes the copies and transposes that change a layout (None: step 6
   does not rank them on this device: not measured there);
-- `said(text)`: a sentence of this bundle's own, written in GPU words, in the device's.
+- `said(text)`: a sentence of this bundle's own, written in GPU words, in the device's;
+- `emulates_f64`: whether the device has no f64 arithmetic, so XLA emulates it (step 6's
+  `f64_emulated` row).
 A device added is an adapter added here.
 """
 
@@ -36,6 +38,7 @@ class Adapter:
     kernel_knob: Callable[[str], str] | None
     layout_knob: str | None
     said: Callable[[str], str]
+    emulates_f64: bool = False
 
 
 def _gpu_environment(space) -> tuple:
@@ -58,7 +61,7 @@ def _adapters() -> dict[str, Adapter]:
                            None, None, None, str),
             "TPU": Adapter("TPU", _tpu_environment, tpu.op_kind, gap_causes.DISPATCH_CALL_RE,
                            knobs.BOUND_KNOB, knobs.pallas_blocks, knobs.LAYOUT_KNOB,
-                           rules.tpu_said)}
+                           rules.tpu_said, emulates_f64=True)}
 
 
 ADAPTERS = _adapters()

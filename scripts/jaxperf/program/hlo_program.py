@@ -230,6 +230,22 @@ class Program:
             return total
         return size(self.entry_id)
 
+    def arguments(self) -> tuple[int, float]:
+        """The program's arguments: how many arrays it takes (its entry parameters, a tuple's
+        elements each), and the share of their bytes (percent) that are 64-bit floats (f64,
+        c128: what a chip without f64 arithmetic emulates)."""
+        leaves = []
+        todo = [i.shape for i in self.computations[self.entry_id].instructions
+                if i.opcode == "parameter"] if self.entry_id in self.computations else []
+        while todo:
+            shape = todo.pop()
+            if shape.tuple_shapes:
+                todo.extend(shape.tuple_shapes)
+            else:
+                leaves.append((xprotos_nbytes(shape), self.dtype_of(shape) in ("f64", "c128")))
+        total = sum(b for b, _ in leaves)
+        return len(leaves), 100.0 * sum(b for b, f in leaves if f) / total if total else 0.0
+
     def partitions(self) -> int | None:
         """The devices the program's sharding spans: over its instructions' OpShardings, the
         most a tile assignment names (its device ids, else the product of its dimensions: an
@@ -474,7 +490,11 @@ class Program:
 
     @staticmethod
     def dtype(ins) -> str:
-        return PRIMITIVE_TYPES.get(ins.shape.element_type, f"type{ins.shape.element_type}")
+        return Program.dtype_of(ins.shape)
+
+    @staticmethod
+    def dtype_of(shape) -> str:
+        return PRIMITIVE_TYPES.get(shape.element_type, f"type{shape.element_type}")
 
     def stack(self, frame_id: int) -> list[Frame]:
         """The frames from ``frame_id`` outward (innermost first); [] when none (memoized:
