@@ -167,3 +167,24 @@ def write_table(folder: Path, file: str, header: list, rows: list) -> None:
                 if any(str(v) not in ("", c.default) for v, c in zip(cells, child.columns[1:],
                                                                       strict=True)):
                     w.writerow([n, *cells])
+
+
+# The verdict's class against a truth's: a truth this close to a class's line (the chip's share
+# of the unprofiled step) may read as the class across it from the profiled capture: the
+# profiler lengthens the step by a few percent (cache_no_donate: 0.820 of the unprofiled step,
+# 0.798 of the profiled period)
+VERDICT_CLASS = {"launch-bound": "host", "device-bound": "device", "mixed": "mixed",
+                 "collective/straggler-bound": "device"}
+LINE_MARGIN = 0.03
+CLASS_LINES = {("device", "mixed"): 0.8, ("mixed", "device"): 0.8, ("mixed", "host"): 0.5,
+               ("host", "mixed"): 0.5}
+
+
+def verdict_agrees(verdict: str, truth: dict) -> bool:
+    """Whether step 1's verdict is the truth's class, or the class across a line the truth's
+    busy share is within LINE_MARGIN of."""
+    ours = VERDICT_CLASS.get(verdict)
+    line = CLASS_LINES.get((truth["bound"], ours))
+    return ours == truth["bound"] or bool(
+        line and truth.get("busy_share") is not None
+        and abs(truth["busy_share"] - line) <= LINE_MARGIN)

@@ -22,16 +22,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, REQUIRE_SHARED, SHARED_CAPTURES
+from conftest import REPO, REQUIRE_SHARED, SHARED_CAPTURES, verdict_agrees
 
 pytestmark = pytest.mark.slow  # a whole job per capture, XProf's conversion included
 
 LAB = REPO / "tests" / "data" / "tpu"
 EXAMPLES = REPO / "examples"
 SHARED_TPU = SHARED_CAPTURES / "tpu-v5e"
-# step 1's verdict -> the class a truth names
-CLASS_OF = {"launch-bound": "host", "device-bound": "device", "mixed": "mixed",
-            "collective/straggler-bound": "device"}
 FRAMEWORK_PARTS = ("/site-packages/", "/jax/", "/jaxlib/", "/flax/", "/optax/", "<frozen")
 
 
@@ -69,9 +66,11 @@ def trace_events(case) -> list:
 
 
 def test_the_verdict_is_the_truths_class(job):
+    """The truth's class, or the class across a line the truth is within 0.03 of
+    (conftest.verdict_agrees: the profiler lengthens the step a few percent)."""
     case, out, truth = job
     s1 = json.loads((out / "skip_stats.json").read_text())
-    assert CLASS_OF.get(s1["verdict"]) == truth["bound"], (s1["verdict"], s1["rule"])
+    assert verdict_agrees(s1["verdict"], truth), (s1["verdict"], s1["rule"], truth["busy_share"])
 
 
 def test_the_step_period_is_the_annotations(job):
@@ -80,6 +79,9 @@ def test_the_step_period_is_the_annotations(job):
                     if e.get("ph") == "X" and "step_num" in (e.get("args") or {}))
     if len(starts) < 2:
         pytest.skip("the capture has no step annotations to time the period by")
+    if "the host ran ahead of the device" in (out / "summary.txt").read_text():
+        pytest.skip("the host ran ahead of the chip: its annotations time its dispatches, not "
+                    "the steps (test_tpu_probes' async_train checks the chip's period)")
     profiled = statistics.median(b - a for a, b in zip(starts, starts[1:], strict=False))
     ours = json.loads((out / "skip_stats.json").read_text())["figures"]["period_us"]["value"]
     assert abs(ours - profiled) <= 0.02 * profiled, (ours, profiled)

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, verdict_agrees
 
 pytestmark = pytest.mark.slow  # a whole job per capture
 
@@ -399,27 +399,16 @@ def test_a_steps_line_that_disagrees_with_the_annotations_is_said_not_used(tmp_p
         truth["step_ms_profiled_median"] * 1e3, rel=0.005)
 
 
-# a truth this close to a class's line (the chip's share of the unprofiled step) may read as the
-# class across it from the profiled capture: the profiler lengthens the step by a few percent
-# (cache_no_donate: 0.820 of the unprofiled step, 0.798 of the profiled period)
-LINE_MARGIN = 0.03
-NEIGHBOURS = {("device", "mixed"): 0.8, ("mixed", "device"): 0.8, ("mixed", "host"): 0.5,
-              ("host", "mixed"): 0.5}
-
-
 def test_every_probes_verdict_class_is_its_truths(jobs):
     """The verdict's class (host, device, mixed) is the truth's on every committed probe: the
     truth's line is the chip's share of the unprofiled step (device from 0.8, host below 0.5),
-    the class across the line allowed only where the truth is within LINE_MARGIN of it;
+    the class across the line allowed only where the truth is within conftest.LINE_MARGIN of it;
     a step device-bound within itself whose chip works under half its period (a DP-SGD step
     blocked on every result: lax_map_small) is host-bound over the period."""
     wrong = {}
     for name, (_, out, truth) in jobs.items():
         s1 = json.loads((out / "skip_stats.json").read_text())
-        ours = CLASS.get(s1["verdict"])
-        line = NEIGHBOURS.get((truth["bound"], ours))
-        if ours != truth["bound"] and not (
-                line and abs(truth["busy_share"] - line) <= LINE_MARGIN):
+        if not verdict_agrees(s1["verdict"], truth):
             wrong[name] = (s1["verdict"], truth["bound"], truth["busy_share"])
     assert not wrong, wrong
     first = json.loads((jobs["lax_map_small"][1] / "skip_stats.json").read_text())
