@@ -633,11 +633,15 @@ def test_a_compile_that_fills_the_host_gap_ranks_before_it():
     from jaxperf.analyses import changes
 
     def row(kind, v):
-        return {"cause_kind": kind, "saving": {"value": v}, "where": ""}
+        return {"cause_kind": kind, "saving": {"value": v}, "where": "", "cause": kind,
+                "knob": "k"}
 
-    kinds = [r["cause_kind"] for r in changes.ranked(
-        [row("host_gap", 2233.6), row("idle_between_steps", 1.2), row("compile", 2200.8)])]
-    assert kinds == ["compile", "host_gap", "idle_between_steps"]
+    rows = changes.ranked(
+        [row("host_gap", 2233.6), row("idle_between_steps", 1.2), row("compile", 2200.8)])
+    assert [r["cause_kind"] for r in rows] == ["compile", "host_gap", "idle_between_steps"]
+    assert rows[1]["cause"].endswith("; change 1 (compile) is the cause of most of it")
+    assert rows[1]["knob"].startswith("first change 1's; then ")
+    assert "change 1" not in rows[2]["cause"]
     kinds = [r["cause_kind"] for r in changes.ranked(
         [row("host_gap", 100.0), row("instruction", 60.0), row("compile", 40.0)])]
     assert kinds == ["host_gap", "instruction", "compile"]

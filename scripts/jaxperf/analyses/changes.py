@@ -453,10 +453,6 @@ def host_gap(ctx: Context) -> list:
                       "enclosing Python frame's own time (calls the tracer does not see), work "
                       "too" if untraced else "") + ": done ahead by one producer thread, a step "
                   f"still lasts that long, so prefetching saves {us_text(measured)}")
-    if compiled and compiled >= EXPLAINS_SHARE * host_late:  # the compile row ranks first
-        words += (f"; XLA's compile inside the step fills {us_text(compiled)} of it (the "
-                  "compile row)")
-        knob = "first the compile row's change (XLA compiles inside the step); then " + knob
     return [Row(words, where, 100.0 * host_late / ctx.window, spread(hsav, ctx.at), knob=knob,
                 measured=measured)]
 
@@ -1546,6 +1542,12 @@ def ranked(rows: list) -> list:
             rows.insert(first, rows.pop(at))
     for i, c in enumerate(rows, 1):
         c["rank"] = i
+    for r in [r for r in rows if r["cause_kind"] in explains]:  # said on the rows it explains
+        for x in rows[r["rank"]:]:
+            if x["cause_kind"] in explains[r["cause_kind"]] and r["saving"]["value"] >= \
+                    EXPLAINS_SHARE * x["saving"]["value"]:
+                x["cause"] += f"; change {r['rank']} ({r['cause_kind']}) is the cause of most of it"
+                x["knob"] = f"first change {r['rank']}'s; then {x['knob']}"
     return rows
 
 
