@@ -38,6 +38,7 @@ Exit codes: 0 written; 1 the report or the scratch folder cannot be used (one se
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import hashlib
 import html
@@ -829,10 +830,8 @@ if __name__ == "__main__":
         sys.stdout.flush()  # here, not at the interpreter's exit, where it could not be caught
         raise SystemExit(code)
     except BrokenPipeError:  # the reader of stdout went away (`| head`): the page is written
-        try:
+        with contextlib.suppress(OSError, ValueError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        except (OSError, ValueError):
-            pass
         raise SystemExit(141) from None
     except KeyboardInterrupt:
         print("build_page: interrupted; the page is written whole or not at all",

@@ -3,6 +3,7 @@ step's work that trades values with the step as it goes (Exchange)."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import math
 import os
@@ -117,10 +118,8 @@ class Exchange:
                 self.abort()
             else:
                 for fd in (back_r, back_w, to_r, to_w):
-                    try:
+                    with contextlib.suppress(OSError):
                         os.close(fd)
-                    except OSError:
-                        pass
                 if pid:
                     os.kill(pid, 15)
                     os.waitpid(pid, 0)
@@ -131,10 +130,8 @@ class Exchange:
         if self.pid is None:
             self.given = value
             return
-        try:
+        with contextlib.suppress(OSError):  # the child has ended: get() says why
             send_frame(self.to, pickle.dumps(value, pickle.HIGHEST_PROTOCOL))
-        except OSError:  # the child has ended: get() says why
-            pass
 
     def get(self):
         """The generator's next yielded value, or its return value."""
@@ -161,14 +158,10 @@ class Exchange:
 
     def _reap(self) -> None:
         for fh in (self.back, self.to):
-            try:
+            with contextlib.suppress(OSError):
                 fh.close()
-            except OSError:
-                pass
-        try:
+        with contextlib.suppress(OSError):
             os.waitpid(self.pid, 0)
-        except OSError:
-            pass
         self.pid = None
 
     def abort(self) -> None:
@@ -176,10 +169,8 @@ class Exchange:
         if self.pid is None:
             self.gen = None
             return
-        try:
+        with contextlib.suppress(OSError):
             os.kill(self.pid, 15)
-        except OSError:
-            pass
         self._reap()
 
 
@@ -190,11 +181,9 @@ def _exchange_child(work, args, out, inp, mask) -> None:
     code = 1
     base.PROGRESS_EVERY_S = math.inf  # the parent says what the step is doing
     try:
-        try:
+        with contextlib.suppress(ValueError):  # forked from a non-main thread: as inherited
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             signal.signal(signal.SIGINT, signal.SIG_IGN)
-        except ValueError:  # forked from a thread that is not the main one: as inherited
-            pass
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         if received_frame(inp) is None:
             return  # the parent stopped before it held this child: nothing to do

@@ -17,6 +17,7 @@ is the same.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -54,13 +55,11 @@ def folder_names(hosts: list[str]) -> dict[str, str]:
 
 
 def _available_memory() -> int | None:
-    try:
+    with contextlib.suppress(OSError, ValueError, IndexError):
         with open("/proc/meminfo", encoding="ascii") as fh:
             for line in fh:
                 if line.startswith("MemAvailable:"):
                     return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
     try:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
@@ -70,10 +69,8 @@ def _available_memory() -> int | None:
 def _capture_bytes(run_dir: Path, host: str) -> int:
     total = 0
     for suffix in (".xplane.pb", ".trace.json.gz", ".trace.json"):
-        try:
+        with contextlib.suppress(OSError):
             total += (run_dir / f"{host}{suffix}").stat().st_size
-        except OSError:
-            pass
     return total
 
 
@@ -108,10 +105,8 @@ def processes_at_once(most: int, capture_bytes: int, each: str) -> tuple[int, st
 def _say(text: str) -> None:
     """A progress line on stderr; a closed stderr does not stop the pass (the hosts' results
     and the summary are files)."""
-    try:
+    with contextlib.suppress(OSError, ValueError):
         print(text, file=sys.stderr, flush=True)
-    except (OSError, ValueError):
-        pass
 
 
 def _exit_code(rc: int) -> int:

@@ -335,13 +335,11 @@ def end_children(procs, grace: float = CHILD_GRACE_S) -> None:
     def send(proc, sig):
         if proc.poll() is not None:
             return  # reaped: its number may be another's now (each waits for its own children)
-        try:
+        with contextlib.suppress(OSError):  # it has ended meanwhile
             if hasattr(os, "killpg") and os.getpgid(proc.pid) == proc.pid:
                 os.killpg(proc.pid, sig)
             else:
                 proc.send_signal(sig)
-        except OSError:  # it has ended meanwhile
-            pass
     for proc in procs:
         send(proc, signal.SIGTERM)
     deadline = time.monotonic() + grace
@@ -370,10 +368,8 @@ def run_child(cmd: list[str]):
 def _once(signum) -> None:
     """The first SIGTERM or SIGINT: later ones are ignored (the process is already unwinding;
     a second, from its group and from its parent, must not cut its clean-up short)."""
-    try:
+    with contextlib.suppress(OSError, ValueError):
         signal.signal(signum, signal.SIG_IGN)
-    except (OSError, ValueError):
-        pass
 
 
 def run(step: Step | str, main_fn: Callable[[], int]) -> int:
@@ -382,22 +378,19 @@ def run(step: Step | str, main_fn: Callable[[], int]) -> int:
     exit 141 as for SIGPIPE) and an interrupt (one sentence, exit 130), never a traceback.
     A second SIGTERM or SIGINT is ignored while it unwinds."""
     name = step if isinstance(step, str) else step.name
-    try:
+    with contextlib.suppress(ValueError, OSError):  # not the main thread, or no such signal here
         signal.signal(signal.SIGTERM, _terminated)
         if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
             signal.signal(signal.SIGINT, _interrupted)
-    except (ValueError, OSError):  # not the main thread, or no such signal here
-        pass
     try:
         code = main_fn()
         sys.stdout.flush()  # here, not at the interpreter's exit, where it could not be caught
         return code
     except BrokenPipeError:
-        try:  # the interpreter flushes stdout at exit: point it somewhere that takes it
+        # the interpreter flushes stdout at exit: point it somewhere that takes it
+        with contextlib.suppress(OSError, ValueError):
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
-        except (OSError, ValueError):
-            pass
         return PIPE_CLOSED
     except (Terminated, KeyboardInterrupt) as exc:
         how = "terminated" if isinstance(exc, Terminated) else "interrupted"
@@ -410,11 +403,9 @@ def run_and_exit(step: Step | str, main_fn: Callable[[], int]) -> None:
     built is freed by the exit, not one object at a time (a twentieth of step 4's time, about
     a second of step 1's on a million events)."""
     code = run(step, main_fn)
-    try:
+    with contextlib.suppress(OSError, ValueError):
         sys.stdout.flush()
         sys.stderr.flush()
-    except (OSError, ValueError):
-        pass
     os._exit(code)
 
 

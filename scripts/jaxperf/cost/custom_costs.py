@@ -23,6 +23,7 @@ left out."""
 from __future__ import annotations
 
 import ast
+import contextlib
 import csv
 import json
 import math
@@ -84,11 +85,9 @@ def attributes(raw) -> dict:
     text = text.strip()
     if not text:
         return {}
-    try:
+    with contextlib.suppress(ValueError):
         cfg = json.loads(text)
         return cfg if isinstance(cfg, dict) else {}
-    except ValueError:
-        pass
     if not (text.startswith("{") and text.endswith("}")):
         return {}
     out = {}
@@ -360,11 +359,9 @@ def kernel_call(ins, operands: list, cfg: dict) -> CallCost:
     carries one."""
     est = cfg.get("cost_estimate") if isinstance(cfg.get("cost_estimate"), dict) else None
     if est and est.get("flops") is not None and est.get("bytes_accessed") is not None:
-        try:
+        with contextlib.suppress(TypeError, ValueError):
             return CallCost(int(est["flops"]), int(est["bytes_accessed"]),
                             "backend config (the kernel's own cost estimate)", "kernel")
-        except (TypeError, ValueError):
-            pass
     name = cfg.get("name") or cfg.get("kernel_name") or ""
     return CallCost(why=f"custom call {ins.custom_call_target}"
                         f"{' (' + str(name) + ')' if name else ''} is a hand-written kernel "

@@ -6,6 +6,7 @@ step list itself (what runs after what) is investigate.py's."""
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import os
 import subprocess
 import sys
@@ -134,11 +135,9 @@ class _Clock:
 def _tell(proc, tell, clock) -> None:
     lines = tell()
     clock.restart()
-    try:
+    with contextlib.suppress(OSError, ValueError):  # the step has ended already
         proc.stdin.write("".join(f"{ln}\n" for ln in lines))
         proc.stdin.close()
-    except (OSError, ValueError):  # the step has ended already
-        pass
 
 
 SENTENCES: dict[str, str] = {}  # what each step that failed said, as it said it
