@@ -11,6 +11,7 @@ Analysis; they never print or write.
 from __future__ import annotations
 
 import bisect
+import functools
 import re
 from typing import TYPE_CHECKING
 
@@ -72,15 +73,11 @@ BETWEEN_RECORDED_SHARE = 0.10
 BETWEEN_EVENTS_NAMED = 5
 GAP_EVENTS_NAMED = 8
 
-_CONTAINER: dict[str, bool] = {}
 
-
+@functools.cache
 def is_container(name: str) -> bool:
     """Whether a host event frames an execution (CONTAINER_RE), memoized."""
-    c = _CONTAINER.get(name)
-    if c is None:
-        c = _CONTAINER[name] = CONTAINER_RE.search(name) is not None
-    return c
+    return CONTAINER_RE.search(name) is not None
 
 
 class GapIndex:

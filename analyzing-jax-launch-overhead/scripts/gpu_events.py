@@ -259,19 +259,13 @@ def _merged(trace, parts) -> Collected:
             t = totals.setdefault(key, [0, 0])
             t[0] += n
             t[1] += d
-        for key, lst in p_threads.items():
-            had = host_threads.get(key)
-            if had is None:
-                host_threads[key] = lst
-                continue
-            if lst[0]["start"] < had[-1]["start"]:
-                unordered.add(key)
-            had += lst
+        for key, lst in p_threads.items():  # a part's own list where it is the first
+            if (had := host_threads.setdefault(key, lst)) is not lst:
+                if lst[0]["start"] < had[-1]["start"]:
+                    unordered.add(key)
+                had += lst
         for cid, lst in p_corr.items():
-            had = by_corr.get(cid)
-            if had is None:
-                by_corr[cid] = lst
-            else:
+            if (had := by_corr.setdefault(cid, lst)) is not lst:
                 had += lst
         unordered.update(p_unordered)
         marked += p_marked

@@ -176,16 +176,13 @@ def check_same_work(a, step_rows, idle_gpus, groups=None, compared=None) -> list
             if set(g["devices"]) == compared:
                 continue
             sentence = skip_analysis.group_sentence(g, n_steps)
+            other = "runs other programs" if g["kind"] == "programs" else "does other work"
             for d in g["devices"]:
                 if g["kind"] == "programs" and len(g["devices"]) == 1:
                     why = (f"GPU {d} runs programs no other GPU runs ({sentence}): its work is "
                            "compared with none")
-                elif g["kind"] == "programs":
-                    why = (f"GPU {d} runs other programs than GPU(s) "
-                           f"{', '.join(map(str, ref))}: {sentence}")
                 else:
-                    why = (f"GPU {d} does other work than GPU(s) {', '.join(map(str, ref))}: "
-                           f"{sentence}")
+                    why = f"GPU {d} {other} than GPU(s) {', '.join(map(str, ref))}: {sentence}"
                 out.append(row("same_work_across_gpus", d, "", "pass", "", "", "", "", "", why))
             if g["kind"] == "programs" and len(g["devices"]) > 1:
                 members = set(g["devices"])  # once, not once per row
@@ -219,11 +216,9 @@ def check_same_work(a, step_rows, idle_gpus, groups=None, compared=None) -> list
         out.append(row("same_work_across_gpus_events", d, "", status, kern[d], ref_k, "count",
                        "events per step (median)", "median over GPUs",
                        "" if diff == 0 else
-                       (f"GPU {d}: {kern[d]:g} events per step vs {ref_k:g} on the others, "
-                        f"explained by {copies[d]:g} argument copies per step"
-                        if explained else
-                        f"GPU {d}: {kern[d]:g} events per step vs {ref_k:g} on the others, "
-                        "not explained by the capture")))
+                       f"GPU {d}: {kern[d]:g} events per step vs {ref_k:g} on the others, "
+                       + (f"explained by {copies[d]:g} argument copies per step" if explained
+                          else "not explained by the capture")))
         off = abs(time_ps[d] - ref_t) / ref_t if ref_t else 0.0
         out.append(row("same_work_across_gpus_time", d, "",
                        "pass" if off <= SAME_WORK_TIME_TOLERANCE else "fail",

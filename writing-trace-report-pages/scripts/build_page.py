@@ -597,7 +597,7 @@ CSS_TEMPLATE = """
 :root{color-scheme:light}
 *{box-sizing:border-box}
 body{margin:0 auto;max-width:76rem;padding:1rem;font:16px/1.5 system-ui,-apple-system,"Segoe UI",
-Roboto,"Helvetica Neue",Arial,sans-serif;color:$text;background:$bg}
+Roboto,"Helvetica Neue",Arial,sans-serif;color:$text;background:$textbg}
 h1{font-size:1.6rem;line-height:1.25;margin:.2rem 0 .6rem}
 h2{font-size:1.3rem;margin:2rem 0 .6rem;border-bottom:1px solid #c8c8c8;padding-bottom:.2rem}
 h3{font-size:1.1rem;margin:1.4rem 0 .4rem}h4,h5,h6{font-size:1rem}
@@ -615,8 +615,8 @@ dl.meta dt{font-weight:600}dl.meta dd{margin:0;overflow-wrap:anywhere}
 .cite{white-space:normal}
 .lbl{display:inline-block;font-size:.72em;font-weight:600;line-height:1.3;padding:0 .3em;
 border-radius:.25em;margin-left:.15em;vertical-align:.08em;white-space:nowrap}
-.lbl-m{color:$m;background:$mbg}.lbl-r{color:$r;background:$rbg}
-.lbl-i{color:$i;background:$ibg}
+.lbl-m{color:$measured;background:$measuredbg}.lbl-r{color:$read;background:$readbg}
+.lbl-i{color:$inferred;background:$inferredbg}
 .src{font-size:.78em;color:$muted}
 .table-wrap{overflow-x:auto;margin:.8rem 0;max-width:100%}
 .table-wrap:focus{outline:2px solid $link}
@@ -649,11 +649,9 @@ h2,h3,caption{break-after:avoid}
 a[href^="http"]::after{content:" (" attr(href) ")";font-size:.8em}
 }
 """
-COLOURS = {"text": PALETTE["text"][0], "bg": PALETTE["text"][1], "link": PALETTE["link"][0],
-           "muted": PALETTE["muted"][0], "warn": PALETTE["warn"][0], "warnbg": PALETTE["warn"][1],
-           "m": PALETTE["measured"][0], "mbg": PALETTE["measured"][1], "r": PALETTE["read"][0],
-           "rbg": PALETTE["read"][1], "i": PALETTE["inferred"][0], "ibg": PALETTE["inferred"][1],
-           "th": PALETTE["th"][0], "thbg": PALETTE["th"][1]}
+# $<palette key> is its colour, $<palette key>bg its background
+COLOURS = {**{k: fg for k, (fg, _) in PALETTE.items()},
+           **{f"{k}bg": bg for k, (_, bg) in PALETTE.items()}}
 CSS = string.Template(CSS_TEMPLATE).substitute(COLOURS)
 
 

@@ -178,11 +178,9 @@ def build_inventory(files, xf, tf, programs, xplane_error, trace_error) -> dict:
                         "xplane holds no HLO (/host:metadata)")
     for r in programs or ():
         if r["error"]:
-            refusals.append(
-                f"cannot read program {r['entry']} because its HLO proto does not parse "
-                f"({r['error']})" if not r["parses"] else
-                f"cannot read program {r['entry']} because its HLO is not consistent "
-                f"({r['error']})")
+            refusals.append(f"cannot read program {r['entry']} because its HLO "
+                            f"{'is not consistent' if r['parses'] else 'proto does not parse'} "
+                            f"({r['error']})")
     return result
 
 

@@ -582,15 +582,10 @@ def stream_totals(space: Space, ordinals=None) -> list[list[int]]:
     """[device, stream line id, events, summed duration ps] of every GPU plane's (of the GPUs
     `ordinals` where given) "Stream #" line, in plane and line order (step 2's check 1 against
     the trace's)."""
-    out = []
     ordinals = None if ordinals is None else set(ordinals)  # looked up once a plane
-    for plane in space.gpu_planes():
-        if ordinals is not None and plane.gpu_ordinal not in ordinals:
-            continue
-        for line in plane.lines:
-            if line.name.startswith("Stream #"):
-                out.append([plane.gpu_ordinal, line.id, len(line),
-                            sum(line.dur.tolist())])
+    out = [[plane.gpu_ordinal, line.id, len(line), sum(line.dur.tolist())]
+           for plane in space.gpu_planes() if ordinals is None or plane.gpu_ordinal in ordinals
+           for line in plane.lines if line.name.startswith("Stream #")]
     for plane in space.planes:  # a TPU's op line is its lane (tracekit.tpu)
         m = TPU_PLANE_RE.match(plane.name)
         if m and (ordinals is None or int(m.group(1)) in ordinals):

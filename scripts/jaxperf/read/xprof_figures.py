@@ -182,19 +182,14 @@ def _fields(fh, start: int, end: int) -> list[tuple]:
         fh.seek(at)
         key = _varint(fh)
         field, wire = key >> 3, key & 7
-        if wire == 2:
-            n = _varint(fh)
-            value = fh.tell()
-            stop = value + n
-        elif wire == 0:
-            value = fh.tell()
-            _varint(fh)
-            stop = fh.tell()
-        elif wire in (1, 5):
-            value = fh.tell()
-            stop = value + (8 if wire == 1 else 4)
-        else:
+        if wire not in (0, 1, 2, 5):
             raise ValueError(f"wire type {wire}")
+        # a value's length: its own varint (2), fixed (1: 8 bytes, 5: 4), or a varint to read (0)
+        n = _varint(fh) if wire == 2 else {1: 8, 5: 4}.get(wire, 0)
+        value = fh.tell()
+        if wire == 0:
+            _varint(fh)
+        stop = fh.tell() if wire == 0 else value + n
         if stop > end:
             raise ValueError("a field runs past its message")
         out.append((field, wire, at, value, stop))

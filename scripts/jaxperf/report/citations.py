@@ -67,10 +67,9 @@ for _p, _f in (("", 1), ("k", 10 ** 3), ("K", 10 ** 3), ("M", 10 ** 6), ("G", 10
                ("T", 10 ** 12), ("P", 10 ** 15)):
     WRITTEN_UNITS[f"{_p}B/s"] = ("byte_rate", D(_f))
     if _p != "K":
-        WRITTEN_UNITS[f"{_p}FLOP/s"] = ("flop_rate", D(_f))
-        WRITTEN_UNITS[f"{_p}FLOPS"] = ("flop_rate", D(_f))
-        WRITTEN_UNITS[f"{_p}FLOP"] = ("flop", D(_f))
-        WRITTEN_UNITS[f"{_p}FLOPs"] = ("flop", D(_f))
+        for _u, _d in (("FLOP/s", "flop_rate"), ("FLOPS", "flop_rate"), ("FLOP", "flop"),
+                       ("FLOPs", "flop")):
+            WRITTEN_UNITS[_p + _u] = (_d, D(_f))
 for _p, _e in (("Ki", 10), ("Mi", 20), ("Gi", 30), ("Ti", 40)):
     WRITTEN_UNITS[f"{_p}B/s"] = ("byte_rate", D(2) ** _e)
 SPACE = "[ \u00a0\u2009\u202f]"
