@@ -582,20 +582,16 @@ def dispatch_summary(a: Analysis, step_rows) -> dict | None:
 
 def group_sentence(g: dict, steps: int) -> str:
     """What a group of GPUs holds, in words (per analysed step)."""
-    gpus = ", ".join(map(str, g["devices"]))
-    who = f"GPU {gpus}" if len(g["devices"]) == 1 else f"GPUs {gpus}"
-    per = max(steps, 1)
+    n, per = len(g["devices"]), max(steps, 1)
+    who = f"GPU{'' if n == 1 else 's'} {', '.join(map(str, g['devices']))}"
+    events, us = g["events"] / per / n, g["gpu_ps"] / 1e6 / per / n  # per GPU and step
     if g["kind"] == "programs":
         progs = ", ".join(g["programs"][:6]) + (f" and {len(g['programs']) - 6} more"
                                                if len(g["programs"]) > 6 else "")
-        verb = "runs" if len(g["devices"]) == 1 else "run"
-        return (f"{who} {verb} {progs}: {g['events'] / per / len(g['devices']):,.0f} GPU events "
-                f"and {g['gpu_ps'] / 1e6 / per / len(g['devices']):,.1f} us of GPU time per GPU "
-                "and step")
-    return (f"{who} {'holds' if len(g['devices']) == 1 else 'hold'} {g['kind']}: "
-            f"{g['events'] / per / len(g['devices']):,.0f} events, "
-            f"{g['gpu_ps'] / 1e6 / per / len(g['devices']):,.1f} us per GPU and step "
-            f"({g['copies']} argument copies in all)")
+        return (f"{who} {'runs' if n == 1 else 'run'} {progs}: {events:,.0f} GPU events and "
+                f"{us:,.1f} us of GPU time per GPU and step")
+    return (f"{who} {'holds' if n == 1 else 'hold'} {g['kind']}: {events:,.0f} events, "
+            f"{us:,.1f} us per GPU and step ({g['copies']} argument copies in all)")
 
 
 def device_word(a: Analysis) -> str:

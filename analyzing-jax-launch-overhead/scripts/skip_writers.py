@@ -175,14 +175,11 @@ class GapsJob:
 
 def write_tables(tmp: Path, a: Analysis, stream_acc, critical, step_rows) -> list:
     """streams.csv, steps.csv (rows.csv is rows_job's, gaps.csv GapsJob's)."""
-    stream_rows = []
-    for (d, s), acc in sorted(stream_acc.items()):
-        span = acc["span"]
-        stream_rows.append([d, s, a.stream_names.get((d, s), ""), us(span),
-                            us(acc["compute"]), us(acc["collective"]), us(acc["memcpy"]),
-                            us(acc["idle"]), pct(acc["compute"], span),
-                            pct(acc["collective"], span), pct(acc["memcpy"], span),
-                            pct(acc["idle"], span), acc["events"], int(critical.get(d) == s)])
+    parts = ("compute", "collective", "memcpy", "idle")  # each in us, then its share of the span
+    stream_rows = [[d, s, a.stream_names.get((d, s), ""), us(acc["span"]),
+                    *(us(acc[k]) for k in parts), *(pct(acc[k], acc["span"]) for k in parts),
+                    acc["events"], int(critical.get(d) == s)]
+                   for (d, s), acc in sorted(stream_acc.items())]
     return [("streams.csv", scratch.write_table(tmp, "streams.csv", stream_rows)),
             ("steps.csv", scratch.write_table(tmp, "steps.csv", (
         [r["step"], r["device"], r["source"], us(r["start_ps"]), us(r["end_ps"]),

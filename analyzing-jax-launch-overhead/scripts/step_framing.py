@@ -407,35 +407,29 @@ def cycle_steps(execs: list, trace_end: int, notes: list,
         return None
     cycle, why = found
     p = len(cycle)
+    if p == 1:
+        source = f"executions of {cycle[0]}"
+        label = f"program:{cycle[0]}"
+    else:
+        counts = {m: cycle.count(m) for m in dict.fromkeys(cycle)}
+        source = (f"the repeating cycle of {p} program executions ("
+                  + ", ".join(f"{m} x{c}" if c > 1 else m for m, c in counts.items())
+                  + ")")
+        label = f"cycle of {p} executions"
     groups, extra = cycle_groups(names, cycle)
     steps = []
     for k, idx in enumerate(groups):
         group = [execs[j] for j in idx]
         nxt = groups[k + 1][0] if k + 1 < len(groups) else None
         end = execs[nxt].start if nxt is not None else trace_end
-        st = StepFrame(k, group[0].start, end, "", launched=max(x.end for x in group))
-        st.executions = group
-        st.extra = extra[k]
-        st.partial = [names[j] for j in idx[:p]] != cycle
-        steps.append(st)
-    distinct = list(dict.fromkeys(cycle))
-    if p == 1:
-        source = f"executions of {cycle[0]}"
-        label = f"program:{cycle[0]}"
-    else:
-        counts = {m: cycle.count(m) for m in distinct}
-        source = (f"the repeating cycle of {p} program executions ("
-                  + ", ".join(f"{m} x{c}" if c > 1 else m for m, c in counts.items())
-                  + ")")
-        label = f"cycle of {p} executions"
-    for st in steps:
-        st.source = label
+        steps.append(StepFrame(k, group[0].start, end, label, launched=max(x.end for x in group),
+                               executions=group, extra=extra[k],
+                               partial=[names[j] for j in idx[:p]] != cycle))
     outside = sum(len(g) if st.partial else st.extra for g, st in zip(groups, steps, strict=True))
+    shared = " (the trace has no program ids, so programs sharing a module name count together)"
     notes.append(f"steps: {source}; {why}; {len(execs)} executions, {outside} outside the "
-                 "whole cycles (the trace has no program ids, so programs sharing a module "
-                 "name count together)")
-    return steps, source + " (the trace has no program ids, so programs sharing a module name "\
-        "count together)"
+                 f"whole cycles{shared}")
+    return steps, source + shared
 
 
 def step_cycle(execs: list, names: list, host_threads=None) -> tuple[list, str] | None:
@@ -583,12 +577,10 @@ def python_call_steps(host_threads, execs: list, trace_end: int, notes: list):
     for k, c in enumerate(calls):
         end = calls[k + 1]["start"] if k + 1 < len(calls) else max(trace_end,
                                                                     c["start"] + c["dur"])
-        st = StepFrame(k, c["start"], end, f"python:{name}")
         lo, hi = bisect.bisect_left(starts, c["start"]), bisect.bisect_left(
             starts, c["start"] + c["dur"])
-        st.executions = execs[lo:hi]
-        st.launched = max(x.end for x in st.executions)
-        steps.append(st)
+        steps.append(StepFrame(k, c["start"], end, f"python:{name}",
+                               launched=max(x.end for x in execs[lo:hi]), executions=execs[lo:hi]))
     notes.append(f"steps: the program executions do not repeat in a cycle; each call of "
                  f"{name}, the outermost Python-traced call that repeats with program "
                  f"executions inside it, is a step ({len(calls)} calls)")
@@ -644,8 +636,6 @@ def find_steps(gpu, host_threads, trace_end, scan: dict | None = None,
         return steps, source, notes
     if not gpu:
         return [], "none", notes
-    start = min(e.start for e in gpu)
-    end = max(e.end for e in gpu)
     if not execs:
         why = ("no StepTraceAnnotation and no program executions on the host (no "
                "`<module>:XLA GPU module` or GpuExecutable::ExecuteThunks events)")
@@ -653,9 +643,8 @@ def find_steps(gpu, host_threads, trace_end, scan: dict | None = None,
         why = (f"no StepTraceAnnotation, and the {len(execs)} program execution(s) on the host "
                "do not repeat in a cycle")
     notes.append(f"{why}: the whole capture is analysed as one window")
-    st = StepFrame(0, start, end, "capture", partial=True)
-    st.executions = execs
-    return [st], "the whole capture", notes
+    return [StepFrame(0, min(e.start for e in gpu), max(e.end for e in gpu), "capture",
+                      partial=True, executions=execs)], "the whole capture", notes
 
 
 def program_call_starts(gpu, steps) -> None:
