@@ -140,8 +140,7 @@ def compare_kernels(means: dict[str, dict]) -> tuple[list, dict]:
             # a collective's time holds its wait for the other GPUs and hosts: not a speed
             if ratio is not None and not collective:
                 ratios[h].append(ratio)
-    return rows, {h: {"value": statistics.median(r), "min": min(r), "max": max(r),
-                      "unit": "ratio", "label": "measured", "kernels_compared": len(r)}
+    return rows, {h: {**_spread(r, "measured"), "unit": "ratio", "kernels_compared": len(r)}
                   if (r := ratios[h]) else None for h in hosts}
 
 

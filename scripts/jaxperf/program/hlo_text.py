@@ -70,22 +70,16 @@ def _with_index_marks(items: Iterable[str]) -> str:
 # ---- shapes ------------------------------------------------------------------------------------
 
 def _layout(layout: Any, rank: int) -> str:
-    extras = []
-    if layout.tiles:
-        extras.append("T" + "".join("(" + ",".join(str(d) for d in t.dimensions) + ")"
-                                    for t in layout.tiles))
+    extras = ["T" + "".join("(" + ",".join(str(d) for d in t.dimensions) + ")"
+                            for t in layout.tiles)] if layout.tiles else []
     if layout.tail_padding_alignment_in_elements > 1:
         extras.append(f"L({layout.tail_padding_alignment_in_elements})")
-    if layout.index_primitive_type:
-        extras.append(f"#({_type_name(layout.index_primitive_type)})")
-    if layout.pointer_primitive_type:
-        extras.append(f"*({_type_name(layout.pointer_primitive_type)})")
-    if layout.element_size_in_bits:
-        extras.append(f"E({layout.element_size_in_bits})")
-    if layout.memory_space:
-        extras.append(f"S({layout.memory_space})")
-    for sc in layout.split_configs:
-        extras.append(f"SC({sc.dimension}:" + ",".join(str(i) for i in sc.split_indices) + ")")
+    extras += [f"{mark}({_type_name(t)})" for mark, t in (
+        ("#", layout.index_primitive_type), ("*", layout.pointer_primitive_type)) if t]
+    extras += [f"{mark}({n})" for mark, n in (
+        ("E", layout.element_size_in_bits), ("S", layout.memory_space)) if n]
+    extras += [f"SC({sc.dimension}:" + ",".join(str(i) for i in sc.split_indices) + ")"
+               for sc in layout.split_configs]
     if layout.dynamic_shape_metadata_prefix_bytes:
         extras.append(f"M({layout.dynamic_shape_metadata_prefix_bytes})")
     if rank == 0 and not extras:

@@ -180,17 +180,9 @@ class Line:
     def _events(self) -> _Events:
         return self.plane.events
 
-    @property
-    def mid(self) -> np.ndarray:
-        return self._events.mid[self._lo:self._hi]
-
-    @property
-    def off(self) -> np.ndarray:
-        return self._events.off[self._lo:self._hi]
-
-    @property
-    def dur(self) -> np.ndarray:
-        return self._events.dur[self._lo:self._hi]
+    # the line's part of its plane's decoded metadata ids, offsets and durations
+    mid, off, dur = (property(lambda self, c=c: getattr(self._events, c)[self._lo:self._hi])
+                     for c in ("mid", "off", "dur"))
 
     def columns(self, only: frozenset | None = None, metadata_ids=None) -> Columns:
         """The events as columns with the stats named in `only` (None: every stat); with
