@@ -155,7 +155,7 @@ def test_headings_are_in_order_and_the_header_says_what_was_captured(scratch):
     for word in ("Capture", "Run", "Host", "GPUs", "Built", info["capture"]["host"],
                  "H100 SXM5 80GB", "2026_01_01_00_00_00"):
         assert word in text, word
-    assert "9 judgement places are still unwritten" in text
+    assert "10 judgement places are still unwritten" in text
     # the title is the heading as read: the draft's code span around the run name is not shown
     # as backticks
     html = (scratch / "report_draft.html").read_text(encoding="utf-8")

@@ -209,7 +209,8 @@ def results(s: Scratch) -> list[str]:
         for r in changes[1:2]:  # the next one, short: its cause and knob are section 5's
             rank = f"rank={r['rank']}"
             out.append(
-                f"- Change {r['rank']} ({r['cause_kind']}, {md_cell(r['where'])}): saves "
+                f"- Change {r['rank']} ({r['cause_kind']}) at {md_cell(r['where'])} (inferred; "
+                f"changes.csv: where, {rank}): saves "
                 f"{cell(r['saving_us'], 'us', 'inferred', 'changes.csv', 'saving_us', rank)}"
                 " of the step (inferred, not run); its cause, knob and assumptions: section 5 "
                 "and the appendix. " + judge(f"say what change {r['rank']} adds after change 1, "
