@@ -218,17 +218,25 @@ def host_events_in(a: Analysis, start: int, end: int, threads=None,
     name, or the same name on several threads at once, is counted once: no name exceeds the
     window. `traced`, when given, receives the time Python-traced calls cover (their union);
     `lane`: whose windows these are, asked in time order (GapIndex)."""
+    return named_overlaps(((hs, he, name) for thread in (
+        a.host_threads if threads is None else threads)
+        for hs, he, name in a.gap_events.overlapping(thread, lane, start, end)),
+        start, end, traced)
+
+
+def named_overlaps(found, start: int, end: int, traced: list | None = None) -> tuple[list, int]:
+    """host_events_in's answer from the events `found` ((start, end, name), each overlapping
+    [start, end)): each name's union of its overlaps, the largest first, and their union."""
     per: dict[str, list] = {}
     spans = []
-    for thread in a.host_threads if threads is None else threads:
-        for hs, he, name in a.gap_events.overlapping(thread, lane, start, end):
-            span = (hs if hs > start else start, he if he < end else end)
-            iv = per.get(name)
-            if iv is None:
-                per[name] = [span]
-            else:
-                iv.append(span)
-            spans.append(span)
+    for hs, he, name in found:
+        span = (hs if hs > start else start, he if he < end else end)
+        iv = per.get(name)
+        if iv is None:
+            per[name] = [span]
+        else:
+            iv.append(span)
+        spans.append(span)
     overlap = {name: iv[0][1] - iv[0][0] if len(iv) == 1 else union_ps(iv)
                for name, iv in per.items()}
     if traced is not None:
@@ -246,6 +254,7 @@ def between_steps(a: Analysis, step_rows) -> None:
     order = sorted(a.steps, key=lambda st: st.start)
     nxt = {st.number: order[i + 1] for i, st in enumerate(order[:-1])}
     on_device = {(r["device"], r["step"]): r["start_ps"] for r in step_rows}
+    windows: dict = {}  # step -> [(row, idle start, next start)]
     for r in step_rows:
         n = nxt.get(r["step"])
         if n is not None:  # the next step's start on this GPU (skip_analysis.device_starts)
@@ -256,11 +265,19 @@ def between_steps(a: Analysis, step_rows) -> None:
             continue
         r["period_ps"] = n - r["start_ps"]
         r["idle_between_ps"] = max(0, n - r["end_ps"])
-        if not r["idle_between_ps"]:
-            continue
-        events, covered = host_events_in(a, r["end_ps"], n)
-        r["between_events"] = rules.host_events_cell(events[:BETWEEN_EVENTS_NAMED])
-        r["between_cause"] = between_cause(events, covered, r["idle_between_ps"])
+        if r["idle_between_ps"]:
+            windows.setdefault(r["step"], []).append((r, r["end_ps"], n))
+    # one search of every thread a step, over its devices' windows together, each device's
+    # window then read from it: a search a device and thread grew with their product
+    for step in sorted(windows, key=lambda k: min(w[1] for w in windows[k])):
+        lo, hi = min(w[1] for w in windows[step]), max(w[2] for w in windows[step])
+        found = [x for thread in a.host_threads
+                 for x in a.gap_events.overlapping(thread, "between", lo, hi)]
+        for r, start, end in windows[step]:
+            events, covered = named_overlaps(
+                (x for x in found if x[0] < end and x[1] > start), start, end)
+            r["between_events"] = rules.host_events_cell(events[:BETWEEN_EVENTS_NAMED])
+            r["between_cause"] = between_cause(events, covered, r["idle_between_ps"])
 
 
 def between_cause(events, covered: int, idle: int) -> str:
