@@ -1259,9 +1259,7 @@ def many_arguments(ctx: Context) -> list:
     """A program of the median step taking MANY_ARGUMENTS_MIN arrays or more (programs.csv
     arguments) in a step whose host side (host-late and idle between steps) is at least half
     its window: that side less DISPATCH_FIXED_US a run of the step's programs."""
-    row = next((r for r in tables(ctx.out).rows("steps.csv") or []
-                if r["step"] == str(ctx.median) and r["device"] == str(ctx.bound)), None)
-    runs = step_programs(row.get("programs") or "") if row else {}
+    runs = step_programs(median_row(ctx).get("programs") or "")
     args = {}
     for p in tables(ctx.out).rows("attribution/programs.csv") or []:
         if p["module"] in runs and (n := number(p.get("arguments"))):
@@ -1448,13 +1446,16 @@ IDLE_BETWEEN_KNOBS = {
 }
 
 
+def median_row(ctx: Context) -> dict:
+    """steps.csv's row of the median step on its bounding device ({} where none)."""
+    return next((r for r in tables(ctx.out).rows("steps.csv") or []
+                 if r["step"] == str(ctx.median) and r["device"] == str(ctx.bound)), {})
+
+
 def between_events(ctx: Context) -> list:
     """The host events in the idle after the median step on its bounding device (steps.csv
     between_host_events), largest first: (name, us) pairs."""
-    b = str(ctx.bound)
-    row = next((r for r in tables(ctx.out).rows("steps.csv") or []
-                if r["step"] == str(ctx.median) and r["device"] == b), None)
-    return rules.parse_host_events(row.get("between_host_events")) if row else []
+    return rules.parse_host_events(median_row(ctx).get("between_host_events"))
 
 
 @cause("idle_between_steps", IDLE_BETWEEN_STEPS)
