@@ -23,4 +23,4 @@ def event(index: int, name: str, kind: str, hlo_op: str | None, group: bool, cor
 
 def fresh(x: Event) -> Event:
     """A copy of x without the matcher's answer."""
-    return event(x.index, x.name, x.kind, x.hlo_op, x.group, x.corr, x.start, x.dur, x.stream)
+    return event(x.index, x.name, x.kind, x.hlo_op, x.group, x.corr, x.start, x.dur, x.lane)

@@ -191,3 +191,38 @@ def test_the_skills_keep_their_budget_and_long_references_their_contents():
     assert long
     lacking = [p.name for p in long if "\n## Contents\n" not in p.read_text(encoding="utf-8")]
     assert not lacking, lacking
+
+
+RECORDS = REPO / "analyzing-jax-launch-overhead" / "scripts" / "tracekit" / "records.py"
+
+
+def _fields(cls: ast.ClassDef) -> set:
+    out = {n.target.id for n in cls.body
+           if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+    for n in cls.body:
+        if isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "__slots__"
+                                             for t in n.targets):
+            out |= {e.value for e in getattr(n.value, "elts", []) if isinstance(e, ast.Constant)}
+    return out
+
+
+def test_the_records_a_capture_becomes_are_declared_once():
+    """A device's run of work (device, start, duration), a program's run (module, start, end)
+    and a step are the records of tracekit/records.py: a class elsewhere that holds one extends
+    it, and each record's table named there is a declared scratch table."""
+    tree = ast.parse(RECORDS.read_text(encoding="utf-8"))
+    records = {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
+    assert records == {"Device", "HostCall", "OpRun", "ProgramRun", "Step"}
+    doc = ast.get_docstring(tree)
+    for name in records:
+        assert f"- `{name}`" in doc, name
+    from tracekit import scratch
+    declared = set(scratch.DECLARED)
+    named = set(re.findall(r"[\w/]+\.(?:csv|json)", doc))
+    assert named and named <= declared, named - declared
+    shapes = ({"device", "start", "dur"}, {"module", "start", "end"}, {"number", "start", "end"})
+    wrong = [f"{p.relative_to(REPO)}:{c.lineno} {c.name}" for p, t in sources() if p != RECORDS
+             for c in ast.walk(t) if isinstance(c, ast.ClassDef)
+             and any(s <= _fields(c) for s in shapes)
+             and not {getattr(b, "id", "") for b in c.bases} & records]
+    assert not wrong, wrong

@@ -164,7 +164,7 @@ def classify_gaps(a: Analysis, crit_evs, step_start, device, step):
             for s, e, cause in gap_parts(prev_end, ev):
                 totals[cause] += e - s
                 if e - s >= MIN_GAP_PS:  # its host events: gap_host_cells, as it is written
-                    rows.append({"device": device, "stream": ev.stream, "step": step,
+                    rows.append({"device": device, "stream": ev.lane, "step": step,
                                  "start_ps": s, "end_ps": e, "dur_ps": e - s,
                                  "kernel_before": prev_name, "kernel_after": ev.name,
                                  "cause": cause, "after": ev})

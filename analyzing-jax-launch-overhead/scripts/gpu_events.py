@@ -1,7 +1,7 @@
 """GPU events from the trace and their host calls (standard library only).
 
 Step 1's load: every GPU stream event (kernel, memcpy, memset) as a TraceEvent (the platform's
-GpuEvent with step 1's fields), the host events by thread and by correlation id (`collect`);
+OpRun with step 1's fields), the host events by thread and by correlation id (`collect`);
 each GPU event joined to its host call (`join_events`); each launching thread mapped to the
 thread that ran the execution (`launch_threads_to_exec`); and the time a set of events covers
 (`union_ps`, `stream_budget`). Times are integer picoseconds. Classification rules:
@@ -20,7 +20,7 @@ from typing import NamedTuple
 from tracekit import gpu as gpu_rules
 from tracekit import tpu, trace_reader
 from tracekit import trace_rules as rules
-from tracekit.events import GpuEvent
+from tracekit.records import HostCall, OpRun
 
 PROGRESS_EVENTS = 500_000  # events freed at a time by a collect that owns them
 # Launch-thread -> execution-thread mapping: after this many unambiguous matches for one
@@ -28,7 +28,7 @@ PROGRESS_EVENTS = 500_000  # events freed at a time by a collect that owns them
 VOTES_ENOUGH = 200
 
 
-class TraceEvent(GpuEvent):
+class TraceEvent(OpRun):
     """A GPU event as step 1 reads it from the trace: its end, the three args every table reads
     (`op`, `module`, `cid`: hlo_op, hlo_module and correlation_id, "" where absent: the args
     dict itself is not kept, so that a part of the trace read by trace_reader's child comes
@@ -40,7 +40,7 @@ class TraceEvent(GpuEvent):
     def __init__(self, device, stream, name, start, dur, category="compute", op="", module="",
                  cid="", graph=False):
         self.device = device
-        self.stream = stream
+        self.lane = stream
         self.name = name
         self.start = start
         self.dur = dur
@@ -216,7 +216,8 @@ def _collect(events, processes, threads, release) -> tuple:
                 args = ev.get("args", empty)
                 s, d = round(ev["ts"] * 1_000_000), round(ev["dur"] * 1_000_000)
                 name = ev["name"]
-                h = {"name": one(name, name), "start": s, "dur": d, "thread": key, "args": args}
+                h: HostCall = {"name": one(name, name), "start": s, "dur": d, "thread": key,
+                               "args": args}
                 if s + d > last:
                     last = s + d
                 lst = host_threads.get(key)

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 
 from gap_causes import between_steps, cause_words, classify_gaps, gap_parts
 from gpu_events import stream_budget, union_ps
-from step_framing import CallTree, StepFrame
+from step_framing import CallTree
 from tracekit import trace_rules as rules
+from tracekit.records import Step
 from tracekit.scratch import number
 
 # Verdict thresholds, applied on the GPU that finishes each step last, on its critical stream.
@@ -245,9 +246,9 @@ def gpu_step_pass(evs: list, start: int) -> dict:
                 copies += 1
             else:
                 memcpy += 1
-        lst = per_stream.get(e.stream)
+        lst = per_stream.get(e.lane)
         if lst is None:
-            lst = per_stream[e.stream] = []
+            lst = per_stream[e.lane] = []
         lst.append(e)
     return {"end": end, "busy_iv": busy_iv, "coll_iv": coll_iv, "kernel_sum": kernel_sum,
             "tklqt": tklqt, "launched": n_launched, "per_stream": per_stream, "first": first,
@@ -257,7 +258,7 @@ def gpu_step_pass(evs: list, start: int) -> dict:
                      "copies": copies, "memcpy": memcpy}}
 
 
-def gpu_step_row(a: Analysis, st: StepFrame, d: int, evs: list, p: dict, crit,
+def gpu_step_row(a: Analysis, st: Step, d: int, evs: list, p: dict, crit,
                  exec_starts, start: int) -> tuple:
     """One GPU's events of one step (`p`: their gpu_step_pass): its steps.csv row (from the
     step's start on the GPU, device_starts, to its last event's end), its events by stream, and
@@ -349,7 +350,7 @@ def step_programs(evs, exec_starts, crit, first: dict) -> tuple:
     between = 0
     cur_end, cur_idx = None, None
     for e in order:
-        if crit is not None and e.stream != crit:
+        if crit is not None and e.lane != crit:
             continue
         i = idx_of[e]
         if cur_end is not None and e.start > cur_end and i != cur_idx:
@@ -391,7 +392,7 @@ def gpu_groups(work: dict) -> list[dict]:
                                                   x["devices"]))
 
 
-def enclosing_call(tree: CallTree, st: StepFrame) -> str | None:
+def enclosing_call(tree: CallTree, st: Step) -> str | None:
     """The innermost Python-traced call that encloses every program dispatch of a step (its
     first execution's start to its last one's): the user's function a `jax.jit` around it would
     make one program; None when no traced call encloses them all."""

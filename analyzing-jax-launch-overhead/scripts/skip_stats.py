@@ -134,12 +134,13 @@ def analyse(trace, release: bool = False) -> tuple[Analysis, dict]:
 def device_line_steps(line_steps: list, scan: dict) -> list:
     """Steps framed from the device's own step line (gpu_events.device_step_line), each with
     the program executions that began inside it."""
-    from step_framing import StepFrame, program_executions
+    from step_framing import program_executions
+    from tracekit.records import Step
     execs = program_executions(None, scan)
     starts = [x.start for x in execs]
     out = []
     for n, s, e in line_steps:
-        st = StepFrame(n, s, e, "device steps")
+        st = Step(n, s, e, "device steps")
         st.executions = execs[bisect.bisect_left(starts, s):bisect.bisect_left(starts, e)]
         out.append(st)
     return out

@@ -32,7 +32,7 @@ def by_stream(events) -> dict[tuple, list]:
     on the three would be; a third of its time)."""
     per_stream: dict[tuple, list] = {}
     for ev in events:
-        key = (ev.device, ev.stream)
+        key = (ev.device, ev.lane)
         lst = per_stream.get(key)
         if lst is None:
             lst = per_stream[key] = []

@@ -16,9 +16,9 @@ import bisect
 import operator
 import re
 import statistics
-from dataclasses import dataclass, field
 
 from tracekit import trace_rules as rules
+from tracekit.records import ProgramRun, Step
 
 # Steps from the repeating cycle of program executions (no step annotation). A cycle length p is
 # accepted when the executed programs' names repeat with period p for at least this share of the
@@ -46,27 +46,6 @@ CYCLE_CANDIDATE_SHARE = 0.3
 # median pause before every other execution of the cycle; otherwise the pauses do not mark a
 # boundary and the capture's first execution starts the first step (said in the notes).
 PHASE_PAUSE_RATIO = 1.5
-
-
-@dataclass
-class StepFrame:
-    number: int
-    start: int
-    end: int
-    source: str
-    partial: bool = False
-    launched: int | None = None  # program steps: when the host finished launching the program
-    executions: list = field(default_factory=list)  # the program executions of the step
-    extra: int = 0  # executions outside the repeating cycle that ran in this step
-
-
-@dataclass
-class Execution:
-    """One dispatch of one program: its host execution events (one per GPU thread)."""
-    module: str
-    start: int
-    end: int
-    threads: set
 
 
 MODULE_SUFFIX = ":XLA GPU module"
@@ -164,14 +143,14 @@ def program_executions(host_threads, scan: dict | None = None) -> list:
     for key, (mods, thunks) in (scan or host_scan(host_threads))["threads"].items():
         evs.extend((s, e, m, key) for s, e, m in (mods or thunks))
     evs.sort(key=lambda x: (x[0], x[1]))
-    out: list[Execution] = []
+    out: list[ProgramRun] = []
     for s, e, m, key in evs:
         cur = out[-1] if out else None
         if cur is not None and cur.module == m and key not in cur.threads:
             cur.threads.add(key)
             cur.end = max(cur.end, e)
             continue
-        out.append(Execution(m, s, e, {key}))
+        out.append(ProgramRun(m, s, e, key))
     return out
 
 
@@ -422,7 +401,7 @@ def cycle_steps(execs: list, trace_end: int, notes: list,
         group = [execs[j] for j in idx]
         nxt = groups[k + 1][0] if k + 1 < len(groups) else None
         end = execs[nxt].start if nxt is not None else trace_end
-        steps.append(StepFrame(k, group[0].start, end, label, launched=max(x.end for x in group),
+        steps.append(Step(k, group[0].start, end, label, launched=max(x.end for x in group),
                                executions=group, extra=extra[k],
                                partial=[names[j] for j in idx[:p]] != cycle))
     outside = sum(len(g) if st.partial else st.extra for g, st in zip(groups, steps, strict=True))
@@ -579,7 +558,7 @@ def python_call_steps(host_threads, execs: list, trace_end: int, notes: list):
                                                                     c["start"] + c["dur"])
         lo, hi = bisect.bisect_left(starts, c["start"]), bisect.bisect_left(
             starts, c["start"] + c["dur"])
-        steps.append(StepFrame(k, c["start"], end, f"python:{name}",
+        steps.append(Step(k, c["start"], end, f"python:{name}",
                                launched=max(x.end for x in execs[lo:hi]), executions=execs[lo:hi]))
     notes.append(f"steps: the program executions do not repeat in a cycle; each call of "
                  f"{name}, the outermost Python-traced call that repeats with program "
@@ -600,7 +579,7 @@ def annotated_steps(host_threads, scan: dict | None = None) -> list:
             continue
     if not marks:
         return []
-    steps = [StepFrame(n, min(h["start"] for h in hs), max(h["start"] + h["dur"] for h in hs),
+    steps = [Step(n, min(h["start"] for h in hs), max(h["start"] + h["dur"] for h in hs),
                   "annotation") for n, hs in sorted(marks.items())]
     # the program executions that began inside each annotated step
     execs = program_executions(host_threads, scan)
@@ -643,7 +622,7 @@ def find_steps(gpu, host_threads, trace_end, scan: dict | None = None,
         why = (f"no StepTraceAnnotation, and the {len(execs)} program execution(s) on the host "
                "do not repeat in a cycle")
     notes.append(f"{why}: the whole capture is analysed as one window")
-    return [StepFrame(0, min(e.start for e in gpu), max(e.end for e in gpu), "capture",
+    return [Step(0, min(e.start for e in gpu), max(e.end for e in gpu), "capture",
                       partial=True, executions=execs)], "the whole capture", notes
 
 

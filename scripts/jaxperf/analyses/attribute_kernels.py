@@ -253,7 +253,7 @@ def match_part(space, ordinals, user_re, own: bool):
         launched = {(k.program_id, k.device): set() for k in kernels
                     if k.program_id is not None}
         unsaved_ids = {}
-    kernels.sort(key=lambda k: (str(k.device), k.stream, k.start))
+    kernels.sort(key=lambda k: (str(k.device), k.lane, k.start))
     starts: dict = {}  # (device, program id) -> its events' starts, from the groups at once
     for k in kernels if cpu else [*unsaved, *outside]:
         starts.setdefault((k.device, k.program_id), []).append(k.start)
@@ -461,7 +461,7 @@ def write_kernels(path: Path, kernels, sources, header: bool = True, first: int 
                     f",{q(k.hlo_op or '')},{'' if k.program_id is None else k.program_id},"
                     f"{q(ins)},{q(k.inner)},{k.match},{f'{k.confidence:.3f}' if ins else '0'},"
                     f"{q(opn)},{q(source)},{q(user)},{k.category}\n")
-            buf.append(f"{k.device},{k.stream},{k.start / 1e6:.3f},{k.dur / 1e6:.3f},"
+            buf.append(f"{k.device},{k.lane},{k.start / 1e6:.3f},{k.dur / 1e6:.3f},"
                        f"{q(k.name)}{rest}")
             if k.corr is not None or k.graph:
                 gpu_buf.append(f"{n},{'' if k.corr is None else k.corr},"

@@ -12,6 +12,7 @@ from jaxperf.gpu import peaks as gpu_peaks
 from tracekit import gpu as gpu_rules
 from tracekit import scratch, step_cli, tpu, trace_reader
 from tracekit import trace_rules as rules
+from tracekit.records import Device
 
 RESULT_FILE = "capture_info.json"
 
@@ -169,10 +170,9 @@ def build_inventory(files, xf, tf, programs, xplane_error, trace_error) -> dict:
                               "gpu_runtime_calls": calls}
         result["gpu_model"] = None if xf["tpu"] else {  # a TPU: `device` says what it is
             k: xf["gpu"].get(k) for k in ("model", "basis", "why", "devices")}
-        result["device"] = xf["tpu"] or {
-            "kind": "GPU" if xg else ("CPU" if xf["cpu_thunk_events"] else None),
-            "model": xf["gpu"].get("model"), "cores": len(xg), "peaks": None,
-            "versions": None}
+        result["device"] = xf["tpu"] or Device(
+            kind="GPU" if xg else ("CPU" if xf["cpu_thunk_events"] else None),
+            model=xf["gpu"].get("model"), cores=len(xg), peaks=None, versions=None)
     if programs is not None and not programs:
         refusals.append("cannot attribute kernels to instructions or source lines because the "
                         "xplane holds no HLO (/host:metadata)")

@@ -7,7 +7,6 @@ execution ran (`map_executions`) and how many times each program ran on each GPU
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import itertools
 import re
 
@@ -16,6 +15,7 @@ import numpy as np
 from jaxperf.match.kernel_match import Kernel
 from tracekit import gpu as gpu_rules
 from tracekit import step_cli, trace_rules
+from tracekit.records import ProgramRun
 from tracekit.step_cli import progress
 
 KERNEL_STATS = frozenset({"correlation_id", "hlo_op", "program_id", "memcpy_details",
@@ -85,16 +85,6 @@ MODULE_EVENT_SUFFIX = ":XLA GPU module"
 EXECUTION_STATS = frozenset({"module_name", "program_id", "correlation_id"})
 
 
-@dataclasses.dataclass(slots=True)
-class HostExecution:
-    line: int
-    start: int
-    end: int
-    module: str
-    program_id: int | None = None
-    ordinal: int | None = None
-
-
 def mark_graph_launches(kernels, launched: set) -> None:
     """A GPU event is in a graph where it carries a graph id or the host launched its
     correlation id as a graph (`launched`: host_record's)."""
@@ -124,14 +114,14 @@ def assign_programs(kernels, programs, chosen) -> None:
         k.program_id = ids[0] if ids and len(ids) == 1 else chosen
 
 
-def host_record(space) -> tuple[list[HostExecution], list[tuple], set]:
+def host_record(space) -> tuple[list[ProgramRun], list[tuple], set]:
     """One pass over the host plane: every execution it recorded (per host line, each
     ExecuteThunks event, and each `<module>:XLA GPU module` event that no ExecuteThunks of its
     line holds: the same execution), (start, line, correlation id) of every event with a
     correlation id (the runtime calls that launch GPU events), by start, and the correlation
     ids of the graph launches (cuGraphLaunch, hipGraphLaunch)."""
     host = space.plane("/host:CPU")
-    out: list[HostExecution] = []
+    out: list[ProgramRun] = []
     calls: list[tuple] = []
     launched: set = set()
     if host is None:
@@ -155,8 +145,8 @@ def host_record(space) -> tuple[list[HostExecution], list[tuple], set]:
         for i in np.flatnonzero(np.isin(c.mid, list(thunk_ids) + list(module_ids))).tolist():
             mid, start = int(c.mid[i]), starts[i]
             pid = st["program_id"][i]
-            e = HostExecution(line.id, start, start + int(c.dur[i]), "",
-                              pid if isinstance(pid, int) else None)
+            e = ProgramRun("", start, start + int(c.dur[i]), line.id,
+                           pid if isinstance(pid, int) else None)
             if mid in thunk_ids:
                 e.module, e.ordinal = str(st["module_name"][i] or ""), thunk_ids[mid]
                 thunks.append(e)
@@ -175,7 +165,7 @@ def host_record(space) -> tuple[list[HostExecution], list[tuple], set]:
                 continue
             out.append(m)
         out.extend(thunks)
-    out.sort(key=lambda e: (e.start, e.line))
+    out.sort(key=lambda e: (e.start, e.thread))
     calls.sort(key=lambda t: (t[0], t[1]))
     launched.discard(None)
     return out, calls, launched
@@ -215,7 +205,7 @@ def map_executions(execs, launches, owner, names) -> list:
         # the calls that start inside it
         calls = np.arange(int(np.searchsorted(starts, e.start, "left")),
                           int(np.searchsorted(starts, e.end, "right")))
-        own = calls[lines[calls] == e.line]  # launched from the executing thread
+        own = calls[lines[calls] == e.thread]  # launched from the executing thread
         sel = own if own.size else calls
         found = owners(e, sel)
         if len(found) == 1:
@@ -223,7 +213,7 @@ def map_executions(execs, launches, owner, names) -> list:
             ok = [c for c in np.unique(codes[sel]).tolist() if out[i] in table[c]]
             voted, counts = np.unique(lines[sel[np.isin(codes[sel], ok)]], return_counts=True)
             for ln, k in zip(voted.tolist(), counts.tolist(), strict=True):
-                votes[(ln, e.line)] = votes.get((ln, e.line), 0) + k
+                votes[(ln, e.thread)] = votes.get((ln, e.thread), 0) + k
         else:
             pending.append((i, e, calls))
     serves: dict[int, int] = {}  # launch line -> the execution line it serves most
@@ -231,7 +221,7 @@ def map_executions(execs, launches, owner, names) -> list:
         if k > votes.get((ln, serves.get(ln)), 0):
             serves[ln] = el
     for i, e, calls in pending:
-        served = [ln for ln, el in serves.items() if el == e.line]
+        served = [ln for ln, el in serves.items() if el == e.thread]
         found = owners(e, calls[np.isin(lines[calls], served)])
         if len(found) == 1:
             out[i] = next(iter(found))

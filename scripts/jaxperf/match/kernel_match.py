@@ -46,8 +46,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from jaxperf.program.hlo_program import Program
-from tracekit.events import GpuEvent
 from tracekit.gpu import KINDS, kernel_kind
+from tracekit.records import OpRun
 from tracekit.trace_rules import (
     COLLECTIVE_OPCODES,
     CONTROL_OPCODES,
@@ -134,9 +134,9 @@ class Expect:
     repeat: bool = False  # the slot may launch more events of this kind
 
 
-class Kernel(GpuEvent):
-    """A GPU event (tracekit.events.GpuEvent) and the answer for it: the record of an event in
-    step 4. attribute_kernels builds one per event from the capture (its GpuEvent fields, the
+class Kernel(OpRun):
+    """An op run (tracekit.records.OpRun) and the answer for it: the record of an event in
+    step 4. attribute_kernels builds one per event from the capture (its OpRun fields, the
     correlation id, the tracer's hlo_op and hlo_module labels, program id, whether it is a
     memcpy) and fills `kind` and `group` before matching; `match` reads name, kind, hlo_op,
     group, corr (and start, dur, stream where known: they show whether a launch's events ran at
@@ -147,7 +147,7 @@ class Kernel(GpuEvent):
     def __init__(self, device, stream, start, dur, name, corr, hlo_op, program_id, graph,
                  memcpy, module=None, cpu=False):
         self.device = device
-        self.stream = stream
+        self.lane = stream
         self.start = start
         self.dur = dur
         self.name = name
@@ -927,7 +927,7 @@ def _ran_at_once(ks) -> bool:
     buffer whose events run one after another on one stream ran as recorded, in the schedule's
     order (XLA records a command buffer's commands in the order of its thunks), their
     boundaries overlapping a little as they do on real GPUs (AT_ONCE_SHARE)."""
-    if len({k.stream for k in ks} - {None}) > 1:
+    if len({k.lane for k in ks} - {None}) > 1:
         return True
     spans = sorted([(k.start, k.dur) for k in ks if k.start is not None and k.dur is not None])
     busy = None  # the latest point an earlier event is AT_ONCE_SHARE done

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 
 from jaxperf.read.xplane_reader import TPU_PLANE_RE
+from tracekit.records import Device
 
 GENERATION_RE = re.compile(r"\bv(\d+)([a-z]*)\b\s*(\w+)?", re.I)
 # plane stat -> (peak name, unit, factor to the unit)
@@ -40,7 +41,7 @@ def datasheet_of(generation: str | None) -> str | None:
     return g if g in DATASHEET else None
 
 
-def describe(space) -> dict | None:
+def describe(space) -> Device | None:
     """The chip of a TPU capture (None where the xplane has no TPU plane): `kind` TPU, `model`,
     `generation`, `cores` (device planes), `megacore`, `peaks` (name -> {value, unit, label
     read, source: the plane stat}; a peak the plane gives as 0 is left out: not measured, not
