@@ -549,6 +549,19 @@ def test_enumerations_and_citations_too_far(tmp_path):
     assert len(far) == 1 and "too far" in far[0]["why"], far
 
 
+def test_a_dimension_order_is_a_name(tmp_path):
+    """"the order (0, 2, 1, 3)", "axes [1, 0]": a permutation of the axes names them, no figure
+    (an agent's report failed on four); a tuple that is no permutation is still four figures."""
+    out = tmp_path / "scratch"
+    out.mkdir()
+    p, rows = check("# R\nStore the cache in the order (0, 2, 1, 3), or transpose [1, 0] once.\n"
+                    "Not one: (0, 2, 2, 3).\n", out, tmp_path)
+    assert p.returncode == 4
+    assert {x["why"] for x in rows if x["line"] == "2"} == {
+        "a dimension order (a permutation of 0 to n-1)"} and len(rows) == 10, rows
+    assert [x["verdict"] for x in rows if x["line"] == "3"] == ["no_table"] * 4
+
+
 def test_dunder_names_in_key_cells_and_selectors(tmp_path):
     """A row key with underscores (`__call__`, `_fused_`) is taken whole from a code span, an
     escaped cell or a selector; a wrong value on such a row still fails."""
@@ -935,6 +948,20 @@ def test_two_figures_before_two_json_paths_are_each_their_own(tmp_path):
     got = [(x["line"], x["figure"], x["verdict"]) for x in rows if x["verdict"] != "skipped"]
     assert got == [("2", "96.99% and 98.28%", "ok"), ("3", "98.28% and 96.99%", "wrong_value")]
     assert p.returncode == 4
+
+
+def test_a_range_of_changes_where_changes_is_a_noun(tmp_path):
+    """"Changes 4 to 7 each save less", "of changes 4 to 7": after a sentence's start or a
+    preposition the plural is a noun, so the range names changes (an agent's report failed on
+    it); "the fix changes 12 to 16 launches" is still a figure to cite."""
+    out = tmp_path / "scratch"
+    out.mkdir()
+    p, rows = check("# R\nChanges 4 to 7 each save less.\nOf changes 2 to 3 none is large; the "
+                    "fix changes 12 to 16 launches.\n- Changes 5 to 6 are host work.\n",
+                    out, tmp_path)
+    got = [(x["line"], x["figure"], x["verdict"]) for x in rows]
+    assert got == [("2", "4 to 7", "skipped"), ("3", "2 to 3", "skipped"),
+                   ("3", "12 to 16", "no_table"), ("4", "5 to 6", "skipped")], got
 
 
 def test_row_numbers_are_identifiers(tmp_path):

@@ -47,6 +47,9 @@ IDENTIFIER_WORDS = ("steps?", "gpus?", "devices?", "streams?", "ranks?", "progra
 # ("changes 1 to 3.").
 PLURAL_VERBS = ("changes", "causes", "blocks", "stages", "heads", "cores", "chips", "slices",
                 "tasks", "phases", "figures", "tables")
+# A dimension order, a permutation of 0 to n-1 in parentheses or brackets ("the order
+# (0, 2, 1, 3)", "transpose [1, 0]"): a name of axes, no figure; up to the figure, its opening
+PERMUTATION_RE = re.compile(r"[(\[]((?:\s*\d+\s*,)*\s*)$")
 ENUM_MAX = 20  # "(3) the ..." with at most this number is an enumeration
 YEARS = (1900, 2099)  # a 4-digit integer in this range, followed by no word, is a year
 D = Decimal
@@ -101,6 +104,11 @@ PLURAL_BEFORE_RE = re.compile(r"(?i)\b(" + "|".join(PLURAL_VERBS) + r")\s+((?:#?
                               + LIST_SEP + r"\s*)*)#?$")
 LIST_AFTER_RE = re.compile(r"^\s*" + LIST_SEP + r"\s*#?\d")
 WORD_AFTER_RE = re.compile(r"^\s+[a-z]")
+# where a plural of PLURAL_VERBS is a noun, so that a range after it names them even with a
+# word after ("Changes 4 to 7 save less", "of changes 4 to 7 each"): a sentence's, a bullet's,
+# a cell's or a parenthesis' start, or after a preposition, article or conjunction
+NOUN_BEFORE_RE = re.compile(r"(?i)(?:(?:^|[.!?]\s|[\n(|]|^\s*[-*+])\s*[*_]*|\b(?:of|and|or|in|"
+                            r"to|for|with|from|the|see|both|all|than|by|as)\s+)$")
 LINE_START_RE = re.compile(r"(?:^|\n)\s*(?:[-*+]\s+)?\(\s*$")
 # a figure written inside its citation's parentheses: "(0.0%, inferred; skip_stats.json: ...)"
 INNER_FIGURE_RE = re.compile(r"^\s*([<>≈~]?\s*-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?\s*\S{0,8}?)"
@@ -524,7 +532,8 @@ def skip_reason(text: str, fig: Figure) -> str:
     plural = PLURAL_BEFORE_RE.search(before) if ints else None
     if plural and (plural.group(2) or (LIST_AFTER_RE.match(text[fig.end:fig.end + 8])
                                        if len(nums) == 1 else
-                                       not WORD_AFTER_RE.match(text[fig.end:fig.end + 3]))):
+                                       not WORD_AFTER_RE.match(text[fig.end:fig.end + 3])
+                                       or NOUN_BEFORE_RE.search(before[:plural.start(1)]))):
         return f"an identifier after '{plural.group(1)}' (a list of them)"
     if ints and len(nums) == 1 and nums[0].value <= ENUM_MAX and \
             re.search(r"\(\s*$", text[max(0, fig.start - 3):fig.start]) and \
@@ -532,6 +541,11 @@ def skip_reason(text: str, fig: Figure) -> str:
                 re.match(r"\s*\)\s+[*_`\[]{0,2}[A-Za-z]", text[fig.end:fig.end + 6])
                 or LINE_START_RE.search(text[max(0, fig.start - 8):fig.start])):
         return "an enumeration: (1), (2), ..."
+    if ints and (perm := PERMUTATION_RE.search(text[max(0, fig.start - 40):fig.start])) and (
+            tail := re.match(r"[\d,\s]*[)\]]", text[fig.start:fig.start + 40])) and sorted(
+            map(int, re.findall(r"\d+", perm.group(1) + tail.group()))) == list(
+            range(len(re.findall(r"\d+", perm.group(1) + tail.group())))):
+        return "a dimension order (a permutation of 0 to n-1)"
     if ints and len(nums) == 1 and YEARS[0] <= nums[0].value <= YEARS[1] \
             and len(text[nums[0].start:nums[0].end]) == 4 \
             and not text[fig.end:].lstrip()[:1].isalpha():
