@@ -32,7 +32,10 @@ written and captured as a user would: `jax.profiler.start_trace`/`stop_trace`, a
 - dropout masks drawn by the default threefry PRNG, a KV cache jitted without donation that
   XLA copies into another layout and back each step, 128 MiB of logits brought to numpy for an
   argmax each step, a learning rate passed as a static argument (a compile every step),
-- a train step in float64 under jax.enable_x64, an Adam update of 512 separate small arrays.
+- a train step in float64 under jax.enable_x64, an Adam update of 512 separate small arrays,
+- greedy decoding that grows its token history by jnp.concatenate (a new shape every step),
+  a train step jitted inside the loop (jax.jit(lambda ...) each step), a denoising step whose
+  noise numpy draws on the host each step.
 
 Each probe leaves `OUTDIR/<probe>/plugins/profile/<run>/...` and `OUTDIR/<probe>/truth.json`:
 the step time without the profiler (`step_ms_unprofiled_median`: steps run as the probe runs
@@ -47,21 +50,21 @@ StepTraceAnnotation's, or a TraceAnnotation's whose name starts with `annotation
 truth also names the capture's ProfileOptions (`profile_options`) and warmup where not default,
 and in `notes` a fact read as the program was built (the path jax.nn.dot_product_attention took).
 
-Twenty probes have an after, the change an engineer would make first, captured and timed the
-same way (`AFTER`): the host callback moved out of the jitted step, the decoded token kept on
-the device, the gradient norm jitted, the matmuls saved by the checkpoint policy, jax.vmap for
-lax.map (at both batches) and for the fori_loop, bf16 matmul inputs at the default precision,
-jax.lax.top_k, every batch padded to one length, batches device_put two steps ahead, the scan
-unrolled by 8, jax.nn.dot_product_attention, the layers in one jitted call, an rbg key (or
-float() read once), the cache donated (or stored in the program's order, donated or not), the
-accuracy computed in the jitted function, the learning rate traced, float32 for float64, the
-leaves stacked into one array; the before's truth
-gets `after` and `after_speedup` (an after no faster is kept as such). A before with two
-afters (the gradient norm jitted, or float() read once after the steps; jax.vmap, or eight
-steps a dispatch) gets each one's speedup in `afters`, and `after` is the one the chip ran
-fastest. The captures are for
-trying the bundle on programs it was not written against; the few the tests read are committed
-under tests/data/tpu-probes/.
+Twenty-three probes have an after, the change an engineer would make first, captured and timed
+the same way (`AFTER`): the host callback moved out of the jitted step, the decoded token kept
+on the device, the gradient norm jitted, the matmuls saved by the checkpoint policy, jax.vmap
+for lax.map (at both batches) and for the fori_loop, bf16 matmul inputs at the default
+precision, jax.lax.top_k, every batch padded to one length, batches device_put two steps ahead,
+the scan unrolled by 8, jax.nn.dot_product_attention, the layers in one jitted call, an rbg key
+(or float() read once), the cache donated (or stored in the program's order, donated or not),
+the accuracy computed in the jitted function, the learning rate traced, float32 for float64, the
+leaves stacked into one array, a preallocated history buffer, the step jitted once before the
+loop, the noise drawn by jax.random in the step; the before's truth gets `after` and
+`after_speedup` (an after no faster is kept as such). A before with two afters (the gradient
+norm jitted, or float() read once after the steps; jax.vmap, or eight steps a dispatch) gets
+each one's speedup in `afters`, and `after` is the one the chip ran fastest. The captures are
+for trying the bundle on programs it was not written against; the few the tests read are
+committed under tests/data/tpu-probes/.
 `OUTDIR/probes.tar.gz` holds every probe's folder. Exit codes: 0 all ran, 1 one failed, 2 usage.
 """
 
@@ -1471,6 +1474,129 @@ def probe_many_leaves(smoke: bool, stacked: bool = False) -> Probe:
                  "update", captured=3)
 
 
+def probe_concat_decode(smoke: bool, prealloc: bool = False) -> Probe:
+    """Greedy decoding that keeps the generated tokens by jnp.concatenate: the jitted step
+    takes the whole history (its length one more each step, so a new shape and a compile every
+    step), scores the next token from the mean of the history's embeddings and returns the
+    history with it appended; or, `prealloc`, a history buffer of the final length written by
+    lax.dynamic_update_slice at a traced position, the unwritten positions masked (one
+    compile)."""
+    vocab, d, start, cap = (64, 16, 4, 64) if smoke else (8192, 1024, 256, 1024)
+    emb = _normal(jax.random.key(36), (vocab, d), jnp.bfloat16, d ** -.5)
+    proj = _normal(jax.random.key(37), (d, d), jnp.bfloat16, d ** -.5)
+
+    def logits_of(h):
+        return (jnp.tanh(h @ proj) @ emb.T).astype(jnp.float32)
+
+    @jax.jit
+    def grow(hist):
+        h = jnp.mean(emb[hist].astype(jnp.float32), 0).astype(jnp.bfloat16)
+        tok = jnp.argmax(logits_of(h[None]), -1).astype(jnp.int32)
+        return jnp.concatenate([hist, tok])
+
+    @partial(jax.jit, donate_argnums=(0,))
+    def write(buf, pos):
+        w = (jnp.arange(cap) < pos).astype(jnp.float32)
+        h = (w @ emb[buf].astype(jnp.float32) / pos).astype(jnp.bfloat16)
+        tok = jnp.argmax(logits_of(h[None]), -1).astype(jnp.int32)
+        return jax.lax.dynamic_update_slice(buf, tok, (pos,)), pos + 1
+
+    first = jax.random.randint(jax.random.key(38), (start,), 0, vocab, jnp.int32)
+    st = {"hist": first, "buf": jnp.zeros((cap,), jnp.int32).at[:start].set(first),
+          "pos": jnp.int32(start)}
+
+    def run(n, annotate):
+        for _ in range(n):
+            if prealloc:
+                st["buf"], st["pos"] = write(st["buf"], st["pos"])
+                st["pos"].block_until_ready()
+            else:
+                st["hist"] = grow(st["hist"]).block_until_ready()
+
+    how = (f"a {cap}-token buffer written by lax.dynamic_update_slice at a traced position "
+           "(one compile)" if prealloc else
+           f"the history grown by jnp.concatenate from {start} tokens (a new shape every step)")
+    return Probe(run, f"greedy decode over a {vocab}-word bf16 embedding ({d} wide): the next "
+                      f"token from the mean of the history's embeddings; {how}; "
+                      "block_until_ready each step, no annotation", None, captured=8, timed=24)
+
+
+def probe_jit_in_loop(smoke: bool, hoisted: bool = False) -> Probe:
+    """The MLP train step jitted inside the loop, jax.jit(lambda p: step(p, x, y)) each step
+    (a new function each time: traced, lowered and compiled again, the shapes unchanged);
+    or, `hoisted`, jitted once before the loop."""
+    params, x, y, _, shape = _mlp(smoke)
+
+    def step(p, x, y):
+        loss, g = jax.value_and_grad(_mlp_loss)(p, x, y)
+        return jax.tree.map(lambda a, b: a - 1e-3 * b.astype(a.dtype), p, g), loss
+
+    once = jax.jit(step, donate_argnums=(0,))
+    st = {"p": params}
+
+    def run(n, annotate):
+        for i in range(n):
+            with _step_ctx("train", i, annotate):
+                f = once if hoisted else jax.jit(lambda p, x, y: step(p, x, y),  # noqa: PLW0108
+                                                 donate_argnums=(0,))
+                st["p"], loss = f(st["p"], x, y)
+                float(loss)
+
+    how = ("jitted once before the loop" if hoisted else
+           "jax.jit(lambda ...) called inside the loop: a new function every step")
+    return Probe(run, f"train step of the {shape}, {how}; float(loss) each step, annotated "
+                      "'train'", "train", timed=8)
+
+
+def probe_host_noise(smoke: bool, on_device: bool = False) -> Probe:
+    """A denoising train step whose Gaussian noise (batch 256 x 64 x 64 x 4, f32, 16 MiB) numpy
+    draws on the host each step and the step takes as an argument; or, `on_device`, drawn by
+    jax.random inside the jitted step from a key folded with the step number."""
+    b, hw, c, d = (4, 8, 4, 32) if smoke else (256, 64, 4, 512)
+    k = jax.random.split(jax.random.key(39), 3)
+    bf = jnp.bfloat16
+    p = {"w1": _normal(k[0], (hw * hw * c, d), bf, (hw * hw * c) ** -.5),
+         "w2": _normal(k[1], (d, hw * hw * c), bf, d ** -.5)}
+    x0 = _normal(k[2], (b, hw, hw, c), jnp.float32, 1.0)
+    rng = np.random.default_rng(40)
+
+    def loss_fn(p, x0, noise):
+        xt = (0.7 * x0 + 0.7 * noise).reshape(b, -1).astype(bf)
+        pred = (jax.nn.gelu(xt @ p["w1"]) @ p["w2"]).astype(jnp.float32)
+        return jnp.mean(jnp.square(pred - noise.reshape(b, -1)))
+
+    def update(p, x0, noise):
+        loss, g = jax.value_and_grad(loss_fn)(p, x0, noise)
+        return jax.tree.map(lambda a, gg: a - 1e-3 * gg.astype(a.dtype), p, g), loss
+
+    given = jax.jit(update, donate_argnums=(0,))
+
+    @partial(jax.jit, donate_argnums=(0,))
+    def drawn(p, x0, i):
+        noise = jax.random.normal(jax.random.fold_in(jax.random.key(41), i), x0.shape)
+        return update(p, x0, noise)
+
+    st = {"p": p, "i": 0}
+
+    def run(n, annotate):
+        for i in range(n):
+            with _step_ctx("train", i, annotate):
+                if on_device:
+                    st["p"], loss = drawn(st["p"], x0, jnp.int32(st["i"]))
+                else:
+                    noise = rng.standard_normal((b, hw, hw, c), dtype=np.float32)
+                    st["p"], loss = given(st["p"], x0, noise)
+                float(loss)
+            st["i"] += 1
+
+    how = ("drawn by jax.random inside the jitted step" if on_device else
+           f"drawn by numpy on the host ({b * hw * hw * c * 4 / 2 ** 20:.0f} MiB f32) and "
+           "passed to the step")
+    return Probe(run, f"denoising train step of a {hw * hw * c}->{d}->{hw * hw * c} bf16 MLP, "
+                      f"batch {b}, its noise {how}; float(loss) each step, annotated 'train'",
+                 "train")
+
+
 AFTER = {"callback_step": "callback_step_outside", "decode_kv": "decode_kv_on_device",
          "two_programs": ("two_programs_jitted_norm", "two_programs_no_sync"),
          "remat_policy": "remat_policy_saved",
@@ -1485,7 +1611,9 @@ AFTER = {"callback_step": "callback_step_outside", "decode_kv": "decode_kv_on_de
          "dropout_threefry": ("dropout_rbg", "dropout_threefry_no_sync"),
          "cache_no_donate": ("cache_donated", "cache_seq_major", "cache_seq_major_donated"),
          "logits_to_host": "logits_accuracy_on_device", "static_lr": "static_lr_traced",
-         "x64_mlp": "x64_mlp_f32", "many_leaves": "many_leaves_stacked"}
+         "x64_mlp": "x64_mlp_f32", "many_leaves": "many_leaves_stacked",
+         "concat_decode": "concat_decode_prealloc", "jit_in_loop": "jit_in_loop_hoisted",
+         "host_noise": "host_noise_on_device"}
 
 PROBES: dict[str, Callable[[bool], Probe]] = {
     "async_train": probe_async_train,
@@ -1557,6 +1685,12 @@ PROBES: dict[str, Callable[[bool], Probe]] = {
     "x64_mlp_f32": partial(probe_x64_mlp, f32=True),
     "many_leaves": probe_many_leaves,
     "many_leaves_stacked": partial(probe_many_leaves, stacked=True),
+    "concat_decode": probe_concat_decode,
+    "concat_decode_prealloc": partial(probe_concat_decode, prealloc=True),
+    "jit_in_loop": probe_jit_in_loop,
+    "jit_in_loop_hoisted": partial(probe_jit_in_loop, hoisted=True),
+    "host_noise": probe_host_noise,
+    "host_noise_on_device": partial(probe_host_noise, on_device=True),
 }
 
 
