@@ -446,7 +446,7 @@ def figure(value, unit: str, label: str, rng: dict | None = None,
         out["min"], out["max"] = rng["min"], rng["max"]
     if decimals is not None:
         for k in ("value", "min", "max"):
-            if k in out:
+            if out.get(k) is not None:  # None: not known (a step a saving would leave empty)
                 out[k] = round(out[k], decimals)
     return out
 

@@ -331,7 +331,8 @@ HOST_GAP = PROSE["HOST_GAP"]
 
 
 def host_knob(lead: float, host_late: float, graph_pct: float, tracer: bool,
-              events: list = (), setup_re=None, copy: tuple | None = None) -> str:
+              events: list = (), setup_re=None, copy: tuple | None = None,
+              frame: str | None = None) -> str:
     """What to test for host gaps: the host's work before the first launch (the runtime's own
     set-up where its host events, of `events` (name, us) inside the gaps, are half their time
     or more and fill half the leading gap or more; a wait where one blocking call on a
@@ -339,7 +340,8 @@ def host_knob(lead: float, host_late: float, graph_pct: float, tracer: bool,
     kernels (the larger first), and the Python tracer where its events fill the gaps.
     `setup_re`: the device's names of the runtime's set-up (adapters.Adapter.setup_re; None:
     none known). `copy`: (its largest event's name, whether copies from the host dominate the
-    leading gap: copies_lead)."""
+    leading gap: copies_lead). `frame`: the host event whose own untraced body fills the
+    leading gap, too slow for one producer thread (host_gap)."""
     sentences = HOST_GAP.knob
     between = sentences["between, in graphs" if graph_pct >= 50.0 else "between"]
     setup = [(n, t) for n, t in events if setup_re is not None and setup_re.match(n)]
@@ -349,6 +351,8 @@ def host_knob(lead: float, host_late: float, graph_pct: float, tracer: bool,
         knob.append(sentences["before, copy"].format(copy=copy[0]))
     elif lead >= LEADING_GAP_MAJORITY * host_late and sync and 4 * sync[0][1] >= lead:
         knob.append(sentences["before, sync"].format(sync=sync[0][0]))
+    elif lead >= LEADING_GAP_MAJORITY * host_late and frame:
+        knob.append(sentences["before, own frame"].format(frame=frame))
     elif lead >= LEADING_GAP_MAJORITY * host_late:
         dispatch = bool(setup) and all(gap_causes.DISPATCH_CALL_RE.match(n) for n, _ in setup)
         knob.append(sentences["before, dispatch" if dispatch else "before, set-up"].format(
@@ -408,12 +412,6 @@ def host_gap(ctx: Context) -> list:
         if named:
             inc = " (the dispatch gaps included)" if between is not None else ""
             words += f"; host events inside them{inc}: {named}"
-    joins = (ctx.s1 or {}).get("joins", {})
-    graph, launched = joins.get("graph_launch", 0), joins.get("launch", 0)
-    knob = host_knob(hd["leading_us"] if hd else 0.0, host_late,
-                     100.0 * graph / (graph + launched) if graph + launched else 0.0,
-                     bool(hd and hd["python_tracer"]), hd["events"] if hd else (),
-                     device(ctx).setup_re, copies_lead(ctx, hd))
     gpu = device(ctx).kind == "GPU"
     where = (f"{device_word(ctx)} {b} stream {ctx.steps[ctx.median][b].crit}" if gpu else
              f"{device_word(ctx)} {b}") + (
@@ -437,6 +435,7 @@ def host_gap(ctx: Context) -> list:
     # the runtime's dispatch and a blocking call: neither is a producer's work
     dispatched = max((v for n, v in named.items() if setup and setup.search(n)), default=0.0) \
         + max((v for n, v in named.items() if gap_causes.SYNC_RE.search(n)), default=0.0)
+    untraced = False
     if w and hd and lead >= LEADING_GAP_MAJORITY * host_late and not compiled \
             and not (copy and copy[1]) and dispatched < 0.5 * lead:
         # (a copy's time is the copy's, where XLA compiles the compile row's, a dispatch the
@@ -453,6 +452,13 @@ def host_gap(ctx: Context) -> list:
                       "enclosing Python frame's own time (calls the tracer does not see), work "
                       "too" if untraced else "") + ": done ahead by one producer thread, a step "
                   f"still lasts that long, so prefetching saves {us_text(measured)}")
+    joins = (ctx.s1 or {}).get("joins", {})
+    graph, launched = joins.get("graph_launch", 0), joins.get("launch", 0)
+    knob = host_knob(lead, host_late,
+                     100.0 * graph / (graph + launched) if graph + launched else 0.0,
+                     bool(hd and hd["python_tracer"]), hd["events"] if hd else (),
+                     setup, copy, hd["events"][0][0] if untraced and hd["events"]
+                     and measured < 0.5 * lead else None)
     return [Row(words, where, 100.0 * host_late / ctx.window, spread(hsav, ctx.at), knob=knob,
                 measured=measured)]
 
@@ -757,7 +763,29 @@ def compile_per_step(ctx: Context) -> float | None:
     return (((ctx.s1 or {}).get("compile") or {}).get("per_step_us") or {}).get("value")
 
 
-@cause("compile", COMPILE, explains=("host_gap",))
+def recompiled_programs(ctx: Context, compiling: list) -> tuple[str, str]:
+    """What compiles in `compiling` (step numbers), from programs.csv's programs run there: a
+    module of several programs (a new program in each step: a new input shape or a static
+    argument's value) -> ("shape", its words), else one of one program run in several of them,
+    compiled again (the same HLO each time: jax.jit given a new function each step) ->
+    ("same", ...); ("shape", "") where programs.csv does not tell."""
+    ids: dict[str, set] = {}
+    steps: dict[str, set] = {}
+    for p in tables(ctx.out).rows("attribution/programs.csv") or []:
+        if ran := rules.parse_ranges(p.get("steps")) & set(compiling):
+            ids.setdefault(p["module"], set()).add(p["program_id"])
+            steps.setdefault(p["module"], set()).update(ran)
+    if new := max((m for m in ids if len(ids[m]) > 1), key=lambda m: len(ids[m]), default=None):
+        return "shape", (f"; the steps run {len(ids[new])} programs of {new}, a new one as it "
+                         "compiles (a new input shape or static argument)")
+    if same := next((m for m in ids if len(steps[m]) > 1), None):
+        return "same", (f"; the steps run one program of {same} in {len(steps[same])} of "
+                        "them, its HLO the same each time it compiles (a cache miss, not a new "
+                        "shape)")
+    return "shape", ""
+
+
+@cause("compile", COMPILE, explains=("host_gap", "idle_between_steps"))
 def compile_in_step(ctx: Context) -> list:
     """XLA compiling on the host inside the steps (step 1's `compile`): a new shape, or a
     cache miss, paid every step: its saving the compile time of the median step; or in a few
@@ -775,22 +803,26 @@ def compile_in_step(ctx: Context) -> list:
         each = total / len(windows)
         if each < MIN_SAVING_US:
             return []
+        kind, said = recompiled_programs(ctx, later)
         return [Row(f"XLA recompiles mid-run: {us_text(total)} of compilation in step "
                     f"{', '.join(map(str, later))}, after steps that ran without (a new input "
                     f"shape or static argument), {100 * total / sum(windows):.1f}% of the "
                     f"{len(windows)} steps' time: {us_text(each)} a step on average, against "
-                    f"a median step of {us_text(ctx.step['value'])}", "the host",
+                    f"a median step of {us_text(ctx.step['value'])}{said}", "the host",
                     100.0 * each / mean, {"value": each, "min": each, "max": each},
+                    knob=COMPILE.knob[kind],
                     extra={"step_basis": {"value": mean, "min": min(windows),
                                           "max": max(windows)}})]
     if not per or per < MIN_SAVING_US:
         return []
     per = min(per, ctx.window)  # the median step's window at most
     f = c["per_step_us"]
+    kind, said = recompiled_programs(ctx, c.get("compiling_steps") or ctx.chosen)
     return [Row(f"XLA compiles inside the step: {us_text(per)} of compilation a step (median; "
                 f"{c['steps_with_compile']} of {c['steps']} steps compile), a new shape or a "
-                "cache miss each time", "the host", 100.0 * per / ctx.window,
-                {"value": per, "min": min(f.get("min", per), per), "max": f.get("max", per)})]
+                f"cache miss each time{said}", "the host", 100.0 * per / ctx.window,
+                {"value": per, "min": min(f.get("min", per), per), "max": f.get("max", per)},
+                knob=COMPILE.knob[kind])]
 
 
 # ---------------------------------------------------------------- a TPU's own changes
@@ -1524,7 +1556,8 @@ EXPLAINS_SHARE = 0.5
 def ranked(rows: list) -> list:
     """The rows in rank order, numbered from 1: by saving per step (its median over the steps
     used, to the nanosecond), then in the registry's order and by where; a row that explains
-    another's time (Cause.explains) and saves at least EXPLAINS_SHARE of it just before it; rows
+    another's time (Cause.explains) and saves at least EXPLAINS_SHARE of it just before it (the
+    rows it explains then say so, each taking its part of that time, the largest first); rows
     that regroup the instructions' time (Cause.regroups: Python lines, kernel families; a
     family's saving an upper bound) after every other row."""
     order = {c.kind: i for i, c in enumerate(REGISTRY)}
@@ -1544,9 +1577,11 @@ def ranked(rows: list) -> list:
     for i, c in enumerate(rows, 1):
         c["rank"] = i
     for r in [r for r in rows if r["cause_kind"] in explains]:  # said on the rows it explains
+        left = r["saving"]["value"]  # its time, each part explaining one row (the largest first)
         for x in rows[r["rank"]:]:
-            if x["cause_kind"] in explains[r["cause_kind"]] and r["saving"]["value"] >= \
+            if x["cause_kind"] in explains[r["cause_kind"]] and left >= \
                     EXPLAINS_SHARE * x["saving"]["value"]:
+                left = max(0.0, left - x["saving"]["value"])
                 x["cause"] += f"; change {r['rank']} ({r['cause_kind']}) is the cause of most of it"
                 x["knob"] = f"first change {r['rank']}'s; then {x['knob']}"
     return rows
