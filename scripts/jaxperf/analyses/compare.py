@@ -8,6 +8,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from jaxperf.device import adapters  # a TPU's words for the step's parts
 from skip_analysis import steps_disagree  # steps.csv against its skip_stats.json
 from tracekit import scratch, step_cli
 from tracekit import trace_rules as rules  # units, atomic outputs
@@ -77,6 +78,7 @@ class Side:
         self.files = scratch.Scratch(folder)  # each file read once
         self.info = self.files.json("capture_info.json") or {}
         self.skip = self.files.json("skip_stats.json") or {}
+        self.said = adapters.of_results(self.info, self.skip).said  # in its device's words
         self.steps_rows = self.files.rows("steps.csv", need=("step", "device")) or []
         if disagreement := steps_disagree(self.steps_rows, self.skip):
             raise step_cli.StepError(f"{role.upper()} ({folder}): {disagreement}; run "
@@ -195,7 +197,7 @@ def accounted(sides: dict) -> tuple[float, list[str]]:
         if significance(b, a)[0]:
             moved = statistics.median(a) - statistics.median(b)
             total += moved
-            said.append(f"{words} {moved:+,.1f} us")
+            said.append(f"{sides['before'].said(words)} {moved:+,.1f} us")
     return total, said
 
 
@@ -267,9 +269,10 @@ def verdict_rows(sides: dict) -> tuple[list, list]:
         if b and a and abs(a["value"] - b["value"]) >= 0.001:
             moved.append((abs(a["value"] - b["value"]), column, words, b["value"], a["value"]))
     moved.sort(reverse=True)
-    out += [row("verdict_part", column, b, a, "us", "measured", "", f"{words}: median per step")
-            for _, column, words, b, a in moved]
-    return out, [{"part": c, "words": w, "before_us": round(b, 3), "after_us": round(a, 3)}
+    said = sides["before"].said
+    out += [row("verdict_part", column, b, a, "us", "measured", "",
+                f"{said(words)}: median per step") for _, column, words, b, a in moved]
+    return out, [{"part": c, "words": said(w), "before_us": round(b, 3), "after_us": round(a, 3)}
                  for _, c, w, b, a in moved[:3]]
 
 
@@ -384,6 +387,9 @@ def cause_measure(side: Side, kind: str, where: str, times: dict) -> float | Non
                 if d is None or r.get("device") == str(d)]
         vals = [v for v in vals if v is not None]
         return statistics.median(vals) if vals else None
+    if kind == "compile":  # step 1's compile a step; none where no step compiles
+        return number(((side.skip.get("compile") or {}).get("per_step_us") or {})
+                      .get("value")) or 0.0
     if kind == "exposed_collective":  # step 6's critical path of its median step
         v = (((side.files.json("changes.json") or {}).get("critical_path") or {})
              .get("collective") or {}).get("value")
