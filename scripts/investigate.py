@@ -184,7 +184,7 @@ def where_to_look(out: Path, failed: dict[str, str], factcheck_rc: int | None) -
         saves = rules.us_text(r.get("saving_us"), "? us")
         if r.get("saving_measured_us"):
             saves = (f"{rules.us_text(r['saving_measured_us'], '? us')} "
-                     f"{rules.low_end_words(r.get('cause_kind'))} to {saves}")
+                     f"({rules.low_end_words(r)}) to {saves}")
         bound = ""
         if r.get("target") and not r.get("saving_measured_us"):  # the ceiling's bound alone
             saves, bound = f"at most {saves}", f", at its ceiling: {r['target']}"

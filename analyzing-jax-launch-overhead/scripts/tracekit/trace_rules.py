@@ -37,15 +37,17 @@ COMPILE_RE = re.compile(r"^(\$\S+ )?(PJRT_Client_Compile|backend_compile(_and_lo
 
 
 # What a change's low end (changes.csv saving_measured_us) is, by its cause_kind: a rate this
-# capture reached, else what the cause's own bound is; said the same by the job's summary and
-# the draft.
+# capture reached, else what the cause's own bound is (None: the row's `target` says, a host
+# gap's one producer thread's bound or the copies from the host); said the same by the job's
+# summary and the draft.
 LOW_END = {"": "at a rate this capture reached",
-           "scan_stacking": "the fusions whose own work is the stacking",
-           "host_gap": "one producer thread's bound, or the copies from the host"}
+           "scan_stacking": "the fusions whose own work is the stacking", "host_gap": None}
 
 
-def low_end_words(cause_kind: str | None) -> str:
-    return LOW_END.get(cause_kind or "", LOW_END[""])
+def low_end_words(row: dict) -> str:
+    """What a changes.csv row's saving_measured_us is (LOW_END)."""
+    words = LOW_END.get(row.get("cause_kind") or "", LOW_END[""])
+    return words if words is not None else row.get("target") or "its own bound"
 
 
 # ---------------------------------------------------------------- HLO opcodes

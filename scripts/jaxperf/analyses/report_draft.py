@@ -635,7 +635,7 @@ def measured_part(r: dict, key: str) -> str:
     if not r.get("saving_measured_us"):
         return "at most " if r.get("target") else ""
     m = cell(r["saving_measured_us"], "us", "inferred", "changes.csv", "saving_measured_us", key)
-    return f"{m} ({rules.low_end_words(r.get('cause_kind'))}) to "
+    return f"{m} ({rules.low_end_words(r)}) to "
 
 
 def changes_section(s: Scratch) -> list[str]:
