@@ -463,7 +463,8 @@ TPU_WORDS = (
                                                        "the TPU core that is slowest"),
     ("GPU time", "device time"), ("GPU busy", "device busy"), ("GPU idle", "TPU core idle"),
     ("the critical stream", "the critical op line"),
-    ("its critical stream's last kernel", "its critical op line's last op"))
+    ("its critical stream's last kernel", "its critical op line's last op"),
+    ("its last kernel", "its last op"))
 
 
 def tpu_words(text: str, phrases=None) -> str:

@@ -158,13 +158,15 @@ def results(s: Scratch) -> list[str]:
     what bounds it, the top instructions and lines, the first changes, the trust list."""
     skip = s.json("skip_stats.json")
     out = gpu_line(s)
+    tpu = ((s.json("capture_info.json") or {}).get("device") or {}).get("kind") == "TPU"
+    own = rules.tpu_words if tpu else str  # the draft's own words, not a quoted cell
     if skip:
         out.append(f"- What bounds the step: **{skip.get('verdict')}** (inferred; "
-                   f"skip_stats.json: verdict); the critical stream waits on the host "
+                   f"skip_stats.json: verdict); {own('the critical stream')} waits on the host "
                    f"{fig(s, 'skip_stats.json', 'host_share_pct_of_step')} of the step. "
                    + judge("say in one sentence what bounds the step, from skip_stats.json "
                            "rule and figures; the verdict stands or is qualified"))
-        out.append(f"- Step time (its start to its last kernel): "
+        out.append(f"- Step time (its start to {own('its last kernel')}): "
                    f"{fig(s, 'skip_stats.json', 'step_duration_us')}.")
     else:
         out.append("- What bounds the step: " + missing("skip_stats.json", "step 1 did not run"))
