@@ -139,9 +139,7 @@ def kernel_name_rows(totals: dict, xla_names: set,
         e[0] += n
         e[1] += ps
         e[2].add(dev)
-    rows = []
-    for name, (n, t, devs) in sorted(by.items(), key=lambda kv: (-kv[1][1], kv[0])):
-        g = len(devs)
-        rows.append((name, kernel_family(name, xla_names, declared), n, us(t), pct(t, total), g,
-                     f"{n / g:.1f}", us(t / g)))
-    return rows
+    return [(name, kernel_family(name, xla_names, declared), n, us(t), pct(t, total), g,
+             f"{n / g:.1f}", us(t / g))
+            for name, (n, t, devs) in sorted(by.items(), key=lambda kv: (-kv[1][1], kv[0]))
+            for g in [len(devs)]]

@@ -602,19 +602,6 @@ class Plan:
         commands with dependencies from the buffers they use, not in the schedule's order."""
         return self._reads(a, b, either=True, unknown=True)
 
-    def _pair(self, a: str, b: str):
-        """(ancestry bits, positions, id of a, id of b) where a and b are instructions of one
-        computation; None otherwise (unknown names, different computations)."""
-        prog = self.program
-        ia, ib = prog.by_name.get(a), prog.by_name.get(b)
-        if ia is None or ib is None:
-            return None
-        comp = prog.computation_of.get(ia.id)
-        if comp is None or comp != prog.computation_of.get(ib.id):
-            return None
-        anc, pos = self._ancestry(comp)
-        return anc, pos, ia.id, ib.id
-
     def reads(self, a: str, b: str) -> bool:
         """Whether instruction a reads b's result, directly or through others (one
         computation; the same instruction's events count as read in turn)."""
@@ -625,10 +612,13 @@ class Plan:
         not instructions of one computation; True for the same instruction."""
         if a == b:
             return True
-        pair = self._pair(a, b)
-        if pair is None:
+        prog = self.program
+        ia, ib = prog.by_name.get(a), prog.by_name.get(b)
+        comp = prog.computation_of.get(ia.id) if ia is not None and ib is not None else None
+        if comp is None or comp != prog.computation_of.get(ib.id):
             return unknown
-        anc, pos, ia, ib = pair
+        anc, pos = self._ancestry(comp)
+        ia, ib = ia.id, ib.id
         return bool((anc[ia] >> pos[ib]) & 1 or either and (anc[ib] >> pos[ia]) & 1)
 
     def _ancestry(self, comp_id: int) -> tuple[dict, dict]:

@@ -523,9 +523,8 @@ class Program:
         (each fused computation's answer memoized: fusions nested and shared would otherwise
         be searched once per path to them, twice as often per level)."""
         md = ins.metadata
-        if md.stack_frame_id:
-            if frames := self.stack(md.stack_frame_id):
-                return frames
+        if md.stack_frame_id and (frames := self.stack(md.stack_frame_id)):
+            return frames
         if md.source_file:
             return [Frame(md.source_file, md.source_line, "")]
         if ins.opcode == "fusion":
@@ -548,22 +547,15 @@ class Program:
     def user_frame(self, ins, user_re: re.Pattern | None = None) -> Frame | None:
         """The first frame that counts as user code (``user_re`` matches its file; by default a
         frame in no library: ``is_library_file``), if any."""
-        for fr in self.frames(ins):
-            if user_re is not None:
-                if user_re.search(fr.file):
-                    return fr
-            elif not is_library_file(fr.file):
-                return fr
-        return None
+        is_user = user_re.search if user_re is not None else lambda f: not is_library_file(f)
+        return next((fr for fr in self.frames(ins) if is_user(fr.file)), None)
 
     def framework_frame(self, ins) -> str:
         """The innermost frame inside a modelling framework (FRAMEWORK_PACKAGES but jax), as
         ``<package>/<path>:<line> <function>`` (``praxis/layers/base_ops.py:42 __call__``); ""
         when no frame is in one."""
-        for fr in self.frames(ins):
-            if rel := framework_path(fr.file):
-                return f"{rel}:{fr.line} {fr.function}".strip()
-        return ""
+        return next((f"{rel}:{fr.line} {fr.function}".strip() for fr in self.frames(ins)
+                     if (rel := framework_path(fr.file))), "")
 
 
 def _package_at(parts: list[str]) -> int:

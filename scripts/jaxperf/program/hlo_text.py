@@ -305,11 +305,8 @@ _TO_APPLY_OPS = frozenset({
 
 def _default_comparison(type_name: str) -> str:
     """The comparison type XLA assumes for operands of this type (not printed)."""
-    if type_name.startswith(("f", "bf", "c")):
-        return "FLOAT"
-    if type_name.startswith("s"):
-        return "SIGNED"
-    return "UNSIGNED"
+    return "FLOAT" if type_name.startswith(("f", "bf", "c")) else \
+        "SIGNED" if type_name.startswith("s") else "UNSIGNED"
 
 
 def _window(window: Any) -> str:
