@@ -132,13 +132,10 @@ def _mlir_value(v: str):
     v = v.rsplit(" : ", 1)[0].strip()
     if v in ("true", "false"):
         return v == "true"
-    try:
-        return int(v)
-    except ValueError:
-        try:
-            return float(v)
-        except ValueError:
-            return v
+    for number in (int, float):
+        with contextlib.suppress(ValueError):
+            return number(v)
+    return v
 
 
 # ---------------------------------------------------------------- shapes
@@ -290,10 +287,6 @@ def cudnn_attention(ins, operands: list, cfg: dict) -> CallCost:
 
 # ---------------------------------------------------------------- GEMMs and convolutions
 
-def _dot_flops(out_dims: list, lhs_dims: list, contracting: list) -> int:
-    return 2 * math.prod(out_dims) * math.prod(lhs_dims[d] for d in contracting)
-
-
 def library_gemm(ins, operands: list, cfg: dict) -> CallCost:
     """cuBLAS / hipBLASLt: the dimension numbers of the backend config."""
     target = ins.custom_call_target
@@ -301,7 +294,8 @@ def library_gemm(ins, operands: list, cfg: dict) -> CallCost:
     try:
         dn = cfg.get("gemm_backend_config", cfg)["dot_dimension_numbers"]
         contracting = [int(d) for d in dn["lhs_contracting_dimensions"]]
-        flops = _dot_flops(_dims(out), _dims(operands[0]), contracting)
+        lhs = _dims(operands[0])
+        flops = 2 * math.prod(_dims(out)) * math.prod(lhs[d] for d in contracting)
     except (KeyError, TypeError, ValueError, IndexError, AttributeError):
         return CallCost(why=f"custom call {target} has no dot_dimension_numbers in its backend "
                             "config", kind="gemm")
@@ -385,10 +379,8 @@ def call_cost(ins, operands: list, user: UserCosts | None = None) -> CallCost:
     """One custom call's FLOPs and bytes per run: the user's table first (it names what the
     user knows), then the registry; why not, where neither has it."""
     cfg = attributes(ins.backend_config)
-    if user is not None:
-        c = user.cost(ins, operands, cfg)
-        if c is not None:
-            return c
+    if user is not None and (c := user.cost(ins, operands, cfg)) is not None:
+        return c
     for pattern, rule in REGISTRY:
         if pattern.search(ins.custom_call_target):
             return rule(ins, operands, cfg)
@@ -433,9 +425,7 @@ def _evaluate(node, names: dict):
     if isinstance(node, ast.Constant):
         return node.value
     if isinstance(node, ast.Name):
-        if node.id not in names:
-            raise KeyError(node.id)
-        return names[node.id]
+        return names[node.id]  # a KeyError naming it where the call has no such attribute
     if isinstance(node, ast.UnaryOp):
         v = _evaluate(node.operand, names)
         return -v if isinstance(node.op, ast.USub) else v
@@ -506,11 +496,9 @@ class UserCosts:
         out = ins.shape.tuple_shapes[0] if ins.shape.tuple_shapes else ins.shape
         names["operand_bytes"] = sum(nbytes(o) for o in operands)
         names["result_bytes"] = io_bytes(ins, [])
-        for i, o in enumerate(operands):
-            for j, d in enumerate(_dims(o)):
-                names[f"in{i}_d{j}"] = d
-        for j, d in enumerate(_dims(out)):
-            names[f"out_d{j}"] = d
+        names.update((f"in{i}_d{j}", d) for i, o in enumerate(operands)
+                     for j, d in enumerate(_dims(o)))
+        names.update((f"out_d{j}", d) for j, d in enumerate(_dims(out)))
         where = f"{self.path.name} line {row.line}"
         try:
             flops = int(_evaluate(row.flops, names))

@@ -68,6 +68,12 @@ def conv_flops(out_shape, kernel_shape, dn) -> int:
         kernel_shape.dimensions[dn.kernel_input_feature_dimension])
 
 
+# what_work's rule: the first of these opcode sets that `found` meets names the work
+_WORK_OF = (({"dot"}, "gemm"), ({"convolution"}, "convolution"), ({"sort"}, "sort"),
+            ({"scatter", "select-and-scatter"}, "scatter"),
+            ({"reduce", "reduce-window"}, "reduction"), (FLOP_OPCODES, "elementwise"))
+
+
 def what_work(found: set) -> str:
     """The kind of work (WORK_KINDS) of an instruction whose costing walked through the opcodes
     `found` (its fused computations included), for comparing it with the same kind of work
@@ -75,19 +81,7 @@ def what_work(found: set) -> str:
     (comparisons over several passes: no other kind's rate), else a scatter (its updates land
     by index: atomics, not a reduction's tree), else a reduction, else element-wise
     arithmetic, else data movement."""
-    if "dot" in found:
-        return "gemm"
-    if "convolution" in found:
-        return "convolution"
-    if "sort" in found:
-        return "sort"
-    if found & {"scatter", "select-and-scatter"}:
-        return "scatter"
-    if found & {"reduce", "reduce-window"}:
-        return "reduction"
-    if found & FLOP_OPCODES:
-        return "elementwise"
-    return "data movement"
+    return next((kind for opcodes, kind in _WORK_OF if found & opcodes), "data movement")
 
 
 def backend_of(ins) -> str:
@@ -187,13 +181,7 @@ class Costs:
         return custom_costs.call_cost(
             ins, [self.p.instructions[o].shape for o in ins.operand_ids], self.user)
 
-    # ---- bytes
-    def _source(self, ins):
-        """The instruction under a chain of bitcasts (a bitcast moves no data)."""
-        while ins.opcode == "bitcast" and ins.operand_ids:
-            ins = self.operand(ins, 0)
-        return ins
-
+    # ---- bytes (a value is read under its chain of bitcasts, Program.under: they move no data)
     def _uses(self, ins) -> list[tuple]:
         """(user, the id it reads ins through) for the users of ins, looking through bitcasts."""
         out = []
@@ -217,8 +205,8 @@ class Costs:
         to combine), and nothing for the rest of the buffer."""
         comp = self.p.computations[ins.called_computation_ids[0]]
         by_id = {i.id: i for i in comp.instructions}
-        root = self._source(self.p.instructions.get(comp.root_id) or comp.instructions[-1])
-        roots = ([self._source(self.p.instructions[o]) for o in root.operand_ids]
+        root = self.p.under(self.p.instructions.get(comp.root_id) or comp.instructions[-1])
+        roots = ([self.p.under(self.p.instructions[o]) for o in root.operand_ids]
                  if root.opcode == "tuple" else [root])
         written = 0
         need: dict[int, float] = {}
@@ -261,7 +249,7 @@ class Costs:
             pairs = [(k, self.operand(r, n + 1 + k)) for k in range(n)]
         else:
             return []
-        return [(k, u) for k, u in pairs if self._source(self.operand(r, k)).opcode == "parameter"]
+        return [(k, u) for k, u in pairs if self.p.under(self.operand(r, k)).opcode == "parameter"]
 
     @staticmethod
     def _post_order(comp, by_id) -> list:
