@@ -278,12 +278,10 @@ class Plane:
     def __repr__(self) -> str:
         return f"Plane({self.name!r}, lines={len(self.lines)})"
 
-    def decode_stats(self, stats, ids: frozenset | None = None) -> dict:
+    def decode_stats(self, stats) -> dict:
         names = self.stat_names
         out = {}
         for st in stats:
-            if ids is not None and st.metadata_id not in ids:
-                continue
             key = names.get(st.metadata_id, str(st.metadata_id))
             kind = st.WhichOneof("value")
             value = names.get(st.ref_value, "") if kind == "ref_value" else \
@@ -383,8 +381,6 @@ class Space:
         self.path = path
         self.repeated_stat_events = 0
         self.hostnames = list(proto.hostnames)
-        self.errors = list(proto.errors)
-        self.warnings = list(proto.warnings)
         seen: set = set()
         self._checked: set = set()  # ids of the planes decode has checked
         self._extremes: list = []   # their extents' extremes (_extremes): all an extent check needs

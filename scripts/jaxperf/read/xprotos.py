@@ -307,9 +307,6 @@ def classes():
     packages = (("tensorflow.profiler", _XPLANE), ("xla", _HLO), (BULK, _XPLANE_BULK))
     for package, messages in packages:
         _build(pool, descriptor_pb2, package, messages)
-    out = {}
-    for package, messages in packages:
-        for name in messages:
-            out[name if package != BULK else f"{BULK}.{name}"] = \
-                message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.{name}"))
-    return out
+    return {name if package != BULK else f"{BULK}.{name}":
+            message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.{name}"))
+            for package, messages in packages for name in messages}
