@@ -951,10 +951,8 @@ def write_hlo_texts(folder: Path, m: Matched, tables: Tables, opts: Options,
         pname = protos[pid][0]
         fname, rows, why = None, None, None
         if pid == chosen and m.chosen_text is not None:
-            try:
+            with contextlib.suppress(OSError):  # the child said nothing: written here instead
                 fname, rows, why = m.chosen_text.wait()
-            except OSError:  # the child ended without a word: written here instead
-                pass
         if fname is None:
             fname, rows, why = hlo_text_file(folder, pid, *protos[pid])
         if why is None:
@@ -1225,10 +1223,9 @@ def read_steps(out: Path, files) -> tuple[dict | None, str]:
     for r in rows:
         by.setdefault(r["device"], []).append((round(r["start_us"] * 1e6),
                                                round(r["end_us"] * 1e6), r["step"]))
-    steps = {}
-    for dev, rows in by.items():
-        rows.sort()
-        steps[dev] = ([r[0] for r in rows], [(r[2], r[1]) for r in rows])
+    for rs in by.values():
+        rs.sort()
+    steps = {dev: ([r[0] for r in rs], [(r[2], r[1]) for r in rs]) for dev, rs in by.items()}
     return steps, "steps from steps.csv (step 1): a program appears in a step when one of " \
         "its GPU events starts inside that step's window on its GPU"
 
@@ -1249,15 +1246,11 @@ def class_totals(totals: dict) -> dict:
 
 
 def how_rows(groups) -> list[tuple]:
-    rows = []
-    for key in sorted((g for g in groups if g not in ("all", OUTSIDE)), key=str) + \
-            [g for g in (OUTSIDE, "all") if g in groups]:
-        g = groups[key]
-        total = sum(v[1] for v in g.values())
-        for c in CLASSES:
-            rows.append((key, c, g[c][0], us(g[c][1]), pct(g[c][1], total), g[c][2],
-                         us(g[c][3]), pct(g[c][3], total)))
-    return rows
+    keys = sorted((g for g in groups if g not in ("all", OUTSIDE)), key=str) + \
+        [g for g in (OUTSIDE, "all") if g in groups]
+    return [(key, c, g[c][0], us(g[c][1]), pct(g[c][1], total), g[c][2], us(g[c][3]),
+             pct(g[c][3], total)) for key in keys
+            for g in [groups[key]] for total in [sum(v[1] for v in g.values())] for c in CLASSES]
 
 
 def _classes_json(g) -> dict:

@@ -176,11 +176,9 @@ def build_inventory(files, xf, tf, programs, xplane_error, trace_error) -> dict:
     if programs is not None and not programs:
         refusals.append("cannot attribute kernels to instructions or source lines because the "
                         "xplane holds no HLO (/host:metadata)")
-    for r in programs or ():
-        if r["error"]:
-            refusals.append(f"cannot read program {r['entry']} because its HLO "
-                            f"{'is not consistent' if r['parses'] else 'proto does not parse'} "
-                            f"({r['error']})")
+    refusals += [f"cannot read program {r['entry']} because its HLO "
+                 f"{'is not consistent' if r['parses'] else 'proto does not parse'} ({r['error']})"
+                 for r in programs or () if r["error"]]
     return result
 
 

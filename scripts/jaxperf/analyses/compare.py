@@ -280,10 +280,9 @@ def host_rows(sides: dict) -> list:
     out = []
     for join, words in (("launch", "kernels launched one by one per step"),
                         ("graph_launch", "kernels launched in graphs per step")):
-        vals = {}
-        for s in SIDES:
-            n = number((sides[s].skip.get("joins") or {}).get(join))
-            vals[s] = n / sides[s].steps if n is not None and sides[s].steps else None
+        joined = {s: number((sides[s].skip.get("joins") or {}).get(join)) for s in SIDES}
+        vals = {s: n / sides[s].steps if n is not None and sides[s].steps else None
+                for s, n in joined.items()}
         if vals["before"] is not None or vals["after"] is not None:
             out.append(row("host", words, vals["before"], vals["after"], "count", "measured",
                            "" if None not in vals.values() else "not comparable",
@@ -383,20 +382,19 @@ def cause_measure(side: Side, kind: str, where: str, times: dict) -> float | Non
                      "idle_between_steps": "idle_between_us", "kernel_gaps": "device_wait_us"}
     if kind in steps_columns:
         d = int(m.group(1)) if (m := re.match(r"GPU (\d+)", where)) else None
-        vals = [number(r.get(steps_columns[kind])) for rs in side.by_step.values() for r in rs
-                if d is None or r.get("device") == str(d)]
-        vals = [v for v in vals if v is not None]
+        vals = [v for rs in side.by_step.values() for r in rs
+                if (d is None or r.get("device") == str(d))
+                and (v := number(r.get(steps_columns[kind]))) is not None]
         return statistics.median(vals) if vals else None
     if kind == "compile":  # step 1's compile a step; none where no step compiles
         return number(((side.skip.get("compile") or {}).get("per_step_us") or {})
                       .get("value")) or 0.0
     if kind == "exposed_collective":  # step 6's critical path of its median step
-        v = (((side.files.json("changes.json") or {}).get("critical_path") or {})
-             .get("collective") or {}).get("value")
-        return number(v)
+        return number((((side.files.json("changes.json") or {}).get("critical_path") or {})
+                       .get("collective") or {}).get("value"))
     if kind == "straggler_wait":
-        lags = [number(r.get("lag_us")) for r in side.table("stragglers.csv")]
-        lags = [v for v in lags if v is not None]
+        lags = [v for r in side.table("stragglers.csv")
+                if (v := number(r.get("lag_us"))) is not None]
         return statistics.median(lags) if lags else 0.0
     section = {"kernel_family": "family", "memcpy": "family", "python_line": "line"}.get(kind)
     # the name the change's `where` begins with (before " (")

@@ -33,7 +33,8 @@ def check_events(x, t, n_events, xplane_why: str, trace_why: str) -> list[dict]:
         return [row(name, status="not checkable", sentence=(
             f"GPU events json = xplane cannot be checked because "
             f"{xplane_why if x is None else trace_why}"))]
-    capped = n_events >= _exporter_cap()
+    import skip_stats  # its EXPORTER_EVENT_CAP
+    capped = n_events >= skip_stats.EXPORTER_EVENT_CAP
     out = []
     for d, s in sorted(set(x) | set(t)):
         xn, xd = x.get((d, s), [0, 0])
@@ -51,11 +52,6 @@ def check_events(x, t, n_events, xplane_why: str, trace_why: str) -> list[dict]:
                        f"GPU {d} stream {s}: summed event time differs, {rules.us(td)} us in "
                        f"the trace vs {rules.us(xd)} us in the xplane{cause}"))
     return out
-
-
-def _exporter_cap() -> int:
-    import skip_stats
-    return skip_stats.EXPORTER_EVENT_CAP
 
 
 # ---------------------------------------------------------------- check 6

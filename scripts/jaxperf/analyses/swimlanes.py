@@ -141,15 +141,6 @@ def to_ps(us_text: str) -> int:
     return round(float(us_text) * 1_000_000)
 
 
-def ensure_step1(capture, out: Path) -> bool:
-    """Run step 1 into `out` where one of its tables is missing; True when it ran."""
-    if all((out / f).is_file() for f in STEP1_FILES):
-        return False
-    import skip_stats  # sibling skill, standard library only
-    skip_stats.run(capture, out)
-    return True
-
-
 def _step1_table(out: Path, file: str, names: list):
     """One of step 1's tables, streamed (scratch.stream); a SwimlaneError where it is not there
     (this step needs each)."""
@@ -783,12 +774,10 @@ def lay_out_lanes(lanes: list, v0: int, v1: int, merge_ps: float) -> dict:
     for lane in lanes:
         lane["bars"] = bars = lay_out(lane["events"], v0, v1, merge_ps)
         counts["gpu_events" if lane["kind"] == "gpu" else "host_calls"] += len(lane["events"])
-        for b in bars:
-            if b[3] == 1:
-                counts["alone"] += 1
-            else:
-                counts["merged_events"] += b[3]
-                counts["merged_bars"] += 1
+        merged = [b[3] for b in bars if b[3] != 1]
+        counts["alone"] += len(bars) - len(merged)
+        counts["merged_events"] += sum(merged)
+        counts["merged_bars"] += len(merged)
         gpu = lane["kind"] == "gpu"
         lane["gap_bars"] = gb = lay_out(
             [(g["start"], g["end"], GAP_CLASS.get(g["cause"], "gu") if gpu else "hw", g)
@@ -1060,7 +1049,9 @@ def run(capture, out: Path, step: int | None = None, start_us: float | None = No
     trace_reader.TraceError. With `kernels_when_told`, step 4's kernels.csv is read only once
     a line comes on standard input (investigate.py runs step 4 meanwhile)."""
     out = Path(out)
-    ran = ensure_step1(capture, out)
+    if ran := not all((out / f).is_file() for f in STEP1_FILES):  # one of its tables missing
+        import skip_stats  # sibling skill, standard library only
+        skip_stats.run(capture, out)  # step 1 runs first
     s1, steps, gaps = read_step1(out)
     chosen = pick_step(s1, steps, step, start_us, end_us)
     v0, v1, zoomed = window(chosen, start_us, end_us)

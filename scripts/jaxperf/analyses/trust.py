@@ -279,20 +279,15 @@ def reconciliation_items(inp: Inputs, facts: Facts) -> list:
     more specific item states is folded into it: kernels per step and events per execution on a
     GPU whose graph replays are short, and the confidence check into the low-confidence item."""
     rec = inp.get("reconcile")
-    ci = inp.get("capture_info")
-    rows = []
     if rec is not None:
         rows = rec.get("checks") or []
-    elif ci is not None:  # step 0's own check, when step 2 did not run
-        for c in ci.get("checks") or []:
-            if c.get("status") == "pass":
-                continue
-            x, t = c.get("xplane"), c.get("trace")
-            rows.append({"check": "gpu_events_json_vs_xplane_count", "device": c.get("device"),
-                         "stream": "", "status": c.get("status"), "figure_a": t,
-                         "figure_b": x, "unit": "count",
-                         "trust_sentence": f"GPU {c.get('device')}: the trace holds {t} events, "
-                                           f"the xplane {x}"})
+    else:  # step 0's own check, when step 2 did not run
+        rows = [{"check": "gpu_events_json_vs_xplane_count", "device": c.get("device"),
+                 "stream": "", "status": c.get("status"), "figure_a": t, "figure_b": x,
+                 "unit": "count", "trust_sentence": f"GPU {c.get('device')}: the trace holds "
+                                                    f"{t} events, the xplane {x}"}
+                for c in (inp.get("capture_info") or {}).get("checks") or []
+                if c.get("status") != "pass" for x, t in [(c.get("xplane"), c.get("trace"))]]
     src_file = "reconciliation.csv" if rec is not None else "capture_info.json: checks"
     short = facts.rows.missing_replays if facts.rows else {}
     groups: dict = {}
@@ -757,11 +752,9 @@ def needs_new_capture(inp: Inputs, items: list, facts: Facts) -> list:
     kinds = {}
     for it in items:
         kinds.setdefault(it["kind"], []).append(it)
-    q = []
     ss = inp.get("skip_stats") or {}
-    for s in ss.get("needs_new_capture") or []:
-        q.append(question(s, NEEDS["batch"] if "batch" in s else "a new capture (see the "
-                          "question)", "skip_stats.json: needs_new_capture"))
+    q = [question(s, NEEDS["batch"] if "batch" in s else "a new capture (see the question)",
+                  "skip_stats.json: needs_new_capture") for s in ss.get("needs_new_capture") or []]
     between = ss.get("between_steps") or {}
     dev = (inp.get("capture_info") or {}).get("device") or {}
     core = "TPU core" if dev.get("kind") == "TPU" else "GPU"
@@ -947,17 +940,14 @@ def build_result(inp: Inputs, items: list, questions: list, facts: Facts) -> dic
 
 # ---------------------------------------------------------------- writers
 
+# How a column's value is written (str for the others); None is an empty cell.
+_CELL_TEXT = {"device_us": "{:.3f}".format, "pct_of_device_time": "{:.2f}".format,
+              "count": lambda v: str(int(v))}
+
+
 def _cell(it: dict, col: str) -> str:
     v = it[col]
-    if v is None:
-        return ""
-    if col == "device_us":
-        return f"{v:.3f}"
-    if col == "pct_of_device_time":
-        return f"{v:.2f}"
-    if col == "count":
-        return str(int(v))
-    return str(v)
+    return "" if v is None else _CELL_TEXT.get(col, str)(v)
 
 
 def write(out: Path, items: list, questions: list, result: dict) -> list:
