@@ -7,6 +7,7 @@ computed; they compute no figure.
 from __future__ import annotations
 
 import operator
+from dataclasses import asdict
 from pathlib import Path
 
 from gap_causes import gap_host_cells
@@ -137,7 +138,7 @@ def write_rows(path, a: Analysis) -> tuple[int, dict, int]:
                     gpu_buf.clear()
         fh.write("".join(buf))
         gpu_fh.write("".join(gpu_buf))
-    return n, summary.facts().to_json(), gpu_n
+    return n, asdict(summary.facts()), gpu_n
 
 
 def rows_job(path: Path, a) -> Forked:

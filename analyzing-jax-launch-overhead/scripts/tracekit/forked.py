@@ -89,10 +89,9 @@ class Exchange:
             return
         back_r, back_w = os.pipe()
         to_r, to_w = os.pipe()
-        try:  # what the child says comes back through it: fewer switches between the two
+        with contextlib.suppress(AttributeError, OSError):  # not Linux, or past its limit
+            # what the child says comes back through it: fewer switches between the two
             fcntl.fcntl(back_w, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
-        except (AttributeError, OSError):  # not Linux, or over the system's limit
-            pass
         sys.stdout.flush()
         sys.stderr.flush()
         # no stop reaches the child before it has its own handlers (_exchange_child)

@@ -6,7 +6,7 @@ rule for both: `Summary.add` takes each row as rows.csv's cells (text), in the t
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tracekit import scratch
@@ -47,9 +47,6 @@ class RowFacts:
         """How many of the hipMemcpy*-launched memcpys ran on the AMD GPUs, and their us."""
         mine = [dur for device, dur in self.hip_memcpys if device in amd_devices]
         return len(mine), sum(mine, 0.0)
-
-    def to_json(self) -> dict:
-        return asdict(self)
 
     @classmethod
     def from_json(cls, d: dict) -> RowFacts:

@@ -445,9 +445,9 @@ def figure(value, unit: str, label: str, rng: dict | None = None,
     if rng:
         out["min"], out["max"] = rng["min"], rng["max"]
     if decimals is not None:
-        for k in ("value", "min", "max"):
-            if out.get(k) is not None:  # None: not known (a step a saving would leave empty)
-                out[k] = round(out[k], decimals)
+        # None: not known (a step a saving would leave empty)
+        out.update((k, round(out[k], decimals)) for k in ("value", "min", "max")
+                   if out.get(k) is not None)
     return out
 
 
@@ -500,11 +500,8 @@ def records(folder: Path, file: str):
 def _records(fh, path: Path, file: str):
     try:
         with fh:
-            if STRICT:
-                for r in csv.DictReader(fh):
-                    yield DeclaredRow(file, r)
-            else:
-                yield from csv.DictReader(fh)
+            rows = csv.DictReader(fh)
+            yield from (DeclaredRow(file, r) for r in rows) if STRICT else rows
     except (UnicodeDecodeError, csv.Error) as exc:
         raise _unreadable(path, file, exc) from None
 
@@ -838,9 +835,7 @@ def claim(folder: Path, sources: list) -> None:
     """Record the folder's claim for the capture files `sources` (see CLAIM); the caller has
     checked other_capture."""
     have = claimed(folder)
-    for p in sources:
-        if identity(p) is not None:
-            have[_kind(p)] = identity(p)
+    have.update((_kind(p), now) for p in sources if (now := identity(p)) is not None)
     _handoff_write(folder, CLAIM, have)
 
 

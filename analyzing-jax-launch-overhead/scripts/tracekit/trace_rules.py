@@ -155,18 +155,14 @@ def pct(num, den) -> str:
     return f"{100.0 * num / den:.2f}" if den else ""
 
 
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
 def made_folder(prefix: str, parent: Path) -> Path:
     """A new temporary folder in `parent`, with the mode a folder made by the user gets
     (mkdtemp makes it 0700: renamed into place, another account, a Dask worker or CI could not
     read what it holds)."""
     tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
-    os.chmod(tmp, 0o777 & ~_umask())
+    mask = os.umask(0o022)  # the umask, read by setting it and setting it back
+    os.umask(mask)
+    os.chmod(tmp, 0o777 & ~mask)
     return tmp
 
 
