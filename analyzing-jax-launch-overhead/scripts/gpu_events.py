@@ -407,13 +407,9 @@ def launch_threads_to_exec(sample, host_threads, unordered=()) -> dict:
         if decided.get(L["thread"], 0) >= VOTES_ENOUGH:
             continue
         t = L["start"]
-        cands = []
-        for key, (starts, ends) in index.get(label, {}).items():
-            if key == L["thread"]:
-                continue
-            i = bisect.bisect_right(starts, t) - 1
-            if i >= 0 and ends[i] >= t:
-                cands.append(key)
+        cands = [key for key, (starts, ends) in index.get(label, {}).items()
+                 if key != L["thread"] and (i := bisect.bisect_right(starts, t) - 1) >= 0
+                 and ends[i] >= t]
         if len(cands) == 1:
             v = votes.setdefault(L["thread"], {})
             v[cands[0]] = v.get(cands[0], 0) + 1

@@ -160,12 +160,10 @@ def check_same_work(a, step_rows, idle_gpus, groups=None, compared=None) -> list
     """Same work across the GPUs that run the same programs (step 1's GPU groups): a GPU that
     runs other programs, or holds only argument copies, does other work, which is said (a pass
     with its explanation), never compared for speed."""
-    out = []
     devices = sorted({r["device"] for r in step_rows})
-    for d in idle_gpus:
-        out.append(row("same_work_across_gpus", d, "", "not checkable", "", "", "", "", "",
-                       f"GPU {d} has no events in this capture (idle, or its work not recorded: "
-                       "attribution/programs.csv partitions): nothing to compare"))
+    out = [row("same_work_across_gpus", d, "", "not checkable", "", "", "", "", "",
+               f"GPU {d} has no events in this capture (idle, or its work not recorded: "
+               "attribution/programs.csv partitions): nothing to compare") for d in idle_gpus]
     groups = [g for g in (groups or []) if g["devices"]]
     if len(groups) > 1:
         n_steps = len({r["step"] for r in step_rows})

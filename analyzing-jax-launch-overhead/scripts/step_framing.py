@@ -16,6 +16,7 @@ import bisect
 import operator
 import re
 import statistics
+from collections import Counter
 
 from tracekit import trace_rules as rules
 from tracekit.records import ProgramRun, Step
@@ -244,14 +245,6 @@ def walk_coverage(names: list, pattern: list) -> tuple[int, int]:
     return covered, whole
 
 
-def cycle_positions(names: list, pattern: list) -> list:
-    """Each execution's position in the cycle (None for one outside every whole occurrence)."""
-    p, pos = len(pattern), [None] * len(names)
-    for i in occurrences(names, pattern):
-        pos[i:i + p] = range(p)
-    return pos
-
-
 def cycle_phase(execs: list, pattern: list) -> tuple[list, str]:
     """The rotation of the cycle that starts a step: the one after the longest host pause (the
     median over cycles of the time from the previous execution's end to this one's start), when
@@ -259,8 +252,9 @@ def cycle_phase(execs: list, pattern: list) -> tuple[list, str]:
     p = len(pattern)
     if p == 1:
         return pattern, "one program per step"
-    names = [x.module for x in execs]
-    pos = cycle_positions(names, pattern)
+    pos = [None] * len(execs)  # each execution's position in the cycle (None: outside)
+    for i in occurrences([x.module for x in execs], pattern):
+        pos[i:i + p] = range(p)
     pauses: dict[int, list] = {}
     for i in range(1, len(execs)):
         if pos[i] is not None:
@@ -611,8 +605,7 @@ def find_steps(gpu, host_threads, trace_end, scan: dict | None = None,
     if found is None and tree:
         found = python_call_steps(tree, execs, trace_end, notes)
     if found is not None:
-        steps, source = found
-        return steps, source, notes
+        return (*found, notes)
     if not gpu:
         return [], "none", notes
     if not execs:
@@ -664,10 +657,8 @@ def assign_steps(gpu, steps) -> None:
     for ev in gpu:
         t = ev.launch["start"] if ev.join in ("launch", "dispatch") and ev.launch else ev.start
         i = bisect.bisect_right(starts, t) - 1
-        if i >= 0 and t <= steps[i].end or (i >= 0 and steps[i].source != "annotation"):
-            ev.step = steps[i].number
-        else:
-            ev.step = None
+        ev.step = steps[i].number if i >= 0 and t <= steps[i].end or (
+            i >= 0 and steps[i].source != "annotation") else None
 
 
 def mark_partial(gpu, steps) -> list:
@@ -676,10 +667,7 @@ def mark_partial(gpu, steps) -> list:
     own flags (a call's work varies by design, and a traced call is recorded whole)."""
     if steps and steps[0].source.startswith("python:"):
         return [s for s in steps if not s.partial]
-    counts = {}
-    for ev in gpu:
-        if ev.step is not None:
-            counts[ev.step] = counts.get(ev.step, 0) + 1
+    counts = Counter(ev.step for ev in gpu if ev.step is not None)
     if not steps:
         return []
     values = [counts.get(s.number, 0) for s in steps]
