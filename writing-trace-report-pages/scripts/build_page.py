@@ -254,12 +254,9 @@ def safe_style(text: str) -> bool:
     low = text.lower()
     if any(c in low for c in "\\@<") or "/*" in low or "javascript:" in low:
         return False
-    for m in FUNCTION_RE.finditer(low):
-        if m.group(1) not in CSS_FUNCTIONS:
-            return False
-        if m.group(1) == "url" and not OWN_URL_RE.match(low, m.start()):
-            return False
-    return True
+    return all(m.group(1) in CSS_FUNCTIONS
+               and (m.group(1) != "url" or OWN_URL_RE.match(low, m.start()))
+               for m in FUNCTION_RE.finditer(low))
 
 
 def rename_urls(text: str, prefix: str) -> str:
