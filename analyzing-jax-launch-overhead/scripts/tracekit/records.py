@@ -18,14 +18,13 @@ Each record, what fills it on a GPU and on a TPU, and the table that carries it:
   `XLA Ops` event, its instruction itself. rows.csv, attribution/kernels.csv; the GPU-only
   columns (correlation id, graph, launch) in their child tables rows_gpu.csv and
   attribution/kernels_gpu.csv.
-- `HostCall`, one host event (a dispatch, a launch, a sync, the input pipeline): the trace's
-  host threads on both. rows.csv's launch columns, gaps.csv `host_events`.
+- `HostCall`, one host event (a dispatch, a launch, a sync): the trace's host threads on both.
+  rows.csv's launch columns, gaps.csv `host_events`.
 
-An op run is extended, not copied, by the step that learns more of it, each setting every field in
-its own constructor (a capture holds hundreds of thousands: no call up): step 1 its host call and
-step (gpu_events.TraceEvent), step 4 its instruction, how it was known and with what confidence
-(kernel_match.Kernel). Host calls stay the dicts the trace reader builds (millions of them:
-a class a call would cost the read its mark); `HostCall` declares their keys.
+A step extends an op run with what it learns (no call up: every field set in its constructor):
+step 1 its host call and step (gpu_events.TraceEvent), step 4 its instruction, how it was known
+and how sure (kernel_match.Kernel). Host calls stay the trace reader's dicts (millions: a class
+would cost the read its mark); `HostCall` declares their keys.
 """
 
 from __future__ import annotations

@@ -772,13 +772,11 @@ def compile_per_step(ctx: Context) -> float | None:
 
 
 def recompiled_programs(ctx: Context, compiling: list) -> tuple[str, str]:
-    """What compiles in `compiling` (step numbers), from programs.csv's programs run there: a
-    module of several programs (a new program in each step: a new input shape or a static
-    argument's value) -> ("shape", its words), else one of one program run in several of them,
-    compiled again (the same HLO each time: jax.jit given a new function each step) ->
-    ("same", ...); ("shape", "") where programs.csv does not tell."""
-    ids: dict[str, set] = {}
-    steps: dict[str, set] = {}
+    """What compiles in `compiling` (step numbers), by programs.csv's programs run there: a
+    module of several (a new input shape or static argument each step) -> ("shape", words); one
+    program run in several steps, compiled again (jax.jit given a new function each step) ->
+    ("same", words); ("shape", "") where programs.csv does not tell."""
+    ids, steps = {}, {}  # module -> its program ids, its compiling steps
     for p in tables(ctx.out).rows("attribution/programs.csv") or []:
         if ran := rules.parse_ranges(p.get("steps")) & set(compiling):
             ids.setdefault(p["module"], set()).add(p["program_id"])
