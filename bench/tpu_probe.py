@@ -35,7 +35,8 @@ written and captured as a user would: `jax.profiler.start_trace`/`stop_trace`, a
 - a train step in float64 under jax.enable_x64, an Adam update of 512 separate small arrays,
 - greedy decoding that grows its token history by jnp.concatenate (a new shape every step),
   a train step jitted inside the loop (jax.jit(lambda ...) each step), a denoising step whose
-  noise numpy draws on the host each step.
+  noise numpy draws on the host each step,
+- a capture at size: 250,000 tiny eager ops over 4 steps, the Python tracer off.
 
 Each probe leaves `OUTDIR/<probe>/plugins/profile/<run>/...` and `OUTDIR/<probe>/truth.json`:
 the step time without the profiler (`step_ms_unprofiled_median`: steps run as the probe runs
@@ -1597,6 +1598,28 @@ def probe_host_noise(smoke: bool, on_device: bool = False) -> Probe:
                  "train")
 
 
+def probe_tiny_eager_ops(smoke: bool) -> Probe:
+    """A capture at size for the robustness round: 4 steps of 62,500 tiny eager ops each (a
+    scalar's multiply, adds, compare and select, each op its own dispatch), 250,000 op runs
+    captured, the Python tracer off (ProfileOptions python_tracer_level=0) so that the capture
+    stays a few tens of MB."""
+    ops = 6 if smoke else 12_500
+    x = jnp.float32(1.0)
+
+    def run(n, annotate):
+        v = x
+        for i in range(n):
+            with _step_ctx("train", i, annotate):
+                for _ in range(ops):
+                    v = jnp.where(v * 0.5 + 1.0 > 3.0, v, v + 1.0)
+                v.block_until_ready()
+
+    return Probe(run, f"{5 * ops:,} tiny eager ops a step (a scalar's multiply, adds, compare "
+                      "and select), blocked each step, annotated 'train'; captured with "
+                      "ProfileOptions(python_tracer_level=0)", "train", captured=4, timed=2,
+                 warmup=1, options={"python_tracer_level": 0})
+
+
 AFTER = {"callback_step": "callback_step_outside", "decode_kv": "decode_kv_on_device",
          "two_programs": ("two_programs_jitted_norm", "two_programs_no_sync"),
          "remat_policy": "remat_policy_saved",
@@ -1691,6 +1714,7 @@ PROBES: dict[str, Callable[[bool], Probe]] = {
     "jit_in_loop_hoisted": partial(probe_jit_in_loop, hoisted=True),
     "host_noise": probe_host_noise,
     "host_noise_on_device": partial(probe_host_noise, on_device=True),
+    "tiny_eager_ops": probe_tiny_eager_ops,
 }
 
 
