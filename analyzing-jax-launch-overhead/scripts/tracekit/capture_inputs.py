@@ -104,9 +104,8 @@ def _hosts_in(run_dir: Path) -> dict[str, dict[str, Path]]:
 
 def _runs_under(folder: Path) -> list[Path]:
     for base in (folder / "plugins" / "profile", folder):
-        if base.is_dir():
-            if runs := [d for d in _listing(base) if d.is_dir() and _hosts_in(d)]:
-                return sorted(runs, key=lambda r: (0 if RUN_NAME_RE.match(r.name) else 1, r.name))
+        if base.is_dir() and (runs := [d for d in _listing(base) if d.is_dir() and _hosts_in(d)]):
+            return sorted(runs, key=lambda r: (0 if RUN_NAME_RE.match(r.name) else 1, r.name))
     return []
 
 

@@ -51,6 +51,8 @@ TOP_LINES = 3
 # this share of the step's host-late time: then the knob is the host's work before the step (the
 # input pipeline, dispatch), not the launches between kernels.
 LEADING_GAP_MAJORITY = 0.5
+# copies from the host under that majority are still said from this share of the leading gap
+COPIES_SAID_SHARE = 0.05  # (a 16 MiB input each step: 5.1 ms of a 53.6 ms gap)
 
 # Host events named in a host_gap cause (largest overlap first).
 HOST_EVENTS_NAMED = 3
@@ -340,8 +342,8 @@ def host_knob(lead: float, host_late: float, graph_pct: float, tracer: bool,
     kernels (the larger first), and the Python tracer where its events fill the gaps.
     `setup_re`: the device's names of the runtime's set-up (adapters.Adapter.setup_re; None:
     none known). `copy`: (its largest event's name, whether copies from the host dominate the
-    leading gap: copies_lead). `frame`: the host event whose own untraced body fills the
-    leading gap, too slow for one producer thread (host_gap)."""
+    leading gap: copies_lead). `frame`: the host event whose untraced body, too slow for one
+    producer thread, fills the leading gap (host_gap)."""
     sentences = HOST_GAP.knob
     between = sentences["between, in graphs" if graph_pct >= 50.0 else "between"]
     setup = [(n, t) for n, t in events if setup_re is not None and setup_re.match(n)]
@@ -381,11 +383,6 @@ def copies_lead(ctx: Context, hd: dict | None) -> tuple | None:
     return (c.get("largest") or "the transfer", t >= LEADING_GAP_MAJORITY * hd["leading_us"], t,
             (c.get("transfer_us") or {}).get("value") or 0.0,
             (c.get("bytes_per_step") or {}).get("value") or 0.0, hd["leading_us"])
-
-
-# copies from the host that fill less than the leading gap's majority are said where they fill
-# this share of it (a 16 MiB input each step: 5.1 ms of a 53.6 ms gap)
-COPIES_SAID_SHARE = 0.05
 
 
 @cause("host_gap", HOST_GAP)

@@ -158,10 +158,10 @@ def load_table(scratch: TableCache, name: str):
             data = json.loads(path.read_text(encoding="utf-8"), parse_float=D, parse_int=D)
     except (OSError, UnicodeDecodeError, ValueError, csv.Error) as exc:
         raise NoTable(f"{name} cannot be read ({exc})") from None
-    if rel == Path("steps.csv"):  # cross-checked against the result written with it
-        if why := steps_disagree(data[1], skip_record(scratch.folder)):
-            raise NoTable(f"{why}: the table disagrees with its own record, so no figure of it "
-                          "is checked; run skip_stats.py into the folder again")
+    # steps.csv: cross-checked against the result written with it
+    if rel == Path("steps.csv") and (why := steps_disagree(data[1], skip_record(scratch.folder))):
+        raise NoTable(f"{why}: the table disagrees with its own record, so no figure of it "
+                      "is checked; run skip_stats.py into the folder again")
     scratch.cache[name] = data
     return data
 

@@ -160,10 +160,14 @@ def results(s: Scratch) -> list[str]:
     out = gpu_line(s)
     tpu = ((s.json("capture_info.json") or {}).get("device") or {}).get("kind") == "TPU"
     own = rules.tpu_words if tpu else str  # the draft's own words, not a quoted cell
-    if skip:
+    if skip:  # the verdict's shares: one a step, over `n` analysed steps
+        f = (skip.get("figures") or {}).get("host_share_pct_of_step") or {}
+        n = cite(f.get("n"), "", f.get("label"), "skip_stats.json",
+                 "figures.host_share_pct_of_step.n", 0)
         out.append(f"- What bounds the step: **{skip.get('verdict')}** (inferred; "
                    f"skip_stats.json: verdict); {own('the critical stream')} waits on the host "
-                   f"{fig(s, 'skip_stats.json', 'host_share_pct_of_step')} of the step. "
+                   f"{fig(s, 'skip_stats.json', 'host_share_pct_of_step')} of the step "
+                   f"(over {n} analysed steps). "
                    + judge("say in one sentence what bounds the step, from skip_stats.json "
                            "rule and figures; the verdict stands or is qualified"))
         out.append(f"- Step time (its start to {own('its last kernel')}): "

@@ -487,12 +487,12 @@ def group_figures(text: str, nums: list[Num], cites=()) -> list[Figure]:
         a = nums[i]
         if (i + 2 < len(nums) and PAREN_OPEN_RE.match(text[a.end:nums[i + 1].start])
                 and RANGE_SEP_RE.match(text[nums[i + 1].end:nums[i + 2].start])
-                and not cited_between(a.end, nums[i + 2].start)):
-            if close := PAREN_CLOSE_RE.match(text, nums[i + 2].end):
-                parts = [("value", a), ("min", nums[i + 1]), ("max", nums[i + 2])]
-                out.append(Figure(a.start, close.end(), inherit_units(parts)))
-                i += 3
-                continue
+                and not cited_between(a.end, nums[i + 2].start)
+                and (close := PAREN_CLOSE_RE.match(text, nums[i + 2].end))):
+            parts = [("value", a), ("min", nums[i + 1]), ("max", nums[i + 2])]
+            out.append(Figure(a.start, close.end(), inherit_units(parts)))
+            i += 3
+            continue
         if (i + 1 < len(nums) and RANGE_SEP_RE.match(text[a.end:nums[i + 1].start])
                 and not cited_between(a.end, nums[i + 1].start)):
             parts = [("min", a), ("max", nums[i + 1])]
