@@ -770,9 +770,9 @@ def compile_per_step(ctx: Context) -> float | None:
 
 def recompiled_programs(ctx: Context, compiling: list) -> tuple[str, str]:
     """What compiles in `compiling` (step numbers), by programs.csv's programs run there: a
-    module of several (a new input shape or static argument each step) -> ("shape", words); one
-    program run in several steps, compiled again (jax.jit given a new function each step) ->
-    ("same", words); ("shape", "") where programs.csv does not tell."""
+    module of several (a new input shape or static argument each step) -> ("shape", words); else
+    one program run in every one of them, compiled again (jax.jit given a new function each
+    step) -> ("same", words); ("shape", "") where programs.csv does not tell."""
     ids, steps = {}, {}  # module -> its program ids, its compiling steps
     for p in tables(ctx.out).rows("attribution/programs.csv") or []:
         if ran := rules.parse_ranges(p.get("steps")) & set(compiling):
@@ -781,10 +781,10 @@ def recompiled_programs(ctx: Context, compiling: list) -> tuple[str, str]:
     if new := max((m for m in ids if len(ids[m]) > 1), key=lambda m: len(ids[m]), default=None):
         return "shape", (f"; the steps run {len(ids[new])} programs of {new}, a new one as it "
                          "compiles (a new input shape or static argument)")
-    if same := next((m for m in ids if len(steps[m]) > 1), None):
-        return "same", (f"; the steps run one program of {same} in {len(steps[same])} of "
-                        "them, its HLO the same each time it compiles (a cache miss, not a new "
-                        "shape)")
+    if len(compiling) > 1 and (same := [m for m in ids if steps[m] >= set(compiling)]):
+        return "same", (f"; the steps run one program of {' and one of '.join(same)} in all "
+                        f"{len(compiling)} of them, its HLO the same each time it compiles (a "
+                        "cache miss, not a new shape)")
     return "shape", ""
 
 
