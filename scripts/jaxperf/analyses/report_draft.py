@@ -166,8 +166,8 @@ def results(s: Scratch) -> list[str]:
                  "figures.host_share_pct_of_step.n", 0)
         out.append(f"- What bounds the step: **{skip.get('verdict')}** (inferred; "
                    f"skip_stats.json: verdict); {own('the critical stream')} waits on the host "
-                   f"{fig(s, 'skip_stats.json', 'host_share_pct_of_step')} of the step "
-                   f"(over {n} analysed steps). "
+                   f"{fig(s, 'skip_stats.json', 'host_share_pct_of_step')} of the step"
+                   + (f" (over {n} analysed steps). " if f.get("n") else ". ")
                    + judge("say in one sentence what bounds the step, from skip_stats.json "
                            "rule and figures; the verdict stands or is qualified"))
         out.append(f"- Step time (its start to {own('its last kernel')}): "
