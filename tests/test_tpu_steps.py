@@ -104,6 +104,28 @@ def test_compilation_inside_the_steps_is_measured_and_ranked_first(tmp_path):
     assert row["knob"].startswith("one jax.jit object"), row["knob"]
 
 
+def test_a_compile_between_steps_leaves_the_last_steps_unseen_zero_out(tmp_path):
+    """XLA compiling before each step but the first (a greedy decode growing its history: each
+    compile falls in the step before, from its start to the next one's): the last step, which no
+    step follows, is seen to its own end only, so its zero is not a step without a compile (a
+    real capture read "0 to 2.25 s" a step, and an agent took the 0 for a step that compiled
+    not)."""
+    dst = tmp_path / "cap"
+    shutil.copytree(LAB / "tiny_step" / "plugins", dst / "plugins")
+    (trace,) = dst.glob("plugins/profile/*/*.trace.json.gz")
+    data = json.loads(gzip.decompress(trace.read_bytes()))
+    ev = data["traceEvents"]
+    steps = sorted((e for e in ev if "step_num" in (e.get("args") or {})), key=lambda e: e["ts"])
+    host = next(e for e in ev if e.get("name") == "PjRtCApiLoadedExecutable::Execute")
+    for s in steps[1:]:  # 9 us of compiling just before each later step starts
+        ev.append({"ph": "X", "pid": host["pid"], "tid": 77, "ts": s["ts"] - 10, "dur": 9,
+                   "name": "PJRT_Client_Compile"})
+    trace.write_bytes(gzip.compress(json.dumps(data).encode()))
+    c = _step1(dst, tmp_path / "out")["compile"]
+    assert c["steps_with_compile"] == c["steps"] == len(steps) - 1, c
+    assert c["per_step_us"]["min"] == pytest.approx(9.0, abs=0.01), c
+
+
 def test_the_hosts_own_work_before_the_device_is_the_calls_wholly_inside():
     """CallTree.inside: the outermost traced calls that start and end inside a window; a call
     that spans past it (the loop body around the dispatch) is not the host's work before it,

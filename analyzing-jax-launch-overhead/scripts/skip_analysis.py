@@ -465,15 +465,16 @@ def _compile_summary(a: Analysis) -> dict | None:
                 for h in events if h["name"] in names)
     order = sorted(a.steps, key=lambda st: st.start)
     nxt = {st.number: order[i + 1].start for i, st in enumerate(order[:-1])}
-    per = [union_ps([(max(s, st.start), min(e, end)) for s, e in iv if s < end and e > st.start])
-           for st in a.analysed for end in [max(st.end, nxt.get(st.number, st.end))]]
-    if not any(per):
+    per = {st.number: union_ps([(max(s, st.start), min(e, end)) for s, e in iv if s < end
+                                and e > st.start]) for st in a.analysed
+           for end in [max(st.end, nxt.get(st.number, st.end))]}
+    # a step no step follows is seen to its end only: its zero is unseen (a compile after it)
+    per = {n: p for n, p in per.items() if p or n in nxt} or per
+    if not any(v := list(per.values())):
         return None
-    return {"per_step_us": spread(per, "us", "measured", 1e-6),
-            "total_us": round(sum(per) * 1e-6, 3),
-            "steps_with_compile": sum(1 for p in per if p), "steps": len(per),
-            "compiling_steps": [st.number for st, p in zip(a.analysed, per, strict=True) if p],
-            "events": len(iv), "label": "measured"}
+    return {"per_step_us": spread(v, "us", "measured", 1e-6), "total_us": round(sum(v) * 1e-6, 3),
+            "steps_with_compile": sum(1 for p in v if p), "steps": len(v), "events": len(iv),
+            "compiling_steps": [n for n, p in per.items() if p], "label": "measured"}
 
 
 def compile_note(c: dict) -> str | None:

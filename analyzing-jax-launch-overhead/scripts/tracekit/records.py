@@ -85,10 +85,9 @@ class ProgramRun:
 
 @dataclass
 class Step:
-    """One step: its `number`, window (`start`, `end`: ps), how it was framed (`source`),
-    whether the capture cut it (`partial`), when the host finished dispatching it (`launched`,
-    program-cycle steps), its program runs (`executions`) and the runs outside the repeating
-    cycle that ran in it (`extra`)."""
+    """One step: `number`, window (`start`, `end`: ps), how it was framed (`source`), cut by the
+    capture (`partial`), when the host ended dispatching it (`launched`, program-cycle steps),
+    its program runs (`executions`) and those outside the repeating cycle (`extra`)."""
     number: int
     start: int
     end: int
