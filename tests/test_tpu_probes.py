@@ -436,24 +436,33 @@ def test_every_probes_verdict_class_is_its_truths(jobs):
     assert any("host-bound over the period" in r for r in first["rule"]), first["rule"]
 
 
-def _changes_with(tmp_path, job, column: str, value: str) -> list:
-    """Step 6 again on a copy of a probe's scratch folder whose programs.csv `column` is
-    `value` in every row (what step 4 reads from a program's HLO)."""
+def _changes_again(tmp_path, job, programs=None, compile_=None) -> list:
+    """Step 6 again on a copy of a probe's scratch folder, its programs.csv rows
+    `programs(rows)` (what step 4 reads from a program's HLO) and its skip_stats.json
+    `compile` `compile_(steps)` (step 1's compile facts, given the steps) where given."""
     import shutil
     out = tmp_path / "out"
     shutil.copytree(job[1], out)
-    path = out / "attribution" / "programs.csv"
-    rows = _rows(path)
-    for r in rows:
-        r[column] = value
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    if compile_:
+        s1 = json.loads((out / "skip_stats.json").read_text())
+        s1["compile"] = compile_([int(r["step"]) for r in _rows(out / "steps.csv")])
+        (out / "skip_stats.json").write_text(json.dumps(s1))
+    if programs:
+        path = out / "attribution" / "programs.csv"
+        rows = programs(_rows(path))
+        with open(path, "w", newline="", encoding="utf-8") as fh:
+            w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
     run = subprocess.run([sys.executable, "-P", str(REPO / "scripts" / "changes.py"),
                           "--out", str(out)], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     return _rows(out / "changes.csv")
+
+
+def _changes_with(tmp_path, job, column: str, value: str) -> list:
+    """Step 6 again where programs.csv's `column` is `value` in every row."""
+    return _changes_again(tmp_path, job, lambda rows: [{**r, column: value} for r in rows])
 
 
 def test_many_arguments_and_float64_rows_fire_on_their_program_facts_only(jobs, tmp_path):
@@ -488,27 +497,12 @@ def _compiling_every_step(tmp_path, job, programs=None) -> list:
     """Step 6 again on a copy of compile_in_capture's scratch folder read as compiling 2 s in
     every step (a jax.jit of a new function each step, or a new shape each step), its
     programs.csv rows `programs(rows)` where given."""
-    import shutil
-    out = tmp_path / "out"
-    shutil.copytree(job[1], out)
-    s1 = json.loads((out / "skip_stats.json").read_text())
-    steps = [int(r["step"]) for r in _rows(out / "steps.csv")]
-    s1["compile"].update(compiling_steps=steps, steps=len(steps), steps_with_compile=len(steps),
-                         total_us=2e6 * len(steps))
-    s1["compile"]["per_step_us"].update(value=2e6, min=2e6, max=2e6)
-    (out / "skip_stats.json").write_text(json.dumps(s1))
-    path = out / "attribution" / "programs.csv"
-    rows = _rows(path)
-    if programs:
-        rows = programs(rows)
-        with open(path, "w", newline="", encoding="utf-8") as fh:
-            w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
-    run = subprocess.run([sys.executable, "-P", str(REPO / "scripts" / "changes.py"),
-                          "--out", str(out)], capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-    return _rows(out / "changes.csv")
+    def every_step(steps):
+        c = json.loads((job[1] / "skip_stats.json").read_text())["compile"]
+        return {**c, "compiling_steps": steps, "steps": len(steps),
+                "steps_with_compile": len(steps), "total_us": 2e6 * len(steps),
+                "per_step_us": {**c["per_step_us"], "value": 2e6, "min": 2e6, "max": 2e6}}
+    return _changes_again(tmp_path, job, programs, every_step)
 
 
 def test_a_compile_every_step_says_whether_the_program_is_new(jobs, tmp_path):

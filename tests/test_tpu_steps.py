@@ -64,6 +64,23 @@ def test_every_op_run_joins_its_program_run_and_dispatch(tmp_path):
     assert any("15 program runs, 15 of them joined" in n for n in r["notes"])
 
 
+def _tiny_step_compiling(tmp_path, compiles) -> tuple:
+    """A copy of the lab's tiny_step whose host holds the compile events `compiles(steps)`
+    ((ts us, dur us, name) each, on a thread of their own; `steps` its step annotations in
+    start order): the copy's folder and those annotations."""
+    dst = tmp_path / "cap"
+    shutil.copytree(LAB / "tiny_step" / "plugins", dst / "plugins")
+    (trace,) = dst.glob("plugins/profile/*/*.trace.json.gz")
+    data = json.loads(gzip.decompress(trace.read_bytes()))
+    ev = data["traceEvents"]
+    steps = sorted((e for e in ev if "step_num" in (e.get("args") or {})), key=lambda e: e["ts"])
+    host = next(e for e in ev if e.get("name") == "PjRtCApiLoadedExecutable::Execute")
+    ev += [{"ph": "X", "pid": host["pid"], "tid": 77, "ts": ts, "dur": dur, "name": name}
+           for ts, dur, name in compiles(steps)]
+    trace.write_bytes(gzip.compress(json.dumps(data).encode()))
+    return dst, steps
+
+
 def test_compilation_inside_the_steps_is_measured_and_ranked_first(tmp_path):
     """XLA compiling on the host inside each step (the compile events a real recompiling TPU
     capture holds, bench/tpu_lab.py's recompile case: PJRT_Client_Compile around
@@ -73,19 +90,10 @@ def test_compilation_inside_the_steps_is_measured_and_ranked_first(tmp_path):
     program in every step, so its knob is one jax.jit object, not a few shapes."""
     import subprocess
     import sys
-    dst = tmp_path / "cap"
-    shutil.copytree(LAB / "tiny_step" / "plugins", dst / "plugins")
-    (trace,) = dst.glob("plugins/profile/*/*.trace.json.gz")
-    data = json.loads(gzip.decompress(trace.read_bytes()))
-    ev = data["traceEvents"]
-    steps = sorted((e for e in ev if "step_num" in (e.get("args") or {})), key=lambda e: e["ts"])
-    host = next(e for e in ev if e.get("name") == "PjRtCApiLoadedExecutable::Execute")
-    for s in steps:  # 150 us of compiling at each step's start, before its dispatch
-        ev.append({"ph": "X", "pid": host["pid"], "tid": 77, "ts": s["ts"] + 1, "dur": 150,
-                   "name": "PJRT_Client_Compile"})
-        ev.append({"ph": "X", "pid": host["pid"], "tid": 77, "ts": s["ts"] + 2, "dur": 140,
-                   "name": "TpuCompiler::Compile"})
-    trace.write_bytes(gzip.compress(json.dumps(data).encode()))
+    # 150 us of compiling at each step's start, before its dispatch
+    dst, _ = _tiny_step_compiling(tmp_path, lambda steps: [
+        (s["ts"] + d, dur, name) for s in steps
+        for d, dur, name in ((1, 150, "PJRT_Client_Compile"), (2, 140, "TpuCompiler::Compile"))])
     out = tmp_path / "out"
     r = _step1(dst, out)
     assert r["compile"]["steps_with_compile"] == r["compile"]["steps"] > 0
@@ -110,17 +118,9 @@ def test_a_compile_between_steps_leaves_the_last_steps_unseen_zero_out(tmp_path)
     step follows, is seen to its own end only, so its zero is not a step without a compile (a
     real capture read "0 to 2.25 s" a step, and an agent took the 0 for a step that compiled
     not)."""
-    dst = tmp_path / "cap"
-    shutil.copytree(LAB / "tiny_step" / "plugins", dst / "plugins")
-    (trace,) = dst.glob("plugins/profile/*/*.trace.json.gz")
-    data = json.loads(gzip.decompress(trace.read_bytes()))
-    ev = data["traceEvents"]
-    steps = sorted((e for e in ev if "step_num" in (e.get("args") or {})), key=lambda e: e["ts"])
-    host = next(e for e in ev if e.get("name") == "PjRtCApiLoadedExecutable::Execute")
-    for s in steps[1:]:  # 9 us of compiling just before each later step starts
-        ev.append({"ph": "X", "pid": host["pid"], "tid": 77, "ts": s["ts"] - 10, "dur": 9,
-                   "name": "PJRT_Client_Compile"})
-    trace.write_bytes(gzip.compress(json.dumps(data).encode()))
+    # 9 us of compiling just before each later step starts
+    dst, steps = _tiny_step_compiling(tmp_path, lambda steps: [
+        (s["ts"] - 10, 9, "PJRT_Client_Compile") for s in steps[1:]])
     c = _step1(dst, tmp_path / "out")["compile"]
     assert c["steps_with_compile"] == c["steps"] == len(steps) - 1, c
     assert c["per_step_us"]["min"] == pytest.approx(9.0, abs=0.01), c
