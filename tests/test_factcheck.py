@@ -926,6 +926,38 @@ It runs at 100% of peak.
         checked
 
 
+def test_a_figure_restated_as_written_and_a_cell_every_row_holds(tmp_path):
+    """Agents' reports failed on their first run on figures they repeated: "5,007.4 us" cited
+    once, then written again alike, is that figure (written otherwise, "5,007.5 us", a claim of
+    its own); "all 8 steps" restates "8 ... analysed steps" (a count's word among the other's
+    two), never "8 kernels"; a cell cited without a row holds where every matching row holds
+    it ("compute" in each step), and fails where the rows differ."""
+    out = tmp_path / "scratch"
+    out.mkdir()
+    (out / "changes.csv").write_text("rank,saving_us,label\n1,5007.361,inferred\n",
+                                     encoding="utf-8")
+    (out / "stragglers.csv").write_text("step,device,last_stretch,end_us\n1,0,compute,10\n"
+                                        "2,0,compute,20\n", encoding="utf-8")
+    (out / "skip_stats.json").write_text(json.dumps({"figures": {"share": {
+        "value": 33.0, "n": 8, "unit": "pct", "label": "inferred"}}}), encoding="utf-8")
+    text = """# R
+Change 1 saves 5,007.4 us (inferred, not run; changes.csv: saving_us, rank=1).
+Over 8 (inferred; skip_stats.json: figures.share.n) analysed steps it holds.
+In all 8 steps the chip waits; change 1's 5,007.4 us is a mean.
+Not the same: 5,007.5 us, and 8 kernels.
+Each step ends in compute (inferred; stragglers.csv: last_stretch).
+Each step ends at 10 us (measured; stragglers.csv: end_us).
+"""
+    p, rows = check(text, out, tmp_path)
+    assert p.returncode == 4, p.stdout + p.stderr
+    got = [(x["line"], x["figure"], x["verdict"]) for x in rows if x["verdict"] != "skipped"]
+    assert got == [("2", "5,007.4 us", "ok"), ("3", "8", "ok"), ("4", "8", "ok"),
+                   ("4", "5,007.4 us", "ok"), ("5", "5,007.5 us", "no_table"),
+                   ("5", "8", "no_table"), ("6", "compute", "ok"), ("7", "10 us", "no_table")
+                   ], got
+    assert "2 values" in next(x["why"] for x in rows if x["line"] == "7")
+
+
 def test_an_identifier_before_a_table_named_alone_is_no_claim(scratch, tmp_path):
     """"Test change 1 (steps.csv) first.": the parentheses name a table, no column; the number
     before them is an identifier, so nothing is claimed (an agent's report failed on it)."""

@@ -554,8 +554,8 @@ class Render:
 
 def table_html(t: pt.Table, tid: str) -> str:
     spec, labels = t.spec, t.labels
-    numeric = [c in labels or all(pt.is_number(r[k]) for r in t.rows if r[k])
-               and any(r[k] for r in t.rows) for k, c in enumerate(t.columns)]
+    numeric = [all(pt.is_number(r[k]) for r in t.rows if r[k])  # a labelled word: text
+               and (c in labels or any(r[k] for r in t.rows)) for k, c in enumerate(t.columns)]
     head = []
     for c, isnum in zip(t.columns, numeric, strict=True):
         lab = labels.get(c)

@@ -283,10 +283,11 @@ def lookup_csv(scratch, name, data, items, roles):
         unit = "us"
     for role in roles:
         if role == "value":
-            if agg in (None, "range"):
-                if len(sel) != 1:
+            if agg in (None, "range"):  # one row, or rows that all hold the same cell
+                if len(sel) != 1 and (agg or len(set(cells)) != 1):
                     raise NoTable(f"{len(sel)} rows of {name} match"
-                                  f"{' ' + where if where else ''} and no aggregate is given")
+                                  f"{' ' + where if where else ''}, holding "
+                                  f"{len(set(cells))} values, and no aggregate is given")
                 v = cells[0]
                 out[role] = (decimal_of(v) if decimal_of(v) is not None else v, unit)
             else:
@@ -950,25 +951,36 @@ def add_row(rows, where, claim_of, pos, figure, verdict, cite=None, label="", fo
                     counts))
 
 
-# the word a figure counts: the first after it, past a citation written right after it
-COUNTED_RE = re.compile(r"\s*(?:\([^()]*\)\s*)?([A-Za-z][A-Za-z-]*)")
+# the words a figure counts: the first two after it, past a citation written right after it
+COUNTED_RE = re.compile(r"\s*(?:\([^()]*\)\s*)?([A-Za-z][A-Za-z-]*)(?:\s+([A-Za-z][A-Za-z-]*))?")
 
 
 SUBJECT_RE = re.compile(r"\s+(?:(?:the|its|a|an|their|this|that)\s+)?([A-Za-z][A-Za-z-]*)")
 
 
 def counted_word(text: str, end: int) -> str:
-    """What the figure ending at `end` counts ("kernel" of "32 kernels"; a plural's s cut, so
-    that "1 step" and "2 steps" count one thing), or what a share is of ("of peak" of "100% of
-    peak", "of time" of "100% of the time"); "" where no word follows."""
+    """What the figure ending at `end` counts, its next two words ("kernel ran" of "32 kernels
+    ran"; a plural's s cut, so that "1 step" and "2 steps" count one thing), or what a share is
+    of ("of peak" of "100% of peak", "of time" of "100% of the time"); "" where no word
+    follows."""
     m = COUNTED_RE.match(text, end)
     if not m:
         return ""
     word = m.group(1).lower()
     if word in ("of", "in"):
-        sub = SUBJECT_RE.match(text, m.end())
+        sub = SUBJECT_RE.match(text, m.end(1))
         return f"{word} {sub.group(1).lower().removesuffix('s')}" if sub else word
-    return word.removesuffix("s")
+    return " ".join(w.lower().removesuffix("s") for w in m.groups() if w)
+
+
+def same_thing(a: str, b: str) -> bool:
+    """Whether two figures count the same thing: a share's "of ..." alike, or a count's first
+    word among the other's two ("8 steps" and "8 analysed steps"; never "32 steps" and "32
+    kernels")."""
+    if a.startswith(("of ", "in ")) or b.startswith(("of ", "in ")) or not a or not b:
+        return a == b
+    wa, wb = a.split(), b.split()
+    return wa[0] in wb or wb[0] in wa
 
 
 def collapse(s: str) -> str:
@@ -1037,18 +1049,19 @@ def constants_of(row: Row) -> list[tuple]:
 
 
 def restated(rows: list[Row]) -> None:
-    """A round count or share written without a citation ("all 30 kernels", "100% of the
-    time") that restates a figure the report cites and the check found right elsewhere is that
-    figure again: ok, the row saying where it is cited. Whole numbers only: a figure written
-    with decimals is a measurement of its own and needs its citation. A count without a unit
-    restates only a cited count of the same thing ("32 kernels", not "32 steps"), and a share
-    only a cited share of the same thing ("100% of peak" never restates "100% of GPU time")."""
-    cited: dict = {}  # (value, dimension) -> the row that cites it; a count: (.., word)
+    """A figure written without a citation that restates a figure the report cites and the
+    check found right elsewhere is that figure again: ok, the row saying where it is cited. A
+    whole number restates a cited value ("all 30 kernels", "100% of the time"); one written
+    with decimals only the same figure written alike ("5,007.4 us" of a cited "5,007.4 us"):
+    a measurement of its own needs its citation. A count without a unit restates only a cited
+    count of the same thing, a share only a cited share of the same thing (same_thing: "100% of
+    peak" never restates "100% of GPU time")."""
+    cited: dict = {}  # (value, dimension) -> the rows that cite it, found right
     constants: dict = {}  # value -> (name, source, row) of a derived figure's named constant
     for r in rows:
         if r.verdict == "ok" and r.table:
             if (v := written_value(r.figure)) is not None:
-                cited.setdefault(v if v[1] not in (None, "pct") else (*v, r.counts), r)
+                cited.setdefault(v, []).append(r)
             for name, value, source in constants_of(r):
                 constants.setdefault(value, (name, source, r))
     for r in rows:
@@ -1056,9 +1069,10 @@ def restated(rows: list[Row]) -> None:
             continue
         if (v := written_value(r.figure)) is None:
             continue
-        key = v if v[1] not in (None, "pct") else (*v, r.counts)
-        if key in cited and "." not in r.figure and (v[1] not in (None, "pct") or r.counts):
-            src = cited[key]  # a whole number: the same figure again
+        unit = v[1] not in (None, "pct")
+        if src := next((c for c in cited.get(v, ()) if (
+                "." not in r.figure or c.figure == r.figure) and (
+                unit or (r.counts and same_thing(r.counts, c.counts)))), None):
             r.verdict, r.label, r.table, r.selector, r.found_value = \
                 "ok", src.label, src.table, src.selector, src.found_value
             r.why = f"restates the figure cited on line {src.line} ({src.table}: {src.selector})"
