@@ -65,7 +65,8 @@ TRANSFER_RE = re.compile(r"^tpu::System::TransferToDevice$|^TransferToDevice$")
 
 def host_copies(host_threads: dict) -> dict:
     """The host's copies to the chip: `work` [(start, end, name)] of their host-side work and
-    `transfers` [(start, bytes)] (0 bytes where the event gives no size), each sorted."""
+    `transfers` [(start, bytes)] (0 bytes where the event gives no size; none of a size 0),
+    each sorted."""
     work, transfers, kind = [], [], {}  # kind: each name's, judged once
     for events in host_threads.values():
         for h in events:
@@ -76,9 +77,10 @@ def host_copies(host_threads: dict) -> dict:
                     2 if TRANSFER_RE.match(name) else 0
             if k == 1:
                 work.append((h["start"], h["start"] + h["dur"], name))
-            elif k == 2:
+            elif k == 2:  # one of 0 bytes carries nothing (an ordered effect's token)
                 size = str((h.get("args") or {}).get("size", ""))
-                transfers.append((h["start"], int(size) if size.isdigit() else 0))
+                if size != "0":
+                    transfers.append((h["start"], int(size) if size.isdigit() else 0))
     return {"work": sorted(work), "transfers": sorted(transfers)}
 
 

@@ -348,9 +348,12 @@ def host_knob(lead: float, host_late: float, graph_pct: float, tracer: bool,
     between = sentences["between, in graphs" if graph_pct >= 50.0 else "between"]
     setup = [(n, t) for n, t in events if setup_re is not None and setup_re.match(n)]
     sync = [(n, t) for n, t in events if gap_causes.SYNC_RE.search(n)]
+    slow = [(n, t) for n, t in events if gap_causes.SLOW_DISPATCH_RE.search(n)]
     knob = []
     if lead >= LEADING_GAP_MAJORITY * host_late and copy and copy[1]:
         knob.append(sentences["before, copy"].format(copy=copy[0]))
+    elif lead >= LEADING_GAP_MAJORITY * host_late and slow and 2 * slow[0][1] >= lead:
+        knob.append(sentences["before, slow dispatch"].format(call=slow[0][0]))
     elif lead >= LEADING_GAP_MAJORITY * host_late and sync and 4 * sync[0][1] >= lead:
         knob.append(sentences["before, sync"].format(sync=sync[0][0]))
     elif lead >= LEADING_GAP_MAJORITY * host_late and frame:
@@ -437,8 +440,8 @@ def host_gap(ctx: Context) -> list:
     named = dict(hd["events"]) if hd else {}
     setup = device(ctx).setup_re
     # the runtime's dispatch and a blocking call: neither is a producer's work
-    dispatched = max((v for n, v in named.items() if setup and setup.search(n)), default=0.0) \
-        + max((v for n, v in named.items() if gap_causes.SYNC_RE.search(n)), default=0.0)
+    dispatched = sum(max((v for n, v in named.items() if r and r.search(n)), default=0.0)
+                     for r in (setup, gap_causes.SYNC_RE, gap_causes.SLOW_DISPATCH_RE))
     untraced = False
     if w and hd and lead >= LEADING_GAP_MAJORITY * host_late and not compiled \
             and not (copy and copy[1]) and dispatched < 0.5 * lead:
