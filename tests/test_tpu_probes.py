@@ -83,6 +83,11 @@ def test_a_host_callback_inside_the_step_is_change_1(jobs):
     # the after has no callback left to rank
     assert all(r["cause_kind"] != "host_callback"
                for r in _rows(jobs["callback_step_outside"][1] / "changes.csv"))
+    # the gap before each step is jit's Python dispatch path (an ordered effect misses the C++
+    # fast path), not copies: the one transfer there carries 0 bytes (the effect's token)
+    (gap,) = [r for r in _rows(out / "changes.csv") if r["cause_kind"] == "host_gap"]
+    assert "jit's Python dispatch path" in gap["knob"] and "copies" not in gap["cause"], gap
+    assert "prefetch" not in gap["knob"] and not gap["saving_measured_us"], gap
 
 
 def test_int8_matmuls_meet_the_mxus_ceiling_not_the_memorys(jobs):
@@ -527,3 +532,24 @@ def test_a_compile_every_step_says_whether_the_program_is_new(jobs, tmp_path):
     assert "programs of jit_train_step, a new one as it compiles" in new[0]["cause"], new[0]
     assert "lax.dynamic_update_slice" in new[0]["knob"], new[0]["knob"]
 
+
+
+def test_a_core_whose_op_line_holds_no_event_is_read_by_its_program_runs(tmp_path):
+    """1,000,000 tiny eager ops a step: the exporter's trace holds no event on the chip's op
+    line (the capture, cut to its first 150 ms: tests/data/tpu-cut). The program runs stand for
+    the ops: the verdict is the truth's (host), a note says so, and change 1 is jitting the
+    eager loop, its saving within the step."""
+    case = REPO / "tests" / "data" / "tpu-cut" / "tiny_eager_ops"
+    truth = json.loads((case / "truth.json").read_text())
+    run = subprocess.run([sys.executable, "-P", str(REPO / "scripts" / "investigate.py"),
+                          str(case), "--out", str(tmp_path)], capture_output=True, text=True,
+                         timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    s1 = json.loads((tmp_path / "skip_stats.json").read_text())
+    assert truth["bound"] == "host" and verdict_agrees(s1["verdict"], truth), s1["rule"]
+    assert any("op line holds no event in this trace: its 355 program runs stand for its ops"
+               in n for n in s1["notes"]), s1["notes"]
+    first = _rows(tmp_path / "changes.csv")[0]
+    assert first["cause_kind"] == "dispatch" and first["knob"].startswith("jax.jit"), first
+    assert 0 < float(first["saving_us"]) <= float(first["step_us"])
+    assert "critical op line" in (tmp_path / "report_draft.md").read_text()

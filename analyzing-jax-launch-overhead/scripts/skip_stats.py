@@ -89,8 +89,11 @@ def analyse(trace, release: bool = False) -> tuple[Analysis, dict]:
     notes = []
     if events == EXPORTER_EVENT_CAP:
         notes.append(f"the trace holds exactly {EXPORTER_EVENT_CAP:,} complete events, the trace "
-                     "exporter's cap: events after its last time are missing (the xplane has "
-                     "them), so the last step is cut")
+                     "exporter's cap: events after its last time are missing, and a line may "
+                     "be missing whole (the xplane has them), so the last step is cut")
+    notes += [f"TPU core {o}'s op line holds no event in this trace: its {n:,} program runs "
+              "stand for its ops, one op a run named by its program"
+              for o, (n, _) in c.facts.get("runs_as_ops", {}).items()]
     if other_gpu_lines:
         notes.append(f"{other_gpu_lines} events on GPU lines that are not streams (derived lines "
                      "such as Steps or TensorFlow Ops) were left out")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from jaxperf.device.adapters import of_results
 from jaxperf.report import citations  # the citation syntax the fact check reads
 from tracekit import trace_rules as rules
 from tracekit.scratch import Scratch  # the scratch folder, read once
@@ -153,12 +154,17 @@ def gpu_line(s: Scratch) -> list[str]:
     return out
 
 
+def on_tpu(s: Scratch) -> bool:
+    """Whether the capture is a TPU's (adapters.of_results: a trace without its xplane too)."""
+    return of_results(s.json("capture_info.json"), s.json("skip_stats.json")).kind == "TPU"
+
+
 def results(s: Scratch) -> list[str]:
     """In brief: the answers to a user's usual questions, each cited: the GPU, the step time,
     what bounds it, the top instructions and lines, the first changes, the trust list."""
     skip = s.json("skip_stats.json")
     out = gpu_line(s)
-    tpu = ((s.json("capture_info.json") or {}).get("device") or {}).get("kind") == "TPU"
+    tpu = on_tpu(s)
     own = rules.tpu_words if tpu else str  # the draft's own words, not a quoted cell
     if skip:  # the verdict's shares: one a step, over `n` analysed steps
         f = (skip.get("figures") or {}).get("host_share_pct_of_step") or {}
@@ -240,7 +246,7 @@ def top_in_brief(s: Scratch) -> list[str]:
     out = []
     kn = "attribution/kernel_names.csv"
     top = [r for r in (s.rows(kn) or [])[:BRIEF_ROWS] if r["kernel"]]
-    tpu = ((s.json("capture_info.json") or {}).get("device") or {}).get("kind") == "TPU"
+    tpu = on_tpu(s)
     if top and not tpu:  # by name alone: no matching (a TPU's names are its instructions)
         share = [cell(r["pct_of_device_time"], "%", "inferred", kn, "pct_of_device_time",
                       name_key(r), 2) for r in top]
@@ -747,7 +753,7 @@ def draft(s: Scratch) -> str:
     for heading, section in SECTIONS:
         head += [heading, ""] + section(s)
     text = "\n".join(head).rstrip() + "\n"
-    return tpu_words(text) if (info.get("device") or {}).get("kind") == "TPU" else text
+    return tpu_words(text) if on_tpu(s) else text
 
 
 # The draft's own words for a GPU's parts, on a TPU (rules.TPU_WORDS): in its headings, its
