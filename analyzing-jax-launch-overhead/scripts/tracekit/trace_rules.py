@@ -22,6 +22,7 @@ import re
 import shutil
 import sys
 import tempfile
+import tomllib
 from pathlib import Path
 
 # The joins by which a device event has the host call that queued it: its own launch, its graph's
@@ -435,32 +436,9 @@ def escaped(m) -> str:
     return m.group().encode("unicode_escape").decode("ascii")
 
 
-# The words of a GPU's parts in the text outputs' own sentences (summary.txt's lines, the
-# draft's headings and table heads), and a TPU's for them: a TPU core runs op lines, not
-# streams of kernels. Longer phrases first: each is replaced once, in this order.
-TPU_WORDS = (
-    ("GPUs and streams", "TPU cores and op lines"), ("| GPU | stream |", "| TPU core | op line |"),
-    ("kernels per step per GPU", "op runs per step per TPU core"),
-    ("across analysed steps and GPUs", "across analysed steps and TPU cores"),
-    ("across steps and GPUs", "across steps and cores"),
-    ("per step and GPU", "per step and TPU core"), ("(bounding GPU)", "(bounding TPU core)"),
-    ("each GPU's last kernel", "each TPU core's last op"), ("every GPU", "every TPU core"),
-    ("events on GPU lines that are not streams", "events on the TPU's lines that are not op lines"),
-    ("two executions' kernels", "two program runs' ops"),
-    ("union of all streams", "union of all op lines"), ("union of streams", "union of op lines"),
-    ("mean kernel duration", "mean op duration"), ("sum of kernel time", "sum of op time"),
-    ("its last kernel's end", "its last op's end"), ("overlapping streams", "overlapping op lines"),
-    ("on the critical streams", "on the critical op lines"),
-    ("every GPU's critical stream would run its kernels",
-     "every TPU core's critical op line would run its ops"),
-    ("all executions and GPUs", "all executions and TPU cores"), ("ran GPU events", "ran ops"),
-    ("on the GPU that ends it", "on the TPU core that ends it"),
-    ("the GPU would run", "the TPU core would run"), ("the GPU that is slowest",
-                                                       "the TPU core that is slowest"),
-    ("GPU time", "device time"), ("GPU busy", "device busy"), ("GPU idle", "TPU core idle"),
-    ("the critical stream", "the critical op line"),
-    ("its critical stream's last kernel", "its critical op line's last op"),
-    ("its last kernel", "its last op"))
+# a GPU's words in this bundle's own sentences and a TPU's for them, in order (words.toml)
+TPU_WORDS = tuple(map(tuple, tomllib.loads(
+    (Path(__file__).with_name("words.toml")).read_text(encoding="utf-8"))["tpu"]))
 
 
 def tpu_words(text: str, phrases=None) -> str:

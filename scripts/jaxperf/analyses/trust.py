@@ -4,6 +4,7 @@ analysis. Its door, with the command line and what it writes, is scripts/trust.p
 from __future__ import annotations
 
 import re
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -112,38 +113,8 @@ LARGEST_SHOWN = 3  # items printed on stdout: the largest by GPU time
 CHANGES_ASKED = 3
 
 
-NEEDS = {
-    "batch": "a batch-size sweep: the same step captured at two or more batch sizes",
-    "graphs": "the same steps captured with command buffers off "
-              "(XLA_FLAGS=--xla_gpu_enable_command_buffer=): every kernel gets a launch call "
-              "and an hlo_op label of its own",
-    "python": "the same steps captured with the Python tracer off "
-              "(jax.profiler.ProfileOptions().python_tracer_level = 0)",
-    "hosts": "a capture of every host of the job at once (several hosts, one run folder)",
-    "transfer": "a capture of the collectives alone (the same shapes and GPUs, all GPUs "
-                "synchronised before each collective): their time is then transfer time",
-    "gpu_speed": "the same steps captured with the GPUs' clocks and power recorded (XProf's "
-                 "hardware counters), or with the work moved to other GPUs",
-    "hlo": "a capture of a JAX program by XProf (jax.profiler), whose xplane holds the HLO "
-           "(/host:metadata)",
-    "async": "the same steps captured with async collectives turned off (an XLA flag): the "
-             "labels then name saved instructions; for attribution only, it changes overlap",
-    "whole_steps": "a longer capture that holds whole steps (start it before a step begins, "
-                   "stop it after one ends)",
-    "fewer_events": "a capture of fewer steps: the trace exporter keeps at most 1,000,000 "
-                    "events",
-    "host_calls": "the same steps captured with a deeper host trace "
-                  "(jax.profiler.ProfileOptions().host_tracer_level = 3), or, for a Python "
-                  "frame's own time, a sampling profiler on the host (py-spy, cProfile)",
-    "gpu_model": "the user's word on the GPU model, or a capture whose device plane names the "
-                 "vendor and model",
-    "knob": "the same steps captured with that change made, to compare step times",
-    "tpu_counters": "a capture of the same steps with the TPU's hardware performance counters "
-                    "(XProf's TPU perf counters), or the instruction timed alone at this shape",
-    "pallas_cost": "the same steps captured with a cost estimate on each Pallas call "
-                   "(pallas_call(..., cost_estimate=pl.CostEstimate(flops=..., "
-                   "bytes_accessed=..., transcendentals=...)))",
-}
+# the capture that answers each question (trust.toml beside this file): key -> words
+NEEDS = tomllib.loads(Path(__file__).with_name("trust.toml").read_text(encoding="utf-8"))["needs"]
 
 
 # ---------------------------------------------------------------- load
