@@ -984,16 +984,18 @@ def test_two_figures_before_two_json_paths_are_each_their_own(tmp_path):
 
 def test_a_range_of_changes_where_changes_is_a_noun(tmp_path):
     """"Changes 4 to 7 each save less", "of changes 4 to 7": after a sentence's start or a
-    preposition the plural is a noun, so the range names changes (an agent's report failed on
-    it); "the fix changes 12 to 16 launches" is still a figure to cite."""
+    preposition the plural is a noun, so the range names changes, and so does a range listed
+    after it ("Changes 3 to 7 and 9 to 11": agents' reports failed on both); "the fix changes
+    12 to 16 launches" is still a figure to cite."""
     out = tmp_path / "scratch"
     out.mkdir()
     p, rows = check("# R\nChanges 4 to 7 each save less.\nOf changes 2 to 3 none is large; the "
-                    "fix changes 12 to 16 launches.\n- Changes 5 to 6 are host work.\n",
-                    out, tmp_path)
+                    "fix changes 12 to 16 launches.\n- Changes 5 to 6 are host work.\n"
+                    "Changes 3 to 7 and 9 to 11 are one time.\n", out, tmp_path)
     got = [(x["line"], x["figure"], x["verdict"]) for x in rows]
     assert got == [("2", "4 to 7", "skipped"), ("3", "2 to 3", "skipped"),
-                   ("3", "12 to 16", "no_table"), ("4", "5 to 6", "skipped")], got
+                   ("3", "12 to 16", "no_table"), ("4", "5 to 6", "skipped"),
+                   ("5", "3 to 7", "skipped"), ("5", "9 to 11", "skipped")], got
 
 
 def test_row_numbers_are_identifiers(tmp_path):

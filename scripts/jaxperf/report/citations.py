@@ -100,8 +100,8 @@ IDENT_BEFORE_RE = re.compile(
     r"(?i)\b(" + "|".join(IDENTIFIER_WORDS) + r")\s*(?:#|no\.?\s*|id\s*)?"
     r"(?:" + IDENT_LIST + r"\s*" + IDENT_SEP + r"\s*#?)?$")
 LIST_SEP = r"(?:,|and|or|&)"
-PLURAL_BEFORE_RE = re.compile(r"(?i)\b(" + "|".join(PLURAL_VERBS) + r")\s+((?:#?\d+\s*"
-                              + LIST_SEP + r"\s*)*)#?$")
+PLURAL_BEFORE_RE = re.compile(r"(?i)\b(" + "|".join(PLURAL_VERBS) + r")\s+((?:#?\d+(?:\s*(?:to|"
+                              r"–|through)\s*#?\d+)?\s*" + LIST_SEP + r"\s*)*)#?$")
 LIST_AFTER_RE = re.compile(r"^\s*" + LIST_SEP + r"\s*#?\d")
 WORD_AFTER_RE = re.compile(r"^\s+[a-z]")
 # where a plural of PLURAL_VERBS is a noun, so that a range after it names them even with a
