@@ -998,6 +998,22 @@ def test_a_range_of_changes_where_changes_is_a_noun(tmp_path):
                    ("5", "3 to 7", "skipped"), ("5", "9 to 11", "skipped")], got
 
 
+def test_a_shape_an_alignment_and_a_parenthesised_list_of_rows_are_names(tmp_path):
+    """An array's dimensions ("4096 by 4096 bf16", "128x512"), an alignment ("multiples of
+    128") and rows listed in parentheses after their word ("rows (3, 5 to 9)") are names, not
+    figures (an agent's first run failed on each); a count beside them still needs its
+    citation."""
+    out = tmp_path / "scratch"
+    out.mkdir()
+    p, rows = check("# R\nSix 4096 by 4096 bf16 arrays and a 128x512 tile.\nIts dimensions "
+                    "are multiples of 128.\nThe line rows (3, 5 to 9) hold 21 instructions.\n",
+                    out, tmp_path)
+    got = [(x["line"], x["figure"], x["verdict"]) for x in rows]
+    assert got == [("2", "4096", "skipped"), ("2", "4096", "skipped"), ("3", "128", "skipped"),
+                   ("4", "3", "skipped"), ("4", "5 to 9", "skipped"), ("4", "21", "no_table")
+                   ], got  # (128x512 is one token: no figure)
+
+
 def test_row_numbers_are_identifiers(tmp_path):
     """"rows 4 to 12 of the table", "rows 2 and 3": row numbers, not uncited figures (an
     agent's report failed on them); "changes 12 to 16 launches" still needs its citation."""

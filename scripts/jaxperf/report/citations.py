@@ -50,6 +50,10 @@ PLURAL_VERBS = ("changes", "causes", "blocks", "stages", "heads", "cores", "chip
 # A dimension order, a permutation of 0 to n-1 in parentheses or brackets ("the order
 # (0, 2, 1, 3)", "transpose [1, 0]"): a name of axes, no figure; up to the figure, its opening
 PERMUTATION_RE = re.compile(r"[(\[]((?:\s*\d+\s*,)*\s*)$")
+# an array's dimension ("4096 by 4096", "128x512", "8 × 128") or an alignment ("multiples of
+# 128"): a name of a shape, read from the HLO, no figure
+SHAPE_BEFORE_RE = re.compile(r"(?:\d\s*(?:x|×|by)|\bmultiples? of)\s*$")
+SHAPE_AFTER_RE = re.compile(r"\s*(?:x|×|by)\s*\d")
 ENUM_MAX = 20  # "(3) the ..." with at most this number is an enumeration
 YEARS = (1900, 2099)  # a 4-digit integer in this range, followed by no word, is a year
 D = Decimal
@@ -97,7 +101,7 @@ PAREN_CLOSE_RE = re.compile(r"[^()\d\n]{0,60}?\)")
 IDENT_SEP = r"(?:,|–|-|and|or|to|through|/|\.\.|…|&)"  # "GPUs 0, 1 and 7", "steps 0 through 7"
 IDENT_LIST = r"#?\d+(?:\s*" + IDENT_SEP + r"\s*#?\d+)*"
 IDENT_BEFORE_RE = re.compile(
-    r"(?i)\b(" + "|".join(IDENTIFIER_WORDS) + r")\s*(?:#|no\.?\s*|id\s*)?"
+    r"(?i)\b(" + "|".join(IDENTIFIER_WORDS) + r")\s*\(?\s*(?:#|no\.?\s*|id\s*)?"
     r"(?:" + IDENT_LIST + r"\s*" + IDENT_SEP + r"\s*#?)?$")
 LIST_SEP = r"(?:,|and|or|&)"
 PLURAL_BEFORE_RE = re.compile(r"(?i)\b(" + "|".join(PLURAL_VERBS) + r")\s+((?:#?\d+(?:\s*(?:to|"
@@ -546,6 +550,9 @@ def skip_reason(text: str, fig: Figure) -> str:
             map(int, re.findall(r"\d+", perm.group(1) + tail.group()))) == list(
             range(len(re.findall(r"\d+", perm.group(1) + tail.group())))):
         return "a dimension order (a permutation of 0 to n-1)"
+    if ints and len(nums) == 1 and (SHAPE_BEFORE_RE.search(before) or SHAPE_AFTER_RE.match(
+            text[fig.end:fig.end + 12])):
+        return "an array's shape (4096 by 4096) or an alignment (multiples of 128)"
     if ints and len(nums) == 1 and YEARS[0] <= nums[0].value <= YEARS[1] \
             and len(text[nums[0].start:nums[0].end]) == 4 \
             and not text[fig.end:].lstrip()[:1].isalpha():
