@@ -1014,6 +1014,24 @@ def test_a_shape_an_alignment_and_a_parenthesised_list_of_rows_are_names(tmp_pat
                    ], got  # (128x512 is one token: no figure)
 
 
+def test_a_figure_a_cited_sentence_states_and_an_axis(tmp_path):
+    """A figure cited to a sentence's cell that states it as written ("32.0%" of a rule's
+    sentence) is found there; one the sentence does not state ("31.9%", "32%") is not; "axis
+    0" names an axis, "step_num 0" a step (tries 31 and 32's first runs failed on these)."""
+    out = tmp_path / "scratch"
+    out.mkdir()
+    (out / "skip_stats.json").write_text(json.dumps({"rule": [
+        "between steps: 32.0% of the step period is idle (median over 7 steps)"]}),
+        encoding="utf-8")
+    c = "(inferred; skip_stats.json: rule.0)"
+    p, rows = check(f"# R\nIdle 32.0% {c}.\nIdle 31.9% {c}.\nIdle 32% {c}.\nvmap over axis 0 "
+                    "in step_num 0.\n", out, tmp_path)
+    got = [(x["line"], x["figure"], x["verdict"]) for x in rows]
+    assert got == [("2", "32.0%", "ok"), ("3", "31.9%", "wrong_value"),
+                   ("4", "32%", "wrong_value"), ("5", "0", "skipped"), ("5", "0", "skipped")
+                   ], got
+
+
 def test_row_numbers_are_identifiers(tmp_path):
     """"rows 4 to 12 of the table", "rows 2 and 3": row numbers, not uncited figures (an
     agent's report failed on them); "changes 12 to 16 launches" still needs its citation."""

@@ -537,8 +537,9 @@ def test_a_compile_every_step_says_whether_the_program_is_new(jobs, tmp_path):
 def test_a_core_whose_op_line_holds_no_event_is_read_by_its_program_runs(tmp_path):
     """1,000,000 tiny eager ops a step: the exporter's trace holds no event on the chip's op
     line (the capture, cut to its first 150 ms: tests/data/tpu-cut). The program runs stand for
-    the ops: the verdict is the truth's (host), a note says so, and change 1 is jitting the
-    eager loop, its saving within the step."""
+    the ops: the verdict is the truth's (host), a note says so, the step that runs on past the
+    trace's events is said to be partial, and change 1 is jitting the eager loop, its saving
+    within the step."""
     case = REPO / "tests" / "data" / "tpu-cut" / "tiny_eager_ops"
     truth = json.loads((case / "truth.json").read_text())
     run = subprocess.run([sys.executable, "-P", str(REPO / "scripts" / "investigate.py"),
@@ -549,6 +550,8 @@ def test_a_core_whose_op_line_holds_no_event_is_read_by_its_program_runs(tmp_pat
     assert truth["bound"] == "host" and verdict_agrees(s1["verdict"], truth), s1["rule"]
     assert any("op line holds no event in this trace: its 355 program runs stand for its ops"
                in n for n in s1["notes"]), s1["notes"]
+    # the step's annotation runs 21.5 s, the trace's other events 150 ms of it: a fragment
+    assert any(r.startswith("only partial steps") for r in s1["refusals"]), s1["refusals"]
     first = _rows(tmp_path / "changes.csv")[0]
     assert first["cause_kind"] == "dispatch" and first["knob"].startswith("jax.jit"), first
     assert 0 < float(first["saving_us"]) <= float(first["step_us"])

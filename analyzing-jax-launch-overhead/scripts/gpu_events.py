@@ -279,18 +279,16 @@ def _merged(trace, parts) -> Collected:
         per_stream[(gpu_pid[pid], tid)] = t
         per_device[gpu_pid[pid]] += t[0]
     kinds = trace_reader.device_kinds(trace.processes)
-    stand_in = {}  # a TPU core -> its program runs that stand for its ops
-    lanes = {o: tid for (pid, tid), name in trace.threads.items()
-             if name == tpu.MODULE_LINE and (o := gpu_pid.get(pid)) is not None}
-    for o, tid in lanes.items():  # a core whose op line holds no event: its program runs do
-        own = [r for r in runs if r[0] == o and not r[4]]
-        if own and not any(pid_o == o for pid_o, _ in per_stream):
+    for (pid, tid), name in trace.threads.items():
+        o = gpu_pid.get(pid) if name == tpu.MODULE_LINE else None
+        own = [r for r in runs if r[0] == o and not r[4]] if o is not None else None
+        if own and not any(d == o for d, _ in per_stream):  # no op line's event: runs are ops
             gpu += [TraceEvent(o, tid, r[3], r[1], r[2], "compute", r[3]) for r in own]
-            per_stream[(o, tid)] = stand_in[o] = [len(own), sum(r[2] for r in own)]
+            per_stream[(o, tid)] = [len(own), sum(r[2] for r in own)]
     facts = {"gpu_events": [[o, k] for o, k in sorted(per_device.items())],
              "kinds": {str(o): "TPU" for pid, o in gpu_pid.items() if kinds.get(pid) == "TPU"},
              "host_events": sum(map(len, host_threads.values())),
-             "notes": list(getattr(trace, "notes", ())), "runs_as_ops": stand_in}
+             "notes": list(getattr(trace, "notes", ()))}
     return Collected(gpu, sum(other.values()), host_threads, by_corr,
                      last if gpu or host_threads else 0, per_stream, facts, unordered, marked,
                      runs)

@@ -67,7 +67,7 @@ from step_framing import (
     mark_partial,
     program_call_starts,
 )
-from tracekit import capture_inputs, row_facts, scratch, step_cli, trace_reader
+from tracekit import capture_inputs, row_facts, scratch, step_cli, tpu, trace_reader
 from tracekit import trace_rules as rules
 from tracekit.step_cli import progress
 
@@ -91,9 +91,10 @@ def analyse(trace, release: bool = False) -> tuple[Analysis, dict]:
         notes.append(f"the trace holds exactly {EXPORTER_EVENT_CAP:,} complete events, the trace "
                      "exporter's cap: events after its last time are missing, and a line may "
                      "be missing whole (the xplane has them), so the last step is cut")
+    pids = trace.gpu_pids()
     notes += [f"TPU core {o}'s op line holds no event in this trace: its {n:,} program runs "
-              "stand for its ops, one op a run named by its program"
-              for o, (n, _) in c.facts.get("runs_as_ops", {}).items()]
+              "stand for its ops, one op a run named by its program" for (o, tid), (n, _)
+              in c.per_stream.items() if trace.threads.get((pids[o], tid)) == tpu.MODULE_LINE]
     if other_gpu_lines:
         notes.append(f"{other_gpu_lines} events on GPU lines that are not streams (derived lines "
                      "such as Steps or TensorFlow Ops) were left out")
@@ -119,7 +120,10 @@ def analyse(trace, release: bool = False) -> tuple[Analysis, dict]:
     notes += step_notes
     program_call_starts(gpu, steps)
     assign_steps(gpu, steps)
-    analysed = mark_partial(gpu, steps)
+    marks = {id(h) for h in c.marked}  # the steps' own annotations: not the trace's end
+    analysed = mark_partial(gpu, steps, max([e.end for e in gpu] + [
+        h["start"] + h["dur"] for v in host_threads.values() for h in v if id(h) not in marks],
+        default=None))
     refusals = step_refusals(gpu, bool(by_corr) or bool(joins.get("dispatch")), analysed)
     if gpu and not analysed:
         analysed = list(steps)  # only partial steps (refused): they are what there is

@@ -661,15 +661,18 @@ def assign_steps(gpu, steps) -> None:
             i >= 0 and steps[i].source != "annotation") else None
 
 
-def mark_partial(gpu, steps) -> list:
+def mark_partial(gpu, steps, trace_end: int | None = None) -> list:
     """The first and last step are partial when their event count differs from the most common
-    one (the profile started or stopped inside them); steps framed from Python calls keep their
-    own flags (a call's work varies by design, and a traced call is recorded whole)."""
+    one (the profile started or stopped inside them), any step when the trace's other events
+    (their last end: `trace_end`) stop before its half (the capture or the exporter's cap cut
+    it); steps framed from Python calls keep their own flags (a traced call is whole)."""
     if steps and steps[0].source.startswith("python:"):
         return [s for s in steps if not s.partial]
     counts = Counter(ev.step for ev in gpu if ev.step is not None)
     if not steps:
         return []
+    for s in steps if trace_end is not None else ():
+        s.partial |= 2 * (s.end - trace_end) > s.end - s.start
     values = [counts.get(s.number, 0) for s in steps]
     common = max(set(values), key=values.count) if values else 0
     for pos in (0, len(steps) - 1):

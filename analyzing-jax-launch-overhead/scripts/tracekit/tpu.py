@@ -77,10 +77,8 @@ def host_copies(host_threads: dict) -> dict:
                     2 if TRANSFER_RE.match(name) else 0
             if k == 1:
                 work.append((h["start"], h["start"] + h["dur"], name))
-            elif k == 2:  # one of 0 bytes carries nothing (an ordered effect's token)
-                size = str((h.get("args") or {}).get("size", ""))
-                if size != "0":
-                    transfers.append((h["start"], int(size) if size.isdigit() else 0))
+            elif k == 2 and (size := str((h.get("args") or {}).get("size", ""))) != "0":
+                transfers.append((h["start"], int(size) if size.isdigit() else 0))  # "0": a token
     return {"work": sorted(work), "transfers": sorted(transfers)}
 
 

@@ -409,6 +409,10 @@ def compare(num: Num, found, unit: str | None, written_unit: str | None):
     """(ok, found text in the written unit, why)."""
     if isinstance(found, int | float) and not isinstance(found, bool):
         found = D(str(found))
+    if isinstance(found, str) and any(  # a sentence's cell that states it, as written
+            (n.value, n.unit, n.quantum) == (num.value, num.unit, num.quantum) and not n.rel
+            for n in scan_numbers(found, [])):
+        return True, found[:60], ""
     if not isinstance(found, Decimal) or not found.is_finite():
         return False, str(found)[:60], f"the table holds '{str(found)[:60]}', not a number"
     wdim, wfac = WRITTEN_UNITS.get(written_unit, (None, D(1)))
@@ -852,11 +856,12 @@ def check_segment(scratch, text: str, where, claim_of, ctx: Context, rows: list)
         while not rows_only and k > 0 and skip_reason(masked, unclaimed[k]):
             k -= 1
         fig = unclaimed[k] if unclaimed and cite.inner is None else None
-        res = None
+        res, start = None, prev
         if cite.derived is None and (cite.label is not None or cite.selector is not None):
-            # a quoted text cell that ends in a number is a text claim, not that number's
-            # the quoted text starts after the previous citation (a file merely named in
-            # parentheses, "(roofline.svg)", is no citation)
+            # a quoted text cell that ends in a number is a text claim, not that number's; the
+            # quoted text starts after the previous citation (a file merely named in
+            # parentheses, "(roofline.svg)", is no citation). A number written alone is
+            # checked against the sentence (compare); beside other figures it is a misquote
             res = check_text_claim(scratch, cite, text, prev)
             prev = cite.end
         if (fig is not None and k > 0 and len(cite.members()) == 2 and not rows_only
@@ -872,7 +877,9 @@ def check_segment(scratch, text: str, where, claim_of, ctx: Context, rows: list)
         named = cite.label is None and cite.selector is None and cite.derived is None
         if (fig is not None and gap_ok(masked[fig.end:cite.start]) and not ctx.skip_all
                 and (not skip_reason(masked, fig) if rows_only  # "step 3 (...: step=3)"
-                     else res is None or res[0] != "ok")
+                     else res is None or res[0] != "ok" and not any(
+                         f is not fig and f.start >= start and not skip_reason(masked, f)
+                         for f in unclaimed))
                 and not (named and skip_reason(masked, fig))):  # "change 1 (changes.csv)"
             claimed[id(fig)] = cite
             del unclaimed[k]
@@ -960,11 +967,9 @@ SUBJECT_RE = re.compile(r"\s+(?:(?:the|its|a|an|their|this|that)\s+)?([A-Za-z][A
 
 def counted_word(text: str, end: int) -> str:
     """What the figure ending at `end` counts, its next two words ("kernel ran" of "32 kernels
-    ran"; a plural's s cut, so that "1 step" and "2 steps" count one thing), or what a share is
-    of ("of peak" of "100% of peak", "of time" of "100% of the time"); "" where no word
-    follows."""
-    m = COUNTED_RE.match(text, end)
-    if not m:
+    ran"; a plural's s cut: "1 step", "2 steps"), or what a share is of ("of peak" of "100% of
+    peak", "of time" of "100% of the time"); "" where no word follows."""
+    if not (m := COUNTED_RE.match(text, end)):
         return ""
     word = m.group(1).lower()
     if word in ("of", "in"):
@@ -974,13 +979,11 @@ def counted_word(text: str, end: int) -> str:
 
 
 def same_thing(a: str, b: str) -> bool:
-    """Whether two figures count the same thing: a share's "of ..." alike, or a count's first
-    word among the other's two ("8 steps" and "8 analysed steps"; never "32 steps" and "32
-    kernels")."""
+    """Whether two figures count one thing: a share's "of ..." alike, a count's first word among
+    the other's two ("8 steps", "8 analysed steps"; never "32 steps" and "32 kernels")."""
     if a.startswith(("of ", "in ")) or b.startswith(("of ", "in ")) or not a or not b:
         return a == b
-    wa, wb = a.split(), b.split()
-    return wa[0] in wb or wb[0] in wa
+    return a.split()[0] in b.split() or b.split()[0] in a.split()
 
 
 def collapse(s: str) -> str:
@@ -1049,13 +1052,10 @@ def constants_of(row: Row) -> list[tuple]:
 
 
 def restated(rows: list[Row]) -> None:
-    """A figure written without a citation that restates a figure the report cites and the
-    check found right elsewhere is that figure again: ok, the row saying where it is cited. A
-    whole number restates a cited value ("all 30 kernels", "100% of the time"); one written
-    with decimals only the same figure written alike ("5,007.4 us" of a cited "5,007.4 us"):
-    a measurement of its own needs its citation. A count without a unit restates only a cited
-    count of the same thing, a share only a cited share of the same thing (same_thing: "100% of
-    peak" never restates "100% of GPU time")."""
+    """An uncited figure that restates one cited and found right elsewhere is that figure: ok,
+    saying where it is cited. A whole number restates a cited value ("all 30 kernels"), one
+    with decimals the same figure written alike ("5,007.4 us"); a count or share restates only
+    one of the same thing (same_thing: "100% of peak" never restates "100% of GPU time")."""
     cited: dict = {}  # (value, dimension) -> the rows that cite it, found right
     constants: dict = {}  # value -> (name, source, row) of a derived figure's named constant
     for r in rows:

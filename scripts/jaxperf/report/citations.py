@@ -36,12 +36,12 @@ NOT_DECIMAL_RE = re.compile(
 # "expert 7", "node 1"). Words that are also verbs ("blocks 3 streams", "stages 4 copies",
 # "changes 12 launches") count in the singular only; words mostly used as verbs before a count
 # ("process 12 batches", "shard 8 ways", "partition 4 ways") are not in the list.
-IDENTIFIER_WORDS = ("steps?", "gpus?", "devices?", "streams?", "ranks?", "programs?",
+IDENTIFIER_WORDS = ("step_num", "steps?", "gpus?", "devices?", "streams?", "ranks?", "programs?",
                     "sections?", "lines?", "items?", "checks?", "change", "cause",
                     "layers?", "block", "stage", "head", "epochs?", "iterations?", "iter",
                     "nodes?", "host", "workers?", "replicas?", "experts?", "pid", "tid",
                     "thread", "core", "chip", "slice", "task", "phase", "figure", "table",
-                    "columns?", "rows?")
+                    "columns?", "rows?", "axis", "axes", "dimension", "dim")
 # The plurals that are also verbs ("changes 12 to 16 launches"): a list of integers after one
 # names things ("changes 1, 2 and 3", "blocks 4 and 5"), a range only where no word follows
 # ("changes 1 to 3.").
@@ -50,8 +50,7 @@ PLURAL_VERBS = ("changes", "causes", "blocks", "stages", "heads", "cores", "chip
 # A dimension order, a permutation of 0 to n-1 in parentheses or brackets ("the order
 # (0, 2, 1, 3)", "transpose [1, 0]"): a name of axes, no figure; up to the figure, its opening
 PERMUTATION_RE = re.compile(r"[(\[]((?:\s*\d+\s*,)*\s*)$")
-# an array's dimension ("4096 by 4096", "128x512", "8 × 128") or an alignment ("multiples of
-# 128"): a name of a shape, read from the HLO, no figure
+# an array's dimension ("4096 by 4096", "8 × 128") or an alignment ("multiples of 128"): names
 SHAPE_BEFORE_RE = re.compile(r"(?:\d\s*(?:x|×|by)|\bmultiples? of)\s*$")
 SHAPE_AFTER_RE = re.compile(r"\s*(?:x|×|by)\s*\d")
 ENUM_MAX = 20  # "(3) the ..." with at most this number is an enumeration
