@@ -51,10 +51,8 @@ CONTAINER_RE = re.compile(r"^(\[\d+\] )?(PjitFunction|PJRT_|PjRt|GpuExecutable::
 # launch calls that are the gap's causes; on a TPU the dispatch itself, the host's work before
 # the program starts (GapIndex dispatch_is_work).
 DISPATCH_CALL_RE = re.compile(r"^(\[\d+\] )?PjRt\w*LoadedExecutable::Execute")
-# jit's Python dispatch path (the Python tracer's `pjit.py:N cache_miss`): a jitted call that
-# misses its C++ fast path, as every call of a program with effects (a host callback,
-# jax.debug.print) does: 2.6 ms a call on the lab's callback_step, where the fast path takes tens
-# of us
+# jit's Python dispatch path (`pjit.py:N cache_miss`): a call that misses the C++ fast path, as
+# one with effects (a host callback) does: 2.6 ms a call on the lab's callback_step
 SLOW_DISPATCH_RE = re.compile(r"(?:^|[\s$/])\w*\.py:\d+ cache_miss$|^cache_miss$")
 # Host events whose names say the host is preparing input (iterators, data loaders, transfers to
 # the device): idle between steps with these in it is an input-pipeline wait.

@@ -294,6 +294,13 @@ def _merged(trace, parts) -> Collected:
                      runs)
 
 
+def stand_in_notes(trace, per_stream: dict) -> list[str]:
+    """A note for each TPU core whose program runs stand for its ops (_merged)."""
+    return [f"TPU core {o}'s op line holds no event in this trace: its {n:,} program runs "
+            "stand for its ops, one op a run named by its program" for (o, tid), (n, _) in
+            per_stream.items() if trace.threads.get((trace.gpu_pids()[o], tid)) == tpu.MODULE_LINE]
+
+
 def join_events(gpu, by_corr) -> tuple[dict, dict]:
     """Join each GPU event to its host call by correlation id; say what the id joined (counts),
     and gather the launches launch_threads_to_exec votes with: per launching thread, its first

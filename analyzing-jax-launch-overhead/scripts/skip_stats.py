@@ -67,7 +67,7 @@ from step_framing import (
     mark_partial,
     program_call_starts,
 )
-from tracekit import capture_inputs, row_facts, scratch, step_cli, tpu, trace_reader
+from tracekit import capture_inputs, row_facts, scratch, step_cli, trace_reader
 from tracekit import trace_rules as rules
 from tracekit.step_cli import progress
 
@@ -91,10 +91,7 @@ def analyse(trace, release: bool = False) -> tuple[Analysis, dict]:
         notes.append(f"the trace holds exactly {EXPORTER_EVENT_CAP:,} complete events, the trace "
                      "exporter's cap: events after its last time are missing, and a line may "
                      "be missing whole (the xplane has them), so the last step is cut")
-    pids = trace.gpu_pids()
-    notes += [f"TPU core {o}'s op line holds no event in this trace: its {n:,} program runs "
-              "stand for its ops, one op a run named by its program" for (o, tid), (n, _)
-              in c.per_stream.items() if trace.threads.get((pids[o], tid)) == tpu.MODULE_LINE]
+    notes += gpu_events.stand_in_notes(trace, c.per_stream)
     if other_gpu_lines:
         notes.append(f"{other_gpu_lines} events on GPU lines that are not streams (derived lines "
                      "such as Steps or TensorFlow Ops) were left out")

@@ -409,9 +409,8 @@ def compare(num: Num, found, unit: str | None, written_unit: str | None):
     """(ok, found text in the written unit, why)."""
     if isinstance(found, int | float) and not isinstance(found, bool):
         found = D(str(found))
-    if isinstance(found, str) and any(  # a sentence's cell that states it, as written
-            (n.value, n.unit, n.quantum) == (num.value, num.unit, num.quantum) and not n.rel
-            for n in scan_numbers(found, [])):
+    if isinstance(found, str) and any((n.value, n.unit, n.quantum, n.rel) == (  # stated alike
+            num.value, num.unit, num.quantum, "") for n in scan_numbers(found, [])):
         return True, found[:60], ""
     if not isinstance(found, Decimal) or not found.is_finite():
         return False, str(found)[:60], f"the table holds '{str(found)[:60]}', not a number"
