@@ -556,3 +556,16 @@ def test_a_core_whose_op_line_holds_no_event_is_read_by_its_program_runs(tmp_pat
     assert first["cause_kind"] == "dispatch" and first["knob"].startswith("jax.jit"), first
     assert 0 < float(first["saving_us"]) <= float(first["step_us"])
     assert "critical op line" in (tmp_path / "report_draft.md").read_text()
+
+
+def test_program_runs_before_their_dispatch_are_said_and_trusted_less(jobs):
+    """On lax_map_small two of three program runs start on the chip's clock up to 96 us before
+    their dispatch on the host's (the profiler aligns the clocks roughly; agents found it by
+    hand): step 1 says so with the largest lead, the trust list carries it; a capture whose runs
+    all follow their dispatch (callback_step) says nothing."""
+    s1 = json.loads((jobs["lax_map_small"][1] / "skip_stats.json").read_text())
+    (note,) = [n for n in s1["notes"] if "before their dispatch on the host's" in n]
+    assert note.startswith("TPU: 2 program runs") and "by up to 96.2 us" in note, note
+    assert any(note in r["item"] for r in _rows(jobs["lax_map_small"][1] / "trust.csv"))
+    other = json.loads((jobs["callback_step"][1] / "skip_stats.json").read_text())
+    assert not [n for n in other["notes"] if "before their dispatch" in n]

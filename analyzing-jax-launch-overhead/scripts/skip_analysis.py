@@ -505,12 +505,10 @@ def first_device_event(a: Analysis, step_rows, info, dispatched: bool = False) -
 def host_to_device_summary(a: Analysis, step_rows, info) -> dict | None:
     """Copies from the host to the device before each step's device work starts (the reader's
     `host_copies`: their host-side work, and, where the step's program was queued before its
-    first transfer began, that transfer from its start until the device's first event of the
-    step, when what it carried is there), from the step's start to the first
-    event of the device that ends it: per step their union (`per_step_us`), the transfers' part
-    alone (`transfer_us`) and the bytes they carried; the name with the most host work. None
-    where no step holds any, and where the reader records none (a GPU: its copies are device
-    events, the argument copies)."""
+    first transfer began, that transfer until the device's first event of the step), from the
+    step's start to the first event of the device that ends it: per step their union
+    (`per_step_us`), the transfers' part (`transfer_us`), the bytes they carried; the name with
+    the most host work. None where no step holds any or the reader records none (a GPU)."""
     copies = getattr(a, "host_copies", None)
     if not copies or not (copies["work"] or copies["transfers"]):
         return None
@@ -540,12 +538,11 @@ def host_to_device_summary(a: Analysis, step_rows, info) -> dict | None:
 
 
 def host_work_summary(a: Analysis, step_rows, info) -> dict | None:
-    """The host's own Python work before each step's device work starts: the outermost
-    Python-traced calls that lie wholly between the step's start and the first event of the
-    device that ends it (a data producer, Python set-up; not the loop's body around the
-    dispatch), per step; and the call with the most of it. None without the Python tracer,
-    where no step holds any, and on a GPU (checked against the chip on TPU pairs alone: the
-    lab's input pipeline, 14.5 ms estimated, 14.1 ms saved by prefetching)."""
+    """The host's own Python work before each step's device work starts, per step: the
+    outermost traced calls wholly between the step's start and the first event of the device
+    that ends it (a producer, set-up; not the loop's body around the dispatch); and the call
+    with the most of it. None without the Python tracer, where no step holds any, and on a GPU
+    (checked on TPU pairs: the lab's input pipeline, 14.5 ms estimated, 14.1 ms saved)."""
     tree = getattr(a, "call_tree", None)
     if tree is None or getattr(a, "tpu_joins", None) is None:  # measured on TPU pairs only
         return None

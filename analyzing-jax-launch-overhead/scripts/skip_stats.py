@@ -164,6 +164,10 @@ def tpu_notes(j: dict, ops: int) -> list[str]:
                      "op lines (" + ", ".join(f"{m} x{k}" for m, k in sorted(j["empty"].items()))
                      + "): they count in the program cycle, not in a step's program executions "
                      "(steps.csv executions)")
+    if (early := j.get("early", (0, 0)))[0]:
+        notes.append(f"TPU: {early[0]:,} program runs start on the device's clock before their "
+                     f"dispatch on the host's, by up to {early[1] / 1e6:,.1f} us (clocks aligned "
+                     "roughly): a step's edges and the gaps by a dispatch are that uncertain")
     if j["runs"] > j["runs_dispatched"]:
         notes.append(f"TPU: {j['runs'] - j['runs_dispatched']:,} program runs started before "
                      "any unpaired dispatch (dispatched before the capture began, or by a host "

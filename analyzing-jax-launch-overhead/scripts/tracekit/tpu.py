@@ -64,9 +64,8 @@ TRANSFER_RE = re.compile(r"^tpu::System::TransferToDevice$|^TransferToDevice$")
 
 
 def host_copies(host_threads: dict) -> dict:
-    """The host's copies to the chip: `work` [(start, end, name)] of their host-side work and
-    `transfers` [(start, bytes)] (0 bytes where the event gives no size; none of a size 0),
-    each sorted."""
+    """The host's copies to the chip, sorted: `work` [(start, end, name)] of their host-side
+    work, `transfers` [(start, bytes)] (0 bytes: no size given; none of a size 0)."""
     work, transfers, kind = [], [], {}  # kind: each name's, judged once
     for events in host_threads.values():
         for h in events:
@@ -198,11 +197,10 @@ def steps_from_line(device_steps: list, joined: dict) -> list[tuple]:
 def pair_runs(run_starts: list, dispatch_starts: list) -> list:
     """Each program run's dispatch on one device (both lists in start order): runs execute in
     dispatch order, so run i pairs with dispatch i - shift: 0 where the counts are equal, else 0
-    (the unpaired ones at the capture's end) or the difference (at its start: runs dispatched
-    before the capture began, or dispatches whose runs it missed), whichever makes the runs'
-    lags behind their dispatches most alike (a lag is the clocks' offset, which the profiler
-    aligns only roughly, -432 to +144 us on one v5e, plus the run's wait in the queue: up to
-    tens of ms behind an input's transfer). Returns, per run, the dispatch's index or None."""
+    (the unpaired at the capture's end) or the difference (at its start: dispatched before it),
+    whichever makes the runs' lags behind their dispatches most alike (a lag: the clocks'
+    offset, aligned only roughly, -432 to +144 us on one v5e, plus the run's wait in the queue,
+    up to tens of ms behind a transfer). Returns, per run, the dispatch's index or None."""
     n, m = len(run_starts), len(dispatch_starts)
     best = None
     for shift in sorted({0, max(-MAX_SHIFT, min(MAX_SHIFT, n - m))}, key=abs):
@@ -248,9 +246,10 @@ def join_runs(ops: list, runs: list, host_threads: dict) -> dict:
         run_of[d] = ([s for s, _, _ in lst], [e for _, e, _ in lst],
                      [module_name(n)[0] for _, _, n in lst], launch)
         joined[d] = list(zip(run_of[d][0], launch, strict=True))
+    early = [h["start"] - s for lst in joined.values() for s, h in lst if h and s < h["start"]]
     counts = {"dispatch": 0, "no_run": 0, "undispatched": 0, "runs": len(runs),
-              "runs_dispatched": joined_runs,
-              "dispatch_calls": len(disp)}
+              "runs_dispatched": joined_runs, "dispatch_calls": len(disp),
+              "early": (len(early), max(early, default=0))}  # runs before their dispatch
     held = set()  # (device, run) of the runs holding an op
     for ev in ops:
         r = run_of.get(ev.device)

@@ -701,10 +701,9 @@ def check_label(cite: Citation):
 
 
 def check_text_claim(scratch, cite: Citation, text: str, start: int):
-    """A citation after words, not a number: the table's text must stand in text[start:cite].
-    (verdict, label, found, why, figure, covered span or None), or None when the table holds a
-    number (nothing written to compare). Several citations in one parenthesis: each text must
-    stand there and each row reference find its rows; None when any names a number."""
+    """A citation after words: the table's text must stand in text[start:cite]. (verdict,
+    label, found, why, figure, covered span or None), or None when the table (any of several
+    citations in one parenthesis) holds a number; each row reference must find its rows."""
     members = cite.members()
     if len(members) == 1 and not cite.is_row_ref():
         return check_one_text(scratch, cite, text, start)
@@ -822,7 +821,7 @@ def check_segment(scratch, text: str, where, claim_of, ctx: Context, rows: list)
     for s, e, why in named:
         add(s, text[s:e], "skipped", why=why)
     figures = group_figures(masked, nums, cites)
-    claimed, covered = {}, []
+    claimed, covered, misquoted = {}, [], set()
     for cite in cites:  # a figure written inside its citation: "(0.0%, inferred; ...)"
         if cite.inner is not None:
             s, e = cite.inner
@@ -859,8 +858,8 @@ def check_segment(scratch, text: str, where, claim_of, ctx: Context, rows: list)
         if cite.derived is None and (cite.label is not None or cite.selector is not None):
             # a quoted text cell that ends in a number is a text claim, not that number's; the
             # quoted text starts after the previous citation (a file merely named in
-            # parentheses, "(roofline.svg)", is no citation). A number written alone is
-            # checked against the sentence (compare); beside other figures it is a misquote
+            # parentheses, "(roofline.svg)", is no citation); a number written alone is
+            # checked against the sentence (compare)
             res = check_text_claim(scratch, cite, text, prev)
             prev = cite.end
         if (fig is not None and k > 0 and len(cite.members()) == 2 and not rows_only
@@ -876,11 +875,12 @@ def check_segment(scratch, text: str, where, claim_of, ctx: Context, rows: list)
         named = cite.label is None and cite.selector is None and cite.derived is None
         if (fig is not None and gap_ok(masked[fig.end:cite.start]) and not ctx.skip_all
                 and (not skip_reason(masked, fig) if rows_only  # "step 3 (...: step=3)"
-                     else res is None or res[0] != "ok" and not any(
-                         f is not fig and f.start >= start and not skip_reason(masked, f)
-                         for f in unclaimed))
+                     else res is None or res[0] != "ok")
                 and not (named and skip_reason(masked, fig))):  # "change 1 (changes.csv)"
             claimed[id(fig)] = cite
+            if res is not None and any(f is not fig and f.start >= start and not skip_reason(
+                    masked, f) for f in unclaimed):  # a misquote: the sentence's number is not it
+                misquoted.add(id(fig))
             del unclaimed[k]
             continue
         if cite.inner is not None:
@@ -901,13 +901,13 @@ def check_segment(scratch, text: str, where, claim_of, ctx: Context, rows: list)
         add(cite.start, figure, verdict, cite=cite, label=label, found=found, why=why)
         if span and verdict == "ok":
             covered.append((span, f"inside the text quoted from {cite.table} (checked as text)"))
-    check_figures(scratch, text, masked, figures, cites, claimed, covered, ctx, add)
+    check_figures(scratch, text, masked, figures, cites, claimed, covered, ctx, add, misquoted)
 
 
 def check_figures(scratch, text: str, masked: str, figures, cites, claimed: dict,
-                  covered: list, ctx, add) -> None:
-    """check_segment's verdict on each figure: claimed by a citation, inside a quoted text,
-    skipped, under the column header's citation, or without one (`add`: add_row's rest)."""
+                  covered: list, ctx, add, misquoted) -> None:
+    """Each figure's verdict: claimed by a citation (`misquoted`: a failed quote's), inside a
+    quoted text, skipped, under a header's citation, or without one."""
     starts = [c.start for c in cites]
     for fig in figures:
         inside = next((why for (s, e), why in covered if s <= fig.start and fig.end <= e), "")
@@ -920,6 +920,8 @@ def check_figures(scratch, text: str, masked: str, figures, cites, claimed: dict
         counts = counted_word(text, fig.end)
         if cite is not None:
             verdict, label, found, why = check_figure(scratch, fig, cite, ctx.default_unit)
+            if id(fig) in misquoted and verdict == "ok" and decimal_of(found) is None:
+                verdict, why = "wrong_value", f"the table holds '{found}', not a number"
             add(fig.start, written, verdict, cite=cite, label=label, found=found, why=why,
                 counts=counts)
             continue
@@ -980,9 +982,8 @@ def counted_word(text: str, end: int) -> str:
 def same_thing(a: str, b: str) -> bool:
     """Whether two figures count one thing: a share's "of ..." alike, a count's first word among
     the other's two ("8 steps", "8 analysed steps"; never "32 steps" and "32 kernels")."""
-    if a.startswith(("of ", "in ")) or b.startswith(("of ", "in ")) or not a or not b:
-        return a == b
-    return a.split()[0] in b.split() or b.split()[0] in a.split()
+    return a == b if not (a and b) or "of " in (a[:3], b[:3]) or "in " in (a[:3], b[:3]) else \
+        a.split()[0] in b.split() or b.split()[0] in a.split()
 
 
 def collapse(s: str) -> str:
@@ -1032,8 +1033,7 @@ def check_report(scratch: TableCache, text: str) -> list[Row]:
 
 
 def written_value(figure: str) -> tuple | None:
-    """(value, unit) of one number as written ("100%", "30"), in the unit's base; None for
-    anything else (a range, a bound, words)."""
+    """(value, unit) of one number as written ("100%", "30"), in the unit's base; else None."""
     nums = scan_numbers(figure.strip(), [])
     if len(nums) != 1 or nums[0].rel or nums[0].end != len(figure.strip()):
         return None

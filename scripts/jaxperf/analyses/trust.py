@@ -105,7 +105,7 @@ NOT_COMPUTABLE_SENTENCE = "not computable"
 NO_HLO_SENTENCES = ("holds no HLO", "no HLO (", "have no HLO in the capture")
 
 # Notes of step 1 that limit what its figures mean (the others describe, and stay there).
-LIMITING_NOTES = ("exporter's cap",)
+LIMITING_NOTES = ("exporter's cap", "before their dispatch on the host's")
 
 LARGEST_SHOWN = 3  # items printed on stdout: the largest by GPU time
 
