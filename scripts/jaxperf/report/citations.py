@@ -30,12 +30,10 @@ NOT_DECIMAL_RE = re.compile(
     r"|\d[\d,]*_[\d_,]*(?:\.[\d_]+)?"
     r"|\d[\d,]*(?:\.\d+)?e[-+]?\d{" + str(MAX_EXPONENT_DIGITS + 1) + r",}))(?![\w.])"
     r"(?:%|x|\u00d7)?(?:\s+[^\W\d_]+(?:/[^\W\d_]+)?){0,3}\s*$")
-# Words after which an integer is an identifier, not a figure (contracts: step, GPU, device,
-# stream, rank; also program, section, line, item, check, which reports use the same way), and
-# the names a report gives to parts of a model or a run ("layer 4", "block 2", "stage 1",
-# "expert 7", "node 1"). Words that are also verbs ("blocks 3 streams", "stages 4 copies",
-# "changes 12 launches") count in the singular only; words mostly used as verbs before a count
-# ("process 12 batches", "shard 8 ways", "partition 4 ways") are not in the list.
+# Words after which an integer is an identifier, not a figure (step, GPU, device, stream, rank,
+# program, section, line, item, check; parts of a model or a run: "layer 4", "block 2", "node 1").
+# Words that are also verbs ("blocks 3 streams", "changes 12 launches") count in the singular
+# only; words mostly verbs before a count ("process 12 batches", "shard 8 ways") are not listed.
 IDENTIFIER_WORDS = ("step_num", "steps?", "gpus?", "devices?", "streams?", "ranks?", "programs?",
                     "sections?", "lines?", "items?", "checks?", "change", "cause",
                     "layers?", "block", "stage", "head", "epochs?", "iterations?", "iter",
@@ -528,8 +526,10 @@ def skip_reason(text: str, fig: Figure) -> str:
     nums = [n for _, n in fig.parts]
     ints = all(n.quantum == 1 and n.unit is None and not n.rel and n.value >= 0 for n in nums)
     before = text[max(0, fig.start - 80):fig.start]
-    if ints and len(nums) == 1 and re.search(r"\b[A-Za-z]\s*[+-]\s*$", before[-4:]):
-        return f"an index expression ({text[fig.start - 2:fig.end].strip()})"
+    if ints and len(nums) == 1 and (re.search(r"\b[A-Za-z]\s*[+-]\s*$", before[-4:]) or re.match(
+            r"/[A-Za-z]\b", text[fig.end:fig.end + 3])):  # "k+1", "1/k"
+        return "an index expression (" + (text[fig.start:fig.end + 2] if text[fig.end:][:1] == "/"
+                                          else text[fig.start - 2:fig.end].strip()) + ")"
     if ints and (ident := IDENT_BEFORE_RE.search(before)):
         return f"an identifier after '{ident.group(1)}'"
     plural = PLURAL_BEFORE_RE.search(before) if ints else None
