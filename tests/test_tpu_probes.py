@@ -552,6 +552,9 @@ def test_a_core_whose_op_line_holds_no_event_is_read_by_its_program_runs(tmp_pat
                in n for n in s1["notes"]), s1["notes"]
     # the step's annotation runs 21.5 s, the trace's other events 150 ms of it: a fragment
     assert any(r.startswith("only partial steps") for r in s1["refusals"]), s1["refusals"]
+    # the two runs the cut left without their dispatch are the last two (try 31 saw them)
+    assert any("2 program runs joined no dispatch (0 at the capture's start" in n and
+               "2 at its end" in n for n in s1["notes"]), s1["notes"]
     first = _rows(tmp_path / "changes.csv")[0]
     assert first["cause_kind"] == "dispatch" and first["knob"].startswith("jax.jit"), first
     assert 0 < float(first["saving_us"]) <= float(first["step_us"])

@@ -169,9 +169,11 @@ def tpu_notes(j: dict, ops: int) -> list[str]:
                      f"dispatch on the host's, by up to {early[1] / 1e6:,.1f} us (clocks aligned "
                      "roughly): a step's edges and the gaps by a dispatch are that uncertain")
     if j["runs"] > j["runs_dispatched"]:
-        notes.append(f"TPU: {j['runs'] - j['runs_dispatched']:,} program runs started before "
-                     "any unpaired dispatch (dispatched before the capture began, or by a host "
-                     "not recorded): their gaps are of unknown cause")
+        late = j.get("late", 0)
+        notes.append(f"TPU: {j['runs'] - j['runs_dispatched']:,} program runs joined no dispatch "
+                     f"({j['runs'] - j['runs_dispatched'] - late:,} at the capture's start: "
+                     f"dispatched before it began or by a host not recorded; {late:,} at its end: "
+                     "their dispatch is past the trace's end): their gaps are of unknown cause")
     return notes
 
 

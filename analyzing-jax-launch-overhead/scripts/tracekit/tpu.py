@@ -2,22 +2,19 @@
 
 On a TPU the device events are the HLO instructions themselves: no kernels, no streams, no
 correlation ids. XLA's trace of a TPU (`/device:TPU:<n>`) has these lines:
-- `XLA Ops`: one event per run of an instruction, named by the instruction, with its
-  `hlo_category`, FLOPs and bytes (XLA's cost model), `source`, `source_stack` and `tf_op` (the
-  JAX name stack) in its args. These are the op runs, read as the device's lane (what a
-  stream is on a GPU); `Async XLA Ops` (the xplane's alone) spans each asynchronous op from its
-  start to its done, overlapping them, and is left out.
-- `XLA Modules`: one event per program run, named `<module>(<program id>)`.
-- `Steps`: the device's own step counter, where a step annotation reached it (it may count each
-  program as a step: never used to frame steps, only said).
+- `XLA Ops`: one event per run of an instruction, named by it, with its `hlo_category`, FLOPs
+  and bytes (XLA's cost model), `source`, `source_stack` and `tf_op` (the JAX name stack): the
+  op runs, the device's lane (a GPU's stream); `Async XLA Ops` (the xplane's alone) spans each
+  asynchronous op from its start to its done, overlapping them, and is left out.
+- `XLA Modules`: one event per program run, named `<module>(<program id>)` (where the trace
+  holds no event on a core's op line, these stand for its ops: gpu_events._merged).
+- `Steps`: the device's step counter (it may count each program as a step: only said).
 The host (`/host:CPU`) dispatches each program run with one call (`DISPATCH_NAMES`). An op run
 is joined to its program run (the module event on its device that holds it in time) and that run
-to its dispatch, in order (runs execute in dispatch order on one device: pair_runs).
-Its join kind is `dispatch` and its `launch` that dispatch with the run's start (`run_start`):
-the host call that queued it, as a graph launch queues every kernel of a graph on a GPU. A gap
-before a run's first op is the host's (the device has no program until the host dispatches
-it and the runtime starts it); a gap between the ops of one run is the device's
-(gap_causes.gap_parts).
+to its dispatch, in order (pair_runs): join kind `dispatch`, its `launch` that call with the
+run's start (`run_start`), as a graph launch queues a graph's kernels on a GPU. A gap before a
+run's first op is the host's (no program until the host dispatches it); a gap between the ops
+of one run is the device's (gap_causes.gap_parts).
 """
 
 from __future__ import annotations
@@ -247,9 +244,10 @@ def join_runs(ops: list, runs: list, host_threads: dict) -> dict:
                      [module_name(n)[0] for _, _, n in lst], launch)
         joined[d] = list(zip(run_of[d][0], launch, strict=True))
     early = [h["start"] - s for lst in joined.values() for s, h in lst if h and s < h["start"]]
+    late = sum(next((i for i, (_, h) in enumerate(v[::-1]) if h), len(v)) for v in joined.values())
     counts = {"dispatch": 0, "no_run": 0, "undispatched": 0, "runs": len(runs),
               "runs_dispatched": joined_runs, "dispatch_calls": len(disp),
-              "early": (len(early), max(early, default=0))}  # runs before their dispatch
+              "early": (len(early), max(early, default=0)), "late": late}  # runs: see early
     held = set()  # (device, run) of the runs holding an op
     for ev in ops:
         r = run_of.get(ev.device)
