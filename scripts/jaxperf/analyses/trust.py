@@ -796,7 +796,7 @@ def needs_new_capture(inp: Inputs, items: list, facts: Facts) -> list:
     if any("only partial steps" in s for s in ss.get("refusals") or []):
         q.append(question("the time of a whole step (the capture holds only fragments)",
                           NEEDS["whole_steps"], "skip_stats.json: refusals"))
-    if any(k in n for n in ss.get("notes") or [] for k in LIMITING_NOTES):
+    if any(LIMITING_NOTES[0] in n for n in ss.get("notes") or []):  # the exporter's cap
         q.append(question("the events after the trace exporter's cap (the last step is cut)",
                           NEEDS["fewer_events"], "skip_stats.json: notes"))
     ranked = [r for r in scratch.records(inp.out, "changes.csv") or ()
