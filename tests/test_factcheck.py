@@ -991,11 +991,13 @@ def test_a_range_of_changes_where_changes_is_a_noun(tmp_path):
     out.mkdir()
     p, rows = check("# R\nChanges 4 to 7 each save less.\nOf changes 2 to 3 none is large; the "
                     "fix changes 12 to 16 launches.\n- Changes 5 to 6 are host work.\n"
-                    "Changes 3 to 7 and 9 to 11 are one time.\n", out, tmp_path)
+                    "Changes 3 to 7 and 9 to 11 are one time.\nTwo items limit changes 2 "
+                    "to 6 only.\n", out, tmp_path)
     got = [(x["line"], x["figure"], x["verdict"]) for x in rows]
     assert got == [("2", "4 to 7", "skipped"), ("3", "2 to 3", "skipped"),
                    ("3", "12 to 16", "no_table"), ("4", "5 to 6", "skipped"),
-                   ("5", "3 to 7", "skipped"), ("5", "9 to 11", "skipped")], got
+                   ("5", "3 to 7", "skipped"), ("5", "9 to 11", "skipped"),
+                   ("6", "2 to 6", "skipped")], got
 
 
 def test_a_shape_an_alignment_and_a_parenthesised_list_of_rows_are_names(tmp_path):

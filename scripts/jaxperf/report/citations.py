@@ -104,7 +104,7 @@ LIST_SEP = r"(?:,|and|or|&)"
 PLURAL_BEFORE_RE = re.compile(r"(?i)\b(" + "|".join(PLURAL_VERBS) + r")\s+((?:#?\d+(?:\s*(?:to|"
                               r"–|through)\s*#?\d+)?\s*" + LIST_SEP + r"\s*)*)#?$")
 LIST_AFTER_RE = re.compile(r"^\s*" + LIST_SEP + r"\s*#?\d")
-WORD_AFTER_RE = re.compile(r"^\s+[a-z]")
+WORD_AFTER_RE = re.compile(r"^\s+(?!only\b)[a-z]")  # "changes 2 to 6 only" names them
 # where a plural of PLURAL_VERBS is a noun, so that a range after it names them even with a
 # word after ("Changes 4 to 7 save less", "of changes 4 to 7 each"): a sentence's, a bullet's,
 # a cell's or a parenthesis' start, or after a preposition, article or conjunction
@@ -535,7 +535,7 @@ def skip_reason(text: str, fig: Figure) -> str:
     plural = PLURAL_BEFORE_RE.search(before) if ints else None
     if plural and (plural.group(2) or (LIST_AFTER_RE.match(text[fig.end:fig.end + 8])
                                        if len(nums) == 1 else
-                                       not WORD_AFTER_RE.match(text[fig.end:fig.end + 3])
+                                       not WORD_AFTER_RE.match(text[fig.end:fig.end + 8])
                                        or NOUN_BEFORE_RE.search(before[:plural.start(1)]))):
         return f"an identifier after '{plural.group(1)}' (a list of them)"
     if ints and len(nums) == 1 and nums[0].value <= ENUM_MAX and \
