@@ -279,9 +279,8 @@ def _merged(trace, parts) -> Collected:
         per_stream[(gpu_pid[pid], tid)] = t
         per_device[gpu_pid[pid]] += t[0]
     kinds = trace_reader.device_kinds(trace.processes)
-    for (pid, tid), name in trace.threads.items():
-        o = gpu_pid.get(pid) if name == tpu.MODULE_LINE else None
-        own = [r for r in runs if r[0] == o and not r[4]] if o is not None else None
+    for pid, tid in [k for k, name in trace.threads.items() if name == tpu.MODULE_LINE]:
+        own = [r for r in runs if r[0] == (o := gpu_pid.get(pid)) and not r[4]]
         if own and not any(d == o for d, _ in per_stream):  # no op line's event: runs are ops
             gpu += [TraceEvent(o, tid, r[3], r[1], r[2], "compute", r[3]) for r in own]
             per_stream[(o, tid)] = [len(own), sum(r[2] for r in own)]
@@ -296,9 +295,10 @@ def _merged(trace, parts) -> Collected:
 
 def stand_in_notes(trace, per_stream: dict) -> list[str]:
     """A note for each TPU core whose program runs stand for its ops (_merged)."""
+    pid = trace.gpu_pids()
     return [f"TPU core {o}'s op line holds no event in this trace: its {n:,} program runs "
             "stand for its ops, one op a run named by its program" for (o, tid), (n, _) in
-            per_stream.items() if trace.threads.get((trace.gpu_pids()[o], tid)) == tpu.MODULE_LINE]
+            per_stream.items() if trace.threads.get((pid[o], tid)) == tpu.MODULE_LINE]
 
 
 def join_events(gpu, by_corr) -> tuple[dict, dict]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import bisect
 import gc
+import itertools
 import sys
 from pathlib import Path
 
@@ -117,10 +118,9 @@ def analyse(trace, release: bool = False) -> tuple[Analysis, dict]:
     notes += step_notes
     program_call_starts(gpu, steps)
     assign_steps(gpu, steps)
-    marks = {id(h) for h in c.marked}  # the steps' own annotations: not the trace's end
-    analysed = mark_partial(gpu, steps, max([e.end for e in gpu] + [
-        h["start"] + h["dur"] for v in host_threads.values() for h in v if id(h) not in marks],
-        default=None))
+    analysed = mark_partial(gpu, steps, max(itertools.chain((e.end for e in gpu), (  # the steps'
+        h["start"] + h["dur"] for v in host_threads.values() for h in v  # own marks left out
+        if "step_num" not in h["args"])), default=None))
     refusals = step_refusals(gpu, bool(by_corr) or bool(joins.get("dispatch")), analysed)
     if gpu and not analysed:
         analysed = list(steps)  # only partial steps (refused): they are what there is
@@ -169,11 +169,11 @@ def tpu_notes(j: dict, ops: int) -> list[str]:
                      f"dispatch on the host's, by up to {early[1] / 1e6:,.1f} us (clocks aligned "
                      "roughly): a step's edges and the gaps by a dispatch are that uncertain")
     if j["runs"] > j["runs_dispatched"]:
-        late = j.get("late", 0)
-        notes.append(f"TPU: {j['runs'] - j['runs_dispatched']:,} program runs joined no dispatch "
-                     f"({j['runs'] - j['runs_dispatched'] - late:,} at the capture's start: "
-                     f"dispatched before it began or by a host not recorded; {late:,} at its end: "
-                     "their dispatch is past the trace's end): their gaps are of unknown cause")
+        late, lost = j.get("late", 0), j["runs"] - j["runs_dispatched"]
+        notes.append(f"TPU: {lost:,} program runs joined no dispatch ({lost - late:,} at the "
+                     "capture's start: dispatched before it began or by a host not recorded; "
+                     f"{late:,} at its end: their dispatch is past the trace's end): their gaps "
+                     "are of unknown cause")
     return notes
 
 
