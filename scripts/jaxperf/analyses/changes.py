@@ -872,7 +872,7 @@ def ops_matching(ctx: Context, test: Callable) -> tuple[list, set, float]:
     ops = tables(ctx.out).rows("attribution/ops.csv") or []
     keys = {(r["program_id"], r["instruction"]) for r in ops if test(r)}
     times = per_step_us(ctx)
-    return ops, keys, sum(times.get(k, 0.0) for k in keys)
+    return ops, keys, sum(times.get(k, 0.0) for k in sorted(keys))
 
 
 STEP_PROGRAM_RE = re.compile(r"^(.*) x(\d+)$")
@@ -1047,7 +1047,7 @@ def remat(ctx: Context) -> list:
         return []
     share = (bwd - 2 * fwd) / bwd
     times = per_step_us(ctx)
-    high = share * sum(times.get(k, 0.0) for k in back)
+    high = share * sum(times.get(k, 0.0) for k in sorted(back))
     if high < MIN_SAVING_US:
         return []
     return [Row(f"rematerialisation: under jax.checkpoint the backward pass does "
